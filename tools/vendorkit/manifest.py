@@ -1,0 +1,229 @@
+"""The release manifest (schema 1): model, validation, loading and deterministic writing."""
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from .errors import CannotCheck, ManifestError, UsageError
+from .hashing import tree_sha256
+from .versions import is_tag, parse_tag
+from . import yamlio
+
+SCHEMA = 1
+ROOT = "device_layer"
+MANIFEST_DIR = "vendor_manifests"
+MODES = ("100644", "100755", "120000")
+DEFAULT_REQUIRES = {"cuda": ">=13.0", "targets": ["sm_120a", "sm_120f", "sm_121a"]}
+
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_HEX40 = re.compile(r"^[0-9a-f]{40}$")
+_TOP_KEYS = {"schema", "tag", "root", "created", "requires", "tree_sha256", "files"}
+_FILE_KEYS = {"path", "sha256", "git_blob_sha1", "size", "mode"}
+
+
+def is_our_name(path: str) -> bool:
+    """The device-layer naming rule: `sm120_*` files, plus `mma/sm120.cuh`-style `sm120.cuh`."""
+    base = posixpath.basename(path)
+    return base.startswith("sm120_") or base == "sm120.cuh"
+
+
+def check_safe_path(path: Any, where: str) -> str:
+    """Manifest paths are relative POSIX paths with no `..`, `.`, empty parts or backslashes."""
+    if not isinstance(path, str) or not path:
+        raise ManifestError(f"{where}: path must be a non-empty string")
+    if path.startswith("/") or re.match(r"^[A-Za-z]:", path):
+        raise ManifestError(f"{where}: unsafe absolute path {path!r}")
+    if "\\" in path or "\0" in path:
+        raise ManifestError(f"{where}: unsafe path {path!r} (backslash or NUL)")
+    parts = path.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise ManifestError(f"{where}: unsafe path {path!r} (empty, '.' or '..' component)")
+    return path
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    path: str
+    sha256: str
+    git_blob_sha1: str
+    size: int
+    mode: str
+
+    def digest(self, kind: str) -> str:
+        return self.sha256 if kind == "sha256" else self.git_blob_sha1
+
+
+@dataclass
+class Manifest:
+    tag: str
+    created: str
+    tree_sha256: str
+    files: list[FileEntry]
+    requires: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_REQUIRES))
+    root: str = ROOT
+    schema: int = SCHEMA
+    source: str | None = None  # file it was loaded from
+
+    def __post_init__(self) -> None:
+        self.by_path = {f.path: f for f in self.files}
+
+    @property
+    def version(self) -> tuple[int, int, int]:
+        return parse_tag(self.tag)
+
+
+def _entry(raw: Any, i: int, where: str) -> FileEntry:
+    w = f"{where}: files[{i}]"
+    if not isinstance(raw, dict):
+        raise ManifestError(f"{w}: expected a mapping")
+    keys = set(raw)
+    if keys != _FILE_KEYS:
+        missing, unknown = _FILE_KEYS - keys, keys - _FILE_KEYS
+        raise ManifestError(f"{w}: missing keys {sorted(missing)}, unknown keys {sorted(unknown)}")
+    path = check_safe_path(raw["path"], w)
+    if not isinstance(raw["sha256"], str) or not _HEX64.match(raw["sha256"]):
+        raise ManifestError(f"{w} ({path}): sha256 must be 64 lowercase hex digits")
+    if not isinstance(raw["git_blob_sha1"], str) or not _HEX40.match(raw["git_blob_sha1"]):
+        raise ManifestError(f"{w} ({path}): git_blob_sha1 must be 40 lowercase hex digits")
+    size = raw["size"]
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise ManifestError(f"{w} ({path}): size must be a non-negative integer")
+    mode = raw["mode"]
+    if mode not in MODES:
+        raise ManifestError(f"{w} ({path}): mode must be one of {', '.join(MODES)} (a string)")
+    return FileEntry(path, raw["sha256"], raw["git_blob_sha1"], size, mode)
+
+
+def parse_manifest(text: str, where: str, expect_tag: str | None = None) -> Manifest:
+    try:
+        raw = yamlio.safe_load(text)
+    except yamlio.yaml_error_types() as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ManifestError(f"{where}: malformed YAML ({first})") from None
+    if not isinstance(raw, dict):
+        raise ManifestError(f"{where}: expected a mapping at the top level")
+    keys = set(raw)
+    if keys != _TOP_KEYS:
+        missing, unknown = _TOP_KEYS - keys, keys - _TOP_KEYS
+        raise ManifestError(f"{where}: missing keys {sorted(missing)}, unknown keys {sorted(unknown)}")
+    if raw["schema"] != SCHEMA:
+        raise ManifestError(f"{where}: unsupported schema {raw['schema']!r} (this tool reads schema {SCHEMA})")
+    tag = raw["tag"]
+    if not isinstance(tag, str) or not is_tag(tag):
+        raise ManifestError(f"{where}: tag {tag!r} is not vMAJOR.MINOR.PATCH")
+    if expect_tag is not None and tag != expect_tag:
+        raise ManifestError(f"{where}: tag {tag!r} does not match the file name ({expect_tag})")
+    if raw["root"] != ROOT:
+        raise ManifestError(f"{where}: root must be {ROOT!r}")
+    created = raw["created"]
+    created = created.isoformat() if hasattr(created, "isoformat") else created
+    if not isinstance(created, str) or not re.match(r"^\d{4}-\d{2}-\d{2}$", created):
+        raise ManifestError(f"{where}: created must be a YYYY-MM-DD date")
+    if not isinstance(raw["requires"], dict):
+        raise ManifestError(f"{where}: requires must be a mapping")
+    files_raw = raw["files"]
+    if not isinstance(files_raw, list) or not files_raw:
+        raise ManifestError(f"{where}: files must be a non-empty list")
+    files = [_entry(f, i, where) for i, f in enumerate(files_raw)]
+    paths = [f.path for f in files]
+    if paths != sorted(paths) or len(set(paths)) != len(paths):
+        raise ManifestError(f"{where}: file paths must be unique and sorted")
+    ts = raw["tree_sha256"]
+    if not isinstance(ts, str) or not _HEX64.match(ts):
+        raise ManifestError(f"{where}: tree_sha256 must be 64 lowercase hex digits")
+    if ts != tree_sha256((f.path, f.sha256) for f in files):
+        raise ManifestError(f"{where}: tree_sha256 does not match the listed files")
+    return Manifest(tag=tag, created=created, tree_sha256=ts, files=files,
+                    requires=raw["requires"], source=where)
+
+
+def dump_manifest(m: Manifest) -> str:
+    """Deterministic YAML: one flow mapping per file, keys in contract order.
+
+    Hex digests are quoted: an all-digit hex string would otherwise load as an integer.
+    """
+    req = m.requires
+    targets = ", ".join(req.get("targets", []))
+    lines = [
+        f"schema: {m.schema}",
+        f"tag: {m.tag}",
+        f"root: {m.root}",
+        f"created: {m.created}",
+        f'requires: {{cuda: "{req.get("cuda", "")}", targets: [{targets}]}}',
+        f'tree_sha256: "{m.tree_sha256}"',
+        "files:",
+    ]
+    for f in m.files:
+        lines.append(
+            f'  - {{path: "{f.path}", sha256: "{f.sha256}", git_blob_sha1: "{f.git_blob_sha1}", '
+            f'size: {f.size}, mode: "{f.mode}"}}'
+        )
+    return "\n".join(lines) + "\n"
+
+
+def build_manifest(tag: str, created: str, files: Iterable[FileEntry]) -> Manifest:
+    files = sorted(files, key=lambda f: f.path)
+    return Manifest(tag=tag, created=created, files=files,
+                    tree_sha256=tree_sha256((f.path, f.sha256) for f in files))
+
+
+class ManifestSet:
+    """Every manifest in vendor_manifests/, oldest first; all validated on load."""
+
+    def __init__(self, manifests: list[Manifest]):
+        self.manifests = sorted(manifests, key=lambda m: m.version)
+        self.by_tag = {m.tag: m for m in self.manifests}
+
+    @classmethod
+    def load_dir(cls, directory: str) -> "ManifestSet":
+        try:
+            names = sorted(os.listdir(directory))
+        except FileNotFoundError:
+            names = []
+        except OSError as e:
+            raise CannotCheck(f"cannot list {directory}: {e.strerror}") from None
+        out = []
+        for name in names:
+            if not name.endswith(".yaml"):
+                continue
+            tag = name[: -len(".yaml")]
+            where = f"{MANIFEST_DIR}/{name}"
+            if not is_tag(tag):
+                raise ManifestError(f"{where}: file name is not a release tag (vMAJOR.MINOR.PATCH.yaml)")
+            try:
+                with open(os.path.join(directory, name), encoding="utf-8") as fh:
+                    text = fh.read()
+            except (OSError, UnicodeDecodeError) as e:
+                raise CannotCheck(f"cannot read {where}: {e}") from None
+            out.append(parse_manifest(text, where, expect_tag=tag))
+        return cls(out)
+
+    @property
+    def latest(self) -> Manifest | None:
+        return self.manifests[-1] if self.manifests else None
+
+    def resolve(self, tag: str | None) -> Manifest:
+        if not self.manifests:
+            raise UsageError("no release manifests found in vendor_manifests/")
+        if tag is None:
+            return self.manifests[-1]
+        parse_tag(tag)
+        if tag not in self.by_tag:
+            known = ", ".join(m.tag for m in self.manifests)
+            raise UsageError(f"unknown tag {tag}: released tags are {known}")
+        return self.by_tag[tag]
+
+    def all_paths(self) -> set[str]:
+        return {f.path for m in self.manifests for f in m.files}
+
+    def releases_with(self, path: str, digest: str, kind: str) -> list[str]:
+        """Tags (oldest first) whose file at `path` has this digest."""
+        out = []
+        for m in self.manifests:
+            e = m.by_path.get(path)
+            if e is not None and e.digest(kind) == digest:
+                out.append(m.tag)
+        return out

@@ -1,0 +1,61 @@
+"""`check_vendor.py release vX.Y.Z`: write a manifest from the committed device_layer/."""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import tempfile
+
+from .errors import UsageError
+from .gitrepo import GitRepo
+from .hashing import git_blob_sha1, sha256_bytes
+from .manifest import MANIFEST_DIR, ROOT, FileEntry, ManifestSet, build_manifest, dump_manifest, is_our_name
+from .versions import parse_tag
+
+
+def committed_entries(git: GitRepo, rev: str = "HEAD") -> list[FileEntry]:
+    """FileEntry for every blob under device_layer/ at `rev`, hashed from git's own bytes."""
+    tree = [t for t in git.ls_tree(rev, ROOT) if t.kind == "blob"]
+    blobs = git.cat_blobs([t.oid for t in tree])
+    out = []
+    for t in tree:
+        data = blobs[t.oid]
+        if git_blob_sha1(data) != t.oid:  # guards our blob-id computation against git's
+            raise UsageError(f"internal: blob id mismatch for {t.path}")
+        out.append(FileEntry(t.path[len(ROOT) + 1:], sha256_bytes(data), t.oid, len(data), t.mode))
+    return out
+
+
+def release(repo_root: str, tag: str, created: str | None = None) -> str:
+    version = parse_tag(tag)
+    git = GitRepo(repo_root)
+    if not git.is_repo():
+        raise UsageError(f"{repo_root} is not a git checkout: a release is cut from committed files")
+    dirty = git.status(ROOT)
+    if dirty:
+        shown = "; ".join(dirty[:10]) + (" ..." if len(dirty) > 10 else "")
+        raise UsageError(f"refusing to release: {ROOT}/ has uncommitted changes: {shown}")
+    mdir = os.path.join(repo_root, MANIFEST_DIR)
+    dest = os.path.join(mdir, f"{tag}.yaml")
+    if os.path.exists(dest):
+        raise UsageError(f"refusing to release: {MANIFEST_DIR}/{tag}.yaml already exists (released manifests never change)")
+    ms = ManifestSet.load_dir(mdir)
+    if ms.latest is not None and version <= ms.latest.version:
+        raise UsageError(f"refusing to release {tag}: it is not greater than the latest release {ms.latest.tag}")
+    entries = committed_entries(git)
+    if not entries:
+        raise UsageError(f"refusing to release: {ROOT}/ is empty at HEAD")
+    misnamed = [e.path for e in entries if not is_our_name(e.path)]
+    if misnamed:
+        raise UsageError(f"refusing to release: files not named sm120_*: {', '.join(misnamed)}")
+    if ms.latest is not None and {(e.path, e.sha256, e.mode) for e in entries} == \
+            {(e.path, e.sha256, e.mode) for e in ms.latest.files}:
+        raise UsageError(f"refusing to release {tag}: {ROOT}/ is identical to {ms.latest.tag}")
+    created = created or _dt.datetime.now(_dt.timezone.utc).date().isoformat()
+    text = dump_manifest(build_manifest(tag, created, entries))
+    os.makedirs(mdir, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=mdir, prefix=".release-")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, dest)
+    return dest

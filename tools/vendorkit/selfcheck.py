@@ -1,0 +1,107 @@
+"""Self-check of the canonical checkout and the manifest-history integrity rule.
+
+Integrity: every manifest equals device_layer/ at the commit that added it, and the manifest file
+itself is byte-identical to what that commit added. Together these make a released manifest
+impossible to edit, or to write from uncommitted files, without the check failing.
+"""
+from __future__ import annotations
+
+import os
+
+from .compare import FileResult, Report
+from .errors import CannotCheck
+from .gitrepo import GitRepo
+from .hashing import git_blob_sha1, sha256_bytes
+from .manifest import MANIFEST_DIR, ROOT, ManifestSet, is_our_name
+from .release import committed_entries
+
+
+def history_problems(repo_root: str, ms: ManifestSet) -> tuple[list[str], list[str]]:
+    """(problems, notes) for each manifest against the commit that added it."""
+    git = GitRepo(repo_root)
+    problems: list[str] = []
+    notes: list[str] = []
+    for m in ms.manifests:
+        rel = f"{MANIFEST_DIR}/{m.tag}.yaml"
+        added = git.first_commit_adding(rel)
+        if added is None:
+            if git.is_shallow():
+                raise CannotCheck(f"{rel}: history unavailable in a shallow clone (fetch with full depth)")
+            notes.append(f"{rel} is not committed yet (draft release)")
+            continue
+        at_add = git.show(added, rel)
+        with open(os.path.join(repo_root, rel), "rb") as fh:
+            now = fh.read()
+        if at_add != now:
+            problems.append(f"{rel} was edited after release (differs from commit {added[:12]})")
+        want = {(e.path, e.sha256, e.git_blob_sha1, e.size, e.mode) for e in m.files}
+        have = {(e.path, e.sha256, e.git_blob_sha1, e.size, e.mode) for e in committed_entries(git, added)}
+        if want != have:
+            diff = sorted({p[0] for p in want ^ have})
+            problems.append(f"{rel} does not match {ROOT}/ at commit {added[:12]} that added it "
+                            f"(differs at: {', '.join(diff[:8])}{' ...' if len(diff) > 8 else ''})")
+    return problems, notes
+
+
+def _working_tree(repo_root: str) -> dict[str, tuple[str, str, str]]:
+    """path -> (sha256, blob id, mode) for device_layer/ as it is on disk."""
+    base = os.path.join(repo_root, ROOT)
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(base):
+        dirnames.sort()
+        for name in filenames:
+            p = os.path.join(dirpath, name)
+            rel = os.path.relpath(p, base).replace(os.sep, "/")
+            if os.path.islink(p):
+                data, mode = os.fsencode(os.readlink(p)), "120000"
+            else:
+                with open(p, "rb") as fh:
+                    data = fh.read()
+                mode = "100755" if os.stat(p).st_mode & 0o100 else "100644"
+            out[rel] = (sha256_bytes(data), git_blob_sha1(data), mode)
+    return out
+
+
+def self_check(repo_root: str, ms: ManifestSet) -> Report:
+    latest = ms.latest
+    r = Report(mode="self", target=repo_root, tag=latest.tag if latest else None,
+               prefix=ROOT, digest_kind="sha256")
+    r.notes.append(f"{len(ms.manifests)} manifest(s) validated: "
+                   + (", ".join(m.tag for m in ms.manifests) or "none"))
+    git = GitRepo(repo_root)
+    if git.is_repo():
+        problems, notes = history_problems(repo_root, ms)
+        r.errors.extend(problems)
+        r.notes.extend(notes)
+    else:
+        r.notes.append("not a git checkout: manifest history not verified")
+    tree = _working_tree(repo_root)
+    misnamed = sorted(p for p in tree if not is_our_name(p))
+    r.errors.extend(f"{ROOT}/{p} breaks the naming rule (sm120_*)" for p in misnamed)
+    released = latest.by_path if latest else {}
+    for path in sorted(set(tree) | set(released)):
+        e, have = released.get(path), tree.get(path)
+        if e is None:
+            r.files.append(FileResult(path, "extra", detail="unreleased: new since "
+                                      + (latest.tag if latest else "the first release"), actual=have[0]))
+        elif have is None:
+            r.files.append(FileResult(path, "missing", detail=f"unreleased: removed since {latest.tag}",
+                                      expected=e.sha256))
+        elif have[0] != e.sha256:
+            r.files.append(FileResult(path, "changed", diagnosis="unreleased",
+                                      detail=f"changed since {latest.tag}", expected=e.sha256, actual=have[0]))
+        elif have[2] != e.mode:
+            r.files.append(FileResult(path, "mode", detail=f"mode {have[2]}, released {e.mode}",
+                                      expected=e.sha256, actual=have[0]))
+        else:
+            r.files.append(FileResult(path, "ok", expected=e.sha256, actual=have[0]))
+    if r.errors:
+        r.verdict = "invalid"
+    elif all(f.status == "ok" for f in r.files) and latest is not None:
+        r.verdict = "released"
+    else:
+        r.verdict = "unreleased"
+        n = sum(f.status != "ok" for f in r.files)
+        r.notes.append(f"{n} unreleased change(s) in {ROOT}/ since "
+                       + (latest.tag if latest else "the start (no release yet)"))
+    return r
