@@ -1,0 +1,22 @@
+#pragma once
+// Element types and register packing helpers.
+
+#include <cuda_bf16.h>
+#include "sm120_arch.cuh"
+
+namespace sm120 {
+
+using bf16 = __nv_bfloat16;
+using bf16x2 = __nv_bfloat162;
+
+// Two fp32 values rounded to bf16 (round-to-nearest-even) and packed low-first into one register.
+SM120_DEVICE uint32_t pack_bf16x2(float lo, float hi) {
+    bf16x2 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+}
+
+template <typename T> struct OutputTraits;
+template <> struct OutputTraits<float> { static constexpr int kBytes = 4; };
+template <> struct OutputTraits<bf16> { static constexpr int kBytes = 2; };
+
+}  // namespace sm120

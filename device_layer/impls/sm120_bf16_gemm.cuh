@@ -1,0 +1,209 @@
+#pragma once
+// BF16 GEMM, NT layout:  D[M,N] = A[M,K] · B[N,K]^T (+ C[M,N]),  fp32 accumulation.
+//
+// Warp specialization: warpgroup 0..(kMathWarps/4 - 1) are math warps; the last warpgroup is the
+// producer (one lane issues TMA, the rest idle with few registers). A kStages-deep ring of
+// 128B-swizzled smem tiles is filled by TMA (full barriers carry transaction bytes) and handed back
+// by the math warps through empty barriers. Fragments come from smem via ldmatrix; MMA is
+// mma.sync m16n8k16 bf16 -> fp32. The epilogue stores straight from registers with bounds checks,
+// so M/N tails need nothing beyond TMA's zero fill of out-of-bounds A/B boxes (K tails likewise).
+
+#include <cuda.h>
+#include "../common/sm120_arch.cuh"
+#include "../common/sm120_fence.cuh"
+#include "../common/sm120_ldmatrix.cuh"
+#include "../common/sm120_math.cuh"
+#include "../common/sm120_mbarrier.cuh"
+#include "../common/sm120_pdl.cuh"
+#include "../common/sm120_swizzle.cuh"
+#include "../common/sm120_tma.cuh"
+#include "../common/sm120_types.cuh"
+#include "../common/sm120_warp.cuh"
+#include "../mma/sm120.cuh"
+#include "../scheduler/sm120_gemm.cuh"
+
+namespace sm120 {
+
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kStages, uint32_t kWarpsM, uint32_t kWarpsN>
+struct Bf16GemmConfig {
+    static constexpr uint32_t kBlockK = 64;  // one 128-byte swizzle row of bf16
+    static constexpr uint32_t kMathWarps = kWarpsM * kWarpsN;
+    static constexpr uint32_t kMathThreads = kMathWarps * 32;
+    static constexpr uint32_t kThreads = kMathThreads + 128;  // + one producer warpgroup
+    static constexpr uint32_t kWarpM = BLOCK_M / kWarpsM;
+    static constexpr uint32_t kWarpN = BLOCK_N / kWarpsN;
+    static constexpr uint32_t kMI = kWarpM / 16;
+    static constexpr uint32_t kNI = kWarpN / 8;
+    static constexpr uint32_t kTileABytes = BLOCK_M * kSwizzle128BRowBytes;
+    static constexpr uint32_t kTileBBytes = BLOCK_N * kSwizzle128BRowBytes;
+    static constexpr uint32_t kStageBytes = kTileABytes + kTileBBytes;
+    static constexpr uint32_t kBarrierBytes = 2 * kStages * sizeof(uint64_t);
+    static constexpr uint32_t kSmemBytes = kStages * kStageBytes + kBarrierBytes;
+    // Register split after setmaxnreg: the producer keeps 40, math warps take the rest (multiple of 8).
+    static constexpr uint32_t kProducerRegs = 40;
+    static constexpr uint32_t kMathRegs =
+        ((65536 - 128 * kProducerRegs) / kMathThreads) / 8 * 8 > 240 ? 240
+                                                                     : ((65536 - 128 * kProducerRegs) / kMathThreads) / 8 * 8;
+
+    static_assert(kMathWarps % 4 == 0, "math warps must form whole warpgroups (setmaxnreg is per warpgroup)");
+    static_assert(kWarpM % 16 == 0 && kWarpN % 16 == 0, "warp tile must be a multiple of 16x16");
+    static_assert(kTileABytes % kSwizzle128BAtomBytes == 0 && kTileBBytes % kSwizzle128BAtomBytes == 0,
+                  "tiles must keep 1024-byte swizzle-atom alignment");
+    static_assert(kSmemBytes <= kMaxSmemPerBlock, "shared memory exceeds the SM120 per-block budget (101376 B)");
+    static_assert(BLOCK_M <= 256 && BLOCK_N <= 256, "TMA box dimensions are limited to 256");
+};
+
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kStages, uint32_t kWarpsM, uint32_t kWarpsN,
+          uint32_t kGroupN, typename OutT, bool kWithC>
+__global__ void __launch_bounds__(Bf16GemmConfig<BLOCK_M, BLOCK_N, kStages, kWarpsM, kWarpsN>::kThreads, 1)
+sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
+                          OutT* __restrict__ d, const OutT* c, uint32_t m, uint32_t n, uint32_t k, uint32_t ldd,
+                          uint32_t ldc) {
+    using Cfg = Bf16GemmConfig<BLOCK_M, BLOCK_N, kStages, kWarpsM, kWarpsN>;
+    constexpr uint32_t kMI = Cfg::kMI, kNI = Cfg::kNI;
+
+    extern __shared__ __align__(1024) uint8_t smem[];
+    uint8_t* smem_a = smem;
+    uint8_t* smem_b = smem + kStages * Cfg::kTileABytes;
+    uint64_t* full_bar = reinterpret_cast<uint64_t*>(smem + kStages * Cfg::kStageBytes);
+    uint64_t* empty_bar = full_bar + kStages;
+
+    const uint32_t warp = warp_idx();
+    const uint32_t lane = lane_idx();
+
+    if (threadIdx.x == 0) {
+        for (uint32_t s = 0; s < kStages; ++s) {
+            mbarrier_init(&full_bar[s], 1);
+            mbarrier_init(&empty_bar[s], Cfg::kMathWarps);
+        }
+        fence_barrier_init();  // the async proxy (TMA complete_tx) must observe initialized barriers
+    }
+    __syncthreads();
+
+    // Inputs may be produced by the previous kernel in the stream (PDL); wait before touching them.
+    pdl_wait_primary();
+
+    const uint32_t num_k_blocks = ceil_div(k, Cfg::kBlockK);
+    GemmTileScheduler<BLOCK_M, BLOCK_N, kGroupN> sched(m, n);
+    uint32_t m_block, n_block;
+
+    if (warp >= Cfg::kMathWarps) {
+        // ---------------- producer warpgroup ----------------
+        warpgroup_reg_dealloc<Cfg::kProducerRegs>();
+        if (warp == Cfg::kMathWarps && lane == 0) {
+            tma_prefetch_descriptor(&tmap_a);
+            tma_prefetch_descriptor(&tmap_b);
+            uint32_t stage = 0, phase = 0;
+            while (sched.next(m_block, n_block)) {
+                for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
+                    mbarrier_wait(&empty_bar[stage], phase ^ 1);
+                    mbarrier_arrive_expect_tx(&full_bar[stage], Cfg::kStageBytes);
+                    const int32_t kc = static_cast<int32_t>(kb * Cfg::kBlockK);
+                    tma_load_2d(smem_a + stage * Cfg::kTileABytes, &tmap_a, &full_bar[stage], kc,
+                                static_cast<int32_t>(m_block * BLOCK_M));
+                    tma_load_2d(smem_b + stage * Cfg::kTileBBytes, &tmap_b, &full_bar[stage], kc,
+                                static_cast<int32_t>(n_block * BLOCK_N));
+                    if (++stage == kStages) stage = 0, phase ^= 1;
+                }
+            }
+            pdl_launch_dependents();
+        }
+        return;
+    }
+
+    // ---------------- math warps ----------------
+    warpgroup_reg_alloc<Cfg::kMathRegs>();
+    const uint32_t wm = warp / kWarpsN, wn = warp % kWarpsN;
+    // Per-lane ldmatrix rows (see mma/sm120.cuh for fragment layouts). Every fragment row start is a
+    // multiple of 8, so the 128B-swizzle XOR term is lane & 7 for both operands.
+    const uint32_t a_row = wm * Cfg::kWarpM + (lane & 15);
+    const uint32_t a_chunk = lane >> 4;
+    const uint32_t b_row = wn * Cfg::kWarpN + (lane & 7) + ((lane >> 4) << 3);
+    const uint32_t b_chunk = (lane >> 3) & 1;
+
+    uint32_t stage = 0, phase = 0;
+    while (sched.next(m_block, n_block)) {
+        float acc[kMI][kNI][4];
+#pragma unroll
+        for (uint32_t i = 0; i < kMI; ++i)
+#pragma unroll
+            for (uint32_t j = 0; j < kNI; ++j)
+#pragma unroll
+                for (uint32_t e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+
+        for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
+            mbarrier_wait(&full_bar[stage], phase);
+            const uint32_t a_base = smem_addr(smem_a + stage * Cfg::kTileABytes);
+            const uint32_t b_base = smem_addr(smem_b + stage * Cfg::kTileBBytes);
+#pragma unroll
+            for (uint32_t kk = 0; kk < Cfg::kBlockK / 16; ++kk) {
+                uint32_t af[kMI][4];
+                uint32_t bfr[kNI][2];
+#pragma unroll
+                for (uint32_t i = 0; i < kMI; ++i)
+                    ldmatrix_x4(a_base + swizzle_128b_offset(a_row + i * 16, kk * 2 + a_chunk), af[i][0], af[i][1],
+                                af[i][2], af[i][3]);
+#pragma unroll
+                for (uint32_t j = 0; j < kNI / 2; ++j)
+                    ldmatrix_x4(b_base + swizzle_128b_offset(b_row + j * 16, kk * 2 + b_chunk), bfr[2 * j][0],
+                                bfr[2 * j][1], bfr[2 * j + 1][0], bfr[2 * j + 1][1]);
+#pragma unroll
+                for (uint32_t i = 0; i < kMI; ++i)
+#pragma unroll
+                    for (uint32_t j = 0; j < kNI; ++j) mma_bf16_16816(acc[i][j], af[i], bfr[j]);
+            }
+            // Hazard: our ldmatrix (generic proxy) reads of this stage vs. the next TMA (async proxy)
+            // write into it once the producer sees the empty barrier. Fence, then hand the stage back.
+            fence_proxy_async_smem();
+            __syncwarp();
+            if (lane == 0) mbarrier_arrive(&empty_bar[stage]);
+            if (++stage == kStages) stage = 0, phase ^= 1;
+        }
+
+        // Epilogue: registers -> global, each thread owning its elements (so C may alias D).
+        const uint32_t row0 = m_block * BLOCK_M + wm * Cfg::kWarpM + (lane >> 2);
+        const uint32_t col0 = n_block * BLOCK_N + wn * Cfg::kWarpN + (lane & 3) * 2;
+        const bool pairs = (ldd % 2 == 0) && (!kWithC || ldc % 2 == 0);
+#pragma unroll
+        for (uint32_t i = 0; i < kMI; ++i) {
+#pragma unroll
+            for (uint32_t h = 0; h < 2; ++h) {
+                const uint32_t row = row0 + i * 16 + h * 8;
+                if (row >= m) continue;
+#pragma unroll
+                for (uint32_t j = 0; j < kNI; ++j) {
+                    const uint32_t col = col0 + j * 8;
+                    float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
+                    OutT* dp = d + static_cast<size_t>(row) * ldd + col;
+                    const OutT* cp = kWithC ? c + static_cast<size_t>(row) * ldc + col : nullptr;
+                    if (pairs && col + 1 < n) {
+                        if constexpr (sizeof(OutT) == 4) {
+                            if constexpr (kWithC) {
+                                const float2 cv = *reinterpret_cast<const float2*>(cp);
+                                v0 += cv.x, v1 += cv.y;
+                            }
+                            *reinterpret_cast<float2*>(dp) = make_float2(v0, v1);
+                        } else {
+                            if constexpr (kWithC) {
+                                const float2 cv = __bfloat1622float2(*reinterpret_cast<const bf16x2*>(cp));
+                                v0 += cv.x, v1 += cv.y;
+                            }
+                            *reinterpret_cast<bf16x2*>(dp) = __floats2bfloat162_rn(v0, v1);
+                        }
+                    } else {
+                        if (col < n) {
+                            if constexpr (kWithC) v0 += static_cast<float>(cp[0]);
+                            dp[0] = static_cast<OutT>(v0);
+                        }
+                        if (col + 1 < n) {
+                            if constexpr (kWithC) v1 += static_cast<float>(cp[1]);
+                            dp[1] = static_cast<OutT>(v1);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+}  // namespace sm120

@@ -1,0 +1,29 @@
+#pragma once
+// Warp-level tensor-core atoms (mma.sync, row.col). Fragment layouts follow the PTX ISA:
+// for m16n8k16 bf16, lane l holds A rows {l/4, l/4+8} x cols {2(l%4), 2(l%4)+1, +8, +9},
+// B rows (k) {2(l%4), +1, +8, +9} x col (n) l/4, and C/D rows {l/4, l/4+8} x cols {2(l%4), 2(l%4)+1}.
+// Block-scaled FP8/FP4 atoms (SM120-only, with sm_90 emulation) join this file with their kernels.
+
+#include "../common/sm120_arch.cuh"
+
+namespace sm120 {
+
+// D = A(16x16 bf16) * B(16x8 bf16) + D, fp32 accumulate.  SASS: HMMA.16816.F32.BF16.
+SM120_DEVICE void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// D = A(16x8 tf32) * B(8x8 tf32) + D, fp32 accumulate.  SASS: HMMA.1688.F32.TF32.
+SM120_DEVICE void mma_tf32_1688(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+}  // namespace sm120
