@@ -1,11 +1,60 @@
-"""deep_gemm_sm120: SM120 GEMM kernels (device_layer/) with a DeepGEMM-style PyTorch host."""
-from setuptools import find_packages, setup
+"""deep_gemm_sm120: SM120 GEMM kernels (device_layer/) with a DeepGEMM-style PyTorch host.
+
+The pybind11 runtime (host/csrc) needs only `cuda.h` at build time (from $CUDA_HOME, /usr/local/cuda or the
+`nvidia-cuda-runtime` wheel listed in pyproject's build requirements); libcuda is dlopen'ed at run time and
+torch's C++ ABI is never linked.
+"""
+import os
+import shutil
+import sys
+
+from setuptools import Extension, find_packages, setup
+from setuptools.command.build_py import build_py
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def cuda_include() -> str:
+    cands = [os.path.join(os.environ[v], "include") for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
+    cands.append("/usr/local/cuda/include")
+    for p in sys.path:  # the nvidia-cuda-runtime wheel
+        cands.append(os.path.join(p, "nvidia", "cu13", "include"))
+    for c in cands:
+        if os.path.isfile(os.path.join(c, "cuda.h")):
+            return c
+    raise RuntimeError("cuda.h not found: set CUDA_HOME or `pip install nvidia-cuda-runtime` before building")
+
+
+def pybind11_include() -> str:
+    import pybind11
+
+    return pybind11.get_include()
+
+
+class BuildPyWithDeviceLayer(build_py):
+    """Ship device_layer/ inside the package so a non-editable install can JIT-compile."""
+
+    def run(self):
+        super().run()
+        dst = os.path.join(self.build_lib, "deep_gemm_sm120", "_device_layer")
+        if os.path.isdir(dst):
+            shutil.rmtree(dst)
+        shutil.copytree(os.path.join(HERE, "device_layer"), dst)
+
 
 TEST = [
     "pytest>=7",
     "pyyaml>=6",
     "requests>=2.28",
     "numpy>=1.24",
+    "pybind11>=2.12",
+    # Second CUDA toolchain for the compile gate, pinned as one set (the nvcc wheel otherwise pulls newer nvvm/crt).
+    "nvidia-cuda-nvcc==13.2.86",
+    "nvidia-nvvm==13.2.86",
+    "nvidia-cuda-crt==13.2.86",
+    "nvidia-cuda-runtime==13.2.86",
+    "nvidia-cuda-cccl==13.2.*",
+    "nvidia-cuda-nvdisasm==13.2.86",
 ]
 
 setup(
@@ -14,12 +63,19 @@ setup(
     description="SM120 (consumer Blackwell) GEMM kernels and a DeepGEMM-style JIT host",
     package_dir={"": "host"},
     packages=find_packages("host"),
+    ext_modules=[
+        Extension(
+            "deep_gemm_sm120._C",
+            ["host/csrc/runtime.cpp"],
+            include_dirs=[pybind11_include(), cuda_include()],
+            libraries=["dl"],
+            extra_compile_args=["-O2", "-std=c++17", "-fvisibility=hidden"],
+            language="c++",
+        )
+    ],
+    cmdclass={"build_py": BuildPyWithDeviceLayer},
     python_requires=">=3.10",
-    install_requires=["pyyaml>=6"],
-    extras_require={
-        "torch": ["torch>=2.4,<3"],
-        "test": TEST,
-        "remote": ["requests>=2.28"],
-    },
+    install_requires=["pyyaml>=6", "torch>=2.4,<3"],
+    extras_require={"test": TEST, "remote": ["requests>=2.28"]},
     zip_safe=False,
 )

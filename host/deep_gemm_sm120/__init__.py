@@ -2,4 +2,23 @@
 
 Importing this package never initializes CUDA and works without a GPU, driver or toolkit.
 """
+from __future__ import annotations
+
+from . import arch, testing
+from .api.bf16_gemm import bf16_gemm_nt
+from .device import get_num_sms, set_num_sms
+from .support import is_supported
+
 __version__ = "0.1.0.dev0"
+
+
+def precompile(specs=None, targets=None) -> int:
+    """Warm the JIT disk cache (no GPU needed). Defaults: every BF16 instantiation for the release targets."""
+    from . import jit
+    from .configs import bf16_specs
+
+    return jit.precompile(specs if specs is not None else bf16_specs(),
+                          targets if targets is not None else arch.RELEASE_TARGETS)
+
+
+__all__ = ["bf16_gemm_nt", "get_num_sms", "set_num_sms", "is_supported", "precompile", "arch", "testing"]

@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""BF16 NT GEMM benchmark (DeepGEMM-style lines) plus JIT and host-overhead figures.
+
+    python benchmarks/bench_bf16_gemm.py [--quick] [--json out.json]
+
+On a non-SM120 GPU the SM120 kernel runs through the sm_90 path (DG_SM120_EMULATE=1 is set here):
+numbers then describe that GPU, never SM120 silicon.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "host"))
+
+# DeepSeek-V3 / Qwen3 projection shapes (N, K) and the square references.
+PROJECTIONS = [
+    ("dsv3 q_a+kv_a", 2112, 7168), ("dsv3 q_b", 24576, 1536), ("dsv3 o_proj", 7168, 16384),
+    ("dsv3 dense up", 36864, 7168), ("dsv3 dense down", 7168, 18432),
+    ("qwen3 qkv", 9216, 4096), ("qwen3 o_proj", 4096, 8192),
+]
+DECODE_M = (1, 64, 128)
+PREFILL_M = (4096,)
+SQUARES = (4096, 8192)
+
+
+def bench(fn, iters: int, warmup: int = 5) -> float:
+    """Median seconds per call, timed with CUDA events."""
+    for _ in range(warmup):
+        fn()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    for s, e in zip(starts, ends):
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) / 1e3
+
+
+def gemm_case(m: int, n: int, k: int, iters: int) -> dict:
+    import deep_gemm_sm120 as dg
+
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    per_call = (m * k + n * k) * 2
+    copies = max(1, min(16, -(-3 * l2 // per_call)))  # rotate inputs so repeated calls do not run from L2
+    As = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
+    Bs = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
+    d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    it = [0]
+
+    def ours():
+        i = it[0] = (it[0] + 1) % copies
+        dg.bf16_gemm_nt(As[i], Bs[i], d)
+
+    def ref():
+        i = it[0] = (it[0] + 1) % copies
+        torch.matmul(As[i], Bs[i].T, out=d)
+
+    t = bench(ours, iters)
+    t_ref = bench(ref, iters)
+    flops = 2 * m * n * k
+    bytes_ = (m * k + n * k + m * n) * 2
+    return {"m": m, "n": n, "k": k, "us": t * 1e6, "tflops": flops / t / 1e12, "gbps": bytes_ / t / 1e9,
+            "torch_us": t_ref * 1e6, "speedup_vs_torch": t_ref / t}
+
+
+def jit_figures() -> dict:
+    from deep_gemm_sm120 import jit, runtime
+    from deep_gemm_sm120.arch import target_for_device
+    from deep_gemm_sm120.configs import bf16_specs
+
+    target = target_for_device(0)
+    spec = bf16_specs()[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = jit.cache.KernelCache(tmp)
+        t0 = time.perf_counter()
+        jit.cubin_for(spec, target, cache)
+        cold = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        cubin, _ = jit.cubin_for(spec, target, cache)
+        runtime.load_kernel(cubin, spec.config.smem_bytes)
+        warm = time.perf_counter() - t0
+    return {"target": target, "cold_compile_s": cold, "warm_disk_load_s": warm}
+
+
+def host_overhead(calls: int = 2000) -> dict:
+    import deep_gemm_sm120 as dg
+
+    a = torch.randn(64, 128, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(128, 128, device="cuda", dtype=torch.bfloat16)
+    d = torch.empty(64, 128, device="cuda", dtype=torch.bfloat16)
+    out = {}
+    for name, fn in (("deep_gemm_sm120", lambda: dg.bf16_gemm_nt(a, b, d)),
+                     ("torch.matmul", lambda: torch.matmul(a, b.T, out=d))):
+        for _ in range(50):
+            fn()
+        torch.cuda.synchronize()
+        samples = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(calls // 5):
+                fn()
+            samples.append((time.perf_counter() - t0) / (calls // 5))
+            torch.cuda.synchronize()
+        out[name] = statistics.median(samples) * 1e6
+    return {"cached_call_us": out["deep_gemm_sm120"], "torch_matmul_call_us": out["torch.matmul"]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="fewer shapes and iterations")
+    ap.add_argument("--json", help="write all figures here")
+    a = ap.parse_args()
+    if torch.cuda.get_device_capability()[0] != 12:
+        os.environ["DG_SM120_EMULATE"] = "1"
+    dev = torch.cuda.get_device_name()
+    print(f"device: {dev} (capability {torch.cuda.get_device_capability()}), "
+          f"SMs {torch.cuda.get_device_properties(0).multi_processor_count}")
+    results = {"device": dev, "jit": jit_figures()}
+    j = results["jit"]
+    print(f" > JIT ({j['target']}): cold compile {j['cold_compile_s']:.2f} s, warm disk-cache load "
+          f"{j['warm_disk_load_s'] * 1e3:.1f} ms")
+    cases = []
+    shapes = [(s, s, s) for s in SQUARES]
+    for _, n, k in (PROJECTIONS[:3] if a.quick else PROJECTIONS):
+        for m in (DECODE_M + PREFILL_M):
+            shapes.append((m, n, k))
+    for m, n, k in shapes:
+        r = gemm_case(m, n, k, iters=10 if a.quick else 30)
+        cases.append(r)
+        print(f" > Perf (m={m:6d}, n={n:6d}, k={k:6d}, layout=NT, out=bf16): {r['us']:9.1f} us | "
+              f"{r['tflops']:6.1f} TFLOPS | {r['gbps']:7.1f} GB/s | {r['speedup_vs_torch']:.2f}x torch")
+    results["cases"] = cases
+    results["host"] = host_overhead()
+    h = results["host"]
+    print(f" > Host overhead per cached call: {h['cached_call_us']:.1f} us "
+          f"(torch.matmul: {h['torch_matmul_call_us']:.1f} us)")
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump(results, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,217 @@
+// deep_gemm_sm120._C: cubin loading, TMA descriptor encoding and kernel launch through the CUDA
+// driver API. libcuda is dlopen'ed on first use, so importing the module needs no driver; nothing
+// here links against torch (streams and pointers arrive as integers).
+#include <cuda.h>
+#include <dlfcn.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace py = pybind11;
+
+namespace {
+
+struct Driver {
+    void* lib = nullptr;
+    CUresult (*cuGetErrorString)(CUresult, const char**) = nullptr;
+    CUresult (*cuModuleLoadData)(CUmodule*, const void*) = nullptr;
+    CUresult (*cuModuleUnload)(CUmodule) = nullptr;
+    CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*) = nullptr;
+    CUresult (*cuModuleGetFunctionCount)(unsigned int*, CUmodule) = nullptr;
+    CUresult (*cuModuleEnumerateFunctions)(CUfunction*, unsigned int, CUmodule) = nullptr;
+    CUresult (*cuFuncSetAttribute)(CUfunction, CUfunction_attribute, int) = nullptr;
+    CUresult (*cuFuncGetAttribute)(int*, CUfunction_attribute, CUfunction) = nullptr;
+    CUresult (*cuTensorMapEncodeTiled)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                       const cuuint64_t*, const cuuint32_t*, const cuuint32_t*,
+                                       CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion,
+                                       CUtensorMapFloatOOBfill) = nullptr;
+    CUresult (*cuLaunchKernelEx)(const CUlaunchConfig*, CUfunction, void**, void**) = nullptr;
+};
+
+std::once_flag g_once;
+Driver g_drv;
+std::string g_load_error;
+
+template <typename F>
+void resolve(F& fn, const char* name) {
+    fn = reinterpret_cast<F>(dlsym(g_drv.lib, name));
+    if (!fn) g_load_error = std::string("libcuda lacks ") + name;
+}
+
+const Driver& driver() {
+    std::call_once(g_once, [] {
+        g_drv.lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+        if (!g_drv.lib) {
+            const char* e = dlerror();
+            g_load_error = std::string("cannot load libcuda.so.1 (no NVIDIA driver?): ") + (e ? e : "");
+            return;
+        }
+        resolve(g_drv.cuGetErrorString, "cuGetErrorString");
+        resolve(g_drv.cuModuleLoadData, "cuModuleLoadData");
+        resolve(g_drv.cuModuleUnload, "cuModuleUnload");
+        resolve(g_drv.cuModuleGetFunction, "cuModuleGetFunction");
+        resolve(g_drv.cuModuleGetFunctionCount, "cuModuleGetFunctionCount");
+        resolve(g_drv.cuModuleEnumerateFunctions, "cuModuleEnumerateFunctions");
+        resolve(g_drv.cuFuncSetAttribute, "cuFuncSetAttribute");
+        resolve(g_drv.cuFuncGetAttribute, "cuFuncGetAttribute");
+        resolve(g_drv.cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled");
+        resolve(g_drv.cuLaunchKernelEx, "cuLaunchKernelEx");
+    });
+    if (!g_load_error.empty()) throw std::runtime_error(g_load_error);
+    return g_drv;
+}
+
+void check(CUresult r, const char* what) {
+    if (r == CUDA_SUCCESS) return;
+    const char* msg = nullptr;
+    if (g_drv.cuGetErrorString) g_drv.cuGetErrorString(r, &msg);
+    throw std::runtime_error(std::string(what) + " failed: " + (msg ? msg : "unknown error") + " (CUresult " +
+                             std::to_string(static_cast<int>(r)) + ")");
+}
+
+struct Kernel {
+    CUmodule module = nullptr;
+    CUfunction function = nullptr;
+    int smem_bytes = 0;
+};
+
+std::vector<Kernel> g_kernels;
+std::mutex g_kernels_mu;
+
+// Load a cubin image and find its kernel: by `name` when given, else the module's only function (the JIT
+// puts exactly one instantiation in each translation unit, so no mangled names are needed). Then raise
+// its dynamic shared-memory limit once.
+int load_kernel(const py::bytes& image, const std::string& name, int smem_bytes) {
+    const Driver& d = driver();
+    std::string data = image;
+    Kernel k;
+    check(d.cuModuleLoadData(&k.module, data.data()), "cuModuleLoadData");
+    CUresult r;
+    if (!name.empty()) {
+        r = d.cuModuleGetFunction(&k.function, k.module, name.c_str());
+    } else {
+        unsigned int count = 0;
+        r = d.cuModuleGetFunctionCount(&count, k.module);
+        if (r == CUDA_SUCCESS && count != 1) {
+            d.cuModuleUnload(k.module);
+            throw std::runtime_error("expected exactly one kernel in the cubin, found " + std::to_string(count));
+        }
+        if (r == CUDA_SUCCESS) r = d.cuModuleEnumerateFunctions(&k.function, 1, k.module);
+    }
+    if (r != CUDA_SUCCESS) {
+        d.cuModuleUnload(k.module);
+        check(r, "cuModuleGetFunction");
+    }
+    if (smem_bytes > 48 * 1024)
+        check(d.cuFuncSetAttribute(k.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes),
+              "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+    k.smem_bytes = smem_bytes;
+    std::lock_guard<std::mutex> lock(g_kernels_mu);
+    g_kernels.push_back(k);
+    return static_cast<int>(g_kernels.size() - 1);
+}
+
+int kernel_attribute(int handle, const std::string& attr) {
+    const Driver& d = driver();
+    CUfunction_attribute a;
+    if (attr == "num_regs") a = CU_FUNC_ATTRIBUTE_NUM_REGS;
+    else if (attr == "local_bytes") a = CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES;
+    else if (attr == "static_smem_bytes") a = CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES;
+    else if (attr == "max_threads") a = CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK;
+    else throw std::invalid_argument("unknown kernel attribute " + attr);
+    int v = 0;
+    check(d.cuFuncGetAttribute(&v, a, g_kernels.at(handle).function), "cuFuncGetAttribute");
+    return v;
+}
+
+// One 2D TMA operand: (address, element bytes, inner extent, outer extent, outer stride in bytes,
+// box inner, box outer, swizzle bytes 0/32/64/128).
+using Tma2D = std::tuple<uint64_t, int, uint64_t, uint64_t, uint64_t, uint32_t, uint32_t, int>;
+
+CUtensorMap encode_2d(const Tma2D& t) {
+    const Driver& d = driver();
+    auto [addr, elem, inner, outer, stride, box_inner, box_outer, swizzle] = t;
+    CUtensorMapDataType dt;
+    switch (elem) {
+        case 1: dt = CU_TENSOR_MAP_DATA_TYPE_UINT8; break;
+        case 2: dt = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16; break;
+        case 4: dt = CU_TENSOR_MAP_DATA_TYPE_FLOAT32; break;
+        default: throw std::invalid_argument("TMA element size must be 1, 2 or 4 bytes");
+    }
+    CUtensorMapSwizzle sw;
+    switch (swizzle) {
+        case 0: sw = CU_TENSOR_MAP_SWIZZLE_NONE; break;
+        case 32: sw = CU_TENSOR_MAP_SWIZZLE_32B; break;
+        case 64: sw = CU_TENSOR_MAP_SWIZZLE_64B; break;
+        case 128: sw = CU_TENSOR_MAP_SWIZZLE_128B; break;
+        default: throw std::invalid_argument("TMA swizzle must be 0, 32, 64 or 128 bytes");
+    }
+    CUtensorMap map;
+    const cuuint64_t dims[2] = {inner, outer};
+    const cuuint64_t strides[1] = {stride};
+    const cuuint32_t box[2] = {box_inner, box_outer};
+    const cuuint32_t elem_strides[2] = {1, 1};
+    check(d.cuTensorMapEncodeTiled(&map, dt, 2, reinterpret_cast<void*>(addr), dims, strides, box, elem_strides,
+                                   CU_TENSOR_MAP_INTERLEAVE_NONE, sw, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+          "cuTensorMapEncodeTiled");
+    return map;
+}
+
+// Launch with parameters in the order every device-layer GEMM kernel uses:
+// tensor maps, then pointers, then 32-bit unsigned scalars.
+void launch(int handle, uint32_t grid, uint32_t block, uint64_t stream, const std::vector<Tma2D>& tmaps,
+            const std::vector<uint64_t>& ptrs, const std::vector<uint32_t>& u32s, bool pdl) {
+    const Driver& d = driver();
+    const Kernel& k = g_kernels.at(handle);
+    std::vector<CUtensorMap> maps;
+    maps.reserve(tmaps.size());
+    for (const auto& t : tmaps) maps.push_back(encode_2d(t));
+    std::vector<void*> params;
+    params.reserve(maps.size() + ptrs.size() + u32s.size());
+    for (auto& m : maps) params.push_back(&m);
+    std::vector<uint64_t> p(ptrs);
+    std::vector<uint32_t> u(u32s);
+    for (auto& x : p) params.push_back(&x);
+    for (auto& x : u) params.push_back(&x);
+
+    CUlaunchAttribute attr[1];
+    CUlaunchConfig cfg;
+    std::memset(&cfg, 0, sizeof(cfg));
+    cfg.gridDimX = grid, cfg.gridDimY = 1, cfg.gridDimZ = 1;
+    cfg.blockDimX = block, cfg.blockDimY = 1, cfg.blockDimZ = 1;
+    cfg.sharedMemBytes = static_cast<unsigned>(k.smem_bytes);
+    cfg.hStream = reinterpret_cast<CUstream>(stream);
+    if (pdl) {
+        attr[0].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr[0].value.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+    }
+    check(d.cuLaunchKernelEx(&cfg, k.function, params.data(), nullptr), "cuLaunchKernelEx");
+}
+
+bool driver_available() {
+    try {
+        driver();
+        return true;
+    } catch (const std::exception&) {
+        return false;
+    }
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+    m.doc() = "deep_gemm_sm120 runtime: cubin loading, TMA descriptors and launches (libcuda loaded lazily)";
+    m.def("driver_available", &driver_available, "Whether libcuda.so.1 can be loaded (loads it on first call)");
+    m.def("load_kernel", &load_kernel, py::arg("image"), py::arg("name"), py::arg("smem_bytes"));
+    m.def("kernel_attribute", &kernel_attribute, py::arg("handle"), py::arg("attr"));
+    m.def("launch", &launch, py::arg("handle"), py::arg("grid"), py::arg("block"), py::arg("stream"),
+          py::arg("tmaps"), py::arg("ptrs"), py::arg("u32s"), py::arg("pdl") = false);
+}

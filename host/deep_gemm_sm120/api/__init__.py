@@ -1,0 +1,1 @@
+"""Public entry points, one module per kernel family."""

@@ -1,0 +1,82 @@
+"""Kernel configurations and their generated sources. Pure Python (no torch): the compile gate
+(tools/compile_gate.py) loads this file directly, so the gate and the host heuristics share one list."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SMEM_LIMIT = 101376  # SM120 per-block shared memory (bytes); also enforced by static_assert in the headers
+OUT_DTYPES = ("bf16", "fp32")
+_CXX_OUT = {"bf16": "sm120::bf16", "fp32": "float"}
+
+
+@dataclass(frozen=True)
+class Bf16GemmConfig:
+    block_m: int
+    block_n: int
+    stages: int
+    warps_m: int
+    warps_n: int
+    group_n: int = 16
+    block_k: int = 64
+
+    @property
+    def math_warps(self) -> int:
+        return self.warps_m * self.warps_n
+
+    @property
+    def threads(self) -> int:
+        return self.math_warps * 32 + 128
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.stages * (self.block_m + self.block_n) * 128 + 2 * self.stages * 8
+
+    @property
+    def name(self) -> str:
+        return f"{self.block_m}x{self.block_n}x{self.block_k}_s{self.stages}_w{self.warps_m}x{self.warps_n}"
+
+
+@dataclass(frozen=True)
+class Bf16GemmSpec:
+    """One kernel instantiation: what the JIT compiles and the compile gate checks."""
+    config: Bf16GemmConfig
+    out_dtype: str = "bf16"
+    with_c: bool = False
+
+    family = "bf16_gemm_nt"
+    header = "impls/sm120_bf16_gemm.cuh"
+
+    @property
+    def name(self) -> str:
+        return f"{self.family}_{self.config.name}_{self.out_dtype}{'_c' if self.with_c else ''}"
+
+    def source(self) -> str:
+        c = self.config
+        out = _CXX_OUT[self.out_dtype]
+        return (
+            f'#include "{self.header}"\n'
+            "// One instantiation per translation unit; the runtime finds it as the module's only kernel.\n"
+            "template __global__ void sm120::sm120_bf16_gemm_nt_kernel<"
+            f"{c.block_m}, {c.block_n}, {c.stages}, {c.warps_m}, {c.warps_n}, {c.group_n}, {out}, "
+            f"{'true' if self.with_c else 'false'}>(\n"
+            "    const __grid_constant__ CUtensorMap, const __grid_constant__ CUtensorMap, "
+            f"{out}*, const {out}*, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t);\n"
+        )
+
+
+# Every configuration the heuristics may pick, largest tiles first.
+BF16_CONFIGS: tuple[Bf16GemmConfig, ...] = (
+    Bf16GemmConfig(128, 128, 3, 2, 4),
+    Bf16GemmConfig(128, 64, 4, 2, 2),
+    Bf16GemmConfig(64, 128, 4, 1, 4),
+    Bf16GemmConfig(64, 64, 6, 2, 2),
+)
+
+
+def bf16_specs() -> list[Bf16GemmSpec]:
+    """All instantiations reachable from the host API."""
+    return [Bf16GemmSpec(cfg, out, with_c) for cfg in BF16_CONFIGS for out in OUT_DTYPES for with_c in (False, True)]
+
+
+for _cfg in BF16_CONFIGS:  # fail at import, not at compile time, if a config breaks the budget
+    assert _cfg.smem_bytes <= SMEM_LIMIT, _cfg

@@ -1,0 +1,36 @@
+"""SM count control and per-device facts, cached so the hot path does not query the driver."""
+from __future__ import annotations
+
+from functools import lru_cache
+
+_num_sms: int | None = None
+
+
+@lru_cache(maxsize=None)
+def device_sm_count(index: int) -> int:
+    import torch
+
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def set_num_sms(num_sms: int) -> None:
+    """Limit persistent kernels to `num_sms` CTAs (e.g. to leave SMs for communication kernels)."""
+    import torch
+
+    if not isinstance(num_sms, int) or isinstance(num_sms, bool):
+        raise TypeError(f"num_sms must be an int, got {type(num_sms).__name__}")
+    limit = device_sm_count(torch.cuda.current_device())
+    if not 1 <= num_sms <= limit:
+        raise ValueError(f"num_sms must be in [1, {limit}] on this device, got {num_sms}")
+    global _num_sms
+    _num_sms = num_sms
+
+
+def get_num_sms() -> int:
+    import torch
+
+    return _num_sms if _num_sms is not None else device_sm_count(torch.cuda.current_device())
+
+
+def num_sms_for(index: int) -> int:
+    return _num_sms if _num_sms is not None else device_sm_count(index)

@@ -1,0 +1,28 @@
+"""Block-size choice from shape and SM count (memoized: a repeated shape costs one dict lookup)."""
+from __future__ import annotations
+
+from functools import lru_cache
+
+from .configs import BF16_CONFIGS, Bf16GemmConfig
+
+# Relative main-loop efficiency of each tile area: smaller tiles issue more ldmatrix per MMA and
+# reload operands more often. Rough ratios; they only break ties between wave counts.
+_TILE_EFFICIENCY = {128 * 128: 1.0, 128 * 64: 0.82, 64 * 64: 0.65}
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@lru_cache(maxsize=8192)
+def choose_bf16_config(m: int, n: int, k: int, num_sms: int) -> Bf16GemmConfig:
+    """Minimize (waves x tile work / efficiency): the critical path of a persistent launch."""
+    best, best_cost = None, None
+    for cfg in BF16_CONFIGS:
+        tiles = _ceil_div(m, cfg.block_m) * _ceil_div(n, cfg.block_n)
+        waves = _ceil_div(tiles, num_sms)
+        cost = waves * cfg.block_m * cfg.block_n / _TILE_EFFICIENCY[cfg.block_m * cfg.block_n]
+        if best_cost is None or cost < best_cost:
+            best, best_cost = cfg, cost
+    assert best is not None
+    return best

@@ -1,0 +1,26 @@
+"""Access to the compiled pybind11 runtime (`_C`). Importing this never loads libcuda."""
+from __future__ import annotations
+
+from functools import lru_cache
+
+
+@lru_cache(maxsize=None)
+def _ext():
+    try:
+        from . import _C
+    except ImportError as e:  # the extension was not built (e.g. a source checkout without `pip install -e .`)
+        raise RuntimeError(f"deep_gemm_sm120 runtime extension is not built ({e}); run `pip install -e .`") from None
+    return _C
+
+
+def load_kernel(cubin: bytes, smem_bytes: int) -> int:
+    return _ext().load_kernel(cubin, "", smem_bytes)
+
+
+def launch(handle: int, grid: int, block: int, stream: int, tmaps: list, ptrs: list, u32s: list,
+           pdl: bool = False) -> None:
+    _ext().launch(handle, grid, block, stream, tmaps, ptrs, u32s, pdl)
+
+
+def kernel_attribute(handle: int, attr: str) -> int:
+    return _ext().kernel_attribute(handle, attr)

@@ -1,0 +1,45 @@
+"""`is_supported`: answers whether a call would run, without raising and without touching CUDA
+unless a device is given."""
+from __future__ import annotations
+
+from .arch import SM120_TARGETS, emulation_requested, target_for_capability
+
+_OPS = {"bf16_gemm_nt"}
+_BF16_OUT = {"bfloat16", "float32", "bf16", "fp32"}
+
+
+def _dtype_name(x) -> str:
+    return str(x).replace("torch.", "") if x is not None else ""
+
+
+def is_supported(op: str, **kw) -> bool:
+    """is_supported("bf16_gemm_nt", m=.., n=.., k=.., ab_dtype=torch.bfloat16, out_dtype=torch.float32,
+    capability=(12, 0)) -> bool. Unknown ops, dtypes or keyword names answer False."""
+    try:
+        if op not in _OPS:
+            return False
+        allowed = {"m", "n", "k", "ab_dtype", "out_dtype", "capability", "device"}
+        if set(kw) - allowed:
+            return False
+        if "ab_dtype" in kw and _dtype_name(kw["ab_dtype"]) not in ("bfloat16", "bf16"):
+            return False
+        if "out_dtype" in kw and _dtype_name(kw["out_dtype"]) not in _BF16_OUT:
+            return False
+        for dim in ("m", "n", "k"):
+            if dim in kw and (not isinstance(kw[dim], int) or kw[dim] < 0):
+                return False
+        if "k" in kw and kw["k"] % 8:  # TMA: 16-byte row strides for bf16 K-major operands
+            return False
+        cap = kw.get("capability")
+        if cap is None and kw.get("device") is not None:
+            import torch
+
+            cap = torch.cuda.get_device_capability(kw["device"])
+        if cap is not None:
+            target_for_capability(tuple(cap), emulation_requested())
+        return True
+    except Exception:  # noqa: BLE001 - the contract is "answers without raising"
+        return False
+
+
+__all__ = ["is_supported", "SM120_TARGETS"]

@@ -1,0 +1,26 @@
+"""Shared GPU-test plumbing: skip cleanly without CUDA (without initializing it), emulation on non-SM120."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+def cuda_available() -> bool:
+    # torch.cuda.is_available() queries the device count without creating a CUDA context
+    return torch.cuda.is_available()
+
+
+requires_cuda = pytest.mark.skipif(not cuda_available(), reason="needs a CUDA GPU")
+
+
+@pytest.fixture()
+def sm120_or_emulation(monkeypatch):
+    """Run SM120 kernels: natively on 12.x, else through the sm_90 emulation (DG_SM120_EMULATE=1)."""
+    cap = torch.cuda.get_device_capability()
+    if cap[0] != 12:
+        monkeypatch.setenv("DG_SM120_EMULATE", "1")
+    return cap
+
+
+def poison_like(t: torch.Tensor) -> torch.Tensor:
+    return torch.full_like(t, float("nan"))

@@ -1,0 +1,32 @@
+"""Driver for compute-sanitizer (memcheck / racecheck): a representative subset of BF16 GEMM calls.
+
+    compute-sanitizer --tool memcheck python tests/sanitize_bf16_gemm.py
+Exits non-zero on a numerical failure; the sanitizer reports memory errors and races itself.
+"""
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "host"))
+if torch.cuda.get_device_capability()[0] != 12:
+    os.environ["DG_SM120_EMULATE"] = "1"
+
+import deep_gemm_sm120 as dg  # noqa: E402
+from deep_gemm_sm120.testing import calc_diff  # noqa: E402
+
+failures = 0
+for m, n, k, dt, with_c in [(129, 200, 136, torch.bfloat16, False), (7, 576, 1536, torch.float32, True),
+                            (256, 256, 1024, torch.bfloat16, True), (1, 2112, 512, torch.bfloat16, False),
+                            (300, 130, 72, torch.float32, False)]:
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    c = torch.randn(m, n, device="cuda", dtype=dt) if with_c else None
+    d = torch.full((m, n), float("nan"), device="cuda", dtype=dt)
+    dg.bf16_gemm_nt(a, b, d, c=c)
+    torch.cuda.synchronize()
+    diff = calc_diff(d, a.double() @ b.double().T + (c.double() if with_c else 0))
+    ok = diff <= 1e-5 and not torch.isnan(d).any()
+    failures += not ok
+    print(f"sanitize case m={m} n={n} k={k} out={dt} c={with_c}: diff={diff:.2e} {'ok' if ok else 'FAIL'}")
+sys.exit(1 if failures else 0)

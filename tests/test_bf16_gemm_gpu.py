@@ -1,0 +1,133 @@
+"""BF16 NT GEMM on a real GPU: fp64 reference, poisoned outputs, tails, C aliasing, determinism, graphs."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gpu_helpers import poison_like, requires_cuda, sm120_or_emulation  # noqa: F401
+
+pytestmark = [pytest.mark.cuda, pytest.mark.emulation, requires_cuda]
+
+SHAPES = [  # (m, n, k): M in {1, 7, 64, 129, 4096}; N and K tails (not multiples of the block sizes)
+    (1, 2112, 7168), (7, 576, 1536), (64, 128, 64), (129, 200, 136), (4096, 4096, 4096),
+    (129, 7168, 520), (64, 24, 2048), (7, 7, 8), (300, 1000, 1000), (4096, 2112, 7168), (1, 1, 4096),
+]
+
+
+def _run(m, n, k, out_dtype, with_c, alias=False, seed=0):
+    import deep_gemm_sm120 as dg
+    from deep_gemm_sm120.testing import calc_diff
+
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=g)
+    c = torch.randn(m, n, device="cuda", dtype=out_dtype, generator=g) if with_c else None
+    ref = a.double() @ b.double().T + (c.double() if with_c else 0)
+    if alias:
+        d = c
+        dg.bf16_gemm_nt(a, b, d, c=d)
+    else:
+        d = poison_like(torch.empty(m, n, device="cuda", dtype=out_dtype))
+        dg.bf16_gemm_nt(a, b, d, c=c)
+    torch.cuda.synchronize()
+    assert not torch.isnan(d).any(), "unwritten (poisoned) or NaN output elements"
+    diff = calc_diff(d, ref)
+    assert diff <= 1e-5, f"calc_diff {diff:.3e} for {(m, n, k)} {out_dtype} c={with_c}"
+    return a, b, c, d
+
+
+@pytest.mark.parametrize("m,n,k", SHAPES)
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
+def test_matches_fp64_reference(sm120_or_emulation, m, n, k, out_dtype):
+    _run(m, n, k, out_dtype, with_c=False)
+
+
+@pytest.mark.parametrize("m,n,k", [(129, 200, 136), (4096, 2112, 512), (1, 576, 7168)])
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
+def test_with_c_and_aliasing(sm120_or_emulation, m, n, k, out_dtype):
+    _run(m, n, k, out_dtype, with_c=True)
+    _run(m, n, k, out_dtype, with_c=True, alias=True, seed=1)
+
+
+def test_bitwise_deterministic(sm120_or_emulation):
+    import deep_gemm_sm120 as dg
+
+    a = torch.randn(1000, 4096, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(3000, 4096, device="cuda", dtype=torch.bfloat16)
+    d1 = poison_like(torch.empty(1000, 3000, device="cuda", dtype=torch.float32))
+    d2 = poison_like(d1)
+    dg.bf16_gemm_nt(a, b, d1)
+    dg.bf16_gemm_nt(a, b, d2)
+    torch.cuda.synchronize()
+    assert torch.equal(d1, d2)
+
+
+def test_strided_rows_and_k_zero(sm120_or_emulation):
+    import deep_gemm_sm120 as dg
+    from deep_gemm_sm120.testing import calc_diff
+
+    big_a = torch.randn(256, 1024, device="cuda", dtype=torch.bfloat16)
+    a = big_a[:, :512]  # row stride 1024 elements, not contiguous
+    b = torch.randn(384, 512, device="cuda", dtype=torch.bfloat16)
+    d = poison_like(torch.empty(256, 384, device="cuda", dtype=torch.float32))
+    dg.bf16_gemm_nt(a, b, d)
+    torch.cuda.synchronize()
+    assert calc_diff(d, a.double() @ b.double().T) <= 1e-5
+    a0 = torch.empty(5, 0, device="cuda", dtype=torch.bfloat16)
+    b0 = torch.empty(6, 0, device="cuda", dtype=torch.bfloat16)
+    c = torch.randn(5, 6, device="cuda")
+    d = poison_like(c)
+    dg.bf16_gemm_nt(a0, b0, d, c=c)
+    assert torch.equal(d, c)
+
+
+def test_cuda_graph_capture_and_replay(sm120_or_emulation, monkeypatch):
+    import deep_gemm_sm120 as dg
+    from deep_gemm_sm120.testing import calc_diff
+
+    m, n, k = 64, 2112, 7168
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    dg.bf16_gemm_nt(a, b, d)  # compile + load outside capture
+    torch.cuda.synchronize()
+    monkeypatch.setenv("DG_SM120_JIT_STRICT", "1")  # a cache miss during capture must raise, not compile
+    graph = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s), torch.cuda.graph(graph, stream=s):
+        dg.bf16_gemm_nt(a, b, d)
+    for seed in range(3):
+        torch.manual_seed(seed)
+        a.copy_(torch.randn_like(a))
+        b.copy_(torch.randn_like(b))
+        d.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert not torch.isnan(d).any()
+        assert calc_diff(d, a.double() @ b.double().T) <= 1e-5
+
+
+def test_unsupported_arch_raises_without_emulation(monkeypatch):
+    import deep_gemm_sm120 as dg
+
+    if torch.cuda.get_device_capability()[0] == 12:
+        pytest.skip("this device is SM120: the kernels are supported natively")
+    monkeypatch.delenv("DG_SM120_EMULATE", raising=False)
+    a = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
+    d = torch.empty(64, 64, device="cuda", dtype=torch.bfloat16)
+    cap = torch.cuda.get_device_capability()
+    with pytest.raises(NotImplementedError, match=f"sm_{cap[0]}{cap[1]}"):
+        dg.bf16_gemm_nt(a, a, d)
+
+
+def test_runtime_reports_no_local_memory(sm120_or_emulation):
+    import deep_gemm_sm120 as dg
+    from deep_gemm_sm120 import jit, runtime
+    from deep_gemm_sm120.arch import target_for_device
+    from deep_gemm_sm120.configs import bf16_specs
+
+    spec = bf16_specs()[0]
+    k = jit.get_kernel(spec, target_for_device(torch.cuda.current_device()))
+    assert runtime.kernel_attribute(k.handle, "local_bytes") == 0
+    assert runtime.kernel_attribute(k.handle, "max_threads") >= spec.config.threads
+    del dg
