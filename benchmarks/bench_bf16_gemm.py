@@ -86,7 +86,7 @@ def jit_figures() -> dict:
         cold = time.perf_counter() - t0
         t0 = time.perf_counter()
         cubin, _ = jit.cubin_for(spec, target, cache)
-        runtime.load_kernel(cubin, spec.config.smem_bytes)
+        runtime.load_kernel(cubin, spec.config.smem_bytes, 0)
         warm = time.perf_counter() - t0
     return {"target": target, "cold_compile_s": cold, "warm_disk_load_s": warm}
 

@@ -1,4 +1,7 @@
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+_HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(_HERE))
+# Source checkouts (and the H200 qualification run) import the package from host/ directly.
+sys.path.insert(0, str(_HERE.parent / "host"))

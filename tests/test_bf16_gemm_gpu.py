@@ -127,7 +127,8 @@ def test_runtime_reports_no_local_memory(sm120_or_emulation):
     from deep_gemm_sm120.configs import bf16_specs
 
     spec = bf16_specs()[0]
-    k = jit.get_kernel(spec, target_for_device(torch.cuda.current_device()))
+    dev = torch.cuda.current_device()
+    k = jit.get_kernel(spec, target_for_device(dev), dev)
     assert runtime.kernel_attribute(k.handle, "local_bytes") == 0
     assert runtime.kernel_attribute(k.handle, "max_threads") >= spec.config.threads
     del dg

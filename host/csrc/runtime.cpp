@@ -19,6 +19,12 @@ namespace {
 struct Driver {
     void* lib = nullptr;
     CUresult (*cuGetErrorString)(CUresult, const char**) = nullptr;
+    CUresult (*cuInit)(unsigned int) = nullptr;
+    CUresult (*cuDeviceGet)(CUdevice*, int) = nullptr;
+    CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice) = nullptr;
+    CUresult (*cuCtxGetCurrent)(CUcontext*) = nullptr;
+    CUresult (*cuCtxPushCurrent)(CUcontext) = nullptr;
+    CUresult (*cuCtxPopCurrent)(CUcontext*) = nullptr;
     CUresult (*cuModuleLoadData)(CUmodule*, const void*) = nullptr;
     CUresult (*cuModuleUnload)(CUmodule) = nullptr;
     CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*) = nullptr;
@@ -52,6 +58,12 @@ const Driver& driver() {
             return;
         }
         resolve(g_drv.cuGetErrorString, "cuGetErrorString");
+        resolve(g_drv.cuInit, "cuInit");
+        resolve(g_drv.cuDeviceGet, "cuDeviceGet");
+        resolve(g_drv.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+        resolve(g_drv.cuCtxGetCurrent, "cuCtxGetCurrent");
+        resolve(g_drv.cuCtxPushCurrent, "cuCtxPushCurrent_v2");
+        resolve(g_drv.cuCtxPopCurrent, "cuCtxPopCurrent_v2");
         resolve(g_drv.cuModuleLoadData, "cuModuleLoadData");
         resolve(g_drv.cuModuleUnload, "cuModuleUnload");
         resolve(g_drv.cuModuleGetFunction, "cuModuleGetFunction");
@@ -75,10 +87,54 @@ void check(CUresult r, const char* what) {
 }
 
 struct Kernel {
+    CUcontext ctx = nullptr;
     CUmodule module = nullptr;
     CUfunction function = nullptr;
     int smem_bytes = 0;
 };
+
+// Makes `ctx` current for a scope, restoring the caller's context afterwards; a no-op when it already is
+// (the common case: torch made the same primary context current).
+class ContextGuard {
+  public:
+    explicit ContextGuard(CUcontext ctx) {
+        const Driver& d = driver();
+        CUcontext cur = nullptr;
+        check(d.cuCtxGetCurrent(&cur), "cuCtxGetCurrent");
+        if (cur != ctx) {
+            check(d.cuCtxPushCurrent(ctx), "cuCtxPushCurrent");
+            pushed_ = true;
+        }
+    }
+    ~ContextGuard() {
+        if (pushed_) {
+            CUcontext popped;
+            driver().cuCtxPopCurrent(&popped);
+        }
+    }
+    ContextGuard(const ContextGuard&) = delete;
+    ContextGuard& operator=(const ContextGuard&) = delete;
+
+  private:
+    bool pushed_ = false;
+};
+
+// The primary context of `device` (the one the CUDA runtime and torch use), retained once.
+CUcontext primary_context(int device) {
+    static std::mutex mu;
+    static std::vector<CUcontext> ctxs;
+    const Driver& d = driver();
+    std::lock_guard<std::mutex> lock(mu);
+    if (device < 0) throw std::invalid_argument("device ordinal must be >= 0");
+    if (static_cast<size_t>(device) >= ctxs.size()) ctxs.resize(device + 1, nullptr);
+    if (!ctxs[device]) {
+        check(d.cuInit(0), "cuInit");
+        CUdevice dev;
+        check(d.cuDeviceGet(&dev, device), "cuDeviceGet");
+        check(d.cuDevicePrimaryCtxRetain(&ctxs[device], dev), "cuDevicePrimaryCtxRetain");
+    }
+    return ctxs[device];
+}
 
 std::vector<Kernel> g_kernels;
 std::mutex g_kernels_mu;
@@ -86,10 +142,12 @@ std::mutex g_kernels_mu;
 // Load a cubin image and find its kernel: by `name` when given, else the module's only function (the JIT
 // puts exactly one instantiation in each translation unit, so no mangled names are needed). Then raise
 // its dynamic shared-memory limit once.
-int load_kernel(const py::bytes& image, const std::string& name, int smem_bytes) {
+int load_kernel(const py::bytes& image, const std::string& name, int smem_bytes, int device) {
     const Driver& d = driver();
     std::string data = image;
     Kernel k;
+    k.ctx = primary_context(device);
+    ContextGuard guard(k.ctx);
     check(d.cuModuleLoadData(&k.module, data.data()), "cuModuleLoadData");
     CUresult r;
     if (!name.empty()) {
@@ -125,6 +183,7 @@ int kernel_attribute(int handle, const std::string& attr) {
     else if (attr == "max_threads") a = CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK;
     else throw std::invalid_argument("unknown kernel attribute " + attr);
     int v = 0;
+    ContextGuard guard(g_kernels.at(handle).ctx);
     check(d.cuFuncGetAttribute(&v, a, g_kernels.at(handle).function), "cuFuncGetAttribute");
     return v;
 }
@@ -169,6 +228,7 @@ void launch(int handle, uint32_t grid, uint32_t block, uint64_t stream, const st
             const std::vector<uint64_t>& ptrs, const std::vector<uint32_t>& u32s, bool pdl) {
     const Driver& d = driver();
     const Kernel& k = g_kernels.at(handle);
+    ContextGuard guard(k.ctx);
     std::vector<CUtensorMap> maps;
     maps.reserve(tmaps.size());
     for (const auto& t : tmaps) maps.push_back(encode_2d(t));
@@ -210,7 +270,7 @@ bool driver_available() {
 PYBIND11_MODULE(_C, m) {
     m.doc() = "deep_gemm_sm120 runtime: cubin loading, TMA descriptors and launches (libcuda loaded lazily)";
     m.def("driver_available", &driver_available, "Whether libcuda.so.1 can be loaded (loads it on first call)");
-    m.def("load_kernel", &load_kernel, py::arg("image"), py::arg("name"), py::arg("smem_bytes"));
+    m.def("load_kernel", &load_kernel, py::arg("image"), py::arg("name"), py::arg("smem_bytes"), py::arg("device"));
     m.def("kernel_attribute", &kernel_attribute, py::arg("handle"), py::arg("attr"));
     m.def("launch", &launch, py::arg("handle"), py::arg("grid"), py::arg("block"), py::arg("stream"),
           py::arg("tmaps"), py::arg("ptrs"), py::arg("u32s"), py::arg("pdl") = false);

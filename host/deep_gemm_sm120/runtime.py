@@ -13,8 +13,9 @@ def _ext():
     return _C
 
 
-def load_kernel(cubin: bytes, smem_bytes: int) -> int:
-    return _ext().load_kernel(cubin, "", smem_bytes)
+def load_kernel(cubin: bytes, smem_bytes: int, device: int) -> int:
+    """Load into `device`'s primary context (the one torch uses); returns a handle for launch()."""
+    return _ext().load_kernel(cubin, "", smem_bytes, device)
 
 
 def launch(handle: int, grid: int, block: int, stream: int, tmaps: list, ptrs: list, u32s: list,

@@ -45,23 +45,23 @@ def _validate_nt(a, b, d, c) -> tuple[int, int, int]:
 def bf16_gemm_nt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Tensor | None = None) -> None:
     """d = c + a @ b.T (c optional, may alias d). Result written into the preallocated `d`."""
     m, n, k = _validate_nt(a, b, d, c)
-    lda = tma_row_stride_bytes("a", a)
-    ldb = tma_row_stride_bytes("b", b)
     ldd = output_row_stride("d", d)
     ldc = output_row_stride("c", c) if c is not None else 0
     index = d.device.index if d.device.index is not None else torch.cuda.current_device()
     target = target_for_device(index)  # NotImplementedError on non-SM120 unless emulation is requested
     if m == 0 or n == 0:
         return
-    if k == 0:  # empty reduction: TMA cannot describe a zero-extent tensor
+    if k == 0:  # empty reduction: TMA cannot describe a zero-extent tensor; nothing to read from a or b
         if c is None:
             d.zero_()
         elif c.data_ptr() != d.data_ptr():
             d.copy_(c)
         return
+    lda = tma_row_stride_bytes("a", a)
+    ldb = tma_row_stride_bytes("b", b)
     num_sms = num_sms_for(index)
     cfg = choose_bf16_config(m, n, k, num_sms)
-    kern = jit.get_kernel(Bf16GemmSpec(cfg, _OUT[d.dtype], c is not None), target)
+    kern = jit.get_kernel(Bf16GemmSpec(cfg, _OUT[d.dtype], c is not None), target, index)
     grid = min(num_sms, -(-m // cfg.block_m) * -(-n // cfg.block_n))
     stream = torch.cuda.current_stream(d.device).cuda_stream
     runtime.launch(

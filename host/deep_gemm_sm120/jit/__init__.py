@@ -67,9 +67,9 @@ def cubin_for(spec, target: str, cache: _cache.KernelCache | None = None) -> tup
     return cache.build(key, produce)
 
 
-def get_kernel(spec, target: str) -> LoadedKernel:
-    """Loaded kernel for (spec, target); compiled or read from disk at most once per process."""
-    memo_key = (spec, target)
+def get_kernel(spec, target: str, device: int) -> LoadedKernel:
+    """Loaded kernel for (spec, target) on `device`; compiled or read from disk at most once per process."""
+    memo_key = (spec, target, device)
     k = _loaded.get(memo_key)
     if k is not None:
         return k
@@ -79,7 +79,7 @@ def get_kernel(spec, target: str) -> LoadedKernel:
             from .. import runtime
 
             cubin, _meta = cubin_for(spec, target)
-            handle = runtime.load_kernel(cubin, spec.config.smem_bytes)
+            handle = runtime.load_kernel(cubin, spec.config.smem_bytes, device)
             k = LoadedKernel(handle, spec.config.threads, spec.config.smem_bytes, spec.name)
             _loaded[memo_key] = k
     return k
