@@ -72,6 +72,47 @@ def gemm_case(m: int, n: int, k: int, iters: int) -> dict:
             "torch_us": t_ref * 1e6, "speedup_vs_torch": t_ref / t}
 
 
+SWEEP = [  # candidate tile configurations, timed at 4096^3 and 8192^3 with --sweep
+    (128, 128, 3, 2, 4), (128, 256, 2, 2, 4), (256, 128, 2, 4, 2), (128, 128, 3, 2, 2), (128, 64, 4, 2, 2),
+]
+
+
+def sweep(iters: int) -> list[dict]:
+    from deep_gemm_sm120 import jit, runtime
+    from deep_gemm_sm120.arch import target_for_device
+    from deep_gemm_sm120.configs import Bf16GemmConfig, Bf16GemmSpec
+
+    target = target_for_device(0)
+    launch, stream = runtime.gemm_launcher(), runtime.current_stream_fn()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    rows = []
+    for size in (4096, 8192):
+        a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
+        d = torch.empty(size, size, device="cuda", dtype=torch.bfloat16)
+        ref = (a.float() @ b.float().T)
+        for bm, bn, st, wm, wn in SWEEP:
+            cfg = Bf16GemmConfig(bm, bn, st, wm, wn)
+            try:
+                kern = jit.get_kernel(Bf16GemmSpec(cfg, "bf16", False), target, 0)
+            except RuntimeError as e:
+                print(f" > sweep {cfg.name}: does not build ({str(e).splitlines()[-1][:120]})")
+                continue
+            grid = min(sms, -(-size // bm) * -(-size // bn))
+
+            def run():
+                launch(kern.handle, grid, kern.threads, stream(0), a.data_ptr(), size, size * 2, bm, b.data_ptr(),
+                       size, size * 2, bn, 64, d.data_ptr(), 0, size, size, size, size, 0)
+
+            t = bench(run, iters)
+            err = float((d.float() - ref).abs().max() / ref.abs().max())
+            rows.append({"size": size, "config": cfg.name, "us": t * 1e6, "tflops": 2 * size ** 3 / t / 1e12,
+                         "max_rel_err": err, "regs": runtime.kernel_attribute(kern.handle, "num_regs")})
+            print(f" > sweep {size}^3 {cfg.name:>24}: {t * 1e6:9.1f} us | {2 * size ** 3 / t / 1e12:6.1f} TFLOPS"
+                  f" | max rel err {err:.1e}")
+    return rows
+
+
 def jit_figures() -> dict:
     from deep_gemm_sm120 import jit, runtime
     from deep_gemm_sm120.arch import target_for_device
@@ -118,6 +159,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer shapes and iterations")
     ap.add_argument("--json", help="write all figures here")
+    ap.add_argument("--sweep", action="store_true", help="also time candidate tile configurations")
     a = ap.parse_args()
     if torch.cuda.get_device_capability()[0] != 12:
         os.environ["DG_SM120_EMULATE"] = "1"
@@ -128,6 +170,8 @@ def main() -> int:
     j = results["jit"]
     print(f" > JIT ({j['target']}): cold compile {j['cold_compile_s']:.2f} s, warm disk-cache load "
           f"{j['warm_disk_load_s'] * 1e3:.1f} ms")
+    if a.sweep:
+        results["sweep"] = sweep(iters=10)
     cases = []
     shapes = [(s, s, s) for s in SQUARES]
     for _, n, k in (PROJECTIONS[:3] if a.quick else PROJECTIONS):

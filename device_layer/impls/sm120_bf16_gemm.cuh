@@ -83,14 +83,15 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
     // Inputs may be produced by the previous kernel in the stream (PDL); wait before touching them.
     pdl_wait_primary();
 
+    // Per-role state is set up after setmaxnreg: values live across the reallocation get spilled.
     const uint32_t num_k_blocks = ceil_div(k, Cfg::kBlockK);
-    GemmTileScheduler<BLOCK_M, BLOCK_N, kGroupN> sched(m, n);
     uint32_t m_block, n_block;
 
     if (warp >= Cfg::kMathWarps) {
         // ---------------- producer warpgroup ----------------
         warpgroup_reg_dealloc<Cfg::kProducerRegs>();
         if (warp == Cfg::kMathWarps && lane == 0) {
+            GemmTileScheduler<BLOCK_M, BLOCK_N, kGroupN> sched(m, n);
             tma_prefetch_descriptor(&tmap_a);
             tma_prefetch_descriptor(&tmap_b);
             uint32_t stage = 0, phase = 0;
@@ -108,11 +109,10 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
             }
             pdl_launch_dependents();
         }
-        return;
-    }
-
+    } else {
     // ---------------- math warps ----------------
     warpgroup_reg_alloc<Cfg::kMathRegs>();
+    GemmTileScheduler<BLOCK_M, BLOCK_N, kGroupN> sched(m, n);
     const uint32_t wm = warp / kWarpsN, wn = warp % kWarpsN;
     // Per-lane ldmatrix rows (see mma/sm120.cuh for fragment layouts). Every fragment row start is a
     // multiple of 8, so the 128B-swizzle XOR term is lane & 7 for both operands.
@@ -121,7 +121,25 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
     const uint32_t b_row = wn * Cfg::kWarpN + (lane & 7) + ((lane >> 4) << 3);
     const uint32_t b_chunk = (lane >> 3) & 1;
 
+    // Fragments of one k16 step: A for kMI m16 tiles, B for kNI n8 tiles.
+    auto load_fragments = [&](uint32_t s, uint32_t kk, uint32_t (&af)[kMI][4], uint32_t (&bfr)[kNI][2]) {
+        const uint32_t a_base = smem_addr(smem_a + s * Cfg::kTileABytes);
+        const uint32_t b_base = smem_addr(smem_b + s * Cfg::kTileBBytes);
+#pragma unroll
+        for (uint32_t i = 0; i < kMI; ++i)
+            ldmatrix_x4(a_base + swizzle_128b_offset(a_row + i * 16, kk * 2 + a_chunk), af[i][0], af[i][1], af[i][2],
+                        af[i][3]);
+#pragma unroll
+        for (uint32_t j = 0; j < kNI / 2; ++j)
+            ldmatrix_x4(b_base + swizzle_128b_offset(b_row + j * 16, kk * 2 + b_chunk), bfr[2 * j][0], bfr[2 * j][1],
+                        bfr[2 * j + 1][0], bfr[2 * j + 1][1]);
+    };
+    constexpr uint32_t kSteps = Cfg::kBlockK / 16;
+    static_assert(kSteps % 2 == 0, "fragment double-buffering assumes an even number of k16 steps per stage");
+
     uint32_t stage = 0, phase = 0;
+    uint32_t af[2][kMI][4];
+    uint32_t bfr[2][kNI][2];
     while (sched.next(m_block, n_block)) {
         float acc[kMI][kNI][4];
 #pragma unroll
@@ -131,33 +149,38 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
 #pragma unroll
                 for (uint32_t e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
-        for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
+        if (num_k_blocks > 0) {
             mbarrier_wait(&full_bar[stage], phase);
-            const uint32_t a_base = smem_addr(smem_a + stage * Cfg::kTileABytes);
-            const uint32_t b_base = smem_addr(smem_b + stage * Cfg::kTileBBytes);
+            load_fragments(stage, 0, af[0], bfr[0]);
+        }
+        for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
 #pragma unroll
-            for (uint32_t kk = 0; kk < Cfg::kBlockK / 16; ++kk) {
-                uint32_t af[kMI][4];
-                uint32_t bfr[kNI][2];
+            for (uint32_t kk = 0; kk < kSteps; ++kk) {
+                const uint32_t cur = kk & 1, nxt = cur ^ 1;
+                if (kk + 1 < kSteps) {
+                    load_fragments(stage, kk + 1, af[nxt], bfr[nxt]);
+                } else {
+                    // Last step of this stage: prefetch the next stage's first fragments (crossing into
+                    // the next tile's stage is fine: the producer fills stages in the same order).
+                    const uint32_t next_stage = stage + 1 == kStages ? 0 : stage + 1;
+                    const uint32_t next_phase = stage + 1 == kStages ? phase ^ 1 : phase;
+                    if (kb + 1 < num_k_blocks) {
+                        mbarrier_wait(&full_bar[next_stage], next_phase);
+                        load_fragments(next_stage, 0, af[nxt], bfr[nxt]);
+                    }
+                    // Every ldmatrix of this stage has been issued. Hazard: those generic-proxy reads vs.
+                    // the TMA (async-proxy) write that refills the stage once the producer sees the empty
+                    // barrier. Fence, then hand the stage back.
+                    fence_proxy_async_smem();
+                    __syncwarp();
+                    if (lane == 0) mbarrier_arrive(&empty_bar[stage]);
+                    stage = next_stage, phase = next_phase;
+                }
 #pragma unroll
                 for (uint32_t i = 0; i < kMI; ++i)
-                    ldmatrix_x4(a_base + swizzle_128b_offset(a_row + i * 16, kk * 2 + a_chunk), af[i][0], af[i][1],
-                                af[i][2], af[i][3]);
 #pragma unroll
-                for (uint32_t j = 0; j < kNI / 2; ++j)
-                    ldmatrix_x4(b_base + swizzle_128b_offset(b_row + j * 16, kk * 2 + b_chunk), bfr[2 * j][0],
-                                bfr[2 * j][1], bfr[2 * j + 1][0], bfr[2 * j + 1][1]);
-#pragma unroll
-                for (uint32_t i = 0; i < kMI; ++i)
-#pragma unroll
-                    for (uint32_t j = 0; j < kNI; ++j) mma_bf16_16816(acc[i][j], af[i], bfr[j]);
+                    for (uint32_t j = 0; j < kNI; ++j) mma_bf16_16816(acc[i][j], af[cur][i], bfr[cur][j]);
             }
-            // Hazard: our ldmatrix (generic proxy) reads of this stage vs. the next TMA (async proxy)
-            // write into it once the producer sees the empty barrier. Fence, then hand the stage back.
-            fence_proxy_async_smem();
-            __syncwarp();
-            if (lane == 0) mbarrier_arrive(&empty_bar[stage]);
-            if (++stage == kStages) stage = 0, phase ^= 1;
         }
 
         // Epilogue: registers -> global, each thread owning its elements (so C may alias D).
@@ -204,6 +227,7 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
             }
         }
     }
+    }  // math warps
 }
 
 }  // namespace sm120

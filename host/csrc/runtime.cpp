@@ -256,6 +256,22 @@ void launch(int handle, uint32_t grid, uint32_t block, uint64_t stream, const st
     check(d.cuLaunchKernelEx(&cfg, k.function, params.data(), nullptr), "cuLaunchKernelEx");
 }
 
+// The common GEMM signature (two bf16 K-major TMA operands with 128B swizzle, D and C pointers, then
+// m, n, k, ldd, ldc) with flat arguments: avoids building Python lists on the hot path.
+void launch_gemm_tma2(int handle, uint32_t grid, uint32_t block, uint64_t stream, uint64_t a_ptr, uint64_t a_rows,
+                      uint64_t a_stride, uint32_t a_box_rows, uint64_t b_ptr, uint64_t b_rows, uint64_t b_stride,
+                      uint32_t b_box_rows, uint32_t box_k, uint64_t d_ptr, uint64_t c_ptr, uint32_t m, uint32_t n,
+                      uint32_t k, uint32_t ldd, uint32_t ldc) {
+    static thread_local std::vector<Tma2D> tmaps(2);
+    static thread_local std::vector<uint64_t> ptrs(2);
+    static thread_local std::vector<uint32_t> u32s(5);
+    tmaps[0] = Tma2D{a_ptr, 2, k, a_rows, a_stride, box_k, a_box_rows, 128};
+    tmaps[1] = Tma2D{b_ptr, 2, k, b_rows, b_stride, box_k, b_box_rows, 128};
+    ptrs[0] = d_ptr, ptrs[1] = c_ptr;
+    u32s[0] = m, u32s[1] = n, u32s[2] = k, u32s[3] = ldd, u32s[4] = ldc;
+    launch(handle, grid, block, stream, tmaps, ptrs, u32s, false);
+}
+
 bool driver_available() {
     try {
         driver();
@@ -272,6 +288,7 @@ PYBIND11_MODULE(_C, m) {
     m.def("driver_available", &driver_available, "Whether libcuda.so.1 can be loaded (loads it on first call)");
     m.def("load_kernel", &load_kernel, py::arg("image"), py::arg("name"), py::arg("smem_bytes"), py::arg("device"));
     m.def("kernel_attribute", &kernel_attribute, py::arg("handle"), py::arg("attr"));
+    m.def("launch_gemm_tma2", &launch_gemm_tma2);
     m.def("launch", &launch, py::arg("handle"), py::arg("grid"), py::arg("block"), py::arg("stream"),
           py::arg("tmaps"), py::arg("ptrs"), py::arg("u32s"), py::arg("pdl") = false);
 }

@@ -25,3 +25,18 @@ def launch(handle: int, grid: int, block: int, stream: int, tmaps: list, ptrs: l
 
 def kernel_attribute(handle: int, attr: str) -> int:
     return _ext().kernel_attribute(handle, attr)
+
+
+def gemm_launcher():
+    """The flat launch entry for two-TMA-operand GEMM kernels (bound once by callers on the hot path)."""
+    return _ext().launch_gemm_tma2
+
+
+def current_stream_fn():
+    """Fast raw-stream getter for a device index (torch's private binding when present, else the public API)."""
+    import torch
+
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw
+    return lambda index: torch.cuda.current_stream(index).cuda_stream

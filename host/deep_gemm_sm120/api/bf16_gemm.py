@@ -1,10 +1,15 @@
-"""BF16 GEMM: D = C + A·Bᵀ with A [M,K], B [N,K] (both K-major), D/C [M,N] in bf16 or fp32."""
+"""BF16 GEMM: D = C + A·Bᵀ with A [M,K], B [N,K] (both K-major), D/C [M,N] in bf16 or fp32.
+
+Hot path: one pass of inline checks that accepts only fully valid arguments; anything else goes
+through the detailed validators, which raise the typed error naming what was expected. Launch plans
+(kernel handle, grid, block sizes) are memoized per shape/dtype/device/SM count.
+"""
 from __future__ import annotations
 
 import torch
 
 from .. import jit, runtime
-from ..arch import target_for_device
+from ..arch import EMULATE_ENV, target_for_device
 from ..configs import Bf16GemmSpec
 from ..device import num_sms_for
 from ..heuristics import choose_bf16_config
@@ -12,10 +17,15 @@ from ..validation import (output_row_stride, require_2d, require_dtype, require_
                           require_tensor, tma_row_stride_bytes)
 
 _OUT = {torch.bfloat16: "bf16", torch.float32: "fp32"}
+_BF16 = torch.bfloat16
 _BLOCK_K = 64
+_plans: dict[tuple, tuple] = {}
+_launch = None
+_stream = None
 
 
-def _validate_nt(a, b, d, c) -> tuple[int, int, int]:
+def _validate_nt(a, b, d, c) -> tuple[int, int, int, int, int, int, int, int]:
+    """Detailed checks; returns (m, n, k, lda_bytes, ldb_bytes, ldd, ldc, device index)."""
     for name, t in (("a", a), ("b", b), ("d", d)):
         require_tensor(name, t)
     require_dtype("a", a, (torch.bfloat16,))
@@ -38,36 +48,80 @@ def _validate_nt(a, b, d, c) -> tuple[int, int, int]:
         if tuple(c.shape) != (m, n):
             raise ValueError(f"c must be [M, N] = ({m}, {n}), got {tuple(c.shape)}")
         tensors["c"] = c
-    require_same_cuda_device(**tensors)
-    return m, n, k
+    dev = require_same_cuda_device(**tensors)
+    ldd = output_row_stride("d", d)
+    ldc = output_row_stride("c", c) if c is not None else 0
+    lda = tma_row_stride_bytes("a", a) if k else 0
+    ldb = tma_row_stride_bytes("b", b) if k else 0
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    return m, n, k, lda, ldb, ldd, ldc, index
+
+
+def _fast_checks(a, b, d, c):
+    """The common valid case in few attribute reads, or None (then _validate_nt decides and explains)."""
+    try:
+        if a.dtype is not _BF16 or b.dtype is not _BF16 or d.dtype not in _OUT:
+            return None
+        m, k = a.shape
+        n, kb = b.shape
+        dm, dn = d.shape
+        sa0, sa1 = a.stride()
+        sb0, sb1 = b.stride()
+        sd0, sd1 = d.stride()
+        index = d.get_device()
+        if (kb != k or dm != m or dn != n or k == 0 or index < 0
+                or a.get_device() != index or b.get_device() != index
+                or sa1 != 1 or sb1 != 1 or sd1 != 1 or sa0 < k or sb0 < k or sd0 < n
+                or (sa0 * 2) % 16 or (sb0 * 2) % 16
+                or a.data_ptr() % 16 or b.data_ptr() % 16 or d.data_ptr() % 16):
+            return None
+        ldc = 0
+        if c is not None:
+            cm, cn = c.shape
+            sc0, sc1 = c.stride()
+            if (c.dtype is not d.dtype or cm != m or cn != n or c.get_device() != index or sc1 != 1
+                    or sc0 < n or c.data_ptr() % 16):
+                return None
+            ldc = sc0
+        return m, n, k, sa0 * 2, sb0 * 2, sd0, ldc, index
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+def _plan(m: int, n: int, k: int, out: str, with_c: bool, index: int) -> tuple:
+    import os
+
+    key = (m, n, k, out, with_c, index, num_sms_for(index), os.environ.get(EMULATE_ENV))
+    plan = _plans.get(key)
+    if plan is None:
+        target = target_for_device(index)  # NotImplementedError on non-SM120 unless emulation is requested
+        cfg = choose_bf16_config(m, n, k, key[6])
+        kern = jit.get_kernel(Bf16GemmSpec(cfg, out, with_c), target, index)
+        grid = min(key[6], -(-m // cfg.block_m) * -(-n // cfg.block_n))
+        plan = (kern.handle, grid, kern.threads, cfg.block_m, cfg.block_n)
+        _plans[key] = plan
+    return plan
 
 
 def bf16_gemm_nt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Tensor | None = None) -> None:
     """d = c + a @ b.T (c optional, may alias d). Result written into the preallocated `d`."""
-    m, n, k = _validate_nt(a, b, d, c)
-    ldd = output_row_stride("d", d)
-    ldc = output_row_stride("c", c) if c is not None else 0
-    index = d.device.index if d.device.index is not None else torch.cuda.current_device()
-    target = target_for_device(index)  # NotImplementedError on non-SM120 unless emulation is requested
+    global _launch, _stream
+    args = _fast_checks(a, b, d, c)
+    if args is None:
+        args = _validate_nt(a, b, d, c)
+    m, n, k, lda, ldb, ldd, ldc, index = args
     if m == 0 or n == 0:
+        target_for_device(index)  # unsupported archs fail even on empty problems
         return
     if k == 0:  # empty reduction: TMA cannot describe a zero-extent tensor; nothing to read from a or b
+        target_for_device(index)
         if c is None:
             d.zero_()
         elif c.data_ptr() != d.data_ptr():
             d.copy_(c)
         return
-    lda = tma_row_stride_bytes("a", a)
-    ldb = tma_row_stride_bytes("b", b)
-    num_sms = num_sms_for(index)
-    cfg = choose_bf16_config(m, n, k, num_sms)
-    kern = jit.get_kernel(Bf16GemmSpec(cfg, _OUT[d.dtype], c is not None), target, index)
-    grid = min(num_sms, -(-m // cfg.block_m) * -(-n // cfg.block_n))
-    stream = torch.cuda.current_stream(d.device).cuda_stream
-    runtime.launch(
-        kern.handle, grid, kern.threads, stream,
-        [(a.data_ptr(), 2, k, m, lda, _BLOCK_K, cfg.block_m, 128),
-         (b.data_ptr(), 2, k, n, ldb, _BLOCK_K, cfg.block_n, 128)],
-        [d.data_ptr(), c.data_ptr() if c is not None else 0],
-        [m, n, k, ldd, ldc],
-    )
+    handle, grid, threads, block_m, block_n = _plan(m, n, k, _OUT[d.dtype], c is not None, index)
+    if _launch is None:
+        _launch, _stream = runtime.gemm_launcher(), runtime.current_stream_fn()
+    _launch(handle, grid, threads, _stream(index), a.data_ptr(), m, lda, block_m, b.data_ptr(), n, ldb, block_n,
+            _BLOCK_K, d.data_ptr(), c.data_ptr() if c is not None else 0, m, n, k, ldd, ldc)
