@@ -1,0 +1,125 @@
+"""The SM120 compile gate: parsers (CPU), a quick real run, a must-fail kernel, and the full matrix (slow)."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+
+import compile_gate as gate  # noqa: E402
+
+PTXAS_LOG = """ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function '_ZN5sm120kernel' for 'sm_120a'
+ptxas info    : Function properties for _ZN5sm120kernel
+    8 bytes stack frame, 16 bytes spill stores, 28 bytes spill loads
+ptxas info    : Used 168 registers, used 1 barriers, 1024 bytes smem, 8 bytes cumulative stack size
+"""
+SASS = """
+        /*0270*/                   STL [R1], R2 ;
+        /*02e0*/                   USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xe8 ;
+        /*0340*/               @P0 EXIT ;
+        /*0d30*/                   HMMA.16816.F32.BF16 R4, R68.reuse, R96, R4 ;
+        /*0d40*/              @!P1 UTMALDG.2D [UR8], [UR14] ;
+        /*0d50*/                   LDLU R3, [R1] ;
+"""
+
+
+def test_parse_ptxas():
+    assert gate.parse_ptxas(PTXAS_LOG) == {"regs": 168, "smem": 1024, "stack": 8, "spill_stores": 16,
+                                           "spill_loads": 28}
+
+
+def test_sass_opcodes_and_rules():
+    ops = gate.sass_opcodes(SASS)
+    assert ops == ["STL", "USETMAXREG.TRY_ALLOC.CTAPOOL", "EXIT", "HMMA.16816.F32.BF16", "UTMALDG.2D", "LDLU"]
+    missing, forbidden = gate.check_opcodes(ops, ("HMMA.16816.F32.BF16", "UTMALDG", "QMMA.SF"))
+    assert missing == ["QMMA.SF"]
+    assert forbidden == ["STL"]  # LDLU is not LDL
+
+
+def test_include_rules(tmp_path):
+    (tmp_path / "ok.cuh").write_text("")
+    h = tmp_path / "sm120_x.cuh"
+    text = '#include "ok.cuh"\n#include <cuda.h>\n#include <cute/tensor.hpp>\n#include "../deep_gemm/common/utils.cuh"\n'
+    problems = gate.include_problems(str(h), text)
+    assert len(problems) == 2
+    assert "cute/tensor.hpp" in problems[0] and "utils.cuh" in problems[1]
+
+
+def test_device_layer_includes_are_self_contained():
+    for rel in gate.headers():
+        path = ROOT / "device_layer" / rel
+        assert gate.include_problems(str(path), path.read_text()) == [], rel
+
+
+def test_kernel_list_is_the_host_list():
+    sys.path.insert(0, str(ROOT / "host"))
+    from deep_gemm_sm120.configs import bf16_specs
+    from deep_gemm_sm120.heuristics import choose_bf16_config
+
+    names = {j[0] for j in gate.kernel_jobs(quick=False)}
+    assert names == {s.name for s in bf16_specs()}
+    chosen = {choose_bf16_config(m, n, k, sms) for m in (1, 7, 64, 129, 4096, 8192) for n in (24, 2112, 7168, 36864)
+              for k in (64, 7168) for sms in (132, 170, 188)}
+    assert {c for c in chosen} <= {s.config for s in bf16_specs()}
+
+
+needs_nvcc = pytest.mark.skipif(not gate.discover_toolchains([]), reason="no CUDA toolchain")
+
+
+@pytest.mark.compile_gate
+@needs_nvcc
+def test_quick_gate_passes(tmp_path):
+    out = tmp_path / "gate.json"
+    assert gate.main(["--quick", "--json", str(out), "-j", "2"]) == 0
+    doc = json.loads(out.read_text())
+    kernels = [r for r in doc["results"] if r["kind"] == "kernel"]
+    assert {r["target"] for r in kernels} == set(gate.TARGETS)
+    assert all(r["verdict"] == "pass" and r["spill_stores"] == 0 and r["stack"] == 0 for r in kernels)
+    assert all(0 < r["smem"] <= gate.SMEM_LIMIT for r in kernels)
+    n_headers = len(gate.headers()) * len(gate.TARGETS) * len(doc["toolchains"])
+    assert sum(r["kind"] == "header" for r in doc["results"]) == n_headers
+
+
+BAD_KERNEL = r'''
+#include "common/sm120_arch.cuh"
+__global__ void __launch_bounds__(128, 1) bad(float* out, int i) {
+    float local[256];
+    for (int j = 0; j < 256; ++j) local[j] = out[j * i];
+    local[(i * 7) & 255] += 1.0f;  // run-time indexed write into a register array: forces local memory
+    for (int j = 0; j < 256; ++j) out[j + threadIdx.x] = local[j];
+}
+'''
+
+
+@pytest.mark.compile_gate
+@needs_nvcc
+def test_gate_rejects_local_memory_and_smem_overrun():
+    tc = gate.discover_toolchains([])[0]
+    r = gate.check_kernel(tc, "bad", "bf16_gemm_nt", BAD_KERNEL, "sm_120a", dynamic_smem=200_000)
+    assert r.verdict == "fail"
+    joined = "; ".join(r.problems)
+    assert "local memory" in joined and "shared memory 200000 B" in joined
+    assert "HMMA.16816.F32.BF16" in r.missing_opcodes and "UTMALDG" in r.missing_opcodes
+    assert {"LDL", "STL"} & set(r.forbidden_opcodes)
+
+
+@pytest.mark.compile_gate
+@pytest.mark.slow
+@needs_nvcc
+def test_full_gate_matrix(tmp_path):
+    """Every instantiation x every target x every toolchain. CI names extra toolchains (built with
+    tools/toolchain_venv.sh) in DG_SM120_GATE_NVCC, a ':'-separated list of nvcc paths."""
+    out = tmp_path / "gate.json"
+    extra = [p for p in os.environ.get("DG_SM120_GATE_NVCC", "").split(":") if p]
+    nvccs = [a for p in extra for a in ("--nvcc", p)]
+    if extra:
+        nvccs += [a for t in gate.discover_toolchains([]) for a in ("--nvcc", t.nvcc)]
+    assert gate.main(["--json", str(out), "-j", "2", *nvccs]) == 0
+    doc = json.loads(out.read_text())
+    assert len(doc["toolchains"]) >= 2, "the gate must run the system toolchain and a pinned wheel toolchain"

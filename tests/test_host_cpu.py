@@ -1,0 +1,150 @@
+"""Host package on a CPU-only machine: import hygiene, typed validation errors, dispatch, heuristics, numerics."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_import_never_initializes_cuda():
+    code = ("import torch, deep_gemm_sm120 as dg; "
+            "assert not torch.cuda.is_initialized(); "
+            "assert dg.is_supported('bf16_gemm_nt', m=64, n=64, k=64, capability=(12, 0)); "
+            "import deep_gemm_sm120.runtime, deep_gemm_sm120.jit; "
+            "assert not torch.cuda.is_initialized(); print('ok')")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "host"), "CUDA_VISIBLE_DEVICES": ""}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
+
+
+def test_runtime_extension_loads_without_libcuda():
+    from deep_gemm_sm120 import runtime
+
+    ext = runtime._ext()  # importing _C must not need libcuda
+    if ext.driver_available():
+        pytest.skip("this machine has an NVIDIA driver")
+    with pytest.raises(RuntimeError, match="libcuda"):
+        runtime.load_kernel(b"\0" * 16, 1024, 0)
+
+
+def _t(*shape, dtype=torch.bfloat16):
+    return torch.zeros(*shape, dtype=dtype)
+
+
+@pytest.mark.parametrize("args, exc, match", [
+    ((_t(4, 8, dtype=torch.float32), _t(4, 8), _t(4, 4)), TypeError, "a must be torch.bfloat16, got torch.float32"),
+    ((_t(4, 8), _t(4, 8, dtype=torch.float16), _t(4, 4)), TypeError, "b must be torch.bfloat16"),
+    ((_t(4, 8), _t(4, 8), _t(4, 4, dtype=torch.float16)), NotImplementedError, "d must be torch.bfloat16 or torch.float32"),
+    ((_t(4, 8), _t(4, 16), _t(4, 4)), ValueError, "K must agree"),
+    ((_t(4, 8), _t(5, 8), _t(4, 4)), ValueError, r"d must be \[M, N\] = \(4, 5\), got \(4, 4\)"),
+    ((_t(2, 4, 8), _t(4, 8), _t(4, 4)), ValueError, r"a must be 2-D \[M, K\]"),
+    (("not a tensor", _t(4, 8), _t(4, 4)), TypeError, "a must be a torch.Tensor, got str"),
+    ((_t(4, 8), _t(4, 8), _t(4, 4)), ValueError, "must be on a CUDA device, got cpu"),
+])
+def test_bf16_gemm_validation_errors(args, exc, match):
+    import deep_gemm_sm120 as dg
+
+    with pytest.raises(exc, match=match):
+        dg.bf16_gemm_nt(*args)
+
+
+def test_c_validation_errors():
+    import deep_gemm_sm120 as dg
+
+    with pytest.raises(TypeError, match="c must have d's dtype torch.bfloat16, got torch.float32"):
+        dg.bf16_gemm_nt(_t(4, 8), _t(4, 8), _t(4, 4), c=_t(4, 4, dtype=torch.float32))
+    with pytest.raises(ValueError, match=r"c must be \[M, N\]"):
+        dg.bf16_gemm_nt(_t(4, 8), _t(4, 8), _t(4, 4), c=_t(4, 5))
+
+
+def test_tma_stride_and_alignment_rules():
+    from deep_gemm_sm120.validation import output_row_stride, tma_row_stride_bytes
+
+    assert tma_row_stride_bytes("a", _t(4, 64)) == 128
+    with pytest.raises(ValueError, match="multiple of 16 bytes.*multiple of 8"):
+        tma_row_stride_bytes("a", _t(4, 12))
+    with pytest.raises(ValueError, match="contiguous last dimension"):
+        tma_row_stride_bytes("a", _t(64, 8).T)
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        tma_row_stride_bytes("a", _t(4, 72)[:, 1:65])
+    assert tma_row_stride_bytes("a", _t(4, 128)[:, :64]) == 256  # strided rows are fine
+    assert tma_row_stride_bytes("a", _t(1, 12)) == 32  # one row: stride padded, never read
+    with pytest.raises(ValueError, match="contiguous last dimension"):
+        output_row_stride("d", _t(8, 8).T)
+
+
+def test_arch_dispatch():
+    from deep_gemm_sm120.arch import target_for_capability
+
+    assert target_for_capability((12, 0), False) == "sm_120a"
+    assert target_for_capability((12, 1), False) == "sm_121a"
+    assert target_for_capability((9, 0), True) == "sm_90a"
+    with pytest.raises(NotImplementedError, match="this device is sm_90.*DG_SM120_EMULATE=1"):
+        target_for_capability((9, 0), False)
+    with pytest.raises(NotImplementedError, match="sm_80"):
+        target_for_capability((8, 0), True)
+
+
+def test_is_supported_answers_without_raising(monkeypatch):
+    import deep_gemm_sm120 as dg
+
+    monkeypatch.delenv("DG_SM120_EMULATE", raising=False)
+    assert dg.is_supported("bf16_gemm_nt", m=1, n=7168, k=2048, ab_dtype=torch.bfloat16, out_dtype=torch.float32,
+                           capability=(12, 0))
+    assert not dg.is_supported("bf16_gemm_nt", capability=(9, 0))
+    monkeypatch.setenv("DG_SM120_EMULATE", "1")
+    assert dg.is_supported("bf16_gemm_nt", capability=(9, 0))
+    assert not dg.is_supported("bf16_gemm_nt", k=100)  # TMA needs 16-byte rows
+    assert not dg.is_supported("bf16_gemm_nt", ab_dtype=torch.float16)
+    assert not dg.is_supported("bf16_gemm_nt", out_dtype=torch.float16)
+    assert not dg.is_supported("fp8_gemm_nt")
+    assert not dg.is_supported("bf16_gemm_nt", bogus=1)
+    assert not dg.is_supported("bf16_gemm_nt", m=-1)
+
+
+def test_heuristics_pick_by_waves_and_are_memoized():
+    from deep_gemm_sm120.heuristics import choose_bf16_config
+
+    big = choose_bf16_config(8192, 8192, 8192, 132)
+    assert (big.block_m, big.block_n) == (128, 128)
+    decode = choose_bf16_config(1, 7168, 2048, 170)
+    assert decode.block_m == 64  # no 128-row tile for a single token
+    choose_bf16_config.cache_clear()
+    choose_bf16_config(4096, 4096, 4096, 170)
+    choose_bf16_config(4096, 4096, 4096, 170)
+    assert choose_bf16_config.cache_info().hits == 1
+
+
+def test_calc_diff():
+    from deep_gemm_sm120.testing import calc_diff
+
+    x = torch.randn(1000, dtype=torch.float64)
+    assert calc_diff(x, x) == pytest.approx(0.0, abs=1e-12)
+    assert calc_diff(x, -x) == pytest.approx(2.0)
+    assert calc_diff(x, 3 * x) == pytest.approx(calc_diff(2 * x, 6 * x))  # scale invariant
+    assert 0 < calc_diff(x, x + 1e-3 * torch.randn_like(x)) < 1e-5
+    assert calc_diff(torch.zeros(3), torch.zeros(3)) == 0.0
+
+
+def test_set_num_sms_validation(monkeypatch):
+    import deep_gemm_sm120 as dg
+    from deep_gemm_sm120 import device
+
+    with pytest.raises(TypeError, match="num_sms must be an int"):
+        dg.set_num_sms(1.5)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    device.device_sm_count.cache_clear()
+    monkeypatch.setattr(device, "device_sm_count", lambda i: 170)
+    with pytest.raises(ValueError, match=r"num_sms must be in \[1, 170\]"):
+        dg.set_num_sms(171)
+    dg.set_num_sms(100)
+    try:
+        assert dg.get_num_sms() == 100 and device.num_sms_for(0) == 100
+    finally:
+        device._num_sms = None

@@ -1,0 +1,118 @@
+"""JIT cache: key material, atomic publish, corruption recovery, concurrent builders, strict mode."""
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing as mp
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from deep_gemm_sm120.jit import cache as jc
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _produce(payload: bytes):
+    def produce(work: str):
+        p = os.path.join(work, "kernel.cubin")
+        with open(p, "wb") as fh:
+            fh.write(payload)
+        return p, {"name": "k"}
+    return produce
+
+
+def test_key_covers_every_component():
+    base = ("tree", "src", ["-O3"], "13.0.88", "sm_120a")
+    k0 = jc.cache_key(*base)
+    variants = [("tree2", *base[1:]), (base[0], "src2", *base[2:]), (*base[:2], ["-O2"], *base[3:]),
+                (*base[:3], "13.2.86", base[4]), (*base[:4], "sm_120f")]
+    keys = {jc.cache_key(*v) for v in variants}
+    assert k0 not in keys and len(keys) == len(variants)
+
+
+def test_publish_lookup_and_corruption_recovery(tmp_path):
+    cache = jc.KernelCache(str(tmp_path))
+    key = "ab" + "0" * 62
+    assert cache.lookup(key) is None
+    cubin, meta = cache.build(key, _produce(b"CUBIN-1"))
+    assert cubin == b"CUBIN-1" and meta["cubin_sha256"] == hashlib.sha256(b"CUBIN-1").hexdigest()
+    assert cache.lookup(key)[0] == b"CUBIN-1"
+    assert not os.listdir(tmp_path / "tmp")  # no leftovers
+    entry = Path(cache.entry_dir(key))
+    (entry / "kernel.cubin").write_bytes(b"CUBIN-truncated")  # corrupt: hash mismatch
+    assert cache.lookup(key) is None and not entry.exists()
+    cache.build(key, _produce(b"CUBIN-2"))
+    (entry / "meta.json").write_text("{not json")
+    assert cache.lookup(key) is None
+    cubin, _ = cache.build(key, _produce(b"CUBIN-3"))
+    assert cache.lookup(key)[0] == b"CUBIN-3"
+
+
+def _race_worker(root: str, key: str, payload: bytes, q) -> None:
+    import time
+
+    cache = jc.KernelCache(root)
+
+    def produce(work):
+        time.sleep(0.2)  # both builders are inside the window at once
+        return _produce(payload)(work)
+
+    try:
+        cubin, _ = cache.build(key, produce)
+        q.put(("ok", cubin))
+    except Exception as e:  # noqa: BLE001
+        q.put(("error", repr(e)))
+
+
+def test_two_processes_building_the_same_kernel_both_succeed(tmp_path):
+    key = "cd" + "1" * 62
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_race_worker, args=(str(tmp_path), key, b"SAME-CUBIN", q)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    results = [q.get(timeout=5) for _ in procs]
+    assert results == [("ok", b"SAME-CUBIN")] * 2
+    assert jc.KernelCache(str(tmp_path)).lookup(key)[0] == b"SAME-CUBIN"
+
+
+def test_strict_mode_raises_on_miss(tmp_path, monkeypatch):
+    from deep_gemm_sm120 import jit
+    from deep_gemm_sm120.configs import bf16_specs
+
+    monkeypatch.setenv("DG_SM120_JIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("DG_SM120_JIT_STRICT", "1")
+    try:
+        jit.find_compiler()
+    except RuntimeError:
+        pytest.skip("no nvcc: strict mode is reached only after the compiler is known")
+    with pytest.raises(RuntimeError, match="DG_SM120_JIT_STRICT=1.*precompile"):
+        jit.cubin_for(bf16_specs()[0], "sm_120a")
+
+
+@pytest.mark.compile_gate
+def test_precompile_then_strict_hit_and_debug_output(tmp_path, monkeypatch, capfd):
+    import deep_gemm_sm120 as dg
+    from deep_gemm_sm120 import jit
+    from deep_gemm_sm120.configs import bf16_specs
+
+    try:
+        jit.find_compiler()
+    except RuntimeError:
+        pytest.skip("no nvcc")
+    monkeypatch.setenv("DG_SM120_JIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("DG_SM120_JIT_DEBUG", "1")
+    spec = bf16_specs()[0]
+    assert dg.precompile([spec], ["sm_120a"]) == 1
+    err = capfd.readouterr().err
+    assert "-gencode arch=compute_120a,code=sm_120a" in err and "Used" in err and "registers" in err
+    monkeypatch.setenv("DG_SM120_JIT_STRICT", "1")
+    cubin, meta = jit.cubin_for(spec, "sm_120a")
+    assert meta["target"] == "sm_120a" and cubin[:4] == b"\x7fELF"
+    entries = [p for p in tmp_path.rglob("meta.json")]
+    assert len(entries) == 1 and json.loads(entries[0].read_text())["name"] == spec.name
