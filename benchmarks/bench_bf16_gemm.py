@@ -72,8 +72,9 @@ def gemm_case(m: int, n: int, k: int, iters: int) -> dict:
             "torch_us": t_ref * 1e6, "speedup_vs_torch": t_ref / t}
 
 
-SWEEP = [  # candidate tile configurations, timed at 4096^3 and 8192^3 with --sweep
-    (128, 128, 3, 2, 4), (128, 256, 2, 2, 4), (256, 128, 2, 4, 2), (128, 128, 3, 2, 2), (128, 64, 4, 2, 2),
+SWEEP = [  # candidate tile configurations (block_m, block_n, block_k, stages, warps_m, warps_n) for --sweep
+    (128, 128, 64, 3, 2, 4), (128, 256, 32, 4, 2, 4), (256, 128, 32, 4, 4, 2), (128, 128, 32, 6, 2, 4),
+    (128, 256, 64, 2, 2, 4), (128, 192, 32, 4, 2, 4),
 ]
 
 
@@ -91,8 +92,8 @@ def sweep(iters: int) -> list[dict]:
         b = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
         d = torch.empty(size, size, device="cuda", dtype=torch.bfloat16)
         ref = (a.float() @ b.float().T)
-        for bm, bn, st, wm, wn in SWEEP:
-            cfg = Bf16GemmConfig(bm, bn, st, wm, wn)
+        for bm, bn, bk, st, wm, wn in SWEEP:
+            cfg = Bf16GemmConfig(bm, bn, st, wm, wn, block_k=bk)
             try:
                 kern = jit.get_kernel(Bf16GemmSpec(cfg, "bf16", False), target, 0)
             except RuntimeError as e:
@@ -102,7 +103,7 @@ def sweep(iters: int) -> list[dict]:
 
             def run():
                 launch(kern.handle, grid, kern.threads, stream(0), a.data_ptr(), size, size * 2, bm, b.data_ptr(),
-                       size, size * 2, bn, 64, d.data_ptr(), 0, size, size, size, size, 0)
+                       size, size * 2, bn, bk, d.data_ptr(), 0, size, size, size, size, 0)
 
             t = bench(run, iters)
             err = float((d.float() - ref).abs().max() / ref.abs().max())

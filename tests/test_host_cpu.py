@@ -112,7 +112,7 @@ def test_heuristics_pick_by_waves_and_are_memoized():
     from deep_gemm_sm120.heuristics import choose_bf16_config
 
     big = choose_bf16_config(8192, 8192, 8192, 132)
-    assert (big.block_m, big.block_n) == (128, 128)
+    assert (big.block_m, big.block_n, big.block_k) == (128, 256, 32)  # largest tiles when waves are many
     decode = choose_bf16_config(1, 7168, 2048, 170)
     assert decode.block_m == 64  # no 128-row tile for a single token
     choose_bf16_config.cache_clear()

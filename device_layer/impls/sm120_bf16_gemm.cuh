@@ -3,7 +3,7 @@
 //
 // Warp specialization: warpgroup 0..(kMathWarps/4 - 1) are math warps; the last warpgroup is the
 // producer (one lane issues TMA, the rest idle with few registers). A kStages-deep ring of
-// 128B-swizzled smem tiles is filled by TMA (full barriers carry transaction bytes) and handed back
+// swizzled smem tiles (128B for BLOCK_K 64, 64B for BLOCK_K 32) is filled by TMA (full barriers carry transaction bytes) and handed back
 // by the math warps through empty barriers. Fragments come from smem via ldmatrix; MMA is
 // mma.sync m16n8k16 bf16 -> fp32. The epilogue stores straight from registers with bounds checks,
 // so M/N tails need nothing beyond TMA's zero fill of out-of-bounds A/B boxes (K tails likewise).
@@ -24,9 +24,11 @@
 
 namespace sm120 {
 
-template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kStages, uint32_t kWarpsM, uint32_t kWarpsN>
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t BLOCK_K, uint32_t kStages, uint32_t kWarpsM, uint32_t kWarpsN>
 struct Bf16GemmConfig {
-    static constexpr uint32_t kBlockK = 64;  // one 128-byte swizzle row of bf16
+    // One swizzle row of bf16 per tile row: BLOCK_K 64 -> 128B swizzle, 32 -> 64B swizzle.
+    static constexpr uint32_t kBlockK = BLOCK_K;
+    static constexpr uint32_t kRowBytes = BLOCK_K * 2;
     static constexpr uint32_t kMathWarps = kWarpsM * kWarpsN;
     static constexpr uint32_t kMathThreads = kMathWarps * 32;
     static constexpr uint32_t kThreads = kMathThreads + 128;  // + one producer warpgroup
@@ -34,8 +36,8 @@ struct Bf16GemmConfig {
     static constexpr uint32_t kWarpN = BLOCK_N / kWarpsN;
     static constexpr uint32_t kMI = kWarpM / 16;
     static constexpr uint32_t kNI = kWarpN / 8;
-    static constexpr uint32_t kTileABytes = BLOCK_M * kSwizzle128BRowBytes;
-    static constexpr uint32_t kTileBBytes = BLOCK_N * kSwizzle128BRowBytes;
+    static constexpr uint32_t kTileABytes = BLOCK_M * kRowBytes;
+    static constexpr uint32_t kTileBBytes = BLOCK_N * kRowBytes;
     static constexpr uint32_t kStageBytes = kTileABytes + kTileBBytes;
     static constexpr uint32_t kBarrierBytes = 2 * kStages * sizeof(uint64_t);
     static constexpr uint32_t kSmemBytes = kStages * kStageBytes + kBarrierBytes;
@@ -47,19 +49,20 @@ struct Bf16GemmConfig {
 
     static_assert(kMathWarps % 4 == 0, "math warps must form whole warpgroups (setmaxnreg is per warpgroup)");
     static_assert(kWarpM % 16 == 0 && kWarpN % 16 == 0, "warp tile must be a multiple of 16x16");
-    static_assert(kTileABytes % kSwizzle128BAtomBytes == 0 && kTileBBytes % kSwizzle128BAtomBytes == 0,
+    static_assert(BLOCK_K == 32 || BLOCK_K == 64, "BLOCK_K must be 32 (64B swizzle) or 64 (128B swizzle)");
+    static_assert(kTileABytes % kSwizzleAtomBytes == 0 && kTileBBytes % kSwizzleAtomBytes == 0,
                   "tiles must keep 1024-byte swizzle-atom alignment");
     static_assert(kSmemBytes <= kMaxSmemPerBlock, "shared memory exceeds the SM120 per-block budget (101376 B)");
     static_assert(BLOCK_M <= 256 && BLOCK_N <= 256, "TMA box dimensions are limited to 256");
 };
 
-template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kStages, uint32_t kWarpsM, uint32_t kWarpsN,
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t BLOCK_K, uint32_t kStages, uint32_t kWarpsM, uint32_t kWarpsN,
           uint32_t kGroupN, typename OutT, bool kWithC>
-__global__ void __launch_bounds__(Bf16GemmConfig<BLOCK_M, BLOCK_N, kStages, kWarpsM, kWarpsN>::kThreads, 1)
+__global__ void __launch_bounds__(Bf16GemmConfig<BLOCK_M, BLOCK_N, BLOCK_K, kStages, kWarpsM, kWarpsN>::kThreads, 1)
 sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
                           OutT* __restrict__ d, const OutT* c, uint32_t m, uint32_t n, uint32_t k, uint32_t ldd,
                           uint32_t ldc) {
-    using Cfg = Bf16GemmConfig<BLOCK_M, BLOCK_N, kStages, kWarpsM, kWarpsN>;
+    using Cfg = Bf16GemmConfig<BLOCK_M, BLOCK_N, BLOCK_K, kStages, kWarpsM, kWarpsN>;
     constexpr uint32_t kMI = Cfg::kMI, kNI = Cfg::kNI;
 
     extern __shared__ __align__(1024) uint8_t smem[];
@@ -114,8 +117,7 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
     warpgroup_reg_alloc<Cfg::kMathRegs>();
     GemmTileScheduler<BLOCK_M, BLOCK_N, kGroupN> sched(m, n);
     const uint32_t wm = warp / kWarpsN, wn = warp % kWarpsN;
-    // Per-lane ldmatrix rows (see mma/sm120.cuh for fragment layouts). Every fragment row start is a
-    // multiple of 8, so the 128B-swizzle XOR term is lane & 7 for both operands.
+    // Per-lane ldmatrix rows and 16-byte chunks (see mma/sm120.cuh for fragment layouts).
     const uint32_t a_row = wm * Cfg::kWarpM + (lane & 15);
     const uint32_t a_chunk = lane >> 4;
     const uint32_t b_row = wn * Cfg::kWarpN + (lane & 7) + ((lane >> 4) << 3);
@@ -127,11 +129,11 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
         const uint32_t b_base = smem_addr(smem_b + s * Cfg::kTileBBytes);
 #pragma unroll
         for (uint32_t i = 0; i < kMI; ++i)
-            ldmatrix_x4(a_base + swizzle_128b_offset(a_row + i * 16, kk * 2 + a_chunk), af[i][0], af[i][1], af[i][2],
+            ldmatrix_x4(a_base + swizzle_offset<Cfg::kRowBytes>(a_row + i * 16, kk * 2 + a_chunk), af[i][0], af[i][1], af[i][2],
                         af[i][3]);
 #pragma unroll
         for (uint32_t j = 0; j < kNI / 2; ++j)
-            ldmatrix_x4(b_base + swizzle_128b_offset(b_row + j * 16, kk * 2 + b_chunk), bfr[2 * j][0], bfr[2 * j][1],
+            ldmatrix_x4(b_base + swizzle_offset<Cfg::kRowBytes>(b_row + j * 16, kk * 2 + b_chunk), bfr[2 * j][0], bfr[2 * j][1],
                         bfr[2 * j + 1][0], bfr[2 * j + 1][1]);
     };
     constexpr uint32_t kSteps = Cfg::kBlockK / 16;

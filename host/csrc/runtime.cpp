@@ -256,7 +256,7 @@ void launch(int handle, uint32_t grid, uint32_t block, uint64_t stream, const st
     check(d.cuLaunchKernelEx(&cfg, k.function, params.data(), nullptr), "cuLaunchKernelEx");
 }
 
-// The common GEMM signature (two bf16 K-major TMA operands with 128B swizzle, D and C pointers, then
+// The common GEMM signature (two bf16 K-major TMA operands swizzled to their box row of box_k elements, D and C pointers, then
 // m, n, k, ldd, ldc) with flat arguments: avoids building Python lists on the hot path.
 void launch_gemm_tma2(int handle, uint32_t grid, uint32_t block, uint64_t stream, uint64_t a_ptr, uint64_t a_rows,
                       uint64_t a_stride, uint32_t a_box_rows, uint64_t b_ptr, uint64_t b_rows, uint64_t b_stride,
@@ -265,8 +265,9 @@ void launch_gemm_tma2(int handle, uint32_t grid, uint32_t block, uint64_t stream
     static thread_local std::vector<Tma2D> tmaps(2);
     static thread_local std::vector<uint64_t> ptrs(2);
     static thread_local std::vector<uint32_t> u32s(5);
-    tmaps[0] = Tma2D{a_ptr, 2, k, a_rows, a_stride, box_k, a_box_rows, 128};
-    tmaps[1] = Tma2D{b_ptr, 2, k, b_rows, b_stride, box_k, b_box_rows, 128};
+    const int swizzle = static_cast<int>(box_k) * 2;
+    tmaps[0] = Tma2D{a_ptr, 2, k, a_rows, a_stride, box_k, a_box_rows, swizzle};
+    tmaps[1] = Tma2D{b_ptr, 2, k, b_rows, b_stride, box_k, b_box_rows, swizzle};
     ptrs[0] = d_ptr, ptrs[1] = c_ptr;
     u32s[0] = m, u32s[1] = n, u32s[2] = k, u32s[3] = ldd, u32s[4] = ldc;
     launch(handle, grid, block, stream, tmaps, ptrs, u32s, false);

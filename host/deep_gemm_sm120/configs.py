@@ -29,7 +29,7 @@ class Bf16GemmConfig:
 
     @property
     def smem_bytes(self) -> int:
-        return self.stages * (self.block_m + self.block_n) * 128 + 2 * self.stages * 8
+        return self.stages * (self.block_m + self.block_n) * self.block_k * 2 + 2 * self.stages * 8
 
     @property
     def name(self) -> str:
@@ -57,7 +57,7 @@ class Bf16GemmSpec:
             f'#include "{self.header}"\n'
             "// One instantiation per translation unit; the runtime finds it as the module's only kernel.\n"
             "template __global__ void sm120::sm120_bf16_gemm_nt_kernel<"
-            f"{c.block_m}, {c.block_n}, {c.stages}, {c.warps_m}, {c.warps_n}, {c.group_n}, {out}, "
+            f"{c.block_m}, {c.block_n}, {c.block_k}, {c.stages}, {c.warps_m}, {c.warps_n}, {c.group_n}, {out}, "
             f"{'true' if self.with_c else 'false'}>(\n"
             "    const __grid_constant__ CUtensorMap, const __grid_constant__ CUtensorMap, "
             f"{out}*, const {out}*, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t);\n"
@@ -66,6 +66,8 @@ class Bf16GemmSpec:
 
 # Every configuration the heuristics may pick, largest tiles first.
 BF16_CONFIGS: tuple[Bf16GemmConfig, ...] = (
+    # 64x64 warp tiles: fewest ldmatrix per MMA; BLOCK_K 32 (64B swizzle) leaves room for 4 stages
+    Bf16GemmConfig(128, 256, 4, 2, 4, block_k=32),
     Bf16GemmConfig(128, 128, 3, 2, 4),
     Bf16GemmConfig(128, 64, 4, 2, 2),
     Bf16GemmConfig(64, 128, 4, 1, 4),

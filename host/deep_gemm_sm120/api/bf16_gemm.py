@@ -18,7 +18,6 @@ from ..validation import (output_row_stride, require_2d, require_dtype, require_
 
 _OUT = {torch.bfloat16: "bf16", torch.float32: "fp32"}
 _BF16 = torch.bfloat16
-_BLOCK_K = 64
 _plans: dict[tuple, tuple] = {}
 _launch = None
 _stream = None
@@ -98,7 +97,7 @@ def _plan(m: int, n: int, k: int, out: str, with_c: bool, index: int) -> tuple:
         cfg = choose_bf16_config(m, n, k, key[6])
         kern = jit.get_kernel(Bf16GemmSpec(cfg, out, with_c), target, index)
         grid = min(key[6], -(-m // cfg.block_m) * -(-n // cfg.block_n))
-        plan = (kern.handle, grid, kern.threads, cfg.block_m, cfg.block_n)
+        plan = (kern.handle, grid, kern.threads, cfg.block_m, cfg.block_n, cfg.block_k)
         _plans[key] = plan
     return plan
 
@@ -120,8 +119,8 @@ def bf16_gemm_nt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Ten
         elif c.data_ptr() != d.data_ptr():
             d.copy_(c)
         return
-    handle, grid, threads, block_m, block_n = _plan(m, n, k, _OUT[d.dtype], c is not None, index)
+    handle, grid, threads, block_m, block_n, block_k = _plan(m, n, k, _OUT[d.dtype], c is not None, index)
     if _launch is None:
         _launch, _stream = runtime.gemm_launcher(), runtime.current_stream_fn()
     _launch(handle, grid, threads, _stream(index), a.data_ptr(), m, lda, block_m, b.data_ptr(), n, ldb, block_n,
-            _BLOCK_K, d.data_ptr(), c.data_ptr() if c is not None else 0, m, n, k, ldd, ldc)
+            block_k, d.data_ptr(), c.data_ptr() if c is not None else 0, m, n, k, ldd, ldc)
