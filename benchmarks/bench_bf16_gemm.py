@@ -95,7 +95,7 @@ def sweep(iters: int) -> list[dict]:
         for bm, bn, bk, st, wm, wn in SWEEP:
             cfg = Bf16GemmConfig(bm, bn, st, wm, wn, block_k=bk)
             try:
-                kern = jit.get_kernel(Bf16GemmSpec(cfg, "bf16", False), target, 0)
+                kern = jit.get_kernel(Bf16GemmSpec(cfg, "bf16", False, False), target, 0)
             except RuntimeError as e:
                 print(f" > sweep {cfg.name}: does not build ({str(e).splitlines()[-1][:120]})")
                 continue

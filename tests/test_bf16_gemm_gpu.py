@@ -11,6 +11,7 @@ pytestmark = [pytest.mark.cuda, pytest.mark.emulation, requires_cuda]
 SHAPES = [  # (m, n, k): M in {1, 7, 64, 129, 4096}; N and K tails (not multiples of the block sizes)
     (1, 2112, 7168), (7, 576, 1536), (64, 128, 64), (129, 200, 136), (4096, 4096, 4096),
     (129, 7168, 520), (64, 24, 2048), (7, 7, 8), (300, 1000, 1000), (4096, 2112, 7168), (1, 1, 4096),
+    (17, 4096, 1024), (32, 300, 520), (33, 2112, 1024),  # swap-AB boundaries: M <= 16, <= 32, > 32
 ]
 
 
@@ -42,7 +43,7 @@ def test_matches_fp64_reference(sm120_or_emulation, m, n, k, out_dtype):
     _run(m, n, k, out_dtype, with_c=False)
 
 
-@pytest.mark.parametrize("m,n,k", [(129, 200, 136), (4096, 2112, 512), (1, 576, 7168)])
+@pytest.mark.parametrize("m,n,k", [(129, 200, 136), (4096, 2112, 512), (1, 576, 7168), (20, 333, 264)])
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
 def test_with_c_and_aliasing(sm120_or_emulation, m, n, k, out_dtype):
     _run(m, n, k, out_dtype, with_c=True)

@@ -121,6 +121,16 @@ def test_heuristics_pick_by_waves_and_are_memoized():
     assert choose_bf16_config.cache_info().hits == 1
 
 
+def test_small_m_swaps_ab():
+    from deep_gemm_sm120.heuristics import choose_bf16_plan
+
+    for m, want_n in ((1, 16), (16, 16), (17, 32), (32, 32)):
+        cfg, swap = choose_bf16_plan(m, 7168, 2048, 170)
+        assert swap and cfg.block_n == want_n and cfg.block_n >= m
+    cfg, swap = choose_bf16_plan(33, 7168, 2048, 170)
+    assert not swap
+
+
 def test_calc_diff():
     from deep_gemm_sm120.testing import calc_diff
 

@@ -1,6 +1,10 @@
 #pragma once
 // BF16 GEMM, NT layout:  D[M,N] = A[M,K] · B[N,K]^T (+ C[M,N]),  fp32 accumulation.
 //
+// kSwapAB computes the same D as Dᵀ = B·Aᵀ: the host passes B's descriptor as the first operand and A's
+// as the second (kernel m/n are then N/M), and the epilogue writes transposed. Small-M (decode) calls
+// use it so the weight matrix fills the tile's 64/128-row side and the few tokens a 16/32-wide side.
+//
 // Warp specialization: warpgroup 0..(kMathWarps/4 - 1) are math warps; the last warpgroup is the
 // producer (one lane issues TMA, the rest idle with few registers). A kStages-deep ring of
 // swizzled smem tiles (128B for BLOCK_K 64, 64B for BLOCK_K 32) is filled by TMA (full barriers carry transaction bytes) and handed back
@@ -57,7 +61,7 @@ struct Bf16GemmConfig {
 };
 
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t BLOCK_K, uint32_t kStages, uint32_t kWarpsM, uint32_t kWarpsN,
-          uint32_t kGroupN, typename OutT, bool kWithC>
+          uint32_t kGroupN, typename OutT, bool kWithC, bool kSwapAB>
 __global__ void __launch_bounds__(Bf16GemmConfig<BLOCK_M, BLOCK_N, BLOCK_K, kStages, kWarpsM, kWarpsN>::kThreads, 1)
 sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
                           OutT* __restrict__ d, const OutT* c, uint32_t m, uint32_t n, uint32_t k, uint32_t ldd,
@@ -188,6 +192,28 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
         // Epilogue: registers -> global, each thread owning its elements (so C may alias D).
         const uint32_t row0 = m_block * BLOCK_M + wm * Cfg::kWarpM + (lane >> 2);
         const uint32_t col0 = n_block * BLOCK_N + wn * Cfg::kWarpN + (lane & 3) * 2;
+        if constexpr (kSwapAB) {
+            // Kernel rows index D's columns and kernel columns D's rows; lanes with consecutive rows
+            // write consecutive addresses.
+#pragma unroll
+            for (uint32_t i = 0; i < kMI; ++i)
+#pragma unroll
+                for (uint32_t h = 0; h < 2; ++h) {
+                    const uint32_t row = row0 + i * 16 + h * 8;
+                    if (row >= m) continue;
+#pragma unroll
+                    for (uint32_t j = 0; j < kNI; ++j)
+#pragma unroll
+                        for (uint32_t e = 0; e < 2; ++e) {
+                            const uint32_t col = col0 + j * 8 + e;
+                            if (col >= n) continue;
+                            float v = acc[i][j][2 * h + e];
+                            if constexpr (kWithC) v += static_cast<float>(c[static_cast<size_t>(col) * ldc + row]);
+                            d[static_cast<size_t>(col) * ldd + row] = static_cast<OutT>(v);
+                        }
+                }
+            continue;
+        }
         const bool pairs = (ldd % 2 == 0) && (!kWithC || ldc % 2 == 0);
 #pragma unroll
         for (uint32_t i = 0; i < kMI; ++i) {

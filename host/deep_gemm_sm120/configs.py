@@ -42,13 +42,15 @@ class Bf16GemmSpec:
     config: Bf16GemmConfig
     out_dtype: str = "bf16"
     with_c: bool = False
+    swap_ab: bool = False
 
     family = "bf16_gemm_nt"
     header = "impls/sm120_bf16_gemm.cuh"
 
     @property
     def name(self) -> str:
-        return f"{self.family}_{self.config.name}_{self.out_dtype}{'_c' if self.with_c else ''}"
+        return (f"{self.family}_{self.config.name}_{self.out_dtype}{'_c' if self.with_c else ''}"
+                f"{'_swap' if self.swap_ab else ''}")
 
     def source(self) -> str:
         c = self.config
@@ -58,7 +60,7 @@ class Bf16GemmSpec:
             "// One instantiation per translation unit; the runtime finds it as the module's only kernel.\n"
             "template __global__ void sm120::sm120_bf16_gemm_nt_kernel<"
             f"{c.block_m}, {c.block_n}, {c.block_k}, {c.stages}, {c.warps_m}, {c.warps_n}, {c.group_n}, {out}, "
-            f"{'true' if self.with_c else 'false'}>(\n"
+            f"{'true' if self.with_c else 'false'}, {'true' if self.swap_ab else 'false'}>(\n"
             "    const __grid_constant__ CUtensorMap, const __grid_constant__ CUtensorMap, "
             f"{out}*, const {out}*, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t);\n"
         )
@@ -75,10 +77,20 @@ BF16_CONFIGS: tuple[Bf16GemmConfig, ...] = (
 )
 
 
+# Swap-AB configurations for small M: block_m tiles N (weights), block_n tiles M (tokens).
+BF16_SWAP_CONFIGS: tuple[Bf16GemmConfig, ...] = (
+    Bf16GemmConfig(64, 16, 9, 4, 1),
+    Bf16GemmConfig(128, 32, 4, 4, 1),
+)
+SWAP_AB_MAX_M = 32
+
+
 def bf16_specs() -> list[Bf16GemmSpec]:
     """All instantiations reachable from the host API."""
-    return [Bf16GemmSpec(cfg, out, with_c) for cfg in BF16_CONFIGS for out in OUT_DTYPES for with_c in (False, True)]
+    plain = [Bf16GemmSpec(cfg, out, c) for cfg in BF16_CONFIGS for out in OUT_DTYPES for c in (False, True)]
+    swap = [Bf16GemmSpec(cfg, out, c, True) for cfg in BF16_SWAP_CONFIGS for out in OUT_DTYPES for c in (False, True)]
+    return plain + swap
 
 
-for _cfg in BF16_CONFIGS:  # fail at import, not at compile time, if a config breaks the budget
+for _cfg in BF16_CONFIGS + BF16_SWAP_CONFIGS:  # fail at import, not at compile time, if a config breaks the budget
     assert _cfg.smem_bytes <= SMEM_LIMIT, _cfg

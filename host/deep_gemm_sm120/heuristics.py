@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from .configs import BF16_CONFIGS, Bf16GemmConfig
+from .configs import BF16_CONFIGS, BF16_SWAP_CONFIGS, SWAP_AB_MAX_M, Bf16GemmConfig
 
 # Relative main-loop efficiency of each tile area: smaller tiles issue more ldmatrix per MMA and
 # reload operands more often. Rough ratios; they only break ties between wave counts.
@@ -28,3 +28,14 @@ def choose_bf16_config(m: int, n: int, k: int, num_sms: int) -> Bf16GemmConfig:
             best, best_cost = cfg, cost
     assert best is not None
     return best
+
+
+@lru_cache(maxsize=8192)
+def choose_bf16_plan(m: int, n: int, k: int, num_sms: int) -> tuple[Bf16GemmConfig, bool]:
+    """(config, swap_ab). Decode-sized M (<= 32) swaps A and B so the weights fill the wide tile side;
+    the token side then needs only 16 or 32 columns, and the smaller stages allow a deeper pipeline."""
+    if m <= SWAP_AB_MAX_M:
+        narrow = [c for c in BF16_SWAP_CONFIGS if c.block_n >= m]
+        cfg = min(narrow, key=lambda c: c.block_n)
+        return cfg, True
+    return choose_bf16_config(m, n, k, num_sms), False

@@ -12,7 +12,7 @@ from .. import jit, runtime
 from ..arch import EMULATE_ENV, target_for_device
 from ..configs import Bf16GemmSpec
 from ..device import num_sms_for
-from ..heuristics import choose_bf16_config
+from ..heuristics import choose_bf16_plan
 from ..validation import (output_row_stride, require_2d, require_dtype, require_same_cuda_device,
                           require_tensor, tma_row_stride_bytes)
 
@@ -94,10 +94,11 @@ def _plan(m: int, n: int, k: int, out: str, with_c: bool, index: int) -> tuple:
     plan = _plans.get(key)
     if plan is None:
         target = target_for_device(index)  # NotImplementedError on non-SM120 unless emulation is requested
-        cfg = choose_bf16_config(m, n, k, key[6])
-        kern = jit.get_kernel(Bf16GemmSpec(cfg, out, with_c), target, index)
-        grid = min(key[6], -(-m // cfg.block_m) * -(-n // cfg.block_n))
-        plan = (kern.handle, grid, kern.threads, cfg.block_m, cfg.block_n, cfg.block_k)
+        cfg, swap = choose_bf16_plan(m, n, k, key[6])
+        kern = jit.get_kernel(Bf16GemmSpec(cfg, out, with_c, swap), target, index)
+        km, kn = (n, m) if swap else (m, n)  # kernel-space rows/columns
+        grid = min(key[6], -(-km // cfg.block_m) * -(-kn // cfg.block_n))
+        plan = (kern.handle, grid, kern.threads, cfg.block_m, cfg.block_n, cfg.block_k, swap)
         _plans[key] = plan
     return plan
 
@@ -119,8 +120,13 @@ def bf16_gemm_nt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Ten
         elif c.data_ptr() != d.data_ptr():
             d.copy_(c)
         return
-    handle, grid, threads, block_m, block_n, block_k = _plan(m, n, k, _OUT[d.dtype], c is not None, index)
+    handle, grid, threads, block_m, block_n, block_k, swap = _plan(m, n, k, _OUT[d.dtype], c is not None, index)
     if _launch is None:
         _launch, _stream = runtime.gemm_launcher(), runtime.current_stream_fn()
-    _launch(handle, grid, threads, _stream(index), a.data_ptr(), m, lda, block_m, b.data_ptr(), n, ldb, block_n,
-            block_k, d.data_ptr(), c.data_ptr() if c is not None else 0, m, n, k, ldd, ldc)
+    c_ptr = c.data_ptr() if c is not None else 0
+    if swap:  # first operand = B (rows N), second = A (rows M); kernel m/n = N/M
+        _launch(handle, grid, threads, _stream(index), b.data_ptr(), n, ldb, block_m, a.data_ptr(), m, lda, block_n,
+                block_k, d.data_ptr(), c_ptr, n, m, k, ldd, ldc)
+    else:
+        _launch(handle, grid, threads, _stream(index), a.data_ptr(), m, lda, block_m, b.data_ptr(), n, ldb, block_n,
+                block_k, d.data_ptr(), c_ptr, m, n, k, ldd, ldc)
