@@ -51,6 +51,12 @@ struct Bf16GemmConfig {
         ((65536 - 128 * kProducerRegs) / kMathThreads) / 8 * 8 > 240 ? 240
                                                                      : ((65536 - 128 * kProducerRegs) / kMathThreads) / 8 * 8;
 
+    // Registers per thread at entry under __launch_bounds__(kThreads, 1). setmaxnreg.inc may only grow a
+    // warp's allocation, so reallocate only when the math warps want more than that (384-thread kernels);
+    // 256-thread kernels already start with the 255-register maximum.
+    static constexpr uint32_t kEntryRegs = (65536 / kThreads) / 8 * 8 > 255 ? 255 : (65536 / kThreads) / 8 * 8;
+    static constexpr bool kReallocRegs = kMathRegs > kEntryRegs;
+
     static_assert(kMathWarps % 4 == 0, "math warps must form whole warpgroups (setmaxnreg is per warpgroup)");
     static_assert(kWarpM % 16 == 0 && kWarpN % 16 == 0, "warp tile must be a multiple of 16x16");
     static_assert(BLOCK_K == 32 || BLOCK_K == 64, "BLOCK_K must be 32 (64B swizzle) or 64 (128B swizzle)");
@@ -96,7 +102,7 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
 
     if (warp >= Cfg::kMathWarps) {
         // ---------------- producer warpgroup ----------------
-        warpgroup_reg_dealloc<Cfg::kProducerRegs>();
+        if constexpr (Cfg::kReallocRegs) warpgroup_reg_dealloc<Cfg::kProducerRegs>();
         if (warp == Cfg::kMathWarps && lane == 0) {
             GemmTileScheduler<BLOCK_M, BLOCK_N, kGroupN> sched(m, n);
             tma_prefetch_descriptor(&tmap_a);
@@ -118,7 +124,7 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
         }
     } else {
     // ---------------- math warps ----------------
-    warpgroup_reg_alloc<Cfg::kMathRegs>();
+    if constexpr (Cfg::kReallocRegs) warpgroup_reg_alloc<Cfg::kMathRegs>();
     GemmTileScheduler<BLOCK_M, BLOCK_N, kGroupN> sched(m, n);
     const uint32_t wm = warp / kWarpsN, wn = warp % kWarpsN;
     // Per-lane ldmatrix rows and 16-byte chunks (see mma/sm120.cuh for fragment layouts).
