@@ -34,6 +34,8 @@ def _check_parser() -> argparse.ArgumentParser:
     p.add_argument("--sync", action="store_true", help="write the tag's files into the fork, then re-verify")
     p.add_argument("--dry-run", action="store_true", help="with --sync: print the actions only")
     p.add_argument("--no-diff", action="store_true", help="skip content diagnosis and diffs")
+    p.add_argument("--diff", action="store_true",
+                   help="github: forks: download changed files to diagnose and diff them (off by default)")
     p.add_argument("--verbose", "-v", action="store_true", help="list ok files too (text format)")
     p.add_argument("--repo", default=_default_repo(), help="canonical checkout (default: this script's)")
     p.add_argument("--api-url", default=None, help="GitHub API base URL for github: forks")
@@ -70,7 +72,7 @@ def _open_fork(a):
             from .remote import open_remote_fork
         except ImportError:
             raise UsageError("github: forks need the remote transport (tools/vendorkit/remote.py)") from None
-        return open_remote_fork(a.fork, api_url=a.api_url, want_blobs=not a.no_diff)
+        return open_remote_fork(a.fork, api_url=a.api_url, want_blobs=a.diff and not a.no_diff)
     from .forkview import LocalFork
 
     return LocalFork(a.fork)

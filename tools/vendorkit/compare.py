@@ -103,7 +103,8 @@ class Comparator:
                        fork_path=f.path)
         if f.kind == "symlink" and entry.mode != "120000":
             where = "outside the fork, not followed" if f.escapes else "not followed"
-            r.diagnosis, r.detail = "symlink", f"is a symlink to {f.target} ({where})"
+            to = f" to {f.target}" if f.target is not None else ""
+            r.diagnosis, r.detail = "symlink", f"is a symlink{to} ({where})"
             return r
         if f.kind == "other":
             r.diagnosis, r.detail = "not-a-file", "is not a regular file"

@@ -1,0 +1,132 @@
+"""Remote fork view over the GitHub REST API: `github:OWNER/REPO@REF`.
+
+Cost: one (conditional) commit lookup and one (conditional) recursive tree read. Digests are git blob
+ids straight from the tree, so nothing is downloaded unless a diff is asked for. A truncated recursive
+tree is completed by walking only the subtrees along the prefix.
+"""
+from __future__ import annotations
+
+import base64
+import os
+import re
+from typing import Iterator
+
+from .errors import CannotCheck, UsageError
+from .forkview import ForkFile
+from .github import GitHubClient, NotFound
+
+_SPEC = re.compile(r"^github:([A-Za-z0-9][A-Za-z0-9-]*)/([A-Za-z0-9._-]+)(?:@(.+))?$")
+REPO_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]*/[A-Za-z0-9._-]+$")
+
+
+def parse_spec(spec: str) -> tuple[str, str, str]:
+    m = _SPEC.match(spec)
+    if not m or m.group(2) in (".", ".."):
+        raise UsageError(f"bad remote fork {spec!r}: expected github:OWNER/REPO@REF")
+    return m.group(1), m.group(2), m.group(3) or "HEAD"
+
+
+def _slim_commit(data):
+    return {"sha": data["sha"], "tree": data["commit"]["tree"]["sha"]}
+
+
+def _slim_tree(data):
+    return {"sha": data["sha"], "truncated": bool(data.get("truncated")),
+            "tree": [{"path": e["path"], "mode": e["mode"], "type": e["type"], "sha": e["sha"],
+                      "size": e.get("size", 0)} for e in data["tree"]]}
+
+
+def _entry(path: str, e: dict) -> ForkFile | None:
+    if e["type"] == "tree":
+        return None
+    if e["type"] == "commit":  # a submodule where a file may belong
+        return ForkFile(path, "other", "160000", 0, digest=e["sha"])
+    mode = e["mode"]
+    kind = "symlink" if mode == "120000" else "file"
+    return ForkFile(path, kind, mode, int(e.get("size") or 0), digest=e["sha"])
+
+
+class RemoteFork:
+    digest_kind = "git_blob_sha1"
+
+    def __init__(self, client: GitHubClient, owner: str, repo: str, ref: str, want_blobs: bool = False):
+        self.client, self.owner, self.repo, self.ref = client, owner, repo, ref
+        self.want_blobs = want_blobs
+        self.label = f"github:{owner}/{repo}@{ref}"
+        base = f"/repos/{owner}/{repo}"
+        self._base = base
+        try:
+            c = client.get(f"{base}/commits/{ref}", slim=_slim_commit)
+        except NotFound:
+            raise CannotCheck(f"{owner}/{repo}@{ref}: repository or ref not found (or not visible to the token)") from None
+        self.commit_sha, self.tree_sha = c["sha"], c["tree"]
+        root = client.get(f"{base}/git/trees/{self.tree_sha}", params={"recursive": "1"}, slim=_slim_tree)
+        self.truncated = root["truncated"]
+        self._files: dict[str, ForkFile] = {}
+        self._dirs: set[str] = set()
+        self._add(root["tree"], "")
+
+    def _add(self, entries: list[dict], base: str) -> None:
+        for e in entries:
+            path = f"{base}/{e['path']}" if base else e["path"]
+            if e["type"] == "tree":
+                self._dirs.add(path)
+            f = _entry(path, e)
+            if f is not None:
+                self._files[path] = f
+
+    def _tree(self, sha: str, recursive: bool) -> dict:
+        params = {"recursive": "1"} if recursive else None
+        return self.client.get(f"{self._base}/git/trees/{sha}", params=params, slim=_slim_tree)
+
+    def _complete_under(self, prefix: str) -> None:
+        """After a truncated listing: walk root -> prefix one level at a time, then the prefix subtree."""
+        sha, path = self.tree_sha, ""
+        for part in [p for p in prefix.split("/") if p]:
+            level = self._tree(sha, recursive=False)
+            nxt = next((e for e in level["tree"] if e["path"] == part and e["type"] == "tree"), None)
+            if nxt is None:
+                return  # the prefix does not exist: everything is missing
+            sha, path = nxt["sha"], f"{path}/{part}" if path else part
+        stack = [(sha, path)]
+        while stack:
+            sha, base = stack.pop()
+            sub = self._tree(sha, recursive=True)
+            if not sub["truncated"]:
+                self._add(sub["tree"], base)
+                continue
+            level = self._tree(sha, recursive=False)  # still too big: descend one level at a time
+            self._add([e for e in level["tree"] if e["type"] != "tree"], base)
+            stack += [(e["sha"], f"{base}/{e['path']}" if base else e["path"])
+                      for e in level["tree"] if e["type"] == "tree"]
+
+    def list_under(self, prefix: str) -> tuple[dict[str, ForkFile], list[str]]:
+        if self.truncated:
+            self._complete_under(prefix)
+            self.truncated = False
+        pre = f"{prefix}/" if prefix else ""
+        return {p[len(pre):]: f for p, f in self._files.items() if p.startswith(pre)}, []
+
+    def iter_paths(self) -> Iterator[str]:
+        if self.truncated:
+            raise CannotCheck(f"{self.label}: the recursive tree listing is truncated; pass --prefix so only "
+                              f"the device-layer subtree is read")
+        return iter(list(self._files))
+
+    def digest_of(self, f: ForkFile) -> str:
+        return f.digest or ""
+
+    def read(self, f: ForkFile) -> bytes | None:
+        if not self.want_blobs or f.kind not in ("file", "symlink"):
+            return None
+        data = self.client.get(f"{self._base}/git/blobs/{f.digest}", conditional=False)
+        if data.get("encoding") != "base64":
+            raise CannotCheck(f"unexpected blob encoding for {f.path}")
+        return base64.b64decode(data["content"])
+
+
+def open_remote_fork(spec: str, api_url: str | None = None, want_blobs: bool = False,
+                     client: GitHubClient | None = None) -> RemoteFork:
+    owner, repo, ref = parse_spec(spec)
+    client = client or GitHubClient(api_url or os.environ.get("GITHUB_API_URL"), os.environ.get("GITHUB_TOKEN"))
+    return RemoteFork(client, owner, repo, ref, want_blobs)

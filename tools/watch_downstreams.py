@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""Scheduled drift watcher for the forks listed in .github/downstreams.yaml.
+
+    python tools/watch_downstreams.py [--config .github/downstreams.yaml] [--report report.md] [--json report.json]
+                                      [--issues --repo OWNER/NAME] [--state state.json] [--api-url URL]
+
+Each fork costs one conditional commit lookup and one conditional recursive tree read (both free of quota
+when unchanged, thanks to the ETags kept in --state). Token: GITHUB_TOKEN (never printed).
+Exit: 1 if any fork is drifted or stale, else 2 if any could not be checked, else 0; 3 on bad configuration.
+"""
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from vendorkit.errors import VendorError  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default=os.path.join(ROOT, ".github", "downstreams.yaml"))
+    ap.add_argument("--repo-root", default=ROOT, help="canonical checkout holding vendor_manifests/")
+    ap.add_argument("--report", help="write the markdown report here")
+    ap.add_argument("--json", help="write the JSON report here")
+    ap.add_argument("--issues", action="store_true", help="maintain one issue per downstream in --repo")
+    ap.add_argument("--repo", default=os.environ.get("GITHUB_REPOSITORY"), help="OWNER/NAME for --issues")
+    ap.add_argument("--state", help="ETag cache file (kept between runs)")
+    ap.add_argument("--api-url", default=os.environ.get("GITHUB_API_URL"))
+    ap.add_argument("--max-wait", type=float, default=60.0, help="longest rate-limit wait in seconds")
+    a = ap.parse_args(argv)
+    token = os.environ.get("GITHUB_TOKEN")
+    scrub = (lambda s: s.replace(token, "***")) if token else (lambda s: s)
+    try:
+        from vendorkit.github import EtagStore, GitHubClient
+        from vendorkit.manifest import MANIFEST_DIR, ManifestSet
+        from vendorkit import watch
+
+        ms = ManifestSet.load_dir(os.path.join(a.repo_root, MANIFEST_DIR))
+        if not ms.manifests:
+            raise VendorError("no release manifests: nothing to compare forks with")
+        downstreams = watch.load_config(a.config, ms)
+        if a.issues and not a.repo:
+            raise VendorError("--issues needs --repo OWNER/NAME (or GITHUB_REPOSITORY)")
+        etags = EtagStore.load(a.state)
+        client = GitHubClient(a.api_url, token, etags, max_wait=a.max_wait)
+        results = [watch.check_one(client, ms, ds) for ds in downstreams]
+        if a.issues:
+            try:
+                watch.reconcile_issues(client, a.repo, results)
+            except VendorError as e:
+                print(scrub(f"watch_downstreams: issue update failed: {e}"), file=sys.stderr)
+                for r in results:
+                    r.issue_action = "not updated"
+        etags.save()
+        md = watch.summary_markdown(results, scrub)
+        if a.report:
+            with open(a.report, "w", encoding="utf-8") as fh:
+                fh.write(md)
+        if a.json:
+            with open(a.json, "w", encoding="utf-8") as fh:
+                fh.write(watch.summary_json(results, scrub))
+        for r in results:
+            rep = r.report
+            line = (f"{r.downstream.name:<24} {rep.verdict:<8} {rep.tag}  requests {r.requests} "
+                    f"({r.counted} counted)  issue {r.issue_action}")
+            if rep.errors:
+                line += "  reason: " + "; ".join(rep.errors)
+            print(scrub(line))
+        return watch.exit_code(results)
+    except VendorError as e:
+        print(scrub(f"watch_downstreams: error: {e}"), file=sys.stderr)
+        return 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())
