@@ -131,3 +131,30 @@ def test_this_repository_manifests_match_history():
     code, doc = run_json("--repo", str(ROOT))
     assert code == 0, doc["errors"]
     assert doc["verdict"] in ("released", "unreleased")
+
+
+def test_latest_release_verifies_in_a_deepgemm_layout(tmp_path):
+    """The real release, vendored the way DeepGEMM forks do, is in sync; one edit makes it drift."""
+    from vendorkit.canonical import CanonicalStore
+    from vendorkit.manifest import ManifestSet
+
+    ms = ManifestSet.load_dir(str(ROOT / "vendor_manifests"))
+    tag = ms.latest
+    assert tag is not None, "no release yet"
+    store = CanonicalStore(str(ROOT))
+    fork = tmp_path / "DeepGEMM"
+    prefix = fork / "deep_gemm/include/deep_gemm"
+    write_tree(fork, {"deep_gemm/include/deep_gemm/common/utils.cuh": b"// DeepGEMM's own\n",
+                      "deep_gemm/include/deep_gemm/impls/sm90_bf16_gemm.cuh": b"// DeepGEMM's own\n",
+                      "csrc/python_api.cpp": b"// DeepGEMM's own\n"})
+    for e in tag.files:
+        data = store.get(e)
+        assert data is not None, e.path
+        write_tree(prefix, {e.path: data})
+    code, doc = run_json("--repo", str(ROOT), "--fork", str(fork))
+    assert code == 0 and doc["verdict"] == "in-sync" and doc["prefix"] == "deep_gemm/include/deep_gemm"
+    assert doc["counts"] == {"ok": len(tag.files)}
+    target = prefix / "impls/sm120_bf16_gemm.cuh"
+    target.write_bytes(target.read_bytes().replace(b"kStages", b"kStagez", 1))
+    code, doc = run_json("--repo", str(ROOT), "--fork", str(fork))
+    assert code == 1 and {f["path"]: f["diagnosis"] for f in doc["files"]}["impls/sm120_bf16_gemm.cuh"] == "content"
