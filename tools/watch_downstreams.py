@@ -30,6 +30,8 @@ def main(argv=None) -> int:
     ap.add_argument("--state", help="ETag cache file (kept between runs)")
     ap.add_argument("--api-url", default=os.environ.get("GITHUB_API_URL"))
     ap.add_argument("--max-wait", type=float, default=60.0, help="longest rate-limit wait in seconds")
+    ap.add_argument("--retries", type=int, default=3, help="retries after a 5xx or connection error")
+    ap.add_argument("--backoff", type=float, default=1.0, help="first retry delay in seconds (doubles)")
     a = ap.parse_args(argv)
     token = os.environ.get("GITHUB_TOKEN")
     scrub = (lambda s: s.replace(token, "***")) if token else (lambda s: s)
@@ -45,7 +47,8 @@ def main(argv=None) -> int:
         if a.issues and not a.repo:
             raise VendorError("--issues needs --repo OWNER/NAME (or GITHUB_REPOSITORY)")
         etags = EtagStore.load(a.state)
-        client = GitHubClient(a.api_url, token, etags, max_wait=a.max_wait)
+        client = GitHubClient(a.api_url, token, etags, max_wait=a.max_wait, max_retries=a.retries,
+                              backoff=a.backoff)
         results = [watch.check_one(client, ms, ds) for ds in downstreams]
         if a.issues:
             try:

@@ -67,7 +67,7 @@ class EtagStore:
 
 class GitHubClient:
     def __init__(self, api_url: str | None = None, token: str | None = None, etags: EtagStore | None = None,
-                 max_retries: int = 3, max_wait: float = 60.0, timeout: float = 30.0,
+                 max_retries: int = 3, max_wait: float = 60.0, timeout: float = 30.0, backoff: float = 1.0,
                  sleep: Callable[[float], None] = time.sleep):
         try:
             import requests
@@ -80,6 +80,7 @@ class GitHubClient:
         self.max_retries = max_retries
         self.max_wait = max_wait
         self.timeout = timeout
+        self.backoff = backoff
         self.sleep = sleep
         self.counters = Counters()
         self.session = requests.Session()
@@ -120,7 +121,7 @@ class GitHubClient:
         cached = self.etags.entries.get(key) if (method == "GET" and conditional) else None
         if cached:
             headers["If-None-Match"] = cached["etag"]
-        delay = 1.0
+        delay = self.backoff
         for attempt in range(self.max_retries + 1):
             try:
                 self.counters.requests += 1

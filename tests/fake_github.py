@@ -1,0 +1,234 @@
+"""A GitHub-REST-compatible server on 127.0.0.1 for tests, backed by real local git repositories.
+
+Serves the endpoints the watcher uses: commits/{ref}, git/trees/{sha}[?recursive=1] (with optional
+truncation), git/blobs/{sha}, and issues list (paginated) / create / edit / comment. Object ids come from
+git itself. Knobs simulate ETag 304s, rate limits, retry-after, transient 5xx and required tokens; every
+request is logged so tests can count calls and writes.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import re
+import subprocess
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
+
+
+class FakeGitHub:
+    def __init__(self, token: str | None = None):
+        self.repos: dict[str, str] = {}           # "owner/name" -> path of a git checkout
+        self.issues: dict[str, list[dict]] = {}   # "owner/name" -> issues
+        self.comments: list[tuple[str, int, str]] = []
+        self.log: list[dict] = []
+        self.token = token
+        self.truncate_over: int | None = None     # recursive trees with more entries come back truncated
+        self.fail_5xx = 0                         # the next N requests answer 502
+        self.retry_after_once: float | None = None
+        self.rate_limited_for: float | None = None  # answer 403 remaining=0 with reset this far ahead
+        self.remaining = 5000
+        self.lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> str:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):  # keep test output clean
+                pass
+
+            def _handle(self, method: str):
+                fake._dispatch(self, method)
+
+            def do_GET(self):
+                self._handle("GET")
+
+            def do_POST(self):
+                self._handle("POST")
+
+            def do_PATCH(self):
+                self._handle("PATCH")
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def stop(self) -> None:
+        if self._server:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    # ------------------------------------------------------------------ helpers
+    def git(self, repo: str, *args: str) -> str:
+        p = subprocess.run(["git", "-C", self.repos[repo], *args], capture_output=True, text=True)
+        if p.returncode != 0:
+            raise KeyError(p.stderr.strip())
+        return p.stdout
+
+    def counted(self) -> int:
+        return sum(1 for r in self.log if r["status"] != 304)
+
+    def writes(self) -> list[dict]:
+        return [r for r in self.log if r["method"] != "GET"]
+
+    # ------------------------------------------------------------------ dispatch
+    def _send(self, h, status: int, body=None, headers: dict | None = None) -> None:
+        data = b"" if body is None else json.dumps(body).encode()
+        h.send_response(status)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(len(data)))
+        with self.lock:
+            if status != 304:
+                self.remaining = max(0, self.remaining - 1)
+            h.send_header("x-ratelimit-remaining", str(self.remaining))
+        h.send_header("x-ratelimit-reset", str(int(time.time()) + 3600))
+        for k, v in (headers or {}).items():
+            h.send_header(k, v)
+        h.end_headers()
+        if data:
+            h.wfile.write(data)
+
+    def _dispatch(self, h, method: str) -> None:
+        url = urlparse(h.path)
+        q = {k: v[0] for k, v in parse_qs(url.query).items()}
+        entry = {"method": method, "path": url.path, "query": q, "auth": h.headers.get("Authorization")}
+        length = int(h.headers.get("Content-Length") or 0)
+        payload = json.loads(h.rfile.read(length)) if length else None
+        status = self._route(h, method, url.path, q, payload)
+        entry["status"] = status
+        with self.lock:
+            self.log.append(entry)
+
+    def _route(self, h, method, path, q, payload) -> int:
+        if self.token and h.headers.get("Authorization") != f"Bearer {self.token}":
+            self._send(h, 401, {"message": "Bad credentials"})
+            return 401
+        if self.fail_5xx > 0:
+            self.fail_5xx -= 1
+            self._send(h, 502, {"message": "Bad gateway"})
+            return 502
+        if self.retry_after_once is not None:
+            wait, self.retry_after_once = self.retry_after_once, None
+            self._send(h, 429, {"message": "slow down"}, {"retry-after": str(wait)})
+            return 429
+        if self.rate_limited_for is not None:
+            h_reset = str(int(time.time() + self.rate_limited_for))
+            self.remaining = 0
+            h.send_response(403)
+            body = json.dumps({"message": "API rate limit exceeded"}).encode()
+            h.send_header("Content-Length", str(len(body)))
+            h.send_header("x-ratelimit-remaining", "0")
+            h.send_header("x-ratelimit-reset", h_reset)
+            h.end_headers()
+            h.wfile.write(body)
+            return 403
+        m = re.match(r"^/repos/([^/]+/[^/]+)/(.*)$", path)
+        if not m:
+            self._send(h, 404, {"message": "Not Found"})
+            return 404
+        repo, rest = m.groups()
+        try:
+            if rest.startswith("issues"):
+                return self._issues(h, method, repo, rest, q, payload)
+            if repo not in self.repos:
+                raise KeyError(repo)
+            if method == "GET" and rest.startswith("commits/"):
+                return self._commit(h, repo, rest[len("commits/"):])
+            if method == "GET" and rest.startswith("git/trees/"):
+                return self._tree(h, repo, rest[len("git/trees/"):], q.get("recursive") == "1")
+            if method == "GET" and rest.startswith("git/blobs/"):
+                sha = rest[len("git/blobs/"):]
+                data = subprocess.run(["git", "-C", self.repos[repo], "cat-file", "blob", sha],
+                                      capture_output=True).stdout
+                self._send(h, 200, {"sha": sha, "size": len(data), "encoding": "base64",
+                                    "content": base64.b64encode(data).decode()})
+                return 200
+        except KeyError:
+            self._send(h, 404, {"message": "Not Found"})
+            return 404
+        self._send(h, 404, {"message": "Not Found"})
+        return 404
+
+    def _etag_or_304(self, h, etag: str) -> bool:
+        if h.headers.get("If-None-Match") == etag:
+            self._send(h, 304, None, {"ETag": etag})
+            return True
+        return False
+
+    def _commit(self, h, repo: str, ref: str) -> int:
+        sha = self.git(repo, "rev-parse", "--verify", f"{ref}^{{commit}}").strip()
+        tree = self.git(repo, "rev-parse", f"{sha}^{{tree}}").strip()
+        etag = f'"c-{sha}"'
+        if self._etag_or_304(h, etag):
+            return 304
+        self._send(h, 200, {"sha": sha, "commit": {"tree": {"sha": tree}, "message": "m"},
+                            "files": [{"filename": "x", "patch": "lots of text" * 50}]}, {"ETag": etag})
+        return 200
+
+    def _tree(self, h, repo: str, sha: str, recursive: bool) -> int:
+        args = ["ls-tree", "-l", "--full-tree", sha] if not recursive else ["ls-tree", "-r", "-t", "-l", "--full-tree", sha]
+        out = self.git(repo, *args)
+        entries = []
+        for line in out.splitlines():
+            meta, p = line.split("\t", 1)
+            mode, typ, obj, size = meta.split()
+            e = {"path": p, "mode": mode, "type": typ, "sha": obj}
+            if typ == "blob":
+                e["size"] = int(size)
+            entries.append(e)
+        truncated = bool(recursive and self.truncate_over is not None and len(entries) > self.truncate_over)
+        if truncated:
+            entries = entries[: self.truncate_over]
+        etag = f'"t-{sha}-{int(recursive)}-{int(truncated)}"'
+        if self._etag_or_304(h, etag):
+            return 304
+        self._send(h, 200, {"sha": sha, "tree": entries, "truncated": truncated}, {"ETag": etag})
+        return 200
+
+    def _issues(self, h, method, repo, rest, q, payload) -> int:
+        store = self.issues.setdefault(repo, [])
+        if method == "GET" and rest == "issues":
+            labels = set(filter(None, q.get("labels", "").split(",")))
+            state = q.get("state", "open")
+            sel = [i for i in store if labels <= {lb["name"] for lb in i["labels"]}
+                   and (state == "all" or i["state"] == state)]
+            sel.sort(key=lambda i: -i["number"])
+            per, page = int(q.get("per_page", 30)), int(q.get("page", 1))
+            chunk = sel[(page - 1) * per: page * per]
+            headers = {}
+            if page * per < len(sel):
+                host = h.headers.get("Host")
+                nq = dict(q, page=str(page + 1))
+                headers["Link"] = (f'<http://{host}/repos/{repo}/issues?' + "&".join(f"{k}={v}" for k, v in nq.items())
+                                   + '>; rel="next"')
+            self._send(h, 200, chunk, headers)
+            return 200
+        if method == "POST" and rest == "issues":
+            issue = {"number": len(store) + 1, "title": payload["title"], "body": payload.get("body", ""),
+                     "state": "open", "labels": [{"name": n} for n in payload.get("labels", [])]}
+            store.append(issue)
+            self._send(h, 201, issue)
+            return 201
+        m = re.match(r"^issues/(\d+)(/comments)?$", rest)
+        if m:
+            n = int(m.group(1))
+            issue = next((i for i in store if i["number"] == n), None)
+            if issue is None:
+                self._send(h, 404, {"message": "Not Found"})
+                return 404
+            if method == "POST" and m.group(2):
+                self.comments.append((repo, n, payload["body"]))
+                self._send(h, 201, {"id": len(self.comments), "body": payload["body"]})
+                return 201
+            if method == "PATCH":
+                for k in ("title", "body", "state"):
+                    if k in payload:
+                        issue[k] = payload[k]
+                self._send(h, 200, issue)
+                return 200
+        self._send(h, 404, {"message": "Not Found"})
+        return 404
