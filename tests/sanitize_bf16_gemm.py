@@ -29,4 +29,19 @@ for m, n, k, dt, with_c in [(129, 200, 136, torch.bfloat16, False), (7, 576, 153
     ok = diff <= 1e-5 and not torch.isnan(d).any()
     failures += not ok
     print(f"sanitize case m={m} n={n} k={k} out={dt} c={with_c}: diff={diff:.2e} {'ok' if ok else 'FAIL'}")
-sys.exit(1 if failures else 0)
+
+# Grouped paths: contiguous (per-row ids with an empty middle group) and masked.
+lay = torch.tensor([0] * 100 + [-1] * 28 + [2] * 128, dtype=torch.int32, device="cuda")
+a = torch.randn(256, 512, device="cuda", dtype=torch.bfloat16)
+b = torch.randn(3, 200, 512, device="cuda", dtype=torch.bfloat16)
+d = torch.zeros(256, 200, device="cuda", dtype=torch.bfloat16)
+dg.m_grouped_bf16_gemm_nt_contiguous(a, b, d, lay)
+masked = torch.tensor([3, 0, 64], dtype=torch.int32, device="cuda")
+am = torch.randn(3, 64, 512, device="cuda", dtype=torch.bfloat16)
+dm = torch.zeros(3, 64, 200, device="cuda", dtype=torch.bfloat16)
+dg.m_grouped_bf16_gemm_nt_masked(am, b, dm, masked, expected_m=32)
+torch.cuda.synchronize()
+ok = calc_diff(d[:100], a[:100].double() @ b[0].double().T) <= 1e-5 and calc_diff(
+    dm[2], am[2].double() @ b[2].double().T) <= 1e-5
+print(f"sanitize grouped cases: {'ok' if ok else 'FAIL'}")
+sys.exit(1 if (failures or not ok) else 0)

@@ -67,11 +67,12 @@ struct Bf16GemmConfig {
 };
 
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t BLOCK_K, uint32_t kStages, uint32_t kWarpsM, uint32_t kWarpsN,
-          uint32_t kGroupN, typename OutT, bool kWithC, bool kSwapAB>
+          uint32_t kGroupN, typename OutT, bool kWithC, bool kSwapAB, GemmType kType>
 __global__ void __launch_bounds__(Bf16GemmConfig<BLOCK_M, BLOCK_N, BLOCK_K, kStages, kWarpsM, kWarpsN>::kThreads, 1)
 sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
-                          OutT* __restrict__ d, const OutT* c, uint32_t m, uint32_t n, uint32_t k, uint32_t ldd,
-                          uint32_t ldc) {
+                          OutT* __restrict__ d, const OutT* c, const int32_t* layout, uint32_t m, uint32_t n,
+                          uint32_t k, uint32_t ldd, uint32_t ldc, uint32_t num_groups, uint32_t psum_layout) {
+    static_assert(!(kSwapAB && kType != GemmType::kNormal), "swap-AB is for dense problems only");
     using Cfg = Bf16GemmConfig<BLOCK_M, BLOCK_N, BLOCK_K, kStages, kWarpsM, kWarpsN>;
     constexpr uint32_t kMI = Cfg::kMI, kNI = Cfg::kNI;
 
@@ -98,25 +99,25 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
 
     // Per-role state is set up after setmaxnreg: values live across the reallocation get spilled.
     const uint32_t num_k_blocks = ceil_div(k, Cfg::kBlockK);
-    uint32_t m_block, n_block;
 
     if (warp >= Cfg::kMathWarps) {
         // ---------------- producer warpgroup ----------------
         if constexpr (Cfg::kReallocRegs) warpgroup_reg_dealloc<Cfg::kProducerRegs>();
         if (warp == Cfg::kMathWarps && lane == 0) {
-            GemmTileScheduler<BLOCK_M, BLOCK_N, kGroupN> sched(m, n);
+            GemmTileScheduler<BLOCK_M, BLOCK_N, kGroupN, kType> sched(m, n, num_groups, layout, psum_layout != 0);
+            TileInfo tile;
             tma_prefetch_descriptor(&tmap_a);
             tma_prefetch_descriptor(&tmap_b);
             uint32_t stage = 0, phase = 0;
-            while (sched.next(m_block, n_block)) {
+            while (sched.next(tile)) {
                 for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
                     mbarrier_wait(&empty_bar[stage], phase ^ 1);
                     mbarrier_arrive_expect_tx(&full_bar[stage], Cfg::kStageBytes);
                     const int32_t kc = static_cast<int32_t>(kb * Cfg::kBlockK);
                     tma_load_2d(smem_a + stage * Cfg::kTileABytes, &tmap_a, &full_bar[stage], kc,
-                                static_cast<int32_t>(m_block * BLOCK_M));
+                                static_cast<int32_t>(tile.a_row));
                     tma_load_2d(smem_b + stage * Cfg::kTileBBytes, &tmap_b, &full_bar[stage], kc,
-                                static_cast<int32_t>(n_block * BLOCK_N));
+                                static_cast<int32_t>(tile.b_row));
                     if (++stage == kStages) stage = 0, phase ^= 1;
                 }
             }
@@ -125,7 +126,8 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
     } else {
     // ---------------- math warps ----------------
     if constexpr (Cfg::kReallocRegs) warpgroup_reg_alloc<Cfg::kMathRegs>();
-    GemmTileScheduler<BLOCK_M, BLOCK_N, kGroupN> sched(m, n);
+    GemmTileScheduler<BLOCK_M, BLOCK_N, kGroupN, kType> sched(m, n, num_groups, layout, psum_layout != 0);
+    TileInfo tile;
     const uint32_t wm = warp / kWarpsN, wn = warp % kWarpsN;
     // Per-lane ldmatrix rows and 16-byte chunks (see mma/sm120.cuh for fragment layouts).
     const uint32_t a_row = wm * Cfg::kWarpM + (lane & 15);
@@ -152,7 +154,7 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
     uint32_t stage = 0, phase = 0;
     uint32_t af[2][kMI][4];
     uint32_t bfr[2][kNI][2];
-    while (sched.next(m_block, n_block)) {
+    while (sched.next(tile)) {
         float acc[kMI][kNI][4];
 #pragma unroll
         for (uint32_t i = 0; i < kMI; ++i)
@@ -196,8 +198,16 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
         }
 
         // Epilogue: registers -> global, each thread owning its elements (so C may alias D).
-        const uint32_t row0 = m_block * BLOCK_M + wm * Cfg::kWarpM + (lane >> 2);
-        const uint32_t col0 = n_block * BLOCK_N + wn * Cfg::kWarpN + (lane & 3) * 2;
+        // Rows are tile-local until checked against tile.m_valid; per-row group ids (contiguous layout)
+        // additionally mark padding rows (-1), which stay untouched.
+        const uint32_t row0 = wm * Cfg::kWarpM + (lane >> 2);
+        const uint32_t col0 = tile.n_col + wn * Cfg::kWarpN + (lane & 3) * 2;
+        auto row_ok = [&](uint32_t local) {
+            if (local >= tile.m_valid) return false;
+            if constexpr (kType == GemmType::kMGroupedContiguous)
+                if (psum_layout == 0 && __ldg(layout + tile.d_row + local) < 0) return false;
+            return true;
+        };
         if constexpr (kSwapAB) {
             // Kernel rows index D's columns and kernel columns D's rows; lanes with consecutive rows
             // write consecutive addresses.
@@ -205,8 +215,9 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
             for (uint32_t i = 0; i < kMI; ++i)
 #pragma unroll
                 for (uint32_t h = 0; h < 2; ++h) {
-                    const uint32_t row = row0 + i * 16 + h * 8;
-                    if (row >= m) continue;
+                    const uint32_t local = row0 + i * 16 + h * 8;
+                    if (!row_ok(local)) continue;
+                    const uint32_t row = tile.d_row + local;
 #pragma unroll
                     for (uint32_t j = 0; j < kNI; ++j)
 #pragma unroll
@@ -225,8 +236,9 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
         for (uint32_t i = 0; i < kMI; ++i) {
 #pragma unroll
             for (uint32_t h = 0; h < 2; ++h) {
-                const uint32_t row = row0 + i * 16 + h * 8;
-                if (row >= m) continue;
+                const uint32_t local = row0 + i * 16 + h * 8;
+                if (!row_ok(local)) continue;
+                const uint32_t row = tile.d_row + local;
 #pragma unroll
                 for (uint32_t j = 0; j < kNI; ++j) {
                     const uint32_t col = col0 + j * 8;

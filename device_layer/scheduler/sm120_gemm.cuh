@@ -1,27 +1,51 @@
 #pragma once
-// Persistent tile scheduler for dense GEMMs. CTA b takes tiles b, b + gridDim.x, ...
-// Raster: tiles are walked in groups of kGroupN consecutive N-blocks; inside a group the N-block
-// varies fastest, so the CTAs of one wave share a few B column-tiles (and a few A row-tiles) in L2.
+// Persistent tile schedulers for dense and M-grouped GEMMs. CTA b takes tiles b, b + gridDim.x, ...
+// Every role of a CTA (TMA producer, math warps) walks the same sequence, skips the same empty tiles,
+// and gets the same TileInfo, so no tile state crosses roles.
+//
+// Raster (dense / contiguous): tiles are walked in groups of kGroupN consecutive N-blocks; inside a group
+// the N-block varies fastest, so the CTAs of one wave share a few B column-tiles (and A row-tiles) in L2.
 
 #include "../common/sm120_math.cuh"
+#include "../layout/sm120_grouped_layout.cuh"
 
 namespace sm120 {
 
-template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kGroupN>
+enum class GemmType : uint32_t {
+    kNormal = 0,               // one problem
+    kMGroupedContiguous = 1,   // A rows sorted by group; per-row group ids (-1 = padding) or psum ends
+    kMGroupedMasked = 2,       // A [G, M, K]; rows >= masked_m[g] of group g are skipped
+};
+
+struct TileInfo {
+    uint32_t a_row;    // first row of the A (first operand) tile in its 2D descriptor
+    uint32_t b_row;    // first row of the B (second operand) tile in its 2D descriptor
+    uint32_t d_row;    // first row of D written by this tile (= a_row except for masked groups)
+    uint32_t n_col;    // first column of D
+    uint32_t m_valid;  // rows of the tile that hold real output rows (<= BLOCK_M)
+    int32_t group;     // group id (0 for dense)
+};
+
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kGroupN, GemmType kType>
 struct GemmTileScheduler {
     static_assert(kGroupN > 0, "group width must be positive");
+    static_assert(kType != GemmType::kMGroupedContiguous || kMKAlignmentForContiguousLayout % BLOCK_M == 0,
+                  "contiguous grouped tiles must not straddle a group boundary");
 
-    uint32_t num_m_blocks;
-    uint32_t num_n_blocks;
-    uint32_t num_tiles;
-    uint32_t next_tile;
+    // m: rows of A (dense/contiguous: all rows; masked: rows per group). n: columns of D.
+    uint32_t m, n, num_groups;
+    const int32_t* layout;  // contiguous: per-row ids, or psum ends; masked: masked_m per group
+    bool psum;
+    uint32_t num_m_blocks, num_n_blocks, num_tiles, next_tile;
 
-    SM120_DEVICE GemmTileScheduler(uint32_t m, uint32_t n)
-        : num_m_blocks(ceil_div(m, BLOCK_M)), num_n_blocks(ceil_div(n, BLOCK_N)),
-          num_tiles(ceil_div(m, BLOCK_M) * ceil_div(n, BLOCK_N)), next_tile(blockIdx.x) {}
+    SM120_DEVICE GemmTileScheduler(uint32_t m_, uint32_t n_, uint32_t groups, const int32_t* layout_, bool psum_)
+        : m(m_), n(n_), num_groups(groups), layout(layout_), psum(psum_), num_m_blocks(ceil_div(m_, BLOCK_M)),
+          num_n_blocks(ceil_div(n_, BLOCK_N)), next_tile(blockIdx.x) {
+        num_tiles = num_m_blocks * num_n_blocks * (kType == GemmType::kMGroupedMasked ? groups : 1u);
+    }
 
-    // Tile `t` -> (m_block, n_block) in grouped raster order.
-    SM120_DEVICE void tile_coords(uint32_t t, uint32_t& m_block, uint32_t& n_block) const {
+    // Tile `t` of one problem -> (m_block, n_block) in grouped raster order.
+    SM120_DEVICE void raster(uint32_t t, uint32_t& m_block, uint32_t& n_block) const {
         const uint32_t tiles_per_group = num_m_blocks * kGroupN;
         const uint32_t group = t / tiles_per_group;
         const uint32_t first_n = group * kGroupN;
@@ -31,11 +55,63 @@ struct GemmTileScheduler {
         m_block = in_group / width;
     }
 
-    SM120_DEVICE bool next(uint32_t& m_block, uint32_t& n_block) {
-        if (next_tile >= num_tiles) return false;
-        tile_coords(next_tile, m_block, n_block);
-        next_tile += gridDim.x;
-        return true;
+    // psum layout: group g owns rows [align_up(end[g-1]), end[g]); find the group whose span holds `row`.
+    SM120_DEVICE int32_t psum_group(uint32_t row, uint32_t& end) const {
+        uint32_t lo = 0, hi = num_groups;  // first g with end[g] > row
+        while (lo < hi) {
+            const uint32_t mid = (lo + hi) / 2;
+            if (static_cast<uint32_t>(__ldg(layout + mid)) > row) hi = mid; else lo = mid + 1;
+        }
+        if (lo == num_groups) return -1;
+        end = static_cast<uint32_t>(__ldg(layout + lo));
+        return static_cast<int32_t>(lo);
+    }
+
+    // Next non-empty tile of this CTA, or false when done.
+    SM120_DEVICE bool next(TileInfo& t) {
+        while (next_tile < num_tiles) {
+            const uint32_t tile = next_tile;
+            next_tile += gridDim.x;
+            uint32_t m_block, n_block;
+            if constexpr (kType == GemmType::kMGroupedMasked) {
+                const uint32_t per_group = num_m_blocks * num_n_blocks;
+                const uint32_t g = tile / per_group;
+                raster(tile - g * per_group, m_block, n_block);
+                const int32_t rows = __ldg(layout + g);
+                if (rows <= static_cast<int32_t>(m_block * BLOCK_M)) continue;  // beyond masked_m[g]
+                t.group = static_cast<int32_t>(g);
+                t.a_row = g * m + m_block * BLOCK_M;
+                t.b_row = g * n + n_block * BLOCK_N;
+                t.d_row = t.a_row;
+                t.m_valid = min(BLOCK_M, min(static_cast<uint32_t>(rows), m) - m_block * BLOCK_M);
+            } else {
+                raster(tile, m_block, n_block);
+                t.a_row = m_block * BLOCK_M;
+                t.d_row = t.a_row;
+                t.m_valid = min(BLOCK_M, m - t.a_row);
+                t.group = 0;
+                t.b_row = n_block * BLOCK_N;
+                if constexpr (kType == GemmType::kMGroupedContiguous) {
+                    if (psum) {
+                        uint32_t end = 0;
+                        t.group = psum_group(t.a_row, end);
+                        if (t.group < 0) continue;
+                        // rows before the group's aligned start are padding after the previous group
+                        const uint32_t start = t.group == 0 ? 0u
+                            : align_up(static_cast<uint32_t>(__ldg(layout + t.group - 1)), kMKAlignmentForContiguousLayout);
+                        if (t.a_row < start) continue;
+                        t.m_valid = min(t.m_valid, end - t.a_row);
+                    } else {
+                        t.group = __ldg(layout + t.a_row);  // the host guarantees one group per block
+                        if (t.group < 0) continue;           // an all-padding block
+                    }
+                    t.b_row = static_cast<uint32_t>(t.group) * n + n_block * BLOCK_N;
+                }
+            }
+            t.n_col = n_block * BLOCK_N;
+            return true;
+        }
+        return false;
     }
 };
 

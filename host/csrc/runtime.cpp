@@ -6,6 +6,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <array>
 #include <cstring>
 #include <mutex>
 #include <stdexcept>
@@ -256,21 +257,49 @@ void launch(int handle, uint32_t grid, uint32_t block, uint64_t stream, const st
     check(d.cuLaunchKernelEx(&cfg, k.function, params.data(), nullptr), "cuLaunchKernelEx");
 }
 
-// The common GEMM signature (two bf16 K-major TMA operands swizzled to their box row of box_k elements, D and C pointers, then
-// m, n, k, ldd, ldc) with flat arguments: avoids building Python lists on the hot path.
+// Encoded descriptors are pure functions of their arguments; weights and static activation buffers hit
+// this small per-thread cache, which skips cuTensorMapEncodeTiled on the hot path.
+struct TmaCacheEntry {
+    Tma2D key;
+    CUtensorMap map;
+    bool valid = false;
+};
+
+const CUtensorMap& cached_encode_2d(const Tma2D& t) {
+    static thread_local std::array<TmaCacheEntry, 16> cache;
+    static thread_local size_t next = 0;
+    for (auto& e : cache)
+        if (e.valid && e.key == t) return e.map;
+    TmaCacheEntry& slot = cache[next];
+    next = (next + 1) % cache.size();
+    slot.map = encode_2d(t);  // throws before the slot is marked valid
+    slot.key = t;
+    slot.valid = true;
+    return slot.map;
+}
+
+// The common GEMM signature (two bf16 K-major TMA operands swizzled to their box row of box_k elements;
+// D, C and grouped-layout pointers; then m, n, k, ldd, ldc, num_groups, psum flag) with flat arguments:
+// no Python lists on the hot path.
 void launch_gemm_tma2(int handle, uint32_t grid, uint32_t block, uint64_t stream, uint64_t a_ptr, uint64_t a_rows,
                       uint64_t a_stride, uint32_t a_box_rows, uint64_t b_ptr, uint64_t b_rows, uint64_t b_stride,
-                      uint32_t b_box_rows, uint32_t box_k, uint64_t d_ptr, uint64_t c_ptr, uint32_t m, uint32_t n,
-                      uint32_t k, uint32_t ldd, uint32_t ldc) {
-    static thread_local std::vector<Tma2D> tmaps(2);
-    static thread_local std::vector<uint64_t> ptrs(2);
-    static thread_local std::vector<uint32_t> u32s(5);
+                      uint32_t b_box_rows, uint32_t box_k, uint64_t d_ptr, uint64_t c_ptr, uint64_t layout_ptr,
+                      uint32_t m, uint32_t n, uint32_t k, uint32_t ldd, uint32_t ldc, uint32_t num_groups,
+                      uint32_t psum) {
+    const Driver& d = driver();
+    const Kernel& kern = g_kernels.at(handle);
+    ContextGuard guard(kern.ctx);
     const int swizzle = static_cast<int>(box_k) * 2;
-    tmaps[0] = Tma2D{a_ptr, 2, k, a_rows, a_stride, box_k, a_box_rows, swizzle};
-    tmaps[1] = Tma2D{b_ptr, 2, k, b_rows, b_stride, box_k, b_box_rows, swizzle};
-    ptrs[0] = d_ptr, ptrs[1] = c_ptr;
-    u32s[0] = m, u32s[1] = n, u32s[2] = k, u32s[3] = ldd, u32s[4] = ldc;
-    launch(handle, grid, block, stream, tmaps, ptrs, u32s, false);
+    CUtensorMap map_a = cached_encode_2d(Tma2D{a_ptr, 2, k, a_rows, a_stride, box_k, a_box_rows, swizzle});
+    CUtensorMap map_b = cached_encode_2d(Tma2D{b_ptr, 2, k, b_rows, b_stride, box_k, b_box_rows, swizzle});
+    void* params[] = {&map_a, &map_b, &d_ptr, &c_ptr, &layout_ptr, &m, &n, &k, &ldd, &ldc, &num_groups, &psum};
+    CUlaunchConfig cfg;
+    std::memset(&cfg, 0, sizeof(cfg));
+    cfg.gridDimX = grid, cfg.gridDimY = 1, cfg.gridDimZ = 1;
+    cfg.blockDimX = block, cfg.blockDimY = 1, cfg.blockDimZ = 1;
+    cfg.sharedMemBytes = static_cast<unsigned>(kern.smem_bytes);
+    cfg.hStream = reinterpret_cast<CUstream>(stream);
+    check(d.cuLaunchKernelEx(&cfg, kern.function, params, nullptr), "cuLaunchKernelEx");
 }
 
 bool driver_available() {

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from . import arch, testing
 from .api.bf16_gemm import bf16_gemm_nt
+from .api.bf16_grouped import (get_mk_alignment_for_contiguous_layout, m_grouped_bf16_gemm_nt_contiguous,
+                               m_grouped_bf16_gemm_nt_masked)
 from .device import get_num_sms, set_num_sms
 from .support import is_supported
 
@@ -21,4 +23,5 @@ def precompile(specs=None, targets=None) -> int:
                           targets if targets is not None else arch.RELEASE_TARGETS)
 
 
-__all__ = ["bf16_gemm_nt", "get_num_sms", "set_num_sms", "is_supported", "precompile", "arch", "testing"]
+__all__ = ["bf16_gemm_nt", "m_grouped_bf16_gemm_nt_contiguous", "m_grouped_bf16_gemm_nt_masked",
+           "get_mk_alignment_for_contiguous_layout", "get_num_sms", "set_num_sms", "is_supported", "precompile", "arch", "testing"]

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 SMEM_LIMIT = 101376  # SM120 per-block shared memory (bytes); also enforced by static_assert in the headers
 OUT_DTYPES = ("bf16", "fp32")
+GEMM_TYPES = {"normal": "kNormal", "m_contiguous": "kMGroupedContiguous", "m_masked": "kMGroupedMasked"}
+MK_ALIGNMENT_FOR_CONTIGUOUS_LAYOUT = 128  # mirrors layout/sm120_grouped_layout.cuh (a test keeps them equal)
 _CXX_OUT = {"bf16": "sm120::bf16", "fp32": "float"}
 
 
@@ -43,6 +45,7 @@ class Bf16GemmSpec:
     out_dtype: str = "bf16"
     with_c: bool = False
     swap_ab: bool = False
+    gemm_type: str = "normal"
 
     family = "bf16_gemm_nt"
     header = "impls/sm120_bf16_gemm.cuh"
@@ -50,7 +53,7 @@ class Bf16GemmSpec:
     @property
     def name(self) -> str:
         return (f"{self.family}_{self.config.name}_{self.out_dtype}{'_c' if self.with_c else ''}"
-                f"{'_swap' if self.swap_ab else ''}")
+                f"{'_swap' if self.swap_ab else ''}{'' if self.gemm_type == 'normal' else '_' + self.gemm_type}")
 
     def source(self) -> str:
         c = self.config
@@ -60,9 +63,11 @@ class Bf16GemmSpec:
             "// One instantiation per translation unit; the runtime finds it as the module's only kernel.\n"
             "template __global__ void sm120::sm120_bf16_gemm_nt_kernel<"
             f"{c.block_m}, {c.block_n}, {c.block_k}, {c.stages}, {c.warps_m}, {c.warps_n}, {c.group_n}, {out}, "
-            f"{'true' if self.with_c else 'false'}, {'true' if self.swap_ab else 'false'}>(\n"
+            f"{'true' if self.with_c else 'false'}, {'true' if self.swap_ab else 'false'}, "
+            f"sm120::GemmType::{GEMM_TYPES[self.gemm_type]}>(\n"
             "    const __grid_constant__ CUtensorMap, const __grid_constant__ CUtensorMap, "
-            f"{out}*, const {out}*, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t);\n"
+            f"{out}*, const {out}*, const int32_t*, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, "
+            "uint32_t);\n"
         )
 
 
@@ -85,12 +90,21 @@ BF16_SWAP_CONFIGS: tuple[Bf16GemmConfig, ...] = (
 SWAP_AB_MAX_M = 32
 
 
+# M-grouped configurations: BLOCK_M divides the contiguous-layout alignment, so no tile straddles groups.
+BF16_GROUPED_CONFIGS: tuple[Bf16GemmConfig, ...] = (
+    Bf16GemmConfig(128, 128, 3, 2, 4),
+    Bf16GemmConfig(64, 128, 4, 1, 4),
+)
+
+
 def bf16_specs() -> list[Bf16GemmSpec]:
     """All instantiations reachable from the host API."""
     plain = [Bf16GemmSpec(cfg, out, c) for cfg in BF16_CONFIGS for out in OUT_DTYPES for c in (False, True)]
     swap = [Bf16GemmSpec(cfg, out, c, True) for cfg in BF16_SWAP_CONFIGS for out in OUT_DTYPES for c in (False, True)]
-    return plain + swap
+    grouped = [Bf16GemmSpec(cfg, "bf16", False, False, t) for cfg in BF16_GROUPED_CONFIGS
+               for t in ("m_contiguous", "m_masked")]
+    return plain + swap + grouped
 
 
-for _cfg in BF16_CONFIGS + BF16_SWAP_CONFIGS:  # fail at import, not at compile time, if a config breaks the budget
+for _cfg in BF16_CONFIGS + BF16_SWAP_CONFIGS + BF16_GROUPED_CONFIGS:  # fail at import, not at compile time, if a config breaks the budget
     assert _cfg.smem_bytes <= SMEM_LIMIT, _cfg

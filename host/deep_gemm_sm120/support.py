@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .arch import SM120_TARGETS, emulation_requested, target_for_capability
 
-_OPS = {"bf16_gemm_nt"}
+_OPS = {"bf16_gemm_nt", "m_grouped_bf16_gemm_nt_contiguous", "m_grouped_bf16_gemm_nt_masked"}
 _BF16_OUT = {"bfloat16", "float32", "bf16", "fp32"}
 
 
@@ -25,6 +25,8 @@ def is_supported(op: str, **kw) -> bool:
             return False
         if "out_dtype" in kw and _dtype_name(kw["out_dtype"]) not in _BF16_OUT:
             return False
+        if op != "bf16_gemm_nt" and "out_dtype" in kw and _dtype_name(kw["out_dtype"]) not in ("bfloat16", "bf16"):
+            return False  # grouped GEMMs write bf16
         for dim in ("m", "n", "k"):
             if dim in kw and (not isinstance(kw[dim], int) or kw[dim] < 0):
                 return False

@@ -23,8 +23,8 @@ _launch = None
 _stream = None
 
 
-def _validate_nt(a, b, d, c) -> tuple[int, int, int, int, int, int, int, int]:
-    """Detailed checks; returns (m, n, k, lda_bytes, ldb_bytes, ldd, ldc, device index)."""
+def _validate_nt(a, b, d, c) -> tuple:
+    """Detailed checks; returns (m, n, k, lda_bytes, ldb_bytes, ldd, ldc, device index, a/b/d/c pointers)."""
     for name, t in (("a", a), ("b", b), ("d", d)):
         require_tensor(name, t)
     require_dtype("a", a, (torch.bfloat16,))
@@ -53,7 +53,8 @@ def _validate_nt(a, b, d, c) -> tuple[int, int, int, int, int, int, int, int]:
     lda = tma_row_stride_bytes("a", a) if k else 0
     ldb = tma_row_stride_bytes("b", b) if k else 0
     index = dev.index if dev.index is not None else torch.cuda.current_device()
-    return m, n, k, lda, ldb, ldd, ldc, index
+    return (m, n, k, lda, ldb, ldd, ldc, index, a.data_ptr(), b.data_ptr(), d.data_ptr(),
+            c.data_ptr() if c is not None else 0)
 
 
 def _fast_checks(a, b, d, c):
@@ -68,21 +69,22 @@ def _fast_checks(a, b, d, c):
         sb0, sb1 = b.stride()
         sd0, sd1 = d.stride()
         index = d.get_device()
+        pa, pb, pd = a.data_ptr(), b.data_ptr(), d.data_ptr()
         if (kb != k or dm != m or dn != n or k == 0 or index < 0
                 or a.get_device() != index or b.get_device() != index
                 or sa1 != 1 or sb1 != 1 or sd1 != 1 or sa0 < k or sb0 < k or sd0 < n
-                or (sa0 * 2) % 16 or (sb0 * 2) % 16
-                or a.data_ptr() % 16 or b.data_ptr() % 16 or d.data_ptr() % 16):
+                or (sa0 * 2) % 16 or (sb0 * 2) % 16 or pa % 16 or pb % 16 or pd % 16):
             return None
-        ldc = 0
+        ldc, pc = 0, 0
         if c is not None:
             cm, cn = c.shape
             sc0, sc1 = c.stride()
+            pc = c.data_ptr()
             if (c.dtype is not d.dtype or cm != m or cn != n or c.get_device() != index or sc1 != 1
-                    or sc0 < n or c.data_ptr() % 16):
+                    or sc0 < n or pc % 16):
                 return None
             ldc = sc0
-        return m, n, k, sa0 * 2, sb0 * 2, sd0, ldc, index
+        return m, n, k, sa0 * 2, sb0 * 2, sd0, ldc, index, pa, pb, pd, pc
     except (AttributeError, TypeError, ValueError):
         return None
 
@@ -109,7 +111,7 @@ def bf16_gemm_nt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Ten
     args = _fast_checks(a, b, d, c)
     if args is None:
         args = _validate_nt(a, b, d, c)
-    m, n, k, lda, ldb, ldd, ldc, index = args
+    m, n, k, lda, ldb, ldd, ldc, index, pa, pb, pd, pc = args
     if m == 0 or n == 0:
         target_for_device(index)  # unsupported archs fail even on empty problems
         return
@@ -123,10 +125,9 @@ def bf16_gemm_nt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Ten
     handle, grid, threads, block_m, block_n, block_k, swap = _plan(m, n, k, _OUT[d.dtype], c is not None, index)
     if _launch is None:
         _launch, _stream = runtime.gemm_launcher(), runtime.current_stream_fn()
-    c_ptr = c.data_ptr() if c is not None else 0
     if swap:  # first operand = B (rows N), second = A (rows M); kernel m/n = N/M
-        _launch(handle, grid, threads, _stream(index), b.data_ptr(), n, ldb, block_m, a.data_ptr(), m, lda, block_n,
-                block_k, d.data_ptr(), c_ptr, n, m, k, ldd, ldc)
+        _launch(handle, grid, threads, _stream(index), pb, n, ldb, block_m, pa, m, lda, block_n, block_k, pd, pc, 0,
+                n, m, k, ldd, ldc, 1, 0)
     else:
-        _launch(handle, grid, threads, _stream(index), a.data_ptr(), m, lda, block_m, b.data_ptr(), n, ldb, block_n,
-                block_k, d.data_ptr(), c_ptr, m, n, k, ldd, ldc)
+        _launch(handle, grid, threads, _stream(index), pa, m, lda, block_m, pb, n, ldb, block_n, block_k, pd, pc, 0,
+                m, n, k, ldd, ldc, 1, 0)
