@@ -114,6 +114,43 @@ def sweep(iters: int) -> list[dict]:
     return rows
 
 
+MOE = [  # (experts, rows per expert, N, K): DeepSeek-V3 expert up/gate (N=4096 of 2x2048) and down projections
+    (8, 512, 4096, 7168), (32, 256, 4096, 7168), (32, 256, 7168, 2048), (64, 128, 7168, 2048),
+]
+
+
+def grouped_cases(iters: int) -> list[dict]:
+    import deep_gemm_sm120 as dg
+
+    rows = []
+    for groups, per, n, k in MOE:
+        m = groups * per
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(groups, n, k, device="cuda", dtype=torch.bfloat16)
+        d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        layout = torch.arange(groups, device="cuda", dtype=torch.int32).repeat_interleave(per)
+        t = bench(lambda: dg.m_grouped_bf16_gemm_nt_contiguous(a, b, d, layout, check_layout=False), iters)
+
+        def loop():
+            for g in range(groups):
+                torch.matmul(a[g * per:(g + 1) * per], b[g].T, out=d[g * per:(g + 1) * per])
+
+        t_ref = bench(loop, iters)
+        am = a.view(groups, per, k)
+        dm = d.view(groups, per, n)
+        masked = torch.full((groups,), per // 2, device="cuda", dtype=torch.int32)
+        t_m = bench(lambda: dg.m_grouped_bf16_gemm_nt_masked(am, b, dm, masked, per // 2), iters)
+        flops = 2 * m * n * k
+        r = {"groups": groups, "rows_per_group": per, "n": n, "k": k, "contiguous_us": t * 1e6,
+             "contiguous_tflops": flops / t / 1e12, "torch_loop_us": t_ref * 1e6, "speedup_vs_loop": t_ref / t,
+             "masked_half_us": t_m * 1e6, "masked_half_tflops": flops / 2 / t_m / 1e12}
+        rows.append(r)
+        print(f" > Grouped (G={groups:3d}, m/g={per:4d}, n={n:5d}, k={k:5d}): contiguous {r['contiguous_us']:8.1f} us | "
+              f"{r['contiguous_tflops']:6.1f} TFLOPS | {r['speedup_vs_loop']:.2f}x torch loop | masked (half rows) "
+              f"{r['masked_half_us']:8.1f} us | {r['masked_half_tflops']:6.1f} TFLOPS")
+    return rows
+
+
 def jit_figures() -> dict:
     from deep_gemm_sm120 import jit, runtime
     from deep_gemm_sm120.arch import target_for_device
@@ -184,6 +221,7 @@ def main() -> int:
         print(f" > Perf (m={m:6d}, n={n:6d}, k={k:6d}, layout=NT, out=bf16): {r['us']:9.1f} us | "
               f"{r['tflops']:6.1f} TFLOPS | {r['gbps']:7.1f} GB/s | {r['speedup_vs_torch']:.2f}x torch")
     results["cases"] = cases
+    results["grouped"] = grouped_cases(10 if a.quick else 20)
     results["host"] = host_overhead()
     h = results["host"]
     print(f" > Host overhead per cached call: {h['cached_call_us']:.1f} us "
