@@ -37,11 +37,17 @@ struct GemmTileScheduler {
     const int32_t* layout;  // contiguous: per-row ids, or psum ends; masked: masked_m per group
     bool psum;
     uint32_t num_m_blocks, num_n_blocks, num_tiles, next_tile;
+    // Masked: tiles are numbered over the *valid* tiles of groups 0..G-1 only, so masked-out rows cost no
+    // scheduling slot and the CTAs stay balanced. A CTA's tile indices only grow, so it walks the groups
+    // forward once, keeping the first tile index of the current group.
+    uint32_t cur_group = 0, cur_group_first = 0, cur_group_tiles = 0;
 
     SM120_DEVICE GemmTileScheduler(uint32_t m_, uint32_t n_, uint32_t groups, const int32_t* layout_, bool psum_)
         : m(m_), n(n_), num_groups(groups), layout(layout_), psum(psum_), num_m_blocks(ceil_div(m_, BLOCK_M)),
           num_n_blocks(ceil_div(n_, BLOCK_N)), next_tile(blockIdx.x) {
+        // Masked: an upper bound; the walk over groups ends the sequence when the valid tiles run out.
         num_tiles = num_m_blocks * num_n_blocks * (kType == GemmType::kMGroupedMasked ? groups : 1u);
+        if constexpr (kType == GemmType::kMGroupedMasked) cur_group_tiles = groups ? valid_m_blocks(0) * num_n_blocks : 0;
     }
 
     // Tile `t` of one problem -> (m_block, n_block) in grouped raster order.
@@ -67,6 +73,10 @@ struct GemmTileScheduler {
         return static_cast<int32_t>(lo);
     }
 
+    SM120_DEVICE uint32_t valid_m_blocks(uint32_t g) const {
+        return ceil_div(min(static_cast<uint32_t>(max(__ldg(layout + g), 0)), m), BLOCK_M);
+    }
+
     // Next non-empty tile of this CTA, or false when done.
     SM120_DEVICE bool next(TileInfo& t) {
         while (next_tile < num_tiles) {
@@ -74,16 +84,22 @@ struct GemmTileScheduler {
             next_tile += gridDim.x;
             uint32_t m_block, n_block;
             if constexpr (kType == GemmType::kMGroupedMasked) {
-                const uint32_t per_group = num_m_blocks * num_n_blocks;
-                const uint32_t g = tile / per_group;
-                raster(tile - g * per_group, m_block, n_block);
-                const int32_t rows = __ldg(layout + g);
-                if (rows <= static_cast<int32_t>(m_block * BLOCK_M)) continue;  // beyond masked_m[g]
+                while (tile >= cur_group_first + cur_group_tiles) {  // advance to the group holding `tile`
+                    cur_group_first += cur_group_tiles;
+                    if (++cur_group >= num_groups) return false;
+                    cur_group_tiles = valid_m_blocks(cur_group) * num_n_blocks;
+                }
+                const uint32_t g = cur_group;
+                const uint32_t rows = min(static_cast<uint32_t>(max(__ldg(layout + g), 0)), m);
+                // N-block fastest inside the group, over its valid m-blocks only
+                const uint32_t local = tile - cur_group_first;
+                n_block = local % num_n_blocks;
+                m_block = local / num_n_blocks;
                 t.group = static_cast<int32_t>(g);
                 t.a_row = g * m + m_block * BLOCK_M;
                 t.b_row = g * n + n_block * BLOCK_N;
                 t.d_row = t.a_row;
-                t.m_valid = min(BLOCK_M, min(static_cast<uint32_t>(rows), m) - m_block * BLOCK_M);
+                t.m_valid = min(BLOCK_M, rows - m_block * BLOCK_M);
             } else {
                 raster(tile, m_block, n_block);
                 t.a_row = m_block * BLOCK_M;
