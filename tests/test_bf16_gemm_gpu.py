@@ -133,3 +133,39 @@ def test_runtime_reports_no_local_memory(sm120_or_emulation):
     assert runtime.kernel_attribute(k.handle, "local_bytes") == 0
     assert runtime.kernel_attribute(k.handle, "max_threads") >= spec.config.threads
     del dg
+
+
+def _operands(layout, m, n, k, g):
+    a = torch.randn(*((k, m) if layout[0] == "t" else (m, k)), device="cuda", dtype=torch.bfloat16, generator=g)
+    b = torch.randn(*((k, n) if layout[1] == "n" else (n, k)), device="cuda", dtype=torch.bfloat16, generator=g)
+    a_ref = a.double().T if layout[0] == "t" else a.double()
+    b_ref = b.double() if layout[1] == "n" else b.double().T
+    return a, b, a_ref @ b_ref
+
+
+@pytest.mark.parametrize("layout", ["nn", "tn", "tt", "nt"])
+@pytest.mark.parametrize("m,n,k", [(1, 2112, 7168), (24, 576, 1536), (136, 200, 520), (4096, 4096, 1024),
+                                   (640, 1032, 72)])
+def test_layouts_match_fp64_reference(sm120_or_emulation, layout, m, n, k):
+    import deep_gemm_sm120 as dg
+    from deep_gemm_sm120.testing import calc_diff
+
+    if layout[0] == "t" and m % 8:
+        m = m + (-m) % 8  # A [K, M] rows must be 16-byte multiples
+    g = torch.Generator(device="cuda").manual_seed(m * 7 + n)
+    a, b, ref = _operands(layout, m, n, k, g)
+    fn = getattr(dg, f"bf16_gemm_{layout}")
+    for out_dtype in (torch.bfloat16, torch.float32):
+        d = poison_like(torch.empty(m, n, device="cuda", dtype=out_dtype))
+        fn(a, b, d)
+        c = torch.randn(m, n, device="cuda", dtype=out_dtype, generator=g)
+        d2 = c.clone()
+        fn(a, b, d2, c=d2)  # C aliasing D
+        torch.cuda.synchronize()
+        assert not torch.isnan(d).any()
+        assert calc_diff(d, ref) <= 1e-5, (layout, m, n, k, out_dtype)
+        assert calc_diff(d2, ref + c.double()) <= 1e-5
+        d3 = poison_like(d)
+        fn(a, b, d3)
+        torch.cuda.synchronize()
+        assert torch.equal(d, d3)

@@ -158,3 +158,38 @@ def test_set_num_sms_validation(monkeypatch):
         assert dg.get_num_sms() == 100 and device.num_sms_for(0) == 100
     finally:
         device._num_sms = None
+
+
+@pytest.mark.parametrize("fn, a, b, d, match", [
+    ("bf16_gemm_nn", (4, 8), (16, 5), (4, 5), r"a is \[M, K\] = \(4, 8\) and b is \[K, N\] = \(16, 5\)"),
+    ("bf16_gemm_tn", (8, 4), (5, 16), (4, 5), r"a is \[K, M\] = \(8, 4\) and b is \[N, K\] = \(5, 16\)"),
+    ("bf16_gemm_tt", (8, 4), (8, 5), (5, 4), r"d must be \[M, N\] = \(4, 5\)"),
+    ("bf16_gemm_tt", (8, 4, 1), (8, 5), (4, 5), r"a must be 2-D \[K, M\]"),
+])
+def test_layout_validation_errors(fn, a, b, d, match):
+    import deep_gemm_sm120 as dg
+
+    with pytest.raises(ValueError, match=match):
+        getattr(dg, fn)(_t(*a), _t(*b), _t(*d))
+
+
+def test_layout_specs_and_swap_rules():
+    from deep_gemm_sm120.configs import bf16_specs
+    from deep_gemm_sm120.heuristics import choose_bf16_plan
+
+    specs = bf16_specs()
+    assert {s.layout for s in specs} == {"nt", "nn", "tn", "tt"}
+    assert all(s.config.block_k == 64 and s.config.block_m % 64 == 0 for s in specs
+               if s.layout[0] == "t")  # MN-major A is fetched in 64-wide boxes
+    assert choose_bf16_plan(8, 4096, 4096, 132, "nn")[1]          # K-major A: swap-AB allowed
+    assert not choose_bf16_plan(8, 4096, 4096, 132, "tn")[1]      # MN-major A: never swapped
+    swapped_nn = [s for s in specs if s.swap_ab and s.layout == "nn"]
+    assert swapped_nn and all(s.mn_major == (True, False) for s in swapped_nn)
+
+
+def test_is_supported_layouts():
+    import deep_gemm_sm120 as dg
+
+    assert dg.is_supported("bf16_gemm_tt", m=64, n=64, k=7, capability=(12, 0))  # K is the outer dim of both
+    assert not dg.is_supported("bf16_gemm_tn", m=7, n=64, k=64, capability=(12, 0))
+    assert not dg.is_supported("bf16_gemm_nn", m=7, n=60, k=64, capability=(12, 0))

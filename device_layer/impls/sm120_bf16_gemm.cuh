@@ -1,6 +1,10 @@
 #pragma once
 // BF16 GEMM, NT layout:  D[M,N] = A[M,K] · B[N,K]^T (+ C[M,N]),  fp32 accumulation.
 //
+// Operand majorness: kAMNMajor / kBMNMajor select an MN-major operand (A stored [K, M], B stored [K, N]),
+// i.e. the TN / NN / TT layouts. Such a tile is fetched as 64-element-wide boxes into [BLOCK_K][64]
+// sub-tiles (128B swizzle) and its fragments are read with ldmatrix.trans; no host-side transposes.
+//
 // kSwapAB computes the same D as Dᵀ = B·Aᵀ: the host passes B's descriptor as the first operand and A's
 // as the second (kernel m/n are then N/M), and the epilogue writes transposed. Small-M (decode) calls
 // use it so the weight matrix fills the tile's 64/128-row side and the few tokens a 16/32-wide side.
@@ -66,13 +70,31 @@ struct Bf16GemmConfig {
     static_assert(BLOCK_M <= 256 && BLOCK_N <= 256, "TMA box dimensions are limited to 256");
 };
 
+// One operand tile into shared memory: K-major as a single [ROWS][BLOCK_K] box; MN-major as ROWS/64 boxes
+// of [BLOCK_K][64] (the descriptor's inner dimension is then M or N, always 128B-swizzled). Both deliver
+// ROWS * BLOCK_K elements, so the stage's transaction count is the same.
+template <bool kMNMajor, uint32_t ROWS, uint32_t BLOCK_K>
+SM120_DEVICE void load_operand(uint8_t* dst, const CUtensorMap* desc, uint64_t* bar, int32_t k, uint32_t row) {
+    if constexpr (kMNMajor) {
+        constexpr uint32_t kSubTileBytes = BLOCK_K * kSwizzle128BRowBytes;
+#pragma unroll
+        for (uint32_t j = 0; j < ROWS / 64; ++j)
+            tma_load_2d(dst + j * kSubTileBytes, desc, bar, static_cast<int32_t>(row + j * 64), k);
+    } else {
+        tma_load_2d(dst, desc, bar, k, static_cast<int32_t>(row));
+    }
+}
+
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t BLOCK_K, uint32_t kStages, uint32_t kWarpsM, uint32_t kWarpsN,
-          uint32_t kGroupN, typename OutT, bool kWithC, bool kSwapAB, GemmType kType>
+          uint32_t kGroupN, typename OutT, bool kWithC, bool kSwapAB, GemmType kType, bool kAMNMajor = false,
+          bool kBMNMajor = false>
 __global__ void __launch_bounds__(Bf16GemmConfig<BLOCK_M, BLOCK_N, BLOCK_K, kStages, kWarpsM, kWarpsN>::kThreads, 1)
 sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
                           OutT* __restrict__ d, const OutT* c, const int32_t* layout, uint32_t m, uint32_t n,
                           uint32_t k, uint32_t ldd, uint32_t ldc, uint32_t num_groups, uint32_t psum_layout) {
     static_assert(!(kSwapAB && kType != GemmType::kNormal), "swap-AB is for dense problems only");
+    static_assert((!kAMNMajor || BLOCK_M % 64 == 0) && (!kBMNMajor || BLOCK_N % 64 == 0),
+                  "MN-major tiles are fetched in 64-element boxes");
     using Cfg = Bf16GemmConfig<BLOCK_M, BLOCK_N, BLOCK_K, kStages, kWarpsM, kWarpsN>;
     constexpr uint32_t kMI = Cfg::kMI, kNI = Cfg::kNI;
 
@@ -114,10 +136,10 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
                     mbarrier_wait(&empty_bar[stage], phase ^ 1);
                     mbarrier_arrive_expect_tx(&full_bar[stage], Cfg::kStageBytes);
                     const int32_t kc = static_cast<int32_t>(kb * Cfg::kBlockK);
-                    tma_load_2d(smem_a + stage * Cfg::kTileABytes, &tmap_a, &full_bar[stage], kc,
-                                static_cast<int32_t>(tile.a_row));
-                    tma_load_2d(smem_b + stage * Cfg::kTileBBytes, &tmap_b, &full_bar[stage], kc,
-                                static_cast<int32_t>(tile.b_row));
+                    load_operand<kAMNMajor, BLOCK_M, BLOCK_K>(smem_a + stage * Cfg::kTileABytes, &tmap_a,
+                                                              &full_bar[stage], kc, tile.a_row);
+                    load_operand<kBMNMajor, BLOCK_N, BLOCK_K>(smem_b + stage * Cfg::kTileBBytes, &tmap_b,
+                                                              &full_bar[stage], kc, tile.b_row);
                     if (++stage == kStages) stage = 0, phase ^= 1;
                 }
             }
@@ -136,17 +158,38 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
     const uint32_t b_chunk = (lane >> 3) & 1;
 
     // Fragments of one k16 step: A for kMI m16 tiles, B for kNI n8 tiles.
+    // K-major tiles: rows are M (or N), 16-byte chunks along K. MN-major tiles: [BLOCK_K][64] sub-tiles whose
+    // rows are K and chunks run along M (N); ldmatrix.trans hands each lane the same fragment elements.
+    constexpr uint32_t kSubTileBytes = Cfg::kBlockK * kSwizzle128BRowBytes;
+    const uint32_t a_k_row = (lane & 7) + ((lane >> 4) << 3), a_mn_chunk = (lane >> 3) & 1;
+    const uint32_t b_k_row = (lane & 7) + (((lane >> 3) & 1) << 3), b_mn_chunk = lane >> 4;
     auto load_fragments = [&](uint32_t s, uint32_t kk, uint32_t (&af)[kMI][4], uint32_t (&bfr)[kNI][2]) {
         const uint32_t a_base = smem_addr(smem_a + s * Cfg::kTileABytes);
         const uint32_t b_base = smem_addr(smem_b + s * Cfg::kTileBBytes);
 #pragma unroll
-        for (uint32_t i = 0; i < kMI; ++i)
-            ldmatrix_x4(a_base + swizzle_offset<Cfg::kRowBytes>(a_row + i * 16, kk * 2 + a_chunk), af[i][0], af[i][1], af[i][2],
-                        af[i][3]);
+        for (uint32_t i = 0; i < kMI; ++i) {
+            if constexpr (kAMNMajor) {
+                const uint32_t m0 = wm * Cfg::kWarpM + i * 16;
+                ldmatrix_x4_trans(a_base + (m0 / 64) * kSubTileBytes +
+                                      swizzle_offset<128>(kk * 16 + a_k_row, (m0 % 64) / 8 + a_mn_chunk),
+                                  af[i][0], af[i][1], af[i][2], af[i][3]);
+            } else {
+                ldmatrix_x4(a_base + swizzle_offset<Cfg::kRowBytes>(a_row + i * 16, kk * 2 + a_chunk), af[i][0],
+                            af[i][1], af[i][2], af[i][3]);
+            }
+        }
 #pragma unroll
-        for (uint32_t j = 0; j < kNI / 2; ++j)
-            ldmatrix_x4(b_base + swizzle_offset<Cfg::kRowBytes>(b_row + j * 16, kk * 2 + b_chunk), bfr[2 * j][0], bfr[2 * j][1],
-                        bfr[2 * j + 1][0], bfr[2 * j + 1][1]);
+        for (uint32_t j = 0; j < kNI / 2; ++j) {
+            if constexpr (kBMNMajor) {
+                const uint32_t n0 = wn * Cfg::kWarpN + j * 16;
+                ldmatrix_x4_trans(b_base + (n0 / 64) * kSubTileBytes +
+                                      swizzle_offset<128>(kk * 16 + b_k_row, (n0 % 64) / 8 + b_mn_chunk),
+                                  bfr[2 * j][0], bfr[2 * j][1], bfr[2 * j + 1][0], bfr[2 * j + 1][1]);
+            } else {
+                ldmatrix_x4(b_base + swizzle_offset<Cfg::kRowBytes>(b_row + j * 16, kk * 2 + b_chunk), bfr[2 * j][0],
+                            bfr[2 * j][1], bfr[2 * j + 1][0], bfr[2 * j + 1][1]);
+            }
+        }
     };
     constexpr uint32_t kSteps = Cfg::kBlockK / 16;
     static_assert(kSteps % 2 == 0, "fragment double-buffering assumes an even number of k16 steps per stage");

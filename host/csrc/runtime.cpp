@@ -285,13 +285,18 @@ void launch_gemm_tma2(int handle, uint32_t grid, uint32_t block, uint64_t stream
                       uint64_t a_stride, uint32_t a_box_rows, uint64_t b_ptr, uint64_t b_rows, uint64_t b_stride,
                       uint32_t b_box_rows, uint32_t box_k, uint64_t d_ptr, uint64_t c_ptr, uint64_t layout_ptr,
                       uint32_t m, uint32_t n, uint32_t k, uint32_t ldd, uint32_t ldc, uint32_t num_groups,
-                      uint32_t psum) {
+                      uint32_t psum, bool a_mn_major, bool b_mn_major) {
     const Driver& d = driver();
     const Kernel& kern = g_kernels.at(handle);
     ContextGuard guard(kern.ctx);
-    const int swizzle = static_cast<int>(box_k) * 2;
-    CUtensorMap map_a = cached_encode_2d(Tma2D{a_ptr, 2, k, a_rows, a_stride, box_k, a_box_rows, swizzle});
-    CUtensorMap map_b = cached_encode_2d(Tma2D{b_ptr, 2, k, b_rows, b_stride, box_k, b_box_rows, swizzle});
+    // K-major: [rows][k] with box [box_rows][box_k], swizzle = box_k * 2 bytes. MN-major: [k][rows] with
+    // 64-element (128-byte, 128B-swizzled) boxes of box_k rows; the kernel issues box_rows / 64 of them.
+    auto operand = [&](uint64_t ptr, uint64_t rows, uint64_t stride, uint32_t box_rows, bool mn) {
+        return mn ? Tma2D{ptr, 2, rows, k, stride, 64, box_k, 128}
+                  : Tma2D{ptr, 2, k, rows, stride, box_k, box_rows, static_cast<int>(box_k) * 2};
+    };
+    CUtensorMap map_a = cached_encode_2d(operand(a_ptr, a_rows, a_stride, a_box_rows, a_mn_major));
+    CUtensorMap map_b = cached_encode_2d(operand(b_ptr, b_rows, b_stride, b_box_rows, b_mn_major));
     void* params[] = {&map_a, &map_b, &d_ptr, &c_ptr, &layout_ptr, &m, &n, &k, &ldd, &ldc, &num_groups, &psum};
     CUlaunchConfig cfg;
     std::memset(&cfg, 0, sizeof(cfg));

@@ -5,7 +5,7 @@ Importing this package never initializes CUDA and works without a GPU, driver or
 from __future__ import annotations
 
 from . import arch, testing
-from .api.bf16_gemm import bf16_gemm_nt
+from .api.bf16_gemm import bf16_gemm_nn, bf16_gemm_nt, bf16_gemm_tn, bf16_gemm_tt
 from .api.bf16_grouped import (get_mk_alignment_for_contiguous_layout, m_grouped_bf16_gemm_nt_contiguous,
                                m_grouped_bf16_gemm_nt_masked)
 from .device import get_num_sms, set_num_sms
@@ -23,5 +23,5 @@ def precompile(specs=None, targets=None) -> int:
                           targets if targets is not None else arch.RELEASE_TARGETS)
 
 
-__all__ = ["bf16_gemm_nt", "m_grouped_bf16_gemm_nt_contiguous", "m_grouped_bf16_gemm_nt_masked",
+__all__ = ["bf16_gemm_nt", "bf16_gemm_nn", "bf16_gemm_tn", "bf16_gemm_tt", "m_grouped_bf16_gemm_nt_contiguous", "m_grouped_bf16_gemm_nt_masked",
            "get_mk_alignment_for_contiguous_layout", "get_num_sms", "set_num_sms", "is_supported", "precompile", "arch", "testing"]

@@ -46,6 +46,7 @@ class Bf16GemmSpec:
     with_c: bool = False
     swap_ab: bool = False
     gemm_type: str = "normal"
+    layout: str = "nt"  # n/t per operand: A [M,K] (n) or [K,M] (t); B [N,K] (t-in-memory, "nt") or [K,N] ("nn")
 
     family = "bf16_gemm_nt"
     header = "impls/sm120_bf16_gemm.cuh"
@@ -53,7 +54,14 @@ class Bf16GemmSpec:
     @property
     def name(self) -> str:
         return (f"{self.family}_{self.config.name}_{self.out_dtype}{'_c' if self.with_c else ''}"
-                f"{'_swap' if self.swap_ab else ''}{'' if self.gemm_type == 'normal' else '_' + self.gemm_type}")
+                f"{'_swap' if self.swap_ab else ''}{'' if self.gemm_type == 'normal' else '_' + self.gemm_type}"
+                f"{'' if self.layout == 'nt' else '_' + self.layout}")
+
+    @property
+    def mn_major(self) -> tuple[bool, bool]:
+        """(first operand MN-major, second operand MN-major) in kernel order (after swap-AB)."""
+        a_mn, b_mn = self.layout[0] == "t", self.layout[1] == "n"
+        return (b_mn, a_mn) if self.swap_ab else (a_mn, b_mn)
 
     def source(self) -> str:
         c = self.config
@@ -64,7 +72,8 @@ class Bf16GemmSpec:
             "template __global__ void sm120::sm120_bf16_gemm_nt_kernel<"
             f"{c.block_m}, {c.block_n}, {c.block_k}, {c.stages}, {c.warps_m}, {c.warps_n}, {c.group_n}, {out}, "
             f"{'true' if self.with_c else 'false'}, {'true' if self.swap_ab else 'false'}, "
-            f"sm120::GemmType::{GEMM_TYPES[self.gemm_type]}>(\n"
+            f"sm120::GemmType::{GEMM_TYPES[self.gemm_type]}, {str(self.mn_major[0]).lower()}, "
+            f"{str(self.mn_major[1]).lower()}>(\n"
             "    const __grid_constant__ CUtensorMap, const __grid_constant__ CUtensorMap, "
             f"{out}*, const {out}*, const int32_t*, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, "
             "uint32_t);\n"
@@ -97,13 +106,22 @@ BF16_GROUPED_CONFIGS: tuple[Bf16GemmConfig, ...] = (
 )
 
 
+# NN / TN / TT (an MN-major operand): 64-wide boxes need BLOCK_M/BLOCK_N multiples of 64, BLOCK_K 64.
+BF16_LAYOUT_CONFIGS: tuple[Bf16GemmConfig, ...] = tuple(c for c in BF16_CONFIGS if c.block_k == 64)
+LAYOUTS = ("nt", "nn", "tn", "tt")
+
+
 def bf16_specs() -> list[Bf16GemmSpec]:
     """All instantiations reachable from the host API."""
     plain = [Bf16GemmSpec(cfg, out, c) for cfg in BF16_CONFIGS for out in OUT_DTYPES for c in (False, True)]
     swap = [Bf16GemmSpec(cfg, out, c, True) for cfg in BF16_SWAP_CONFIGS for out in OUT_DTYPES for c in (False, True)]
     grouped = [Bf16GemmSpec(cfg, "bf16", False, False, t) for cfg in BF16_GROUPED_CONFIGS
                for t in ("m_contiguous", "m_masked")]
-    return plain + swap + grouped
+    layouts = [Bf16GemmSpec(cfg, out, c, False, "normal", lay) for lay in ("nn", "tn", "tt")
+               for cfg in BF16_LAYOUT_CONFIGS for out in OUT_DTYPES for c in (False, True)]
+    swap_nn = [Bf16GemmSpec(cfg, out, c, True, "normal", "nn") for cfg in BF16_SWAP_CONFIGS
+               for out in OUT_DTYPES for c in (False, True)]
+    return plain + swap + grouped + layouts + swap_nn
 
 
 for _cfg in BF16_CONFIGS + BF16_SWAP_CONFIGS + BF16_GROUPED_CONFIGS:  # fail at import, not at compile time, if a config breaks the budget

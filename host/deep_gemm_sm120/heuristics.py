@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from .configs import BF16_CONFIGS, BF16_SWAP_CONFIGS, SWAP_AB_MAX_M, Bf16GemmConfig
+from .configs import BF16_CONFIGS, BF16_LAYOUT_CONFIGS, BF16_SWAP_CONFIGS, SWAP_AB_MAX_M, Bf16GemmConfig
 
 # Relative main-loop efficiency of each tile area: smaller tiles issue more ldmatrix per MMA and
 # reload operands more often. Rough ratios; they only break ties between wave counts.
@@ -17,10 +17,10 @@ def _ceil_div(a: int, b: int) -> int:
 
 
 @lru_cache(maxsize=8192)
-def choose_bf16_config(m: int, n: int, k: int, num_sms: int) -> Bf16GemmConfig:
+def choose_bf16_config(m: int, n: int, k: int, num_sms: int, layout: str = "nt") -> Bf16GemmConfig:
     """Minimize (waves x tile work / efficiency): the critical path of a persistent launch."""
     best, best_cost = None, None
-    for cfg in BF16_CONFIGS:
+    for cfg in (BF16_CONFIGS if layout == "nt" else BF16_LAYOUT_CONFIGS):
         tiles = _ceil_div(m, cfg.block_m) * _ceil_div(n, cfg.block_n)
         waves = _ceil_div(tiles, num_sms)
         cost = waves * cfg.block_m * cfg.block_n / _TILE_EFFICIENCY[cfg.block_m * cfg.block_n]
@@ -31,11 +31,12 @@ def choose_bf16_config(m: int, n: int, k: int, num_sms: int) -> Bf16GemmConfig:
 
 
 @lru_cache(maxsize=8192)
-def choose_bf16_plan(m: int, n: int, k: int, num_sms: int) -> tuple[Bf16GemmConfig, bool]:
+def choose_bf16_plan(m: int, n: int, k: int, num_sms: int, layout: str = "nt") -> tuple[Bf16GemmConfig, bool]:
     """(config, swap_ab). Decode-sized M (<= 32) swaps A and B so the weights fill the wide tile side;
-    the token side then needs only 16 or 32 columns, and the smaller stages allow a deeper pipeline."""
-    if m <= SWAP_AB_MAX_M:
+    the token side then needs only 16 or 32 columns, and the smaller stages allow a deeper pipeline.
+    Only when A is K-major (nt, nn): an MN-major A cannot be fetched in 16/32-wide boxes."""
+    if m <= SWAP_AB_MAX_M and layout[0] == "n":
         narrow = [c for c in BF16_SWAP_CONFIGS if c.block_n >= m]
         cfg = min(narrow, key=lambda c: c.block_n)
         return cfg, True
-    return choose_bf16_config(m, n, k, num_sms), False
+    return choose_bf16_config(m, n, k, num_sms, layout), False

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from .arch import SM120_TARGETS, emulation_requested, target_for_capability
 
-_OPS = {"bf16_gemm_nt", "m_grouped_bf16_gemm_nt_contiguous", "m_grouped_bf16_gemm_nt_masked"}
+_DENSE = {"bf16_gemm_nt", "bf16_gemm_nn", "bf16_gemm_tn", "bf16_gemm_tt"}
+_OPS = _DENSE | {"m_grouped_bf16_gemm_nt_contiguous", "m_grouped_bf16_gemm_nt_masked"}
 _BF16_OUT = {"bfloat16", "float32", "bf16", "fp32"}
 
 
@@ -25,13 +26,17 @@ def is_supported(op: str, **kw) -> bool:
             return False
         if "out_dtype" in kw and _dtype_name(kw["out_dtype"]) not in _BF16_OUT:
             return False
-        if op != "bf16_gemm_nt" and "out_dtype" in kw and _dtype_name(kw["out_dtype"]) not in ("bfloat16", "bf16"):
+        if op not in _DENSE and "out_dtype" in kw and _dtype_name(kw["out_dtype"]) not in ("bfloat16", "bf16"):
             return False  # grouped GEMMs write bf16
         for dim in ("m", "n", "k"):
             if dim in kw and (not isinstance(kw[dim], int) or kw[dim] < 0):
                 return False
-        if "k" in kw and kw["k"] % 8:  # TMA: 16-byte row strides for bf16 K-major operands
-            return False
+        if "k" in kw and kw["k"] % 8 and op in ("bf16_gemm_nt", "bf16_gemm_nn", "bf16_gemm_tn"):
+            return False  # TMA: 16-byte row strides for a bf16 K-major operand
+        if op in ("bf16_gemm_tn", "bf16_gemm_tt") and "m" in kw and kw["m"] % 8:
+            return False  # A is [K, M]: its rows must be 16-byte multiples
+        if op in ("bf16_gemm_nn", "bf16_gemm_tt") and "n" in kw and kw["n"] % 8:
+            return False  # B is [K, N]
         cap = kw.get("capability")
         if cap is None and kw.get("device") is not None:
             import torch
