@@ -44,4 +44,15 @@ torch.cuda.synchronize()
 ok = calc_diff(d[:100], a[:100].double() @ b[0].double().T) <= 1e-5 and calc_diff(
     dm[2], am[2].double() @ b[2].double().T) <= 1e-5
 print(f"sanitize grouped cases: {'ok' if ok else 'FAIL'}")
+# MN-major operands (ldmatrix.trans path): nn with swap-AB, tn, tt
+for layout, (m, n, k) in (("nn", (9, 264, 200)), ("tn", (136, 200, 72)), ("tt", (64, 130, 264))):
+    a = torch.randn(*((k, m) if layout[0] == "t" else (m, k)), device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(*((k, n) if layout[1] == "n" else (n, k)), device="cuda", dtype=torch.bfloat16)
+    d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float32)
+    getattr(dg, f"bf16_gemm_{layout}")(a, b, d)
+    torch.cuda.synchronize()
+    ref = (a.double().T if layout[0] == "t" else a.double()) @ (b.double() if layout[1] == "n" else b.double().T)
+    good = calc_diff(d, ref) <= 1e-5 and not torch.isnan(d).any()
+    ok = ok and good
+    print(f"sanitize layout {layout} m={m} n={n} k={k}: {'ok' if good else 'FAIL'}")
 sys.exit(1 if (failures or not ok) else 0)

@@ -162,8 +162,8 @@ def test_set_num_sms_validation(monkeypatch):
 
 @pytest.mark.parametrize("fn, a, b, d, match", [
     ("bf16_gemm_nn", (4, 8), (16, 5), (4, 5), r"a is \[M, K\] = \(4, 8\) and b is \[K, N\] = \(16, 5\)"),
-    ("bf16_gemm_tn", (8, 4), (5, 16), (4, 5), r"a is \[K, M\] = \(8, 4\) and b is \[N, K\] = \(5, 16\)"),
-    ("bf16_gemm_tt", (8, 4), (8, 5), (5, 4), r"d must be \[M, N\] = \(4, 5\)"),
+    ("bf16_gemm_tn", (8, 4), (5, 16), (4, 16), r"a is \[K, M\] = \(8, 4\) and b is \[K, N\] = \(5, 16\)"),
+    ("bf16_gemm_tt", (8, 4), (5, 8), (5, 4), r"d must be \[M, N\] = \(4, 5\)"),
     ("bf16_gemm_tt", (8, 4, 1), (8, 5), (4, 5), r"a must be 2-D \[K, M\]"),
 ])
 def test_layout_validation_errors(fn, a, b, d, match):
@@ -190,6 +190,7 @@ def test_layout_specs_and_swap_rules():
 def test_is_supported_layouts():
     import deep_gemm_sm120 as dg
 
-    assert dg.is_supported("bf16_gemm_tt", m=64, n=64, k=7, capability=(12, 0))  # K is the outer dim of both
+    assert dg.is_supported("bf16_gemm_tn", m=64, n=64, k=7, capability=(12, 0))  # K is the outer dim of both
+    assert not dg.is_supported("bf16_gemm_tt", m=64, n=64, k=7, capability=(12, 0))  # b [N, K] is K-major
     assert not dg.is_supported("bf16_gemm_tn", m=7, n=64, k=64, capability=(12, 0))
     assert not dg.is_supported("bf16_gemm_nn", m=7, n=60, k=64, capability=(12, 0))

@@ -46,7 +46,7 @@ class Bf16GemmSpec:
     with_c: bool = False
     swap_ab: bool = False
     gemm_type: str = "normal"
-    layout: str = "nt"  # n/t per operand: A [M,K] (n) or [K,M] (t); B [N,K] (t-in-memory, "nt") or [K,N] ("nn")
+    layout: str = "nt"  # DeepGEMM naming: a [M,K] "n" or [K,M] "t"; then b [K,N] "n" or [N,K] "t"
 
     family = "bf16_gemm_nt"
     header = "impls/sm120_bf16_gemm.cuh"

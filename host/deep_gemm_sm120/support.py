@@ -31,12 +31,13 @@ def is_supported(op: str, **kw) -> bool:
         for dim in ("m", "n", "k"):
             if dim in kw and (not isinstance(kw[dim], int) or kw[dim] < 0):
                 return False
-        if "k" in kw and kw["k"] % 8 and op in ("bf16_gemm_nt", "bf16_gemm_nn", "bf16_gemm_tn"):
-            return False  # TMA: 16-byte row strides for a bf16 K-major operand
+        # TMA needs 16-byte rows: the inner dimension of every operand must be a multiple of 8 bf16
+        if "k" in kw and kw["k"] % 8 and op != "bf16_gemm_tn":
+            return False  # some operand is K-major (a [M, K] or b [N, K])
         if op in ("bf16_gemm_tn", "bf16_gemm_tt") and "m" in kw and kw["m"] % 8:
-            return False  # A is [K, M]: its rows must be 16-byte multiples
-        if op in ("bf16_gemm_nn", "bf16_gemm_tt") and "n" in kw and kw["n"] % 8:
-            return False  # B is [K, N]
+            return False  # a is [K, M]
+        if op in ("bf16_gemm_nn", "bf16_gemm_tn") and "n" in kw and kw["n"] % 8:
+            return False  # b is [K, N]
         cap = kw.get("capability")
         if cap is None and kw.get("device") is not None:
             import torch

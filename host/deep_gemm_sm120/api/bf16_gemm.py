@@ -1,6 +1,8 @@
 """BF16 dense GEMMs: D = C + op(A)·op(B) in DeepGEMM's four layouts, D/C [M,N] in bf16 or fp32.
 
-    nt: a [M, K], b [N, K]     nn: a [M, K], b [K, N]     tn: a [K, M], b [N, K]     tt: a [K, M], b [K, N]
+    nt: a [M, K], b [N, K]     nn: a [M, K], b [K, N]     tn: a [K, M], b [K, N]     tt: a [K, M], b [N, K]
+
+(first letter: a as [M, K] "n" or [K, M] "t"; second letter: b as [K, N] "n" or [N, K] "t", DeepGEMM's naming)
 
 The kernel reads MN-major operands (a of tn/tt, b of nn/tt) straight through TMA + ldmatrix.trans.
 Hot path: one pass of inline checks that accepts only fully valid arguments; anything else goes through
@@ -158,10 +160,10 @@ def bf16_gemm_nn(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Ten
 
 
 def bf16_gemm_tn(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Tensor | None = None) -> None:
-    """d = c + a.T @ b.T with a [K, M], b [N, K]."""
+    """d = c + a.T @ b with a [K, M], b [K, N] (e.g. weight gradients)."""
     _gemm("tn", a, b, d, c)
 
 
 def bf16_gemm_tt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Tensor | None = None) -> None:
-    """d = c + a.T @ b with a [K, M], b [K, N]."""
+    """d = c + a.T @ b.T with a [K, M], b [N, K]."""
     _gemm("tt", a, b, d, c)
