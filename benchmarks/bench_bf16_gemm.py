@@ -104,7 +104,7 @@ def sweep(iters: int) -> list[dict]:
             def run():
                 launch(kern.handle, grid, kern.threads, stream(0), a.data_ptr(), size, size * 2, bm, b.data_ptr(),
                        size, size * 2, bn, bk, d.data_ptr(), 0, 0, size, size, size, size, 0, 1, 0,
-                       False, False)
+                       False, False, 1, 0)
 
             t = bench(run, iters)
             err = float((d.float() - ref).abs().max() / ref.abs().max())
@@ -149,6 +149,35 @@ def grouped_cases(iters: int) -> list[dict]:
         print(f" > Grouped (G={groups:3d}, m/g={per:4d}, n={n:5d}, k={k:5d}): contiguous {r['contiguous_us']:8.1f} us | "
               f"{r['contiguous_tflops']:6.1f} TFLOPS | {r['speedup_vs_loop']:.2f}x torch loop | masked (half rows) "
               f"{r['masked_half_us']:8.1f} us | {r['masked_half_tflops']:6.1f} TFLOPS")
+    return rows
+
+
+def split_k_cases(iters: int) -> list[dict]:
+    """Split-K against the same kernels with splitting disabled, on decode shapes (M <= 64, K >= 7168)."""
+    import deep_gemm_sm120 as dg
+    from deep_gemm_sm120 import heuristics
+    from deep_gemm_sm120.api import bf16_gemm as api
+
+    rows = []
+    for m, n, k in ((1, 2112, 7168), (16, 2112, 7168), (64, 2112, 7168), (64, 576, 7168), (32, 7168, 16384),
+                    (64, 4096, 7168)):
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+        d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        splits = heuristics.choose_bf16_split_plan(m, n, k, sms)[2]
+        times = {}
+        for enabled in (True, False):
+            heuristics.SPLIT_K_ENABLED = enabled
+            api._plans.clear()
+            times[enabled] = bench(lambda: dg.bf16_gemm_nt(a, b, d), iters)
+        heuristics.SPLIT_K_ENABLED = True
+        api._plans.clear()
+        r = {"m": m, "n": n, "k": k, "splits": splits, "split_us": times[True] * 1e6,
+             "no_split_us": times[False] * 1e6, "speedup": times[False] / times[True]}
+        rows.append(r)
+        print(f" > Split-K (m={m:4d}, n={n:5d}, k={k:5d}): {splits:2d} splits {r['split_us']:7.1f} us | "
+              f"no split {r['no_split_us']:7.1f} us | {r['speedup']:.2f}x")
     return rows
 
 
@@ -223,6 +252,7 @@ def main() -> int:
               f"{r['tflops']:6.1f} TFLOPS | {r['gbps']:7.1f} GB/s | {r['speedup_vs_torch']:.2f}x torch")
     results["cases"] = cases
     results["grouped"] = grouped_cases(10 if a.quick else 20)
+    results["split_k"] = split_k_cases(10 if a.quick else 30)
     results["host"] = host_overhead()
     h = results["host"]
     print(f" > Host overhead per cached call: {h['cached_call_us']:.1f} us "

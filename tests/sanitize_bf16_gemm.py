@@ -17,6 +17,7 @@ from deep_gemm_sm120.testing import calc_diff  # noqa: E402
 
 failures = 0
 for m, n, k, dt, with_c in [(129, 200, 136, torch.bfloat16, False), (7, 576, 1536, torch.float32, True),
+                            (48, 130, 4104, torch.bfloat16, True),  # split-K + reduce
                             (256, 256, 1024, torch.bfloat16, True), (1, 2112, 512, torch.bfloat16, False),
                             (300, 130, 72, torch.float32, False)]:
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)

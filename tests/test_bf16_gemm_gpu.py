@@ -169,3 +169,23 @@ def test_layouts_match_fp64_reference(sm120_or_emulation, layout, m, n, k):
         fn(a, b, d3)
         torch.cuda.synchronize()
         assert torch.equal(d, d3)
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 2112, 7168), (64, 2112, 7168), (20, 576, 16384), (48, 130, 4104)])
+def test_split_k_is_exact_and_deterministic(sm120_or_emulation, m, n, k):
+    import deep_gemm_sm120 as dg
+    from deep_gemm_sm120 import heuristics
+    from deep_gemm_sm120.testing import calc_diff
+
+    assert heuristics.choose_bf16_split_plan(m, n, k, torch.cuda.get_device_properties(0).multi_processor_count)[2] > 1
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    ref = a.double() @ b.double().T
+    for out in (torch.bfloat16, torch.float32):
+        c = torch.randn(m, n, device="cuda", dtype=out)
+        d1, d2 = poison_like(c), poison_like(c)
+        dg.bf16_gemm_nt(a, b, d1, c=c)
+        dg.bf16_gemm_nt(a, b, d2, c=c)
+        torch.cuda.synchronize()
+        assert not torch.isnan(d1).any() and torch.equal(d1, d2)
+        assert calc_diff(d1, ref + c.double()) <= 1e-5

@@ -194,3 +194,18 @@ def test_is_supported_layouts():
     assert not dg.is_supported("bf16_gemm_tt", m=64, n=64, k=7, capability=(12, 0))  # b [N, K] is K-major
     assert not dg.is_supported("bf16_gemm_tn", m=7, n=64, k=64, capability=(12, 0))
     assert not dg.is_supported("bf16_gemm_nn", m=7, n=60, k=64, capability=(12, 0))
+
+
+def test_split_k_heuristic():
+    from deep_gemm_sm120.heuristics import choose_bf16_split_plan, choose_splits
+
+    assert choose_bf16_split_plan(64, 2112, 7168, 132)[2] == 4      # 33 tiles on 132 SMs, K = 112 blocks
+    assert choose_bf16_split_plan(4096, 4096, 4096, 132)[2] == 1    # plenty of tiles
+    assert choose_bf16_split_plan(64, 2112, 1024, 132)[2] == 1      # short K
+    for tiles in range(1, 80):
+        for k in range(2048, 40000, 1111):
+            s = choose_splits(tiles, k, 64, 132)
+            kb = -(-k // 64)
+            per = -(-kb // s)
+            assert 1 <= s <= 16 and (s - 1) * per < kb, (tiles, k, s)  # no empty slice
+            assert s == 1 or tiles * s <= 132

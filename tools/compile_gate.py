@@ -250,10 +250,10 @@ def kernel_jobs(quick: bool) -> list[tuple[str, str, str, int]]:
     """(name, family, source, dynamic smem) for every host-reachable instantiation; with `quick`, one per
     tile configuration (bf16 output, no C): register and smem use depend on the tile, rarely on the rest."""
     cfgmod = load_configs()
-    specs = cfgmod.bf16_specs()
+    specs = cfgmod.all_specs()
     if quick:
         specs = [s for s in specs if s.out_dtype == "bf16" and not s.with_c]
-    return [(s.name, s.family, s.source(), s.config.smem_bytes) for s in specs]
+    return [(s.name, s.family, s.source(), s.smem_bytes) for s in specs]
 
 
 def run_gate(toolchains: list[Toolchain], targets: tuple[str, ...], quick: bool, jobs: int,

@@ -91,7 +91,10 @@ template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t BLOCK_K, uint32_t kStages
 __global__ void __launch_bounds__(Bf16GemmConfig<BLOCK_M, BLOCK_N, BLOCK_K, kStages, kWarpsM, kWarpsN>::kThreads, 1)
 sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
                           OutT* __restrict__ d, const OutT* c, const int32_t* layout, uint32_t m, uint32_t n,
-                          uint32_t k, uint32_t ldd, uint32_t ldc, uint32_t num_groups, uint32_t psum_layout) {
+                          uint32_t k, uint32_t ldd, uint32_t ldc, uint32_t num_groups, uint32_t psum_layout,
+                          uint32_t num_splits, uint32_t split_stride) {
+    // Split-K (num_splits > 1): slice s of a tile writes fp32 partial sums to d + s * split_stride (a
+    // workspace); impls/sm120_split_k_reduce.cuh adds the slices in order, so results are deterministic.
     static_assert(!(kSwapAB && kType != GemmType::kNormal), "swap-AB is for dense problems only");
     static_assert((!kAMNMajor || BLOCK_M % 64 == 0) && (!kBMNMajor || BLOCK_N % 64 == 0),
                   "MN-major tiles are fetched in 64-element boxes");
@@ -126,13 +129,14 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
         // ---------------- producer warpgroup ----------------
         if constexpr (Cfg::kReallocRegs) warpgroup_reg_dealloc<Cfg::kProducerRegs>();
         if (warp == Cfg::kMathWarps && lane == 0) {
-            GemmTileScheduler<BLOCK_M, BLOCK_N, kGroupN, kType> sched(m, n, num_groups, layout, psum_layout != 0);
+            GemmTileScheduler<BLOCK_M, BLOCK_N, kGroupN, kType> sched(m, n, num_groups, layout, psum_layout != 0,
+                                                                      num_k_blocks, num_splits);
             TileInfo tile;
             tma_prefetch_descriptor(&tmap_a);
             tma_prefetch_descriptor(&tmap_b);
             uint32_t stage = 0, phase = 0;
             while (sched.next(tile)) {
-                for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
+                for (uint32_t kb = tile.k_begin; kb < tile.k_end; ++kb) {
                     mbarrier_wait(&empty_bar[stage], phase ^ 1);
                     mbarrier_arrive_expect_tx(&full_bar[stage], Cfg::kStageBytes);
                     const int32_t kc = static_cast<int32_t>(kb * Cfg::kBlockK);
@@ -148,7 +152,8 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
     } else {
     // ---------------- math warps ----------------
     if constexpr (Cfg::kReallocRegs) warpgroup_reg_alloc<Cfg::kMathRegs>();
-    GemmTileScheduler<BLOCK_M, BLOCK_N, kGroupN, kType> sched(m, n, num_groups, layout, psum_layout != 0);
+    GemmTileScheduler<BLOCK_M, BLOCK_N, kGroupN, kType> sched(m, n, num_groups, layout, psum_layout != 0,
+                                                              num_k_blocks, num_splits);
     TileInfo tile;
     const uint32_t wm = warp / kWarpsN, wn = warp % kWarpsN;
     // Per-lane ldmatrix rows and 16-byte chunks (see mma/sm120.cuh for fragment layouts).
@@ -206,11 +211,11 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
 #pragma unroll
                 for (uint32_t e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
-        if (num_k_blocks > 0) {
+        if (tile.k_end > tile.k_begin) {
             mbarrier_wait(&full_bar[stage], phase);
             load_fragments(stage, 0, af[0], bfr[0]);
         }
-        for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
+        for (uint32_t kb = tile.k_begin; kb < tile.k_end; ++kb) {
 #pragma unroll
             for (uint32_t kk = 0; kk < kSteps; ++kk) {
                 const uint32_t cur = kk & 1, nxt = cur ^ 1;
@@ -221,7 +226,7 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
                     // the next tile's stage is fine: the producer fills stages in the same order).
                     const uint32_t next_stage = stage + 1 == kStages ? 0 : stage + 1;
                     const uint32_t next_phase = stage + 1 == kStages ? phase ^ 1 : phase;
-                    if (kb + 1 < num_k_blocks) {
+                    if (kb + 1 < tile.k_end) {
                         mbarrier_wait(&full_bar[next_stage], next_phase);
                         load_fragments(next_stage, 0, af[nxt], bfr[nxt]);
                     }
@@ -241,6 +246,7 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
         }
 
         // Epilogue: registers -> global, each thread owning its elements (so C may alias D).
+        OutT* const d_slice = d + static_cast<size_t>(tile.split) * split_stride;
         // Rows are tile-local until checked against tile.m_valid; per-row group ids (contiguous layout)
         // additionally mark padding rows (-1), which stay untouched.
         const uint32_t row0 = wm * Cfg::kWarpM + (lane >> 2);
@@ -269,7 +275,7 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
                             if (col >= n) continue;
                             float v = acc[i][j][2 * h + e];
                             if constexpr (kWithC) v += static_cast<float>(c[static_cast<size_t>(col) * ldc + row]);
-                            d[static_cast<size_t>(col) * ldd + row] = static_cast<OutT>(v);
+                            d_slice[static_cast<size_t>(col) * ldd + row] = static_cast<OutT>(v);
                         }
                 }
             continue;
@@ -286,7 +292,7 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
                 for (uint32_t j = 0; j < kNI; ++j) {
                     const uint32_t col = col0 + j * 8;
                     float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
-                    OutT* dp = d + static_cast<size_t>(row) * ldd + col;
+                    OutT* dp = d_slice + static_cast<size_t>(row) * ldd + col;
                     const OutT* cp = kWithC ? c + static_cast<size_t>(row) * ldc + col : nullptr;
                     if (pairs && col + 1 < n) {
                         if constexpr (sizeof(OutT) == 4) {

@@ -24,6 +24,9 @@ struct TileInfo {
     uint32_t n_col;    // first column of D
     uint32_t m_valid;  // rows of the tile that hold real output rows (<= BLOCK_M)
     int32_t group;     // group id (0 for dense)
+    uint32_t k_begin;  // first K block of this tile's slice (split-K), inclusive
+    uint32_t k_end;    // last K block, exclusive
+    uint32_t split;    // split-K slice index (0 without split-K)
 };
 
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kGroupN, GemmType kType>
@@ -36,17 +39,23 @@ struct GemmTileScheduler {
     uint32_t m, n, num_groups;
     const int32_t* layout;  // contiguous: per-row ids, or psum ends; masked: masked_m per group
     bool psum;
+    // Split-K (dense only): each output tile is computed as num_splits slices of k_blocks_per_split
+    // K blocks; slice s of every tile comes after all slices s-1, so a wave spreads over many tiles.
+    uint32_t num_k_blocks, num_splits, k_blocks_per_split, tiles_per_split;
     uint32_t num_m_blocks, num_n_blocks, num_tiles, next_tile;
     // Masked: tiles are numbered over the *valid* tiles of groups 0..G-1 only, so masked-out rows cost no
     // scheduling slot and the CTAs stay balanced. A CTA's tile indices only grow, so it walks the groups
     // forward once, keeping the first tile index of the current group.
     uint32_t cur_group = 0, cur_group_first = 0, cur_group_tiles = 0;
 
-    SM120_DEVICE GemmTileScheduler(uint32_t m_, uint32_t n_, uint32_t groups, const int32_t* layout_, bool psum_)
-        : m(m_), n(n_), num_groups(groups), layout(layout_), psum(psum_), num_m_blocks(ceil_div(m_, BLOCK_M)),
-          num_n_blocks(ceil_div(n_, BLOCK_N)), next_tile(blockIdx.x) {
+    SM120_DEVICE GemmTileScheduler(uint32_t m_, uint32_t n_, uint32_t groups, const int32_t* layout_, bool psum_,
+                                   uint32_t k_blocks, uint32_t splits = 1)
+        : m(m_), n(n_), num_groups(groups), layout(layout_), psum(psum_), num_k_blocks(k_blocks),
+          num_splits(splits), k_blocks_per_split(ceil_div(k_blocks, splits)),
+          num_m_blocks(ceil_div(m_, BLOCK_M)), num_n_blocks(ceil_div(n_, BLOCK_N)), next_tile(blockIdx.x) {
         // Masked: an upper bound; the walk over groups ends the sequence when the valid tiles run out.
-        num_tiles = num_m_blocks * num_n_blocks * (kType == GemmType::kMGroupedMasked ? groups : 1u);
+        tiles_per_split = num_m_blocks * num_n_blocks;
+        num_tiles = tiles_per_split * (kType == GemmType::kMGroupedMasked ? groups : num_splits);
         if constexpr (kType == GemmType::kMGroupedMasked) cur_group_tiles = groups ? valid_m_blocks(0) * num_n_blocks : 0;
     }
 
@@ -101,7 +110,8 @@ struct GemmTileScheduler {
                 t.d_row = t.a_row;
                 t.m_valid = min(BLOCK_M, rows - m_block * BLOCK_M);
             } else {
-                raster(tile, m_block, n_block);
+                t.split = tile / tiles_per_split;  // 0 unless split-K (grouped kinds never split)
+                raster(tile - t.split * tiles_per_split, m_block, n_block);
                 t.a_row = m_block * BLOCK_M;
                 t.d_row = t.a_row;
                 t.m_valid = min(BLOCK_M, m - t.a_row);
@@ -125,6 +135,9 @@ struct GemmTileScheduler {
                 }
             }
             t.n_col = n_block * BLOCK_N;
+            if constexpr (kType == GemmType::kMGroupedMasked) t.split = 0;
+            t.k_begin = t.split * k_blocks_per_split;
+            t.k_end = min(num_k_blocks, t.k_begin + k_blocks_per_split);
             return true;
         }
         return false;

@@ -15,11 +15,11 @@ __version__ = "0.1.0.dev0"
 
 
 def precompile(specs=None, targets=None) -> int:
-    """Warm the JIT disk cache (no GPU needed). Defaults: every BF16 instantiation for the release targets."""
+    """Warm the JIT disk cache (no GPU needed). Defaults: every shipped kernel for the release targets."""
     from . import jit
-    from .configs import bf16_specs
+    from .configs import all_specs
 
-    return jit.precompile(specs if specs is not None else bf16_specs(),
+    return jit.precompile(specs if specs is not None else all_specs(),
                           targets if targets is not None else arch.RELEASE_TARGETS)
 
 

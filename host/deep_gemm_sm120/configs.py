@@ -58,6 +58,14 @@ class Bf16GemmSpec:
                 f"{'' if self.layout == 'nt' else '_' + self.layout}")
 
     @property
+    def threads(self) -> int:
+        return self.config.threads
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.config.smem_bytes
+
+    @property
     def mn_major(self) -> tuple[bool, bool]:
         """(first operand MN-major, second operand MN-major) in kernel order (after swap-AB)."""
         a_mn, b_mn = self.layout[0] == "t", self.layout[1] == "n"
@@ -76,8 +84,35 @@ class Bf16GemmSpec:
             f"{str(self.mn_major[1]).lower()}>(\n"
             "    const __grid_constant__ CUtensorMap, const __grid_constant__ CUtensorMap, "
             f"{out}*, const {out}*, const int32_t*, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, "
-            "uint32_t);\n"
+            "uint32_t, uint32_t, uint32_t);\n"
         )
+
+
+@dataclass(frozen=True)
+class SplitKReduceSpec:
+    """The split-K reduction kernel: fp32 slices -> D (+ C), in a fixed order."""
+    out_dtype: str = "bf16"
+    with_c: bool = False
+
+    family = "split_k_reduce"
+    header = "impls/sm120_split_k_reduce.cuh"
+    threads = 256
+    smem_bytes = 0
+
+    @property
+    def name(self) -> str:
+        return f"{self.family}_{self.out_dtype}{'_c' if self.with_c else ''}"
+
+    def source(self) -> str:
+        out = _CXX_OUT[self.out_dtype]
+        return (f'#include "{self.header}"\n'
+                f"template __global__ void sm120::sm120_split_k_reduce_kernel<{out}, "
+                f"{'true' if self.with_c else 'false'}>(const float*, {out}*, const {out}*, uint32_t, uint32_t, "
+                "uint32_t, uint32_t, uint32_t);\n")
+
+
+def split_k_reduce_specs() -> list[SplitKReduceSpec]:
+    return [SplitKReduceSpec(out, c) for out in OUT_DTYPES for c in (False, True)]
 
 
 # Every configuration the heuristics may pick, largest tiles first.
@@ -122,6 +157,11 @@ def bf16_specs() -> list[Bf16GemmSpec]:
     swap_nn = [Bf16GemmSpec(cfg, out, c, True, "normal", "nn") for cfg in BF16_SWAP_CONFIGS
                for out in OUT_DTYPES for c in (False, True)]
     return plain + swap + grouped + layouts + swap_nn
+
+
+def all_specs() -> list:
+    """Every kernel the host can launch: what precompile() warms and the compile gate checks."""
+    return bf16_specs() + split_k_reduce_specs()
 
 
 for _cfg in BF16_CONFIGS + BF16_SWAP_CONFIGS + BF16_GROUPED_CONFIGS:  # fail at import, not at compile time, if a config breaks the budget

@@ -30,6 +30,31 @@ def choose_bf16_config(m: int, n: int, k: int, num_sms: int, layout: str = "nt")
     return best
 
 
+SPLIT_K_ENABLED = True  # benchmarks turn it off to measure the gain (clear the plan caches after changing it)
+MAX_SPLITS = 16
+
+
+def choose_splits(tiles: int, k: int, block_k: int, num_sms: int) -> int:
+    """Split K when the output has too few tiles to fill the GPU and K is long (>= 2048): at most
+    num_sms // tiles slices, each at least 8 K blocks; rebalanced so no slice is empty."""
+    k_blocks = -(-k // block_k)
+    if not SPLIT_K_ENABLED or k < 2048 or tiles * 2 > num_sms:
+        return 1
+    splits = min(num_sms // tiles, k_blocks // 8, MAX_SPLITS)
+    if splits < 2:
+        return 1
+    per = -(-k_blocks // splits)
+    return -(-k_blocks // per)
+
+
+def choose_bf16_split_plan(m: int, n: int, k: int, num_sms: int, layout: str = "nt"):
+    """(config, swap_ab, splits) for a dense GEMM."""
+    cfg, swap = choose_bf16_plan(m, n, k, num_sms, layout)
+    km, kn = (n, m) if swap else (m, n)
+    tiles = _ceil_div(km, cfg.block_m) * _ceil_div(kn, cfg.block_n)
+    return cfg, swap, choose_splits(tiles, k, cfg.block_k, num_sms)
+
+
 @lru_cache(maxsize=8192)
 def choose_bf16_plan(m: int, n: int, k: int, num_sms: int, layout: str = "nt") -> tuple[Bf16GemmConfig, bool]:
     """(config, swap_ab). Decode-sized M (<= 32) swaps A and B so the weights fill the wide tile side;

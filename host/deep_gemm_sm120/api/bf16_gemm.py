@@ -17,9 +17,9 @@ import torch
 
 from .. import jit, runtime
 from ..arch import EMULATE_ENV, target_for_device
-from ..configs import Bf16GemmSpec
+from ..configs import Bf16GemmSpec, SplitKReduceSpec
 from ..device import num_sms_for
-from ..heuristics import choose_bf16_plan
+from ..heuristics import choose_bf16_split_plan
 from ..validation import (output_row_stride, require_2d, require_dtype, require_same_cuda_device,
                           require_tensor, tma_row_stride_bytes)
 
@@ -111,11 +111,17 @@ def _plan(m: int, n: int, k: int, out: str, with_c: bool, index: int, layout: st
     plan = _plans.get(key)
     if plan is None:
         target = target_for_device(index)  # NotImplementedError on non-SM120 unless emulation is requested
-        cfg, swap = choose_bf16_plan(m, n, k, key[6], layout)
-        kern = jit.get_kernel(Bf16GemmSpec(cfg, out, with_c, swap, "normal", layout), target, index)
+        cfg, swap, splits = choose_bf16_split_plan(m, n, k, key[6], layout)
+        # split-K slices write fp32 partials (no C); the reduce kernel adds them in order, then C
+        spec = Bf16GemmSpec(cfg, "fp32" if splits > 1 else out, with_c and splits == 1, swap, "normal", layout)
+        kern = jit.get_kernel(spec, target, index)
         km, kn = (n, m) if swap else (m, n)  # kernel-space rows/columns
-        grid = min(key[6], -(-km // cfg.block_m) * -(-kn // cfg.block_n))
-        plan = (kern.handle, grid, kern.threads, cfg.block_m, cfg.block_n, cfg.block_k, swap)
+        grid = min(key[6], -(-km // cfg.block_m) * -(-kn // cfg.block_n) * splits)
+        reduce = None
+        if splits > 1:
+            rk = jit.get_kernel(SplitKReduceSpec(out, with_c), target, index)
+            reduce = (rk.handle, min(-(-m * -(-n // 4) // rk.threads), key[6] * 8), rk.threads)
+        plan = (kern.handle, grid, kern.threads, cfg.block_m, cfg.block_n, cfg.block_k, swap, splits, reduce)
         _plans[key] = plan
     return plan
 
@@ -137,16 +143,24 @@ def _gemm(layout: str, a, b, d, c) -> None:
         elif pc != pd:
             d.copy_(c)
         return
-    handle, grid, threads, block_m, block_n, block_k, swap = _plan(m, n, k, _OUT[d.dtype], c is not None, index,
-                                                                   layout)
+    handle, grid, threads, block_m, block_n, block_k, swap, splits, reduce = _plan(
+        m, n, k, _OUT[d.dtype], c is not None, index, layout)
     if _launch is None:
         _launch, _stream = runtime.gemm_launcher(), runtime.current_stream_fn()
+    stream = _stream(index)
+    out_ptr, out_ld, c_ptr, c_ld, split_stride = pd, ldd, pc, ldc, 0
+    if splits > 1:  # fp32 workspace [splits, M, N]; the stream-ordered allocator keeps it valid for the launches
+        ws = torch.empty(splits * m * n, dtype=torch.float32, device=d.device)
+        out_ptr, out_ld, c_ptr, c_ld, split_stride = ws.data_ptr(), n, 0, 0, m * n
     if swap:  # first operand = B (rows N), second = A (rows M); kernel m/n = N/M
-        _launch(handle, grid, threads, _stream(index), pb, n, ldb, block_m, pa, m, lda, block_n, block_k, pd, pc, 0,
-                n, m, k, ldd, ldc, 1, 0, b_mn, a_mn)
+        _launch(handle, grid, threads, stream, pb, n, ldb, block_m, pa, m, lda, block_n, block_k, out_ptr, c_ptr, 0,
+                n, m, k, out_ld, c_ld, 1, 0, b_mn, a_mn, splits, split_stride)
     else:
-        _launch(handle, grid, threads, _stream(index), pa, m, lda, block_m, pb, n, ldb, block_n, block_k, pd, pc, 0,
-                m, n, k, ldd, ldc, 1, 0, a_mn, b_mn)
+        _launch(handle, grid, threads, stream, pa, m, lda, block_m, pb, n, ldb, block_n, block_k, out_ptr, c_ptr, 0,
+                m, n, k, out_ld, c_ld, 1, 0, a_mn, b_mn, splits, split_stride)
+    if splits > 1:
+        r_handle, r_grid, r_threads = reduce
+        runtime.launch(r_handle, r_grid, r_threads, stream, [], [out_ptr, pd, pc], [m, n, ldd, ldc, splits])
 
 
 def bf16_gemm_nt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Tensor | None = None) -> None:

@@ -95,7 +95,7 @@ def _launch(plan, tiles: int, index: int, a2, m_rows_a: int, b2, rows_b: int, d_
     stream = runtime.current_stream_fn()(index)
     runtime.gemm_launcher()(handle, min(num_sms, max(tiles, 1)), threads, stream, a2.data_ptr(), m_rows_a, lda,
                             cfg.block_m, b2.data_ptr(), rows_b, ldb, cfg.block_n, cfg.block_k, d_ptr, 0, layout_ptr,
-                            m, n, k, ldd, 0, groups, 1 if psum else 0, False, False)
+                            m, n, k, ldd, 0, groups, 1 if psum else 0, False, False, 1, 0)
 
 
 def m_grouped_bf16_gemm_nt_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor,

@@ -79,8 +79,8 @@ def get_kernel(spec, target: str, device: int) -> LoadedKernel:
             from .. import runtime
 
             cubin, _meta = cubin_for(spec, target)
-            handle = runtime.load_kernel(cubin, spec.config.smem_bytes, device)
-            k = LoadedKernel(handle, spec.config.threads, spec.config.smem_bytes, spec.name)
+            handle = runtime.load_kernel(cubin, spec.smem_bytes, device)
+            k = LoadedKernel(handle, spec.threads, spec.smem_bytes, spec.name)
             _loaded[memo_key] = k
     return k
 
