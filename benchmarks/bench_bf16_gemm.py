@@ -116,7 +116,7 @@ def sweep(iters: int) -> list[dict]:
 
             def run():
                 launch(kern.handle, grid, kern.threads, stream(0), a.data_ptr(), size, size * 2, bm, b.data_ptr(),
-                       size, size * 2, bn, bk, d.data_ptr(), 0, 0, size, size, size, size, 0, 1, 0,
+                       size, size * 2, bn, bk, d.data_ptr(), 0, 0, 0, size, size, size, size, 0, 1, 0,
                        False, False, 1, 0)
 
             t = bench(run, iters)

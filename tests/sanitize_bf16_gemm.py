@@ -44,6 +44,14 @@ dg.m_grouped_bf16_gemm_nt_masked(am, b, dm, masked, expected_m=32)
 torch.cuda.synchronize()
 ok = calc_diff(d[:100], a[:100].double() @ b[0].double().T) <= 1e-5 and calc_diff(
     dm[2], am[2].double() @ b[2].double().T) <= 1e-5
+# K-grouped: on-device descriptor rebasing (tensormap.replace) with K tails and an empty group
+ks = [100, 0, 77]
+ak = torch.randn(sum(ks), 192, device="cuda", dtype=torch.bfloat16)
+bk = torch.randn(sum(ks), 130, device="cuda", dtype=torch.bfloat16)
+dk = torch.zeros(3, 192, 130, device="cuda", dtype=torch.float32)
+dg.k_grouped_bf16_gemm_tn_contiguous(ak, bk, dk, ks)
+torch.cuda.synchronize()
+ok = ok and calc_diff(dk[2], ak[100:].double().T @ bk[100:].double()) <= 1e-5 and bool((dk[1] == 0).all())
 print(f"sanitize grouped cases: {'ok' if ok else 'FAIL'}")
 # MN-major operands (ldmatrix.trans path): nn with swap-AB, tn, tt
 for layout, (m, n, k) in (("nn", (9, 264, 200)), ("tn", (136, 200, 72)), ("tt", (64, 130, 264))):

@@ -133,3 +133,37 @@ def test_contiguous_in_graph_capture_skips_the_sync(sm120_or_emulation):
     d.fill_(SENTINEL)
     graph.replay()
     _check_contiguous(a, b, lay, d)
+
+
+@pytest.mark.parametrize("ks,m,n", [
+    ([128, 0, 200, 77, 1], 256, 192),   # K tails inside groups, an empty middle group
+    ([4096, 2048, 64], 512, 520),       # long K, N tail
+    ([33, 65], 1000, 64),               # small groups; M tail
+])
+def test_k_grouped_tn(sm120_or_emulation, ks, m, n):
+    import deep_gemm_sm120 as dg
+    from deep_gemm_sm120.testing import calc_diff
+
+    total = sum(ks)
+    a = torch.randn(total, m, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(total, n, device="cuda", dtype=torch.bfloat16)
+    c = torch.randn(len(ks), m, n, device="cuda", dtype=torch.float32)
+    refs, off = [], 0
+    for kg in ks:
+        refs.append(a[off:off + kg].double().T @ b[off:off + kg].double())
+        off += kg
+    ref = torch.stack(refs)
+    d = torch.full_like(c, float("nan"))
+    dg.k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks)
+    d_acc = c.clone()
+    dg.k_grouped_bf16_gemm_tn_contiguous(a, b, d_acc, ks, c=d_acc)  # accumulate onto C in place
+    d_again = torch.full_like(c, float("nan"))
+    dg.k_grouped_bf16_gemm_tn_contiguous(a, b, d_again, ks)
+    torch.cuda.synchronize()
+    assert not torch.isnan(d).any() and torch.equal(d, d_again)
+    for gi, kg in enumerate(ks):
+        if kg == 0:
+            assert bool((d[gi] == 0).all()) and torch.equal(d_acc[gi], c[gi])
+        else:
+            assert calc_diff(d[gi], ref[gi]) <= 1e-5, f"group {gi}"
+            assert calc_diff(d_acc[gi], ref[gi] + c[gi].double()) <= 1e-5

@@ -86,3 +86,24 @@ def test_masked_api_errors(args, exc, match):
 def test_is_supported_grouped():
     assert dg.is_supported("m_grouped_bf16_gemm_nt_contiguous", capability=(12, 0))
     assert not dg.is_supported("m_grouped_bf16_gemm_nt_masked", out_dtype=torch.float32)
+
+
+@pytest.mark.parametrize("args, kwargs, exc, match", [
+    ((_t(10, 64), _t(10, 32), _t(2, 64, 32, dtype=torch.float32), [4, 7]), {}, ValueError, "K extents must agree"),
+    ((_t(10, 64), _t(9, 32), _t(2, 64, 32, dtype=torch.float32), [4, 6]), {}, ValueError, "K extents must agree"),
+    ((_t(10, 64), _t(10, 32), _t(2, 64, 32), [4, 6]), {}, NotImplementedError, "d must be torch.float32"),
+    ((_t(10, 64), _t(10, 32), _t(3, 64, 32, dtype=torch.float32), [4, 6]), {}, ValueError, r"d must be \[G, M, N\]"),
+    ((_t(10, 64), _t(10, 32), _t(2, 64, 32, dtype=torch.float32), [4, -6]), {}, ValueError, "non-negative"),
+    ((_t(10, 64), _t(10, 32), _t(2, 64, 32, dtype=torch.float32), ["x", 6]), {}, TypeError, "sequence of ints"),
+    ((_t(10, 64), _t(10, 32), _t(2, 64, 32, dtype=torch.float32), [4, 6]),
+     {"c": _t(2, 64, 32)}, TypeError, "c must be torch.float32"),
+    ((_t(10, 64), _t(10, 32), _t(2, 64, 32, dtype=torch.float32), [4, 6]), {}, ValueError, "CUDA device"),
+])
+def test_k_grouped_api_errors(args, kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        dg.k_grouped_bf16_gemm_tn_contiguous(*args, **kwargs)
+
+
+def test_is_supported_k_grouped():
+    assert dg.is_supported("k_grouped_bf16_gemm_tn_contiguous", out_dtype=torch.float32, capability=(12, 0))
+    assert not dg.is_supported("k_grouped_bf16_gemm_tn_contiguous", out_dtype=torch.bfloat16)

@@ -248,11 +248,18 @@ def load_configs():
 
 def kernel_jobs(quick: bool) -> list[tuple[str, str, str, int]]:
     """(name, family, source, dynamic smem) for every host-reachable instantiation; with `quick`, one per
-    tile configuration (bf16 output, no C): register and smem use depend on the tile, rarely on the rest."""
+    (family, tile, kind, layout, swap): register and smem use depend on those, rarely on output type or C."""
     cfgmod = load_configs()
     specs = cfgmod.all_specs()
-    if quick:
-        specs = [s for s in specs if s.out_dtype == "bf16" and not s.with_c]
+    if quick:  # first instantiation of each (family, tile, kind, layout, swap)
+        seen, picked = set(), []
+        for s in specs:
+            key = (s.family, getattr(s, "config", None), getattr(s, "gemm_type", None), getattr(s, "layout", None),
+                   getattr(s, "swap_ab", None))
+            if key not in seen:
+                seen.add(key)
+                picked.append(s)
+        specs = picked
     return [(s.name, s.family, s.source(), s.smem_bytes) for s in specs]
 
 

@@ -43,4 +43,35 @@ SM120_DEVICE void tma_store_wait_read() {
     asm volatile("cp.async.bulk.wait_group.read %0;\n" : : "n"(N) : "memory");
 }
 
+// ---- On-device tensor-map updates (tensormap.replace), for kernels whose operand changes per group ----
+// A 128-byte-aligned shared-memory copy of a CUtensorMap is edited in place, published to global memory
+// with the tensormap proxy fence folded into the copy, and acquired before any TMA uses the global copy.
+
+// Field `global_address` of the tensor map at `smem_desc` (one thread).
+SM120_DEVICE void tensormap_replace_address(void* smem_desc, const void* address) {
+    asm volatile("tensormap.replace.tile.global_address.shared::cta.b1024.b64 [%0], %1;\n"
+                 : : "r"(smem_addr(smem_desc)), "l"(reinterpret_cast<uint64_t>(address)) : "memory");
+}
+
+// Field `global_dim[kDim]` (extent in elements) of the tensor map at `smem_desc` (one thread).
+template <int kDim>
+SM120_DEVICE void tensormap_replace_dim(void* smem_desc, uint32_t extent) {
+    asm volatile("tensormap.replace.tile.global_dim.shared::cta.b1024.b32 [%0], %1, %2;\n"
+                 : : "r"(smem_addr(smem_desc)), "n"(kDim), "r"(extent) : "memory");
+}
+
+// Copy the edited map to global memory with release semantics on the tensormap proxy. Warp-collective:
+// all 32 lanes of a converged warp execute it.
+SM120_DEVICE void tensormap_publish(CUtensorMap* global_desc, const void* smem_desc) {
+    asm volatile(
+        "tensormap.cp_fenceproxy.global.shared::cta.tensormap::generic.release.gpu.sync.aligned [%0], [%1], 128;\n"
+        : : "l"(reinterpret_cast<uint64_t>(global_desc)), "r"(smem_addr(smem_desc)) : "memory");
+}
+
+// Make a published map visible to this thread's subsequent TMA operations.
+SM120_DEVICE void tensormap_acquire(const CUtensorMap* global_desc) {
+    asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n"
+                 : : "l"(reinterpret_cast<uint64_t>(global_desc)) : "memory");
+}
+
 }  // namespace sm120

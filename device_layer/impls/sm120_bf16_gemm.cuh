@@ -85,16 +85,44 @@ SM120_DEVICE void load_operand(uint8_t* dst, const CUtensorMap* desc, uint64_t* 
     }
 }
 
+// K-grouped: point copies of the two operand maps at the group's first K row and limit their K extent to
+// the group's K (so TMA zero-fills past the group's end), then publish them to `slots`. Warp-collective.
+// aux = {A base, B base, A row bytes, B row bytes, slots base}; MN-major maps have dim 0 = M/N, dim 1 = K.
+SM120_DEVICE void rebase_group_descriptors(uint8_t* stage, const CUtensorMap& tmap_a, const CUtensorMap& tmap_b,
+                                           const uint64_t* aux, uint32_t k_offset, uint32_t group_k,
+                                           uint32_t lane, CUtensorMap* slots) {
+    if (lane == 0) {
+        *reinterpret_cast<CUtensorMap*>(stage) = tmap_a;
+        *reinterpret_cast<CUtensorMap*>(stage + 128) = tmap_b;
+        const uint32_t extent = group_k > 0 ? group_k : 1u;  // an empty group issues no loads; keep the map valid
+        tensormap_replace_address(stage, reinterpret_cast<const uint8_t*>(aux[0]) + static_cast<uint64_t>(k_offset) * aux[2]);
+        tensormap_replace_dim<1>(stage, extent);
+        tensormap_replace_address(stage + 128,
+                                  reinterpret_cast<const uint8_t*>(aux[1]) + static_cast<uint64_t>(k_offset) * aux[3]);
+        tensormap_replace_dim<1>(stage + 128, extent);
+    }
+    __syncwarp();
+    tensormap_publish(slots, stage);
+    tensormap_publish(slots + 1, stage + 128);
+    if (lane == 0) {
+        tensormap_acquire(slots);
+        tensormap_acquire(slots + 1);
+    }
+    __syncwarp();
+}
+
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t BLOCK_K, uint32_t kStages, uint32_t kWarpsM, uint32_t kWarpsN,
           uint32_t kGroupN, typename OutT, bool kWithC, bool kSwapAB, GemmType kType, bool kAMNMajor = false,
           bool kBMNMajor = false>
 __global__ void __launch_bounds__(Bf16GemmConfig<BLOCK_M, BLOCK_N, BLOCK_K, kStages, kWarpsM, kWarpsN>::kThreads, 1)
 sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
-                          OutT* __restrict__ d, const OutT* c, const int32_t* layout, uint32_t m, uint32_t n,
+                          OutT* __restrict__ d, const OutT* c, const int32_t* layout, const uint64_t* aux,
+                          uint32_t m, uint32_t n,
                           uint32_t k, uint32_t ldd, uint32_t ldc, uint32_t num_groups, uint32_t psum_layout,
                           uint32_t num_splits, uint32_t split_stride) {
     // Split-K (num_splits > 1): slice s of a tile writes fp32 partial sums to d + s * split_stride (a
     // workspace); impls/sm120_split_k_reduce.cuh adds the slices in order, so results are deterministic.
+    // K-grouped: layout = K of each group; aux = {A base, B base, A row bytes, B row bytes, descriptor slots}.
     static_assert(!(kSwapAB && kType != GemmType::kNormal), "swap-AB is for dense problems only");
     static_assert((!kAMNMajor || BLOCK_M % 64 == 0) && (!kBMNMajor || BLOCK_N % 64 == 0),
                   "MN-major tiles are fetched in 64-element boxes");
@@ -106,6 +134,12 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
     uint8_t* smem_b = smem + kStages * Cfg::kTileABytes;
     uint64_t* full_bar = reinterpret_cast<uint64_t*>(smem + kStages * Cfg::kStageBytes);
     uint64_t* empty_bar = full_bar + kStages;
+    // K-grouped only: two 128-byte-aligned CUtensorMap copies edited with tensormap.replace
+    uint8_t* desc_stage = smem + align_up(kStages * Cfg::kStageBytes + Cfg::kBarrierBytes, 128u);
+    static_assert(kType != GemmType::kKGroupedContiguous || (kAMNMajor && kBMNMajor),
+                  "K-grouped operands are [sum K, M] and [sum K, N]: MN-major");
+    static_assert(kType != GemmType::kKGroupedContiguous || align_up(Cfg::kSmemBytes, 128u) + 256 <= kMaxSmemPerBlock,
+                  "descriptor staging does not fit");
 
     const uint32_t warp = warp_idx();
     const uint32_t lane = lane_idx();
@@ -128,31 +162,52 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
     if (warp >= Cfg::kMathWarps) {
         // ---------------- producer warpgroup ----------------
         if constexpr (Cfg::kReallocRegs) warpgroup_reg_dealloc<Cfg::kProducerRegs>();
-        if (warp == Cfg::kMathWarps && lane == 0) {
-            GemmTileScheduler<BLOCK_M, BLOCK_N, kGroupN, kType> sched(m, n, num_groups, layout, psum_layout != 0,
-                                                                      num_k_blocks, num_splits);
+        if (warp == Cfg::kMathWarps) {
+            // The whole warp walks the tiles (tensormap_publish is warp-collective); lane 0 issues the TMA.
+            GemmTileScheduler<BLOCK_M, BLOCK_N, BLOCK_K, kGroupN, kType> sched(m, n, num_groups, layout,
+                                                                               psum_layout != 0, num_k_blocks,
+                                                                               num_splits);
             TileInfo tile;
-            tma_prefetch_descriptor(&tmap_a);
-            tma_prefetch_descriptor(&tmap_b);
-            uint32_t stage = 0, phase = 0;
-            while (sched.next(tile)) {
-                for (uint32_t kb = tile.k_begin; kb < tile.k_end; ++kb) {
-                    mbarrier_wait(&empty_bar[stage], phase ^ 1);
-                    mbarrier_arrive_expect_tx(&full_bar[stage], Cfg::kStageBytes);
-                    const int32_t kc = static_cast<int32_t>(kb * Cfg::kBlockK);
-                    load_operand<kAMNMajor, BLOCK_M, BLOCK_K>(smem_a + stage * Cfg::kTileABytes, &tmap_a,
-                                                              &full_bar[stage], kc, tile.a_row);
-                    load_operand<kBMNMajor, BLOCK_N, BLOCK_K>(smem_b + stage * Cfg::kTileBBytes, &tmap_b,
-                                                              &full_bar[stage], kc, tile.b_row);
-                    if (++stage == kStages) stage = 0, phase ^= 1;
-                }
+            const CUtensorMap* desc_a = &tmap_a;
+            const CUtensorMap* desc_b = &tmap_b;
+            if (lane == 0) {
+                tma_prefetch_descriptor(desc_a);
+                tma_prefetch_descriptor(desc_b);
             }
-            pdl_launch_dependents();
+            uint32_t stage = 0, phase = 0;
+            int32_t desc_group = -1;
+            while (sched.next(tile)) {
+                if constexpr (kType == GemmType::kKGroupedContiguous) {
+                    // A group's tiles are consecutive in every CTA's sequence, so each group is rebased once
+                    // per CTA, into a slot of its own: in-flight loads of the previous group keep their map.
+                    if (tile.group != desc_group) {
+                        CUtensorMap* slots = reinterpret_cast<CUtensorMap*>(aux[4]) +
+                                             (static_cast<size_t>(blockIdx.x) * num_groups + tile.group) * 2;
+                        rebase_group_descriptors(desc_stage, tmap_a, tmap_b, aux, tile.k_offset,
+                                                 static_cast<uint32_t>(__ldg(layout + tile.group)), lane, slots);
+                        desc_a = slots, desc_b = slots + 1, desc_group = tile.group;
+                    }
+                }
+                if (lane == 0) {
+                    for (uint32_t kb = tile.k_begin; kb < tile.k_end; ++kb) {
+                        mbarrier_wait(&empty_bar[stage], phase ^ 1);
+                        mbarrier_arrive_expect_tx(&full_bar[stage], Cfg::kStageBytes);
+                        const int32_t kc = static_cast<int32_t>(kb * Cfg::kBlockK);
+                        load_operand<kAMNMajor, BLOCK_M, BLOCK_K>(smem_a + stage * Cfg::kTileABytes, desc_a,
+                                                                  &full_bar[stage], kc, tile.a_row);
+                        load_operand<kBMNMajor, BLOCK_N, BLOCK_K>(smem_b + stage * Cfg::kTileBBytes, desc_b,
+                                                                  &full_bar[stage], kc, tile.b_row);
+                        if (++stage == kStages) stage = 0, phase ^= 1;
+                    }
+                }
+                __syncwarp();
+            }
+            if (lane == 0) pdl_launch_dependents();
         }
     } else {
     // ---------------- math warps ----------------
     if constexpr (Cfg::kReallocRegs) warpgroup_reg_alloc<Cfg::kMathRegs>();
-    GemmTileScheduler<BLOCK_M, BLOCK_N, kGroupN, kType> sched(m, n, num_groups, layout, psum_layout != 0,
+    GemmTileScheduler<BLOCK_M, BLOCK_N, BLOCK_K, kGroupN, kType> sched(m, n, num_groups, layout, psum_layout != 0,
                                                               num_k_blocks, num_splits);
     TileInfo tile;
     const uint32_t wm = warp / kWarpsN, wn = warp % kWarpsN;

@@ -15,6 +15,7 @@ enum class GemmType : uint32_t {
     kNormal = 0,               // one problem
     kMGroupedContiguous = 1,   // A rows sorted by group; per-row group ids (-1 = padding) or psum ends
     kMGroupedMasked = 2,       // A [G, M, K]; rows >= masked_m[g] of group g are skipped
+    kKGroupedContiguous = 3,   // A [sum K, M], B [sum K, N] split along K by group; D [G, M, N]
 };
 
 struct TileInfo {
@@ -27,17 +28,19 @@ struct TileInfo {
     uint32_t k_begin;  // first K block of this tile's slice (split-K), inclusive
     uint32_t k_end;    // last K block, exclusive
     uint32_t split;    // split-K slice index (0 without split-K)
+    uint32_t k_offset; // K-grouped: first K row of the group in A/B (the kernel rebases its descriptors)
 };
 
-template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kGroupN, GemmType kType>
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t BLOCK_K, uint32_t kGroupN, GemmType kType>
 struct GemmTileScheduler {
     static_assert(kGroupN > 0, "group width must be positive");
     static_assert(kType != GemmType::kMGroupedContiguous || kMKAlignmentForContiguousLayout % BLOCK_M == 0,
                   "contiguous grouped tiles must not straddle a group boundary");
 
-    // m: rows of A (dense/contiguous: all rows; masked: rows per group). n: columns of D.
+    // m: rows of A (dense/contiguous: all rows; masked: rows per group; K-grouped: rows of each D). n: columns.
     uint32_t m, n, num_groups;
-    const int32_t* layout;  // contiguous: per-row ids, or psum ends; masked: masked_m per group
+    const int32_t* layout;  // contiguous: per-row ids, or psum ends; masked: masked_m per group; K-grouped: K
+    uint32_t cur_k_offset = 0;  // K-grouped: sum of K over groups before cur_group
     bool psum;
     // Split-K (dense only): each output tile is computed as num_splits slices of k_blocks_per_split
     // K blocks; slice s of every tile comes after all slices s-1, so a wave spreads over many tiles.
@@ -55,7 +58,8 @@ struct GemmTileScheduler {
           num_m_blocks(ceil_div(m_, BLOCK_M)), num_n_blocks(ceil_div(n_, BLOCK_N)), next_tile(blockIdx.x) {
         // Masked: an upper bound; the walk over groups ends the sequence when the valid tiles run out.
         tiles_per_split = num_m_blocks * num_n_blocks;
-        num_tiles = tiles_per_split * (kType == GemmType::kMGroupedMasked ? groups : num_splits);
+        const bool per_group = kType == GemmType::kMGroupedMasked || kType == GemmType::kKGroupedContiguous;
+        num_tiles = tiles_per_split * (per_group ? groups : num_splits);
         if constexpr (kType == GemmType::kMGroupedMasked) cur_group_tiles = groups ? valid_m_blocks(0) * num_n_blocks : 0;
     }
 
@@ -92,7 +96,22 @@ struct GemmTileScheduler {
             const uint32_t tile = next_tile;
             next_tile += gridDim.x;
             uint32_t m_block, n_block;
-            if constexpr (kType == GemmType::kMGroupedMasked) {
+            if constexpr (kType == GemmType::kKGroupedContiguous) {
+                const uint32_t g = tile / tiles_per_split;
+                for (; cur_group < g; ++cur_group) cur_k_offset += static_cast<uint32_t>(__ldg(layout + cur_group));
+                raster(tile - g * tiles_per_split, m_block, n_block);
+                t.group = static_cast<int32_t>(g);
+                t.a_row = m_block * BLOCK_M;  // MN-major operands: the row coordinate is along M / N
+                t.b_row = n_block * BLOCK_N;
+                t.d_row = g * m + m_block * BLOCK_M;
+                t.m_valid = min(BLOCK_M, m - m_block * BLOCK_M);
+                t.n_col = n_block * BLOCK_N;
+                t.split = 0;
+                t.k_offset = cur_k_offset;
+                t.k_begin = 0;  // K blocks count from the group's own (rebased) descriptor
+                t.k_end = ceil_div(static_cast<uint32_t>(__ldg(layout + g)), BLOCK_K);
+                return true;
+            } else if constexpr (kType == GemmType::kMGroupedMasked) {
                 while (tile >= cur_group_first + cur_group_tiles) {  // advance to the group holding `tile`
                     cur_group_first += cur_group_tiles;
                     if (++cur_group >= num_groups) return false;
@@ -136,6 +155,7 @@ struct GemmTileScheduler {
             }
             t.n_col = n_block * BLOCK_N;
             if constexpr (kType == GemmType::kMGroupedMasked) t.split = 0;
+            t.k_offset = 0;
             t.k_begin = t.split * k_blocks_per_split;
             t.k_end = min(num_k_blocks, t.k_begin + k_blocks_per_split);
             return true;

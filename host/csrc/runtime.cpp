@@ -284,6 +284,7 @@ const CUtensorMap& cached_encode_2d(const Tma2D& t) {
 void launch_gemm_tma2(int handle, uint32_t grid, uint32_t block, uint64_t stream, uint64_t a_ptr, uint64_t a_rows,
                       uint64_t a_stride, uint32_t a_box_rows, uint64_t b_ptr, uint64_t b_rows, uint64_t b_stride,
                       uint32_t b_box_rows, uint32_t box_k, uint64_t d_ptr, uint64_t c_ptr, uint64_t layout_ptr,
+                      uint64_t aux_ptr,
                       uint32_t m, uint32_t n, uint32_t k, uint32_t ldd, uint32_t ldc, uint32_t num_groups,
                       uint32_t psum, bool a_mn_major, bool b_mn_major, uint32_t num_splits,
                       uint32_t split_stride) {
@@ -298,8 +299,8 @@ void launch_gemm_tma2(int handle, uint32_t grid, uint32_t block, uint64_t stream
     };
     CUtensorMap map_a = cached_encode_2d(operand(a_ptr, a_rows, a_stride, a_box_rows, a_mn_major));
     CUtensorMap map_b = cached_encode_2d(operand(b_ptr, b_rows, b_stride, b_box_rows, b_mn_major));
-    void* params[] = {&map_a, &map_b, &d_ptr,      &c_ptr,      &layout_ptr, &m,           &n,
-                      &k,     &ldd,   &ldc,        &num_groups, &psum,       &num_splits, &split_stride};
+    void* params[] = {&map_a, &map_b, &d_ptr, &c_ptr, &layout_ptr, &aux_ptr, &m, &n, &k,
+                      &ldd, &ldc, &num_groups, &psum, &num_splits, &split_stride};
     CUlaunchConfig cfg;
     std::memset(&cfg, 0, sizeof(cfg));
     cfg.gridDimX = grid, cfg.gridDimY = 1, cfg.gridDimZ = 1;

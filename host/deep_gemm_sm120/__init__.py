@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from . import arch, testing
 from .api.bf16_gemm import bf16_gemm_nn, bf16_gemm_nt, bf16_gemm_tn, bf16_gemm_tt
-from .api.bf16_grouped import (get_mk_alignment_for_contiguous_layout, m_grouped_bf16_gemm_nt_contiguous,
-                               m_grouped_bf16_gemm_nt_masked)
+from .api.bf16_grouped import (get_mk_alignment_for_contiguous_layout, k_grouped_bf16_gemm_tn_contiguous,
+                               m_grouped_bf16_gemm_nt_contiguous, m_grouped_bf16_gemm_nt_masked)
 from .device import get_num_sms, set_num_sms
 from .support import is_supported
 
@@ -24,4 +24,5 @@ def precompile(specs=None, targets=None) -> int:
 
 
 __all__ = ["bf16_gemm_nt", "bf16_gemm_nn", "bf16_gemm_tn", "bf16_gemm_tt", "m_grouped_bf16_gemm_nt_contiguous", "m_grouped_bf16_gemm_nt_masked",
+           "k_grouped_bf16_gemm_tn_contiguous",
            "get_mk_alignment_for_contiguous_layout", "get_num_sms", "set_num_sms", "is_supported", "precompile", "arch", "testing"]

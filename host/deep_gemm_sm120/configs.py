@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 SMEM_LIMIT = 101376  # SM120 per-block shared memory (bytes); also enforced by static_assert in the headers
 OUT_DTYPES = ("bf16", "fp32")
-GEMM_TYPES = {"normal": "kNormal", "m_contiguous": "kMGroupedContiguous", "m_masked": "kMGroupedMasked"}
+GEMM_TYPES = {"normal": "kNormal", "m_contiguous": "kMGroupedContiguous", "m_masked": "kMGroupedMasked",
+              "k_contiguous": "kKGroupedContiguous"}
 MK_ALIGNMENT_FOR_CONTIGUOUS_LAYOUT = 128  # mirrors layout/sm120_grouped_layout.cuh (a test keeps them equal)
 _CXX_OUT = {"bf16": "sm120::bf16", "fp32": "float"}
 
@@ -63,6 +64,8 @@ class Bf16GemmSpec:
 
     @property
     def smem_bytes(self) -> int:
+        if self.gemm_type == "k_contiguous":  # + two 128-byte tensor-map copies for tensormap.replace
+            return -(-self.config.smem_bytes // 128) * 128 + 256
         return self.config.smem_bytes
 
     @property
@@ -83,8 +86,8 @@ class Bf16GemmSpec:
             f"sm120::GemmType::{GEMM_TYPES[self.gemm_type]}, {str(self.mn_major[0]).lower()}, "
             f"{str(self.mn_major[1]).lower()}>(\n"
             "    const __grid_constant__ CUtensorMap, const __grid_constant__ CUtensorMap, "
-            f"{out}*, const {out}*, const int32_t*, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, "
-            "uint32_t, uint32_t, uint32_t);\n"
+            f"{out}*, const {out}*, const int32_t*, const uint64_t*, uint32_t, uint32_t, uint32_t, uint32_t, "
+            "uint32_t, uint32_t, uint32_t, uint32_t, uint32_t);\n"
         )
 
 
@@ -144,6 +147,9 @@ BF16_GROUPED_CONFIGS: tuple[Bf16GemmConfig, ...] = (
 # NN / TN / TT (an MN-major operand): 64-wide boxes need BLOCK_M/BLOCK_N multiples of 64, BLOCK_K 64.
 BF16_LAYOUT_CONFIGS: tuple[Bf16GemmConfig, ...] = tuple(c for c in BF16_CONFIGS if c.block_k == 64)
 LAYOUTS = ("nt", "nn", "tn", "tt")
+# K-grouped (weight gradients): both operands MN-major ("tn"), fp32 D accumulated onto C
+BF16_K_GROUPED_CONFIGS: tuple[Bf16GemmConfig, ...] = (Bf16GemmConfig(128, 128, 3, 2, 4),
+                                                      Bf16GemmConfig(64, 64, 6, 2, 2))
 
 
 def bf16_specs() -> list[Bf16GemmSpec]:
@@ -156,7 +162,9 @@ def bf16_specs() -> list[Bf16GemmSpec]:
                for cfg in BF16_LAYOUT_CONFIGS for out in OUT_DTYPES for c in (False, True)]
     swap_nn = [Bf16GemmSpec(cfg, out, c, True, "normal", "nn") for cfg in BF16_SWAP_CONFIGS
                for out in OUT_DTYPES for c in (False, True)]
-    return plain + swap + grouped + layouts + swap_nn
+    k_grouped = [Bf16GemmSpec(cfg, "fp32", c, False, "k_contiguous", "tn") for cfg in BF16_K_GROUPED_CONFIGS
+                 for c in (False, True)]
+    return plain + swap + grouped + layouts + swap_nn + k_grouped
 
 
 def all_specs() -> list:

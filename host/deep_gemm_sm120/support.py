@@ -5,7 +5,7 @@ from __future__ import annotations
 from .arch import SM120_TARGETS, emulation_requested, target_for_capability
 
 _DENSE = {"bf16_gemm_nt", "bf16_gemm_nn", "bf16_gemm_tn", "bf16_gemm_tt"}
-_OPS = _DENSE | {"m_grouped_bf16_gemm_nt_contiguous", "m_grouped_bf16_gemm_nt_masked"}
+_OPS = _DENSE | {"k_grouped_bf16_gemm_tn_contiguous", "m_grouped_bf16_gemm_nt_contiguous", "m_grouped_bf16_gemm_nt_masked"}
 _BF16_OUT = {"bfloat16", "float32", "bf16", "fp32"}
 
 
@@ -26,8 +26,11 @@ def is_supported(op: str, **kw) -> bool:
             return False
         if "out_dtype" in kw and _dtype_name(kw["out_dtype"]) not in _BF16_OUT:
             return False
-        if op not in _DENSE and "out_dtype" in kw and _dtype_name(kw["out_dtype"]) not in ("bfloat16", "bf16"):
-            return False  # grouped GEMMs write bf16
+        out = _dtype_name(kw.get("out_dtype")) if "out_dtype" in kw else None
+        if op.startswith("m_grouped") and out not in (None, "bfloat16", "bf16"):
+            return False  # M-grouped GEMMs write bf16
+        if op.startswith("k_grouped") and out not in (None, "float32", "fp32"):
+            return False  # K-grouped GEMMs accumulate into fp32
         for dim in ("m", "n", "k"):
             if dim in kw and (not isinstance(kw[dim], int) or kw[dim] < 0):
                 return False

@@ -153,10 +153,10 @@ def _gemm(layout: str, a, b, d, c) -> None:
         ws = torch.empty(splits * m * n, dtype=torch.float32, device=d.device)
         out_ptr, out_ld, c_ptr, c_ld, split_stride = ws.data_ptr(), n, 0, 0, m * n
     if swap:  # first operand = B (rows N), second = A (rows M); kernel m/n = N/M
-        _launch(handle, grid, threads, stream, pb, n, ldb, block_m, pa, m, lda, block_n, block_k, out_ptr, c_ptr, 0,
+        _launch(handle, grid, threads, stream, pb, n, ldb, block_m, pa, m, lda, block_n, block_k, out_ptr, c_ptr, 0, 0,
                 n, m, k, out_ld, c_ld, 1, 0, b_mn, a_mn, splits, split_stride)
     else:
-        _launch(handle, grid, threads, stream, pa, m, lda, block_m, pb, n, ldb, block_n, block_k, out_ptr, c_ptr, 0,
+        _launch(handle, grid, threads, stream, pa, m, lda, block_m, pb, n, ldb, block_n, block_k, out_ptr, c_ptr, 0, 0,
                 m, n, k, out_ld, c_ld, 1, 0, a_mn, b_mn, splits, split_stride)
     if splits > 1:
         r_handle, r_grid, r_threads = reduce

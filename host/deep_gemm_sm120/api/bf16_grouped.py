@@ -94,7 +94,7 @@ def _launch(plan, tiles: int, index: int, a2, m_rows_a: int, b2, rows_b: int, d_
     ldb = tma_row_stride_bytes("b", b2)
     stream = runtime.current_stream_fn()(index)
     runtime.gemm_launcher()(handle, min(num_sms, max(tiles, 1)), threads, stream, a2.data_ptr(), m_rows_a, lda,
-                            cfg.block_m, b2.data_ptr(), rows_b, ldb, cfg.block_n, cfg.block_k, d_ptr, 0, layout_ptr,
+                            cfg.block_m, b2.data_ptr(), rows_b, ldb, cfg.block_n, cfg.block_k, d_ptr, 0, layout_ptr, 0,
                             m, n, k, ldd, 0, groups, 1 if psum else 0, False, False, 1, 0)
 
 
@@ -187,3 +187,80 @@ def m_grouped_bf16_gemm_nt_masked(a: torch.Tensor, b: torch.Tensor, d: torch.Ten
     cfg = plan[2]
     tiles = g * -(-m // cfg.block_m) * -(-n // cfg.block_n)
     _launch(plan, tiles, index, a2, g * m, b2, g * n, d2.data_ptr(), masked_m.data_ptr(), m, n, k, ldd, g, False)
+
+
+def k_grouped_bf16_gemm_tn_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, ks,
+                                      c: torch.Tensor | None = None) -> None:
+    """d[g] = c[g] + a_g.T @ b_g for every group g (weight gradients of MoE experts).
+
+    a: [sum(ks), M] bf16 and b: [sum(ks), N] bf16 hold the groups' K rows back to back (a_g = rows
+    sum(ks[:g]) .. sum(ks[:g+1])); d and c: [G, M, N] fp32 (c optional, may alias d). ks: per-group K as
+    Python ints (any values, including 0: an empty group gives d[g] = c[g]). One launch for all groups: the
+    kernel rebases its TMA descriptors on the device when the group changes (tensormap.replace), so each
+    group's last K block is zero-filled instead of reading the next group's rows.
+    """
+    for name, t in (("a", a), ("b", b), ("d", d)):
+        require_tensor(name, t)
+    require_dtype("a", a, (torch.bfloat16,))
+    require_dtype("b", b, (torch.bfloat16,))
+    require_dtype("d", d, (torch.float32,), unsupported=True)
+    if a.dim() != 2 or b.dim() != 2 or d.dim() != 3:
+        raise ValueError(f"a must be [sum K, M], b [sum K, N] and d [G, M, N], got {tuple(a.shape)}, "
+                         f"{tuple(b.shape)} and {tuple(d.shape)}")
+    try:
+        ks = [int(x) for x in ks]
+    except (TypeError, ValueError):
+        raise TypeError(f"ks must be a sequence of ints, got {ks!r}") from None
+    if any(x < 0 for x in ks):
+        raise ValueError(f"ks must be non-negative, got {ks}")
+    total_k, m = a.shape
+    g = len(ks)
+    n = b.shape[1]
+    if b.shape[0] != total_k or sum(ks) != total_k:
+        raise ValueError(f"a is [sum K, M] = {tuple(a.shape)}, b is [sum K, N] = {tuple(b.shape)} and sum(ks) = "
+                         f"{sum(ks)}: the K extents must agree")
+    _require_shape("d", d, (g, m, n), "[G, M, N]")
+    tensors = {"a": a, "b": b, "d": d}
+    if c is not None:
+        require_tensor("c", c)
+        require_dtype("c", c, (torch.float32,))
+        _require_shape("c", c, (g, m, n), "[G, M, N]")
+        tensors["c"] = c
+    dev = require_same_cuda_device(**tensors)
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    target_for_device(index)
+    if g == 0 or m == 0 or n == 0:
+        return
+    d2 = _grouped_rows_view("d", d)
+    c2 = _grouped_rows_view("c", c) if c is not None else None
+    ldd = output_row_stride("d", d2)
+    ldc = output_row_stride("c", c2) if c2 is not None else 0
+    if total_k == 0:  # every group empty: nothing for TMA to describe
+        if c is None:
+            d.zero_()
+        elif c.data_ptr() != d.data_ptr():
+            d.copy_(c)
+        return
+    lda = tma_row_stride_bytes("a", a)
+    ldb = tma_row_stride_bytes("b", b)
+    num_sms = num_sms_for(index)
+    key = ("k_contiguous", m * n <= 512 * 512, c is not None, index, num_sms, os.environ.get(EMULATE_ENV))
+    plan = _plans.get(key)
+    if plan is None:
+        from ..configs import BF16_K_GROUPED_CONFIGS
+
+        cfg = BF16_K_GROUPED_CONFIGS[1] if key[1] else BF16_K_GROUPED_CONFIGS[0]
+        kern = jit.get_kernel(Bf16GemmSpec(cfg, "fp32", c is not None, False, "k_contiguous", "tn"),
+                              target_for_device(index), index)
+        plan = (kern.handle, kern.threads, cfg, num_sms)
+        _plans[key] = plan
+    handle, threads, cfg, _ = plan
+    grid = min(num_sms, g * -(-m // cfg.block_m) * -(-n // cfg.block_n))
+    # per (CTA, group) descriptor slots, and the kernel's aux block: bases, row strides, slots
+    slots = torch.empty(grid * g * 2 * 128, dtype=torch.uint8, device=dev)
+    ks_dev = torch.tensor(ks, dtype=torch.int32).to(dev, non_blocking=False)
+    aux = torch.tensor([a.data_ptr(), b.data_ptr(), lda, ldb, slots.data_ptr()], dtype=torch.int64).to(dev)
+    stream = runtime.current_stream_fn()(index)
+    runtime.gemm_launcher()(handle, grid, threads, stream, a.data_ptr(), m, lda, cfg.block_m, b.data_ptr(), n, ldb,
+                            cfg.block_n, cfg.block_k, d2.data_ptr(), c2.data_ptr() if c2 is not None else 0,
+                            ks_dev.data_ptr(), aux.data_ptr(), m, n, total_k, ldd, ldc, g, 0, True, True, 1, 0)
