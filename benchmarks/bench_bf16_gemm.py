@@ -165,6 +165,34 @@ def grouped_cases(iters: int) -> list[dict]:
     return rows
 
 
+def k_grouped_cases(iters: int) -> list[dict]:
+    """Weight-gradient shapes: dW_g = X_g^T dY_g for experts with K_g tokens (M = 7168 hidden, N = 2048)."""
+    import deep_gemm_sm120 as dg
+
+    rows = []
+    for groups, per, m, n in ((8, 1024, 7168, 2048), (32, 256, 7168, 2048), (16, 512, 2048, 7168)):
+        ks = [per + (37 * i) % 64 - 32 for i in range(groups)]  # uneven, not multiples of the K block
+        total = sum(ks)
+        a = torch.randn(total, m, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(total, n, device="cuda", dtype=torch.bfloat16)
+        d = torch.zeros(groups, m, n, device="cuda", dtype=torch.float32)
+        t = bench(lambda: dg.k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks, c=d), iters)
+        offs = [sum(ks[:i]) for i in range(groups)]
+
+        def loop():
+            for gi in range(groups):
+                d[gi].addmm_(a[offs[gi]:offs[gi] + ks[gi]].T, b[offs[gi]:offs[gi] + ks[gi]])
+
+        t_ref = bench(loop, iters)
+        flops = 2 * total * m * n
+        r = {"groups": groups, "mean_k": total / groups, "m": m, "n": n, "us": t * 1e6, "tflops": flops / t / 1e12,
+             "torch_loop_us": t_ref * 1e6, "speedup_vs_loop": t_ref / t}
+        rows.append(r)
+        print(f" > K-grouped (G={groups:3d}, mean K={total / groups:6.0f}, m={m:5d}, n={n:5d}): {r['us']:8.1f} us | "
+              f"{r['tflops']:6.1f} TFLOPS | {r['speedup_vs_loop']:.2f}x torch addmm loop")
+    return rows
+
+
 def split_k_cases(iters: int) -> list[dict]:
     """Split-K against the same kernels with splitting disabled, on decode shapes (M <= 64, K >= 7168)."""
     import deep_gemm_sm120 as dg
@@ -266,6 +294,7 @@ def main() -> int:
     results["cases"] = cases
     results["grouped"] = grouped_cases(10 if a.quick else 20)
     results["split_k"] = split_k_cases(10 if a.quick else 30)
+    results["k_grouped"] = k_grouped_cases(5 if a.quick else 10)
     results["host"] = host_overhead()
     h = results["host"]
     print(f" > Host overhead per cached call: {h['cached_call_us']:.1f} us "
