@@ -47,8 +47,8 @@ ok = calc_diff(d[:100], a[:100].double() @ b[0].double().T) <= 1e-5 and calc_dif
 # K-grouped: on-device descriptor rebasing (tensormap.replace) with K tails and an empty group
 ks = [100, 0, 77]
 ak = torch.randn(sum(ks), 192, device="cuda", dtype=torch.bfloat16)
-bk = torch.randn(sum(ks), 130, device="cuda", dtype=torch.bfloat16)
-dk = torch.zeros(3, 192, 130, device="cuda", dtype=torch.float32)
+bk = torch.randn(sum(ks), 136, device="cuda", dtype=torch.bfloat16)  # [K, N] rows: N a multiple of 8
+dk = torch.zeros(3, 192, 136, device="cuda", dtype=torch.float32)
 dg.k_grouped_bf16_gemm_tn_contiguous(ak, bk, dk, ks)
 torch.cuda.synchronize()
 ok = ok and calc_diff(dk[2], ak[100:].double().T @ bk[100:].double()) <= 1e-5 and bool((dk[1] == 0).all())

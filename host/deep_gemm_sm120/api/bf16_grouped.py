@@ -258,8 +258,11 @@ def k_grouped_bf16_gemm_tn_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch
     grid = min(num_sms, g * -(-m // cfg.block_m) * -(-n // cfg.block_n))
     # per (CTA, group) descriptor slots, and the kernel's aux block: bases, row strides, slots
     slots = torch.empty(grid * g * 2 * 128, dtype=torch.uint8, device=dev)
-    ks_dev = torch.tensor(ks, dtype=torch.int32).to(dev, non_blocking=False)
-    aux = torch.tensor([a.data_ptr(), b.data_ptr(), lda, ldb, slots.data_ptr()], dtype=torch.int64).to(dev)
+    # Small metadata goes through pinned host memory with stream-ordered copies: no sync, and legal inside
+    # CUDA-graph capture (a replay re-sends the same ks, so capture with the ks the replays will use).
+    ks_dev = torch.tensor(ks, dtype=torch.int32).pin_memory().to(dev, non_blocking=True)
+    aux = torch.tensor([a.data_ptr(), b.data_ptr(), lda, ldb, slots.data_ptr()],
+                       dtype=torch.int64).pin_memory().to(dev, non_blocking=True)
     stream = runtime.current_stream_fn()(index)
     runtime.gemm_launcher()(handle, grid, threads, stream, a.data_ptr(), m, lda, cfg.block_m, b.data_ptr(), n, ldb,
                             cfg.block_n, cfg.block_k, d2.data_ptr(), c2.data_ptr() if c2 is not None else 0,
