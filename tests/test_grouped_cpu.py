@@ -107,3 +107,15 @@ def test_k_grouped_api_errors(args, kwargs, exc, match):
 def test_is_supported_k_grouped():
     assert dg.is_supported("k_grouped_bf16_gemm_tn_contiguous", out_dtype=torch.float32, capability=(12, 0))
     assert not dg.is_supported("k_grouped_bf16_gemm_tn_contiguous", out_dtype=torch.bfloat16)
+
+
+def test_grouped_operands_must_be_stacked_densely():
+    from deep_gemm_sm120.api.bf16_grouped import _grouped_rows_view
+
+    dense = torch.zeros(2, 32, 64, dtype=torch.bfloat16)
+    assert _grouped_rows_view("b", dense).shape == (64, 64)
+    padded_groups = torch.zeros(2, 40, 64, dtype=torch.bfloat16)[:, :32]   # a gap between groups
+    with pytest.raises(ValueError, match=r"b groups must be stacked densely \(stride\(0\) == 32 \* stride\(1\)\)"):
+        _grouped_rows_view("b", padded_groups)
+    with pytest.raises(ValueError, match="contiguous last dimension"):
+        _grouped_rows_view("b", torch.zeros(2, 64, 32, dtype=torch.bfloat16).transpose(1, 2))
