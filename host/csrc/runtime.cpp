@@ -189,6 +189,17 @@ int kernel_attribute(int handle, const std::string& attr) {
     return v;
 }
 
+// A 1-D grid launch configuration for `k` on `stream` (attributes added by the caller).
+CUlaunchConfig launch_config(const Kernel& k, uint32_t grid, uint32_t block, uint64_t stream) {
+    CUlaunchConfig cfg;
+    std::memset(&cfg, 0, sizeof(cfg));
+    cfg.gridDimX = grid, cfg.gridDimY = 1, cfg.gridDimZ = 1;
+    cfg.blockDimX = block, cfg.blockDimY = 1, cfg.blockDimZ = 1;
+    cfg.sharedMemBytes = static_cast<unsigned>(k.smem_bytes);
+    cfg.hStream = reinterpret_cast<CUstream>(stream);
+    return cfg;
+}
+
 // One 2D TMA operand: (address, element bytes, inner extent, outer extent, outer stride in bytes,
 // box inner, box outer, swizzle bytes 0/32/64/128).
 using Tma2D = std::tuple<uint64_t, int, uint64_t, uint64_t, uint64_t, uint32_t, uint32_t, int>;
@@ -242,12 +253,7 @@ void launch(int handle, uint32_t grid, uint32_t block, uint64_t stream, const st
     for (auto& x : u) params.push_back(&x);
 
     CUlaunchAttribute attr[1];
-    CUlaunchConfig cfg;
-    std::memset(&cfg, 0, sizeof(cfg));
-    cfg.gridDimX = grid, cfg.gridDimY = 1, cfg.gridDimZ = 1;
-    cfg.blockDimX = block, cfg.blockDimY = 1, cfg.blockDimZ = 1;
-    cfg.sharedMemBytes = static_cast<unsigned>(k.smem_bytes);
-    cfg.hStream = reinterpret_cast<CUstream>(stream);
+    CUlaunchConfig cfg = launch_config(k, grid, block, stream);
     if (pdl) {
         attr[0].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
         attr[0].value.programmaticStreamSerializationAllowed = 1;
@@ -301,12 +307,7 @@ void launch_gemm_tma2(int handle, uint32_t grid, uint32_t block, uint64_t stream
     CUtensorMap map_b = cached_encode_2d(operand(b_ptr, b_rows, b_stride, b_box_rows, b_mn_major));
     void* params[] = {&map_a, &map_b, &d_ptr, &c_ptr, &layout_ptr, &aux_ptr, &m, &n, &k,
                       &ldd, &ldc, &num_groups, &psum, &num_splits, &split_stride};
-    CUlaunchConfig cfg;
-    std::memset(&cfg, 0, sizeof(cfg));
-    cfg.gridDimX = grid, cfg.gridDimY = 1, cfg.gridDimZ = 1;
-    cfg.blockDimX = block, cfg.blockDimY = 1, cfg.blockDimZ = 1;
-    cfg.sharedMemBytes = static_cast<unsigned>(kern.smem_bytes);
-    cfg.hStream = reinterpret_cast<CUstream>(stream);
+    CUlaunchConfig cfg = launch_config(kern, grid, block, stream);
     check(d.cuLaunchKernelEx(&cfg, kern.function, params, nullptr), "cuLaunchKernelEx");
 }
 
