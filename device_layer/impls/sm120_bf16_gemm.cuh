@@ -127,6 +127,10 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
     static_assert((!kAMNMajor || BLOCK_M % 64 == 0) && (!kBMNMajor || BLOCK_N % 64 == 0),
                   "MN-major tiles are fetched in 64-element boxes");
     using Cfg = Bf16GemmConfig<BLOCK_M, BLOCK_N, BLOCK_K, kStages, kWarpsM, kWarpsN>;
+    // The K-grouped producer also rebases descriptors per group: 40 registers spilled under CUDA 13.5.
+    constexpr uint32_t kProducerRegs = kType == GemmType::kKGroupedContiguous ? 56 : Cfg::kProducerRegs;
+    constexpr uint32_t kMathRegsFit = ((65536 - 128 * kProducerRegs) / Cfg::kMathThreads) / 8 * 8;
+    constexpr uint32_t kMathRegs = kMathRegsFit > 240 ? 240 : kMathRegsFit;
     constexpr uint32_t kMI = Cfg::kMI, kNI = Cfg::kNI;
 
     extern __shared__ __align__(1024) uint8_t smem[];
@@ -161,7 +165,7 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
 
     if (warp >= Cfg::kMathWarps) {
         // ---------------- producer warpgroup ----------------
-        if constexpr (Cfg::kReallocRegs) warpgroup_reg_dealloc<Cfg::kProducerRegs>();
+        if constexpr (Cfg::kReallocRegs) warpgroup_reg_dealloc<kProducerRegs>();
         if (warp == Cfg::kMathWarps) {
             // The whole warp walks the tiles (tensormap_publish is warp-collective); lane 0 issues the TMA.
             GemmTileScheduler<BLOCK_M, BLOCK_N, BLOCK_K, kGroupN, kType> sched(m, n, num_groups, layout,
@@ -206,7 +210,7 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
         }
     } else {
     // ---------------- math warps ----------------
-    if constexpr (Cfg::kReallocRegs) warpgroup_reg_alloc<Cfg::kMathRegs>();
+    if constexpr (Cfg::kReallocRegs) warpgroup_reg_alloc<kMathRegs>();
     GemmTileScheduler<BLOCK_M, BLOCK_N, BLOCK_K, kGroupN, kType> sched(m, n, num_groups, layout, psum_layout != 0,
                                                               num_k_blocks, num_splits);
     TileInfo tile;
