@@ -9,6 +9,8 @@ from .api.bf16_gemm import bf16_gemm_nn, bf16_gemm_nt, bf16_gemm_tn, bf16_gemm_t
 from .api.bf16_grouped import (get_mk_alignment_for_contiguous_layout, k_grouped_bf16_gemm_tn_contiguous,
                                m_grouped_bf16_gemm_nt_contiguous, m_grouped_bf16_gemm_nt_masked)
 from .device import get_num_sms, set_num_sms
+from .quant import (ceil_to_ue8m0, get_mn_major_tma_aligned_packed_ue8m0_tensor, get_mn_major_tma_aligned_tensor,
+                    pack_ue8m0_to_int, per_block_cast_to_fp8, per_token_cast_to_fp4, per_token_cast_to_fp8)
 from .support import is_supported
 
 __version__ = "0.1.0.dev0"
@@ -25,4 +27,6 @@ def precompile(specs=None, targets=None) -> int:
 
 __all__ = ["bf16_gemm_nt", "bf16_gemm_nn", "bf16_gemm_tn", "bf16_gemm_tt", "m_grouped_bf16_gemm_nt_contiguous", "m_grouped_bf16_gemm_nt_masked",
            "k_grouped_bf16_gemm_tn_contiguous",
-           "get_mk_alignment_for_contiguous_layout", "get_num_sms", "set_num_sms", "is_supported", "precompile", "arch", "testing"]
+           "get_mk_alignment_for_contiguous_layout", "per_token_cast_to_fp8", "per_block_cast_to_fp8",
+           "per_token_cast_to_fp4", "ceil_to_ue8m0", "pack_ue8m0_to_int", "get_mn_major_tma_aligned_tensor",
+           "get_mn_major_tma_aligned_packed_ue8m0_tensor", "get_num_sms", "set_num_sms", "is_supported", "precompile", "arch", "testing"]
