@@ -116,3 +116,20 @@ def test_precompile_then_strict_hit_and_debug_output(tmp_path, monkeypatch, capf
     assert meta["target"] == "sm_120a" and cubin[:4] == b"\x7fELF"
     entries = [p for p in tmp_path.rglob("meta.json")]
     assert len(entries) == 1 and json.loads(entries[0].read_text())["name"] == spec.name
+
+
+def test_jit_tree_digest_uses_the_manifest_formula():
+    """The JIT cache key's device-layer digest must be the manifests' tree_sha256 formula (the host package
+    keeps its own copy so it never imports tools/); pin the two together on the real tree."""
+    import hashlib
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    from vendorkit.hashing import tree_sha256
+
+    from deep_gemm_sm120.jit.device_layer import device_layer_dir, tree_digest
+
+    base = Path(device_layer_dir())
+    entries = [(p.relative_to(base).as_posix(), hashlib.sha256(p.read_bytes()).hexdigest())
+               for p in base.rglob("*") if p.is_file()]
+    assert entries and tree_digest() == tree_sha256(entries)
