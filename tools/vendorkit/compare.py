@@ -6,7 +6,7 @@ from typing import Callable
 
 from . import diagnose
 from .errors import EXIT_CANNOT_CHECK, EXIT_DRIFT, EXIT_OK, CannotCheck, UsageError
-from .forkview import ForkFile, ForkView
+from .forkview import ForkFile, ForkView, join_path as _join
 from .manifest import FileEntry, Manifest, ManifestSet, is_our_name
 
 STATUSES = ("ok", "missing", "changed", "extra", "renamed", "mode", "error")
@@ -53,10 +53,6 @@ class Report:
         for f in self.files:
             c[f.status] = c.get(f.status, 0) + 1
         return {k: v for k, v in c.items() if v}
-
-
-def _join(prefix: str, rel: str) -> str:
-    return f"{prefix}/{rel}" if prefix else rel
 
 
 def detect_prefix(paths, released: set[str]) -> str:

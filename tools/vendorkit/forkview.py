@@ -42,7 +42,7 @@ class ForkView(Protocol):
         """File bytes, or None when this view does not fetch contents."""
 
 
-def _join(prefix: str, rel: str) -> str:
+def join_path(prefix: str, rel: str) -> str:
     return f"{prefix}/{rel}" if prefix else rel
 
 
@@ -86,7 +86,7 @@ class LocalFork:
             try:
                 it = os.scandir(os.path.join(base, *rel_dir.split("/")) if rel_dir else base)
             except OSError as e:
-                raise CannotCheck(f"cannot list {_join(prefix, rel_dir) or '.'}: {e.strerror}") from None
+                raise CannotCheck(f"cannot list {join_path(prefix, rel_dir) or '.'}: {e.strerror}") from None
             with it:
                 for de in it:
                     rel = f"{rel_dir}/{de.name}" if rel_dir else de.name
@@ -98,9 +98,7 @@ class LocalFork:
                         continue
                     if stat.S_ISLNK(st.st_mode) and os.path.isdir(de.path):
                         linked_dirs.append(rel)
-                    f = self._entry(_join(prefix, rel), st)
-                    f.path = _join(prefix, rel)
-                    files[rel] = f
+                    files[rel] = self._entry(join_path(prefix, rel), st)
         return files, linked_dirs
 
     def iter_paths(self) -> Iterator[str]:

@@ -43,6 +43,16 @@ def _grouped_rows_view(name: str, t: torch.Tensor) -> torch.Tensor:
     return t.view(g * r, c) if t.is_contiguous() else t.as_strided((g * r, c), (t.stride(1), t.stride(2)))
 
 
+def _require_grouped_operands(a, b, d, index_name: str, index) -> None:
+    """Tensor types and dtypes shared by the M-grouped GEMMs: bf16 a/b/d and an int32 index tensor."""
+    for name, t in (("a", a), ("b", b), ("d", d), (index_name, index)):
+        require_tensor(name, t)
+    require_dtype("a", a, (torch.bfloat16,))
+    require_dtype("b", b, (torch.bfloat16,))
+    require_dtype("d", d, (torch.bfloat16,), unsupported=True)
+    require_dtype(index_name, index, (torch.int32,))
+
+
 def check_contiguous_layout(layout: torch.Tensor, m: int, num_groups: int, psum: bool) -> None:
     """Raise ValueError unless `layout` obeys the contiguous-layout contract (works on any device)."""
     align = MK_ALIGNMENT_FOR_CONTIGUOUS_LAYOUT
@@ -107,12 +117,7 @@ def m_grouped_bf16_gemm_nt_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch
     grouped_layout: int32 [M] group id per row (-1 = padding), or with use_psum_layout int32 [G] group ends.
     check_layout: None = validate unless a CUDA graph is being captured; True/False force it on/off.
     """
-    for name, t in (("a", a), ("b", b), ("d", d), ("grouped_layout", grouped_layout)):
-        require_tensor(name, t)
-    require_dtype("a", a, (torch.bfloat16,))
-    require_dtype("b", b, (torch.bfloat16,))
-    require_dtype("d", d, (torch.bfloat16,), unsupported=True)
-    require_dtype("grouped_layout", grouped_layout, (torch.int32,))
+    _require_grouped_operands(a, b, d, "grouped_layout", grouped_layout)
     if a.dim() != 2 or b.dim() != 3:
         raise ValueError(f"a must be [M, K] and b [G, N, K], got {tuple(a.shape)} and {tuple(b.shape)}")
     m, k = a.shape
@@ -158,12 +163,7 @@ def m_grouped_bf16_gemm_nt_masked(a: torch.Tensor, b: torch.Tensor, d: torch.Ten
     kernel, never by the host: CUDA-graph safe, no sync, no allocation). expected_m: typical rows per
     group, used only to pick the tile size.
     """
-    for name, t in (("a", a), ("b", b), ("d", d), ("masked_m", masked_m)):
-        require_tensor(name, t)
-    require_dtype("a", a, (torch.bfloat16,))
-    require_dtype("b", b, (torch.bfloat16,))
-    require_dtype("d", d, (torch.bfloat16,), unsupported=True)
-    require_dtype("masked_m", masked_m, (torch.int32,))
+    _require_grouped_operands(a, b, d, "masked_m", masked_m)
     if a.dim() != 3 or b.dim() != 3:
         raise ValueError(f"a must be [G, M, K] and b [G, N, K], got {tuple(a.shape)} and {tuple(b.shape)}")
     g, m, k = a.shape
