@@ -1,6 +1,7 @@
 #pragma once
 // Small integer helpers usable on host and device.
 
+#include <type_traits>
 #include "sm120_arch.cuh"
 
 namespace sm120 {
@@ -12,5 +13,15 @@ template <typename T>
 SM120_HOST_DEVICE constexpr T align_up(T a, T b) { return ceil_div(a, b) * b; }
 
 SM120_HOST_DEVICE constexpr bool is_pow2(uint32_t x) { return x != 0 && (x & (x - 1)) == 0; }
+
+// f(std::integral_constant<uint32_t, i>{}) for i = kBegin .. kEnd-1: a loop whose index can be a template
+// argument (the block-scaled MMA selectors must be immediates).
+template <uint32_t kBegin, uint32_t kEnd, typename F>
+SM120_DEVICE void static_for(F&& f) {
+    if constexpr (kBegin < kEnd) {
+        f(std::integral_constant<uint32_t, kBegin>{});
+        static_for<kBegin + 1, kEnd>(f);
+    }
+}
 
 }  // namespace sm120

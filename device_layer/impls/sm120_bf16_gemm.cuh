@@ -29,45 +29,15 @@
 #include "../common/sm120_warp.cuh"
 #include "../mma/sm120.cuh"
 #include "../scheduler/sm120_gemm.cuh"
+#include "sm120_gemm_common.cuh"
 
 namespace sm120 {
 
+// bf16 rows of BLOCK_K elements: BLOCK_K 64 -> 128-byte rows (128B swizzle), 32 -> 64-byte rows (64B swizzle).
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t BLOCK_K, uint32_t kStages, uint32_t kWarpsM, uint32_t kWarpsN>
-struct Bf16GemmConfig {
-    // One swizzle row of bf16 per tile row: BLOCK_K 64 -> 128B swizzle, 32 -> 64B swizzle.
+struct Bf16GemmConfig : GemmTileConfig<BLOCK_M, BLOCK_N, BLOCK_K * 2, kStages, kWarpsM, kWarpsN> {
     static constexpr uint32_t kBlockK = BLOCK_K;
-    static constexpr uint32_t kRowBytes = BLOCK_K * 2;
-    static constexpr uint32_t kMathWarps = kWarpsM * kWarpsN;
-    static constexpr uint32_t kMathThreads = kMathWarps * 32;
-    static constexpr uint32_t kThreads = kMathThreads + 128;  // + one producer warpgroup
-    static constexpr uint32_t kWarpM = BLOCK_M / kWarpsM;
-    static constexpr uint32_t kWarpN = BLOCK_N / kWarpsN;
-    static constexpr uint32_t kMI = kWarpM / 16;
-    static constexpr uint32_t kNI = kWarpN / 8;
-    static constexpr uint32_t kTileABytes = BLOCK_M * kRowBytes;
-    static constexpr uint32_t kTileBBytes = BLOCK_N * kRowBytes;
-    static constexpr uint32_t kStageBytes = kTileABytes + kTileBBytes;
-    static constexpr uint32_t kBarrierBytes = 2 * kStages * sizeof(uint64_t);
-    static constexpr uint32_t kSmemBytes = kStages * kStageBytes + kBarrierBytes;
-    // Register split after setmaxnreg: the producer keeps 40, math warps take the rest (multiple of 8).
-    static constexpr uint32_t kProducerRegs = 40;
-    static constexpr uint32_t kMathRegs =
-        ((65536 - 128 * kProducerRegs) / kMathThreads) / 8 * 8 > 240 ? 240
-                                                                     : ((65536 - 128 * kProducerRegs) / kMathThreads) / 8 * 8;
-
-    // Registers per thread at entry under __launch_bounds__(kThreads, 1). setmaxnreg.inc may only grow a
-    // warp's allocation, so reallocate only when the math warps want more than that (384-thread kernels);
-    // 256-thread kernels already start with the 255-register maximum.
-    static constexpr uint32_t kEntryRegs = (65536 / kThreads) / 8 * 8 > 255 ? 255 : (65536 / kThreads) / 8 * 8;
-    static constexpr bool kReallocRegs = kMathRegs > kEntryRegs;
-
-    static_assert(kMathWarps % 4 == 0, "math warps must form whole warpgroups (setmaxnreg is per warpgroup)");
-    static_assert(kWarpM % 16 == 0 && kWarpN % 16 == 0, "warp tile must be a multiple of 16x16");
     static_assert(BLOCK_K == 32 || BLOCK_K == 64, "BLOCK_K must be 32 (64B swizzle) or 64 (128B swizzle)");
-    static_assert(kTileABytes % kSwizzleAtomBytes == 0 && kTileBBytes % kSwizzleAtomBytes == 0,
-                  "tiles must keep 1024-byte swizzle-atom alignment");
-    static_assert(kSmemBytes <= kMaxSmemPerBlock, "shared memory exceeds the SM120 per-block budget (101376 B)");
-    static_assert(BLOCK_M <= 256 && BLOCK_N <= 256, "TMA box dimensions are limited to 256");
 };
 
 // One operand tile into shared memory: K-major as a single [ROWS][BLOCK_K] box; MN-major as ROWS/64 boxes
@@ -308,15 +278,9 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
         OutT* const d_slice = d + static_cast<size_t>(tile.split) * split_stride;
         // Rows are tile-local until checked against tile.m_valid; per-row group ids (contiguous layout)
         // additionally mark padding rows (-1), which stay untouched.
-        const uint32_t row0 = wm * Cfg::kWarpM + (lane >> 2);
-        const uint32_t col0 = tile.n_col + wn * Cfg::kWarpN + (lane & 3) * 2;
-        auto row_ok = [&](uint32_t local) {
-            if (local >= tile.m_valid) return false;
-            if constexpr (kType == GemmType::kMGroupedContiguous)
-                if (psum_layout == 0 && __ldg(layout + tile.d_row + local) < 0) return false;
-            return true;
-        };
         if constexpr (kSwapAB) {
+            const uint32_t row0 = wm * Cfg::kWarpM + (lane >> 2);
+            const uint32_t col0 = tile.n_col + wn * Cfg::kWarpN + (lane & 3) * 2;
             // Kernel rows index D's columns and kernel columns D's rows; lanes with consecutive rows
             // write consecutive addresses.
 #pragma unroll
@@ -324,7 +288,7 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
 #pragma unroll
                 for (uint32_t h = 0; h < 2; ++h) {
                     const uint32_t local = row0 + i * 16 + h * 8;
-                    if (!row_ok(local)) continue;
+                    if (!tile_row_ok<kType>(tile, local, layout, psum_layout != 0)) continue;
                     const uint32_t row = tile.d_row + local;
 #pragma unroll
                     for (uint32_t j = 0; j < kNI; ++j)
@@ -339,47 +303,8 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
                 }
             continue;
         }
-        const bool pairs = (ldd % 2 == 0) && (!kWithC || ldc % 2 == 0);
-#pragma unroll
-        for (uint32_t i = 0; i < kMI; ++i) {
-#pragma unroll
-            for (uint32_t h = 0; h < 2; ++h) {
-                const uint32_t local = row0 + i * 16 + h * 8;
-                if (!row_ok(local)) continue;
-                const uint32_t row = tile.d_row + local;
-#pragma unroll
-                for (uint32_t j = 0; j < kNI; ++j) {
-                    const uint32_t col = col0 + j * 8;
-                    float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
-                    OutT* dp = d_slice + static_cast<size_t>(row) * ldd + col;
-                    const OutT* cp = kWithC ? c + static_cast<size_t>(row) * ldc + col : nullptr;
-                    if (pairs && col + 1 < n) {
-                        if constexpr (sizeof(OutT) == 4) {
-                            if constexpr (kWithC) {
-                                const float2 cv = *reinterpret_cast<const float2*>(cp);
-                                v0 += cv.x, v1 += cv.y;
-                            }
-                            *reinterpret_cast<float2*>(dp) = make_float2(v0, v1);
-                        } else {
-                            if constexpr (kWithC) {
-                                const float2 cv = __bfloat1622float2(*reinterpret_cast<const bf16x2*>(cp));
-                                v0 += cv.x, v1 += cv.y;
-                            }
-                            *reinterpret_cast<bf16x2*>(dp) = __floats2bfloat162_rn(v0, v1);
-                        }
-                    } else {
-                        if (col < n) {
-                            if constexpr (kWithC) v0 += static_cast<float>(cp[0]);
-                            dp[0] = static_cast<OutT>(v0);
-                        }
-                        if (col + 1 < n) {
-                            if constexpr (kWithC) v1 += static_cast<float>(cp[1]);
-                            dp[1] = static_cast<OutT>(v1);
-                        }
-                    }
-                }
-            }
-        }
+        store_accumulators<kMI, kNI, kType, kWithC>(acc, tile, d_slice, c, layout, psum_layout != 0, n, ldd, ldc,
+                                                     wm * Cfg::kWarpM, wn * Cfg::kWarpN, lane, 1.0f);
     }
     }  // math warps
 }

@@ -1,0 +1,269 @@
+#pragma once
+// Block-scaled GEMM, NT layout, "1D1D" scales:  D[M,N] = alpha * (A·SFA) · (B·SFB)^T (+ C),  fp32 accumulation.
+//
+//   kMxFp8: A [M, K], B [N, K] e4m3; UE8M0 scales per row and per kGranKA / kGranKB (32 or 128) K elements.
+//           DeepSeek's 128x128 weight blocks arrive here as per-row 1x128 scales (the host repeats each block
+//           row 128 times, transform_sf_into_required_layout). MMA: QMMA.SF m16n8k32, scale_vec::1X.
+//   kMxFp4: A [M, K/2], B [N, K/2] packed e2m1 (low nibble = even K); UE8M0 per 32 K.  OMMA.SF 2X.
+//   kNvFp4: as kMxFp4 with UE4M3 scales per 16 K (alpha carries the per-tensor global scales). OMMA.SF 4X.
+//
+// Scale tensors (sfa, sfb): uint32 words, each packing the scales of 4 consecutive K blocks of one row
+// (first block in the lowest byte), stored MN-major: word (g, p, r) at g * group_stride + p * pack_stride + r.
+// Because a word's bytes map onto the MMA's byte-id selector, scales go from global memory to the MMA
+// without repacking. Every math lane loads the words it must hold under the selector mapping of
+// mma/sm120_scale_selectors.cuh (one register serves two m16 tiles / four n8 tiles via thread-id), one
+// stage ahead of their use, straight from global memory (read-only path; the tensors are small and stay in
+// L2), so the smem ring holds only A and B.
+//
+// Pipeline, scheduling, split-K and M-grouping are the BF16 family's (impls/sm120_bf16_gemm.cuh): a TMA
+// producer warpgroup fills kStages 128-byte-per-row stages (128 fp8 or 256 fp4 elements of K), math warps
+// read fragments with ldmatrix (the byte layout is the same for e4m3 and packed e2m1) and run four MMA
+// steps of 32 bytes of K per stage.
+
+#include <cuda.h>
+#include "../common/sm120_arch.cuh"
+#include "../common/sm120_fence.cuh"
+#include "../common/sm120_ldmatrix.cuh"
+#include "../common/sm120_math.cuh"
+#include "../common/sm120_mbarrier.cuh"
+#include "../common/sm120_pdl.cuh"
+#include "../common/sm120_swizzle.cuh"
+#include "../common/sm120_tma.cuh"
+#include "../common/sm120_warp.cuh"
+#include "../mma/sm120.cuh"
+#include "../scheduler/sm120_gemm.cuh"
+#include "sm120_gemm_common.cuh"
+
+namespace sm120 {
+
+// How one operand's scales line up with a stage (128 bytes of K) and its four MMA steps.
+template <ScaleKind kKind, uint32_t kGranK>
+struct StageScales {
+    static_assert(kKind != ScaleKind::kMxFp8 || kGranK == 32 || kGranK == 128, "FP8 scales cover 32 or 128 K");
+    static_assert(kKind != ScaleKind::kMxFp4 || kGranK == 32, "MXFP4 scales cover 32 K");
+    static_assert(kKind != ScaleKind::kNvFp4 || kGranK == 16, "NVFP4 scales cover 16 K");
+    static constexpr uint32_t kElemsPerStage = kKind == ScaleKind::kMxFp8 ? 128 : 256;
+    // Words (4 scale blocks each) read per stage: FP8 1 (1x32: all four steps; 1x128: one byte of it),
+    // MXFP4 2 (two steps each), NVFP4 4 (one step each).
+    static constexpr uint32_t kWords = kKind == ScaleKind::kMxFp8 ? 1 : kElemsPerStage / kGranK / 4;
+    static constexpr bool kCoarse = kGranK == 128;  // one scale per stage, 4 stages per word
+
+    SM120_DEVICE static uint32_t word_index(uint32_t kb, uint32_t w) { return kCoarse ? kb / 4 : kb * kWords + w; }
+    // Coarse scales: move this stage's byte to byte 0, which every step then selects.
+    SM120_DEVICE static uint32_t shift(uint32_t kb) { return kCoarse ? 8 * (kb % 4) : 0; }
+    // Register and byte-id for MMA step `step` (0..3) of a stage.
+    SM120_HOST_DEVICE static constexpr uint32_t word_of_step(uint32_t step) { return kWords == 1 ? 0 : step / (4 / kWords); }
+    SM120_HOST_DEVICE static constexpr uint32_t byte_of_step(uint32_t step) {
+        return kKind == ScaleKind::kMxFp8 ? (kCoarse ? 0 : step) : (kKind == ScaleKind::kMxFp4 ? 2 * (step % 2) : 0);
+    }
+    SM120_HOST_DEVICE static constexpr uint32_t num_words(uint32_t k) { return ceil_div(ceil_div(k, kGranK), 4u); }
+};
+
+template <ScaleKind kKind, uint32_t kGranKA, uint32_t kGranKB, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kStages,
+          uint32_t kWarpsM, uint32_t kWarpsN, uint32_t kGroupN, typename OutT, bool kWithC, GemmType kType>
+__global__ void __launch_bounds__(GemmTileConfig<BLOCK_M, BLOCK_N, 128, kStages, kWarpsM, kWarpsN>::kThreads, 1)
+sm120_fp8_fp4_gemm_1d1d_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
+                               const uint32_t* __restrict__ sfa, const uint32_t* __restrict__ sfb,
+                               OutT* __restrict__ d, const OutT* c, const int32_t* layout, uint32_t m, uint32_t n,
+                               uint32_t k, uint32_t ldd, uint32_t ldc, uint32_t num_groups, uint32_t psum_layout,
+                               uint32_t num_splits, uint32_t split_stride, uint32_t sfa_pack_stride,
+                               uint32_t sfa_group_stride, uint32_t sfb_pack_stride, uint32_t sfb_group_stride,
+                               float alpha) {
+    // k counts elements (fp4: unpacked). Grouped kinds: B and SFB hold one [N, ...] slice per group; masked
+    // A / SFA / D hold one [m, ...] slice per group. Split-K slices write fp32 partials to d + s * split_stride.
+    static_assert(kType == GemmType::kNormal || kType == GemmType::kMGroupedContiguous ||
+                      kType == GemmType::kMGroupedMasked, "K-grouped block-scaled GEMMs are not provided");
+    static_assert(kKind == ScaleKind::kMxFp8 || kGranKA == kGranKB, "FP4 operands share one scale format");
+    using Cfg = GemmTileConfig<BLOCK_M, BLOCK_N, 128, kStages, kWarpsM, kWarpsN>;
+    using SA = StageScales<kKind, kGranKA>;
+    using SB = StageScales<kKind, kGranKB>;
+    constexpr uint32_t kMI = Cfg::kMI, kNI = Cfg::kNI;
+    constexpr uint32_t kWA = (kMI + 1) / 2;  // scale words per lane: one per pair of m16 tiles ...
+    constexpr uint32_t kWB = (kNI + 3) / 4;  // ... and one per four n8 tiles
+    constexpr uint32_t kSteps = 4;           // 32 bytes of K per MMA
+    constexpr uint32_t kElemsPerStage = SA::kElemsPerStage;
+
+    extern __shared__ __align__(1024) uint8_t smem[];
+    uint8_t* smem_a = smem;
+    uint8_t* smem_b = smem + kStages * Cfg::kTileABytes;
+    uint64_t* full_bar = reinterpret_cast<uint64_t*>(smem + kStages * Cfg::kStageBytes);
+    uint64_t* empty_bar = full_bar + kStages;
+
+    const uint32_t warp = warp_idx();
+    const uint32_t lane = lane_idx();
+
+    if (threadIdx.x == 0) {
+        for (uint32_t s = 0; s < kStages; ++s) {
+            mbarrier_init(&full_bar[s], 1);
+            mbarrier_init(&empty_bar[s], Cfg::kMathWarps);
+        }
+        fence_barrier_init();  // the async proxy (TMA complete_tx) must observe initialized barriers
+    }
+    __syncthreads();
+    pdl_wait_primary();  // inputs may come from the previous kernel in the stream
+
+    const uint32_t num_k_blocks = ceil_div(k, kElemsPerStage);
+
+    if (warp >= Cfg::kMathWarps) {
+        // ---------------- producer warpgroup: one lane issues TMA ----------------
+        if constexpr (Cfg::kReallocRegs) warpgroup_reg_dealloc<Cfg::kProducerRegs>();
+        if (warp == Cfg::kMathWarps && lane == 0) {
+            GemmTileScheduler<BLOCK_M, BLOCK_N, kElemsPerStage, kGroupN, kType> sched(
+                m, n, num_groups, layout, psum_layout != 0, num_k_blocks, num_splits);
+            TileInfo tile;
+            tma_prefetch_descriptor(&tmap_a);
+            tma_prefetch_descriptor(&tmap_b);
+            uint32_t stage = 0, phase = 0;
+            while (sched.next(tile)) {
+                for (uint32_t kb = tile.k_begin; kb < tile.k_end; ++kb) {
+                    mbarrier_wait(&empty_bar[stage], phase ^ 1);
+                    mbarrier_arrive_expect_tx(&full_bar[stage], Cfg::kStageBytes);
+                    const int32_t kc = static_cast<int32_t>(kb * Cfg::kRowBytes);  // byte coordinate along K
+                    tma_load_2d(smem_a + stage * Cfg::kTileABytes, &tmap_a, &full_bar[stage], kc,
+                                static_cast<int32_t>(tile.a_row));
+                    tma_load_2d(smem_b + stage * Cfg::kTileBBytes, &tmap_b, &full_bar[stage], kc,
+                                static_cast<int32_t>(tile.b_row));
+                    if (++stage == kStages) stage = 0, phase ^= 1;
+                }
+            }
+            pdl_launch_dependents();
+        }
+        return;
+    }
+
+    // ---------------- math warps ----------------
+    if constexpr (Cfg::kReallocRegs) warpgroup_reg_alloc<Cfg::kMathRegs>();
+    GemmTileScheduler<BLOCK_M, BLOCK_N, kElemsPerStage, kGroupN, kType> sched(m, n, num_groups, layout,
+                                                                              psum_layout != 0, num_k_blocks, num_splits);
+    TileInfo tile;
+    const uint32_t wm = warp / kWarpsN, wn = warp % kWarpsN;
+    const uint32_t a_row = wm * Cfg::kWarpM + (lane & 15), a_chunk = lane >> 4;
+    const uint32_t b_row = wn * Cfg::kWarpN + (lane & 7) + ((lane >> 4) << 3), b_chunk = (lane >> 3) & 1;
+    const uint32_t words_a = SA::num_words(k), words_b = SB::num_words(k);
+
+    auto load_fragments = [&](uint32_t s, uint32_t kk, uint32_t (&af)[kMI][4], uint32_t (&bfr)[kNI][2]) {
+        const uint32_t a_base = smem_addr(smem_a + s * Cfg::kTileABytes);
+        const uint32_t b_base = smem_addr(smem_b + s * Cfg::kTileBBytes);
+#pragma unroll
+        for (uint32_t i = 0; i < kMI; ++i)
+            ldmatrix_x4(a_base + swizzle_offset<128>(a_row + i * 16, kk * 2 + a_chunk), af[i][0], af[i][1], af[i][2],
+                        af[i][3]);
+#pragma unroll
+        for (uint32_t j = 0; j < kNI / 2; ++j)
+            ldmatrix_x4(b_base + swizzle_offset<128>(b_row + j * 16, kk * 2 + b_chunk), bfr[2 * j][0], bfr[2 * j][1],
+                        bfr[2 * j + 1][0], bfr[2 * j + 1][1]);
+    };
+
+    uint32_t stage = 0, phase = 0;
+    uint32_t af[2][kMI][4];
+    uint32_t bfr[2][kNI][2];
+    while (sched.next(tile)) {
+        // This lane's scale rows / columns (selector mapping, mma/sm120_scale_selectors.cuh): word w of A serves
+        // m16 tiles 2w (lanes % 4 in {0,1}) and 2w+1 ({2,3}); word w of B serves n8 tiles 4w .. 4w+3 (lane % 4).
+        const uint32_t g = tile.group < 0 ? 0u : static_cast<uint32_t>(tile.group);
+        const uint32_t a_row0 = kType == GemmType::kMGroupedMasked ? tile.a_row - g * m : tile.a_row;
+        const uint32_t* sfa_rows[kWA];
+        const uint32_t* sfb_cols[kWB];
+        bool a_ok[kWA], b_ok[kWB];
+#pragma unroll
+        for (uint32_t w = 0; w < kWA; ++w) {
+            const uint32_t i = 2 * w + sfa_thread_id_of_lane(lane);
+            const uint32_t local = wm * Cfg::kWarpM + i * 16 + sfa_row_of_lane(lane);
+            a_ok[w] = i < kMI && local < tile.m_valid;
+            sfa_rows[w] = sfa + (kType == GemmType::kMGroupedMasked ? static_cast<size_t>(g) * sfa_group_stride : 0) +
+                          a_row0 + local;
+        }
+#pragma unroll
+        for (uint32_t w = 0; w < kWB; ++w) {
+            const uint32_t j = 4 * w + sfb_thread_id_of_lane(lane);
+            const uint32_t col = tile.n_col + wn * Cfg::kWarpN + j * 8 + sfb_col_of_lane(lane);
+            b_ok[w] = j < kNI && col < n;
+            sfb_cols[w] = sfb + (kType == GemmType::kNormal ? 0 : static_cast<size_t>(g) * sfb_group_stride) + col;
+        }
+        // Words past the last K block multiply TMA's zero fill; 0 keeps them finite.
+        auto load_scales = [&](uint32_t kb, uint32_t (&wa)[SA::kWords][kWA], uint32_t (&wb)[SB::kWords][kWB]) {
+#pragma unroll
+            for (uint32_t s = 0; s < SA::kWords; ++s) {
+                const uint32_t p = SA::word_index(kb, s);
+#pragma unroll
+                for (uint32_t w = 0; w < kWA; ++w)
+                    wa[s][w] = a_ok[w] && p < words_a
+                                   ? __ldg(sfa_rows[w] + static_cast<size_t>(p) * sfa_pack_stride) >> SA::shift(kb)
+                                   : 0u;
+            }
+#pragma unroll
+            for (uint32_t s = 0; s < SB::kWords; ++s) {
+                const uint32_t p = SB::word_index(kb, s);
+#pragma unroll
+                for (uint32_t w = 0; w < kWB; ++w)
+                    wb[s][w] = b_ok[w] && p < words_b
+                                   ? __ldg(sfb_cols[w] + static_cast<size_t>(p) * sfb_pack_stride) >> SB::shift(kb)
+                                   : 0u;
+            }
+        };
+
+        float acc[kMI][kNI][4];
+#pragma unroll
+        for (uint32_t i = 0; i < kMI; ++i)
+#pragma unroll
+            for (uint32_t j = 0; j < kNI; ++j)
+#pragma unroll
+                for (uint32_t e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+
+        uint32_t sa_cur[SA::kWords][kWA], sb_cur[SB::kWords][kWB];
+        uint32_t sa_nxt[SA::kWords][kWA], sb_nxt[SB::kWords][kWB];
+        if (tile.k_end > tile.k_begin) {
+            load_scales(tile.k_begin, sa_cur, sb_cur);
+            mbarrier_wait(&full_bar[stage], phase);
+            load_fragments(stage, 0, af[0], bfr[0]);
+        }
+        for (uint32_t kb = tile.k_begin; kb < tile.k_end; ++kb) {
+            if (kb + 1 < tile.k_end) load_scales(kb + 1, sa_nxt, sb_nxt);  // in flight during this stage
+            static_for<0, kSteps>([&](auto step_c) {
+                constexpr uint32_t kk = decltype(step_c)::value;
+                constexpr uint32_t cur = kk & 1, nxt = cur ^ 1;
+                if constexpr (kk + 1 < kSteps) {
+                    load_fragments(stage, kk + 1, af[nxt], bfr[nxt]);
+                } else {
+                    const uint32_t next_stage = stage + 1 == kStages ? 0 : stage + 1;
+                    const uint32_t next_phase = stage + 1 == kStages ? phase ^ 1 : phase;
+                    if (kb + 1 < tile.k_end) {
+                        mbarrier_wait(&full_bar[next_stage], next_phase);
+                        load_fragments(next_stage, 0, af[nxt], bfr[nxt]);
+                    }
+                    // Hazard: this stage's ldmatrix reads (generic proxy) vs. the TMA write (async proxy) that
+                    // refills it after the empty barrier. Fence, then hand the stage back.
+                    fence_proxy_async_smem();
+                    __syncwarp();
+                    if (lane == 0) mbarrier_arrive(&empty_bar[stage]);
+                    stage = next_stage, phase = next_phase;
+                }
+                static_for<0, kMI>([&](auto i_c) {
+                    constexpr uint32_t i = decltype(i_c)::value;
+                    static_for<0, kNI>([&](auto j_c) {
+                        constexpr uint32_t j = decltype(j_c)::value;
+                        mma_block_scaled<kKind, SA::byte_of_step(kk), i % 2, SB::byte_of_step(kk), j % 4>(
+                            acc[i][j], af[cur][i], bfr[cur][j], sa_cur[SA::word_of_step(kk)][i / 2],
+                            sb_cur[SB::word_of_step(kk)][j / 4]);
+                    });
+                });
+            });
+            if (kb + 1 < tile.k_end) {
+#pragma unroll
+                for (uint32_t s = 0; s < SA::kWords; ++s)
+#pragma unroll
+                    for (uint32_t w = 0; w < kWA; ++w) sa_cur[s][w] = sa_nxt[s][w];
+#pragma unroll
+                for (uint32_t s = 0; s < SB::kWords; ++s)
+#pragma unroll
+                    for (uint32_t w = 0; w < kWB; ++w) sb_cur[s][w] = sb_nxt[s][w];
+            }
+        }
+
+        store_accumulators<kMI, kNI, kType, kWithC>(acc, tile, d + static_cast<size_t>(tile.split) * split_stride, c,
+                                                     layout, psum_layout != 0, n, ldd, ldc, wm * Cfg::kWarpM,
+                                                     wn * Cfg::kWarpN, lane, alpha);
+    }
+}
+
+}  // namespace sm120

@@ -1,0 +1,77 @@
+#pragma once
+// Block-scaled tensor-core atoms (SM120: full-rate QMMA.SF / OMMA.SF). D += (A * SFA) * (B * SFB), fp32.
+//
+//   mma_mxf8_e4m3_16832   kind::mxf8f6f4 scale_vec::1X, e4m3 x e4m3, UE8M0   SASS QMMA.SF.16832.F32.E4M3.E4M3.E8
+//   mma_mxf4_16864        kind::mxf4 scale_vec::2X, e2m1 x e2m1, UE8M0       SASS OMMA.SF.16864.F32.E2M1.E2M1.E8
+//   mma_nvf4_16864        kind::mxf4nvf4 scale_vec::4X, e2m1 x e2m1, UE4M3   SASS OMMA.SF.16864...UE4M3.4X
+//
+// Operand registers have the same byte layout in all three: per m16n8 tile and 32 bytes of K, lane
+// (g = lane/4, q = lane%4) holds A bytes 4q..4q+3 of rows g (a[0]) and g+8 (a[1]) and bytes 16+4q.. of the
+// same rows (a[2], a[3]); B bytes 4q.. (b[0]) and 16+4q.. (b[1]) of column g. For e2m1 a byte packs two
+// K elements, the lower K index in the low nibble. So one ldmatrix addressing serves FP8 and packed FP4.
+// Scale selectors: template arguments <byte-id-a, thread-id-a, byte-id-b, thread-id-b>, documented with
+// the lane mapping in sm120_scale_selectors.cuh. On targets below SM120 each atom runs its emulation.
+
+#include "../common/sm120_arch.cuh"
+#include "sm120.cuh"
+#include "sm120_emulation.cuh"
+#include "sm120_scale_selectors.cuh"
+
+namespace sm120 {
+
+template <uint32_t kByteA, uint32_t kTidA, uint32_t kByteB, uint32_t kTidB>
+SM120_DEVICE void mma_mxf8_e4m3_16832(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], uint32_t sfa,
+                                      uint32_t sfb) {
+    static_assert(kByteA < 4 && kByteB < 4 && kTidA < 2 && kTidB < 4, "invalid scale_vec::1X selector");
+#if SM120_NATIVE
+    asm("mma.sync.aligned.m16n8k32.row.col.kind::mxf8f6f4.block_scale.scale_vec::1X.f32.e4m3.e4m3.f32.ue8m0 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3}, %10, {%12, %13}, %11, {%14, %15};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(sfa), "r"(sfb), "n"(kByteA),
+          "n"(kTidA), "n"(kByteB), "n"(kTidB));
+#else
+    emulation::mxf8_16832<kByteA, kTidA, kByteB, kTidB>(d, a, b, sfa, sfb);
+#endif
+}
+
+template <uint32_t kByteA, uint32_t kTidA, uint32_t kByteB, uint32_t kTidB>
+SM120_DEVICE void mma_mxf4_16864(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], uint32_t sfa,
+                                 uint32_t sfb) {
+    static_assert((kByteA == 0 || kByteA == 2) && (kByteB == 0 || kByteB == 2) && kTidA < 2 && kTidB < 4,
+                  "invalid scale_vec::2X selector");
+#if SM120_NATIVE
+    asm("mma.sync.aligned.m16n8k64.row.col.kind::mxf4.block_scale.scale_vec::2X.f32.e2m1.e2m1.f32.ue8m0 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3}, %10, {%12, %13}, %11, {%14, %15};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(sfa), "r"(sfb), "n"(kByteA),
+          "n"(kTidA), "n"(kByteB), "n"(kTidB));
+#else
+    emulation::fp4_16864<ScaleKind::kMxFp4, kByteA, kTidA, kByteB, kTidB>(d, a, b, sfa, sfb);
+#endif
+}
+
+template <uint32_t kByteA, uint32_t kTidA, uint32_t kByteB, uint32_t kTidB>
+SM120_DEVICE void mma_nvf4_16864(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], uint32_t sfa,
+                                 uint32_t sfb) {
+    static_assert(kByteA == 0 && kByteB == 0 && kTidA < 2 && kTidB < 4, "invalid scale_vec::4X selector");
+#if SM120_NATIVE
+    asm("mma.sync.aligned.m16n8k64.row.col.kind::mxf4nvf4.block_scale.scale_vec::4X.f32.e2m1.e2m1.f32.ue4m3 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3}, %10, {%12, %13}, %11, {%14, %15};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(sfa), "r"(sfb), "n"(kByteA),
+          "n"(kTidA), "n"(kByteB), "n"(kTidB));
+#else
+    emulation::fp4_16864<ScaleKind::kNvFp4, kByteA, kTidA, kByteB, kTidB>(d, a, b, sfa, sfb);
+#endif
+}
+
+// The atom for a ScaleKind, so kernels can be written once for all three.
+template <ScaleKind kKind, uint32_t kByteA, uint32_t kTidA, uint32_t kByteB, uint32_t kTidB>
+SM120_DEVICE void mma_block_scaled(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], uint32_t sfa,
+                                   uint32_t sfb) {
+    if constexpr (kKind == ScaleKind::kMxFp8) mma_mxf8_e4m3_16832<kByteA, kTidA, kByteB, kTidB>(d, a, b, sfa, sfb);
+    else if constexpr (kKind == ScaleKind::kMxFp4) mma_mxf4_16864<kByteA, kTidA, kByteB, kTidB>(d, a, b, sfa, sfb);
+    else mma_nvf4_16864<kByteA, kTidA, kByteB, kTidB>(d, a, b, sfa, sfb);
+}
+
+}  // namespace sm120
