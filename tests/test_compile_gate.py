@@ -80,7 +80,10 @@ def test_quick_gate_passes(tmp_path):
     doc = json.loads(out.read_text())
     kernels = [r for r in doc["results"] if r["kind"] == "kernel"]
     assert {r["target"] for r in kernels} == set(gate.TARGETS)
-    assert all(r["verdict"] == "pass" and r["spill_stores"] == 0 and r["stack"] == 0 for r in kernels)
+    assert all(r["verdict"] == "pass" for r in kernels)
+    # spill-free everywhere except the sm_90a emulation builds of the block-scaled family (reported only)
+    emulated = [r for r in kernels if r["name"].startswith("fp8_fp4_gemm_1d1d") and r["target"] == "sm_90a"]
+    assert emulated and all(r["spill_stores"] == 0 and r["stack"] == 0 for r in kernels if r not in emulated)
     assert all(r["smem"] <= gate.SMEM_LIMIT for r in kernels)
     assert all(r["smem"] > 0 for r in kernels if r["name"].startswith("bf16_gemm"))  # dynamic smem counted
     n_headers = len(gate.headers()) * len(gate.TARGETS) * len(doc["toolchains"])

@@ -103,7 +103,13 @@ def test_is_supported_answers_without_raising(monkeypatch):
     assert not dg.is_supported("bf16_gemm_nt", k=100)  # TMA needs 16-byte rows
     assert not dg.is_supported("bf16_gemm_nt", ab_dtype=torch.float16)
     assert not dg.is_supported("bf16_gemm_nt", out_dtype=torch.float16)
-    assert not dg.is_supported("fp8_gemm_nt")
+    assert not dg.is_supported("fp8_paged_mqa_logits")  # not an op of this package
+    assert dg.is_supported("fp8_gemm_nt", m=1, n=7168, k=7168, ab_dtype=torch.float8_e4m3fn, capability=(12, 0))
+    assert dg.is_supported("fp8_fp4_gemm_nt", k=7168, ab_dtype=torch.uint8, out_dtype=torch.float32)
+    assert not dg.is_supported("fp8_gemm_nt", k=100, ab_dtype=torch.float8_e4m3fn)  # 16-byte K rows
+    assert not dg.is_supported("fp8_fp4_gemm_nt", k=48, ab_dtype=torch.uint8)       # 48 e2m1 = 24 bytes
+    assert not dg.is_supported("fp8_gemm_nt", ab_dtype=torch.bfloat16)
+    assert not dg.is_supported("m_grouped_fp8_gemm_nt_masked", out_dtype=torch.float32)
     assert not dg.is_supported("bf16_gemm_nt", bogus=1)
     assert not dg.is_supported("bf16_gemm_nt", m=-1)
 

@@ -2,10 +2,11 @@
 // Warp-level tensor-core atoms (mma.sync, row.col). Fragment layouts follow the PTX ISA:
 // for m16n8k16 bf16, lane l holds A rows {l/4, l/4+8} x cols {2(l%4), 2(l%4)+1, +8, +9},
 // B rows (k) {2(l%4), +1, +8, +9} x col (n) l/4, and C/D rows {l/4, l/4+8} x cols {2(l%4), 2(l%4)+1}.
-// The block-scaled FP8/FP4 atoms (SM120-only, with sm_90 emulation) are in sm120_block_scaled.cuh, included
-// at the end: their emulation is built from the dense atoms defined here.
+// The block-scaled FP8/FP4 atoms (SM120-only, with sm_90 emulation) live in sm120_block_scaled.cuh; this
+// header includes it, so mma/sm120.cuh stays the one include for every atom.
 
 #include "../common/sm120_arch.cuh"
+#include "sm120_block_scaled.cuh"
 
 namespace sm120 {
 
@@ -31,5 +32,3 @@ SM120_DEVICE void mma_tf32_1688(float (&d)[4], const uint32_t (&a)[4], const uin
 }
 
 }  // namespace sm120
-
-#include "sm120_block_scaled.cuh"

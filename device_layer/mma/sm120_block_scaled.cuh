@@ -13,7 +13,6 @@
 // the lane mapping in sm120_scale_selectors.cuh. On targets below SM120 each atom runs its emulation.
 
 #include "../common/sm120_arch.cuh"
-#include "sm120.cuh"
 #include "sm120_emulation.cuh"
 #include "sm120_scale_selectors.cuh"
 

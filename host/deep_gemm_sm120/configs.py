@@ -167,10 +167,116 @@ def bf16_specs() -> list[Bf16GemmSpec]:
     return plain + swap + grouped + layouts + swap_nn + k_grouped
 
 
+# ---------------------------------------------------------------- block-scaled FP8 / FP4 (1D1D scales)
+
+# kind -> (C++ ScaleKind, K elements per 128-byte stage row, scale granularity along K, scale format)
+SCALE_KINDS = {
+    "mxfp8": ("kMxFp8", 128, (128, 32), "ue8m0"),   # e4m3; 1x128 (DeepSeek) or 1x32 (MXFP8) UE8M0 scales
+    "mxfp4": ("kMxFp4", 256, (32,), "ue8m0"),       # packed e2m1; 1x32 UE8M0
+    "nvfp4": ("kNvFp4", 256, (16,), "ue4m3"),       # packed e2m1; 1x16 UE4M3 (+ per-tensor scales via alpha)
+}
+
+
+@dataclass(frozen=True)
+class BlockScaledGemmConfig:
+    """Tile of the block-scaled kernel: every stage row is 128 bytes of K (128 fp8 / 256 fp4 elements)."""
+    block_m: int
+    block_n: int
+    stages: int
+    warps_m: int
+    warps_n: int
+    group_n: int = 16
+
+    @property
+    def threads(self) -> int:
+        return self.warps_m * self.warps_n * 32 + 128
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.stages * (self.block_m + self.block_n) * 128 + 2 * self.stages * 8
+
+    @property
+    def name(self) -> str:
+        return f"{self.block_m}x{self.block_n}_s{self.stages}_w{self.warps_m}x{self.warps_n}"
+
+
+BLOCK_SCALED_CONFIGS: tuple[BlockScaledGemmConfig, ...] = (
+    BlockScaledGemmConfig(128, 128, 3, 2, 4),
+    BlockScaledGemmConfig(128, 64, 4, 2, 2),
+    BlockScaledGemmConfig(64, 128, 4, 1, 4),
+    BlockScaledGemmConfig(64, 64, 6, 2, 2),
+)
+# M-grouped: BLOCK_M divides the contiguous-layout alignment
+BLOCK_SCALED_GROUPED_CONFIGS: tuple[BlockScaledGemmConfig, ...] = (
+    BlockScaledGemmConfig(128, 128, 3, 2, 4),
+    BlockScaledGemmConfig(64, 128, 4, 1, 4),
+)
+
+
+@dataclass(frozen=True)
+class BlockScaledGemmSpec:
+    config: BlockScaledGemmConfig
+    kind: str = "mxfp8"
+    gran_k: int = 128
+    out_dtype: str = "bf16"
+    with_c: bool = False
+    gemm_type: str = "normal"
+
+    family = "fp8_fp4_gemm_1d1d"
+    header = "impls/sm120_fp8_fp4_gemm_1d1d.cuh"
+
+    def __post_init__(self) -> None:
+        if self.kind not in SCALE_KINDS or self.gran_k not in SCALE_KINDS[self.kind][2]:
+            raise ValueError(f"unsupported block-scaled kind/granularity {self.kind}/{self.gran_k}")
+
+    @property
+    def name(self) -> str:
+        return (f"{self.family}_{self.kind}_g{self.gran_k}_{self.config.name}_{self.out_dtype}"
+                f"{'_c' if self.with_c else ''}{'' if self.gemm_type == 'normal' else '_' + self.gemm_type}")
+
+    @property
+    def threads(self) -> int:
+        return self.config.threads
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.config.smem_bytes
+
+    @property
+    def elems_per_stage(self) -> int:
+        return SCALE_KINDS[self.kind][1]
+
+    def source(self) -> str:
+        c = self.config
+        out = _CXX_OUT[self.out_dtype]
+        return (
+            f'#include "{self.header}"\n'
+            "// One instantiation per translation unit; the runtime finds it as the module's only kernel.\n"
+            "template __global__ void sm120::sm120_fp8_fp4_gemm_1d1d_kernel<"
+            f"sm120::ScaleKind::{SCALE_KINDS[self.kind][0]}, {self.gran_k}, {self.gran_k}, {c.block_m}, {c.block_n}, "
+            f"{c.stages}, {c.warps_m}, {c.warps_n}, {c.group_n}, {out}, {'true' if self.with_c else 'false'}, "
+            f"sm120::GemmType::{GEMM_TYPES[self.gemm_type]}>(\n"
+            "    const __grid_constant__ CUtensorMap, const __grid_constant__ CUtensorMap, const uint32_t*, "
+            f"const uint32_t*, {out}*, const {out}*, const int32_t*, uint32_t, uint32_t, uint32_t, uint32_t, "
+            "uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, float);\n"
+        )
+
+
+def block_scaled_specs() -> list[BlockScaledGemmSpec]:
+    """All block-scaled instantiations reachable from the host API."""
+    kinds = [(kind, g) for kind, (_, _, grans, _) in SCALE_KINDS.items() for g in grans]
+    dense = [BlockScaledGemmSpec(cfg, kind, g, out, c) for kind, g in kinds for cfg in BLOCK_SCALED_CONFIGS
+             for out in OUT_DTYPES for c in (False, True)]
+    grouped = [BlockScaledGemmSpec(cfg, kind, g, "bf16", False, t) for kind, g in kinds
+               for cfg in BLOCK_SCALED_GROUPED_CONFIGS for t in ("m_contiguous", "m_masked")]
+    return dense + grouped
+
+
 def all_specs() -> list:
     """Every kernel the host can launch: what precompile() warms and the compile gate checks."""
-    return bf16_specs() + split_k_reduce_specs()
+    return bf16_specs() + block_scaled_specs() + split_k_reduce_specs()
 
 
-for _cfg in BF16_CONFIGS + BF16_SWAP_CONFIGS + BF16_GROUPED_CONFIGS:  # fail at import, not at compile time, if a config breaks the budget
+for _cfg in (BF16_CONFIGS + BF16_SWAP_CONFIGS + BF16_GROUPED_CONFIGS + BLOCK_SCALED_CONFIGS
+             + BLOCK_SCALED_GROUPED_CONFIGS):  # fail at import, not at compile time, if a config breaks the budget
     assert _cfg.smem_bytes <= SMEM_LIMIT, _cfg

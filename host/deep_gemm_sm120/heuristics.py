@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from .configs import BF16_CONFIGS, BF16_LAYOUT_CONFIGS, BF16_SWAP_CONFIGS, SWAP_AB_MAX_M, Bf16GemmConfig
+from .configs import (BF16_CONFIGS, BF16_LAYOUT_CONFIGS, BF16_SWAP_CONFIGS, BLOCK_SCALED_CONFIGS, SCALE_KINDS,
+                      SWAP_AB_MAX_M, BlockScaledGemmConfig, Bf16GemmConfig)
 
 # Relative main-loop efficiency of each tile area: smaller tiles issue more ldmatrix per MMA and
 # reload operands more often. Rough ratios; they only break ties between wave counts.
@@ -65,3 +66,17 @@ def choose_bf16_plan(m: int, n: int, k: int, num_sms: int, layout: str = "nt") -
         cfg = min(narrow, key=lambda c: c.block_n)
         return cfg, True
     return choose_bf16_config(m, n, k, num_sms, layout), False
+
+
+@lru_cache(maxsize=8192)
+def choose_block_scaled_plan(m: int, n: int, k: int, num_sms: int, kind: str) -> tuple[BlockScaledGemmConfig, int]:
+    """(config, splits) for a dense block-scaled GEMM: the same wave model and split-K rule as BF16."""
+    best, best_cost = None, None
+    for cfg in BLOCK_SCALED_CONFIGS:
+        tiles = _ceil_div(m, cfg.block_m) * _ceil_div(n, cfg.block_n)
+        cost = _ceil_div(tiles, num_sms) * cfg.block_m * cfg.block_n / _TILE_EFFICIENCY[cfg.block_m * cfg.block_n]
+        if best_cost is None or cost < best_cost:
+            best, best_cost = cfg, cost
+    assert best is not None
+    tiles = _ceil_div(m, best.block_m) * _ceil_div(n, best.block_n)
+    return best, choose_splits(tiles, k, SCALE_KINDS[kind][1], num_sms)

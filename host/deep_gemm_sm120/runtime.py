@@ -32,6 +32,11 @@ def gemm_launcher():
     return _ext().launch_gemm_tma2
 
 
+def block_scaled_launcher():
+    """The flat launch entry for block-scaled (FP8 / FP4) GEMM kernels."""
+    return _ext().launch_block_scaled_gemm
+
+
 def current_stream_fn():
     """Fast raw-stream getter for a device index (torch's private binding when present, else the public API)."""
     import torch

@@ -6,6 +6,11 @@ from .arch import SM120_TARGETS, emulation_requested, target_for_capability
 
 _DENSE = {"bf16_gemm_nt", "bf16_gemm_nn", "bf16_gemm_tn", "bf16_gemm_tt"}
 _OPS = _DENSE | {"k_grouped_bf16_gemm_tn_contiguous", "m_grouped_bf16_gemm_nt_contiguous", "m_grouped_bf16_gemm_nt_masked"}
+_BLOCK_SCALED = {"fp8_gemm_nt", "fp8_fp4_gemm_nt", "m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gemm_nt_masked",
+                 "m_grouped_fp8_fp4_gemm_nt_contiguous", "m_grouped_fp8_fp4_gemm_nt_masked"}
+_OPS = _OPS | _BLOCK_SCALED
+_FP8 = {"float8_e4m3fn"}
+_FP4 = {"uint8", "int8", "float4_e2m1fn_x2"}
 _BF16_OUT = {"bfloat16", "float32", "bf16", "fp32"}
 
 
@@ -22,7 +27,14 @@ def is_supported(op: str, **kw) -> bool:
         allowed = {"m", "n", "k", "ab_dtype", "out_dtype", "capability", "device"}
         if set(kw) - allowed:
             return False
-        if "ab_dtype" in kw and _dtype_name(kw["ab_dtype"]) not in ("bfloat16", "bf16"):
+        ab = _dtype_name(kw.get("ab_dtype")) if "ab_dtype" in kw else None
+        if op in _BLOCK_SCALED:
+            if ab is not None and ab not in _FP8 | _FP4:
+                return False
+            # K-major byte rows of 16 bytes: K % 16 (FP8) or K % 32 (packed FP4)
+            if "k" in kw and isinstance(kw["k"], int) and kw["k"] % (32 if ab in _FP4 else 16):
+                return False
+        elif ab is not None and ab not in ("bfloat16", "bf16"):
             return False
         if "out_dtype" in kw and _dtype_name(kw["out_dtype"]) not in _BF16_OUT:
             return False
@@ -35,7 +47,7 @@ def is_supported(op: str, **kw) -> bool:
             if dim in kw and (not isinstance(kw[dim], int) or kw[dim] < 0):
                 return False
         # TMA needs 16-byte rows: the inner dimension of every operand must be a multiple of 8 bf16
-        if "k" in kw and kw["k"] % 8 and op != "bf16_gemm_tn":
+        if "k" in kw and kw["k"] % 8 and op.startswith("bf16") and op != "bf16_gemm_tn":
             return False  # some operand is K-major (a [M, K] or b [N, K])
         if op in ("bf16_gemm_tn", "bf16_gemm_tt") and "m" in kw and kw["m"] % 8:
             return False  # a is [K, M]

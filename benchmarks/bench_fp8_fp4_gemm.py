@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Block-scaled FP8 / FP4 GEMMs: emulated timings, and an RTX 5090 roofline estimate per shape.
+
+    python benchmarks/bench_fp8_fp4_gemm.py [--quick] [--json out.json]        # needs a GPU
+    python benchmarks/bench_fp8_fp4_gemm.py --roofline-only                    # CPU only
+
+On a non-SM120 GPU the kernels run through the sm_90 emulation of the block-scaled MMAs (DG_SM120_EMULATE=1
+is set here): those times measure the emulation on that GPU, say nothing about SM120 speed, and are
+reported only to show the full kernels run. The roofline is arithmetic, not a measurement:
+  time >= max(FLOPs / peak, bytes / 1792 GB/s), peaks MXFP8 838 and FP4 1676 TFLOP/s (RTX 5090, dense).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "host"))
+sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+
+RTX5090 = {"mxfp8": 838e12, "mxfp4": 1676e12, "nvfp4": 1676e12, "bandwidth": 1792e9}
+SHAPES = [  # (label, M, N, K): DeepSeek-V3 projections at decode and prefill sizes, and a square
+    ("dsv3 q_a+kv_a decode", 64, 2112, 7168), ("dsv3 q_a+kv_a prefill", 4096, 2112, 7168),
+    ("dsv3 dense up prefill", 4096, 36864, 7168), ("dsv3 o_proj decode", 64, 7168, 16384),
+    ("square", 4096, 4096, 4096),
+]
+
+
+def roofline(kind: str, m: int, n: int, k: int, gran: int) -> dict:
+    elem = 1.0 if kind == "mxfp8" else 0.5
+    scale_bytes = (m + n) * -(-k // gran)
+    traffic = (m + n) * k * elem + scale_bytes + m * n * 2  # operands + scales + bf16 D, each once
+    flops = 2.0 * m * n * k
+    t = max(flops / RTX5090[kind], traffic / RTX5090["bandwidth"])
+    return {"bound": "compute" if flops / RTX5090[kind] >= traffic / RTX5090["bandwidth"] else "memory",
+            "roofline_us": t * 1e6, "roofline_tflops": flops / t / 1e12}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--roofline-only", action="store_true")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    kinds = [("mxfp8", 128), ("mxfp8", 32), ("mxfp4", 32), ("nvfp4", 16)]
+    rows = []
+    gpu = not args.roofline_only and torch.cuda.is_available()
+    if gpu:
+        if torch.cuda.get_device_capability()[0] != 12:
+            os.environ["DG_SM120_EMULATE"] = "1"
+        import deep_gemm_sm120 as dg
+        from bench_bf16_gemm import bench
+        from block_scaled_helpers import fp4_operands, fp8_operands
+        from deep_gemm_sm120.testing import calc_diff
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        print(f"device: {torch.cuda.get_device_name()} (emulated block-scaled MMAs unless SM120)")
+    for label, m, n, k in SHAPES[:2] + SHAPES[-1:] if args.quick else SHAPES:
+        for kind, gran in kinds:
+            row = {"shape": label, "m": m, "n": n, "k": k, "kind": kind, "gran_k": gran,
+                   **roofline(kind, m, n, k, gran)}
+            if gpu:
+                if kind == "mxfp8":
+                    a, b, ref = fp8_operands(m, n, k, gen, gran, b_blocks=gran == 128)
+                    alpha = 1.0
+                else:
+                    a, b, alpha, ref = fp4_operands(m, n, k, gen, kind)
+                recipe = (1, 128 if gran == 128 else 1, gran)
+                pa = (a[0], dg.transform_sf_into_required_layout(a[1], m, k, recipe, is_sfa=True))
+                pb = (b[0], dg.transform_sf_into_required_layout(b[1], n, k, recipe))
+                d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+                fn = lambda: dg.fp8_fp4_gemm_nt(pa, pb, d, recipe=recipe, alpha=alpha)  # noqa: E731
+                fn()
+                torch.cuda.synchronize()
+                row["calc_diff"] = calc_diff(d, ref)
+                t = bench(fn, iters=3 if args.quick else 10)
+                row["emulated_us"] = t * 1e6
+                row["emulated_tflops"] = 2.0 * m * n * k / t / 1e12
+            rows.append(row)
+            emu = (f"  emulated {row['emulated_us']:9.1f} us {row['emulated_tflops']:7.1f} TFLOP/s "
+                   f"diff {row['calc_diff']:.1e}") if gpu else ""
+            print(f"{label:<24} {kind:<6} 1x{gran:<4} M={m:<5} N={n:<6} K={k:<6} RTX 5090 roofline "
+                  f"{row['roofline_us']:8.1f} us {row['roofline_tflops']:7.1f} TFLOP/s ({row['bound']}){emu}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"rows": rows, "rtx5090": RTX5090}, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,344 @@
+"""Block-scaled FP8 / FP4 GEMMs (NT): d = alpha * (a * sfa) @ (b * sfb).T (+ c), fp32 accumulation.
+
+Operands come as (tensor, scale factors) pairs, DeepGEMM style:
+  FP8:    a [M, K] float8_e4m3fn, b [N, K] float8_e4m3fn; UE8M0 scales per 1x128 (DeepSeek activations) or
+          1x32 (MXFP8) along K; b's scales may also be 128x128 blocks [ceil(N/128), ceil(K/128)].
+  MXFP4:  a [M, K/2], b [N, K/2] packed e2m1 (uint8 / int8 / float4_e2m1fn_x2, even K in the low nibble);
+          UE8M0 scales per 1x32.
+  NVFP4:  as MXFP4 with float8_e4m3fn (UE4M3) scales per 1x16; the per-tensor global scales go in `alpha`.
+Scale factors are float32 powers of two, float8_e8m0fnu, float8_e4m3fn (NVFP4), or int32 already in the
+kernel's layout (transform_sf_into_required_layout). Unpacked scales are converted on every call (small torch
+ops, and a device sync for the power-of-two check); pass packed int32 scales on hot paths and inside CUDA
+graphs. Mixed FP8 x FP4 operands are not provided (NotImplementedError).
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from .. import jit, runtime
+from ..arch import EMULATE_ENV, target_for_device
+from ..configs import (BLOCK_SCALED_GROUPED_CONFIGS, MK_ALIGNMENT_FOR_CONTIGUOUS_LAYOUT, BlockScaledGemmSpec,
+                       SplitKReduceSpec)
+from ..device import num_sms_for
+from ..heuristics import choose_block_scaled_plan
+from ..scale_layout import KIND_GRANS, check_packed, sf_format, sf_words, transform_sf_into_required_layout
+from ..validation import output_row_stride, require_same_cuda_device, require_tensor, tma_row_stride_bytes
+from .bf16_grouped import _grouped_rows_view, _require_shape, check_contiguous_layout
+
+_FP4_DTYPES = tuple(t for t in (torch.uint8, torch.int8, getattr(torch, "float4_e2m1fn_x2", None)) if t is not None)
+_OUT = {torch.bfloat16: "bf16", torch.float32: "fp32"}
+_plans: dict[tuple, tuple] = {}
+
+
+def _pair(name: str, x) -> tuple[torch.Tensor, torch.Tensor]:
+    if not isinstance(x, (tuple, list)) or len(x) != 2:
+        raise TypeError(f"{name} must be a (tensor, scale factors) pair, got {type(x).__name__}")
+    t, sf = x
+    require_tensor(name, t)
+    require_tensor(f"{name}'s scale factors", sf)
+    return t, sf
+
+
+def _is_fp4(t: torch.Tensor) -> bool:
+    return t.dtype in _FP4_DTYPES
+
+
+def _kind(a: torch.Tensor, b: torch.Tensor, sfa: torch.Tensor, sfb: torch.Tensor, recipe) -> str:
+    """mxfp8 / mxfp4 / nvfp4 from operand and scale dtypes (and the recipe for packed scales)."""
+    fp8 = torch.float8_e4m3fn
+    if a.dtype == fp8 and b.dtype == fp8:
+        return "mxfp8"
+    if _is_fp4(a) and _is_fp4(b):
+        fmts = {sf_format(sfa), sf_format(sfb)}
+        if fmts == {"packed"}:
+            if recipe is None:
+                raise ValueError("FP4 operands with packed int32 scales need recipe=(1, 1, 32) (MXFP4) or "
+                                 "(1, 1, 16) (NVFP4)")
+            return "nvfp4" if recipe[2] == 16 else "mxfp4"
+        fmts.discard("packed")
+        if fmts == {"ue4m3"}:
+            return "nvfp4"
+        if fmts == {"ue8m0"}:
+            return "mxfp4"
+        raise TypeError("a's and b's FP4 scales must both be UE8M0 (MXFP4) or both UE4M3 (NVFP4)")
+    if {a.dtype, b.dtype} <= {fp8, *_FP4_DTYPES}:
+        if a.dtype == fp8 or b.dtype == fp8:
+            raise NotImplementedError("mixed FP8 x FP4 GEMMs (kind::mxf8f6f4 e4m3 x e2m1) are not provided")
+    raise TypeError(f"a and b must both be float8_e4m3fn, or both packed FP4 (uint8 / int8 / float4_e2m1fn_x2), "
+                    f"got {a.dtype} and {b.dtype}")
+
+
+def _gran_k(kind: str, k: int, recipe, sfs: list[tuple[torch.Tensor, int, int]]) -> int:
+    """The K granularity shared by both operands' scales: from the recipe, else from their shapes."""
+    allowed = KIND_GRANS[kind]
+    if recipe is not None:
+        if not isinstance(recipe, (tuple, list)) or len(recipe) != 3:
+            raise ValueError(f"recipe must be (gran_m, gran_n, gran_k), got {recipe!r}")
+        if recipe[2] not in allowed:
+            raise NotImplementedError(f"{kind} scales cover {' or '.join(map(str, allowed))} K elements; "
+                                      f"recipe {tuple(recipe)} asks for {recipe[2]}")
+        return int(recipe[2])
+    found = set()
+    for sf, mn, _lead in sfs:
+        cols = sf.shape[-1]
+        if sf.dtype == torch.int32:
+            cands = {g for g in allowed if sf_words(k, g) == cols}
+        else:
+            cands = {g for g in allowed if -(-k // g) == cols}
+        if not cands:
+            raise ValueError(f"scale factors with {cols} columns fit no {kind} granularity for K = {k} "
+                             f"(expected {', '.join(f'{-(-k // g)} (1x{g})' for g in allowed)} unpacked columns)")
+        found.add(frozenset(cands))
+    common = frozenset.intersection(*found)
+    if len(common) != 1:
+        raise (NotImplementedError if not common else ValueError)(
+            "a and b scales use different K granularities" if not common
+            else f"the K granularity of the scales is ambiguous for K = {k}: pass recipe")
+    return next(iter(common))
+
+
+def _prepare_sf(name: str, sf: torch.Tensor, mn: int, k: int, gran_k: int, groups: int | None,
+                is_sfa: bool) -> tuple[torch.Tensor, int, int]:
+    """(packed int32 scales, word stride, group stride) for one operand."""
+    lead = () if groups is None else (groups,)
+    if sf.dtype == torch.int32:
+        ps, gs = check_packed(name, sf, (*lead, mn, sf_words(k, gran_k)))
+        return sf, ps, gs
+    if sf.dim() != len(lead) + 2:
+        raise ValueError(f"{name} must be {'[G, rows, K blocks]' if groups is not None else '[rows, K blocks]'}, "
+                         f"got shape {tuple(sf.shape)}")
+    rows = sf.shape[-2]
+    # A: one scale per row. B: per row, or 128x128 blocks (DeepSeek weights).
+    gran_mn = 1 if rows == mn or is_sfa else 128
+    recipe = (gran_mn, gran_mn, gran_k)
+    packed = transform_sf_into_required_layout(sf, mn, k, recipe, groups, is_sfa)
+    ps, gs = check_packed(name, packed, (*lead, mn, sf_words(k, gran_k)))
+    return packed, ps, gs
+
+
+def _operands(a_pair, b_pair, recipe):
+    a, sfa = _pair("a", a_pair)
+    b, sfb = _pair("b", b_pair)
+    kind = _kind(a, b, sfa, sfb, recipe)
+    return a, sfa, b, sfb, kind
+
+
+def _check_out(d: torch.Tensor, c: torch.Tensor | None, shape: tuple[int, ...], grouped: bool) -> None:
+    require_tensor("d", d)
+    if d.dtype not in _OUT or (grouped and d.dtype != torch.bfloat16):
+        want = "torch.bfloat16" if grouped else "torch.bfloat16 or torch.float32"
+        raise NotImplementedError(f"d must be {want}, got {d.dtype}")
+    _require_shape("d", d, shape, "[G, M, N]" if len(shape) == 3 else "[M, N]")
+    if c is not None:
+        require_tensor("c", c)
+        if c.dtype != d.dtype:
+            raise TypeError(f"c must have d's dtype {d.dtype}, got {c.dtype}")
+        _require_shape("c", c, shape, "[M, N]")
+
+
+def _k_of(t: torch.Tensor, fp4: bool) -> int:
+    return t.shape[-1] * (2 if fp4 else 1)
+
+
+def _alpha(alpha) -> float:
+    if isinstance(alpha, torch.Tensor):
+        raise TypeError("alpha must be a Python float (a tensor would need a device sync)")
+    try:
+        return float(alpha)
+    except (TypeError, ValueError):
+        raise TypeError(f"alpha must be a float, got {alpha!r}") from None
+
+
+def _dense_plan(kind: str, gran_k: int, m: int, n: int, k: int, out: str, with_c: bool, index: int) -> tuple:
+    key = ("dense", kind, gran_k, m, n, k, out, with_c, index, num_sms_for(index), os.environ.get(EMULATE_ENV))
+    plan = _plans.get(key)
+    if plan is None:
+        target = target_for_device(index)
+        cfg, splits = choose_block_scaled_plan(m, n, k, key[9], kind)
+        spec = BlockScaledGemmSpec(cfg, kind, gran_k, "fp32" if splits > 1 else out, with_c and splits == 1)
+        kern = jit.get_kernel(spec, target, index)
+        grid = min(key[9], -(-m // cfg.block_m) * -(-n // cfg.block_n) * splits)
+        reduce = None
+        if splits > 1:
+            rk = jit.get_kernel(SplitKReduceSpec(out, with_c), target, index)
+            reduce = (rk.handle, min(-(-m * -(-n // 4) // rk.threads), key[9] * 8), rk.threads)
+        plan = (kern.handle, grid, kern.threads, cfg, splits, reduce)
+        _plans[key] = plan
+    return plan
+
+
+def fp8_fp4_gemm_nt(a, b, d: torch.Tensor, c: torch.Tensor | None = None, recipe=None, alpha: float = 1.0) -> None:
+    """d = alpha * (a[0] * a[1]) @ (b[0] * b[1]).T (+ c) for a = (a, sfa) [M, K], b = (b, sfb) [N, K] (FP4: K/2
+    bytes). d/c: [M, N] bf16 or fp32 (c optional, may alias d). recipe: DeepGEMM's (gran_m, gran_n, gran_k)."""
+    a, sfa, b, sfb, kind = _operands(a, b, recipe)
+    fp4 = kind != "mxfp8"
+    if a.dim() != 2 or b.dim() != 2:
+        raise ValueError(f"a must be [M, K] and b [N, K], got {tuple(a.shape)} and {tuple(b.shape)}")
+    m, n = a.shape[0], b.shape[0]
+    k = _k_of(a, fp4)
+    if _k_of(b, fp4) != k:
+        raise ValueError(f"a {tuple(a.shape)} and b {tuple(b.shape)} must agree on K")
+    _check_out(d, c, (m, n), False)
+    alpha = _alpha(alpha)
+    dev = require_same_cuda_device(a=a, b=b, sfa=sfa, sfb=sfb, d=d, **({"c": c} if c is not None else {}))
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    target_for_device(index)
+    ldd = output_row_stride("d", d)
+    ldc = output_row_stride("c", c) if c is not None else 0
+    if m == 0 or n == 0:
+        return
+    if k == 0:
+        if c is None:
+            d.zero_()
+        elif c.data_ptr() != d.data_ptr():
+            d.copy_(c)
+        return
+    if fp4 and k % 32:
+        raise ValueError(f"FP4 K = {k} must be a multiple of 32 (16-byte TMA rows)")
+    lda, ldb = tma_row_stride_bytes("a", a), tma_row_stride_bytes("b", b)
+    gran_k = _gran_k(kind, k, recipe, [(sfa, m, 0), (sfb, n, 0)])
+    sfa_p, sfa_ps, _ = _prepare_sf("sfa", sfa, m, k, gran_k, None, True)
+    sfb_p, sfb_ps, _ = _prepare_sf("sfb", sfb, n, k, gran_k, None, False)
+    handle, grid, threads, cfg, splits, reduce = _dense_plan(kind, gran_k, m, n, k, _OUT[d.dtype], c is not None,
+                                                             index)
+    stream = runtime.current_stream_fn()(index)
+    out_ptr, out_ld, c_ptr, c_ld, split_stride = d.data_ptr(), ldd, c.data_ptr() if c is not None else 0, ldc, 0
+    if splits > 1:  # fp32 slices [splits, M, N]; the reduce kernel adds them in order, then C
+        ws = torch.empty(splits * m * n, dtype=torch.float32, device=d.device)
+        out_ptr, out_ld, c_ptr, c_ld, split_stride = ws.data_ptr(), n, 0, 0, m * n
+    runtime.block_scaled_launcher()(handle, grid, threads, stream, a.data_ptr(), m, lda, cfg.block_m, b.data_ptr(),
+                                    n, ldb, cfg.block_n, a.shape[1] * a.element_size(), sfa_p.data_ptr(),
+                                    sfb_p.data_ptr(), out_ptr, c_ptr, 0, m, n, k, out_ld, c_ld, 1, 0, splits,
+                                    split_stride, sfa_ps, 0, sfb_ps, 0, alpha)
+    if splits > 1:
+        r_handle, r_grid, r_threads = reduce
+        runtime.launch(r_handle, r_grid, r_threads, stream, [], [out_ptr, d.data_ptr(), c.data_ptr() if c is not None
+                                                                 else 0], [m, n, ldd, ldc, splits])
+
+
+def _grouped_plan(kind: str, gran_k: int, gemm_type: str, small: bool, index: int) -> tuple:
+    num_sms = num_sms_for(index)
+    key = ("grouped", kind, gran_k, gemm_type, small, index, num_sms, os.environ.get(EMULATE_ENV))
+    plan = _plans.get(key)
+    if plan is None:
+        cfg = BLOCK_SCALED_GROUPED_CONFIGS[1] if small else BLOCK_SCALED_GROUPED_CONFIGS[0]
+        kern = jit.get_kernel(BlockScaledGemmSpec(cfg, kind, gran_k, "bf16", False, gemm_type),
+                              target_for_device(index), index)
+        plan = (kern.handle, kern.threads, cfg, num_sms)
+        _plans[key] = plan
+    return plan
+
+
+def _grouped_launch(plan, tiles, index, a2, rows_a, b2, rows_b, sfa, sfb, d_ptr, layout_ptr, m, n, k, ldd, groups,
+                    psum, alpha) -> None:
+    handle, threads, cfg, num_sms = plan
+    (sfa_p, sfa_ps, sfa_gs), (sfb_p, sfb_ps, sfb_gs) = sfa, sfb
+    stream = runtime.current_stream_fn()(index)
+    runtime.block_scaled_launcher()(handle, min(num_sms, max(tiles, 1)), threads, stream, a2.data_ptr(), rows_a,
+                                    tma_row_stride_bytes("a", a2), cfg.block_m, b2.data_ptr(), rows_b,
+                                    tma_row_stride_bytes("b", b2), cfg.block_n, a2.shape[1] * a2.element_size(),
+                                    sfa_p.data_ptr(), sfb_p.data_ptr(), d_ptr, 0, layout_ptr, m, n, k, ldd, 0,
+                                    groups, 1 if psum else 0, 1, 0, sfa_ps, sfa_gs, sfb_ps, sfb_gs, alpha)
+
+
+def m_grouped_fp8_fp4_gemm_nt_contiguous(a, b, d: torch.Tensor, grouped_layout: torch.Tensor, recipe=None,
+                                         use_psum_layout: bool = False, check_layout: bool | None = None,
+                                         alpha: float = 1.0) -> None:
+    """d[r] = alpha * a[r] @ b[g(r)].T for the rows r of group g(r) (MoE, tokens sorted by expert).
+
+    a = (a [M, K], sfa); b = (b [G, N, K], sfb [G, ...]); d [M, N] bf16. FP4: K/2 bytes per row.
+    grouped_layout: int32 [M] group id per row (-1 = padding), or with use_psum_layout int32 [G] group ends;
+    every group starts at a multiple of get_mk_alignment_for_contiguous_layout() rows (checked, as for BF16)."""
+    a, sfa, b, sfb, kind = _operands(a, b, recipe)
+    fp4 = kind != "mxfp8"
+    require_tensor("grouped_layout", grouped_layout)
+    if grouped_layout.dtype != torch.int32:
+        raise TypeError(f"grouped_layout must be torch.int32, got {grouped_layout.dtype}")
+    if a.dim() != 2 or b.dim() != 3:
+        raise ValueError(f"a must be [M, K] and b [G, N, K], got {tuple(a.shape)} and {tuple(b.shape)}")
+    m, k = a.shape[0], _k_of(a, fp4)
+    g, n = b.shape[:2]
+    if _k_of(b, fp4) != k:
+        raise ValueError(f"a {tuple(a.shape)} and b {tuple(b.shape)} must agree on K")
+    _check_out(d, None, (m, n), True)
+    align = MK_ALIGNMENT_FOR_CONTIGUOUS_LAYOUT
+    if use_psum_layout:
+        _require_shape("grouped_layout", grouped_layout, (g,), "[G] (group end rows, psum layout)")
+    else:
+        _require_shape("grouped_layout", grouped_layout, (m,), "[M] (one group id per row)")
+        if m % align:
+            raise ValueError(f"M = {m} must be a multiple of get_mk_alignment_for_contiguous_layout() = {align}")
+    if not grouped_layout.is_contiguous():
+        raise ValueError("grouped_layout must be contiguous")
+    alpha = _alpha(alpha)
+    dev = require_same_cuda_device(a=a, b=b, sfa=sfa, sfb=sfb, d=d, grouped_layout=grouped_layout)
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    target_for_device(index)
+    if check_layout is None:
+        check_layout = not torch.cuda.is_current_stream_capturing()
+    if check_layout:
+        check_contiguous_layout(grouped_layout, m, g, use_psum_layout)
+    if m == 0 or n == 0 or g == 0:
+        return
+    if k == 0 or (fp4 and k % 32):
+        raise ValueError(f"K = {k} must be positive{' and a multiple of 32 for FP4' if fp4 else ''}")
+    gran_k = _gran_k(kind, k, recipe, [(sfa, m, 0), (sfb, n, g)])
+    sfa_t = _prepare_sf("sfa", sfa, m, k, gran_k, None, True)
+    sfb_t = _prepare_sf("sfb", sfb, n, k, gran_k, g, False)
+    b2 = _grouped_rows_view("b", b)
+    ldd = output_row_stride("d", d)
+    plan = _grouped_plan(kind, gran_k, "m_contiguous", m <= 64, index)
+    cfg = plan[2]
+    tiles = -(-m // cfg.block_m) * -(-n // cfg.block_n)
+    _grouped_launch(plan, tiles, index, a, m, b2, g * n, sfa_t, sfb_t, d.data_ptr(), grouped_layout.data_ptr(),
+                    m, n, k, ldd, g, use_psum_layout, alpha)
+
+
+def m_grouped_fp8_fp4_gemm_nt_masked(a, b, d: torch.Tensor, masked_m: torch.Tensor, expected_m: int,
+                                     recipe=None, alpha: float = 1.0) -> None:
+    """d[g, :masked_m[g]] = alpha * a[g, :masked_m[g]] @ b[g].T; rows past masked_m[g] stay untouched.
+
+    a = (a [G, M, K], sfa [G, ...]); b = (b [G, N, K], sfb [G, ...]); d [G, M, N] bf16; masked_m int32 [G] on
+    the device (read only by the kernel: graph-safe with packed scales). expected_m picks the tile size."""
+    a, sfa, b, sfb, kind = _operands(a, b, recipe)
+    fp4 = kind != "mxfp8"
+    require_tensor("masked_m", masked_m)
+    if masked_m.dtype != torch.int32:
+        raise TypeError(f"masked_m must be torch.int32, got {masked_m.dtype}")
+    if a.dim() != 3 or b.dim() != 3:
+        raise ValueError(f"a must be [G, M, K] and b [G, N, K], got {tuple(a.shape)} and {tuple(b.shape)}")
+    g, m = a.shape[:2]
+    n = b.shape[1]
+    k = _k_of(a, fp4)
+    if b.shape[0] != g or _k_of(b, fp4) != k:
+        raise ValueError(f"a {tuple(a.shape)} and b {tuple(b.shape)} must agree on G and K")
+    _check_out(d, None, (g, m, n), True)
+    _require_shape("masked_m", masked_m, (g,), "[G]")
+    if not isinstance(expected_m, int) or isinstance(expected_m, bool) or expected_m < 0:
+        raise TypeError(f"expected_m must be a non-negative int, got {expected_m!r}")
+    alpha = _alpha(alpha)
+    dev = require_same_cuda_device(a=a, b=b, sfa=sfa, sfb=sfb, d=d, masked_m=masked_m)
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    target_for_device(index)
+    if g == 0 or m == 0 or n == 0:
+        return
+    if k == 0 or (fp4 and k % 32):
+        raise ValueError(f"K = {k} must be positive{' and a multiple of 32 for FP4' if fp4 else ''}")
+    gran_k = _gran_k(kind, k, recipe, [(sfa, m, g), (sfb, n, g)])
+    sfa_t = _prepare_sf("sfa", sfa, m, k, gran_k, g, True)
+    sfb_t = _prepare_sf("sfb", sfb, n, k, gran_k, g, False)
+    a2, b2, d2 = _grouped_rows_view("a", a), _grouped_rows_view("b", b), _grouped_rows_view("d", d)
+    ldd = output_row_stride("d", d2)
+    plan = _grouped_plan(kind, gran_k, "m_masked", max(expected_m, 1) <= 64, index)
+    cfg = plan[2]
+    tiles = g * -(-m // cfg.block_m) * -(-n // cfg.block_n)
+    _grouped_launch(plan, tiles, index, a2, g * m, b2, g * n, sfa_t, sfb_t, d2.data_ptr(), masked_m.data_ptr(),
+                    m, n, k, ldd, g, False, alpha)
+
+
+# DeepGEMM's names: the FP8 entry points also take FP4 operands.
+fp8_gemm_nt = fp8_fp4_gemm_nt
+m_grouped_fp8_gemm_nt_contiguous = m_grouped_fp8_fp4_gemm_nt_contiguous
+m_grouped_fp8_gemm_nt_masked = m_grouped_fp8_fp4_gemm_nt_masked

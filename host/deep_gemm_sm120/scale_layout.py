@@ -1,0 +1,146 @@
+"""Scale factors in the layout the block-scaled kernels read (device_layer/impls/sm120_fp8_fp4_gemm_1d1d.cuh).
+
+Required layout ("packed, MN-major"): int32 [..., MN, ceil(ceil(K / gran_k) / 4)] whose word (r, p) packs the
+scale bytes of K blocks 4p .. 4p+3 of row r, first block in the lowest byte, stored MN-major (stride 1 along
+MN, the word stride padded to 16 bytes), one leading group dimension for grouped operands. Scale bytes are
+UE8M0 (FP8, MXFP4) or UE4M3 (NVFP4). 128x128 weight blocks become one scale per row (each block row repeated
+128 times): the kernels only take "1D" per-row scales on both sides.
+
+Accepted inputs:
+  float32               powers of two only (UE8M0); anything else raises: round explicitly with
+                        ceil_to_ue8m0 first (lossy by design) -- FP32 scales are never reinterpreted.
+  torch.float8_e8m0fnu  UE8M0 bytes as they are.
+  torch.float8_e4m3fn   UE4M3 (NVFP4 only); must be non-negative and finite.
+  int32                 already packed (the output of transform_sf_into_required_layout); checked, not copied.
+"""
+from __future__ import annotations
+
+import torch
+
+from .quant import ue8m0_exponent_bytes
+
+# kind -> (allowed scale granularities along K, scale byte format)
+KIND_GRANS = {"mxfp8": (128, 32), "mxfp4": (32,), "nvfp4": (16,)}
+_E8M0 = getattr(torch, "float8_e8m0fnu", None)
+
+
+def sf_words(k: int, gran_k: int) -> int:
+    """Packed int32 words per row for K elements at one scale per gran_k."""
+    return -(-(-(-k // gran_k)) // 4)
+
+
+def sf_format(sf: torch.Tensor) -> str:
+    """'ue8m0', 'ue4m3' or 'packed' from the scale tensor's dtype (TypeError for anything else)."""
+    if sf.dtype == torch.int32:
+        return "packed"
+    if sf.dtype == torch.float8_e4m3fn:
+        return "ue4m3"
+    if sf.dtype == torch.float32 or (_E8M0 is not None and sf.dtype == _E8M0):
+        return "ue8m0"
+    raise TypeError(f"scale factors must be float32 (powers of two), float8_e8m0fnu, float8_e4m3fn (NVFP4) or "
+                    f"packed int32, got {sf.dtype}")
+
+
+def scale_bytes(sf: torch.Tensor) -> torch.Tensor:
+    """uint8 encodings of unpacked scales (UE8M0 exponents or UE4M3 bytes); rejects values they cannot hold."""
+    fmt = sf_format(sf)
+    if fmt == "packed":
+        raise TypeError("scale_bytes takes unpacked scales, got packed int32")
+    if sf.dtype == torch.float32:
+        return ue8m0_exponent_bytes(sf)  # raises unless every value is a power of two
+    raw = sf.contiguous().view(torch.uint8)
+    if fmt == "ue4m3":
+        if bool(((raw & 0x80) != 0).any()) or bool(((raw & 0x7F) == 0x7F).any()):
+            raise ValueError("UE4M3 (NVFP4) scales must be non-negative and finite")
+    elif bool((raw == 0xFF).any()):
+        raise ValueError("UE8M0 scales hold NaN (0xFF)")
+    return raw
+
+
+def pack_scale_bytes(b: torch.Tensor) -> torch.Tensor:
+    """uint8 [..., K'] -> int32 [..., ceil(K'/4)], 4 consecutive bytes per word, first in the lowest byte.
+    Padding bytes are 0: they scale K positions past the end, which the kernel reads as zeros."""
+    w = b.to(torch.int32)
+    pad = (-w.shape[-1]) % 4
+    if pad:
+        w = torch.nn.functional.pad(w, (0, pad), value=0)
+    w = w.view(*w.shape[:-1], -1, 4)
+    return w[..., 0] | (w[..., 1] << 8) | (w[..., 2] << 16) | (w[..., 3] << 24)
+
+
+def _mn_major(x: torch.Tensor) -> torch.Tensor:
+    """Same values, stored MN-major with the word stride padded to a multiple of 4 words (16 bytes)."""
+    mn, words = x.shape[-2:]
+    aligned = -(-mn // 4) * 4
+    out = torch.empty((*x.shape[:-2], words, aligned), dtype=x.dtype, device=x.device).transpose(-1, -2)
+    out = out[..., :mn, :]
+    out.copy_(x)
+    return out
+
+
+def check_packed(name: str, sf: torch.Tensor, shape: tuple[int, ...]) -> tuple[int, int]:
+    """Validate a packed int32 scale tensor of `shape` ([G,] MN, words); returns (word stride, group stride)."""
+    if tuple(sf.shape) != shape:
+        what = "[G, MN, words]" if len(shape) == 3 else "[MN, words]"
+        raise ValueError(f"{name} (packed int32) must be {what} = {shape}, got {tuple(sf.shape)}")
+    mn, words = shape[-2:]
+    if mn > 1 and sf.stride(-2) != 1:
+        raise ValueError(f"{name} (packed int32) must be MN-major (stride 1 along MN; use "
+                         f"transform_sf_into_required_layout), got strides {tuple(sf.stride())}")
+    pack_stride = sf.stride(-1) if words > 1 else max(mn, 1)
+    if words > 1 and pack_stride < mn:
+        raise ValueError(f"{name} words overlap (stride {pack_stride} < MN = {mn})")
+    group_stride = sf.stride(0) if len(shape) == 3 else 0
+    if len(shape) == 3 and shape[0] > 1 and group_stride < pack_stride * max(words - 1, 0) + mn:
+        raise ValueError(f"{name} groups overlap (group stride {group_stride})")
+    if sf.data_ptr() % 4:
+        raise ValueError(f"{name} data pointer must be 4-byte aligned")
+    return pack_stride, group_stride
+
+
+def transform_sf_into_required_layout(sf: torch.Tensor, mn: int, k: int, recipe: tuple[int, ...] | None = None,
+                                      num_groups: int | None = None, is_sfa: bool = False) -> torch.Tensor:
+    """Scales of one operand -> the packed MN-major int32 layout (see the module docstring).
+
+    sf: [(G,) ceil(MN / gran_mn), ceil(K / gran_k)] unpacked scales, or already packed int32 (then only checked).
+    recipe: DeepGEMM's (gran_m, gran_n, gran_k); gran_mn is recipe[0] for A (is_sfa) and recipe[1] for B.
+    When omitted, gran_mn is 1 and gran_k follows from the scale tensor's shape and dtype."""
+    if not isinstance(sf, torch.Tensor):
+        raise TypeError(f"sf must be a torch.Tensor, got {type(sf).__name__}")
+    grouped = num_groups is not None
+    if sf.dim() != (3 if grouped else 2):
+        raise ValueError(f"sf must be {'[G, MN, K blocks]' if grouped else '[MN, K blocks]'}, got shape "
+                         f"{tuple(sf.shape)}")
+    if grouped and sf.shape[0] != num_groups:
+        raise ValueError(f"sf has {sf.shape[0]} groups, expected {num_groups}")
+    fmt = sf_format(sf)
+    if recipe is not None:
+        if len(recipe) != 3 or any(not isinstance(x, int) or x <= 0 for x in recipe):
+            raise ValueError(f"recipe must be (gran_m, gran_n, gran_k) positive ints, got {recipe!r}")
+        gran_mn, gran_k = (recipe[0] if is_sfa else recipe[1]), recipe[2]
+    else:
+        gran_mn = 1
+        gran_k = None
+    lead = (num_groups,) if grouped else ()
+    if fmt == "packed":
+        if gran_k is None:
+            raise ValueError("packed int32 scales carry no granularity: pass recipe")
+        check_packed("sf", sf, (*lead, mn, sf_words(k, gran_k)))
+        return sf
+    cols = sf.shape[-1]
+    if gran_k is None:
+        grans = [g for g in (128, 32, 16) if -(-k // g) == cols]
+        if len(grans) != 1:
+            raise ValueError(f"cannot tell the K granularity of sf with {cols} columns for K = {k}: pass recipe")
+        gran_k = grans[0]
+    if cols != -(-k // gran_k) or sf.shape[-2] != -(-mn // gran_mn):
+        raise ValueError(f"sf must be [{'G, ' if grouped else ''}ceil(MN/{gran_mn}), ceil(K/{gran_k})] = "
+                         f"{(*lead, -(-mn // gran_mn), -(-k // gran_k))}, got {tuple(sf.shape)}")
+    b = scale_bytes(sf)
+    if gran_mn > 1:
+        b = b.repeat_interleave(gran_mn, dim=-2)[..., :mn, :]
+    return _mn_major(pack_scale_bytes(b))
+
+
+__all__ = ["transform_sf_into_required_layout", "sf_words", "sf_format", "scale_bytes", "pack_scale_bytes",
+           "check_packed", "KIND_GRANS"]

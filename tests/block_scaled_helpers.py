@@ -1,0 +1,54 @@
+"""Inputs and fp64 references for the block-scaled GEMM tests (CPU or GPU tensors).
+
+Inputs are built with deliberately *adversarial* scales: every row / 128-row block and every K block gets its
+own magnitude (a span of about 2^-12 .. 2^12), so a scale applied to the wrong row, column or K block moves
+the result far beyond the tolerances."""
+from __future__ import annotations
+
+import torch
+
+from deep_gemm_sm120 import quant
+
+
+def adversarial(rows: int, k: int, block_k: int, gen: torch.Generator, device: str = "cuda",
+                block_rows: int = 1) -> torch.Tensor:
+    """Gaussian values whose magnitude changes per (block of rows, block of K)."""
+    x = torch.randn(rows, k, device=device, generator=gen)
+    br, bk = -(-rows // block_rows), -(-k // block_k)
+    exps = torch.randint(-12, 13, (br, bk), device=device, generator=gen).float()
+    mag = torch.pow(2.0, exps).repeat_interleave(block_rows, 0).repeat_interleave(block_k, 1)[:rows, :k]
+    return x * mag
+
+
+def cast_fp8(x: torch.Tensor, block_rows: int, block_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """e4m3 values and power-of-two fp32 scales per block_rows x block_k block."""
+    return quant._cast_fp8(x, block_rows, block_k, True)
+
+
+def dequant_fp8(q: torch.Tensor, sf: torch.Tensor, block_rows: int, block_k: int) -> torch.Tensor:
+    rows, k = q.shape
+    scale = sf.double().repeat_interleave(block_rows, 0).repeat_interleave(block_k, 1)[:rows, :k]
+    return q.double() * scale
+
+
+def fp8_operands(m: int, n: int, k: int, gen: torch.Generator, gran_k: int = 128, b_blocks: bool = True):
+    """((a, sfa), (b, sfb), fp64 reference of a @ b.T) for a DeepSeek-style (b_blocks: 128x128 weights) or
+    per-row recipe at K granularity gran_k."""
+    bk_rows = 128 if b_blocks else 1
+    xa = adversarial(m, k, gran_k, gen)
+    xb = adversarial(n, k, gran_k, gen, block_rows=bk_rows)
+    a, sfa = cast_fp8(xa, 1, gran_k)
+    b, sfb = cast_fp8(xb, bk_rows, gran_k)
+    ref = dequant_fp8(a, sfa, 1, gran_k) @ dequant_fp8(b, sfb, bk_rows, gran_k).T
+    return (a, sfa), (b, sfb), ref
+
+
+def fp4_operands(m: int, n: int, k: int, gen: torch.Generator, kind: str):
+    """((a, sfa), (b, sfb), alpha, fp64 reference) with per_token_cast_to_fp4 on both sides."""
+    block = 32 if kind == "mxfp4" else 16
+    xa, xb = adversarial(m, k, block, gen), adversarial(n, k, block, gen)
+    a, sfa, ga = quant.per_token_cast_to_fp4(xa, kind)
+    b, sfb, gb = quant.per_token_cast_to_fp4(xb, kind)
+    ref = (quant.dequantize_fp4(a, sfa, 1.0, kind).double() @ quant.dequantize_fp4(b, sfb, 1.0, kind).double().T)
+    alpha = float(ga) * float(gb)
+    return (a, sfa), (b, sfb), alpha, ref * alpha

@@ -1,0 +1,63 @@
+"""Driver for compute-sanitizer (memcheck / racecheck): a representative subset of block-scaled GEMM calls
+(FP8 DeepSeek recipe with tails and split-K, MXFP8, MXFP4, NVFP4, grouped contiguous and masked).
+
+    compute-sanitizer --tool memcheck python tests/sanitize_fp8_fp4_gemm.py
+Exits non-zero on a numerical failure; the sanitizer reports memory errors and races itself.
+"""
+import os
+import sys
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "host"))
+sys.path.insert(0, HERE)
+if torch.cuda.get_device_capability()[0] != 12:
+    os.environ["DG_SM120_EMULATE"] = "1"
+
+import deep_gemm_sm120 as dg  # noqa: E402
+from block_scaled_helpers import fp4_operands, fp8_operands  # noqa: E402
+from deep_gemm_sm120.testing import calc_diff  # noqa: E402
+
+failures = 0
+
+
+def report(name: str, d: torch.Tensor, ref: torch.Tensor, tol: float) -> None:
+    global failures
+    torch.cuda.synchronize()
+    diff = calc_diff(d, ref)
+    ok = diff <= tol and not torch.isnan(d).any()
+    failures += not ok
+    print(f"sanitize {name}: diff={diff:.2e} {'ok' if ok else 'FAIL'}")
+
+
+gen = torch.Generator(device="cuda").manual_seed(0)
+for m, n, k, gran, blocks in [(129, 200, 1040, 128, True), (16, 256, 4096, 128, True), (64, 320, 512, 32, False)]:
+    a, b, ref = fp8_operands(m, n, k, gen, gran, blocks)
+    d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    dg.fp8_gemm_nt(a, b, d)
+    report(f"fp8 g{gran} {(m, n, k)}", d, ref, 1e-3)
+for kind in ("mxfp4", "nvfp4"):
+    a, b, alpha, ref = fp4_operands(100, 192, 1024, gen, kind)
+    d = torch.full((100, 192), float("nan"), device="cuda", dtype=torch.float32)
+    dg.fp8_fp4_gemm_nt(a, b, d, alpha=alpha)
+    report(f"{kind} (100, 192, 1024)", d, ref, 2e-2)
+
+# grouped: contiguous (an empty middle group) and masked, FP8
+(a, sfa), _, _ = fp8_operands(256, 8, 512, gen)
+parts = [fp8_operands(8, 192, 512, gen) for _ in range(3)]
+b = torch.stack([p[1][0] for p in parts])
+sfb = torch.stack([p[1][1] for p in parts])
+lay = torch.tensor([0] * 100 + [-1] * 28 + [2] * 128, dtype=torch.int32, device="cuda")
+d = torch.zeros(256, 192, device="cuda", dtype=torch.bfloat16)
+dg.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, lay)
+deq_a = a.double() * sfa.double().repeat_interleave(128, 1)[:, :512]
+deq_b = [x.double() * s.double().repeat_interleave(128, 0).repeat_interleave(128, 1)[:192, :512] for x, s in zip(b, sfb)]
+report("grouped contiguous fp8", d[:100], deq_a[:100] @ deq_b[0].T, 1e-3)
+am = torch.stack([a[:64], a[64:128], a[128:192]])
+sfam = torch.stack([sfa[:64], sfa[64:128], sfa[128:192]])
+masked = torch.tensor([3, 0, 64], dtype=torch.int32, device="cuda")
+dm = torch.zeros(3, 64, 192, device="cuda", dtype=torch.bfloat16)
+dg.m_grouped_fp8_gemm_nt_masked((am, sfam), (b, sfb), dm, masked, expected_m=32)
+report("grouped masked fp8", dm[2], deq_a[128:192] @ deq_b[2].T, 1e-3)
+sys.exit(1 if failures else 0)
