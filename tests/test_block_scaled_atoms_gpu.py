@@ -17,7 +17,11 @@ from gpu_helpers import requires_cuda, sm120_or_emulation  # noqa: F401
 
 pytestmark = [pytest.mark.cuda, pytest.mark.emulation, requires_cuda]
 E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
-ATOMS = {"mxfp8": "mma_mxf8_e4m3_16832", "mxfp4": "mma_mxf4_16864", "nvfp4": "mma_nvf4_16864"}
+ATOMS = {"mxfp8": "mma_mxf8_e4m3_16832", "mxfp4": "mma_mxf4_16864", "nvfp4": "mma_nvf4_16864",
+         # kind::mxf8f6f4 mixed forms: e2m1 one per byte in bits [5:2]
+         "e4m3_e2m1": "mma_mxf8f6f4_16832<sm120::F8F6F4Type::kE4M3, sm120::F8F6F4Type::kE2M1, ",
+         "e2m1_e4m3": "mma_mxf8f6f4_16832<sm120::F8F6F4Type::kE2M1, sm120::F8F6F4Type::kE4M3, "}
+K32_KINDS = ("mxfp8", "e4m3_e2m1", "e2m1_e4m3")  # m16n8k32, one element per byte
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,10 @@ class AtomProbeSpec:
     def name(self) -> str:
         return f"atom_probe_{self.kind}_{'_'.join(map(str, self.sel))}"
 
+    def _atom(self) -> str:
+        atom = ATOMS[self.kind]
+        return atom if atom.endswith(", ") else atom + "<"
+
     def source(self) -> str:
         ba, ta, bb, tb = self.sel
         return ('#include "mma/sm120.cuh"\n'
@@ -40,13 +48,20 @@ class AtomProbeSpec:
                 '    const uint32_t a[4] = {in[l], in[32 + l], in[64 + l], in[96 + l]};\n'
                 '    const uint32_t b[2] = {in[128 + l], in[160 + l]};\n'
                 '    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};\n'
-                f'    sm120::{ATOMS[self.kind]}<{ba}, {ta}, {bb}, {tb}>(d, a, b, in[192 + l], in[224 + l]);\n'
+                f'    sm120::{self._atom()}{ba}, {ta}, {bb}, {tb}>(d, a, b, in[192 + l], in[224 + l]);\n'
                 '    for (int i = 0; i < 4; ++i) out[4 * l + i] = d[i];\n'
                 '}\n')
 
 
 def _e4m3(byte: torch.Tensor) -> torch.Tensor:
     return byte.to(torch.uint8).view(torch.float8_e4m3fn).double()
+
+
+def _byte_value(byte: int, e2m1_container: bool) -> float:
+    if e2m1_container:  # code in bits [5:2]
+        c = (byte >> 2) & 0xF
+        return (-1 if c & 8 else 1) * E2M1[c & 7]
+    return float(_e4m3(torch.tensor([byte]))[0])
 
 
 def _scale(byte: int, kind: str) -> float:
@@ -58,19 +73,20 @@ def _scale(byte: int, kind: str) -> float:
 def _reference(words: list[int], kind: str, sel) -> torch.Tensor:
     """(D (16x8), largest sum of |products|) from the per-lane registers, decoded with the PTX fragment layouts and the selector mapping."""
     ba, ta, bb, tb = sel
-    kdim = 32 if kind == "mxfp8" else 64
+    kdim = 32 if kind in K32_KINDS else 64
+    a_fp4, b_fp4 = kind.startswith("e2m1"), kind.endswith("e2m1")
     A = torch.zeros(16, kdim, dtype=torch.float64)
     B = torch.zeros(kdim, 8, dtype=torch.float64)
     reg = lambda r, lane: words[32 * r + lane]  # noqa: E731
     for lane in range(32):
         g, q = lane // 4, lane % 4
-        if kind == "mxfp8":  # byte j of a[0..3]: rows g, g+8, g, g+8 at K 4q+j, 4q+j, 16+4q+j, 16+4q+j
+        if kind in K32_KINDS:  # byte j of a[0..3]: rows g, g+8, g, g+8 at K 4q+j, 4q+j, 16+4q+j, 16+4q+j
             for r, (row, k0) in enumerate(((g, 4 * q), (g + 8, 4 * q), (g, 16 + 4 * q), (g + 8, 16 + 4 * q))):
                 for j in range(4):
-                    A[row, k0 + j] = _e4m3(torch.tensor([(reg(r, lane) >> (8 * j)) & 0xFF]))[0]
+                    A[row, k0 + j] = _byte_value((reg(r, lane) >> (8 * j)) & 0xFF, a_fp4)
             for r, k0 in enumerate((4 * q, 16 + 4 * q)):
                 for j in range(4):
-                    B[k0 + j, g] = _e4m3(torch.tensor([(reg(4 + r, lane) >> (8 * j)) & 0xFF]))[0]
+                    B[k0 + j, g] = _byte_value((reg(4 + r, lane) >> (8 * j)) & 0xFF, b_fp4)
         else:  # nibble j of a[0..3]: rows g, g+8, g, g+8 at K 8q+j, 8q+j, 32+8q+j, 32+8q+j
             for r, (row, k0) in enumerate(((g, 8 * q), (g + 8, 8 * q), (g, 32 + 8 * q), (g + 8, 32 + 8 * q))):
                 for j in range(8):
@@ -80,7 +96,7 @@ def _reference(words: list[int], kind: str, sel) -> torch.Tensor:
                 for j in range(8):
                     c = (reg(4 + r, lane) >> (4 * j)) & 0xF
                     B[k0 + j, g] = (-1 if c & 8 else 1) * E2M1[c & 7]
-    chunk = {"mxfp8": 32, "mxfp4": 32, "nvfp4": 16}[kind]
+    chunk = 16 if kind == "nvfp4" else 32
     sfa_lane = lambda row: 4 * (row % 8) + 2 * ta + row // 8  # noqa: E731  (sm120_scale_selectors.cuh)
     sfb_lane = lambda col: 4 * col + tb  # noqa: E731
     for k in range(kdim):
@@ -94,9 +110,15 @@ def _reference(words: list[int], kind: str, sel) -> torch.Tensor:
 
 def _random_words(kind: str, gen: torch.Generator) -> list[int]:
     w = torch.randint(0, 2 ** 32, (256,), generator=gen, dtype=torch.int64)
-    if kind == "mxfp8":  # avoid e4m3 NaN bytes (0x7F / 0xFF) in the operands
+    if kind in K32_KINDS:  # e4m3 bytes without NaN (0x7F / 0xFF); e2m1 codes in bits [5:2], zero padding
         b = w[:192].view(-1, 1) >> torch.tensor([0, 8, 16, 24]) & 0xFF
         b = torch.where((b & 0x7F) == 0x7F, b ^ 0x01, b)
+        fp4_rows = torch.zeros(192, 1, dtype=torch.bool)
+        if kind.startswith("e2m1"):
+            fp4_rows[:128] = True
+        if kind.endswith("e2m1"):
+            fp4_rows[128:] = True
+        b = torch.where(fp4_rows, b & 0x3C, b)
         w[:192] = (b << torch.tensor([0, 8, 16, 24])).sum(1)
     # scales: UE8M0 exponents 127 +- 6, or UE4M3 magnitudes in [2^-3, 2^3) -- every byte of every lane differs
     s = torch.randint(0, 13, (64, 4), generator=gen) + 121 if kind != "nvfp4" else \
@@ -107,7 +129,8 @@ def _random_words(kind: str, gen: torch.Generator) -> list[int]:
 
 SELECTORS = {"mxfp8": [(0, 0, 0, 0), (1, 1, 2, 3), (3, 0, 1, 2), (2, 1, 3, 1)],
              "mxfp4": [(0, 0, 0, 0), (2, 1, 0, 3), (0, 1, 2, 2)],
-             "nvfp4": [(0, 0, 0, 0), (0, 1, 0, 3), (0, 0, 0, 1)]}
+             "nvfp4": [(0, 0, 0, 0), (0, 1, 0, 3), (0, 0, 0, 1)],
+             "e4m3_e2m1": [(0, 0, 0, 0), (1, 1, 2, 3)], "e2m1_e4m3": [(3, 0, 1, 2)]}
 
 
 @pytest.mark.parametrize("kind,sel", [(k, s) for k, sels in SELECTORS.items() for s in sels])

@@ -4,6 +4,8 @@
 //   mma_mxf8_e4m3_16832   kind::mxf8f6f4 scale_vec::1X, e4m3 x e4m3, UE8M0   SASS QMMA.SF.16832.F32.E4M3.E4M3.E8
 //   mma_mxf4_16864        kind::mxf4 scale_vec::2X, e2m1 x e2m1, UE8M0       SASS OMMA.SF.16864.F32.E2M1.E2M1.E8
 //   mma_nvf4_16864        kind::mxf4nvf4 scale_vec::4X, e2m1 x e2m1, UE4M3   SASS OMMA.SF.16864...UE4M3.4X
+//   mma_mxf8f6f4_16832    kind::mxf8f6f4 scale_vec::1X, mixed e4m3 / e2m1, UE8M0   SASS QMMA.SF.16832...E8
+//                         (e2m1 one per byte, in bits [5:2] of its 8-bit container)
 //
 // Operand registers have the same byte layout in all three: per m16n8 tile and 32 bytes of K, lane
 // (g = lane/4, q = lane%4) holds A bytes 4q..4q+3 of rows g (a[0]) and g+8 (a[1]) and bytes 16+4q.. of the
@@ -62,6 +64,41 @@ SM120_DEVICE void mma_nvf4_16864(float (&d)[4], const uint32_t (&a)[4], const ui
 #else
     emulation::fp4_16864<ScaleKind::kNvFp4, kByteA, kTidA, kByteB, kTidB>(d, a, b, sfa, sfb);
 #endif
+}
+
+// Operand element types of kind::mxf8f6f4 (one element per byte; e2m1 sits in bits [5:2] of its byte).
+enum class F8F6F4Type : uint32_t { kE4M3 = 0, kE2M1 = 1 };
+
+// Mixed-precision block-scaled MMA, m16n8k32, one UE8M0 scale per row / column (K = 32). The e4m3 x e4m3
+// combination is mma_mxf8_e4m3_16832.
+template <F8F6F4Type kA, F8F6F4Type kB, uint32_t kByteA, uint32_t kTidA, uint32_t kByteB, uint32_t kTidB>
+SM120_DEVICE void mma_mxf8f6f4_16832(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], uint32_t sfa,
+                                     uint32_t sfb) {
+    static_assert(kByteA < 4 && kByteB < 4 && kTidA < 2 && kTidB < 4, "invalid scale_vec::1X selector");
+    if constexpr (kA == F8F6F4Type::kE4M3 && kB == F8F6F4Type::kE4M3) {
+        mma_mxf8_e4m3_16832<kByteA, kTidA, kByteB, kTidB>(d, a, b, sfa, sfb);
+    } else {
+#if SM120_NATIVE
+#define SM120_MXF8F6F4_ASM(TYPES)                                                                                   \
+    asm("mma.sync.aligned.m16n8k32.row.col.kind::mxf8f6f4.block_scale.scale_vec::1X.f32." TYPES ".f32.ue8m0 "     \
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3}, %10, {%12, %13}, %11, {%14, %15};\n"     \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                                         \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(sfa), "r"(sfb), "n"(kByteA),        \
+          "n"(kTidA), "n"(kByteB), "n"(kTidB))
+        if constexpr (kA == F8F6F4Type::kE4M3) SM120_MXF8F6F4_ASM("e4m3.e2m1");
+        else if constexpr (kB == F8F6F4Type::kE4M3) SM120_MXF8F6F4_ASM("e2m1.e4m3");
+        else SM120_MXF8F6F4_ASM("e2m1.e2m1");
+#undef SM120_MXF8F6F4_ASM
+#else
+        const uint32_t a8[4] = {emulation::operand_to_e4m3<kA == F8F6F4Type::kE2M1>(a[0]),
+                                emulation::operand_to_e4m3<kA == F8F6F4Type::kE2M1>(a[1]),
+                                emulation::operand_to_e4m3<kA == F8F6F4Type::kE2M1>(a[2]),
+                                emulation::operand_to_e4m3<kA == F8F6F4Type::kE2M1>(a[3])};
+        const uint32_t b8[2] = {emulation::operand_to_e4m3<kB == F8F6F4Type::kE2M1>(b[0]),
+                                emulation::operand_to_e4m3<kB == F8F6F4Type::kE2M1>(b[1])};
+        emulation::mxf8_16832<kByteA, kTidA, kByteB, kTidB>(d, a8, b8, sfa, sfb);
+#endif
+    }
 }
 
 // The atom for a ScaleKind, so kernels can be written once for all three.

@@ -9,7 +9,7 @@
 //
 // Every variant reduces to unscaled e4m3 m16n8k32 MMAs (sm_89+) into a zeroed temporary that is then
 // scaled per accumulator row and column: exact products, fp32 sums, one scale chunk per temporary.
-//  - FP8 (1X): one MMA.
+//  - FP8 (1X): one MMA. Mixed e4m3 / e2m1 (kind::mxf8f6f4, e2m1 in bits [5:2] of a byte): e2m1 widened first.
 //  - FP4: e2m1 codes are widened to e4m3 (exact; a byte permute over an 8-entry table). A thread's eight
 //    codes in a[0] (row g, K 8q..8q+7) fill its e4m3 slots K 4q..4q+3 and 16+4q..16+4q+3; B is permuted the
 //    same way, which leaves the sum unchanged. MXFP4 (2X): one MMA per 32-K chunk. NVFP4 (4X): 16-K chunks
@@ -38,6 +38,18 @@ SM120_DEVICE uint32_t e2m1x4_to_e4m3x4(uint32_t codes) {
     const uint32_t mag = __byte_perm(0x3C383000u, 0x4C484440u, codes & 0x7777u);
     const uint32_t s = codes & 0x8888u;
     return mag | ((s & 0x8u) << 4) | ((s & 0x80u) << 8) | ((s & 0x800u) << 12) | ((s & 0x8000u) << 16);
+}
+
+// One operand register of kind::mxf8f6f4: four e4m3 bytes as they are, or four e2m1 codes held in bits
+// [5:2] of each byte, widened to e4m3.
+template <bool kE2M1>
+SM120_DEVICE uint32_t operand_to_e4m3(uint32_t word) {
+    if constexpr (!kE2M1) {
+        return word;
+    } else {
+        const uint32_t c = (word >> 2) & 0x0F0F0F0Fu;  // code j in bits 8j..8j+3
+        return e2m1x4_to_e4m3x4((c & 0xFu) | ((c >> 4) & 0xF0u) | ((c >> 8) & 0xF00u) | ((c >> 12) & 0xF000u));
+    }
 }
 
 // D = A(16x32 e4m3) * B(32x8 e4m3) with fp32 accumulation, no scaling; exists on sm_89+.
