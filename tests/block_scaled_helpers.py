@@ -52,3 +52,18 @@ def fp4_operands(m: int, n: int, k: int, gen: torch.Generator, kind: str):
     ref = (quant.dequantize_fp4(a, sfa, 1.0, kind).double() @ quant.dequantize_fp4(b, sfb, 1.0, kind).double().T)
     alpha = float(ga) * float(gb)
     return (a, sfa), (b, sfb), alpha, ref * alpha
+
+
+SIDES = {"mxfp8": ("e4m3", "e4m3"), "mxfp4": ("mxfp4", "mxfp4"), "nvfp4": ("nvfp4", "nvfp4"),
+         "e4m3_e2m1": ("e4m3", "mxfp4"), "e2m1_e4m3": ("mxfp4", "e4m3")}
+
+
+def quantize_side(fmt: str, rows: int, k: int, gen: torch.Generator, gran: int = 128, block_rows: int = 1):
+    """(quantized operand, its scales, fp64 dequantized values) for one operand with adversarial scales.
+    fmt: e4m3 (UE8M0 per block_rows x gran), mxfp4 or nvfp4 (block scales only: alpha = 1)."""
+    if fmt == "e4m3":
+        q, sf = cast_fp8(adversarial(rows, k, gran, gen, block_rows=block_rows), block_rows, gran)
+        return q, sf, dequant_fp8(q, sf, block_rows, gran)
+    block = 32 if fmt == "mxfp4" else 16
+    q, sf, _ = quant.per_token_cast_to_fp4(adversarial(rows, k, block, gen), fmt)
+    return q, sf, quant.dequantize_fp4(q, sf, 1.0, fmt).double()

@@ -101,10 +101,13 @@ def test_api_errors_are_typed():
     sfa, sfb = torch.ones(64, 2), torch.ones(1, 2)
     with pytest.raises(TypeError, match="pair"):
         dg.fp8_gemm_nt(a, (b, sfb), d)
-    with pytest.raises(TypeError, match="both be float8_e4m3fn"):
+    with pytest.raises(TypeError, match="must be float8_e4m3fn or packed FP4"):
         dg.fp8_gemm_nt((a.to(torch.bfloat16), sfa), (b, sfb), d)
-    with pytest.raises(NotImplementedError, match="mixed FP8 x FP4"):
-        dg.fp8_fp4_gemm_nt((a, sfa), (torch.zeros(128, 128, dtype=torch.uint8), sfb), d)
+    with pytest.raises(NotImplementedError, match="MXFP4"):  # mixed operands take UE8M0 scales on the FP4 side
+        dg.fp8_fp4_gemm_nt((a, sfa), (torch.zeros(128, 128, dtype=torch.uint8),
+                                      torch.ones(128, 16).to(torch.float8_e4m3fn)), d)
+    with pytest.raises(ValueError, match="agree on K"):  # packed FP4 holds two K per byte
+        dg.fp8_fp4_gemm_nt((a, sfa), (torch.zeros(128, 256, dtype=torch.uint8), torch.ones(128, 16)), d)
     with pytest.raises(ValueError, match="agree on K"):
         dg.fp8_gemm_nt((a, sfa), (_fp8(128, 128), sfb), d)
     with pytest.raises(NotImplementedError, match="d must be"):
@@ -135,9 +138,15 @@ def test_block_scaled_specs_and_heuristics():
     from deep_gemm_sm120.heuristics import choose_block_scaled_plan
 
     specs = block_scaled_specs()
-    assert len({s.name for s in specs}) == len(specs) == 80
+    assert len({s.name for s in specs}) == len(specs) == 160
     assert all(s.smem_bytes <= SMEM_LIMIT for s in specs)
-    assert {(s.kind, s.gran_k) for s in specs} == {("mxfp8", 128), ("mxfp8", 32), ("mxfp4", 32), ("nvfp4", 16)}
+    assert {(s.kind, s.grans) for s in specs} == {
+        ("mxfp8", (128, 128)), ("mxfp8", (32, 32)), ("mxfp4", (32, 32)), ("nvfp4", (16, 16)),
+        ("e4m3_e2m1", (128, 32)), ("e4m3_e2m1", (32, 32)), ("e2m1_e4m3", (32, 128)), ("e2m1_e4m3", (32, 32))}
+    mixed = next(s for s in specs if s.kind == "e4m3_e2m1")
+    assert mixed.row_bytes == (128, 64) and mixed.smem_bytes < mixed.config.smem_bytes  # 64-byte packed rows
+    with pytest.raises(ValueError, match="1x32"):
+        type(mixed)(mixed.config, "e4m3_e2m1", 128, gran_k_b=128)
     src = next(s for s in specs if s.kind == "nvfp4").source()
     assert "ScaleKind::kNvFp4, 16, 16" in src
     cfgs = {s.config for s in specs}

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from block_scaled_helpers import fp4_operands, fp8_operands
+from block_scaled_helpers import SIDES, fp4_operands, fp8_operands, quantize_side
 from gpu_helpers import poison_like, requires_cuda, sm120_or_emulation  # noqa: F401
 
 pytestmark = [pytest.mark.cuda, pytest.mark.emulation, requires_cuda]
-TOL = {"mxfp8": 1e-3, "mxfp4": 2e-2, "nvfp4": 2e-2}  # issue thresholds; observed values are far lower
+TOL = {"mxfp8": 1e-3, "mxfp4": 2e-2, "nvfp4": 2e-2, "e4m3_e2m1": 1e-2, "e2m1_e4m3": 1e-2}  # observed: far lower
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -104,6 +104,39 @@ def test_fp4_e2m1fn_x2_dtype_and_packed_scales(sm120_or_emulation):
     _check(d, ref, 1e-5, "nvfp4 packed scales")
 
 
+@pytest.mark.parametrize("kind", ["e4m3_e2m1", "e2m1_e4m3"])
+@pytest.mark.parametrize("fp8_gran", [128, 32])
+@pytest.mark.parametrize("m,n,k", [(1, 2112, 7168), (129, 200, 1056), (256, 512, 4096), (16, 256, 8192)])
+def test_mixed_fp8_fp4_gemm_nt(sm120_or_emulation, kind, fp8_gran, m, n, k):
+    """e4m3 x MXFP4 (FP8 activations, FP4 weights) and the reverse; the e4m3 side 1x128 or 1x32, for B also
+    as 128x128 blocks."""
+    import deep_gemm_sm120 as dg
+
+    gen = _gen(m + n + k + fp8_gran)
+    fa, fb = SIDES[kind]
+    a, sfa, deq_a = quantize_side(fa, m, k, gen, fp8_gran if fa == "e4m3" else 32)
+    b, sfb, deq_b = quantize_side(fb, n, k, gen, fp8_gran if fb == "e4m3" else 32,
+                                  block_rows=128 if fb == "e4m3" and fp8_gran == 128 else 1)
+    d = poison_like(torch.empty(m, n, device="cuda", dtype=torch.bfloat16))
+    dg.fp8_fp4_gemm_nt((a, sfa), (b, sfb), d)
+    _check(d, deq_a @ deq_b.T, TOL[kind], f"{kind} 1x{fp8_gran} {(m, n, k)}")
+
+
+def test_mixed_packed_scales_and_fp32_out_with_c(sm120_or_emulation):
+    import deep_gemm_sm120 as dg
+
+    m, n, k = 200, 384, 1024
+    gen = _gen(7)
+    a, sfa, deq_a = quantize_side("e4m3", m, k, gen, 128)
+    b, sfb, deq_b = quantize_side("mxfp4", n, k, gen)
+    pa = dg.transform_sf_into_required_layout(sfa, m, k, (1, 1, 128), is_sfa=True)
+    pb = dg.transform_sf_into_required_layout(sfb, n, k, (1, 1, 32))
+    c = torch.randn(m, n, device="cuda", dtype=torch.float32)
+    d = poison_like(c)
+    dg.fp8_fp4_gemm_nt((a, pa), (b, pb), d, c=c, recipe=(1, 1, 128))
+    _check(d, deq_a @ deq_b.T + c.double(), 1e-5, "e4m3 x mxfp4, packed scales, fp32 + c")
+
+
 ALIGN = 128
 
 
@@ -118,7 +151,7 @@ def _contiguous_layout(sizes):
             torch.tensor(ends, dtype=torch.int32, device="cuda"))
 
 
-@pytest.mark.parametrize("kind", ["mxfp8", "mxfp4", "nvfp4"])
+@pytest.mark.parametrize("kind", ["mxfp8", "mxfp4", "nvfp4", "e4m3_e2m1"])
 def test_m_grouped_contiguous(sm120_or_emulation, kind):
     import deep_gemm_sm120 as dg
 
@@ -126,25 +159,12 @@ def test_m_grouped_contiguous(sm120_or_emulation, kind):
     lay, psum = _contiguous_layout(sizes)
     m, groups = lay.numel(), len(sizes)
     gen = _gen(21)
-    if kind == "mxfp8":
-        (a, sfa), _, _ = fp8_operands(m, 8, k, gen)
-        bs = [fp8_operands(8, n, k, gen) for _ in range(groups)]
-        b = torch.stack([x[1][0] for x in bs])
-        sfb = torch.stack([x[1][1] for x in bs])
-        alpha = 1.0
-        deq_a = a.double() * sfa.double().repeat_interleave(128, 1)[:, :k]
-        deq_b = [bb.double() * s.double().repeat_interleave(128, 0).repeat_interleave(128, 1)[:n, :k]
-                 for bb, s in zip(b, sfb)]
-    else:
-        from deep_gemm_sm120 import quant
-
-        (a, sfa), _, ga, _ = fp4_operands(m, 8, k, gen, kind)
-        parts = [fp4_operands(8, n, k, gen, kind) for _ in range(groups)]
-        b = torch.stack([p[1][0] for p in parts])
-        sfb = torch.stack([p[1][1] for p in parts])
-        alpha = 1.0  # references use block scales only (no per-tensor global scales), like the kernel
-        deq_a = quant.dequantize_fp4(a, sfa, 1.0, kind).double()
-        deq_b = [quant.dequantize_fp4(bb, s, 1.0, kind).double() for bb, s in zip(b, sfb)]
+    fa, fb = SIDES[kind]
+    a, sfa, deq_a = quantize_side(fa, m, k, gen)
+    parts = [quantize_side(fb, n, k, gen, block_rows=128 if fb == "e4m3" else 1) for _ in range(groups)]
+    b, sfb = torch.stack([p[0] for p in parts]), torch.stack([p[1] for p in parts])
+    deq_b = [p[2] for p in parts]
+    alpha = 1.0
     for layout, psum_flag in ((lay, False), (psum, True)):
         d = torch.full((m, n), 777.0, device="cuda", dtype=torch.bfloat16)
         dg.m_grouped_fp8_fp4_gemm_nt_contiguous((a, sfa), (b, sfb), d, layout, use_psum_layout=psum_flag,
@@ -158,28 +178,24 @@ def test_m_grouped_contiguous(sm120_or_emulation, kind):
                 _check(d[sel], deq_a[sel] @ deq_b[gi].T, TOL[kind], f"{kind} group {gi} psum={psum_flag}")
 
 
-@pytest.mark.parametrize("kind", ["mxfp8", "mxfp4"])
+@pytest.mark.parametrize("kind", ["mxfp8", "mxfp4", "e4m3_e2m1"])
 def test_m_grouped_masked_and_graph_replay(sm120_or_emulation, kind):
     import deep_gemm_sm120 as dg
-    from deep_gemm_sm120 import quant
 
     groups, m, n, k = 3, 96, 256, 768
     gen = _gen(31)
+    fa, fb = SIDES[kind]
     a_list, sfa_list, b_list, sfb_list, deq_a, deq_b = [], [], [], [], [], []
     for _ in range(groups):
-        if kind == "mxfp8":
-            (a, sfa), (b, sfb), _ = fp8_operands(m, n, k, gen)
-            deq_a.append(a.double() * sfa.double().repeat_interleave(128, 1)[:, :k])
-            deq_b.append(b.double() * sfb.double().repeat_interleave(128, 0).repeat_interleave(128, 1)[:n, :k])
-        else:
-            (a, sfa), (b, sfb), _, _ = fp4_operands(m, n, k, gen, kind)
-            deq_a.append(quant.dequantize_fp4(a, sfa, 1.0, kind).double())
-            deq_b.append(quant.dequantize_fp4(b, sfb, 1.0, kind).double())
+        a, sfa, da = quantize_side(fa, m, k, gen)
+        b, sfb, db = quantize_side(fb, n, k, gen, block_rows=128 if fb == "e4m3" else 1)
         a_list.append(a), sfa_list.append(sfa), b_list.append(b), sfb_list.append(sfb)
+        deq_a.append(da), deq_b.append(db)
     a, sfa, b, sfb = (torch.stack(x) for x in (a_list, sfa_list, b_list, sfb_list))
-    recipe = (1, 128, 128) if kind == "mxfp8" else (1, 1, 32)
-    pa = dg.transform_sf_into_required_layout(sfa, m, k, recipe, num_groups=groups, is_sfa=True)
-    pb = dg.transform_sf_into_required_layout(sfb, n, k, recipe, num_groups=groups)
+    recipe = {"mxfp8": (1, 128, 128), "mxfp4": (1, 1, 32), "e4m3_e2m1": (1, 1, 128)}[kind]
+    pa = dg.transform_sf_into_required_layout(sfa, m, k, recipe if fa == "e4m3" else (1, 1, 32), num_groups=groups,
+                                              is_sfa=True)
+    pb = dg.transform_sf_into_required_layout(sfb, n, k, recipe if fb == "e4m3" else (1, 1, 32), num_groups=groups)
     masked = torch.tensor([5, 0, 96], dtype=torch.int32, device="cuda")
     d = torch.full((groups, m, n), 777.0, device="cuda", dtype=torch.bfloat16)
     dg.m_grouped_fp8_fp4_gemm_nt_masked((a, pa), (b, pb), d, masked, expected_m=48, recipe=recipe)

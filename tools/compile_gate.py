@@ -42,14 +42,18 @@ REQUIRED_OPCODES = {
                                 "sm90": ("HMMA.16816.F32", "UTMALDG")},
     "fp8_fp4_gemm_1d1d:nvfp4": {"sm120": ("OMMA.SF.16864.F32.E2M1.E2M1.UE4M3.4X", "UTMALDG"),
                                 "sm90": ("HMMA.16816.F32", "UTMALDG")},
+    "fp8_fp4_gemm_1d1d:e4m3_e2m1": {"sm120": ("QMMA.SF.16832.F32.E4M3.E2M1.E8", "UTMALDG"),
+                                    "sm90": ("HMMA.16816.F32", "UTMALDG")},
+    "fp8_fp4_gemm_1d1d:e2m1_e4m3": {"sm120": ("QMMA.SF.16832.F32.E2M1.E4M3.E8", "UTMALDG"),
+                                    "sm90": ("HMMA.16816.F32", "UTMALDG")},
 }
 # Unscaled FP8/FP4 MMAs accumulate at half rate on GeForce SM120: block-scaled kernels must never contain them.
 _UNSCALED_LOW_PRECISION_MMA = re.compile(r"^(QMMA\.16832|OMMA\.16864)")
-EXTRA_FORBIDDEN = {f"fp8_fp4_gemm_1d1d:{k}": {"sm120": (_UNSCALED_LOW_PRECISION_MMA,)}
-                   for k in ("mxfp8", "mxfp4", "nvfp4")}
+_BLOCK_SCALED_KINDS = ("mxfp8", "mxfp4", "nvfp4", "e4m3_e2m1", "e2m1_e4m3")
+EXTRA_FORBIDDEN = {f"fp8_fp4_gemm_1d1d:{k}": {"sm120": (_UNSCALED_LOW_PRECISION_MMA,)} for k in _BLOCK_SCALED_KINDS}
 # Families whose sm_90a build is the qualification emulation (up to four e4m3 MMAs per FP4 atom): its
 # spills are reported, not failed. The SM120 builds of the same kernels must stay spill-free.
-EMULATION_SPILLS_ALLOWED = {"sm90": {f"fp8_fp4_gemm_1d1d:{k}" for k in ("mxfp8", "mxfp4", "nvfp4")}}
+EMULATION_SPILLS_ALLOWED = {"sm90": {f"fp8_fp4_gemm_1d1d:{k}" for k in _BLOCK_SCALED_KINDS}}
 _SASS_OP = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)")
 
 
@@ -276,7 +280,8 @@ def kernel_jobs(quick: bool) -> list[tuple[str, str, str, int]]:
         seen, picked = set(), []
         for s in specs:
             key = (s.family, getattr(s, "config", None), getattr(s, "gemm_type", None), getattr(s, "layout", None),
-                   getattr(s, "swap_ab", None), getattr(s, "kind", None), getattr(s, "gran_k", None))
+                   getattr(s, "swap_ab", None), getattr(s, "kind", None), getattr(s, "gran_k", None),
+                   getattr(s, "gran_k_b", None))
             if key not in seen:
                 seen.add(key)
                 picked.append(s)

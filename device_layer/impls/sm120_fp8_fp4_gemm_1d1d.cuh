@@ -6,6 +6,9 @@
 //           row 128 times, transform_sf_into_required_layout). MMA: QMMA.SF m16n8k32, scale_vec::1X.
 //   kMxFp4: A [M, K/2], B [N, K/2] packed e2m1 (low nibble = even K); UE8M0 per 32 K.  OMMA.SF 2X.
 //   kNvFp4: as kMxFp4 with UE4M3 scales per 16 K (alpha carries the per-tensor global scales). OMMA.SF 4X.
+//   kMxE4M3E2M1 / kMxE2M1E4M3: one operand e4m3, the other packed e2m1; UE8M0 per 32 or 128 K on either
+//           side. kind::mxf8f6f4 1X m16n8k32 (QMMA.SF), which takes e2m1 one code per byte: the packed
+//           operand is widened in registers (see "Mixed operands" below).
 //
 // Scale tensors (sfa, sfb): uint32 words, each packing the scales of 4 consecutive K blocks of one row
 // (first block in the lowest byte), stored MN-major: word (g, p, r) at g * group_stride + p * pack_stride + r.
@@ -19,6 +22,12 @@
 // producer warpgroup fills kStages 128-byte-per-row stages (128 fp8 or 256 fp4 elements of K), math warps
 // read fragments with ldmatrix (the byte layout is the same for e4m3 and packed e2m1) and run four MMA
 // steps of 32 bytes of K per stage.
+//
+// Mixed operands: a stage holds 128 K, i.e. 128-byte rows on the e4m3 side and 64-byte rows (64B swizzle) on
+// the packed side. An ldmatrix of the packed side gives lane (g, q) the 8 codes of K 8q..8q+7; they are
+// widened to two container words that fill the MMA's slots K 4q..4q+3 and 16+4q..16+4q+3. The e4m3 side is
+// read with the same K permutation (8 bytes at K 8q per row, one 64-bit shared load), so A and B agree and
+// the sum is unchanged; every MMA step still covers 32 consecutive K, i.e. one scale block.
 
 #include <cuda.h>
 #include "../common/sm120_arch.cuh"
@@ -36,25 +45,32 @@
 
 namespace sm120 {
 
-// How one operand's scales line up with a stage (128 bytes of K) and its four MMA steps.
+SM120_HOST_DEVICE constexpr bool is_mixed(ScaleKind k) {
+    return k == ScaleKind::kMxE4M3E2M1 || k == ScaleKind::kMxE2M1E4M3;
+}
+
+// How one operand's scales line up with a stage and its four MMA steps.
 template <ScaleKind kKind, uint32_t kGranK>
 struct StageScales {
-    static_assert(kKind != ScaleKind::kMxFp8 || kGranK == 32 || kGranK == 128, "FP8 scales cover 32 or 128 K");
+    static constexpr bool kOneByte = kKind == ScaleKind::kMxFp8 || is_mixed(kKind);  // 1X MMAs over 32 K
+    static_assert(!kOneByte || kGranK == 32 || kGranK == 128, "FP8 / mixed scales cover 32 or 128 K");
     static_assert(kKind != ScaleKind::kMxFp4 || kGranK == 32, "MXFP4 scales cover 32 K");
     static_assert(kKind != ScaleKind::kNvFp4 || kGranK == 16, "NVFP4 scales cover 16 K");
-    static constexpr uint32_t kElemsPerStage = kKind == ScaleKind::kMxFp8 ? 128 : 256;
-    // Words (4 scale blocks each) read per stage: FP8 1 (1x32: all four steps; 1x128: one byte of it),
-    // MXFP4 2 (two steps each), NVFP4 4 (one step each).
-    static constexpr uint32_t kWords = kKind == ScaleKind::kMxFp8 ? 1 : kElemsPerStage / kGranK / 4;
+    static constexpr uint32_t kElemsPerStage = kOneByte ? 128 : 256;
+    // Words (4 scale blocks each) read per stage: FP8 / mixed 1 (1x32: all four steps; 1x128: one byte of
+    // it), MXFP4 2 (two steps each), NVFP4 4 (one step each).
+    static constexpr uint32_t kWords = kOneByte ? 1 : kElemsPerStage / kGranK / 4;
     static constexpr bool kCoarse = kGranK == 128;  // one scale per stage, 4 stages per word
 
     SM120_DEVICE static uint32_t word_index(uint32_t kb, uint32_t w) { return kCoarse ? kb / 4 : kb * kWords + w; }
     // Coarse scales: move this stage's byte to byte 0, which every step then selects.
     SM120_DEVICE static uint32_t shift(uint32_t kb) { return kCoarse ? 8 * (kb % 4) : 0; }
     // Register and byte-id for MMA step `step` (0..3) of a stage.
-    SM120_HOST_DEVICE static constexpr uint32_t word_of_step(uint32_t step) { return kWords == 1 ? 0 : step / (4 / kWords); }
+    SM120_HOST_DEVICE static constexpr uint32_t word_of_step(uint32_t step) {
+        return kWords == 1 ? 0 : step / (4 / kWords);
+    }
     SM120_HOST_DEVICE static constexpr uint32_t byte_of_step(uint32_t step) {
-        return kKind == ScaleKind::kMxFp8 ? (kCoarse ? 0 : step) : (kKind == ScaleKind::kMxFp4 ? 2 * (step % 2) : 0);
+        return kOneByte ? (kCoarse ? 0 : step) : (kKind == ScaleKind::kMxFp4 ? 2 * (step % 2) : 0);
     }
     SM120_HOST_DEVICE static constexpr uint32_t num_words(uint32_t k) { return ceil_div(ceil_div(k, kGranK), 4u); }
 };
@@ -73,8 +89,11 @@ sm120_fp8_fp4_gemm_1d1d_kernel(const __grid_constant__ CUtensorMap tmap_a, const
     // A / SFA / D hold one [m, ...] slice per group. Split-K slices write fp32 partials to d + s * split_stride.
     static_assert(kType == GemmType::kNormal || kType == GemmType::kMGroupedContiguous ||
                       kType == GemmType::kMGroupedMasked, "K-grouped block-scaled GEMMs are not provided");
-    static_assert(kKind == ScaleKind::kMxFp8 || kGranKA == kGranKB, "FP4 operands share one scale format");
-    using Cfg = GemmTileConfig<BLOCK_M, BLOCK_N, 128, kStages, kWarpsM, kWarpsN>;
+    static_assert(kKind == ScaleKind::kMxFp8 || is_mixed(kKind) || kGranKA == kGranKB,
+                  "FP4 operands share one scale format");
+    // Which operand is packed e2m1 next to an e4m3 one (64-byte stage rows: 128 K per stage on both sides).
+    constexpr bool kAPacked4 = kKind == ScaleKind::kMxE2M1E4M3, kBPacked4 = kKind == ScaleKind::kMxE4M3E2M1;
+    using Cfg = GemmTileConfig<BLOCK_M, BLOCK_N, kAPacked4 ? 64 : 128, kStages, kWarpsM, kWarpsN, kBPacked4 ? 64 : 128>;
     using SA = StageScales<kKind, kGranKA>;
     using SB = StageScales<kKind, kGranKB>;
     constexpr uint32_t kMI = Cfg::kMI, kNI = Cfg::kNI;
@@ -118,11 +137,11 @@ sm120_fp8_fp4_gemm_1d1d_kernel(const __grid_constant__ CUtensorMap tmap_a, const
                 for (uint32_t kb = tile.k_begin; kb < tile.k_end; ++kb) {
                     mbarrier_wait(&empty_bar[stage], phase ^ 1);
                     mbarrier_arrive_expect_tx(&full_bar[stage], Cfg::kStageBytes);
-                    const int32_t kc = static_cast<int32_t>(kb * Cfg::kRowBytes);  // byte coordinate along K
-                    tma_load_2d(smem_a + stage * Cfg::kTileABytes, &tmap_a, &full_bar[stage], kc,
-                                static_cast<int32_t>(tile.a_row));
-                    tma_load_2d(smem_b + stage * Cfg::kTileBBytes, &tmap_b, &full_bar[stage], kc,
-                                static_cast<int32_t>(tile.b_row));
+                    // byte coordinates along K
+                    tma_load_2d(smem_a + stage * Cfg::kTileABytes, &tmap_a, &full_bar[stage],
+                                static_cast<int32_t>(kb * Cfg::kRowBytes), static_cast<int32_t>(tile.a_row));
+                    tma_load_2d(smem_b + stage * Cfg::kTileBBytes, &tmap_b, &full_bar[stage],
+                                static_cast<int32_t>(kb * Cfg::kRowBytesB), static_cast<int32_t>(tile.b_row));
                     if (++stage == kStages) stage = 0, phase ^= 1;
                 }
             }
@@ -141,17 +160,64 @@ sm120_fp8_fp4_gemm_1d1d_kernel(const __grid_constant__ CUtensorMap tmap_a, const
     const uint32_t b_row = wn * Cfg::kWarpN + (lane & 7) + ((lane >> 4) << 3), b_chunk = (lane >> 3) & 1;
     const uint32_t words_a = SA::num_words(k), words_b = SB::num_words(k);
 
+    // Mixed operands: lane (g, q) reads K 8q..8q+7 of its rows (see the header comment).
+    const uint32_t g8 = lane / 4, q8 = lane % 4;
+    static_assert(!kAPacked4 || kMI % 2 == 0, "packed-A fragments are read two m16 tiles at a time");
+    static_assert(!kBPacked4 || kNI % 4 == 0, "packed-B fragments are read four n8 tiles at a time");
     auto load_fragments = [&](uint32_t s, uint32_t kk, uint32_t (&af)[kMI][4], uint32_t (&bfr)[kNI][2]) {
-        const uint32_t a_base = smem_addr(smem_a + s * Cfg::kTileABytes);
-        const uint32_t b_base = smem_addr(smem_b + s * Cfg::kTileBBytes);
+        uint8_t* const sa = smem_a + s * Cfg::kTileABytes;
+        uint8_t* const sb = smem_b + s * Cfg::kTileBBytes;
+        if constexpr (kAPacked4) {  // 64-byte rows; x4 = rows 0-15 of m16 tiles i and i+1
 #pragma unroll
-        for (uint32_t i = 0; i < kMI; ++i)
-            ldmatrix_x4(a_base + swizzle_offset<128>(a_row + i * 16, kk * 2 + a_chunk), af[i][0], af[i][1], af[i][2],
-                        af[i][3]);
+            for (uint32_t i = 0; i < kMI; i += 2) {
+                uint32_t r[4];
+                ldmatrix_x4(smem_addr(sa + swizzle_offset<64>(wm * Cfg::kWarpM + i * 16 + lane, kk)), r[0], r[1], r[2],
+                            r[3]);
 #pragma unroll
-        for (uint32_t j = 0; j < kNI / 2; ++j)
-            ldmatrix_x4(b_base + swizzle_offset<128>(b_row + j * 16, kk * 2 + b_chunk), bfr[2 * j][0], bfr[2 * j][1],
-                        bfr[2 * j + 1][0], bfr[2 * j + 1][1]);
+                for (uint32_t t = 0; t < 2; ++t) {
+                    af[i + t][0] = e2m1x4_to_containers(r[2 * t]), af[i + t][1] = e2m1x4_to_containers(r[2 * t + 1]);
+                    af[i + t][2] = e2m1x4_to_containers(r[2 * t] >> 16);
+                    af[i + t][3] = e2m1x4_to_containers(r[2 * t + 1] >> 16);
+                }
+            }
+        } else if constexpr (kBPacked4) {  // the e4m3 A side, permuted: 8 bytes at K 8q of rows g and g+8
+#pragma unroll
+            for (uint32_t i = 0; i < kMI; ++i)
+#pragma unroll
+                for (uint32_t h = 0; h < 2; ++h) {
+                    const uint2 v = *reinterpret_cast<const uint2*>(
+                        sa + swizzle_offset<128>(wm * Cfg::kWarpM + i * 16 + h * 8 + g8, kk * 2 + q8 / 2) + 8 * (q8 % 2));
+                    af[i][h] = v.x, af[i][2 + h] = v.y;
+                }
+        } else {
+#pragma unroll
+            for (uint32_t i = 0; i < kMI; ++i)
+                ldmatrix_x4(smem_addr(sa + swizzle_offset<128>(a_row + i * 16, kk * 2 + a_chunk)), af[i][0], af[i][1],
+                            af[i][2], af[i][3]);
+        }
+        if constexpr (kBPacked4) {  // 64-byte rows; x4 = columns of n8 tiles j .. j+3
+#pragma unroll
+            for (uint32_t j = 0; j < kNI; j += 4) {
+                uint32_t r[4];
+                ldmatrix_x4(smem_addr(sb + swizzle_offset<64>(wn * Cfg::kWarpN + j * 8 + lane, kk)), r[0], r[1], r[2],
+                            r[3]);
+#pragma unroll
+                for (uint32_t t = 0; t < 4; ++t)
+                    bfr[j + t][0] = e2m1x4_to_containers(r[t]), bfr[j + t][1] = e2m1x4_to_containers(r[t] >> 16);
+            }
+        } else if constexpr (kAPacked4) {  // the e4m3 B side, permuted: 8 bytes at K 8q of column g
+#pragma unroll
+            for (uint32_t j = 0; j < kNI; ++j) {
+                const uint2 v = *reinterpret_cast<const uint2*>(
+                    sb + swizzle_offset<128>(wn * Cfg::kWarpN + j * 8 + g8, kk * 2 + q8 / 2) + 8 * (q8 % 2));
+                bfr[j][0] = v.x, bfr[j][1] = v.y;
+            }
+        } else {
+#pragma unroll
+            for (uint32_t j = 0; j < kNI / 2; ++j)
+                ldmatrix_x4(smem_addr(sb + swizzle_offset<128>(b_row + j * 16, kk * 2 + b_chunk)), bfr[2 * j][0],
+                            bfr[2 * j][1], bfr[2 * j + 1][0], bfr[2 * j + 1][1]);
+        }
     };
 
     uint32_t stage = 0, phase = 0;

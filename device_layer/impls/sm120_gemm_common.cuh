@@ -10,11 +10,13 @@
 
 namespace sm120 {
 
-// A BLOCK_M x BLOCK_N tile whose A and B stages are kRowBytes per row (one swizzle span), kWarpsM x kWarpsN
-// math warps plus one producer warpgroup.
-template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kRowBytes_, uint32_t kStages, uint32_t kWarpsM, uint32_t kWarpsN>
+// A BLOCK_M x BLOCK_N tile whose A stages are kRowBytes per row and B stages kRowBytesB (one swizzle span each;
+// they differ only for mixed FP8 x packed-FP4 operands), kWarpsM x kWarpsN math warps plus one producer warpgroup.
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kRowBytes_, uint32_t kStages, uint32_t kWarpsM, uint32_t kWarpsN,
+          uint32_t kRowBytesB_ = kRowBytes_>
 struct GemmTileConfig {
     static constexpr uint32_t kRowBytes = kRowBytes_;
+    static constexpr uint32_t kRowBytesB = kRowBytesB_;
     static constexpr uint32_t kMathWarps = kWarpsM * kWarpsN;
     static constexpr uint32_t kMathThreads = kMathWarps * 32;
     static constexpr uint32_t kThreads = kMathThreads + 128;  // + one producer warpgroup
@@ -23,7 +25,7 @@ struct GemmTileConfig {
     static constexpr uint32_t kMI = kWarpM / 16;
     static constexpr uint32_t kNI = kWarpN / 8;
     static constexpr uint32_t kTileABytes = BLOCK_M * kRowBytes;
-    static constexpr uint32_t kTileBBytes = BLOCK_N * kRowBytes;
+    static constexpr uint32_t kTileBBytes = BLOCK_N * kRowBytesB;
     static constexpr uint32_t kStageBytes = kTileABytes + kTileBBytes;
     static constexpr uint32_t kBarrierBytes = 2 * kStages * sizeof(uint64_t);
     static constexpr uint32_t kSmemBytes = kStages * kStageBytes + kBarrierBytes;
@@ -41,7 +43,8 @@ struct GemmTileConfig {
 
     static_assert(kMathWarps % 4 == 0, "math warps must form whole warpgroups (setmaxnreg is per warpgroup)");
     static_assert(kWarpM % 16 == 0 && kWarpN % 16 == 0, "warp tile must be a multiple of 16x16");
-    static_assert(kRowBytes == 64 || kRowBytes == 128, "stage rows are one 64B or 128B swizzle span");
+    static_assert((kRowBytes == 64 || kRowBytes == 128) && (kRowBytesB == 64 || kRowBytesB == 128),
+                  "stage rows are one 64B or 128B swizzle span");
     static_assert(kTileABytes % kSwizzleAtomBytes == 0 && kTileBBytes % kSwizzleAtomBytes == 0,
                   "tiles must keep 1024-byte swizzle-atom alignment");
     static_assert(kSmemBytes <= kMaxSmemPerBlock, "shared memory exceeds the SM120 per-block budget (101376 B)");

@@ -101,13 +101,24 @@ SM120_DEVICE void mma_mxf8f6f4_16832(float (&d)[4], const uint32_t (&a)[4], cons
     }
 }
 
-// The atom for a ScaleKind, so kernels can be written once for all three.
+// Four packed e2m1 codes (bits 0..15) -> the kind::mxf8f6f4 operand format: one code per byte, in bits [5:2].
+SM120_HOST_DEVICE uint32_t e2m1x4_to_containers(uint32_t codes) {
+    uint32_t t = ((codes & 0xFFFFu) | ((codes & 0xFFFFu) << 8)) & 0x00FF00FFu;  // code pairs to bytes 0 and 2
+    t = (t | (t << 4)) & 0x0F0F0F0Fu;                                            // one code per byte
+    return t << 2;
+}
+
+// The atom for a ScaleKind, so kernels can be written once for all of them.
 template <ScaleKind kKind, uint32_t kByteA, uint32_t kTidA, uint32_t kByteB, uint32_t kTidB>
 SM120_DEVICE void mma_block_scaled(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], uint32_t sfa,
                                    uint32_t sfb) {
+    using T = F8F6F4Type;
     if constexpr (kKind == ScaleKind::kMxFp8) mma_mxf8_e4m3_16832<kByteA, kTidA, kByteB, kTidB>(d, a, b, sfa, sfb);
     else if constexpr (kKind == ScaleKind::kMxFp4) mma_mxf4_16864<kByteA, kTidA, kByteB, kTidB>(d, a, b, sfa, sfb);
-    else mma_nvf4_16864<kByteA, kTidA, kByteB, kTidB>(d, a, b, sfa, sfb);
+    else if constexpr (kKind == ScaleKind::kNvFp4) mma_nvf4_16864<kByteA, kTidA, kByteB, kTidB>(d, a, b, sfa, sfb);
+    else if constexpr (kKind == ScaleKind::kMxE4M3E2M1)
+        mma_mxf8f6f4_16832<T::kE4M3, T::kE2M1, kByteA, kTidA, kByteB, kTidB>(d, a, b, sfa, sfb);
+    else mma_mxf8f6f4_16832<T::kE2M1, T::kE4M3, kByteA, kTidA, kByteB, kTidB>(d, a, b, sfa, sfb);
 }
 
 }  // namespace sm120

@@ -312,10 +312,12 @@ void launch_gemm_tma2(int handle, uint32_t grid, uint32_t block, uint64_t stream
 }
 
 // Block-scaled GEMM (impls/sm120_fp8_fp4_gemm_1d1d.cuh): byte operands (e4m3 or packed e2m1) as [rows, K bytes]
-// with 128-byte, 128B-swizzled boxes; scale words are read by the kernel through plain pointers.
+// with boxes of one swizzle span along K (128 bytes, or 64 for the packed side of mixed operands); scale words
+// are read by the kernel through plain pointers.
 void launch_block_scaled_gemm(int handle, uint32_t grid, uint32_t block, uint64_t stream, uint64_t a_ptr,
-                              uint64_t a_rows, uint64_t a_stride, uint32_t a_box_rows, uint64_t b_ptr, uint64_t b_rows,
-                              uint64_t b_stride, uint32_t b_box_rows, uint64_t k_bytes, uint64_t sfa_ptr,
+                              uint64_t a_rows, uint64_t a_stride, uint32_t a_box_rows, uint64_t a_k_bytes,
+                              uint32_t a_box_k, uint64_t b_ptr, uint64_t b_rows, uint64_t b_stride,
+                              uint32_t b_box_rows, uint64_t b_k_bytes, uint32_t b_box_k, uint64_t sfa_ptr,
                               uint64_t sfb_ptr, uint64_t d_ptr, uint64_t c_ptr, uint64_t layout_ptr, uint32_t m,
                               uint32_t n, uint32_t k, uint32_t ldd, uint32_t ldc, uint32_t num_groups, uint32_t psum,
                               uint32_t num_splits, uint32_t split_stride, uint32_t sfa_pack_stride,
@@ -324,8 +326,10 @@ void launch_block_scaled_gemm(int handle, uint32_t grid, uint32_t block, uint64_
     const Driver& d = driver();
     const Kernel& kern = g_kernels.at(handle);
     ContextGuard guard(kern.ctx);
-    CUtensorMap map_a = cached_encode_2d(Tma2D{a_ptr, 1, k_bytes, a_rows, a_stride, 128, a_box_rows, 128});
-    CUtensorMap map_b = cached_encode_2d(Tma2D{b_ptr, 1, k_bytes, b_rows, b_stride, 128, b_box_rows, 128});
+    CUtensorMap map_a = cached_encode_2d(
+        Tma2D{a_ptr, 1, a_k_bytes, a_rows, a_stride, a_box_k, a_box_rows, static_cast<int>(a_box_k)});
+    CUtensorMap map_b = cached_encode_2d(
+        Tma2D{b_ptr, 1, b_k_bytes, b_rows, b_stride, b_box_k, b_box_rows, static_cast<int>(b_box_k)});
     void* params[] = {&map_a, &map_b, &sfa_ptr, &sfb_ptr, &d_ptr, &c_ptr, &layout_ptr, &m, &n, &k, &ldd, &ldc,
                       &num_groups, &psum, &num_splits, &split_stride, &sfa_pack_stride, &sfa_group_stride,
                       &sfb_pack_stride, &sfb_group_stride, &alpha};

@@ -174,7 +174,14 @@ SCALE_KINDS = {
     "mxfp8": ("kMxFp8", 128, (128, 32), "ue8m0"),   # e4m3; 1x128 (DeepSeek) or 1x32 (MXFP8) UE8M0 scales
     "mxfp4": ("kMxFp4", 256, (32,), "ue8m0"),       # packed e2m1; 1x32 UE8M0
     "nvfp4": ("kNvFp4", 256, (16,), "ue4m3"),       # packed e2m1; 1x16 UE4M3 (+ per-tensor scales via alpha)
+    # mixed: e4m3 x packed e2m1 (and the reverse); UE8M0, 1x128 or 1x32 on the e4m3 side, 1x32 on the e2m1 side
+    "e4m3_e2m1": ("kMxE4M3E2M1", 128, (128, 32), "ue8m0"),
+    "e2m1_e4m3": ("kMxE2M1E4M3", 128, (128, 32), "ue8m0"),
 }
+MIXED_KINDS = ("e4m3_e2m1", "e2m1_e4m3")
+# (A row bytes, B row bytes) per stage: 128 K elements of e4m3 or 256 / 128 of packed e2m1
+_ROW_BYTES = {"mxfp8": (128, 128), "mxfp4": (128, 128), "nvfp4": (128, 128), "e4m3_e2m1": (128, 64),
+              "e2m1_e4m3": (64, 128)}
 
 
 @dataclass(frozen=True)
@@ -217,22 +224,37 @@ BLOCK_SCALED_GROUPED_CONFIGS: tuple[BlockScaledGemmConfig, ...] = (
 class BlockScaledGemmSpec:
     config: BlockScaledGemmConfig
     kind: str = "mxfp8"
-    gran_k: int = 128
+    gran_k: int = 128     # K elements per scale of A (and of B unless gran_k_b is given)
     out_dtype: str = "bf16"
     with_c: bool = False
     gemm_type: str = "normal"
+    gran_k_b: int = 0     # mixed operands: K elements per scale of B (0: same as A)
 
     family = "fp8_fp4_gemm_1d1d"
     header = "impls/sm120_fp8_fp4_gemm_1d1d.cuh"
 
     def __post_init__(self) -> None:
-        if self.kind not in SCALE_KINDS or self.gran_k not in SCALE_KINDS[self.kind][2]:
+        grans = SCALE_KINDS[self.kind][2] if self.kind in SCALE_KINDS else ()
+        if self.gran_k not in grans or (self.gran_k_b and (self.kind not in MIXED_KINDS or self.gran_k_b not in grans)):
             raise ValueError(f"unsupported block-scaled kind/granularity {self.kind}/{self.gran_k}")
+        # the e2m1 side of mixed operands carries MX scales (1x32)
+        if self.kind == "e4m3_e2m1" and self.grans[1] != 32 or self.kind == "e2m1_e4m3" and self.grans[0] != 32:
+            raise ValueError(f"the e2m1 operand of {self.kind} takes 1x32 scales, got {self.grans}")
+
+    @property
+    def grans(self) -> tuple[int, int]:
+        return self.gran_k, self.gran_k_b or self.gran_k
 
     @property
     def name(self) -> str:
-        return (f"{self.family}_{self.kind}_g{self.gran_k}_{self.config.name}_{self.out_dtype}"
+        g = f"g{self.gran_k}" + (f"x{self.gran_k_b}" if self.gran_k_b else "")
+        return (f"{self.family}_{self.kind}_{g}_{self.config.name}_{self.out_dtype}"
                 f"{'_c' if self.with_c else ''}{'' if self.gemm_type == 'normal' else '_' + self.gemm_type}")
+
+    @property
+    def row_bytes(self) -> tuple[int, int]:
+        """Bytes per stage row of A and of B (one TMA box and swizzle span each)."""
+        return _ROW_BYTES[self.kind]
 
     @property
     def threads(self) -> int:
@@ -240,7 +262,8 @@ class BlockScaledGemmSpec:
 
     @property
     def smem_bytes(self) -> int:
-        return self.config.smem_bytes
+        c, (ra, rb) = self.config, self.row_bytes
+        return c.stages * (c.block_m * ra + c.block_n * rb) + 2 * c.stages * 8
 
     @property
     def elems_per_stage(self) -> int:
@@ -253,7 +276,7 @@ class BlockScaledGemmSpec:
             f'#include "{self.header}"\n'
             "// One instantiation per translation unit; the runtime finds it as the module's only kernel.\n"
             "template __global__ void sm120::sm120_fp8_fp4_gemm_1d1d_kernel<"
-            f"sm120::ScaleKind::{SCALE_KINDS[self.kind][0]}, {self.gran_k}, {self.gran_k}, {c.block_m}, {c.block_n}, "
+            f"sm120::ScaleKind::{SCALE_KINDS[self.kind][0]}, {self.grans[0]}, {self.grans[1]}, {c.block_m}, {c.block_n}, "
             f"{c.stages}, {c.warps_m}, {c.warps_n}, {c.group_n}, {out}, {'true' if self.with_c else 'false'}, "
             f"sm120::GemmType::{GEMM_TYPES[self.gemm_type]}>(\n"
             "    const __grid_constant__ CUtensorMap, const __grid_constant__ CUtensorMap, const uint32_t*, "
@@ -264,10 +287,11 @@ class BlockScaledGemmSpec:
 
 def block_scaled_specs() -> list[BlockScaledGemmSpec]:
     """All block-scaled instantiations reachable from the host API."""
-    kinds = [(kind, g) for kind, (_, _, grans, _) in SCALE_KINDS.items() for g in grans]
-    dense = [BlockScaledGemmSpec(cfg, kind, g, out, c) for kind, g in kinds for cfg in BLOCK_SCALED_CONFIGS
-             for out in OUT_DTYPES for c in (False, True)]
-    grouped = [BlockScaledGemmSpec(cfg, kind, g, "bf16", False, t) for kind, g in kinds
+    kinds = [(kind, g, 0) for kind in ("mxfp8", "mxfp4", "nvfp4") for g in SCALE_KINDS[kind][2]]
+    kinds += [("e4m3_e2m1", g, 32) for g in (128, 32)] + [("e2m1_e4m3", 32, g) for g in (128, 32)]
+    dense = [BlockScaledGemmSpec(cfg, kind, g, out, c, gran_k_b=gb) for kind, g, gb in kinds
+             for cfg in BLOCK_SCALED_CONFIGS for out in OUT_DTYPES for c in (False, True)]
+    grouped = [BlockScaledGemmSpec(cfg, kind, g, "bf16", False, t, gb) for kind, g, gb in kinds
                for cfg in BLOCK_SCALED_GROUPED_CONFIGS for t in ("m_contiguous", "m_masked")]
     return dense + grouped
 

@@ -19,8 +19,8 @@ import torch
 
 from .. import jit, runtime
 from ..arch import EMULATE_ENV, target_for_device
-from ..configs import (BLOCK_SCALED_GROUPED_CONFIGS, MK_ALIGNMENT_FOR_CONTIGUOUS_LAYOUT, BlockScaledGemmSpec,
-                       SplitKReduceSpec)
+from ..configs import (BLOCK_SCALED_GROUPED_CONFIGS, MIXED_KINDS, MK_ALIGNMENT_FOR_CONTIGUOUS_LAYOUT,
+                       BlockScaledGemmSpec, SplitKReduceSpec)
 from ..device import num_sms_for
 from ..heuristics import choose_block_scaled_plan
 from ..scale_layout import KIND_GRANS, check_packed, sf_format, sf_words, transform_sf_into_required_layout
@@ -46,10 +46,17 @@ def _is_fp4(t: torch.Tensor) -> bool:
 
 
 def _kind(a: torch.Tensor, b: torch.Tensor, sfa: torch.Tensor, sfb: torch.Tensor, recipe) -> str:
-    """mxfp8 / mxfp4 / nvfp4 from operand and scale dtypes (and the recipe for packed scales)."""
+    """mxfp8 / mxfp4 / nvfp4 / e4m3_e2m1 / e2m1_e4m3 from operand and scale dtypes (and the recipe for packed
+    FP4 scales)."""
     fp8 = torch.float8_e4m3fn
     if a.dtype == fp8 and b.dtype == fp8:
         return "mxfp8"
+    if a.dtype == fp8 and _is_fp4(b) or _is_fp4(a) and b.dtype == fp8:
+        fp4_sf = sfb if a.dtype == fp8 else sfa
+        if sf_format(fp4_sf) == "ue4m3":
+            raise NotImplementedError("mixed FP8 x FP4 GEMMs take MXFP4 (UE8M0 1x32) scales on the FP4 side, "
+                                      "not NVFP4 (UE4M3)")
+        return "e4m3_e2m1" if a.dtype == fp8 else "e2m1_e4m3"
     if _is_fp4(a) and _is_fp4(b):
         fmts = {sf_format(sfa), sf_format(sfb)}
         if fmts == {"packed"}:
@@ -63,40 +70,44 @@ def _kind(a: torch.Tensor, b: torch.Tensor, sfa: torch.Tensor, sfb: torch.Tensor
         if fmts == {"ue8m0"}:
             return "mxfp4"
         raise TypeError("a's and b's FP4 scales must both be UE8M0 (MXFP4) or both UE4M3 (NVFP4)")
-    if {a.dtype, b.dtype} <= {fp8, *_FP4_DTYPES}:
-        if a.dtype == fp8 or b.dtype == fp8:
-            raise NotImplementedError("mixed FP8 x FP4 GEMMs (kind::mxf8f6f4 e4m3 x e2m1) are not provided")
-    raise TypeError(f"a and b must both be float8_e4m3fn, or both packed FP4 (uint8 / int8 / float4_e2m1fn_x2), "
-                    f"got {a.dtype} and {b.dtype}")
+    raise TypeError(f"a and b must be float8_e4m3fn or packed FP4 (uint8 / int8 / float4_e2m1fn_x2), got {a.dtype} "
+                    f"and {b.dtype}")
 
 
-def _gran_k(kind: str, k: int, recipe, sfs: list[tuple[torch.Tensor, int, int]]) -> int:
-    """The K granularity shared by both operands' scales: from the recipe, else from their shapes."""
-    allowed = KIND_GRANS[kind]
-    if recipe is not None:
-        if not isinstance(recipe, (tuple, list)) or len(recipe) != 3:
-            raise ValueError(f"recipe must be (gran_m, gran_n, gran_k), got {recipe!r}")
-        if recipe[2] not in allowed:
-            raise NotImplementedError(f"{kind} scales cover {' or '.join(map(str, allowed))} K elements; "
-                                      f"recipe {tuple(recipe)} asks for {recipe[2]}")
-        return int(recipe[2])
-    found = set()
-    for sf, mn, _lead in sfs:
-        cols = sf.shape[-1]
-        if sf.dtype == torch.int32:
-            cands = {g for g in allowed if sf_words(k, g) == cols}
-        else:
-            cands = {g for g in allowed if -(-k // g) == cols}
-        if not cands:
-            raise ValueError(f"scale factors with {cols} columns fit no {kind} granularity for K = {k} "
-                             f"(expected {', '.join(f'{-(-k // g)} (1x{g})' for g in allowed)} unpacked columns)")
-        found.add(frozenset(cands))
-    common = frozenset.intersection(*found)
-    if len(common) != 1:
-        raise (NotImplementedError if not common else ValueError)(
-            "a and b scales use different K granularities" if not common
-            else f"the K granularity of the scales is ambiguous for K = {k}: pass recipe")
-    return next(iter(common))
+def _operand_gran(name: str, sf: torch.Tensor, k: int, allowed: tuple[int, ...], recipe_gran: int | None) -> int:
+    """K elements per scale of one operand: the recipe's, else the only granularity its scale shape fits."""
+    if recipe_gran is not None:
+        if recipe_gran not in allowed:
+            raise NotImplementedError(f"{name} scales cover {' or '.join(map(str, allowed))} K elements; the recipe "
+                                      f"asks for {recipe_gran}")
+        return recipe_gran
+    cols = sf.shape[-1]
+    count = (lambda g: sf_words(k, g)) if sf.dtype == torch.int32 else (lambda g: -(-k // g))
+    cands = [g for g in allowed if count(g) == cols]
+    if not cands:
+        raise ValueError(f"{name} with {cols} columns fits no granularity for K = {k} (expected "
+                         f"{', '.join(f'{-(-k // g)} (1x{g})' for g in allowed)} unpacked columns)")
+    if len(cands) > 1:
+        raise ValueError(f"the K granularity of {name} is ambiguous for K = {k}: pass recipe")
+    return cands[0]
+
+
+def _grans(kind: str, k: int, recipe, sfa: torch.Tensor, sfb: torch.Tensor) -> tuple[int, int]:
+    """(A, B) K granularities. Non-mixed kinds need equal ones; for mixed operands the recipe's gran_k is the
+    e4m3 side's and the e2m1 side is 1x32."""
+    if recipe is not None and (not isinstance(recipe, (tuple, list)) or len(recipe) != 3):
+        raise ValueError(f"recipe must be (gran_m, gran_n, gran_k), got {recipe!r}")
+    rg = int(recipe[2]) if recipe is not None else None
+    if kind in MIXED_KINDS:
+        a_fp8 = kind == "e4m3_e2m1"
+        ga = _operand_gran("sfa", sfa, k, KIND_GRANS["mxfp8"] if a_fp8 else (32,), rg if a_fp8 else None)
+        gb = _operand_gran("sfb", sfb, k, (32,) if a_fp8 else KIND_GRANS["mxfp8"], None if a_fp8 else rg)
+        return ga, gb
+    ga = _operand_gran("sfa", sfa, k, KIND_GRANS[kind], rg)
+    gb = _operand_gran("sfb", sfb, k, KIND_GRANS[kind], rg)
+    if ga != gb:
+        raise NotImplementedError(f"a and b scales use different K granularities (1x{ga} and 1x{gb})")
+    return ga, gb
 
 
 def _prepare_sf(name: str, sf: torch.Tensor, mn: int, k: int, gran_k: int, groups: int | None,
@@ -138,8 +149,13 @@ def _check_out(d: torch.Tensor, c: torch.Tensor | None, shape: tuple[int, ...], 
         _require_shape("c", c, shape, "[M, N]")
 
 
-def _k_of(t: torch.Tensor, fp4: bool) -> int:
-    return t.shape[-1] * (2 if fp4 else 1)
+def _k_of(t: torch.Tensor) -> int:
+    """K elements of an operand: bytes per row, twice that for packed FP4."""
+    return t.shape[-1] * (2 if _is_fp4(t) else 1)
+
+
+def _spec(cfg, kind: str, grans: tuple[int, int], out: str, with_c: bool, gemm_type: str = "normal"):
+    return BlockScaledGemmSpec(cfg, kind, grans[0], out, with_c, gemm_type, grans[1] if kind in MIXED_KINDS else 0)
 
 
 def _alpha(alpha) -> float:
@@ -151,20 +167,21 @@ def _alpha(alpha) -> float:
         raise TypeError(f"alpha must be a float, got {alpha!r}") from None
 
 
-def _dense_plan(kind: str, gran_k: int, m: int, n: int, k: int, out: str, with_c: bool, index: int) -> tuple:
-    key = ("dense", kind, gran_k, m, n, k, out, with_c, index, num_sms_for(index), os.environ.get(EMULATE_ENV))
+def _dense_plan(kind: str, grans: tuple[int, int], m: int, n: int, k: int, out: str, with_c: bool,
+                index: int) -> tuple:
+    key = ("dense", kind, grans, m, n, k, out, with_c, index, num_sms_for(index), os.environ.get(EMULATE_ENV))
     plan = _plans.get(key)
     if plan is None:
         target = target_for_device(index)
         cfg, splits = choose_block_scaled_plan(m, n, k, key[9], kind)
-        spec = BlockScaledGemmSpec(cfg, kind, gran_k, "fp32" if splits > 1 else out, with_c and splits == 1)
+        spec = _spec(cfg, kind, grans, "fp32" if splits > 1 else out, with_c and splits == 1)
         kern = jit.get_kernel(spec, target, index)
         grid = min(key[9], -(-m // cfg.block_m) * -(-n // cfg.block_n) * splits)
         reduce = None
         if splits > 1:
             rk = jit.get_kernel(SplitKReduceSpec(out, with_c), target, index)
             reduce = (rk.handle, min(-(-m * -(-n // 4) // rk.threads), key[9] * 8), rk.threads)
-        plan = (kern.handle, grid, kern.threads, cfg, splits, reduce)
+        plan = (kern.handle, grid, kern.threads, cfg, splits, reduce, spec.row_bytes)
         _plans[key] = plan
     return plan
 
@@ -173,12 +190,12 @@ def fp8_fp4_gemm_nt(a, b, d: torch.Tensor, c: torch.Tensor | None = None, recipe
     """d = alpha * (a[0] * a[1]) @ (b[0] * b[1]).T (+ c) for a = (a, sfa) [M, K], b = (b, sfb) [N, K] (FP4: K/2
     bytes). d/c: [M, N] bf16 or fp32 (c optional, may alias d). recipe: DeepGEMM's (gran_m, gran_n, gran_k)."""
     a, sfa, b, sfb, kind = _operands(a, b, recipe)
-    fp4 = kind != "mxfp8"
+    fp4 = kind != "mxfp8"  # some operand is packed FP4
     if a.dim() != 2 or b.dim() != 2:
         raise ValueError(f"a must be [M, K] and b [N, K], got {tuple(a.shape)} and {tuple(b.shape)}")
     m, n = a.shape[0], b.shape[0]
-    k = _k_of(a, fp4)
-    if _k_of(b, fp4) != k:
+    k = _k_of(a)
+    if _k_of(b) != k:
         raise ValueError(f"a {tuple(a.shape)} and b {tuple(b.shape)} must agree on K")
     _check_out(d, c, (m, n), False)
     alpha = _alpha(alpha)
@@ -196,51 +213,53 @@ def fp8_fp4_gemm_nt(a, b, d: torch.Tensor, c: torch.Tensor | None = None, recipe
             d.copy_(c)
         return
     if fp4 and k % 32:
-        raise ValueError(f"FP4 K = {k} must be a multiple of 32 (16-byte TMA rows)")
+        raise ValueError(f"K = {k} must be a multiple of 32 with a packed FP4 operand (16-byte TMA rows)")
     lda, ldb = tma_row_stride_bytes("a", a), tma_row_stride_bytes("b", b)
-    gran_k = _gran_k(kind, k, recipe, [(sfa, m, 0), (sfb, n, 0)])
-    sfa_p, sfa_ps, _ = _prepare_sf("sfa", sfa, m, k, gran_k, None, True)
-    sfb_p, sfb_ps, _ = _prepare_sf("sfb", sfb, n, k, gran_k, None, False)
-    handle, grid, threads, cfg, splits, reduce = _dense_plan(kind, gran_k, m, n, k, _OUT[d.dtype], c is not None,
-                                                             index)
+    grans = _grans(kind, k, recipe, sfa, sfb)
+    sfa_p, sfa_ps, _ = _prepare_sf("sfa", sfa, m, k, grans[0], None, True)
+    sfb_p, sfb_ps, _ = _prepare_sf("sfb", sfb, n, k, grans[1], None, False)
+    handle, grid, threads, cfg, splits, reduce, (ra, rb) = _dense_plan(kind, grans, m, n, k, _OUT[d.dtype],
+                                                                       c is not None, index)
     stream = runtime.current_stream_fn()(index)
     out_ptr, out_ld, c_ptr, c_ld, split_stride = d.data_ptr(), ldd, c.data_ptr() if c is not None else 0, ldc, 0
     if splits > 1:  # fp32 slices [splits, M, N]; the reduce kernel adds them in order, then C
         ws = torch.empty(splits * m * n, dtype=torch.float32, device=d.device)
         out_ptr, out_ld, c_ptr, c_ld, split_stride = ws.data_ptr(), n, 0, 0, m * n
-    runtime.block_scaled_launcher()(handle, grid, threads, stream, a.data_ptr(), m, lda, cfg.block_m, b.data_ptr(),
-                                    n, ldb, cfg.block_n, a.shape[1] * a.element_size(), sfa_p.data_ptr(),
-                                    sfb_p.data_ptr(), out_ptr, c_ptr, 0, m, n, k, out_ld, c_ld, 1, 0, splits,
-                                    split_stride, sfa_ps, 0, sfb_ps, 0, alpha)
+    runtime.block_scaled_launcher()(handle, grid, threads, stream, a.data_ptr(), m, lda, cfg.block_m,
+                                    a.shape[1] * a.element_size(), ra, b.data_ptr(), n, ldb, cfg.block_n,
+                                    b.shape[1] * b.element_size(), rb, sfa_p.data_ptr(), sfb_p.data_ptr(), out_ptr,
+                                    c_ptr, 0, m, n, k, out_ld, c_ld, 1, 0, splits, split_stride, sfa_ps, 0, sfb_ps,
+                                    0, alpha)
     if splits > 1:
         r_handle, r_grid, r_threads = reduce
         runtime.launch(r_handle, r_grid, r_threads, stream, [], [out_ptr, d.data_ptr(), c.data_ptr() if c is not None
                                                                  else 0], [m, n, ldd, ldc, splits])
 
 
-def _grouped_plan(kind: str, gran_k: int, gemm_type: str, small: bool, index: int) -> tuple:
+def _grouped_plan(kind: str, grans: tuple[int, int], gemm_type: str, small: bool, index: int) -> tuple:
     num_sms = num_sms_for(index)
-    key = ("grouped", kind, gran_k, gemm_type, small, index, num_sms, os.environ.get(EMULATE_ENV))
+    key = ("grouped", kind, grans, gemm_type, small, index, num_sms, os.environ.get(EMULATE_ENV))
     plan = _plans.get(key)
     if plan is None:
         cfg = BLOCK_SCALED_GROUPED_CONFIGS[1] if small else BLOCK_SCALED_GROUPED_CONFIGS[0]
-        kern = jit.get_kernel(BlockScaledGemmSpec(cfg, kind, gran_k, "bf16", False, gemm_type),
-                              target_for_device(index), index)
-        plan = (kern.handle, kern.threads, cfg, num_sms)
+        spec = _spec(cfg, kind, grans, "bf16", False, gemm_type)
+        kern = jit.get_kernel(spec, target_for_device(index), index)
+        plan = (kern.handle, kern.threads, cfg, num_sms, spec.row_bytes)
         _plans[key] = plan
     return plan
 
 
 def _grouped_launch(plan, tiles, index, a2, rows_a, b2, rows_b, sfa, sfb, d_ptr, layout_ptr, m, n, k, ldd, groups,
                     psum, alpha) -> None:
-    handle, threads, cfg, num_sms = plan
+    handle, threads, cfg, num_sms, (ra, rb) = plan
     (sfa_p, sfa_ps, sfa_gs), (sfb_p, sfb_ps, sfb_gs) = sfa, sfb
     stream = runtime.current_stream_fn()(index)
     runtime.block_scaled_launcher()(handle, min(num_sms, max(tiles, 1)), threads, stream, a2.data_ptr(), rows_a,
-                                    tma_row_stride_bytes("a", a2), cfg.block_m, b2.data_ptr(), rows_b,
-                                    tma_row_stride_bytes("b", b2), cfg.block_n, a2.shape[1] * a2.element_size(),
-                                    sfa_p.data_ptr(), sfb_p.data_ptr(), d_ptr, 0, layout_ptr, m, n, k, ldd, 0,
-                                    groups, 1 if psum else 0, 1, 0, sfa_ps, sfa_gs, sfb_ps, sfb_gs, alpha)
+                                    tma_row_stride_bytes("a", a2), cfg.block_m, a2.shape[1] * a2.element_size(), ra,
+                                    b2.data_ptr(), rows_b, tma_row_stride_bytes("b", b2), cfg.block_n,
+                                    b2.shape[1] * b2.element_size(), rb, sfa_p.data_ptr(), sfb_p.data_ptr(), d_ptr,
+                                    0, layout_ptr, m, n, k, ldd, 0, groups, 1 if psum else 0, 1, 0, sfa_ps, sfa_gs,
+                                    sfb_ps, sfb_gs, alpha)
 
 
 def m_grouped_fp8_fp4_gemm_nt_contiguous(a, b, d: torch.Tensor, grouped_layout: torch.Tensor, recipe=None,
@@ -258,9 +277,9 @@ def m_grouped_fp8_fp4_gemm_nt_contiguous(a, b, d: torch.Tensor, grouped_layout: 
         raise TypeError(f"grouped_layout must be torch.int32, got {grouped_layout.dtype}")
     if a.dim() != 2 or b.dim() != 3:
         raise ValueError(f"a must be [M, K] and b [G, N, K], got {tuple(a.shape)} and {tuple(b.shape)}")
-    m, k = a.shape[0], _k_of(a, fp4)
+    m, k = a.shape[0], _k_of(a)
     g, n = b.shape[:2]
-    if _k_of(b, fp4) != k:
+    if _k_of(b) != k:
         raise ValueError(f"a {tuple(a.shape)} and b {tuple(b.shape)} must agree on K")
     _check_out(d, None, (m, n), True)
     align = MK_ALIGNMENT_FOR_CONTIGUOUS_LAYOUT
@@ -284,12 +303,12 @@ def m_grouped_fp8_fp4_gemm_nt_contiguous(a, b, d: torch.Tensor, grouped_layout: 
         return
     if k == 0 or (fp4 and k % 32):
         raise ValueError(f"K = {k} must be positive{' and a multiple of 32 for FP4' if fp4 else ''}")
-    gran_k = _gran_k(kind, k, recipe, [(sfa, m, 0), (sfb, n, g)])
-    sfa_t = _prepare_sf("sfa", sfa, m, k, gran_k, None, True)
-    sfb_t = _prepare_sf("sfb", sfb, n, k, gran_k, g, False)
+    grans = _grans(kind, k, recipe, sfa, sfb)
+    sfa_t = _prepare_sf("sfa", sfa, m, k, grans[0], None, True)
+    sfb_t = _prepare_sf("sfb", sfb, n, k, grans[1], g, False)
     b2 = _grouped_rows_view("b", b)
     ldd = output_row_stride("d", d)
-    plan = _grouped_plan(kind, gran_k, "m_contiguous", m <= 64, index)
+    plan = _grouped_plan(kind, grans, "m_contiguous", m <= 64, index)
     cfg = plan[2]
     tiles = -(-m // cfg.block_m) * -(-n // cfg.block_n)
     _grouped_launch(plan, tiles, index, a, m, b2, g * n, sfa_t, sfb_t, d.data_ptr(), grouped_layout.data_ptr(),
@@ -311,8 +330,8 @@ def m_grouped_fp8_fp4_gemm_nt_masked(a, b, d: torch.Tensor, masked_m: torch.Tens
         raise ValueError(f"a must be [G, M, K] and b [G, N, K], got {tuple(a.shape)} and {tuple(b.shape)}")
     g, m = a.shape[:2]
     n = b.shape[1]
-    k = _k_of(a, fp4)
-    if b.shape[0] != g or _k_of(b, fp4) != k:
+    k = _k_of(a)
+    if b.shape[0] != g or _k_of(b) != k:
         raise ValueError(f"a {tuple(a.shape)} and b {tuple(b.shape)} must agree on G and K")
     _check_out(d, None, (g, m, n), True)
     _require_shape("masked_m", masked_m, (g,), "[G]")
@@ -326,12 +345,12 @@ def m_grouped_fp8_fp4_gemm_nt_masked(a, b, d: torch.Tensor, masked_m: torch.Tens
         return
     if k == 0 or (fp4 and k % 32):
         raise ValueError(f"K = {k} must be positive{' and a multiple of 32 for FP4' if fp4 else ''}")
-    gran_k = _gran_k(kind, k, recipe, [(sfa, m, g), (sfb, n, g)])
-    sfa_t = _prepare_sf("sfa", sfa, m, k, gran_k, g, True)
-    sfb_t = _prepare_sf("sfb", sfb, n, k, gran_k, g, False)
+    grans = _grans(kind, k, recipe, sfa, sfb)
+    sfa_t = _prepare_sf("sfa", sfa, m, k, grans[0], g, True)
+    sfb_t = _prepare_sf("sfb", sfb, n, k, grans[1], g, False)
     a2, b2, d2 = _grouped_rows_view("a", a), _grouped_rows_view("b", b), _grouped_rows_view("d", d)
     ldd = output_row_stride("d", d2)
-    plan = _grouped_plan(kind, gran_k, "m_masked", max(expected_m, 1) <= 64, index)
+    plan = _grouped_plan(kind, grans, "m_masked", max(expected_m, 1) <= 64, index)
     cfg = plan[2]
     tiles = g * -(-m // cfg.block_m) * -(-n // cfg.block_n)
     _grouped_launch(plan, tiles, index, a2, g * m, b2, g * n, sfa_t, sfb_t, d2.data_ptr(), masked_m.data_ptr(),
