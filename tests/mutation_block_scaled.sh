@@ -4,7 +4,8 @@ set -u
 export DG_SM120_JIT_CACHE_DIR=/tmp/dg_mut PYTHONUNBUFFERED=1
 K=device_layer/impls/sm120_fp8_fp4_gemm_1d1d.cuh
 E=device_layer/mma/sm120_emulation.cuh
-run() {  # name, file, sed expr, test selection
+run() {  # name, file, sed expr, test selection; MUTANTS="a b" runs only those
+  if [ -n "${MUTANTS:-}" ] && [[ " $MUTANTS " != *" $1 "* ]]; then return; fi
   cp "$2" /tmp/orig.cuh; sed -i "$3" "$2"
   if cmp -s "$2" /tmp/orig.cuh; then echo "MUTANT $1: sed did not apply"; return; fi
   rm -rf /tmp/dg_mut
@@ -18,3 +19,5 @@ run coarse_shift $K 's/return kCoarse ? 8 \* (kb % 4) : 0;/return kCoarse ? 8 * 
 run mx4_step_byte $K 's/(kKind == ScaleKind::kMxFp4 ? 2 \* (step % 2) : 0)/(kKind == ScaleKind::kMxFp4 ? 0 : 0)/' "tests/test_fp8_fp4_gemm_gpu.py -k test_fp4_gemm_nt"
 run emu_sfa_lane device_layer/mma/sm120_scale_selectors.cuh 's/return 4 \* (r % 8) + 2 \* thread_id_a + r \/ 8;/return 4 * (r % 8) + 2 * thread_id_a + 1 - r \/ 8;/' "tests/test_block_scaled_atoms_gpu.py"
 run nvfp4_chunk $E 's/const bool mine = q \/ 2 == p;/const bool mine = q % 2 == p;/' "tests/test_block_scaled_atoms_gpu.py"
+run mixed_a_permutation $K '/h \* 8 + g8, kk \* 2 + q8 \/ 2)/s/ + 8 \* (q8 % 2))/)/' "tests/test_fp8_fp4_gemm_gpu.py -k test_mixed_fp8_fp4_gemm_nt"
+run mixed_widening device_layer/mma/sm120_block_scaled.cuh 's/    return t << 2;/    return t << 3;/' "tests/test_fp8_fp4_gemm_gpu.py -k test_mixed_fp8_fp4_gemm_nt"

@@ -16,7 +16,7 @@ if torch.cuda.get_device_capability()[0] != 12:
     os.environ["DG_SM120_EMULATE"] = "1"
 
 import deep_gemm_sm120 as dg  # noqa: E402
-from block_scaled_helpers import fp4_operands, fp8_operands  # noqa: E402
+from block_scaled_helpers import fp4_operands, fp8_operands, quantize_side  # noqa: E402
 from deep_gemm_sm120.testing import calc_diff  # noqa: E402
 
 failures = 0
@@ -42,6 +42,14 @@ for kind in ("mxfp4", "nvfp4"):
     d = torch.full((100, 192), float("nan"), device="cuda", dtype=torch.float32)
     dg.fp8_fp4_gemm_nt(a, b, d, alpha=alpha)
     report(f"{kind} (100, 192, 1024)", d, ref, 2e-2)
+
+# mixed: e4m3 (1x128) x MXFP4 and MXFP4 x e4m3 (1x32), with a K tail inside the last stage
+for fa, fb, gran in (("e4m3", "mxfp4", 128), ("mxfp4", "e4m3", 32)):
+    a, sfa, da = quantize_side(fa, 70, 1056, gen, gran if fa == "e4m3" else 32)
+    b, sfb, db = quantize_side(fb, 136, 1056, gen, gran if fb == "e4m3" else 32)
+    d = torch.full((70, 136), float("nan"), device="cuda", dtype=torch.bfloat16)
+    dg.fp8_fp4_gemm_nt((a, sfa), (b, sfb), d)
+    report(f"mixed {fa} x {fb} (70, 136, 1056)", d, da @ db.T, 1e-2)
 
 # grouped: contiguous (an empty middle group) and masked, FP8
 (a, sfa), _, _ = fp8_operands(256, 8, 512, gen)
