@@ -22,7 +22,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "host"))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
-RTX5090 = {"mxfp8": 838e12, "mxfp4": 1676e12, "nvfp4": 1676e12, "bandwidth": 1792e9}
+# mixed e4m3 x e2m1 runs kind::mxf8f6f4 (QMMA.SF), i.e. at the FP8 rate
+RTX5090 = {"mxfp8": 838e12, "mxfp4": 1676e12, "nvfp4": 1676e12, "e4m3_e2m1": 838e12, "bandwidth": 1792e9}
+BYTES_PER_ELEM = {"mxfp8": (1.0, 1.0), "mxfp4": (0.5, 0.5), "nvfp4": (0.5, 0.5), "e4m3_e2m1": (1.0, 0.5)}
 SHAPES = [  # (label, M, N, K): DeepSeek-V3 projections at decode and prefill sizes, and a square
     ("dsv3 q_a+kv_a decode", 64, 2112, 7168), ("dsv3 q_a+kv_a prefill", 4096, 2112, 7168),
     ("dsv3 dense up prefill", 4096, 36864, 7168), ("dsv3 o_proj decode", 64, 7168, 16384),
@@ -31,9 +33,9 @@ SHAPES = [  # (label, M, N, K): DeepSeek-V3 projections at decode and prefill si
 
 
 def roofline(kind: str, m: int, n: int, k: int, gran: int) -> dict:
-    elem = 1.0 if kind == "mxfp8" else 0.5
+    ea, eb = BYTES_PER_ELEM[kind]
     scale_bytes = (m + n) * -(-k // gran)
-    traffic = (m + n) * k * elem + scale_bytes + m * n * 2  # operands + scales + bf16 D, each once
+    traffic = (m * ea + n * eb) * k + scale_bytes + m * n * 2  # operands + scales + bf16 D, each once
     flops = 2.0 * m * n * k
     t = max(flops / RTX5090[kind], traffic / RTX5090["bandwidth"])
     return {"bound": "compute" if flops / RTX5090[kind] >= traffic / RTX5090["bandwidth"] else "memory",
@@ -46,7 +48,7 @@ def main() -> int:
     ap.add_argument("--roofline-only", action="store_true")
     ap.add_argument("--json")
     args = ap.parse_args()
-    kinds = [("mxfp8", 128), ("mxfp8", 32), ("mxfp4", 32), ("nvfp4", 16)]
+    kinds = [("mxfp8", 128), ("mxfp8", 32), ("mxfp4", 32), ("nvfp4", 16), ("e4m3_e2m1", 128)]
     rows = []
     gpu = not args.roofline_only and torch.cuda.is_available()
     if gpu:
@@ -54,7 +56,7 @@ def main() -> int:
             os.environ["DG_SM120_EMULATE"] = "1"
         import deep_gemm_sm120 as dg
         from bench_bf16_gemm import bench
-        from block_scaled_helpers import fp4_operands, fp8_operands
+        from block_scaled_helpers import fp4_operands, fp8_operands, quantize_side
         from deep_gemm_sm120.testing import calc_diff
         gen = torch.Generator(device="cuda").manual_seed(0)
         print(f"device: {torch.cuda.get_device_name()} (emulated block-scaled MMAs unless SM120)")
@@ -63,14 +65,19 @@ def main() -> int:
             row = {"shape": label, "m": m, "n": n, "k": k, "kind": kind, "gran_k": gran,
                    **roofline(kind, m, n, k, gran)}
             if gpu:
+                recipe = (1, 128 if gran == 128 else 1, gran)
+                recipe_b = recipe
                 if kind == "mxfp8":
                     a, b, ref = fp8_operands(m, n, k, gen, gran, b_blocks=gran == 128)
                     alpha = 1.0
+                elif kind == "e4m3_e2m1":  # FP8 activations (1x128) x MXFP4 weights (1x32)
+                    qa, sa, da = quantize_side("e4m3", m, k, gen, gran)
+                    qb, sb, db = quantize_side("mxfp4", n, k, gen)
+                    a, b, ref, alpha, recipe, recipe_b = (qa, sa), (qb, sb), da @ db.T, 1.0, (1, 1, gran), (1, 1, 32)
                 else:
                     a, b, alpha, ref = fp4_operands(m, n, k, gen, kind)
-                recipe = (1, 128 if gran == 128 else 1, gran)
                 pa = (a[0], dg.transform_sf_into_required_layout(a[1], m, k, recipe, is_sfa=True))
-                pb = (b[0], dg.transform_sf_into_required_layout(b[1], n, k, recipe))
+                pb = (b[0], dg.transform_sf_into_required_layout(b[1], n, k, recipe_b))
                 d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
                 fn = lambda: dg.fp8_fp4_gemm_nt(pa, pb, d, recipe=recipe, alpha=alpha)  # noqa: E731
                 fn()
@@ -82,7 +89,7 @@ def main() -> int:
             rows.append(row)
             emu = (f"  emulated {row['emulated_us']:9.1f} us {row['emulated_tflops']:7.1f} TFLOP/s "
                    f"diff {row['calc_diff']:.1e}") if gpu else ""
-            print(f"{label:<24} {kind:<6} 1x{gran:<4} M={m:<5} N={n:<6} K={k:<6} RTX 5090 roofline "
+            print(f"{label:<24} {kind:<9} 1x{gran:<4} M={m:<5} N={n:<6} K={k:<6} RTX 5090 roofline "
                   f"{row['roofline_us']:8.1f} us {row['roofline_tflops']:7.1f} TFLOP/s ({row['bound']}){emu}")
     if args.json:
         with open(args.json, "w") as fh:

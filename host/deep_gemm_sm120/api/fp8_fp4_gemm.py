@@ -6,10 +6,11 @@ Operands come as (tensor, scale factors) pairs, DeepGEMM style:
   MXFP4:  a [M, K/2], b [N, K/2] packed e2m1 (uint8 / int8 / float4_e2m1fn_x2, even K in the low nibble);
           UE8M0 scales per 1x32.
   NVFP4:  as MXFP4 with float8_e4m3fn (UE4M3) scales per 1x16; the per-tensor global scales go in `alpha`.
+  mixed:  one operand e4m3, the other packed e2m1 (MXFP4 scales); recipe's gran_k is the e4m3 side's.
 Scale factors are float32 powers of two, float8_e8m0fnu, float8_e4m3fn (NVFP4), or int32 already in the
 kernel's layout (transform_sf_into_required_layout). Unpacked scales are converted on every call (small torch
 ops, and a device sync for the power-of-two check); pass packed int32 scales on hot paths and inside CUDA
-graphs. Mixed FP8 x FP4 operands are not provided (NotImplementedError).
+graphs.
 """
 from __future__ import annotations
 
