@@ -80,13 +80,14 @@ template <ScaleKind kKind, uint32_t kGranKA, uint32_t kGranKB, uint32_t BLOCK_M,
 __global__ void __launch_bounds__(GemmTileConfig<BLOCK_M, BLOCK_N, 128, kStages, kWarpsM, kWarpsN>::kThreads, 1)
 sm120_fp8_fp4_gemm_1d1d_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
                                const uint32_t* __restrict__ sfa, const uint32_t* __restrict__ sfb,
-                               OutT* __restrict__ d, const OutT* c, const int32_t* layout, uint32_t m, uint32_t n,
+                               OutT* d, const OutT* c, const int32_t* layout, uint32_t m, uint32_t n,
                                uint32_t k, uint32_t ldd, uint32_t ldc, uint32_t num_groups, uint32_t psum_layout,
                                uint32_t num_splits, uint32_t split_stride, uint32_t sfa_pack_stride,
                                uint32_t sfa_group_stride, uint32_t sfb_pack_stride, uint32_t sfb_group_stride,
                                float alpha) {
-    // k counts elements (fp4: unpacked). Grouped kinds: B and SFB hold one [N, ...] slice per group; masked
-    // A / SFA / D hold one [m, ...] slice per group. Split-K slices write fp32 partials to d + s * split_stride.
+    // k counts elements (fp4: unpacked); C may alias D. Grouped kinds: B and SFB hold one [N, ...] slice per
+    // group; masked A / SFA / D hold one [m, ...] slice per group. Split-K slices write fp32 partials to
+    // d + s * split_stride.
     static_assert(kType == GemmType::kNormal || kType == GemmType::kMGroupedContiguous ||
                       kType == GemmType::kMGroupedMasked, "K-grouped block-scaled GEMMs are not provided");
     static_assert(kKind == ScaleKind::kMxFp8 || is_mixed(kKind) || kGranKA == kGranKB,
