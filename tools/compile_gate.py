@@ -280,8 +280,7 @@ def kernel_jobs(quick: bool) -> list[tuple[str, str, str, int]]:
         seen, picked = set(), []
         for s in specs:
             key = (s.family, getattr(s, "config", None), getattr(s, "gemm_type", None), getattr(s, "layout", None),
-                   getattr(s, "swap_ab", None), getattr(s, "kind", None), getattr(s, "gran_k", None),
-                   getattr(s, "gran_k_b", None))
+                   getattr(s, "swap_ab", None), getattr(s, "kind", None))
             if key not in seen:
                 seen.add(key)
                 picked.append(s)
