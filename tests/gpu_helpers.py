@@ -24,3 +24,16 @@ def sm120_or_emulation(monkeypatch):
 
 def poison_like(t: torch.Tensor) -> torch.Tensor:
     return torch.full_like(t, float("nan"))
+
+
+def contiguous_layout(sizes, align: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
+    """M-grouped contiguous layout for group sizes: (per-row group ids with -1 padding up to `align`, group end
+    rows for the psum form), both int32 on the GPU."""
+    layout, ends, row = [], [], 0
+    for gi, s in enumerate(sizes):
+        layout += [gi] * s + [-1] * ((-s) % align)
+        row += s
+        ends.append(row)
+        row += (-s) % align
+    return (torch.tensor(layout, dtype=torch.int32, device="cuda"),
+            torch.tensor(ends, dtype=torch.int32, device="cuda"))

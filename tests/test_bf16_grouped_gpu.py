@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpu_helpers import requires_cuda, sm120_or_emulation  # noqa: F401
+from gpu_helpers import contiguous_layout, requires_cuda, sm120_or_emulation  # noqa: F401
 
 pytestmark = [pytest.mark.cuda, pytest.mark.emulation, requires_cuda]
 SENTINEL = 777.0  # exactly representable in bf16; padding rows must keep it
@@ -13,17 +13,10 @@ ALIGN = 128
 
 def _contiguous_problem(sizes, n, k, seed=0):
     g = torch.Generator(device="cuda").manual_seed(seed)
-    layout, ends, row = [], [], 0
-    for gi, s in enumerate(sizes):
-        layout += [gi] * s + [-1] * ((-s) % ALIGN)
-        row += s
-        ends.append(row)
-        row += (-s) % ALIGN
-    m = len(layout)
+    lay, psum = contiguous_layout(sizes, ALIGN)
+    m = lay.numel()
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g)
     b = torch.randn(len(sizes), n, k, device="cuda", dtype=torch.bfloat16, generator=g)
-    lay = torch.tensor(layout, dtype=torch.int32, device="cuda")
-    psum = torch.tensor(ends, dtype=torch.int32, device="cuda")
     return a, b, lay, psum
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from block_scaled_helpers import SIDES, fp4_operands, fp8_operands, quantize_side
-from gpu_helpers import poison_like, requires_cuda, sm120_or_emulation  # noqa: F401
+from gpu_helpers import contiguous_layout, poison_like, requires_cuda, sm120_or_emulation  # noqa: F401
 
 pytestmark = [pytest.mark.cuda, pytest.mark.emulation, requires_cuda]
 TOL = {"mxfp8": 1e-3, "mxfp4": 2e-2, "nvfp4": 2e-2, "e4m3_e2m1": 1e-2, "e2m1_e4m3": 1e-2}  # observed: far lower
@@ -137,26 +137,12 @@ def test_mixed_packed_scales_and_fp32_out_with_c(sm120_or_emulation):
     _check(d, deq_a @ deq_b.T + c.double(), 1e-5, "e4m3 x mxfp4, packed scales, fp32 + c")
 
 
-ALIGN = 128
-
-
-def _contiguous_layout(sizes):
-    layout, ends, row = [], [], 0
-    for gi, s in enumerate(sizes):
-        layout += [gi] * s + [-1] * ((-s) % ALIGN)
-        row += s
-        ends.append(row)
-        row += (-s) % ALIGN
-    return (torch.tensor(layout, dtype=torch.int32, device="cuda"),
-            torch.tensor(ends, dtype=torch.int32, device="cuda"))
-
-
 @pytest.mark.parametrize("kind", ["mxfp8", "mxfp4", "nvfp4", "e4m3_e2m1"])
 def test_m_grouped_contiguous(sm120_or_emulation, kind):
     import deep_gemm_sm120 as dg
 
     sizes, n, k = [100, 0, 256, 7], 320, 1024
-    lay, psum = _contiguous_layout(sizes)
+    lay, psum = contiguous_layout(sizes)
     m, groups = lay.numel(), len(sizes)
     gen = _gen(21)
     fa, fb = SIDES[kind]

@@ -84,6 +84,30 @@ def check_contiguous_layout(layout: torch.Tensor, m: int, num_groups: int, psum:
                          f"and the last end is <= M = {m}")
 
 
+def require_contiguous_layout_shape(grouped_layout: torch.Tensor, m: int, groups: int, psum: bool) -> None:
+    """Shape / contiguity of a contiguous-layout index tensor (no device access)."""
+    align = MK_ALIGNMENT_FOR_CONTIGUOUS_LAYOUT
+    if psum:
+        _require_shape("grouped_layout", grouped_layout, (groups,), "[G] (group end rows, psum layout)")
+    else:
+        _require_shape("grouped_layout", grouped_layout, (m,), "[M] (one group id per row)")
+        if m % align:
+            raise ValueError(f"M = {m} must be a multiple of get_mk_alignment_for_contiguous_layout() = {align} "
+                             f"(pad each group with -1 rows)")
+    if not grouped_layout.is_contiguous():
+        raise ValueError("grouped_layout must be contiguous")
+
+
+def maybe_check_contiguous_layout(check: bool | None, grouped_layout: torch.Tensor, m: int, groups: int,
+                                  psum: bool) -> None:
+    """The layout contract check (one device reduction + sync), skipped while a CUDA graph is captured unless
+    `check` forces it either way."""
+    if check is None:
+        check = not torch.cuda.is_current_stream_capturing()
+    if check:
+        check_contiguous_layout(grouped_layout, m, groups, psum)
+
+
 def _plan(kind: str, m_hint: int, k: int, index: int) -> tuple:
     num_sms = num_sms_for(index)
     key = (kind, m_hint <= 64, index, num_sms, os.environ.get(EMULATE_ENV))
@@ -125,24 +149,12 @@ def m_grouped_bf16_gemm_nt_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch
     if kb != k:
         raise ValueError(f"a is [M, K] = {tuple(a.shape)} and b is [G, N, K] = {tuple(b.shape)}: K must agree")
     _require_shape("d", d, (m, n), "[M, N]")
-    align = MK_ALIGNMENT_FOR_CONTIGUOUS_LAYOUT
-    if use_psum_layout:
-        _require_shape("grouped_layout", grouped_layout, (g,), "[G] (group end rows, psum layout)")
-    else:
-        _require_shape("grouped_layout", grouped_layout, (m,), "[M] (one group id per row)")
-        if m % align:
-            raise ValueError(f"M = {m} must be a multiple of get_mk_alignment_for_contiguous_layout() = {align} "
-                             f"(pad each group with -1 rows)")
-    if not grouped_layout.is_contiguous():
-        raise ValueError("grouped_layout must be contiguous")
+    require_contiguous_layout_shape(grouped_layout, m, g, use_psum_layout)
     dev = require_same_cuda_device(a=a, b=b, d=d, grouped_layout=grouped_layout)
     ldd = output_row_stride("d", d)
     index = dev.index if dev.index is not None else torch.cuda.current_device()
     target_for_device(index)
-    if check_layout is None:
-        check_layout = not torch.cuda.is_current_stream_capturing()
-    if check_layout:
-        check_contiguous_layout(grouped_layout, m, g, use_psum_layout)
+    maybe_check_contiguous_layout(check_layout, grouped_layout, m, g, use_psum_layout)
     if m == 0 or n == 0 or g == 0:
         return
     if k == 0:

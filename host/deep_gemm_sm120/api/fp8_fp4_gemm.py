@@ -20,13 +20,13 @@ import torch
 
 from .. import jit, runtime
 from ..arch import EMULATE_ENV, target_for_device
-from ..configs import (BLOCK_SCALED_GROUPED_CONFIGS, MIXED_KINDS, MK_ALIGNMENT_FOR_CONTIGUOUS_LAYOUT,
-                       BlockScaledGemmSpec, SplitKReduceSpec)
+from ..configs import BLOCK_SCALED_GROUPED_CONFIGS, MIXED_KINDS, BlockScaledGemmSpec, SplitKReduceSpec
 from ..device import num_sms_for
 from ..heuristics import choose_block_scaled_plan
 from ..scale_layout import KIND_GRANS, check_packed, sf_format, sf_words, transform_sf_into_required_layout
 from ..validation import output_row_stride, require_same_cuda_device, require_tensor, tma_row_stride_bytes
-from .bf16_grouped import _grouped_rows_view, _require_shape, check_contiguous_layout
+from .bf16_grouped import (_grouped_rows_view, _require_shape, maybe_check_contiguous_layout,
+                           require_contiguous_layout_shape)
 
 _FP4_DTYPES = tuple(t for t in (torch.uint8, torch.int8, getattr(torch, "float4_e2m1fn_x2", None)) if t is not None)
 _OUT = {torch.bfloat16: "bf16", torch.float32: "fp32"}
@@ -283,23 +283,12 @@ def m_grouped_fp8_fp4_gemm_nt_contiguous(a, b, d: torch.Tensor, grouped_layout: 
     if _k_of(b) != k:
         raise ValueError(f"a {tuple(a.shape)} and b {tuple(b.shape)} must agree on K")
     _check_out(d, None, (m, n), True)
-    align = MK_ALIGNMENT_FOR_CONTIGUOUS_LAYOUT
-    if use_psum_layout:
-        _require_shape("grouped_layout", grouped_layout, (g,), "[G] (group end rows, psum layout)")
-    else:
-        _require_shape("grouped_layout", grouped_layout, (m,), "[M] (one group id per row)")
-        if m % align:
-            raise ValueError(f"M = {m} must be a multiple of get_mk_alignment_for_contiguous_layout() = {align}")
-    if not grouped_layout.is_contiguous():
-        raise ValueError("grouped_layout must be contiguous")
+    require_contiguous_layout_shape(grouped_layout, m, g, use_psum_layout)
     alpha = _alpha(alpha)
     dev = require_same_cuda_device(a=a, b=b, sfa=sfa, sfb=sfb, d=d, grouped_layout=grouped_layout)
     index = dev.index if dev.index is not None else torch.cuda.current_device()
     target_for_device(index)
-    if check_layout is None:
-        check_layout = not torch.cuda.is_current_stream_capturing()
-    if check_layout:
-        check_contiguous_layout(grouped_layout, m, g, use_psum_layout)
+    maybe_check_contiguous_layout(check_layout, grouped_layout, m, g, use_psum_layout)
     if m == 0 or n == 0 or g == 0:
         return
     if k == 0 or (fp4 and k % 32):
