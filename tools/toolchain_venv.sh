@@ -8,6 +8,8 @@ dir=${2:?usage: toolchain_venv.sh VERSION DIR}
 case "$version" in
   13.0.88) runtime=13.0.88; cccl=13.0.85 ;;
   13.2.86) runtime=13.2.86; cccl=13.2.86 ;;
+  13.3.33) runtime=13.3.29; cccl=13.3.3.3.1 ;;
+  13.3.73) runtime=13.3.29; cccl=13.3.3.4.1 ;;
   13.5.37) runtime=13.5.37; cccl=13.3.5.0.6 ;;
   *) echo "toolchain_venv.sh: no pinned component set for CUDA $version" >&2; exit 3 ;;
 esac
