@@ -76,8 +76,15 @@ class FakeGitHub:
         return [r for r in self.log if r["method"] != "GET"]
 
     # ------------------------------------------------------------------ dispatch
+    def _record(self, h, status: int) -> None:
+        """Log the request before its response goes out: a client that has its answer must find it counted."""
+        entry = dict(h.dg_entry, status=status)
+        with self.lock:
+            self.log.append(entry)
+
     def _send(self, h, status: int, body=None, headers: dict | None = None) -> None:
         data = b"" if body is None else json.dumps(body).encode()
+        self._record(h, status)
         h.send_response(status)
         h.send_header("Content-Type", "application/json")
         h.send_header("Content-Length", str(len(data)))
@@ -98,10 +105,8 @@ class FakeGitHub:
         entry = {"method": method, "path": url.path, "query": q, "auth": h.headers.get("Authorization")}
         length = int(h.headers.get("Content-Length") or 0)
         payload = json.loads(h.rfile.read(length)) if length else None
-        status = self._route(h, method, url.path, q, payload)
-        entry["status"] = status
-        with self.lock:
-            self.log.append(entry)
+        h.dg_entry = entry
+        self._route(h, method, url.path, q, payload)
 
     def _route(self, h, method, path, q, payload) -> int:
         if self.token and h.headers.get("Authorization") != f"Bearer {self.token}":
@@ -118,6 +123,7 @@ class FakeGitHub:
         if self.rate_limited_for is not None:
             h_reset = str(int(time.time() + self.rate_limited_for))
             self.remaining = 0
+            self._record(h, 403)
             h.send_response(403)
             body = json.dumps({"message": "API rate limit exceeded"}).encode()
             h.send_header("Content-Length", str(len(body)))
