@@ -17,7 +17,7 @@ from .quant import (ceil_to_ue8m0, get_mn_major_tma_aligned_packed_ue8m0_tensor,
 from .scale_layout import transform_sf_into_required_layout
 from .support import is_supported
 
-__version__ = "0.1.0.dev0"
+__version__ = "0.3.0"
 
 
 def precompile(specs=None, targets=None) -> int:
