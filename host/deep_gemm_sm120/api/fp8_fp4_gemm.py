@@ -24,7 +24,8 @@ from ..configs import BLOCK_SCALED_GROUPED_CONFIGS, MIXED_KINDS, BlockScaledGemm
 from ..device import num_sms_for
 from ..heuristics import choose_block_scaled_plan
 from ..scale_layout import KIND_GRANS, check_packed, sf_format, sf_words, transform_sf_into_required_layout
-from ..validation import output_row_stride, require_same_cuda_device, require_tensor, tma_row_stride_bytes
+from ..validation import (output_row_stride, require_dtype, require_same_cuda_device, require_tensor,
+                          tma_row_stride_bytes)
 from .bf16_grouped import (_grouped_rows_view, _require_shape, maybe_check_contiguous_layout,
                            require_contiguous_layout_shape)
 
@@ -273,9 +274,7 @@ def m_grouped_fp8_fp4_gemm_nt_contiguous(a, b, d: torch.Tensor, grouped_layout: 
     every group starts at a multiple of get_mk_alignment_for_contiguous_layout() rows (checked, as for BF16)."""
     a, sfa, b, sfb, kind = _operands(a, b, recipe)
     fp4 = kind != "mxfp8"
-    require_tensor("grouped_layout", grouped_layout)
-    if grouped_layout.dtype != torch.int32:
-        raise TypeError(f"grouped_layout must be torch.int32, got {grouped_layout.dtype}")
+    require_dtype("grouped_layout", require_tensor("grouped_layout", grouped_layout), (torch.int32,))
     if a.dim() != 2 or b.dim() != 3:
         raise ValueError(f"a must be [M, K] and b [G, N, K], got {tuple(a.shape)} and {tuple(b.shape)}")
     m, k = a.shape[0], _k_of(a)
@@ -313,9 +312,7 @@ def m_grouped_fp8_fp4_gemm_nt_masked(a, b, d: torch.Tensor, masked_m: torch.Tens
     the device (read only by the kernel: graph-safe with packed scales). expected_m picks the tile size."""
     a, sfa, b, sfb, kind = _operands(a, b, recipe)
     fp4 = kind != "mxfp8"
-    require_tensor("masked_m", masked_m)
-    if masked_m.dtype != torch.int32:
-        raise TypeError(f"masked_m must be torch.int32, got {masked_m.dtype}")
+    require_dtype("masked_m", require_tensor("masked_m", masked_m), (torch.int32,))
     if a.dim() != 3 or b.dim() != 3:
         raise ValueError(f"a must be [G, M, K] and b [G, N, K], got {tuple(a.shape)} and {tuple(b.shape)}")
     g, m = a.shape[:2]
