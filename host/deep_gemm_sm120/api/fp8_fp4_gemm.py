@@ -238,6 +238,18 @@ def fp8_fp4_gemm_nt(a, b, d: torch.Tensor, c: torch.Tensor | None = None, recipe
                                                                  else 0], [m, n, ldd, ldc, splits])
 
 
+def _grouped_scales(kind: str, recipe, sfa: torch.Tensor, sfb: torch.Tensor, m: int, n: int, k: int, groups: int,
+                    masked: bool) -> tuple:
+    """K check, granularities and packed scales of an M-grouped call: b's scales are per group, a's only when
+    masked. Returns (grans, (sfa, word stride, group stride), (sfb, ...))."""
+    fp4 = kind != "mxfp8"
+    if k == 0 or (fp4 and k % 32):
+        raise ValueError(f"K = {k} must be positive{' and a multiple of 32 for FP4' if fp4 else ''}")
+    grans = _grans(kind, k, recipe, sfa, sfb)
+    return (grans, _prepare_sf("sfa", sfa, m, k, grans[0], groups if masked else None, True),
+            _prepare_sf("sfb", sfb, n, k, grans[1], groups, False))
+
+
 def _grouped_plan(kind: str, grans: tuple[int, int], gemm_type: str, small: bool, index: int) -> tuple:
     num_sms = num_sms_for(index)
     key = ("grouped", kind, grans, gemm_type, small, index, num_sms, os.environ.get(EMULATE_ENV))
@@ -273,7 +285,6 @@ def m_grouped_fp8_fp4_gemm_nt_contiguous(a, b, d: torch.Tensor, grouped_layout: 
     grouped_layout: int32 [M] group id per row (-1 = padding), or with use_psum_layout int32 [G] group ends;
     every group starts at a multiple of get_mk_alignment_for_contiguous_layout() rows (checked, as for BF16)."""
     a, sfa, b, sfb, kind = _operands(a, b, recipe)
-    fp4 = kind != "mxfp8"
     require_dtype("grouped_layout", require_tensor("grouped_layout", grouped_layout), (torch.int32,))
     if a.dim() != 2 or b.dim() != 3:
         raise ValueError(f"a must be [M, K] and b [G, N, K], got {tuple(a.shape)} and {tuple(b.shape)}")
@@ -290,11 +301,7 @@ def m_grouped_fp8_fp4_gemm_nt_contiguous(a, b, d: torch.Tensor, grouped_layout: 
     maybe_check_contiguous_layout(check_layout, grouped_layout, m, g, use_psum_layout)
     if m == 0 or n == 0 or g == 0:
         return
-    if k == 0 or (fp4 and k % 32):
-        raise ValueError(f"K = {k} must be positive{' and a multiple of 32 for FP4' if fp4 else ''}")
-    grans = _grans(kind, k, recipe, sfa, sfb)
-    sfa_t = _prepare_sf("sfa", sfa, m, k, grans[0], None, True)
-    sfb_t = _prepare_sf("sfb", sfb, n, k, grans[1], g, False)
+    grans, sfa_t, sfb_t = _grouped_scales(kind, recipe, sfa, sfb, m, n, k, g, masked=False)
     b2 = _grouped_rows_view("b", b)
     ldd = output_row_stride("d", d)
     plan = _grouped_plan(kind, grans, "m_contiguous", m <= 64, index)
@@ -311,7 +318,6 @@ def m_grouped_fp8_fp4_gemm_nt_masked(a, b, d: torch.Tensor, masked_m: torch.Tens
     a = (a [G, M, K], sfa [G, ...]); b = (b [G, N, K], sfb [G, ...]); d [G, M, N] bf16; masked_m int32 [G] on
     the device (read only by the kernel: graph-safe with packed scales). expected_m picks the tile size."""
     a, sfa, b, sfb, kind = _operands(a, b, recipe)
-    fp4 = kind != "mxfp8"
     require_dtype("masked_m", require_tensor("masked_m", masked_m), (torch.int32,))
     if a.dim() != 3 or b.dim() != 3:
         raise ValueError(f"a must be [G, M, K] and b [G, N, K], got {tuple(a.shape)} and {tuple(b.shape)}")
@@ -330,11 +336,7 @@ def m_grouped_fp8_fp4_gemm_nt_masked(a, b, d: torch.Tensor, masked_m: torch.Tens
     target_for_device(index)
     if g == 0 or m == 0 or n == 0:
         return
-    if k == 0 or (fp4 and k % 32):
-        raise ValueError(f"K = {k} must be positive{' and a multiple of 32 for FP4' if fp4 else ''}")
-    grans = _grans(kind, k, recipe, sfa, sfb)
-    sfa_t = _prepare_sf("sfa", sfa, m, k, grans[0], g, True)
-    sfb_t = _prepare_sf("sfb", sfb, n, k, grans[1], g, False)
+    grans, sfa_t, sfb_t = _grouped_scales(kind, recipe, sfa, sfb, m, n, k, g, masked=True)
     a2, b2, d2 = _grouped_rows_view("a", a), _grouped_rows_view("b", b), _grouped_rows_view("d", d)
     ldd = output_row_stride("d", d2)
     plan = _grouped_plan(kind, grans, "m_masked", max(expected_m, 1) <= 64, index)
