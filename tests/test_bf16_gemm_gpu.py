@@ -125,7 +125,7 @@ def test_runtime_reports_no_local_memory(sm120_or_emulation):
     import deep_gemm_sm120 as dg
     from deep_gemm_sm120 import jit, runtime
     from deep_gemm_sm120.arch import target_for_device
-    from deep_gemm_sm120.configs import bf16_specs
+    from deep_gemm_sm120.families.bf16_gemm import specs as bf16_specs
 
     spec = bf16_specs()[0]
     dev = torch.cuda.current_device()
@@ -174,10 +174,10 @@ def test_layouts_match_fp64_reference(sm120_or_emulation, layout, m, n, k):
 @pytest.mark.parametrize("m,n,k", [(1, 2112, 7168), (64, 2112, 7168), (20, 576, 16384), (48, 130, 4104)])
 def test_split_k_is_exact_and_deterministic(sm120_or_emulation, m, n, k):
     import deep_gemm_sm120 as dg
-    from deep_gemm_sm120 import heuristics
+    from deep_gemm_sm120.families.bf16_gemm import dense_plan, m_bucket
     from deep_gemm_sm120.testing import calc_diff
 
-    assert heuristics.choose_bf16_split_plan(m, n, k, torch.cuda.get_device_properties(0).multi_processor_count)[2] > 1
+    assert dense_plan(m_bucket(m), n, k, torch.cuda.get_device_properties(0).multi_processor_count).splits > 1
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
     ref = a.double() @ b.double().T

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
+from deep_gemm_sm120.core.params import Param, ParamList
 from gpu_helpers import requires_cuda, sm120_or_emulation  # noqa: F401
 
 pytestmark = [pytest.mark.cuda, pytest.mark.emulation, requires_cuda]
@@ -31,6 +32,7 @@ class AtomProbeSpec:
     family = "atom_probe"
     threads = 32
     smem_bytes = 0
+    params = ParamList(Param("in", "const uint32_t*"), Param("out", "float*"))
 
     @property
     def name(self) -> str:
@@ -145,7 +147,8 @@ def test_atom_matches_documented_selector_mapping(sm120_or_emulation, kind, sel)
         words = _random_words(kind, gen)
         inp = torch.tensor([w - 2 ** 32 if w >= 2 ** 31 else w for w in words], dtype=torch.int32, device="cuda")
         out = torch.full((128,), float("nan"), dtype=torch.float32, device="cuda")
-        runtime.launch(kern.handle, 1, 32, runtime.current_stream_fn()(index), [], [inp.data_ptr(), out.data_ptr()], [])
+        runtime.launcher()(kern.handle, 1, 1, 1, 32, 0, runtime.current_stream_fn()(index), False,
+                           AtomProbeSpec.params.pack(**{"in": inp.data_ptr(), "out": out.data_ptr()}), b"")
         torch.cuda.synchronize()
         d = torch.empty(16, 8, dtype=torch.float64)
         o = out.cpu().double().view(32, 4)

@@ -110,7 +110,7 @@ def test_api_errors_are_typed():
         dg.fp8_fp4_gemm_nt((a, sfa), (torch.zeros(128, 256, dtype=torch.uint8), torch.ones(128, 16)), d)
     with pytest.raises(ValueError, match="agree on K"):
         dg.fp8_gemm_nt((a, sfa), (_fp8(128, 128), sfb), d)
-    with pytest.raises(NotImplementedError, match="d must be"):
+    with pytest.raises(TypeError, match="d must be"):
         dg.fp8_gemm_nt((a, sfa), (b, sfb), d.half())
     with pytest.raises(ValueError, match=r"d must be \[M, N\]"):
         dg.fp8_gemm_nt((a, sfa), (b, sfb), d[:, :64])
@@ -128,14 +128,18 @@ def test_api_errors_are_typed():
     with pytest.raises(TypeError, match="grouped_layout must be torch.int32"):
         dg.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (_fp8(2, 128, 256), torch.ones(2, 1, 2)), d,
                                             torch.zeros(64, dtype=torch.int64))
-    with pytest.raises(NotImplementedError, match="bfloat16"):
+    with pytest.raises(TypeError, match="bfloat16"):  # outside DeepGEMM's contract for this name
         dg.m_grouped_fp8_gemm_nt_masked((_fp8(2, 64, 256), torch.ones(2, 64, 2)), (_fp8(2, 128, 256),
                                         torch.ones(2, 1, 2)), torch.empty(2, 64, 128), torch.zeros(2, dtype=torch.int32), 64)
 
 
 def test_block_scaled_specs_and_heuristics():
-    from deep_gemm_sm120.configs import SMEM_LIMIT, block_scaled_specs
-    from deep_gemm_sm120.heuristics import choose_block_scaled_plan
+    from deep_gemm_sm120.core.limits import SMEM_LIMIT
+    from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d import dense_plan, specs as block_scaled_specs
+
+    def choose_block_scaled_plan(m, n, k, sms, kind):
+        p = dense_plan(m, n, k, sms, kind)
+        return p.config, p.splits
 
     specs = block_scaled_specs()
     assert len({s.name for s in specs}) == len(specs) == 160

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import deep_gemm_sm120 as dg
-from deep_gemm_sm120.api.bf16_grouped import check_contiguous_layout
+from deep_gemm_sm120.grouped import check_contiguous_layout
 
 ROOT = Path(__file__).resolve().parents[1]
 A = 128
@@ -61,7 +61,7 @@ def _t(*shape, dtype=torch.bfloat16):
     ((_t(200, 64), _t(2, 32, 64), _t(200, 32), _t(200, dtype=torch.int32)), {}, ValueError, "multiple of get_mk_alignment"),
     ((_t(256, 64), _t(2, 32, 64), _t(256, 32), _t(255, dtype=torch.int32)), {}, ValueError, r"grouped_layout must be \[M\]"),
     ((_t(256, 64), _t(2, 32, 64), _t(256, 32), _t(3, dtype=torch.int32)), {"use_psum_layout": True}, ValueError, r"\[G\]"),
-    ((_t(256, 64), _t(2, 32, 64), _t(256, 32, dtype=torch.float32), _t(256, dtype=torch.int32)), {}, NotImplementedError, "d must be torch.bfloat16"),
+    ((_t(256, 64), _t(2, 32, 64), _t(256, 32, dtype=torch.float32), _t(256, dtype=torch.int32)), {}, TypeError, "d must be torch.bfloat16"),
     ((_t(256, 64), _t(32, 64), _t(256, 32), _t(256, dtype=torch.int32)), {}, ValueError, r"b \[G, N, K\]"),
     ((_t(256, 64), _t(2, 32, 64), _t(256, 32), _t(256, dtype=torch.int32)), {}, ValueError, "CUDA device"),
 ])
@@ -91,12 +91,12 @@ def test_is_supported_grouped():
 @pytest.mark.parametrize("args, kwargs, exc, match", [
     ((_t(10, 64), _t(10, 32), _t(2, 64, 32, dtype=torch.float32), [4, 7]), {}, ValueError, "K extents must agree"),
     ((_t(10, 64), _t(9, 32), _t(2, 64, 32, dtype=torch.float32), [4, 6]), {}, ValueError, "K extents must agree"),
-    ((_t(10, 64), _t(10, 32), _t(2, 64, 32), [4, 6]), {}, NotImplementedError, "d must be torch.float32"),
+    ((_t(10, 64), _t(10, 32), _t(2, 64, 32), [4, 6]), {}, TypeError, "d must be torch.float32"),
     ((_t(10, 64), _t(10, 32), _t(3, 64, 32, dtype=torch.float32), [4, 6]), {}, ValueError, r"d must be \[G, M, N\]"),
     ((_t(10, 64), _t(10, 32), _t(2, 64, 32, dtype=torch.float32), [4, -6]), {}, ValueError, "non-negative"),
     ((_t(10, 64), _t(10, 32), _t(2, 64, 32, dtype=torch.float32), ["x", 6]), {}, TypeError, "sequence of ints"),
     ((_t(10, 64), _t(10, 32), _t(2, 64, 32, dtype=torch.float32), [4, 6]),
-     {"c": _t(2, 64, 32)}, TypeError, "c must be torch.float32"),
+     {"c": _t(2, 64, 32)}, TypeError, "c must have d's dtype torch.float32"),
     ((_t(10, 64), _t(10, 32), _t(2, 64, 32, dtype=torch.float32), [4, 6]), {}, ValueError, "CUDA device"),
 ])
 def test_k_grouped_api_errors(args, kwargs, exc, match):
@@ -110,7 +110,7 @@ def test_is_supported_k_grouped():
 
 
 def test_grouped_operands_must_be_stacked_densely():
-    from deep_gemm_sm120.api.bf16_grouped import _grouped_rows_view
+    from deep_gemm_sm120.grouped import rows_view as _grouped_rows_view
 
     dense = torch.zeros(2, 32, 64, dtype=torch.bfloat16)
     assert _grouped_rows_view("b", dense).shape == (64, 64)

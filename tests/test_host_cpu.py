@@ -29,8 +29,10 @@ def test_runtime_extension_loads_without_libcuda():
     ext = runtime._ext()  # importing _C must not need libcuda
     if ext.driver_available():
         pytest.skip("this machine has an NVIDIA driver")
+    from deep_gemm_sm120.families.split_k_reduce import PARAMS
+
     with pytest.raises(RuntimeError, match="libcuda"):
-        runtime.load_kernel(b"\0" * 16, 1024, 0)
+        runtime.load_kernel(b"\0" * 16, 1024, 0, PARAMS)
 
 
 def _t(*shape, dtype=torch.bfloat16):
@@ -40,7 +42,7 @@ def _t(*shape, dtype=torch.bfloat16):
 @pytest.mark.parametrize("args, exc, match", [
     ((_t(4, 8, dtype=torch.float32), _t(4, 8), _t(4, 4)), TypeError, "a must be torch.bfloat16, got torch.float32"),
     ((_t(4, 8), _t(4, 8, dtype=torch.float16), _t(4, 4)), TypeError, "b must be torch.bfloat16"),
-    ((_t(4, 8), _t(4, 8), _t(4, 4, dtype=torch.float16)), NotImplementedError, "d must be torch.bfloat16 or torch.float32"),
+    ((_t(4, 8), _t(4, 8), _t(4, 4, dtype=torch.float16)), TypeError, "d must be torch.bfloat16 or torch.float32"),
     ((_t(4, 8), _t(4, 16), _t(4, 4)), ValueError, "K must agree"),
     ((_t(4, 8), _t(5, 8), _t(4, 4)), ValueError, r"d must be \[M, N\] = \(4, 5\), got \(4, 4\)"),
     ((_t(2, 4, 8), _t(4, 8), _t(4, 4)), ValueError, r"a must be 2-D \[M, K\]"),
@@ -64,7 +66,7 @@ def test_c_validation_errors():
 
 
 def test_tma_stride_and_alignment_rules():
-    from deep_gemm_sm120.validation import output_row_stride, tma_row_stride_bytes
+    from deep_gemm_sm120.validation import output_row_stride, tma_operand, tma_row_stride_bytes
 
     assert tma_row_stride_bytes("a", _t(4, 64)) == 128
     with pytest.raises(ValueError, match="multiple of 16 bytes.*multiple of 8"):
@@ -75,6 +77,8 @@ def test_tma_stride_and_alignment_rules():
         tma_row_stride_bytes("a", _t(4, 72)[:, 1:65])
     assert tma_row_stride_bytes("a", _t(4, 128)[:, :64]) == 256  # strided rows are fine
     assert tma_row_stride_bytes("a", _t(1, 12)) == 32  # one row: stride padded, never read
+    assert tma_operand("a", _t(4, 12)) == (12, 24)          # the 16-byte rule is the family rule's
+    assert tma_operand("a", _t(1, 12)) == (None, 32)
     with pytest.raises(ValueError, match="contiguous last dimension"):
         output_row_stride("d", _t(8, 8).T)
 
@@ -115,26 +119,25 @@ def test_is_supported_answers_without_raising(monkeypatch):
 
 
 def test_heuristics_pick_by_waves_and_are_memoized():
-    from deep_gemm_sm120.heuristics import choose_bf16_config
+    from deep_gemm_sm120.families.bf16_gemm import choose_config, dense_plan
 
-    big = choose_bf16_config(8192, 8192, 8192, 132)
+    big = choose_config(8192, 8192, 132)
     assert (big.block_m, big.block_n, big.block_k) == (128, 256, 32)  # largest tiles when waves are many
-    decode = choose_bf16_config(1, 7168, 2048, 170)
+    decode = choose_config(1, 7168, 170)
     assert decode.block_m == 64  # no 128-row tile for a single token
-    choose_bf16_config.cache_clear()
-    choose_bf16_config(4096, 4096, 4096, 170)
-    choose_bf16_config(4096, 4096, 4096, 170)
-    assert choose_bf16_config.cache_info().hits == 1
+    dense_plan.cache_clear()
+    dense_plan(4096, 4096, 4096, 170)
+    dense_plan(4096, 4096, 4096, 170)
+    assert dense_plan.cache_info().hits == 1
 
 
 def test_small_m_swaps_ab():
-    from deep_gemm_sm120.heuristics import choose_bf16_plan
+    from deep_gemm_sm120.families.bf16_gemm import dense_plan, m_bucket
 
     for m, want_n in ((1, 16), (16, 16), (17, 32), (32, 32)):
-        cfg, swap = choose_bf16_plan(m, 7168, 2048, 170)
-        assert swap and cfg.block_n == want_n and cfg.block_n >= m
-    cfg, swap = choose_bf16_plan(33, 7168, 2048, 170)
-    assert not swap
+        p = dense_plan(m_bucket(m), 7168, 2048, 170)
+        assert p.swap_ab and p.config.block_n == want_n and p.config.block_n >= m
+    assert not dense_plan(m_bucket(33), 7168, 2048, 170).swap_ab
 
 
 def test_calc_diff():
@@ -180,15 +183,14 @@ def test_layout_validation_errors(fn, a, b, d, match):
 
 
 def test_layout_specs_and_swap_rules():
-    from deep_gemm_sm120.configs import bf16_specs
-    from deep_gemm_sm120.heuristics import choose_bf16_plan
+    from deep_gemm_sm120.families.bf16_gemm import dense_plan, specs as bf16_specs
 
     specs = bf16_specs()
     assert {s.layout for s in specs} == {"nt", "nn", "tn", "tt"}
     assert all(s.config.block_k == 64 and s.config.block_m % 64 == 0 for s in specs
                if s.layout[0] == "t")  # MN-major A is fetched in 64-wide boxes
-    assert choose_bf16_plan(8, 4096, 4096, 132, "nn")[1]          # K-major A: swap-AB allowed
-    assert not choose_bf16_plan(8, 4096, 4096, 132, "tn")[1]      # MN-major A: never swapped
+    assert dense_plan(16, 4096, 4096, 132, "nn").swap_ab          # K-major A: swap-AB allowed
+    assert not dense_plan(16, 4096, 4096, 132, "tn").swap_ab      # MN-major A: never swapped
     swapped_nn = [s for s in specs if s.swap_ab and s.layout == "nn"]
     assert swapped_nn and all(s.mn_major == (True, False) for s in swapped_nn)
 
@@ -203,11 +205,12 @@ def test_is_supported_layouts():
 
 
 def test_split_k_heuristic():
-    from deep_gemm_sm120.heuristics import choose_bf16_split_plan, choose_splits
+    from deep_gemm_sm120.core.splitk import choose_splits
+    from deep_gemm_sm120.families.bf16_gemm import dense_plan
 
-    assert choose_bf16_split_plan(64, 2112, 7168, 132)[2] == 4      # 33 tiles on 132 SMs, K = 112 blocks
-    assert choose_bf16_split_plan(4096, 4096, 4096, 132)[2] == 1    # plenty of tiles
-    assert choose_bf16_split_plan(64, 2112, 1024, 132)[2] == 1      # short K
+    assert dense_plan(64, 2112, 7168, 132).splits == 4      # 33 tiles on 132 SMs, K = 112 blocks
+    assert dense_plan(4096, 4096, 4096, 132).splits == 1    # plenty of tiles
+    assert dense_plan(64, 2112, 1024, 132).splits == 1      # short K
     for tiles in range(1, 80):
         for k in range(2048, 40000, 1111):
             s = choose_splits(tiles, k, 64, 132)

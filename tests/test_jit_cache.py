@@ -83,12 +83,12 @@ def test_two_processes_building_the_same_kernel_both_succeed(tmp_path):
 
 def test_strict_mode_raises_on_miss(tmp_path, monkeypatch):
     from deep_gemm_sm120 import jit
-    from deep_gemm_sm120.configs import bf16_specs
+    from deep_gemm_sm120.families.bf16_gemm import specs as bf16_specs
 
     monkeypatch.setenv("DG_SM120_JIT_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("DG_SM120_JIT_STRICT", "1")
     try:
-        jit.find_compiler()
+        jit.toolchain.find_toolchain()
     except RuntimeError:
         pytest.skip("no nvcc: strict mode is reached only after the compiler is known")
     with pytest.raises(RuntimeError, match="DG_SM120_JIT_STRICT=1.*precompile"):
@@ -99,10 +99,10 @@ def test_strict_mode_raises_on_miss(tmp_path, monkeypatch):
 def test_precompile_then_strict_hit_and_debug_output(tmp_path, monkeypatch, capfd):
     import deep_gemm_sm120 as dg
     from deep_gemm_sm120 import jit
-    from deep_gemm_sm120.configs import bf16_specs
+    from deep_gemm_sm120.families.bf16_gemm import specs as bf16_specs
 
     try:
-        jit.find_compiler()
+        jit.toolchain.find_toolchain()
     except RuntimeError:
         pytest.skip("no nvcc")
     monkeypatch.setenv("DG_SM120_JIT_CACHE_DIR", str(tmp_path))

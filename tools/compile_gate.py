@@ -2,66 +2,57 @@
 """SM120 compile gate: every device-layer header on its own and every kernel instantiation the host can
 choose, for sm_120a / sm_120f / sm_121a / sm_90a, under one or more CUDA toolchains.
 
-    python tools/compile_gate.py [--quick] [--nvcc PATH ...] [--targets sm_120a,...] [--json out.json] [-j N]
+    python tools/compile_gate.py [--quick] [--families F,...] [--nvcc PATH ...] [--targets sm_120a,...]
+                                 [--json out.json] [-j N] [--progress | --no-progress] [--list]
 
-Checks per kernel: ptxas resources (static + dynamic smem <= 101376 B, no spill stores/loads, no stack
-frame) and SASS (required opcodes such as HMMA.16816.F32.BF16 and UTMALDG; forbidden LDL/STL and
-CALL.ABS.NOINC, the emulated-TMA call). Header checks: each header compiles alone with no include path
-(so relative includes and the CUDA toolkit are all it needs) and includes only allowed toolkit headers.
-Exit: 0 all pass, 1 a check failed, 3 no usable toolchain / bad arguments. Stdlib only.
+The instantiations and their SASS rules come from the kernel-family registry (host/deep_gemm_sm120/families,
+loaded by path through tools/host_decls.py: no torch needed). Checks per kernel: ptxas resources (static +
+dynamic smem <= 101376 B, no spill stores/loads, no stack frame) and SASS (the family's required opcodes,
+e.g. HMMA.16816.F32.BF16 and UTMALDG; ACQBULK where the family declares PDL; forbidden LDL/STL and
+CALL.ABS.NOINC, the emulated-TMA call, plus the family's own). Header checks: each header compiles alone with
+no include path (so relative includes and the CUDA toolkit are all it needs) and includes only allowed toolkit
+headers. nvcc and nvdisasm are found as the JIT finds them (core/toolchain.py).
+Exit: 0 all pass, 1 a check failed, 3 bad arguments or no usable toolchain (the JSON's exit_code says the same).
+Stdlib only.
 """
 from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
-import importlib.util
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import host_decls
+
+ROOT = host_decls.ROOT
 DEVICE_LAYER = os.path.join(ROOT, "device_layer")
 TARGETS = ("sm_120a", "sm_120f", "sm_121a", "sm_90a")
-SMEM_LIMIT = 101376
+_limits = host_decls.load("core.limits")
+_toolchain = host_decls.load("core.toolchain")
+_progress = host_decls.load("core.progress")
+SMEM_LIMIT = _limits.SMEM_LIMIT
+Toolchain = _toolchain.Toolchain
 ALLOWED_SYSTEM_INCLUDES = {"cuda.h", "cuda_bf16.h", "cuda_fp8.h", "cuda_fp4.h", "cstdint", "cstddef",
                            "type_traits"}
-FORBIDDEN_OPCODES = (re.compile(r"^LDL(\.|$)"), re.compile(r"^STL(\.|$)"), re.compile(r"^CALL\.ABS\.NOINC"))
-# Opcodes each kernel family (":kind" for block-scaled kernels) must contain, per target class.
-REQUIRED_OPCODES = {
-    "bf16_gemm_nt": {"sm120": ("HMMA.16816.F32.BF16", "UTMALDG"), "sm90": ("HMMA.16816.F32.BF16", "UTMALDG")},
-    # SM120: the full-rate block-scaled MMAs. sm_90a: the emulation (unscaled e4m3 MMAs, lowered to f16 HMMA).
-    "fp8_fp4_gemm_1d1d:mxfp8": {"sm120": ("QMMA.SF.16832.F32.E4M3.E4M3.E8", "UTMALDG"),
-                                "sm90": ("HMMA.16816.F32", "UTMALDG")},
-    "fp8_fp4_gemm_1d1d:mxfp4": {"sm120": ("OMMA.SF.16864.F32.E2M1.E2M1.E8", "UTMALDG"),
-                                "sm90": ("HMMA.16816.F32", "UTMALDG")},
-    "fp8_fp4_gemm_1d1d:nvfp4": {"sm120": ("OMMA.SF.16864.F32.E2M1.E2M1.UE4M3.4X", "UTMALDG"),
-                                "sm90": ("HMMA.16816.F32", "UTMALDG")},
-    "fp8_fp4_gemm_1d1d:e4m3_e2m1": {"sm120": ("QMMA.SF.16832.F32.E4M3.E2M1.E8", "UTMALDG"),
-                                    "sm90": ("HMMA.16816.F32", "UTMALDG")},
-    "fp8_fp4_gemm_1d1d:e2m1_e4m3": {"sm120": ("QMMA.SF.16832.F32.E2M1.E4M3.E8", "UTMALDG"),
-                                    "sm90": ("HMMA.16816.F32", "UTMALDG")},
-}
-# Unscaled FP8/FP4 MMAs accumulate at half rate on GeForce SM120: block-scaled kernels must never contain them.
-_UNSCALED_LOW_PRECISION_MMA = re.compile(r"^(QMMA\.16832|OMMA\.16864)")
-_BLOCK_SCALED_KINDS = ("mxfp8", "mxfp4", "nvfp4", "e4m3_e2m1", "e2m1_e4m3")
-EXTRA_FORBIDDEN = {f"fp8_fp4_gemm_1d1d:{k}": {"sm120": (_UNSCALED_LOW_PRECISION_MMA,)} for k in _BLOCK_SCALED_KINDS}
-# Families whose sm_90a build is the qualification emulation (up to four e4m3 MMAs per FP4 atom): its
-# spills are reported, not failed. The SM120 builds of the same kernels must stay spill-free.
-EMULATION_SPILLS_ALLOWED = {"sm90": {f"fp8_fp4_gemm_1d1d:{k}" for k in _BLOCK_SCALED_KINDS}}
+# griddepcontrol.wait: a family that declares PDL must wait before touching global memory
+PDL_WAIT_OPCODE = "ACQBULK"
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 3
 _SASS_OP = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)")
 
 
-@dataclass(frozen=True)
-class Toolchain:
-    nvcc: str
-    version: str
-    nvdisasm: str | None
+class UsageError(Exception):
+    """Bad arguments or no usable toolchain: exit 3, like every tool here."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse exits 2 by default; our usage errors are 3
+        raise UsageError(f"{message} (see --help)")
 
 
 @dataclass
@@ -103,10 +94,11 @@ def sass_opcodes(sass: str) -> list[str]:
 
 
 def check_opcodes(opcodes: list[str], required: tuple[str, ...],
-                  forbidden_patterns: tuple[re.Pattern, ...] = FORBIDDEN_OPCODES) -> tuple[list[str], list[str]]:
+                  forbidden_patterns: tuple[str, ...] = ()) -> tuple[list[str], list[str]]:
     """(missing required opcode prefixes, forbidden opcodes present)."""
+    pats = [re.compile(p) for p in forbidden_patterns]
     missing = [r for r in required if not any(op.startswith(r) for op in opcodes)]
-    forbidden = sorted({op for op in opcodes if any(p.match(op) for p in forbidden_patterns)})
+    forbidden = sorted({op for op in opcodes if any(p.match(op) for p in pats)})
     return missing, forbidden
 
 
@@ -123,49 +115,14 @@ def include_problems(path: str, text: str) -> list[str]:
     return problems
 
 
-# ---------------------------------------------------------------- toolchains
-
-def _version(nvcc: str) -> str | None:
-    try:
-        p = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    m = re.search(r"release \d+\.\d+, V(\d+\.\d+\.\d+)", p.stdout)
-    return m.group(1) if m else None
-
-
-def _nvdisasm_near(nvcc: str) -> str | None:
-    cands = [os.path.join(os.path.dirname(nvcc), "nvdisasm"), shutil.which("nvdisasm") or ""]
-    for p in sys.path:
-        cands.append(os.path.join(p, "nvidia", "cu13", "bin", "nvdisasm"))
-    return next((c for c in cands if c and os.path.isfile(c) and os.access(c, os.X_OK)), None)
-
+# ---------------------------------------------------------------- toolchains (core/toolchain.py, shared with the JIT)
 
 def discover_toolchains(explicit: list[str]) -> list[Toolchain]:
-    """Explicit --nvcc paths, else the system toolkit plus any CUDA-wheel toolchain on sys.path."""
-    cands = list(explicit)
-    if not cands:
-        cands += [shutil.which("nvcc") or "", "/usr/local/cuda/bin/nvcc"]
-        cands += [os.path.join(p, "nvidia", "cu13", "bin", "nvcc") for p in sys.path]
-    seen, out = set(), []
-    for c in cands:
-        if not c or not os.path.isfile(c):
-            continue
-        real = os.path.realpath(c)
-        v = _version(real)
-        if v is None or real in seen or any(t.version == v for t in out):
-            continue
-        seen.add(real)
-        out.append(Toolchain(real, v, _nvdisasm_near(real)))
-    return out
+    """Explicit --nvcc paths, else every distinct CUDA version found (system, CUDA wheels, $DG_SM120_NVCC)."""
+    return _toolchain.discover(tuple(explicit))
 
 
 # ---------------------------------------------------------------- running
-
-def _gencode(target: str) -> list[str]:
-    arch = target[3:]
-    return ["-gencode", f"arch=compute_{arch},code=sm_{arch}"]
-
 
 def compile_source(tc: Toolchain, source: str, target: str, workdir: str, include_dir: str | None) -> tuple[bool, str, str]:
     """(ok, log, cubin path) for one translation unit."""
@@ -173,10 +130,7 @@ def compile_source(tc: Toolchain, source: str, target: str, workdir: str, includ
     with open(src, "w") as fh:
         fh.write(source)
     cubin = os.path.join(workdir, "tu.cubin")
-    cmd = [tc.nvcc, "-cubin", "-std=c++17", "-O3", "--expt-relaxed-constexpr", "-Xptxas", "-v", *_gencode(target),
-           "-o", cubin, src]
-    if include_dir:
-        cmd.insert(1, f"-I{include_dir}")
+    cmd = _toolchain.compile_command(tc.nvcc, src, cubin, target, include_dir)
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired:
@@ -184,12 +138,22 @@ def compile_source(tc: Toolchain, source: str, target: str, workdir: str, includ
     return p.returncode == 0, (p.stdout + p.stderr).strip(), cubin
 
 
-def check_kernel(tc: Toolchain, name: str, family: str, source: str, target: str, dynamic_smem: int,
-                 include_dir: str = DEVICE_LAYER) -> Result:
-    r = Result("kernel", name, target, tc.version)
+@dataclass(frozen=True)
+class KernelJob:
+    name: str
+    family: str
+    source: str
+    dynamic_smem: int
+    rules: object        # core.registry.GateRules
+    pdl: bool
+
+
+def check_kernel(tc: Toolchain, job: KernelJob, target: str, include_dir: str = DEVICE_LAYER) -> Result:
+    r = Result("kernel", job.name, target, tc.version)
     t0 = time.perf_counter()
+    rules = job.rules
     with tempfile.TemporaryDirectory(prefix="gate.") as wd:
-        ok, log, cubin = compile_source(tc, source, target, wd, include_dir)
+        ok, log, cubin = compile_source(tc, job.source, target, wd, include_dir)
         if not ok:
             r.verdict = "compile-error"
             r.problems.append(_last_error(log))
@@ -198,33 +162,25 @@ def check_kernel(tc: Toolchain, name: str, family: str, source: str, target: str
         res = parse_ptxas(log)
         r.regs, r.stack = res["regs"], res["stack"]
         r.spill_stores, r.spill_loads = res["spill_stores"], res["spill_loads"]
-        r.smem = res["smem"] + dynamic_smem
+        r.smem = res["smem"] + job.dynamic_smem
         if r.smem > SMEM_LIMIT:
             r.problems.append(f"shared memory {r.smem} B > {SMEM_LIMIT} B")
-        cls = "sm120" if target.startswith("sm_12") else "sm90"
-        emulation_spills = family in EMULATION_SPILLS_ALLOWED.get(cls, set())
-        if (r.spill_stores or r.spill_loads) and not emulation_spills:
+        spills_ok = rules.spills_allowed(target)
+        if (r.spill_stores or r.spill_loads) and not spills_ok:
             r.problems.append(f"spills: {r.spill_stores} B stored, {r.spill_loads} B loaded")
-        if r.stack and not emulation_spills:
+        if r.stack and not spills_ok:
             r.problems.append(f"local memory: {r.stack} B stack frame")
-        if tc.nvdisasm is None:
-            r.problems.append("nvdisasm not found: SASS not checked")
+        p = subprocess.run([tc.nvdisasm, "-c", cubin], capture_output=True, text=True)
+        if p.returncode != 0:
+            r.problems.append(f"nvdisasm failed: {_last_error(p.stderr)}")
         else:
-            p = subprocess.run([tc.nvdisasm, "-c", cubin], capture_output=True, text=True)
-            if p.returncode != 0:
-                r.problems.append(f"nvdisasm failed: {_last_error(p.stderr)}")
-            else:
-                required = REQUIRED_OPCODES.get(family, {}).get(cls, ())
-                forbidden = EXTRA_FORBIDDEN.get(family, {}).get(cls, ())
-                if not emulation_spills:
-                    forbidden = FORBIDDEN_OPCODES + forbidden
-                else:  # emulation build: local memory is allowed, the emulated-TMA call is not
-                    forbidden = FORBIDDEN_OPCODES[2:] + forbidden
-                r.missing_opcodes, r.forbidden_opcodes = check_opcodes(sass_opcodes(p.stdout), required, forbidden)
-                if r.missing_opcodes:
-                    r.problems.append("missing opcodes: " + ", ".join(r.missing_opcodes))
-                if r.forbidden_opcodes:
-                    r.problems.append("forbidden opcodes: " + ", ".join(r.forbidden_opcodes))
+            required = rules.required_for(target) + ((PDL_WAIT_OPCODE,) if job.pdl else ())
+            r.missing_opcodes, r.forbidden_opcodes = check_opcodes(sass_opcodes(p.stdout), required,
+                                                                   rules.forbidden_for(target))
+            if r.missing_opcodes:
+                r.problems.append("missing opcodes: " + ", ".join(r.missing_opcodes))
+            if r.forbidden_opcodes:
+                r.problems.append("forbidden opcodes: " + ", ".join(r.forbidden_opcodes))
     if r.problems:
         r.verdict = "fail"
     r.seconds = time.perf_counter() - t0
@@ -261,56 +217,47 @@ def headers() -> list[str]:
     return sorted(out)
 
 
-def load_configs():
-    """host/deep_gemm_sm120/configs.py, loaded by path: the same list the host heuristics choose from."""
-    path = os.path.join(ROOT, "host", "deep_gemm_sm120", "configs.py")
-    spec = importlib.util.spec_from_file_location("_dg_sm120_configs", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(mod)
-    return mod
+def kernel_jobs(quick: bool, families: tuple[str, ...] | None = None) -> list[KernelJob]:
+    """Every instantiation the host API can launch, from the family registry; with `quick`, the first of each
+    family's quick_key (register and smem use depend on tile, kind and layout, rarely on output type or C)."""
+    reg = host_decls.registry()
+    unknown = sorted(set(families or ()) - set(reg.by_name))
+    if unknown:
+        raise UsageError(f"unknown families {unknown}; known: {sorted(reg.by_name)}")
+    jobs, seen = [], set()
+    for fam in reg.families:
+        if families and fam.name not in families:
+            continue
+        for spec in fam.specs():
+            key = (fam.name, fam.quick_key(spec))
+            if quick and key in seen:
+                continue
+            seen.add(key)
+            jobs.append(KernelJob(spec.name, fam.name, spec.source(), spec.smem_bytes, fam.gate(spec), fam.pdl))
+    return jobs
 
 
-def kernel_jobs(quick: bool) -> list[tuple[str, str, str, int]]:
-    """(name, family, source, dynamic smem) for every host-reachable instantiation; with `quick`, one per
-    (family, tile, kind, layout, swap): register and smem use depend on those, rarely on output type or C."""
-    cfgmod = load_configs()
-    specs = cfgmod.all_specs()
-    if quick:  # first instantiation of each (family, tile, kind, layout, swap)
-        seen, picked = set(), []
-        for s in specs:
-            key = (s.family, getattr(s, "config", None), getattr(s, "gemm_type", None), getattr(s, "layout", None),
-                   getattr(s, "swap_ab", None), getattr(s, "kind", None))
-            if key not in seen:
-                seen.add(key)
-                picked.append(s)
-        specs = picked
-    return [(s.name, s.family + (f":{s.kind}" if hasattr(s, "kind") else ""), s.source(), s.smem_bytes)
-            for s in specs]
-
-
-def run_gate(toolchains: list[Toolchain], targets: tuple[str, ...], quick: bool, jobs: int,
-             log=print) -> list[Result]:
+def run_gate(toolchains: list[Toolchain], targets: tuple[str, ...], quick: bool, jobs: int, log=print,
+             families: tuple[str, ...] | None = None, progress: bool | None = None) -> list[Result]:
     work = []
+    kernels = kernel_jobs(quick, families)
     for tc in toolchains:
         for t in targets:
-            for h in headers():
-                work.append(("header", tc, h, t))
-            for name, family, src, smem in kernel_jobs(quick):
-                work.append(("kernel", tc, (name, family, src, smem), t))
+            if families is None:
+                work += [("header", tc, h, t) for h in headers()]
+            work += [("kernel", tc, job, t) for job in kernels]
     results: list[Result] = []
+    bar = _progress.Progress(len(work), "compile gate", enabled=progress)
     with cf.ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
-        futs = []
-        for kind, tc, item, t in work:
-            if kind == "header":
-                futs.append(ex.submit(check_header, tc, item, t))
-            else:
-                futs.append(ex.submit(check_kernel, tc, item[0], item[1], item[2], t, item[3]))
+        futs = [ex.submit(check_header, tc, item, t) if kind == "header" else ex.submit(check_kernel, tc, item, t)
+                for kind, tc, item, t in work]
         for f in cf.as_completed(futs):
             r = f.result()
             results.append(r)
+            bar.step(f"{r.verdict} {r.name} [{r.target}, {r.toolchain}]")
             if r.verdict != "pass":
                 log(f"  {r.verdict:<13} {r.kind} {r.name} [{r.target}, CUDA {r.toolchain}]: {'; '.join(r.problems)}")
+    bar.close()
     results.sort(key=lambda r: (r.kind, r.name, r.toolchain, r.target))
     return results
 
@@ -330,27 +277,61 @@ def table(results: list[Result]) -> str:
     return "\n".join(rows)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def _parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="compile_gate.py", description=__doc__.splitlines()[0])
     ap.add_argument("--nvcc", action="append", default=[], help="toolchain nvcc (repeatable); default: discover")
     ap.add_argument("--targets", default=",".join(TARGETS))
     ap.add_argument("--quick", action="store_true", help="one instantiation per tile configuration (headers still all)")
-    ap.add_argument("--json", help="write results here")
-    ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 2)
-    a = ap.parse_args(argv)
-    targets = tuple(t for t in a.targets.split(",") if t)
-    bad = [t for t in targets if not re.match(r"^sm_\d+[af]?$", t)]
-    if bad:
-        print(f"compile_gate: bad target(s) {', '.join(bad)}", file=sys.stderr)
-        return 3
-    tcs = discover_toolchains(a.nvcc)
-    if not tcs:
-        print("compile_gate: no CUDA toolchain found (install CUDA >= 13.0 or the nvidia-cuda-nvcc wheel)",
-              file=sys.stderr)
-        return 3
-    print("toolchains: " + ", ".join(f"CUDA {t.version} ({t.nvcc}; nvdisasm {t.nvdisasm or 'missing'})" for t in tcs))
+    ap.add_argument("--families", help="comma-separated family names (default: all; headers are then skipped)")
+    ap.add_argument("--list", action="store_true", help="print the kernel instantiations and exit (no toolchain needed)")
+    ap.add_argument("--json", help="write results here (its exit_code is the process's)")
+    ap.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                    help="a progress line on stderr (default: when stderr is a terminal)")
+    ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 2, help="parallel nvcc processes")
+    return ap
+
+
+def _write_json(path: str | None, doc: dict) -> None:
+    if path:
+        with open(path, "w") as fh:
+            json.dump(doc, fh, indent=1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    json_path = None
+    try:
+        a = _parser().parse_args(argv)
+        json_path = a.json
+        targets = tuple(t for t in a.targets.split(",") if t)
+        bad = [t for t in targets if not re.match(r"^sm_\d+[af]?$", t)]
+        if bad:
+            raise UsageError(f"bad target(s) {', '.join(bad)}")
+        if a.jobs < 1:
+            raise UsageError(f"--jobs must be >= 1, got {a.jobs}")
+        families = tuple(f for f in a.families.split(",") if f) if a.families else None
+        kernels = kernel_jobs(a.quick, families)  # unknown families are a usage error before any compile
+        if a.list:
+            for job in kernels:
+                print(f"{job.family:<20} {job.name}  smem {job.dynamic_smem} B")
+            return EXIT_OK
+        tcs = discover_toolchains(a.nvcc)
+        if not tcs:
+            raise UsageError("no CUDA toolchain found: install CUDA >= 13.0 or the nvidia-cuda-nvcc wheels, or pass "
+                             "--nvcc PATH")
+        old = [t for t in tcs if t.major_minor < _toolchain.MIN_VERSION]
+        if old:
+            raise UsageError(f"CUDA {old[0].version} at {old[0].nvcc} is older than 13.0, which the device layer "
+                             f"requires (drop it or pass --nvcc)")
+        blind = [t for t in tcs if t.nvdisasm is None]
+        if blind:
+            raise UsageError(f"CUDA {blind[0].version} ({blind[0].nvcc}): {_toolchain.nvdisasm_hint(blind[0].version)}")
+    except UsageError as e:
+        print(f"compile_gate: error: {e}", file=sys.stderr)
+        _write_json(json_path, {"schema_version": 2, "exit_code": EXIT_USAGE, "errors": [str(e)], "results": []})
+        return EXIT_USAGE
+    print("toolchains: " + ", ".join(f"CUDA {t.version} ({t.nvcc}; nvdisasm {t.nvdisasm})" for t in tcs))
     t0 = time.perf_counter()
-    results = run_gate(tcs, targets, a.quick, a.jobs)
+    results = run_gate(tcs, targets, a.quick, a.jobs, families=families, progress=a.progress)
     print(table(results))
     failed = [r for r in results if r.verdict != "pass"]
     by_tc = {t.version: sum(1 for r in failed if r.toolchain == t.version) for t in tcs}
@@ -358,11 +339,10 @@ def main(argv: list[str] | None = None) -> int:
         if n:
             print(f"note: toolchain CUDA {v} has {n} failing check(s)")
     print(f"compile gate: {len(results) - len(failed)}/{len(results)} checks pass in {time.perf_counter() - t0:.0f} s")
-    if a.json:
-        with open(a.json, "w") as fh:
-            json.dump({"schema_version": 1, "toolchains": [asdict(t) for t in tcs],
-                       "results": [asdict(r) for r in results]}, fh, indent=1)
-    return 1 if failed else 0
+    code = EXIT_FAIL if failed else EXIT_OK
+    _write_json(a.json, {"schema_version": 2, "exit_code": code, "toolchains": [asdict(t) for t in tcs],
+                         "results": [asdict(r) for r in results]})
+    return code
 
 
 if __name__ == "__main__":

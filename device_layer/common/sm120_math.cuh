@@ -12,8 +12,6 @@ SM120_HOST_DEVICE constexpr T ceil_div(T a, T b) { return (a + b - 1) / b; }
 template <typename T>
 SM120_HOST_DEVICE constexpr T align_up(T a, T b) { return ceil_div(a, b) * b; }
 
-SM120_HOST_DEVICE constexpr bool is_pow2(uint32_t x) { return x != 0 && (x & (x - 1)) == 0; }
-
 // f(std::integral_constant<uint32_t, i>{}) for i = kBegin .. kEnd-1: a loop whose index can be a template
 // argument (the block-scaled MMA selectors must be immediates).
 template <uint32_t kBegin, uint32_t kEnd, typename F>

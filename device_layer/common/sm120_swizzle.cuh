@@ -19,7 +19,4 @@ SM120_HOST_DEVICE uint32_t swizzle_offset(uint32_t row, uint32_t chunk) {
     return row * kRowBytes + ((chunk ^ ((row / kRowsPer128B) % kChunks)) << 4);
 }
 
-// Byte offset of 16-byte chunk `chunk` (0..7) of row `row` in a 128B-swizzled tile.
-SM120_HOST_DEVICE uint32_t swizzle_128b_offset(uint32_t row, uint32_t chunk) { return swizzle_offset<128>(row, chunk); }
-
 }  // namespace sm120

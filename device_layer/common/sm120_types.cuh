@@ -15,8 +15,4 @@ SM120_DEVICE uint32_t pack_bf16x2(float lo, float hi) {
     return *reinterpret_cast<uint32_t*>(&v);
 }
 
-template <typename T> struct OutputTraits;
-template <> struct OutputTraits<float> { static constexpr int kBytes = 4; };
-template <> struct OutputTraits<bf16> { static constexpr int kBytes = 2; };
-
 }  // namespace sm120

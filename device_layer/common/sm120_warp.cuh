@@ -1,5 +1,5 @@
 #pragma once
-// Warp / lane identity, elect.sync and register reallocation (setmaxnreg).
+// Warp / lane identity and register reallocation (setmaxnreg).
 
 #include "sm120_arch.cuh"
 
@@ -13,15 +13,6 @@ SM120_DEVICE uint32_t lane_idx() {
 
 // Warp index made warp-uniform so the compiler can branch on it without divergence.
 SM120_DEVICE uint32_t warp_idx() { return __shfl_sync(0xffffffffu, threadIdx.x / 32, 0); }
-
-// One elected lane of a fully converged warp (elect.sync, sm_90+).
-SM120_DEVICE bool elect_one() {
-    uint32_t pred = 0;
-    asm volatile(
-        "{\n .reg .pred P;\n elect.sync _|P, %1;\n selp.b32 %0, 1, 0, P;\n}\n"
-        : "=r"(pred) : "r"(0xffffffffu));
-    return pred != 0;
-}
 
 // Register reallocation between warpgroups. Requires `__launch_bounds__(threads, 1)` on the kernel
 // so the entry register count is known; a no-op on targets without setmaxnreg.

@@ -2,8 +2,10 @@
 // Split-K reduction: D[M,N] = C (optional) + sum over s = 0..S-1 of W[s][M][N], in that fixed order.
 // W holds the fp32 partial sums written by a split-K GEMM (plain stores, no atomics), so D is bitwise
 // deterministic. Each thread reduces 4 consecutive columns with 16-byte loads when the row allows it.
+// Launched with PDL right behind the GEMM that writes W: it waits in griddepcontrol before reading anything.
 
 #include "../common/sm120_arch.cuh"
+#include "../common/sm120_pdl.cuh"
 #include "../common/sm120_types.cuh"
 
 namespace sm120 {
@@ -14,6 +16,7 @@ template <typename OutT, bool kWithC>
 __global__ void __launch_bounds__(kSplitKReduceThreads)
 sm120_split_k_reduce_kernel(const float* __restrict__ w, OutT* d, const OutT* c, uint32_t m, uint32_t n,
                             uint32_t ldd, uint32_t ldc, uint32_t num_splits) {
+    pdl_wait_primary();  // W (and C) come from the kernels before this one in the stream
     const uint32_t quads_per_row = (n + 3) / 4;
     const size_t split_stride = static_cast<size_t>(m) * n;
     for (size_t q = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; q < static_cast<size_t>(m) * quads_per_row;

@@ -7,10 +7,12 @@
 #include <pybind11/stl.h>
 
 #include <array>
+#include <deque>
 #include <cstring>
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace py = pybind11;
@@ -38,6 +40,7 @@ struct Driver {
                                        CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion,
                                        CUtensorMapFloatOOBfill) = nullptr;
     CUresult (*cuLaunchKernelEx)(const CUlaunchConfig*, CUfunction, void**, void**) = nullptr;
+    CUresult (*cuFuncGetParamInfo)(CUfunction, size_t, size_t*, size_t*) = nullptr;  // optional (driver >= 12.4)
 };
 
 std::once_flag g_once;
@@ -74,6 +77,8 @@ const Driver& driver() {
         resolve(g_drv.cuFuncGetAttribute, "cuFuncGetAttribute");
         resolve(g_drv.cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled");
         resolve(g_drv.cuLaunchKernelEx, "cuLaunchKernelEx");
+        g_drv.cuFuncGetParamInfo =
+            reinterpret_cast<decltype(g_drv.cuFuncGetParamInfo)>(dlsym(g_drv.lib, "cuFuncGetParamInfo"));
     });
     if (!g_load_error.empty()) throw std::runtime_error(g_load_error);
     return g_drv;
@@ -87,11 +92,16 @@ void check(CUresult r, const char* what) {
                              std::to_string(static_cast<int>(r)) + ")");
 }
 
+constexpr size_t kMaxParams = 64;
+constexpr size_t kMaxParamBytes = 4096;
+
 struct Kernel {
     CUcontext ctx = nullptr;
     CUmodule module = nullptr;
     CUfunction function = nullptr;
-    int smem_bytes = 0;
+    int max_smem = 0;
+    std::vector<uint32_t> param_offsets;  // where each parameter sits in the packed buffer Python sends
+    size_t param_bytes = 0;
 };
 
 // Makes `ctx` current for a scope, restoring the caller's context afterwards; a no-op when it already is
@@ -137,41 +147,80 @@ CUcontext primary_context(int device) {
     return ctxs[device];
 }
 
-std::vector<Kernel> g_kernels;
+// A deque: push_back never moves loaded kernels, so a reference from kernel() stays valid while another
+// thread loads more.
+std::deque<Kernel> g_kernels;
 std::mutex g_kernels_mu;
 
-// Load a cubin image and find its kernel: by `name` when given, else the module's only function (the JIT
-// puts exactly one instantiation in each translation unit, so no mangled names are needed). Then raise
-// its dynamic shared-memory limit once.
-int load_kernel(const py::bytes& image, const std::string& name, int smem_bytes, int device) {
+const Kernel& kernel(int handle) {
+    std::lock_guard<std::mutex> lock(g_kernels_mu);
+    if (handle < 0 || static_cast<size_t>(handle) >= g_kernels.size())
+        throw std::invalid_argument("unknown kernel handle " + std::to_string(handle));
+    return g_kernels[static_cast<size_t>(handle)];
+}
+
+// The loaded kernel's parameters must be the ones Python packs: same count, same sizes in the same order
+// (offsets are the driver's). Checked through cuFuncGetParamInfo where the driver has it.
+void check_param_sizes(const Driver& d, CUfunction f, const std::vector<uint32_t>& sizes) {
+    if (!d.cuFuncGetParamInfo) return;
+    for (size_t i = 0; i <= sizes.size(); ++i) {
+        size_t off = 0, size = 0;
+        const CUresult r = d.cuFuncGetParamInfo(f, i, &off, &size);
+        if (i == sizes.size()) {
+            if (r == CUDA_SUCCESS)
+                throw std::runtime_error("the kernel takes more than the " + std::to_string(sizes.size()) +
+                                         " parameters its family declares");
+            break;
+        }
+        if (r != CUDA_SUCCESS)
+            throw std::runtime_error("the kernel takes " + std::to_string(i) + " parameters, its family declares " +
+                                     std::to_string(sizes.size()));
+        if (size != sizes[i])
+            throw std::runtime_error("kernel parameter " + std::to_string(i) + " is " + std::to_string(size) +
+                                     " bytes, its family declares " + std::to_string(sizes[i]));
+    }
+}
+
+// Load a cubin image and find its kernel: the module's only function (the JIT puts exactly one
+// instantiation in each translation unit, so no mangled names are needed). Then raise its dynamic
+// shared-memory limit once and record the packed-parameter layout (offsets/sizes from the family's list).
+int load_kernel(const py::bytes& image, int smem_bytes, int device, const std::vector<uint32_t>& param_offsets,
+                const std::vector<uint32_t>& param_sizes, uint32_t param_bytes) {
     const Driver& d = driver();
+    if (param_offsets.size() != param_sizes.size() || param_offsets.size() > kMaxParams || param_bytes > kMaxParamBytes)
+        throw std::invalid_argument("bad parameter layout");
+    for (size_t i = 0; i < param_offsets.size(); ++i)
+        if (param_offsets[i] + param_sizes[i] > param_bytes) throw std::invalid_argument("parameter outside the buffer");
     std::string data = image;
     Kernel k;
     k.ctx = primary_context(device);
     ContextGuard guard(k.ctx);
     check(d.cuModuleLoadData(&k.module, data.data()), "cuModuleLoadData");
-    CUresult r;
-    if (!name.empty()) {
-        r = d.cuModuleGetFunction(&k.function, k.module, name.c_str());
-    } else {
-        unsigned int count = 0;
-        r = d.cuModuleGetFunctionCount(&count, k.module);
-        if (r == CUDA_SUCCESS && count != 1) {
-            d.cuModuleUnload(k.module);
-            throw std::runtime_error("expected exactly one kernel in the cubin, found " + std::to_string(count));
-        }
-        if (r == CUDA_SUCCESS) r = d.cuModuleEnumerateFunctions(&k.function, 1, k.module);
+    unsigned int count = 0;
+    CUresult r = d.cuModuleGetFunctionCount(&count, k.module);
+    if (r == CUDA_SUCCESS && count != 1) {
+        d.cuModuleUnload(k.module);
+        throw std::runtime_error("expected exactly one kernel in the cubin, found " + std::to_string(count));
     }
+    if (r == CUDA_SUCCESS) r = d.cuModuleEnumerateFunctions(&k.function, 1, k.module);
     if (r != CUDA_SUCCESS) {
         d.cuModuleUnload(k.module);
-        check(r, "cuModuleGetFunction");
+        check(r, "cuModuleEnumerateFunctions");
     }
-    if (smem_bytes > 48 * 1024)
-        check(d.cuFuncSetAttribute(k.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes),
-              "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
-    k.smem_bytes = smem_bytes;
+    try {
+        check_param_sizes(d, k.function, param_sizes);
+        if (smem_bytes > 48 * 1024)
+            check(d.cuFuncSetAttribute(k.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes),
+                  "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+    } catch (...) {
+        d.cuModuleUnload(k.module);
+        throw;
+    }
+    k.max_smem = smem_bytes;
+    k.param_offsets = param_offsets;
+    k.param_bytes = param_bytes;
     std::lock_guard<std::mutex> lock(g_kernels_mu);
-    g_kernels.push_back(k);
+    g_kernels.push_back(std::move(k));
     return static_cast<int>(g_kernels.size() - 1);
 }
 
@@ -184,157 +233,129 @@ int kernel_attribute(int handle, const std::string& attr) {
     else if (attr == "max_threads") a = CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK;
     else throw std::invalid_argument("unknown kernel attribute " + attr);
     int v = 0;
-    ContextGuard guard(g_kernels.at(handle).ctx);
-    check(d.cuFuncGetAttribute(&v, a, g_kernels.at(handle).function), "cuFuncGetAttribute");
+    const Kernel& k = kernel(handle);
+    ContextGuard guard(k.ctx);
+    check(d.cuFuncGetAttribute(&v, a, k.function), "cuFuncGetAttribute");
     return v;
 }
 
-// A 1-D grid launch configuration for `k` on `stream` (attributes added by the caller).
-CUlaunchConfig launch_config(const Kernel& k, uint32_t grid, uint32_t block, uint64_t stream) {
-    CUlaunchConfig cfg;
-    std::memset(&cfg, 0, sizeof(cfg));
-    cfg.gridDimX = grid, cfg.gridDimY = 1, cfg.gridDimZ = 1;
-    cfg.blockDimX = block, cfg.blockDimY = 1, cfg.blockDimZ = 1;
-    cfg.sharedMemBytes = static_cast<unsigned>(k.smem_bytes);
-    cfg.hStream = reinterpret_cast<CUstream>(stream);
-    return cfg;
-}
+// Launches take one parameter buffer packed by Python from the family's typed parameter list (natural
+// alignment, declaration order; core/params.py) plus descriptor requests for its tensor-map slots. The
+// driver is handed one pointer per parameter into that buffer, so the device-side layout (which the
+// compiler may place at a target-dependent base: sm_90a inserts 112 bytes before a 128-byte-aligned
+// CUtensorMap) is the driver's business; ours only fixes count, order and sizes, checked at load.
 
-// One 2D TMA operand: (address, element bytes, inner extent, outer extent, outer stride in bytes,
-// box inner, box outer, swizzle bytes 0/32/64/128).
-using Tma2D = std::tuple<uint64_t, int, uint64_t, uint64_t, uint64_t, uint32_t, uint32_t, int>;
+// Mirrors core/tma.py RECORD: "<IIIIQ5Q4Q5II".
+#pragma pack(push, 1)
+struct TmaRequest {
+    uint32_t param_offset, dtype, rank, swizzle;
+    uint64_t address;
+    uint64_t dims[5];
+    uint64_t strides[4];
+    uint32_t box[5];
+    uint32_t reserved;
+};
+#pragma pack(pop)
+static_assert(sizeof(TmaRequest) == 120, "TmaRequest must match core/tma.py RECORD");
 
-CUtensorMap encode_2d(const Tma2D& t) {
+CUtensorMap encode(const TmaRequest& t) {
     const Driver& d = driver();
-    auto [addr, elem, inner, outer, stride, box_inner, box_outer, swizzle] = t;
-    CUtensorMapDataType dt;
-    switch (elem) {
-        case 1: dt = CU_TENSOR_MAP_DATA_TYPE_UINT8; break;
-        case 2: dt = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16; break;
-        case 4: dt = CU_TENSOR_MAP_DATA_TYPE_FLOAT32; break;
-        default: throw std::invalid_argument("TMA element size must be 1, 2 or 4 bytes");
-    }
+    if (t.rank < 1 || t.rank > 5) throw std::invalid_argument("tensor map rank must be 1..5");
+    if (t.dtype > CU_TENSOR_MAP_DATA_TYPE_BFLOAT16) throw std::invalid_argument("unsupported tensor map data type");
     CUtensorMapSwizzle sw;
-    switch (swizzle) {
+    switch (t.swizzle) {
         case 0: sw = CU_TENSOR_MAP_SWIZZLE_NONE; break;
         case 32: sw = CU_TENSOR_MAP_SWIZZLE_32B; break;
         case 64: sw = CU_TENSOR_MAP_SWIZZLE_64B; break;
         case 128: sw = CU_TENSOR_MAP_SWIZZLE_128B; break;
         default: throw std::invalid_argument("TMA swizzle must be 0, 32, 64 or 128 bytes");
     }
+    cuuint64_t dims[5], strides[4];
+    cuuint32_t box[5], elem_strides[5];
+    for (uint32_t i = 0; i < t.rank; ++i) {
+        dims[i] = t.dims[i], box[i] = t.box[i], elem_strides[i] = 1;
+        if (i + 1 < t.rank) strides[i] = t.strides[i];
+    }
     CUtensorMap map;
-    const cuuint64_t dims[2] = {inner, outer};
-    const cuuint64_t strides[1] = {stride};
-    const cuuint32_t box[2] = {box_inner, box_outer};
-    const cuuint32_t elem_strides[2] = {1, 1};
-    check(d.cuTensorMapEncodeTiled(&map, dt, 2, reinterpret_cast<void*>(addr), dims, strides, box, elem_strides,
+    check(d.cuTensorMapEncodeTiled(&map, static_cast<CUtensorMapDataType>(t.dtype), t.rank,
+                                   reinterpret_cast<void*>(t.address), dims, strides, box, elem_strides,
                                    CU_TENSOR_MAP_INTERLEAVE_NONE, sw, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
           "cuTensorMapEncodeTiled");
     return map;
 }
 
-// Launch with parameters in the order every device-layer GEMM kernel uses:
-// tensor maps, then pointers, then 32-bit unsigned scalars.
-void launch(int handle, uint32_t grid, uint32_t block, uint64_t stream, const std::vector<Tma2D>& tmaps,
-            const std::vector<uint64_t>& ptrs, const std::vector<uint32_t>& u32s, bool pdl) {
-    const Driver& d = driver();
-    const Kernel& k = g_kernels.at(handle);
-    ContextGuard guard(k.ctx);
-    std::vector<CUtensorMap> maps;
-    maps.reserve(tmaps.size());
-    for (const auto& t : tmaps) maps.push_back(encode_2d(t));
-    std::vector<void*> params;
-    params.reserve(maps.size() + ptrs.size() + u32s.size());
-    for (auto& m : maps) params.push_back(&m);
-    std::vector<uint64_t> p(ptrs);
-    std::vector<uint32_t> u(u32s);
-    for (auto& x : p) params.push_back(&x);
-    for (auto& x : u) params.push_back(&x);
+// Encoded descriptors are pure functions of their request (less the slot offset); weights and static
+// activation buffers hit this small per-thread cache, which skips cuTensorMapEncodeTiled on the hot path.
+constexpr size_t kTmaKeyBytes = sizeof(TmaRequest) - sizeof(uint32_t);
+struct TmaCacheEntry {
+    unsigned char key[kTmaKeyBytes];
+    CUtensorMap map;
+    bool valid = false;
+};
 
+const CUtensorMap& cached_encode(const TmaRequest& t) {
+    static thread_local std::array<TmaCacheEntry, 32> cache;
+    static thread_local size_t next = 0;
+    const unsigned char* key = reinterpret_cast<const unsigned char*>(&t) + sizeof(uint32_t);
+    for (auto& e : cache)
+        if (e.valid && std::memcmp(e.key, key, kTmaKeyBytes) == 0) return e.map;
+    TmaCacheEntry& slot = cache[next];
+    next = (next + 1) % cache.size();
+    slot.valid = false;
+    slot.map = encode(t);  // throws before the slot is marked valid
+    std::memcpy(slot.key, key, kTmaKeyBytes);
+    slot.valid = true;
+    return slot.map;
+}
+
+std::string_view bytes_view(const py::bytes& b) {
+    char* data = nullptr;
+    Py_ssize_t len = 0;
+    if (PyBytes_AsStringAndSize(b.ptr(), &data, &len) != 0) throw py::error_already_set();
+    return {data, static_cast<size_t>(len)};
+}
+
+// The one launch entry for every family: grid (x, y, z), block, dynamic smem, stream, PDL, the packed
+// parameters and the tensor-map requests (any number, written into their slots of the buffer).
+void launch(int handle, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t block, uint32_t smem, uint64_t stream,
+            bool pdl, const py::bytes& params, const py::bytes& tmaps) {
+    const Driver& d = driver();
+    const Kernel& k = kernel(handle);
+    const std::string_view args = bytes_view(params), reqs = bytes_view(tmaps);
+    if (args.size() != k.param_bytes)
+        throw std::invalid_argument("kernel arguments are " + std::to_string(args.size()) + " bytes, the kernel's "
+                                    "parameter list packs " + std::to_string(k.param_bytes));
+    if (reqs.size() % sizeof(TmaRequest)) throw std::invalid_argument("tensor-map requests must be 120-byte records");
+    if (smem > static_cast<uint32_t>(k.max_smem))
+        throw std::invalid_argument("dynamic shared memory above the kernel's loaded limit");
+    alignas(128) static thread_local unsigned char buf[kMaxParamBytes];
+    std::memcpy(buf, args.data(), args.size());
+    for (size_t i = 0; i < reqs.size(); i += sizeof(TmaRequest)) {
+        TmaRequest r;
+        std::memcpy(&r, reqs.data() + i, sizeof(r));
+        if (r.param_offset % alignof(CUtensorMap) || r.param_offset + sizeof(CUtensorMap) > args.size())
+            throw std::invalid_argument("tensor-map slot outside the parameter buffer");
+        std::memcpy(buf + r.param_offset, &cached_encode(r), sizeof(CUtensorMap));
+    }
+    void* ptrs[kMaxParams];
+    for (size_t i = 0; i < k.param_offsets.size(); ++i) ptrs[i] = buf + k.param_offsets[i];
+
+    ContextGuard guard(k.ctx);
+    CUlaunchConfig cfg;
+    std::memset(&cfg, 0, sizeof(cfg));
+    cfg.gridDimX = gx, cfg.gridDimY = gy, cfg.gridDimZ = gz;
+    cfg.blockDimX = block, cfg.blockDimY = 1, cfg.blockDimZ = 1;
+    cfg.sharedMemBytes = smem;
+    cfg.hStream = reinterpret_cast<CUstream>(stream);
     CUlaunchAttribute attr[1];
-    CUlaunchConfig cfg = launch_config(k, grid, block, stream);
-    if (pdl) {
+    if (pdl) {  // the kernel may start while the previous one in the stream finishes; it waits in griddepcontrol
         attr[0].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
         attr[0].value.programmaticStreamSerializationAllowed = 1;
         cfg.attrs = attr;
         cfg.numAttrs = 1;
     }
-    check(d.cuLaunchKernelEx(&cfg, k.function, params.data(), nullptr), "cuLaunchKernelEx");
-}
-
-// Encoded descriptors are pure functions of their arguments; weights and static activation buffers hit
-// this small per-thread cache, which skips cuTensorMapEncodeTiled on the hot path.
-struct TmaCacheEntry {
-    Tma2D key;
-    CUtensorMap map;
-    bool valid = false;
-};
-
-const CUtensorMap& cached_encode_2d(const Tma2D& t) {
-    static thread_local std::array<TmaCacheEntry, 16> cache;
-    static thread_local size_t next = 0;
-    for (auto& e : cache)
-        if (e.valid && e.key == t) return e.map;
-    TmaCacheEntry& slot = cache[next];
-    next = (next + 1) % cache.size();
-    slot.map = encode_2d(t);  // throws before the slot is marked valid
-    slot.key = t;
-    slot.valid = true;
-    return slot.map;
-}
-
-// The common GEMM signature (two bf16 K-major TMA operands swizzled to their box row of box_k elements;
-// D, C and grouped-layout pointers; then m, n, k, ldd, ldc, num_groups, psum flag) with flat arguments:
-// no Python lists on the hot path.
-void launch_gemm_tma2(int handle, uint32_t grid, uint32_t block, uint64_t stream, uint64_t a_ptr, uint64_t a_rows,
-                      uint64_t a_stride, uint32_t a_box_rows, uint64_t b_ptr, uint64_t b_rows, uint64_t b_stride,
-                      uint32_t b_box_rows, uint32_t box_k, uint64_t d_ptr, uint64_t c_ptr, uint64_t layout_ptr,
-                      uint64_t aux_ptr,
-                      uint32_t m, uint32_t n, uint32_t k, uint32_t ldd, uint32_t ldc, uint32_t num_groups,
-                      uint32_t psum, bool a_mn_major, bool b_mn_major, uint32_t num_splits,
-                      uint32_t split_stride) {
-    const Driver& d = driver();
-    const Kernel& kern = g_kernels.at(handle);
-    ContextGuard guard(kern.ctx);
-    // K-major: [rows][k] with box [box_rows][box_k], swizzle = box_k * 2 bytes. MN-major: [k][rows] with
-    // 64-element (128-byte, 128B-swizzled) boxes of box_k rows; the kernel issues box_rows / 64 of them.
-    auto operand = [&](uint64_t ptr, uint64_t rows, uint64_t stride, uint32_t box_rows, bool mn) {
-        return mn ? Tma2D{ptr, 2, rows, k, stride, 64, box_k, 128}
-                  : Tma2D{ptr, 2, k, rows, stride, box_k, box_rows, static_cast<int>(box_k) * 2};
-    };
-    CUtensorMap map_a = cached_encode_2d(operand(a_ptr, a_rows, a_stride, a_box_rows, a_mn_major));
-    CUtensorMap map_b = cached_encode_2d(operand(b_ptr, b_rows, b_stride, b_box_rows, b_mn_major));
-    void* params[] = {&map_a, &map_b, &d_ptr, &c_ptr, &layout_ptr, &aux_ptr, &m, &n, &k,
-                      &ldd, &ldc, &num_groups, &psum, &num_splits, &split_stride};
-    CUlaunchConfig cfg = launch_config(kern, grid, block, stream);
-    check(d.cuLaunchKernelEx(&cfg, kern.function, params, nullptr), "cuLaunchKernelEx");
-}
-
-// Block-scaled GEMM (impls/sm120_fp8_fp4_gemm_1d1d.cuh): byte operands (e4m3 or packed e2m1) as [rows, K bytes]
-// with boxes of one swizzle span along K (128 bytes, or 64 for the packed side of mixed operands); scale words
-// are read by the kernel through plain pointers.
-void launch_block_scaled_gemm(int handle, uint32_t grid, uint32_t block, uint64_t stream, uint64_t a_ptr,
-                              uint64_t a_rows, uint64_t a_stride, uint32_t a_box_rows, uint64_t a_k_bytes,
-                              uint32_t a_box_k, uint64_t b_ptr, uint64_t b_rows, uint64_t b_stride,
-                              uint32_t b_box_rows, uint64_t b_k_bytes, uint32_t b_box_k, uint64_t sfa_ptr,
-                              uint64_t sfb_ptr, uint64_t d_ptr, uint64_t c_ptr, uint64_t layout_ptr, uint32_t m,
-                              uint32_t n, uint32_t k, uint32_t ldd, uint32_t ldc, uint32_t num_groups, uint32_t psum,
-                              uint32_t num_splits, uint32_t split_stride, uint32_t sfa_pack_stride,
-                              uint32_t sfa_group_stride, uint32_t sfb_pack_stride, uint32_t sfb_group_stride,
-                              float alpha) {
-    const Driver& d = driver();
-    const Kernel& kern = g_kernels.at(handle);
-    ContextGuard guard(kern.ctx);
-    CUtensorMap map_a = cached_encode_2d(
-        Tma2D{a_ptr, 1, a_k_bytes, a_rows, a_stride, a_box_k, a_box_rows, static_cast<int>(a_box_k)});
-    CUtensorMap map_b = cached_encode_2d(
-        Tma2D{b_ptr, 1, b_k_bytes, b_rows, b_stride, b_box_k, b_box_rows, static_cast<int>(b_box_k)});
-    void* params[] = {&map_a, &map_b, &sfa_ptr, &sfb_ptr, &d_ptr, &c_ptr, &layout_ptr, &m, &n, &k, &ldd, &ldc,
-                      &num_groups, &psum, &num_splits, &split_stride, &sfa_pack_stride, &sfa_group_stride,
-                      &sfb_pack_stride, &sfb_group_stride, &alpha};
-    CUlaunchConfig cfg = launch_config(kern, grid, block, stream);
-    check(d.cuLaunchKernelEx(&cfg, kern.function, params, nullptr), "cuLaunchKernelEx");
+    check(d.cuLaunchKernelEx(&cfg, k.function, ptrs, nullptr), "cuLaunchKernelEx");
 }
 
 bool driver_available() {
@@ -351,10 +372,9 @@ bool driver_available() {
 PYBIND11_MODULE(_C, m) {
     m.doc() = "deep_gemm_sm120 runtime: cubin loading, TMA descriptors and launches (libcuda loaded lazily)";
     m.def("driver_available", &driver_available, "Whether libcuda.so.1 can be loaded (loads it on first call)");
-    m.def("load_kernel", &load_kernel, py::arg("image"), py::arg("name"), py::arg("smem_bytes"), py::arg("device"));
+    m.def("load_kernel", &load_kernel, py::arg("image"), py::arg("smem_bytes"), py::arg("device"),
+          py::arg("param_offsets"), py::arg("param_sizes"), py::arg("param_bytes"));
     m.def("kernel_attribute", &kernel_attribute, py::arg("handle"), py::arg("attr"));
-    m.def("launch_gemm_tma2", &launch_gemm_tma2);
-    m.def("launch_block_scaled_gemm", &launch_block_scaled_gemm);
-    m.def("launch", &launch, py::arg("handle"), py::arg("grid"), py::arg("block"), py::arg("stream"),
-          py::arg("tmaps"), py::arg("ptrs"), py::arg("u32s"), py::arg("pdl") = false);
+    m.def("launch", &launch, py::arg("handle"), py::arg("gx"), py::arg("gy"), py::arg("gz"), py::arg("block"),
+          py::arg("smem"), py::arg("stream"), py::arg("pdl"), py::arg("params"), py::arg("tmaps"));
 }

@@ -1,38 +1,87 @@
-"""deep_gemm_sm120: DeepGEMM-style API for SM120 GEMM kernels, JIT-compiled from device_layer/.
+"""deep_gemm_sm120: DeepGEMM-style API for SM120 kernels, JIT-compiled from device_layer/.
 
-Importing this package never initializes CUDA and works without a GPU, driver or toolkit.
+Importing this package never initializes CUDA and works without a GPU, driver or toolkit. The kernel entry
+points are the ops the family registry declares (families/<family>/), exported here under DeepGEMM's names.
 """
 from __future__ import annotations
 
+import importlib
+
 from . import arch, testing
-from .api.bf16_gemm import bf16_gemm_nn, bf16_gemm_nt, bf16_gemm_tn, bf16_gemm_tt
-from .api.bf16_grouped import (get_mk_alignment_for_contiguous_layout, k_grouped_bf16_gemm_tn_contiguous,
-                               m_grouped_bf16_gemm_nt_contiguous, m_grouped_bf16_gemm_nt_masked)
-from .api.fp8_fp4_gemm import (fp8_fp4_gemm_nt, fp8_gemm_nt, m_grouped_fp8_fp4_gemm_nt_contiguous,
-                               m_grouped_fp8_fp4_gemm_nt_masked, m_grouped_fp8_gemm_nt_contiguous,
-                               m_grouped_fp8_gemm_nt_masked)
+from .core.limits import SM120_PART_SMS
+from .core.registry import registry
 from .device import get_num_sms, set_num_sms
+from .grouped import get_mk_alignment_for_contiguous_layout
+from .launch import get_pdl, set_pdl
 from .quant import (ceil_to_ue8m0, get_mn_major_tma_aligned_packed_ue8m0_tensor, get_mn_major_tma_aligned_tensor,
                     pack_ue8m0_to_int, per_block_cast_to_fp8, per_token_cast_to_fp4, per_token_cast_to_fp8)
 from .scale_layout import transform_sf_into_required_layout
-from .support import is_supported
+from .support import is_supported, supported_ops, why_unsupported
 
 __version__ = "0.3.0"
 
 
-def precompile(specs=None, targets=None) -> int:
-    """Warm the JIT disk cache (no GPU needed). Defaults: every shipped kernel for the release targets."""
+def _export_ops() -> list[str]:
+    """Bind every registered op (and alias) from its family's API modules into this namespace."""
+    reg, names = registry(), []
+    for fam in reg.families:
+        modules = [importlib.import_module(f"{reg.packages[fam.name]}.{m}") for m in fam.api_modules]
+        for op in fam.ops:
+            for name in (op.name, *op.aliases):
+                fn = next((getattr(m, name) for m in modules if hasattr(m, name)), None)
+                if fn is None:
+                    raise ImportError(f"family {fam.name} declares op {name} but its API modules "
+                                      f"{fam.api_modules} do not define it")
+                globals()[name] = fn
+                names.append(name)
+    return names
+
+
+OPS = tuple(_export_ops())
+
+
+def precompile(specs=None, targets=None, *, families=None, shapes=None, jobs: int | None = None,
+               progress: bool | None = None) -> int:
+    """Warm the JIT disk cache without a GPU; returns the number of (kernel, target) pairs compiled or found.
+
+    specs: explicit instantiations; else every kernel of `families` (names, default all) or, with `shapes`, only
+    what those calls launch: dicts like {"op": "bf16_gemm_nt", "m": 1, "n": 7168, "k": 2048,
+    "out_dtype": "float32"} (block-scaled ops also take "kind" and "gran_k"), planned for "num_sms" or every
+    SM120 part. targets: default the release targets (sm_120a, sm_120f, sm_121a). jobs: parallel nvcc
+    processes (default one per core). progress: a progress line on stderr (default: when it is a terminal)."""
     from . import jit
-    from .configs import all_specs
 
-    return jit.precompile(specs if specs is not None else all_specs(),
-                          targets if targets is not None else arch.RELEASE_TARGETS)
+    if specs is None:
+        specs = _shape_specs(shapes, families) if shapes is not None else registry().specs(
+            tuple(families) if families is not None else None)
+    targets = tuple(targets) if targets is not None else arch.RELEASE_TARGETS
+    bad = [t for t in targets if t not in arch.RELEASE_TARGETS + tuple(arch.EMULATION_TARGETS.values())]
+    if bad:
+        raise ValueError(f"unknown targets {bad}; expected some of {arch.RELEASE_TARGETS} (or sm_90a for emulation)")
+    return jit.precompile(list(dict.fromkeys(specs)), targets, jobs=jobs, progress=progress)
 
 
-__all__ = ["fp8_gemm_nt", "fp8_fp4_gemm_nt", "m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gemm_nt_masked",
-           "m_grouped_fp8_fp4_gemm_nt_contiguous", "m_grouped_fp8_fp4_gemm_nt_masked",
-           "transform_sf_into_required_layout", "bf16_gemm_nt", "bf16_gemm_nn", "bf16_gemm_tn", "bf16_gemm_tt", "m_grouped_bf16_gemm_nt_contiguous", "m_grouped_bf16_gemm_nt_masked",
-           "k_grouped_bf16_gemm_tn_contiguous",
-           "get_mk_alignment_for_contiguous_layout", "per_token_cast_to_fp8", "per_block_cast_to_fp8",
-           "per_token_cast_to_fp4", "ceil_to_ue8m0", "pack_ue8m0_to_int", "get_mn_major_tma_aligned_tensor",
-           "get_mn_major_tma_aligned_packed_ue8m0_tensor", "get_num_sms", "set_num_sms", "is_supported", "precompile", "arch", "testing"]
+def _shape_specs(shapes, families) -> list:
+    ops = registry().ops
+    out = []
+    for shape in shapes:
+        shape = dict(shape)
+        name = shape.pop("op", None)
+        if name not in ops:
+            raise ValueError(f"shapes entries need 'op' naming one of {sorted(ops)}, got {name!r}")
+        fam, op = ops[name]
+        if families is not None and fam.name not in families:
+            continue
+        if op.plan_specs is None:
+            raise NotImplementedError(f"{name} cannot be planned from a shape; pass specs= or families=")
+        sms = [shape.pop("num_sms")] if "num_sms" in shape else sorted(set(SM120_PART_SMS.values()))
+        for num_sms in sms:
+            out += op.plan_specs(num_sms=num_sms, **shape)
+    return out
+
+
+__all__ = [*OPS, "transform_sf_into_required_layout", "get_mk_alignment_for_contiguous_layout",
+           "per_token_cast_to_fp8", "per_block_cast_to_fp8", "per_token_cast_to_fp4", "ceil_to_ue8m0",
+           "pack_ue8m0_to_int", "get_mn_major_tma_aligned_tensor", "get_mn_major_tma_aligned_packed_ue8m0_tensor",
+           "get_num_sms", "set_num_sms", "get_pdl", "set_pdl", "is_supported", "why_unsupported", "supported_ops",
+           "precompile", "arch", "testing"]

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from .core.params import ParamList
+
 
 @lru_cache(maxsize=None)
 def _ext():
@@ -13,28 +15,22 @@ def _ext():
     return _C
 
 
-def load_kernel(cubin: bytes, smem_bytes: int, device: int) -> int:
-    """Load into `device`'s primary context (the one torch uses); returns a handle for launch()."""
-    return _ext().load_kernel(cubin, "", smem_bytes, device)
+def load_kernel(cubin: bytes, smem_bytes: int, device: int, params: ParamList) -> int:
+    """Load into `device`'s primary context (the one torch uses); returns a handle for launch(). The driver
+    must report the parameter count and sizes `params` declares (cuFuncGetParamInfo), else RuntimeError."""
+    offsets = [off for _, off, _, _ in params.layout]
+    sizes = [size for _, _, size, _ in params.layout]
+    return _ext().load_kernel(cubin, smem_bytes, device, offsets, sizes, params.size)
 
 
-def launch(handle: int, grid: int, block: int, stream: int, tmaps: list, ptrs: list, u32s: list,
-           pdl: bool = False) -> None:
-    _ext().launch(handle, grid, block, stream, tmaps, ptrs, u32s, pdl)
+def launcher():
+    """The one launch entry: launcher()(handle, gx, gy, gz, block, smem, stream, pdl, params, tmaps), with
+    `params` from ParamList.pack / packer and `tmaps` concatenated core.tma records (bound once on hot paths)."""
+    return _ext().launch
 
 
 def kernel_attribute(handle: int, attr: str) -> int:
     return _ext().kernel_attribute(handle, attr)
-
-
-def gemm_launcher():
-    """The flat launch entry for two-TMA-operand GEMM kernels (bound once by callers on the hot path)."""
-    return _ext().launch_gemm_tma2
-
-
-def block_scaled_launcher():
-    """The flat launch entry for block-scaled (FP8 / FP4) GEMM kernels."""
-    return _ext().launch_block_scaled_gemm
 
 
 def current_stream_fn():

@@ -19,8 +19,6 @@ import torch
 
 from .quant import ue8m0_exponent_bytes
 
-# kind -> (allowed scale granularities along K, scale byte format)
-KIND_GRANS = {"mxfp8": (128, 32), "mxfp4": (32,), "nvfp4": (16,)}
 _E8M0 = getattr(torch, "float8_e8m0fnu", None)
 
 
@@ -143,4 +141,4 @@ def transform_sf_into_required_layout(sf: torch.Tensor, mn: int, k: int, recipe:
 
 
 __all__ = ["transform_sf_into_required_layout", "sf_words", "sf_format", "scale_bytes", "pack_scale_bytes",
-           "check_packed", "KIND_GRANS"]
+           "check_packed"]

@@ -1,9 +1,11 @@
-"""Argument checks shared by the API: typed errors that name what was expected."""
+"""Tensor-level argument checks shared by the API (types, dims, strides, pointers). Shape and dtype rules of each
+op live in its family declaration (core/rules.py has the error-type rule); the device prologue is launch.py's."""
 from __future__ import annotations
 
 import torch
 
-TMA_ALIGN = 16  # bytes: TMA global addresses and row strides
+from .core.limits import TMA_ALIGN
+from .core.rules import dtype_name, require_dtype, require_tma_rows
 
 
 def require_tensor(name: str, t) -> torch.Tensor:
@@ -12,11 +14,10 @@ def require_tensor(name: str, t) -> torch.Tensor:
     return t
 
 
-def require_dtype(name: str, t: torch.Tensor, allowed: tuple[torch.dtype, ...], unsupported: bool = False) -> None:
-    if t.dtype not in allowed:
-        want = " or ".join(str(a) for a in allowed)
-        exc = NotImplementedError if unsupported else TypeError
-        raise exc(f"{name} must be {want}, got {t.dtype}")
+def require_int32(name: str, t) -> torch.Tensor:
+    """An index tensor (grouped layout, masked_m, ...): a torch.Tensor of int32 (TypeError otherwise)."""
+    require_dtype(name, dtype_name(require_tensor(name, t).dtype), ("int32",))
+    return t
 
 
 def require_2d(name: str, t: torch.Tensor, what: str) -> None:
@@ -24,35 +25,29 @@ def require_2d(name: str, t: torch.Tensor, what: str) -> None:
         raise ValueError(f"{name} must be 2-D {what}, got shape {tuple(t.shape)}")
 
 
-def require_same_cuda_device(**tensors: torch.Tensor) -> torch.device:
-    devs = {name: t.device for name, t in tensors.items()}
-    for name, dev in devs.items():
-        if dev.type != "cuda":
-            raise ValueError(f"{name} must be on a CUDA device, got {dev}")
-    first = next(iter(devs.values()))
-    for name, dev in devs.items():
-        if dev != first:
-            listing = ", ".join(f"{n}={d}" for n, d in devs.items())
-            raise ValueError(f"all tensors must be on one CUDA device, got {listing}")
-    return first
-
-
-def tma_row_stride_bytes(name: str, t: torch.Tensor) -> int:
-    """Row-major [rows, cols] operand read by TMA: unit inner stride, 16-byte aligned base and row stride."""
+def tma_operand(name: str, t: torch.Tensor) -> tuple[int | None, int]:
+    """A row-major [rows, cols] operand read by TMA: unit inner stride, no overlapping rows, 16-byte aligned base.
+    Returns (row stride in elements for the family rule, None for a single row; row stride in bytes for the
+    descriptor, padded to 16 bytes for a single row). The 16-byte stride rule itself is the family rule's."""
     rows, cols = t.shape
     if t.stride(1) != 1 and cols > 1:
         raise ValueError(f"{name} must be row-major with a contiguous last dimension (stride(1) == 1), "
                          f"got strides {tuple(t.stride())}")
     elem = t.element_size()
-    stride = t.stride(0) if rows > 1 else -(-cols * elem // TMA_ALIGN) * TMA_ALIGN // elem
-    if rows > 1 and stride < cols:
-        raise ValueError(f"{name} rows overlap (stride(0) = {stride} < {cols} columns)")
-    if (stride * elem) % TMA_ALIGN:
-        raise ValueError(f"{name} row stride must be a multiple of {TMA_ALIGN} bytes for TMA "
-                         f"(got {stride * elem} bytes: the last dimension must be a multiple of {TMA_ALIGN // elem})")
+    if rows > 1 and t.stride(0) < cols:
+        raise ValueError(f"{name} rows overlap (stride(0) = {t.stride(0)} < {cols} columns)")
     if t.data_ptr() % TMA_ALIGN:
         raise ValueError(f"{name} data pointer must be {TMA_ALIGN}-byte aligned for TMA, got {t.data_ptr():#x}")
-    return stride * elem
+    if rows > 1:
+        return t.stride(0), t.stride(0) * elem
+    return None, -(-cols * elem // TMA_ALIGN) * TMA_ALIGN
+
+
+def tma_row_stride_bytes(name: str, t: torch.Tensor) -> int:
+    """tma_operand plus the 16-byte row-stride rule: the descriptor's row stride in bytes."""
+    stride, stride_bytes = tma_operand(name, t)
+    require_tma_rows(name, t.shape[1], t.element_size(), stride, t.shape[0])
+    return stride_bytes
 
 
 def output_row_stride(name: str, t: torch.Tensor) -> int:

@@ -1,14 +1,17 @@
 """JIT: generated source -> nvcc -> cubin cache -> loaded kernel handle."""
 from __future__ import annotations
 
+import concurrent.futures as cf
 import os
+import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass
 
+from ..core import toolchain
+from ..core.progress import Progress
 from . import cache as _cache
-from .compiler import compile_cubin, compile_flags, find_compiler
 from .device_layer import device_layer_dir, tree_digest
 
 STRICT_ENV = "DG_SM120_JIT_STRICT"
@@ -25,25 +28,30 @@ class LoadedKernel:
     threads: int
     smem_bytes: int
     name: str
+    pdl: bool          # the kernel waits on griddepcontrol: it may be launched with PDL
 
 
 _loaded: dict[tuple, LoadedKernel] = {}
 _lock = threading.Lock()
 stats = {"compiles": 0, "disk_hits": 0, "compile_seconds": 0.0}
+_stats_lock = threading.Lock()
+
+
+def _count(key: str, value: float = 1) -> None:
+    with _stats_lock:
+        stats[key] += value
 
 
 def cubin_for(spec, target: str, cache: _cache.KernelCache | None = None) -> tuple[bytes, dict]:
     """The cubin for `spec` on `target`, from the disk cache or freshly compiled."""
     cache = cache or _cache.KernelCache()
-    comp = find_compiler()
-    inc = device_layer_dir()
+    tc = toolchain.find_toolchain()
     source = spec.source()
-    flags = compile_flags(target, inc)
-    key_flags = [f for f in flags if not f.startswith("-I")]  # location-independent; content is in the digest
-    key = _cache.cache_key(tree_digest(), source, key_flags, comp.version, target)
+    key_flags = ["-cubin", *toolchain.BASE_FLAGS, *toolchain.gencode(target)]  # the include dir is in the digest
+    key = _cache.cache_key(tree_digest(), source, key_flags, tc.version, target)
     found = cache.lookup(key)
     if found is not None:
-        stats["disk_hits"] += 1
+        _count("disk_hits")
         return found
     if _flag(STRICT_ENV):
         raise RuntimeError(f"{STRICT_ENV}=1 and {spec.name} for {target} is not in the JIT cache "
@@ -54,14 +62,18 @@ def cubin_for(spec, target: str, cache: _cache.KernelCache | None = None) -> tup
         with open(src, "w", encoding="utf-8") as fh:
             fh.write(source)
         out = os.path.join(work, "kernel.cubin")
+        cmd = toolchain.compile_command(tc.nvcc, src, out, target, device_layer_dir())
         t0 = time.perf_counter()
-        cmd, log = compile_cubin(comp, src, out, flags)
+        p = subprocess.run(cmd, capture_output=True, text=True)
         dt = time.perf_counter() - t0
-        stats["compiles"] += 1
-        stats["compile_seconds"] += dt
+        log = (p.stdout + p.stderr).strip()
+        if p.returncode != 0:
+            raise RuntimeError(f"nvcc failed ({' '.join(cmd)}):\n{log}")
+        _count("compiles")
+        _count("compile_seconds", dt)
         if _flag(DEBUG_ENV):
             sys.stderr.write(f"[deep_gemm_sm120 jit] {' '.join(cmd)}\n{log}\n[compiled in {dt:.2f} s]\n")
-        return out, {"name": spec.name, "target": target, "compiler": comp.version, "command": cmd,
+        return out, {"name": spec.name, "target": target, "compiler": tc.version, "command": cmd,
                      "ptxas_log": log, "compile_seconds": round(dt, 3)}
 
     return cache.build(key, produce)
@@ -79,17 +91,33 @@ def get_kernel(spec, target: str, device: int) -> LoadedKernel:
             from .. import runtime
 
             cubin, _meta = cubin_for(spec, target)
-            handle = runtime.load_kernel(cubin, spec.smem_bytes, device)
-            k = LoadedKernel(handle, spec.threads, spec.smem_bytes, spec.name)
+            handle = runtime.load_kernel(cubin, spec.smem_bytes, device, spec.params)
+            family = getattr(type(spec), "FAMILY", None)
+            k = LoadedKernel(handle, spec.threads, spec.smem_bytes, spec.name, bool(family and family.pdl))
             _loaded[memo_key] = k
     return k
 
 
-def precompile(specs, targets) -> int:
-    """Compile (or verify cached) every spec for every target without touching a GPU. Returns the count."""
-    n = 0
-    for t in targets:
-        for s in specs:
-            cubin_for(s, t)
-            n += 1
-    return n
+def precompile(specs, targets, jobs: int | None = None, progress: bool | None = None) -> int:
+    """Compile (or verify cached) every spec for every target without touching a GPU, `jobs` nvcc processes
+    at a time (default: one per core). Progress goes to stderr on a terminal (`progress` forces it on or
+    off). Returns the number of (spec, target) pairs; raises the first compile error after the rest finish."""
+    work = [(s, t) for t in targets for s in specs]
+    jobs = jobs or os.cpu_count() or 1
+    bar = Progress(len(work), "precompile", enabled=progress)
+    errors = []
+    with cf.ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
+        futs = {ex.submit(cubin_for, s, t): (s, t) for s, t in work}
+        for f in cf.as_completed(futs):
+            s, t = futs[f]
+            try:
+                f.result()
+                bar.step(f"{s.name} [{t}]")
+            except Exception as e:  # noqa: BLE001 - reported after the others finish
+                errors.append((s, t, e))
+                bar.step(f"{s.name} [{t}] FAILED")
+    bar.close()
+    if errors:
+        s, t, e = errors[0]
+        raise RuntimeError(f"{len(errors)} of {len(work)} kernels failed to compile; first: {s.name} for {t}: {e}")
+    return len(work)

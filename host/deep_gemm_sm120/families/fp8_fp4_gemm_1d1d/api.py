@@ -15,23 +15,27 @@ graphs.
 from __future__ import annotations
 
 import os
+from functools import lru_cache
 
 import torch
 
-from .. import jit, runtime
-from ..arch import EMULATE_ENV, target_for_device
-from ..configs import BLOCK_SCALED_GROUPED_CONFIGS, MIXED_KINDS, BlockScaledGemmSpec, SplitKReduceSpec
-from ..device import num_sms_for
-from ..heuristics import choose_block_scaled_plan
-from ..scale_layout import KIND_GRANS, check_packed, sf_format, sf_words, transform_sf_into_required_layout
-from ..validation import (output_row_stride, require_dtype, require_same_cuda_device, require_tensor,
-                          tma_row_stride_bytes)
-from .bf16_grouped import (_grouped_rows_view, _require_shape, maybe_check_contiguous_layout,
-                           require_contiguous_layout_shape)
+from ... import jit
+from ...arch import EMULATE_ENV, target_for_device
+from ...core.rules import dtype_name
+from ...core.tma import DTYPE, tma_2d
+from ...device import num_sms_for
+from ...grouped import maybe_check_contiguous_layout, require_contiguous_layout_shape, require_shape, rows_view
+from ...launch import device_of, launch
+from ...scale_layout import check_packed, sf_format, sf_words, transform_sf_into_required_layout
+from ...splitk import SplitK
+from ...validation import output_row_stride, require_int32, require_tensor, tma_operand
+from . import (MIXED_KINDS, PARAMS, SCALE_KINDS, dense_plan, dense_rule, grouped_config, m_bucket,
+               m_grouped_contiguous_rule, m_grouped_masked_rule, operand_kind, spec_for)
 
 _FP4_DTYPES = tuple(t for t in (torch.uint8, torch.int8, getattr(torch, "float4_e2m1fn_x2", None)) if t is not None)
 _OUT = {torch.bfloat16: "bf16", torch.float32: "fp32"}
-_plans: dict[tuple, tuple] = {}
+_U8 = DTYPE["uint8"]
+_OFF_A, _OFF_B = PARAMS.offsets["tmap_a"], PARAMS.offsets["tmap_b"]
 
 
 def _pair(name: str, x) -> tuple[torch.Tensor, torch.Tensor]:
@@ -50,6 +54,7 @@ def _is_fp4(t: torch.Tensor) -> bool:
 def _kind(a: torch.Tensor, b: torch.Tensor, sfa: torch.Tensor, sfb: torch.Tensor, recipe) -> str:
     """mxfp8 / mxfp4 / nvfp4 / e4m3_e2m1 / e2m1_e4m3 from operand and scale dtypes (and the recipe for packed
     FP4 scales)."""
+    operand_kind(dtype_name(a.dtype), dtype_name(b.dtype))  # the family rule: TypeError outside FP8 / FP4
     fp8 = torch.float8_e4m3fn
     if a.dtype == fp8 and b.dtype == fp8:
         return "mxfp8"
@@ -102,11 +107,11 @@ def _grans(kind: str, k: int, recipe, sfa: torch.Tensor, sfb: torch.Tensor) -> t
     rg = int(recipe[2]) if recipe is not None else None
     if kind in MIXED_KINDS:
         a_fp8 = kind == "e4m3_e2m1"
-        ga = _operand_gran("sfa", sfa, k, KIND_GRANS["mxfp8"] if a_fp8 else (32,), rg if a_fp8 else None)
-        gb = _operand_gran("sfb", sfb, k, (32,) if a_fp8 else KIND_GRANS["mxfp8"], None if a_fp8 else rg)
+        ga = _operand_gran("sfa", sfa, k, SCALE_KINDS["mxfp8"].grans if a_fp8 else (32,), rg if a_fp8 else None)
+        gb = _operand_gran("sfb", sfb, k, (32,) if a_fp8 else SCALE_KINDS["mxfp8"].grans, None if a_fp8 else rg)
         return ga, gb
-    ga = _operand_gran("sfa", sfa, k, KIND_GRANS[kind], rg)
-    gb = _operand_gran("sfb", sfb, k, KIND_GRANS[kind], rg)
+    ga = _operand_gran("sfa", sfa, k, SCALE_KINDS[kind].grans, rg)
+    gb = _operand_gran("sfb", sfb, k, SCALE_KINDS[kind].grans, rg)
     if ga != gb:
         raise NotImplementedError(f"a and b scales use different K granularities (1x{ga} and 1x{gb})")
     return ga, gb
@@ -138,26 +143,9 @@ def _operands(a_pair, b_pair, recipe):
     return a, sfa, b, sfb, kind
 
 
-def _check_out(d: torch.Tensor, c: torch.Tensor | None, shape: tuple[int, ...], grouped: bool) -> None:
-    require_tensor("d", d)
-    if d.dtype not in _OUT or (grouped and d.dtype != torch.bfloat16):
-        want = "torch.bfloat16" if grouped else "torch.bfloat16 or torch.float32"
-        raise NotImplementedError(f"d must be {want}, got {d.dtype}")
-    _require_shape("d", d, shape, "[G, M, N]" if len(shape) == 3 else "[M, N]")
-    if c is not None:
-        require_tensor("c", c)
-        if c.dtype != d.dtype:
-            raise TypeError(f"c must have d's dtype {d.dtype}, got {c.dtype}")
-        _require_shape("c", c, shape, "[M, N]")
-
-
 def _k_of(t: torch.Tensor) -> int:
     """K elements of an operand: bytes per row, twice that for packed FP4."""
     return t.shape[-1] * (2 if _is_fp4(t) else 1)
-
-
-def _spec(cfg, kind: str, grans: tuple[int, int], out: str, with_c: bool, gemm_type: str = "normal"):
-    return BlockScaledGemmSpec(cfg, kind, grans[0], out, with_c, gemm_type, grans[1] if kind in MIXED_KINDS else 0)
 
 
 def _alpha(alpha) -> float:
@@ -169,43 +157,56 @@ def _alpha(alpha) -> float:
         raise TypeError(f"alpha must be a float, got {alpha!r}") from None
 
 
-def _dense_plan(kind: str, grans: tuple[int, int], m: int, n: int, k: int, out: str, with_c: bool,
-                index: int) -> tuple:
-    key = ("dense", kind, grans, m, n, k, out, with_c, index, num_sms_for(index), os.environ.get(EMULATE_ENV))
-    plan = _plans.get(key)
-    if plan is None:
-        target = target_for_device(index)
-        cfg, splits = choose_block_scaled_plan(m, n, k, key[9], kind)
-        spec = _spec(cfg, kind, grans, "fp32" if splits > 1 else out, with_c and splits == 1)
-        kern = jit.get_kernel(spec, target, index)
-        grid = min(key[9], -(-m // cfg.block_m) * -(-n // cfg.block_n) * splits)
-        reduce = None
-        if splits > 1:
-            rk = jit.get_kernel(SplitKReduceSpec(out, with_c), target, index)
-            reduce = (rk.handle, min(-(-m * -(-n // 4) // rk.threads), key[9] * 8), rk.threads)
-        plan = (kern.handle, grid, kern.threads, cfg, splits, reduce, spec.row_bytes)
-        _plans[key] = plan
-    return plan
+def _check_out(d, c, shape: tuple[int, ...]) -> None:
+    """d (and c) tensors of `shape`; their dtypes are the family rule's."""
+    require_tensor("d", d)
+    require_shape("d", d, shape, "[G, M, N]" if len(shape) == 3 else "[M, N]")
+    if c is not None:
+        require_tensor("c", c)
+
+
+def _operand_maps(a2: torch.Tensor, rows_a: int, b2: torch.Tensor, rows_b: int, cfg, row_bytes) -> bytes:
+    """Byte operands (e4m3 or packed e2m1) as [rows, K bytes], boxes of one swizzle span along K (128 bytes, or
+    64 for the packed side of mixed operands); scale words are read by the kernel through plain pointers."""
+    (_, lda), (_, ldb) = tma_operand("a", a2), tma_operand("b", b2)
+    ra, rb = row_bytes
+    ka, kb = a2.shape[1] * a2.element_size(), b2.shape[1] * b2.element_size()
+    return (tma_2d(_OFF_A, _U8, a2.data_ptr(), ka, rows_a, lda, ra, cfg.block_m, ra)
+            + tma_2d(_OFF_B, _U8, b2.data_ptr(), kb, rows_b, ldb, rb, cfg.block_n, rb))
+
+
+@lru_cache(maxsize=4096)
+def _dense_plan(kind: str, grans: tuple[int, int], mb: int, n: int, k: int, out: str, with_c: bool, index: int,
+                num_sms: int, emulate):
+    """Bounded LRU keyed by the M bucket the heuristic uses (m_bucket), never by the exact M."""
+    target = target_for_device(index)
+    p = dense_plan(mb, n, k, num_sms, kind)
+    spec = spec_for(p.config, kind, grans, "fp32" if p.splits > 1 else out, with_c and p.splits == 1)
+    kern = jit.get_kernel(spec, target, index)
+    reduce = SplitK(out, with_c, target, index, num_sms) if p.splits > 1 else None
+    return kern, p.grid(num_sms), p.config, p.splits, reduce, spec.row_bytes
 
 
 def fp8_fp4_gemm_nt(a, b, d: torch.Tensor, c: torch.Tensor | None = None, recipe=None, alpha: float = 1.0) -> None:
     """d = alpha * (a[0] * a[1]) @ (b[0] * b[1]).T (+ c) for a = (a, sfa) [M, K], b = (b, sfb) [N, K] (FP4: K/2
     bytes). d/c: [M, N] bf16 or fp32 (c optional, may alias d). recipe: DeepGEMM's (gran_m, gran_n, gran_k)."""
     a, sfa, b, sfb, kind = _operands(a, b, recipe)
-    fp4 = kind != "mxfp8"  # some operand is packed FP4
     if a.dim() != 2 or b.dim() != 2:
         raise ValueError(f"a must be [M, K] and b [N, K], got {tuple(a.shape)} and {tuple(b.shape)}")
     m, n = a.shape[0], b.shape[0]
     k = _k_of(a)
     if _k_of(b) != k:
         raise ValueError(f"a {tuple(a.shape)} and b {tuple(b.shape)} must agree on K")
-    _check_out(d, c, (m, n), False)
+    _check_out(d, c, (m, n))
+    (lda, _), (ldb, _) = tma_operand("a", a), tma_operand("b", b)
+    dense_rule(m=m, n=n, k=k, a_dtype=dtype_name(a.dtype), b_dtype=dtype_name(b.dtype), out_dtype=dtype_name(d.dtype),
+               c_dtype=dtype_name(c.dtype) if c is not None else None, lda=lda, ldb=ldb)
+    if c is not None:
+        require_shape("c", c, (m, n), "[M, N]")
     alpha = _alpha(alpha)
-    dev = require_same_cuda_device(a=a, b=b, sfa=sfa, sfb=sfb, d=d, **({"c": c} if c is not None else {}))
-    index = dev.index if dev.index is not None else torch.cuda.current_device()
-    target_for_device(index)
     ldd = output_row_stride("d", d)
     ldc = output_row_stride("c", c) if c is not None else 0
+    index = device_of(a=a, b=b, sfa=sfa, sfb=sfb, d=d, **({"c": c} if c is not None else {}))
     if m == 0 or n == 0:
         return
     if k == 0:
@@ -214,66 +215,51 @@ def fp8_fp4_gemm_nt(a, b, d: torch.Tensor, c: torch.Tensor | None = None, recipe
         elif c.data_ptr() != d.data_ptr():
             d.copy_(c)
         return
-    if fp4 and k % 32:
-        raise ValueError(f"K = {k} must be a multiple of 32 with a packed FP4 operand (16-byte TMA rows)")
-    lda, ldb = tma_row_stride_bytes("a", a), tma_row_stride_bytes("b", b)
     grans = _grans(kind, k, recipe, sfa, sfb)
     sfa_p, sfa_ps, _ = _prepare_sf("sfa", sfa, m, k, grans[0], None, True)
     sfb_p, sfb_ps, _ = _prepare_sf("sfb", sfb, n, k, grans[1], None, False)
-    handle, grid, threads, cfg, splits, reduce, (ra, rb) = _dense_plan(kind, grans, m, n, k, _OUT[d.dtype],
-                                                                       c is not None, index)
-    stream = runtime.current_stream_fn()(index)
+    num_sms = num_sms_for(index)
+    kern, grid, cfg, splits, reduce, row_bytes = _dense_plan(kind, grans, m_bucket(m), n, k, _OUT[d.dtype],
+                                                             c is not None, index, num_sms,
+                                                             os.environ.get(EMULATE_ENV))
     out_ptr, out_ld, c_ptr, c_ld, split_stride = d.data_ptr(), ldd, c.data_ptr() if c is not None else 0, ldc, 0
     if splits > 1:  # fp32 slices [splits, M, N]; the reduce kernel adds them in order, then C
-        ws = torch.empty(splits * m * n, dtype=torch.float32, device=d.device)
+        ws = SplitK.workspace(splits, m, n, d.device)
         out_ptr, out_ld, c_ptr, c_ld, split_stride = ws.data_ptr(), n, 0, 0, m * n
-    runtime.block_scaled_launcher()(handle, grid, threads, stream, a.data_ptr(), m, lda, cfg.block_m,
-                                    a.shape[1] * a.element_size(), ra, b.data_ptr(), n, ldb, cfg.block_n,
-                                    b.shape[1] * b.element_size(), rb, sfa_p.data_ptr(), sfb_p.data_ptr(), out_ptr,
-                                    c_ptr, 0, m, n, k, out_ld, c_ld, 1, 0, splits, split_stride, sfa_ps, 0, sfb_ps,
-                                    0, alpha)
+    launch(kern, grid, PARAMS.pack(sfa=sfa_p.data_ptr(), sfb=sfb_p.data_ptr(), d=out_ptr, c=c_ptr, layout=0, m=m, n=n,
+                                   k=k, ldd=out_ld, ldc=c_ld, num_groups=1, psum_layout=0, num_splits=splits,
+                                   split_stride=split_stride, sfa_pack_stride=sfa_ps, sfa_group_stride=0,
+                                   sfb_pack_stride=sfb_ps, sfb_group_stride=0, alpha=alpha),
+           _operand_maps(a, m, b, n, cfg, row_bytes), index)
     if splits > 1:
-        r_handle, r_grid, r_threads = reduce
-        runtime.launch(r_handle, r_grid, r_threads, stream, [], [out_ptr, d.data_ptr(), c.data_ptr() if c is not None
-                                                                 else 0], [m, n, ldd, ldc, splits])
+        reduce.reduce(out_ptr, d.data_ptr(), c.data_ptr() if c is not None else 0, m, n, ldd, ldc, splits, index)
 
 
 def _grouped_scales(kind: str, recipe, sfa: torch.Tensor, sfb: torch.Tensor, m: int, n: int, k: int, groups: int,
                     masked: bool) -> tuple:
-    """K check, granularities and packed scales of an M-grouped call: b's scales are per group, a's only when
-    masked. Returns (grans, (sfa, word stride, group stride), (sfb, ...))."""
-    fp4 = kind != "mxfp8"
-    if k == 0 or (fp4 and k % 32):
-        raise ValueError(f"K = {k} must be positive{' and a multiple of 32 for FP4' if fp4 else ''}")
+    """Granularities and packed scales of an M-grouped call: b's scales are per group, a's only when masked.
+    Returns (grans, (sfa, word stride, group stride), (sfb, ...))."""
     grans = _grans(kind, k, recipe, sfa, sfb)
     return (grans, _prepare_sf("sfa", sfa, m, k, grans[0], groups if masked else None, True),
             _prepare_sf("sfb", sfb, n, k, grans[1], groups, False))
 
 
-def _grouped_plan(kind: str, grans: tuple[int, int], gemm_type: str, small: bool, index: int) -> tuple:
-    num_sms = num_sms_for(index)
-    key = ("grouped", kind, grans, gemm_type, small, index, num_sms, os.environ.get(EMULATE_ENV))
-    plan = _plans.get(key)
-    if plan is None:
-        cfg = BLOCK_SCALED_GROUPED_CONFIGS[1] if small else BLOCK_SCALED_GROUPED_CONFIGS[0]
-        spec = _spec(cfg, kind, grans, "bf16", False, gemm_type)
-        kern = jit.get_kernel(spec, target_for_device(index), index)
-        plan = (kern.handle, kern.threads, cfg, num_sms, spec.row_bytes)
-        _plans[key] = plan
-    return plan
+@lru_cache(maxsize=256)
+def _grouped_kernel(kind: str, grans: tuple[int, int], gemm_type: str, cfg, index: int, emulate):
+    spec = spec_for(cfg, kind, grans, "bf16", False, gemm_type)
+    return jit.get_kernel(spec, target_for_device(index), index), spec.row_bytes
 
 
-def _grouped_launch(plan, tiles, index, a2, rows_a, b2, rows_b, sfa, sfb, d_ptr, layout_ptr, m, n, k, ldd, groups,
-                    psum, alpha) -> None:
-    handle, threads, cfg, num_sms, (ra, rb) = plan
+def _grouped_launch(kind, grans, gemm_type, cfg, tiles, index, a2, rows_a, b2, rows_b, sfa, sfb, d_ptr, layout_ptr,
+                    m, n, k, ldd, groups, psum, alpha) -> None:
+    kern, row_bytes = _grouped_kernel(kind, grans, gemm_type, cfg, index, os.environ.get(EMULATE_ENV))
     (sfa_p, sfa_ps, sfa_gs), (sfb_p, sfb_ps, sfb_gs) = sfa, sfb
-    stream = runtime.current_stream_fn()(index)
-    runtime.block_scaled_launcher()(handle, min(num_sms, max(tiles, 1)), threads, stream, a2.data_ptr(), rows_a,
-                                    tma_row_stride_bytes("a", a2), cfg.block_m, a2.shape[1] * a2.element_size(), ra,
-                                    b2.data_ptr(), rows_b, tma_row_stride_bytes("b", b2), cfg.block_n,
-                                    b2.shape[1] * b2.element_size(), rb, sfa_p.data_ptr(), sfb_p.data_ptr(), d_ptr,
-                                    0, layout_ptr, m, n, k, ldd, 0, groups, 1 if psum else 0, 1, 0, sfa_ps, sfa_gs,
-                                    sfb_ps, sfb_gs, alpha)
+    launch(kern, min(num_sms_for(index), max(tiles, 1)),
+           PARAMS.pack(sfa=sfa_p.data_ptr(), sfb=sfb_p.data_ptr(), d=d_ptr, c=0, layout=layout_ptr, m=m, n=n, k=k,
+                       ldd=ldd, ldc=0, num_groups=groups, psum_layout=int(psum), num_splits=1, split_stride=0,
+                       sfa_pack_stride=sfa_ps, sfa_group_stride=sfa_gs, sfb_pack_stride=sfb_ps,
+                       sfb_group_stride=sfb_gs, alpha=alpha),
+           _operand_maps(a2, rows_a, b2, rows_b, cfg, row_bytes), index)
 
 
 def m_grouped_fp8_fp4_gemm_nt_contiguous(a, b, d: torch.Tensor, grouped_layout: torch.Tensor, recipe=None,
@@ -285,30 +271,28 @@ def m_grouped_fp8_fp4_gemm_nt_contiguous(a, b, d: torch.Tensor, grouped_layout: 
     grouped_layout: int32 [M] group id per row (-1 = padding), or with use_psum_layout int32 [G] group ends;
     every group starts at a multiple of get_mk_alignment_for_contiguous_layout() rows (checked, as for BF16)."""
     a, sfa, b, sfb, kind = _operands(a, b, recipe)
-    require_dtype("grouped_layout", require_tensor("grouped_layout", grouped_layout), (torch.int32,))
+    require_int32("grouped_layout", grouped_layout)
     if a.dim() != 2 or b.dim() != 3:
         raise ValueError(f"a must be [M, K] and b [G, N, K], got {tuple(a.shape)} and {tuple(b.shape)}")
     m, k = a.shape[0], _k_of(a)
     g, n = b.shape[:2]
     if _k_of(b) != k:
         raise ValueError(f"a {tuple(a.shape)} and b {tuple(b.shape)} must agree on K")
-    _check_out(d, None, (m, n), True)
+    _check_out(d, None, (m, n))
+    m_grouped_contiguous_rule(m=m, n=n, k=k, num_groups=g, a_dtype=dtype_name(a.dtype), b_dtype=dtype_name(b.dtype),
+                              out_dtype=dtype_name(d.dtype), use_psum_layout=use_psum_layout)
     require_contiguous_layout_shape(grouped_layout, m, g, use_psum_layout)
     alpha = _alpha(alpha)
-    dev = require_same_cuda_device(a=a, b=b, sfa=sfa, sfb=sfb, d=d, grouped_layout=grouped_layout)
-    index = dev.index if dev.index is not None else torch.cuda.current_device()
-    target_for_device(index)
+    ldd = output_row_stride("d", d)
+    index = device_of(a=a, b=b, sfa=sfa, sfb=sfb, d=d, grouped_layout=grouped_layout)
     maybe_check_contiguous_layout(check_layout, grouped_layout, m, g, use_psum_layout)
     if m == 0 or n == 0 or g == 0:
         return
     grans, sfa_t, sfb_t = _grouped_scales(kind, recipe, sfa, sfb, m, n, k, g, masked=False)
-    b2 = _grouped_rows_view("b", b)
-    ldd = output_row_stride("d", d)
-    plan = _grouped_plan(kind, grans, "m_contiguous", m <= 64, index)
-    cfg = plan[2]
+    cfg = grouped_config(m)
     tiles = -(-m // cfg.block_m) * -(-n // cfg.block_n)
-    _grouped_launch(plan, tiles, index, a, m, b2, g * n, sfa_t, sfb_t, d.data_ptr(), grouped_layout.data_ptr(),
-                    m, n, k, ldd, g, use_psum_layout, alpha)
+    _grouped_launch(kind, grans, "m_contiguous", cfg, tiles, index, a, m, rows_view("b", b), g * n, sfa_t, sfb_t,
+                    d.data_ptr(), grouped_layout.data_ptr(), m, n, k, ldd, g, use_psum_layout, alpha)
 
 
 def m_grouped_fp8_fp4_gemm_nt_masked(a, b, d: torch.Tensor, masked_m: torch.Tensor, expected_m: int,
@@ -318,7 +302,7 @@ def m_grouped_fp8_fp4_gemm_nt_masked(a, b, d: torch.Tensor, masked_m: torch.Tens
     a = (a [G, M, K], sfa [G, ...]); b = (b [G, N, K], sfb [G, ...]); d [G, M, N] bf16; masked_m int32 [G] on
     the device (read only by the kernel: graph-safe with packed scales). expected_m picks the tile size."""
     a, sfa, b, sfb, kind = _operands(a, b, recipe)
-    require_dtype("masked_m", require_tensor("masked_m", masked_m), (torch.int32,))
+    require_int32("masked_m", masked_m)
     if a.dim() != 3 or b.dim() != 3:
         raise ValueError(f"a must be [G, M, K] and b [G, N, K], got {tuple(a.shape)} and {tuple(b.shape)}")
     g, m = a.shape[:2]
@@ -326,24 +310,21 @@ def m_grouped_fp8_fp4_gemm_nt_masked(a, b, d: torch.Tensor, masked_m: torch.Tens
     k = _k_of(a)
     if b.shape[0] != g or _k_of(b) != k:
         raise ValueError(f"a {tuple(a.shape)} and b {tuple(b.shape)} must agree on G and K")
-    _check_out(d, None, (g, m, n), True)
-    _require_shape("masked_m", masked_m, (g,), "[G]")
-    if not isinstance(expected_m, int) or isinstance(expected_m, bool) or expected_m < 0:
-        raise TypeError(f"expected_m must be a non-negative int, got {expected_m!r}")
+    _check_out(d, None, (g, m, n))
+    require_shape("masked_m", masked_m, (g,), "[G]")
+    m_grouped_masked_rule(num_groups=g, m=m, n=n, k=k, expected_m=expected_m, a_dtype=dtype_name(a.dtype),
+                          b_dtype=dtype_name(b.dtype), out_dtype=dtype_name(d.dtype))
     alpha = _alpha(alpha)
-    dev = require_same_cuda_device(a=a, b=b, sfa=sfa, sfb=sfb, d=d, masked_m=masked_m)
-    index = dev.index if dev.index is not None else torch.cuda.current_device()
-    target_for_device(index)
+    index = device_of(a=a, b=b, sfa=sfa, sfb=sfb, d=d, masked_m=masked_m)
     if g == 0 or m == 0 or n == 0:
         return
     grans, sfa_t, sfb_t = _grouped_scales(kind, recipe, sfa, sfb, m, n, k, g, masked=True)
-    a2, b2, d2 = _grouped_rows_view("a", a), _grouped_rows_view("b", b), _grouped_rows_view("d", d)
+    a2, b2, d2 = rows_view("a", a), rows_view("b", b), rows_view("d", d)
     ldd = output_row_stride("d", d2)
-    plan = _grouped_plan(kind, grans, "m_masked", max(expected_m, 1) <= 64, index)
-    cfg = plan[2]
+    cfg = grouped_config(max(expected_m, 1))
     tiles = g * -(-m // cfg.block_m) * -(-n // cfg.block_n)
-    _grouped_launch(plan, tiles, index, a2, g * m, b2, g * n, sfa_t, sfb_t, d2.data_ptr(), masked_m.data_ptr(),
-                    m, n, k, ldd, g, False, alpha)
+    _grouped_launch(kind, grans, "m_masked", cfg, tiles, index, a2, g * m, b2, g * n, sfa_t, sfb_t, d2.data_ptr(),
+                    masked_m.data_ptr(), m, n, k, ldd, g, False, alpha)
 
 
 # DeepGEMM's names: the FP8 entry points also take FP4 operands.

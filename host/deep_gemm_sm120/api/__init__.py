@@ -1,1 +1,0 @@
-"""Public entry points, one module per kernel family."""

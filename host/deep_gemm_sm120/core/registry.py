@@ -1,0 +1,189 @@
+"""The kernel-family registry: every family under `families/` declares itself once (a `FAMILY` object in its
+package's `__init__.py`), and everything that lists kernels or ops is derived from here: precompile()'s specs,
+the compile gate's instantiations and SASS rules, is_supported, the package exports and the support matrix.
+
+A family package is discovered by being there: adding one edits no list anywhere else.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Callable, ClassVar
+
+from .limits import SMEM_LIMIT
+from .params import ParamList
+
+TARGET_CLASSES = ("sm120", "sm90")   # native SM120 targets; the sm_90a qualification build
+# Forbidden in every kernel on every target: local memory traffic and the emulated-TMA call.
+FORBIDDEN_EVERYWHERE = (r"^LDL(\.|$)", r"^STL(\.|$)", r"^CALL\.ABS\.NOINC")
+
+
+def target_class(target: str) -> str:
+    return "sm120" if target.startswith("sm_12") else "sm90"
+
+
+@dataclass(frozen=True)
+class GateRules:
+    """What the compile gate demands of one instantiation's SASS, per target class."""
+    required: dict[str, tuple[str, ...]]                     # opcode prefixes that must appear
+    forbidden: dict[str, tuple[str, ...]] = field(default_factory=dict)  # extra regexes that must not match
+    # The sm_90a build is the qualification emulation of SM120-only atoms: its spills and local memory are
+    # reported, not failed (the SM120 builds must stay spill-free).
+    emulation_spills_allowed: bool = False
+
+    def __post_init__(self) -> None:
+        missing = [c for c in TARGET_CLASSES if c not in self.required]
+        if missing:
+            raise ValueError(f"gate rules must name required opcodes for {TARGET_CLASSES}, missing {missing}")
+        for pats in self.forbidden.values():
+            for p in pats:
+                re.compile(p)
+
+    def required_for(self, target: str) -> tuple[str, ...]:
+        return self.required[target_class(target)]
+
+    def forbidden_for(self, target: str) -> tuple[str, ...]:
+        cls = target_class(target)
+        base = FORBIDDEN_EVERYWHERE[2:] if self.spills_allowed(target) else FORBIDDEN_EVERYWHERE
+        return base + self.forbidden.get(cls, ())
+
+    def spills_allowed(self, target: str) -> bool:
+        return self.emulation_spills_allowed and target_class(target) == "sm90"
+
+
+class KernelSpec:
+    """Base of a family's instantiation spec (a frozen dataclass): the template arguments and the type
+    placeholders of one kernel. `FAMILY` is set when the family declares itself."""
+    FAMILY: ClassVar["Family"]
+
+    def template_args(self) -> list[str]:
+        raise NotImplementedError
+
+    def type_subst(self) -> dict[str, str]:
+        return {}
+
+    @property
+    def name(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def threads(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def smem_bytes(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def family(self) -> str:
+        return type(self).FAMILY.name
+
+    @property
+    def params(self) -> ParamList:
+        return type(self).FAMILY.params
+
+    def source(self) -> str:
+        fam = type(self).FAMILY
+        types = ",\n    ".join(fam.params.instantiation_types(**self.type_subst()))
+        return (f'#include "{fam.header}"\n'
+                "// One instantiation per translation unit; the runtime finds it as the module's only kernel.\n"
+                f"template __global__ void {fam.kernel}<{', '.join(self.template_args())}>(\n    {types});\n")
+
+
+@dataclass(frozen=True)
+class Op:
+    """One public entry point (DeepGEMM's name). `rule` checks shapes and dtypes given as plain values and
+    raises the typed error the API raises for them; is_supported calls the same function."""
+    name: str
+    rule: Callable[..., None]
+    operands: str          # support-matrix columns
+    output: str
+    notes: str = ""
+    aliases: tuple[str, ...] = ()
+    signature: str = ""    # shown in the support matrix (defaults to the name)
+    # plan_specs(num_sms=..., **shape) -> the instantiations a call of this shape launches (precompile(shapes=))
+    plan_specs: Callable[..., list] | None = None
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    header: str                                  # relative to device_layer/
+    kernel: str                                  # qualified template name
+    params: ParamList                            # the kernel's parameters, written once
+    spec_type: type
+    specs: Callable[[], list]                    # every instantiation the host API can launch
+    gate: Callable[[object], GateRules]          # SASS rules of one instantiation
+    quick_key: Callable[[object], tuple]         # instantiations with equal keys share resources (gate --quick)
+    pdl: bool                                    # waits on griddepcontrol before touching global memory
+    ops: tuple[Op, ...] = ()
+    api_modules: tuple[str, ...] = ("api",)      # modules of the family package that define the ops
+
+    def __post_init__(self) -> None:
+        self.spec_type.FAMILY = self
+
+
+@dataclass(frozen=True)
+class Registry:
+    families: tuple[Family, ...]
+    packages: dict[str, str]                     # family name -> package (module) name
+
+    @property
+    def by_name(self) -> dict[str, Family]:
+        return {f.name: f for f in self.families}
+
+    @property
+    def ops(self) -> dict[str, tuple[Family, Op]]:
+        out = {}
+        for fam in self.families:
+            for op in fam.ops:
+                for name in (op.name, *op.aliases):
+                    out[name] = (fam, op)
+        return out
+
+    def specs(self, families: tuple[str, ...] | None = None) -> list:
+        if families is not None:
+            unknown = sorted(set(families) - set(self.by_name))
+            if unknown:
+                raise ValueError(f"unknown kernel families {unknown}; known: {sorted(self.by_name)}")
+        return [s for f in self.families if families is None or f.name in families for s in f.specs()]
+
+
+def _validate(reg: Registry) -> None:
+    seen: dict[str, str] = {}
+    for fam in reg.families:
+        for op in fam.ops:
+            for name in (op.name, *op.aliases):
+                if name in seen:
+                    raise ValueError(f"op {name} is declared by families {seen[name]} and {fam.name}")
+                seen[name] = fam.name
+        for spec in fam.specs():
+            if not isinstance(spec, fam.spec_type):
+                raise TypeError(f"{fam.name}: spec {spec!r} is not a {fam.spec_type.__name__}")
+            rules = fam.gate(spec)
+            if not isinstance(rules, GateRules):
+                raise TypeError(f"{fam.name}: gate({spec.name}) must return GateRules, got {rules!r}")
+            if spec.smem_bytes > SMEM_LIMIT:
+                raise ValueError(f"{spec.name} needs {spec.smem_bytes} B of shared memory (> {SMEM_LIMIT} B)")
+
+
+@lru_cache(maxsize=None)
+def registry() -> Registry:
+    """Import every package under `families/` and collect its FAMILY (validated once)."""
+    pkg = importlib.import_module(__name__.rsplit(".", 2)[0] + ".families")
+    fams, packages = [], {}
+    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
+        if not info.ispkg:
+            continue
+        mod = importlib.import_module(f"{pkg.__name__}.{info.name}")
+        fam = getattr(mod, "FAMILY", None)
+        if not isinstance(fam, Family):
+            raise TypeError(f"families/{info.name}/__init__.py must define FAMILY = Family(...)")
+        fams.append(fam)
+        packages[fam.name] = mod.__name__
+    reg = Registry(tuple(fams), packages)
+    _validate(reg)
+    return reg

@@ -1,0 +1,337 @@
+"""BF16 GEMM family (impls/sm120_bf16_gemm.cuh): dense NT/NN/TN/TT with swap-AB and split-K, M-grouped
+contiguous/masked, K-grouped. Declarations only (torch-free): kernel parameters, configurations and specs, the
+plan heuristic, the shape/dtype rules of each op, and the SASS the compile gate demands."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ...core import splitk
+from ...core.limits import MK_ALIGNMENT_FOR_CONTIGUOUS_LAYOUT
+from ...core.params import Param, ParamList
+from ...core.registry import Family, GateRules, KernelSpec, Op
+from ...core.rules import dtype_name, require_contiguous_m, require_dim, require_dtype, require_tma_rows, show
+from ..split_k_reduce import SplitKReduceSpec
+
+PARAMS = ParamList(
+    Param("tmap_a", "CUtensorMap"), Param("tmap_b", "CUtensorMap"),
+    Param("d", "{out}*"), Param("c", "const {out}*"), Param("layout", "const int32_t*"),
+    Param("aux", "const uint64_t*"),
+    Param("m", "uint32_t"), Param("n", "uint32_t"), Param("k", "uint32_t"), Param("ldd", "uint32_t"),
+    Param("ldc", "uint32_t"), Param("num_groups", "uint32_t"), Param("psum_layout", "uint32_t"),
+    Param("num_splits", "uint32_t"), Param("split_stride", "uint32_t"),
+)
+
+OUT_DTYPES = ("bf16", "fp32")
+CXX_OUT = {"bf16": "sm120::bf16", "fp32": "float"}
+GEMM_TYPES = {"normal": "kNormal", "m_contiguous": "kMGroupedContiguous", "m_masked": "kMGroupedMasked",
+              "k_contiguous": "kKGroupedContiguous"}
+LAYOUTS = ("nt", "nn", "tn", "tt")   # DeepGEMM naming: a [M,K] "n" or [K,M] "t"; then b [K,N] "n" or [N,K] "t"
+
+
+@dataclass(frozen=True)
+class Bf16GemmConfig:
+    block_m: int
+    block_n: int
+    stages: int
+    warps_m: int
+    warps_n: int
+    group_n: int = 16
+    block_k: int = 64
+
+    @property
+    def threads(self) -> int:
+        return self.warps_m * self.warps_n * 32 + 128
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.stages * (self.block_m + self.block_n) * self.block_k * 2 + 2 * self.stages * 8
+
+    @property
+    def name(self) -> str:
+        return f"{self.block_m}x{self.block_n}x{self.block_k}_s{self.stages}_w{self.warps_m}x{self.warps_n}"
+
+
+@dataclass(frozen=True)
+class Bf16GemmSpec(KernelSpec):
+    """One kernel instantiation: what the JIT compiles and the compile gate checks."""
+    config: Bf16GemmConfig
+    out_dtype: str = "bf16"
+    with_c: bool = False
+    swap_ab: bool = False
+    gemm_type: str = "normal"
+    layout: str = "nt"
+
+    @property
+    def name(self) -> str:
+        return (f"bf16_gemm_nt_{self.config.name}_{self.out_dtype}{'_c' if self.with_c else ''}"
+                f"{'_swap' if self.swap_ab else ''}{'' if self.gemm_type == 'normal' else '_' + self.gemm_type}"
+                f"{'' if self.layout == 'nt' else '_' + self.layout}")
+
+    @property
+    def threads(self) -> int:
+        return self.config.threads
+
+    @property
+    def smem_bytes(self) -> int:
+        if self.gemm_type == "k_contiguous":  # + two 128-byte tensor-map copies for tensormap.replace
+            return -(-self.config.smem_bytes // 128) * 128 + 256
+        return self.config.smem_bytes
+
+    @property
+    def mn_major(self) -> tuple[bool, bool]:
+        """(first operand MN-major, second operand MN-major) in kernel order (after swap-AB)."""
+        a_mn, b_mn = self.layout[0] == "t", self.layout[1] == "n"
+        return (b_mn, a_mn) if self.swap_ab else (a_mn, b_mn)
+
+    def template_args(self) -> list[str]:
+        c, b = self.config, lambda x: "true" if x else "false"
+        return [str(c.block_m), str(c.block_n), str(c.block_k), str(c.stages), str(c.warps_m), str(c.warps_n),
+                str(c.group_n), CXX_OUT[self.out_dtype], b(self.with_c), b(self.swap_ab),
+                f"sm120::GemmType::{GEMM_TYPES[self.gemm_type]}", b(self.mn_major[0]), b(self.mn_major[1])]
+
+    def type_subst(self) -> dict[str, str]:
+        return {"out": CXX_OUT[self.out_dtype]}
+
+
+# ---------------------------------------------------------------- configurations (largest tiles first)
+
+DENSE_CONFIGS = (
+    # 64x64 warp tiles: fewest ldmatrix per MMA; BLOCK_K 32 (64B swizzle) leaves room for 4 stages
+    Bf16GemmConfig(128, 256, 4, 2, 4, block_k=32),
+    Bf16GemmConfig(128, 128, 3, 2, 4),
+    Bf16GemmConfig(128, 64, 4, 2, 2),
+    Bf16GemmConfig(64, 128, 4, 1, 4),
+    Bf16GemmConfig(64, 64, 6, 2, 2),
+)
+# Swap-AB for small M: block_m tiles N (weights), block_n tiles M (tokens).
+SWAP_CONFIGS = (Bf16GemmConfig(64, 16, 9, 4, 1), Bf16GemmConfig(128, 32, 4, 4, 1))
+SWAP_AB_MAX_M = 32
+# M-grouped: BLOCK_M divides the contiguous-layout alignment, so no tile straddles groups. [large, small M]
+GROUPED_CONFIGS = (Bf16GemmConfig(128, 128, 3, 2, 4), Bf16GemmConfig(64, 128, 4, 1, 4))
+GROUPED_SMALL_M = 64
+# NN / TN / TT (an MN-major operand): 64-wide boxes need BLOCK_M/BLOCK_N multiples of 64, BLOCK_K 64.
+LAYOUT_CONFIGS = tuple(c for c in DENSE_CONFIGS if c.block_k == 64)
+# K-grouped (weight gradients): both operands MN-major ("tn"), fp32 D accumulated onto C. [large, small MxN]
+K_GROUPED_CONFIGS = (Bf16GemmConfig(128, 128, 3, 2, 4), Bf16GemmConfig(64, 64, 6, 2, 2))
+K_GROUPED_SMALL_MN = 512 * 512
+
+# Relative main-loop efficiency per tile area: smaller tiles issue more ldmatrix per MMA. Rough ratios that
+# only break ties between wave counts; 128x256 ran ~8% faster than 128x128 per unit of work at 4096^3 and
+# 8192^3 on the H200 (benchmarks/bench_bf16_gemm.py --sweep).
+TILE_EFFICIENCY = {128 * 256: 1.08, 128 * 128: 1.0, 128 * 64: 0.82, 64 * 64: 0.65}
+
+
+def specs() -> list[Bf16GemmSpec]:
+    """All instantiations reachable from the host API."""
+    S = Bf16GemmSpec
+    plain = [S(cfg, out, c) for cfg in DENSE_CONFIGS for out in OUT_DTYPES for c in (False, True)]
+    swap = [S(cfg, out, c, True) for cfg in SWAP_CONFIGS for out in OUT_DTYPES for c in (False, True)]
+    grouped = [S(cfg, "bf16", False, False, t) for cfg in GROUPED_CONFIGS for t in ("m_contiguous", "m_masked")]
+    layouts = [S(cfg, out, c, False, "normal", lay) for lay in ("nn", "tn", "tt") for cfg in LAYOUT_CONFIGS
+               for out in OUT_DTYPES for c in (False, True)]
+    swap_nn = [S(cfg, out, c, True, "normal", "nn") for cfg in SWAP_CONFIGS for out in OUT_DTYPES
+               for c in (False, True)]
+    k_grouped = [S(cfg, "fp32", c, False, "k_contiguous", "tn") for cfg in K_GROUPED_CONFIGS for c in (False, True)]
+    return plain + swap + grouped + layouts + swap_nn + k_grouped
+
+
+# ---------------------------------------------------------------- heuristics (pure, bucketed)
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def m_bucket(m: int) -> int:
+    """The plan depends on M only through this: 16 / 32 (swap-AB widths), else M rounded up to 64 (every
+    BLOCK_M divides 128 and is >= 64, so tile counts are unchanged). Plan caches key on it, so a server that
+    sees every M from 1 to 8192 holds at most 130 dense plans per (N, K), not 8192."""
+    return 16 if m <= 16 else 32 if m <= SWAP_AB_MAX_M else _ceil_div(m, 64) * 64
+
+
+def wave_cost(cfg, m: int, n: int, num_sms: int) -> float:
+    """Waves x tile work / efficiency: the critical path of a persistent launch."""
+    tiles = _ceil_div(m, cfg.block_m) * _ceil_div(n, cfg.block_n)
+    return _ceil_div(tiles, num_sms) * cfg.block_m * cfg.block_n / TILE_EFFICIENCY[cfg.block_m * cfg.block_n]
+
+
+def choose_config(m: int, n: int, num_sms: int, layout: str = "nt") -> Bf16GemmConfig:
+    return min(DENSE_CONFIGS if layout == "nt" else LAYOUT_CONFIGS, key=lambda c: wave_cost(c, m, n, num_sms))
+
+
+@dataclass(frozen=True)
+class DensePlan:
+    config: Bf16GemmConfig
+    swap_ab: bool
+    splits: int
+    tiles: int          # output tiles in kernel space (after swap)
+
+    def grid(self, num_sms: int) -> int:
+        return min(num_sms, self.tiles * self.splits)
+
+
+@lru_cache(maxsize=4096)
+def dense_plan(m: int, n: int, k: int, num_sms: int, layout: str = "nt") -> DensePlan:
+    """Config, swap-AB and split-K of a dense GEMM. Decode-sized M (<= 32) swaps A and B so the weights fill
+    the wide tile side (only when A is K-major: an MN-major A cannot be fetched in 16/32-wide boxes).
+    Callers pass m_bucket(m); the result is the same for every M of a bucket (tests/test_registry_cpu.py)."""
+    if m <= SWAP_AB_MAX_M and layout[0] == "n":
+        cfg = min((c for c in SWAP_CONFIGS if c.block_n >= m), key=lambda c: c.block_n)
+        km, kn, swap = n, m, True
+    else:
+        cfg, km, kn, swap = choose_config(m, n, num_sms, layout), m, n, False
+    tiles = _ceil_div(km, cfg.block_m) * _ceil_div(kn, cfg.block_n)
+    return DensePlan(cfg, swap, splitk.choose_splits(tiles, k, cfg.block_k, num_sms), tiles)
+
+
+def grouped_config(m_hint: int) -> Bf16GemmConfig:
+    """M-grouped tile: the narrow one when groups are small (contiguous: all rows; masked: expected_m)."""
+    return GROUPED_CONFIGS[1] if m_hint <= GROUPED_SMALL_M else GROUPED_CONFIGS[0]
+
+
+def k_grouped_config(m: int, n: int) -> Bf16GemmConfig:
+    return K_GROUPED_CONFIGS[1] if m * n <= K_GROUPED_SMALL_MN else K_GROUPED_CONFIGS[0]
+
+
+# ---------------------------------------------------------------- shape and dtype rules (API == is_supported)
+
+BF16 = ("bfloat16",)
+_OUT_NAMES = ("bfloat16", "float32")
+
+
+def _common(dtypes: tuple, out_dtype, c_dtype, out_allowed=_OUT_NAMES, **dims) -> None:
+    """dtypes: (ab_dtype, a_dtype, b_dtype); a_dtype / b_dtype override ab_dtype for one operand."""
+    ab, a, b = dtypes
+    require_dtype("a", a if a is not None else ab, BF16)
+    require_dtype("b", b if b is not None else ab, BF16)
+    require_dtype("d", out_dtype, out_allowed)
+    if c_dtype is not None and out_dtype is not None and c_dtype != out_dtype:
+        raise TypeError(f"c must have d's dtype {show(out_dtype)}, got {show(c_dtype)}")
+    for name, v in dims.items():
+        if v is not None:
+            require_dim(name, v)
+
+
+def dense_rule(layout: str):
+    a_mn, b_mn = layout[0] == "t", layout[1] == "n"
+
+    def rule(m: int | None = None, n: int | None = None, k: int | None = None, ab_dtype: str | None = None,
+             a_dtype: str | None = None, b_dtype: str | None = None, out_dtype: str | None = None,
+             c_dtype: str | None = None, lda: int | None = None, ldb: int | None = None) -> None:
+        """lda / ldb: row strides (elements) of a and b as stored; None for contiguous."""
+        _common((ab_dtype, a_dtype, b_dtype), out_dtype, c_dtype, m=m, n=n, k=k)
+        if k == 0 or m == 0 or n == 0:
+            return  # nothing is read through TMA
+        (a_inner, a_rows), (b_inner, b_rows) = ((m, k) if a_mn else (k, m)), ((n, k) if b_mn else (k, n))
+        if a_inner is not None:
+            require_tma_rows("a", a_inner, 2, lda, a_rows)
+        if b_inner is not None:
+            require_tma_rows("b", b_inner, 2, ldb, b_rows)
+    return rule
+
+
+def m_grouped_contiguous_rule(m: int | None = None, n: int | None = None, k: int | None = None,
+                              num_groups: int | None = None, ab_dtype: str | None = None,
+                              a_dtype: str | None = None, b_dtype: str | None = None, out_dtype: str | None = None,
+                              use_psum_layout: bool = False) -> None:
+    _common((ab_dtype, a_dtype, b_dtype), out_dtype, None, ("bfloat16",), m=m, n=n, k=k, num_groups=num_groups)
+    if m is not None and not use_psum_layout:
+        require_contiguous_m(m, MK_ALIGNMENT_FOR_CONTIGUOUS_LAYOUT)
+    _grouped_k(k, m, n, num_groups)
+
+
+def _grouped_k(k, *others) -> None:
+    if k is None or any(x == 0 for x in others):
+        return
+    if k == 0:
+        raise ValueError("K must be positive for grouped GEMMs")
+    require_tma_rows("a and b", k, 2)
+
+
+def m_grouped_masked_rule(num_groups: int | None = None, m: int | None = None, n: int | None = None,
+                          k: int | None = None, expected_m: int | None = None, ab_dtype: str | None = None,
+                          a_dtype: str | None = None, b_dtype: str | None = None,
+                          out_dtype: str | None = None) -> None:
+    _common((ab_dtype, a_dtype, b_dtype), out_dtype, None, ("bfloat16",), num_groups=num_groups, m=m, n=n, k=k)
+    if expected_m is not None and (not isinstance(expected_m, int) or isinstance(expected_m, bool)
+                                   or expected_m < 0):
+        raise TypeError(f"expected_m must be a non-negative int, got {expected_m!r}")
+    _grouped_k(k, num_groups, m, n)
+
+
+def k_grouped_rule(m: int | None = None, n: int | None = None, k: int | None = None,
+                   num_groups: int | None = None, ab_dtype: str | None = None, a_dtype: str | None = None,
+                   b_dtype: str | None = None, out_dtype: str | None = None, c_dtype: str | None = None) -> None:
+    """k: the total K over all groups (sum of ks)."""
+    _common((ab_dtype, a_dtype, b_dtype), out_dtype, c_dtype, ("float32",), m=m, n=n, k=k, num_groups=num_groups)
+    if k == 0 or num_groups == 0 or m == 0 or n == 0:
+        return
+    if m is not None:
+        require_tma_rows("a", m, 2, None, k)   # a [sum K, M]: MN-major rows of M
+    if n is not None:
+        require_tma_rows("b", n, 2, None, k)
+
+
+# ---------------------------------------------------------------- what a call of a given shape launches
+
+def _out(out_dtype) -> str:
+    return "fp32" if out_dtype is not None and dtype_name(out_dtype) == "float32" else "bf16"
+
+
+def dense_specs(layout: str):
+    def plan_specs(m: int, n: int, k: int, num_sms: int, out_dtype=None, with_c: bool = False) -> list:
+        p = dense_plan(m_bucket(m), n, k, num_sms, layout)
+        out = _out(out_dtype)
+        main = Bf16GemmSpec(p.config, "fp32" if p.splits > 1 else out, with_c and p.splits == 1, p.swap_ab,
+                            "normal", layout)
+        return [main] + ([SplitKReduceSpec(out, with_c)] if p.splits > 1 else [])
+    return plan_specs
+
+
+def m_grouped_specs(gemm_type: str):
+    def plan_specs(num_sms: int, m: int | None = None, expected_m: int | None = None, **_shape) -> list:
+        hint = (m if gemm_type == "m_contiguous" else expected_m) or 1
+        return [Bf16GemmSpec(grouped_config(hint), "bf16", False, False, gemm_type)]
+    return plan_specs
+
+
+def k_grouped_specs(m: int, n: int, num_sms: int, with_c: bool = False, **_shape) -> list:
+    return [Bf16GemmSpec(k_grouped_config(m, n), "fp32", with_c, False, "k_contiguous", "tn")]
+
+
+# ---------------------------------------------------------------- the SASS the gate demands
+
+_GATE = GateRules(required={"sm120": ("HMMA.16816.F32.BF16", "UTMALDG"), "sm90": ("HMMA.16816.F32.BF16", "UTMALDG")})
+
+_LAYOUT_TEXT = {"nt": ("a [M,K], b [N,K]", "C may alias D; swap-AB for M <= 32; split-K for few tiles and K >= 2048"),
+                "nn": ("a [M,K], b [K,N]", "b read MN-major (TMA + `ldmatrix.trans`); swap-AB for M <= 32"),
+                "tn": ("a [K,M], b [K,N]", "M and N multiples of 8 (16-byte TMA rows)"),
+                "tt": ("a [K,M], b [N,K]", "M multiple of 8")}
+
+FAMILY = Family(
+    name="bf16_gemm",
+    header="impls/sm120_bf16_gemm.cuh",
+    kernel="sm120::sm120_bf16_gemm_nt_kernel",
+    params=PARAMS,
+    spec_type=Bf16GemmSpec,
+    specs=specs,
+    gate=lambda spec: _GATE,
+    quick_key=lambda s: (s.config, s.gemm_type, s.layout, s.swap_ab),
+    pdl=True,
+    ops=tuple(Op(f"bf16_gemm_{lay}", dense_rule(lay), _LAYOUT_TEXT[lay][0] + " bf16", "bf16 or fp32",
+                 _LAYOUT_TEXT[lay][1], signature=f"bf16_gemm_{lay}(a, b, d, c=None)",
+                 plan_specs=dense_specs(lay)) for lay in LAYOUTS) + (
+        Op("m_grouped_bf16_gemm_nt_contiguous", m_grouped_contiguous_rule, "a [M,K], b [G,N,K] bf16", "bf16",
+           "groups start at multiples of 128 rows; -1 padding rows untouched; layout checked unless capturing",
+           signature="m_grouped_bf16_gemm_nt_contiguous(a, b, d, grouped_layout, use_psum_layout=False, "
+                     "check_layout=None)", plan_specs=m_grouped_specs("m_contiguous")),
+        Op("m_grouped_bf16_gemm_nt_masked", m_grouped_masked_rule, "a [G,M,K], b [G,N,K] bf16", "bf16 [G,M,N]",
+           "no host sync, no allocation: CUDA-graph safe",
+           signature="m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, expected_m)",
+           plan_specs=m_grouped_specs("m_masked")),
+        Op("k_grouped_bf16_gemm_tn_contiguous", k_grouped_rule, "a [sum K,M], b [sum K,N] bf16", "fp32 [G,M,N] (+C)",
+           "one launch; descriptors rebased on device per group; any K_g including 0",
+           signature="k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks, c=None)", plan_specs=k_grouped_specs),
+    ),
+    api_modules=("api", "grouped"),
+)

@@ -1,0 +1,173 @@
+"""M-grouped (MoE: contiguous and masked) and K-grouped (expert weight gradients) BF16 GEMMs.
+
+The layout contract and its check are shared with the block-scaled family (deep_gemm_sm120/grouped.py).
+"""
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+
+import torch
+
+from ... import jit
+from ...arch import EMULATE_ENV, target_for_device
+from ...core.rules import dtype_name
+from ...device import num_sms_for
+from ...grouped import (maybe_check_contiguous_layout, require_contiguous_layout_shape, require_shape, rows_view)
+from ...launch import device_of, launch
+from ...validation import output_row_stride, require_int32, require_tensor, tma_operand
+from . import (PARAMS, Bf16GemmSpec, grouped_config, k_grouped_config, k_grouped_rule, m_grouped_contiguous_rule,
+               m_grouped_masked_rule)
+from .api import _operand_map
+
+_OFF_A, _OFF_B = PARAMS.offsets["tmap_a"], PARAMS.offsets["tmap_b"]
+
+
+@lru_cache(maxsize=256)
+def _kernel(gemm_type: str, cfg, with_c: bool, index: int, emulate) -> jit.LoadedKernel:
+    layout, out = ("tn", "fp32") if gemm_type == "k_contiguous" else ("nt", "bf16")
+    return jit.get_kernel(Bf16GemmSpec(cfg, out, with_c, False, gemm_type, layout), target_for_device(index), index)
+
+
+def _launch(gemm_type: str, cfg, tiles: int, index: int, a2, rows_a: int, b2, rows_b: int, k: int, with_c: bool,
+            **values) -> None:
+    """Two K-major operands (MN-major for K-grouped) and the kernel's scalar arguments by name."""
+    kern = _kernel(gemm_type, cfg, with_c, index, os.environ.get(EMULATE_ENV))
+    mn = gemm_type == "k_contiguous"
+    (_, lda), (_, ldb) = tma_operand("a", a2), tma_operand("b", b2)
+    tmaps = (_operand_map(_OFF_A, a2.data_ptr(), rows_a, k, lda, cfg.block_m, cfg.block_k, mn)
+             + _operand_map(_OFF_B, b2.data_ptr(), rows_b, k, ldb, cfg.block_n, cfg.block_k, mn))
+    launch(kern, min(num_sms_for(index), max(tiles, 1)), PARAMS.pack(**values), tmaps, index)
+
+
+def _require_bf16_operands(a, b, d, index_name: str, index) -> None:
+    for name, t in (("a", a), ("b", b), ("d", d)):
+        require_tensor(name, t)
+    require_int32(index_name, index)
+
+
+def m_grouped_bf16_gemm_nt_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor,
+                                      grouped_layout: torch.Tensor, use_psum_layout: bool = False,
+                                      check_layout: bool | None = None) -> None:
+    """d[r] = a[r] @ b[g(r)].T for rows r of group g(r); padding rows of d are left untouched.
+
+    a: [M, K] bf16, rows sorted by group; b: [G, N, K] bf16; d: [M, N] bf16.
+    grouped_layout: int32 [M] group id per row (-1 = padding), or with use_psum_layout int32 [G] group ends.
+    check_layout: None = validate unless a CUDA graph is being captured; True/False force it on/off.
+    """
+    _require_bf16_operands(a, b, d, "grouped_layout", grouped_layout)
+    if a.dim() != 2 or b.dim() != 3:
+        raise ValueError(f"a must be [M, K] and b [G, N, K], got {tuple(a.shape)} and {tuple(b.shape)}")
+    m, k = a.shape
+    g, n, kb = b.shape
+    if kb != k:
+        raise ValueError(f"a is [M, K] = {tuple(a.shape)} and b is [G, N, K] = {tuple(b.shape)}: K must agree")
+    require_shape("d", d, (m, n), "[M, N]")
+    m_grouped_contiguous_rule(m=m, n=n, k=k, num_groups=g, a_dtype=dtype_name(a.dtype), b_dtype=dtype_name(b.dtype),
+                              out_dtype=dtype_name(d.dtype), use_psum_layout=use_psum_layout)
+    require_contiguous_layout_shape(grouped_layout, m, g, use_psum_layout)
+    ldd = output_row_stride("d", d)
+    index = device_of(a=a, b=b, d=d, grouped_layout=grouped_layout)
+    maybe_check_contiguous_layout(check_layout, grouped_layout, m, g, use_psum_layout)
+    if m == 0 or n == 0 or g == 0:
+        return
+    cfg = grouped_config(m)
+    tiles = -(-m // cfg.block_m) * -(-n // cfg.block_n)
+    _launch("m_contiguous", cfg, tiles, index, a, m, rows_view("b", b), g * n, k, False, d=d.data_ptr(), c=0,
+            layout=grouped_layout.data_ptr(), aux=0, m=m, n=n, k=k, ldd=ldd, ldc=0, num_groups=g,
+            psum_layout=int(use_psum_layout), num_splits=1, split_stride=0)
+
+
+def m_grouped_bf16_gemm_nt_masked(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, masked_m: torch.Tensor,
+                                  expected_m: int) -> None:
+    """d[g, :masked_m[g]] = a[g, :masked_m[g]] @ b[g].T; rows past masked_m[g] are left untouched.
+
+    a: [G, M, K] bf16; b: [G, N, K] bf16; d: [G, M, N] bf16; masked_m: int32 [G] on the device (read by the
+    kernel, never by the host: CUDA-graph safe, no sync, no allocation). expected_m: typical rows per
+    group, used only to pick the tile size.
+    """
+    _require_bf16_operands(a, b, d, "masked_m", masked_m)
+    if a.dim() != 3 or b.dim() != 3:
+        raise ValueError(f"a must be [G, M, K] and b [G, N, K], got {tuple(a.shape)} and {tuple(b.shape)}")
+    g, m, k = a.shape
+    if tuple(b.shape[::2]) != (g, k):
+        raise ValueError(f"a is [G, M, K] = {tuple(a.shape)} and b is [G, N, K] = {tuple(b.shape)}: G and K must agree")
+    n = b.shape[1]
+    require_shape("d", d, (g, m, n), "[G, M, N]")
+    require_shape("masked_m", masked_m, (g,), "[G]")
+    m_grouped_masked_rule(num_groups=g, m=m, n=n, k=k, expected_m=expected_m, a_dtype=dtype_name(a.dtype),
+                          b_dtype=dtype_name(b.dtype), out_dtype=dtype_name(d.dtype))
+    index = device_of(a=a, b=b, d=d, masked_m=masked_m)
+    if g == 0 or m == 0 or n == 0:
+        return
+    a2, b2, d2 = rows_view("a", a), rows_view("b", b), rows_view("d", d)
+    ldd = output_row_stride("d", d2)
+    cfg = grouped_config(max(expected_m, 1))
+    tiles = g * -(-m // cfg.block_m) * -(-n // cfg.block_n)
+    _launch("m_masked", cfg, tiles, index, a2, g * m, b2, g * n, k, False, d=d2.data_ptr(), c=0,
+            layout=masked_m.data_ptr(), aux=0, m=m, n=n, k=k, ldd=ldd, ldc=0, num_groups=g, psum_layout=0,
+            num_splits=1, split_stride=0)
+
+
+def k_grouped_bf16_gemm_tn_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, ks,
+                                      c: torch.Tensor | None = None) -> None:
+    """d[g] = c[g] + a_g.T @ b_g for every group g (weight gradients of MoE experts).
+
+    a: [sum(ks), M] bf16 and b: [sum(ks), N] bf16 hold the groups' K rows back to back (a_g = rows
+    sum(ks[:g]) .. sum(ks[:g+1])); d and c: [G, M, N] fp32 (c optional, may alias d). ks: per-group K as
+    Python ints (any values, including 0: an empty group gives d[g] = c[g]). One launch for all groups: the
+    kernel rebases its TMA descriptors on the device when the group changes (tensormap.replace), so each
+    group's last K block is zero-filled instead of reading the next group's rows.
+    """
+    for name, t in (("a", a), ("b", b), ("d", d)):
+        require_tensor(name, t)
+    if a.dim() != 2 or b.dim() != 2 or d.dim() != 3:
+        raise ValueError(f"a must be [sum K, M], b [sum K, N] and d [G, M, N], got {tuple(a.shape)}, "
+                         f"{tuple(b.shape)} and {tuple(d.shape)}")
+    try:
+        ks = [int(x) for x in ks]
+    except (TypeError, ValueError):
+        raise TypeError(f"ks must be a sequence of ints, got {ks!r}") from None
+    if any(x < 0 for x in ks):
+        raise ValueError(f"ks must be non-negative, got {ks}")
+    total_k, m = a.shape
+    g = len(ks)
+    n = b.shape[1]
+    if b.shape[0] != total_k or sum(ks) != total_k:
+        raise ValueError(f"a is [sum K, M] = {tuple(a.shape)}, b is [sum K, N] = {tuple(b.shape)} and sum(ks) = "
+                         f"{sum(ks)}: the K extents must agree")
+    require_shape("d", d, (g, m, n), "[G, M, N]")
+    tensors = {"a": a, "b": b, "d": d}
+    if c is not None:
+        require_tensor("c", c)
+        tensors["c"] = c
+    k_grouped_rule(m=m, n=n, k=total_k, num_groups=g, a_dtype=dtype_name(a.dtype), b_dtype=dtype_name(b.dtype),
+                   out_dtype=dtype_name(d.dtype), c_dtype=dtype_name(c.dtype) if c is not None else None)
+    if c is not None:
+        require_shape("c", c, (g, m, n), "[G, M, N]")
+    index = device_of(**tensors)
+    if g == 0 or m == 0 or n == 0:
+        return
+    d2 = rows_view("d", d)
+    c2 = rows_view("c", c) if c is not None else None
+    ldd = output_row_stride("d", d2)
+    ldc = output_row_stride("c", c2) if c2 is not None else 0
+    if total_k == 0:  # every group empty: nothing for TMA to describe
+        if c is None:
+            d.zero_()
+        elif c.data_ptr() != d.data_ptr():
+            d.copy_(c)
+        return
+    (_, lda), (_, ldb) = tma_operand("a", a), tma_operand("b", b)
+    cfg = k_grouped_config(m, n)
+    grid = min(num_sms_for(index), g * -(-m // cfg.block_m) * -(-n // cfg.block_n))
+    # per (CTA, group) descriptor slots, and the kernel's aux block: bases, row strides, slots
+    slots = torch.empty(grid * g * 2 * 128, dtype=torch.uint8, device=d.device)
+    # Small metadata goes through pinned host memory with stream-ordered copies: no sync, and legal inside
+    # CUDA-graph capture (a replay re-sends the same ks, so capture with the ks the replays will use).
+    ks_dev = torch.tensor(ks, dtype=torch.int32).pin_memory().to(d.device, non_blocking=True)
+    aux = torch.tensor([a.data_ptr(), b.data_ptr(), lda, ldb, slots.data_ptr()],
+                       dtype=torch.int64).pin_memory().to(d.device, non_blocking=True)
+    _launch("k_contiguous", cfg, grid, index, a, m, b, n, total_k, c is not None, d=d2.data_ptr(),
+            c=c2.data_ptr() if c2 is not None else 0, layout=ks_dev.data_ptr(), aux=aux.data_ptr(), m=m, n=n,
+            k=total_k, ldd=ldd, ldc=ldc, num_groups=g, psum_layout=0, num_splits=1, split_stride=0)

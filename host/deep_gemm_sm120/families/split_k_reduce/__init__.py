@@ -1,0 +1,61 @@
+"""Split-K reduction (impls/sm120_split_k_reduce.cuh): D = C + the fp32 slices a split-K GEMM wrote, added in
+a fixed order. An internal family: no public op; the GEMM families launch it through deep_gemm_sm120.splitk."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...core.params import Param, ParamList
+from ...core.registry import Family, GateRules, KernelSpec
+
+PARAMS = ParamList(
+    Param("w", "const float*"), Param("d", "{out}*"), Param("c", "const {out}*"),
+    Param("m", "uint32_t"), Param("n", "uint32_t"), Param("ldd", "uint32_t"), Param("ldc", "uint32_t"),
+    Param("num_splits", "uint32_t"),
+)
+CXX_OUT = {"bf16": "sm120::bf16", "fp32": "float"}
+THREADS = 256  # sm120::kSplitKReduceThreads
+
+
+@dataclass(frozen=True)
+class SplitKReduceSpec(KernelSpec):
+    out_dtype: str = "bf16"
+    with_c: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"split_k_reduce_{self.out_dtype}{'_c' if self.with_c else ''}"
+
+    @property
+    def threads(self) -> int:
+        return THREADS
+
+    @property
+    def smem_bytes(self) -> int:
+        return 0
+
+    def template_args(self) -> list[str]:
+        return [CXX_OUT[self.out_dtype], "true" if self.with_c else "false"]
+
+    def type_subst(self) -> dict[str, str]:
+        return {"out": CXX_OUT[self.out_dtype]}
+
+
+def grid(m: int, n: int, num_sms: int) -> int:
+    """One thread per 4 columns of a row, at most 8 CTAs per SM (grid-stride loop)."""
+    return max(1, min(-(-m * -(-n // 4) // THREADS), num_sms * 8))
+
+
+FAMILY = Family(
+    name="split_k_reduce",
+    header="impls/sm120_split_k_reduce.cuh",
+    kernel="sm120::sm120_split_k_reduce_kernel",
+    params=PARAMS,
+    spec_type=SplitKReduceSpec,
+    specs=lambda: [SplitKReduceSpec(out, c) for out in ("bf16", "fp32") for c in (False, True)],
+    # Plain loads and stores: no tensor cores, no TMA. The gate still forbids local memory.
+    gate=lambda spec: GateRules(required={"sm120": ("LDG", "STG"), "sm90": ("LDG", "STG")}),
+    quick_key=lambda s: (),  # one register/smem profile for every output type
+    pdl=True,
+    ops=(),
+    api_modules=(),
+)
