@@ -4,7 +4,7 @@
 Kernel times come from CUDA-graph replays (median over replays of `iters` captured calls, inputs
 rotated so repeated calls do not run from L2); host overhead per call is measured on the CPU side.
 
-    python benchmarks/bench_bf16_gemm.py [--quick] [--json out.json]
+    python benchmarks/bench_bf16_gemm.py [--quick] [--json out.json] [--sections cases,pdl,...] [--sweep]
 
 On a non-SM120 GPU the SM120 kernel runs through the sm_90 path (DG_SM120_EMULATE=1 is set here):
 numbers then describe that GPU, never SM120 silicon.
@@ -94,11 +94,13 @@ SWEEP = [  # candidate tile configurations (block_m, block_n, block_k, stages, w
 def sweep(iters: int) -> list[dict]:
     from deep_gemm_sm120 import jit, runtime
     from deep_gemm_sm120.arch import target_for_device
-    from deep_gemm_sm120.configs import Bf16GemmConfig, Bf16GemmSpec
+    from deep_gemm_sm120.core.tma import DTYPE, tma_2d
+    from deep_gemm_sm120.families.bf16_gemm import PARAMS, Bf16GemmConfig, Bf16GemmSpec
+    from deep_gemm_sm120.launch import launch
 
     target = target_for_device(0)
-    launch, stream = runtime.gemm_launcher(), runtime.current_stream_fn()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
+    off_a, off_b, bf16 = PARAMS.offsets["tmap_a"], PARAMS.offsets["tmap_b"], DTYPE["bfloat16"]
     rows = []
     for size in (4096, 8192):
         a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
@@ -113,11 +115,13 @@ def sweep(iters: int) -> list[dict]:
                 print(f" > sweep {cfg.name}: does not build ({str(e).splitlines()[-1][:120]})")
                 continue
             grid = min(sms, -(-size // bm) * -(-size // bn))
+            tmaps = (tma_2d(off_a, bf16, a.data_ptr(), size, size, size * 2, bk, bm, bk * 2)
+                     + tma_2d(off_b, bf16, b.data_ptr(), size, size, size * 2, bk, bn, bk * 2))
+            params = PARAMS.pack(d=d.data_ptr(), c=0, layout=0, aux=0, m=size, n=size, k=size, ldd=size, ldc=0,
+                                 num_groups=1, psum_layout=0, num_splits=1, split_stride=0)
 
             def run():
-                launch(kern.handle, grid, kern.threads, stream(0), a.data_ptr(), size, size * 2, bm, b.data_ptr(),
-                       size, size * 2, bn, bk, d.data_ptr(), 0, 0, 0, size, size, size, size, 0, 1, 0,
-                       False, False, 1, 0)
+                launch(kern, grid, params, tmaps, 0)
 
             t = bench(run, iters)
             err = float((d.float() - ref).abs().max() / ref.abs().max())
@@ -193,11 +197,18 @@ def k_grouped_cases(iters: int) -> list[dict]:
     return rows
 
 
+def _clear_plans() -> None:
+    from deep_gemm_sm120.families.bf16_gemm import api, dense_plan
+
+    api._plan.cache_clear()
+    dense_plan.cache_clear()
+
+
 def split_k_cases(iters: int) -> list[dict]:
     """Split-K against the same kernels with splitting disabled, on decode shapes (M <= 64, K >= 7168)."""
     import deep_gemm_sm120 as dg
-    from deep_gemm_sm120 import heuristics
-    from deep_gemm_sm120.api import bf16_gemm as api
+    from deep_gemm_sm120.core import splitk
+    from deep_gemm_sm120.families.bf16_gemm import dense_plan, m_bucket
 
     rows = []
     for m, n, k in ((1, 2112, 7168), (16, 2112, 7168), (64, 2112, 7168), (64, 576, 7168), (32, 7168, 16384),
@@ -206,14 +217,14 @@ def split_k_cases(iters: int) -> list[dict]:
         b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
         d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         sms = torch.cuda.get_device_properties(0).multi_processor_count
-        splits = heuristics.choose_bf16_split_plan(m, n, k, sms)[2]
+        splits = dense_plan(m_bucket(m), n, k, sms).splits
         times = {}
         for enabled in (True, False):
-            heuristics.SPLIT_K_ENABLED = enabled
-            api._plans.clear()
+            splitk.enabled = enabled
+            _clear_plans()
             times[enabled] = bench(lambda: dg.bf16_gemm_nt(a, b, d), iters)
-        heuristics.SPLIT_K_ENABLED = True
-        api._plans.clear()
+        splitk.enabled = True
+        _clear_plans()
         r = {"m": m, "n": n, "k": k, "splits": splits, "split_us": times[True] * 1e6,
              "no_split_us": times[False] * 1e6, "speedup": times[False] / times[True]}
         rows.append(r)
@@ -222,10 +233,45 @@ def split_k_cases(iters: int) -> list[dict]:
     return rows
 
 
+def pdl_cases(iters: int) -> list[dict]:
+    """Programmatic dependent launch on back-to-back calls: a decode-style chain of dependent GEMMs (each reads
+    the previous one's output; split-K ones add a reduce kernel), timed with PDL on and off, as graph replays
+    and as plain stream launches."""
+    import deep_gemm_sm120 as dg
+
+    rows = []
+    for m, n, k, depth in ((1, 2112, 2112, 8), (64, 2048, 2048, 8), (16, 7168, 7168, 4), (256, 4096, 4096, 8)):
+        w = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5 for _ in range(depth)]
+        xs = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16)] + [
+            torch.empty(m, n, device="cuda", dtype=torch.bfloat16) for _ in range(depth)]
+
+        def chain():
+            for i in range(depth):
+                dg.bf16_gemm_nt(xs[i], w[i], xs[i + 1])  # n == k: each output feeds the next call
+
+        r = {"m": m, "n": n, "k": k, "depth": depth}
+        for enabled in (True, False):
+            dg.set_pdl(enabled)
+            chain()
+            torch.cuda.synchronize()
+            r[f"graph_us_pdl_{'on' if enabled else 'off'}"] = bench(chain, iters) * 1e6
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                chain()
+            torch.cuda.synchronize()
+            r[f"stream_us_pdl_{'on' if enabled else 'off'}"] = (time.perf_counter() - t0) / iters * 1e6
+        dg.set_pdl(True)
+        rows.append(r)
+        print(f" > PDL chain of {depth} (m={m:4d}, n={n:5d}, k={k:5d}): graph {r['graph_us_pdl_on']:8.1f} us on / "
+              f"{r['graph_us_pdl_off']:8.1f} us off ({r['graph_us_pdl_off'] / r['graph_us_pdl_on']:.3f}x) | stream "
+              f"{r['stream_us_pdl_on']:8.1f} / {r['stream_us_pdl_off']:8.1f} us")
+    return rows
+
+
 def jit_figures() -> dict:
     from deep_gemm_sm120 import jit, runtime
     from deep_gemm_sm120.arch import target_for_device
-    from deep_gemm_sm120.configs import bf16_specs
+    from deep_gemm_sm120.families.bf16_gemm import specs as bf16_specs
 
     target = target_for_device(0)
     spec = bf16_specs()[0]
@@ -236,7 +282,7 @@ def jit_figures() -> dict:
         cold = time.perf_counter() - t0
         t0 = time.perf_counter()
         cubin, _ = jit.cubin_for(spec, target, cache)
-        runtime.load_kernel(cubin, spec.config.smem_bytes, 0)
+        runtime.load_kernel(cubin, spec.smem_bytes, 0, spec.params)
         warm = time.perf_counter() - t0
     return {"target": target, "cold_compile_s": cold, "warm_disk_load_s": warm}
 
@@ -269,7 +315,10 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="fewer shapes and iterations")
     ap.add_argument("--json", help="write all figures here")
     ap.add_argument("--sweep", action="store_true", help="also time candidate tile configurations")
+    ap.add_argument("--sections", default="cases,grouped,split_k,k_grouped,pdl,host",
+                    help="comma-separated subset of cases,grouped,split_k,k_grouped,pdl,host")
     a = ap.parse_args()
+    sections = set(a.sections.split(","))
     if torch.cuda.get_device_capability()[0] != 12:
         os.environ["DG_SM120_EMULATE"] = "1"
     dev = torch.cuda.get_device_name()
@@ -281,24 +330,31 @@ def main() -> int:
           f"{j['warm_disk_load_s'] * 1e3:.1f} ms")
     if a.sweep:
         results["sweep"] = sweep(iters=10)
-    cases = []
-    shapes = [(s, s, s) for s in SQUARES]
-    for _, n, k in (PROJECTIONS[:3] if a.quick else PROJECTIONS):
-        for m in (DECODE_M + PREFILL_M):
-            shapes.append((m, n, k))
-    for m, n, k in shapes:
-        r = gemm_case(m, n, k, iters=10 if a.quick else 30)
-        cases.append(r)
-        print(f" > Perf (m={m:6d}, n={n:6d}, k={k:6d}, layout=NT, out=bf16): {r['us']:9.1f} us | "
-              f"{r['tflops']:6.1f} TFLOPS | {r['gbps']:7.1f} GB/s | {r['speedup_vs_torch']:.2f}x torch")
-    results["cases"] = cases
-    results["grouped"] = grouped_cases(10 if a.quick else 20)
-    results["split_k"] = split_k_cases(10 if a.quick else 30)
-    results["k_grouped"] = k_grouped_cases(5 if a.quick else 10)
-    results["host"] = host_overhead()
-    h = results["host"]
-    print(f" > Host overhead per cached call: {h['cached_call_us']:.1f} us "
-          f"(torch.matmul: {h['torch_matmul_call_us']:.1f} us)")
+    if "cases" in sections:
+        cases = []
+        shapes = [(s, s, s) for s in SQUARES]
+        for _, n, k in (PROJECTIONS[:3] if a.quick else PROJECTIONS):
+            for m in (DECODE_M + PREFILL_M):
+                shapes.append((m, n, k))
+        for m, n, k in shapes:
+            r = gemm_case(m, n, k, iters=10 if a.quick else 30)
+            cases.append(r)
+            print(f" > Perf (m={m:6d}, n={n:6d}, k={k:6d}, layout=NT, out=bf16): {r['us']:9.1f} us | "
+                  f"{r['tflops']:6.1f} TFLOPS | {r['gbps']:7.1f} GB/s | {r['speedup_vs_torch']:.2f}x torch")
+        results["cases"] = cases
+    if "grouped" in sections:
+        results["grouped"] = grouped_cases(10 if a.quick else 20)
+    if "split_k" in sections:
+        results["split_k"] = split_k_cases(10 if a.quick else 30)
+    if "k_grouped" in sections:
+        results["k_grouped"] = k_grouped_cases(5 if a.quick else 10)
+    if "pdl" in sections:
+        results["pdl"] = pdl_cases(10 if a.quick else 30)
+    if "host" in sections:
+        results["host"] = host_overhead()
+        h = results["host"]
+        print(f" > Host overhead per cached call: {h['cached_call_us']:.1f} us "
+              f"(torch.matmul: {h['torch_matmul_call_us']:.1f} us)")
     if a.json:
         with open(a.json, "w") as fh:
             json.dump(results, fh, indent=1)

@@ -189,3 +189,59 @@ def test_split_k_is_exact_and_deterministic(sm120_or_emulation, m, n, k):
         torch.cuda.synchronize()
         assert not torch.isnan(d1).any() and torch.equal(d1, d2)
         assert calc_diff(d1, ref + c.double()) <= 1e-5
+
+
+@pytest.mark.parametrize("m,n", [(1, 2112), (64, 2048), (300, 1024)])  # swap-AB + split-K, split-K, plain
+def test_pdl_chain_matches_serialized_launches(sm120_or_emulation, m, n):
+    """Dependent back-to-back calls (each reads the previous output, split-K ones add a reduce): with PDL the
+    next kernel starts early and must wait in griddepcontrol. Bitwise equal to PDL off, eager and in a graph."""
+    import deep_gemm_sm120 as dg
+    from deep_gemm_sm120.testing import calc_diff
+
+    k, depth = n, 6
+    ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5 for _ in range(depth)]
+    x0 = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+
+    def chain(outs):
+        for i in range(depth):
+            dg.bf16_gemm_nt(x0 if i == 0 else outs[i - 1], ws[i], outs[i])
+
+    results = {}
+    for enabled in (False, True):
+        dg.set_pdl(enabled)
+        try:
+            outs = [poison_like(torch.empty(m, n, device="cuda", dtype=torch.bfloat16)) for _ in range(depth)]
+            chain(outs)
+            torch.cuda.synchronize()
+            results[enabled] = outs[-1].clone()
+            graph_outs = [poison_like(o) for o in outs]
+            chain(graph_outs)  # warm
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                chain(graph_outs)
+            for o in graph_outs:
+                o.fill_(float("nan"))
+            g.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(graph_outs[-1], results[enabled])
+        finally:
+            dg.set_pdl(True)
+    assert torch.equal(results[True], results[False])
+    ref = x0.double()
+    for w in ws:
+        ref = (ref @ w.double().T).bfloat16().double()
+    assert calc_diff(results[True], ref) < 1e-4
+
+
+def test_loader_rejects_a_parameter_list_that_is_not_the_kernels(sm120_or_emulation):
+    """cuFuncGetParamInfo at load time: a cubin loaded with another family's parameter list is refused."""
+    from deep_gemm_sm120 import jit, runtime
+    from deep_gemm_sm120.arch import target_for_device
+    from deep_gemm_sm120.families.bf16_gemm import PARAMS as BF16_PARAMS
+    from deep_gemm_sm120.families.split_k_reduce import SplitKReduceSpec
+
+    dev = torch.cuda.current_device()
+    cubin, _ = jit.cubin_for(SplitKReduceSpec("bf16", False), target_for_device(dev))
+    with pytest.raises(RuntimeError, match="parameter"):
+        runtime.load_kernel(cubin, 0, dev, BF16_PARAMS)
+    assert runtime.load_kernel(cubin, 0, dev, SplitKReduceSpec.FAMILY.params) >= 0

@@ -37,7 +37,8 @@ def test_parse_ptxas():
 def test_sass_opcodes_and_rules():
     ops = gate.sass_opcodes(SASS)
     assert ops == ["STL", "USETMAXREG.TRY_ALLOC.CTAPOOL", "EXIT", "HMMA.16816.F32.BF16", "UTMALDG.2D", "LDLU"]
-    missing, forbidden = gate.check_opcodes(ops, ("HMMA.16816.F32.BF16", "UTMALDG", "QMMA.SF"))
+    missing, forbidden = gate.check_opcodes(ops, ("HMMA.16816.F32.BF16", "UTMALDG", "QMMA.SF"),
+                                            gate.host_decls.load("core.registry").FORBIDDEN_EVERYWHERE)
     assert missing == ["QMMA.SF"]
     assert forbidden == ["STL"]  # LDLU is not LDL
 
@@ -59,14 +60,19 @@ def test_device_layer_includes_are_self_contained():
 
 def test_kernel_list_is_the_host_list():
     sys.path.insert(0, str(ROOT / "host"))
-    from deep_gemm_sm120.configs import all_specs, bf16_specs
-    from deep_gemm_sm120.heuristics import choose_bf16_config
+    from deep_gemm_sm120.core.registry import registry
+    from deep_gemm_sm120.families.bf16_gemm import choose_config, specs as bf16_specs
 
-    names = {j[0] for j in gate.kernel_jobs(quick=False)}
-    assert names == {s.name for s in all_specs()}
-    chosen = {choose_bf16_config(m, n, k, sms) for m in (1, 7, 64, 129, 4096, 8192) for n in (24, 2112, 7168, 36864)
-              for k in (64, 7168) for sms in (132, 170, 188)}
-    assert {c for c in chosen} <= {s.config for s in bf16_specs()}
+    jobs = gate.kernel_jobs(quick=False)
+    assert {j.name for j in jobs} == {s.name for s in registry().specs()}
+    assert all(j.rules.required_for("sm_120a") and j.rules.required_for("sm_90a") for j in jobs)
+    quick = gate.kernel_jobs(quick=True)
+    assert {j.family for j in quick} == {f.name for f in registry().families} and len(quick) < len(jobs) / 3
+    chosen = {choose_config(m, n, sms) for m in (1, 7, 64, 129, 4096, 8192) for n in (24, 2112, 7168, 36864)
+              for sms in (132, 170, 188)}
+    assert chosen <= {s.config for s in bf16_specs()}
+    with pytest.raises(gate.UsageError, match="unknown families"):
+        gate.kernel_jobs(quick=True, families=("nope",))
 
 
 needs_nvcc = pytest.mark.skipif(not gate.discover_toolchains([]), reason="no CUDA toolchain")
@@ -78,6 +84,7 @@ def test_quick_gate_passes(tmp_path):
     out = tmp_path / "gate.json"
     assert gate.main(["--quick", "--json", str(out), "-j", "2"]) == 0
     doc = json.loads(out.read_text())
+    assert doc["exit_code"] == 0
     kernels = [r for r in doc["results"] if r["kind"] == "kernel"]
     assert {r["target"] for r in kernels} == set(gate.TARGETS)
     assert all(r["verdict"] == "pass" for r in kernels)
@@ -105,11 +112,13 @@ __global__ void __launch_bounds__(128, 1) bad(float* out, int i) {
 @needs_nvcc
 def test_gate_rejects_local_memory_and_smem_overrun():
     tc = gate.discover_toolchains([])[0]
-    r = gate.check_kernel(tc, "bad", "bf16_gemm_nt", BAD_KERNEL, "sm_120a", dynamic_smem=200_000)
+    rules = gate.kernel_jobs(quick=True, families=("bf16_gemm",))[0].rules
+    job = gate.KernelJob("bad", "bf16_gemm", BAD_KERNEL, 200_000, rules, pdl=True)
+    r = gate.check_kernel(tc, job, "sm_120a")
     assert r.verdict == "fail"
     joined = "; ".join(r.problems)
     assert "local memory" in joined and "shared memory 200000 B" in joined
-    assert "HMMA.16816.F32.BF16" in r.missing_opcodes and "UTMALDG" in r.missing_opcodes
+    assert {"HMMA.16816.F32.BF16", "UTMALDG", gate.PDL_WAIT_OPCODE} <= set(r.missing_opcodes)
     assert {"LDL", "STL"} & set(r.forbidden_opcodes)
 
 

@@ -66,18 +66,24 @@ def test_c_validation_errors():
 
 
 def test_tma_stride_and_alignment_rules():
-    from deep_gemm_sm120.validation import output_row_stride, tma_operand, tma_row_stride_bytes
+    from deep_gemm_sm120.core.rules import require_tma_rows
+    from deep_gemm_sm120.validation import output_row_stride, tma_operand
 
-    assert tma_row_stride_bytes("a", _t(4, 64)) == 128
+    def row_bytes(name, t):  # the tensor-level checks, then the 16-byte stride rule the families apply
+        stride, stride_bytes = tma_operand(name, t)
+        require_tma_rows(name, t.shape[1], t.element_size(), stride, t.shape[0])
+        return stride_bytes
+
+    assert row_bytes("a", _t(4, 64)) == 128
     with pytest.raises(ValueError, match="multiple of 16 bytes.*multiple of 8"):
-        tma_row_stride_bytes("a", _t(4, 12))
+        row_bytes("a", _t(4, 12))
     with pytest.raises(ValueError, match="contiguous last dimension"):
-        tma_row_stride_bytes("a", _t(64, 8).T)
+        row_bytes("a", _t(64, 8).T)
     with pytest.raises(ValueError, match="16-byte aligned"):
-        tma_row_stride_bytes("a", _t(4, 72)[:, 1:65])
-    assert tma_row_stride_bytes("a", _t(4, 128)[:, :64]) == 256  # strided rows are fine
-    assert tma_row_stride_bytes("a", _t(1, 12)) == 32  # one row: stride padded, never read
-    assert tma_operand("a", _t(4, 12)) == (12, 24)          # the 16-byte rule is the family rule's
+        row_bytes("a", _t(4, 72)[:, 1:65])
+    assert row_bytes("a", _t(4, 128)[:, :64]) == 256  # strided rows are fine
+    assert row_bytes("a", _t(1, 12)) == 32  # one row: stride padded, never read
+    assert tma_operand("a", _t(4, 12)) == (12, 24)
     assert tma_operand("a", _t(1, 12)) == (None, 32)
     with pytest.raises(ValueError, match="contiguous last dimension"):
         output_row_stride("d", _t(8, 8).T)

@@ -7,7 +7,7 @@ choose, for sm_120a / sm_120f / sm_121a / sm_90a, under one or more CUDA toolcha
 
 The instantiations and their SASS rules come from the kernel-family registry (host/deep_gemm_sm120/families,
 loaded by path through tools/host_decls.py: no torch needed). Checks per kernel: ptxas resources (static +
-dynamic smem <= 101376 B, no spill stores/loads, no stack frame) and SASS (the family's required opcodes,
+dynamic smem within SM120's per-block limit, core/limits.py; no spill stores/loads, no stack frame) and SASS (the family's required opcodes,
 e.g. HMMA.16816.F32.BF16 and UTMALDG; ACQBULK where the family declares PDL; forbidden LDL/STL and
 CALL.ABS.NOINC, the emulated-TMA call, plus the family's own). Header checks: each header compiles alone with
 no include path (so relative includes and the CUDA toolkit are all it needs) and includes only allowed toolkit
@@ -29,6 +29,8 @@ import time
 from dataclasses import asdict, dataclass, field
 
 import host_decls
+from vendorkit.argparsing import UsageParser
+from vendorkit.errors import UsageError
 
 ROOT = host_decls.ROOT
 DEVICE_LAYER = os.path.join(ROOT, "device_layer")
@@ -44,15 +46,6 @@ ALLOWED_SYSTEM_INCLUDES = {"cuda.h", "cuda_bf16.h", "cuda_fp8.h", "cuda_fp4.h", 
 PDL_WAIT_OPCODE = "ACQBULK"
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 3
 _SASS_OP = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)")
-
-
-class UsageError(Exception):
-    """Bad arguments or no usable toolchain: exit 3, like every tool here."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # argparse exits 2 by default; our usage errors are 3
-        raise UsageError(f"{message} (see --help)")
 
 
 @dataclass
@@ -278,7 +271,7 @@ def table(results: list[Result]) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = _Parser(prog="compile_gate.py", description=__doc__.splitlines()[0])
+    ap = UsageParser(prog="compile_gate.py", description=__doc__.splitlines()[0])
     ap.add_argument("--nvcc", action="append", default=[], help="toolchain nvcc (repeatable); default: discover")
     ap.add_argument("--targets", default=",".join(TARGETS))
     ap.add_argument("--quick", action="store_true", help="one instantiation per tile configuration (headers still all)")

@@ -8,19 +8,20 @@ Each fork costs one conditional commit lookup and one conditional recursive tree
 when unchanged, thanks to the ETags kept in --state). Token: GITHUB_TOKEN (never printed).
 Exit: 1 if any fork is drifted or stale, else 2 if any could not be checked, else 0; 3 on bad configuration.
 """
-import argparse
+import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from vendorkit.argparsing import UsageParser  # noqa: E402
 from vendorkit.errors import VendorError  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = UsageParser(prog="watch_downstreams.py", description=__doc__.splitlines()[0])
     ap.add_argument("--config", default=os.path.join(ROOT, ".github", "downstreams.yaml"))
     ap.add_argument("--repo-root", default=ROOT, help="canonical checkout holding vendor_manifests/")
     ap.add_argument("--report", help="write the markdown report here")
@@ -32,7 +33,11 @@ def main(argv=None) -> int:
     ap.add_argument("--max-wait", type=float, default=60.0, help="longest rate-limit wait in seconds")
     ap.add_argument("--retries", type=int, default=3, help="retries after a 5xx or connection error")
     ap.add_argument("--backoff", type=float, default=1.0, help="first retry delay in seconds (doubles)")
-    a = ap.parse_args(argv)
+    try:
+        a = ap.parse_args(argv)
+    except VendorError as e:
+        print(f"watch_downstreams: error: {e}", file=sys.stderr)
+        return e.exit_code
     token = os.environ.get("GITHUB_TOKEN")
     scrub = (lambda s: s.replace(token, "***")) if token else (lambda s: s)
     try:
@@ -75,7 +80,11 @@ def main(argv=None) -> int:
         return watch.exit_code(results)
     except VendorError as e:
         print(scrub(f"watch_downstreams: error: {e}"), file=sys.stderr)
-        return 3
+        if a.json:  # the report's exit_code is always the process's
+            with open(a.json, "w", encoding="utf-8") as fh:
+                json.dump({"schema_version": 1, "exit_code": e.exit_code, "errors": [scrub(str(e))],
+                           "downstreams": []}, fh, indent=2)
+        return e.exit_code
 
 
 if __name__ == "__main__":

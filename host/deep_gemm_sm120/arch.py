@@ -39,7 +39,3 @@ def device_capability(index: int) -> tuple[int, int]:
 
 def target_for_device(index: int) -> str:
     return target_for_capability(device_capability(index), emulation_requested())
-
-
-def is_sm120(cap: tuple[int, int]) -> bool:
-    return cap[0] == 12

@@ -84,8 +84,3 @@ def maybe_check_contiguous_layout(check: bool | None, grouped_layout: torch.Tens
         check = not torch.cuda.is_current_stream_capturing()
     if check:
         check_contiguous_layout(grouped_layout, m, groups, psum)
-
-
-def require_expected_m(expected_m) -> None:
-    if not isinstance(expected_m, int) or isinstance(expected_m, bool) or expected_m < 0:
-        raise TypeError(f"expected_m must be a non-negative int, got {expected_m!r}")

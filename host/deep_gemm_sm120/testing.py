@@ -11,7 +11,3 @@ def calc_diff(x: torch.Tensor, y: torch.Tensor) -> float:
     if denominator == 0:
         return 0.0
     return float(1 - 2 * (x * y).sum() / denominator)
-
-
-def count_nonfinite(x: torch.Tensor) -> int:
-    return int((~torch.isfinite(x.float())).sum())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .core.limits import TMA_ALIGN
-from .core.rules import dtype_name, require_dtype, require_tma_rows
+from .core.rules import dtype_name, require_dtype
 
 
 def require_tensor(name: str, t) -> torch.Tensor:
@@ -41,13 +41,6 @@ def tma_operand(name: str, t: torch.Tensor) -> tuple[int | None, int]:
     if rows > 1:
         return t.stride(0), t.stride(0) * elem
     return None, -(-cols * elem // TMA_ALIGN) * TMA_ALIGN
-
-
-def tma_row_stride_bytes(name: str, t: torch.Tensor) -> int:
-    """tma_operand plus the 16-byte row-stride rule: the descriptor's row stride in bytes."""
-    stride, stride_bytes = tma_operand(name, t)
-    require_tma_rows(name, t.shape[1], t.element_size(), stride, t.shape[0])
-    return stride_bytes
 
 
 def output_row_stride(name: str, t: torch.Tensor) -> int:

@@ -6,14 +6,10 @@ import json
 import os
 import sys
 
-from .errors import EXIT_USAGE, CannotCheck, UsageError, VendorError
+from .argparsing import UsageParser as _Parser
+from .errors import EXIT_CANNOT_CHECK, EXIT_USAGE, UsageError, VendorError
 
 FORMATS = ("text", "json", "markdown")
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # argparse's default is exit 2; usage errors are exit 3 here
-        raise UsageError(f"{message} (see --help)")
 
 
 def _default_repo() -> str:
@@ -147,6 +143,15 @@ def _run_check(argv: list[str]) -> int:
     return report.exit_code
 
 
+def _fail(code: int, message: str, want_json: bool) -> int:
+    """Report a failure on stderr, and as a JSON report when JSON was asked for: its exit_code is ours."""
+    if want_json:
+        _emit(json.dumps({"schema_version": 1, "verdict": "unknown", "exit_code": code, "errors": [message]},
+                         indent=2) + "\n")
+    sys.stderr.write(f"check_vendor: {'error' if code == EXIT_USAGE else 'cannot check'}: {message}\n")
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     want_json = "--format=json" in argv or any(
@@ -159,14 +164,8 @@ def main(argv: list[str] | None = None) -> int:
             return _run_release(argv[1:])
         return _run_check(argv)
     except VendorError as e:
-        if want_json:
-            _emit(json.dumps({"schema_version": 1, "verdict": "unknown", "exit_code": e.exit_code,
-                              "errors": [str(e)]}, indent=2) + "\n")
-        sys.stderr.write(f"check_vendor: {'error' if e.exit_code == EXIT_USAGE else 'cannot check'}: {e}\n")
-        return e.exit_code
+        return _fail(e.exit_code, str(e), want_json)
     except KeyboardInterrupt:
-        sys.stderr.write("check_vendor: interrupted\n")
-        return 2
+        return _fail(EXIT_CANNOT_CHECK, "interrupted", want_json)
     except OSError as e:  # anything the views did not already classify
-        sys.stderr.write(f"check_vendor: cannot check: {e}\n")
-        return CannotCheck.exit_code
+        return _fail(EXIT_CANNOT_CHECK, str(e), want_json)

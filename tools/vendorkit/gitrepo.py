@@ -82,11 +82,6 @@ class GitRepo:
         out = self.run("status", "--porcelain", "--untracked-files=all", "--", path)
         return [line for line in out.decode(errors="replace").splitlines() if line]
 
-    def commits_touching(self, path: str) -> list[str]:
-        """Commits (oldest first) that changed `path`, following no renames."""
-        out = self.run("log", "--format=%H", "--reverse", "--", path)
-        return out.decode().split()
-
     def first_commit_adding(self, path: str) -> str | None:
         out = self.run("log", "--diff-filter=A", "--format=%H", "--reverse", "--", path)
         commits = out.decode().split()

@@ -17,8 +17,3 @@ def parse_tag(tag: str) -> tuple[int, int, int]:
 
 def is_tag(tag: str) -> bool:
     return bool(_TAG.match(tag))
-
-
-def sort_tags(tags: list[str]) -> list[str]:
-    """Oldest first."""
-    return sorted(tags, key=parse_tag)

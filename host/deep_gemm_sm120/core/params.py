@@ -163,6 +163,18 @@ def header_signature(header_text: str, kernel: str) -> list[tuple[str, str]]:
     raise ValueError(f"no __global__ function {kernel} in the header")
 
 
+def signature_problems(expected: ParamList, header: list[tuple[str, str]]) -> list[str]:
+    """Differences between a family's parameter list and the header's kernel signature, by position: kind
+    (tensor map, pointer, scalar type) and name. Names catch swaps that keep the byte layout (two uint32_t)."""
+    problems = []
+    if len(header) != len(expected):
+        problems.append(f"the header declares {len(header)} parameters, the family {len(expected)}")
+    for i, ((hkind, hname), p) in enumerate(zip(header, expected.params)):
+        if (hkind, hname) != (p.kind, p.name):
+            problems.append(f"parameter {i}: the header has {hkind} {hname!r}, the family declares {p.kind} {p.name!r}")
+    return problems
+
+
 # ---------------------------------------------------------------- the cubin's parameter table
 
 _EIATTR_KPARAM_INFO = 0x17
@@ -220,14 +232,24 @@ def cubin_kernel_params(cubin: bytes) -> list[CubinKernelParams]:
 
 
 def layout_problems(expected: ParamList, found: CubinKernelParams) -> list[str]:
-    """Differences between a family's parameter list and a compiled kernel's parameter table."""
+    """Differences between a family's parameter list and a compiled kernel's parameter table: count, order,
+    sizes, and offsets relative to the first parameter (the device-side base is the compiler's: sm_90a puts
+    112 bytes before a leading 128-byte-aligned CUtensorMap, sm_120a none; the driver copies each parameter
+    from our buffer into its slot, so only relative placement and sizes must agree)."""
     problems = []
+    if [o for o, _, _ in found.params] != list(range(len(found.params))):
+        problems.append(f"the cubin's parameter ordinals are not 0..{len(found.params) - 1}")
     if len(found.params) != len(expected):
         problems.append(f"{len(found.params)} parameters in the cubin, {len(expected)} declared")
-    for (name, off, size, _align), (ordinal, foff, fsize) in zip(expected.layout, found.params):
-        if (off, size) != (foff, fsize):
-            problems.append(f"parameter {ordinal} ({name}): declared offset {off} size {size}, "
-                            f"cubin offset {foff} size {fsize}")
-    if found.size != expected.size:
-        problems.append(f"parameter buffer: declared {expected.size} bytes, cubin {found.size}")
+    if not found.params or not expected.layout:
+        return problems
+    base, fbase = expected.layout[0][1], found.params[0][1]
+    for (name, off, size, align), (ordinal, foff, fsize) in zip(expected.layout, found.params):
+        # equal relative offsets mean equal padding, i.e. the alignments agree as well
+        if fsize != size or foff - fbase != off - base:
+            problems.append(f"parameter {ordinal} ({name}): declared size {size} at +{off - base} (align {align}), "
+                            f"cubin size {fsize} at +{foff - fbase} (offset {foff})")
+    if found.size - fbase != expected.size - base:
+        problems.append(f"parameter buffer: declared {expected.size - base} bytes after the first parameter, "
+                        f"cubin {found.size - fbase}")
     return problems

@@ -14,8 +14,6 @@ from .limits import TMA_ALIGN
 # Spellings is_supported accepts for dtypes, besides torch dtypes themselves.
 _DTYPE_ALIASES = {"bf16": "bfloat16", "fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16",
                   "e4m3": "float8_e4m3fn", "fp8": "float8_e4m3fn", "e8m0": "float8_e8m0fnu", "int": "int32"}
-ELEMENT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8_e4m3fn": 1, "uint8": 1, "int8": 1,
-                 "float4_e2m1fn_x2": 1, "int32": 4, "float8_e8m0fnu": 1}
 
 
 def dtype_name(dtype) -> str:

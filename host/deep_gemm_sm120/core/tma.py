@@ -8,8 +8,6 @@ import struct
 # CUtensorMapDataType values from cuda.h (the ones our kernels read)
 DTYPE = {"uint8": 0, "uint16": 1, "uint32": 2, "int32": 3, "uint64": 4, "int64": 5, "float16": 6, "float32": 7,
          "float64": 8, "bfloat16": 9}
-ELEMENT_BYTES = {"uint8": 1, "uint16": 2, "uint32": 4, "int32": 4, "uint64": 8, "int64": 8, "float16": 2,
-                 "float32": 4, "float64": 8, "bfloat16": 2}
 SWIZZLES = (0, 32, 64, 128)
 MAX_RANK = 5
 

@@ -139,6 +139,7 @@ def _prepare_sf(name: str, sf: torch.Tensor, mn: int, k: int, gran_k: int, group
 def _operands(a_pair, b_pair, recipe):
     a, sfa = _pair("a", a_pair)
     b, sfb = _pair("b", b_pair)
+    sf_format(sfa), sf_format(sfb)  # TypeError for scale dtypes outside the contract, before any device work
     kind = _kind(a, b, sfa, sfb, recipe)
     return a, sfa, b, sfb, kind
 
@@ -206,6 +207,7 @@ def fp8_fp4_gemm_nt(a, b, d: torch.Tensor, c: torch.Tensor | None = None, recipe
     alpha = _alpha(alpha)
     ldd = output_row_stride("d", d)
     ldc = output_row_stride("c", c) if c is not None else 0
+    grans = _grans(kind, k, recipe, sfa, sfb) if m and n and k else None  # scale shapes only: no device work
     index = device_of(a=a, b=b, sfa=sfa, sfb=sfb, d=d, **({"c": c} if c is not None else {}))
     if m == 0 or n == 0:
         return
@@ -215,7 +217,6 @@ def fp8_fp4_gemm_nt(a, b, d: torch.Tensor, c: torch.Tensor | None = None, recipe
         elif c.data_ptr() != d.data_ptr():
             d.copy_(c)
         return
-    grans = _grans(kind, k, recipe, sfa, sfb)
     sfa_p, sfa_ps, _ = _prepare_sf("sfa", sfa, m, k, grans[0], None, True)
     sfb_p, sfb_ps, _ = _prepare_sf("sfb", sfb, n, k, grans[1], None, False)
     num_sms = num_sms_for(index)
@@ -235,12 +236,11 @@ def fp8_fp4_gemm_nt(a, b, d: torch.Tensor, c: torch.Tensor | None = None, recipe
         reduce.reduce(out_ptr, d.data_ptr(), c.data_ptr() if c is not None else 0, m, n, ldd, ldc, splits, index)
 
 
-def _grouped_scales(kind: str, recipe, sfa: torch.Tensor, sfb: torch.Tensor, m: int, n: int, k: int, groups: int,
-                    masked: bool) -> tuple:
-    """Granularities and packed scales of an M-grouped call: b's scales are per group, a's only when masked.
-    Returns (grans, (sfa, word stride, group stride), (sfb, ...))."""
-    grans = _grans(kind, k, recipe, sfa, sfb)
-    return (grans, _prepare_sf("sfa", sfa, m, k, grans[0], groups if masked else None, True),
+def _grouped_scales(grans: tuple[int, int], sfa: torch.Tensor, sfb: torch.Tensor, m: int, n: int, k: int,
+                    groups: int, masked: bool) -> tuple:
+    """Packed scales of an M-grouped call: b's scales are per group, a's only when masked.
+    Returns ((sfa, word stride, group stride), (sfb, ...))."""
+    return (_prepare_sf("sfa", sfa, m, k, grans[0], groups if masked else None, True),
             _prepare_sf("sfb", sfb, n, k, grans[1], groups, False))
 
 
@@ -284,11 +284,12 @@ def m_grouped_fp8_fp4_gemm_nt_contiguous(a, b, d: torch.Tensor, grouped_layout: 
     require_contiguous_layout_shape(grouped_layout, m, g, use_psum_layout)
     alpha = _alpha(alpha)
     ldd = output_row_stride("d", d)
+    grans = _grans(kind, k, recipe, sfa, sfb) if m and n and g else None
     index = device_of(a=a, b=b, sfa=sfa, sfb=sfb, d=d, grouped_layout=grouped_layout)
     maybe_check_contiguous_layout(check_layout, grouped_layout, m, g, use_psum_layout)
     if m == 0 or n == 0 or g == 0:
         return
-    grans, sfa_t, sfb_t = _grouped_scales(kind, recipe, sfa, sfb, m, n, k, g, masked=False)
+    sfa_t, sfb_t = _grouped_scales(grans, sfa, sfb, m, n, k, g, masked=False)
     cfg = grouped_config(m)
     tiles = -(-m // cfg.block_m) * -(-n // cfg.block_n)
     _grouped_launch(kind, grans, "m_contiguous", cfg, tiles, index, a, m, rows_view("b", b), g * n, sfa_t, sfb_t,
@@ -315,10 +316,11 @@ def m_grouped_fp8_fp4_gemm_nt_masked(a, b, d: torch.Tensor, masked_m: torch.Tens
     m_grouped_masked_rule(num_groups=g, m=m, n=n, k=k, expected_m=expected_m, a_dtype=dtype_name(a.dtype),
                           b_dtype=dtype_name(b.dtype), out_dtype=dtype_name(d.dtype))
     alpha = _alpha(alpha)
+    grans = _grans(kind, k, recipe, sfa, sfb) if g and m and n else None
     index = device_of(a=a, b=b, sfa=sfa, sfb=sfb, d=d, masked_m=masked_m)
     if g == 0 or m == 0 or n == 0:
         return
-    grans, sfa_t, sfb_t = _grouped_scales(kind, recipe, sfa, sfb, m, n, k, g, masked=True)
+    sfa_t, sfb_t = _grouped_scales(grans, sfa, sfb, m, n, k, g, masked=True)
     a2, b2, d2 = rows_view("a", a), rows_view("b", b), rows_view("d", d)
     ldd = output_row_stride("d", d2)
     cfg = grouped_config(max(expected_m, 1))

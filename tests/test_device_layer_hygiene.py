@@ -1,0 +1,53 @@
+"""No dead code in the device layer: every wrapper is used by a kernel, or reserved for a family an open issue
+names (and then removed from the reservation list when that family lands)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEVICE = ROOT / "device_layer"
+
+# wrapper -> the open issue and family that will use it
+RESERVED = {
+    "mma_tf32_1688": "#12 tf32_hc_prenorm_gemm: TF32 mma.sync m16n8k8 (HMMA.1688.F32.TF32)",
+    "stmatrix_x4": "#13 stmatrix + TMA-store epilogue",
+    "stmatrix_x4_trans": "#13 stmatrix + TMA-store epilogue (column-major fragments)",
+    "pack_bf16x2": "#13 stmatrix epilogue: bf16 pairs for stmatrix",
+    "tma_store_2d": "#13 TMA-store epilogue",
+    "tma_store_commit": "#13 TMA-store epilogue",
+    "tma_store_wait_read": "#13 TMA-store epilogue",
+    "tma_load_3d": "#14 gated delta rule: per-head boxes of [B, T, H, K] tensors",
+    "named_barrier_sync": "#11 MQA logits: math warpgroups synchronise without the TMA warpgroup",
+}
+_DEF = re.compile(r"SM120_(?:HOST_)?DEVICE\s+(?:constexpr\s+)?[\w:<>,\s*&]*?\b(\w+)\s*\(")
+
+
+def _sources() -> dict[Path, str]:
+    files = {p: p.read_text() for p in DEVICE.rglob("*.cuh")}
+    files.update({p: p.read_text() for p in (ROOT / "tests").glob("*.py")  # probe kernels built in tests
+                  if p.name != Path(__file__).name})
+    return files
+
+
+def test_every_device_wrapper_is_used_or_reserved_for_a_named_family():
+    files = _sources()
+    defined = {m.group(1) for p, text in files.items() if p.suffix == ".cuh" for m in _DEF.finditer(text)}
+    assert len(defined) > 30
+    unused = set()
+    for name in defined:
+        uses = sum(len(re.findall(rf"\b{name}\b", text)) for text in files.values())
+        if uses <= 1:  # the definition alone
+            unused.add(name)
+    assert unused - set(RESERVED) == set(), f"dead device wrappers: {sorted(unused - set(RESERVED))}"
+    assert set(RESERVED) - unused == set(), f"now used, drop from RESERVED: {sorted(set(RESERVED) - unused)}"
+
+
+def test_every_pytest_marker_has_tests():
+    import tomllib
+
+    markers = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["markers"]
+    names = [m.split(":")[0] for m in markers]
+    text = "\n".join(p.read_text() for p in (ROOT / "tests").glob("test_*.py"))
+    for name in names:
+        assert f"pytest.mark.{name}" in text, f"marker {name} has no tests"
