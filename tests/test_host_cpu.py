@@ -224,3 +224,20 @@ def test_split_k_heuristic():
             per = -(-kb // s)
             assert 1 <= s <= 16 and (s - 1) * per < kb, (tiles, k, s)  # no empty slice
             assert s == 1 or tiles * s <= 132
+
+
+def test_pdl_switch(monkeypatch):
+    import deep_gemm_sm120 as dg
+    from deep_gemm_sm120 import launch
+
+    monkeypatch.setattr(launch, "_pdl", None)
+    monkeypatch.setenv("DG_SM120_PDL", "0")
+    assert dg.get_pdl() is False
+    monkeypatch.setattr(launch, "_pdl", None)
+    monkeypatch.delenv("DG_SM120_PDL")
+    assert dg.get_pdl() is True  # on by default
+    dg.set_pdl(False)
+    assert dg.get_pdl() is False
+    with pytest.raises(TypeError, match="bool"):
+        dg.set_pdl(1)
+    dg.set_pdl(True)

@@ -10,16 +10,17 @@ from . import runtime
 from .arch import target_for_device
 
 PDL_ENV = "DG_SM120_PDL"
-_pdl: bool | None = None  # None: follow the environment
+_pdl: bool | None = None  # None until the first launch reads the environment (or set_pdl decides)
 
 
 def get_pdl() -> bool:
     """Whether launches of kernels that wait on griddepcontrol carry programmatic dependent launch (PDL):
-    the next kernel's prologue then overlaps this one's tail. On by default; DG_SM120_PDL=0 or set_pdl(False)
-    turns it off."""
-    if _pdl is not None:
-        return _pdl
-    return os.environ.get(PDL_ENV, "1") not in ("0", "false", "False", "")
+    the next kernel's prologue then overlaps this one's tail. On by default; DG_SM120_PDL=0 (read at the first
+    launch) or set_pdl(False) turns it off."""
+    global _pdl
+    if _pdl is None:
+        _pdl = os.environ.get(PDL_ENV, "1") not in ("0", "false", "False", "")
+    return _pdl
 
 
 def set_pdl(enabled: bool) -> None:
