@@ -5,6 +5,8 @@
 #   SANITIZE="bf16_gemm fp8_fp4_gemm"  BENCHES="bf16_gemm fp8_fp4_gemm"  BENCH_ARGS="--quick"  SKIP_TESTS=1
 set -uo pipefail
 OUT=${OUT:-/tmp/qual_out}; mkdir -p "$OUT"
+# the device tool returns at most 8 files: logs go to one folder, packed into $OUT/qual_logs.tar.gz at the end
+FINAL_OUT=$OUT; OUT=$(mktemp -d); trap 'tar -czf "$FINAL_OUT/qual_logs.tar.gz" -C "$OUT" .' EXIT
 export PYTHONUNBUFFERED=1 DG_SM120_JIT_CACHE_DIR=${DG_SM120_JIT_CACHE_DIR:-/tmp/dg_cache}
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv; nvcc --version | tail -2; git rev-parse HEAD 2>/dev/null; } > "$OUT/env.txt" 2>&1
 python3 setup.py build_ext --inplace > "$OUT/build.log" 2>&1 || { echo "BUILD FAILED"; tail -30 "$OUT/build.log"; exit 1; }
@@ -20,10 +22,10 @@ for s in ${SANITIZE:-bf16_gemm fp8_fp4_gemm}; do  # the driver scripts tests/san
   compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 9 python3 "tests/sanitize_$s.py" > "$OUT/racecheck_$s.log" 2>&1 || rc_r=$?
 done
 rc_b=0
-for bench in ${BENCHES:-bf16_gemm fp8_fp4_gemm}; do
+for bench in ${BENCHES-bf16_gemm fp8_fp4_gemm}; do  # BENCHES="" runs none
   python3 "benchmarks/bench_$bench.py" ${BENCH_ARGS:-} --json "$OUT/bench_$bench.json" > "$OUT/bench_$bench.log" 2>&1 || rc_b=$?
 done
-echo "==== summary"; cat "$OUT/env.txt"; cat "$OUT/precompile.log"
+echo "==== summary (logs: qual_logs.tar.gz)"; cat "$OUT/env.txt"; cat "$OUT/precompile.log"
 [ -z "${SKIP_TESTS:-}" ] && echo "pytest rc=$rc_t: $(tail -1 "$OUT/pytest_gpu.log")"
 for f in "$OUT"/memcheck_*.log "$OUT"/racecheck_*.log; do
   [ -f "$f" ] && echo "$(basename "$f"): $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$f" | tail -1) $(grep -c 'sanitize .* ok' "$f") ok, $(grep -c 'FAIL' "$f") FAIL"

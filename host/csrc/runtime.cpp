@@ -159,22 +159,17 @@ const Kernel& kernel(int handle) {
     return g_kernels[static_cast<size_t>(handle)];
 }
 
-// The loaded kernel's parameters must be the ones Python packs: same count, same sizes in the same order
-// (offsets are the driver's). Checked through cuFuncGetParamInfo where the driver has it.
+// The loaded kernel's parameters must be the ones Python packs: the declared count, with the declared sizes in
+// order (offsets are the driver's). Checked through cuFuncGetParamInfo where the driver has it. A kernel with
+// *more* parameters cannot exist: the JIT instantiates it with the family's parameter types spelled out, so the
+// compile fails first (probing index N would also be an API error that compute-sanitizer reports).
 void check_param_sizes(const Driver& d, CUfunction f, const std::vector<uint32_t>& sizes) {
     if (!d.cuFuncGetParamInfo) return;
-    for (size_t i = 0; i <= sizes.size(); ++i) {
+    for (size_t i = 0; i < sizes.size(); ++i) {
         size_t off = 0, size = 0;
-        const CUresult r = d.cuFuncGetParamInfo(f, i, &off, &size);
-        if (i == sizes.size()) {
-            if (r == CUDA_SUCCESS)
-                throw std::runtime_error("the kernel takes more than the " + std::to_string(sizes.size()) +
-                                         " parameters its family declares");
-            break;
-        }
-        if (r != CUDA_SUCCESS)
-            throw std::runtime_error("the kernel takes " + std::to_string(i) + " parameters, its family declares " +
-                                     std::to_string(sizes.size()));
+        if (d.cuFuncGetParamInfo(f, i, &off, &size) != CUDA_SUCCESS)
+            throw std::runtime_error("the kernel takes fewer than the " + std::to_string(sizes.size()) +
+                                     " parameters its family declares (no parameter " + std::to_string(i) + ")");
         if (size != sizes[i])
             throw std::runtime_error("kernel parameter " + std::to_string(i) + " is " + std::to_string(size) +
                                      " bytes, its family declares " + std::to_string(sizes[i]));

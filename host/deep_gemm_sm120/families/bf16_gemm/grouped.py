@@ -29,11 +29,12 @@ def _kernel(gemm_type: str, cfg, with_c: bool, index: int, emulate) -> jit.Loade
     return jit.get_kernel(Bf16GemmSpec(cfg, out, with_c, False, gemm_type, layout), target_for_device(index), index)
 
 
-def _launch(gemm_type: str, cfg, tiles: int, index: int, a2, rows_a: int, b2, rows_b: int, k: int, with_c: bool,
+def _launch(gemm_type: str, cfg, tiles: int, index: int, a2, rows_a: int, b2, rows_b: int, with_c: bool,
             **values) -> None:
-    """Two K-major operands (MN-major for K-grouped) and the kernel's scalar arguments by name."""
+    """Two K-major operands (MN-major for K-grouped) and the kernel's arguments by name (values["k"] is the
+    K extent both descriptors span)."""
     kern = _kernel(gemm_type, cfg, with_c, index, os.environ.get(EMULATE_ENV))
-    mn = gemm_type == "k_contiguous"
+    mn, k = gemm_type == "k_contiguous", values["k"]
     (_, lda), (_, ldb) = tma_operand("a", a2), tma_operand("b", b2)
     tmaps = (_operand_map(_OFF_A, a2.data_ptr(), rows_a, k, lda, cfg.block_m, cfg.block_k, mn)
              + _operand_map(_OFF_B, b2.data_ptr(), rows_b, k, ldb, cfg.block_n, cfg.block_k, mn))
@@ -73,7 +74,7 @@ def m_grouped_bf16_gemm_nt_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch
         return
     cfg = grouped_config(m)
     tiles = -(-m // cfg.block_m) * -(-n // cfg.block_n)
-    _launch("m_contiguous", cfg, tiles, index, a, m, rows_view("b", b), g * n, k, False, d=d.data_ptr(), c=0,
+    _launch("m_contiguous", cfg, tiles, index, a, m, rows_view("b", b), g * n, False, d=d.data_ptr(), c=0,
             layout=grouped_layout.data_ptr(), aux=0, m=m, n=n, k=k, ldd=ldd, ldc=0, num_groups=g,
             psum_layout=int(use_psum_layout), num_splits=1, split_stride=0)
 
@@ -104,7 +105,7 @@ def m_grouped_bf16_gemm_nt_masked(a: torch.Tensor, b: torch.Tensor, d: torch.Ten
     ldd = output_row_stride("d", d2)
     cfg = grouped_config(max(expected_m, 1))
     tiles = g * -(-m // cfg.block_m) * -(-n // cfg.block_n)
-    _launch("m_masked", cfg, tiles, index, a2, g * m, b2, g * n, k, False, d=d2.data_ptr(), c=0,
+    _launch("m_masked", cfg, tiles, index, a2, g * m, b2, g * n, False, d=d2.data_ptr(), c=0,
             layout=masked_m.data_ptr(), aux=0, m=m, n=n, k=k, ldd=ldd, ldc=0, num_groups=g, psum_layout=0,
             num_splits=1, split_stride=0)
 
@@ -168,6 +169,6 @@ def k_grouped_bf16_gemm_tn_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch
     ks_dev = torch.tensor(ks, dtype=torch.int32).pin_memory().to(d.device, non_blocking=True)
     aux = torch.tensor([a.data_ptr(), b.data_ptr(), lda, ldb, slots.data_ptr()],
                        dtype=torch.int64).pin_memory().to(d.device, non_blocking=True)
-    _launch("k_contiguous", cfg, grid, index, a, m, b, n, total_k, c is not None, d=d2.data_ptr(),
+    _launch("k_contiguous", cfg, grid, index, a, m, b, n, c is not None, d=d2.data_ptr(),
             c=c2.data_ptr() if c2 is not None else 0, layout=ks_dev.data_ptr(), aux=aux.data_ptr(), m=m, n=n,
             k=total_k, ldd=ldd, ldc=ldc, num_groups=g, psum_layout=0, num_splits=1, split_stride=0)
