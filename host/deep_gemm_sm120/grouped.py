@@ -26,12 +26,13 @@ def require_shape(name: str, t: torch.Tensor, shape: tuple, what: str) -> None:
 def rows_view(name: str, t: torch.Tensor) -> torch.Tensor:
     """[G, R, C] with contiguous rows -> the 2-D [G*R, C] view the kernels' descriptors use."""
     g, r, c = t.shape
-    if t.stride(2) != 1 and c > 1:
-        raise ValueError(f"{name} must have a contiguous last dimension, got strides {tuple(t.stride())}")
-    if g > 1 and t.stride(0) != r * t.stride(1):
+    s0, s1, s2 = t.stride()
+    if s2 != 1 and c > 1:
+        raise ValueError(f"{name} must have a contiguous last dimension, got strides {(s0, s1, s2)}")
+    if g > 1 and s0 != r * s1:
         raise ValueError(f"{name} groups must be stacked densely (stride(0) == {r} * stride(1)), "
-                         f"got strides {tuple(t.stride())}")
-    return t.view(g * r, c) if t.is_contiguous() else t.as_strided((g * r, c), (t.stride(1), t.stride(2)))
+                         f"got strides {(s0, s1, s2)}")
+    return t.view(g * r, c) if t.is_contiguous() else t.as_strided((g * r, c), (s1, s2))
 
 
 def check_contiguous_layout(layout: torch.Tensor, m: int, num_groups: int, psum: bool) -> None:

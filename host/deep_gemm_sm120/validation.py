@@ -30,16 +30,17 @@ def tma_operand(name: str, t: torch.Tensor) -> tuple[int | None, int]:
     Returns (row stride in elements for the family rule, None for a single row; row stride in bytes for the
     descriptor, padded to 16 bytes for a single row). The 16-byte stride rule itself is the family rule's."""
     rows, cols = t.shape
-    if t.stride(1) != 1 and cols > 1:
+    s0, s1 = t.stride()
+    if s1 != 1 and cols > 1:
         raise ValueError(f"{name} must be row-major with a contiguous last dimension (stride(1) == 1), "
-                         f"got strides {tuple(t.stride())}")
+                         f"got strides {(s0, s1)}")
     elem = t.element_size()
-    if rows > 1 and t.stride(0) < cols:
-        raise ValueError(f"{name} rows overlap (stride(0) = {t.stride(0)} < {cols} columns)")
+    if rows > 1 and s0 < cols:
+        raise ValueError(f"{name} rows overlap (stride(0) = {s0} < {cols} columns)")
     if t.data_ptr() % TMA_ALIGN:
         raise ValueError(f"{name} data pointer must be {TMA_ALIGN}-byte aligned for TMA, got {t.data_ptr():#x}")
     if rows > 1:
-        return t.stride(0), t.stride(0) * elem
+        return s0, s0 * elem
     return None, -(-cols * elem // TMA_ALIGN) * TMA_ALIGN
 
 

@@ -16,13 +16,25 @@ _DTYPE_ALIASES = {"bf16": "bfloat16", "fp32": "float32", "float": "float32", "fp
                   "e4m3": "float8_e4m3fn", "fp8": "float8_e4m3fn", "e8m0": "float8_e8m0fnu", "int": "int32"}
 
 
+_NAMES: dict = {}  # dtype (or spelling) -> name: str(torch.dtype) costs a microsecond on every call otherwise
+
+
 def dtype_name(dtype) -> str:
     """'bfloat16' for torch.bfloat16, 'torch.bfloat16', 'bfloat16' or 'bf16'."""
+    try:
+        return _NAMES[dtype]
+    except (KeyError, TypeError):
+        pass
     if dtype is None:
         raise TypeError("dtype must be given")
     name = str(dtype)
     name = name[len("torch."):] if name.startswith("torch.") else name
-    return _DTYPE_ALIASES.get(name, name)
+    name = _DTYPE_ALIASES.get(name, name)
+    try:
+        _NAMES[dtype] = name
+    except TypeError:  # unhashable: answer without caching
+        pass
+    return name
 
 
 def show(dtype_name_: str) -> str:
@@ -41,6 +53,8 @@ def require_dtype(what: str, dtype: str | None, allowed: tuple[str, ...], not_ye
 
 
 def require_dim(name: str, value) -> int:
+    if type(value) is int and value >= 0:  # the common case, first
+        return value
     if not isinstance(value, int) or isinstance(value, bool):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if value < 0:

@@ -31,6 +31,18 @@ def tma_request(offset: int, dtype: str, address: int, dims: tuple[int, ...], st
                        *box, *(0,) * pad, 0)
 
 
+_PAIR = struct.Struct("<" + RECORD.format.lstrip("<") * 2)
+
+
+def tma_2d_pair(off_a: int, code_a: int, ptr_a: int, inner_a: int, outer_a: int, stride_a: int, box_inner_a: int,
+                box_outer_a: int, swizzle_a: int, off_b: int, code_b: int, ptr_b: int, inner_b: int, outer_b: int,
+                stride_b: int, box_inner_b: int, box_outer_b: int, swizzle_b: int) -> bytes:
+    """Two 2-D records in one pack (the two GEMM operands): half the Python calls of two tma_2d."""
+    return _PAIR.pack(off_a, code_a, 2, swizzle_a, ptr_a, inner_a, outer_a, 0, 0, 0, stride_a, 0, 0, 0, box_inner_a,
+                      box_outer_a, 0, 0, 0, 0, off_b, code_b, 2, swizzle_b, ptr_b, inner_b, outer_b, 0, 0, 0, stride_b,
+                      0, 0, 0, box_inner_b, box_outer_b, 0, 0, 0, 0)
+
+
 def tma_2d(offset: int, dtype_code: int, address: int, inner: int, outer: int, stride: int, box_inner: int,
            box_outer: int, swizzle: int) -> bytes:
     """The hot-path 2-D form (no checks: the family module has validated the operand)."""

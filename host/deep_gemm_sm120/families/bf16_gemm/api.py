@@ -12,18 +12,18 @@ SM count, in a bounded LRU.
 """
 from __future__ import annotations
 
-import os
 from functools import lru_cache
 
 import torch
 
 from ... import jit
-from ...arch import EMULATE_ENV, target_for_device
+from ...arch import emulation_env, target_for_device
 from ...core.rules import dtype_name
-from ...core.tma import DTYPE, tma_2d
+from ...core.tma import DTYPE, tma_2d, tma_2d_pair
 from ...device import num_sms_for
 from ...grouped import require_shape
-from ...launch import bound, device_of, get_pdl
+from ... import launch as _launch_mod
+from ...launch import _bound, bound, device_of, get_pdl
 from ...splitk import SplitK
 from ...validation import output_row_stride, require_2d, require_tensor, tma_operand
 from . import PARAMS, Bf16GemmSpec, FAMILY, dense_plan, m_bucket
@@ -133,6 +133,16 @@ def _operand_map(offset: int, ptr: int, rows: int, k: int, stride: int, box_rows
     return tma_2d(offset, _BF16_CODE, ptr, k, rows, stride, box_k, box_rows, box_k * 2)
 
 
+def _operand_maps(p1: int, rows1: int, ld1: int, box1: int, mn1: bool, p2: int, rows2: int, ld2: int, box2: int,
+                  mn2: bool, k: int, box_k: int) -> bytes:
+    """Both operand maps (kernel order) in one pack: _operand_map's layouts, for the hot path."""
+    sw = box_k * 2
+    return tma_2d_pair(_OFF_A, _BF16_CODE, p1, rows1 if mn1 else k, k if mn1 else rows1, ld1, 64 if mn1 else box_k,
+                       box_k if mn1 else box1, 128 if mn1 else sw,
+                       _OFF_B, _BF16_CODE, p2, rows2 if mn2 else k, k if mn2 else rows2, ld2, 64 if mn2 else box_k,
+                       box_k if mn2 else box2, 128 if mn2 else sw)
+
+
 def _gemm(layout: str, a, b, d, c) -> None:
     a_mn, b_mn = layout[0] == "t", layout[1] == "n"
     args = _fast_checks(a_mn, b_mn, a, b, d, c)
@@ -149,22 +159,20 @@ def _gemm(layout: str, a, b, d, c) -> None:
         return
     num_sms = num_sms_for(index)
     kern, grid, block_m, block_n, block_k, swap, splits, reduce = _plan(
-        m_bucket(m), n, k, _OUT[d.dtype], c is not None, index, num_sms, os.environ.get(EMULATE_ENV), layout)
+        m_bucket(m), n, k, _OUT[d.dtype], c is not None, index, num_sms, emulation_env(), layout)
     out_ptr, out_ld, c_ptr, c_ld, split_stride = pd, ldd, pc, ldc, 0
     if splits > 1:  # fp32 workspace [splits, M, N]
         ws = SplitK.workspace(splits, m, n, d.device)
         out_ptr, out_ld, c_ptr, c_ld, split_stride = ws.data_ptr(), n, 0, 0, m * n
     if swap:  # first operand = B (rows N), second = A (rows M); kernel m/n = N/M
-        tmaps = (_operand_map(_OFF_A, pb, n, k, ldb, block_m, block_k, b_mn)
-                 + _operand_map(_OFF_B, pa, m, k, lda, block_n, block_k, a_mn))
-        km, kn = n, m
+        tmaps = _operand_maps(pb, n, ldb, block_m, b_mn, pa, m, lda, block_n, a_mn, k, block_k)
+        params = _pack(out_ptr, c_ptr, 0, 0, n, m, k, out_ld, c_ld, 1, 0, splits, split_stride)
     else:
-        tmaps = (_operand_map(_OFF_A, pa, m, k, lda, block_m, block_k, a_mn)
-                 + _operand_map(_OFF_B, pb, n, k, ldb, block_n, block_k, b_mn))
-        km, kn = m, n
-    params = _pack(out_ptr, c_ptr, 0, 0, km, kn, k, out_ld, c_ld, 1, 0, splits, split_stride)
-    b_ = bound()
-    b_.launch(kern.handle, grid, 1, 1, kern.threads, kern.smem_bytes, b_.stream(index), get_pdl(), params, tmaps)
+        tmaps = _operand_maps(pa, m, lda, block_m, a_mn, pb, n, ldb, block_n, b_mn, k, block_k)
+        params = _pack(out_ptr, c_ptr, 0, 0, m, n, k, out_ld, c_ld, 1, 0, splits, split_stride)
+    b_ = _bound if _bound.launch is not None else bound()
+    b_.launch(kern.handle, grid, 1, 1, kern.threads, kern.smem_bytes, b_.stream(index),
+              _launch_mod._pdl if _launch_mod._pdl is not None else get_pdl(), params, tmaps)
     if splits > 1:
         reduce.reduce(out_ptr, pd, pc, m, n, ldd, ldc, splits, index)
 

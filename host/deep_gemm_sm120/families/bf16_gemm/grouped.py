@@ -4,13 +4,12 @@ The layout contract and its check are shared with the block-scaled family (deep_
 """
 from __future__ import annotations
 
-import os
 from functools import lru_cache
 
 import torch
 
 from ... import jit
-from ...arch import EMULATE_ENV, target_for_device
+from ...arch import emulation_env, target_for_device
 from ...core.rules import dtype_name
 from ...device import num_sms_for
 from ...grouped import (maybe_check_contiguous_layout, require_contiguous_layout_shape, require_shape, rows_view)
@@ -33,7 +32,7 @@ def _launch(gemm_type: str, cfg, tiles: int, index: int, a2, rows_a: int, b2, ro
             **values) -> None:
     """Two K-major operands (MN-major for K-grouped) and the kernel's arguments by name (values["k"] is the
     K extent both descriptors span)."""
-    kern = _kernel(gemm_type, cfg, with_c, index, os.environ.get(EMULATE_ENV))
+    kern = _kernel(gemm_type, cfg, with_c, index, emulation_env())
     mn, k = gemm_type == "k_contiguous", values["k"]
     (_, lda), (_, ldb) = tma_operand("a", a2), tma_operand("b", b2)
     tmaps = (_operand_map(_OFF_A, a2.data_ptr(), rows_a, k, lda, cfg.block_m, cfg.block_k, mn)

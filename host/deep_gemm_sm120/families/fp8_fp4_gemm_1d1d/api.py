@@ -14,13 +14,12 @@ graphs.
 """
 from __future__ import annotations
 
-import os
 from functools import lru_cache
 
 import torch
 
 from ... import jit
-from ...arch import EMULATE_ENV, target_for_device
+from ...arch import emulation_env, target_for_device
 from ...core.rules import dtype_name
 from ...core.tma import DTYPE, tma_2d
 from ...device import num_sms_for
@@ -166,10 +165,11 @@ def _check_out(d, c, shape: tuple[int, ...]) -> None:
         require_tensor("c", c)
 
 
-def _operand_maps(a2: torch.Tensor, rows_a: int, b2: torch.Tensor, rows_b: int, cfg, row_bytes) -> bytes:
-    """Byte operands (e4m3 or packed e2m1) as [rows, K bytes], boxes of one swizzle span along K (128 bytes, or
-    64 for the packed side of mixed operands); scale words are read by the kernel through plain pointers."""
-    (_, lda), (_, ldb) = tma_operand("a", a2), tma_operand("b", b2)
+def _operand_maps(a2: torch.Tensor, rows_a: int, lda: int, b2: torch.Tensor, rows_b: int, ldb: int, cfg,
+                  row_bytes) -> bytes:
+    """Byte operands (e4m3 or packed e2m1) as [rows, K bytes] with row strides lda / ldb bytes, boxes of one
+    swizzle span along K (128 bytes, or 64 for the packed side of mixed operands); scale words are read by the
+    kernel through plain pointers."""
     ra, rb = row_bytes
     ka, kb = a2.shape[1] * a2.element_size(), b2.shape[1] * b2.element_size()
     return (tma_2d(_OFF_A, _U8, a2.data_ptr(), ka, rows_a, lda, ra, cfg.block_m, ra)
@@ -199,7 +199,7 @@ def fp8_fp4_gemm_nt(a, b, d: torch.Tensor, c: torch.Tensor | None = None, recipe
     if _k_of(b) != k:
         raise ValueError(f"a {tuple(a.shape)} and b {tuple(b.shape)} must agree on K")
     _check_out(d, c, (m, n))
-    (lda, _), (ldb, _) = tma_operand("a", a), tma_operand("b", b)
+    (lda, lda_bytes), (ldb, ldb_bytes) = tma_operand("a", a), tma_operand("b", b)
     dense_rule(m=m, n=n, k=k, a_dtype=dtype_name(a.dtype), b_dtype=dtype_name(b.dtype), out_dtype=dtype_name(d.dtype),
                c_dtype=dtype_name(c.dtype) if c is not None else None, lda=lda, ldb=ldb)
     if c is not None:
@@ -222,7 +222,7 @@ def fp8_fp4_gemm_nt(a, b, d: torch.Tensor, c: torch.Tensor | None = None, recipe
     num_sms = num_sms_for(index)
     kern, grid, cfg, splits, reduce, row_bytes = _dense_plan(kind, grans, m_bucket(m), n, k, _OUT[d.dtype],
                                                              c is not None, index, num_sms,
-                                                             os.environ.get(EMULATE_ENV))
+                                                             emulation_env())
     out_ptr, out_ld, c_ptr, c_ld, split_stride = d.data_ptr(), ldd, c.data_ptr() if c is not None else 0, ldc, 0
     if splits > 1:  # fp32 slices [splits, M, N]; the reduce kernel adds them in order, then C
         ws = SplitK.workspace(splits, m, n, d.device)
@@ -231,7 +231,7 @@ def fp8_fp4_gemm_nt(a, b, d: torch.Tensor, c: torch.Tensor | None = None, recipe
                                    k=k, ldd=out_ld, ldc=c_ld, num_groups=1, psum_layout=0, num_splits=splits,
                                    split_stride=split_stride, sfa_pack_stride=sfa_ps, sfa_group_stride=0,
                                    sfb_pack_stride=sfb_ps, sfb_group_stride=0, alpha=alpha),
-           _operand_maps(a, m, b, n, cfg, row_bytes), index)
+           _operand_maps(a, m, lda_bytes, b, n, ldb_bytes, cfg, row_bytes), index)
     if splits > 1:
         reduce.reduce(out_ptr, d.data_ptr(), c.data_ptr() if c is not None else 0, m, n, ldd, ldc, splits, index)
 
@@ -252,14 +252,15 @@ def _grouped_kernel(kind: str, grans: tuple[int, int], gemm_type: str, cfg, inde
 
 def _grouped_launch(kind, grans, gemm_type, cfg, tiles, index, a2, rows_a, b2, rows_b, sfa, sfb, d_ptr, layout_ptr,
                     m, n, k, ldd, groups, psum, alpha) -> None:
-    kern, row_bytes = _grouped_kernel(kind, grans, gemm_type, cfg, index, os.environ.get(EMULATE_ENV))
+    kern, row_bytes = _grouped_kernel(kind, grans, gemm_type, cfg, index, emulation_env())
     (sfa_p, sfa_ps, sfa_gs), (sfb_p, sfb_ps, sfb_gs) = sfa, sfb
     launch(kern, min(num_sms_for(index), max(tiles, 1)),
            PARAMS.pack(sfa=sfa_p.data_ptr(), sfb=sfb_p.data_ptr(), d=d_ptr, c=0, layout=layout_ptr, m=m, n=n, k=k,
                        ldd=ldd, ldc=0, num_groups=groups, psum_layout=int(psum), num_splits=1, split_stride=0,
                        sfa_pack_stride=sfa_ps, sfa_group_stride=sfa_gs, sfb_pack_stride=sfb_ps,
                        sfb_group_stride=sfb_gs, alpha=alpha),
-           _operand_maps(a2, rows_a, b2, rows_b, cfg, row_bytes), index)
+           _operand_maps(a2, rows_a, tma_operand("a", a2)[1], b2, rows_b, tma_operand("b", b2)[1], cfg, row_bytes),
+           index)
 
 
 def m_grouped_fp8_fp4_gemm_nt_contiguous(a, b, d: torch.Tensor, grouped_layout: torch.Tensor, recipe=None,
