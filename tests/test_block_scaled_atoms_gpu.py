@@ -32,7 +32,7 @@ class AtomProbeSpec:
     family = "atom_probe"
     threads = 32
     smem_bytes = 0
-    params = ParamList(Param("in", "const uint32_t*"), Param("out", "float*"))
+    params = ParamList(Param("words", "const uint32_t*"), Param("out", "float*"))
 
     @property
     def name(self) -> str:
@@ -45,12 +45,12 @@ class AtomProbeSpec:
     def source(self) -> str:
         ba, ta, bb, tb = self.sel
         return ('#include "mma/sm120.cuh"\n'
-                'extern "C" __global__ void __launch_bounds__(32, 1) probe(const uint32_t* in, float* out) {\n'
+                'extern "C" __global__ void __launch_bounds__(32, 1) probe(const uint32_t* words, float* out) {\n'
                 '    const uint32_t l = threadIdx.x;\n'
-                '    const uint32_t a[4] = {in[l], in[32 + l], in[64 + l], in[96 + l]};\n'
-                '    const uint32_t b[2] = {in[128 + l], in[160 + l]};\n'
+                '    const uint32_t a[4] = {words[l], words[32 + l], words[64 + l], words[96 + l]};\n'
+                '    const uint32_t b[2] = {words[128 + l], words[160 + l]};\n'
                 '    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};\n'
-                f'    sm120::{self._atom()}{ba}, {ta}, {bb}, {tb}>(d, a, b, in[192 + l], in[224 + l]);\n'
+                f'    sm120::{self._atom()}{ba}, {ta}, {bb}, {tb}>(d, a, b, words[192 + l], words[224 + l]);\n'
                 '    for (int i = 0; i < 4; ++i) out[4 * l + i] = d[i];\n'
                 '}\n')
 
@@ -148,7 +148,7 @@ def test_atom_matches_documented_selector_mapping(sm120_or_emulation, kind, sel)
         inp = torch.tensor([w - 2 ** 32 if w >= 2 ** 31 else w for w in words], dtype=torch.int32, device="cuda")
         out = torch.full((128,), float("nan"), dtype=torch.float32, device="cuda")
         runtime.launcher()(kern.handle, 1, 1, 1, 32, 0, runtime.current_stream_fn()(index), False,
-                           AtomProbeSpec.params.pack(**{"in": inp.data_ptr(), "out": out.data_ptr()}), b"")
+                           AtomProbeSpec.params.pack(words=inp.data_ptr(), out=out.data_ptr()), b"")
         torch.cuda.synchronize()
         d = torch.empty(16, 8, dtype=torch.float64)
         o = out.cpu().double().view(32, 4)
