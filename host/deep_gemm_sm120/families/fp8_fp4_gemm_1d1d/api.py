@@ -21,7 +21,7 @@ import torch
 from ... import jit
 from ...arch import emulation_env, target_for_device
 from ...core.rules import dtype_name
-from ...core.tma import DTYPE, tma_2d
+from ...core.tma import DTYPE, tma_2d_pair
 from ...device import num_sms_for
 from ...grouped import maybe_check_contiguous_layout, require_contiguous_layout_shape, require_shape, rows_view
 from ...launch import device_of, launch
@@ -172,8 +172,8 @@ def _operand_maps(a2: torch.Tensor, rows_a: int, lda: int, b2: torch.Tensor, row
     kernel through plain pointers."""
     ra, rb = row_bytes
     ka, kb = a2.shape[1] * a2.element_size(), b2.shape[1] * b2.element_size()
-    return (tma_2d(_OFF_A, _U8, a2.data_ptr(), ka, rows_a, lda, ra, cfg.block_m, ra)
-            + tma_2d(_OFF_B, _U8, b2.data_ptr(), kb, rows_b, ldb, rb, cfg.block_n, rb))
+    return tma_2d_pair(_OFF_A, _U8, a2.data_ptr(), ka, rows_a, lda, ra, cfg.block_m, ra,
+                       _OFF_B, _U8, b2.data_ptr(), kb, rows_b, ldb, rb, cfg.block_n, rb)
 
 
 @lru_cache(maxsize=4096)
