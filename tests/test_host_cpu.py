@@ -230,10 +230,10 @@ def test_pdl_switch(monkeypatch):
     import deep_gemm_sm120 as dg
     from deep_gemm_sm120 import launch
 
-    monkeypatch.setattr(launch, "_pdl", None)
+    monkeypatch.setattr(launch.BOUND, "pdl", None)
     monkeypatch.setenv("DG_SM120_PDL", "0")
     assert dg.get_pdl() is False
-    monkeypatch.setattr(launch, "_pdl", None)
+    monkeypatch.setattr(launch.BOUND, "pdl", None)
     monkeypatch.delenv("DG_SM120_PDL")
     assert dg.get_pdl() is True  # on by default
     dg.set_pdl(False)

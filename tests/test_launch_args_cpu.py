@@ -66,8 +66,8 @@ def recorded(monkeypatch):
     monkeypatch.setattr(arch, "device_capability", lambda i: (12, 0))
     monkeypatch.setattr(device, "device_sm_count", lambda i: SMS)
     monkeypatch.setattr(jit, "get_kernel", fake_get_kernel)
-    monkeypatch.setattr(launch._bound, "launch", fake_launch)
-    monkeypatch.setattr(launch._bound, "stream", lambda i: 1234)
+    monkeypatch.setattr(launch.BOUND, "launch", fake_launch)
+    monkeypatch.setattr(launch.BOUND, "stream", lambda i: 1234)
     for mod in (bf16_api, bf16_grouped, fp8_api):
         monkeypatch.setattr(mod, "device_of", lambda **t: 0)
     monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: self)

@@ -10,24 +10,45 @@ from . import runtime
 from .arch import target_for_device
 
 PDL_ENV = "DG_SM120_PDL"
-_pdl: bool | None = None  # None until the first launch reads the environment (or set_pdl decides)
+
+
+class Launcher:
+    """Launch state shared by every family: the raw launch entry and stream getter (bound on first use, so
+    importing stays free of CUDA) and the PDL switch (None until the first launch reads the environment)."""
+    __slots__ = ("launch", "stream", "pdl")
+
+    def __init__(self) -> None:
+        self.launch = None
+        self.stream = None
+        self.pdl: bool | None = None
+
+    def bind(self) -> "Launcher":
+        self.launch, self.stream = runtime.launcher(), runtime.current_stream_fn()
+        return self
+
+
+# Hot paths read BOUND's fields directly: `BOUND if BOUND.launch is not None else bound()`, and
+# `BOUND.pdl if BOUND.pdl is not None else get_pdl()`.
+BOUND = Launcher()
+
+
+def bound() -> Launcher:
+    return BOUND if BOUND.launch is not None else BOUND.bind()
 
 
 def get_pdl() -> bool:
     """Whether launches of kernels that wait on griddepcontrol carry programmatic dependent launch (PDL):
     the next kernel's prologue then overlaps this one's tail. On by default; DG_SM120_PDL=0 (read at the first
     launch) or set_pdl(False) turns it off."""
-    global _pdl
-    if _pdl is None:
-        _pdl = os.environ.get(PDL_ENV, "1") not in ("0", "false", "False", "")
-    return _pdl
+    if BOUND.pdl is None:
+        BOUND.pdl = os.environ.get(PDL_ENV, "1") not in ("0", "false", "False", "")
+    return BOUND.pdl
 
 
 def set_pdl(enabled: bool) -> None:
     if not isinstance(enabled, bool):
         raise TypeError(f"set_pdl takes a bool, got {type(enabled).__name__}")
-    global _pdl
-    _pdl = enabled
+    BOUND.pdl = enabled
 
 
 def device_of(**tensors: torch.Tensor) -> int:
@@ -44,26 +65,6 @@ def device_of(**tensors: torch.Tensor) -> int:
     index = first.index if first.index is not None else torch.cuda.current_device()
     target_for_device(index)
     return index
-
-
-class Launcher:
-    """The raw launch entry and stream getter, bound on first use (importing stays free of CUDA)."""
-    __slots__ = ("launch", "stream")
-
-    def __init__(self) -> None:
-        self.launch = None
-        self.stream = None
-
-    def bind(self) -> "Launcher":
-        self.launch, self.stream = runtime.launcher(), runtime.current_stream_fn()
-        return self
-
-
-_bound = Launcher()
-
-
-def bound() -> Launcher:
-    return _bound if _bound.launch is not None else _bound.bind()
 
 
 def launch(kernel, grid: int | tuple[int, int, int], params: bytes, tmaps: bytes, index: int,

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ...core import splitk
+from ...core.gemm import DensePlan, ceil_div, wave_cost
 from ...core.limits import MK_ALIGNMENT_FOR_CONTIGUOUS_LAYOUT
 from ...core.params import Param, ParamList
 from ...core.registry import Family, GateRules, KernelSpec, Op
@@ -138,36 +139,16 @@ def specs() -> list[Bf16GemmSpec]:
 
 # ---------------------------------------------------------------- heuristics (pure, bucketed)
 
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def m_bucket(m: int) -> int:
     """The plan depends on M only through this: 16 / 32 (swap-AB widths), else M rounded up to 64 (every
     BLOCK_M divides 128 and is >= 64, so tile counts are unchanged). Plan caches key on it, so a server that
     sees every M from 1 to 8192 holds at most 130 dense plans per (N, K), not 8192."""
-    return 16 if m <= 16 else 32 if m <= SWAP_AB_MAX_M else _ceil_div(m, 64) * 64
-
-
-def wave_cost(cfg, m: int, n: int, num_sms: int) -> float:
-    """Waves x tile work / efficiency: the critical path of a persistent launch."""
-    tiles = _ceil_div(m, cfg.block_m) * _ceil_div(n, cfg.block_n)
-    return _ceil_div(tiles, num_sms) * cfg.block_m * cfg.block_n / TILE_EFFICIENCY[cfg.block_m * cfg.block_n]
+    return 16 if m <= 16 else 32 if m <= SWAP_AB_MAX_M else ceil_div(m, 64) * 64
 
 
 def choose_config(m: int, n: int, num_sms: int, layout: str = "nt") -> Bf16GemmConfig:
-    return min(DENSE_CONFIGS if layout == "nt" else LAYOUT_CONFIGS, key=lambda c: wave_cost(c, m, n, num_sms))
-
-
-@dataclass(frozen=True)
-class DensePlan:
-    config: Bf16GemmConfig
-    swap_ab: bool
-    splits: int
-    tiles: int          # output tiles in kernel space (after swap)
-
-    def grid(self, num_sms: int) -> int:
-        return min(num_sms, self.tiles * self.splits)
+    return min(DENSE_CONFIGS if layout == "nt" else LAYOUT_CONFIGS,
+               key=lambda c: wave_cost(c.block_m, c.block_n, m, n, num_sms, TILE_EFFICIENCY[c.block_m * c.block_n]))
 
 
 @lru_cache(maxsize=4096)
@@ -180,8 +161,8 @@ def dense_plan(m: int, n: int, k: int, num_sms: int, layout: str = "nt") -> Dens
         km, kn, swap = n, m, True
     else:
         cfg, km, kn, swap = choose_config(m, n, num_sms, layout), m, n, False
-    tiles = _ceil_div(km, cfg.block_m) * _ceil_div(kn, cfg.block_n)
-    return DensePlan(cfg, swap, splitk.choose_splits(tiles, k, cfg.block_k, num_sms), tiles)
+    tiles = ceil_div(km, cfg.block_m) * ceil_div(kn, cfg.block_n)
+    return DensePlan(cfg, splitk.choose_splits(tiles, k, cfg.block_k, num_sms), tiles, swap)
 
 
 def grouped_config(m_hint: int) -> Bf16GemmConfig:

@@ -21,9 +21,7 @@ from ...arch import emulation_env, target_for_device
 from ...core.rules import dtype_name
 from ...core.tma import DTYPE, tma_2d, tma_2d_pair
 from ...device import num_sms_for
-from ...grouped import require_shape
-from ... import launch as _launch_mod
-from ...launch import _bound, bound, device_of, get_pdl
+from ...launch import BOUND, bound, device_of, get_pdl
 from ...splitk import SplitK
 from ...validation import output_row_stride, require_2d, require_tensor, tma_operand
 from . import PARAMS, Bf16GemmSpec, FAMILY, dense_plan, m_bucket
@@ -170,9 +168,9 @@ def _gemm(layout: str, a, b, d, c) -> None:
     else:
         tmaps = _operand_maps(pa, m, lda, block_m, a_mn, pb, n, ldb, block_n, b_mn, k, block_k)
         params = _pack(out_ptr, c_ptr, 0, 0, m, n, k, out_ld, c_ld, 1, 0, splits, split_stride)
-    b_ = _bound if _bound.launch is not None else bound()
+    b_ = BOUND if BOUND.launch is not None else bound()
     b_.launch(kern.handle, grid, 1, 1, kern.threads, kern.smem_bytes, b_.stream(index),
-              _launch_mod._pdl if _launch_mod._pdl is not None else get_pdl(), params, tmaps)
+              b_.pdl if b_.pdl is not None else get_pdl(), params, tmaps)
     if splits > 1:
         reduce.reduce(out_ptr, pd, pc, m, n, ldd, ldc, splits, index)
 

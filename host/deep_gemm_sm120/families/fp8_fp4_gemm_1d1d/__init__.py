@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ...core import splitk
+from ...core.gemm import DensePlan, ceil_div, wave_cost
 from ...core.limits import MK_ALIGNMENT_FOR_CONTIGUOUS_LAYOUT
 from ...core.params import Param, ParamList
 from ...core.registry import Family, GateRules, KernelSpec, Op
@@ -165,33 +166,17 @@ def spec_for(cfg: BlockScaledGemmConfig, kind: str, grans: tuple[int, int], out:
 
 # ---------------------------------------------------------------- heuristics (pure, bucketed)
 
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def m_bucket(m: int) -> int:
     """Every BLOCK_M is 64 or 128: tile counts depend on M only through ceil(M / 64)."""
-    return _ceil_div(max(m, 1), 64) * 64
-
-
-@dataclass(frozen=True)
-class DensePlan:
-    config: BlockScaledGemmConfig
-    splits: int
-    tiles: int
-
-    def grid(self, num_sms: int) -> int:
-        return min(num_sms, self.tiles * self.splits)
+    return ceil_div(max(m, 1), 64) * 64
 
 
 @lru_cache(maxsize=4096)
 def dense_plan(m: int, n: int, k: int, num_sms: int, kind: str) -> DensePlan:
     """The bf16 family's wave model and split-K rule; callers pass m_bucket(m)."""
-    def cost(c):
-        tiles = _ceil_div(m, c.block_m) * _ceil_div(n, c.block_n)
-        return _ceil_div(tiles, num_sms) * c.block_m * c.block_n / TILE_EFFICIENCY[c.block_m * c.block_n]
-    cfg = min(DENSE_CONFIGS, key=cost)
-    tiles = _ceil_div(m, cfg.block_m) * _ceil_div(n, cfg.block_n)
+    cfg = min(DENSE_CONFIGS, key=lambda c: wave_cost(c.block_m, c.block_n, m, n, num_sms,
+                                                     TILE_EFFICIENCY[c.block_m * c.block_n]))
+    tiles = ceil_div(m, cfg.block_m) * ceil_div(n, cfg.block_n)
     return DensePlan(cfg, splitk.choose_splits(tiles, k, SCALE_KINDS[kind].elems_per_stage, num_sms), tiles)
 
 

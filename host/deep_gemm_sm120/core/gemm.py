@@ -1,0 +1,26 @@
+"""The wave model the GEMM families plan with (pure, torch-free): tiles per wave on a persistent grid, and the
+plan a dense launch carries."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def wave_cost(block_m: int, block_n: int, m: int, n: int, num_sms: int, efficiency: float) -> float:
+    """Waves x tile work / main-loop efficiency: the critical path of a persistent launch."""
+    tiles = ceil_div(m, block_m) * ceil_div(n, block_n)
+    return ceil_div(tiles, num_sms) * block_m * block_n / efficiency
+
+
+@dataclass(frozen=True)
+class DensePlan:
+    config: object
+    splits: int
+    tiles: int           # output tiles in kernel space (after swap-AB)
+    swap_ab: bool = False
+
+    def grid(self, num_sms: int) -> int:
+        return min(num_sms, self.tiles * self.splits)
