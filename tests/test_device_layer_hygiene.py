@@ -17,7 +17,6 @@ RESERVED = {
     "tma_store_2d": "#13 TMA-store epilogue",
     "tma_store_commit": "#13 TMA-store epilogue",
     "tma_store_wait_read": "#13 TMA-store epilogue",
-    "tma_load_3d": "#14 gated delta rule: per-head boxes of [B, T, H, K] tensors",
     "named_barrier_sync": "#11 MQA logits: math warpgroups synchronise without the TMA warpgroup",
 }
 _DEF = re.compile(r"SM120_(?:HOST_)?DEVICE\s+(?:constexpr\s+)?[\w:<>,\s*&]*?\b(\w+)\s*\(")
