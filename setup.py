@@ -12,6 +12,7 @@ from setuptools import Extension, find_packages, setup
 from setuptools.command.build_py import build_py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+PTH = "deep_gemm_sm120_compat.pth"
 
 
 def cuda_include() -> str:
@@ -32,7 +33,8 @@ def pybind11_include() -> str:
 
 
 class BuildPyWithDeviceLayer(build_py):
-    """Ship device_layer/ inside the package so a non-editable install can JIT-compile."""
+    """Ship device_layer/ inside the package so a non-editable install can JIT-compile, and the .pth line that
+    lets DG_SM120_AS_DEEP_GEMM=1 provide `import deep_gemm` (it does nothing while the variable is unset)."""
 
     def run(self):
         super().run()
@@ -40,6 +42,7 @@ class BuildPyWithDeviceLayer(build_py):
         if os.path.isdir(dst):
             shutil.rmtree(dst)
         shutil.copytree(os.path.join(HERE, "device_layer"), dst)
+        shutil.copy(os.path.join(HERE, "host", PTH), os.path.join(self.build_lib, PTH))
 
 
 TEST = [
@@ -65,6 +68,7 @@ setup(
     description="SM120 (consumer Blackwell) GEMM kernels and a DeepGEMM-style JIT host",
     package_dir={"": "host"},
     packages=find_packages("host"),
+    py_modules=["_deep_gemm_sm120_hook"],
     ext_modules=[
         Extension(
             "deep_gemm_sm120._C",

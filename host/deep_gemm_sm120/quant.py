@@ -95,14 +95,26 @@ def _cast_fp8(x: torch.Tensor, rows: int, cols: int, use_ue8m0: bool) -> tuple[t
     return q, scale
 
 
-def per_token_cast_to_fp8(x: torch.Tensor, use_ue8m0: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-    """x [M, K] -> (e4m3 [M, K], fp32 scales [M, ceil(K/128)]): one scale per token and 128 channels."""
-    return _cast_fp8(x, 1, 128, use_ue8m0)
+def _require_gran(gran_k) -> int:
+    if not isinstance(gran_k, int) or isinstance(gran_k, bool) or gran_k <= 0:
+        raise ValueError(f"gran_k must be a positive int, got {gran_k!r}")
+    return gran_k
 
 
-def per_block_cast_to_fp8(x: torch.Tensor, use_ue8m0: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-    """x [N, K] -> (e4m3 [N, K], fp32 scales [ceil(N/128), ceil(K/128)]): one scale per 128x128 block."""
-    return _cast_fp8(x, 128, 128, use_ue8m0)
+def per_token_cast_to_fp8(x: torch.Tensor, use_ue8m0: bool = True, gran_k: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [M, K] -> (e4m3 [M, K], fp32 scales [M, ceil(K/gran_k)]): one scale per token and gran_k channels.
+    use_ue8m0=False keeps the exact amax/448 scales (SM120's kernels then refuse them: round first)."""
+    return _cast_fp8(x, 1, _require_gran(gran_k), use_ue8m0)
+
+
+def per_block_cast_to_fp8(x: torch.Tensor, use_ue8m0: bool = True, gran_k: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [N, K] -> (e4m3 [N, K], fp32 scales [ceil(N/gran_k), ceil(K/gran_k)]): one scale per square block."""
+    return _cast_fp8(x, _require_gran(gran_k), gran_k, use_ue8m0)
+
+
+def per_channel_cast_to_fp8(x: torch.Tensor, use_ue8m0: bool = True, gran_k: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [K, N] -> (e4m3 [K, N], fp32 scales [ceil(K/gran_k), N]): one scale per channel and gran_k rows."""
+    return _cast_fp8(x, _require_gran(gran_k), 1, use_ue8m0)
 
 
 def e2m1_codes(x: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,298 @@
+"""The `deep_gemm` surface (deep_gemm_sm120.compat) on a CPU: every name DeepGEMM exports exists with its
+signature; the argument patterns serving stacks use bind and reach our kernels' validation (the last check
+before CUDA); keywords are honoured or refused by name; the opt-in import hook never shadows a real DeepGEMM
+unless asked."""
+from __future__ import annotations
+
+import inspect
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import deep_gemm_sm120 as dg
+from deep_gemm_sm120 import compat
+from deep_gemm_sm120.compat import surface
+
+ROOT = Path(__file__).resolve().parents[1]
+CPU = "must be on a CUDA device"
+FP8 = torch.float8_e4m3fn
+
+# Public names of sgl-deep-gemm 0.2.5's deep_gemm/__init__.py (read from the wheel, 2026-11-30) plus the names
+# DeepGEMM main and vLLM call that it lacks.
+SGL_025_NAMES = """set_num_sms get_num_sms set_tc_util get_tc_util set_pdl get_pdl use_deterministic_algorithms
+get_deterministic_algorithms set_ignore_compile_dims shutdown set_block_size_multiple_of cublaslt_gemm_nt
+cublaslt_gemm_nn cublaslt_gemm_tn cublaslt_gemm_tt fp8_fp4_gemm_nt fp8_fp4_gemm_nn fp8_fp4_gemm_tn fp8_fp4_gemm_tt
+fp4_gemm_nt fp8_gemm_nt fp8_gemm_nn fp8_gemm_tn fp8_gemm_tt m_grouped_fp8_fp4_gemm_nt_contiguous
+m_grouped_fp8_fp4_gemm_nn_contiguous m_grouped_fp4_gemm_nt_contiguous m_grouped_fp8_gemm_nt_contiguous
+m_grouped_fp8_gemm_nn_contiguous bf16_gemm_nt bf16_gemm_nn bf16_gemm_tn bf16_gemm_tt einsum fp8_einsum
+fp8_fp4_paged_mqa_logits fp8_fp4_mqa_logits get_paged_mqa_logits_metadata tf32_hc_prenorm_gemm
+transform_sf_into_required_layout get_mk_alignment_for_contiguous_layout m_grouped_fp8_fp4_gemm_nt_masked
+m_grouped_fp4_gemm_nt_masked m_grouped_fp8_gemm_nt_masked fp8_m_grouped_gemm_nt_masked
+k_grouped_fp8_gemm_tn_contiguous k_grouped_fp8_gemm_nt_contiguous m_grouped_bf16_gemm_nt_contiguous
+m_grouped_bf16_gemm_nn_contiguous m_grouped_bf16_gemm_nt_masked k_grouped_bf16_gemm_tn_contiguous
+bf16_m_grouped_gemm_nt_masked cublaslt_nvfp4_gemm_nt batched_syrk batched_symm k_grouped_fp4_gemm_nt_contiguous
+get_mqa_logits_metadata get_sparse_mqa_logits_metadata get_paged_sparse_mqa_logits_metadata fp8_fp4_sparse_mqa_logits
+fp8_fp4_paged_sparse_mqa_logits bf16_mega_gate mega_mhc SymmBuffer transform_weights_for_mega_moe
+transform_scales_for_mega_moe fp8_fp4_mega_moe nvfp4_mega_moe bf16_mega_moe mega_moe_pre_dispatch
+mega_moe_pre_dispatch_sm90 get_block_m_for_mega_moe SM90SymmBuffer get_symm_buffer_for_sm90_mega_moe
+get_symm_buffer_for_mega_moe transform_weights_for_mega_moe_sm90 fp8_mega_moe get_num_locality_domains
+is_localization_available localize localize_rows is_localized destroy_localizer get_tma_aligned_size
+set_mk_alignment_for_contiguous_layout get_theoretical_mk_alignment_for_contiguous_layout
+get_mn_major_tma_aligned_tensor get_mn_major_tma_aligned_packed_ue8m0_tensor
+get_k_grouped_mn_major_tma_aligned_packed_ue8m0_tensor pack_ue8m0_to_int ceil_to_ue8m0 per_token_cast_to_fp8
+per_channel_cast_to_fp8 per_block_cast_to_fp8 per_token_cast_to_fp4 calc_diff""".split()
+MAIN_ONLY = ["fp8_mqa_logits", "fp8_paged_mqa_logits"]
+
+# DeepGEMM's declared signatures of the GEMM entry points (facts from sgl-deep-gemm 0.2.5)
+SIGNATURES = {
+    "fp8_fp4_gemm_nt": "(a, b, d, c=None, recipe=None, recipe_a=None, recipe_b=None, compiled_dims='', "
+                       "disable_ue8m0_cast=False, alpha=None, epilogue=None)",
+    "m_grouped_fp8_fp4_gemm_nt_contiguous": "(a, b, d, grouped_layout, recipe=None, recipe_a=None, recipe_b=None, "
+                                            "compiled_dims='nk', disable_ue8m0_cast=False, use_psum_layout=False, "
+                                            "ensure_zero_padding=True, expected_m_for_psum_layout=None, epilogue=None)",
+    "m_grouped_fp8_fp4_gemm_nt_masked": "(a, b, d, masked_m, expected_m, recipe=None, recipe_a=None, recipe_b=None, "
+                                        "compiled_dims='nk', disable_ue8m0_cast=False, epilogue=None)",
+    "bf16_gemm_nt": "(a, b, d, c=None, compiled_dims='', alpha=None, epilogue=None)",
+    "m_grouped_bf16_gemm_nt_contiguous": "(a, b, d, grouped_layout, compiled_dims='nk', use_psum_layout=False, "
+                                         "ensure_zero_padding=True, expected_m_for_psum_layout=None, epilogue=None)",
+    "m_grouped_bf16_gemm_nt_masked": "(a, b, d, masked_m, expected_m, compiled_dims='nk', epilogue=None)",
+    "k_grouped_bf16_gemm_tn_contiguous": "(a, b, d, ks, grouped_layout=None, c=None, compiled_dims='mn', "
+                                         "use_psum_layout=False, epilogue=None)",
+    "transform_sf_into_required_layout": "(sf, mn, k, recipe, num_groups=None, is_sfa=None, disable_ue8m0_cast=False, "
+                                         "psum_layout=None)",
+    "tf32_hc_prenorm_gemm": "(a, b, d, sqr_sum, num_splits=None)",
+    "einsum": "(expr, a, b, d, c=None, use_cublaslt=False, epilogue=None)",
+}
+
+
+def _z(*shape, dtype=torch.bfloat16):
+    return torch.zeros(*shape, dtype=dtype)
+
+
+def _reaches_device_check(fn, *args, **kw):
+    with pytest.raises(ValueError, match=CPU):
+        fn(*args, **kw)
+
+
+def test_every_deepgemm_name_exists():
+    missing = [n for n in SGL_025_NAMES + MAIN_ONLY if not callable(getattr(compat, n, None))]
+    assert missing == []
+    assert {e.name for e in surface.ENTRIES} >= set(SGL_025_NAMES + MAIN_ONLY)
+
+
+def test_signatures_are_deepgemms():
+    for name, sig in SIGNATURES.items():
+        assert str(inspect.signature(getattr(compat, name))) == sig, name
+
+
+def test_statuses_match_behaviour():
+    for e in surface.ENTRIES:
+        fn = getattr(compat, e.name)
+        if e.status == surface.ALIAS:
+            assert fn is getattr(compat, e.note), e.name
+        elif e.status in (surface.NOT_YET, surface.OUT_OF_SCOPE, surface.NOT_PROVIDED):
+            params = inspect.signature(fn).parameters
+            args = [None] * sum(p.default is inspect.Parameter.empty and p.kind == p.POSITIONAL_OR_KEYWORD
+                                for p in params.values())
+            if e.name in ("fp8_fp4_mqa_logits", "fp8_mqa_logits"):
+                args = [None] * 5
+            with pytest.raises(NotImplementedError) as info:
+                fn(*args)
+            if e.status == surface.NOT_YET:
+                assert "issue" in str(info.value), e.name
+            assert e.name in str(info.value) or e.status == surface.NOT_PROVIDED
+
+
+def test_compat_table_in_docs_is_current():
+    doc = (ROOT / "docs" / "deep_gemm_compat.md").read_text()
+    assert surface.render() in doc, "regenerate with python -m deep_gemm_sm120.compat.surface"
+
+
+def test_block_scaled_caller_patterns_reach_the_kernels():
+    a, b, d = _z(64, 256, dtype=FP8), _z(128, 256, dtype=FP8), _z(64, 128)
+    sfa, sfb = torch.ones(64, 2), torch.ones(1, 2)
+    _reaches_device_check(compat.fp8_gemm_nt, (a, sfa), (b, sfb), d)
+    _reaches_device_check(compat.fp8_gemm_nt, (a, sfa), (b, sfb), d, None, (1, 128, 128), None, None, "nk", False, None)
+    _reaches_device_check(compat.fp8_fp4_gemm_nt, [a, sfa], [b, sfb], d, recipe_a=(1, 128), recipe_b=(128, 128),
+                          disable_ue8m0_cast=True, alpha=0.5)
+    _reaches_device_check(compat.fp8_gemm_nt, a, b, d)  # bare tensors: unit scales
+    g = 2
+    layout = torch.zeros(128, dtype=torch.int32)
+    _reaches_device_check(compat.m_grouped_fp8_gemm_nt_contiguous, (_z(128, 256, dtype=FP8), torch.ones(128, 2)),
+                          (_z(g, 128, 256, dtype=FP8), torch.ones(g, 1, 2)), _z(128, 128), layout, None, None, None,
+                          "nk", False, False, True, None)
+    _reaches_device_check(compat.fp8_m_grouped_gemm_nt_masked, (_z(g, 64, 256, dtype=FP8), torch.ones(g, 64, 2)),
+                          (_z(g, 128, 256, dtype=FP8), torch.ones(g, 1, 2)), _z(g, 64, 128),
+                          torch.zeros(g, dtype=torch.int32), 32, recipe=(1, 128, 128))
+
+
+def test_recipe_forms():
+    a8, a4 = _z(4, 256, dtype=FP8), _z(4, 128, dtype=torch.uint8)
+    assert compat._recipe("f", None, (1, 128), (128, 128), a8, a8) == (1, 128, 128)
+    assert compat._recipe("f", None, (1, 128), (1, 32), a8, a4) == (1, 1, 128)    # mixed: e4m3 side's gran
+    with pytest.raises(NotImplementedError, match="granularities differ"):
+        compat._recipe("f", None, (1, 128), (1, 32), a8, a8)
+    with pytest.raises(ValueError, match="not both"):
+        compat._recipe("f", (1, 1, 128), (1, 128), (1, 128), a8, a8)
+
+
+def test_bf16_caller_patterns_and_keyword_refusals():
+    a, b, d = _z(64, 128), _z(96, 128), _z(64, 96)
+    _reaches_device_check(compat.bf16_gemm_nt, a, b, d)
+    _reaches_device_check(compat.bf16_gemm_nt, a, b, d, None, "nk")
+    _reaches_device_check(compat.bf16_gemm_nt, a, b, d, c=None, compiled_dims="mn", alpha=1.0)
+    with pytest.raises(NotImplementedError, match="alpha"):
+        compat.bf16_gemm_nt(a, b, d, alpha=2.0)
+    with pytest.raises(NotImplementedError, match="epilogue"):
+        compat.bf16_gemm_tn(a, b, d, epilogue=object())
+    with pytest.raises(TypeError, match="compiled_dims"):
+        compat.bf16_gemm_nn(a, b, d, compiled_dims=3)
+    with pytest.raises(TypeError, match="disable_ue8m0_cast"):
+        compat.fp8_gemm_nt((_z(4, 128, dtype=FP8), torch.ones(4, 1)), (_z(4, 128, dtype=FP8), torch.ones(1, 1)),
+                           _z(4, 4), disable_ue8m0_cast="yes")
+    layout = torch.zeros(256, dtype=torch.int32)
+    _reaches_device_check(compat.m_grouped_bf16_gemm_nt_contiguous, _z(256, 64), _z(2, 32, 64), _z(256, 32), layout,
+                          "nk", False, True, None, None)
+    _reaches_device_check(compat.bf16_m_grouped_gemm_nt_masked, _z(2, 8, 64), _z(2, 32, 64), _z(2, 8, 32),
+                          torch.zeros(2, dtype=torch.int32), 8, "nk")
+    # DeepGEMM's k-grouped order: a, b, d, ks, grouped_layout, c
+    ks = [4, 6]
+    d32 = _z(2, 64, 32, dtype=torch.float32)
+    _reaches_device_check(compat.k_grouped_bf16_gemm_tn_contiguous, _z(10, 64), _z(10, 32), d32, ks,
+                          torch.tensor(ks, dtype=torch.int32), d32)
+    with pytest.raises(NotImplementedError, match="ks=None"):
+        compat.k_grouped_bf16_gemm_tn_contiguous(_z(10, 64), _z(10, 32), d32, None, torch.tensor(ks))
+    with pytest.raises(NotImplementedError, match="use_psum_layout"):
+        compat.k_grouped_bf16_gemm_tn_contiguous(_z(10, 64), _z(10, 32), d32, ks, None, use_psum_layout=True)
+
+
+def test_mqa_logits_forms_are_unambiguous():
+    base = ("q", "kv", "w", "ks", "ke")
+    sgl = compat.mqa_logits_arguments(base + (512,), {})
+    assert sgl["max_seqlen_k"] == 512 and sgl["clean_logits"] is False   # an int is never clean_logits
+    sgl_meta = compat.mqa_logits_arguments(base + (512, "meta"), {})
+    assert sgl_meta["schedule_meta"] == "meta"
+    main = compat.mqa_logits_arguments(base + (False, 256), {})
+    assert main["clean_logits"] is False and main["max_seqlen_k"] == 256
+    kw = compat.mqa_logits_arguments(base, {"clean_logits": True})
+    assert kw["clean_logits"] is True and kw["max_seqlen_k"] == 0
+    assert compat.mqa_logits_arguments(base, {})["clean_logits"] is True
+    with pytest.raises(ValueError, match="clean_logits=False"):
+        compat.mqa_logits_arguments(base, {"clean_logits": True, "max_seqlen_k": 64})
+    with pytest.raises(TypeError, match="6th argument"):
+        compat.mqa_logits_arguments(base + (1.5,), {})
+    with pytest.raises(TypeError, match="multiple values"):
+        compat.mqa_logits_arguments(base + (64,), {"max_seqlen_k": 64})
+    with pytest.raises(NotImplementedError, match="issue 11"):
+        compat.fp8_fp4_mqa_logits(*base, 512)
+    with pytest.raises(TypeError, match="unexpected"):
+        compat.fp8_mqa_logits(*base, bogus=1)
+
+
+def test_psum_zero_padding_is_exact():
+    d = torch.ones(512, 4)
+    ends = torch.tensor([100, 100, 300, 384], dtype=torch.int32)  # groups: [0,100), empty, [128,300), [384,384)
+    compat._zero_psum_padding(d, ends)
+    rows = d[:, 0]
+    assert rows[:100].eq(1).all() and rows[100:128].eq(0).all() and rows[128:300].eq(1).all()
+    assert rows[300:].eq(0).all()
+
+
+def test_cublaslt_names_compute_through_torch():
+    a, b = torch.randn(6, 8), torch.randn(5, 8)
+    d = torch.empty(6, 5)
+    compat.cublaslt_gemm_nt(a, b, d)
+    assert torch.allclose(d, a @ b.T)
+    c = torch.randn(6, 5)
+    compat.cublaslt_gemm_tn(a.T.contiguous(), b.T.contiguous(), d, c)
+    assert torch.allclose(d, a @ b.T + c, atol=1e-5)
+
+
+def test_layout_helpers_and_controls():
+    x = torch.randn(4, 256)
+    q, sf = compat.per_token_cast_to_fp8(x, use_ue8m0=True)
+    assert q.dtype == FP8 and sf.shape == (4, 2)
+    q, packed = compat.per_token_cast_to_fp8(x, use_ue8m0=True, gran_k=64, use_packed_ue8m0=True)
+    assert packed.dtype == torch.int32 and packed.shape == (4, 1)
+    with pytest.raises(ValueError, match="use_ue8m0"):
+        compat.per_token_cast_to_fp8(x, use_ue8m0=False, use_packed_ue8m0=True)
+    q4, sf4 = compat.per_token_cast_to_fp4(x, use_ue8m0=True, gran_k=32)
+    assert q4.shape == (4, 128) and sf4.shape == (4, 8)
+    with pytest.raises(NotImplementedError, match="gran_k=32"):
+        compat.per_token_cast_to_fp4(x, use_ue8m0=True)
+    sfp = compat.transform_sf_into_required_layout(torch.ones(4, 2), 4, 256, (1, 128), is_sfa=True)
+    assert sfp.dtype == torch.int32
+    with pytest.raises(ValueError, match="powers of two"):
+        compat.transform_sf_into_required_layout(torch.full((4, 2), 3.0), 4, 256, (1, 1, 128), disable_ue8m0_cast=True)
+    with pytest.raises(NotImplementedError, match="psum_layout"):
+        compat.transform_sf_into_required_layout(torch.ones(4, 2), 4, 256, (1, 128), psum_layout=torch.zeros(1))
+    assert compat.get_tma_aligned_size(5, 4) == 8 and compat.get_tma_aligned_size(17, 1) == 32
+    assert compat.get_mk_alignment_for_contiguous_layout() == 128
+    compat.set_mk_alignment_for_contiguous_layout(256)
+    try:
+        assert compat.get_theoretical_mk_alignment_for_contiguous_layout(expected_m=7) == 256
+        assert compat.utils.get_k_alignment_for_contiguous_layout() == 256
+    finally:
+        compat.set_mk_alignment_for_contiguous_layout(128)
+    with pytest.raises(ValueError, match="multiple of 128"):
+        compat.set_mk_alignment_for_contiguous_layout(96)
+    assert compat.calc_diff is dg.testing.calc_diff and compat.testing.calc_diff is dg.testing.calc_diff
+    assert compat.pack_ue8m0_to_int is dg.pack_ue8m0_to_int and compat.get_pdl is dg.get_pdl
+    compat.use_deterministic_algorithms(True)
+    assert compat.get_deterministic_algorithms() is True
+    compat.set_tc_util(0.8)
+    assert compat.get_tc_util() == 0.8
+    compat.set_block_size_multiple_of(64), compat.set_ignore_compile_dims(True), compat.shutdown()
+
+
+def _python(code: str, env: dict, *paths: str) -> subprocess.CompletedProcess:
+    full = {**os.environ, **env, "PYTHONPATH": os.pathsep.join([str(ROOT / "host"), *paths])}
+    for k, v in list(full.items()):
+        if v is None:
+            del full[k]
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full, timeout=120)
+
+
+def test_import_hook_provides_deep_gemm_only_when_asked(tmp_path):
+    code = ("import sys, deep_gemm, deep_gemm.testing, deep_gemm.utils; "
+            "import deep_gemm_sm120.compat as c; assert deep_gemm is c and deep_gemm.testing is c.testing; "
+            "assert deep_gemm.utils.per_token_cast_to_fp8 is c.per_token_cast_to_fp8; print('ours')")
+    # the .pth line, processed as site-packages would process it
+    site_dir = tmp_path / "site"
+    site_dir.mkdir()
+    (site_dir / "deep_gemm_sm120_compat.pth").write_text((ROOT / "host" / "deep_gemm_sm120_compat.pth").read_text())
+    via_pth = "import site; site.addsitedir(%r); " % str(site_dir) + code
+    off = _python(via_pth, {"DG_SM120_AS_DEEP_GEMM": "0"})
+    assert off.returncode != 0 and "No module named 'deep_gemm'" in off.stderr
+    on = _python(via_pth, {"DG_SM120_AS_DEEP_GEMM": "1"})
+    assert on.returncode == 0 and on.stdout.strip() == "ours", on.stderr
+    # a real DeepGEMM on the path wins unless forced
+    real = tmp_path / "real"
+    (real / "deep_gemm").mkdir(parents=True)
+    (real / "deep_gemm" / "__init__.py").write_text("REAL = True\n")
+    which = "import site; site.addsitedir(%r); import deep_gemm; print(getattr(deep_gemm, 'REAL', False))" % str(site_dir)
+    assert _python(which, {"DG_SM120_AS_DEEP_GEMM": "1"}, str(real)).stdout.strip() == "True"
+    assert _python(which, {"DG_SM120_AS_DEEP_GEMM": "force"}, str(real)).stdout.strip() == "False"
+    # from code, without the environment
+    prog = _python("import deep_gemm_sm120.compat as c; c.install(); import deep_gemm; print(deep_gemm is c)",
+                   {"DG_SM120_AS_DEEP_GEMM": "0"})
+    assert prog.stdout.strip() == "True", prog.stderr
+
+
+def test_deepgemm_environment_is_mapped(tmp_path):
+    p = _python("import os, deep_gemm_sm120.compat; print(os.environ['DG_SM120_JIT_CACHE_DIR'])",
+                {"DG_JIT_CACHE_DIR": str(tmp_path), "DG_SM120_JIT_CACHE_DIR": None})
+    assert p.stdout.strip() == str(tmp_path), p.stderr
+
+
+def test_wheel_ships_the_hook(tmp_path):
+    p = subprocess.run([sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(tmp_path)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "deep_gemm_sm120_compat.pth").read_text().startswith("import os;")
+    assert (tmp_path / "_deep_gemm_sm120_hook.py").is_file()
+    assert (tmp_path / "deep_gemm_sm120" / "compat" / "__init__.py").is_file()

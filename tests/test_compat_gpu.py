@@ -1,0 +1,102 @@
+"""The GEMM names through the `deep_gemm` entry point on a GPU, called the way serving stacks call them
+(DeepGEMM's casts, argument orders and keywords), against fp64 references."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gpu_helpers import contiguous_layout, poison_like, requires_cuda, sm120_or_emulation  # noqa: F401
+
+pytestmark = [pytest.mark.cuda, pytest.mark.emulation, requires_cuda]
+
+
+@pytest.fixture()
+def deep_gemm(sm120_or_emulation):
+    import sys
+
+    import deep_gemm_sm120.compat as compat
+
+    sys.modules.pop("deep_gemm", None)
+    finder = compat.install(force=True)  # ours, even if the machine has a real DeepGEMM
+    import deep_gemm
+
+    assert deep_gemm is compat
+    yield deep_gemm
+    sys.modules.pop("deep_gemm", None)
+    sys.meta_path.remove(finder)
+
+
+def _dequant(q: torch.Tensor, sf: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    s = sf.double().repeat_interleave(rows, 0).repeat_interleave(cols, 1)[:q.shape[0], :q.shape[1]]
+    return q.double() * s
+
+
+def test_fp8_gemm_nt_as_vllm_calls_it(deep_gemm):
+    m, n, k = 200, 512, 1024
+    x, w = torch.randn(m, k, device="cuda"), torch.randn(n, k, device="cuda")
+    xq, xs = deep_gemm.per_token_cast_to_fp8(x, use_ue8m0=True)
+    wq, ws = deep_gemm.per_block_cast_to_fp8(w, use_ue8m0=True)
+    ref = _dequant(xq, xs, 1, 128) @ _dequant(wq, ws, 128, 128).T
+    for kw in ({}, {"recipe": (1, 128, 128)}, {"disable_ue8m0_cast": True, "compiled_dims": "nk"},
+               {"recipe_a": (1, 128), "recipe_b": (128, 128), "alpha": None}):
+        d = poison_like(torch.empty(m, n, device="cuda", dtype=torch.bfloat16))
+        deep_gemm.fp8_gemm_nt((xq, xs), (wq, ws), d, None, **kw)
+        torch.cuda.synchronize()
+        assert deep_gemm.calc_diff(d, ref) < 1e-5, kw
+    bad = xs * 1.5  # not powers of two: never reinterpreted, with or without the cast
+    for flag in (True, False):
+        with pytest.raises(ValueError, match="powers of two"):
+            deep_gemm.fp8_gemm_nt((xq, bad), (wq, ws), d, disable_ue8m0_cast=flag)
+
+
+def test_bf16_names(deep_gemm):
+    a = torch.randn(64, 256, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(96, 256, device="cuda", dtype=torch.bfloat16)
+    d = poison_like(torch.empty(64, 96, device="cuda", dtype=torch.float32))
+    deep_gemm.bf16_gemm_nt(a, b, d, None, "nk")
+    ref = a.double() @ b.double().T
+    assert deep_gemm.calc_diff(d, ref) < 1e-6
+    dc = torch.empty_like(d)
+    deep_gemm.cublaslt_gemm_nt(a, b, dc)
+    assert deep_gemm.calc_diff(dc, ref) < 1e-6
+
+
+def test_m_grouped_psum_zero_padding_and_masked(deep_gemm):
+    g, n, k = 3, 128, 256
+    sizes = [100, 0, 150]
+    _, ends = contiguous_layout(sizes)
+    m = 128 * 3
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(g, n, k, device="cuda", dtype=torch.bfloat16)
+    d = poison_like(torch.empty(m, n, device="cuda", dtype=torch.bfloat16))
+    deep_gemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, ends, "nk", True)  # use_psum_layout, ensure_zero_padding
+    torch.cuda.synchronize()
+    rows = [(0, 100, 0), (128, 278, 2)]
+    for lo, hi, grp in rows:
+        ref = a[lo:hi].double() @ b[grp].double().T
+        assert deep_gemm.calc_diff(d[lo:hi], ref) < 1e-5
+    pad = torch.ones(m, dtype=torch.bool, device="cuda")
+    for lo, hi, _ in rows:
+        pad[lo:hi] = False
+    assert d[pad].eq(0).all(), "ensure_zero_padding: padding rows are zero"
+    am = torch.randn(g, 64, k, device="cuda", dtype=torch.bfloat16)
+    dm = poison_like(torch.empty(g, 64, n, device="cuda", dtype=torch.bfloat16))
+    masked = torch.tensor([64, 10, 0], dtype=torch.int32, device="cuda")
+    deep_gemm.bf16_m_grouped_gemm_nt_masked(am, b, dm, masked, 32, "nk")
+    torch.cuda.synchronize()
+    assert deep_gemm.calc_diff(dm[1, :10], am[1, :10].double() @ b[1].double().T) < 1e-5
+
+
+def test_k_grouped_in_deepgemm_argument_order(deep_gemm):
+    ks, m, n = [128, 0, 256], 64, 96
+    a = torch.randn(sum(ks), m, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(sum(ks), n, device="cuda", dtype=torch.bfloat16)
+    c = torch.randn(len(ks), m, n, device="cuda")
+    d = poison_like(c)
+    deep_gemm.k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks, torch.tensor(ks, dtype=torch.int32, device="cuda"), c)
+    torch.cuda.synchronize()
+    off = 0
+    for g, kg in enumerate(ks):
+        ref = c[g].double() + a[off:off + kg].double().T @ b[off:off + kg].double()
+        assert deep_gemm.calc_diff(d[g], ref) < 1e-6
+        off += kg
