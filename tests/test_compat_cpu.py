@@ -164,6 +164,8 @@ def test_bf16_caller_patterns_and_keyword_refusals():
     d32 = _z(2, 64, 32, dtype=torch.float32)
     _reaches_device_check(compat.k_grouped_bf16_gemm_tn_contiguous, _z(10, 64), _z(10, 32), d32, ks,
                           torch.tensor(ks, dtype=torch.int32), d32)
+    with pytest.raises(TypeError, match="c is the 6th argument"):  # our native order (ks, c) passed to DeepGEMM's
+        compat.k_grouped_bf16_gemm_tn_contiguous(_z(10, 64), _z(10, 32), d32, ks, d32)
     with pytest.raises(NotImplementedError, match="ks=None"):
         compat.k_grouped_bf16_gemm_tn_contiguous(_z(10, 64), _z(10, 32), d32, None, torch.tensor(ks))
     with pytest.raises(NotImplementedError, match="use_psum_layout"):

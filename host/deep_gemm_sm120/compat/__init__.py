@@ -271,6 +271,12 @@ def k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks, grouped_layout=None, c=None, 
     if ks is None:
         raise NotImplementedError(f"{name}: ks=None (K split only on the device) is not supported; pass the "
                                   f"per-group K as CPU ints")
+    if grouped_layout is not None:  # DeepGEMM's device copy of ks: refuse anything else (e.g. c passed here)
+        if not isinstance(grouped_layout, torch.Tensor) or grouped_layout.dtype != torch.int32:
+            raise TypeError(f"{name}: grouped_layout (5th argument) is DeepGEMM's int32 [G] copy of ks, got "
+                            f"{getattr(grouped_layout, 'dtype', type(grouped_layout).__name__)}; c is the 6th argument")
+        if tuple(grouped_layout.shape) != (len(ks),):
+            raise ValueError(f"{name}: grouped_layout must be [G] = ({len(ks)},), got {tuple(grouped_layout.shape)}")
     _bf16_grouped.k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks, c)
 
 
