@@ -313,15 +313,50 @@ def test_git_blob_ids_match_git_hash_object(canon):
         p.unlink()
 
 
-def test_pyyaml_missing_says_how_to_install(tmp_path):
+def _no_yaml_env(tmp_path) -> dict:
     shadow = tmp_path / "shadow"
-    shadow.mkdir()
+    shadow.mkdir(exist_ok=True)
     (shadow / "yaml.py").write_text("raise ImportError('no yaml here')\n")
-    env = {**os.environ, "PYTHONPATH": str(shadow)}
-    p = subprocess.run([sys.executable, str(ROOT / "tools/check_vendor.py")], env=env,
+    return {**os.environ, "PYTHONPATH": str(shadow)}
+
+
+def test_readme_command_runs_without_pyyaml(tmp_path):
+    """A fresh machine: `python tools/check_vendor.py` needs only the standard library."""
+    p = subprocess.run([sys.executable, str(ROOT / "tools/check_vendor.py")], env=_no_yaml_env(tmp_path),
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert "verdict: released" in p.stdout or "verdict: unreleased" in p.stdout
+
+
+def test_watcher_without_pyyaml_says_how_to_install(tmp_path):
+    p = subprocess.run([sys.executable, str(ROOT / "tools/watch_downstreams.py")], env=_no_yaml_env(tmp_path),
                        capture_output=True, text=True)
     assert p.returncode == 3
     assert "pip install pyyaml" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_strict_reader_equals_pyyaml_on_every_manifest():
+    import yaml
+
+    from vendorkit import manifest_text
+
+    for path in sorted((ROOT / "vendor_manifests").glob("*.yaml")):
+        text = path.read_text()
+        general = yaml.safe_load(text)
+        general["created"] = general["created"].isoformat()
+        assert manifest_text.parse(text, path.name) == general, path.name
+
+
+def test_strict_reader_refuses_other_layouts(tmp_path):
+    from vendorkit import manifest_text
+    from vendorkit.errors import ManifestError
+
+    text = (ROOT / "vendor_manifests/v0.1.0.yaml").read_text()
+    for bad in (text.replace("files:\n", "files: !!python/object:os.system\n"),
+                text.replace("  - {path:", "  - {evil: 1, path:", 1),
+                text + "tag: v9.9.9\n", "schema: 1\ntag: [unclosed\n"):
+        with pytest.raises(ManifestError):
+            manifest_text.parse(bad, "x.yaml")
 
 
 def test_cli_usage_errors_exit_3(canon):

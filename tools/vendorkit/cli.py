@@ -157,9 +157,6 @@ def main(argv: list[str] | None = None) -> int:
     want_json = "--format=json" in argv or any(
         x == "--format" and i + 1 < len(argv) and argv[i + 1] == "json" for i, x in enumerate(argv))
     try:
-        from .yamlio import require_yaml
-
-        require_yaml()  # say how to install it before doing anything, whatever the command
         if argv and argv[0] == "release":
             return _run_release(argv[1:])
         return _run_check(argv)

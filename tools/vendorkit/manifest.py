@@ -10,7 +10,7 @@ from typing import Any, Iterable
 from .errors import CannotCheck, ManifestError, UsageError
 from .hashing import tree_sha256
 from .versions import is_tag, parse_tag
-from . import yamlio
+from . import manifest_text, yamlio
 
 SCHEMA = 1
 ROOT = "device_layer"
@@ -98,11 +98,14 @@ def _entry(raw: Any, i: int, where: str) -> FileEntry:
 
 
 def parse_manifest(text: str, where: str, expect_tag: str | None = None) -> Manifest:
-    try:
-        raw = yamlio.safe_load(text)
-    except yamlio.yaml_error_types() as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ManifestError(f"{where}: malformed YAML ({first})") from None
+    if yamlio.yaml is None:  # a fresh machine: the strict reader of the format we write
+        raw = manifest_text.parse(text, where)
+    else:
+        try:
+            raw = yamlio.safe_load(text)
+        except yamlio.yaml_error_types() as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise ManifestError(f"{where}: malformed YAML ({first})") from None
     if not isinstance(raw, dict):
         raise ManifestError(f"{where}: expected a mapping at the top level")
     keys = set(raw)
