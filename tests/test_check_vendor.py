@@ -25,7 +25,7 @@ def test_in_sync_with_detected_prefix(canon, tmp_path):
     fork = make_fork(tmp_path, V2)
     code, doc = check(canon, fork)
     assert code == 0
-    assert doc["schema_version"] == 1
+    assert doc["schema_version"] == 2
     assert doc["verdict"] == "in-sync" and doc["exit_code"] == 0
     assert doc["prefix"] == PREFIX and doc["tag"] == "v0.2.0" and doc["digest"] == "sha256"
     assert doc["counts"] == {"ok": len(V2)}
@@ -125,7 +125,7 @@ def test_identical_to_older_tag_is_stale(canon, tmp_path):
     code, doc = check(canon, fork)
     assert code == 1 and doc["verdict"] == "stale" and doc["stale_tag"] == "v0.1.0"
     files = by_path(doc)
-    assert files["impls/sm120_bf16_gemm.cuh"]["diagnosis"] == "matches v0.1.0"
+    assert files["impls/sm120_bf16_gemm.cuh"]["diagnosis"] == "matches v0.1.0 (older)"
     assert files["impls/sm120_old_kernel.cuh"]["status"] == "extra"
     assert "shipped by v0.1.0" in files["impls/sm120_old_kernel.cuh"]["detail"]
     assert files["scheduler/sm120_gemm.cuh"]["status"] == "missing"
@@ -139,7 +139,7 @@ def test_mixed_tags_is_drifted(canon, tmp_path):
     files["impls/sm120_bf16_gemm.cuh"] = V1["impls/sm120_bf16_gemm.cuh"]
     code, doc = check(canon, make_fork(tmp_path, files))
     assert code == 1 and doc["verdict"] == "drifted" and doc["stale_tag"] is None
-    assert by_path(doc)["impls/sm120_bf16_gemm.cuh"]["diagnosis"] == "matches v0.1.0"
+    assert by_path(doc)["impls/sm120_bf16_gemm.cuh"]["diagnosis"] == "matches v0.1.0 (older)"
 
 
 def test_ambiguous_prefix_exit_3(canon, tmp_path):
@@ -262,10 +262,17 @@ def test_sync_stale_fork_to_latest_and_dry_run(canon, tmp_path):
         assert (fork / PREFIX / rel).read_bytes() == data
     for p, data in own.items():
         assert p.read_bytes() == data
-    assert code == 1 and "extra    impls/sm120_mine.cuh" in out  # re-verified: the local file remains
+    # re-verified against the stamp --sync wrote: the fork's own file is foreign, not drift (unless --strict)
+    assert code == 0 and "foreign  impls/sm120_mine.cuh" in out and "verdict: in-sync" in out
+    assert (fork / PREFIX / ".sm120-vendor.json").is_file() and (fork / PREFIX / ".sm120-vendor-verify.py").is_file()
+    code, doc = check(canon, fork, "--strict")
+    assert code == 1 and by_path(doc)["impls/sm120_mine.cuh"]["status"] == "foreign"
     (fork / PREFIX / "impls/sm120_mine.cuh").unlink()
     code, doc = check(canon, fork)
-    assert code == 0 and doc["verdict"] == "in-sync"
+    assert code == 0 and doc["verdict"] == "in-sync" and doc["stamp"]["tag"] == "v0.2.0"
+    # with a stamp every file it does not own is foreign, the fork's own non-sm120 headers included
+    assert {p for p, f in by_path(doc).items() if f["status"] == "foreign"} == {
+        "common/utils.cuh", "impls/sm90_fp8_gemm_1d1d.cuh"}
     assert not list(fork.rglob(".sm120-sync-*"))
 
 
@@ -274,10 +281,20 @@ def test_sync_restores_mode_and_cosmetic_changes(canon, tmp_path):
     files["common/sm120_utils.cuh"] = V2["common/sm120_utils.cuh"].replace(b"\n", b"\r\n")
     fork = make_fork(tmp_path, files)
     os.chmod(fork / PREFIX / "mma/sm120.cuh", 0o755)
+    # CRLF bytes equal no release and no stamp owns them: they are the fork's, so --sync refuses
     code, out, _ = run_cv("--repo", str(canon), "--fork", str(fork), "--sync")
+    assert code == 1 and "refused  deep_gemm/include/deep_gemm/common/sm120_utils.cuh" in out
+    assert "nothing was written" in out and "--force" in out and "pin" in out
+    assert (fork / PREFIX / "common/sm120_utils.cuh").read_bytes() == files["common/sm120_utils.cuh"]
+    assert os.stat(fork / PREFIX / "mma/sm120.cuh").st_mode & 0o111
+    code, out, _ = run_cv("--repo", str(canon), "--fork", str(fork), "--sync", "--force")
     assert code == 0 and "verdict: in-sync" in out
     assert "chmod    deep_gemm/include/deep_gemm/mma/sm120.cuh" in out
     assert not os.stat(fork / PREFIX / "mma/sm120.cuh").st_mode & 0o111
+    backups = list((fork / ".sm120-sync-backup").rglob("sm120_utils.cuh"))
+    assert len(backups) == 1 and backups[0].read_bytes() == files["common/sm120_utils.cuh"]
+    code, doc = check(canon, fork)  # the backup never makes the prefix ambiguous or counts as drift
+    assert code == 0 and doc["prefix"] == PREFIX
 
 
 def test_sync_fresh_fork_needs_prefix(canon, tmp_path):

@@ -242,7 +242,7 @@ def test_check_vendor_github_fork(canon, gh, tmp_path, capsys):
     doc = json.loads(out)
     f = {x["path"]: x for x in doc["files"]}["common/sm120_utils.cuh"]
     assert code == 1 and doc["verdict"] == "drifted" and doc["prefix"] == PREFIX
-    assert f["status"] == "changed" and f["diagnosis"] == "content"  # no download, no cosmetic diagnosis
+    assert f["status"] == "changed" and f["diagnosis"] == "eol-only"  # diagnosed from the blob
     code, out, err = run_cv(*base, "--diff")
     f = {x["path"]: x for x in json.loads(out)["files"]}["common/sm120_utils.cuh"]
     assert code == 1 and f["diagnosis"] == "eol-only"

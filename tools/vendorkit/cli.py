@@ -16,25 +16,43 @@ def _default_repo() -> str:
     return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+SYNOPSIS = """usage:
+  check_vendor.py [--repo DIR]                                   self-check this checkout (no --fork)
+  check_vendor.py --fork PATH|github:OWNER/REPO@REF|WHEEL|SDIST|pypi:NAME==VERSION
+                  [--prefix DIR] [--tag vX.Y.Z | --latest] [--format text|json|markdown]
+                  [--strict] [--no-diff] [--diff-lines N] [-v] [--api-url URL] [--index-url URL]
+                  [--sync [--dry-run] [--force] [--drop-patches]]
+  check_vendor.py pin --fork PATH FILE --reason TEXT [--upstream URL] [--prefix DIR]
+  check_vendor.py release vX.Y.Z [--date YYYY-MM-DD]"""
+
+
 def _check_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="check_vendor.py", description=(
+    p = _Parser(prog="check_vendor.py", usage=SYNOPSIS, description=(
         "Verify that a fork's copy of device_layer/ is byte-identical to a release (or, with no --fork, "
-        "self-check this checkout). Exit: 0 in-sync, 1 stale/drifted, 2 could not check, 3 usage/config. "
-        "Also: `check_vendor.py release vX.Y.Z` writes a new release manifest."))
-    p.add_argument("--fork", help="local path, or github:OWNER/REPO@REF")
+        "self-check this checkout). Exit: 0 in-sync, 1 stale/drifted/not-vendored, 2 could not check, "
+        "3 usage/config."))
+    p.add_argument("--fork", help="local path, github:OWNER/REPO@REF, a wheel or sdist, or pypi:NAME==VERSION")
     p.add_argument("--prefix", help="where the fork keeps the device layer (auto-detected when omitted)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--tag", help="release to check against (default: latest)")
     g.add_argument("--latest", action="store_true", help="check against the latest release (default)")
     p.add_argument("--format", choices=FORMATS, default="text")
+    p.add_argument("--strict", action="store_true", help="files the stamp does not own (foreign) are drift")
     p.add_argument("--sync", action="store_true", help="write the tag's files into the fork, then re-verify")
     p.add_argument("--dry-run", action="store_true", help="with --sync: print the actions only")
+    p.add_argument("--force", action="store_true",
+                   help="with --sync: overwrite the fork's own edits too, after copying them to "
+                        ".sm120-sync-backup/<time>/")
+    p.add_argument("--drop-patches", action="store_true", help="with --sync: replace files carrying pinned patches")
     p.add_argument("--no-diff", action="store_true", help="skip content diagnosis and diffs")
-    p.add_argument("--diff", action="store_true",
-                   help="github: forks: download changed files to diagnose and diff them (off by default)")
+    p.add_argument("--diff-lines", type=int, default=None, metavar="N",
+                   help="lines of each diff to print (text / markdown; default 200; JSON keeps all)")
+    p.add_argument("--diff", action="store_true", help="accepted for compatibility: changed files of github: "
+                                                        "forks are now always diagnosed from their contents")
     p.add_argument("--verbose", "-v", action="store_true", help="list ok files too (text format)")
     p.add_argument("--repo", default=_default_repo(), help="canonical checkout (default: this script's)")
     p.add_argument("--api-url", default=None, help="GitHub API base URL for github: forks")
+    p.add_argument("--index-url", default=None, help="package index for pypi: forks (default https://pypi.org)")
     return p
 
 
@@ -44,6 +62,19 @@ def _release_parser() -> argparse.ArgumentParser:
     p.add_argument("version", help="new release tag, vMAJOR.MINOR.PATCH")
     p.add_argument("--repo", default=_default_repo())
     p.add_argument("--date", default=None, help="created date (YYYY-MM-DD); default today (UTC)")
+    return p
+
+
+def _pin_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="check_vendor.py pin", description=(
+        "Record a reviewed local edit of a vendored file in the fork's stamp: from then on its exact bytes "
+        "report `patched` (exit 0) instead of drift, until the release changes the file."))
+    p.add_argument("file", help="the file, relative to the vendor root (or to the fork)")
+    p.add_argument("--fork", required=True, help="local fork path")
+    p.add_argument("--prefix", help="vendor root inside the fork (auto-detected when omitted)")
+    p.add_argument("--reason", required=True, help="why the fork carries this edit")
+    p.add_argument("--upstream", default=None, help="URL of the upstream issue or pull request")
+    p.add_argument("--repo", default=_default_repo())
     return p
 
 
@@ -58,30 +89,68 @@ def _run_release(argv: list[str]) -> int:
     a = _release_parser().parse_args(argv)
     dest = release(a.repo, a.version, a.date)
     rel = os.path.relpath(dest, a.repo)
-    _emit(f"wrote {rel}\nnext: git add {rel} && git commit -m 'release {a.version}' && git tag {a.version}\n")
+    _emit(f"wrote {rel}\nnext: git add {rel} && git commit -m 'release {a.version}' && git tag {a.version} && "
+          f"git push origin HEAD {a.version}\n")
     return 0
 
 
 def _open_fork(a):
     if a.fork.startswith("github:"):
-        try:
-            from .remote import open_remote_fork
-        except ImportError:
-            raise UsageError("github: forks need the remote transport (tools/vendorkit/remote.py)") from None
-        return open_remote_fork(a.fork, api_url=a.api_url, want_blobs=a.diff and not a.no_diff)
+        from .remote import open_remote_fork
+
+        return open_remote_fork(a.fork, api_url=a.api_url)
+    from .archive import is_archive_spec, open_archive_fork
+
+    if is_archive_spec(a.fork):
+        return open_archive_fork(a.fork, index_url=a.index_url)
     from .forkview import LocalFork
 
     return LocalFork(a.fork)
+
+
+def _own_checkout(a, view) -> tuple[str, ...]:
+    """Fork-relative location of this canonical checkout when it lives inside a local fork (the CI recipe
+    clones it to .sm120/): its device_layer/ must not count as a vendored copy."""
+    root = getattr(view, "root", None)
+    if root is None:
+        return ()
+    repo = os.path.realpath(a.repo)
+    base = os.path.realpath(root)
+    if repo.startswith(base + os.sep):
+        return (os.path.relpath(repo, base).replace(os.sep, "/"),)
+    return ()
+
+
+def _resolve_prefix(a, view, ms) -> str:
+    from .compare import detect_prefix
+    from .errors import ManifestError
+    from .manifest import check_safe_path
+
+    if a.prefix is None:
+        return detect_prefix(view.iter_paths(), ms.all_paths(), ignore=_own_checkout(a, view))
+    prefix = a.prefix.strip("/")
+    if prefix:
+        try:
+            check_safe_path(prefix, "--prefix")
+        except ManifestError as e:
+            raise UsageError(str(e)) from None
+    return prefix
 
 
 def _run_check(argv: list[str]) -> int:
     a = _check_parser().parse_args(argv)
     if a.dry_run and not a.sync:
         raise UsageError("--dry-run goes with --sync")
+    if (a.force or a.drop_patches) and not a.sync:
+        raise UsageError("--force and --drop-patches go with --sync")
+    if a.diff_lines is not None and a.diff_lines < 0:
+        raise UsageError("--diff-lines must be >= 0")
     from .canonical import CanonicalStore
+    from .diagnose import DEFAULT_DIFF_LINES
     from .manifest import MANIFEST_DIR, ManifestSet
     from .render import render
 
+    diff_lines = DEFAULT_DIFF_LINES if a.diff_lines is None else a.diff_lines
     ms = ManifestSet.load_dir(os.path.join(a.repo, MANIFEST_DIR))
     if a.fork is None:
         if a.sync or a.prefix:
@@ -91,30 +160,20 @@ def _run_check(argv: list[str]) -> int:
         from .selfcheck import self_check
 
         report = self_check(a.repo, ms)
-        _emit(render(report, a.format, a.verbose))
+        _emit(render(report, a.format, a.verbose, diff_lines))
         return report.exit_code
 
-    from .compare import Comparator, Report, detect_prefix
+    from .compare import Comparator, Report
 
     tag = ms.resolve(a.tag)
     view = _open_fork(a)
-    if a.prefix is not None:
-        prefix = a.prefix.strip("/")
-        from .manifest import check_safe_path
-        from .errors import ManifestError
-
-        if prefix:
-            try:
-                check_safe_path(prefix, "--prefix")
-            except ManifestError as e:
-                raise UsageError(str(e)) from None
-    else:
-        prefix = detect_prefix(view.iter_paths(), ms.all_paths())
+    prefix = _resolve_prefix(a, view, ms)
     store = CanonicalStore(a.repo)
 
     def compare():
         rep = Report(mode="fork", target=view.label, tag=tag.tag, prefix=prefix, digest_kind=view.digest_kind)
-        return Comparator(view, ms, tag, prefix, canonical=store.get, want_diff=not a.no_diff).run(rep)
+        return Comparator(view, ms, tag, prefix, canonical=store.get, want_diff=not a.no_diff,
+                          strict=a.strict).run(rep)
 
     report = compare()
     if a.sync:
@@ -123,46 +182,110 @@ def _run_check(argv: list[str]) -> int:
 
         if not isinstance(view, LocalFork):
             raise UsageError("--sync works on local forks only")
-        actions = sync.plan(report, ms, tag)
+        actions = sync.plan(report, ms, tag, force=a.force, drop_patches=a.drop_patches)
         out = _emit if a.format == "text" else sys.stderr.write  # keep stdout parseable
 
         def emit(line: str) -> None:
             out(line + "\n")
 
         emit(f"sync {'(dry run) ' if a.dry_run else ''}{view.label} -> {tag.tag}:")
-        if not actions:
-            emit("  nothing to do")
-        if a.dry_run:
+        refused = sync.refusals(actions)
+        if a.dry_run or refused:
             for act in actions:
-                emit(f"  {act.verb:<8} {act.path}  ({act.why})")
+                emit(f"  {act.verb:<8} {act.path}  ({act.why})" + ("  [backup first]" if act.backup else ""))
+            if not actions:
+                emit("  nothing to do (the stamp is written on a real run)")
+            if refused:
+                for line in sync.how_to_proceed(a.fork, refused):
+                    emit(line)
         else:
-            sync.apply(actions, view, tag, prefix, store.get, emit)
+            keep = {p["path"] for p in (report.stamp or {}).get("patches", [])} - {
+                act.path[len(prefix) + 1:] if prefix else act.path for act in actions if act.verb == "write"}
+            patches = [p for p in (report.stamp or {}).get("patches", []) if p["path"] in keep]
+            sync.apply(actions, view, tag, prefix, store.get, emit, patches)
             view = LocalFork(view.root)
             report = compare()
-    _emit(render(report, a.format, a.verbose))
+    _emit(render(report, a.format, a.verbose, diff_lines))
     return report.exit_code
 
 
-def _fail(code: int, message: str, want_json: bool) -> int:
-    """Report a failure on stderr, and as a JSON report when JSON was asked for: its exit_code is ours."""
-    if want_json:
-        _emit(json.dumps({"schema_version": 1, "verdict": "unknown", "exit_code": code, "errors": [message]},
+def _run_pin(argv: list[str]) -> int:
+    from .forkview import LocalFork
+    from .hashing import sha256_file
+    from .manifest import MANIFEST_DIR, ManifestSet
+    from .stamp import STAMP, read_stamp, verifier
+
+    a = _pin_parser().parse_args(argv)
+    ms = ManifestSet.load_dir(os.path.join(a.repo, MANIFEST_DIR))
+    view = LocalFork(a.fork)
+    prefix = _resolve_prefix(a, view, ms)
+    root = os.path.join(view.root, *prefix.split("/")) if prefix else view.root
+    rel = a.file.replace(os.sep, "/")
+    if prefix and rel.startswith(prefix + "/"):
+        rel = rel[len(prefix) + 1:]
+    stamp_path = os.path.join(root, STAMP)
+    try:
+        with open(stamp_path, "rb") as fh:
+            info = read_stamp(fh.read(), ms, stamp_path)
+    except FileNotFoundError:
+        raise UsageError(f"no {STAMP} under {prefix or '.'}: run --sync first, then pin edits") from None
+    if info.problems:
+        raise UsageError("the stamp is not trustworthy: " + "; ".join(info.problems))
+    if rel not in info.owned:
+        raise UsageError(f"{rel} is not a file the stamp owns (a release file under {prefix or '.'})")
+    path = os.path.join(root, *rel.split("/"))
+    actual = sha256_file(path)
+    if actual == info.owned[rel]:
+        raise UsageError(f"{rel} equals the release: nothing to pin")
+    doc = info.doc
+    patches = [p for p in doc["patches"] if p["path"] != rel]
+    entry = {"path": rel, "base_sha256": info.owned[rel], "patched_sha256": actual, "reason": a.reason}
+    if a.upstream:
+        entry["upstream"] = a.upstream
+    patches.append(entry)
+    text = verifier.make_stamp(doc["tag"], info.owned, patches, (doc.get("verifier") or {}).get("sha256"))
+    from .sync import _atomic_write
+
+    _atomic_write(stamp_path, text.encode(), "100644")
+    _emit(f"pinned {rel} ({actual[:12]}) in {os.path.relpath(stamp_path, view.root)}: {a.reason}\n")
+    return 0
+
+
+def _fail(code: int, message: str, fmt: str | None) -> int:
+    """Report a failure on stderr, and in the requested machine / CI format too: a JSON report's exit_code is
+    ours, and a markdown job summary is never empty."""
+    if fmt == "json":
+        _emit(json.dumps({"schema_version": 2, "verdict": "unknown", "exit_code": code, "errors": [message]},
                          indent=2) + "\n")
+    elif fmt == "markdown":
+        from .render import error_markdown
+
+        _emit(error_markdown(message, code))
     sys.stderr.write(f"check_vendor: {'error' if code == EXIT_USAGE else 'cannot check'}: {message}\n")
     return code
 
 
+def _requested_format(argv: list[str]) -> str | None:
+    for i, x in enumerate(argv):
+        if x.startswith("--format="):
+            return x.split("=", 1)[1]
+        if x == "--format" and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    want_json = "--format=json" in argv or any(
-        x == "--format" and i + 1 < len(argv) and argv[i + 1] == "json" for i, x in enumerate(argv))
+    fmt = _requested_format(argv)
     try:
         if argv and argv[0] == "release":
             return _run_release(argv[1:])
+        if argv and argv[0] == "pin":
+            return _run_pin(argv[1:])
         return _run_check(argv)
     except VendorError as e:
-        return _fail(e.exit_code, str(e), want_json)
+        return _fail(e.exit_code, str(e), fmt)
     except KeyboardInterrupt:
-        return _fail(EXIT_CANNOT_CHECK, "interrupted", want_json)
+        return _fail(EXIT_CANNOT_CHECK, "interrupted", fmt)
     except OSError as e:  # anything the views did not already classify
-        return _fail(EXIT_CANNOT_CHECK, str(e), want_json)
+        return _fail(EXIT_CANNOT_CHECK, str(e), fmt)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 BOM = b"\xef\xbb\xbf"
-MAX_DIFF_LINES = 400
+DEFAULT_DIFF_LINES = 200
 
 
 def _strip_bom(b: bytes) -> bytes:
@@ -32,14 +32,30 @@ def cosmetic(fork: bytes, canon: bytes) -> tuple[str, str] | None:
     return None
 
 
+def _lines(b: bytes) -> list[str]:
+    return b.decode("utf-8", errors="replace").splitlines(keepends=True)
+
+
+def similarity(canon: bytes, fork: bytes) -> float:
+    """difflib's line-based ratio (0 unrelated .. 1 identical), an upper bound first so that very different
+    large files cost little."""
+    import difflib
+
+    sm = difflib.SequenceMatcher(None, _lines(canon), _lines(fork), autojunk=False)
+    quick = sm.real_quick_ratio()
+    return quick if quick < 0.1 else sm.ratio()
+
+
 def unified_diff(canon: bytes, fork: bytes, canon_name: str, fork_name: str) -> str:
+    """The whole diff: renderers cap what they print (--diff-lines), JSON keeps it all."""
     import difflib  # only loaded when a content diff is needed
 
-    a = canon.decode("utf-8", errors="replace").splitlines(keepends=True)
-    b = fork.decode("utf-8", errors="replace").splitlines(keepends=True)
-    lines = list(difflib.unified_diff(a, b, fromfile=canon_name, tofile=fork_name))
-    lines = [ln if ln.endswith("\n") else ln + "\n\\ No newline at end of file\n" for ln in lines]
-    if len(lines) > MAX_DIFF_LINES:
-        more = len(lines) - MAX_DIFF_LINES
-        lines = lines[:MAX_DIFF_LINES] + [f"... diff truncated: {more} more lines\n"]
-    return "".join(lines)
+    lines = list(difflib.unified_diff(_lines(canon), _lines(fork), fromfile=canon_name, tofile=fork_name))
+    return "".join(ln if ln.endswith("\n") else ln + "\n\\ No newline at end of file\n" for ln in lines)
+
+
+def capped(diff: str, max_lines: int) -> str:
+    lines = diff.splitlines(keepends=True)
+    if len(lines) <= max_lines:
+        return diff
+    return "".join(lines[:max_lines]) + f"... diff truncated: {len(lines) - max_lines} more lines (--diff-lines N)\n"

@@ -41,6 +41,9 @@ class ForkView(Protocol):
     def read(self, f: ForkFile) -> bytes | None:
         """File bytes, or None when this view does not fetch contents."""
 
+    def fetch(self, f: ForkFile) -> bytes | None:
+        """File bytes whenever the view can get them (a remote view downloads the blob)."""
+
 
 def join_path(prefix: str, rel: str) -> str:
     return f"{prefix}/{rel}" if prefix else rel
@@ -119,6 +122,9 @@ class LocalFork:
                 except OSError as e:
                     raise CannotCheck(f"cannot read {f.path}: {e.strerror or e}") from None
         return f.digest
+
+    def fetch(self, f: ForkFile) -> bytes | None:
+        return self.read(f)
 
     def read(self, f: ForkFile) -> bytes | None:
         if f.kind == "symlink":

@@ -117,7 +117,11 @@ class RemoteFork:
         return f.digest or ""
 
     def read(self, f: ForkFile) -> bytes | None:
-        if not self.want_blobs or f.kind not in ("file", "symlink"):
+        return self.fetch(f) if self.want_blobs else None
+
+    def fetch(self, f: ForkFile) -> bytes | None:
+        """One blob request: diagnoses (cosmetic vs content), stamps and patches need the bytes."""
+        if f.kind not in ("file", "symlink"):
             return None
         data = self.client.get(f"{self._base}/git/blobs/{f.digest}", conditional=False)
         if data.get("encoding") != "base64":

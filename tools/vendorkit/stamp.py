@@ -1,0 +1,57 @@
+"""The fork's stamp (`.sm120-vendor.json` in its vendor root): what --sync wrote, which files it owns, and
+pinned local patches. Parsing and validation are tools/sm120_vendor_verify.py's (the verifier forks vendor);
+this adds the manifest lookups check_vendor has."""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+from .manifest import ManifestSet
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import sm120_vendor_verify as verifier  # noqa: E402
+
+STAMP, VERIFIER = verifier.STAMP, verifier.VERIFIER
+BACKUP_DIR = verifier.BACKUP_DIR  # --force / owned-edit backups, at the fork root; never part of the layer
+VERIFIER_SOURCE = os.path.abspath(verifier.__file__)
+
+
+@dataclass
+class StampInfo:
+    doc: dict
+    owned: dict[str, str]          # safe paths -> sha256
+    problems: list[str]            # each one is a drift finding (a stamp that cannot be trusted)
+
+    def patch_for(self, path: str, actual_sha256: str, base_sha256: str) -> dict | None:
+        return verifier.patch_for(self.doc, path, actual_sha256, base_sha256)
+
+    def summary(self) -> dict:
+        return {"tag": self.doc["tag"], "owned": len(self.owned), "patches": self.doc["patches"],
+                "problems": self.problems}
+
+
+def read_stamp(data: bytes | None, ms: ManifestSet, where: str) -> StampInfo:
+    """Parse and validate a stamp against the manifest of the tag it names. An unreadable or malformed stamp is
+    itself a finding (drift), never a crash."""
+    if data is None:
+        return StampInfo({"tag": "?", "patches": [], "files": []}, {}, [f"{where}: could not be read"])
+    try:
+        doc = verifier.parse_stamp(data.decode("utf-8", errors="replace"), where)
+    except verifier.VerifyError as e:
+        return StampInfo({"tag": "?", "patches": [], "files": []}, {}, [str(e)])
+    m = ms.by_tag.get(doc["tag"])
+    if m is None:
+        problems = [f"the stamp names {doc['tag']}, which is not a release"]
+        problems += verifier.validate(doc)
+    else:
+        problems = verifier.validate(doc, {e.path: e.sha256 for e in m.files}, m.tree_sha256, m.tag)
+    owned = {f["path"]: f["sha256"] for f in doc["files"] if verifier.safe_relative(f["path"])}
+    return StampInfo(doc, owned, problems)
+
+
+def stamp_text(tag, patches: list[dict] | None = None) -> str:
+    """The stamp --sync writes for manifest `tag` (every released file owned), keeping pinned patches."""
+    with open(VERIFIER_SOURCE, "rb") as fh:
+        vsha = verifier.hashlib.sha256(fh.read()).hexdigest()
+    return verifier.make_stamp(tag.tag, {e.path: e.sha256 for e in tag.files}, patches, vsha)
