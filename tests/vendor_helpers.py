@@ -103,3 +103,25 @@ def make_fork(tmp: Path, files: dict[str, bytes], name: str = "fork", prefix: st
 
 def by_path(doc: dict) -> dict[str, dict]:
     return {f["path"]: f for f in doc["files"]}
+
+
+_AUDIT: list[list[str]] = []
+
+
+def _audit_hook(event: str, args) -> None:
+    if _AUDIT and event == "open" and isinstance(args[0], (str, bytes)):
+        _AUDIT[-1].append(os.path.realpath(os.fsdecode(args[0])))
+
+
+sys.addaudithook(_audit_hook)  # cannot be removed; records only inside opened_paths()
+
+
+class opened_paths:
+    """Every path this process opens inside the block (Python's "open" audit event), resolved."""
+
+    def __enter__(self) -> list[str]:
+        _AUDIT.append([])
+        return _AUDIT[-1]
+
+    def __exit__(self, *exc) -> None:
+        _AUDIT.pop()

@@ -198,10 +198,13 @@ def verify(root: str, manifest_path: str | None = None, strict: bool = False) ->
     """{verdict, exit_code, files: [{path, status, detail}], problems} for the vendor root `root`."""
     stamp_path = os.path.join(root, STAMP)
     try:
-        with open(stamp_path, encoding="utf-8") as fh:
-            doc = parse_stamp(fh.read(), stamp_path)
+        with open(stamp_path, "rb") as fh:
+            raw = fh.read()
+        doc = parse_stamp(raw.decode("utf-8"), stamp_path)
     except FileNotFoundError:
         raise VerifyError(f"no {STAMP} in {root}: this vendor root was not written by check_vendor --sync") from None
+    except UnicodeDecodeError:
+        raise VerifyError(f"{stamp_path}: not UTF-8 text") from None
     except OSError as e:
         raise VerifyError(f"cannot read {stamp_path}: {e}", EXIT_CANNOT_CHECK) from None
     mfiles = mtree = mtag = None
@@ -209,6 +212,8 @@ def verify(root: str, manifest_path: str | None = None, strict: bool = False) ->
         try:
             with open(manifest_path, encoding="utf-8") as fh:
                 m = parse_manifest_text(fh.read(), manifest_path)
+        except UnicodeDecodeError:
+            raise VerifyError(f"{manifest_path}: not UTF-8 text") from None
         except OSError as e:
             raise VerifyError(f"cannot read {manifest_path}: {e}") from None
         mfiles = {f["path"]: f["sha256"] for f in m.get("files", [])}

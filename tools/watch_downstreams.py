@@ -2,11 +2,15 @@
 """Scheduled drift watcher for the forks listed in .github/downstreams.yaml.
 
     python tools/watch_downstreams.py [--config .github/downstreams.yaml] [--report report.md] [--json report.json]
-                                      [--issues --repo OWNER/NAME] [--state state.json] [--api-url URL]
+                                      [--issues --repo OWNER/NAME] [--dry-run] [--state state.json]
+                                      [--api-url URL] [--index-url URL]
 
-Each fork costs one conditional commit lookup and one conditional recursive tree read (both free of quota
-when unchanged, thanks to the ETags kept in --state). Token: GITHUB_TOKEN (never printed).
-Exit: 1 if any fork is drifted or stale, else 2 if any could not be checked, else 0; 3 on bad configuration.
+Each GitHub fork costs one conditional commit lookup and one conditional recursive tree read (both free of
+quota when unchanged, thanks to the ETags kept in --state). Each PyPI package costs one JSON API request and
+one download of its newest (or pinned) release. Token: GITHUB_TOKEN (never printed, never sent to the index).
+--dry-run prints the issue actions --issues would take and writes nothing but the requested reports.
+Exit: 1 if any downstream is drifted, stale or does not vendor the layer, else 2 if any could not be checked,
+else 0; 3 on bad configuration.
 """
 import json
 import os
@@ -28,8 +32,11 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="write the JSON report here")
     ap.add_argument("--issues", action="store_true", help="maintain one issue per downstream in --repo")
     ap.add_argument("--repo", default=os.environ.get("GITHUB_REPOSITORY"), help="OWNER/NAME for --issues")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="show the issue actions without writing issues or the --state file")
     ap.add_argument("--state", help="ETag cache file (kept between runs)")
     ap.add_argument("--api-url", default=os.environ.get("GITHUB_API_URL"))
+    ap.add_argument("--index-url", default=None, help="package index for PyPI downstreams (default https://pypi.org)")
     ap.add_argument("--max-wait", type=float, default=60.0, help="longest rate-limit wait in seconds")
     ap.add_argument("--retries", type=int, default=3, help="retries after a 5xx or connection error")
     ap.add_argument("--backoff", type=float, default=1.0, help="first retry delay in seconds (doubles)")
@@ -54,15 +61,17 @@ def main(argv=None) -> int:
         etags = EtagStore.load(a.state)
         client = GitHubClient(a.api_url, token, etags, max_wait=a.max_wait, max_retries=a.retries,
                               backoff=a.backoff)
-        results = [watch.check_one(client, ms, ds) for ds in downstreams]
-        if a.issues:
+        results = [watch.check_one(client, ms, ds, a.index_url) for ds in downstreams]
+        if a.issues or a.dry_run:
             try:
-                watch.reconcile_issues(client, a.repo, results)
+                watch.reconcile_issues(client, a.repo if (a.issues or a.repo) else None, results, ms,
+                                       dry_run=a.dry_run)
             except VendorError as e:
                 print(scrub(f"watch_downstreams: issue update failed: {e}"), file=sys.stderr)
                 for r in results:
                     r.issue_action = "not updated"
-        etags.save()
+        if not a.dry_run:
+            etags.save()
         md = watch.summary_markdown(results, scrub)
         if a.report:
             with open(a.report, "w", encoding="utf-8") as fh:

@@ -158,8 +158,9 @@ class Comparator:
         if cos:
             r.diagnosis, r.detail = cos
             return r
-        r.similarity = round(diagnose.similarity(canon, fork_bytes), 3)
-        if r.similarity < REPLACED_BELOW:
+        ratio, kept = diagnose.similarity(canon, fork_bytes)
+        r.similarity = round(ratio, 3)
+        if ratio < REPLACED_BELOW and kept < 0.5:  # not just our file with a lot added to it
             r.diagnosis = "replaced"
             r.detail = f"replaced by an unrelated file ({round(100 * r.similarity)} % similar)"
             return r
@@ -198,9 +199,9 @@ class Comparator:
             report.stamp = stamp.summary()
             if not stamp.problems:
                 report.owned = frozenset(stamp.owned)
-            for problem in stamp.problems:
-                results.append(FileResult(STAMP, "changed", diagnosis="invalid-stamp", detail=problem,
-                                          fork_path=_join(self.prefix, STAMP)))
+            if stamp.problems:  # one finding; the JSON's stamp.problems keeps them apart
+                results.append(FileResult(STAMP, "changed", diagnosis="invalid-stamp",
+                                          detail="; ".join(stamp.problems), fork_path=_join(self.prefix, STAMP)))
         elif listing and not self._vendors_our_layer(listing, errors) and not errors:
             named = sum(1 for rel in listing if is_our_name(rel))
             report.verdict = "not-vendored"

@@ -36,14 +36,21 @@ def _lines(b: bytes) -> list[str]:
     return b.decode("utf-8", errors="replace").splitlines(keepends=True)
 
 
-def similarity(canon: bytes, fork: bytes) -> float:
-    """difflib's line-based ratio (0 unrelated .. 1 identical), an upper bound first so that very different
-    large files cost little."""
+def similarity(canon: bytes, fork: bytes) -> tuple[float, float]:
+    """(ratio, kept): difflib's line-based ratio (0 unrelated .. 1 identical) and the share of the release's
+    lines the fork still has in order. Multiset upper bounds come first, so unrelated files cost little."""
     import difflib
 
-    sm = difflib.SequenceMatcher(None, _lines(canon), _lines(fork), autojunk=False)
-    quick = sm.real_quick_ratio()
-    return quick if quick < 0.1 else sm.ratio()
+    a, b = _lines(canon), _lines(fork)
+    if not a or not b:
+        return (1.0 if a == b else 0.0), (1.0 if not a else 0.0)
+    sm = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    quick = sm.quick_ratio()                 # >= ratio
+    quick_kept = quick * (len(a) + len(b)) / (2 * len(a))  # >= kept
+    if quick < 0.1 and quick_kept < 0.1:
+        return quick, quick_kept
+    shared = sum(m.size for m in sm.get_matching_blocks())
+    return 2.0 * shared / (len(a) + len(b)), shared / len(a)
 
 
 def unified_diff(canon: bytes, fork: bytes, canon_name: str, fork_name: str) -> str:

@@ -1,4 +1,5 @@
-"""Downstream drift watcher: config, remote checks, one self-maintaining issue per fork, reports."""
+"""Downstream drift watcher: config, remote checks (GitHub forks and PyPI packages), one self-maintaining
+issue per downstream, reports."""
 from __future__ import annotations
 
 import json
@@ -17,17 +18,60 @@ from .versions import is_tag
 
 LABEL = "vendor-drift"
 BODY_LIMIT = 65536
-_KEYS = {"name", "repo", "ref", "prefix", "track"}
+_GITHUB_KEYS = {"name", "repo", "ref", "prefix", "track"}
+_PYPI_KEYS, _PYPI_OPTIONAL = {"name", "pypi", "track"}, {"version", "prefix"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_PACKAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_VERSION = re.compile(r"^[A-Za-z0-9.+!_-]+$")
+FAILING_VERDICTS = ("drifted", "stale", "not-vendored")
+WATCH_SCHEMA_VERSION = 2  # 2: PyPI downstreams (source, package, version, file); reports are check_vendor's schema 2
 
 
 @dataclass(frozen=True)
 class Downstream:
     name: str
-    repo: str
-    ref: str
-    prefix: str
-    track: str  # "latest" or a release tag
+    repo: str | None            # OWNER/NAME of a GitHub fork, or None for a PyPI package
+    ref: str | None
+    prefix: str | None          # None: auto-detected (PyPI packages only)
+    track: str                  # "latest" or a release tag
+    package: str | None = None  # PyPI project name
+    version: str | None = None  # pinned package version; None: the newest release on each run
+
+    @property
+    def source(self) -> str:
+        if self.package:
+            return f"pypi:{self.package}" + (f"=={self.version}" if self.version else "")
+        return f"github:{self.repo}@{self.ref}"
+
+
+def _check_entry(d: dict, where: str, ms: ManifestSet) -> None:
+    if "pypi" in d:
+        unknown, missing = set(d) - _PYPI_KEYS - _PYPI_OPTIONAL, _PYPI_KEYS - set(d)
+    else:
+        unknown, missing = set(d) - _GITHUB_KEYS, _GITHUB_KEYS - set(d)
+    if unknown or missing:
+        raise UsageError(f"{where}: unknown keys {sorted(unknown)}, missing keys {sorted(missing)} (a GitHub "
+                         f"fork has {sorted(_GITHUB_KEYS)}; a PyPI package has {sorted(_PYPI_KEYS)} and optionally "
+                         f"{sorted(_PYPI_OPTIONAL)})")
+    if not all(isinstance(v, str) and v for v in d.values()):
+        raise UsageError(f"{where}: every value must be a non-empty string")
+    if "pypi" in d:
+        if not _PACKAGE.match(d["pypi"]):
+            raise UsageError(f"{where}: pypi {d['pypi']!r} is not a package name")
+        if "version" in d and not _VERSION.match(d["version"]):
+            raise UsageError(f"{where}: version {d['version']!r} is not a version")
+    elif not REPO_NAME.match(d["repo"]):
+        raise UsageError(f"{where}: repo {d['repo']!r} is not OWNER/NAME")
+    if d["track"] != "latest":
+        if not is_tag(d["track"]):
+            raise UsageError(f"{where}: track must be `latest` or a release tag, got {d['track']!r}")
+        if d["track"] not in ms.by_tag:
+            raise UsageError(f"{where}: track {d['track']} is not a released tag")
+    if "prefix" in d:
+        try:
+            check_safe_path(d["prefix"], where)
+        except Exception as e:  # ManifestError -> configuration error here
+            raise UsageError(str(e)) from None
 
 
 def load_config(path: str, ms: ManifestSet) -> list[Downstream]:
@@ -46,25 +90,13 @@ def load_config(path: str, ms: ManifestSet) -> list[Downstream]:
         where = f"{path}: downstreams[{i}]"
         if not isinstance(d, dict):
             raise UsageError(f"{where}: expected a mapping")
-        if set(d) != _KEYS:
-            raise UsageError(f"{where}: unknown keys {sorted(set(d) - _KEYS)}, missing keys {sorted(_KEYS - set(d))}")
-        if not all(isinstance(d[k], str) and d[k] for k in _KEYS):
-            raise UsageError(f"{where}: every value must be a non-empty string")
+        _check_entry(d, where, ms)
         if not _NAME.match(d["name"]) or d["name"] in names:
             raise UsageError(f"{where}: name {d['name']!r} must be unique and use letters, digits, . _ -")
-        if not REPO_NAME.match(d["repo"]):
-            raise UsageError(f"{where}: repo {d['repo']!r} is not OWNER/NAME")
-        if d["track"] != "latest":
-            if not is_tag(d["track"]):
-                raise UsageError(f"{where}: track must be `latest` or a release tag, got {d['track']!r}")
-            if d["track"] not in ms.by_tag:
-                raise UsageError(f"{where}: track {d['track']} is not a released tag")
-        try:
-            check_safe_path(d["prefix"], where)
-        except Exception as e:  # ManifestError -> configuration error here
-            raise UsageError(str(e)) from None
         names.add(d["name"])
-        out.append(Downstream(d["name"], d["repo"], d["ref"], d["prefix"].strip("/"), d["track"]))
+        prefix = d["prefix"].strip("/") if "prefix" in d else None
+        out.append(Downstream(d["name"], d.get("repo"), d.get("ref"), prefix, d["track"], d.get("pypi"),
+                              d.get("version")))
     return out
 
 
@@ -79,12 +111,13 @@ class ForkResult:
     extra: dict = field(default_factory=dict)
 
 
-def check_one(client: GitHubClient, ms: ManifestSet, ds: Downstream) -> ForkResult:
+def check_one(client: GitHubClient, ms: ManifestSet, ds: Downstream, index_url: str | None = None) -> ForkResult:
+    if ds.package:
+        return _check_package(ms, ds, index_url)
     before_req, before_304 = client.counters.requests, client.counters.not_modified
     tag = ms.resolve(None if ds.track == "latest" else ds.track)
     owner, repo = ds.repo.split("/")
-    report = Report(mode="fork", target=f"github:{ds.repo}@{ds.ref}", tag=tag.tag, prefix=ds.prefix,
-                    digest_kind="git_blob_sha1")
+    report = Report(mode="fork", target=ds.source, tag=tag.tag, prefix=ds.prefix, digest_kind="git_blob_sha1")
     res = ForkResult(ds, report)
     try:
         view = RemoteFork(client, owner, repo, ds.ref)
@@ -98,30 +131,90 @@ def check_one(client: GitHubClient, ms: ManifestSet, ds: Downstream) -> ForkResu
     return res
 
 
+def _check_package(ms: ManifestSet, ds: Downstream, index_url: str | None) -> ForkResult:
+    """The newest release of a PyPI package (or its pinned version): one JSON request and one download, so a
+    new release is checked on the first run after it appears."""
+    from .archive import ArchiveFork, download, pypi_release
+    from .compare import detect_prefix
+
+    tag = ms.resolve(None if ds.track == "latest" else ds.track)
+    report = Report(mode="fork", target=ds.source, tag=tag.tag, prefix=ds.prefix, digest_kind="sha256")
+    res = ForkResult(ds, report)
+    try:
+        version, entry, _ = pypi_release(ds.package, ds.version, index_url)
+        res.requests = 2
+        label = f"pypi:{ds.package}=={version} ({entry['filename']})"
+        view = ArchiveFork(download(entry, label), label)
+        report.target = label
+        res.commit = f"{version}:{(entry.get('digests') or {}).get('sha256', '')[:12]}"
+        res.extra = {"version": version, "file": entry["filename"]}
+        if report.prefix is None:
+            report.prefix = detect_prefix(view.iter_paths(), ms.all_paths())
+        Comparator(view, ms, tag, report.prefix, canonical=None, want_diff=False).run(report)
+    except (CannotCheck, UsageError) as e:  # no layer found in the package: it cannot be checked as configured
+        report.verdict = "unknown"
+        report.errors.append(str(e))
+    res.counted = res.requests
+    return res
+
+
 def marker(ds: Downstream) -> str:
     return f"<!-- deep_gemm_sm120:vendor-drift name={ds.name} -->"
+
+
+def _where(res: ForkResult) -> str:
+    ds = res.downstream
+    if ds.package:
+        return f"{ds.package}=={res.extra.get('version', ds.version or '?')} (PyPI)"
+    return f"{ds.repo}@{ds.ref}"
 
 
 def issue_title(res: ForkResult) -> str:
     r = res.report
     if r.verdict == "stale":
-        return f"Vendored SM120 device layer is stale in {res.downstream.repo} ({r.stale_tag}, latest {r.tag})"
-    return f"Vendored SM120 device layer drifted in {res.downstream.repo}@{res.downstream.ref}"
+        return f"Vendored SM120 device layer is stale in {_where(res)} ({r.stale_tag}, latest {r.tag})"
+    if r.verdict == "not-vendored":
+        return f"{_where(res)} does not vendor the SM120 device layer"
+    return f"Vendored SM120 device layer drifted in {_where(res)}"
 
 
-def issue_body(res: ForkResult, report_url: str | None = None) -> str:
+def how_to_fix(res: ForkResult, ms: ManifestSet) -> list[str]:
+    """A --sync recommendation only when --sync would lose nothing; otherwise the files that need a decision."""
+    from . import sync
+
+    ds, r = res.downstream, res.report
+    if r.verdict == "not-vendored":
+        return ["None of its device-layer-named files equals a file of any release: it carries SM120 headers of "
+                "its own, so there is no `--sync` recommendation. If it is meant to vendor this layer, review "
+                "its headers against the release first.", ""]
+    tag = ms.by_tag[r.tag]
+    refused = sync.refusals(sync.plan(r, ms, tag))
+    checkout = "the source checkout this package is built from" if ds.package else "a local checkout of the fork"
+    name = ds.package if ds.package else ds.repo.split("/")[1]
+    prefix = f" --prefix {r.prefix}" if r.prefix else ""
+    cmd = f"python tools/check_vendor.py --fork PATH/TO/{name}{prefix} --tag {r.tag} --sync --dry-run"
+    if refused:
+        return [f"`--sync` would refuse {len(refused)} file(s) that hold the fork's own bytes, so it is not "
+                f"recommended as is:", ""] + [f"- `{a.path}`" for a in refused] + [
+            "", f"In {checkout}, review each: pin a reviewed edit (`python tools/check_vendor.py pin --fork PATH "
+                f"FILE --reason TEXT`) or overwrite it with `--sync --force` (which keeps a backup copy); "
+                f"`{cmd}` lists the plan.", ""]
+    lines = [f"To fix it from {checkout}:", "", "```bash", f"{cmd}   # then without --dry-run", "```", ""]
+    if ds.package:
+        lines += ["then publish a new release of the package.", ""]
+    return lines
+
+
+def issue_body(res: ForkResult, ms: ManifestSet, report_url: str | None = None) -> str:
     """Deterministic for identical findings (no timestamps), so an unchanged fork causes no edit."""
     ds, r = res.downstream, res.report
+    what = f"`{_where(res)}` (file `{res.extra.get('file')}`)" if ds.package else \
+        f"`{ds.repo}@{ds.ref}` (commit `{res.commit}`)"
     head = [marker(ds),
-            f"`{ds.repo}@{ds.ref}` (commit `{res.commit}`) vendors the SM120 device layer under `{ds.prefix}` and "
-            f"tracks `{ds.track}` (= `{r.tag}`).", "",
-            "To fix it from a local checkout of the fork:", "",
-            "```bash",
-            f"python tools/check_vendor.py --fork PATH/TO/{ds.repo.split('/')[1]} --prefix {ds.prefix} "
-            f"--tag {r.tag} --sync --dry-run   # then without --dry-run",
-            "```", "",
+            f"{what} vendors the SM120 device layer under `{r.prefix}` and tracks `{ds.track}` (= `{r.tag}`).", "",
+            *how_to_fix(res, ms),
             "This issue is maintained by `tools/watch_downstreams.py`: it is edited in place when the findings "
-            "change and closed when the fork is back in sync.", ""]
+            "change and closed when the downstream is back in sync.", ""]
     body = "\n".join(head) + to_markdown(r)
     if len(body) > BODY_LIMIT:
         pointer = "\n\n…truncated: the full report is " + (f"at {report_url}" if report_url else
@@ -137,21 +230,26 @@ def run_url() -> str | None:
     return None
 
 
-def reconcile_issues(client: GitHubClient, repo: str, results: list[ForkResult]) -> None:
-    """Create, edit, reopen or close one issue per downstream; no write when nothing changed."""
-    if not REPO_NAME.match(repo):
+def reconcile_issues(client: GitHubClient, repo: str | None, results: list[ForkResult], ms: ManifestSet,
+                     dry_run: bool = False) -> None:
+    """Create, edit, reopen or close one issue per downstream; no write when nothing changed. dry_run: only
+    record what would be done (reading the existing issues when `repo` is given)."""
+    if repo is not None and not REPO_NAME.match(repo):
         raise UsageError(f"--repo {repo!r} is not OWNER/NAME")
-    issues = [i for i in client.paginate(f"/repos/{repo}/issues", {"labels": LABEL, "state": "all"})
-              if "pull_request" not in i]
+    issues = [] if repo is None else [
+        i for i in client.paginate(f"/repos/{repo}/issues", {"labels": LABEL, "state": "all"})
+        if "pull_request" not in i]
     url = run_url()
+    if dry_run:
+        client = _DryRun()
     for res in results:
         mk = marker(res.downstream)
         mine = sorted((i for i in issues if mk in (i.get("body") or "")),
                       key=lambda i: (i.get("state") != "open", -int(i["number"])))
         current = mine[0] if mine else None
         verdict = res.report.verdict
-        if verdict in ("drifted", "stale"):
-            title, body = issue_title(res), issue_body(res, url)
+        if verdict in FAILING_VERDICTS:
+            title, body = issue_title(res), issue_body(res, ms, url)
             if current is None:
                 _, made, _ = client.request("POST", f"/repos/{repo}/issues",
                                             body={"title": title, "body": body, "labels": [LABEL]})
@@ -176,11 +274,23 @@ def reconcile_issues(client: GitHubClient, repo: str, results: list[ForkResult])
                 res.issue_action = f"closed #{n}"
         else:
             res.issue_action = f"untouched #{current['number']}" if current else "-"
+        if dry_run:
+            verb, _, num = res.issue_action.partition(" ")
+            would = {"created": "would create an issue", "reopened": f"would reopen {num}",
+                     "updated": f"would update {num}", "closed": f"would close {num}"}
+            res.issue_action = would.get(verb, res.issue_action)
+
+
+class _DryRun:
+    """Stands in for the client's writes during --dry-run: nothing is sent."""
+
+    def request(self, method: str, path: str, body=None):
+        return 200, {"number": "?"}, {}
 
 
 def exit_code(results: list[ForkResult]) -> int:
     verdicts = {r.report.verdict for r in results}
-    if verdicts & {"drifted", "stale"}:
+    if verdicts & set(FAILING_VERDICTS):
         return 1
     if "unknown" in verdicts:
         return 2
@@ -189,12 +299,12 @@ def exit_code(results: list[ForkResult]) -> int:
 
 def summary_markdown(results: list[ForkResult], scrub) -> str:
     lines = ["# Downstream drift report", "",
-             "| downstream | repo@ref | commit | tag | verdict | requests (counted) | issue |",
+             "| downstream | source | commit / version | tag | verdict | requests (counted) | issue |",
              "|---|---|---|---|---|---|---|"]
     for r in results:
         ds, rep = r.downstream, r.report
         verdict = rep.verdict + (f" ({rep.stale_tag})" if rep.stale_tag else "")
-        lines.append(f"| {ds.name} | `{ds.repo}@{ds.ref}` | `{(r.commit or '-')[:12]}` | {rep.tag} | {verdict} | "
+        lines.append(f"| {ds.name} | `{ds.source}` | `{(r.commit or '-')[:20]}` | {rep.tag} | {verdict} | "
                      f"{r.requests} ({r.counted}) | {r.issue_action} |")
     lines.append("")
     for r in results:
@@ -206,8 +316,10 @@ def summary_markdown(results: list[ForkResult], scrub) -> str:
 def summary_json(results: list[ForkResult], scrub) -> str:
     from .render import to_json
 
-    doc = {"schema_version": 1, "exit_code": exit_code(results), "downstreams": [
-        {"name": r.downstream.name, "repo": r.downstream.repo, "ref": r.downstream.ref, "commit": r.commit,
-         "track": r.downstream.track, "requests": r.requests, "counted_requests": r.counted,
-         "issue": r.issue_action, "report": json.loads(to_json(r.report))} for r in results]}
+    doc = {"schema_version": WATCH_SCHEMA_VERSION, "exit_code": exit_code(results), "downstreams": [
+        {"name": r.downstream.name, "source": r.downstream.source, "repo": r.downstream.repo,
+         "ref": r.downstream.ref, "package": r.downstream.package, "version": r.extra.get("version"),
+         "file": r.extra.get("file"), "commit": r.commit, "track": r.downstream.track, "requests": r.requests,
+         "counted_requests": r.counted, "issue": r.issue_action, "report": json.loads(to_json(r.report))}
+        for r in results]}
     return scrub(json.dumps(doc, indent=2) + "\n")

@@ -1,16 +1,32 @@
-"""A GitHub-REST-compatible server on 127.0.0.1 for tests, backed by real local git repositories.
+#!/usr/bin/env python3
+"""Loopback stand-ins for the servers downstream checks talk to: try the watcher and `check_vendor --fork`
+without the internet (the tests use the same classes).
 
-Serves the endpoints the watcher uses: commits/{ref}, git/trees/{sha}[?recursive=1] (with optional
-truncation), git/blobs/{sha}, and issues list (paginated) / create / edit / comment. Object ids come from
-git itself. Knobs simulate ETag 304s, rate limits, retry-after, transient 5xx and required tokens; every
-request is logged so tests can count calls and writes.
+    python tools/fake_downstreams.py --repo OWNER/NAME=PATH/TO/GIT/CHECKOUT ... \
+                                     [--wheel NAME==VERSION=PATH/TO/FILE.whl ...] [--token T]
+
+prints the two base URLs and serves until Ctrl-C. Then, e.g.:
+
+    python tools/watch_downstreams.py --api-url GITHUB_URL --index-url PYPI_URL --config my.yaml --dry-run
+    python tools/check_vendor.py --fork github:OWNER/NAME@main --api-url GITHUB_URL
+
+FakeGitHub serves the REST endpoints the tools use: commits/{ref}, git/trees/{sha}[?recursive=1] (with
+optional truncation), git/blobs/{sha}, and issues list (paginated) / create / edit / comment, with object ids
+from git itself. Knobs simulate ETag 304s, rate limits, retry-after, transient 5xx and required tokens; every
+request is logged so tests can count calls and writes. FakePyPI serves the index's JSON API
+(/pypi/NAME/json, /pypi/NAME/VERSION/json) and the files, with knobs for 404 / 500 answers and truncated
+downloads.
 """
 from __future__ import annotations
 
+import argparse
 import base64
+import hashlib
 import json
+import os
 import re
 import subprocess
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -238,3 +254,120 @@ class FakeGitHub:
                 return 200
         self._send(h, 404, {"message": "Not Found"})
         return 404
+
+
+class FakePyPI:
+    """The PyPI JSON API for packages whose files the caller supplies (name -> version -> [(filename, bytes)])."""
+
+    def __init__(self):
+        self.packages: dict[str, dict[str, list[tuple[str, bytes]]]] = {}
+        self.log: list[str] = []
+        self.status: int | None = None     # answer every JSON request with this status (404, 500 ...)
+        self.truncate_files = False        # serve half of each file (the index's sha256 then disagrees)
+        self._server: ThreadingHTTPServer | None = None
+        self.url = ""
+
+    def add(self, name: str, version: str, filename: str, data: bytes) -> None:
+        self.packages.setdefault(name, {}).setdefault(version, []).append((filename, data))
+
+    def start(self) -> str:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                fake._get(self)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        return self.url
+
+    def stop(self) -> None:
+        if self._server:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def _reply(self, h, status: int, data: bytes, ctype: str = "application/json") -> None:
+        h.send_response(status)
+        h.send_header("Content-Type", ctype)
+        h.send_header("Content-Length", str(len(data)))
+        h.end_headers()
+        h.wfile.write(data)
+
+    @staticmethod
+    def _newest(versions) -> str:
+        def key(v: str):
+            return tuple(int(x) if x.isdigit() else -1 for x in re.split(r"[.+-]", v))
+        return max(versions, key=key)
+
+    def _get(self, h) -> None:
+        path = urlparse(h.path).path
+        self.log.append(path)
+        m = re.match(r"^/pypi/([^/]+)(?:/([^/]+))?/json$", path)
+        if m:
+            if self.status is not None:
+                self._reply(h, self.status, b'{"message": "configured failure"}')
+                return
+            name, version = m.groups()
+            versions = self.packages.get(name)
+            if not versions or (version is not None and version not in versions):
+                self._reply(h, 404, b'{"message": "Not Found"}')
+                return
+            version = version or self._newest(versions)
+            urls = [{"filename": fn, "url": f"{self.url}/files/{fn}",
+                     "packagetype": "bdist_wheel" if fn.endswith(".whl") else "sdist",
+                     "digests": {"sha256": hashlib.sha256(data).hexdigest()}, "size": len(data)}
+                    for fn, data in versions[version]]
+            doc = {"info": {"name": name, "version": version}, "urls": urls,
+                   "releases": {v: [] for v in versions}}
+            self._reply(h, 200, json.dumps(doc).encode())
+            return
+        m = re.match(r"^/files/([^/]+)$", path)
+        if m:
+            for versions in self.packages.values():
+                for files in versions.values():
+                    for fn, data in files:
+                        if fn == m.group(1):
+                            self._reply(h, 200, data[: len(data) // 2] if self.truncate_files else data,
+                                        "application/octet-stream")
+                            return
+        self._reply(h, 404, b'{"message": "Not Found"}')
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="fake_downstreams.py", description=__doc__.splitlines()[0])
+    ap.add_argument("--repo", action="append", default=[], metavar="OWNER/NAME=PATH",
+                    help="serve the git checkout at PATH as OWNER/NAME")
+    ap.add_argument("--wheel", action="append", default=[], metavar="NAME==VERSION=FILE",
+                    help="serve FILE (a wheel or sdist) as release VERSION of NAME")
+    ap.add_argument("--token", default=None, help="require this bearer token from GitHub clients")
+    a = ap.parse_args(argv)
+    gh, index = FakeGitHub(token=a.token), FakePyPI()
+    for spec in a.repo:
+        name, _, path = spec.partition("=")
+        if not re.match(r"^[^/]+/[^/]+$", name) or not os.path.isdir(path):
+            ap.error(f"--repo {spec!r}: expected OWNER/NAME=PATH to a git checkout")
+        gh.repos[name] = os.path.abspath(path)
+    for spec in a.wheel:
+        m = re.match(r"^([^=]+)==([^=]+)=(.+)$", spec)
+        if not m or not os.path.isfile(m.group(3)):
+            ap.error(f"--wheel {spec!r}: expected NAME==VERSION=FILE")
+        with open(m.group(3), "rb") as fh:
+            index.add(m.group(1), m.group(2), os.path.basename(m.group(3)), fh.read())
+    print(f"github api: {gh.start()}\npypi index: {index.start()}\n(Ctrl-C stops)", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    gh.stop()
+    index.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
