@@ -381,3 +381,9 @@ def test_cli_usage_errors_exit_3(canon):
         code, _, err = run_cv("--repo", str(canon), *argv)
         assert code == 3, argv
         assert "Traceback" not in err
+
+
+def test_matches_names_a_newer_release_as_newer(canon, tmp_path):
+    code, doc = check(canon, make_fork(tmp_path, V2), "--tag", "v0.1.0")
+    f = by_path(doc)["impls/sm120_bf16_gemm.cuh"]
+    assert code == 1 and f["diagnosis"] == "matches v0.2.0 (newer)" and "newer than v0.1.0" in f["detail"]

@@ -247,6 +247,12 @@ def test_check_vendor_github_fork(canon, gh, tmp_path, capsys):
     code, out, err = run_cv(*base, "--diff")
     f = {x["path"]: x for x in json.loads(out)["files"]}["common/sm120_utils.cuh"]
     assert code == 1 and f["diagnosis"] == "eol-only"
+    # a content edit is diffed against this checkout's bytes, no flag needed
+    files["mma/sm120.cuh"] = V2["mma/sm120.cuh"] + b"// remote edit\n"
+    remote_fork(tmp_path / "g", gh, "org/g", files)
+    code, out, err = run_cv(*base[:3], "github:org/g@main", *base[4:])
+    f = {x["path"]: x for x in json.loads(out)["files"]}["mma/sm120.cuh"]
+    assert code == 1 and f["diagnosis"] == "content" and "+// remote edit" in f["diff"]
     code, out, err = run_cv("--repo", str(canon), "--fork", "github:org/nope@main", "--api-url", gh.url)
     assert code == 2 and "not found" in err and TOKEN not in out + err
     code, out, err = run_cv("--repo", str(canon), "--fork", "github:bad", "--api-url", gh.url)
