@@ -16,6 +16,26 @@ def wave_cost(block_m: int, block_n: int, m: int, n: int, num_sms: int, efficien
 
 
 @dataclass(frozen=True)
+class WarpTile:
+    """The tile shape every mma.sync GEMM of the device layer shares: warps_m x warps_n math warps plus one
+    128-thread producer warpgroup, `stages` pipeline stages each with a full/empty mbarrier pair."""
+    block_m: int
+    block_n: int
+    stages: int
+    warps_m: int
+    warps_n: int
+    group_n: int = 16
+
+    @property
+    def threads(self) -> int:
+        return self.warps_m * self.warps_n * 32 + 128
+
+    @property
+    def barrier_bytes(self) -> int:
+        return 2 * self.stages * 8
+
+
+@dataclass(frozen=True)
 class DensePlan:
     config: object
     splits: int

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ...core import splitk
-from ...core.gemm import DensePlan, ceil_div, wave_cost
+from ...core.gemm import DensePlan, WarpTile, ceil_div, wave_cost
 from ...core.limits import MK_ALIGNMENT_FOR_CONTIGUOUS_LAYOUT
 from ...core.params import Param, ParamList
 from ...core.registry import Family, GateRules, KernelSpec, Op
@@ -31,22 +31,12 @@ LAYOUTS = ("nt", "nn", "tn", "tt")   # DeepGEMM naming: a [M,K] "n" or [K,M] "t"
 
 
 @dataclass(frozen=True)
-class Bf16GemmConfig:
-    block_m: int
-    block_n: int
-    stages: int
-    warps_m: int
-    warps_n: int
-    group_n: int = 16
+class Bf16GemmConfig(WarpTile):
     block_k: int = 64
 
     @property
-    def threads(self) -> int:
-        return self.warps_m * self.warps_n * 32 + 128
-
-    @property
     def smem_bytes(self) -> int:
-        return self.stages * (self.block_m + self.block_n) * self.block_k * 2 + 2 * self.stages * 8
+        return self.stages * (self.block_m + self.block_n) * self.block_k * 2 + self.barrier_bytes
 
     @property
     def name(self) -> str:

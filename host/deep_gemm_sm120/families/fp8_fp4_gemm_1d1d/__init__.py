@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ...core import splitk
-from ...core.gemm import DensePlan, ceil_div, wave_cost
+from ...core.gemm import DensePlan, WarpTile, ceil_div, wave_cost
 from ...core.limits import MK_ALIGNMENT_FOR_CONTIGUOUS_LAYOUT
 from ...core.params import Param, ParamList
 from ...core.registry import Family, GateRules, KernelSpec, Op
@@ -55,22 +55,12 @@ FP4_SIDE_GRAN = 32
 
 
 @dataclass(frozen=True)
-class BlockScaledGemmConfig:
+class BlockScaledGemmConfig(WarpTile):
     """Tile of the block-scaled kernel: every stage row is 128 bytes of K (128 fp8 / 256 fp4 elements)."""
-    block_m: int
-    block_n: int
-    stages: int
-    warps_m: int
-    warps_n: int
-    group_n: int = 16
-
-    @property
-    def threads(self) -> int:
-        return self.warps_m * self.warps_n * 32 + 128
 
     @property
     def smem_bytes(self) -> int:
-        return self.stages * (self.block_m + self.block_n) * 128 + 2 * self.stages * 8
+        return self.stages * (self.block_m + self.block_n) * 128 + self.barrier_bytes
 
     @property
     def name(self) -> str:
