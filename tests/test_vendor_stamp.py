@@ -225,6 +225,10 @@ def test_patch_whose_base_is_not_the_manifest_hash(canon, tmp_path):
     assert target.exists()
     p = verify(fork)
     assert p.returncode == 1 and "base that is not the released hash" in p.stdout
+    # a patch entry that does not apply is never carried into the stamp the next --sync writes
+    target.write_bytes(V2["common/sm120_tma.cuh"])
+    code, out, _ = run_cv("--repo", str(canon), "--fork", str(fork), "--sync")
+    assert code == 0 and stamp_of(fork)["patches"] == []
 
 
 def test_pin_refuses_what_it_cannot_vouch_for(canon, tmp_path):

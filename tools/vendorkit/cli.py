@@ -199,9 +199,10 @@ def _run_check(argv: list[str]) -> int:
                 for line in sync.how_to_proceed(a.fork, refused):
                     emit(line)
         else:
-            keep = {p["path"] for p in (report.stamp or {}).get("patches", [])} - {
-                act.path[len(prefix) + 1:] if prefix else act.path for act in actions if act.verb == "write"}
-            patches = [p for p in (report.stamp or {}).get("patches", []) if p["path"] in keep]
+            # carry over the patches that still apply: their file was kept and their base is the tag's bytes
+            written = {act.path[len(prefix) + 1:] if prefix else act.path for act in actions if act.verb == "write"}
+            patches = [p for p in (report.stamp or {}).get("patches", []) if p["path"] not in written
+                       and p["path"] in tag.by_path and tag.by_path[p["path"]].sha256 == p.get("base_sha256")]
             sync.apply(actions, view, tag, prefix, store.get, emit, patches)
             view = LocalFork(view.root)
             report = compare()
