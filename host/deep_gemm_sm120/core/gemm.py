@@ -31,8 +31,14 @@ class WarpTile:
         return self.warps_m * self.warps_n * 32 + 128
 
     @property
-    def barrier_bytes(self) -> int:
-        return 2 * self.stages * 8
+    def stage_row_bytes(self) -> int:
+        """Bytes of one A or B row in one pipeline stage (the family's K depth per stage)."""
+        raise NotImplementedError
+
+    @property
+    def smem_bytes(self) -> int:
+        """Operand stages plus a full/empty mbarrier pair per stage."""
+        return self.stages * (self.block_m + self.block_n) * self.stage_row_bytes + 2 * self.stages * 8
 
 
 @dataclass(frozen=True)

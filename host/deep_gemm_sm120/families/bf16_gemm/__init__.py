@@ -35,8 +35,8 @@ class Bf16GemmConfig(WarpTile):
     block_k: int = 64
 
     @property
-    def smem_bytes(self) -> int:
-        return self.stages * (self.block_m + self.block_n) * self.block_k * 2 + self.barrier_bytes
+    def stage_row_bytes(self) -> int:
+        return self.block_k * 2  # bf16
 
     @property
     def name(self) -> str:

@@ -59,8 +59,8 @@ class BlockScaledGemmConfig(WarpTile):
     """Tile of the block-scaled kernel: every stage row is 128 bytes of K (128 fp8 / 256 fp4 elements)."""
 
     @property
-    def smem_bytes(self) -> int:
-        return self.stages * (self.block_m + self.block_n) * 128 + self.barrier_bytes
+    def stage_row_bytes(self) -> int:
+        return 128
 
     @property
     def name(self) -> str:
