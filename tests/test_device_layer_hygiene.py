@@ -10,10 +10,8 @@ DEVICE = ROOT / "device_layer"
 
 # wrapper -> the open issue and family that will use it
 RESERVED = {
-    "mma_tf32_1688": "#12 tf32_hc_prenorm_gemm: TF32 mma.sync m16n8k8 (HMMA.1688.F32.TF32)",
     "stmatrix_x4": "#13 stmatrix + TMA-store epilogue",
     "stmatrix_x4_trans": "#13 stmatrix + TMA-store epilogue (column-major fragments)",
-    "pack_bf16x2": "#13 stmatrix epilogue: bf16 pairs for stmatrix",
     "tma_store_2d": "#13 TMA-store epilogue",
     "tma_store_commit": "#13 TMA-store epilogue",
     "tma_store_wait_read": "#13 TMA-store epilogue",

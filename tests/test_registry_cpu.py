@@ -198,7 +198,7 @@ def test_precompile_filters_and_runs_in_parallel(monkeypatch):
 
     monkeypatch.setattr(jit, "cubin_for", fake_cubin_for)
     n = dg.precompile(families=["split_k_reduce"], targets=["sm_120a"], jobs=4, progress=False)
-    assert n == 4 and {t for _, t in seen} == {"sm_120a"} and all(s.startswith("split_k_reduce") for s, _ in seen)
+    assert n == 5 and {t for _, t in seen} == {"sm_120a"} and all(s.startswith("split_k_reduce") for s, _ in seen)
     assert peak[0] > 1
     seen.clear()
     # a decode GEMM on both SM120 parts: the swap-AB kernel, split K, and its reduce

@@ -31,4 +31,12 @@ SM120_DEVICE void mma_tf32_1688(float (&d)[4], const uint32_t (&a)[4], const uin
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// fp32 -> tf32 operand bits, rounded to nearest (ties away); the low 13 mantissa bits come back zero.
+// mma .tf32 would otherwise ignore those bits (truncation, a biased 2^-11 relative error).
+SM120_DEVICE uint32_t tf32_round(float x) {
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return r;
+}
+
 }  // namespace sm120

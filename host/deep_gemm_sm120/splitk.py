@@ -13,11 +13,12 @@ _pack = PARAMS.packer()
 
 class SplitK:
     """The reduce step of one plan, launched after the sliced GEMM on the same stream."""
-    __slots__ = ("kernel", "num_sms")
+    __slots__ = ("kernel", "num_sms", "warp_per_element")
 
-    def __init__(self, out: str, with_c: bool, target: str, index: int, num_sms: int):
-        self.kernel = jit.get_kernel(SplitKReduceSpec(out, with_c), target, index)
+    def __init__(self, out: str, with_c: bool, target: str, index: int, num_sms: int, warp_per_element: bool = False):
+        self.kernel = jit.get_kernel(SplitKReduceSpec(out, with_c, warp_per_element), target, index)
         self.num_sms = num_sms
+        self.warp_per_element = warp_per_element
 
     @staticmethod
     def workspace(splits: int, m: int, n: int, device: torch.device) -> torch.Tensor:
@@ -26,4 +27,4 @@ class SplitK:
 
     def reduce(self, ws_ptr: int, d_ptr: int, c_ptr: int, m: int, n: int, ldd: int, ldc: int, splits: int,
                index: int) -> None:
-        launch(self.kernel, grid(m, n, self.num_sms), _pack(ws_ptr, d_ptr, c_ptr, m, n, ldd, ldc, splits), b"", index)
+        launch(self.kernel, grid(m, n, self.num_sms, self.warp_per_element), _pack(ws_ptr, d_ptr, c_ptr, m, n, ldd, ldc, splits), b"", index)

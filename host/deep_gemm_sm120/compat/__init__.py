@@ -20,6 +20,7 @@ from .. import launch as _launch
 from ..device import get_num_sms, set_num_sms
 from ..families.bf16_gemm import api as _bf16, grouped as _bf16_grouped
 from ..families.fp8_fp4_gemm_1d1d import api as _fp8
+from ..families.tf32_hc_prenorm_gemm import api as _hc
 from ..families.fp8_fp4_gemm_1d1d import FP4 as _FP4_NAMES
 from ..core.rules import dtype_name as _dtype_name
 from ..scale_layout import transform_sf_into_required_layout as _transform_sf
@@ -304,6 +305,12 @@ def cublaslt_nvfp4_gemm_nt(a, b, d, c=None):
     raise NotImplementedError("cublaslt_nvfp4_gemm_nt is not provided; fp8_fp4_gemm_nt runs NVFP4 on SM120 kernels")
 
 
+# ---------------------------------------------------------------- hyper-connection
+
+def tf32_hc_prenorm_gemm(a, b, d, sqr_sum, num_splits=None):
+    _hc.tf32_hc_prenorm_gemm(a, b, d, sqr_sum, num_splits)
+
+
 # ---------------------------------------------------------------- families still to land (each names its issue)
 
 def _not_yet(name: str, issue: str):
@@ -316,10 +323,6 @@ def einsum(expr, a, b, d, c=None, use_cublaslt=False, epilogue=None):
 
 def fp8_einsum(expr, a, b, d, c=None, recipe=(1, 128, 128), epilogue=None):
     _not_yet("fp8_einsum", "issue 12")
-
-
-def tf32_hc_prenorm_gemm(a, b, d, sqr_sum, num_splits=None):
-    _not_yet("tf32_hc_prenorm_gemm", "issue 12")
 
 
 _MQA_REQUIRED = ("q", "kv", "weights", "cu_seq_len_k_start", "cu_seq_len_k_end")

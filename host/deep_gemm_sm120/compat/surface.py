@@ -57,6 +57,9 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("k_grouped_bf16_gemm_tn_contiguous", SUPPORTED, "k_grouped_bf16_gemm_tn_contiguous (DeepGEMM's order: "
           "a, b, d, ks, grouped_layout, c)", "`ks` (CPU ints) required: without it the K split lives only on the "
           "device; `use_psum_layout=True`: NotImplementedError; `compiled_dims` accepted"),
+    # ---- hyper-connection
+    Entry("tf32_hc_prenorm_gemm", SUPPORTED, "tf32_hc_prenorm_gemm", "`num_splits` honoured (DeepGEMM's split of "
+          "64-wide K blocks); N up to 32 (any, not only multiples of 8); K a multiple of 8 (not only of 64)"),
     # ---- cuBLAS(Lt) through torch
     *(Entry(f"cublaslt_gemm_{lay}", SUPPORTED, "torch.matmul in fp32 accumulation (cuBLAS), for comparisons")
       for lay in ("nt", "nn", "tn", "tt")),
@@ -64,7 +67,6 @@ ENTRIES: tuple[Entry, ...] = (
     # ---- families still to land
     Entry("einsum", NOT_YET, "issue 12 (hyper-connection GEMM and einsum)"),
     Entry("fp8_einsum", NOT_YET, "issue 12"),
-    Entry("tf32_hc_prenorm_gemm", NOT_YET, "issue 12"),
     Entry("fp8_fp4_mqa_logits", NOT_YET, "issue 11 (MQA logits)", "both argument forms are parsed already: an int "
           "6th positional is max_seqlen_k (sgl-deep-gemm 0.2.5), a bool is clean_logits (DeepGEMM main)"),
     Entry("fp8_mqa_logits", NOT_YET, "issue 11"),

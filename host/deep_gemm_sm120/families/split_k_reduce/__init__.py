@@ -20,10 +20,11 @@ THREADS = 256  # sm120::kSplitKReduceThreads
 class SplitKReduceSpec(KernelSpec):
     out_dtype: str = "bf16"
     with_c: bool = False
+    warp_per_element: bool = False   # many splits of a small output: lanes over splits
 
     @property
     def name(self) -> str:
-        return f"split_k_reduce_{self.out_dtype}{'_c' if self.with_c else ''}"
+        return f"split_k_reduce_{self.out_dtype}{'_c' if self.with_c else ''}{'_wpe' if self.warp_per_element else ''}"
 
     @property
     def threads(self) -> int:
@@ -34,15 +35,27 @@ class SplitKReduceSpec(KernelSpec):
         return 0
 
     def template_args(self) -> list[str]:
-        return [CXX_OUT[self.out_dtype], "true" if self.with_c else "false"]
+        b = lambda x: "true" if x else "false"  # noqa: E731
+        return [CXX_OUT[self.out_dtype], b(self.with_c), b(self.warp_per_element)]
 
     def type_subst(self) -> dict[str, str]:
         return {"out": CXX_OUT[self.out_dtype]}
 
 
-def grid(m: int, n: int, num_sms: int) -> int:
-    """One thread per 4 columns of a row, at most 8 CTAs per SM (grid-stride loop)."""
-    return max(1, min(-(-m * -(-n // 4) // THREADS), num_sms * 8))
+def grid(m: int, n: int, num_sms: int, warp_per_element: bool = False) -> int:
+    """One thread per 4 columns of a row (or one warp per element), at most 8 CTAs per SM (grid-stride loop)."""
+    work = m * n * 32 if warp_per_element else m * -(-n // 4)
+    return max(1, min(-(-work // THREADS), num_sms * 8))
+
+
+# Warp-per-element pays off when each element has many slices and the output is small (its loads are
+# one sector per split; the quad form reads 16-byte vectors).
+WARP_PER_ELEMENT_MIN_SPLITS = 8
+WARP_PER_ELEMENT_MAX_ELEMENTS = 1 << 16
+
+
+def warp_per_element(m: int, n: int, splits: int) -> bool:
+    return splits >= WARP_PER_ELEMENT_MIN_SPLITS and m * n <= WARP_PER_ELEMENT_MAX_ELEMENTS
 
 
 FAMILY = Family(
@@ -51,10 +64,11 @@ FAMILY = Family(
     kernel="sm120::sm120_split_k_reduce_kernel",
     params=PARAMS,
     spec_type=SplitKReduceSpec,
-    specs=lambda: [SplitKReduceSpec(out, c) for out in ("bf16", "fp32") for c in (False, True)],
+    specs=lambda: [SplitKReduceSpec(out, c) for out in ("bf16", "fp32") for c in (False, True)]
+    + [SplitKReduceSpec("fp32", False, True)],
     # Plain loads and stores: no tensor cores, no TMA. The gate still forbids local memory.
     gate=lambda spec: GateRules(required={"sm120": ("LDG", "STG"), "sm90": ("LDG", "STG")}),
-    quick_key=lambda s: (),  # one register/smem profile for every output type
+    quick_key=lambda s: (s.warp_per_element,),  # one register/smem profile per form
     pdl=True,
     ops=(),
     api_modules=(),

@@ -1,0 +1,104 @@
+"""tf32_hc_prenorm_gemm(a, b, d, sqr_sum, num_splits=None): DeepGEMM's hyper-connection pre-norm GEMM.
+
+    d = a.float() @ b.T          sqr_sum = a.float().square().sum(-1)
+
+a is bf16 [M, K] and b fp32 [N, K] (N <= 32), both K-major. With num_splits = S, d is [S, M, N] and sqr_sum
+[S, M]: split s holds the partial sums of its contiguous range of 64-wide K blocks (DeepGEMM's split, the first
+blocks % S splits one block longer; a split without blocks is zeros) and the caller adds them. Without
+num_splits, d is [M, N] and sqr_sum [M]: the full sums, deterministic (any internal K split is reduced in a
+fixed order)."""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import torch
+
+from ... import jit
+from ...arch import emulation_env, target_for_device
+from ...core.rules import dtype_name
+from ...core.tma import DTYPE, tma_2d
+from ...device import num_sms_for
+from ...launch import device_of, launch
+from ...splitk import SplitK
+from ...validation import require_2d, require_tensor, tma_operand
+from . import PARAMS, FAMILY, m_bucket, plan
+
+_pack = PARAMS.packer()
+_OFF_A, _OFF_B = PARAMS.offsets["tmap_a"], PARAMS.offsets["tmap_b"]
+_RULE = FAMILY.ops[0].rule
+_U32 = 2**32
+
+
+def _validate(a, b, d, sqr_sum, num_splits) -> tuple:
+    """Returns (m, n, k, lda bytes, ldb bytes, ldd, d split stride, device index)."""
+    for name, t in (("a", a), ("b", b), ("d", d), ("sqr_sum", sqr_sum)):
+        require_tensor(name, t)
+    require_2d("a", a, "[M, K]")
+    require_2d("b", b, "[N, K]")
+    m, k = a.shape
+    n, kb = b.shape
+    if kb != k:
+        raise ValueError(f"a is [M, K] = {tuple(a.shape)} and b is [N, K] = {tuple(b.shape)}: K must agree")
+    split = num_splits is not None and not isinstance(num_splits, bool) and isinstance(num_splits, int)
+    want_d, want_s = ((num_splits, m, n), (num_splits, m)) if split else ((m, n), (m,))
+    _RULE(m=m, n=n, k=k, a_dtype=dtype_name(a.dtype), b_dtype=dtype_name(b.dtype), d_dtype=dtype_name(d.dtype),
+          sqr_sum_dtype=dtype_name(sqr_sum.dtype), num_splits=num_splits,
+          lda=a.stride(0) if m > 1 else None, ldb=b.stride(0) if n > 1 else None)
+    if tuple(d.shape) != want_d:
+        raise ValueError(f"d must be {'[S, M, N]' if split else '[M, N]'} = {want_d}, got {tuple(d.shape)}")
+    if tuple(sqr_sum.shape) != want_s:
+        raise ValueError(f"sqr_sum must be {'[S, M]' if split else '[M]'} = {want_s}, got {tuple(sqr_sum.shape)}")
+    if m == 0:
+        return m, n, k, 0, 0, 0, 0, device_of(a=a, b=b, d=d, sqr_sum=sqr_sum)
+    if not sqr_sum.is_contiguous():
+        raise ValueError(f"sqr_sum must be contiguous, got strides {tuple(sqr_sum.stride())}")
+    if d.stride(-1) != 1 and n > 1:
+        raise ValueError(f"d must have a contiguous last dimension (stride(-1) == 1), got strides {tuple(d.stride())}")
+    ldd = d.stride(-2) if m > 1 else n
+    if ldd < n:
+        raise ValueError(f"d rows overlap (stride(-2) = {ldd} < N = {n})")
+    d_split = d.stride(0) if split and num_splits > 1 else m * ldd
+    if split and num_splits > 1 and d_split < (m - 1) * ldd + n:
+        raise ValueError(f"d splits overlap (stride(0) = {d_split} < (M - 1) * stride(1) + N)")
+    if max(ldd, d_split, m * num_splits if split else m) >= _U32:
+        raise ValueError("d and sqr_sum strides must fit 32 bits")
+    _, lda = tma_operand("a", a)
+    _, ldb = tma_operand("b", b)
+    return m, n, k, lda, ldb, ldd, d_split, device_of(a=a, b=b, d=d, sqr_sum=sqr_sum)
+
+
+@lru_cache(maxsize=4096)
+def _plan(mb: int, n: int, k: int, num_splits, index: int, num_sms: int, emulate):
+    target = target_for_device(index)
+    p = plan(mb, n, k, num_sms, num_splits)
+    kern = jit.get_kernel(p.spec, target, index)
+    reduce = None
+    if p.reduce_d is not None:
+        reduce = (SplitK("fp32", False, target, index, num_sms, p.reduce_d.warp_per_element),
+                  SplitK("fp32", False, target, index, num_sms, p.reduce_s.warp_per_element))
+    return kern, p.spec.block_m, p.spec.n_pad, p.splits, reduce
+
+
+def tf32_hc_prenorm_gemm(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, sqr_sum: torch.Tensor,
+                         num_splits: int | None = None) -> None:
+    """d = a.float() @ b.T and sqr_sum = a.float().square().sum(-1), written into d and sqr_sum (see module doc)."""
+    m, n, k, lda, ldb, ldd, d_split, index = _validate(a, b, d, sqr_sum, num_splits)
+    if m == 0:
+        return
+    kern, block_m, n_pad, splits, reduce = _plan(m_bucket(m), n, k, num_splits, index, num_sms_for(index),
+                                                 emulation_env())
+    m_blocks = -(-m // block_m)
+    tmaps = (tma_2d(_OFF_A, DTYPE["bfloat16"], a.data_ptr(), k, m, lda, 64, block_m, 128)
+             + tma_2d(_OFF_B, DTYPE["float32"], b.data_ptr(), k, n, ldb, 32, n_pad, 128))
+    if reduce is None:
+        launch(kern, (m_blocks, splits, 1), _pack(d.data_ptr(), sqr_sum.data_ptr(), m, n, k, ldd, d_split, m),
+               tmaps, index)
+        return
+    # Internal K splits: fp32 slices [S, M, N] then [S, M] (16-byte aligned for the reduce's vector loads),
+    # added in split order into d and sqr_sum.
+    d_elems = -(-splits * m * n // 4) * 4
+    ws = torch.empty(d_elems + splits * m, dtype=torch.float32, device=d.device)
+    w_d, w_s = ws.data_ptr(), ws.data_ptr() + d_elems * 4
+    launch(kern, (m_blocks, splits, 1), _pack(w_d, w_s, m, n, k, n, m * n, m), tmaps, index)
+    reduce[0].reduce(w_d, d.data_ptr(), 0, m, n, ldd, 0, splits, index)
+    reduce[1].reduce(w_s, sqr_sum.data_ptr(), 0, 1, m, m, 0, splits, index)
