@@ -55,6 +55,20 @@ SM120_DEVICE void load_operand(uint8_t* dst, const CUtensorMap* desc, uint64_t* 
     }
 }
 
+// Batched / batch-reduce: the operand maps are 3-D with the batch as dim 2; the same boxes as load_operand.
+template <bool kMNMajor, uint32_t ROWS, uint32_t BLOCK_K>
+SM120_DEVICE void load_operand_batch(uint8_t* dst, const CUtensorMap* desc, uint64_t* bar, int32_t k, uint32_t row,
+                                     int32_t batch) {
+    if constexpr (kMNMajor) {
+        constexpr uint32_t kSubTileBytes = BLOCK_K * kSwizzle128BRowBytes;
+#pragma unroll
+        for (uint32_t j = 0; j < ROWS / 64; ++j)
+            tma_load_3d(dst + j * kSubTileBytes, desc, bar, static_cast<int32_t>(row + j * 64), k, batch);
+    } else {
+        tma_load_3d(dst, desc, bar, k, static_cast<int32_t>(row), batch);
+    }
+}
+
 // K-grouped: point copies of the two operand maps at the group's first K row and limit their K extent to
 // the group's K (so TMA zero-fills past the group's end), then publish them to `slots`. Warp-collective.
 // aux = {A base, B base, A row bytes, B row bytes, slots base}; MN-major maps have dim 0 = M/N, dim 1 = K.
@@ -92,6 +106,8 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
                           uint32_t num_splits, uint32_t split_stride) {
     // Split-K (num_splits > 1): slice s of a tile writes fp32 partial sums to d + s * split_stride (a
     // workspace); impls/sm120_split_k_reduce.cuh adds the slices in order, so results are deterministic.
+    // Batched: num_groups problems, D_g (and C_g) at d + g * split_stride. Batch-reduce: D = sum over the
+    // num_groups batches, K blocks numbered batch-major (split-K slices may straddle batches).
     // K-grouped: layout = K of each group; aux = {A base, B base, A row bytes, B row bytes, descriptor slots}.
     static_assert(!(kSwapAB && kType != GemmType::kNormal), "swap-AB is for dense problems only");
     static_assert((!kAMNMajor || BLOCK_M % 64 == 0) && (!kBMNMajor || BLOCK_N % 64 == 0),
@@ -131,7 +147,8 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
     pdl_wait_primary();
 
     // Per-role state is set up after setmaxnreg: values live across the reallocation get spilled.
-    const uint32_t num_k_blocks = ceil_div(k, Cfg::kBlockK);
+    const uint32_t batch_k_blocks = ceil_div(k, Cfg::kBlockK);
+    const uint32_t num_k_blocks = kType == GemmType::kBatchReduce ? batch_k_blocks * num_groups : batch_k_blocks;
 
     if (warp >= Cfg::kMathWarps) {
         // ---------------- producer warpgroup ----------------
@@ -166,11 +183,24 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
                     for (uint32_t kb = tile.k_begin; kb < tile.k_end; ++kb) {
                         mbarrier_wait(&empty_bar[stage], phase ^ 1);
                         mbarrier_arrive_expect_tx(&full_bar[stage], Cfg::kStageBytes);
-                        const int32_t kc = static_cast<int32_t>(kb * Cfg::kBlockK);
-                        load_operand<kAMNMajor, BLOCK_M, BLOCK_K>(smem_a + stage * Cfg::kTileABytes, desc_a,
-                                                                  &full_bar[stage], kc, tile.a_row);
-                        load_operand<kBMNMajor, BLOCK_N, BLOCK_K>(smem_b + stage * Cfg::kTileBBytes, desc_b,
-                                                                  &full_bar[stage], kc, tile.b_row);
+                        if constexpr (kType == GemmType::kBatched || kType == GemmType::kBatchReduce) {
+                            const bool reduce = kType == GemmType::kBatchReduce;
+                            const uint32_t batch = reduce ? kb / batch_k_blocks : static_cast<uint32_t>(tile.group);
+                            const int32_t kc = static_cast<int32_t>((reduce ? kb - batch * batch_k_blocks : kb) *
+                                                                    Cfg::kBlockK);
+                            load_operand_batch<kAMNMajor, BLOCK_M, BLOCK_K>(smem_a + stage * Cfg::kTileABytes, desc_a,
+                                                                            &full_bar[stage], kc, tile.a_row,
+                                                                            static_cast<int32_t>(batch));
+                            load_operand_batch<kBMNMajor, BLOCK_N, BLOCK_K>(smem_b + stage * Cfg::kTileBBytes, desc_b,
+                                                                            &full_bar[stage], kc, tile.b_row,
+                                                                            static_cast<int32_t>(batch));
+                        } else {
+                            const int32_t kc = static_cast<int32_t>(kb * Cfg::kBlockK);
+                            load_operand<kAMNMajor, BLOCK_M, BLOCK_K>(smem_a + stage * Cfg::kTileABytes, desc_a,
+                                                                      &full_bar[stage], kc, tile.a_row);
+                            load_operand<kBMNMajor, BLOCK_N, BLOCK_K>(smem_b + stage * Cfg::kTileBBytes, desc_b,
+                                                                      &full_bar[stage], kc, tile.b_row);
+                        }
                         if (++stage == kStages) stage = 0, phase ^= 1;
                     }
                 }
@@ -275,7 +305,9 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
         }
 
         // Epilogue: registers -> global, each thread owning its elements (so C may alias D).
-        OutT* const d_slice = d + static_cast<size_t>(tile.split) * split_stride;
+        const size_t slice = kType == GemmType::kBatched ? static_cast<size_t>(tile.group) : tile.split;
+        OutT* const d_slice = d + slice * split_stride;
+        const OutT* const c_slice = kType == GemmType::kBatched && kWithC ? c + slice * split_stride : c;
         // Rows are tile-local until checked against tile.m_valid; per-row group ids (contiguous layout)
         // additionally mark padding rows (-1), which stay untouched.
         if constexpr (kSwapAB) {
@@ -303,7 +335,7 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
                 }
             continue;
         }
-        store_accumulators<kMI, kNI, kType, kWithC>(acc, tile, d_slice, c, layout, psum_layout != 0, n, ldd, ldc,
+        store_accumulators<kMI, kNI, kType, kWithC>(acc, tile, d_slice, c_slice, layout, psum_layout != 0, n, ldd, ldc,
                                                      wm * Cfg::kWarpM, wn * Cfg::kWarpN, lane, 1.0f);
     }
     }  // math warps

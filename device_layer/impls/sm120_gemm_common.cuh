@@ -70,7 +70,9 @@ SM120_DEVICE void store_accumulators(const float (&acc)[kMI][kNI][4], const Tile
                                      uint32_t warp_row0, uint32_t warp_col0, uint32_t lane, float alpha) {
     const uint32_t row0 = warp_row0 + (lane >> 2);
     const uint32_t col0 = tile.n_col + warp_col0 + (lane & 3) * 2;
-    const bool pairs = (ldd % 2 == 0) && (!kWithC || ldc % 2 == 0);
+    // Pairs need even strides and pair-aligned bases (a batch's D may start at an odd element offset).
+    const bool pairs = (ldd % 2 == 0) && (reinterpret_cast<uintptr_t>(d) % (2 * sizeof(OutT)) == 0) &&
+                       (!kWithC || (ldc % 2 == 0 && reinterpret_cast<uintptr_t>(c) % (2 * sizeof(OutT)) == 0));
 #pragma unroll
     for (uint32_t i = 0; i < kMI; ++i) {
 #pragma unroll

@@ -16,6 +16,8 @@ enum class GemmType : uint32_t {
     kMGroupedContiguous = 1,   // A rows sorted by group; per-row group ids (-1 = padding) or psum ends
     kMGroupedMasked = 2,       // A [G, M, K]; rows >= masked_m[g] of group g are skipped
     kKGroupedContiguous = 3,   // A [sum K, M], B [sum K, N] split along K by group; D [G, M, N]
+    kBatched = 4,              // G independent problems in 3-D operand maps (batch = dim 2); D_g at d + g * stride
+    kBatchReduce = 5,          // D = sum over g of A_g B_g^T: the K loop runs over (g, K block) pairs
 };
 
 struct TileInfo {
@@ -58,7 +60,8 @@ struct GemmTileScheduler {
           num_m_blocks(ceil_div(m_, BLOCK_M)), num_n_blocks(ceil_div(n_, BLOCK_N)), next_tile(blockIdx.x) {
         // Masked: an upper bound; the walk over groups ends the sequence when the valid tiles run out.
         tiles_per_split = num_m_blocks * num_n_blocks;
-        const bool per_group = kType == GemmType::kMGroupedMasked || kType == GemmType::kKGroupedContiguous;
+        const bool per_group = kType == GemmType::kMGroupedMasked || kType == GemmType::kKGroupedContiguous ||
+                               kType == GemmType::kBatched;
         num_tiles = tiles_per_split * (per_group ? groups : num_splits);
         if constexpr (kType == GemmType::kMGroupedMasked) cur_group_tiles = groups ? valid_m_blocks(0) * num_n_blocks : 0;
     }
@@ -111,6 +114,15 @@ struct GemmTileScheduler {
                 t.k_begin = 0;  // K blocks count from the group's own (rebased) descriptor
                 t.k_end = ceil_div(static_cast<uint32_t>(__ldg(layout + g)), BLOCK_K);
                 return true;
+            } else if constexpr (kType == GemmType::kBatched) {
+                const uint32_t g = tile / tiles_per_split;
+                raster(tile - g * tiles_per_split, m_block, n_block);
+                t.group = static_cast<int32_t>(g);
+                t.a_row = m_block * BLOCK_M;  // rows within the batch's slice; the batch is the maps' dim 2
+                t.b_row = n_block * BLOCK_N;
+                t.d_row = t.a_row;
+                t.m_valid = min(BLOCK_M, m - t.a_row);
+                t.split = 0;
             } else if constexpr (kType == GemmType::kMGroupedMasked) {
                 while (tile >= cur_group_first + cur_group_tiles) {  // advance to the group holding `tile`
                     cur_group_first += cur_group_tiles;
@@ -154,7 +166,7 @@ struct GemmTileScheduler {
                 }
             }
             t.n_col = n_block * BLOCK_N;
-            if constexpr (kType == GemmType::kMGroupedMasked) t.split = 0;
+            if constexpr (kType == GemmType::kMGroupedMasked || kType == GemmType::kBatched) t.split = 0;
             t.k_offset = 0;
             t.k_begin = t.split * k_blocks_per_split;
             t.k_end = min(num_k_blocks, t.k_begin + k_blocks_per_split);

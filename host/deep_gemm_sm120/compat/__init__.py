@@ -21,6 +21,7 @@ from ..device import get_num_sms, set_num_sms
 from ..families.bf16_gemm import api as _bf16, grouped as _bf16_grouped
 from ..families.fp8_fp4_gemm_1d1d import api as _fp8
 from ..families.tf32_hc_prenorm_gemm import api as _hc
+from ..families.bf16_gemm import einsum as _einsum
 from ..families.fp8_fp4_gemm_1d1d import FP4 as _FP4_NAMES
 from ..core.rules import dtype_name as _dtype_name
 from ..scale_layout import transform_sf_into_required_layout as _transform_sf
@@ -311,14 +312,23 @@ def tf32_hc_prenorm_gemm(a, b, d, sqr_sum, num_splits=None):
     _hc.tf32_hc_prenorm_gemm(a, b, d, sqr_sum, num_splits)
 
 
+def einsum(expr, a, b, d, c=None, use_cublaslt=False, epilogue=None):
+    if epilogue is not None:
+        raise NotImplementedError("einsum: epilogue other than None is not supported")
+    if use_cublaslt:  # DeepGEMM's comparison path: cuBLAS through torch, same contract
+        if c is not None:
+            raise ValueError("einsum: use_cublaslt takes no c (DeepGEMM's contract)")
+        d.copy_(torch.einsum(expr, a, b))
+        return
+    _einsum.einsum(expr, a, b, d, c)
+
+
 # ---------------------------------------------------------------- families still to land (each names its issue)
 
 def _not_yet(name: str, issue: str):
     raise NotImplementedError(f"{name} is not available in deep_gemm_sm120 yet: {issue}")
 
 
-def einsum(expr, a, b, d, c=None, use_cublaslt=False, epilogue=None):
-    _not_yet("einsum", "issue 12 (hyper-connection GEMM and einsum)")
 
 
 def fp8_einsum(expr, a, b, d, c=None, recipe=(1, 128, 128), epilogue=None):

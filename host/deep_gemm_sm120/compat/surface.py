@@ -60,13 +60,16 @@ ENTRIES: tuple[Entry, ...] = (
     # ---- hyper-connection
     Entry("tf32_hc_prenorm_gemm", SUPPORTED, "tf32_hc_prenorm_gemm", "`num_splits` honoured (DeepGEMM's split of "
           "64-wide K blocks); N up to 32 (any, not only multiples of 8); K a multiple of 8 (not only of 64)"),
+    Entry("einsum", SUPPORTED, "einsum: bmk,bnk->mn, bhr,hdr->bhd, bhd,hdr->bhr (runtime shapes); other "
+          "expressions raise NotImplementedError listing these", "`c` honoured for bmk,bnk->mn (fp32 d: c is d "
+          "accumulates); `use_cublaslt=True` computes with torch.einsum (cuBLAS); `epilogue` other than None: "
+          "NotImplementedError"),
     # ---- cuBLAS(Lt) through torch
     *(Entry(f"cublaslt_gemm_{lay}", SUPPORTED, "torch.matmul in fp32 accumulation (cuBLAS), for comparisons")
       for lay in ("nt", "nn", "tn", "tt")),
     Entry("cublaslt_nvfp4_gemm_nt", NOT_PROVIDED, "use fp8_fp4_gemm_nt with NVFP4 operands"),
     # ---- families still to land
-    Entry("einsum", NOT_YET, "issue 12 (hyper-connection GEMM and einsum)"),
-    Entry("fp8_einsum", NOT_YET, "issue 12"),
+    Entry("fp8_einsum", NOT_YET, "issue 12 (block-scaled bhr,hdr->bhd; the BF16 einsum has landed)"),
     Entry("fp8_fp4_mqa_logits", NOT_YET, "issue 11 (MQA logits)", "both argument forms are parsed already: an int "
           "6th positional is max_seqlen_k (sgl-deep-gemm 0.2.5), a bool is clean_logits (DeepGEMM main)"),
     Entry("fp8_mqa_logits", NOT_YET, "issue 11"),

@@ -26,7 +26,7 @@ PARAMS = ParamList(
 OUT_DTYPES = ("bf16", "fp32")
 CXX_OUT = {"bf16": "sm120::bf16", "fp32": "float"}
 GEMM_TYPES = {"normal": "kNormal", "m_contiguous": "kMGroupedContiguous", "m_masked": "kMGroupedMasked",
-              "k_contiguous": "kKGroupedContiguous"}
+              "k_contiguous": "kKGroupedContiguous", "batched": "kBatched", "batch_reduce": "kBatchReduce"}
 LAYOUTS = ("nt", "nn", "tn", "tt")   # DeepGEMM naming: a [M,K] "n" or [K,M] "t"; then b [K,N] "n" or [N,K] "t"
 
 
@@ -106,6 +106,10 @@ LAYOUT_CONFIGS = tuple(c for c in DENSE_CONFIGS if c.block_k == 64)
 # K-grouped (weight gradients): both operands MN-major ("tn"), fp32 D accumulated onto C. [large, small MxN]
 K_GROUPED_CONFIGS = (Bf16GemmConfig(128, 128, 3, 2, 4), Bf16GemmConfig(64, 64, 6, 2, 2))
 K_GROUPED_SMALL_MN = 512 * 512
+# einsum: per-head batched products (3-D maps, batch = heads) and the batch reduction bmk,bnk->mn.
+BATCHED_CONFIGS = LAYOUT_CONFIGS
+BATCH_REDUCE_CONFIGS = (Bf16GemmConfig(128, 128, 3, 2, 4), Bf16GemmConfig(64, 64, 6, 2, 2))
+EINSUM_EXPRS = {"bmk,bnk->mn": "batch_reduce", "bhr,hdr->bhd": "batched", "bhd,hdr->bhr": "batched"}
 
 # Relative main-loop efficiency per tile area: smaller tiles issue more ldmatrix per MMA. Rough ratios that
 # only break ties between wave counts; 128x256 ran ~8% faster than 128x128 per unit of work at 4096^3 and
@@ -124,7 +128,10 @@ def specs() -> list[Bf16GemmSpec]:
     swap_nn = [S(cfg, out, c, True, "normal", "nn") for cfg in SWAP_CONFIGS for out in OUT_DTYPES
                for c in (False, True)]
     k_grouped = [S(cfg, "fp32", c, False, "k_contiguous", "tn") for cfg in K_GROUPED_CONFIGS for c in (False, True)]
-    return plain + swap + grouped + layouts + swap_nn + k_grouped
+    batched = [S(cfg, "bf16", False, False, "batched", lay) for cfg in BATCHED_CONFIGS for lay in ("nt", "nn")]
+    batch_reduce = [S(cfg, out, c, False, "batch_reduce") for cfg in BATCH_REDUCE_CONFIGS for out in OUT_DTYPES
+                    for c in (False, True)]
+    return plain + swap + grouped + layouts + swap_nn + k_grouped + batched + batch_reduce
 
 
 # ---------------------------------------------------------------- heuristics (pure, bucketed)
@@ -162,6 +169,25 @@ def grouped_config(m_hint: int) -> Bf16GemmConfig:
 
 def k_grouped_config(m: int, n: int) -> Bf16GemmConfig:
     return K_GROUPED_CONFIGS[1] if m * n <= K_GROUPED_SMALL_MN else K_GROUPED_CONFIGS[0]
+
+
+def batched_config(groups: int, m: int, n: int, num_sms: int) -> Bf16GemmConfig:
+    """The tile that gives `groups` problems of m x n the fewest waves of work (ties: larger tiles)."""
+    def cost(c: Bf16GemmConfig) -> float:
+        tiles = groups * ceil_div(m, c.block_m) * ceil_div(n, c.block_n)
+        return ceil_div(tiles, num_sms) * c.block_m * c.block_n / TILE_EFFICIENCY[c.block_m * c.block_n]
+    return min(BATCHED_CONFIGS, key=cost)
+
+
+@lru_cache(maxsize=4096)
+def batch_reduce_plan(m: int, n: int, k_total: int, num_sms: int) -> DensePlan:
+    """bmk,bnk->mn: an M x N output over a long (batch x K) reduction, so split-K carries the parallelism;
+    the small tile when the large one leaves most SMs idle. Callers pass m_bucket(m)."""
+    cfg = BATCH_REDUCE_CONFIGS[0]
+    if ceil_div(m, cfg.block_m) * ceil_div(n, cfg.block_n) * splitk.MAX_SPLITS < num_sms:
+        cfg = BATCH_REDUCE_CONFIGS[1]
+    tiles = ceil_div(m, cfg.block_m) * ceil_div(n, cfg.block_n)
+    return DensePlan(cfg, splitk.choose_splits(tiles, k_total, cfg.block_k, num_sms), tiles)
 
 
 # ---------------------------------------------------------------- shape and dtype rules (API == is_supported)
@@ -243,6 +269,41 @@ def k_grouped_rule(m: int | None = None, n: int | None = None, k: int | None = N
         require_tma_rows("b", n, 2, None, k)
 
 
+def einsum_rule(expr: str | None = None, b: int | None = None, m: int | None = None, n: int | None = None,
+                k: int | None = None, h: int | None = None, r: int | None = None, d: int | None = None,
+                a_dtype: str | None = None, b_dtype: str | None = None, out_dtype: str | None = None,
+                c_dtype: str | None = None, c_is_d: bool | None = None) -> None:
+    """DeepGEMM's einsum: `bmk,bnk->mn` (b, m, n, k), `bhr,hdr->bhd` and `bhd,hdr->bhr` (b, h, r, d); runtime
+    shapes. Operand strides: every stride but the last a multiple of 16 bytes (the API checks them)."""
+    if expr is not None and expr not in EINSUM_EXPRS:
+        raise NotImplementedError(f"einsum expression {expr!r} is not supported; supported: {sorted(EINSUM_EXPRS)}")
+    require_dtype("a", a_dtype, BF16)
+    require_dtype("b", b_dtype, BF16)
+    if expr == "bmk,bnk->mn" or expr is None:
+        require_dtype("d", out_dtype, _OUT_NAMES)
+    else:
+        require_dtype("d", out_dtype, BF16)
+    for name, v in (("b", b), ("m", m), ("n", n), ("k", k), ("h", h), ("r", r), ("d", d)):
+        if v is not None:
+            require_dim(name, v)
+    if c_dtype is not None:
+        if expr is not None and expr != "bmk,bnk->mn":
+            raise ValueError(f"einsum {expr!r} takes no c (DeepGEMM's contract)")
+        if out_dtype is not None and out_dtype != "float32":
+            raise ValueError("c is only taken with an fp32 d (d += a.b); a bf16 d is written fresh")
+        if c_dtype != "float32":
+            raise TypeError(f"c must be torch.float32 like d, got {show(c_dtype)}")
+    if expr == "bmk,bnk->mn" and k:
+        require_tma_rows("a and b", k, 2)
+    elif expr == "bhr,hdr->bhd" and r:
+        require_tma_rows("a and b", r, 2)
+    elif expr == "bhd,hdr->bhr":
+        if d:
+            require_tma_rows("a", d, 2)
+        if r:
+            require_tma_rows("b", r, 2)
+
+
 # ---------------------------------------------------------------- what a call of a given shape launches
 
 def _out(out_dtype) -> str:
@@ -264,6 +325,18 @@ def m_grouped_specs(gemm_type: str):
         hint = (m if gemm_type == "m_contiguous" else expected_m) or 1
         return [Bf16GemmSpec(grouped_config(hint), "bf16", False, False, gemm_type)]
     return plan_specs
+
+
+def einsum_specs(expr: str, num_sms: int, b: int = 1, m: int = 1, n: int = 1, k: int = 1, h: int = 1, r: int = 1,
+                 d: int = 1, out_dtype=None, with_c: bool = False, **_shape) -> list:
+    if EINSUM_EXPRS[expr] == "batch_reduce":
+        p = batch_reduce_plan(m_bucket(m), n, b * k, num_sms)
+        out = _out(out_dtype)
+        main = Bf16GemmSpec(p.config, "fp32" if p.splits > 1 else out, with_c and p.splits == 1, False, "batch_reduce")
+        return [main] + ([SplitKReduceSpec(out, with_c)] if p.splits > 1 else [])
+    rows, cols = (b, d) if expr == "bhr,hdr->bhd" else (b, r)
+    return [Bf16GemmSpec(batched_config(h, rows, cols, num_sms), "bf16", False, False, "batched",
+                         "nt" if expr == "bhr,hdr->bhd" else "nn")]
 
 
 def k_grouped_specs(m: int, n: int, num_sms: int, with_c: bool = False, **_shape) -> list:
@@ -303,6 +376,11 @@ FAMILY = Family(
         Op("k_grouped_bf16_gemm_tn_contiguous", k_grouped_rule, "a [sum K,M], b [sum K,N] bf16", "fp32 [G,M,N] (+C)",
            "one launch; descriptors rebased on device per group; any K_g including 0",
            signature="k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks, c=None)", plan_specs=k_grouped_specs),
+        Op("einsum", einsum_rule, "bmk,bnk->mn: a [B,M,K], b [B,N,K]; bhr,hdr->bhd / bhd,hdr->bhr: a [b,h,*], "
+           "b [h,d,r] bf16", "bmk: bf16 or fp32 [M,N] (c is d accumulates); bhd / bhr: bf16 [b,h,*]",
+           "runtime shapes (3-D TMA maps; no recompilation per shape); batch reduction split over (batch, K) "
+           "blocks; per-head products batched over h in one launch",
+           signature="einsum(expr, a, b, d, c=None)", plan_specs=einsum_specs),
     ),
-    api_modules=("api", "grouped"),
+    api_modules=("api", "grouped", "einsum"),
 )

@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""BF16 einsum against torch.einsum (cuBLAS), same inputs, CUDA-graph replay medians.
+
+    python benchmarks/bench_einsum.py [--quick] [--json out.json]      # needs a GPU
+
+Shapes: the issue's per-head products (h, r, d) in {(128, 512, 128), (8, 4096, 1024)} for b in {4, 32, 4096},
+and DeepGEMM's bmk,bnk->mn cases. TFLOP/s count 2 * product of the dimensions; GB/s each operand once."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "host"))
+sys.path.insert(0, HERE)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    if torch.cuda.get_device_capability()[0] != 12:
+        os.environ["DG_SM120_EMULATE"] = "1"  # selects the sm_90a build: BF16 mma.sync runs natively
+    import deep_gemm_sm120 as dg
+    from bench_bf16_gemm import bench
+
+    iters = 5 if args.quick else 20
+    rows = []
+    print(f"{'expr':14} {'shape':>24} {'us':>8} {'TFLOP/s':>8} {'GB/s':>6} {'torch us':>9} {'vs torch':>8}")
+    cases = [(e, b, h, r, d) for e in ("bhr,hdr->bhd", "bhd,hdr->bhr")
+             for (h, r, d) in ((128, 512, 128), (8, 4096, 1024)) for b in ((4, 32, 4096) if not args.quick else (32,))]
+    cases += [("bmk,bnk->mn", s, m, n, k) for s in ((129, 4096, 8192) if not args.quick else (4096,))
+              for (m, n, k) in ((128, 384, 128), (256, 256, 256), (384, 128, 384))]
+    for expr, *dims in cases:
+        if expr == "bmk,bnk->mn":
+            s, m, n, k = dims
+            a = torch.randn(s, m, k, device="cuda", dtype=torch.bfloat16)
+            b = torch.randn(s, n, k, device="cuda", dtype=torch.bfloat16)
+            out = torch.zeros(m, n, device="cuda")
+            ours = bench(lambda: dg.einsum(expr, a, b, out, c=out), iters)
+            theirs = bench(lambda: out.add_(torch.einsum(expr, a, b).float()), iters)
+            flops, moved, label = 2 * s * m * n * k, (a.numel() + b.numel()) * 2 + out.numel() * 8, f"s{s} {m}x{n}x{k}"
+        else:
+            bs, h, r, d = dims
+            x = torch.randn(bs, h, r if expr == "bhr,hdr->bhd" else d, device="cuda", dtype=torch.bfloat16)
+            y = torch.randn(h, d, r, device="cuda", dtype=torch.bfloat16)
+            z = torch.empty(bs, h, d if expr == "bhr,hdr->bhd" else r, device="cuda", dtype=torch.bfloat16)
+            ours = bench(lambda: dg.einsum(expr, x, y, z), iters)
+            theirs = bench(lambda: torch.einsum(expr, x, y), iters)
+            flops, moved, label = 2 * bs * h * r * d, (x.numel() + y.numel() + z.numel()) * 2, f"b{bs} h{h} r{r} d{d}"
+        row = {"expr": expr, "shape": label, "us": ours * 1e6, "torch_us": theirs * 1e6,
+               "tflops": flops / ours / 1e12, "gbps": moved / ours / 1e9, "speedup_vs_torch": theirs / ours}
+        rows.append(row)
+        print(f"{expr:14} {label:>24} {row['us']:8.1f} {row['tflops']:8.1f} {row['gbps']:6.0f} {row['torch_us']:9.1f} "
+              f"{row['speedup_vs_torch']:7.2f}x", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,195 @@
+"""einsum(expr, a, b, d, c=None): DeepGEMM's BF16 einsum expressions on the BF16 GEMM kernel, runtime shapes.
+
+    bmk,bnk->mn    d[m, n] = sum over b, k of a[b, m, k] * b[b, n, k]; fp32 d accumulates when c is d
+                   (c = d gives d += ...; no c: d = ...), bf16 d is written fresh (c must be None).
+    bhr,hdr->bhd   d[b, h, :] = b[h] @ a[b, h, :]          (per head h: [b, r] x [d, r]^T, K-major B)
+    bhd,hdr->bhr   d[b, h, :] = a[b, h, :] @ b[h]          (per head h: [b, d] x [d, r], B read MN-major)
+
+Operands are read through 3-D TMA maps (the batch or head is dim 2), so any strides whose every dimension but
+the last is a multiple of 16 bytes work without copies: e.g. b = y[:, :, :r] of a padded buffer. The batch
+reduction runs the K loop over (batch, K block) pairs and splits it across CTAs when the output is small (fp32
+slices, added in a fixed order); the per-head products are one launch over all heads."""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import torch
+
+from ... import jit
+from ...arch import emulation_env, target_for_device
+from ...core.rules import dtype_name
+from ...core.tma import tma_request
+from ...device import num_sms_for
+from ...launch import device_of, launch
+from ...splitk import SplitK
+from ...validation import require_tensor
+from . import (EINSUM_EXPRS, PARAMS, Bf16GemmSpec, batch_reduce_plan, batched_config, einsum_rule, m_bucket)
+
+_OFF_A, _OFF_B = PARAMS.offsets["tmap_a"], PARAMS.offsets["tmap_b"]
+_U32 = 2**32
+
+
+def _require_3d(name: str, t: torch.Tensor, what: str) -> None:
+    if t.dim() != 3:
+        raise ValueError(f"{name} must be 3-D {what}, got shape {tuple(t.shape)}")
+
+
+def _tma_strides(name: str, t: torch.Tensor) -> None:
+    """Unit last stride, 16-byte aligned base and 16-byte multiples for the other strides (TMA)."""
+    if t.stride(-1) != 1 and t.shape[-1] > 1:
+        raise ValueError(f"{name} must have a contiguous last dimension (stride(-1) == 1), got strides "
+                         f"{tuple(t.stride())}")
+    bad = [s for s, n in zip(t.stride()[:-1], t.shape[:-1]) if n > 1 and (s * t.element_size()) % 16]
+    if bad:
+        raise ValueError(f"{name} strides {tuple(t.stride())} must be multiples of 16 bytes (8 bf16 elements) "
+                         f"except the last")
+    if t.data_ptr() % 16:
+        raise ValueError(f"{name} data pointer must be 16-byte aligned for TMA, got {t.data_ptr():#x}")
+
+
+def _stride_bytes(t: torch.Tensor, dim: int) -> int:
+    """A dimension's stride for TMA; a size-1 dimension's is never used, so any multiple of 16 bytes does."""
+    s = t.stride(dim) * t.element_size()
+    return s if t.shape[dim] > 1 else max(16, -(-s // 16) * 16)
+
+
+def _map_k_major(offset: int, t: torch.Tensor, rows_dim: int, batch_dim: int, box_rows: int, box_k: int) -> bytes:
+    """[.., rows, .., K] with the batch as dim 2: dims (K, rows, batch), box (box_k, box_rows, 1)."""
+    return tma_request(offset, "bfloat16", t.data_ptr(), (t.shape[-1], t.shape[rows_dim], t.shape[batch_dim]),
+                       (_stride_bytes(t, rows_dim), _stride_bytes(t, batch_dim)), (box_k, box_rows, 1), box_k * 2)
+
+
+def _map_mn_major(offset: int, t: torch.Tensor, box_k: int) -> bytes:
+    """b [h, K=d, N=r] read MN-major: dims (r, d, h), 64-wide 128B-swizzled boxes of box_k rows."""
+    return tma_request(offset, "bfloat16", t.data_ptr(), (t.shape[2], t.shape[1], t.shape[0]),
+                       (_stride_bytes(t, 1), _stride_bytes(t, 0)), (64, box_k, 1), 128)
+
+
+@lru_cache(maxsize=1024)
+def _batched_kernel(layout: str, groups: int, rows: int, cols: int, index: int, num_sms: int, emulate):
+    cfg = batched_config(groups, rows, cols, num_sms)
+    return jit.get_kernel(Bf16GemmSpec(cfg, "bf16", False, False, "batched", layout), target_for_device(index),
+                          index), cfg
+
+
+@lru_cache(maxsize=1024)
+def _reduce_kernel(mb: int, n: int, k_total: int, out: str, with_c: bool, index: int, num_sms: int, emulate):
+    target = target_for_device(index)
+    p = batch_reduce_plan(mb, n, k_total, num_sms)
+    spec = Bf16GemmSpec(p.config, "fp32" if p.splits > 1 else out, with_c and p.splits == 1, False, "batch_reduce")
+    reduce = SplitK(out, with_c, target, index, num_sms) if p.splits > 1 else None
+    return jit.get_kernel(spec, target, index), p, reduce
+
+
+def _bmk_bnk_mn(a, b, d, c) -> None:
+    _require_3d("a", a, "[B, M, K]")
+    _require_3d("b", b, "[B, N, K]")
+    if d.dim() != 2:
+        raise ValueError(f"d must be 2-D [M, N], got shape {tuple(d.shape)}")
+    bs, m, k = a.shape
+    bs_b, n, k_b = b.shape
+    if bs_b != bs or k_b != k:
+        raise ValueError(f"a is [B, M, K] = {tuple(a.shape)} and b is [B, N, K] = {tuple(b.shape)}: B and K "
+                         f"must agree")
+    einsum_rule("bmk,bnk->mn", b=bs, m=m, n=n, k=k, a_dtype=dtype_name(a.dtype), b_dtype=dtype_name(b.dtype),
+                out_dtype=dtype_name(d.dtype), c_dtype=dtype_name(c.dtype) if c is not None else None)
+    if tuple(d.shape) != (m, n):
+        raise ValueError(f"d must be [M, N] = ({m}, {n}), got {tuple(d.shape)}")
+    if c is not None and (tuple(c.shape) != (m, n) or c.stride() != d.stride()):
+        raise ValueError("c must have d's shape and strides (DeepGEMM: c is d)")
+    for name, t in (("d", d),) + ((("c", c),) if c is not None else ()):
+        if t.stride(1) != 1 and n > 1:
+            raise ValueError(f"{name} must have a contiguous last dimension, got strides {tuple(t.stride())}")
+    tensors = {"a": a, "b": b, "d": d} | ({"c": c} if c is not None else {})
+    if m and n and bs and k:
+        _tma_strides("a", a)
+        _tma_strides("b", b)
+    index = device_of(**tensors)
+    if m == 0 or n == 0:
+        return
+    if bs == 0 or k == 0:  # empty reduction
+        if c is None:
+            d.zero_()
+        elif c.data_ptr() != d.data_ptr():
+            d.copy_(c)
+        return
+    ldd = d.stride(0) if m > 1 else n
+    if ldd >= _U32:
+        raise ValueError("d's row stride must fit 32 bits")
+    num_sms = num_sms_for(index)
+    k_total = bs * -(-k // 64) * 64
+    kern, p, reduce = _reduce_kernel(m_bucket(m), n, k_total, "fp32" if d.dtype == torch.float32 else "bf16",
+                                     c is not None, index, num_sms, emulation_env())
+    cfg = p.config
+    tmaps = (_map_k_major(_OFF_A, a, 1, 0, cfg.block_m, cfg.block_k)
+             + _map_k_major(_OFF_B, b, 1, 0, cfg.block_n, cfg.block_k))
+    pc = c.data_ptr() if c is not None else 0
+    if reduce is None:
+        params = PARAMS.pack(d=d.data_ptr(), c=pc, layout=0, aux=0, m=m, n=n, k=k, ldd=ldd, ldc=ldd,
+                             num_groups=bs, psum_layout=0, num_splits=1, split_stride=0)
+        launch(kern, p.grid(num_sms), params, tmaps, index)
+        return
+    ws = SplitK.workspace(p.splits, m, n, d.device)
+    params = PARAMS.pack(d=ws.data_ptr(), c=0, layout=0, aux=0, m=m, n=n, k=k, ldd=n, ldc=0, num_groups=bs,
+                         psum_layout=0, num_splits=p.splits, split_stride=m * n)
+    launch(kern, p.grid(num_sms), params, tmaps, index)
+    reduce.reduce(ws.data_ptr(), d.data_ptr(), pc, m, n, ldd, ldd, p.splits, index)
+
+
+def _per_head(expr: str, a, b, d) -> None:
+    """bhr,hdr->bhd (K = r, N = d, B K-major) or bhd,hdr->bhr (K = d, N = r, B MN-major); M = b, batch = h."""
+    bhd = expr == "bhr,hdr->bhd"
+    _require_3d("a", a, "[b, h, r]" if bhd else "[b, h, d]")
+    _require_3d("b", b, "[h, d, r]")
+    _require_3d("d", d, "[b, h, d]" if bhd else "[b, h, r]")
+    bs, h, ka = a.shape
+    hb, dd, r = b.shape
+    want = (bs, h, dd) if bhd else (bs, h, r)
+    if hb != h or ka != (r if bhd else dd):
+        raise ValueError(f"einsum {expr!r}: a {tuple(a.shape)} and b {tuple(b.shape)} disagree on h or the "
+                         f"contracted dimension")
+    einsum_rule(expr, b=bs, h=h, r=r, d=dd, a_dtype=dtype_name(a.dtype), b_dtype=dtype_name(b.dtype),
+                out_dtype=dtype_name(d.dtype))
+    if tuple(d.shape) != want:
+        raise ValueError(f"d must be {want}, got {tuple(d.shape)}")
+    if d.stride(2) != 1 and want[2] > 1:
+        raise ValueError(f"d must have a contiguous last dimension, got strides {tuple(d.stride())}")
+    if bs and h and dd and r:
+        _tma_strides("a", a)
+        _tma_strides("b", b)
+    index = device_of(a=a, b=b, d=d)
+    if bs == 0 or h == 0 or want[2] == 0:
+        return
+    if ka == 0:
+        d.zero_()
+        return
+    if max(d.stride(0), d.stride(1)) >= _U32:
+        raise ValueError("d's strides must fit 32 bits")
+    m, n, k = bs, want[2], ka
+    num_sms = num_sms_for(index)
+    kern, cfg = _batched_kernel("nt" if bhd else "nn", h, m, n, index, num_sms, emulation_env())
+    tmaps = _map_k_major(_OFF_A, a, 0, 1, cfg.block_m, cfg.block_k)
+    tmaps += _map_k_major(_OFF_B, b, 1, 0, cfg.block_n, cfg.block_k) if bhd else _map_mn_major(_OFF_B, b, cfg.block_k)
+    params = PARAMS.pack(d=d.data_ptr(), c=0, layout=0, aux=0, m=m, n=n, k=k, ldd=d.stride(0) if m > 1 else n,
+                         ldc=0, num_groups=h, psum_layout=0, num_splits=1, split_stride=d.stride(1))
+    tiles = h * -(-m // cfg.block_m) * -(-n // cfg.block_n)
+    launch(kern, min(num_sms, tiles), params, tmaps, index)
+
+
+def einsum(expr: str, a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Tensor | None = None) -> None:
+    """DeepGEMM's einsum for the expressions in EINSUM_EXPRS (see the module doc); writes d in place."""
+    if not isinstance(expr, str):
+        raise TypeError(f"expr must be a str, got {type(expr).__name__}")
+    norm = expr.replace(" ", "")
+    if norm not in EINSUM_EXPRS:
+        raise NotImplementedError(f"einsum expression {expr!r} is not supported; supported: {sorted(EINSUM_EXPRS)}")
+    for name, t in (("a", a), ("b", b), ("d", d)):
+        require_tensor(name, t)
+    if c is not None:
+        require_tensor("c", c)
+    if norm == "bmk,bnk->mn":
+        _bmk_bnk_mn(a, b, d, c)
+        return
+    if c is not None:
+        raise ValueError(f"einsum {expr!r} takes no c (DeepGEMM's contract)")
+    _per_head(norm, a, b, d)
