@@ -134,14 +134,7 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
     const uint32_t warp = warp_idx();
     const uint32_t lane = lane_idx();
 
-    if (threadIdx.x == 0) {
-        for (uint32_t s = 0; s < kStages; ++s) {
-            mbarrier_init(&full_bar[s], 1);
-            mbarrier_init(&empty_bar[s], Cfg::kMathWarps);
-        }
-        fence_barrier_init();  // the async proxy (TMA complete_tx) must observe initialized barriers
-    }
-    __syncthreads();
+    init_stage_barriers(full_bar, empty_bar, kStages, Cfg::kMathWarps);
 
     // Inputs may be produced by the previous kernel in the stream (PDL); wait before touching them.
     pdl_wait_primary();

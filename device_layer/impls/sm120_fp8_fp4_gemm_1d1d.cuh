@@ -112,14 +112,7 @@ sm120_fp8_fp4_gemm_1d1d_kernel(const __grid_constant__ CUtensorMap tmap_a, const
     const uint32_t warp = warp_idx();
     const uint32_t lane = lane_idx();
 
-    if (threadIdx.x == 0) {
-        for (uint32_t s = 0; s < kStages; ++s) {
-            mbarrier_init(&full_bar[s], 1);
-            mbarrier_init(&empty_bar[s], Cfg::kMathWarps);
-        }
-        fence_barrier_init();  // the async proxy (TMA complete_tx) must observe initialized barriers
-    }
-    __syncthreads();
+    init_stage_barriers(full_bar, empty_bar, kStages, Cfg::kMathWarps);
     pdl_wait_primary();  // inputs may come from the previous kernel in the stream
 
     const uint32_t num_k_blocks = ceil_div(k, kElemsPerStage);

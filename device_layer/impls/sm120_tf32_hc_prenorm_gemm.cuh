@@ -87,14 +87,7 @@ sm120_tf32_hc_prenorm_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, co
     const uint32_t kb_begin = split * per_split + (split < extra ? split : extra);
     const uint32_t kb_count = per_split + (split < extra ? 1u : 0u);
 
-    if (threadIdx.x == 0) {
-        for (uint32_t s = 0; s < kStages; ++s) {
-            mbarrier_init(&full_bar[s], 1);
-            mbarrier_init(&empty_bar[s], Cfg::kMathWarps);
-        }
-        fence_barrier_init();
-    }
-    __syncthreads();
+    init_stage_barriers(full_bar, empty_bar, kStages, Cfg::kMathWarps);
     pdl_wait_primary();  // a and b may come from the previous kernel in the stream
 
     float acc[kMI][kNI][4];
