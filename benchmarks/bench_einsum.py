@@ -4,7 +4,9 @@
     python benchmarks/bench_einsum.py [--quick] [--json out.json]      # needs a GPU
 
 Shapes: the issue's per-head products (h, r, d) in {(128, 512, 128), (8, 4096, 1024)} for b in {4, 32, 4096},
-and DeepGEMM's bmk,bnk->mn cases. TFLOP/s count 2 * product of the dimensions; GB/s each operand once."""
+and DeepGEMM's bmk,bnk->mn cases; fp8_einsum at (8, 4096, 1024) against torch's BF16 einsum (DeepGEMM's
+comparison; emulated block-scaled MMAs off SM120). TFLOP/s count 2 * product of the dimensions; GB/s each
+operand once."""
 from __future__ import annotations
 
 import argparse
@@ -58,6 +60,30 @@ def main() -> int:
         rows.append(row)
         print(f"{expr:14} {label:>24} {row['us']:8.1f} {row['tflops']:8.1f} {row['gbps']:6.0f} {row['torch_us']:9.1f} "
               f"{row['speedup_vs_torch']:7.2f}x", flush=True)
+    # fp8_einsum: block-scaled MMAs. On a non-SM120 GPU they run through the sm_90 emulation, so these times
+    # measure the emulation on that GPU and say nothing about SM120 speed (the compile gate checks QMMA.SF).
+    sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+    from test_fp8_einsum_gpu import quantize
+    emulated = torch.cuda.get_device_capability()[0] != 12
+    for bs in ((4, 32, 4096) if not args.quick else (32,)):
+        h, r, d = 8, 4096, 1024
+        x = torch.randn(bs, h, r, device="cuda", dtype=torch.bfloat16)
+        y = torch.randn(h, d, r, device="cuda", dtype=torch.bfloat16)
+        (xq, sx), (yq, sy) = quantize(x, y)
+        sxp = dg.transform_sf_into_required_layout(sx.transpose(0, 1), bs, r, (1, 128, 128), num_groups=h,
+                                                   is_sfa=True)
+        syp = dg.transform_sf_into_required_layout(sy, d, r, (1, 128, 128), num_groups=h)
+        z = torch.empty(bs, h, d, device="cuda", dtype=torch.bfloat16)
+        ours = bench(lambda: dg.fp8_einsum("bhr,hdr->bhd", (xq, sxp), (yq, syp), z), iters)
+        theirs = bench(lambda: torch.einsum("bhr,hdr->bhd", x, y), iters)
+        label = f"b{bs} h{h} r{r} d{d}"
+        row = {"expr": "fp8 bhr,hdr->bhd", "shape": label, "us": ours * 1e6, "torch_us": theirs * 1e6,
+               "tflops": 2 * bs * h * r * d / ours / 1e12, "gbps": (xq.numel() + yq.numel() + z.numel() * 2) / ours / 1e9,
+               "speedup_vs_torch": theirs / ours, "emulated": emulated}
+        rows.append(row)
+        print(f"{'fp8 bhr,hdr->bhd':14} {label:>24} {row['us']:8.1f} {row['tflops']:8.1f} {row['gbps']:6.0f} "
+              f"{row['torch_us']:9.1f} {row['speedup_vs_torch']:7.2f}x{'  (emulated MMAs)' if emulated else ''}",
+              flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)

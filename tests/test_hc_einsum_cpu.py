@@ -151,3 +151,32 @@ def test_einsum_plans():
         for shape in ({"b": 4, "h": 128, "r": 512, "d": 128}, {"b": 129, "m": 128, "n": 384, "k": 128}):
             for s in bf16_gemm.einsum_specs(expr, 132, **shape):
                 assert s in specs or s.family == "split_k_reduce"
+
+
+# ---------------------------------------------------------------- fp8_einsum
+
+def test_fp8_einsum_contract():
+    from deep_gemm_sm120.families import fp8_fp4_gemm_1d1d as bs
+
+    e4 = torch.float8_e4m3fn
+    x, sx = torch.zeros(4, 2, 256, dtype=e4), torch.ones(4, 2, 2)
+    y, sy = torch.zeros(2, 64, 256, dtype=e4), torch.ones(2, 1, 2)
+    z = torch.zeros(4, 2, 64, dtype=BF16)
+    with pytest.raises(NotImplementedError, match=r"\['bhr,hdr->bhd'\]"):
+        dg.fp8_einsum("bhd,hdr->bhr", (x, sx), (y, sy), z)
+    with pytest.raises(NotImplementedError, match=r"\(1, 128, 128\)"):
+        dg.fp8_einsum("bhr,hdr->bhd", (x, sx), (y, sy), z, recipe=(1, 1, 128))
+    with pytest.raises(TypeError, match="float8_e4m3fn"):
+        dg.fp8_einsum("bhr,hdr->bhd", (x.to(BF16), sx), (y, sy), z)
+    with pytest.raises(TypeError, match="pair"):
+        dg.fp8_einsum("bhr,hdr->bhd", x, (y, sy), z)
+    with pytest.raises(ValueError, match="agree on h and r"):
+        dg.fp8_einsum("bhr,hdr->bhd", (x, sx), (torch.zeros(3, 64, 256, dtype=e4), sy), z)
+    with pytest.raises(ValueError, match=r"a's scales"):
+        dg.fp8_einsum("bhr,hdr->bhd", (x, sx[:, :1]), (y, sy), z)
+    with pytest.raises(ValueError, match=CPU_REJECT):
+        dg.fp8_einsum("bhr,hdr->bhd", (x, sx), (y, sy), z)
+    assert dg.is_supported("fp8_einsum", expr="bhr,hdr->bhd", b=4, h=8, r=4096, d=1024)
+    assert "16 bytes" in dg.why_unsupported("fp8_einsum", expr="bhr,hdr->bhd", r=72)
+    specs = set(bs.specs())
+    assert all(s in specs for s in bs.fp8_einsum_specs("bhr,hdr->bhd", 132, b=4096, h=8, r=4096, d=1024))

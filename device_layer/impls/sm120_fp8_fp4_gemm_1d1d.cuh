@@ -88,8 +88,11 @@ sm120_fp8_fp4_gemm_1d1d_kernel(const __grid_constant__ CUtensorMap tmap_a, const
     // k counts elements (fp4: unpacked); C may alias D. Grouped kinds: B and SFB hold one [N, ...] slice per
     // group; masked A / SFA / D hold one [m, ...] slice per group. Split-K slices write fp32 partials to
     // d + s * split_stride.
+    // Batched (fp8_einsum's per-head products): 3-D operand maps with the batch as dim 2; batch g's scales at
+    // sfa / sfb + g * group_stride, its D (and C) at d / c + g * split_stride.
     static_assert(kType == GemmType::kNormal || kType == GemmType::kMGroupedContiguous ||
-                      kType == GemmType::kMGroupedMasked, "K-grouped block-scaled GEMMs are not provided");
+                      kType == GemmType::kMGroupedMasked || kType == GemmType::kBatched,
+                  "K-grouped and batch-reduce block-scaled GEMMs are not provided");
     static_assert(kKind == ScaleKind::kMxFp8 || is_mixed(kKind) || kGranKA == kGranKB,
                   "FP4 operands share one scale format");
     // Which operand is packed e2m1 next to an e4m3 one (64-byte stage rows: 128 K per stage on both sides).
@@ -132,10 +135,19 @@ sm120_fp8_fp4_gemm_1d1d_kernel(const __grid_constant__ CUtensorMap tmap_a, const
                     mbarrier_wait(&empty_bar[stage], phase ^ 1);
                     mbarrier_arrive_expect_tx(&full_bar[stage], Cfg::kStageBytes);
                     // byte coordinates along K
-                    tma_load_2d(smem_a + stage * Cfg::kTileABytes, &tmap_a, &full_bar[stage],
-                                static_cast<int32_t>(kb * Cfg::kRowBytes), static_cast<int32_t>(tile.a_row));
-                    tma_load_2d(smem_b + stage * Cfg::kTileBBytes, &tmap_b, &full_bar[stage],
-                                static_cast<int32_t>(kb * Cfg::kRowBytesB), static_cast<int32_t>(tile.b_row));
+                    const int32_t ka = static_cast<int32_t>(kb * Cfg::kRowBytes);
+                    const int32_t kbb = static_cast<int32_t>(kb * Cfg::kRowBytesB);
+                    if constexpr (kType == GemmType::kBatched) {
+                        tma_load_3d(smem_a + stage * Cfg::kTileABytes, &tmap_a, &full_bar[stage], ka,
+                                    static_cast<int32_t>(tile.a_row), tile.group);
+                        tma_load_3d(smem_b + stage * Cfg::kTileBBytes, &tmap_b, &full_bar[stage], kbb,
+                                    static_cast<int32_t>(tile.b_row), tile.group);
+                    } else {
+                        tma_load_2d(smem_a + stage * Cfg::kTileABytes, &tmap_a, &full_bar[stage], ka,
+                                    static_cast<int32_t>(tile.a_row));
+                        tma_load_2d(smem_b + stage * Cfg::kTileBBytes, &tmap_b, &full_bar[stage], kbb,
+                                    static_cast<int32_t>(tile.b_row));
+                    }
                     if (++stage == kStages) stage = 0, phase ^= 1;
                 }
             }
@@ -230,7 +242,8 @@ sm120_fp8_fp4_gemm_1d1d_kernel(const __grid_constant__ CUtensorMap tmap_a, const
             const uint32_t i = 2 * w + sfa_thread_id_of_lane(lane);
             const uint32_t local = wm * Cfg::kWarpM + i * 16 + sfa_row_of_lane(lane);
             a_ok[w] = i < kMI && local < tile.m_valid;
-            sfa_rows[w] = sfa + (kType == GemmType::kMGroupedMasked ? static_cast<size_t>(g) * sfa_group_stride : 0) +
+            sfa_rows[w] = sfa + (kType == GemmType::kMGroupedMasked || kType == GemmType::kBatched
+                                     ? static_cast<size_t>(g) * sfa_group_stride : 0) +
                           a_row0 + local;
         }
 #pragma unroll
@@ -320,7 +333,9 @@ sm120_fp8_fp4_gemm_1d1d_kernel(const __grid_constant__ CUtensorMap tmap_a, const
             }
         }
 
-        store_accumulators<kMI, kNI, kType, kWithC>(acc, tile, d + static_cast<size_t>(tile.split) * split_stride, c,
+        const size_t slice = kType == GemmType::kBatched ? static_cast<size_t>(g) : tile.split;
+        store_accumulators<kMI, kNI, kType, kWithC>(acc, tile, d + slice * split_stride,
+                                                     kType == GemmType::kBatched && kWithC ? c + slice * split_stride : c,
                                                      layout, psum_layout != 0, n, ldd, ldc, wm * Cfg::kWarpM,
                                                      wn * Cfg::kWarpN, lane, alpha);
     }

@@ -22,6 +22,7 @@ from ..families.bf16_gemm import api as _bf16, grouped as _bf16_grouped
 from ..families.fp8_fp4_gemm_1d1d import api as _fp8
 from ..families.tf32_hc_prenorm_gemm import api as _hc
 from ..families.bf16_gemm import einsum as _einsum
+from ..families.fp8_fp4_gemm_1d1d import einsum as _fp8_einsum
 from ..families.fp8_fp4_gemm_1d1d import FP4 as _FP4_NAMES
 from ..core.rules import dtype_name as _dtype_name
 from ..scale_layout import transform_sf_into_required_layout as _transform_sf
@@ -323,6 +324,12 @@ def einsum(expr, a, b, d, c=None, use_cublaslt=False, epilogue=None):
     _einsum.einsum(expr, a, b, d, c)
 
 
+def fp8_einsum(expr, a, b, d, c=None, recipe=(1, 128, 128), epilogue=None):
+    if epilogue is not None:
+        raise NotImplementedError("fp8_einsum: epilogue other than None is not supported")
+    _fp8_einsum.fp8_einsum(expr, a, b, d, c, recipe)
+
+
 # ---------------------------------------------------------------- families still to land (each names its issue)
 
 def _not_yet(name: str, issue: str):
@@ -331,8 +338,6 @@ def _not_yet(name: str, issue: str):
 
 
 
-def fp8_einsum(expr, a, b, d, c=None, recipe=(1, 128, 128), epilogue=None):
-    _not_yet("fp8_einsum", "issue 12")
 
 
 _MQA_REQUIRED = ("q", "kv", "weights", "cu_seq_len_k_start", "cu_seq_len_k_end")

@@ -64,12 +64,15 @@ ENTRIES: tuple[Entry, ...] = (
           "expressions raise NotImplementedError listing these", "`c` honoured for bmk,bnk->mn (fp32 d: c is d "
           "accumulates); `use_cublaslt=True` computes with torch.einsum (cuBLAS); `epilogue` other than None: "
           "NotImplementedError"),
+    Entry("fp8_einsum", SUPPORTED, "fp8_einsum: bhr,hdr->bhd with recipe (1, 128, 128) (DeepGEMM's other two "
+          "expressions are SM100-only there: NotImplementedError)", "`c` honoured (d's dtype and strides); "
+          "unpacked UE8M0 scales (float32 powers of two or float8_e8m0fnu); `epilogue` other than None: "
+          "NotImplementedError"),
     # ---- cuBLAS(Lt) through torch
     *(Entry(f"cublaslt_gemm_{lay}", SUPPORTED, "torch.matmul in fp32 accumulation (cuBLAS), for comparisons")
       for lay in ("nt", "nn", "tn", "tt")),
     Entry("cublaslt_nvfp4_gemm_nt", NOT_PROVIDED, "use fp8_fp4_gemm_nt with NVFP4 operands"),
     # ---- families still to land
-    Entry("fp8_einsum", NOT_YET, "issue 12 (block-scaled bhr,hdr->bhd; the BF16 einsum has landed)"),
     Entry("fp8_fp4_mqa_logits", NOT_YET, "issue 11 (MQA logits)", "both argument forms are parsed already: an int "
           "6th positional is max_seqlen_k (sgl-deep-gemm 0.2.5), a bool is clean_logits (DeepGEMM main)"),
     Entry("fp8_mqa_logits", NOT_YET, "issue 11"),

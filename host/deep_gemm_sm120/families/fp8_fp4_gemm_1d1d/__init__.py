@@ -27,7 +27,8 @@ PARAMS = ParamList(
 
 OUT_DTYPES = ("bf16", "fp32")
 CXX_OUT = {"bf16": "sm120::bf16", "fp32": "float"}
-GEMM_TYPES = {"normal": "kNormal", "m_contiguous": "kMGroupedContiguous", "m_masked": "kMGroupedMasked"}
+GEMM_TYPES = {"normal": "kNormal", "m_contiguous": "kMGroupedContiguous", "m_masked": "kMGroupedMasked",
+              "batched": "kBatched"}
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,10 @@ def specs() -> list[BlockScaledGemmSpec]:
              for out in OUT_DTYPES for c in (False, True)]
     grouped = [S(cfg, kind, g, "bf16", False, t, gb) for kind, g, gb in kind_grans() for cfg in GROUPED_CONFIGS
                for t in ("m_contiguous", "m_masked")]
-    return dense + grouped
+    # fp8_einsum bhr,hdr->bhd: DeepSeek's recipe (1x128 activations, 128x128 weights as per-row 1x128)
+    batched = [S(cfg, "mxfp8", 128, out, c, "batched") for cfg in DENSE_CONFIGS for out in OUT_DTYPES
+               for c in (False, True)]
+    return dense + grouped + batched
 
 
 def spec_for(cfg: BlockScaledGemmConfig, kind: str, grans: tuple[int, int], out: str, with_c: bool,
@@ -172,6 +176,14 @@ def dense_plan(m: int, n: int, k: int, num_sms: int, kind: str) -> DensePlan:
 
 def grouped_config(m_hint: int) -> BlockScaledGemmConfig:
     return GROUPED_CONFIGS[1] if m_hint <= GROUPED_SMALL_M else GROUPED_CONFIGS[0]
+
+
+def batched_config(groups: int, m: int, n: int, num_sms: int) -> BlockScaledGemmConfig:
+    """The tile giving `groups` problems of m x n the fewest waves of work (ties: larger tiles)."""
+    def cost(c: BlockScaledGemmConfig) -> float:
+        tiles = groups * ceil_div(m, c.block_m) * ceil_div(n, c.block_n)
+        return ceil_div(tiles, num_sms) * c.block_m * c.block_n / TILE_EFFICIENCY[c.block_m * c.block_n]
+    return min(DENSE_CONFIGS, key=cost)
 
 
 # ---------------------------------------------------------------- shape and dtype rules (API == is_supported)
@@ -261,6 +273,38 @@ def m_grouped_masked_rule(num_groups: int | None = None, m: int | None = None, n
 
 # ---------------------------------------------------------------- what a call of a given shape launches
 
+FP8_EINSUM_EXPRS = ("bhr,hdr->bhd",)
+FP8_EINSUM_RECIPE = (1, 128, 128)
+
+
+def fp8_einsum_rule(expr: str | None = None, b: int | None = None, h: int | None = None, r: int | None = None,
+                    d: int | None = None, a_dtype: str | None = None, b_dtype: str | None = None,
+                    out_dtype: str | None = None, c_dtype: str | None = None, recipe=None) -> None:
+    """fp8_einsum: `bhr,hdr->bhd` with e4m3 x [b,h,r] (1x128 scales) and y [h,d,r] (128x128 scales)."""
+    if expr is not None and expr not in FP8_EINSUM_EXPRS:
+        raise NotImplementedError(f"fp8_einsum expression {expr!r} is not supported; supported: "
+                                  f"{list(FP8_EINSUM_EXPRS)} (DeepGEMM runs its other two on SM100 only)")
+    if recipe is not None and tuple(recipe) != FP8_EINSUM_RECIPE:
+        raise NotImplementedError(f"fp8_einsum recipe {tuple(recipe)} is not supported; supported: "
+                                  f"{FP8_EINSUM_RECIPE}")
+    require_dtype("a", a_dtype, ("float8_e4m3fn",))
+    require_dtype("b", b_dtype, ("float8_e4m3fn",))
+    require_dtype("d", out_dtype, ("bfloat16", "float32"))
+    if c_dtype is not None and out_dtype is not None and c_dtype != out_dtype:
+        raise TypeError(f"c must have d's dtype {show(out_dtype)}, got {show(c_dtype)}")
+    for name, v in (("b", b), ("h", h), ("r", r), ("d", d)):
+        if v is not None:
+            require_dim(name, v)
+    if r:
+        require_tma_rows("a and b", r, 1)
+
+
+def fp8_einsum_specs(expr: str, num_sms: int, b: int = 1, h: int = 1, r: int = 1, d: int = 1, out_dtype=None,
+                     with_c: bool = False, **_shape) -> list:
+    out = "fp32" if out_dtype is not None and dtype_name(out_dtype) == "float32" else "bf16"
+    return [spec_for(batched_config(h, b, d, num_sms), "mxfp8", (128, 128), out, with_c, "batched")]
+
+
 def _recipe(kind: str, gran_k: int | None, gran_k_b: int | None) -> tuple[int, int]:
     """Instantiated (A, B) granularities for a scale kind: FP4 sides 1x32 (NVFP4 1x16); FP8 sides gran_k (128)."""
     if kind not in SCALE_KINDS:
@@ -328,5 +372,11 @@ FAMILY = Family(
            "bf16 [G,M,N]", "graph-safe with packed int32 scales", aliases=("m_grouped_fp8_gemm_nt_masked",),
            signature="m_grouped_fp8_fp4_gemm_nt_masked((a, sfa), (b, sfb), d, masked_m, expected_m, recipe=None, "
                      "alpha=1.0)", plan_specs=grouped_specs("m_masked")),
+        Op("fp8_einsum", fp8_einsum_rule, "e4m3 x [b,h,r] (1x128 scales), y [h,d,r] (128x128 scales)",
+           "bf16 or fp32 [b,h,d] (+ c)", "`bhr,hdr->bhd`, recipe (1, 128, 128); one launch over all heads "
+           "(3-D TMA maps, `QMMA.SF`); runtime shapes",
+           signature="fp8_einsum(expr, (x, sfx), (y, sfy), d, c=None, recipe=(1, 128, 128))",
+           plan_specs=fp8_einsum_specs),
     ),
+    api_modules=("api", "einsum"),
 )

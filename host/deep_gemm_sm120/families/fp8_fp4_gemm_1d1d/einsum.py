@@ -1,0 +1,127 @@
+"""fp8_einsum(expr, a, b, d, c=None, recipe=(1, 128, 128)): DeepGEMM's block-scaled einsum, `bhr,hdr->bhd`.
+
+    d[b, h, :] = (x[b, h, :] * sfx[b, h]) @ (y[h] * sfy[h]).T  (+ c[b, h, :])
+
+a = (x, sfx): x float8_e4m3fn [b, h, r], sfx [b, h, ceil(r / 128)] (1x128, DeepSeek's activations);
+b = (y, sfy): y float8_e4m3fn [h, d, r], sfy [h, ceil(d / 128), ceil(r / 128)] (128x128 weight blocks) or
+[h, d, ceil(r / 128)]. Scales are UE8M0: float32 powers of two or float8_e8m0fnu (others raise ValueError, as in
+fp8_fp4_gemm_nt), converted on every call (torch ops and a device sync for the power-of-two check). For hot paths
+and CUDA graphs pass them packed once, per head:
+    sfx_p = transform_sf_into_required_layout(sfx.transpose(0, 1), b, r, (1, 128, 128), num_groups=h, is_sfa=True)
+    sfy_p = transform_sf_into_required_layout(sfy, d, r, (1, 128, 128), num_groups=h)
+d bf16 or fp32 [b, h, d]; c optional with d's dtype and strides.
+
+One launch over all heads: x and y are read through 3-D TMA maps (head = dim 2, any 16-byte-multiple strides),
+the scales are packed per head (each 128x128 block repeated over its 128 rows: exact), and the block-scaled MMA
+(`QMMA.SF`, kind::mxf8f6f4) multiplies with the scales in the instruction. Runtime shapes."""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import torch
+
+from ... import jit
+from ...arch import emulation_env, target_for_device
+from ...core.rules import dtype_name
+from ...core.tma import tma_request
+from ...device import num_sms_for
+from ...launch import device_of, launch
+from ...validation import require_tensor
+from . import FP8_EINSUM_EXPRS, PARAMS, batched_config, fp8_einsum_rule, spec_for
+from .api import _pair, _prepare_sf
+
+_OFF_A, _OFF_B = PARAMS.offsets["tmap_a"], PARAMS.offsets["tmap_b"]
+_OUT = {torch.bfloat16: "bf16", torch.float32: "fp32"}
+_U32 = 2**32
+
+
+@lru_cache(maxsize=1024)
+def _kernel(h: int, m: int, n: int, out: str, with_c: bool, index: int, num_sms: int, emulate):
+    cfg = batched_config(h, m, n, num_sms)
+    spec = spec_for(cfg, "mxfp8", (128, 128), out, with_c, "batched")
+    return jit.get_kernel(spec, target_for_device(index), index), cfg
+
+
+def _stride_bytes(t: torch.Tensor, dim: int) -> int:
+    s = t.stride(dim) * t.element_size()
+    return s if t.shape[dim] > 1 else max(16, -(-s // 16) * 16)
+
+
+def _map(offset: int, t: torch.Tensor, rows_dim: int, batch_dim: int, box_rows: int) -> bytes:
+    """e4m3 [.., rows, .., K] as uint8 with dims (K, rows, batch) and 128-byte (128B-swizzled) K boxes."""
+    return tma_request(offset, "uint8", t.data_ptr(), (t.shape[-1], t.shape[rows_dim], t.shape[batch_dim]),
+                       (_stride_bytes(t, rows_dim), _stride_bytes(t, batch_dim)), (128, box_rows, 1), 128)
+
+
+def _check_strides(name: str, t: torch.Tensor) -> None:
+    if t.stride(-1) != 1 and t.shape[-1] > 1:
+        raise ValueError(f"{name} must have a contiguous last dimension, got strides {tuple(t.stride())}")
+    if any(n > 1 and (s * t.element_size()) % 16 for s, n in zip(t.stride()[:-1], t.shape[:-1])):
+        raise ValueError(f"{name} strides {tuple(t.stride())} must be multiples of 16 bytes except the last")
+    if t.data_ptr() % 16:
+        raise ValueError(f"{name} data pointer must be 16-byte aligned for TMA, got {t.data_ptr():#x}")
+
+
+def fp8_einsum(expr: str, a, b, d: torch.Tensor, c: torch.Tensor | None = None, recipe=(1, 128, 128)) -> None:
+    """DeepGEMM's fp8_einsum for `bhr,hdr->bhd` (see the module doc); writes d in place."""
+    if not isinstance(expr, str):
+        raise TypeError(f"expr must be a str, got {type(expr).__name__}")
+    norm = expr.replace(" ", "")
+    x, sfx = _pair("a", a)
+    y, sfy = _pair("b", b)
+    require_tensor("d", d)
+    if c is not None:
+        require_tensor("c", c)
+    fp8_einsum_rule(expr=norm, recipe=recipe, a_dtype=dtype_name(x.dtype), b_dtype=dtype_name(y.dtype),
+                    out_dtype=dtype_name(d.dtype), c_dtype=dtype_name(c.dtype) if c is not None else None)
+    for name, t, what in (("a", x, "[b, h, r]"), ("b", y, "[h, d, r]"), ("d", d, "[b, h, d]")):
+        if t.dim() != 3:
+            raise ValueError(f"{name} must be 3-D {what}, got shape {tuple(t.shape)}")
+    bs, h, r = x.shape
+    hy, dd, ry = y.shape
+    if hy != h or ry != r:
+        raise ValueError(f"a {tuple(x.shape)} and b {tuple(y.shape)} must agree on h and r")
+    fp8_einsum_rule(expr=norm, b=bs, h=h, r=r, d=dd)
+    if tuple(d.shape) != (bs, h, dd):
+        raise ValueError(f"d must be {(bs, h, dd)}, got {tuple(d.shape)}")
+    if c is not None and (tuple(c.shape) != tuple(d.shape) or c.stride() != d.stride()):
+        raise ValueError("c must have d's shape and strides")
+    if d.stride(2) != 1 and dd > 1:
+        raise ValueError(f"d must have a contiguous last dimension, got strides {tuple(d.stride())}")
+    packed_x = sfx.dtype == torch.int32
+    if sfx.dim() != 3 or tuple(sfx.shape[:2]) != ((h, bs) if packed_x else (bs, h)):
+        raise ValueError(f"a's scales must be [b, h, ceil(r / 128)] = {(bs, h, -(-r // 128))}, got "
+                         f"{tuple(sfx.shape)}")
+    if sfy.dim() != 3 or sfy.shape[0] != h:
+        raise ValueError(f"b's scales must be [h, ceil(d / 128), ceil(r / 128)], got {tuple(sfy.shape)}")
+    if bs and h and dd and r:
+        _check_strides("a", x)
+        _check_strides("b", y)
+    index = device_of(a=x, sfa=sfx, b=y, sfb=sfy, d=d, **({"c": c} if c is not None else {}))
+    if bs == 0 or h == 0 or dd == 0:
+        return
+    if r == 0:
+        if c is None:
+            d.zero_()
+        elif c.data_ptr() != d.data_ptr():
+            d.copy_(c)
+        return
+    if max(d.stride(0), d.stride(1)) >= _U32:
+        raise ValueError("d's strides must fit 32 bits")
+    # per head: A_h = x[:, h] (rows b), B_h = y[h] (rows d); scales packed as [h, words, rows]
+    sfa_p, sfa_ps, sfa_gs = _prepare_sf("sfa", sfx if packed_x else sfx.permute(1, 0, 2), bs, r, 128, h, True)
+    sfb_p, sfb_ps, sfb_gs = _prepare_sf("sfb", sfy, dd, r, 128, h, False)
+    num_sms = num_sms_for(index)
+    kern, cfg = _kernel(h, bs, dd, _OUT[d.dtype], c is not None, index, num_sms, emulation_env())
+    tmaps = _map(_OFF_A, x, 0, 1, cfg.block_m) + _map(_OFF_B, y, 1, 0, cfg.block_n)
+    ldd = d.stride(0) if bs > 1 else dd
+    params = PARAMS.pack(sfa=sfa_p.data_ptr(), sfb=sfb_p.data_ptr(), d=d.data_ptr(),
+                         c=c.data_ptr() if c is not None else 0, layout=0, m=bs, n=dd, k=r, ldd=ldd,
+                         ldc=ldd if c is not None else 0, num_groups=h, psum_layout=0, num_splits=1,
+                         split_stride=d.stride(1), sfa_pack_stride=sfa_ps, sfa_group_stride=sfa_gs,
+                         sfb_pack_stride=sfb_ps, sfb_group_stride=sfb_gs, alpha=1.0)
+    tiles = h * -(-bs // cfg.block_m) * -(-dd // cfg.block_n)
+    launch(kern, min(num_sms, tiles), params, tmaps, index)
+
+
+__all__ = ["fp8_einsum", "FP8_EINSUM_EXPRS"]
