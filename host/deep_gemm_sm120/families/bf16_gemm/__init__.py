@@ -179,6 +179,11 @@ def batched_config(groups: int, m: int, n: int, num_sms: int) -> Bf16GemmConfig:
     return min(BATCHED_CONFIGS, key=cost)
 
 
+def batch_k_total(batches: int, k: int) -> int:
+    """The reduction length the batch-reduce kernel walks: every batch's K rounded up to whole 64-wide blocks."""
+    return batches * ceil_div(k, 64) * 64
+
+
 @lru_cache(maxsize=4096)
 def batch_reduce_plan(m: int, n: int, k_total: int, num_sms: int) -> DensePlan:
     """bmk,bnk->mn: an M x N output over a long (batch x K) reduction, so split-K carries the parallelism;
@@ -330,7 +335,7 @@ def m_grouped_specs(gemm_type: str):
 def einsum_specs(expr: str, num_sms: int, b: int = 1, m: int = 1, n: int = 1, k: int = 1, h: int = 1, r: int = 1,
                  d: int = 1, out_dtype=None, with_c: bool = False, **_shape) -> list:
     if EINSUM_EXPRS[expr] == "batch_reduce":
-        p = batch_reduce_plan(m_bucket(m), n, b * k, num_sms)
+        p = batch_reduce_plan(m_bucket(m), n, batch_k_total(b, k), num_sms)
         out = _out(out_dtype)
         main = Bf16GemmSpec(p.config, "fp32" if p.splits > 1 else out, with_c and p.splits == 1, False, "batch_reduce")
         return [main] + ([SplitKReduceSpec(out, with_c)] if p.splits > 1 else [])

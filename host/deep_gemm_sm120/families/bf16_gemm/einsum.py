@@ -17,13 +17,14 @@ import torch
 
 from ... import jit
 from ...arch import emulation_env, target_for_device
+from ...batched import batched_map, check_batched_operand
 from ...core.rules import dtype_name
-from ...core.tma import tma_request
 from ...device import num_sms_for
 from ...launch import device_of, launch
 from ...splitk import SplitK
 from ...validation import require_tensor
-from . import (EINSUM_EXPRS, PARAMS, Bf16GemmSpec, batch_reduce_plan, batched_config, einsum_rule, m_bucket)
+from . import (EINSUM_EXPRS, PARAMS, Bf16GemmSpec, batch_k_total, batch_reduce_plan, batched_config, einsum_rule,
+               m_bucket)
 
 _OFF_A, _OFF_B = PARAMS.offsets["tmap_a"], PARAMS.offsets["tmap_b"]
 _U32 = 2**32
@@ -34,35 +35,14 @@ def _require_3d(name: str, t: torch.Tensor, what: str) -> None:
         raise ValueError(f"{name} must be 3-D {what}, got shape {tuple(t.shape)}")
 
 
-def _tma_strides(name: str, t: torch.Tensor) -> None:
-    """Unit last stride, 16-byte aligned base and 16-byte multiples for the other strides (TMA)."""
-    if t.stride(-1) != 1 and t.shape[-1] > 1:
-        raise ValueError(f"{name} must have a contiguous last dimension (stride(-1) == 1), got strides "
-                         f"{tuple(t.stride())}")
-    bad = [s for s, n in zip(t.stride()[:-1], t.shape[:-1]) if n > 1 and (s * t.element_size()) % 16]
-    if bad:
-        raise ValueError(f"{name} strides {tuple(t.stride())} must be multiples of 16 bytes (8 bf16 elements) "
-                         f"except the last")
-    if t.data_ptr() % 16:
-        raise ValueError(f"{name} data pointer must be 16-byte aligned for TMA, got {t.data_ptr():#x}")
-
-
-def _stride_bytes(t: torch.Tensor, dim: int) -> int:
-    """A dimension's stride for TMA; a size-1 dimension's is never used, so any multiple of 16 bytes does."""
-    s = t.stride(dim) * t.element_size()
-    return s if t.shape[dim] > 1 else max(16, -(-s // 16) * 16)
-
-
 def _map_k_major(offset: int, t: torch.Tensor, rows_dim: int, batch_dim: int, box_rows: int, box_k: int) -> bytes:
-    """[.., rows, .., K] with the batch as dim 2: dims (K, rows, batch), box (box_k, box_rows, 1)."""
-    return tma_request(offset, "bfloat16", t.data_ptr(), (t.shape[-1], t.shape[rows_dim], t.shape[batch_dim]),
-                       (_stride_bytes(t, rows_dim), _stride_bytes(t, batch_dim)), (box_k, box_rows, 1), box_k * 2)
+    """[.., rows, .., K] with the batch as dim 2: boxes of box_k x box_rows, swizzle = box_k * 2 bytes."""
+    return batched_map(offset, "bfloat16", t, -1, rows_dim, batch_dim, (box_k, box_rows), box_k * 2)
 
 
 def _map_mn_major(offset: int, t: torch.Tensor, box_k: int) -> bytes:
     """b [h, K=d, N=r] read MN-major: dims (r, d, h), 64-wide 128B-swizzled boxes of box_k rows."""
-    return tma_request(offset, "bfloat16", t.data_ptr(), (t.shape[2], t.shape[1], t.shape[0]),
-                       (_stride_bytes(t, 1), _stride_bytes(t, 0)), (64, box_k, 1), 128)
+    return batched_map(offset, "bfloat16", t, 2, 1, 0, (64, box_k), 128)
 
 
 @lru_cache(maxsize=1024)
@@ -102,8 +82,8 @@ def _bmk_bnk_mn(a, b, d, c) -> None:
             raise ValueError(f"{name} must have a contiguous last dimension, got strides {tuple(t.stride())}")
     tensors = {"a": a, "b": b, "d": d} | ({"c": c} if c is not None else {})
     if m and n and bs and k:
-        _tma_strides("a", a)
-        _tma_strides("b", b)
+        check_batched_operand("a", a)
+        check_batched_operand("b", b)
     index = device_of(**tensors)
     if m == 0 or n == 0:
         return
@@ -117,7 +97,7 @@ def _bmk_bnk_mn(a, b, d, c) -> None:
     if ldd >= _U32:
         raise ValueError("d's row stride must fit 32 bits")
     num_sms = num_sms_for(index)
-    k_total = bs * -(-k // 64) * 64
+    k_total = batch_k_total(bs, k)
     kern, p, reduce = _reduce_kernel(m_bucket(m), n, k_total, "fp32" if d.dtype == torch.float32 else "bf16",
                                      c is not None, index, num_sms, emulation_env())
     cfg = p.config
@@ -155,8 +135,8 @@ def _per_head(expr: str, a, b, d) -> None:
     if d.stride(2) != 1 and want[2] > 1:
         raise ValueError(f"d must have a contiguous last dimension, got strides {tuple(d.stride())}")
     if bs and h and dd and r:
-        _tma_strides("a", a)
-        _tma_strides("b", b)
+        check_batched_operand("a", a)
+        check_batched_operand("b", b)
     index = device_of(a=a, b=b, d=d)
     if bs == 0 or h == 0 or want[2] == 0:
         return

@@ -22,8 +22,8 @@ import torch
 
 from ... import jit
 from ...arch import emulation_env, target_for_device
+from ...batched import batched_map, check_batched_operand
 from ...core.rules import dtype_name
-from ...core.tma import tma_request
 from ...device import num_sms_for
 from ...launch import device_of, launch
 from ...validation import require_tensor
@@ -42,24 +42,9 @@ def _kernel(h: int, m: int, n: int, out: str, with_c: bool, index: int, num_sms:
     return jit.get_kernel(spec, target_for_device(index), index), cfg
 
 
-def _stride_bytes(t: torch.Tensor, dim: int) -> int:
-    s = t.stride(dim) * t.element_size()
-    return s if t.shape[dim] > 1 else max(16, -(-s // 16) * 16)
-
-
 def _map(offset: int, t: torch.Tensor, rows_dim: int, batch_dim: int, box_rows: int) -> bytes:
     """e4m3 [.., rows, .., K] as uint8 with dims (K, rows, batch) and 128-byte (128B-swizzled) K boxes."""
-    return tma_request(offset, "uint8", t.data_ptr(), (t.shape[-1], t.shape[rows_dim], t.shape[batch_dim]),
-                       (_stride_bytes(t, rows_dim), _stride_bytes(t, batch_dim)), (128, box_rows, 1), 128)
-
-
-def _check_strides(name: str, t: torch.Tensor) -> None:
-    if t.stride(-1) != 1 and t.shape[-1] > 1:
-        raise ValueError(f"{name} must have a contiguous last dimension, got strides {tuple(t.stride())}")
-    if any(n > 1 and (s * t.element_size()) % 16 for s, n in zip(t.stride()[:-1], t.shape[:-1])):
-        raise ValueError(f"{name} strides {tuple(t.stride())} must be multiples of 16 bytes except the last")
-    if t.data_ptr() % 16:
-        raise ValueError(f"{name} data pointer must be 16-byte aligned for TMA, got {t.data_ptr():#x}")
+    return batched_map(offset, "uint8", t, -1, rows_dim, batch_dim, (128, box_rows), 128)
 
 
 def fp8_einsum(expr: str, a, b, d: torch.Tensor, c: torch.Tensor | None = None, recipe=(1, 128, 128)) -> None:
@@ -95,8 +80,8 @@ def fp8_einsum(expr: str, a, b, d: torch.Tensor, c: torch.Tensor | None = None, 
     if sfy.dim() != 3 or sfy.shape[0] != h:
         raise ValueError(f"b's scales must be [h, ceil(d / 128), ceil(r / 128)], got {tuple(sfy.shape)}")
     if bs and h and dd and r:
-        _check_strides("a", x)
-        _check_strides("b", y)
+        check_batched_operand("a", x)
+        check_batched_operand("b", y)
     index = device_of(a=x, sfa=sfx, b=y, sfb=sfy, d=d, **({"c": c} if c is not None else {}))
     if bs == 0 or h == 0 or dd == 0:
         return
