@@ -1,0 +1,137 @@
+"""MQA logits (impls/sm120_mqa_logits.cuh): the DeepSeek V3.2/V4 indexer's scores, dense FP8 form (work in
+progress: paged form, FP4 and the metadata scheduler follow, see docs/mqa_logits_design.md). Declarations only
+(torch-free): parameters, specs, the rule and the SASS the gate demands."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...core.gemm import ceil_div
+from ...core.limits import SMEM_LIMIT
+from ...core.params import Param, ParamList
+from ...core.registry import Family, GateRules, KernelSpec, Op
+from ...core.rules import require_dim, require_dtype
+
+PARAMS = ParamList(
+    Param("tmap_q", "CUtensorMap"), Param("tmap_kv", "CUtensorMap"),
+    Param("kv_scale", "const float*"), Param("weights", "const float*"),
+    Param("ks", "const int32_t*"), Param("ke", "const int32_t*"), Param("logits", "{logit}*"),
+    Param("seq_len", "uint32_t"), Param("seq_len_kv", "uint32_t"), Param("ld_weights", "uint32_t"),
+    Param("ld_logits", "uint32_t"),
+)
+CXX_LOGIT = {"fp32": "float", "bf16": "sm120::bf16"}
+HEADS = (16, 32, 64)
+HEAD_DIMS = (64, 128)
+ROWS = 64                     # M per CTA: 64 / heads queries
+BLOCK_KV = 128
+MAX_STAGES = 8
+MODES = ("clean", "plain", "compressed")   # clean: -inf outside [ks, ke); compressed: column = key - ks
+LOGIT_ALIGN_BYTES = 1024      # DeepGEMM pads the logits row stride to this
+
+
+def stages_for(head_dim: int) -> int:
+    tile_q, tile_kv = ROWS * head_dim, BLOCK_KV * head_dim
+    return min(MAX_STAGES, (SMEM_LIMIT - tile_q - 8 * (2 * MAX_STAGES + 1)) // tile_kv)
+
+
+@dataclass(frozen=True)
+class MqaLogitsSpec(KernelSpec):
+    heads: int = 64
+    head_dim: int = 128
+    logit_dtype: str = "fp32"
+    mode: str = "clean"
+
+    @property
+    def stages(self) -> int:
+        return stages_for(self.head_dim)
+
+    @property
+    def name(self) -> str:
+        return f"fp8_mqa_logits_h{self.heads}_d{self.head_dim}_kv{BLOCK_KV}_s{self.stages}_{self.logit_dtype}_{self.mode}"
+
+    @property
+    def threads(self) -> int:
+        return 4 * 32 + 32
+
+    @property
+    def block_q(self) -> int:
+        return ROWS // self.heads
+
+    @property
+    def smem_bytes(self) -> int:
+        return ROWS * self.head_dim + self.stages * BLOCK_KV * self.head_dim + 8 * (2 * self.stages + 1)
+
+    def template_args(self) -> list[str]:
+        b = lambda x: "true" if x else "false"  # noqa: E731
+        return [str(self.heads), str(self.head_dim), str(BLOCK_KV), str(self.stages), CXX_LOGIT[self.logit_dtype],
+                b(self.mode == "clean"), b(self.mode == "compressed")]
+
+    def type_subst(self) -> dict[str, str]:
+        return {"logit": CXX_LOGIT[self.logit_dtype]}
+
+
+def specs() -> list[MqaLogitsSpec]:
+    return [MqaLogitsSpec(h, d, t, mode) for h in HEADS for d in HEAD_DIMS for t in CXX_LOGIT for mode in MODES]
+
+
+def logits_row_stride(seq_len_kv: int, max_seqlen_k: int, elem_bytes: int) -> int:
+    """DeepGEMM's padded row stride (elements): a multiple of 1024 bytes, with a tile of slack past the keys."""
+    per = LOGIT_ALIGN_BYTES // elem_bytes
+    cols = seq_len_kv + BLOCK_KV if max_seqlen_k == 0 else ceil_div(max_seqlen_k, BLOCK_KV) * BLOCK_KV
+    return ceil_div(cols, per) * per
+
+
+def mqa_logits_rule(seq_len: int | None = None, seq_len_kv: int | None = None, heads: int | None = None,
+                    head_dim: int | None = None, q_dtype: str | None = None, kv_dtype: str | None = None,
+                    kv_sf_dtype: str | None = None, weights_dtype: str | None = None,
+                    logits_dtype: str | None = None, clean_logits: bool = True, max_seqlen_k: int = 0,
+                    fp4: bool = False) -> None:
+    """q [S, H, D] e4m3, kv [SK, D] e4m3 with fp32 per-key scales, weights [S, H] fp32, ks / ke int32 [S]."""
+    if fp4:
+        raise NotImplementedError("FP4 MQA logits (q with scale factors) are not supported yet; pass FP8 q "
+                                  "(q_sf None) and FP8 kv")
+    require_dtype("q", q_dtype, ("float8_e4m3fn",))
+    require_dtype("kv", kv_dtype, ("float8_e4m3fn",))
+    require_dtype("kv scales", kv_sf_dtype, ("float32",))
+    require_dtype("weights", weights_dtype, ("float32",), not_yet=("bfloat16",))
+    require_dtype("logits_dtype", logits_dtype, ("float32", "bfloat16"))
+    for name, v in (("seq_len", seq_len), ("seq_len_kv", seq_len_kv), ("heads", heads), ("head_dim", head_dim)):
+        if v is not None:
+            require_dim(name, v)
+    if heads is not None and heads not in HEADS:
+        raise NotImplementedError(f"{heads} heads are not supported; supported: {HEADS}")
+    if head_dim is not None and head_dim not in HEAD_DIMS:
+        raise NotImplementedError(f"head dim {head_dim} is not supported; supported: {HEAD_DIMS}")
+    if not isinstance(max_seqlen_k, int) or isinstance(max_seqlen_k, bool) or max_seqlen_k < 0:
+        raise ValueError(f"max_seqlen_k must be a non-negative int, got {max_seqlen_k!r}")
+    if max_seqlen_k > 0 and clean_logits:
+        raise ValueError("compressed logits (max_seqlen_k > 0) require clean_logits=False (DeepGEMM's contract)")
+
+
+def plan_specs(num_sms: int, heads: int = 64, head_dim: int = 128, logits_dtype=None, clean_logits: bool = True,
+               max_seqlen_k: int = 0, **_shape) -> list:
+    t = "bf16" if logits_dtype is not None and "bfloat16" in str(logits_dtype) else "fp32"
+    mode = "compressed" if max_seqlen_k else ("clean" if clean_logits else "plain")
+    return [MqaLogitsSpec(heads, head_dim, t, mode)]
+
+
+FAMILY = Family(
+    name="mqa_logits",
+    header="impls/sm120_mqa_logits.cuh",
+    kernel="sm120::sm120_fp8_mqa_logits_kernel",
+    params=PARAMS,
+    spec_type=MqaLogitsSpec,
+    specs=specs,
+    # SM120: full-rate block-scaled FP8 with unit scales, never the half-rate unscaled QMMA.16832.
+    gate=lambda spec: GateRules(required={"sm120": ("QMMA.SF", "UTMALDG", "LDSM"),
+                                          "sm90": ("HMMA.16816.F32", "UTMALDG", "LDSM")},
+                                forbidden={"sm120": (r"^QMMA\.16832",)}, emulation_spills_allowed=True),
+    quick_key=lambda s: (s.heads, s.head_dim),
+    pdl=True,
+    ops=(Op("fp8_fp4_mqa_logits", mqa_logits_rule, "q e4m3 [S,H,D], kv e4m3 [SK,D] + fp32 [SK], weights fp32 [S,H]",
+            "fp32 or bf16 [S, SK] (row stride padded to 1024 B) or compressed [S, max_seqlen_k]",
+            "H 16/32/64, D 64/128; QMMA.SF with unit scales; FP4 not yet",
+            aliases=("fp8_mqa_logits",),
+            signature="fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, "
+                      "clean_logits=True, max_seqlen_k=0, logits_dtype=torch.float32)",
+            plan_specs=plan_specs),),
+)

@@ -1,0 +1,104 @@
+"""fp8_fp4_mqa_logits / fp8_mqa_logits: DeepGEMM's dense indexer scores (see docs/mqa_logits_design.md).
+
+    logits[i, j] = sum_h weights[i, h] * relu(q[i, h] . kv[j] * kv_sf[j])   for ks[i] <= j < ke[i]
+
+Returns a view of a buffer whose row stride is padded to 1024 bytes, as DeepGEMM does: [S, SK] (-inf outside
+[ks, ke) when clean_logits) or, with max_seqlen_k > 0, compressed [S, max_seqlen_k] (column c = key ks[i] + c).
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import torch
+
+from ... import jit
+from ...arch import emulation_env, target_for_device
+from ...core.rules import dtype_name
+from ...core.tma import tma_request
+from ...launch import device_of, launch
+from ...validation import require_int32, require_tensor
+from . import BLOCK_KV, PARAMS, ROWS, MqaLogitsSpec, logits_row_stride, mqa_logits_rule
+
+_OFF_Q, _OFF_KV = PARAMS.offsets["tmap_q"], PARAMS.offsets["tmap_kv"]
+_LOGIT = {torch.float32: "fp32", torch.bfloat16: "bf16"}
+
+
+@lru_cache(maxsize=256)
+def _kernel(heads: int, head_dim: int, logit: str, mode: str, index: int, emulate):
+    return jit.get_kernel(MqaLogitsSpec(heads, head_dim, logit, mode), target_for_device(index), index)
+
+
+def _check_ranges(ks: torch.Tensor, ke: torch.Tensor, seq_len_kv: int) -> None:
+    """0 <= ks <= ke <= SK for every query (one reduction and a sync; skipped while a graph is captured)."""
+    if torch.cuda.is_current_stream_capturing() or ks.numel() == 0:
+        return
+    bad = (ks < 0) | (ke < ks) | (ke > seq_len_kv)
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0, 0])
+        raise ValueError(f"query {i}: need 0 <= cu_seq_len_k_start <= cu_seq_len_k_end <= {seq_len_kv}, got "
+                         f"[{int(ks[i])}, {int(ke[i])})")
+
+
+def fp8_fp4_mqa_logits(q, kv, weights: torch.Tensor, cu_seq_len_k_start: torch.Tensor,
+                       cu_seq_len_k_end: torch.Tensor, clean_logits: bool = True, max_seqlen_k: int = 0,
+                       logits_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """q = (q [S, H, D] e4m3, None); kv = (kv [SK, D] e4m3, kv_sf fp32 [SK]); weights fp32 [S, H]; int32 ks, ke [S]."""
+    if not isinstance(q, (tuple, list)) or len(q) != 2:
+        raise TypeError(f"q must be a (values, scale factors or None) pair, got {type(q).__name__}")
+    if not isinstance(kv, (tuple, list)) or len(kv) != 2:
+        raise TypeError(f"kv must be a (values, scale factors) pair, got {type(kv).__name__}")
+    qv, q_sf = q
+    kvv, kv_sf = kv
+    for name, t in (("q", qv), ("kv", kvv), ("kv scales", kv_sf), ("weights", weights)):
+        require_tensor(name, t)
+    ks, ke = require_int32("cu_seq_len_k_start", cu_seq_len_k_start), require_int32("cu_seq_len_k_end", cu_seq_len_k_end)
+    if not isinstance(logits_dtype, torch.dtype):
+        raise TypeError(f"logits_dtype must be a torch.dtype, got {type(logits_dtype).__name__}")
+    if qv.dim() != 3:
+        raise ValueError(f"q must be [S, H, D], got shape {tuple(qv.shape)}")
+    seq_len, heads, head_dim = qv.shape
+    mqa_logits_rule(heads=heads, head_dim=head_dim, q_dtype=dtype_name(qv.dtype), kv_dtype=dtype_name(kvv.dtype),
+                    kv_sf_dtype=dtype_name(kv_sf.dtype), weights_dtype=dtype_name(weights.dtype),
+                    logits_dtype=dtype_name(logits_dtype), clean_logits=bool(clean_logits),
+                    max_seqlen_k=max_seqlen_k, fp4=q_sf is not None)
+    if kvv.dim() != 2 or kvv.shape[1] != head_dim:
+        raise ValueError(f"kv must be [SK, D = {head_dim}], got shape {tuple(kvv.shape)}")
+    seq_len_kv = kvv.shape[0]
+    if tuple(kv_sf.shape) != (seq_len_kv,):
+        raise ValueError(f"kv scales must be [SK] = ({seq_len_kv},), got {tuple(kv_sf.shape)}")
+    if tuple(weights.shape) != (seq_len, heads) or (weights.stride(1) != 1 and heads > 1):
+        raise ValueError(f"weights must be [S, H] = ({seq_len}, {heads}) with stride(1) == 1, got shape "
+                         f"{tuple(weights.shape)} strides {tuple(weights.stride())}")
+    for name, t in (("cu_seq_len_k_start", ks), ("cu_seq_len_k_end", ke)):
+        if tuple(t.shape) != (seq_len,) or not t.is_contiguous():
+            raise ValueError(f"{name} must be a contiguous [S] = ({seq_len},) tensor, got {tuple(t.shape)}")
+    for name, t in (("q", qv), ("kv", kvv), ("kv scales", kv_sf)):
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous")
+    index = device_of(q=qv, kv=kvv, kv_sf=kv_sf, weights=weights, cu_seq_len_k_start=ks, cu_seq_len_k_end=ke)
+    elem = 4 if logits_dtype == torch.float32 else 2
+    stride = logits_row_stride(seq_len_kv, max_seqlen_k, elem)
+    block_q = ROWS // heads
+    buf = torch.empty(-(-max(seq_len, 1) // block_q) * block_q, stride, dtype=logits_dtype, device=qv.device)
+    out = buf[:seq_len, :(max_seqlen_k or seq_len_kv)]
+    if seq_len == 0:
+        return out
+    _check_ranges(ks, ke, seq_len_kv)
+    mode = "compressed" if max_seqlen_k else ("clean" if clean_logits else "plain")
+    kern = _kernel(heads, head_dim, _LOGIT[logits_dtype], mode, index, emulation_env())
+    tmaps = (tma_request(_OFF_Q, "uint8", qv.data_ptr(), (head_dim, seq_len * heads), (head_dim,), (head_dim, ROWS),
+                         head_dim)
+             + tma_request(_OFF_KV, "uint8", kvv.data_ptr(), (head_dim, max(seq_len_kv, 1)), (head_dim,),
+                           (head_dim, BLOCK_KV), head_dim))
+    params = PARAMS.pack(kv_scale=kv_sf.data_ptr(), weights=weights.data_ptr(), ks=ks.data_ptr(), ke=ke.data_ptr(),
+                         logits=buf.data_ptr(), seq_len=seq_len, seq_len_kv=seq_len_kv,
+                         ld_weights=weights.stride(0) if seq_len > 1 else heads, ld_logits=stride)
+    launch(kern, -(-seq_len // block_q), params, tmaps, index)
+    return out
+
+
+def fp8_mqa_logits(q: torch.Tensor, kv, weights: torch.Tensor, cu_seq_len_k_start: torch.Tensor,
+                   cu_seq_len_k_end: torch.Tensor, clean_logits: bool = True, max_seqlen_k: int = 0) -> torch.Tensor:
+    """The FP8 form: q a tensor [S, H, D] e4m3."""
+    return fp8_fp4_mqa_logits((q, None), kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits,
+                              max_seqlen_k)
