@@ -189,7 +189,7 @@ def test_mqa_logits_forms_are_unambiguous():
         compat.mqa_logits_arguments(base + (1.5,), {})
     with pytest.raises(TypeError, match="multiple values"):
         compat.mqa_logits_arguments(base + (64,), {"max_seqlen_k": 64})
-    with pytest.raises(NotImplementedError, match="issue 11"):
+    with pytest.raises(TypeError, match="q must be a"):    # parsed, then the real entry point checks
         compat.fp8_fp4_mqa_logits(*base, 512)
     with pytest.raises(TypeError, match="unexpected"):
         compat.fp8_mqa_logits(*base, bogus=1)

@@ -126,3 +126,45 @@ def test_out_of_range_ks_ke_raise(sm120_or_emulation):
     ke[3] = 101
     with pytest.raises(ValueError, match="query 3"):
         dg.fp8_mqa_logits(q, (kv, kv_sf), w, ks, ke)
+
+
+# ---------------------------------------------------------------- FP4: packed e2m1 with UE8M0 1x32 scales
+
+def make_fp4_inputs(s, sk, h, pattern="causal", seed=0):
+    """DeepGEMM's FP4 form: q [S, H, 64] and kv [SK, 64] packed e2m1, one int32 of four UE8M0 bytes per row."""
+    from deep_gemm_sm120.quant import dequantize_fp4, pack_ue8m0_to_int, per_token_cast_to_fp4
+
+    q8, kv8, _, w, ks, ke = make_inputs(s, sk, h, 128, pattern, seed)
+    g = torch.Generator(device="cuda").manual_seed(seed + 1)
+    qf = torch.randn(s * h, 128, device="cuda", generator=g)
+    kvf = torch.randn(sk, 128, device="cuda", generator=g) * torch.rand(sk, 1, device="cuda", generator=g) * 4
+    qp, qsf, _ = per_token_cast_to_fp4(qf, "mxfp4")
+    kp, ksf, _ = per_token_cast_to_fp4(kvf, "mxfp4")
+    q_deq = dequantize_fp4(qp, qsf).view(s, h, 128)
+    kv_deq = dequantize_fp4(kp, ksf)
+    q_in = (qp.view(s, h, 64), pack_ue8m0_to_int(qsf).view(s, h))
+    kv_in = (kp, pack_ue8m0_to_int(ksf).view(sk))
+    return q_in, kv_in, q_deq, kv_deq, w, ks, ke
+
+
+@pytest.mark.parametrize("h", [16, 32, 64])
+@pytest.mark.parametrize("mode", ["clean", "compressed"])
+def test_fp4_matches_dequantized_reference(sm120_or_emulation, h, mode):
+    import deep_gemm_sm120 as dg
+    from deep_gemm_sm120.testing import calc_diff
+
+    s, sk = 133, 901
+    q_in, kv_in, q_deq, kv_deq, w, ks, ke = make_fp4_inputs(s, sk, h, "window")
+    ref, inside = reference(q_deq, kv_deq, torch.ones(sk, device="cuda"), w, ks, ke)
+    max_k = max(int((ke - ks).max()), 1) if mode == "compressed" else 0
+    out = dg.fp8_fp4_mqa_logits(q_in, kv_in, w, ks, ke, clean_logits=mode == "clean", max_seqlen_k=max_k)
+    torch.cuda.synchronize()
+    if mode == "compressed":
+        got = torch.full((s, sk), float("-inf"), device="cuda", dtype=torch.float64)
+        for i in range(s):
+            got[i, int(ks[i]):int(ke[i])] = out[i, :int(ke[i] - ks[i])].double()
+    else:
+        got = out.double()
+        assert torch.equal(torch.isinf(got) & (got < 0), ~inside)
+    diff = calc_diff(got.masked_fill(~inside, 0), ref.masked_fill(~inside, 0))
+    assert diff < 1e-5, f"FP4 h={h} {mode}: calc_diff {diff:.3e}"

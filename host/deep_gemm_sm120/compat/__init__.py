@@ -23,6 +23,9 @@ from ..families.fp8_fp4_gemm_1d1d import api as _fp8
 from ..families.tf32_hc_prenorm_gemm import api as _hc
 from ..families.bf16_gemm import einsum as _einsum
 from ..families.fp8_fp4_gemm_1d1d import einsum as _fp8_einsum
+from ..families.mqa_logits import api as _mqa
+from ..families.paged_mqa_logits import api as _paged
+from ..families.paged_mqa_logits_metadata import api as _paged_meta
 from ..families.fp8_fp4_gemm_1d1d import FP4 as _FP4_NAMES
 from ..core.rules import dtype_name as _dtype_name
 from ..scale_layout import transform_sf_into_required_layout as _transform_sf
@@ -390,31 +393,53 @@ def mqa_logits_arguments(args: tuple, kwargs: dict) -> dict:
 
 
 def fp8_fp4_mqa_logits(*args, **kwargs):
-    mqa_logits_arguments(args, dict(kwargs))
-    _not_yet("fp8_fp4_mqa_logits", "issue 11 (MQA logits)")
+    a = mqa_logits_arguments(args, dict(kwargs))  # schedule_meta (sgl-deep-gemm's form) is accepted and unused
+    return _mqa.fp8_fp4_mqa_logits(a["q"], a["kv"], a["weights"], a["cu_seq_len_k_start"], a["cu_seq_len_k_end"],
+                                   a["clean_logits"], a["max_seqlen_k"], a["logits_dtype"])
 
 
 def fp8_mqa_logits(*args, **kwargs):
-    mqa_logits_arguments(args, dict(kwargs))
-    _not_yet("fp8_mqa_logits", "issue 11 (MQA logits)")
+    a = mqa_logits_arguments(args, dict(kwargs))
+    q = a["q"]
+    return _mqa.fp8_fp4_mqa_logits(q if isinstance(q, (tuple, list)) else (q, None), a["kv"], a["weights"],
+                                   a["cu_seq_len_k_start"], a["cu_seq_len_k_end"], a["clean_logits"],
+                                   a["max_seqlen_k"], a["logits_dtype"])
 
 
 def get_mqa_logits_metadata(cu_seq_len_k_start, cu_seq_len_k_end, num_kv_tokens, num_heads):
-    _not_yet("get_mqa_logits_metadata", "issue 11")
+    """sgl-deep-gemm's dense schedule. The SM120 dense kernel derives each CTA's key range from ks / ke on the
+    device, so there is nothing to precompute: an empty int32 tensor on ks's device, which fp8_fp4_mqa_logits
+    accepts as schedule_meta. The arguments are checked as that call would."""
+    from ..validation import require_int32
+
+    require_int32("cu_seq_len_k_start", cu_seq_len_k_start)
+    require_int32("cu_seq_len_k_end", cu_seq_len_k_end)
+    if cu_seq_len_k_start.shape != cu_seq_len_k_end.shape or cu_seq_len_k_start.dim() != 1:
+        raise ValueError("cu_seq_len_k_start and cu_seq_len_k_end must be [S] tensors of one shape")
+    for name, v in (("num_kv_tokens", num_kv_tokens), ("num_heads", num_heads)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise ValueError(f"{name} must be a non-negative int, got {v!r}")
+    return torch.empty(0, dtype=torch.int32, device=cu_seq_len_k_start.device)
 
 
 def get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms, indices=None):
-    _not_yet("get_paged_mqa_logits_metadata", "issue 11")
+    if indices is not None:
+        raise NotImplementedError("get_paged_mqa_logits_metadata: indices (varlen) are SM100-only in DeepGEMM and "
+                                  "not supported here")
+    return _paged_meta.get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms)
 
 
 def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len,
                              clean_logits=False, logits_dtype=torch.float32, indices=None):
-    _not_yet("fp8_fp4_paged_mqa_logits", "issue 11")
+    return _paged.fp8_fp4_paged_mqa_logits(q if isinstance(q, (tuple, list)) else (q, None), kv_cache, weights,
+                                           context_lens, block_table, schedule_meta, max_context_len, clean_logits,
+                                           logits_dtype, indices)
 
 
 def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len,
                          clean_logits=False, logits_dtype=torch.float32):
-    _not_yet("fp8_paged_mqa_logits", "issue 11")
+    return _paged.fp8_fp4_paged_mqa_logits((q, None), kv_cache, weights, context_lens, block_table, schedule_meta,
+                                           max_context_len, clean_logits, logits_dtype)
 
 
 def get_sparse_mqa_logits_metadata(cu_seq_len_k_start, cu_seq_len_k_end, num_kv_tokens, sparse_kv_block_indices,

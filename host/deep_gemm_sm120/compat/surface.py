@@ -73,13 +73,18 @@ ENTRIES: tuple[Entry, ...] = (
       for lay in ("nt", "nn", "tn", "tt")),
     Entry("cublaslt_nvfp4_gemm_nt", NOT_PROVIDED, "use fp8_fp4_gemm_nt with NVFP4 operands"),
     # ---- families still to land
-    Entry("fp8_fp4_mqa_logits", NOT_YET, "issue 11 (MQA logits)", "both argument forms are parsed already: an int "
-          "6th positional is max_seqlen_k (sgl-deep-gemm 0.2.5), a bool is clean_logits (DeepGEMM main)"),
-    Entry("fp8_mqa_logits", NOT_YET, "issue 11"),
-    Entry("get_mqa_logits_metadata", NOT_YET, "issue 11"),
-    Entry("get_paged_mqa_logits_metadata", NOT_YET, "issue 11"),
-    Entry("fp8_fp4_paged_mqa_logits", NOT_YET, "issue 11"),
-    Entry("fp8_paged_mqa_logits", NOT_YET, "issue 11"),
+    Entry("fp8_fp4_mqa_logits", SUPPORTED, "fp8_fp4_mqa_logits (FP8; FP4 with packed UE8M0 1x32 scales)",
+          "both argument forms: an int 6th positional is max_seqlen_k (sgl-deep-gemm 0.2.5, whose schedule_meta is "
+          "accepted and unused), a bool is clean_logits (DeepGEMM main); `logits_dtype` fp32 / bf16; bf16 weights: "
+          "NotImplementedError"),
+    Entry("fp8_mqa_logits", SUPPORTED, "fp8_fp4_mqa_logits with q a tensor", "as fp8_fp4_mqa_logits"),
+    Entry("get_mqa_logits_metadata", SUPPORTED, "an empty int32 tensor: the SM120 dense kernel finds each CTA's key "
+          "range on the device"),
+    Entry("get_paged_mqa_logits_metadata", SUPPORTED, "get_paged_mqa_logits_metadata (GPU-computed, "
+          "graph-capturable)", "`indices` (varlen, SM100-only upstream): NotImplementedError"),
+    Entry("fp8_fp4_paged_mqa_logits", SUPPORTED, "fp8_fp4_paged_mqa_logits", "`clean_logits`, `logits_dtype` "
+          "honoured; 1-D and 2-D context_lens; `indices`: NotImplementedError"),
+    Entry("fp8_paged_mqa_logits", SUPPORTED, "fp8_fp4_paged_mqa_logits with q a tensor"),
     Entry("get_sparse_mqa_logits_metadata", NOT_YET, "issue 17 (sparse indexer)"),
     Entry("get_paged_sparse_mqa_logits_metadata", NOT_YET, "issue 17"),
     Entry("fp8_fp4_sparse_mqa_logits", NOT_YET, "issue 17"),

@@ -1,6 +1,6 @@
-"""MQA logits (impls/sm120_mqa_logits.cuh): the DeepSeek V3.2/V4 indexer's scores, dense FP8 form (work in
-progress: paged form, FP4 and the metadata scheduler follow, see docs/mqa_logits_design.md). Declarations only
-(torch-free): parameters, specs, the rule and the SASS the gate demands."""
+"""MQA logits (impls/sm120_mqa_logits.cuh): the DeepSeek V3.2/V4 indexer's scores, dense FP8 and FP4 forms
+(work in progress: the paged form and its metadata scheduler follow, see docs/mqa_logits_design.md).
+Declarations only (torch-free): parameters, specs, the rule and the SASS the gate demands."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,7 +13,8 @@ from ...core.rules import require_dim, require_dtype
 
 PARAMS = ParamList(
     Param("tmap_q", "CUtensorMap"), Param("tmap_kv", "CUtensorMap"),
-    Param("kv_scale", "const float*"), Param("weights", "const float*"),
+    Param("kv_scale", "const float*"), Param("q_sf", "const uint32_t*"), Param("kv_sf", "const uint32_t*"),
+    Param("weights", "const float*"),
     Param("ks", "const int32_t*"), Param("ke", "const int32_t*"), Param("logits", "{logit}*"),
     Param("seq_len", "uint32_t"), Param("seq_len_kv", "uint32_t"), Param("ld_weights", "uint32_t"),
     Param("ld_logits", "uint32_t"),
@@ -21,6 +22,8 @@ PARAMS = ParamList(
 CXX_LOGIT = {"fp32": "float", "bf16": "sm120::bf16"}
 HEADS = (16, 32, 64)
 HEAD_DIMS = (64, 128)
+FP4_HEAD_DIMS = (128,)        # one packed UE8M0 word (four 1x32 blocks) per q row and per key
+FP4_DTYPES = ("uint8", "int8", "float4_e2m1fn_x2")
 ROWS = 64                     # M per CTA: 64 / heads queries
 BLOCK_KV = 128
 MAX_STAGES = 8
@@ -28,8 +31,8 @@ MODES = ("clean", "plain", "compressed")   # clean: -inf outside [ks, ke); compr
 LOGIT_ALIGN_BYTES = 1024      # DeepGEMM pads the logits row stride to this
 
 
-def stages_for(head_dim: int) -> int:
-    tile_q, tile_kv = ROWS * head_dim, BLOCK_KV * head_dim
+def stages_for(row_bytes: int) -> int:
+    tile_q, tile_kv = ROWS * row_bytes, BLOCK_KV * row_bytes
     return min(MAX_STAGES, (SMEM_LIMIT - tile_q - 8 * (2 * MAX_STAGES + 1)) // tile_kv)
 
 
@@ -39,14 +42,20 @@ class MqaLogitsSpec(KernelSpec):
     head_dim: int = 128
     logit_dtype: str = "fp32"
     mode: str = "clean"
+    fp4: bool = False
+
+    @property
+    def row_bytes(self) -> int:
+        return self.head_dim // 2 if self.fp4 else self.head_dim
 
     @property
     def stages(self) -> int:
-        return stages_for(self.head_dim)
+        return stages_for(self.row_bytes)
 
     @property
     def name(self) -> str:
-        return f"fp8_mqa_logits_h{self.heads}_d{self.head_dim}_kv{BLOCK_KV}_s{self.stages}_{self.logit_dtype}_{self.mode}"
+        return (f"{'fp4' if self.fp4 else 'fp8'}_mqa_logits_h{self.heads}_d{self.head_dim}_kv{BLOCK_KV}_s{self.stages}_"
+                f"{self.logit_dtype}_{self.mode}")
 
     @property
     def threads(self) -> int:
@@ -58,19 +67,20 @@ class MqaLogitsSpec(KernelSpec):
 
     @property
     def smem_bytes(self) -> int:
-        return ROWS * self.head_dim + self.stages * BLOCK_KV * self.head_dim + 8 * (2 * self.stages + 1)
+        return ROWS * self.row_bytes + self.stages * BLOCK_KV * self.row_bytes + 8 * (2 * self.stages + 1)
 
     def template_args(self) -> list[str]:
         b = lambda x: "true" if x else "false"  # noqa: E731
-        return [str(self.heads), str(self.head_dim), str(BLOCK_KV), str(self.stages), CXX_LOGIT[self.logit_dtype],
-                b(self.mode == "clean"), b(self.mode == "compressed")]
+        return [str(self.heads), str(self.head_dim), str(BLOCK_KV), str(self.stages), b(self.fp4),
+                CXX_LOGIT[self.logit_dtype], b(self.mode == "clean"), b(self.mode == "compressed")]
 
     def type_subst(self) -> dict[str, str]:
         return {"logit": CXX_LOGIT[self.logit_dtype]}
 
 
 def specs() -> list[MqaLogitsSpec]:
-    return [MqaLogitsSpec(h, d, t, mode) for h in HEADS for d in HEAD_DIMS for t in CXX_LOGIT for mode in MODES]
+    return [MqaLogitsSpec(h, d, t, mode, fp4) for fp4 in (False, True) for h in HEADS
+            for d in (FP4_HEAD_DIMS if fp4 else HEAD_DIMS) for t in CXX_LOGIT for mode in MODES]
 
 
 def logits_row_stride(seq_len_kv: int, max_seqlen_k: int, elem_bytes: int) -> int:
@@ -82,16 +92,21 @@ def logits_row_stride(seq_len_kv: int, max_seqlen_k: int, elem_bytes: int) -> in
 
 def mqa_logits_rule(seq_len: int | None = None, seq_len_kv: int | None = None, heads: int | None = None,
                     head_dim: int | None = None, q_dtype: str | None = None, kv_dtype: str | None = None,
-                    kv_sf_dtype: str | None = None, weights_dtype: str | None = None,
+                    q_sf_dtype: str | None = None, kv_sf_dtype: str | None = None, weights_dtype: str | None = None,
                     logits_dtype: str | None = None, clean_logits: bool = True, max_seqlen_k: int = 0,
                     fp4: bool = False) -> None:
-    """q [S, H, D] e4m3, kv [SK, D] e4m3 with fp32 per-key scales, weights [S, H] fp32, ks / ke int32 [S]."""
+    """FP8: q [S, H, D] e4m3 (no q scales), kv [SK, D] e4m3 with fp32 per-key scales. FP4: q [S, H, D/2] and
+    kv [SK, D/2] packed e2m1 with int32 packed UE8M0 1x32 scales [S, H] and [SK]. weights fp32 [S, H];
+    head_dim is D (unpacked)."""
     if fp4:
-        raise NotImplementedError("FP4 MQA logits (q with scale factors) are not supported yet; pass FP8 q "
-                                  "(q_sf None) and FP8 kv")
-    require_dtype("q", q_dtype, ("float8_e4m3fn",))
-    require_dtype("kv", kv_dtype, ("float8_e4m3fn",))
-    require_dtype("kv scales", kv_sf_dtype, ("float32",))
+        require_dtype("q", q_dtype, FP4_DTYPES)
+        require_dtype("kv", kv_dtype, FP4_DTYPES)
+        require_dtype("q scales", q_sf_dtype, ("int32",))
+        require_dtype("kv scales", kv_sf_dtype, ("int32",))
+    else:
+        require_dtype("q", q_dtype, ("float8_e4m3fn",))
+        require_dtype("kv", kv_dtype, ("float8_e4m3fn",))
+        require_dtype("kv scales", kv_sf_dtype, ("float32",))
     require_dtype("weights", weights_dtype, ("float32",), not_yet=("bfloat16",))
     require_dtype("logits_dtype", logits_dtype, ("float32", "bfloat16"))
     for name, v in (("seq_len", seq_len), ("seq_len_kv", seq_len_kv), ("heads", heads), ("head_dim", head_dim)):
@@ -99,8 +114,10 @@ def mqa_logits_rule(seq_len: int | None = None, seq_len_kv: int | None = None, h
             require_dim(name, v)
     if heads is not None and heads not in HEADS:
         raise NotImplementedError(f"{heads} heads are not supported; supported: {HEADS}")
-    if head_dim is not None and head_dim not in HEAD_DIMS:
-        raise NotImplementedError(f"head dim {head_dim} is not supported; supported: {HEAD_DIMS}")
+    dims = FP4_HEAD_DIMS if fp4 else HEAD_DIMS
+    if head_dim is not None and head_dim not in dims:
+        raise NotImplementedError(f"head dim {head_dim} is not supported for {'FP4' if fp4 else 'FP8'}; "
+                                  f"supported: {dims}")
     if not isinstance(max_seqlen_k, int) or isinstance(max_seqlen_k, bool) or max_seqlen_k < 0:
         raise ValueError(f"max_seqlen_k must be a non-negative int, got {max_seqlen_k!r}")
     if max_seqlen_k > 0 and clean_logits:
@@ -108,28 +125,30 @@ def mqa_logits_rule(seq_len: int | None = None, seq_len_kv: int | None = None, h
 
 
 def plan_specs(num_sms: int, heads: int = 64, head_dim: int = 128, logits_dtype=None, clean_logits: bool = True,
-               max_seqlen_k: int = 0, **_shape) -> list:
+               max_seqlen_k: int = 0, fp4: bool = False, **_shape) -> list:
     t = "bf16" if logits_dtype is not None and "bfloat16" in str(logits_dtype) else "fp32"
     mode = "compressed" if max_seqlen_k else ("clean" if clean_logits else "plain")
-    return [MqaLogitsSpec(heads, head_dim, t, mode)]
+    return [MqaLogitsSpec(heads, head_dim, t, mode, fp4)]
 
 
 FAMILY = Family(
     name="mqa_logits",
     header="impls/sm120_mqa_logits.cuh",
-    kernel="sm120::sm120_fp8_mqa_logits_kernel",
+    kernel="sm120::sm120_mqa_logits_kernel",
     params=PARAMS,
     spec_type=MqaLogitsSpec,
     specs=specs,
-    # SM120: full-rate block-scaled FP8 with unit scales, never the half-rate unscaled QMMA.16832.
-    gate=lambda spec: GateRules(required={"sm120": ("QMMA.SF", "UTMALDG", "LDSM"),
+    # SM120: full-rate block-scaled FP8 with unit scales (QMMA.SF) or MXFP4 (OMMA.SF), never the half-rate
+    # unscaled forms. sm_90a: the emulation.
+    gate=lambda spec: GateRules(required={"sm120": ("OMMA.SF" if spec.fp4 else "QMMA.SF", "UTMALDG", "LDSM"),
                                           "sm90": ("HMMA.16816.F32", "UTMALDG", "LDSM")},
-                                forbidden={"sm120": (r"^QMMA\.16832",)}, emulation_spills_allowed=True),
-    quick_key=lambda s: (s.heads, s.head_dim),
+                                forbidden={"sm120": (r"^(QMMA\.16832|OMMA\.16864)",)}, emulation_spills_allowed=True),
+    quick_key=lambda s: (s.heads, s.head_dim, s.fp4),
     pdl=True,
     ops=(Op("fp8_fp4_mqa_logits", mqa_logits_rule, "q e4m3 [S,H,D], kv e4m3 [SK,D] + fp32 [SK], weights fp32 [S,H]",
             "fp32 or bf16 [S, SK] (row stride padded to 1024 B) or compressed [S, max_seqlen_k]",
-            "H 16/32/64, D 64/128; QMMA.SF with unit scales; FP4 not yet",
+            "H 16/32/64; FP8 D 64/128 (QMMA.SF, unit scales, kv scale after the product); FP4 D 128 "
+            "(OMMA.SF with packed UE8M0 1x32 scales)",
             aliases=("fp8_mqa_logits",),
             signature="fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, "
                       "clean_logits=True, max_seqlen_k=0, logits_dtype=torch.float32)",

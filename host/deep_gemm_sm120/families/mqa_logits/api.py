@@ -24,8 +24,8 @@ _LOGIT = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 
 
 @lru_cache(maxsize=256)
-def _kernel(heads: int, head_dim: int, logit: str, mode: str, index: int, emulate):
-    return jit.get_kernel(MqaLogitsSpec(heads, head_dim, logit, mode), target_for_device(index), index)
+def _kernel(heads: int, head_dim: int, logit: str, mode: str, fp4: bool, index: int, emulate):
+    return jit.get_kernel(MqaLogitsSpec(heads, head_dim, logit, mode, fp4), target_for_device(index), index)
 
 
 def _check_ranges(ks: torch.Tensor, ke: torch.Tensor, seq_len_kv: int) -> None:
@@ -39,43 +39,55 @@ def _check_ranges(ks: torch.Tensor, ke: torch.Tensor, seq_len_kv: int) -> None:
                          f"[{int(ks[i])}, {int(ke[i])})")
 
 
+def _row_bytes(t: torch.Tensor) -> int:
+    return t.shape[-1] * t.element_size()
+
+
 def fp8_fp4_mqa_logits(q, kv, weights: torch.Tensor, cu_seq_len_k_start: torch.Tensor,
                        cu_seq_len_k_end: torch.Tensor, clean_logits: bool = True, max_seqlen_k: int = 0,
                        logits_dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """q = (q [S, H, D] e4m3, None); kv = (kv [SK, D] e4m3, kv_sf fp32 [SK]); weights fp32 [S, H]; int32 ks, ke [S]."""
+    """FP8: q = (q [S, H, D] e4m3, None), kv = (kv [SK, D] e4m3, kv_sf fp32 [SK]).
+    FP4: q = (q [S, H, D/2] packed e2m1, q_sf int32 [S, H]), kv = (kv [SK, D/2], kv_sf int32 [SK]) with packed
+    UE8M0 1x32 scales. weights fp32 [S, H]; cu_seq_len_k_start / _end int32 [S]."""
     if not isinstance(q, (tuple, list)) or len(q) != 2:
         raise TypeError(f"q must be a (values, scale factors or None) pair, got {type(q).__name__}")
     if not isinstance(kv, (tuple, list)) or len(kv) != 2:
         raise TypeError(f"kv must be a (values, scale factors) pair, got {type(kv).__name__}")
     qv, q_sf = q
     kvv, kv_sf = kv
-    for name, t in (("q", qv), ("kv", kvv), ("kv scales", kv_sf), ("weights", weights)):
+    fp4 = q_sf is not None
+    for name, t in (("q", qv), ("kv", kvv), ("kv scales", kv_sf), ("weights", weights)) + \
+            ((("q scales", q_sf),) if fp4 else ()):
         require_tensor(name, t)
     ks, ke = require_int32("cu_seq_len_k_start", cu_seq_len_k_start), require_int32("cu_seq_len_k_end", cu_seq_len_k_end)
     if not isinstance(logits_dtype, torch.dtype):
         raise TypeError(f"logits_dtype must be a torch.dtype, got {type(logits_dtype).__name__}")
     if qv.dim() != 3:
-        raise ValueError(f"q must be [S, H, D], got shape {tuple(qv.shape)}")
-    seq_len, heads, head_dim = qv.shape
+        raise ValueError(f"q must be [S, H, D{'/2' if fp4 else ''}], got shape {tuple(qv.shape)}")
+    seq_len, heads, row_bytes = qv.shape[0], qv.shape[1], _row_bytes(qv)
+    head_dim = 2 * row_bytes if fp4 else row_bytes
     mqa_logits_rule(heads=heads, head_dim=head_dim, q_dtype=dtype_name(qv.dtype), kv_dtype=dtype_name(kvv.dtype),
-                    kv_sf_dtype=dtype_name(kv_sf.dtype), weights_dtype=dtype_name(weights.dtype),
-                    logits_dtype=dtype_name(logits_dtype), clean_logits=bool(clean_logits),
-                    max_seqlen_k=max_seqlen_k, fp4=q_sf is not None)
-    if kvv.dim() != 2 or kvv.shape[1] != head_dim:
-        raise ValueError(f"kv must be [SK, D = {head_dim}], got shape {tuple(kvv.shape)}")
+                    q_sf_dtype=dtype_name(q_sf.dtype) if fp4 else None, kv_sf_dtype=dtype_name(kv_sf.dtype),
+                    weights_dtype=dtype_name(weights.dtype), logits_dtype=dtype_name(logits_dtype),
+                    clean_logits=bool(clean_logits), max_seqlen_k=max_seqlen_k, fp4=fp4)
+    if kvv.dim() != 2 or _row_bytes(kvv) != row_bytes:
+        raise ValueError(f"kv must be [SK, {'D/2' if fp4 else 'D'} = {qv.shape[-1]}], got shape {tuple(kvv.shape)}")
     seq_len_kv = kvv.shape[0]
     if tuple(kv_sf.shape) != (seq_len_kv,):
         raise ValueError(f"kv scales must be [SK] = ({seq_len_kv},), got {tuple(kv_sf.shape)}")
+    if fp4 and tuple(q_sf.shape) != (seq_len, heads):
+        raise ValueError(f"q scales must be [S, H] = ({seq_len}, {heads}), got {tuple(q_sf.shape)}")
     if tuple(weights.shape) != (seq_len, heads) or (weights.stride(1) != 1 and heads > 1):
         raise ValueError(f"weights must be [S, H] = ({seq_len}, {heads}) with stride(1) == 1, got shape "
                          f"{tuple(weights.shape)} strides {tuple(weights.stride())}")
     for name, t in (("cu_seq_len_k_start", ks), ("cu_seq_len_k_end", ke)):
         if tuple(t.shape) != (seq_len,) or not t.is_contiguous():
             raise ValueError(f"{name} must be a contiguous [S] = ({seq_len},) tensor, got {tuple(t.shape)}")
-    for name, t in (("q", qv), ("kv", kvv), ("kv scales", kv_sf)):
+    for name, t in (("q", qv), ("kv", kvv), ("kv scales", kv_sf)) + ((("q scales", q_sf),) if fp4 else ()):
         if not t.is_contiguous():
             raise ValueError(f"{name} must be contiguous")
-    index = device_of(q=qv, kv=kvv, kv_sf=kv_sf, weights=weights, cu_seq_len_k_start=ks, cu_seq_len_k_end=ke)
+    tensors = dict(q=qv, kv=kvv, kv_sf=kv_sf, weights=weights, cu_seq_len_k_start=ks, cu_seq_len_k_end=ke)
+    index = device_of(**tensors, **({"q_sf": q_sf} if fp4 else {}))
     elem = 4 if logits_dtype == torch.float32 else 2
     stride = logits_row_stride(seq_len_kv, max_seqlen_k, elem)
     block_q = ROWS // heads
@@ -85,13 +97,14 @@ def fp8_fp4_mqa_logits(q, kv, weights: torch.Tensor, cu_seq_len_k_start: torch.T
         return out
     _check_ranges(ks, ke, seq_len_kv)
     mode = "compressed" if max_seqlen_k else ("clean" if clean_logits else "plain")
-    kern = _kernel(heads, head_dim, _LOGIT[logits_dtype], mode, index, emulation_env())
-    tmaps = (tma_request(_OFF_Q, "uint8", qv.data_ptr(), (head_dim, seq_len * heads), (head_dim,), (head_dim, ROWS),
-                         head_dim)
-             + tma_request(_OFF_KV, "uint8", kvv.data_ptr(), (head_dim, max(seq_len_kv, 1)), (head_dim,),
-                           (head_dim, BLOCK_KV), head_dim))
-    params = PARAMS.pack(kv_scale=kv_sf.data_ptr(), weights=weights.data_ptr(), ks=ks.data_ptr(), ke=ke.data_ptr(),
-                         logits=buf.data_ptr(), seq_len=seq_len, seq_len_kv=seq_len_kv,
+    kern = _kernel(heads, head_dim, _LOGIT[logits_dtype], mode, fp4, index, emulation_env())
+    tmaps = (tma_request(_OFF_Q, "uint8", qv.data_ptr(), (row_bytes, seq_len * heads), (row_bytes,),
+                         (row_bytes, ROWS), row_bytes)
+             + tma_request(_OFF_KV, "uint8", kvv.data_ptr(), (row_bytes, max(seq_len_kv, 1)), (row_bytes,),
+                           (row_bytes, BLOCK_KV), row_bytes))
+    params = PARAMS.pack(kv_scale=0 if fp4 else kv_sf.data_ptr(), q_sf=q_sf.data_ptr() if fp4 else 0,
+                         kv_sf=kv_sf.data_ptr() if fp4 else 0, weights=weights.data_ptr(), ks=ks.data_ptr(),
+                         ke=ke.data_ptr(), logits=buf.data_ptr(), seq_len=seq_len, seq_len_kv=seq_len_kv,
                          ld_weights=weights.stride(0) if seq_len > 1 else heads, ld_logits=stride)
     launch(kern, -(-seq_len // block_q), params, tmaps, index)
     return out

@@ -1,0 +1,209 @@
+#pragma once
+// Paged MQA logits (decode): for batch b, query t < next_n, head h and key j of the batch's paged context,
+//     logits[b * next_n + t][j] = sum_h w[b * next_n + t][h] * relu(score(b, t, h, j))     for j < limit(b, t)
+// with limit = context_lens[b][t] (2-D lengths) or len(b) - next_n + t + 1 (1-D), and -inf from there to
+// max_context_len when cleaning (inside the processed chunks always).
+//     FP8: score = (q . kv[j]) * kv_scale[j];   FP4: score = (q * sq) . (kv[j] * skv[j]) (1x32 UE8M0 scales).
+//
+// KV cache blocks: [num_blocks][kBlockKV][D + 4] bytes, each block's kBlockKV value rows (D bytes, FP4 D/2) first,
+// then its kBlockKV fp32 scales (FP4: packed UE8M0 words). Values are fetched by a 3-D TMA map
+// (row bytes, kBlockKV, num_blocks); scales by plain loads.
+//
+// Work: grid (num_sms, row groups). Row group r covers rows [64 r, 64 r + 64) of the batch's next_n x H
+// (query-major) rows; CTA x walks the chunks that schedule_meta gives SM x (scheduler/sm120_paged_mqa_logits.cuh),
+// a chunk being one pipeline tile of kTileKeys = max(64, kBlockKV) keys. The producer warp reloads the 64-row
+// q block when the batch changes (q_full / q_empty barriers) and issues each tile's block loads; four math warps
+// take kTileKeys / 4 keys of each tile (sm120_mqa_logits_common.cuh for the math).
+
+#include <cuda.h>
+#include "../common/sm120_arch.cuh"
+#include "../common/sm120_fence.cuh"
+#include "../common/sm120_mbarrier.cuh"
+#include "../common/sm120_pdl.cuh"
+#include "../common/sm120_tma.cuh"
+#include "../common/sm120_warp.cuh"
+#include "../scheduler/sm120_paged_mqa_logits.cuh"
+#include "sm120_mqa_logits_common.cuh"
+
+namespace sm120 {
+
+template <uint32_t kHeads, uint32_t kHeadDim, uint32_t kBlockKV, uint32_t kStages, bool kFp4>
+struct PagedMqaLogitsConfig {
+    static constexpr uint32_t kMathWarps = 4;
+    static constexpr uint32_t kThreads = kMathWarps * 32 + 32;
+    static constexpr uint32_t kTileKeys = kBlockKV < 64 ? 64 : kBlockKV;
+    static constexpr uint32_t kBlocksPerTile = kTileKeys / kBlockKV;
+    using Tile = MqaTile<kHeads, kHeadDim, kTileKeys / kMathWarps, kFp4>;
+    static constexpr uint32_t kBlockBytes = kBlockKV * Tile::kRowBytes;
+    static constexpr uint32_t kTileQBytes = Tile::kRows * Tile::kRowBytes;
+    static constexpr uint32_t kTileKVBytes = kTileKeys * Tile::kRowBytes;
+    static constexpr uint32_t kSmemBytes = kTileQBytes + kStages * kTileKVBytes + (2 * kStages + 2) * 8;
+    static_assert(kBlockKV == 32 || kBlockKV == 64 || kBlockKV == 128, "block_kv: 32, 64 or 128");
+    static_assert(kBlockBytes % kSwizzleAtomBytes == 0, "blocks keep the swizzle atom alignment");
+    static_assert(kSmemBytes <= kMaxSmemPerBlock, "shared memory exceeds the SM120 per-block budget (101376 B)");
+};
+
+template <uint32_t kHeads, uint32_t kHeadDim, uint32_t kBlockKV, uint32_t kStages, bool kFp4, typename LogitT,
+          bool kClean>
+__global__ void __launch_bounds__(PagedMqaLogitsConfig<kHeads, kHeadDim, kBlockKV, kStages, kFp4>::kThreads, 1)
+sm120_paged_mqa_logits_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_kv,
+                              const uint8_t* __restrict__ kv_cache, const uint32_t* __restrict__ q_sf,
+                              const float* __restrict__ weights, const int32_t* __restrict__ context_lens,
+                              const int32_t* __restrict__ block_table, const int32_t* __restrict__ schedule_meta,
+                              LogitT* __restrict__ logits, uint32_t kv_block_stride, uint32_t next_n,
+                              uint32_t ctx_ld, uint32_t ctx_2d, uint32_t bt_ld, uint32_t ld_weights,
+                              uint32_t ld_logits, uint32_t max_context_len) {
+    using Cfg = PagedMqaLogitsConfig<kHeads, kHeadDim, kBlockKV, kStages, kFp4>;
+    using Tile = typename Cfg::Tile;
+    constexpr uint32_t kMI = Tile::kMI, kNI = Tile::kNI, kQueries = Tile::kQueries;
+    constexpr uint32_t kWarpKeys = Cfg::kTileKeys / Cfg::kMathWarps;
+    constexpr uint32_t kScaleOffset = kBlockKV * Tile::kRowBytes;  // scales follow the block's values
+
+    extern __shared__ __align__(1024) uint8_t smem[];
+    uint8_t* smem_q = smem;
+    uint8_t* smem_kv = smem + Cfg::kTileQBytes;
+    uint64_t* full_bar = reinterpret_cast<uint64_t*>(smem_kv + kStages * Cfg::kTileKVBytes);
+    uint64_t* empty_bar = full_bar + kStages;
+    uint64_t* q_full = empty_bar + kStages;
+    uint64_t* q_empty = q_full + 1;
+
+    const uint32_t warp = warp_idx();
+    const uint32_t lane = lane_idx();
+    const uint32_t row_group = blockIdx.y;
+    const uint32_t rows_per_batch = next_n * kHeads;
+
+    init_stage_barriers(full_bar, empty_bar, kStages, Cfg::kMathWarps);
+    if (threadIdx.x == 0) {
+        mbarrier_init(q_full, 1);
+        mbarrier_init(q_empty, Cfg::kMathWarps);
+        fence_barrier_init();
+    }
+    __syncthreads();
+    pdl_wait_primary();
+
+    // A key's cache block and its place in it.
+    auto block_of = [&](uint32_t batch, uint32_t key) {
+        return static_cast<uint32_t>(__ldg(block_table + static_cast<size_t>(batch) * bt_ld + key / kBlockKV));
+    };
+    PagedChunkWalker walk(context_lens, ctx_2d ? next_n : 1u, ctx_ld, Cfg::kTileKeys, schedule_meta, blockIdx.x);
+
+    if (warp == Cfg::kMathWarps) {
+        // ---------------- producer warp ----------------
+        if (lane == 0) {
+            tma_prefetch_descriptor(&tmap_q);
+            tma_prefetch_descriptor(&tmap_kv);
+            uint32_t stage = 0, phase = 0, q_phase = 0, seen = ~0u;
+            for (; !walk.done(); walk.advance()) {
+                if (walk.enter(seen)) {
+                    mbarrier_wait(q_empty, q_phase ^ 1);  // the math warps hold the previous batch's q in registers
+                    mbarrier_arrive_expect_tx(q_full, Cfg::kTileQBytes);
+                    tma_load_2d(smem_q, &tmap_q, q_full, 0,
+                                static_cast<int32_t>(walk.batch * rows_per_batch + row_group * Tile::kRows));
+                    q_phase ^= 1;
+                }
+                const uint32_t key0 = walk.chunk * Cfg::kTileKeys;
+                uint32_t blocks = 0;
+#pragma unroll
+                for (uint32_t i = 0; i < Cfg::kBlocksPerTile; ++i) blocks += key0 + i * kBlockKV < walk.len ? 1u : 0u;
+                mbarrier_wait(&empty_bar[stage], phase ^ 1);
+                mbarrier_arrive_expect_tx(&full_bar[stage], blocks * Cfg::kBlockBytes);
+                for (uint32_t i = 0; i < blocks; ++i)
+                    tma_load_3d(smem_kv + stage * Cfg::kTileKVBytes + i * Cfg::kBlockBytes, &tmap_kv, &full_bar[stage],
+                                0, 0, static_cast<int32_t>(block_of(walk.batch, key0 + i * kBlockKV)));
+                if (++stage == kStages) stage = 0, phase ^= 1;
+            }
+        }
+    } else {
+        // ---------------- math warps ----------------
+        const uint32_t g = lane >> 2, t4 = lane & 3;
+        Tile tile;
+        float w[kMI][2];
+        uint32_t stage = 0, phase = 0, q_phase = 0, seen = ~0u;
+        for (; !walk.done(); walk.advance()) {
+            const uint32_t b = walk.batch;
+            if (walk.enter(seen)) {
+                // Weights and (FP4) scale words of this lane's rows; rows past next_n x H weigh 0.
+#pragma unroll
+                for (uint32_t i = 0; i < kMI; ++i)
+#pragma unroll
+                    for (uint32_t h = 0; h < 2; ++h) {
+                        const uint32_t r = row_group * Tile::kRows + i * 16 + h * 8 + g;
+                        w[i][h] = r < rows_per_batch ? __ldg(weights + static_cast<size_t>(b * next_n + r / kHeads) *
+                                                                           ld_weights + r % kHeads)
+                                                     : 0.0f;
+                    }
+                tile.load_q_scales(lane, [&](uint32_t row) {
+                    const uint32_t r = row_group * Tile::kRows + row;
+                    return r < rows_per_batch ? __ldg(q_sf + static_cast<size_t>(b) * rows_per_batch + r) : 0u;
+                });
+                mbarrier_wait(q_full, q_phase);
+                q_phase ^= 1;
+                tile.load_q(smem_addr(smem_q), lane);
+                fence_proxy_async_smem();  // our ldmatrix reads of q before the next batch's TMA write
+                __syncwarp();
+                if (lane == 0) mbarrier_arrive(q_empty);
+            }
+            const uint32_t key0 = walk.chunk * Cfg::kTileKeys + warp * kWarpKeys;
+            // The warp's keys lie in one cache block (kWarpKeys divides kBlockKV).
+            const bool any = key0 < walk.len;
+            const uint8_t* scales = any ? kv_cache + static_cast<size_t>(block_of(b, key0)) * kv_block_stride + kScaleOffset
+                                        : nullptr;
+            uint32_t kvs = 0;
+            if constexpr (kFp4) {
+                const uint32_t key = Tile::key_of_scale_lane(key0, lane);
+                kvs = any && key < walk.len ? __ldg(reinterpret_cast<const uint32_t*>(scales) + key % kBlockKV) : 0u;
+            }
+            mbarrier_wait(&full_bar[stage], phase);
+            float acc[kMI][kNI][4];
+            tile.mma(smem_addr(smem_kv + stage * Cfg::kTileKVBytes), warp * kWarpKeys, lane, kvs, acc);
+            fence_proxy_async_smem();
+            __syncwarp();
+            if (lane == 0) mbarrier_arrive(&empty_bar[stage]);
+            if (++stage == kStages) stage = 0, phase ^= 1;
+
+#pragma unroll
+            for (uint32_t j = 0; j < kNI; ++j) {
+                const uint32_t col = key0 + j * 8 + 2 * t4;
+                float s[2] = {1.0f, 1.0f};
+                if constexpr (!kFp4) {
+#pragma unroll
+                    for (uint32_t c = 0; c < 2; ++c)
+                        s[c] = col + c < walk.len ? __ldg(reinterpret_cast<const float*>(scales) + (col + c) % kBlockKV)
+                                                  : 0.0f;
+                }
+#pragma unroll
+                for (uint32_t ql = 0; ql < kQueries; ++ql) {
+                    float v[2];
+                    Tile::head_sum(acc, w, ql, j, s[0], s[1], v[0], v[1]);
+                    const uint32_t t = (row_group * Tile::kRows) / kHeads + ql;
+                    if (g != 0 || t >= next_n) continue;
+                    const uint32_t limit = ctx_2d ? static_cast<uint32_t>(max(__ldg(context_lens + static_cast<size_t>(b) * ctx_ld + t), 0))
+                                                  : (walk.len + t + 1 > next_n ? walk.len + t + 1 - next_n : 0u);
+#pragma unroll
+                    for (uint32_t c = 0; c < 2; ++c) {
+                        const uint32_t key = col + c;
+                        if (key >= max_context_len) continue;
+                        logits[static_cast<size_t>(b * next_n + t) * ld_logits + key] =
+                            to_logit<LogitT>(key < limit ? v[c] : -INFINITY);
+                    }
+                }
+            }
+            if constexpr (kClean) {
+                // The batch's last chunk also writes -inf from its end to max_context_len for the group's queries.
+                if (walk.chunk + 1 == walk.chunks) {
+                    const uint32_t from = (walk.chunk + 1) * Cfg::kTileKeys;
+                    for (uint32_t ql = 0; ql < kQueries; ++ql) {
+                        const uint32_t t = (row_group * Tile::kRows) / kHeads + ql;
+                        if (t >= next_n) break;
+                        LogitT* row = logits + static_cast<size_t>(b * next_n + t) * ld_logits;
+                        for (uint32_t key = from + warp * 32 + lane; key < max_context_len; key += Cfg::kMathWarps * 32)
+                            row[key] = to_logit<LogitT>(-INFINITY);
+                    }
+                }
+            }
+        }
+    }
+    pdl_launch_dependents();
+}
+
+}  // namespace sm120

@@ -1,0 +1,139 @@
+"""Paged MQA logits (impls/sm120_paged_mqa_logits.cuh): the DeepSeek V3.2/V4 indexer's decode scores over a
+paged FP8 or FP4 KV cache, scheduled by get_paged_mqa_logits_metadata. Declarations only (torch-free)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...core.limits import SMEM_LIMIT
+from ...core.params import Param, ParamList
+from ...core.registry import Family, GateRules, KernelSpec, Op
+from ...core.rules import require_dim, require_dtype
+from ..mqa_logits import CXX_LOGIT, FP4_DTYPES, FP4_HEAD_DIMS, HEAD_DIMS, HEADS, ROWS
+from ..paged_mqa_logits_metadata import BLOCK_KVS, chunk_keys
+
+PARAMS = ParamList(
+    Param("tmap_q", "CUtensorMap"), Param("tmap_kv", "CUtensorMap"),
+    Param("kv_cache", "const uint8_t*"), Param("q_sf", "const uint32_t*"), Param("weights", "const float*"),
+    Param("context_lens", "const int32_t*"), Param("block_table", "const int32_t*"),
+    Param("schedule_meta", "const int32_t*"), Param("logits", "{logit}*"),
+    Param("kv_block_stride", "uint32_t"), Param("next_n", "uint32_t"), Param("ctx_ld", "uint32_t"),
+    Param("ctx_2d", "uint32_t"), Param("bt_ld", "uint32_t"), Param("ld_weights", "uint32_t"),
+    Param("ld_logits", "uint32_t"), Param("max_context_len", "uint32_t"),
+)
+MAX_STAGES = 8
+
+
+def stages_for(row_bytes: int, block_kv: int) -> int:
+    tile_q, tile_kv = ROWS * row_bytes, chunk_keys(block_kv) * row_bytes
+    return min(MAX_STAGES, (SMEM_LIMIT - tile_q - 8 * (2 * MAX_STAGES + 2)) // tile_kv)
+
+
+@dataclass(frozen=True)
+class PagedMqaLogitsSpec(KernelSpec):
+    heads: int = 64
+    head_dim: int = 128
+    block_kv: int = 64
+    logit_dtype: str = "fp32"
+    clean: bool = False
+    fp4: bool = False
+
+    @property
+    def row_bytes(self) -> int:
+        return self.head_dim // 2 if self.fp4 else self.head_dim
+
+    @property
+    def stages(self) -> int:
+        return stages_for(self.row_bytes, self.block_kv)
+
+    @property
+    def name(self) -> str:
+        return (f"{'fp4' if self.fp4 else 'fp8'}_paged_mqa_logits_h{self.heads}_d{self.head_dim}_b{self.block_kv}_"
+                f"s{self.stages}_{self.logit_dtype}{'_clean' if self.clean else ''}")
+
+    @property
+    def threads(self) -> int:
+        return 4 * 32 + 32
+
+    @property
+    def smem_bytes(self) -> int:
+        return (ROWS * self.row_bytes + self.stages * chunk_keys(self.block_kv) * self.row_bytes
+                + 8 * (2 * self.stages + 2))
+
+    def template_args(self) -> list[str]:
+        b = lambda x: "true" if x else "false"  # noqa: E731
+        return [str(self.heads), str(self.head_dim), str(self.block_kv), str(self.stages), b(self.fp4),
+                CXX_LOGIT[self.logit_dtype], b(self.clean)]
+
+    def type_subst(self) -> dict[str, str]:
+        return {"logit": CXX_LOGIT[self.logit_dtype]}
+
+
+def specs() -> list[PagedMqaLogitsSpec]:
+    return [PagedMqaLogitsSpec(h, d, bkv, t, clean, fp4) for fp4 in (False, True) for h in HEADS
+            for d in (FP4_HEAD_DIMS if fp4 else HEAD_DIMS) for bkv in BLOCK_KVS for t in CXX_LOGIT
+            for clean in (False, True)]
+
+
+def paged_rule(batch: int | None = None, next_n: int | None = None, heads: int | None = None,
+               head_dim: int | None = None, block_kv: int | None = None, q_dtype: str | None = None,
+               q_sf_dtype: str | None = None, kv_cache_dtype: str | None = None, weights_dtype: str | None = None,
+               logits_dtype: str | None = None, max_context_len: int | None = None, fp4: bool = False,
+               indices=None) -> None:
+    """q [B, next_n, H, D] e4m3 (FP4: [B, next_n, H, D/2] packed + int32 [B, next_n, H]); kv_cache uint8
+    [num_blocks, block_kv, 1, D + 4] (FP4: D/2 + 4); weights fp32 [B * next_n, H]."""
+    if indices is not None:
+        raise NotImplementedError("indices (varlen paged MQA logits) are not supported: DeepGEMM runs them on SM100 "
+                                  "only; pass next_n queries per batch")
+    if fp4:
+        require_dtype("q", q_dtype, FP4_DTYPES)
+        require_dtype("q scales", q_sf_dtype, ("int32",))
+    else:
+        require_dtype("q", q_dtype, ("float8_e4m3fn",))
+    require_dtype("kv_cache", kv_cache_dtype, ("uint8",))
+    require_dtype("weights", weights_dtype, ("float32",), not_yet=("bfloat16",))
+    require_dtype("logits_dtype", logits_dtype, ("float32", "bfloat16"))
+    for name, v in (("batch", batch), ("next_n", next_n), ("heads", heads), ("head_dim", head_dim),
+                    ("block_kv", block_kv), ("max_context_len", max_context_len)):
+        if v is not None:
+            require_dim(name, v)
+    if next_n is not None and next_n < 1:
+        raise ValueError(f"next_n must be >= 1, got {next_n}")
+    if heads is not None and heads not in HEADS:
+        raise NotImplementedError(f"{heads} heads are not supported; supported: {HEADS}")
+    dims = FP4_HEAD_DIMS if fp4 else HEAD_DIMS
+    if head_dim is not None and head_dim not in dims:
+        raise NotImplementedError(f"head dim {head_dim} is not supported for {'FP4' if fp4 else 'FP8'}; "
+                                  f"supported: {dims}")
+    if block_kv is not None and block_kv not in BLOCK_KVS:
+        raise NotImplementedError(f"block_kv {block_kv} is not supported; supported: {BLOCK_KVS}")
+
+
+def plan_specs(num_sms: int, heads: int = 64, head_dim: int = 128, block_kv: int = 64, logits_dtype=None,
+               clean_logits: bool = False, fp4: bool = False, **_shape) -> list:
+    from ..paged_mqa_logits_metadata import PagedMetadataSpec
+
+    t = "bf16" if logits_dtype is not None and "bfloat16" in str(logits_dtype) else "fp32"
+    return [PagedMqaLogitsSpec(heads, head_dim, block_kv, t, clean_logits, fp4), PagedMetadataSpec()]
+
+
+FAMILY = Family(
+    name="paged_mqa_logits",
+    header="impls/sm120_paged_mqa_logits.cuh",
+    kernel="sm120::sm120_paged_mqa_logits_kernel",
+    params=PARAMS,
+    spec_type=PagedMqaLogitsSpec,
+    specs=specs,
+    gate=lambda spec: GateRules(required={"sm120": ("OMMA.SF" if spec.fp4 else "QMMA.SF", "UTMALDG", "LDSM"),
+                                          "sm90": ("HMMA.16816.F32", "UTMALDG", "LDSM")},
+                                forbidden={"sm120": (r"^(QMMA\.16832|OMMA\.16864)",)}, emulation_spills_allowed=True),
+    quick_key=lambda s: (s.heads, s.head_dim, s.block_kv, s.fp4),
+    pdl=True,
+    ops=(Op("fp8_fp4_paged_mqa_logits", paged_rule,
+            "q e4m3 [B,next_n,H,D] (FP4 packed + int32 scales), kv_cache uint8 [blocks, block_kv, 1, D+4]",
+            "fp32 or bf16 [B * next_n, max_context_len]",
+            "H 16/32/64; FP8 D 64/128, FP4 D 128; block_kv 32/64/128; any next_n; schedule from "
+            "get_paged_mqa_logits_metadata", aliases=("fp8_paged_mqa_logits",),
+            signature="fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta, "
+                      "max_context_len, clean_logits=False, logits_dtype=torch.float32, indices=None)",
+            plan_specs=plan_specs),),
+)
