@@ -1,6 +1,6 @@
 """MQA logits (impls/sm120_mqa_logits.cuh): the DeepSeek V3.2/V4 indexer's scores, dense FP8 and FP4 forms
-(work in progress: the paged form and its metadata scheduler follow, see docs/mqa_logits_design.md).
-Declarations only (torch-free): parameters, specs, the rule and the SASS the gate demands."""
+(the paged form is families/paged_mqa_logits; docs/mqa_logits.md). Declarations only (torch-free): parameters,
+specs, the rule and the SASS the gate demands."""
 from __future__ import annotations
 
 from dataclasses import dataclass

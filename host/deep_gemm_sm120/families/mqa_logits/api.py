@@ -1,6 +1,7 @@
-"""fp8_fp4_mqa_logits / fp8_mqa_logits: DeepGEMM's dense indexer scores (see docs/mqa_logits_design.md).
+"""fp8_fp4_mqa_logits / fp8_mqa_logits: DeepGEMM's dense indexer scores (see docs/mqa_logits.md).
 
     logits[i, j] = sum_h weights[i, h] * relu(q[i, h] . kv[j] * kv_sf[j])   for ks[i] <= j < ke[i]
+    (FP4: the 1x32 scales of q and kv inside the dot product instead of kv_sf)
 
 Returns a view of a buffer whose row stride is padded to 1024 bytes, as DeepGEMM does: [S, SK] (-inf outside
 [ks, ke) when clean_logits) or, with max_seqlen_k > 0, compressed [S, max_seqlen_k] (column c = key ks[i] + c).
