@@ -142,7 +142,10 @@ def test_block_scaled_specs_and_heuristics():
         return p.config, p.splits
 
     specs = block_scaled_specs()
-    assert len({s.name for s in specs}) == len(specs) == 160
+    # 160 GEMM instantiations (dense + M-grouped) and 16 batched ones for fp8_einsum (MXFP8 1x128 only)
+    assert len({s.name for s in specs}) == len(specs) == 176
+    batched = [s for s in specs if s.gemm_type == "batched"]
+    assert len(batched) == 16 and {(s.kind, s.grans) for s in batched} == {("mxfp8", (128, 128))}
     assert all(s.smem_bytes <= SMEM_LIMIT for s in specs)
     assert {(s.kind, s.grans) for s in specs} == {
         ("mxfp8", (128, 128)), ("mxfp8", (32, 32)), ("mxfp4", (32, 32)), ("nvfp4", (16, 16)),

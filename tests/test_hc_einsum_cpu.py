@@ -8,28 +8,11 @@ import pytest
 import torch
 
 import deep_gemm_sm120 as dg
+from support_helpers import CPU_REJECT, accepts as _accepts, agree as _agree
 from deep_gemm_sm120.families import bf16_gemm, tf32_hc_prenorm_gemm as hc
 from deep_gemm_sm120.families.split_k_reduce import WARP_PER_ELEMENT_MIN_SPLITS
 
 BF16, F32, F16 = torch.bfloat16, torch.float32, torch.float16
-CPU_REJECT = "must be on a CUDA device"
-
-
-def _accepts(fn, *args, **kw) -> tuple[bool, str]:
-    try:
-        fn(*args, **kw)
-    except ValueError as e:
-        return (True, "") if CPU_REJECT in str(e) else (False, f"ValueError: {e}")
-    except (TypeError, NotImplementedError) as e:
-        return False, f"{type(e).__name__}: {e}"
-    raise AssertionError("a CPU call cannot succeed")
-
-
-def _agree(op, call, **query):
-    api_ok, why = _accepts(*call)
-    sup = dg.why_unsupported(op, **query)
-    assert api_ok == (sup is None), f"{op} {query}: API {'accepts' if api_ok else 'rejects: ' + why}, " \
-                                    f"is_supported says {sup or 'yes'}"
 
 
 def test_hc_api_and_is_supported_agree():

@@ -8,28 +8,12 @@ import pytest
 import torch
 
 import deep_gemm_sm120 as dg
+from support_helpers import CPU_REJECT, accepts as _accepts, agree as _agree
 from deep_gemm_sm120.families import mqa_logits as dense
 from deep_gemm_sm120.families import paged_mqa_logits as paged
 from deep_gemm_sm120.families import paged_mqa_logits_metadata as meta
 
 E4, U8, I32, F32, BF16 = torch.float8_e4m3fn, torch.uint8, torch.int32, torch.float32, torch.bfloat16
-CPU_REJECT = "must be on a CUDA device"
-
-
-def _accepts(fn, *args, **kw) -> tuple[bool, str]:
-    try:
-        fn(*args, **kw)
-    except ValueError as e:
-        return (True, "") if CPU_REJECT in str(e) else (False, f"ValueError: {e}")
-    except (TypeError, NotImplementedError) as e:
-        return False, f"{type(e).__name__}: {e}"
-    raise AssertionError("a CPU call cannot succeed")
-
-
-def _agree(op, call, **query):
-    ok, why = _accepts(*call)
-    sup = dg.why_unsupported(op, **query)
-    assert ok == (sup is None), f"{op} {query}: API {'accepts' if ok else 'rejects: ' + why}, is_supported {sup}"
 
 
 def test_dense_api_and_is_supported_agree():

@@ -9,33 +9,13 @@ import pytest
 import torch
 
 import deep_gemm_sm120 as dg
+from support_helpers import CPU_REJECT, accepts as _accepts, agree as _agree
 
-CPU_REJECT = "must be on a CUDA device"
 FP8, U8, BF16, F32, F16 = torch.float8_e4m3fn, torch.uint8, torch.bfloat16, torch.float32, torch.float16
-
-
-def _accepts(fn, *args, **kw) -> tuple[bool, str]:
-    try:
-        fn(*args, **kw)
-    except ValueError as e:
-        if CPU_REJECT in str(e):
-            return True, ""
-        return False, f"ValueError: {e}"
-    except (TypeError, NotImplementedError) as e:
-        return False, f"{type(e).__name__}: {e}"
-    raise AssertionError("a CPU call cannot succeed")
 
 
 def _z(*shape, dtype=BF16):
     return torch.zeros(*shape, dtype=dtype)
-
-
-def _agree(op, call, **query):
-    api_ok, why = _accepts(*call)
-    sup = dg.why_unsupported(op, **query)
-    assert api_ok == (sup is None), f"{op} {query}: API {'accepts' if api_ok else 'rejects: ' + why}, " \
-                                    f"is_supported says {sup or 'yes'}"
-
 
 DENSE = list(itertools.product((0, 1, 7, 64), (0, 8, 60), (0, 7, 8, 64)))
 

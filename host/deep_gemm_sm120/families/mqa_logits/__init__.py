@@ -90,26 +90,26 @@ def logits_row_stride(seq_len_kv: int, max_seqlen_k: int, elem_bytes: int) -> in
     return ceil_div(cols, per) * per
 
 
-def mqa_logits_rule(seq_len: int | None = None, seq_len_kv: int | None = None, heads: int | None = None,
-                    head_dim: int | None = None, q_dtype: str | None = None, kv_dtype: str | None = None,
-                    q_sf_dtype: str | None = None, kv_sf_dtype: str | None = None, weights_dtype: str | None = None,
-                    logits_dtype: str | None = None, clean_logits: bool = True, max_seqlen_k: int = 0,
-                    fp4: bool = False) -> None:
-    """FP8: q [S, H, D] e4m3 (no q scales), kv [SK, D] e4m3 with fp32 per-key scales. FP4: q [S, H, D/2] and
-    kv [SK, D/2] packed e2m1 with int32 packed UE8M0 1x32 scales [S, H] and [SK]. weights fp32 [S, H];
-    head_dim is D (unpacked)."""
+def operand_rule(fp4: bool, q_dtype: str | None, kv_dtype: str | None, q_sf_dtype: str | None,
+                 kv_sf_dtype: str | None, weights_dtype: str | None, logits_dtype: str | None, heads: int | None,
+                 head_dim: int | None) -> None:
+    """What the dense and paged forms share: operand dtypes (FP8: e4m3 values, fp32 per-key scales; FP4: packed
+    e2m1 with int32 packed UE8M0 words), fp32 weights, fp32 / bf16 logits, and the supported heads and head dims.
+    None skips a check (is_supported's unspecified values; the paged cache is uint8, checked by its own rule)."""
     if fp4:
         require_dtype("q", q_dtype, FP4_DTYPES)
-        require_dtype("kv", kv_dtype, FP4_DTYPES)
         require_dtype("q scales", q_sf_dtype, ("int32",))
+        if kv_dtype is not None:
+            require_dtype("kv", kv_dtype, FP4_DTYPES)
         require_dtype("kv scales", kv_sf_dtype, ("int32",))
     else:
         require_dtype("q", q_dtype, ("float8_e4m3fn",))
-        require_dtype("kv", kv_dtype, ("float8_e4m3fn",))
+        if kv_dtype is not None:
+            require_dtype("kv", kv_dtype, ("float8_e4m3fn",))
         require_dtype("kv scales", kv_sf_dtype, ("float32",))
     require_dtype("weights", weights_dtype, ("float32",), not_yet=("bfloat16",))
     require_dtype("logits_dtype", logits_dtype, ("float32", "bfloat16"))
-    for name, v in (("seq_len", seq_len), ("seq_len_kv", seq_len_kv), ("heads", heads), ("head_dim", head_dim)):
+    for name, v in (("heads", heads), ("head_dim", head_dim)):
         if v is not None:
             require_dim(name, v)
     if heads is not None and heads not in HEADS:
@@ -118,6 +118,28 @@ def mqa_logits_rule(seq_len: int | None = None, seq_len_kv: int | None = None, h
     if head_dim is not None and head_dim not in dims:
         raise NotImplementedError(f"head dim {head_dim} is not supported for {'FP4' if fp4 else 'FP8'}; "
                                   f"supported: {dims}")
+
+
+def gate_rules(fp4: bool) -> GateRules:
+    """SM120: the full-rate block-scaled MMA, FP8 with unit scales (QMMA.SF) or MXFP4 (OMMA.SF), never the
+    half-rate unscaled forms. sm_90a: the emulation, whose spills are reported, not failed."""
+    return GateRules(required={"sm120": ("OMMA.SF" if fp4 else "QMMA.SF", "UTMALDG", "LDSM"),
+                               "sm90": ("HMMA.16816.F32", "UTMALDG", "LDSM")},
+                     forbidden={"sm120": (r"^(QMMA\.16832|OMMA\.16864)",)}, emulation_spills_allowed=True)
+
+
+def mqa_logits_rule(seq_len: int | None = None, seq_len_kv: int | None = None, heads: int | None = None,
+                    head_dim: int | None = None, q_dtype: str | None = None, kv_dtype: str | None = None,
+                    q_sf_dtype: str | None = None, kv_sf_dtype: str | None = None, weights_dtype: str | None = None,
+                    logits_dtype: str | None = None, clean_logits: bool = True, max_seqlen_k: int = 0,
+                    fp4: bool = False) -> None:
+    """FP8: q [S, H, D] e4m3 (no q scales), kv [SK, D] e4m3 with fp32 per-key scales. FP4: q [S, H, D/2] and
+    kv [SK, D/2] packed e2m1 with int32 packed UE8M0 1x32 scales [S, H] and [SK]. weights fp32 [S, H];
+    head_dim is D (unpacked)."""
+    operand_rule(fp4, q_dtype, kv_dtype, q_sf_dtype, kv_sf_dtype, weights_dtype, logits_dtype, heads, head_dim)
+    for name, v in (("seq_len", seq_len), ("seq_len_kv", seq_len_kv)):
+        if v is not None:
+            require_dim(name, v)
     if not isinstance(max_seqlen_k, int) or isinstance(max_seqlen_k, bool) or max_seqlen_k < 0:
         raise ValueError(f"max_seqlen_k must be a non-negative int, got {max_seqlen_k!r}")
     if max_seqlen_k > 0 and clean_logits:
@@ -138,11 +160,7 @@ FAMILY = Family(
     params=PARAMS,
     spec_type=MqaLogitsSpec,
     specs=specs,
-    # SM120: full-rate block-scaled FP8 with unit scales (QMMA.SF) or MXFP4 (OMMA.SF), never the half-rate
-    # unscaled forms. sm_90a: the emulation.
-    gate=lambda spec: GateRules(required={"sm120": ("OMMA.SF" if spec.fp4 else "QMMA.SF", "UTMALDG", "LDSM"),
-                                          "sm90": ("HMMA.16816.F32", "UTMALDG", "LDSM")},
-                                forbidden={"sm120": (r"^(QMMA\.16832|OMMA\.16864)",)}, emulation_spills_allowed=True),
+    gate=lambda spec: gate_rules(spec.fp4),
     quick_key=lambda s: (s.heads, s.head_dim, s.fp4),
     pdl=True,
     ops=(Op("fp8_fp4_mqa_logits", mqa_logits_rule, "q e4m3 [S,H,D], kv e4m3 [SK,D] + fp32 [SK], weights fp32 [S,H]",

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 from ...core.limits import SMEM_LIMIT
 from ...core.params import Param, ParamList
-from ...core.registry import Family, GateRules, KernelSpec, Op
+from ...core.registry import Family, KernelSpec, Op
 from ...core.rules import require_dim, require_dtype
-from ..mqa_logits import CXX_LOGIT, FP4_DTYPES, FP4_HEAD_DIMS, HEAD_DIMS, HEADS, ROWS
+from ..mqa_logits import CXX_LOGIT, FP4_HEAD_DIMS, HEAD_DIMS, HEADS, ROWS, gate_rules, operand_rule
 from ..paged_mqa_logits_metadata import BLOCK_KVS, chunk_keys
 
 PARAMS = ParamList(
@@ -84,26 +84,15 @@ def paged_rule(batch: int | None = None, next_n: int | None = None, heads: int |
     if indices is not None:
         raise NotImplementedError("indices (varlen paged MQA logits) are not supported: DeepGEMM runs them on SM100 "
                                   "only; pass next_n queries per batch")
-    if fp4:
-        require_dtype("q", q_dtype, FP4_DTYPES)
-        require_dtype("q scales", q_sf_dtype, ("int32",))
-    else:
-        require_dtype("q", q_dtype, ("float8_e4m3fn",))
+    operand_rule(fp4, q_dtype, None, q_sf_dtype, "int32" if fp4 else "float32", weights_dtype, logits_dtype, heads,
+                 head_dim)
     require_dtype("kv_cache", kv_cache_dtype, ("uint8",))
-    require_dtype("weights", weights_dtype, ("float32",), not_yet=("bfloat16",))
-    require_dtype("logits_dtype", logits_dtype, ("float32", "bfloat16"))
-    for name, v in (("batch", batch), ("next_n", next_n), ("heads", heads), ("head_dim", head_dim),
-                    ("block_kv", block_kv), ("max_context_len", max_context_len)):
+    for name, v in (("batch", batch), ("next_n", next_n), ("block_kv", block_kv),
+                    ("max_context_len", max_context_len)):
         if v is not None:
             require_dim(name, v)
     if next_n is not None and next_n < 1:
         raise ValueError(f"next_n must be >= 1, got {next_n}")
-    if heads is not None and heads not in HEADS:
-        raise NotImplementedError(f"{heads} heads are not supported; supported: {HEADS}")
-    dims = FP4_HEAD_DIMS if fp4 else HEAD_DIMS
-    if head_dim is not None and head_dim not in dims:
-        raise NotImplementedError(f"head dim {head_dim} is not supported for {'FP4' if fp4 else 'FP8'}; "
-                                  f"supported: {dims}")
     if block_kv is not None and block_kv not in BLOCK_KVS:
         raise NotImplementedError(f"block_kv {block_kv} is not supported; supported: {BLOCK_KVS}")
 
@@ -123,9 +112,7 @@ FAMILY = Family(
     params=PARAMS,
     spec_type=PagedMqaLogitsSpec,
     specs=specs,
-    gate=lambda spec: GateRules(required={"sm120": ("OMMA.SF" if spec.fp4 else "QMMA.SF", "UTMALDG", "LDSM"),
-                                          "sm90": ("HMMA.16816.F32", "UTMALDG", "LDSM")},
-                                forbidden={"sm120": (r"^(QMMA\.16832|OMMA\.16864)",)}, emulation_spills_allowed=True),
+    gate=lambda spec: gate_rules(spec.fp4),
     quick_key=lambda s: (s.heads, s.head_dim, s.block_kv, s.fp4),
     pdl=True,
     ops=(Op("fp8_fp4_paged_mqa_logits", paged_rule,
