@@ -15,6 +15,15 @@ def wave_cost(block_m: int, block_n: int, m: int, n: int, num_sms: int, efficien
     return ceil_div(tiles, num_sms) * block_m * block_n / efficiency
 
 
+def fewest_waves(configs, efficiency: dict, groups: int, m: int, n: int, num_sms: int):
+    """The tile configuration that gives `groups` independent m x n problems the least critical-path work
+    (waves x tile area / efficiency); min() keeps the first, i.e. largest, of equals."""
+    def cost(c) -> float:
+        tiles = groups * ceil_div(m, c.block_m) * ceil_div(n, c.block_n)
+        return ceil_div(tiles, num_sms) * c.block_m * c.block_n / efficiency[c.block_m * c.block_n]
+    return min(configs, key=cost)
+
+
 @dataclass(frozen=True)
 class WarpTile:
     """The tile shape every mma.sync GEMM of the device layer shares: warps_m x warps_n math warps plus one

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ...core import splitk
-from ...core.gemm import DensePlan, WarpTile, ceil_div, wave_cost
+from ...core.gemm import DensePlan, WarpTile, ceil_div, fewest_waves, wave_cost
 from ...core.limits import MK_ALIGNMENT_FOR_CONTIGUOUS_LAYOUT
 from ...core.params import Param, ParamList
 from ...core.registry import Family, GateRules, KernelSpec, Op
@@ -173,10 +173,7 @@ def k_grouped_config(m: int, n: int) -> Bf16GemmConfig:
 
 def batched_config(groups: int, m: int, n: int, num_sms: int) -> Bf16GemmConfig:
     """The tile that gives `groups` problems of m x n the fewest waves of work (ties: larger tiles)."""
-    def cost(c: Bf16GemmConfig) -> float:
-        tiles = groups * ceil_div(m, c.block_m) * ceil_div(n, c.block_n)
-        return ceil_div(tiles, num_sms) * c.block_m * c.block_n / TILE_EFFICIENCY[c.block_m * c.block_n]
-    return min(BATCHED_CONFIGS, key=cost)
+    return fewest_waves(BATCHED_CONFIGS, TILE_EFFICIENCY, groups, m, n, num_sms)
 
 
 def batch_k_total(batches: int, k: int) -> int:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ...core import splitk
-from ...core.gemm import DensePlan, WarpTile, ceil_div, wave_cost
+from ...core.gemm import DensePlan, WarpTile, ceil_div, fewest_waves, wave_cost
 from ...core.limits import MK_ALIGNMENT_FOR_CONTIGUOUS_LAYOUT
 from ...core.params import Param, ParamList
 from ...core.registry import Family, GateRules, KernelSpec, Op
@@ -179,11 +179,8 @@ def grouped_config(m_hint: int) -> BlockScaledGemmConfig:
 
 
 def batched_config(groups: int, m: int, n: int, num_sms: int) -> BlockScaledGemmConfig:
-    """The tile giving `groups` problems of m x n the fewest waves of work (ties: larger tiles)."""
-    def cost(c: BlockScaledGemmConfig) -> float:
-        tiles = groups * ceil_div(m, c.block_m) * ceil_div(n, c.block_n)
-        return ceil_div(tiles, num_sms) * c.block_m * c.block_n / TILE_EFFICIENCY[c.block_m * c.block_n]
-    return min(DENSE_CONFIGS, key=cost)
+    """The tile that gives `groups` problems of m x n the fewest waves of work (ties: larger tiles)."""
+    return fewest_waves(DENSE_CONFIGS, TILE_EFFICIENCY, groups, m, n, num_sms)
 
 
 # ---------------------------------------------------------------- shape and dtype rules (API == is_supported)

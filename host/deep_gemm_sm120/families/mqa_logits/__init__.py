@@ -31,18 +31,18 @@ MODES = ("clean", "plain", "compressed")   # clean: -inf outside [ks, ke); compr
 LOGIT_ALIGN_BYTES = 1024      # DeepGEMM pads the logits row stride to this
 
 
-def stages_for(row_bytes: int) -> int:
-    tile_q, tile_kv = ROWS * row_bytes, BLOCK_KV * row_bytes
-    return min(MAX_STAGES, (SMEM_LIMIT - tile_q - 8 * (2 * MAX_STAGES + 1)) // tile_kv)
+class MqaSpecGeometry:
+    """Shared by the dense and paged specs: a 64-row q tile plus a ring of `tile_keys`-key KV stages, as many as
+    fit next to the q tile, and `barriers` fixed mbarriers besides a full/empty pair per stage."""
+    barriers = 1
+    heads: int
+    head_dim: int
+    logit_dtype: str
+    fp4: bool
 
-
-@dataclass(frozen=True)
-class MqaLogitsSpec(KernelSpec):
-    heads: int = 64
-    head_dim: int = 128
-    logit_dtype: str = "fp32"
-    mode: str = "clean"
-    fp4: bool = False
+    @property
+    def tile_keys(self) -> int:
+        raise NotImplementedError
 
     @property
     def row_bytes(self) -> int:
@@ -50,7 +50,32 @@ class MqaLogitsSpec(KernelSpec):
 
     @property
     def stages(self) -> int:
-        return stages_for(self.row_bytes)
+        free = SMEM_LIMIT - ROWS * self.row_bytes - 8 * (2 * MAX_STAGES + self.barriers)
+        return min(MAX_STAGES, free // (self.tile_keys * self.row_bytes))
+
+    @property
+    def smem_bytes(self) -> int:
+        return (ROWS + self.stages * self.tile_keys) * self.row_bytes + 8 * (2 * self.stages + self.barriers)
+
+    @property
+    def threads(self) -> int:
+        return 4 * 32 + 32   # four math warps and the producer warp
+
+    def type_subst(self) -> dict[str, str]:
+        return {"logit": CXX_LOGIT[self.logit_dtype]}
+
+
+@dataclass(frozen=True)
+class MqaLogitsSpec(MqaSpecGeometry, KernelSpec):
+    heads: int = 64
+    head_dim: int = 128
+    logit_dtype: str = "fp32"
+    mode: str = "clean"
+    fp4: bool = False
+
+    @property
+    def tile_keys(self) -> int:
+        return BLOCK_KV
 
     @property
     def name(self) -> str:
@@ -58,24 +83,13 @@ class MqaLogitsSpec(KernelSpec):
                 f"{self.logit_dtype}_{self.mode}")
 
     @property
-    def threads(self) -> int:
-        return 4 * 32 + 32
-
-    @property
     def block_q(self) -> int:
         return ROWS // self.heads
-
-    @property
-    def smem_bytes(self) -> int:
-        return ROWS * self.row_bytes + self.stages * BLOCK_KV * self.row_bytes + 8 * (2 * self.stages + 1)
 
     def template_args(self) -> list[str]:
         b = lambda x: "true" if x else "false"  # noqa: E731
         return [str(self.heads), str(self.head_dim), str(BLOCK_KV), str(self.stages), b(self.fp4),
                 CXX_LOGIT[self.logit_dtype], b(self.mode == "clean"), b(self.mode == "compressed")]
-
-    def type_subst(self) -> dict[str, str]:
-        return {"logit": CXX_LOGIT[self.logit_dtype]}
 
 
 def specs() -> list[MqaLogitsSpec]:

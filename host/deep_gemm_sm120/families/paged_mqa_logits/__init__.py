@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...core.limits import SMEM_LIMIT
 from ...core.params import Param, ParamList
 from ...core.registry import Family, KernelSpec, Op
 from ...core.rules import require_dim, require_dtype
-from ..mqa_logits import CXX_LOGIT, FP4_HEAD_DIMS, HEAD_DIMS, HEADS, ROWS, gate_rules, operand_rule
+from ..mqa_logits import CXX_LOGIT, FP4_HEAD_DIMS, HEAD_DIMS, HEADS, MqaSpecGeometry, gate_rules, operand_rule
 from ..paged_mqa_logits_metadata import BLOCK_KVS, chunk_keys
 
 PARAMS = ParamList(
@@ -20,52 +19,29 @@ PARAMS = ParamList(
     Param("ctx_2d", "uint32_t"), Param("bt_ld", "uint32_t"), Param("ld_weights", "uint32_t"),
     Param("ld_logits", "uint32_t"), Param("max_context_len", "uint32_t"),
 )
-MAX_STAGES = 8
-
-
-def stages_for(row_bytes: int, block_kv: int) -> int:
-    tile_q, tile_kv = ROWS * row_bytes, chunk_keys(block_kv) * row_bytes
-    return min(MAX_STAGES, (SMEM_LIMIT - tile_q - 8 * (2 * MAX_STAGES + 2)) // tile_kv)
-
-
 @dataclass(frozen=True)
-class PagedMqaLogitsSpec(KernelSpec):
+class PagedMqaLogitsSpec(MqaSpecGeometry, KernelSpec):
     heads: int = 64
     head_dim: int = 128
     block_kv: int = 64
     logit_dtype: str = "fp32"
     clean: bool = False
     fp4: bool = False
+    barriers = 2   # + q_full / q_empty
 
     @property
-    def row_bytes(self) -> int:
-        return self.head_dim // 2 if self.fp4 else self.head_dim
-
-    @property
-    def stages(self) -> int:
-        return stages_for(self.row_bytes, self.block_kv)
+    def tile_keys(self) -> int:
+        return chunk_keys(self.block_kv)
 
     @property
     def name(self) -> str:
         return (f"{'fp4' if self.fp4 else 'fp8'}_paged_mqa_logits_h{self.heads}_d{self.head_dim}_b{self.block_kv}_"
                 f"s{self.stages}_{self.logit_dtype}{'_clean' if self.clean else ''}")
 
-    @property
-    def threads(self) -> int:
-        return 4 * 32 + 32
-
-    @property
-    def smem_bytes(self) -> int:
-        return (ROWS * self.row_bytes + self.stages * chunk_keys(self.block_kv) * self.row_bytes
-                + 8 * (2 * self.stages + 2))
-
     def template_args(self) -> list[str]:
         b = lambda x: "true" if x else "false"  # noqa: E731
         return [str(self.heads), str(self.head_dim), str(self.block_kv), str(self.stages), b(self.fp4),
                 CXX_LOGIT[self.logit_dtype], b(self.clean)]
-
-    def type_subst(self) -> dict[str, str]:
-        return {"logit": CXX_LOGIT[self.logit_dtype]}
 
 
 def specs() -> list[PagedMqaLogitsSpec]:
