@@ -118,3 +118,30 @@ def test_metadata_errors():
     with pytest.raises(ValueError, match=CPU_REJECT):
         dg.get_paged_mqa_logits_metadata(torch.zeros(3, 2, dtype=I32), 64, 8)
     assert meta.chunk_keys(32) == 64 and meta.chunk_keys(128) == 128
+
+
+def test_range_check_covers_compressed_rows(monkeypatch):
+    """The host range check (run before every launch outside graph capture) refuses a compressed row longer than
+    max_seqlen_k: its scores would not fit the row."""
+    from deep_gemm_sm120.families.mqa_logits import api
+
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    ks, ke = torch.tensor([0, 5], dtype=I32), torch.tensor([10, 40], dtype=I32)
+    api._check_ranges(ks, ke, 64, 0)
+    api._check_ranges(ks, ke, 64, 35)
+    with pytest.raises(ValueError, match=r"query 1: .*max_seqlen_k = 34"):
+        api._check_ranges(ks, ke, 64, 34)
+    with pytest.raises(ValueError, match=r"query 0: need 0 <= .* <= 9, got \[0, 10\)"):
+        api._check_ranges(ks, ke, 9, 0)
+
+
+def test_paged_host_checks(monkeypatch):
+    from deep_gemm_sm120.families.paged_mqa_logits import api
+
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    table = torch.tensor([[0, 1], [2, 0]], dtype=I32)
+    api._check_block_table(table, 3, torch.tensor([128, 5], dtype=I32), 64)
+    with pytest.raises(ValueError, match=r"block_table\[1, 0\] = 2 is not a block"):
+        api._check_block_table(table, 2, torch.tensor([128, 5], dtype=I32), 64)
+    with pytest.raises(ValueError, match="129 tokens exceeds .* 2 blocks x 64 = 128"):
+        api._check_block_table(table, 3, torch.tensor([[1, 129], [0, 5]], dtype=I32), 64)

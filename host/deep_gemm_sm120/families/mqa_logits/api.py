@@ -29,14 +29,18 @@ def _kernel(heads: int, head_dim: int, logit: str, mode: str, fp4: bool, index: 
     return jit.get_kernel(MqaLogitsSpec(heads, head_dim, logit, mode, fp4), target_for_device(index), index)
 
 
-def _check_ranges(ks: torch.Tensor, ke: torch.Tensor, seq_len_kv: int) -> None:
-    """0 <= ks <= ke <= SK for every query (one reduction and a sync; skipped while a graph is captured)."""
+def _check_ranges(ks: torch.Tensor, ke: torch.Tensor, seq_len_kv: int, max_seqlen_k: int) -> None:
+    """0 <= ks <= ke <= SK for every query and, for compressed rows, ke - ks <= max_seqlen_k (one reduction and a
+    sync; skipped while a graph is captured, where the caller vouches for them)."""
     if torch.cuda.is_current_stream_capturing() or ks.numel() == 0:
         return
     bad = (ks < 0) | (ke < ks) | (ke > seq_len_kv)
+    if max_seqlen_k > 0:
+        bad |= (ke - ks) > max_seqlen_k
     if bool(bad.any()):
         i = int(bad.nonzero()[0, 0])
-        raise ValueError(f"query {i}: need 0 <= cu_seq_len_k_start <= cu_seq_len_k_end <= {seq_len_kv}, got "
+        extra = f" and cu_seq_len_k_end - cu_seq_len_k_start <= max_seqlen_k = {max_seqlen_k}" if max_seqlen_k else ""
+        raise ValueError(f"query {i}: need 0 <= cu_seq_len_k_start <= cu_seq_len_k_end <= {seq_len_kv}{extra}, got "
                          f"[{int(ks[i])}, {int(ke[i])})")
 
 
@@ -96,7 +100,7 @@ def fp8_fp4_mqa_logits(q, kv, weights: torch.Tensor, cu_seq_len_k_start: torch.T
     out = buf[:seq_len, :(max_seqlen_k or seq_len_kv)]
     if seq_len == 0:
         return out
-    _check_ranges(ks, ke, seq_len_kv)
+    _check_ranges(ks, ke, seq_len_kv, max_seqlen_k)
     mode = "compressed" if max_seqlen_k else ("clean" if clean_logits else "plain")
     kern = _kernel(heads, head_dim, _LOGIT[logits_dtype], mode, fp4, index, emulation_env())
     tmaps = (tma_request(_OFF_Q, "uint8", qv.data_ptr(), (row_bytes, seq_len * heads), (row_bytes,),

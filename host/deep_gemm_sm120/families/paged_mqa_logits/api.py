@@ -30,9 +30,11 @@ def _kernel(heads: int, head_dim: int, block_kv: int, logit: str, clean: bool, f
     return jit.get_kernel(spec, target_for_device(index), index)
 
 
-def _check_block_table(block_table: torch.Tensor, num_blocks: int) -> None:
-    """Every entry a valid block index (one reduction and a sync; skipped while a graph is captured). Entries
-    past a batch's context are never read, but must still name a block: pad tables with 0."""
+def _check_block_table(block_table: torch.Tensor, num_blocks: int, context_lens: torch.Tensor,
+                       block_kv: int) -> None:
+    """Every entry a valid block index, and no context longer than its table row covers (one reduction each and
+    a sync; skipped while a graph is captured, where the caller vouches for them). Entries past a batch's
+    context are never read, but must still name a block: pad tables with 0."""
     if torch.cuda.is_current_stream_capturing() or block_table.numel() == 0:
         return
     bad = (block_table < 0) | (block_table >= num_blocks)
@@ -40,6 +42,11 @@ def _check_block_table(block_table: torch.Tensor, num_blocks: int) -> None:
         b, i = (int(x) for x in bad.nonzero()[0])
         raise ValueError(f"block_table[{b}, {i}] = {int(block_table[b, i])} is not a block of the cache "
                          f"(0 <= index < {num_blocks})")
+    covered = block_table.shape[1] * block_kv
+    longest = int(context_lens.max()) if context_lens.numel() else 0
+    if longest > covered:
+        raise ValueError(f"a context of {longest} tokens exceeds what a block_table row covers "
+                         f"({block_table.shape[1]} blocks x {block_kv} = {covered} tokens)")
 
 
 def fp8_fp4_paged_mqa_logits(q, kv_cache: torch.Tensor, weights: torch.Tensor, context_lens: torch.Tensor,
@@ -116,7 +123,7 @@ def fp8_fp4_paged_mqa_logits(q, kv_cache: torch.Tensor, weights: torch.Tensor, c
     out = buf[:batch * next_n, :max_context_len]
     if batch == 0:
         return out
-    _check_block_table(block_table, num_blocks)
+    _check_block_table(block_table, num_blocks, context_lens, block_kv)
     kern = _kernel(heads, head_dim, block_kv, _LOGIT[logits_dtype], bool(clean_logits), fp4, index, emulation_env())
     rows = batch * next_n * heads
     tmaps = (tma_request(_OFF_Q, "uint8", qv.data_ptr(), (row_bytes, rows), (row_bytes,), (row_bytes, ROWS),
