@@ -143,5 +143,5 @@ def test_paged_host_checks(monkeypatch):
     api._check_block_table(table, 3, torch.tensor([128, 5], dtype=I32), 64)
     with pytest.raises(ValueError, match=r"block_table\[1, 0\] = 2 is not a block"):
         api._check_block_table(table, 2, torch.tensor([128, 5], dtype=I32), 64)
-    with pytest.raises(ValueError, match="129 tokens exceeds .* 2 blocks x 64 = 128"):
+    with pytest.raises(ValueError, match=r"129 tokens exceeds .*\(2 blocks x 64 = 128 tokens\)"):
         api._check_block_table(table, 3, torch.tensor([[1, 129], [0, 5]], dtype=I32), 64)
