@@ -241,3 +241,17 @@ def test_pdl_switch(monkeypatch):
     with pytest.raises(TypeError, match="bool"):
         dg.set_pdl(1)
     dg.set_pdl(True)
+
+
+def test_empty_reduction_writes_c_or_zeros():
+    import torch
+    from deep_gemm_sm120.validation import write_empty_reduction
+
+    d = torch.full((2, 3), 7.0)
+    write_empty_reduction(d, None)
+    assert torch.equal(d, torch.zeros(2, 3))
+    c = torch.arange(6.0).view(2, 3)
+    write_empty_reduction(d, c)
+    assert torch.equal(d, c)
+    write_empty_reduction(c, c)  # c is d: left as it is
+    assert torch.equal(c, torch.arange(6.0).view(2, 3))

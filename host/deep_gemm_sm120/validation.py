@@ -54,3 +54,12 @@ def output_row_stride(name: str, t: torch.Tensor) -> int:
     if t.data_ptr() % TMA_ALIGN:
         raise ValueError(f"{name} data pointer must be {TMA_ALIGN}-byte aligned, got {t.data_ptr():#x}")
     return t.stride(0) if t.shape[0] > 1 else t.shape[1]
+
+
+def write_empty_reduction(d: torch.Tensor, c: torch.Tensor | None) -> None:
+    """d = c (+ nothing) for a product with an empty reduction (K = 0 or no batches): TMA cannot describe a
+    zero-extent operand, so no kernel runs. Zeros without c; a copy of c unless c is d itself."""
+    if c is None:
+        d.zero_()
+    elif c.data_ptr() != d.data_ptr():
+        d.copy_(c)

@@ -23,7 +23,7 @@ from ...core.tma import DTYPE, tma_2d, tma_2d_pair
 from ...device import num_sms_for
 from ...launch import BOUND, bound, device_of, get_pdl
 from ...splitk import SplitK
-from ...validation import output_row_stride, require_2d, require_tensor, tma_operand
+from ...validation import output_row_stride, require_2d, require_tensor, tma_operand, write_empty_reduction
 from . import PARAMS, Bf16GemmSpec, FAMILY, dense_plan, m_bucket
 
 _OUT = {torch.bfloat16: "bf16", torch.float32: "fp32"}
@@ -149,11 +149,8 @@ def _gemm(layout: str, a, b, d, c) -> None:
     m, n, k, lda, ldb, ldd, ldc, index, pa, pb, pd, pc = args
     if m == 0 or n == 0:
         return
-    if k == 0:  # empty reduction: TMA cannot describe a zero-extent tensor; nothing to read from a or b
-        if c is None:
-            d.zero_()
-        elif pc != pd:
-            d.copy_(c)
+    if k == 0:
+        write_empty_reduction(d, c)
         return
     num_sms = num_sms_for(index)
     kern, grid, block_m, block_n, block_k, swap, splits, reduce = _plan(

@@ -22,7 +22,7 @@ from ...core.rules import dtype_name
 from ...device import num_sms_for
 from ...launch import device_of, launch
 from ...splitk import SplitK
-from ...validation import require_tensor
+from ...validation import require_tensor, write_empty_reduction
 from . import (EINSUM_EXPRS, PARAMS, Bf16GemmSpec, batch_k_total, batch_reduce_plan, batched_config, einsum_rule,
                m_bucket)
 
@@ -87,11 +87,8 @@ def _bmk_bnk_mn(a, b, d, c) -> None:
     index = device_of(**tensors)
     if m == 0 or n == 0:
         return
-    if bs == 0 or k == 0:  # empty reduction
-        if c is None:
-            d.zero_()
-        elif c.data_ptr() != d.data_ptr():
-            d.copy_(c)
+    if bs == 0 or k == 0:
+        write_empty_reduction(d, c)
         return
     ldd = d.stride(0) if m > 1 else n
     if ldd >= _U32:

@@ -27,7 +27,7 @@ from ...grouped import maybe_check_contiguous_layout, require_contiguous_layout_
 from ...launch import device_of, launch
 from ...scale_layout import check_packed, sf_format, sf_words, transform_sf_into_required_layout
 from ...splitk import SplitK
-from ...validation import output_row_stride, require_int32, require_tensor, tma_operand
+from ...validation import output_row_stride, require_int32, require_tensor, tma_operand, write_empty_reduction
 from . import (MIXED_KINDS, PARAMS, SCALE_KINDS, dense_plan, dense_rule, grouped_config, m_bucket,
                m_grouped_contiguous_rule, m_grouped_masked_rule, operand_kind, spec_for)
 
@@ -212,10 +212,7 @@ def fp8_fp4_gemm_nt(a, b, d: torch.Tensor, c: torch.Tensor | None = None, recipe
     if m == 0 or n == 0:
         return
     if k == 0:
-        if c is None:
-            d.zero_()
-        elif c.data_ptr() != d.data_ptr():
-            d.copy_(c)
+        write_empty_reduction(d, c)
         return
     sfa_p, sfa_ps, _ = _prepare_sf("sfa", sfa, m, k, grans[0], None, True)
     sfb_p, sfb_ps, _ = _prepare_sf("sfb", sfb, n, k, grans[1], None, False)

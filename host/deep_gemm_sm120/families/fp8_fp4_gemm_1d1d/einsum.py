@@ -26,7 +26,7 @@ from ...batched import batched_map, check_batched_operand
 from ...core.rules import dtype_name
 from ...device import num_sms_for
 from ...launch import device_of, launch
-from ...validation import require_tensor
+from ...validation import require_tensor, write_empty_reduction
 from . import FP8_EINSUM_EXPRS, PARAMS, batched_config, fp8_einsum_rule, spec_for
 from .api import _pair, _prepare_sf
 
@@ -86,10 +86,7 @@ def fp8_einsum(expr: str, a, b, d: torch.Tensor, c: torch.Tensor | None = None, 
     if bs == 0 or h == 0 or dd == 0:
         return
     if r == 0:
-        if c is None:
-            d.zero_()
-        elif c.data_ptr() != d.data_ptr():
-            d.copy_(c)
+        write_empty_reduction(d, c)
         return
     if max(d.stride(0), d.stride(1)) >= _U32:
         raise ValueError("d's strides must fit 32 bits")
