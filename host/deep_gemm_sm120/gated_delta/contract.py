@@ -1,0 +1,127 @@
+"""chunk_gated_delta_rule's argument contract (issue 14), torch-level but device-free: shapes, dtypes, the
+sequence layout and the chunk size, with the typed errors the API raises. The kernels (next session) consume
+the `GdrProblem` this returns."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+SUPPORTED_HEAD_DIMS = (128,)       # K = V = 128 first (issue 14)
+CHUNK_SIZES = (16, 32, 64)
+SM120_CHUNK, OTHER_CHUNK = 32, 64  # 99 KiB of shared memory on SM120 fits 32-token chunks of the fused stages
+
+
+def default_chunk_size(device: torch.device | int | None = None) -> int:
+    """32 on SM120 (compute capability 12.x), 64 elsewhere; reads the capability without creating tensors."""
+    major = torch.cuda.get_device_capability(device)[0] if torch.cuda.is_available() else 0
+    return SM120_CHUNK if major == 12 else OTHER_CHUNK
+
+
+@dataclass(frozen=True)
+class GdrProblem:
+    batch: int
+    seq_len: int
+    heads: int
+    value_heads: int
+    head_dim: int
+    value_dim: int
+    num_sequences: int
+    chunk_size: int
+    scale: float
+    varlen: bool
+
+
+def _tensor(name: str, t) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    return t
+
+
+def check_arguments(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
+                    use_qk_l2norm_in_kernel=False, chunk_size=None, default_chunk: int = OTHER_CHUNK) -> GdrProblem:
+    """TypeError for a dtype or Python type outside the contract, ValueError for shapes and values,
+    NotImplementedError for what FLA accepts and we do not (yet): head dims other than 128, other chunk sizes."""
+    for name, t in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta)):
+        _tensor(name, t)
+    if q.dtype not in (torch.bfloat16, torch.float16):
+        raise TypeError(f"q must be torch.bfloat16 or torch.float16, got {q.dtype}")
+    for name, t in (("k", k), ("v", v)):
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name} must have q's dtype {q.dtype}, got {t.dtype}")
+    if g.dtype != torch.float32:
+        raise TypeError(f"g (log-space decay) must be torch.float32, got {g.dtype}")
+    if beta.dtype not in (q.dtype, torch.float32):
+        raise TypeError(f"beta must be {q.dtype} or torch.float32, got {beta.dtype}")
+    if not isinstance(output_final_state, bool) or not isinstance(use_qk_l2norm_in_kernel, bool):
+        raise TypeError("output_final_state and use_qk_l2norm_in_kernel must be bools")
+    if q.dim() != 4 or k.shape != q.shape:
+        raise ValueError(f"q and k must be [B, T, H, K] of one shape, got {tuple(q.shape)} and {tuple(k.shape)}")
+    b, t, h, dk = q.shape
+    if v.dim() != 4 or v.shape[:2] != (b, t):
+        raise ValueError(f"v must be [B, T, HV, V] = ({b}, {t}, HV, V), got {tuple(v.shape)}")
+    hv, dv = v.shape[2], v.shape[3]
+    if h == 0 or hv % h:
+        raise ValueError(f"HV = {hv} value heads must be a positive multiple of H = {h} q/k heads")
+    for name, x in (("g", g), ("beta", beta)):
+        if tuple(x.shape) != (b, t, hv):
+            raise ValueError(f"{name} must be [B, T, HV] = {(b, t, hv)}, got {tuple(x.shape)}")
+    if dk not in SUPPORTED_HEAD_DIMS or dv not in SUPPORTED_HEAD_DIMS:
+        raise NotImplementedError(f"head dims K = {dk}, V = {dv} are not supported yet; supported: K = V = 128")
+    varlen = cu_seqlens is not None
+    if varlen:
+        _tensor("cu_seqlens", cu_seqlens)
+        if cu_seqlens.dtype not in (torch.int32, torch.int64):
+            raise TypeError(f"cu_seqlens must be int32 or int64, got {cu_seqlens.dtype}")
+        if b != 1:
+            raise ValueError(f"with cu_seqlens the batch must be 1 (sequences packed along T), got B = {b}")
+        if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2:
+            raise ValueError(f"cu_seqlens must be [N + 1] offsets, got shape {tuple(cu_seqlens.shape)}")
+        n = cu_seqlens.numel() - 1
+    else:
+        n = b
+    if initial_state is not None:
+        _tensor("initial_state", initial_state)
+        if initial_state.dtype != torch.float32:
+            raise TypeError(f"initial_state must be torch.float32, got {initial_state.dtype}")
+        if tuple(initial_state.shape) != (n, hv, dk, dv):
+            raise ValueError(f"initial_state must be [N, HV, K, V] = {(n, hv, dk, dv)}, got "
+                             f"{tuple(initial_state.shape)}")
+    if chunk_size is None:
+        chunk_size = default_chunk
+    elif not isinstance(chunk_size, int) or isinstance(chunk_size, bool):
+        raise TypeError(f"chunk_size must be None or an int, got {type(chunk_size).__name__}")
+    elif chunk_size not in CHUNK_SIZES:
+        raise NotImplementedError(f"chunk_size {chunk_size} is not supported; supported: {CHUNK_SIZES}")
+    if scale is None:
+        scale = dk ** -0.5
+    elif not isinstance(scale, (int, float)) or isinstance(scale, bool):
+        raise TypeError(f"scale must be None or a float, got {type(scale).__name__}")
+    return GdrProblem(b, t, h, hv, dk, dv, n, chunk_size, float(scale), varlen)
+
+
+def check_cu_seqlens_values(cu_seqlens: torch.Tensor, seq_len: int) -> None:
+    """Offsets start at 0, never decrease and end at T (one reduction and a sync; callers skip it while a CUDA
+    graph is captured)."""
+    if int(cu_seqlens[0]) != 0 or int(cu_seqlens[-1]) != seq_len or bool((cu_seqlens[1:] < cu_seqlens[:-1]).any()):
+        raise ValueError(f"cu_seqlens must start at 0, never decrease and end at T = {seq_len}, got "
+                         f"{cu_seqlens.tolist() if cu_seqlens.numel() <= 16 else '...'}")
+
+
+class NoBackward(torch.autograd.Function):
+    """Marks the forward's outputs as differentiable so autograd reaches backward, which says what is missing."""
+    MESSAGE = ("chunk_gated_delta_rule has no backward in deep_gemm_sm120: the SM120 kernels are forward only "
+               "(use FLA's backward on other GPUs, or run the forward under torch.no_grad())")
+
+    @staticmethod
+    def forward(ctx, o: torch.Tensor, *inputs: torch.Tensor) -> torch.Tensor:
+        return o.view_as(o)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise NotImplementedError(NoBackward.MESSAGE)
+
+
+def chunk_gated_delta_rule_bwd(*args, **kwargs):
+    """The direct backward entry point some callers import: not provided (forward-only kernels)."""
+    raise NotImplementedError(NoBackward.MESSAGE)

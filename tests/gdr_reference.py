@@ -1,0 +1,102 @@
+"""Gated delta rule references (issue 14), in float64 on any device.
+
+naive_recurrence: the token-by-token definition (FLA's chunk_gated_delta_rule forward semantics):
+    S_t = exp(g_t) S_{t-1} + beta_t k_t (v_t - exp(g_t) S_{t-1}^T k_t)^T,    o_t = scale * S_t^T q_t
+per value head; q / k heads are shared by HV / H consecutive value heads (repeat_interleave), S is [K, V].
+
+chunked: the same result computed the way the kernels will, chunk by chunk, so its stages can be checked one
+against the other on the CPU before any kernel exists:
+    1. G = cumsum of g inside the chunk;
+    2. A = strictly_lower(diag(beta) K K^T * exp(G_i - G_j)), T = (I + A)^-1 (forward substitution here; the kernel
+       inverts 16x16 diagonal blocks and combines them);
+    3. WY: w = T (beta * exp(G) * K), u = T (beta * V);
+    4. per chunk with incoming state S: v' = u - w S, o = scale (exp(G) * Q) S + scale (Q K^T * exp(G_i - G_j),
+       lower incl. diagonal) v', S <- exp(G_last) S + (exp(G_last - G) * K)^T v'.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    return x / torch.sqrt((x * x).sum(-1, keepdim=True) + eps)
+
+
+def _sequences(t_total: int, batch: int, cu_seqlens: torch.Tensor | None) -> list[tuple[int, int, int]]:
+    """(batch index, start, end) of every sequence: one per batch row, or the varlen segments of row 0."""
+    if cu_seqlens is None:
+        return [(b, 0, t_total) for b in range(batch)]
+    cu = cu_seqlens.tolist()
+    return [(0, cu[i], cu[i + 1]) for i in range(len(cu) - 1)]
+
+
+def _prepare(q, k, v, g, beta, scale, use_qk_l2norm):
+    q, k, v, g, beta = (x.double() for x in (q, k, v, g, beta))
+    if use_qk_l2norm:
+        q, k = l2norm(q), l2norm(k)
+    group = v.shape[2] // q.shape[2]
+    q, k = q.repeat_interleave(group, dim=2), k.repeat_interleave(group, dim=2)
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    return q, k, v, g, beta, scale
+
+
+def naive_recurrence(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
+                     use_qk_l2norm_in_kernel=False):
+    """q, k [B, T, H, K]; v [B, T, HV, V]; g, beta [B, T, HV]; initial_state [N, HV, K, V]. Returns (o, final)."""
+    q, k, v, g, beta, scale = _prepare(q, k, v, g, beta, scale, use_qk_l2norm_in_kernel)
+    bsz, t_total, hv, dk = k.shape
+    dv = v.shape[-1]
+    o = torch.zeros(bsz, t_total, hv, dv, dtype=torch.float64, device=v.device)
+    seqs = _sequences(t_total, bsz, cu_seqlens)
+    final = torch.zeros(len(seqs), hv, dk, dv, dtype=torch.float64, device=v.device)
+    for n, (b, s, e) in enumerate(seqs):
+        state = (initial_state[n].double().clone() if initial_state is not None
+                 else torch.zeros(hv, dk, dv, dtype=torch.float64, device=v.device))
+        for t in range(s, e):
+            state = state * g[b, t].exp()[:, None, None]
+            kt = k[b, t]                                                   # [HV, K]
+            delta = (v[b, t] - torch.einsum("hkv,hk->hv", state, kt)) * beta[b, t][:, None]
+            state = state + kt[:, :, None] * delta[:, None, :]
+            o[b, t] = torch.einsum("hkv,hk->hv", state, q[b, t]) * scale
+        final[n] = state
+    return o, (final if output_final_state else None)
+
+
+def chunked(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
+            use_qk_l2norm_in_kernel=False, chunk_size=32):
+    """The chunk-wise (WY) formulation of naive_recurrence, chunks restarting at every sequence start."""
+    q, k, v, g, beta, scale = _prepare(q, k, v, g, beta, scale, use_qk_l2norm_in_kernel)
+    bsz, t_total, hv, dk = k.shape
+    dv = v.shape[-1]
+    o = torch.zeros(bsz, t_total, hv, dv, dtype=torch.float64, device=v.device)
+    seqs = _sequences(t_total, bsz, cu_seqlens)
+    final = torch.zeros(len(seqs), hv, dk, dv, dtype=torch.float64, device=v.device)
+    for n, (b, s, e) in enumerate(seqs):
+        state = (initial_state[n].double().clone() if initial_state is not None
+                 else torch.zeros(hv, dk, dv, dtype=torch.float64, device=v.device))
+        for c0 in range(s, e, chunk_size):
+            c1 = min(c0 + chunk_size, e)
+            qc, kc, vc = q[b, c0:c1].transpose(0, 1), k[b, c0:c1].transpose(0, 1), v[b, c0:c1].transpose(0, 1)
+            gc, bc = g[b, c0:c1].transpose(0, 1), beta[b, c0:c1].transpose(0, 1)   # [HV, C]
+            cum = gc.cumsum(-1)                                                     # 1. local cumsum
+            decay = (cum[:, :, None] - cum[:, None, :])                             # G_i - G_j
+            c = c1 - c0
+            strict = torch.tril(torch.ones(c, c, dtype=torch.bool, device=v.device), -1)
+            causal = torch.tril(torch.ones(c, c, dtype=torch.bool, device=v.device))
+            a = (bc[:, :, None] * (kc @ kc.transpose(1, 2)) * decay.exp()).masked_fill(~strict, 0)
+            tinv = torch.linalg.solve_triangular(torch.eye(c, dtype=torch.float64, device=v.device) + a,
+                                                 torch.eye(c, dtype=torch.float64, device=v.device).expand(hv, c, c),
+                                                 upper=False)                       # 2. (I + A)^-1
+            w = tinv @ (kc * (bc * cum.exp())[:, :, None])                          # 3. WY
+            u = tinv @ (vc * bc[:, :, None])
+            vnew = u - w @ state                                                    # 4. inter-chunk
+            attn = ((qc @ kc.transpose(1, 2)) * decay.exp()).masked_fill(~causal, 0)
+            o[b, c0:c1] = ((qc * cum.exp()[:, :, None]) @ state * scale + attn @ vnew * scale).transpose(0, 1)
+            last = cum[:, -1:]
+            state = state * last.exp()[:, :, None] + (kc * (last - cum).exp()[:, :, None]).transpose(1, 2) @ vnew
+        final[n] = state
+    return o, (final if output_final_state else None)
+
+
+def relative_l2(x: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((x.double() - ref.double()).norm() / ref.double().norm().clamp_min(1e-300)).item()

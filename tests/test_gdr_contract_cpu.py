@@ -1,0 +1,69 @@
+"""chunk_gated_delta_rule's argument contract and its forward-only autograd marker, on the CPU."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from deep_gemm_sm120.gated_delta.contract import (CHUNK_SIZES, NoBackward, check_arguments, check_cu_seqlens_values,
+                                                 chunk_gated_delta_rule_bwd, default_chunk_size)
+
+BF16 = torch.bfloat16
+
+
+def _args(b=2, t=33, h=4, hv=8, dk=128, dv=128, dtype=BF16):
+    return (torch.zeros(b, t, h, dk, dtype=dtype), torch.zeros(b, t, h, dk, dtype=dtype),
+            torch.zeros(b, t, hv, dv, dtype=dtype), torch.zeros(b, t, hv), torch.zeros(b, t, hv, dtype=dtype))
+
+
+def test_valid_problem_and_defaults():
+    p = check_arguments(*_args())
+    assert (p.batch, p.seq_len, p.heads, p.value_heads, p.num_sequences) == (2, 33, 4, 8, 2)
+    assert p.scale == 128 ** -0.5 and p.chunk_size == 64 and not p.varlen
+    p = check_arguments(*_args(b=1), cu_seqlens=torch.tensor([0, 1, 1, 33], dtype=torch.int32), chunk_size=32,
+                        initial_state=torch.zeros(3, 8, 128, 128), default_chunk=32)
+    assert p.num_sequences == 3 and p.varlen and p.chunk_size == 32
+
+
+@pytest.mark.parametrize("mutate,error,text", [
+    (lambda a: (a[0].float(),) + a[1:], TypeError, "bfloat16 or torch.float16"),
+    (lambda a: a[:2] + (a[2].half(),) + a[3:], TypeError, "q's dtype"),
+    (lambda a: a[:3] + (a[3].to(BF16),) + a[4:], TypeError, "g .*float32"),
+    (lambda a: a[:2] + (torch.zeros(2, 33, 6, 128, dtype=BF16),) + a[3:], ValueError, "multiple of H"),
+    (lambda a: a[:3] + (torch.zeros(2, 33, 7),) + a[4:], ValueError, r"g must be \[B, T, HV\]"),
+    (lambda a: tuple(x[..., :64] if i < 3 else x for i, x in enumerate(a)), NotImplementedError, "K = V = 128"),
+])
+def test_typed_errors(mutate, error, text):
+    with pytest.raises(error, match=text):
+        check_arguments(*mutate(_args()))
+
+
+def test_varlen_state_and_chunk_errors():
+    a = _args(b=1)
+    with pytest.raises(ValueError, match="batch must be 1"):
+        check_arguments(*_args(), cu_seqlens=torch.tensor([0, 33], dtype=torch.int32))
+    with pytest.raises(TypeError, match="int32 or int64"):
+        check_arguments(*a, cu_seqlens=torch.tensor([0.0, 33.0]))
+    with pytest.raises(ValueError, match=r"initial_state must be \[N, HV, K, V\] = \(2, 8, 128, 128\)"):
+        check_arguments(*a, cu_seqlens=torch.tensor([0, 3, 33]), initial_state=torch.zeros(1, 8, 128, 128))
+    with pytest.raises(NotImplementedError, match=str(CHUNK_SIZES).replace("(", r"\(").replace(")", r"\)")):
+        check_arguments(*a, chunk_size=128)
+    with pytest.raises(TypeError, match="chunk_size"):
+        check_arguments(*a, chunk_size=32.0)
+    with pytest.raises(ValueError, match="end at T = 33"):
+        check_cu_seqlens_values(torch.tensor([0, 5, 30]), 33)
+    with pytest.raises(ValueError, match="never decrease"):
+        check_cu_seqlens_values(torch.tensor([0, 20, 10, 33]), 33)
+    check_cu_seqlens_values(torch.tensor([0, 0, 33]), 33)
+
+
+def test_backward_says_forward_only_both_ways():
+    x = torch.randn(3, requires_grad=True)
+    o = NoBackward.apply(x * 2, x)
+    with pytest.raises(NotImplementedError, match="forward only"):
+        o.sum().backward()
+    with pytest.raises(NotImplementedError, match="forward only"):
+        chunk_gated_delta_rule_bwd()
+
+
+def test_default_chunk_size_without_a_gpu():
+    assert default_chunk_size() in (32, 64)

@@ -1,0 +1,61 @@
+"""The chunk-wise (WY) gated-delta-rule formulation the kernels will implement equals the token-by-token
+definition, in float64 on the CPU: every stage of the planned kernels is checked before any kernel exists."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from gdr_reference import chunked, naive_recurrence, relative_l2
+
+
+def _inputs(b, t, h, hv, dk, dv, seed=0, initial=False, n_seq=None):
+    g_ = torch.Generator().manual_seed(seed)
+    q = torch.randn(b, t, h, dk, generator=g_)
+    k = torch.randn(b, t, h, dk, generator=g_)
+    v = torch.randn(b, t, hv, dv, generator=g_)
+    g = torch.nn.functional.logsigmoid(torch.randn(b, t, hv, generator=g_))        # log decay <= 0
+    beta = torch.sigmoid(torch.randn(b, t, hv, generator=g_))
+    s0 = torch.randn(n_seq or b, hv, dk, dv, generator=g_) if initial else None
+    return q, k, v, g, beta, s0
+
+
+@pytest.mark.parametrize("t,chunk", [(1, 32), (31, 32), (32, 32), (33, 32), (100, 32), (100, 64), (65, 16)])
+@pytest.mark.parametrize("h,hv", [(2, 2), (2, 4)])
+@pytest.mark.parametrize("initial,l2", [(False, True), (True, False)])
+def test_chunked_equals_recurrence(t, chunk, h, hv, initial, l2):
+    q, k, v, g, beta, s0 = _inputs(2, t, h, hv, 16, 8, seed=t + chunk, initial=initial)
+    kw = dict(initial_state=s0, output_final_state=True, use_qk_l2norm_in_kernel=l2)
+    o_ref, s_ref = naive_recurrence(q, k, v, g, beta, **kw)
+    o, s = chunked(q, k, v, g, beta, chunk_size=chunk, **kw)
+    assert relative_l2(o, o_ref) < 1e-10 and relative_l2(s, s_ref) < 1e-10
+
+
+def test_varlen_with_empty_and_one_token_sequences():
+    cu = torch.tensor([0, 1, 1, 40, 41, 105], dtype=torch.int32)   # lengths 1, 0, 39, 1, 64
+    q, k, v, g, beta, s0 = _inputs(1, 105, 2, 4, 16, 8, seed=3, initial=True, n_seq=5)
+    kw = dict(initial_state=s0, output_final_state=True, cu_seqlens=cu)
+    o_ref, s_ref = naive_recurrence(q, k, v, g, beta, **kw)
+    for chunk in (32, 64):
+        o, s = chunked(q, k, v, g, beta, chunk_size=chunk, **kw)
+        assert relative_l2(o, o_ref) < 1e-10 and relative_l2(s, s_ref) < 1e-10
+    # an empty sequence hands its initial state through unchanged
+    assert torch.equal(s_ref[1], s0[1].double())
+
+
+def test_sequences_are_independent_and_the_scale_default():
+    q, k, v, g, beta, _ = _inputs(2, 20, 2, 2, 16, 8, seed=5)
+    o, _ = naive_recurrence(q, k, v, g, beta)
+    o1, _ = naive_recurrence(q[1:], k[1:], v[1:], g[1:], beta[1:])
+    assert torch.equal(o[1:], o1)
+    o2, _ = naive_recurrence(q, k, v, g, beta, scale=16 ** -0.5)
+    assert torch.equal(o, o2)
+
+
+def test_grouped_value_heads_share_their_qk_head():
+    q, k, v, g, beta, _ = _inputs(1, 10, 2, 4, 16, 8, seed=7)
+    o, _ = naive_recurrence(q, k, v, g, beta)
+    # value heads 0, 1 use qk head 0; 2, 3 use qk head 1
+    o_h1, _ = naive_recurrence(q[:, :, 1:], k[:, :, 1:], v[:, :, 2:], g[:, :, 2:], beta[:, :, 2:])
+    assert torch.allclose(o[:, :, 2:], o_h1, rtol=0, atol=1e-12)
