@@ -5,3 +5,18 @@ _HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(_HERE))
 # Source checkouts (and the H200 qualification run) import the package from host/ directly.
 sys.path.insert(0, str(_HERE.parent / "host"))
+
+
+def pytest_runtest_setup(item):
+    """requires_sm120: skip unless the GPU is SM120 (12.x). Checked when the test runs, so collection never
+    touches CUDA; without a GPU nothing is initialized."""
+    if item.get_closest_marker("requires_sm120") is None:
+        return
+    import pytest
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs SM120 silicon; no CUDA GPU here")
+    cap = torch.cuda.get_device_capability()
+    if cap[0] != 12:
+        pytest.skip(f"needs SM120 silicon (compute capability 12.x); this GPU is {cap[0]}.{cap[1]}")

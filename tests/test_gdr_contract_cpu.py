@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from deep_gemm_sm120.gated_delta.contract import (CHUNK_SIZES, NoBackward, check_arguments, check_cu_seqlens_values,
+from deep_gemm_sm120.families.gated_delta_rule.contract import (CHUNK_SIZES, NoBackward, check_arguments, check_cu_seqlens_values,
                                                  chunk_gated_delta_rule_bwd, default_chunk_size)
 
 BF16 = torch.bfloat16

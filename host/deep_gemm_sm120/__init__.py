@@ -11,6 +11,7 @@ from . import arch, testing
 from .core.limits import SM120_PART_SMS
 from .core.registry import registry
 from .device import get_num_sms, set_num_sms
+from .families.gated_delta_rule.contract import chunk_gated_delta_rule_bwd, default_chunk_size
 from .grouped import get_mk_alignment_for_contiguous_layout
 from .launch import get_pdl, set_pdl
 from .quant import (ceil_to_ue8m0, get_mn_major_tma_aligned_packed_ue8m0_tensor, get_mn_major_tma_aligned_tensor,

@@ -1,15 +1,15 @@
-"""chunk_gated_delta_rule's argument contract (issue 14), torch-level but device-free: shapes, dtypes, the
-sequence layout and the chunk size, with the typed errors the API raises. The kernels (next session) consume
-the `GdrProblem` this returns."""
+"""chunk_gated_delta_rule's argument contract, torch-level but device-free: shapes, the sequence layout and the
+chunk size, with the typed errors the API raises (dtypes and head dims through the op's rule, `gdr_rule`, which
+is_supported calls too). The API launches the kernels on the `GdrProblem` this returns."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
 
-SUPPORTED_HEAD_DIMS = (128,)       # K = V = 128 first (issue 14)
-CHUNK_SIZES = (16, 32, 64)
-SM120_CHUNK, OTHER_CHUNK = 32, 64  # 99 KiB of shared memory on SM120 fits 32-token chunks of the fused stages
+from ...core.rules import dtype_name
+from . import OTHER_CHUNK, SM120_CHUNK, gdr_rule
+from ..gated_delta_rule_prep import CHUNKS as CHUNK_SIZES
 
 
 def default_chunk_size(device: torch.device | int | None = None) -> int:
@@ -44,15 +44,12 @@ def check_arguments(q, k, v, g, beta, scale=None, initial_state=None, output_fin
     NotImplementedError for what FLA accepts and we do not (yet): head dims other than 128, other chunk sizes."""
     for name, t in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta)):
         _tensor(name, t)
-    if q.dtype not in (torch.bfloat16, torch.float16):
-        raise TypeError(f"q must be torch.bfloat16 or torch.float16, got {q.dtype}")
+    gdr_rule(dtype=dtype_name(q.dtype), beta_dtype=dtype_name(beta.dtype), g_dtype=dtype_name(g.dtype),
+             initial_state_dtype=None if not isinstance(initial_state, torch.Tensor) else dtype_name(initial_state.dtype),
+             chunk_size=chunk_size)
     for name, t in (("k", k), ("v", v)):
         if t.dtype != q.dtype:
             raise TypeError(f"{name} must have q's dtype {q.dtype}, got {t.dtype}")
-    if g.dtype != torch.float32:
-        raise TypeError(f"g (log-space decay) must be torch.float32, got {g.dtype}")
-    if beta.dtype not in (q.dtype, torch.float32):
-        raise TypeError(f"beta must be {q.dtype} or torch.float32, got {beta.dtype}")
     if not isinstance(output_final_state, bool) or not isinstance(use_qk_l2norm_in_kernel, bool):
         raise TypeError("output_final_state and use_qk_l2norm_in_kernel must be bools")
     if q.dim() != 4 or k.shape != q.shape:
@@ -66,8 +63,7 @@ def check_arguments(q, k, v, g, beta, scale=None, initial_state=None, output_fin
     for name, x in (("g", g), ("beta", beta)):
         if tuple(x.shape) != (b, t, hv):
             raise ValueError(f"{name} must be [B, T, HV] = {(b, t, hv)}, got {tuple(x.shape)}")
-    if dk not in SUPPORTED_HEAD_DIMS or dv not in SUPPORTED_HEAD_DIMS:
-        raise NotImplementedError(f"head dims K = {dk}, V = {dv} are not supported yet; supported: K = V = 128")
+    gdr_rule(heads=h, value_heads=hv, head_dim=dk, value_dim=dv)
     varlen = cu_seqlens is not None
     if varlen:
         _tensor("cu_seqlens", cu_seqlens)
@@ -82,17 +78,11 @@ def check_arguments(q, k, v, g, beta, scale=None, initial_state=None, output_fin
         n = b
     if initial_state is not None:
         _tensor("initial_state", initial_state)
-        if initial_state.dtype != torch.float32:
-            raise TypeError(f"initial_state must be torch.float32, got {initial_state.dtype}")
         if tuple(initial_state.shape) != (n, hv, dk, dv):
             raise ValueError(f"initial_state must be [N, HV, K, V] = {(n, hv, dk, dv)}, got "
                              f"{tuple(initial_state.shape)}")
     if chunk_size is None:
         chunk_size = default_chunk
-    elif not isinstance(chunk_size, int) or isinstance(chunk_size, bool):
-        raise TypeError(f"chunk_size must be None or an int, got {type(chunk_size).__name__}")
-    elif chunk_size not in CHUNK_SIZES:
-        raise NotImplementedError(f"chunk_size {chunk_size} is not supported; supported: {CHUNK_SIZES}")
     if scale is None:
         scale = dk ** -0.5
     elif not isinstance(scale, (int, float)) or isinstance(scale, bool):

@@ -1,0 +1,116 @@
+#pragma once
+// Shared pieces of the gated-delta-rule chunked forward (sm120_gated_delta_rule_prep.cuh computes each chunk's
+// WY factors, sm120_gated_delta_rule_fwd.cuh carries the state through a sequence):
+//   - element traits (bf16 / fp16 operands, fp32 accumulation on m16n8k16 mma.sync);
+//   - the head-dim tile layout both kernels use for [rows][128] operand tiles: two [rows][64] halves, each in
+//     TMA's 128-byte swizzle, so the recurrence kernel's TMA boxes and the prep kernel's plain stores agree;
+//   - sequences and chunks: tokens are flattened over (batch, time); sequence n spans [start, end) of them
+//     (B rows of T tokens, or the cu_seqlens segments of row 0) and is cut into chunks from its start.
+//
+// Scratch written by the prep kernel, token-indexed (flat token t, value head hv) so the recurrence kernel
+// can read any chunk with one TMA box:
+//   w, u      [tokens][HV][128] elements   w = T (beta exp(G) k / |k|),  u = T (beta v)
+//   attn      [tokens][HV][C]   elements   row i: scale exp(G_i - G_j) q_i.k_j / (|q_i||k_j|) for j <= i, else 0
+//   gates     [tokens][HV][4]   fp32       (G, scale exp(G) / |q|, exp(G_last - G) / |k|, 0)
+// with G the inclusive cumsum of g inside the chunk and |x| = 1 unless q/k are l2-normalized in the kernel.
+
+#include "../common/sm120_arch.cuh"
+#include "../common/sm120_math.cuh"
+#include "../common/sm120_swizzle.cuh"
+#include "../common/sm120_types.cuh"
+#include "../mma/sm120.cuh"
+
+namespace sm120 {
+
+constexpr uint32_t kGdrHeadDim = 128;   // K = V = 128
+constexpr uint32_t kGdrHalfCols = 64;   // one 128-byte swizzle row of bf16 / fp16
+constexpr uint32_t kGdrGateFloats = 4;  // (G, q factor, k factor, pad) per token and value head
+
+template <typename Elem>
+struct GdrElem;
+
+template <>
+struct GdrElem<bf16> {
+    SM120_DEVICE static uint32_t pack(float lo, float hi) { return pack_bf16x2(lo, hi); }
+    SM120_DEVICE static float to_float(bf16 x) { return __bfloat162float(x); }
+    SM120_DEVICE static void unpack(uint32_t r, float& lo, float& hi) {
+        const float2 f = __bfloat1622float2(*reinterpret_cast<const bf16x2*>(&r));
+        lo = f.x, hi = f.y;
+    }
+    SM120_DEVICE static void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+        mma_bf16_16816(d, a, b);
+    }
+};
+
+template <>
+struct GdrElem<fp16> {
+    SM120_DEVICE static uint32_t pack(float lo, float hi) { return pack_half2(lo, hi); }
+    SM120_DEVICE static float to_float(fp16 x) { return __half2float(x); }
+    SM120_DEVICE static void unpack(uint32_t r, float& lo, float& hi) {
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&r));
+        lo = f.x, hi = f.y;
+    }
+    SM120_DEVICE static void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+        mma_f16_16816(d, a, b);
+    }
+};
+
+// Byte offset of (row, 16-byte chunk c of 16) in a [kRows][128] tile of 2-byte elements stored as two
+// swizzled [kRows][64] halves (the layout of two TMA boxes of 64 columns).
+template <uint32_t kRows>
+SM120_HOST_DEVICE uint32_t gdr_tile_offset(uint32_t row, uint32_t chunk) {
+    return (chunk / 8) * (kRows * kSwizzle128BRowBytes) + swizzle_offset<kSwizzle128BRowBytes>(row, chunk % 8);
+}
+
+// Sequence n's flat token range: [n * T, n * T + T) without cu_seqlens, else [cu[n], cu[n + 1]).
+template <typename Offset>
+SM120_DEVICE void gdr_sequence(const Offset* cu_seqlens, uint32_t seq_len, uint32_t n, uint32_t& start,
+                               uint32_t& end) {
+    if (cu_seqlens == nullptr) {
+        start = n * seq_len, end = start + seq_len;
+    } else {
+        start = static_cast<uint32_t>(__ldg(cu_seqlens + n)), end = static_cast<uint32_t>(__ldg(cu_seqlens + n + 1));
+    }
+}
+
+// Chunk slot `slot` (the prep kernel's blockIdx.x) -> its sequence's token range and the chunk's first token.
+// Without cu_seqlens every sequence has ceil(T / C) slots; with it, slots enumerate the chunks of all sequences
+// in order (one warp scans the chunk counts, 32 sequences per step). Returns false for slots past the last chunk.
+template <uint32_t kChunk, typename Offset>
+SM120_DEVICE bool gdr_chunk_of_slot(const Offset* cu_seqlens, uint32_t num_seqs, uint32_t seq_len, uint32_t slot,
+                                    uint32_t lane, uint32_t& first, uint32_t& end) {
+    if (cu_seqlens == nullptr) {
+        const uint32_t per_seq = (seq_len + kChunk - 1) / kChunk;
+        const uint32_t n = slot / per_seq;
+        if (per_seq == 0 || n >= num_seqs) return false;
+        first = n * seq_len + (slot % per_seq) * kChunk, end = n * seq_len + seq_len;
+        return true;
+    }
+    uint32_t before = 0;  // chunks of the sequences already scanned
+    for (uint32_t base = 0; base < num_seqs; base += 32) {
+        const uint32_t n = base + lane;
+        uint32_t s = 0, e = 0;
+        if (n < num_seqs) gdr_sequence(cu_seqlens, seq_len, n, s, e);
+        const uint32_t count = e > s ? (e - s + kChunk - 1) / kChunk : 0;
+        uint32_t incl = count;  // inclusive prefix over the 32 lanes
+#pragma unroll
+        for (uint32_t d = 1; d < 32; d <<= 1) {
+            const uint32_t x = __shfl_up_sync(0xffffffffu, incl, d);
+            if (lane >= d) incl += x;
+        }
+        const uint32_t total = __shfl_sync(0xffffffffu, incl, 31);
+        if (slot < before + total) {
+            const uint32_t hit = __ballot_sync(0xffffffffu, slot < before + incl);
+            const uint32_t owner = __ffs(hit) - 1;
+            const uint32_t owner_start = __shfl_sync(0xffffffffu, s, owner);
+            const uint32_t owner_excl = __shfl_sync(0xffffffffu, incl - count, owner);
+            first = owner_start + (slot - before - owner_excl) * kChunk;
+            end = __shfl_sync(0xffffffffu, e, owner);
+            return true;
+        }
+        before += total;
+    }
+    return false;
+}
+
+}  // namespace sm120

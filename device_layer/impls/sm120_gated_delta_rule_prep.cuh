@@ -1,0 +1,299 @@
+#pragma once
+// Gated delta rule, chunked forward, stage 1 of 2: the per-chunk factors (parallel over chunks and value heads).
+// For the chunk of C tokens at `first` of value head hv (q / k head hv / group), with G = cumsum(g) in the chunk,
+// beta, and 1/|q|, 1/|k| (1 unless l2-normalizing in the kernel):
+//   A    = strictly_lower(beta_i exp(G_i - G_j) k_i.k_j / (|k_i||k_j|))      (K K^T on mma.sync, fp32)
+//   T    = (I + A)^-1: 16x16 diagonal blocks by forward substitution, then the off-diagonal blocks
+//          T_ij = -T_ii sum_{j <= m < i} A_im T_mj, in fp32 SIMT (exact enough that w and u carry only the
+//          rounding of their bf16 / fp16 storage)
+//   w    = T diag(beta exp(G) / |k|) k,     u = T diag(beta) v               (mma.sync, A operand = T scaled)
+//   attn = scale exp(G_i - G_j) q_i.k_j / (|q_i||k_j|) for j <= i           (Q K^T on mma.sync)
+//   gates: (G, scale exp(G) / |q|, exp(G_last - G) / |k|, 0) per token
+// and writes them token-indexed (layout in sm120_gated_delta_rule_common.cuh). Rows past the chunk's end are
+// zero in shared memory and never written.
+//
+// One CTA of four warps per (chunk slot, value head); q, k, v tiles come in by plain 16-byte loads (a chunk may
+// start anywhere in a packed varlen batch and ends at its sequence's end, which a TMA box cannot stop at).
+
+#include "../common/sm120_arch.cuh"
+#include "../common/sm120_ldmatrix.cuh"
+#include "../common/sm120_mbarrier.cuh"
+#include "../common/sm120_pdl.cuh"
+#include "../common/sm120_warp.cuh"
+#include "sm120_gated_delta_rule_common.cuh"
+
+namespace sm120 {
+
+template <uint32_t kChunk>
+struct GdrPrepConfig {
+    static constexpr uint32_t kThreads = 128;
+    static constexpr uint32_t kBlocks = kChunk / 16;           // 16x16 blocks per side of A
+    static constexpr uint32_t kTileBytes = kChunk * kGdrHeadDim * 2;
+    static constexpr uint32_t kLdA = kChunk + 1;               // fp32 row stride (words) of A and T
+    static constexpr uint32_t kLdT16 = kChunk + 8;             // 2-byte row stride of Tw / Tu / attn staging
+    static constexpr uint32_t kMatBytes = kChunk * kLdA * 4;
+    static constexpr uint32_t kScratchBytes = (kBlocks > 1 ? (kBlocks - 1) * 256 : 1) * 4;
+    static constexpr uint32_t kHalfMatBytes = kChunk * kLdT16 * 2;
+    // [k | q | v tiles][A + off-diagonal scratch, later Tw + Tu][T, earlier the attn staging][G, beta, 1/|k|, 1/|q|]
+    static constexpr uint32_t kRegionA = kMatBytes + kScratchBytes > 2 * kHalfMatBytes ? kMatBytes + kScratchBytes
+                                                                                       : 2 * kHalfMatBytes;
+    static constexpr uint32_t kRegionT = kMatBytes > kHalfMatBytes ? kMatBytes : kHalfMatBytes;
+    static constexpr uint32_t kOffA = 3 * kTileBytes;
+    static constexpr uint32_t kOffT = kOffA + align_up(kRegionA, 16u);
+    static constexpr uint32_t kOffVec = kOffT + align_up(kRegionT, 16u);
+    static constexpr uint32_t kSmemBytes = kOffVec + 4 * kChunk * 4;
+    static_assert(kChunk == 16 || kChunk == 32 || kChunk == 64, "chunk size: 16, 32 or 64");
+    static_assert(kSmemBytes <= kMaxSmemPerBlock, "shared memory exceeds the SM120 per-block budget (101376 B)");
+};
+
+template <uint32_t kChunk, typename Elem>
+__global__ void __launch_bounds__(GdrPrepConfig<kChunk>::kThreads)
+sm120_gated_delta_rule_prep_kernel(const Elem* __restrict__ q, const Elem* __restrict__ k,
+                                   const Elem* __restrict__ v, const float* __restrict__ g,
+                                   const void* __restrict__ beta, const int32_t* __restrict__ cu_seqlens,
+                                   Elem* __restrict__ w_out, Elem* __restrict__ u_out, Elem* __restrict__ attn_out,
+                                   float* __restrict__ gates_out, uint32_t num_seqs, uint32_t seq_len,
+                                   uint32_t value_heads, uint32_t group, float scale, uint32_t beta_fp32,
+                                   uint32_t l2norm) {
+    using Cfg = GdrPrepConfig<kChunk>;
+    using E = GdrElem<Elem>;
+    constexpr uint32_t C = kChunk, kNB = Cfg::kBlocks, kLdA = Cfg::kLdA, kLd16 = Cfg::kLdT16;
+
+    extern __shared__ __align__(1024) uint8_t smem[];
+    uint8_t* s_k = smem;
+    uint8_t* s_q = smem + Cfg::kTileBytes;
+    uint8_t* s_v = smem + 2 * Cfg::kTileBytes;
+    float* s_a = reinterpret_cast<float*>(smem + Cfg::kOffA);
+    float* s_x = s_a + C * kLdA;                                     // off-diagonal products
+    Elem* s_tw = reinterpret_cast<Elem*>(smem + Cfg::kOffA);         // after the inverse: T diag(beta e^G / |k|)
+    Elem* s_tu = s_tw + C * kLd16;                                   //                    T diag(beta)
+    float* s_t = reinterpret_cast<float*>(smem + Cfg::kOffT);
+    Elem* s_attn = reinterpret_cast<Elem*>(smem + Cfg::kOffT);       // staging, before T is written
+    float* s_g = reinterpret_cast<float*>(smem + Cfg::kOffVec);
+    float* s_beta = s_g + C;
+    float* s_rk = s_beta + C;
+    float* s_rq = s_rk + C;
+
+    const uint32_t warp = warp_idx(), lane = lane_idx(), tid = threadIdx.x;
+    const uint32_t hv = blockIdx.y, h = hv / group;
+    const uint32_t gid = lane >> 2, t4 = lane & 3;
+
+    pdl_wait_primary();
+    uint32_t first, end;
+    if (!gdr_chunk_of_slot<C>(cu_seqlens, num_seqs, seq_len, blockIdx.x, lane, first, end)) return;
+    const uint32_t len = min(C, end - first);
+
+    // ---- load the k, q, v tiles (zero rows past the chunk) and the per-token scalars ----
+    for (uint32_t i = tid; i < C * 16; i += Cfg::kThreads) {
+        const uint32_t row = i / 16, chunk = i % 16;
+        uint4 kq = make_uint4(0, 0, 0, 0), qq = kq, vq = kq;
+        if (row < len) {
+            const size_t tok = first + row;
+            kq = __ldg(reinterpret_cast<const uint4*>(k + (tok * (value_heads / group) + h) * kGdrHeadDim) + chunk);
+            qq = __ldg(reinterpret_cast<const uint4*>(q + (tok * (value_heads / group) + h) * kGdrHeadDim) + chunk);
+            vq = __ldg(reinterpret_cast<const uint4*>(v + (tok * value_heads + hv) * kGdrHeadDim) + chunk);
+        }
+        const uint32_t off = gdr_tile_offset<C>(row, chunk);
+        *reinterpret_cast<uint4*>(s_k + off) = kq;
+        *reinterpret_cast<uint4*>(s_q + off) = qq;
+        *reinterpret_cast<uint4*>(s_v + off) = vq;
+    }
+    if (tid < C) {
+        float gv = 0.0f, bv = 0.0f;
+        if (tid < len) {
+            const size_t idx = static_cast<size_t>(first + tid) * value_heads + hv;
+            gv = __ldg(g + idx);
+            bv = beta_fp32 ? __ldg(static_cast<const float*>(beta) + idx)
+                           : E::to_float(static_cast<const Elem*>(beta)[idx]);
+        }
+        s_g[tid] = gv, s_beta[tid] = bv;
+    }
+    __syncthreads();
+
+    // ---- cumsum of g (warp 0); 1/|k|, 1/|q| (warps 1-3, a row per warp step) ----
+    if (warp == 0) {
+        float carry = 0.0f;
+#pragma unroll
+        for (uint32_t base = 0; base < C; base += 32) {
+            float x = base + lane < C ? s_g[base + lane] : 0.0f;
+#pragma unroll
+            for (uint32_t d = 1; d < 32; d <<= 1) {
+                const float y = __shfl_up_sync(0xffffffffu, x, d);
+                if (lane >= d) x += y;
+            }
+            if (base + lane < C) s_g[base + lane] = x + carry;
+            carry += __shfl_sync(0xffffffffu, x, 31);
+        }
+    } else {
+        for (uint32_t row = warp - 1; row < C; row += 3) {
+            // lane reads columns [4 lane, 4 lane + 4): 8 bytes of 16-byte chunk lane / 2
+            const uint32_t off = gdr_tile_offset<C>(row, lane / 2) + (lane % 2) * 8;
+            float ss[2];
+#pragma unroll
+            for (uint32_t which = 0; which < 2; ++which) {
+                const uint2 r = *reinterpret_cast<const uint2*>((which ? s_q : s_k) + off);
+                float a, b, c, d;
+                E::unpack(r.x, a, b), E::unpack(r.y, c, d);
+                float s = a * a + b * b + c * c + d * d;
+#pragma unroll
+                for (uint32_t m = 16; m > 0; m >>= 1) s += __shfl_xor_sync(0xffffffffu, s, m);
+                ss[which] = s;
+            }
+            if (lane == 0) {
+                s_rk[row] = l2norm ? rsqrtf(ss[0] + 1e-6f) : 1.0f;
+                s_rq[row] = l2norm ? rsqrtf(ss[1] + 1e-6f) : 1.0f;
+            }
+        }
+    }
+    __syncthreads();
+
+    // ---- K K^T (strict lower -> A, fp32) and Q K^T (lower incl. diagonal -> attn staging) ----
+    {
+        constexpr uint32_t kLowerBlocks = kNB * (kNB + 1) / 2;
+        for (uint32_t task = warp; task < 2 * kLowerBlocks; task += 4) {
+            const bool is_qk = task >= kLowerBlocks;
+            uint32_t b = is_qk ? task - kLowerBlocks : task, bi = 0;
+            while (b > bi) b -= ++bi;          // (bi, bj = b) with bj <= bi, row-major over the lower triangle
+            const uint32_t bj = b;
+            const uint8_t* s_lhs = is_qk ? s_q : s_k;
+            float acc[2][4] = {};
+#pragma unroll
+            for (uint32_t kk = 0; kk < kGdrHeadDim / 16; ++kk) {
+                uint32_t a[4], bf[4];
+                ldmatrix_x4(smem_addr(s_lhs + gdr_tile_offset<C>(16 * bi + lane % 16, 2 * kk + lane / 16)),
+                            a[0], a[1], a[2], a[3]);
+                ldmatrix_x4(smem_addr(s_k + gdr_tile_offset<C>(16 * bj + lane % 8 + 8 * (lane / 16),
+                                                               2 * kk + (lane / 8) % 2)),
+                            bf[0], bf[1], bf[2], bf[3]);
+                E::mma(acc[0], a, {bf[0], bf[1]});
+                E::mma(acc[1], a, {bf[2], bf[3]});
+            }
+#pragma unroll
+            for (uint32_t nt = 0; nt < 2; ++nt)
+#pragma unroll
+                for (uint32_t e = 0; e < 4; ++e) {
+                    const uint32_t i = 16 * bi + gid + 8 * (e / 2), j = 16 * bj + 8 * nt + 2 * t4 + e % 2;
+                    const float decay = i >= j ? __expf(s_g[i] - s_g[j]) : 0.0f;
+                    if (is_qk) {
+                        const float x = i >= j ? scale * s_rq[i] * s_rk[j] * acc[nt][e] * decay : 0.0f;
+                        s_attn[i * kLd16 + j] = static_cast<Elem>(x);
+                    } else {
+                        s_a[i * kLdA + j] = i > j ? s_beta[i] * s_rk[i] * s_rk[j] * acc[nt][e] * decay : 0.0f;
+                    }
+                }
+        }
+        // attn above the diagonal blocks is zero
+        for (uint32_t e = tid; e < C * C; e += Cfg::kThreads) {
+            const uint32_t i = e / C, j = e % C;
+            if (j / 16 > i / 16) s_attn[i * kLd16 + j] = static_cast<Elem>(0.0f);
+        }
+    }
+    __syncthreads();
+
+    // ---- attn rows out; diagonal 16x16 blocks of T by forward substitution (thread = one column) ----
+    for (uint32_t e = tid; e < len * (C / 8); e += Cfg::kThreads) {
+        const uint32_t row = e / (C / 8), part = e % (C / 8);
+        const uint4 x = *reinterpret_cast<const uint4*>(s_attn + row * kLd16 + part * 8);
+        *reinterpret_cast<uint4*>(attn_out + (static_cast<size_t>(first + row) * value_heads + hv) * C + part * 8) = x;
+    }
+    __syncthreads();  // the staging is T's space from here
+    if (tid < C) {
+        const uint32_t b0 = tid / 16 * 16, cc = tid % 16;
+#pragma unroll
+        for (uint32_t r = 0; r < 16; ++r) {
+            float x = r == cc ? 1.0f : 0.0f;
+            if (r > cc)
+                for (uint32_t j = cc; j < r; ++j) x -= s_a[(b0 + r) * kLdA + b0 + j] * s_t[(b0 + j) * kLdA + b0 + cc];
+            s_t[(b0 + r) * kLdA + b0 + cc] = x;
+        }
+    }
+    for (uint32_t e = tid; e < C * C; e += Cfg::kThreads) {
+        const uint32_t i = e / C, j = e % C;
+        if (j / 16 > i / 16) s_t[i * kLdA + j] = 0.0f;
+    }
+    __syncthreads();
+    // ---- off-diagonal blocks, block row by block row: X = sum_m A_im T_mj, then T_ij = -T_ii X ----
+#pragma unroll 1
+    for (uint32_t bi = 1; bi < kNB; ++bi) {
+        for (uint32_t e = tid; e < bi * 256; e += Cfg::kThreads) {
+            const uint32_t bj = e / 256, r = e % 256 / 16, c = e % 16;
+            float x = 0.0f;
+            for (uint32_t m = 16 * bj; m < 16 * bi; ++m) x += s_a[(16 * bi + r) * kLdA + m] * s_t[m * kLdA + 16 * bj + c];
+            s_x[e] = x;
+        }
+        __syncthreads();
+        for (uint32_t e = tid; e < bi * 256; e += Cfg::kThreads) {
+            const uint32_t bj = e / 256, r = e % 256 / 16, c = e % 16;
+            float x = 0.0f;
+#pragma unroll
+            for (uint32_t m = 0; m <= 15; ++m) x += s_t[(16 * bi + r) * kLdA + 16 * bi + m] * s_x[bj * 256 + m * 16 + c];
+            s_t[(16 * bi + r) * kLdA + 16 * bj + c] = -x;
+        }
+        __syncthreads();
+    }
+
+    // ---- the WY operands (A's space) and the gates ----
+    for (uint32_t e = tid; e < C * C; e += Cfg::kThreads) {
+        const uint32_t i = e / C, j = e % C;
+        const float t = s_t[i * kLdA + j], bj = s_beta[j];
+        s_tw[i * kLd16 + j] = static_cast<Elem>(t * bj * __expf(s_g[j]) * s_rk[j]);
+        s_tu[i * kLd16 + j] = static_cast<Elem>(t * bj);
+    }
+    if (tid < len) {
+        const float gi = s_g[tid], glast = s_g[len - 1];
+        const float4 gate = make_float4(gi, scale * __expf(gi) * s_rq[tid], __expf(glast - gi) * s_rk[tid], 0.0f);
+        *reinterpret_cast<float4*>(gates_out + (static_cast<size_t>(first + tid) * value_heads + hv) * kGdrGateFloats) =
+            gate;
+    }
+    __syncthreads();
+
+    // ---- w = Tw k, u = Tu v: warp w owns head-dim columns [32 w, 32 w + 32); results replace its k / v columns ----
+    {
+        constexpr uint32_t kMT = C / 16;
+#pragma unroll
+        for (uint32_t which = 0; which < 2; ++which) {
+            uint8_t* s_rhs = which ? s_v : s_k;
+            const Elem* s_lhs = which ? s_tu : s_tw;
+            float acc[kMT][4][4] = {};
+#pragma unroll
+            for (uint32_t mt = 0; mt < kMT; ++mt)
+#pragma unroll
+                for (uint32_t ks = 0; ks < C / 16; ++ks) {
+                    uint32_t a[4];
+                    ldmatrix_x4(smem_addr(s_lhs + (16 * mt + lane % 16) * kLd16 + 16 * ks + 8 * (lane / 16)),
+                                a[0], a[1], a[2], a[3]);
+#pragma unroll
+                    for (uint32_t np = 0; np < 2; ++np) {
+                        uint32_t bf[4];
+                        ldmatrix_x4_trans(smem_addr(s_rhs + gdr_tile_offset<C>(16 * ks + lane % 8 + 8 * ((lane / 8) % 2),
+                                                                               4 * warp + 2 * np + lane / 16)),
+                                          bf[0], bf[1], bf[2], bf[3]);
+                        E::mma(acc[mt][2 * np], a, {bf[0], bf[1]});
+                        E::mma(acc[mt][2 * np + 1], a, {bf[2], bf[3]});
+                    }
+                }
+            __syncwarp();
+#pragma unroll
+            for (uint32_t mt = 0; mt < kMT; ++mt)
+#pragma unroll
+                for (uint32_t nt = 0; nt < 4; ++nt)
+#pragma unroll
+                    for (uint32_t hh = 0; hh < 2; ++hh) {
+                        const uint32_t row = 16 * mt + gid + 8 * hh, col = 32 * warp + 8 * nt + 2 * t4;
+                        *reinterpret_cast<uint32_t*>(s_rhs + gdr_tile_offset<C>(row, col / 8) + (col % 8) * 2) =
+                            E::pack(acc[mt][nt][2 * hh], acc[mt][nt][2 * hh + 1]);
+                    }
+        }
+    }
+    __syncthreads();
+    for (uint32_t i = tid; i < len * 16; i += Cfg::kThreads) {
+        const uint32_t row = i / 16, chunk = i % 16;
+        const size_t at = (static_cast<size_t>(first + row) * value_heads + hv) * kGdrHeadDim;
+        const uint32_t off = gdr_tile_offset<C>(row, chunk);
+        reinterpret_cast<uint4*>(w_out + at)[chunk] = *reinterpret_cast<const uint4*>(s_k + off);
+        reinterpret_cast<uint4*>(u_out + at)[chunk] = *reinterpret_cast<const uint4*>(s_v + off);
+    }
+    pdl_launch_dependents();
+}
+
+}  // namespace sm120

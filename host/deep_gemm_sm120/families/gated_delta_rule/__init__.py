@@ -1,0 +1,147 @@
+"""Gated delta rule chunked forward (Qwen3-Next / Qwen3.5 linear attention; docs/gated_delta_rule.md): the
+recurrence kernel (impls/sm120_gated_delta_rule_fwd.cuh) and the public op chunk_gated_delta_rule, which runs
+the prep family's kernel first. Declarations only (torch-free)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...core.limits import SMEM_LIMIT
+from ...core.params import Param, ParamList
+from ...core.registry import Family, GateRules, KernelSpec, Op
+from ...core.rules import require_dim, require_dtype
+from ..gated_delta_rule_prep import CHUNKS, CXX_ELEM, HEAD_DIM, GdrPrepSpec, hmma
+
+PARAMS = ParamList(
+    Param("tmap_w", "CUtensorMap"), Param("tmap_u", "CUtensorMap"), Param("tmap_q", "CUtensorMap"),
+    Param("tmap_k", "CUtensorMap"), Param("tmap_attn", "CUtensorMap"), Param("tmap_gate", "CUtensorMap"),
+    Param("initial_state", "const float*"), Param("final_state", "float*"), Param("o", "{elem}*"),
+    Param("cu_seqlens", "const int32_t*"), Param("seq_len", "uint32_t"), Param("value_heads", "uint32_t"),
+    Param("group", "uint32_t"),
+)
+V_SLICES = (16, 32, 64, 128)
+MAX_STAGES = 2
+HEAD_DIMS = (HEAD_DIM,)
+ELEM_DTYPES = {"bfloat16": "bf16", "float16": "fp16"}
+SM120_CHUNK, OTHER_CHUNK = 32, 64   # 99 KiB per block on SM120: the recurrence double-buffers 32-token chunks
+
+
+def _align(x: int, a: int) -> int:
+    return -(-x // a) * a
+
+
+def stage_bytes(chunk: int, vslice: int) -> int:
+    """GdrFwdConfig::kStageBytes: w, q, k tiles, the u slice, attn and gates, each 1024-aligned."""
+    return 3 * chunk * HEAD_DIM * 2 + sum(_align(b, 1024) for b in (chunk * vslice * 2, chunk * chunk * 2, chunk * 16))
+
+
+def out_bytes(chunk: int, vslice: int) -> int:
+    return vslice // 16 * chunk * 16 * 2
+
+
+def fwd_stages(chunk: int, vslice: int) -> int:
+    """As many stages as fit the SM120 budget, at most MAX_STAGES (64-token chunks fit one)."""
+    free = SMEM_LIMIT - out_bytes(chunk, vslice)
+    return min(MAX_STAGES, free // (stage_bytes(chunk, vslice) + 16))
+
+
+@dataclass(frozen=True)
+class GdrFwdSpec(KernelSpec):
+    chunk: int = 32
+    vslice: int = 64
+    elem: str = "bf16"
+
+    @property
+    def stages(self) -> int:
+        return fwd_stages(self.chunk, self.vslice)
+
+    @property
+    def name(self) -> str:
+        return f"gated_delta_rule_fwd_c{self.chunk}_v{self.vslice}_s{self.stages}_{self.elem}"
+
+    @property
+    def threads(self) -> int:
+        return (self.vslice // 16 + 1) * 32
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.stages * (stage_bytes(self.chunk, self.vslice) + 16) + out_bytes(self.chunk, self.vslice)
+
+    def template_args(self) -> list[str]:
+        return [str(self.chunk), str(self.vslice), str(self.stages), CXX_ELEM[self.elem]]
+
+    def type_subst(self) -> dict[str, str]:
+        return {"elem": CXX_ELEM[self.elem]}
+
+
+def v_slices(chunk: int) -> tuple[int, ...]:
+    """64-token chunks stop at 64-column slices: nine warps of a 128-column CTA leave ptxas 168 registers a
+    thread, and the 64-token state step needs more (it spilled)."""
+    return V_SLICES if chunk < 64 else V_SLICES[:-1]
+
+
+def specs() -> list[GdrFwdSpec]:
+    return [GdrFwdSpec(c, vs, e) for c in CHUNKS for vs in v_slices(c) for e in CXX_ELEM]
+
+
+def choose_vslice(num_seqs: int, value_heads: int, num_sms: int, chunk: int) -> int:
+    """The widest V slice that still gives every SM a CTA (a warp per 16 value columns either way; wider slices
+    share each loaded w / q / k tile among more warps)."""
+    heads = num_seqs * value_heads
+    for vs in reversed(v_slices(chunk)):
+        if heads * (HEAD_DIM // vs) >= num_sms:
+            return vs
+    return V_SLICES[0]
+
+
+def gdr_rule(dtype: str | None = None, beta_dtype: str | None = None, g_dtype: str | None = None,
+             initial_state_dtype: str | None = None, heads: int | None = None, value_heads: int | None = None,
+             head_dim: int | None = None, value_dim: int | None = None, chunk_size: int | None = None) -> None:
+    """q / k / v bf16 or fp16 (one dtype), g fp32, beta q's dtype or fp32, initial_state fp32; HV a positive
+    multiple of H; K = V = 128 (NotImplementedError otherwise); chunk_size 16 / 32 / 64 or None (the device's
+    default_chunk_size())."""
+    require_dtype("q / k / v", dtype, tuple(ELEM_DTYPES))
+    require_dtype("g (log-space decay)", g_dtype, ("float32",))
+    require_dtype("beta", beta_dtype, (dtype or "bfloat16", "float32") if dtype else tuple(ELEM_DTYPES) + ("float32",))
+    require_dtype("initial_state", initial_state_dtype, ("float32",))
+    for name, x in (("heads", heads), ("value_heads", value_heads), ("head_dim", head_dim), ("value_dim", value_dim)):
+        if x is not None:
+            require_dim(name, x)
+    if heads is not None and value_heads is not None and (heads == 0 or value_heads % heads):
+        raise ValueError(f"HV = {value_heads} value heads must be a positive multiple of H = {heads} q/k heads")
+    for name, x in (("K", head_dim), ("V", value_dim)):
+        if x is not None and x not in HEAD_DIMS:
+            raise NotImplementedError(f"head dim {name} = {x} is not supported yet; supported: K = V = 128")
+    if chunk_size is not None:
+        if not isinstance(chunk_size, int) or isinstance(chunk_size, bool):
+            raise TypeError(f"chunk_size must be None or an int, got {type(chunk_size).__name__}")
+        if chunk_size not in CHUNKS:
+            raise NotImplementedError(f"chunk_size {chunk_size} is not supported; supported: {CHUNKS}")
+
+
+def plan_specs(num_sms: int, dtype=None, chunk_size: int | None = None, num_seqs: int = 1, value_heads: int = 1,
+               **_shape) -> list:
+    elem = ELEM_DTYPES.get(str(dtype).replace("torch.", ""), "bf16")
+    chunk = chunk_size or SM120_CHUNK
+    return [GdrPrepSpec(chunk, elem), GdrFwdSpec(chunk, choose_vslice(num_seqs, value_heads, num_sms, chunk), elem)]
+
+
+FAMILY = Family(
+    name="gated_delta_rule",
+    header="impls/sm120_gated_delta_rule_fwd.cuh",
+    kernel="sm120::sm120_gated_delta_rule_fwd_kernel",
+    params=PARAMS,
+    spec_type=GdrFwdSpec,
+    specs=specs,
+    gate=lambda spec: GateRules(required={"sm120": (hmma(spec.elem), "LDSM", "UTMALDG"),
+                                          "sm90": (hmma(spec.elem), "LDSM", "UTMALDG")}),
+    quick_key=lambda s: (s.chunk, s.vslice),
+    pdl=True,
+    ops=(Op("chunk_gated_delta_rule", gdr_rule,
+            "q, k [B,T,H,128], v [B,T,HV,128] bf16/fp16; g fp32 [B,T,HV]; beta [B,T,HV]",
+            "(o [B,T,HV,128] in v's dtype, final_state fp32 [N,HV,128,128] or None)",
+            "FLA's forward semantics; varlen (cu_seqlens), initial state, in-kernel q/k l2norm; chunk 16/32/64 "
+            "(default 32 on SM120, 64 elsewhere); forward only (backward raises NotImplementedError)",
+            signature="chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, "
+                      "output_final_state=False, cu_seqlens=None, use_qk_l2norm_in_kernel=False, chunk_size=None)",
+            plan_specs=plan_specs),),
+)

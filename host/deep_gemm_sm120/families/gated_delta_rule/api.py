@@ -1,0 +1,109 @@
+"""chunk_gated_delta_rule: the gated delta rule chunked forward (FLA's semantics; docs/gated_delta_rule.md).
+
+Two kernels on the current stream, graph-capturable: the prep kernel (per chunk and value head: cumsum of g,
+(I + A)^-1, the WY factors w and u, the decayed causal q.k products, the per-token gates) and the recurrence
+(per sequence, value head and V slice: the state in registers, chunk after chunk, and o). The intermediates live
+in a per-call scratch of about (2 * 128 + C) * 2 + 16 bytes per token and value head.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import torch
+
+from ... import jit
+from ...arch import emulation_env, target_for_device
+from ...core.tma import tma_request
+from ...device import num_sms_for
+from ...launch import device_of, launch
+from ..gated_delta_rule_prep import PARAMS as PREP_PARAMS, GdrPrepSpec
+from . import HEAD_DIM, PARAMS, GdrFwdSpec, choose_vslice
+from .contract import (OTHER_CHUNK, NoBackward, check_arguments, check_cu_seqlens_values, chunk_gated_delta_rule_bwd,
+                       default_chunk_size)
+
+__all__ = ["chunk_gated_delta_rule", "chunk_gated_delta_rule_bwd", "default_chunk_size"]
+
+_ELEM = {torch.bfloat16: ("bf16", "bfloat16"), torch.float16: ("fp16", "float16")}
+_OFF = {name: PARAMS.offsets[name] for name in ("tmap_w", "tmap_u", "tmap_q", "tmap_k", "tmap_attn", "tmap_gate")}
+
+
+@lru_cache(maxsize=64)
+def _kernels(chunk: int, vslice: int, elem: str, index: int, emulate):
+    target = target_for_device(index)
+    return (jit.get_kernel(GdrPrepSpec(chunk, elem), target, index),
+            jit.get_kernel(GdrFwdSpec(chunk, vslice, elem), target, index))
+
+
+def _map(name: str, dtype: str, t: torch.Tensor, inner: int, heads: int, tokens: int, box_inner: int, chunk: int,
+         elem_bytes: int) -> bytes:
+    """A [tokens][heads][inner] tensor read in boxes of (box_inner, 1 head, chunk tokens)."""
+    swizzle = box_inner * elem_bytes if box_inner * elem_bytes in (32, 64, 128) else 0
+    return tma_request(_OFF[name], dtype, t.data_ptr(), (inner, heads, tokens),
+                       (inner * elem_bytes, heads * inner * elem_bytes), (box_inner, 1, chunk), swizzle)
+
+
+def chunk_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+                           scale: float | None = None, initial_state: torch.Tensor | None = None,
+                           output_final_state: bool = False, cu_seqlens: torch.Tensor | None = None,
+                           use_qk_l2norm_in_kernel: bool = False, chunk_size: int | None = None):
+    """q, k [B, T, H, 128]; v [B, T, HV, 128] (HV a multiple of H, bf16 or fp16); g fp32 [B, T, HV] (log decay);
+    beta [B, T, HV]; initial_state fp32 [N, HV, 128, 128]; cu_seqlens [N + 1] (B = 1). Returns (o [B, T, HV, 128]
+    in v's dtype, final_state fp32 [N, HV, 128, 128] or None). chunk_size: 16, 32 or 64 (default:
+    default_chunk_size(), 32 on SM120). Forward only: a backward through the result raises NotImplementedError."""
+    on_cuda = isinstance(q, torch.Tensor) and q.is_cuda
+    p = check_arguments(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
+                        use_qk_l2norm_in_kernel, chunk_size,
+                        default_chunk=default_chunk_size(q.device) if on_cuda else OTHER_CHUNK)
+    extra = {"initial_state": initial_state} if initial_state is not None else {}
+    if cu_seqlens is not None:
+        extra["cu_seqlens"] = cu_seqlens
+    index = device_of(q=q, k=k, v=v, g=g, beta=beta, **extra)
+    if cu_seqlens is not None and not torch.cuda.is_current_stream_capturing():
+        check_cu_seqlens_values(cu_seqlens, p.seq_len)
+
+    b, t, h, hv, n, c = p.batch, p.seq_len, p.heads, p.value_heads, p.num_sequences, p.chunk_size
+    elem, tma_dtype = _ELEM[q.dtype]
+    dev = q.device
+    o = torch.empty(b, t, hv, HEAD_DIM, dtype=v.dtype, device=dev)
+    final = torch.empty(n, hv, HEAD_DIM, HEAD_DIM, dtype=torch.float32, device=dev) if output_final_state else None
+    tokens = b * t
+    if tokens == 0:
+        if final is not None:
+            final.copy_(initial_state) if initial_state is not None else final.zero_()
+    else:
+        q, k, v, g, beta = (x.contiguous() for x in (q, k, v, g, beta))
+        init = initial_state.contiguous() if initial_state is not None else None
+        cu = None if cu_seqlens is None else cu_seqlens.to(torch.int32).contiguous()
+        w = torch.empty(tokens, hv, HEAD_DIM, dtype=q.dtype, device=dev)
+        u = torch.empty_like(w)
+        attn = torch.empty(tokens, hv, c, dtype=q.dtype, device=dev)
+        gates = torch.empty(tokens, hv, 4, dtype=torch.float32, device=dev)
+        vslice = choose_vslice(n, hv, num_sms_for(index), c)
+        prep, fwd = _kernels(c, vslice, elem, index, emulation_env())
+
+        slots = -(-t // c) + n if cu is not None else n * -(-t // c)
+        launch(prep, (slots, hv, 1),
+               PREP_PARAMS.pack(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), g=g.data_ptr(), beta=beta.data_ptr(),
+                                cu_seqlens=0 if cu is None else cu.data_ptr(), w=w.data_ptr(), u=u.data_ptr(),
+                                attn=attn.data_ptr(), gates=gates.data_ptr(), num_seqs=n, seq_len=t, value_heads=hv,
+                                group=hv // h, scale=p.scale, beta_fp32=int(beta.dtype == torch.float32),
+                                l2norm=int(use_qk_l2norm_in_kernel)),
+               b"", index)
+        tmaps = (_map("tmap_w", tma_dtype, w, HEAD_DIM, hv, tokens, 64, c, 2)
+                 + _map("tmap_u", tma_dtype, u, HEAD_DIM, hv, tokens, min(vslice, 64), c, 2)
+                 + _map("tmap_q", tma_dtype, q, HEAD_DIM, h, tokens, 64, c, 2)
+                 + _map("tmap_k", tma_dtype, k, HEAD_DIM, h, tokens, 64, c, 2)
+                 + _map("tmap_attn", tma_dtype, attn, c, hv, tokens, c, c, 2)
+                 + _map("tmap_gate", "float32", gates, 4, hv, tokens, 4, c, 4))
+        launch(fwd, (HEAD_DIM // vslice) * hv * n,
+               PARAMS.pack(initial_state=0 if init is None else init.data_ptr(),
+                           final_state=0 if final is None else final.data_ptr(), o=o.data_ptr(),
+                           cu_seqlens=0 if cu is None else cu.data_ptr(), seq_len=t, value_heads=hv, group=hv // h),
+               tmaps, index)
+
+    inputs = [x for x in (q, k, v, g, beta, initial_state) if x is not None]
+    if torch.is_grad_enabled() and any(x.requires_grad for x in inputs):
+        o = NoBackward.apply(o, *inputs)
+        if final is not None:
+            final = NoBackward.apply(final, *inputs)
+    return o, final

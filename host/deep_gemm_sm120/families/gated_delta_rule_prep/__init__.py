@@ -1,0 +1,78 @@
+"""Gated delta rule, stage 1 (impls/sm120_gated_delta_rule_prep.cuh): each chunk's WY factors w, u, the decayed
+causal q.k products and the per-token gates, in parallel over chunks and value heads. An internal family: the
+public op chunk_gated_delta_rule (families/gated_delta_rule) launches it before the recurrence."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...core.params import Param, ParamList
+from ...core.registry import Family, GateRules, KernelSpec
+
+PARAMS = ParamList(
+    Param("q", "const {elem}*"), Param("k", "const {elem}*"), Param("v", "const {elem}*"), Param("g", "const float*"),
+    Param("beta", "const void*"), Param("cu_seqlens", "const int32_t*"), Param("w", "{elem}*"), Param("u", "{elem}*"),
+    Param("attn", "{elem}*"), Param("gates", "float*"), Param("num_seqs", "uint32_t"), Param("seq_len", "uint32_t"),
+    Param("value_heads", "uint32_t"), Param("group", "uint32_t"), Param("scale", "float"),
+    Param("beta_fp32", "uint32_t"), Param("l2norm", "uint32_t"),
+)
+CXX_ELEM = {"bf16": "sm120::bf16", "fp16": "sm120::fp16"}
+CHUNKS = (16, 32, 64)
+THREADS = 128
+HEAD_DIM = 128
+
+
+def _align(x: int, a: int) -> int:
+    return -(-x // a) * a
+
+
+def prep_smem_bytes(chunk: int) -> int:
+    """GdrPrepConfig::kSmemBytes: k / q / v tiles, A (+ off-diagonal scratch, later Tw / Tu), T (earlier the attn
+    staging), four per-token vectors."""
+    tile = chunk * HEAD_DIM * 2
+    mat = chunk * (chunk + 1) * 4
+    scratch = ((chunk // 16 - 1) * 256 if chunk > 16 else 1) * 4
+    half = chunk * (chunk + 8) * 2
+    region_a, region_t = max(mat + scratch, 2 * half), max(mat, half)
+    return 3 * tile + _align(region_a, 16) + _align(region_t, 16) + 4 * chunk * 4
+
+
+@dataclass(frozen=True)
+class GdrPrepSpec(KernelSpec):
+    chunk: int = 32
+    elem: str = "bf16"
+
+    @property
+    def name(self) -> str:
+        return f"gated_delta_rule_prep_c{self.chunk}_{self.elem}"
+
+    @property
+    def threads(self) -> int:
+        return THREADS
+
+    @property
+    def smem_bytes(self) -> int:
+        return prep_smem_bytes(self.chunk)
+
+    def template_args(self) -> list[str]:
+        return [str(self.chunk), CXX_ELEM[self.elem]]
+
+    def type_subst(self) -> dict[str, str]:
+        return {"elem": CXX_ELEM[self.elem]}
+
+
+def hmma(elem: str) -> str:
+    return "HMMA.16816.F32.BF16" if elem == "bf16" else "HMMA.16816.F32"
+
+
+FAMILY = Family(
+    name="gated_delta_rule_prep",
+    header="impls/sm120_gated_delta_rule_prep.cuh",
+    kernel="sm120::sm120_gated_delta_rule_prep_kernel",
+    params=PARAMS,
+    spec_type=GdrPrepSpec,
+    specs=lambda: [GdrPrepSpec(c, e) for c in CHUNKS for e in CXX_ELEM],
+    gate=lambda spec: GateRules(required={"sm120": (hmma(spec.elem), "LDSM"), "sm90": (hmma(spec.elem), "LDSM")}),
+    quick_key=lambda s: (s.chunk,),
+    pdl=True,
+    api_modules=(),
+)

@@ -1,0 +1,147 @@
+"""chunk_gated_delta_rule on a real GPU (plain bf16 / fp16 mma.sync: the H200 runs the SM120 instruction mix
+natively), against the float64 token recurrence of tests/gdr_reference.py: relative L2 <= 0.01 for o and the
+final state; varlen with 1-token and empty sequences; determinism; graph replay; forward-only autograd.
+Every test except the requires_sm120 ones forces chunk_size=32 (SM120's default) unless it names another."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import deep_gemm_sm120 as dg
+from gdr_reference import l2norm, naive_recurrence, relative_l2
+from gpu_helpers import requires_cuda, sm120_or_emulation  # noqa: F401
+
+pytestmark = [pytest.mark.cuda, requires_cuda, pytest.mark.usefixtures("sm120_or_emulation")]
+BOUND = 0.01
+
+
+def make_inputs(b, t, h, hv, dtype=torch.bfloat16, seed=0, normalized=True, beta_fp32=False, state_n=None):
+    """FLA's test recipe: l2-normalized q / k (or raw ones for the in-kernel l2norm), g = logsigmoid(N(0, 1)) fp32,
+    beta = sigmoid(N(0, 1)); an fp32 initial state per sequence when state_n is given."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    r = lambda *s: torch.randn(*s, device="cuda", generator=gen)  # noqa: E731
+    q, k = r(b, t, h, 128), r(b, t, h, 128)
+    if normalized:
+        q, k = l2norm(q), l2norm(k)
+    v = r(b, t, hv, 128)
+    g = F.logsigmoid(r(b, t, hv))
+    beta = r(b, t, hv).sigmoid()
+    init = r(state_n, hv, 128, 128) * 0.1 if state_n else None
+    return (q.to(dtype), k.to(dtype), v.to(dtype), g, beta if beta_fp32 else beta.to(dtype)), init
+
+
+def check(args, init, chunk=32, cu_seqlens=None, l2=False, scale=None):
+    o, final = dg.chunk_gated_delta_rule(*args, scale=scale, initial_state=init, output_final_state=True,
+                                         cu_seqlens=cu_seqlens, use_qk_l2norm_in_kernel=l2, chunk_size=chunk)
+    ro, rf = naive_recurrence(*args, scale=scale, initial_state=init, output_final_state=True, cu_seqlens=cu_seqlens,
+                              use_qk_l2norm_in_kernel=l2)
+    assert o.dtype == args[2].dtype and o.shape == args[2].shape
+    assert torch.isfinite(o).all() and torch.isfinite(final).all()
+    eo, ef = relative_l2(o, ro), relative_l2(final, rf)
+    assert eo <= BOUND and ef <= BOUND, f"relative L2: o {eo:.2e}, final state {ef:.2e}"
+    return o, final, eo, ef
+
+
+@pytest.mark.parametrize("t", [1, 31, 32, 33, 4096])
+@pytest.mark.parametrize("h,hv", [(4, 4), (8, 16), (16, 64)])
+@pytest.mark.parametrize("with_state", [False, True])
+def test_matches_fp64_recurrence(t, h, hv, with_state):
+    b = 1 if t == 4096 else 2
+    args, init = make_inputs(b, t, h, hv, seed=t + h, state_n=b if with_state else None)
+    check(args, init)
+
+
+@pytest.mark.parametrize("chunk", [16, 32, 64])
+def test_every_chunk_size(chunk):
+    args, init = make_inputs(2, 200, 4, 8, seed=chunk, state_n=2)
+    check(args, init, chunk=chunk)
+
+
+@pytest.mark.parametrize("with_state", [False, True])
+def test_varlen_with_one_token_and_empty_sequences(with_state):
+    lens = [1, 0, 39, 64, 100, 1, 33, 0]         # a 1-token head, empty middle and tail, chunk-crossing lengths
+    cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32, device="cuda")
+    args, init = make_inputs(1, int(cu[-1]), 4, 8, seed=7, state_n=len(lens) if with_state else None)
+    o, final, _, _ = check(args, init, cu_seqlens=cu)
+    # an empty sequence hands its initial state (or zero) through unchanged
+    for i, n in enumerate(lens):
+        if n == 0:
+            assert torch.equal(final[i], init[i] if with_state else torch.zeros_like(final[i]))
+    check(args, init, cu_seqlens=cu.long())   # int64 offsets take the same path
+
+
+def test_in_kernel_l2norm_custom_scale_fp32_beta_and_fp16():
+    args, init = make_inputs(2, 77, 4, 8, seed=3, normalized=False, beta_fp32=True, state_n=2)
+    check(args, init, l2=True, scale=0.05)
+    args, init = make_inputs(2, 77, 4, 8, dtype=torch.float16, seed=4, state_n=2)
+    check(args, init)
+
+
+def test_deterministic_bitwise():
+    args, init = make_inputs(1, 1000, 8, 16, seed=11, state_n=1)
+    o1, f1 = dg.chunk_gated_delta_rule(*args, initial_state=init, output_final_state=True, chunk_size=32)
+    o2, f2 = dg.chunk_gated_delta_rule(*args, initial_state=init, output_final_state=True, chunk_size=32)
+    assert torch.equal(o1, o2) and torch.equal(f1, f2)
+
+
+def test_graph_replay_with_new_inputs():
+    lens = [5, 70, 0, 33]
+    cu = torch.tensor([0, 5, 75, 75, 108], dtype=torch.int32, device="cuda")
+    args, init = make_inputs(1, 108, 4, 8, seed=5, state_n=len(lens))
+    static = [x.clone() for x in args] + [init.clone()]
+    kw = dict(output_final_state=True, cu_seqlens=cu, chunk_size=32)
+    dg.chunk_gated_delta_rule(*static[:5], initial_state=static[5], **kw)   # compile and warm outside capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = dg.chunk_gated_delta_rule(*static[:5], initial_state=static[5], **kw)
+    args2, init2 = make_inputs(1, 108, 4, 8, seed=6, state_n=len(lens))
+    for dst, src in zip(static, list(args2) + [init2]):
+        dst.copy_(src)
+    graph.replay()
+    torch.cuda.synchronize()
+    eager = dg.chunk_gated_delta_rule(*args2, initial_state=init2, **kw)
+    assert torch.equal(out[0], eager[0]) and torch.equal(out[1], eager[1])
+
+
+def test_no_final_state_and_empty_batch():
+    args, _ = make_inputs(2, 40, 4, 4, seed=9)
+    o, final = dg.chunk_gated_delta_rule(*args, chunk_size=32)
+    assert final is None
+    ro, _ = naive_recurrence(*args)
+    assert relative_l2(o, ro) <= BOUND
+    args, init = make_inputs(2, 0, 4, 4, seed=9, state_n=2)
+    o, final = dg.chunk_gated_delta_rule(*args, initial_state=init, output_final_state=True, chunk_size=32)
+    assert o.shape == (2, 0, 4, 128) and torch.equal(final, init)
+
+
+def test_backward_raises_not_implemented():
+    args, _ = make_inputs(1, 40, 4, 4, seed=2)
+    q = args[0].clone().requires_grad_()
+    o, _ = dg.chunk_gated_delta_rule(q, *args[1:], chunk_size=32)
+    assert o.requires_grad
+    with pytest.raises(NotImplementedError, match="forward only"):
+        o.float().sum().backward()
+    with pytest.raises(NotImplementedError, match="forward only"):
+        dg.chunk_gated_delta_rule_bwd()
+    with torch.no_grad():
+        o, _ = dg.chunk_gated_delta_rule(q, *args[1:], chunk_size=32)
+    assert not o.requires_grad
+
+
+def test_host_errors_on_the_gpu():
+    args, _ = make_inputs(1, 40, 4, 4, seed=2)
+    with pytest.raises(ValueError, match="end at T = 40"):
+        dg.chunk_gated_delta_rule(*args, cu_seqlens=torch.tensor([0, 10, 30], dtype=torch.int32, device="cuda"))
+    with pytest.raises(ValueError, match="one CUDA device"):
+        dg.chunk_gated_delta_rule(*args[:4], args[4].cpu())
+
+
+@pytest.mark.requires_sm120
+def test_sm120_default_chunk_is_32():
+    assert dg.default_chunk_size() == 32
+    args, init = make_inputs(1, 100, 4, 8, seed=1, state_n=1)
+    o_default, _ = dg.chunk_gated_delta_rule(*args, initial_state=init)
+    o_32, _ = dg.chunk_gated_delta_rule(*args, initial_state=init, chunk_size=32)
+    assert torch.equal(o_default, o_32)
