@@ -1,0 +1,37 @@
+"""Driver for compute-sanitizer (memcheck / racecheck): the gated delta rule's two kernels at every chunk size
+and both element types, with partial chunks, grouped value heads, varlen with 1-token and empty sequences,
+initial / final state and the in-kernel l2norm.
+
+    compute-sanitizer --tool racecheck python tests/sanitize_gated_delta_rule.py
+Exits non-zero on a numerical failure; the sanitizer reports memory errors and races itself.
+"""
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "host"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+if torch.cuda.get_device_capability()[0] != 12:
+    os.environ["DG_SM120_EMULATE"] = "1"
+
+import test_gated_delta_rule_gpu as gdr  # noqa: E402
+
+cu = torch.tensor([0, 1, 1, 40, 73, 73], dtype=torch.int32, device="cuda")
+cases = [
+    ("b2 t45 h4/8 c32 state", lambda: gdr.check(*gdr.make_inputs(2, 45, 4, 8, state_n=2))),
+    ("b1 t70 h2/4 c16 fp16", lambda: gdr.check(*gdr.make_inputs(1, 70, 2, 4, dtype=torch.float16), chunk=16)),
+    ("b1 t100 h2/2 c64 state", lambda: gdr.check(*gdr.make_inputs(1, 100, 2, 2, state_n=1), chunk=64)),
+    ("varlen 1/0/39/33/0 c32 l2norm", lambda: gdr.check(*gdr.make_inputs(1, 73, 2, 4, normalized=False, state_n=5),
+                                                        cu_seqlens=cu, l2=True)),
+    ("b2 t33 h16/64 c32", lambda: gdr.check(*gdr.make_inputs(2, 33, 16, 64))),
+]
+failures = 0
+for name, fn in cases:
+    try:
+        fn()
+        print(f"sanitize case {name}: ok")
+    except AssertionError as e:
+        failures += 1
+        print(f"sanitize case {name}: FAIL {e}")
+sys.exit(1 if failures else 0)
