@@ -134,7 +134,7 @@ def test_host_errors_on_the_gpu():
     args, _ = make_inputs(1, 40, 4, 4, seed=2)
     with pytest.raises(ValueError, match="end at T = 40"):
         dg.chunk_gated_delta_rule(*args, cu_seqlens=torch.tensor([0, 10, 30], dtype=torch.int32, device="cuda"))
-    with pytest.raises(ValueError, match="one CUDA device"):
+    with pytest.raises(ValueError, match="must be on a CUDA device"):
         dg.chunk_gated_delta_rule(*args[:4], args[4].cpu())
 
 

@@ -12,7 +12,7 @@
 // and writes them token-indexed (layout in sm120_gated_delta_rule_common.cuh). Rows past the chunk's end are
 // zero in shared memory and never written.
 //
-// One CTA of four warps per (chunk slot, value head); q, k, v tiles come in by plain 16-byte loads (a chunk may
+// One CTA of four warps per (chunk slot, value head), grid.x = slot * HV + hv; q, k, v tiles come in by plain 16-byte loads (a chunk may
 // start anywhere in a packed varlen batch and ends at its sequence's end, which a TMA box cannot stop at).
 
 #include "../common/sm120_arch.cuh"
@@ -75,12 +75,14 @@ sm120_gated_delta_rule_prep_kernel(const Elem* __restrict__ q, const Elem* __res
     float* s_rq = s_rk + C;
 
     const uint32_t warp = warp_idx(), lane = lane_idx(), tid = threadIdx.x;
-    const uint32_t hv = blockIdx.y, h = hv / group;
+    // value heads fastest: the CTAs of one chunk slot run together and read / write each token's heads as one
+    // contiguous stretch
+    const uint32_t hv = blockIdx.x % value_heads, slot = blockIdx.x / value_heads, h = hv / group;
     const uint32_t gid = lane >> 2, t4 = lane & 3;
 
     pdl_wait_primary();
     uint32_t first, end;
-    if (!gdr_chunk_of_slot<C>(cu_seqlens, num_seqs, seq_len, blockIdx.x, lane, first, end)) return;
+    if (!gdr_chunk_of_slot<C>(cu_seqlens, num_seqs, seq_len, slot, lane, first, end)) return;
     const uint32_t len = min(C, end - first);
 
     // ---- load the k, q, v tiles (zero rows past the chunk) and the per-token scalars ----
@@ -198,13 +200,17 @@ sm120_gated_delta_rule_prep_kernel(const Elem* __restrict__ q, const Elem* __res
     }
     __syncthreads();  // the staging is T's space from here
     if (tid < C) {
+        // column cc of the block's inverse in registers (fully unrolled: x[j] stays a register); rows above the
+        // diagonal come out zero because x[j] = 0 for j < cc
         const uint32_t b0 = tid / 16 * 16, cc = tid % 16;
+        float x[16];
 #pragma unroll
         for (uint32_t r = 0; r < 16; ++r) {
-            float x = r == cc ? 1.0f : 0.0f;
-            if (r > cc)
-                for (uint32_t j = cc; j < r; ++j) x -= s_a[(b0 + r) * kLdA + b0 + j] * s_t[(b0 + j) * kLdA + b0 + cc];
-            s_t[(b0 + r) * kLdA + b0 + cc] = x;
+            float acc = r == cc ? 1.0f : 0.0f;
+#pragma unroll
+            for (uint32_t j = 0; j < r; ++j) acc -= s_a[(b0 + r) * kLdA + b0 + j] * x[j];
+            x[r] = r < cc ? 0.0f : acc;
+            s_t[(b0 + r) * kLdA + b0 + cc] = x[r];
         }
     }
     for (uint32_t e = tid; e < C * C; e += Cfg::kThreads) {

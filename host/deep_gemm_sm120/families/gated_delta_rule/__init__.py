@@ -84,11 +84,12 @@ def specs() -> list[GdrFwdSpec]:
 
 
 def choose_vslice(num_seqs: int, value_heads: int, num_sms: int, chunk: int) -> int:
-    """The widest V slice that still gives every SM a CTA (a warp per 16 value columns either way; wider slices
-    share each loaded w / q / k tile among more warps)."""
+    """The widest V slice that still gives every other SM a CTA (a warp per 16 value columns either way; wider
+    slices share each loaded w / q / k tile among more warps). Tuned on the H200 (benchmarks/
+    bench_gated_delta_rule.py --sweep): 64 value heads take 64-column slices, 8-32 heads 32- or 16-column ones."""
     heads = num_seqs * value_heads
     for vs in reversed(v_slices(chunk)):
-        if heads * (HEAD_DIM // vs) >= num_sms:
+        if 2 * heads * (HEAD_DIM // vs) >= num_sms:
             return vs
     return V_SLICES[0]
 

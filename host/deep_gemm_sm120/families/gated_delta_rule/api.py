@@ -82,7 +82,7 @@ def chunk_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g:
         prep, fwd = _kernels(c, vslice, elem, index, emulation_env())
 
         slots = -(-t // c) + n if cu is not None else n * -(-t // c)
-        launch(prep, (slots, hv, 1),
+        launch(prep, slots * hv,
                PREP_PARAMS.pack(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), g=g.data_ptr(), beta=beta.data_ptr(),
                                 cu_seqlens=0 if cu is None else cu.data_ptr(), w=w.data_ptr(), u=u.data_ptr(),
                                 attn=attn.data_ptr(), gates=gates.data_ptr(), num_seqs=n, seq_len=t, value_heads=hv,
