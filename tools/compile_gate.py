@@ -40,7 +40,7 @@ _toolchain = host_decls.load("core.toolchain")
 _progress = host_decls.load("core.progress")
 SMEM_LIMIT = _limits.SMEM_LIMIT
 Toolchain = _toolchain.Toolchain
-ALLOWED_SYSTEM_INCLUDES = {"cuda.h", "cuda_bf16.h", "cuda_fp8.h", "cuda_fp4.h", "cstdint", "cstddef",
+ALLOWED_SYSTEM_INCLUDES = {"cuda.h", "cuda_bf16.h", "cuda_fp16.h", "cuda_fp8.h", "cuda_fp4.h", "cstdint", "cstddef",
                            "type_traits"}
 # griddepcontrol.wait: a family that declares PDL must wait before touching global memory
 PDL_WAIT_OPCODE = "ACQBULK"

@@ -51,8 +51,8 @@ __global__ void __launch_bounds__(GdrPrepConfig<kChunk>::kThreads)
 sm120_gated_delta_rule_prep_kernel(const Elem* __restrict__ q, const Elem* __restrict__ k,
                                    const Elem* __restrict__ v, const float* __restrict__ g,
                                    const void* __restrict__ beta, const int32_t* __restrict__ cu_seqlens,
-                                   Elem* __restrict__ w_out, Elem* __restrict__ u_out, Elem* __restrict__ attn_out,
-                                   float* __restrict__ gates_out, uint32_t num_seqs, uint32_t seq_len,
+                                   Elem* __restrict__ w, Elem* __restrict__ u, Elem* __restrict__ attn,
+                                   float* __restrict__ gates, uint32_t num_seqs, uint32_t seq_len,
                                    uint32_t value_heads, uint32_t group, float scale, uint32_t beta_fp32,
                                    uint32_t l2norm) {
     using Cfg = GdrPrepConfig<kChunk>;
@@ -196,7 +196,7 @@ sm120_gated_delta_rule_prep_kernel(const Elem* __restrict__ q, const Elem* __res
     for (uint32_t e = tid; e < len * (C / 8); e += Cfg::kThreads) {
         const uint32_t row = e / (C / 8), part = e % (C / 8);
         const uint4 x = *reinterpret_cast<const uint4*>(s_attn + row * kLd16 + part * 8);
-        *reinterpret_cast<uint4*>(attn_out + (static_cast<size_t>(first + row) * value_heads + hv) * C + part * 8) = x;
+        *reinterpret_cast<uint4*>(attn + (static_cast<size_t>(first + row) * value_heads + hv) * C + part * 8) = x;
     }
     __syncthreads();  // the staging is T's space from here
     if (tid < C) {
@@ -248,7 +248,7 @@ sm120_gated_delta_rule_prep_kernel(const Elem* __restrict__ q, const Elem* __res
     if (tid < len) {
         const float gi = s_g[tid], glast = s_g[len - 1];
         const float4 gate = make_float4(gi, scale * __expf(gi) * s_rq[tid], __expf(glast - gi) * s_rk[tid], 0.0f);
-        *reinterpret_cast<float4*>(gates_out + (static_cast<size_t>(first + tid) * value_heads + hv) * kGdrGateFloats) =
+        *reinterpret_cast<float4*>(gates + (static_cast<size_t>(first + tid) * value_heads + hv) * kGdrGateFloats) =
             gate;
     }
     __syncthreads();
@@ -296,8 +296,8 @@ sm120_gated_delta_rule_prep_kernel(const Elem* __restrict__ q, const Elem* __res
         const uint32_t row = i / 16, chunk = i % 16;
         const size_t at = (static_cast<size_t>(first + row) * value_heads + hv) * kGdrHeadDim;
         const uint32_t off = gdr_tile_offset<C>(row, chunk);
-        reinterpret_cast<uint4*>(w_out + at)[chunk] = *reinterpret_cast<const uint4*>(s_k + off);
-        reinterpret_cast<uint4*>(u_out + at)[chunk] = *reinterpret_cast<const uint4*>(s_v + off);
+        reinterpret_cast<uint4*>(w + at)[chunk] = *reinterpret_cast<const uint4*>(s_k + off);
+        reinterpret_cast<uint4*>(u + at)[chunk] = *reinterpret_cast<const uint4*>(s_v + off);
     }
     pdl_launch_dependents();
 }
