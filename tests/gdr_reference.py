@@ -40,10 +40,10 @@ def _prepare(q, k, v, g, beta, scale, use_qk_l2norm):
     return q, k, v, g, beta, scale
 
 
-def naive_recurrence(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
-                     use_qk_l2norm_in_kernel=False):
-    """q, k [B, T, H, K]; v [B, T, HV, V]; g, beta [B, T, HV]; initial_state [N, HV, K, V]. Returns (o, final)."""
-    q, k, v, g, beta, scale = _prepare(q, k, v, g, beta, scale, use_qk_l2norm_in_kernel)
+def _over_sequences(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, use_qk_l2norm, walk):
+    """What both references share: float64 inputs, o and the final states, and each sequence's state from
+    initial_state (or zero). walk(state, b, s, e, q, k, v, g, beta, scale, o) runs one sequence, returns its state."""
+    q, k, v, g, beta, scale = _prepare(q, k, v, g, beta, scale, use_qk_l2norm)
     bsz, t_total, hv, dk = k.shape
     dv = v.shape[-1]
     o = torch.zeros(bsz, t_total, hv, dv, dtype=torch.float64, device=v.device)
@@ -52,28 +52,30 @@ def naive_recurrence(q, k, v, g, beta, scale=None, initial_state=None, output_fi
     for n, (b, s, e) in enumerate(seqs):
         state = (initial_state[n].double().clone() if initial_state is not None
                  else torch.zeros(hv, dk, dv, dtype=torch.float64, device=v.device))
+        final[n] = walk(state, b, s, e, q, k, v, g, beta, scale, o)
+    return o, (final if output_final_state else None)
+
+
+def naive_recurrence(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
+                     use_qk_l2norm_in_kernel=False):
+    """q, k [B, T, H, K]; v [B, T, HV, V]; g, beta [B, T, HV]; initial_state [N, HV, K, V]. Returns (o, final)."""
+    def walk(state, b, s, e, q, k, v, g, beta, scale, o):
         for t in range(s, e):
             state = state * g[b, t].exp()[:, None, None]
             kt = k[b, t]                                                   # [HV, K]
             delta = (v[b, t] - torch.einsum("hkv,hk->hv", state, kt)) * beta[b, t][:, None]
             state = state + kt[:, :, None] * delta[:, None, :]
             o[b, t] = torch.einsum("hkv,hk->hv", state, q[b, t]) * scale
-        final[n] = state
-    return o, (final if output_final_state else None)
+        return state
+    return _over_sequences(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
+                           use_qk_l2norm_in_kernel, walk)
 
 
 def chunked(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
             use_qk_l2norm_in_kernel=False, chunk_size=32):
     """The chunk-wise (WY) formulation of naive_recurrence, chunks restarting at every sequence start."""
-    q, k, v, g, beta, scale = _prepare(q, k, v, g, beta, scale, use_qk_l2norm_in_kernel)
-    bsz, t_total, hv, dk = k.shape
-    dv = v.shape[-1]
-    o = torch.zeros(bsz, t_total, hv, dv, dtype=torch.float64, device=v.device)
-    seqs = _sequences(t_total, bsz, cu_seqlens)
-    final = torch.zeros(len(seqs), hv, dk, dv, dtype=torch.float64, device=v.device)
-    for n, (b, s, e) in enumerate(seqs):
-        state = (initial_state[n].double().clone() if initial_state is not None
-                 else torch.zeros(hv, dk, dv, dtype=torch.float64, device=v.device))
+    def walk(state, b, s, e, q, k, v, g, beta, scale, o):
+        hv, dev = v.shape[2], v.device
         for c0 in range(s, e, chunk_size):
             c1 = min(c0 + chunk_size, e)
             qc, kc, vc = q[b, c0:c1].transpose(0, 1), k[b, c0:c1].transpose(0, 1), v[b, c0:c1].transpose(0, 1)
@@ -81,12 +83,11 @@ def chunked(q, k, v, g, beta, scale=None, initial_state=None, output_final_state
             cum = gc.cumsum(-1)                                                     # 1. local cumsum
             decay = (cum[:, :, None] - cum[:, None, :])                             # G_i - G_j
             c = c1 - c0
-            strict = torch.tril(torch.ones(c, c, dtype=torch.bool, device=v.device), -1)
-            causal = torch.tril(torch.ones(c, c, dtype=torch.bool, device=v.device))
+            strict = torch.tril(torch.ones(c, c, dtype=torch.bool, device=dev), -1)
+            causal = torch.tril(torch.ones(c, c, dtype=torch.bool, device=dev))
             a = (bc[:, :, None] * (kc @ kc.transpose(1, 2)) * decay.exp()).masked_fill(~strict, 0)
-            tinv = torch.linalg.solve_triangular(torch.eye(c, dtype=torch.float64, device=v.device) + a,
-                                                 torch.eye(c, dtype=torch.float64, device=v.device).expand(hv, c, c),
-                                                 upper=False)                       # 2. (I + A)^-1
+            eye = torch.eye(c, dtype=torch.float64, device=dev)
+            tinv = torch.linalg.solve_triangular(eye + a, eye.expand(hv, c, c), upper=False)   # 2. (I + A)^-1
             w = tinv @ (kc * (bc * cum.exp())[:, :, None])                          # 3. WY
             u = tinv @ (vc * bc[:, :, None])
             vnew = u - w @ state                                                    # 4. inter-chunk
@@ -94,8 +95,9 @@ def chunked(q, k, v, g, beta, scale=None, initial_state=None, output_final_state
             o[b, c0:c1] = ((qc * cum.exp()[:, :, None]) @ state * scale + attn @ vnew * scale).transpose(0, 1)
             last = cum[:, -1:]
             state = state * last.exp()[:, :, None] + (kc * (last - cum).exp()[:, :, None]).transpose(1, 2) @ vnew
-        final[n] = state
-    return o, (final if output_final_state else None)
+        return state
+    return _over_sequences(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
+                           use_qk_l2norm_in_kernel, walk)
 
 
 def relative_l2(x: torch.Tensor, ref: torch.Tensor) -> float:

@@ -67,3 +67,21 @@ def test_backward_says_forward_only_both_ways():
 
 def test_default_chunk_size_without_a_gpu():
     assert default_chunk_size() in (32, 64)
+
+
+def test_api_and_is_supported_agree():
+    """The API on CPU tensors reaches the device check exactly when is_supported says True."""
+    import itertools
+
+    import deep_gemm_sm120 as dg
+    from support_helpers import agree
+
+    for dtype, beta_dtype, (h, hv), dim, chunk in itertools.product(
+            (BF16, torch.float16, torch.float32), (BF16, torch.float32, torch.float16), ((4, 8), (2, 2)), (64, 128),
+            (None, 16, 32, 64, 128)):
+        q, k, v, g, _ = _args(b=1, t=5, h=h, hv=hv, dk=dim, dv=dim, dtype=dtype)
+        beta = torch.zeros(1, 5, hv, dtype=beta_dtype)
+        agree("chunk_gated_delta_rule", (dg.chunk_gated_delta_rule, q, k, v, g, beta, None, None, False, None, False,
+                                         chunk),
+              dtype=dtype, beta_dtype=beta_dtype, g_dtype=torch.float32, heads=h, value_heads=hv, head_dim=dim,
+              value_dim=dim, chunk_size=chunk)

@@ -9,7 +9,7 @@ from ...core.limits import SMEM_LIMIT
 from ...core.params import Param, ParamList
 from ...core.registry import Family, GateRules, KernelSpec, Op
 from ...core.rules import require_dim, require_dtype
-from ..gated_delta_rule_prep import CHUNKS, CXX_ELEM, HEAD_DIM, GdrPrepSpec, hmma
+from ..gated_delta_rule_prep import CHUNKS, CXX_ELEM, HEAD_DIM, GdrPrepSpec, align_up, hmma
 
 PARAMS = ParamList(
     Param("tmap_w", "CUtensorMap"), Param("tmap_u", "CUtensorMap"), Param("tmap_q", "CUtensorMap"),
@@ -25,13 +25,9 @@ ELEM_DTYPES = {"bfloat16": "bf16", "float16": "fp16"}
 SM120_CHUNK, OTHER_CHUNK = 32, 64   # 99 KiB per block on SM120: the recurrence double-buffers 32-token chunks
 
 
-def _align(x: int, a: int) -> int:
-    return -(-x // a) * a
-
-
 def stage_bytes(chunk: int, vslice: int) -> int:
     """GdrFwdConfig::kStageBytes: w, q, k tiles, the u slice, attn and gates, each 1024-aligned."""
-    return 3 * chunk * HEAD_DIM * 2 + sum(_align(b, 1024) for b in (chunk * vslice * 2, chunk * chunk * 2, chunk * 16))
+    return 3 * chunk * HEAD_DIM * 2 + sum(align_up(b, 1024) for b in (chunk * vslice * 2, chunk * chunk * 2, chunk * 16))
 
 
 def out_bytes(chunk: int, vslice: int) -> int:

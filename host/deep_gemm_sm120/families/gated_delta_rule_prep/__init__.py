@@ -21,7 +21,7 @@ THREADS = 128
 HEAD_DIM = 128
 
 
-def _align(x: int, a: int) -> int:
+def align_up(x: int, a: int) -> int:
     return -(-x // a) * a
 
 
@@ -33,7 +33,7 @@ def prep_smem_bytes(chunk: int) -> int:
     scratch = ((chunk // 16 - 1) * 256 if chunk > 16 else 1) * 4
     half = chunk * (chunk + 8) * 2
     region_a, region_t = max(mat + scratch, 2 * half), max(mat, half)
-    return 3 * tile + _align(region_a, 16) + _align(region_t, 16) + 4 * chunk * 4
+    return 3 * tile + align_up(region_a, 16) + align_up(region_t, 16) + 4 * chunk * 4
 
 
 @dataclass(frozen=True)
