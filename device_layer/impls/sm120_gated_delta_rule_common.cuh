@@ -8,10 +8,10 @@
 //     (B rows of T tokens, or the cu_seqlens segments of row 0) and is cut into chunks from its start.
 //
 // Scratch written by the prep kernel, token-indexed (flat token t, value head hv) so the recurrence kernel
-// can read any chunk with one TMA box:
-//   w, u      [tokens][HV][128] elements   w = T (beta exp(G) k / |k|),  u = T (beta v)
-//   attn      [tokens][HV][C]   elements   row i: scale exp(G_i - G_j) q_i.k_j / (|q_i||k_j|) for j <= i, else 0
-//   gates     [tokens][HV][4]   fp32       (G, scale exp(G) / |q|, exp(G_last - G) / |k|, 0)
+// can read any chunk with one TMA box per array (row i of a chunk's C x C matrix is stored at token first + i):
+//   tw, tu    [tokens][HV][C] elements   T diag(beta exp(G) / |k|) and T diag(beta), T = (I + A)^-1
+//   attn      [tokens][HV][C] elements   row i: scale exp(G_i - G_j) q_i.k_j / (|q_i||k_j|) for j <= i, else 0
+//   gates     [tokens][HV][4] fp32       (G, scale exp(G) / |q|, exp(G_last - G) / |k|, 0)
 // with G the inclusive cumsum of g inside the chunk and |x| = 1 unless q/k are l2-normalized in the kernel.
 
 #include "../common/sm120_arch.cuh"

@@ -2,14 +2,17 @@
 // Gated delta rule, chunked forward, stage 2 of 2: the state recurrence and the output, sequential over the
 // chunks of one sequence. CTA = (V slice of kVSlice columns, value head hv, sequence n); each math warp owns 16
 // value columns of the state and keeps its slice of S^T (16 x 128, fp32) in registers for the whole sequence.
-// Per chunk, with w, u, attn, gates from the prep kernel (sm120_gated_delta_rule_prep.cuh) and q, k as given:
-//   v'^T = u^T - S^T w^T                       [16 x C]   A = S^T (bf16 / fp16), B = w rows (ldmatrix)
-//   o^T  = (S^T q^T) diag(scale e^G / |q|) + v'^T attn^T
+// Per chunk, with Tw, Tu, attn, gates from the prep kernel (sm120_gated_delta_rule_prep.cuh) and q, k, v as given:
+//   u^T  = v^T Tu^T                            [16 x C]   (independent of S: overlaps the products below)
+//   X    = S^T k^T,  O = S^T q^T               [16 x C]   A = S^T (bf16 / fp16 registers), B = k / q rows
+//   v'^T = u^T - X Tw^T                        (= u^T - S^T w^T with w = Tw k never formed)
+//   o^T  = O diag(scale e^G / |q|) + v'^T attn^T
 //   S^T  = e^{G_last} S^T + (v'^T diag(e^{G_last - G} / |k|)) k          (tokens past the sequence: factor 0)
+// The C x C factors are lower triangular, so their products skip the k-steps above the output block.
 // Everything a warp multiplies is in shared memory (TMA ring, a producer warp) or its registers; the warps of a
 // CTA share only the loaded tiles, so no step needs more than the stage barriers. Tokens past the sequence's
-// end in a chunk's tiles belong to the next sequence (or are TMA zero fill): they get factor 0 in the state
-// update, attn is zero above the diagonal, and their o rows are not stored.
+// end in a chunk's tiles belong to the next sequence (or are TMA zero fill): Tu, Tw and attn are zero above the
+// diagonal, they get factor 0 in the state update, and their o rows are not stored.
 
 #include <cuda.h>
 #include "../common/sm120_arch.cuh"
@@ -28,17 +31,19 @@ struct GdrFwdConfig {
     static constexpr uint32_t kMathWarps = kVSlice / 16;
     static constexpr uint32_t kThreads = (kMathWarps + 1) * 32;   // + the producer warp
     static constexpr uint32_t kHeadTileBytes = kChunk * kGdrHeadDim * 2;
-    static constexpr uint32_t kURowBytes = (kVSlice < kGdrHalfCols ? kVSlice : kGdrHalfCols) * 2;
-    static constexpr uint32_t kUBoxes = kVSlice * 2 / kURowBytes;
-    static constexpr uint32_t kUBytes = kChunk * kVSlice * 2;
-    static constexpr uint32_t kAttnBytes = kChunk * kChunk * 2;
+    static constexpr uint32_t kVRowBytes = (kVSlice < kGdrHalfCols ? kVSlice : kGdrHalfCols) * 2;
+    static constexpr uint32_t kVBoxes = kVSlice * 2 / kVRowBytes;
+    static constexpr uint32_t kVBytes = kChunk * kVSlice * 2;
+    static constexpr uint32_t kMatBytes = kChunk * kChunk * 2;
     static constexpr uint32_t kGateBytes = kChunk * kGdrGateFloats * 4;
-    // stage: w | q | k | u | attn | gates, each 1024-aligned (swizzle atoms)
-    static constexpr uint32_t kOffQ = kHeadTileBytes, kOffK = 2 * kHeadTileBytes, kOffU = 3 * kHeadTileBytes;
-    static constexpr uint32_t kOffAttn = kOffU + align_up(kUBytes, kSwizzleAtomBytes);
-    static constexpr uint32_t kOffGate = kOffAttn + align_up(kAttnBytes, kSwizzleAtomBytes);
+    // stage: q | k | v slice | Tw | Tu | attn | gates, each 1024-aligned (swizzle atoms)
+    static constexpr uint32_t kOffK = kHeadTileBytes, kOffV = 2 * kHeadTileBytes;
+    static constexpr uint32_t kOffTw = kOffV + align_up(kVBytes, kSwizzleAtomBytes);
+    static constexpr uint32_t kOffTu = kOffTw + align_up(kMatBytes, kSwizzleAtomBytes);
+    static constexpr uint32_t kOffAttn = kOffTu + align_up(kMatBytes, kSwizzleAtomBytes);
+    static constexpr uint32_t kOffGate = kOffAttn + align_up(kMatBytes, kSwizzleAtomBytes);
     static constexpr uint32_t kStageBytes = kOffGate + align_up(kGateBytes, kSwizzleAtomBytes);
-    static constexpr uint32_t kTxBytes = 3 * kHeadTileBytes + kUBytes + kAttnBytes + kGateBytes;
+    static constexpr uint32_t kTxBytes = 2 * kHeadTileBytes + kVBytes + 3 * kMatBytes + kGateBytes;
     static constexpr uint32_t kOutBytes = kMathWarps * kChunk * 16 * 2;   // per-warp o staging [C][16]
     static constexpr uint32_t kSmemBytes = kStages * kStageBytes + kOutBytes + 2 * kStages * 8;
     static_assert(kChunk == 16 || kChunk == 32 || kChunk == 64, "chunk size: 16, 32 or 64");
@@ -47,11 +52,43 @@ struct GdrFwdConfig {
     static_assert(kSmemBytes <= kMaxSmemPerBlock, "shared memory exceeds the SM120 per-block budget (101376 B)");
 };
 
+// acc[2 np], acc[2 np + 1] += A (k-step ks over tokens) * M^T for a lower-triangular C x C tile M ([i][j] rows,
+// swizzled rows of C * 2 bytes): B[k = j][n = i] = M[i][j], only the blocks with ks <= np.
+template <typename E, uint32_t C>
+SM120_DEVICE void gdr_mma_lower_t(float (&acc)[C / 8][4], const uint32_t (&a)[4], uint32_t ks, const uint8_t* tile,
+                                  uint32_t lane) {
+#pragma unroll
+    for (uint32_t np = 0; np < C / 16; ++np) {
+        if (np < ks) continue;
+        uint32_t b[4];
+        ldmatrix_x4(smem_addr(tile + swizzle_offset<C * 2>(16 * np + lane % 8 + 8 * (lane / 16), 2 * ks + (lane / 8) % 2)),
+                    b[0], b[1], b[2], b[3]);
+        E::mma(acc[2 * np], a, {b[0], b[1]});
+        E::mma(acc[2 * np + 1], a, {b[2], b[3]});
+    }
+}
+
+// The A fragment of k-step ks from a [16 x C] accumulator (two adjacent n8 tiles), each column scaled by f.
+template <typename E, uint32_t C>
+SM120_DEVICE void gdr_pack_a(uint32_t (&a)[4], const float (&x)[C / 8][4], uint32_t ks, const float (&f)[C / 8][2]) {
+    a[0] = E::pack(x[2 * ks][0] * f[2 * ks][0], x[2 * ks][1] * f[2 * ks][1]);
+    a[1] = E::pack(x[2 * ks][2] * f[2 * ks][0], x[2 * ks][3] * f[2 * ks][1]);
+    a[2] = E::pack(x[2 * ks + 1][0] * f[2 * ks + 1][0], x[2 * ks + 1][1] * f[2 * ks + 1][1]);
+    a[3] = E::pack(x[2 * ks + 1][2] * f[2 * ks + 1][0], x[2 * ks + 1][3] * f[2 * ks + 1][1]);
+}
+
+// The same without scaling.
+template <typename E, uint32_t C>
+SM120_DEVICE void gdr_pack_a(uint32_t (&a)[4], const float (&x)[C / 8][4], uint32_t ks) {
+    a[0] = E::pack(x[2 * ks][0], x[2 * ks][1]), a[1] = E::pack(x[2 * ks][2], x[2 * ks][3]);
+    a[2] = E::pack(x[2 * ks + 1][0], x[2 * ks + 1][1]), a[3] = E::pack(x[2 * ks + 1][2], x[2 * ks + 1][3]);
+}
+
 template <uint32_t kChunk, uint32_t kVSlice, uint32_t kStages, typename Elem>
 __global__ void __launch_bounds__(GdrFwdConfig<kChunk, kVSlice, kStages>::kThreads, 1)
-sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_w, const __grid_constant__ CUtensorMap tmap_u,
-                                  const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_k,
-                                  const __grid_constant__ CUtensorMap tmap_attn,
+sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_k,
+                                  const __grid_constant__ CUtensorMap tmap_v, const __grid_constant__ CUtensorMap tmap_tw,
+                                  const __grid_constant__ CUtensorMap tmap_tu, const __grid_constant__ CUtensorMap tmap_attn,
                                   const __grid_constant__ CUtensorMap tmap_gate, const float* __restrict__ initial_state,
                                   float* __restrict__ final_state, Elem* __restrict__ o,
                                   const int32_t* __restrict__ cu_seqlens, uint32_t seq_len, uint32_t value_heads,
@@ -78,11 +115,12 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_w, co
     if (warp == Cfg::kMathWarps) {
         // ---------------- producer: one TMA batch per chunk ----------------
         if (lane == 0) {
-            tma_prefetch_descriptor(&tmap_w), tma_prefetch_descriptor(&tmap_u), tma_prefetch_descriptor(&tmap_q);
-            tma_prefetch_descriptor(&tmap_k), tma_prefetch_descriptor(&tmap_attn), tma_prefetch_descriptor(&tmap_gate);
+            tma_prefetch_descriptor(&tmap_q), tma_prefetch_descriptor(&tmap_k), tma_prefetch_descriptor(&tmap_v);
+            tma_prefetch_descriptor(&tmap_tw), tma_prefetch_descriptor(&tmap_tu), tma_prefetch_descriptor(&tmap_attn);
+            tma_prefetch_descriptor(&tmap_gate);
             uint32_t stage = 0, phase = 0;
             for (uint32_t c = 0; c < num_chunks; ++c) {
-                const int32_t t = static_cast<int32_t>(start + c * C);
+                const int32_t t = static_cast<int32_t>(start + c * C), hvi = static_cast<int32_t>(hv);
                 uint8_t* s = smem + stage * Cfg::kStageBytes;
                 uint64_t* bar = &full_bar[stage];
                 mbarrier_wait(&empty_bar[stage], phase ^ 1);
@@ -91,16 +129,17 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_w, co
                 for (uint32_t half = 0; half < 2; ++half) {
                     const int32_t col = static_cast<int32_t>(half * kGdrHalfCols);
                     const uint32_t off = half * C * kSwizzle128BRowBytes;
-                    tma_load_3d(s + off, &tmap_w, bar, col, static_cast<int32_t>(hv), t);
-                    tma_load_3d(s + Cfg::kOffQ + off, &tmap_q, bar, col, static_cast<int32_t>(h), t);
+                    tma_load_3d(s + off, &tmap_q, bar, col, static_cast<int32_t>(h), t);
                     tma_load_3d(s + Cfg::kOffK + off, &tmap_k, bar, col, static_cast<int32_t>(h), t);
                 }
 #pragma unroll
-                for (uint32_t b = 0; b < Cfg::kUBoxes; ++b)
-                    tma_load_3d(s + Cfg::kOffU + b * C * Cfg::kURowBytes, &tmap_u, bar,
-                                static_cast<int32_t>(slice * kVSlice + b * kGdrHalfCols), static_cast<int32_t>(hv), t);
-                tma_load_3d(s + Cfg::kOffAttn, &tmap_attn, bar, 0, static_cast<int32_t>(hv), t);
-                tma_load_3d(s + Cfg::kOffGate, &tmap_gate, bar, 0, static_cast<int32_t>(hv), t);
+                for (uint32_t b = 0; b < Cfg::kVBoxes; ++b)
+                    tma_load_3d(s + Cfg::kOffV + b * C * Cfg::kVRowBytes, &tmap_v, bar,
+                                static_cast<int32_t>(slice * kVSlice + b * kGdrHalfCols), hvi, t);
+                tma_load_3d(s + Cfg::kOffTw, &tmap_tw, bar, 0, hvi, t);
+                tma_load_3d(s + Cfg::kOffTu, &tmap_tu, bar, 0, hvi, t);
+                tma_load_3d(s + Cfg::kOffAttn, &tmap_attn, bar, 0, hvi, t);
+                tma_load_3d(s + Cfg::kOffGate, &tmap_gate, bar, 0, hvi, t);
                 if (++stage == kStages) stage = 0, phase ^= 1;
             }
         }
@@ -137,41 +176,35 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_w, co
             sa[kk][2] = E::pack(st[2 * kk + 1][0], st[2 * kk + 1][1]);
             sa[kk][3] = E::pack(st[2 * kk + 1][2], st[2 * kk + 1][3]);
         }
-        // P = S^T w^T and O = S^T q^T (tokens on n)
-        float p[kNT][4] = {}, out[kNT][4] = {};
+        // u^T = v^T Tu^T (v^T read transposed from the [token][v] tile), independent of S
+        float vp[kNT][4] = {};
+#pragma unroll
+        for (uint32_t ks = 0; ks < kNT / 2; ++ks) {
+            constexpr uint32_t kChunksPerRow = Cfg::kVRowBytes / 16;
+            const uint32_t m = lane / 8, row = 16 * ks + 8 * (m / 2) + lane % 8;
+            const uint32_t chunk = 2 * warp + m % 2;   // the warp's 16 columns of the slice
+            uint32_t a[4];
+            ldmatrix_x4_trans(smem_addr(s + Cfg::kOffV + chunk / kChunksPerRow * (C * Cfg::kVRowBytes) +
+                                        swizzle_offset<Cfg::kVRowBytes>(row, chunk % kChunksPerRow)),
+                              a[0], a[1], a[2], a[3]);
+            gdr_mma_lower_t<E, C>(vp, a, ks, s + Cfg::kOffTu, lane);
+        }
+        // X = S^T k^T and O = S^T q^T (tokens on n)
+        float x[kNT][4] = {}, out[kNT][4] = {};
 #pragma unroll
         for (uint32_t kk = 0; kk < kKT / 2; ++kk)
 #pragma unroll
             for (uint32_t jp = 0; jp < kNT / 2; ++jp) {
                 const uint32_t off = gdr_tile_offset<C>(16 * jp + lane % 8 + 8 * (lane / 16), 2 * kk + (lane / 8) % 2);
-                uint32_t bw[4], bq[4];
-                ldmatrix_x4(smem_addr(s + off), bw[0], bw[1], bw[2], bw[3]);
-                ldmatrix_x4(smem_addr(s + Cfg::kOffQ + off), bq[0], bq[1], bq[2], bq[3]);
-                E::mma(p[2 * jp], sa[kk], {bw[0], bw[1]});
-                E::mma(p[2 * jp + 1], sa[kk], {bw[2], bw[3]});
+                uint32_t bk[4], bq[4];
+                ldmatrix_x4(smem_addr(s + Cfg::kOffK + off), bk[0], bk[1], bk[2], bk[3]);
+                ldmatrix_x4(smem_addr(s + off), bq[0], bq[1], bq[2], bq[3]);
+                E::mma(x[2 * jp], sa[kk], {bk[0], bk[1]});
+                E::mma(x[2 * jp + 1], sa[kk], {bk[2], bk[3]});
                 E::mma(out[2 * jp], sa[kk], {bq[0], bq[1]});
                 E::mma(out[2 * jp + 1], sa[kk], {bq[2], bq[3]});
             }
-        // v'^T = u^T - P (u^T read transposed from the [token][v] tile); O columns times scale e^G / |q|
-        float vp[kNT][4];
-#pragma unroll
-        for (uint32_t jp = 0; jp < kNT / 2; ++jp) {
-            const uint32_t m = lane / 8, row = 16 * jp + 8 * (m / 2) + lane % 8;
-            const uint32_t chunk = 2 * warp + m % 2;   // the warp's 16 columns of the slice
-            constexpr uint32_t kChunksPerRow = Cfg::kURowBytes / 16;
-            const uint32_t off = Cfg::kOffU + chunk / kChunksPerRow * (C * Cfg::kURowBytes) +
-                                 swizzle_offset<Cfg::kURowBytes>(row, chunk % kChunksPerRow);
-            uint32_t r[4];
-            ldmatrix_x4_trans(smem_addr(s + off), r[0], r[1], r[2], r[3]);
-#pragma unroll
-            for (uint32_t x = 0; x < 2; ++x) {
-                float u0, u1, u2, u3;
-                E::unpack(r[2 * x], u0, u1), E::unpack(r[2 * x + 1], u2, u3);
-                float* d = vp[2 * jp + x];
-                const float* pp = p[2 * jp + x];
-                d[0] = u0 - pp[0], d[1] = u1 - pp[1], d[2] = u2 - pp[2], d[3] = u3 - pp[3];
-            }
-        }
+        // per-token factors: scale e^G / |q| (O's columns), e^{G_last - G} / |k| (0 past the end)
         float kf[kNT][2];
 #pragma unroll
         for (uint32_t j = 0; j < kNT; ++j)
@@ -182,21 +215,21 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_w, co
                 out[j][e] *= gt.y, out[j][e + 2] *= gt.y;
                 kf[j][e] = tok < len ? gt.z : 0.0f;
             }
-        // O += v'^T attn^T (causal: k-steps up to the output block), v' as the A operand
+        // v'^T = u^T - X Tw^T
 #pragma unroll
         for (uint32_t ks = 0; ks < kNT / 2; ++ks) {
-            const uint32_t a[4] = {E::pack(vp[2 * ks][0], vp[2 * ks][1]), E::pack(vp[2 * ks][2], vp[2 * ks][3]),
-                                   E::pack(vp[2 * ks + 1][0], vp[2 * ks + 1][1]),
-                                   E::pack(vp[2 * ks + 1][2], vp[2 * ks + 1][3])};
+            uint32_t a[4];
+            gdr_pack_a<E, C>(a, x, ks);
 #pragma unroll
-            for (uint32_t np = ks; np < kNT / 2; ++np) {
-                uint32_t b[4];
-                ldmatrix_x4(smem_addr(s + Cfg::kOffAttn +
-                                      swizzle_offset<C * 2>(16 * np + lane % 8 + 8 * (lane / 16), 2 * ks + (lane / 8) % 2)),
-                            b[0], b[1], b[2], b[3]);
-                E::mma(out[2 * np], a, {b[0], b[1]});
-                E::mma(out[2 * np + 1], a, {b[2], b[3]});
-            }
+            for (uint32_t r = 0; r < 4; ++r) a[r] ^= 0x80008000u;   // -X: flip both halves' sign bits (exact)
+            gdr_mma_lower_t<E, C>(vp, a, ks, s + Cfg::kOffTw, lane);
+        }
+        // O += v'^T attn^T, v' as the A operand
+#pragma unroll
+        for (uint32_t ks = 0; ks < kNT / 2; ++ks) {
+            uint32_t a[4];
+            gdr_pack_a<E, C>(a, vp, ks);
+            gdr_mma_lower_t<E, C>(out, a, ks, s + Cfg::kOffAttn, lane);
         }
         // S^T = e^{G_last} S^T + (v'^T diag(kf)) k
         const float decay = __expf(gate[len - 1].x);
@@ -206,10 +239,8 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_w, co
             for (uint32_t e = 0; e < 4; ++e) st[kt][e] *= decay;
 #pragma unroll
         for (uint32_t ks = 0; ks < kNT / 2; ++ks) {
-            const uint32_t a[4] = {E::pack(vp[2 * ks][0] * kf[2 * ks][0], vp[2 * ks][1] * kf[2 * ks][1]),
-                                   E::pack(vp[2 * ks][2] * kf[2 * ks][0], vp[2 * ks][3] * kf[2 * ks][1]),
-                                   E::pack(vp[2 * ks + 1][0] * kf[2 * ks + 1][0], vp[2 * ks + 1][1] * kf[2 * ks + 1][1]),
-                                   E::pack(vp[2 * ks + 1][2] * kf[2 * ks + 1][0], vp[2 * ks + 1][3] * kf[2 * ks + 1][1])};
+            uint32_t a[4];
+            gdr_pack_a<E, C>(a, vp, ks, kf);
 #pragma unroll
             for (uint32_t np = 0; np < kKT / 2; ++np) {
                 uint32_t b[4];

@@ -4,16 +4,17 @@
 // beta, and 1/|q|, 1/|k| (1 unless l2-normalizing in the kernel):
 //   A    = strictly_lower(beta_i exp(G_i - G_j) k_i.k_j / (|k_i||k_j|))      (K K^T on mma.sync, fp32)
 //   T    = (I + A)^-1: 16x16 diagonal blocks by forward substitution, then the off-diagonal blocks
-//          T_ij = -T_ii sum_{j <= m < i} A_im T_mj, in fp32 SIMT (exact enough that w and u carry only the
-//          rounding of their bf16 / fp16 storage)
-//   w    = T diag(beta exp(G) / |k|) k,     u = T diag(beta) v               (mma.sync, A operand = T scaled)
+//          T_ij = -T_ii sum_{j <= m < i} A_im T_mj, in fp32 SIMT
+//   Tw   = T diag(beta exp(G) / |k|),   Tu = T diag(beta)                    (the WY factors: w = Tw k, u = Tu v)
 //   attn = scale exp(G_i - G_j) q_i.k_j / (|q_i||k_j|) for j <= i           (Q K^T on mma.sync)
 //   gates: (G, scale exp(G) / |q|, exp(G_last - G) / |k|, 0) per token
-// and writes them token-indexed (layout in sm120_gated_delta_rule_common.cuh). Rows past the chunk's end are
-// zero in shared memory and never written.
+// and writes them token-indexed (layout in sm120_gated_delta_rule_common.cuh). w and u themselves are never
+// stored: the recurrence multiplies by Tw and Tu (C x C per chunk instead of C x 128), which moves 6 KiB per
+// 32-token chunk and value head instead of 16. Rows past the chunk's end are zero in shared memory and never written.
 //
-// One CTA of four warps per (chunk slot, value head), grid.x = slot * HV + hv; q, k, v tiles come in by plain 16-byte loads (a chunk may
-// start anywhere in a packed varlen batch and ends at its sequence's end, which a TMA box cannot stop at).
+// One CTA of four warps per (chunk slot, value head), grid.x = slot * HV + hv; q and k tiles come in by plain
+// 16-byte loads (a chunk may start anywhere in a packed varlen batch and ends at its sequence's end, which a TMA
+// box cannot stop at).
 
 #include "../common/sm120_arch.cuh"
 #include "../common/sm120_ldmatrix.cuh"
@@ -34,11 +35,11 @@ struct GdrPrepConfig {
     static constexpr uint32_t kMatBytes = kChunk * kLdA * 4;
     static constexpr uint32_t kScratchBytes = (kBlocks > 1 ? (kBlocks - 1) * 256 : 1) * 4;
     static constexpr uint32_t kHalfMatBytes = kChunk * kLdT16 * 2;
-    // [k | q | v tiles][A + off-diagonal scratch, later Tw + Tu][T, earlier the attn staging][G, beta, 1/|k|, 1/|q|]
+    // [k | q tiles][A + off-diagonal scratch, later Tw + Tu][T, earlier the attn staging][G, beta, 1/|k|, 1/|q|]
     static constexpr uint32_t kRegionA = kMatBytes + kScratchBytes > 2 * kHalfMatBytes ? kMatBytes + kScratchBytes
                                                                                        : 2 * kHalfMatBytes;
     static constexpr uint32_t kRegionT = kMatBytes > kHalfMatBytes ? kMatBytes : kHalfMatBytes;
-    static constexpr uint32_t kOffA = 3 * kTileBytes;
+    static constexpr uint32_t kOffA = 2 * kTileBytes;
     static constexpr uint32_t kOffT = kOffA + align_up(kRegionA, 16u);
     static constexpr uint32_t kOffVec = kOffT + align_up(kRegionT, 16u);
     static constexpr uint32_t kSmemBytes = kOffVec + 4 * kChunk * 4;
@@ -49,9 +50,9 @@ struct GdrPrepConfig {
 template <uint32_t kChunk, typename Elem>
 __global__ void __launch_bounds__(GdrPrepConfig<kChunk>::kThreads)
 sm120_gated_delta_rule_prep_kernel(const Elem* __restrict__ q, const Elem* __restrict__ k,
-                                   const Elem* __restrict__ v, const float* __restrict__ g,
-                                   const void* __restrict__ beta, const int32_t* __restrict__ cu_seqlens,
-                                   Elem* __restrict__ w, Elem* __restrict__ u, Elem* __restrict__ attn,
+                                   const float* __restrict__ g, const void* __restrict__ beta,
+                                   const int32_t* __restrict__ cu_seqlens, Elem* __restrict__ tw,
+                                   Elem* __restrict__ tu, Elem* __restrict__ attn,
                                    float* __restrict__ gates, uint32_t num_seqs, uint32_t seq_len,
                                    uint32_t value_heads, uint32_t group, float scale, uint32_t beta_fp32,
                                    uint32_t l2norm) {
@@ -62,7 +63,6 @@ sm120_gated_delta_rule_prep_kernel(const Elem* __restrict__ q, const Elem* __res
     extern __shared__ __align__(1024) uint8_t smem[];
     uint8_t* s_k = smem;
     uint8_t* s_q = smem + Cfg::kTileBytes;
-    uint8_t* s_v = smem + 2 * Cfg::kTileBytes;
     float* s_a = reinterpret_cast<float*>(smem + Cfg::kOffA);
     float* s_x = s_a + C * kLdA;                                     // off-diagonal products
     Elem* s_tw = reinterpret_cast<Elem*>(smem + Cfg::kOffA);         // after the inverse: T diag(beta e^G / |k|)
@@ -85,20 +85,18 @@ sm120_gated_delta_rule_prep_kernel(const Elem* __restrict__ q, const Elem* __res
     if (!gdr_chunk_of_slot<C>(cu_seqlens, num_seqs, seq_len, slot, lane, first, end)) return;
     const uint32_t len = min(C, end - first);
 
-    // ---- load the k, q, v tiles (zero rows past the chunk) and the per-token scalars ----
+    // ---- load the k, q tiles (zero rows past the chunk) and the per-token scalars ----
     for (uint32_t i = tid; i < C * 16; i += Cfg::kThreads) {
         const uint32_t row = i / 16, chunk = i % 16;
-        uint4 kq = make_uint4(0, 0, 0, 0), qq = kq, vq = kq;
+        uint4 kq = make_uint4(0, 0, 0, 0), qq = kq;
         if (row < len) {
             const size_t tok = first + row;
             kq = __ldg(reinterpret_cast<const uint4*>(k + (tok * (value_heads / group) + h) * kGdrHeadDim) + chunk);
             qq = __ldg(reinterpret_cast<const uint4*>(q + (tok * (value_heads / group) + h) * kGdrHeadDim) + chunk);
-            vq = __ldg(reinterpret_cast<const uint4*>(v + (tok * value_heads + hv) * kGdrHeadDim) + chunk);
         }
         const uint32_t off = gdr_tile_offset<C>(row, chunk);
         *reinterpret_cast<uint4*>(s_k + off) = kq;
         *reinterpret_cast<uint4*>(s_q + off) = qq;
-        *reinterpret_cast<uint4*>(s_v + off) = vq;
     }
     if (tid < C) {
         float gv = 0.0f, bv = 0.0f;
@@ -126,6 +124,8 @@ sm120_gated_delta_rule_prep_kernel(const Elem* __restrict__ q, const Elem* __res
             if (base + lane < C) s_g[base + lane] = x + carry;
             carry += __shfl_sync(0xffffffffu, x, 31);
         }
+    } else if (!l2norm) {
+        for (uint32_t row = tid - 32; row < C; row += Cfg::kThreads - 32) s_rk[row] = 1.0f, s_rq[row] = 1.0f;
     } else {
         for (uint32_t row = warp - 1; row < C; row += 3) {
             // lane reads columns [4 lane, 4 lane + 4): 8 bytes of 16-byte chunk lane / 2
@@ -141,10 +141,7 @@ sm120_gated_delta_rule_prep_kernel(const Elem* __restrict__ q, const Elem* __res
                 for (uint32_t m = 16; m > 0; m >>= 1) s += __shfl_xor_sync(0xffffffffu, s, m);
                 ss[which] = s;
             }
-            if (lane == 0) {
-                s_rk[row] = l2norm ? rsqrtf(ss[0] + 1e-6f) : 1.0f;
-                s_rq[row] = l2norm ? rsqrtf(ss[1] + 1e-6f) : 1.0f;
-            }
+            if (lane == 0) s_rk[row] = rsqrtf(ss[0] + 1e-6f), s_rq[row] = rsqrtf(ss[1] + 1e-6f);
         }
     }
     __syncthreads();
@@ -238,7 +235,7 @@ sm120_gated_delta_rule_prep_kernel(const Elem* __restrict__ q, const Elem* __res
         __syncthreads();
     }
 
-    // ---- the WY operands (A's space) and the gates ----
+    // ---- the WY factors (A's space) and the gates ----
     for (uint32_t e = tid; e < C * C; e += Cfg::kThreads) {
         const uint32_t i = e / C, j = e % C;
         const float t = s_t[i * kLdA + j], bj = s_beta[j];
@@ -252,52 +249,11 @@ sm120_gated_delta_rule_prep_kernel(const Elem* __restrict__ q, const Elem* __res
             gate;
     }
     __syncthreads();
-
-    // ---- w = Tw k, u = Tu v: warp w owns head-dim columns [32 w, 32 w + 32); results replace its k / v columns ----
-    {
-        constexpr uint32_t kMT = C / 16;
-#pragma unroll
-        for (uint32_t which = 0; which < 2; ++which) {
-            uint8_t* s_rhs = which ? s_v : s_k;
-            const Elem* s_lhs = which ? s_tu : s_tw;
-            float acc[kMT][4][4] = {};
-#pragma unroll
-            for (uint32_t mt = 0; mt < kMT; ++mt)
-#pragma unroll
-                for (uint32_t ks = 0; ks < C / 16; ++ks) {
-                    uint32_t a[4];
-                    ldmatrix_x4(smem_addr(s_lhs + (16 * mt + lane % 16) * kLd16 + 16 * ks + 8 * (lane / 16)),
-                                a[0], a[1], a[2], a[3]);
-#pragma unroll
-                    for (uint32_t np = 0; np < 2; ++np) {
-                        uint32_t bf[4];
-                        ldmatrix_x4_trans(smem_addr(s_rhs + gdr_tile_offset<C>(16 * ks + lane % 8 + 8 * ((lane / 8) % 2),
-                                                                               4 * warp + 2 * np + lane / 16)),
-                                          bf[0], bf[1], bf[2], bf[3]);
-                        E::mma(acc[mt][2 * np], a, {bf[0], bf[1]});
-                        E::mma(acc[mt][2 * np + 1], a, {bf[2], bf[3]});
-                    }
-                }
-            __syncwarp();
-#pragma unroll
-            for (uint32_t mt = 0; mt < kMT; ++mt)
-#pragma unroll
-                for (uint32_t nt = 0; nt < 4; ++nt)
-#pragma unroll
-                    for (uint32_t hh = 0; hh < 2; ++hh) {
-                        const uint32_t row = 16 * mt + gid + 8 * hh, col = 32 * warp + 8 * nt + 2 * t4;
-                        *reinterpret_cast<uint32_t*>(s_rhs + gdr_tile_offset<C>(row, col / 8) + (col % 8) * 2) =
-                            E::pack(acc[mt][nt][2 * hh], acc[mt][nt][2 * hh + 1]);
-                    }
-        }
-    }
-    __syncthreads();
-    for (uint32_t i = tid; i < len * 16; i += Cfg::kThreads) {
-        const uint32_t row = i / 16, chunk = i % 16;
-        const size_t at = (static_cast<size_t>(first + row) * value_heads + hv) * kGdrHeadDim;
-        const uint32_t off = gdr_tile_offset<C>(row, chunk);
-        reinterpret_cast<uint4*>(w + at)[chunk] = *reinterpret_cast<const uint4*>(s_k + off);
-        reinterpret_cast<uint4*>(u + at)[chunk] = *reinterpret_cast<const uint4*>(s_v + off);
+    for (uint32_t e = tid; e < len * (C / 8); e += Cfg::kThreads) {
+        const uint32_t row = e / (C / 8), part = e % (C / 8);
+        const size_t at = (static_cast<size_t>(first + row) * value_heads + hv) * C + part * 8;
+        *reinterpret_cast<uint4*>(tw + at) = *reinterpret_cast<const uint4*>(s_tw + row * kLd16 + part * 8);
+        *reinterpret_cast<uint4*>(tu + at) = *reinterpret_cast<const uint4*>(s_tu + row * kLd16 + part * 8);
     }
     pdl_launch_dependents();
 }

@@ -12,8 +12,9 @@ from ...core.rules import require_dim, require_dtype
 from ..gated_delta_rule_prep import CHUNKS, CXX_ELEM, HEAD_DIM, GdrPrepSpec, align_up, hmma
 
 PARAMS = ParamList(
-    Param("tmap_w", "CUtensorMap"), Param("tmap_u", "CUtensorMap"), Param("tmap_q", "CUtensorMap"),
-    Param("tmap_k", "CUtensorMap"), Param("tmap_attn", "CUtensorMap"), Param("tmap_gate", "CUtensorMap"),
+    Param("tmap_q", "CUtensorMap"), Param("tmap_k", "CUtensorMap"), Param("tmap_v", "CUtensorMap"),
+    Param("tmap_tw", "CUtensorMap"), Param("tmap_tu", "CUtensorMap"), Param("tmap_attn", "CUtensorMap"),
+    Param("tmap_gate", "CUtensorMap"),
     Param("initial_state", "const float*"), Param("final_state", "float*"), Param("o", "{elem}*"),
     Param("cu_seqlens", "const int32_t*"), Param("seq_len", "uint32_t"), Param("value_heads", "uint32_t"),
     Param("group", "uint32_t"),
@@ -26,8 +27,9 @@ SM120_CHUNK, OTHER_CHUNK = 32, 64   # 99 KiB per block on SM120: the recurrence 
 
 
 def stage_bytes(chunk: int, vslice: int) -> int:
-    """GdrFwdConfig::kStageBytes: w, q, k tiles, the u slice, attn and gates, each 1024-aligned."""
-    return 3 * chunk * HEAD_DIM * 2 + sum(align_up(b, 1024) for b in (chunk * vslice * 2, chunk * chunk * 2, chunk * 16))
+    """GdrFwdConfig::kStageBytes: q, k tiles, the v slice, Tw, Tu, attn and gates, each 1024-aligned."""
+    mat = align_up(chunk * chunk * 2, 1024)
+    return 2 * chunk * HEAD_DIM * 2 + align_up(chunk * vslice * 2, 1024) + 3 * mat + align_up(chunk * 16, 1024)
 
 
 def out_bytes(chunk: int, vslice: int) -> int:

@@ -1,9 +1,9 @@
 """chunk_gated_delta_rule: the gated delta rule chunked forward (FLA's semantics; docs/gated_delta_rule.md).
 
 Two kernels on the current stream, graph-capturable: the prep kernel (per chunk and value head: cumsum of g,
-(I + A)^-1, the WY factors w and u, the decayed causal q.k products, the per-token gates) and the recurrence
+(I + A)^-1 scaled into the WY factors Tw and Tu, the decayed causal q.k products, the per-token gates) and the recurrence
 (per sequence, value head and V slice: the state in registers, chunk after chunk, and o). The intermediates live
-in a per-call scratch of about (2 * 128 + C) * 2 + 16 bytes per token and value head.
+in a per-call scratch of 3 * C * 2 + 16 bytes per token and value head.
 """
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ from .contract import (OTHER_CHUNK, NoBackward, check_arguments, check_cu_seqlen
 __all__ = ["chunk_gated_delta_rule", "chunk_gated_delta_rule_bwd", "default_chunk_size"]
 
 _ELEM = {torch.bfloat16: ("bf16", "bfloat16"), torch.float16: ("fp16", "float16")}
-_OFF = {name: PARAMS.offsets[name] for name in ("tmap_w", "tmap_u", "tmap_q", "tmap_k", "tmap_attn", "tmap_gate")}
+_OFF = {name: PARAMS.offsets[name] for name in ("tmap_q", "tmap_k", "tmap_v", "tmap_tw", "tmap_tu", "tmap_attn",
+                                                "tmap_gate")}
 
 
 @lru_cache(maxsize=64)
@@ -74,25 +75,24 @@ def chunk_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g:
         q, k, v, g, beta = (x.contiguous() for x in (q, k, v, g, beta))
         init = initial_state.contiguous() if initial_state is not None else None
         cu = None if cu_seqlens is None else cu_seqlens.to(torch.int32).contiguous()
-        w = torch.empty(tokens, hv, HEAD_DIM, dtype=q.dtype, device=dev)
-        u = torch.empty_like(w)
-        attn = torch.empty(tokens, hv, c, dtype=q.dtype, device=dev)
+        tw, tu, attn = torch.empty(3, tokens, hv, c, dtype=q.dtype, device=dev).unbind(0)
         gates = torch.empty(tokens, hv, 4, dtype=torch.float32, device=dev)
         vslice = choose_vslice(n, hv, num_sms_for(index), c)
         prep, fwd = _kernels(c, vslice, elem, index, emulation_env())
 
         slots = -(-t // c) + n if cu is not None else n * -(-t // c)
         launch(prep, slots * hv,
-               PREP_PARAMS.pack(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), g=g.data_ptr(), beta=beta.data_ptr(),
-                                cu_seqlens=0 if cu is None else cu.data_ptr(), w=w.data_ptr(), u=u.data_ptr(),
+               PREP_PARAMS.pack(q=q.data_ptr(), k=k.data_ptr(), g=g.data_ptr(), beta=beta.data_ptr(),
+                                cu_seqlens=0 if cu is None else cu.data_ptr(), tw=tw.data_ptr(), tu=tu.data_ptr(),
                                 attn=attn.data_ptr(), gates=gates.data_ptr(), num_seqs=n, seq_len=t, value_heads=hv,
                                 group=hv // h, scale=p.scale, beta_fp32=int(beta.dtype == torch.float32),
                                 l2norm=int(use_qk_l2norm_in_kernel)),
                b"", index)
-        tmaps = (_map("tmap_w", tma_dtype, w, HEAD_DIM, hv, tokens, 64, c, 2)
-                 + _map("tmap_u", tma_dtype, u, HEAD_DIM, hv, tokens, min(vslice, 64), c, 2)
-                 + _map("tmap_q", tma_dtype, q, HEAD_DIM, h, tokens, 64, c, 2)
+        tmaps = (_map("tmap_q", tma_dtype, q, HEAD_DIM, h, tokens, 64, c, 2)
                  + _map("tmap_k", tma_dtype, k, HEAD_DIM, h, tokens, 64, c, 2)
+                 + _map("tmap_v", tma_dtype, v, HEAD_DIM, hv, tokens, min(vslice, 64), c, 2)
+                 + _map("tmap_tw", tma_dtype, tw, c, hv, tokens, c, c, 2)
+                 + _map("tmap_tu", tma_dtype, tu, c, hv, tokens, c, c, 2)
                  + _map("tmap_attn", tma_dtype, attn, c, hv, tokens, c, c, 2)
                  + _map("tmap_gate", "float32", gates, 4, hv, tokens, 4, c, 4))
         launch(fwd, (HEAD_DIM // vslice) * hv * n,

@@ -1,4 +1,4 @@
-"""Gated delta rule, stage 1 (impls/sm120_gated_delta_rule_prep.cuh): each chunk's WY factors w, u, the decayed
+"""Gated delta rule, stage 1 (impls/sm120_gated_delta_rule_prep.cuh): each chunk's WY factors Tw, Tu, the decayed
 causal q.k products and the per-token gates, in parallel over chunks and value heads. An internal family: the
 public op chunk_gated_delta_rule (families/gated_delta_rule) launches it before the recurrence."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ from ...core.params import Param, ParamList
 from ...core.registry import Family, GateRules, KernelSpec
 
 PARAMS = ParamList(
-    Param("q", "const {elem}*"), Param("k", "const {elem}*"), Param("v", "const {elem}*"), Param("g", "const float*"),
-    Param("beta", "const void*"), Param("cu_seqlens", "const int32_t*"), Param("w", "{elem}*"), Param("u", "{elem}*"),
+    Param("q", "const {elem}*"), Param("k", "const {elem}*"), Param("g", "const float*"),
+    Param("beta", "const void*"), Param("cu_seqlens", "const int32_t*"), Param("tw", "{elem}*"), Param("tu", "{elem}*"),
     Param("attn", "{elem}*"), Param("gates", "float*"), Param("num_seqs", "uint32_t"), Param("seq_len", "uint32_t"),
     Param("value_heads", "uint32_t"), Param("group", "uint32_t"), Param("scale", "float"),
     Param("beta_fp32", "uint32_t"), Param("l2norm", "uint32_t"),
@@ -26,14 +26,14 @@ def align_up(x: int, a: int) -> int:
 
 
 def prep_smem_bytes(chunk: int) -> int:
-    """GdrPrepConfig::kSmemBytes: k / q / v tiles, A (+ off-diagonal scratch, later Tw / Tu), T (earlier the attn
+    """GdrPrepConfig::kSmemBytes: k / q tiles, A (+ off-diagonal scratch, later Tw / Tu), T (earlier the attn
     staging), four per-token vectors."""
     tile = chunk * HEAD_DIM * 2
     mat = chunk * (chunk + 1) * 4
     scratch = ((chunk // 16 - 1) * 256 if chunk > 16 else 1) * 4
     half = chunk * (chunk + 8) * 2
     region_a, region_t = max(mat + scratch, 2 * half), max(mat, half)
-    return 3 * tile + align_up(region_a, 16) + align_up(region_t, 16) + 4 * chunk * 4
+    return 2 * tile + align_up(region_a, 16) + align_up(region_t, 16) + 4 * chunk * 4
 
 
 @dataclass(frozen=True)
