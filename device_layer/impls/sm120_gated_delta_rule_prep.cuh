@@ -48,7 +48,7 @@ struct GdrPrepConfig {
 };
 
 template <uint32_t kChunk, typename Elem>
-__global__ void __launch_bounds__(GdrPrepConfig<kChunk>::kThreads)
+__global__ void __launch_bounds__(GdrPrepConfig<kChunk>::kThreads, 1)
 sm120_gated_delta_rule_prep_kernel(const Elem* __restrict__ q, const Elem* __restrict__ k,
                                    const float* __restrict__ g, const void* __restrict__ beta,
                                    const int32_t* __restrict__ cu_seqlens, Elem* __restrict__ tw,
