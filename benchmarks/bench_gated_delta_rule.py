@@ -7,7 +7,12 @@ Shapes: FlashQLA's B x T in {1 x 32768, 4 x 2048, 1 x 2048} crossed with (H, HV)
 (the three pairings FlashQLA reports are 1x32768 (16, 64), 4x2048 (2, 8), 1x2048 (32, 32)). K = V = 128, bf16,
 l2-normalized q / k, g = logsigmoid, beta = sigmoid, an fp32 initial state and the final state returned (both
 sides). Both sides are timed by CUDA-graph replay (benchmarks/bench_bf16_gemm.py: bench), so FLA's host work
-does not count. Each row also reports the relative L2 distance between our o and FLA's."""
+does not count. Each row also reports the relative L2 distance between our o and FLA's.
+
+A GPU machine without a package index gets FLA as wheels: `pip download fla-core einops --no-deps -d wheels_fla`
+here, carry the folder, `python3 -m pip install --no-deps --no-index wheels_fla/*.whl` there (FLA needs Triton,
+which CUDA builds of torch bring). --sweep and --max-stages are the tuning runs behind the plan's V slice and
+stage cap (docs/gated_delta_rule.md)."""
 from __future__ import annotations
 
 import argparse
