@@ -3,14 +3,13 @@
     compute-sanitizer --tool memcheck python tests/sanitize_bf16_gemm.py
 Exits non-zero on a numerical failure; the sanitizer reports memory errors and races itself.
 """
-import os
 import sys
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "host"))
-if torch.cuda.get_device_capability()[0] != 12:
-    os.environ["DG_SM120_EMULATE"] = "1"
+from sanitizer_driver import prepare
+
+prepare()
 
 import deep_gemm_sm120 as dg  # noqa: E402
 from deep_gemm_sm120.testing import calc_diff  # noqa: E402

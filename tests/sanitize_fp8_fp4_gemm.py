@@ -4,16 +4,13 @@
     compute-sanitizer --tool memcheck python tests/sanitize_fp8_fp4_gemm.py
 Exits non-zero on a numerical failure; the sanitizer reports memory errors and races itself.
 """
-import os
 import sys
 
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "host"))
-sys.path.insert(0, HERE)
-if torch.cuda.get_device_capability()[0] != 12:
-    os.environ["DG_SM120_EMULATE"] = "1"
+from sanitizer_driver import prepare
+
+prepare()
 
 import deep_gemm_sm120 as dg  # noqa: E402
 from block_scaled_helpers import fp4_operands, fp8_operands, quantize_side  # noqa: E402

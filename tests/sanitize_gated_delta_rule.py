@@ -5,15 +5,13 @@ initial / final state and the in-kernel l2norm.
     compute-sanitizer --tool racecheck python tests/sanitize_gated_delta_rule.py
 Exits non-zero on a numerical failure; the sanitizer reports memory errors and races itself.
 """
-import os
 import sys
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "host"))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-if torch.cuda.get_device_capability()[0] != 12:
-    os.environ["DG_SM120_EMULATE"] = "1"
+from sanitizer_driver import prepare, run_cases
+
+prepare()
 
 import test_gated_delta_rule_gpu as gdr  # noqa: E402
 
@@ -26,12 +24,4 @@ cases = [
                                                         cu_seqlens=cu, l2=True)),
     ("b2 t33 h16/64 c32", lambda: gdr.check(*gdr.make_inputs(2, 33, 16, 64))),
 ]
-failures = 0
-for name, fn in cases:
-    try:
-        fn()
-        print(f"sanitize case {name}: ok")
-    except AssertionError as e:
-        failures += 1
-        print(f"sanitize case {name}: FAIL {e}")
-sys.exit(1 if failures else 0)
+sys.exit(run_cases(cases))

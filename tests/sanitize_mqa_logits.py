@@ -4,20 +4,17 @@ scheduler, with tails, empty ranges, zero-length contexts and every block_kv.
     compute-sanitizer --tool racecheck python tests/sanitize_mqa_logits.py
 Exits non-zero on a numerical failure; the sanitizer reports memory errors and races itself.
 """
-import os
 import sys
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "host"))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-if torch.cuda.get_device_capability()[0] != 12:
-    os.environ["DG_SM120_EMULATE"] = "1"
+from sanitizer_driver import prepare, run_cases
+
+prepare()
 
 import test_mqa_logits_gpu as dense  # noqa: E402
 import test_paged_mqa_logits_gpu as paged  # noqa: E402
 
-failures = 0
 cases = [
     (dense.check, (77, 513, 64, 128, "window")), (dense.check, (33, 300, 16, 64, "causal", torch.bfloat16)),
     (dense.check, (45, 260, 32, 128, "window", torch.float32, "compressed")),
@@ -25,11 +22,5 @@ cases = [
     (paged.run, ([300, 0, 1, 129], 2, 64, 128, 32)), (paged.run, ([300, 65], 3, 32, 128, 64, False, True)),
     (paged.run, ([500, 7], 1, 16, 64, 128)), (paged.run, ([400, 0, 64], 2, 64, 128, 64, True)),
 ]
-for fn, args in cases:
-    try:
-        fn(*args)
-        print(f"sanitize case {fn.__name__}{args[1:] if args and args[0] is None else args}: ok")
-    except AssertionError as e:
-        failures += 1
-        print(f"sanitize case {fn.__name__}: FAIL {e}")
-sys.exit(1 if failures else 0)
+sys.exit(run_cases((f"{fn.__name__}{args[1:] if args and args[0] is None else args}",
+                    lambda fn=fn, args=args: fn(*args)) for fn, args in cases))

@@ -4,15 +4,13 @@ empty splits and the internal split + reduce.
     compute-sanitizer --tool racecheck python tests/sanitize_tf32_hc_prenorm_gemm.py
 Exits non-zero on a numerical failure; the sanitizer reports memory errors and races itself.
 """
-import os
 import sys
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "host"))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-if torch.cuda.get_device_capability()[0] != 12:
-    os.environ["DG_SM120_EMULATE"] = "1"
+from sanitizer_driver import prepare
+
+prepare()
 
 import deep_gemm_sm120 as dg  # noqa: E402
 from deep_gemm_sm120.testing import calc_diff  # noqa: E402
