@@ -7,14 +7,19 @@ from dataclasses import dataclass
 
 import torch
 
+from ...arch import device_capability
 from ...core.rules import dtype_name
 from . import OTHER_CHUNK, SM120_CHUNK, gdr_rule
 from ..gated_delta_rule_prep import CHUNKS as CHUNK_SIZES
 
 
 def default_chunk_size(device: torch.device | int | None = None) -> int:
-    """32 on SM120 (compute capability 12.x), 64 elsewhere; reads the capability without creating tensors."""
-    major = torch.cuda.get_device_capability(device)[0] if torch.cuda.is_available() else 0
+    """32 on SM120 (compute capability 12.x), 64 elsewhere (and without a GPU); the capability comes from the
+    package's per-device cache (arch.device_capability), so calling this per forward costs no driver query."""
+    if not torch.cuda.is_available():
+        return OTHER_CHUNK
+    index = device.index if isinstance(device, torch.device) else device
+    major = device_capability(torch.cuda.current_device() if index is None else index)[0]
     return SM120_CHUNK if major == 12 else OTHER_CHUNK
 
 
