@@ -84,3 +84,13 @@ def test_paged_equals_contiguous_on_shuffled_pages(page_kv):
     paged, pv = paged_sparse_mqa_logits(q, cache, w, torch.tensor(lens), table, idx, block)
     contiguous, cv = sparse_mqa_logits(q, kv, w, torch.zeros(3, dtype=torch.long), torch.tensor(lens), idx, block)
     assert torch.equal(pv, cv) and torch.equal(paged, contiguous)
+
+
+def test_the_documented_worked_example():
+    """docs/sparse_mqa_logits.md: B = 8, three slots, ks = 13, ke = 40, indices [1, 3, 4]; plus an empty row."""
+    idx = torch.tensor([[1, 3, 4], [2, 2, 2]], dtype=torch.int32)
+    ks, ke = torch.tensor([13, 7]), torch.tensor([40, 7])
+    tokens, valid = output_mask(idx, ks, ke, 8)
+    assert valid_slots(ks, ke, 3, 8).tolist() == [3, 0]
+    assert tokens[0].tolist() == list(range(13, 21)) + list(range(29, 37)) + list(range(37, 45))
+    assert valid[0].nonzero().flatten().tolist() == list(range(19)) and not valid[1].any()
