@@ -9,8 +9,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sparse_mqa_reference import (dense_logits, make_indices, output_mask, paged_sparse_mqa_logits,
-                                  sparse_mqa_logits, valid_slots)
+from sparse_mqa_reference import (dense_logits, logits_from_metadata, make_indices, metadata_contiguous,
+                                  metadata_paged, output_mask, paged_sparse_mqa_logits, sparse_mqa_logits,
+                                  valid_slots)
 
 
 def _inputs(s: int, n: int, h: int = 4, d: int = 16, seed: int = 0):
@@ -94,3 +95,48 @@ def test_the_documented_worked_example():
     assert valid_slots(ks, ke, 3, 8).tolist() == [3, 0]
     assert tokens[0].tolist() == list(range(13, 21)) + list(range(29, 37)) + list(range(37, 45))
     assert valid[0].nonzero().flatten().tolist() == list(range(19)) and not valid[1].any()
+
+
+@pytest.mark.parametrize("block", [8, 16, 32])
+def test_metadata_reproduces_the_semantics(block):
+    """The kernels' view (per-slot first row and valid count) gives exactly the reference logits, contiguous and
+    paged, including unaligned starts, empty rows, partial last blocks and padding."""
+    n = 12 * block + 7
+    ks = [0, block + 3, 5 * block + 1, 9 * block, n]
+    ke = [n, 9 * block + 2, 5 * block + 2, 9 * block, n]
+    q, kv, w = _inputs(len(ks), n, seed=block + 1)
+    idx = make_indices(ks, ke, block, 5, seed=4)
+    ks_t, ke_t = torch.tensor(ks), torch.tensor(ke)
+    meta = metadata_contiguous(ks_t, ke_t, idx, block)
+    ref, _ = sparse_mqa_logits(q, kv, w, ks_t, ke_t, idx, block)
+    torch.testing.assert_close(logits_from_metadata(q, kv, w, meta, block), ref, rtol=1e-12, atol=1e-12)
+    # paged: pages of 2 blocks, shuffled
+    page_kv, lens = 2 * block, [n, n - 5, 0, block + 1, 3]
+    pages = -(-n // page_kv)
+    flat = torch.cat([kv, torch.zeros(pages * page_kv - n, kv.shape[1])])
+    perm = torch.randperm(pages, generator=torch.Generator().manual_seed(block))
+    cache = torch.empty(pages, page_kv, kv.shape[1])
+    cache[perm] = flat.view(pages, page_kv, -1)
+    table = perm.to(torch.int32)[None, :].expand(len(lens), pages).contiguous()
+    idx = make_indices([0] * len(lens), lens, block, 5, seed=5)
+    ctx = torch.tensor(lens)
+    meta = metadata_paged(ctx, table, idx, page_kv, block)
+    ref, _ = paged_sparse_mqa_logits(q, cache, w, ctx, table, idx, block)
+    torch.testing.assert_close(logits_from_metadata(q, cache.flatten(0, 1), w, meta, block), ref,
+                               rtol=1e-12, atol=1e-12)
+
+
+def test_metadata_never_points_outside_the_range():
+    """Indices a caller got wrong (negative, below ks, past ke, past the block table) yield count 0, never a read
+    outside [ks, ke) or the table."""
+    block = 8
+    ks, ke = torch.tensor([16, 0]), torch.tensor([64, 40])
+    idx = torch.tensor([[-1, 1, 7, 100], [0, 4, 5, 9]], dtype=torch.int32)
+    meta = metadata_contiguous(ks, ke, idx, block)
+    assert meta[0, :, 1].tolist() == [0, 0, 8, 0] and meta[1, :, 1].tolist() == [8, 8, 0, 0]
+    table = torch.tensor([[3, 2], [1, -1]], dtype=torch.int32)     # row 1's second page is unmapped
+    meta = metadata_paged(torch.tensor([40, 40]), table, torch.tensor([[0, 2, 4, 9], [0, 2, 3, 4]],
+                                                                        dtype=torch.int32), 16, block)
+    assert meta[0, :, 1].tolist() == [8, 8, 0, 0]                     # block 4 is page 2: past the table
+    assert meta[1, :, 1].tolist() == [8, 0, 0, 0]                     # blocks 2, 3 live on the unmapped page
+    assert meta[0, 0].tolist() == [3 * 16, 8] and meta[0, 1].tolist() == [2 * 16, 8]   # pages 3 and 2
