@@ -104,38 +104,7 @@ def make_indices(ks: list[int], ke: list[int], sparse_block_kv: int, num_max_spa
     return torch.tensor(rows, dtype=torch.int32).reshape(len(ks), num_max_sparse_blocks)
 
 
-# ---- the metadata format the SM120 kernels will read (docs/sparse_mqa_logits.md, "Metadata") ----
-# int32 [S, num_max_sparse_blocks, 2]: per slot (first physical KV row, count of valid rows 0..B). Contiguous:
-# row = b * B + ks % B. Paged: row = page * page_kv + t0 % page_kv with page = block_table[r, t0 // page_kv].
-# count = 0 for padding slots (s >= n_r) and for indices outside the row's range, so a bad index can never make
-# the kernel read outside [ks, ke) or past a block-table row; otherwise count = min(B, ke - t0).
-
-def metadata_contiguous(ks: torch.Tensor, ke: torch.Tensor, indices: torch.Tensor, sparse_block_kv: int) -> torch.Tensor:
-    b = indices.long()
-    rows, slots = b.shape
-    n = valid_slots(ks, ke, slots, sparse_block_kv)
-    t0 = b * sparse_block_kv + (ks.long() % sparse_block_kv)[:, None]
-    count = (ke.long()[:, None] - t0).clamp(0, sparse_block_kv)
-    ok = (torch.arange(slots, device=b.device)[None, :] < n[:, None]) & (b >= 0) & (t0 >= ks.long()[:, None])
-    count = torch.where(ok, count, torch.zeros_like(count))
-    return torch.stack((torch.where(count > 0, t0, torch.zeros_like(t0)), count), -1).to(torch.int32)
-
-
-def metadata_paged(context_lens: torch.Tensor, block_table: torch.Tensor, indices: torch.Tensor, page_kv: int,
-                   sparse_block_kv: int) -> torch.Tensor:
-    b = indices.long()
-    rows, slots = b.shape
-    n = valid_slots(torch.zeros_like(context_lens), context_lens, slots, sparse_block_kv)
-    t0 = b * sparse_block_kv
-    count = (context_lens.long()[:, None] - t0).clamp(0, sparse_block_kv)
-    col = t0.div(page_kv, rounding_mode="floor")
-    ok = (torch.arange(slots, device=b.device)[None, :] < n[:, None]) & (b >= 0) & (col < block_table.shape[1])
-    page = block_table.long().gather(1, col.clamp(0, block_table.shape[1] - 1))
-    ok &= page >= 0
-    count = torch.where(ok, count, torch.zeros_like(count))
-    row = page * page_kv + t0 % page_kv
-    return torch.stack((torch.where(count > 0, row, torch.zeros_like(row)), count), -1).to(torch.int32)
-
+# ---- what the kernels compute from the metadata alone (format: deep_gemm_sm120.sparse_mqa.metadata) ----
 
 def logits_from_metadata(q: torch.Tensor, kv_rows: torch.Tensor, weights: torch.Tensor, metadata: torch.Tensor,
                          sparse_block_kv: int) -> torch.Tensor:

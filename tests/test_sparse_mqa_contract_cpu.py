@@ -58,3 +58,32 @@ def test_valid_calls(fp4):
 def test_typed_errors(call, error, text):
     with pytest.raises(error, match=text):
         call()
+
+
+def test_metadata_entry_points_on_cpu_tensors():
+    from deep_gemm_sm120.sparse_mqa.metadata import (get_paged_sparse_mqa_logits_metadata,
+                                                      get_sparse_mqa_logits_metadata)
+
+    ks, ke = torch.tensor([0, 8], dtype=I32), torch.tensor([20, 8], dtype=I32)
+    idx = torch.tensor([[0, 1, 2], [1, 1, 1]], dtype=I32)
+    meta = get_sparse_mqa_logits_metadata(ks, ke, 20, idx, E4M3, 8)
+    assert meta.dtype == I32 and meta.shape == (2, 3, 2)
+    assert meta[0].tolist() == [[0, 8], [8, 8], [16, 4]] and meta[1, :, 1].tolist() == [0, 0, 0]
+    with pytest.raises(ValueError, match="multiples of sparse_block_kv"):
+        get_sparse_mqa_logits_metadata(ks + 1, ke + 1, 21, idx, E4M3, 8)
+    assert get_sparse_mqa_logits_metadata(ks + 1, ke + 1, 21, idx, I8, 8, use_unaligned_ks=True)[0, 0].tolist() == [1, 8]
+    with pytest.raises(ValueError, match="ke <= num_kv_tokens = 19"):
+        get_sparse_mqa_logits_metadata(ks, ke, 19, idx, E4M3, 8)
+    with pytest.raises(NotImplementedError, match=r"\(8, 16, 32\)"):
+        get_sparse_mqa_logits_metadata(ks, ke, 20, idx, E4M3, 12)
+    with pytest.raises(TypeError, match="qk_dtype"):
+        get_sparse_mqa_logits_metadata(ks, ke, 20, idx, torch.float32, 8)
+    with pytest.raises(ValueError, match=r"cu_seq_len_k_end must be \[S\]"):
+        get_sparse_mqa_logits_metadata(ks, ke[:1], 20, idx, E4M3, 8)
+    table = torch.tensor([[5, 6], [7, 8]], dtype=I32)
+    meta = get_paged_sparse_mqa_logits_metadata(torch.tensor([20, 0], dtype=I32), table, torch.tensor([0, 1], dtype=I32),
+                                                16, idx, I8, 8)
+    assert meta[0].tolist() == [[80, 8], [88, 8], [96, 4]] and meta[1, :, 1].tolist() == [0, 0, 0]
+    with pytest.raises(ValueError, match="multiple of sparse_block_kv"):
+        get_paged_sparse_mqa_logits_metadata(torch.tensor([20, 0], dtype=I32), table, torch.tensor([0, 1], dtype=I32),
+                                             12, idx, I8, 8)

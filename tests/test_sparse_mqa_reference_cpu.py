@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sparse_mqa_reference import (dense_logits, logits_from_metadata, make_indices, metadata_contiguous,
-                                  metadata_paged, output_mask, paged_sparse_mqa_logits, sparse_mqa_logits,
-                                  valid_slots)
+from deep_gemm_sm120.sparse_mqa.metadata import metadata_contiguous, metadata_paged
+from sparse_mqa_reference import (dense_logits, logits_from_metadata, make_indices, output_mask,
+                                  paged_sparse_mqa_logits, sparse_mqa_logits, valid_slots)
 
 
 def _inputs(s: int, n: int, h: int = 4, d: int = 16, seed: int = 0):
