@@ -1,0 +1,120 @@
+"""get_sparse_mqa_logits_metadata / get_paged_sparse_mqa_logits_metadata (issue 17; docs/sparse_mqa_logits.md):
+the per-slot table the sparse MQA-logits kernels read instead of ks / ke and block tables.
+
+Format: int32 [S, num_max_sparse_blocks, 2], per slot (first physical KV row, count of valid rows 0..B).
+Contiguous: row = b * B + ks % B. Paged: row = page * page_kv + t0 % page_kv with page = block_table[r, t0 // page_kv].
+count = 0 for padding slots (s >= n_r) and for indices outside the row's range, so a wrong index can never make a
+kernel read outside [ks, ke) or past a block-table row; otherwise count = min(B, ke - t0).
+
+Built from torch ops on the inputs' device: no host synchronization, so it can be captured in a CUDA graph.
+(A one-launch device kernel is the planned replacement; the format stays.)
+"""
+from __future__ import annotations
+
+import torch
+
+from .contract import check_indices, fmt_of
+
+SPARSE_BLOCKS = (8, 16, 32)
+
+
+def valid_slots(ks: torch.Tensor, ke: torch.Tensor, num_max_sparse_blocks: int, sparse_block_kv: int) -> torch.Tensor:
+    """n_r per row: min(num_max, ceil(max(0, ke - ks) / B)), the leading real entries of each index row."""
+    span = (ke.long() - ks.long()).clamp_min(0)
+    return ((span + sparse_block_kv - 1) // sparse_block_kv).clamp_max(num_max_sparse_blocks)
+
+
+def _table(first_row: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    return torch.stack((torch.where(count > 0, first_row, torch.zeros_like(first_row)), count), -1).to(torch.int32)
+
+
+def metadata_contiguous(ks: torch.Tensor, ke: torch.Tensor, indices: torch.Tensor, sparse_block_kv: int) -> torch.Tensor:
+    b = indices.long()
+    slots = b.shape[1]
+    n = valid_slots(ks, ke, slots, sparse_block_kv)
+    t0 = b * sparse_block_kv + (ks.long() % sparse_block_kv)[:, None]
+    count = (ke.long()[:, None] - t0).clamp(0, sparse_block_kv)
+    ok = (torch.arange(slots, device=b.device)[None, :] < n[:, None]) & (b >= 0) & (t0 >= ks.long()[:, None])
+    return _table(t0, torch.where(ok, count, torch.zeros_like(count)))
+
+
+def metadata_paged(context_lens: torch.Tensor, block_table: torch.Tensor, indices: torch.Tensor, page_kv: int,
+                   sparse_block_kv: int) -> torch.Tensor:
+    b = indices.long()
+    slots = b.shape[1]
+    n = valid_slots(torch.zeros_like(context_lens), context_lens, slots, sparse_block_kv)
+    t0 = b * sparse_block_kv
+    count = (context_lens.long()[:, None] - t0).clamp(0, sparse_block_kv)
+    col = t0.div(page_kv, rounding_mode="floor")
+    page = block_table.long().gather(1, col.clamp(0, block_table.shape[1] - 1))
+    ok = ((torch.arange(slots, device=b.device)[None, :] < n[:, None]) & (b >= 0) & (col < block_table.shape[1])
+          & (page >= 0))
+    return _table(page * page_kv + t0 % page_kv, torch.where(ok, count, torch.zeros_like(count)))
+
+
+def _int32_vector(name: str, t, rows: int) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != torch.int32:
+        raise TypeError(f"{name} must be torch.int32, got {t.dtype}")
+    if tuple(t.shape) not in ((rows,), (rows, 1)):
+        raise ValueError(f"{name} must be [S] = ({rows},), got {tuple(t.shape)}")
+    return t.reshape(rows)
+
+
+def _block(sparse_block_kv) -> int:
+    if not isinstance(sparse_block_kv, int) or isinstance(sparse_block_kv, bool):
+        raise TypeError(f"sparse_block_kv must be an int, got {type(sparse_block_kv).__name__}")
+    if sparse_block_kv not in SPARSE_BLOCKS:
+        raise NotImplementedError(f"sparse_block_kv {sparse_block_kv} is not supported; supported: {SPARSE_BLOCKS}")
+    return sparse_block_kv
+
+
+def get_sparse_mqa_logits_metadata(cu_seq_len_k_start: torch.Tensor, cu_seq_len_k_end: torch.Tensor,
+                                   num_kv_tokens: int, sparse_kv_block_indices: torch.Tensor, qk_dtype,
+                                   sparse_block_kv: int, use_unaligned_ks: bool = False) -> torch.Tensor:
+    """The slot table of fp8_fp4_sparse_mqa_logits. ks / ke int32 [S] within [0, num_kv_tokens]; indices int32
+    [S, num_max_sparse_blocks]; ks % sparse_block_kv == 0 unless use_unaligned_ks (both checked outside graph
+    capture, where they cost a synchronization)."""
+    fmt_of(qk_dtype)
+    block = _block(sparse_block_kv)
+    check_indices(sparse_kv_block_indices)
+    rows = sparse_kv_block_indices.shape[0]
+    ks = _int32_vector("cu_seq_len_k_start", cu_seq_len_k_start, rows)
+    ke = _int32_vector("cu_seq_len_k_end", cu_seq_len_k_end, rows)
+    if not isinstance(num_kv_tokens, int) or isinstance(num_kv_tokens, bool) or num_kv_tokens < 0:
+        raise ValueError(f"num_kv_tokens must be a non-negative int, got {num_kv_tokens!r}")
+    if not isinstance(use_unaligned_ks, bool):
+        raise TypeError(f"use_unaligned_ks must be a bool, got {type(use_unaligned_ks).__name__}")
+    if rows and not (ks.is_cuda and torch.cuda.is_current_stream_capturing()):
+        bad = (ks < 0) | (ke < ks) | (ke > num_kv_tokens)
+        if bool(bad.any()):
+            i = int(bad.nonzero()[0, 0])
+            raise ValueError(f"row {i}: need 0 <= ks <= ke <= num_kv_tokens = {num_kv_tokens}, got "
+                             f"[{int(ks[i])}, {int(ke[i])})")
+        if not use_unaligned_ks and bool((ks % block != 0).any()):
+            raise ValueError(f"cu_seq_len_k_start must be multiples of sparse_block_kv = {block} unless "
+                             f"use_unaligned_ks=True")
+    return metadata_contiguous(ks, ke, sparse_kv_block_indices, block)
+
+
+def get_paged_sparse_mqa_logits_metadata(context_lens: torch.Tensor, block_table: torch.Tensor,
+                                         indices: torch.Tensor, page_kv: int, sparse_kv_block_indices: torch.Tensor,
+                                         qk_dtype, sparse_block_kv: int) -> torch.Tensor:
+    """The slot table of fp8_fp4_paged_sparse_mqa_logits. context_lens int32 [S] (per query token), block_table
+    int32 [S, max_pages] (each row its request's pages), indices int32 [S] (request of each row; the table rows
+    already carry it, so it is only checked), page_kv a multiple of sparse_block_kv."""
+    fmt_of(qk_dtype)
+    block = _block(sparse_block_kv)
+    check_indices(sparse_kv_block_indices)
+    rows = sparse_kv_block_indices.shape[0]
+    ctx = _int32_vector("context_lens", context_lens, rows)
+    _int32_vector("indices", indices, rows)
+    if not isinstance(block_table, torch.Tensor) or block_table.dtype != torch.int32:
+        raise TypeError(f"block_table must be an int32 torch.Tensor, got "
+                        f"{getattr(block_table, 'dtype', type(block_table).__name__)}")
+    if block_table.dim() != 2 or block_table.shape[0] != rows or block_table.shape[1] < 1:
+        raise ValueError(f"block_table must be [S = {rows}, max_pages >= 1], got {tuple(block_table.shape)}")
+    if not isinstance(page_kv, int) or isinstance(page_kv, bool) or page_kv < 1 or page_kv % block:
+        raise ValueError(f"page_kv must be a positive multiple of sparse_block_kv = {block}, got {page_kv!r}")
+    return metadata_paged(ctx, block_table, sparse_kv_block_indices, page_kv, block)
