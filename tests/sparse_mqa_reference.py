@@ -104,7 +104,7 @@ def make_indices(ks: list[int], ke: list[int], sparse_block_kv: int, num_max_spa
     return torch.tensor(rows, dtype=torch.int32).reshape(len(ks), num_max_sparse_blocks)
 
 
-# ---- what the kernels compute from the metadata alone (format: deep_gemm_sm120.sparse_mqa.metadata) ----
+# ---- what the kernels compute from the metadata alone (format: deep_gemm_sm120.families.sparse_mqa_logits.metadata) ----
 
 def logits_from_metadata(q: torch.Tensor, kv_rows: torch.Tensor, weights: torch.Tensor, metadata: torch.Tensor,
                          sparse_block_kv: int) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""The sparse MQA-logits argument contract (host/deep_gemm_sm120/sparse_mqa/contract.py) on CPU tensors: typed
+"""The sparse MQA-logits argument contract (host/deep_gemm_sm120/families/sparse_mqa_logits/contract.py) on CPU tensors: typed
 errors naming what was expected, and the supported geometry (heads 16/32/64, D 64/128 with FP4 128, blocks
 8/16/32) as NotImplementedError."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from deep_gemm_sm120.sparse_mqa.contract import (check_indices, check_paged_sparse_call, check_sparse_call, fmt_of)
+from deep_gemm_sm120.families.sparse_mqa_logits.contract import (check_indices, check_paged_sparse_call, check_sparse_call, fmt_of)
 
 E4M3, I8, I32, BF16 = torch.float8_e4m3fn, torch.int8, torch.int32, torch.bfloat16
 
@@ -61,7 +61,7 @@ def test_typed_errors(call, error, text):
 
 
 def test_metadata_entry_points_on_cpu_tensors():
-    from deep_gemm_sm120.sparse_mqa.metadata import (get_paged_sparse_mqa_logits_metadata,
+    from deep_gemm_sm120.families.sparse_mqa_logits.metadata import (get_paged_sparse_mqa_logits_metadata,
                                                       get_sparse_mqa_logits_metadata)
 
     ks, ke = torch.tensor([0, 8], dtype=I32), torch.tensor([20, 8], dtype=I32)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from deep_gemm_sm120.sparse_mqa.metadata import metadata_contiguous, metadata_paged
+from deep_gemm_sm120.families.sparse_mqa_logits.metadata import metadata_contiguous, metadata_paged
 from sparse_mqa_reference import (dense_logits, logits_from_metadata, make_indices, output_mask,
                                   paged_sparse_mqa_logits, sparse_mqa_logits, valid_slots)
 

@@ -1,15 +1,18 @@
 #pragma once
-// The math shared by the dense and paged MQA-logits kernels: a 64-row (queries x heads) block of q held as
-// block-scaled MMA fragments in registers, multiplied by a tile of keys from shared memory, and the per-query
-// head reduction sum_h w * relu(score) done in registers.
+// The math shared by the dense, paged and sparse MQA-logits kernels: a block of kRows (queries x heads) rows of
+// q held as block-scaled MMA fragments in registers (64 rows for the dense forms, one query's kHeads rows for the
+// sparse form), multiplied by a tile of keys from shared memory, and the per-query head reduction
+// sum_h w * relu(score) done in registers.
 //
-// Warp layout: every math warp keeps all 64 rows and takes kWarpKeys keys of the tile, so a query's heads are
+// Warp layout: every math warp keeps all kRows rows and takes kWarpKeys keys of the tile, so a query's heads are
 // the lane's rows g and g + 8 of the query's m16 tiles, and an xor-shuffle over g (lanes 4, 8, 16 apart)
 // finishes the sum in a fixed order (bitwise deterministic).
 //
-// FP8: kind::mxf8f6f4 m16n8k32 with unit UE8M0 scales (QMMA.SF, the full-rate GeForce form); the per-key scale
-// multiplies the product before the ReLU. FP4: kind::mxf4 m16n8k64 (OMMA.SF) with packed UE8M0 words, one per q
-// row and per key holding the four 1x32 blocks of D = 128 (lowest first): k64 step s selects byte-id 2s.
+// FP8 (dense forms): kind::mxf8f6f4 m16n8k32 with unit UE8M0 scales (QMMA.SF, the full-rate GeForce form); the
+// per-key fp32 scale multiplies the product before the ReLU. MXFP8 (kMxFp8, the sparse form): the same atom with
+// the real 1x32 UE8M0 scales, packed one word per q row and per key (lowest block first): k32 step s selects
+// byte-id s. FP4: kind::mxf4 m16n8k64 (OMMA.SF) with packed UE8M0 words, one per q row and per key holding the
+// four 1x32 blocks of D = 128: k64 step s selects byte-id 2s.
 
 #include "../common/sm120_arch.cuh"
 #include "../common/sm120_ldmatrix.cuh"
@@ -28,10 +31,12 @@ SM120_DEVICE T to_logit(float v) {
     else return __float2bfloat16_rn(v);
 }
 
-template <uint32_t kHeads, uint32_t kHeadDim, uint32_t kWarpKeys, bool kFp4>
+template <uint32_t kHeads, uint32_t kHeadDim, uint32_t kWarpKeys, bool kFp4, uint32_t kRows_ = 64,
+          bool kMxFp8 = false>
 struct MqaTile {
-    static constexpr uint32_t kRows = 64;                                  // M: 64 / kHeads queries x kHeads
+    static constexpr uint32_t kRows = kRows_;                              // M: kRows / kHeads queries x kHeads
     static constexpr uint32_t kQueries = kRows / kHeads;
+    static constexpr bool kBlockScaled = kFp4 || kMxFp8;                   // scales inside the MMA
     static constexpr uint32_t kRowBytes = kFp4 ? kHeadDim / 2 : kHeadDim;  // one swizzle span per row
     static constexpr uint32_t kMI = kRows / 16, kNI = kWarpKeys / 8, kKSteps = kRowBytes / 32;  // 32 B per MMA
     static constexpr uint32_t kScaleWordsA = (kMI + 1) / 2;
@@ -39,10 +44,12 @@ struct MqaTile {
     static_assert(kHeads == 16 || kHeads == 32 || kHeads == 64, "heads: 16, 32 or 64");
     static_assert(kHeadDim == 64 || kHeadDim == 128, "head dim: 64 or 128");
     static_assert(!kFp4 || kHeadDim == 128, "FP4: head dim 128 (one packed scale word per row)");
+    static_assert(!(kFp4 && kMxFp8), "one operand format");
+    static_assert(kRows % kHeads == 0 && kRows % 16 == 0 && kRows <= 64, "whole queries, 1 to 4 m16 tiles");
     static_assert(kNI % 2 == 0 && kNI <= 4, "2 or 4 n8 tiles per warp (B fragments in pairs; one FP4 key word)");
 
     uint32_t qf[kKSteps][kMI][4];
-    uint32_t qs[kScaleWordsA];  // FP4: q-row scale words, word w for m16 tile 2w + thread-id-a
+    uint32_t qs[kScaleWordsA];  // block-scaled: q-row scale words, word w for m16 tile 2w + thread-id-a
 
     // Fragments of the 64 x D q block at q_base (swizzled rows of kRowBytes), once.
     SM120_DEVICE void load_q(uint32_t q_base, uint32_t lane) {
@@ -54,15 +61,17 @@ struct MqaTile {
                             qf[k][i][0], qf[k][i][1], qf[k][i][2], qf[k][i][3]);
     }
 
-    // FP4: the q-row scale words this lane supplies; row_word(r) is the packed word of block row r (0..63).
+    // Block-scaled: the q-row scale words this lane supplies; row_word(r) is the packed word of block row r.
     template <typename RowWord>
     SM120_DEVICE void load_q_scales(uint32_t lane, RowWord&& row_word) {
 #pragma unroll
         for (uint32_t w = 0; w < kScaleWordsA; ++w)
-            qs[w] = kFp4 ? row_word((2 * w + sfa_thread_id_of_lane(lane)) * 16 + sfa_row_of_lane(lane)) : 0u;
+            qs[w] = kBlockScaled && (2 * w + sfa_thread_id_of_lane(lane)) < kMI
+                        ? row_word((2 * w + sfa_thread_id_of_lane(lane)) * 16 + sfa_row_of_lane(lane))
+                        : 0u;
     }
 
-    // acc = q block x keys [key_row0, key_row0 + kWarpKeys) of the tile at kv_base; kvs: FP4 key scale word.
+    // acc = q block x keys [key_row0, key_row0 + kWarpKeys) of the tile at kv_base; kvs: block-scaled key word.
     SM120_DEVICE void mma(uint32_t kv_base, uint32_t key_row0, uint32_t lane, uint32_t kvs,
                           float (&acc)[kMI][kNI][4]) const {
         const uint32_t b_row = key_row0 + (lane & 7) + ((lane >> 4) << 3), b_chunk = (lane >> 3) & 1;
@@ -85,6 +94,8 @@ struct MqaTile {
                     constexpr uint32_t j = decltype(j_c)::value;
                     if constexpr (kFp4)
                         mma_mxf4_16864<2 * k, i % 2, 2 * k, j % 4>(acc[i][j], qf[k][i], bf[j], qs[i / 2], kvs);
+                    else if constexpr (kMxFp8)
+                        mma_mxf8_e4m3_16832<k, i % 2, k, j % 4>(acc[i][j], qf[k][i], bf[j], qs[i / 2], kvs);
                     else
                         mma_mxf8_e4m3_16832<0, 0, 0, 0>(acc[i][j], qf[k][i], bf[j], kUnitUe8m0x4, kUnitUe8m0x4);
                 });
@@ -92,7 +103,7 @@ struct MqaTile {
         });
     }
 
-    // FP4: the key scale word this lane supplies for keys [key0, key0 + kWarpKeys): key key0 + 8 (lane % 4) + lane / 4.
+    // Block-scaled: the key scale word this lane supplies for keys [key0, key0 + kWarpKeys): key key0 + 8 (lane % 4) + lane / 4.
     SM120_DEVICE static uint32_t key_of_scale_lane(uint32_t key0, uint32_t lane) {
         return key0 + sfb_thread_id_of_lane(lane) * 8 + sfb_col_of_lane(lane);
     }

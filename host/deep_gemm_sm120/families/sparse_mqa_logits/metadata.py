@@ -1,4 +1,4 @@
-"""get_sparse_mqa_logits_metadata / get_paged_sparse_mqa_logits_metadata (issue 17; docs/sparse_mqa_logits.md):
+"""get_sparse_mqa_logits_metadata / get_paged_sparse_mqa_logits_metadata (docs/sparse_mqa_logits.md):
 the per-slot table the sparse MQA-logits kernels read instead of ks / ke and block tables.
 
 Format: int32 [S, num_max_sparse_blocks, 2], per slot (first physical KV row, count of valid rows 0..B).
@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import torch
 
+from . import geometry_rule
 from .contract import check_indices, fmt_of
-
-SPARSE_BLOCKS = (8, 16, 32)
 
 
 def valid_slots(ks: torch.Tensor, ke: torch.Tensor, num_max_sparse_blocks: int, sparse_block_kv: int) -> torch.Tensor:
@@ -65,8 +64,7 @@ def _int32_vector(name: str, t, rows: int) -> torch.Tensor:
 def _block(sparse_block_kv) -> int:
     if not isinstance(sparse_block_kv, int) or isinstance(sparse_block_kv, bool):
         raise TypeError(f"sparse_block_kv must be an int, got {type(sparse_block_kv).__name__}")
-    if sparse_block_kv not in SPARSE_BLOCKS:
-        raise NotImplementedError(f"sparse_block_kv {sparse_block_kv} is not supported; supported: {SPARSE_BLOCKS}")
+    geometry_rule(None, None, None, sparse_block_kv)
     return sparse_block_kv
 
 

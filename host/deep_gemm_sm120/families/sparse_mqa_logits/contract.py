@@ -1,17 +1,17 @@
-"""The argument contract of the sparse MQA-logits entry points (issue 17; docs/sparse_mqa_logits.md), torch-level
-but device-free: shapes, dtypes and the supported geometry, with the typed errors the API will raise. The kernels
-(next session) consume the `SparseProblem` these return."""
+"""The argument contract of the sparse MQA-logits entry points (docs/sparse_mqa_logits.md), torch-level but
+device-free: shapes, dtypes and the supported geometry (the family's geometry_rule, shared with is_supported),
+with the typed errors the API raises. The API launches from the `SparseProblem` these return."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
 
-HEADS = (16, 32, 64)
-HEAD_DIMS = {"mxfp8": (64, 128), "mxfp4": (128,)}
-SPARSE_BLOCKS = (8, 16, 32)
-FP4_VALUE_DTYPES = (torch.int8, torch.uint8)
-SCALE_BYTES = 4    # packed UE8M0: one byte per 32 elements, padded to one int32 per row
+from . import SCALE_BYTES, geometry_rule
+
+# packed e2m1 bytes; torch's float4_e2m1fn_x2 where this torch has it
+FP4_VALUE_DTYPES = (torch.int8, torch.uint8) + tuple(
+    d for d in (getattr(torch, "float4_e2m1fn_x2", None),) if d is not None)
 
 
 @dataclass(frozen=True)
@@ -31,8 +31,8 @@ def fmt_of(qk_dtype) -> str:
         return "mxfp8"
     if qk_dtype in FP4_VALUE_DTYPES:
         return "mxfp4"
-    raise TypeError(f"qk_dtype must be torch.float8_e4m3fn (MXFP8) or torch.int8 / torch.uint8 (packed MXFP4), "
-                    f"got {qk_dtype}")
+    raise TypeError(f"qk_dtype must be torch.float8_e4m3fn (MXFP8) or torch.int8 / torch.uint8 / "
+                    f"torch.float4_e2m1fn_x2 (packed MXFP4), got {qk_dtype}")
 
 
 def _int(name: str, x) -> int:
@@ -42,13 +42,7 @@ def _int(name: str, x) -> int:
 
 
 def check_geometry(fmt: str, heads: int, head_dim: int, sparse_block_kv: int) -> None:
-    if heads not in HEADS:
-        raise NotImplementedError(f"{heads} heads are not supported; supported: {HEADS}")
-    if head_dim not in HEAD_DIMS[fmt]:
-        raise NotImplementedError(f"head dim {head_dim} is not supported for {fmt.upper()}; supported: "
-                                  f"{HEAD_DIMS[fmt]}")
-    if _int("sparse_block_kv", sparse_block_kv) not in SPARSE_BLOCKS:
-        raise NotImplementedError(f"sparse_block_kv {sparse_block_kv} is not supported; supported: {SPARSE_BLOCKS}")
+    geometry_rule(fmt, heads, head_dim, _int("sparse_block_kv", sparse_block_kv))
 
 
 def check_indices(sparse_kv_block_indices, rows: int | None = None) -> int:
