@@ -113,7 +113,10 @@ def test_is_supported_answers_without_raising(monkeypatch):
     assert not dg.is_supported("bf16_gemm_nt", k=100)  # TMA needs 16-byte rows
     assert not dg.is_supported("bf16_gemm_nt", ab_dtype=torch.float16)
     assert not dg.is_supported("bf16_gemm_nt", out_dtype=torch.float16)
-    assert not dg.is_supported("fp8_fp4_sparse_mqa_logits")  # not an op of this package (issue 17)
+    assert not dg.is_supported("fp8_fp4_sparse_mqa_logits_v2")  # not an op of this package
+    assert dg.is_supported("fp8_fp4_sparse_mqa_logits", heads=32, head_dim=128, q_dtype=torch.uint8,
+                           sparse_block_kv=16)
+    assert not dg.is_supported("fp8_fp4_sparse_mqa_logits", heads=32, head_dim=64, q_dtype=torch.uint8)
     assert dg.is_supported("fp8_gemm_nt", m=1, n=7168, k=7168, ab_dtype=torch.float8_e4m3fn, capability=(12, 0))
     assert dg.is_supported("fp8_fp4_gemm_nt", k=7168, ab_dtype=torch.uint8, out_dtype=torch.float32)
     assert not dg.is_supported("fp8_gemm_nt", k=100, ab_dtype=torch.float8_e4m3fn)  # 16-byte K rows

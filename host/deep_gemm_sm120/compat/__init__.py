@@ -26,6 +26,8 @@ from ..families.fp8_fp4_gemm_1d1d import einsum as _fp8_einsum
 from ..families.mqa_logits import api as _mqa
 from ..families.paged_mqa_logits import api as _paged
 from ..families.paged_mqa_logits_metadata import api as _paged_meta
+from ..families.sparse_mqa_logits import api as _sparse
+from ..families.sparse_mqa_logits import metadata as _sparse_meta
 from ..families.fp8_fp4_gemm_1d1d import FP4 as _FP4_NAMES
 from ..core.rules import dtype_name as _dtype_name
 from ..scale_layout import transform_sf_into_required_layout as _transform_sf
@@ -333,16 +335,6 @@ def fp8_einsum(expr, a, b, d, c=None, recipe=(1, 128, 128), epilogue=None):
     _fp8_einsum.fp8_einsum(expr, a, b, d, c, recipe)
 
 
-# ---------------------------------------------------------------- families still to land (each names its issue)
-
-def _not_yet(name: str, issue: str):
-    raise NotImplementedError(f"{name} is not available in deep_gemm_sm120 yet: {issue}")
-
-
-
-
-
-
 _MQA_REQUIRED = ("q", "kv", "weights", "cu_seq_len_k_start", "cu_seq_len_k_end")
 _MQA_OPTIONAL = ("clean_logits", "max_seqlen_k", "logits_dtype", "schedule_meta")
 
@@ -444,21 +436,26 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedu
 
 def get_sparse_mqa_logits_metadata(cu_seq_len_k_start, cu_seq_len_k_end, num_kv_tokens, sparse_kv_block_indices,
                                    qk_dtype, sparse_block_kv, use_unaligned_ks=False):
-    _not_yet("get_sparse_mqa_logits_metadata", "issue 17 (sparse indexer)")
+    return _sparse_meta.get_sparse_mqa_logits_metadata(cu_seq_len_k_start, cu_seq_len_k_end, num_kv_tokens,
+                                                       sparse_kv_block_indices, qk_dtype, sparse_block_kv,
+                                                       use_unaligned_ks)
 
 
 def get_paged_sparse_mqa_logits_metadata(context_lens, block_table, indices, page_kv, sparse_kv_block_indices,
                                          qk_dtype, sparse_block_kv):
-    _not_yet("get_paged_sparse_mqa_logits_metadata", "issue 17")
+    return _sparse_meta.get_paged_sparse_mqa_logits_metadata(context_lens, block_table, indices, page_kv,
+                                                             sparse_kv_block_indices, qk_dtype, sparse_block_kv)
 
 
 def fp8_fp4_sparse_mqa_logits(q, kv, weights, metadata, num_max_sparse_blocks, sparse_block_kv,
                               use_unaligned_ks=False):
-    _not_yet("fp8_fp4_sparse_mqa_logits", "issue 17")
+    return _sparse.fp8_fp4_sparse_mqa_logits(q, kv, weights, metadata, num_max_sparse_blocks, sparse_block_kv,
+                                             use_unaligned_ks)
 
 
 def fp8_fp4_paged_sparse_mqa_logits(q, kv_cache, weights, metadata, num_max_sparse_blocks, sparse_block_kv):
-    _not_yet("fp8_fp4_paged_sparse_mqa_logits", "issue 17")
+    return _sparse.fp8_fp4_paged_sparse_mqa_logits(q, kv_cache, weights, metadata, num_max_sparse_blocks,
+                                                   sparse_block_kv)
 
 
 def batched_syrk(a, d):

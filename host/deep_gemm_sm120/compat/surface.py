@@ -85,10 +85,15 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("fp8_fp4_paged_mqa_logits", SUPPORTED, "fp8_fp4_paged_mqa_logits", "`clean_logits`, `logits_dtype` "
           "honoured; 1-D and 2-D context_lens; `indices`: NotImplementedError"),
     Entry("fp8_paged_mqa_logits", SUPPORTED, "fp8_fp4_paged_mqa_logits with q a tensor"),
-    Entry("get_sparse_mqa_logits_metadata", NOT_YET, "issue 17 (sparse indexer)"),
-    Entry("get_paged_sparse_mqa_logits_metadata", NOT_YET, "issue 17"),
-    Entry("fp8_fp4_sparse_mqa_logits", NOT_YET, "issue 17"),
-    Entry("fp8_fp4_paged_sparse_mqa_logits", NOT_YET, "issue 17"),
+    Entry("get_sparse_mqa_logits_metadata", SUPPORTED, "get_sparse_mqa_logits_metadata (slot table int32 [S, "
+          "num_max, 2], torch ops, graph-capturable)", "`use_unaligned_ks` honoured (unaligned ks rejected without it)"),
+    Entry("get_paged_sparse_mqa_logits_metadata", SUPPORTED, "get_paged_sparse_mqa_logits_metadata (slot table; "
+          "`page_kv` a multiple of `sparse_block_kv`)"),
+    Entry("fp8_fp4_sparse_mqa_logits", SUPPORTED, "fp8_fp4_sparse_mqa_logits (MXFP8 / MXFP4; H 16/32/64, D 64/128 "
+          "(MXFP4 128), blocks 8/16/32)", "`use_unaligned_ks` accepted (the slot table carries the alignment); "
+          "-inf written wherever DeepGEMM leaves the output unspecified"),
+    Entry("fp8_fp4_paged_sparse_mqa_logits", SUPPORTED, "fp8_fp4_paged_sparse_mqa_logits (as the contiguous form, "
+          "q [S, 1, H, ..])"),
     Entry("batched_syrk", NOT_PROVIDED, "no SM120 kernel"),
     Entry("batched_symm", NOT_PROVIDED, "no SM120 kernel"),
     # ---- MegaMoE, symmetric memory, locality: out of scope (issue 15)
