@@ -67,10 +67,12 @@ def contiguous_case(s, n, h, d, fmt, block, num_max, seed=0, unaligned=True, ran
         ke = [min(n, n - s + i + 1) for i in range(s)]
         span = torch.randint(0, n + 1, (s,), generator=torch.Generator().manual_seed(seed)).tolist()
         ks = [max(0, e - sp) for e, sp in zip(ke, span)]
-        if not unaligned:
-            ks = [x // block * block for x in ks]
         for i in range(0, s, 5):
             ks[i] = ke[i]
+        if not unaligned:
+            ks = [x // block * block for x in ks]
+            for i in range(0, s, 5):
+                ke[i] = ks[i]
     else:
         ks, ke = ranges
     idx = make_indices(ks, ke, block, num_max, seed)
@@ -143,7 +145,8 @@ def test_empty_repeated_and_last_partial_block(sm120_or_emulation):
     torch.cuda.synchronize()
     assert_matches(out, ref, valid, "edge rows")
     assert torch.equal(out[1, :8], out[1, 8:16]), "a repeated block scores the same"
-    meta = dg.get_sparse_mqa_logits_metadata(c["ks"], c["ke"], n, c["idx"], torch.float8_e4m3fn, block)
+    meta = dg.get_sparse_mqa_logits_metadata(c["ks"], c["ke"], n, c["idx"], torch.float8_e4m3fn, block,
+                                             use_unaligned_ks=True)
     assert meta[2, 3].tolist() == [200, 3]
 
 
