@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Sparse and paged-sparse MQA logits at DeepSeek V4.1-like indexer shapes (H = 64, D = 128, MXFP8 and MXFP4):
-this run's time (metadata + logits, CUDA-graph replay), a torch gather reference in the same run, and the RTX 5090
-roofline estimate.
+this run's time (metadata + logits, and the logits kernel alone; CUDA-graph replay), a torch gather reference in
+the same run, and the RTX 5090 roofline estimate.
 
     python benchmarks/bench_sparse_mqa_logits.py [--quick] [--json out.json]       # needs a GPU
 
@@ -61,6 +61,7 @@ def main() -> int:
     args = ap.parse_args()
     if torch.cuda.get_device_capability()[0] != 12:
         os.environ["DG_SM120_EMULATE"] = "1"
+    import deep_gemm_sm120 as dg
     from bench_bf16_gemm import bench
     from sparse_mqa_reference import output_mask
     from test_sparse_mqa_logits_gpu import paged_case, run_contiguous, run_paged
@@ -68,15 +69,17 @@ def main() -> int:
     emulated = torch.cuda.get_device_capability()[0] != 12
     iters = 3 if args.quick else 10
     h, d, rows = 64, 128, []
-    print(f"{'case':58} {'us':>8} {'torch us':>9} {'5090 roofline us':>17}{'  (emulated MMAs)' if emulated else ''}")
+    print(f"{'case':58} {'us':>8} {'logits us':>9} {'torch us':>9} {'5090 roofline us':>17}"
+          f"{'  (emulated MMAs)' if emulated else ''}")
 
-    def record(case, c, call, ref_call, pairs, moved, fmt):
-        ours = bench(call, iters)
+    def record(case, call, logits_only, ref_call, pairs, moved, fmt):
+        ours, kernel = bench(call, iters), bench(logits_only, iters)
         theirs = bench(ref_call, 1, warmup=1, replays=2)
-        row = {"case": case, "us": ours * 1e6, "torch_us": theirs * 1e6,
+        row = {"case": case, "us": ours * 1e6, "logits_us": kernel * 1e6, "torch_us": theirs * 1e6,
                "roofline_5090_us": roofline(pairs, h, d, moved, fmt) * 1e6, "emulated": emulated}
         rows.append(row)
-        print(f"{case:58} {row['us']:8.0f} {row['torch_us']:9.0f} {row['roofline_5090_us']:17.0f}", flush=True)
+        print(f"{case:58} {row['us']:8.0f} {row['logits_us']:9.0f} {row['torch_us']:9.0f} "
+              f"{row['roofline_5090_us']:17.0f}", flush=True)
 
     prefill = [(4096, 65536, "mxfp8", 16, 128)] if args.quick else [
         (s, 65536, fmt, block, 2048 // block) for s in (1024, 4096) for fmt in ("mxfp8", "mxfp4") for block in (8, 32)]
@@ -88,7 +91,10 @@ def main() -> int:
         rb = d // 2 if fmt == "mxfp4" else d
         distinct = int(torch.unique(tok[valid]).numel())
         moved = s * h * (rb + 4) + distinct * (rb + 4) + s * h * 2 + s * num_max * block * 2 + s * num_max * 8
-        record(f"prefill {fmt} S={s} N={n} B={block} slots={num_max}", c, lambda c=c: run_contiguous(c),
+        meta = dg.get_sparse_mqa_logits_metadata(c["ks"], c["ke"], n, c["idx"], c["q"][0].dtype, block,
+                                                 use_unaligned_ks=True)
+        record(f"prefill {fmt} S={s} N={n} B={block} slots={num_max}", lambda c=c: run_contiguous(c),
+               lambda: dg.fp8_fp4_sparse_mqa_logits(c["q"], c["kv"], c["w"], meta, num_max, block),
                lambda: torch_sparse(qb, kb, c["w"], tok), int(valid.sum()), moved, fmt)
     decode = [(64, "mxfp8", 16, 128)] if args.quick else [
         (s, fmt, block, 2048 // block) for s in (64, 256) for fmt in ("mxfp8", "mxfp4") for block in (16, 32)]
@@ -104,7 +110,10 @@ def main() -> int:
         rb = d // 2 if fmt == "mxfp4" else d
         distinct = int(torch.unique(phys[valid]).numel())
         moved = s * h * (rb + 4) + distinct * (rb + 4) + s * h * 2 + s * num_max * block * 2 + s * num_max * 8
-        record(f"decode paged {fmt} S={s} ctx 16K-64K B={block} slots={num_max}", c, lambda c=c: run_paged(c),
+        meta = dg.get_paged_sparse_mqa_logits_metadata(c["lens"], c["table"], torch.arange(s, dtype=torch.int32,
+                                                       device="cuda"), page_kv, c["idx"], c["q"][0].dtype, block)
+        record(f"decode paged {fmt} S={s} ctx 16K-64K B={block} slots={num_max}", lambda c=c: run_paged(c),
+               lambda: dg.fp8_fp4_paged_sparse_mqa_logits(c["q"], c["cache"], c["w"], meta, num_max, block),
                lambda: torch_sparse(qb, flat, c["w"], phys), int(valid.sum()), moved, fmt)
     if args.json:
         with open(args.json, "w") as f:

@@ -87,3 +87,27 @@ def test_metadata_entry_points_on_cpu_tensors():
     with pytest.raises(ValueError, match="multiple of sparse_block_kv"):
         get_paged_sparse_mqa_logits_metadata(torch.tensor([20, 0], dtype=I32), table, torch.tensor([0, 1], dtype=I32),
                                              12, idx, I8, 8)
+
+
+def test_sparse_api_and_is_supported_agree():
+    """The entry points on CPU tensors get as far as the device check exactly when is_supported says yes."""
+    import itertools
+
+    import deep_gemm_sm120 as dg
+    from support_helpers import agree
+
+    for h, d, qd, block, wd in itertools.product((16, 64, 24), (64, 128, 96), (E4M3, I8, torch.bfloat16),
+                                                 (8, 32, 12), (BF16, torch.float32)):
+        fp4 = qd == I8
+        cols = d // 2 if fp4 else d
+        q = (torch.zeros(3, h, cols, dtype=qd), torch.zeros(3, h, dtype=I32))
+        kv = (torch.zeros(50, cols, dtype=qd), torch.zeros(50, dtype=I32))
+        meta = torch.zeros(3, 4, 2, dtype=I32)
+        w = torch.zeros(3, h, dtype=wd)
+        query = dict(heads=h, head_dim=d, q_dtype=qd, kv_dtype=qd, q_sf_dtype=I32, kv_sf_dtype=I32, weights_dtype=wd,
+                     num_max_sparse_blocks=4, sparse_block_kv=block)
+        agree("fp8_fp4_sparse_mqa_logits", (dg.fp8_fp4_sparse_mqa_logits, q, kv, w, meta, 4, block), **query)
+        cache = torch.zeros(5, 64, 1, cols + 4, dtype=torch.uint8)
+        pq = (q[0].unsqueeze(1), q[1].unsqueeze(1))
+        agree("fp8_fp4_paged_sparse_mqa_logits", (dg.fp8_fp4_paged_sparse_mqa_logits, pq, cache, w, meta, 4, block),
+              **{**query, "kv_dtype": None, "kv_cache_dtype": torch.uint8, "page_kv": 64})
