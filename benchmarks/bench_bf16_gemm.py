@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""BF16 GEMM benchmark (DeepGEMM-style lines) plus JIT and host-overhead figures.
+"""BF16 GEMM benchmark (DeepGEMM-style lines) plus JIT and host-overhead figures. Each GEMM line reports its
+share of the bf16 mma.sync ceiling measured in the same run (benchmarks/mma_ceiling.py), ours and cuBLAS's
+(torch.matmul).
 
 Kernel times come from CUDA-graph replays (median over replays of `iters` captured calls, inputs
 rotated so repeated calls do not run from L2); host overhead per call is measured on the CPU side.
@@ -27,7 +29,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 PROJECTIONS = [
     ("dsv3 q_a+kv_a", 2112, 7168), ("dsv3 q_b", 24576, 1536), ("dsv3 o_proj", 7168, 16384),
     ("dsv3 dense up", 36864, 7168), ("dsv3 dense down", 7168, 18432),
-    ("qwen3 qkv", 9216, 4096), ("qwen3 o_proj", 4096, 8192),
+    ("qwen3 qkv", 9216, 4096), ("qwen3 o_proj", 4096, 8192), ("issue 13 reference", 7168, 2304),
 ]
 DECODE_M = (1, 64, 128)
 PREFILL_M = (4096,)
@@ -324,7 +326,11 @@ def main() -> int:
     dev = torch.cuda.get_device_name()
     print(f"device: {dev} (capability {torch.cuda.get_device_capability()}), "
           f"SMs {torch.cuda.get_device_properties(0).multi_processor_count}")
-    results = {"device": dev, "jit": jit_figures()}
+    from mma_ceiling import ceiling
+
+    peak = ceiling(verbose=True) / 1e12
+    print(f" > bf16 mma.sync ceiling of this GPU (benchmarks/mma_ceiling.py, this run): {peak:.1f} TFLOP/s")
+    results = {"device": dev, "mma_ceiling_tflops": peak, "jit": jit_figures()}
     j = results["jit"]
     print(f" > JIT ({j['target']}): cold compile {j['cold_compile_s']:.2f} s, warm disk-cache load "
           f"{j['warm_disk_load_s'] * 1e3:.1f} ms")
@@ -336,11 +342,16 @@ def main() -> int:
         for _, n, k in (PROJECTIONS[:3] if a.quick else PROJECTIONS):
             for m in (DECODE_M + PREFILL_M):
                 shapes.append((m, n, k))
+        if a.quick:
+            shapes.append((4096, 7168, 2304))
         for m, n, k in shapes:
             r = gemm_case(m, n, k, iters=10 if a.quick else 30)
+            r["share_of_ceiling"] = r["tflops"] / peak
+            r["torch_share_of_ceiling"] = r["tflops"] * r["speedup_vs_torch"] / peak
             cases.append(r)
             print(f" > Perf (m={m:6d}, n={n:6d}, k={k:6d}, layout=NT, out=bf16): {r['us']:9.1f} us | "
-                  f"{r['tflops']:6.1f} TFLOPS | {r['gbps']:7.1f} GB/s | {r['speedup_vs_torch']:.2f}x torch")
+                  f"{r['tflops']:6.1f} TFLOPS ({r['share_of_ceiling']:.2f} of ceiling; cuBLAS "
+                  f"{r['torch_share_of_ceiling']:.2f}) | {r['gbps']:7.1f} GB/s | {r['speedup_vs_torch']:.2f}x torch")
         results["cases"] = cases
     if "grouped" in sections:
         results["grouped"] = grouped_cases(10 if a.quick else 20)
