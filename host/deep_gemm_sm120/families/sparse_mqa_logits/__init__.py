@@ -165,7 +165,8 @@ FAMILY = Family(
                      "sparse_kv_block_indices, qk_dtype, sparse_block_kv, use_unaligned_ks=False)",
            plan_specs=lambda num_sms, **_: []),
         Op("get_paged_sparse_mqa_logits_metadata", sparse_rule,
-           "context_lens int32 [S], block_table int32 [S, pages], indices int32 [S], indices int32 [S, num_max]",
+           "context_lens int32 [S], block_table int32 [S, pages] (each row its request's pages), indices int32 [S] "
+           "(request of each row), sparse_kv_block_indices int32 [S, num_max]",
            "int32 [S, num_max, 2] slot table (first physical row, valid count)",
            "torch ops on the inputs' device (graph-capturable)",
            signature="get_paged_sparse_mqa_logits_metadata(context_lens, block_table, indices, page_kv, "
