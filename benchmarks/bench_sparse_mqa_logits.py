@@ -97,7 +97,7 @@ def main() -> int:
                lambda: dg.fp8_fp4_sparse_mqa_logits(c["q"], c["kv"], c["w"], meta, num_max, block),
                lambda: torch_sparse(qb, kb, c["w"], tok), int(valid.sum()), moved, fmt)
     decode = [(64, "mxfp8", 16, 128)] if args.quick else [
-        (s, fmt, block, 2048 // block) for s in (64, 256) for fmt in ("mxfp8", "mxfp4") for block in (16, 32)]
+        (s, fmt, block, 2048 // block) for s in (64, 256) for fmt in ("mxfp8", "mxfp4") for block in (8, 32)]
     for s, fmt, block, num_max in decode:
         c = paged_case(s, h, d, fmt, block, num_max, page_kv=64, seed=s,
                        lens=[int(x) for x in torch.randint(16384, 65536, (s,), generator=torch.Generator().manual_seed(s))])
