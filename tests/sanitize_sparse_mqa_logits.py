@@ -24,5 +24,6 @@ cases = [
     ("paged mxfp8 d128 h64 b32", lambda: t.test_paged_matches_reference(None, "mxfp8", 128, 64, 32)),
     ("paged mxfp4 d128 h16 b8", lambda: t.test_paged_matches_reference(None, "mxfp4", 128, 16, 8)),
     ("paged page_kv 8", lambda: t.test_paged_page_sizes(None, 8)),
+    ("slot-table kernel, block 8", lambda: t.test_metadata_kernel_matches_torch_reference(None, 8)),
 ]
 sys.exit(run_cases(cases))

@@ -260,6 +260,40 @@ def test_paged_page_sizes(sm120_or_emulation, page_kv):
     assert_matches(run_paged(c), ref, valid, f"page_kv {page_kv}")
 
 
+# ---------------------------------------------------------------- the slot-table kernel
+
+@pytest.mark.parametrize("block", [8, 16, 32])
+def test_metadata_kernel_matches_torch_reference(sm120_or_emulation, block):
+    """The one-launch slot-table kernel equals the torch-op builder entry for entry, on adversarial indices:
+    negative, below ks, past ke, past the block-table row, on unmapped pages, padding, duplicates."""
+    import deep_gemm_sm120 as dg
+    from deep_gemm_sm120.families.sparse_mqa_logits.metadata import metadata_contiguous, metadata_paged
+
+    g = torch.Generator().manual_seed(block)
+    rows, slots, n = 301, 37, 5000
+    ke = torch.randint(0, n + 1, (rows,), generator=g)
+    ks = (ke - torch.randint(0, 3 * slots * block, (rows,), generator=g)).clamp_min(0)
+    ks[::9] = ke[::9]
+    idx = torch.randint(-3, n // block + 3, (rows, slots), generator=g).int()
+    ks, ke, idx = ks.int().cuda(), ke.int().cuda(), idx.cuda()
+    got = dg.get_sparse_mqa_logits_metadata(ks, ke, n, idx, torch.float8_e4m3fn, block, use_unaligned_ks=True)
+    assert torch.equal(got, metadata_contiguous(ks, ke, idx, block))
+    page_kv, max_pages = 4 * block, 40
+    ctx = torch.randint(0, page_kv * (max_pages + 2), (rows,), generator=g).int().cuda()
+    table = torch.randint(-1, 500, (rows, max_pages), generator=g).int().cuda()
+    got = dg.get_paged_sparse_mqa_logits_metadata(ctx, table, torch.arange(rows, dtype=torch.int32, device="cuda"),
+                                                  page_kv, idx, torch.uint8, block)
+    assert torch.equal(got, metadata_paged(ctx, table, idx, page_kv, block))
+    # strided indices (a slice of a wider tensor) and a zero-row call
+    wide = torch.zeros(rows, slots + 5, dtype=torch.int32, device="cuda")
+    wide[:, :slots] = idx
+    got = dg.get_sparse_mqa_logits_metadata(ks, ke, n, wide[:, :slots], torch.float8_e4m3fn, block,
+                                            use_unaligned_ks=True)
+    assert torch.equal(got, metadata_contiguous(ks, ke, idx, block))
+    assert dg.get_sparse_mqa_logits_metadata(ks[:0], ke[:0], n, idx[:0], torch.float8_e4m3fn, block).shape == \
+        (0, slots, 2)
+
+
 # ---------------------------------------------------------------- host errors on the GPU
 
 def test_metadata_mismatch_and_zero_rows(sm120_or_emulation):

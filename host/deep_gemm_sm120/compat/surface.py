@@ -86,7 +86,7 @@ ENTRIES: tuple[Entry, ...] = (
           "honoured; 1-D and 2-D context_lens; `indices`: NotImplementedError"),
     Entry("fp8_paged_mqa_logits", SUPPORTED, "fp8_fp4_paged_mqa_logits with q a tensor"),
     Entry("get_sparse_mqa_logits_metadata", SUPPORTED, "get_sparse_mqa_logits_metadata (slot table int32 [S, "
-          "num_max, 2], torch ops, graph-capturable)", "`use_unaligned_ks` honoured (unaligned ks rejected without it)"),
+          "num_max, 2], one GPU launch, graph-capturable)", "`use_unaligned_ks` honoured (unaligned ks rejected without it)"),
     Entry("get_paged_sparse_mqa_logits_metadata", SUPPORTED, "get_paged_sparse_mqa_logits_metadata (slot table; "
           "`page_kv` a multiple of `sparse_block_kv`)"),
     Entry("fp8_fp4_sparse_mqa_logits", SUPPORTED, "fp8_fp4_sparse_mqa_logits (MXFP8 / MXFP4; H 16/32/64, D 64/128 "

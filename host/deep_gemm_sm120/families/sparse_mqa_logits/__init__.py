@@ -160,7 +160,7 @@ FAMILY = Family(
                      "sparse_block_kv)", plan_specs=plan_specs),
         Op("get_sparse_mqa_logits_metadata", sparse_rule, "ks, ke int32 [S], indices int32 [S, num_max]",
            "int32 [S, num_max, 2] slot table (first physical row, valid count)",
-           "torch ops on the inputs' device (graph-capturable)",
+           "one kernel launch on the GPU (graph-capturable; torch ops for CPU tensors)",
            signature="get_sparse_mqa_logits_metadata(cu_seq_len_k_start, cu_seq_len_k_end, num_kv_tokens, "
                      "sparse_kv_block_indices, qk_dtype, sparse_block_kv, use_unaligned_ks=False)",
            plan_specs=lambda num_sms, **_: []),
@@ -168,7 +168,7 @@ FAMILY = Family(
            "context_lens int32 [S], block_table int32 [S, pages] (each row its request's pages), indices int32 [S] "
            "(request of each row), sparse_kv_block_indices int32 [S, num_max]",
            "int32 [S, num_max, 2] slot table (first physical row, valid count)",
-           "torch ops on the inputs' device (graph-capturable)",
+           "one kernel launch on the GPU (graph-capturable; torch ops for CPU tensors)",
            signature="get_paged_sparse_mqa_logits_metadata(context_lens, block_table, indices, page_kv, "
                      "sparse_kv_block_indices, qk_dtype, sparse_block_kv)",
            plan_specs=lambda num_sms, **_: []),

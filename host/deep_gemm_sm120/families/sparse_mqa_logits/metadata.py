@@ -6,13 +6,21 @@ Contiguous: row = b * B + ks % B. Paged: row = page * page_kv + t0 % page_kv wit
 count = 0 for padding slots (s >= n_r) and for indices outside the row's range, so a wrong index can never make a
 kernel read outside [ks, ke) or past a block-table row; otherwise count = min(B, ke - t0).
 
-Built from torch ops on the inputs' device: no host synchronization, so it can be captured in a CUDA graph.
-(A one-launch device kernel is the planned replacement; the format stays.)
+CUDA tensors: one launch of the slot-table kernel (scheduler/sm120_sparse_mqa_logits_metadata.cuh; family
+sparse_mqa_logits_metadata), graph-capturable. CPU tensors: the same table from torch ops (metadata_contiguous /
+metadata_paged below, which are also the kernel's reference in the GPU tests).
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import torch
 
+from ... import jit
+from ...arch import emulation_env, target_for_device
+from ...core.gemm import ceil_div
+from ...launch import device_of, launch
+from ..sparse_mqa_logits_metadata import PARAMS, THREADS, SparseMetadataSpec
 from . import geometry_rule
 from .contract import check_indices, fmt_of
 
@@ -49,6 +57,39 @@ def metadata_paged(context_lens: torch.Tensor, block_table: torch.Tensor, indice
     ok = ((torch.arange(slots, device=b.device)[None, :] < n[:, None]) & (b >= 0) & (col < block_table.shape[1])
           & (page >= 0))
     return _table(page * page_kv + t0 % page_kv, torch.where(ok, count, torch.zeros_like(count)))
+
+
+@lru_cache(maxsize=16)
+def _kernel(index: int, emulate):
+    return jit.get_kernel(SparseMetadataSpec(), target_for_device(index), index)
+
+
+def _rows(t: torch.Tensor) -> torch.Tensor:
+    """Unit stride along the last dimension (the kernel steps rows by stride(0))."""
+    return t if t.shape[-1] <= 1 or t.stride(-1) == 1 else t.contiguous()
+
+
+def metadata_on_device(ks: torch.Tensor | None, ke: torch.Tensor, indices: torch.Tensor, sparse_block_kv: int,
+                       block_table: torch.Tensor | None = None, page_kv: int = 1) -> torch.Tensor:
+    """The slot table by the kernel: contiguous (ks, ke) or paged (ke = context lengths, block_table, page_kv)."""
+    rows, slots = indices.shape
+    meta = torch.empty(rows, slots, 2, dtype=torch.int32, device=indices.device)
+    tensors = {"cu_seq_len_k_end" if block_table is None else "context_lens": ke,
+               "sparse_kv_block_indices": indices, **({"cu_seq_len_k_start": ks} if block_table is None
+                                                        else {"block_table": block_table})}
+    index = device_of(**tensors)
+    if rows * slots == 0:
+        return meta
+    idx = _rows(indices)
+    bt = _rows(block_table) if block_table is not None else None
+    params = PARAMS.pack(ks=ks.contiguous().data_ptr() if ks is not None else 0, ke=ke.contiguous().data_ptr(),
+                         block_table=bt.data_ptr() if bt is not None else 0, indices=idx.data_ptr(),
+                         meta=meta.data_ptr(), rows=rows, num_slots=slots,
+                         block_log2=sparse_block_kv.bit_length() - 1, page_kv=page_kv,
+                         max_pages=bt.shape[1] if bt is not None else 0,
+                         bt_ld=bt.stride(0) if bt is not None else 0, idx_ld=idx.stride(0))
+    launch(_kernel(index, emulation_env()), ceil_div(rows * slots, THREADS), params, b"", index)
+    return meta
 
 
 def _int32_vector(name: str, t, rows: int) -> torch.Tensor:
@@ -93,6 +134,8 @@ def get_sparse_mqa_logits_metadata(cu_seq_len_k_start: torch.Tensor, cu_seq_len_
         if not use_unaligned_ks and bool((ks % block != 0).any()):
             raise ValueError(f"cu_seq_len_k_start must be multiples of sparse_block_kv = {block} unless "
                              f"use_unaligned_ks=True")
+    if sparse_kv_block_indices.is_cuda:
+        return metadata_on_device(ks, ke, sparse_kv_block_indices, block)
     return metadata_contiguous(ks, ke, sparse_kv_block_indices, block)
 
 
@@ -115,4 +158,6 @@ def get_paged_sparse_mqa_logits_metadata(context_lens: torch.Tensor, block_table
         raise ValueError(f"block_table must be [S = {rows}, max_pages >= 1], got {tuple(block_table.shape)}")
     if not isinstance(page_kv, int) or isinstance(page_kv, bool) or page_kv < 1 or page_kv % block:
         raise ValueError(f"page_kv must be a positive multiple of sparse_block_kv = {block}, got {page_kv!r}")
+    if sparse_kv_block_indices.is_cuda:
+        return metadata_on_device(None, ctx, sparse_kv_block_indices, block, block_table, page_kv)
     return metadata_paged(ctx, block_table, sparse_kv_block_indices, page_kv, block)
