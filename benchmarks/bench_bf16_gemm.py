@@ -183,6 +183,11 @@ def k_grouped_cases(iters: int) -> list[dict]:
         b = torch.randn(total, n, device="cuda", dtype=torch.bfloat16)
         d = torch.zeros(groups, m, n, device="cuda", dtype=torch.float32)
         t = bench(lambda: dg.k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks, c=d), iters)
+        # where the time goes: without C (no read of d), and as one group of the same total K (no descriptor
+        # rebasing, one long main loop per tile)
+        t_no_c = bench(lambda: dg.k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks), iters)
+        t_one = bench(lambda: dg.k_grouped_bf16_gemm_tn_contiguous(a, b, d[:1], [total], c=d[:1]), iters)
+        t_rw = bench(lambda: d.add_(0.0), iters)  # the memory floor: one read and one write of every d element
         offs = [sum(ks[:i]) for i in range(groups)]
 
         def loop():
@@ -192,10 +197,13 @@ def k_grouped_cases(iters: int) -> list[dict]:
         t_ref = bench(loop, iters)
         flops = 2 * total * m * n
         r = {"groups": groups, "mean_k": total / groups, "m": m, "n": n, "us": t * 1e6, "tflops": flops / t / 1e12,
-             "torch_loop_us": t_ref * 1e6, "speedup_vs_loop": t_ref / t}
+             "torch_loop_us": t_ref * 1e6, "speedup_vs_loop": t_ref / t, "no_c_us": t_no_c * 1e6,
+             "one_group_us": t_one * 1e6, "d_read_write_us": t_rw * 1e6}
         rows.append(r)
         print(f" > K-grouped (G={groups:3d}, mean K={total / groups:6.0f}, m={m:5d}, n={n:5d}): {r['us']:8.1f} us | "
-              f"{r['tflops']:6.1f} TFLOPS | {r['speedup_vs_loop']:.2f}x torch mm+add loop")
+              f"{r['tflops']:6.1f} TFLOPS | {r['speedup_vs_loop']:.2f}x torch mm+add loop | without C "
+              f"{r['no_c_us']:8.1f} us | one group of K={total} {r['one_group_us']:8.1f} us | "
+              f"read+write of d {r['d_read_write_us']:8.1f} us")
     return rows
 
 

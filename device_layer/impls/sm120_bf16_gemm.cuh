@@ -14,7 +14,8 @@
 // swizzled smem tiles (128B for BLOCK_K 64, 64B for BLOCK_K 32) is filled by TMA (full barriers carry transaction bytes) and handed back
 // by the math warps through empty barriers. Fragments come from smem via ldmatrix; MMA is
 // mma.sync m16n8k16 bf16 -> fp32. The epilogue stores straight from registers with bounds checks,
-// so M/N tails need nothing beyond TMA's zero fill of out-of-bounds A/B boxes (K tails likewise).
+// so M/N tails need nothing beyond TMA's zero fill of out-of-bounds A/B boxes (K tails likewise). With C, the
+// accumulators start from C, loaded before the main loop, so the epilogue never waits on a read.
 
 #include <cuda.h>
 #include "../common/sm120_arch.cuh"
@@ -255,13 +256,24 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
     uint32_t af[2][kMI][4];
     uint32_t bfr[2][kNI][2];
     while (sched.next(tile)) {
+        const size_t slice = kType == GemmType::kBatched ? static_cast<size_t>(tile.group) : tile.split;
+        OutT* const d_slice = d + slice * split_stride;
+        const OutT* const c_slice = kType == GemmType::kBatched && kWithC ? c + slice * split_stride : c;
+        // D = acc + C starts from C (kWithC implies no split-K): its loads overlap the main loop (see
+        // load_accumulators). The swap-AB epilogue adds C itself.
+        constexpr bool kCInAcc = kWithC && !kSwapAB;
         float acc[kMI][kNI][4];
+        if constexpr (kCInAcc) {
+            load_accumulators<kMI, kNI, kType>(acc, tile, c_slice, layout, psum_layout != 0, n, ldc,
+                                               wm * Cfg::kWarpM, wn * Cfg::kWarpN, lane);
+        } else {
 #pragma unroll
-        for (uint32_t i = 0; i < kMI; ++i)
+            for (uint32_t i = 0; i < kMI; ++i)
 #pragma unroll
-            for (uint32_t j = 0; j < kNI; ++j)
+                for (uint32_t j = 0; j < kNI; ++j)
 #pragma unroll
-                for (uint32_t e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+                    for (uint32_t e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+        }
 
         if (tile.k_end > tile.k_begin) {
             mbarrier_wait(&full_bar[stage], phase);
@@ -298,9 +310,6 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
         }
 
         // Epilogue: registers -> global, each thread owning its elements (so C may alias D).
-        const size_t slice = kType == GemmType::kBatched ? static_cast<size_t>(tile.group) : tile.split;
-        OutT* const d_slice = d + slice * split_stride;
-        const OutT* const c_slice = kType == GemmType::kBatched && kWithC ? c + slice * split_stride : c;
         // Rows are tile-local until checked against tile.m_valid; per-row group ids (contiguous layout)
         // additionally mark padding rows (-1), which stay untouched.
         if constexpr (kSwapAB) {
@@ -328,8 +337,9 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
                 }
             continue;
         }
-        store_accumulators<kMI, kNI, kType, kWithC>(acc, tile, d_slice, c_slice, layout, psum_layout != 0, n, ldd, ldc,
-                                                     wm * Cfg::kWarpM, wn * Cfg::kWarpN, lane, 1.0f);
+        store_accumulators<kMI, kNI, kType, kWithC && !kCInAcc>(acc, tile, d_slice, c_slice, layout, psum_layout != 0,
+                                                                n, ldd, ldc, wm * Cfg::kWarpM, wn * Cfg::kWarpN, lane,
+                                                                1.0f);
     }
     }  // math warps
 }

@@ -61,6 +61,44 @@ SM120_DEVICE bool tile_row_ok(const TileInfo& tile, uint32_t local, const int32_
     return true;
 }
 
+// C into a warp's accumulators before the main loop (0 where the tile has no output element): the loads then
+// overlap the tile's operand TMA and MMAs instead of stalling the epilogue, and the epilogue only stores. Used
+// where D = acc + C (alpha 1, no split-K); each thread reads exactly the elements it will write, so C may alias D.
+template <uint32_t kMI, uint32_t kNI, GemmType kType, typename OutT>
+SM120_DEVICE void load_accumulators(float (&acc)[kMI][kNI][4], const TileInfo& tile, const OutT* c,
+                                    const int32_t* layout, bool psum, uint32_t n, uint32_t ldc, uint32_t warp_row0,
+                                    uint32_t warp_col0, uint32_t lane) {
+    const uint32_t row0 = warp_row0 + (lane >> 2);
+    const uint32_t col0 = tile.n_col + warp_col0 + (lane & 3) * 2;
+    const bool pairs = ldc % 2 == 0 && reinterpret_cast<uintptr_t>(c) % (2 * sizeof(OutT)) == 0;
+#pragma unroll
+    for (uint32_t i = 0; i < kMI; ++i)
+#pragma unroll
+        for (uint32_t h = 0; h < 2; ++h) {
+            const uint32_t local = row0 + i * 16 + h * 8;
+            const bool row_ok = tile_row_ok<kType>(tile, local, layout, psum);
+            const OutT* cr = c + static_cast<size_t>(tile.d_row + local) * ldc;
+#pragma unroll
+            for (uint32_t j = 0; j < kNI; ++j) {
+                const uint32_t col = col0 + j * 8;
+                float v0 = 0.0f, v1 = 0.0f;
+                if (row_ok && pairs && col + 1 < n) {
+                    if constexpr (sizeof(OutT) == 4) {
+                        const float2 cv = *reinterpret_cast<const float2*>(cr + col);
+                        v0 = cv.x, v1 = cv.y;
+                    } else {
+                        const float2 cv = __bfloat1622float2(*reinterpret_cast<const bf16x2*>(cr + col));
+                        v0 = cv.x, v1 = cv.y;
+                    }
+                } else if (row_ok) {
+                    if (col < n) v0 = static_cast<float>(cr[col]);
+                    if (col + 1 < n) v1 = static_cast<float>(cr[col + 1]);
+                }
+                acc[i][j][2 * h] = v0, acc[i][j][2 * h + 1] = v1;
+            }
+        }
+}
+
 // Register epilogue for a warp's kMI x kNI grid of m16n8 accumulators: D = alpha * acc (+ C), straight
 // from registers with bounds checks; each thread reads C only where it writes D, so C may alias D.
 // Columns are stored in pairs (8 B fp32 / 4 B bf16) when the row strides allow it.
