@@ -97,7 +97,8 @@ def test_quick_gate_passes(tmp_path):
                 if by_name[r["name"]].gate(next(s for s in by_name[r["name"]].specs() if s.name == r["name"]))
                 .spills_allowed(r["target"])]
     assert emulated and {r["target"] for r in emulated} == {"sm_90a"}
-    assert {by_name[r["name"]].name for r in emulated} == {"fp8_fp4_gemm_1d1d", "mqa_logits", "paged_mqa_logits"}
+    assert {by_name[r["name"]].name for r in emulated} == {"fp8_fp4_gemm_1d1d", "mqa_logits", "paged_mqa_logits",
+                                                           "sparse_mqa_logits"}
     assert all(r["spill_stores"] == 0 and r["stack"] == 0 for r in kernels if r not in emulated)
     assert all(r["smem"] <= gate.SMEM_LIMIT for r in kernels)
     assert all(r["smem"] > 0 for r in kernels if r["name"].startswith("bf16_gemm"))  # dynamic smem counted
