@@ -100,3 +100,19 @@ def test_k_grouped_in_deepgemm_argument_order(deep_gemm):
         ref = c[g].double() + a[off:off + kg].double().T @ b[off:off + kg].double()
         assert deep_gemm.calc_diff(d[g], ref) < 1e-6
         off += kg
+
+
+def test_paged_sparse_indexer_as_a_serving_stack_calls_it(deep_gemm):
+    """DSv4.1's decode indexer through `deep_gemm`: MXFP4 q [rows, 1, H, 64] int8, a [pages, page, 1, 68] cache,
+    8-token blocks, per-row block tables built from request tables and request ids."""
+    from sparse_mqa_reference import paged_sparse_mqa_logits
+    from test_sparse_mqa_logits_gpu import assert_matches, paged_case
+
+    c = paged_case(12, 64, 128, "mxfp4", 8, num_max=16, page_kv=64, seed=3)
+    q = (c["q"][0].view(torch.int8), c["q"][1])
+    requests = torch.arange(12, dtype=torch.int32, device="cuda")
+    meta = deep_gemm.get_paged_sparse_mqa_logits_metadata(c["lens"], c["table"], requests, 64, c["idx"], q[0].dtype, 8)
+    out = deep_gemm.fp8_fp4_paged_sparse_mqa_logits(q, c["cache"], c["w"], meta, 16, 8)
+    torch.cuda.synchronize()
+    ref, valid = paged_sparse_mqa_logits(c["q_deq"], c["pages_deq"], c["w"].float(), c["lens"], c["table"], c["idx"], 8)
+    assert_matches(out, ref, valid, "deep_gemm paged sparse")
