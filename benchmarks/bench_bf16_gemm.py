@@ -87,9 +87,10 @@ def gemm_case(m: int, n: int, k: int, iters: int) -> dict:
             "torch_us": t_ref * 1e6, "speedup_vs_torch": t_ref / t}
 
 
-SWEEP = [  # candidate tile configurations (block_m, block_n, block_k, stages, warps_m, warps_n) for --sweep
-    (128, 128, 64, 3, 2, 4), (128, 256, 32, 4, 2, 4), (256, 128, 32, 4, 4, 2), (128, 128, 32, 6, 2, 4),
-    (128, 256, 64, 2, 2, 4), (128, 192, 32, 4, 2, 4),
+SWEEP = [  # candidate tile configurations (block_m, block_n, block_k, stages, warps_m, warps_n, raster group_n)
+    (128, 128, 64, 3, 2, 4, 16), (128, 256, 32, 4, 2, 4, 16), (256, 128, 32, 4, 4, 2, 16),
+    (128, 128, 32, 6, 2, 4, 16), (128, 256, 64, 2, 2, 4, 16), (128, 192, 32, 4, 2, 4, 16),
+    (128, 256, 32, 4, 2, 4, 4), (128, 256, 32, 4, 2, 4, 64),
 ]
 
 
@@ -104,22 +105,22 @@ def sweep(iters: int) -> list[dict]:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     off_a, off_b, bf16 = PARAMS.offsets["tmap_a"], PARAMS.offsets["tmap_b"], DTYPE["bfloat16"]
     rows = []
-    for size in (4096, 8192):
-        a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
-        b = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
-        d = torch.empty(size, size, device="cuda", dtype=torch.bfloat16)
+    for m, n, k in ((4096, 4096, 4096), (8192, 8192, 8192), (4096, 7168, 2304), (4096, 24576, 1536)):
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+        d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         ref = (a.float() @ b.float().T)
-        for bm, bn, bk, st, wm, wn in SWEEP:
-            cfg = Bf16GemmConfig(bm, bn, st, wm, wn, block_k=bk)
+        for bm, bn, bk, st, wm, wn, gn in SWEEP:
+            cfg = Bf16GemmConfig(bm, bn, st, wm, wn, group_n=gn, block_k=bk)
             try:
                 kern = jit.get_kernel(Bf16GemmSpec(cfg, "bf16", False, False), target, 0)
             except RuntimeError as e:
                 print(f" > sweep {cfg.name}: does not build ({str(e).splitlines()[-1][:120]})")
                 continue
-            grid = min(sms, -(-size // bm) * -(-size // bn))
-            tmaps = (tma_2d(off_a, bf16, a.data_ptr(), size, size, size * 2, bk, bm, bk * 2)
-                     + tma_2d(off_b, bf16, b.data_ptr(), size, size, size * 2, bk, bn, bk * 2))
-            params = PARAMS.pack(d=d.data_ptr(), c=0, layout=0, aux=0, m=size, n=size, k=size, ldd=size, ldc=0,
+            grid = min(sms, -(-m // bm) * -(-n // bn))
+            tmaps = (tma_2d(off_a, bf16, a.data_ptr(), k, m, k * 2, bk, bm, bk * 2)
+                     + tma_2d(off_b, bf16, b.data_ptr(), k, n, k * 2, bk, bn, bk * 2))
+            params = PARAMS.pack(d=d.data_ptr(), c=0, layout=0, aux=0, m=m, n=n, k=k, ldd=n, ldc=0,
                                  num_groups=1, psum_layout=0, num_splits=1, split_stride=0)
 
             def run():
@@ -127,9 +128,11 @@ def sweep(iters: int) -> list[dict]:
 
             t = bench(run, iters)
             err = float((d.float() - ref).abs().max() / ref.abs().max())
-            rows.append({"size": size, "config": cfg.name, "us": t * 1e6, "tflops": 2 * size ** 3 / t / 1e12,
+            tflops = 2 * m * n * k / t / 1e12
+            rows.append({"m": m, "n": n, "k": k, "config": cfg.name, "group_n": cfg.group_n, "us": t * 1e6,
+                         "tflops": tflops,
                          "max_rel_err": err, "regs": runtime.kernel_attribute(kern.handle, "num_regs")})
-            print(f" > sweep {size}^3 {cfg.name:>24}: {t * 1e6:9.1f} us | {2 * size ** 3 / t / 1e12:6.1f} TFLOPS"
+            print(f" > sweep {m}x{n}x{k} {cfg.name:>24} g{cfg.group_n:<3}: {t * 1e6:9.1f} us | {tflops:6.1f} TFLOPS"
                   f" | max rel err {err:.1e}")
     return rows
 
