@@ -1,13 +1,15 @@
 """The argument contract of the sparse MQA-logits entry points (docs/sparse_mqa_logits.md), torch-level but
-device-free: shapes, dtypes and the supported geometry (the family's geometry_rule, shared with is_supported),
-with the typed errors the API raises. The API launches from the `SparseProblem` these return."""
+device-free: the shapes here, the dtypes and supported geometry through the family's sparse_rule (the rule
+is_supported runs), with the typed errors the API raises. The API launches from the `SparseProblem` these
+return."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
 
-from . import SCALE_BYTES, geometry_rule
+from ...core.rules import dtype_name
+from . import SCALE_BYTES, sparse_rule
 
 # packed e2m1 bytes; torch's float4_e2m1fn_x2 where this torch has it
 FP4_VALUE_DTYPES = (torch.int8, torch.uint8) + tuple(
@@ -33,16 +35,6 @@ def fmt_of(qk_dtype) -> str:
         return "mxfp4"
     raise TypeError(f"qk_dtype must be torch.float8_e4m3fn (MXFP8) or torch.int8 / torch.uint8 / "
                     f"torch.float4_e2m1fn_x2 (packed MXFP4), got {qk_dtype}")
-
-
-def _int(name: str, x) -> int:
-    if not isinstance(x, int) or isinstance(x, bool):
-        raise TypeError(f"{name} must be an int, got {type(x).__name__}")
-    return x
-
-
-def check_geometry(fmt: str, heads: int, head_dim: int, sparse_block_kv: int) -> None:
-    geometry_rule(fmt, heads, head_dim, _int("sparse_block_kv", sparse_block_kv))
 
 
 def check_indices(sparse_kv_block_indices, rows: int | None = None) -> int:
@@ -88,55 +80,53 @@ def check_q(q, paged: bool) -> tuple[str, int, int, int]:
 def check_weights(weights, rows: int, heads: int) -> None:
     if not isinstance(weights, torch.Tensor):
         raise TypeError(f"weights must be a torch.Tensor, got {type(weights).__name__}")
-    if weights.dtype != torch.bfloat16:
-        raise TypeError(f"weights must be torch.bfloat16 (DeepGEMM's sparse contract), got {weights.dtype}")
     if tuple(weights.shape) != (rows, heads) or weights.stride(-1) != 1:
         raise ValueError(f"weights must be [S, H] = {(rows, heads)} with unit column stride, got shape "
                          f"{tuple(weights.shape)}, strides {weights.stride()}")
 
 
+def _rule(q, weights, num_max_sparse_blocks, sparse_block_kv, **kv_dtypes) -> None:
+    """The value-level checks (dtypes, geometry, num_max_sparse_blocks), as is_supported makes them."""
+    if not isinstance(weights, torch.Tensor):
+        raise TypeError(f"weights must be a torch.Tensor, got {type(weights).__name__}")
+    values = q[0][:, 0] if q[0].dim() == 4 else q[0]
+    cols = values.shape[-1] if values.dim() == 3 else 0
+    sparse_rule(heads=values.shape[1] if values.dim() == 3 else None,
+                head_dim=2 * cols if fmt_of(values.dtype) == "mxfp4" else cols, q_dtype=dtype_name(values.dtype),
+                q_sf_dtype=dtype_name(q[1].dtype), weights_dtype=dtype_name(weights.dtype),
+                num_max_sparse_blocks=num_max_sparse_blocks, sparse_block_kv=sparse_block_kv, **kv_dtypes)
+
+
 def check_sparse_call(q, kv, weights, num_max_sparse_blocks, sparse_block_kv) -> SparseProblem:
     """fp8_fp4_sparse_mqa_logits's arguments besides the metadata."""
     fmt, s, h, d = check_q(q, paged=False)
-    check_geometry(fmt, h, d, sparse_block_kv)
     if not isinstance(kv, (tuple, list)) or len(kv) != 2:
         raise TypeError(f"kv must be a (values, packed UE8M0 scales) pair, got {type(kv).__name__}")
     values, scales = kv
     if not isinstance(values, torch.Tensor) or not isinstance(scales, torch.Tensor):
         raise TypeError("kv values and scales must be torch.Tensors")
-    if fmt_of(values.dtype) != fmt:
-        raise TypeError(f"kv must be {fmt.upper()} like q, got {values.dtype}")
-    if scales.dtype != torch.int32:
-        raise TypeError(f"kv scales must be torch.int32 (packed UE8M0), got {scales.dtype}")
+    _rule(q, weights, num_max_sparse_blocks, sparse_block_kv, kv_dtype=dtype_name(values.dtype),
+          kv_sf_dtype=dtype_name(scales.dtype))
     cols = d // 2 if fmt == "mxfp4" else d
     if values.dim() != 2 or values.shape[1] != cols:
         raise ValueError(f"kv must be [N, {cols}], got {tuple(values.shape)}")
     if tuple(scales.shape) != (values.shape[0],):
         raise ValueError(f"kv scales must be [N] = ({values.shape[0]},), got {tuple(scales.shape)}")
     check_weights(weights, s, h)
-    n = _int("num_max_sparse_blocks", num_max_sparse_blocks)
-    if n < 1:
-        raise ValueError(f"num_max_sparse_blocks must be >= 1, got {n}")
-    return SparseProblem(fmt, s, h, d, n, sparse_block_kv, False)
+    return SparseProblem(fmt, s, h, d, num_max_sparse_blocks, sparse_block_kv, False)
 
 
 def check_paged_sparse_call(q, kv_cache, weights, num_max_sparse_blocks, sparse_block_kv) -> SparseProblem:
     """fp8_fp4_paged_sparse_mqa_logits's arguments besides the metadata: kv_cache uint8
     [num_pages, page_kv, 1, D(/2) + 4] (values, then scales, per page), page_kv a multiple of sparse_block_kv."""
     fmt, s, h, d = check_q(q, paged=True)
-    check_geometry(fmt, h, d, sparse_block_kv)
     if not isinstance(kv_cache, torch.Tensor):
         raise TypeError(f"kv_cache must be a torch.Tensor, got {type(kv_cache).__name__}")
-    if kv_cache.dtype != torch.uint8:
-        raise TypeError(f"kv_cache must be torch.uint8, got {kv_cache.dtype}")
     row = (d // 2 if fmt == "mxfp4" else d) + SCALE_BYTES
+    page_kv = kv_cache.shape[1] if kv_cache.dim() == 4 else None
+    _rule(q, weights, num_max_sparse_blocks, sparse_block_kv, kv_cache_dtype=dtype_name(kv_cache.dtype),
+          page_kv=page_kv)
     if kv_cache.dim() != 4 or kv_cache.shape[2] != 1 or kv_cache.shape[3] != row:
         raise ValueError(f"kv_cache must be [num_pages, page_kv, 1, {row}], got {tuple(kv_cache.shape)}")
-    if kv_cache.shape[1] % sparse_block_kv:
-        raise ValueError(f"page_kv = {kv_cache.shape[1]} must be a multiple of sparse_block_kv = {sparse_block_kv} "
-                         f"(a block never straddles pages)")
     check_weights(weights, s, h)
-    n = _int("num_max_sparse_blocks", num_max_sparse_blocks)
-    if n < 1:
-        raise ValueError(f"num_max_sparse_blocks must be >= 1, got {n}")
-    return SparseProblem(fmt, s, h, d, n, sparse_block_kv, True)
+    return SparseProblem(fmt, s, h, d, num_max_sparse_blocks, sparse_block_kv, True)
