@@ -82,6 +82,29 @@ def test_strided_rows_and_k_zero(sm120_or_emulation):
     assert torch.equal(d, c)
 
 
+@pytest.mark.parametrize("m,n,k", [(129, 200, 136), (300, 1000, 1000), (4096, 2112, 512), (64, 24, 2048)])
+def test_bf16_store_paths_agree_bitwise(sm120_or_emulation, m, n, k):
+    """bf16 D leaves through 16-byte quad-transposed stores when rows are 16-byte aligned, else in pairs (even row
+    stride) or element by element (odd): the same accumulators, so all three must agree bit for bit."""
+    import deep_gemm_sm120 as dg
+    from deep_gemm_sm120.testing import calc_diff
+
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    ld = -(-n // 8) * 8 + 8
+    outs = []
+    for stride in (ld, ld + 2, ld + 1):  # 16-byte rows, 4-byte rows, 2-byte rows
+        d = poison_like(torch.empty(m, stride, device="cuda", dtype=torch.bfloat16))[:, :n]
+        dg.bf16_gemm_nt(a, b, d)
+        outs.append(d)
+    torch.cuda.synchronize()
+    for d in outs:
+        assert not torch.isnan(d).any()
+        assert torch.equal(d, outs[0])
+    vec = outs[0]
+    assert calc_diff(vec, a.double() @ b.double().T) <= 1e-5
+
+
 def test_cuda_graph_capture_and_replay(sm120_or_emulation, monkeypatch):
     import deep_gemm_sm120 as dg
     from deep_gemm_sm120.testing import calc_diff
