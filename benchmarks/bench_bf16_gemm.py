@@ -137,6 +137,43 @@ def sweep(iters: int) -> list[dict]:
     return rows
 
 
+POWER_SHAPES = ((4096, 4096, 4096), (8192, 8192, 8192), (4096, 7168, 2304), (4096, 24576, 1536))
+
+
+def power_cases(peak_tflops: float, seconds: float) -> dict:
+    """Issue-13 shapes run sustained next to the ceiling probe, with the SM clock, board power and clock-event
+    reasons sampled meanwhile (gpu_clocks.py). `share_at_probe_clock` rescales a GEMM's share of the ceiling by
+    probe clock / GEMM clock: what the instruction stream achieves once a power-capped clock is taken out.
+    Sustained rates include the launch gaps of 10-call batches and run from L2 where the inputs fit; the graph
+    timings of the `cases` section remain the reference figures."""
+    import deep_gemm_sm120 as dg
+    import gpu_clocks
+    from mma_ceiling import probe
+
+    run_probe, probe_flops = probe(512, steps=16384)
+    p = gpu_clocks.sustained(run_probe, seconds)
+    p["tflops"] = p["calls_per_s"] * probe_flops / 1e12
+    print(f" > power: ceiling probe sustained {p['tflops']:.1f} TFLOP/s at {p['clock_mhz']:.0f} MHz, "
+          f"{p['power_w']:.0f} of {p['power_limit_w']:.0f} W, clock-event reasons {p['reasons']}")
+    rows = []
+    for m, n, k in POWER_SHAPES:
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+        d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        for name, fn in (("ours", lambda: dg.bf16_gemm_nt(a, b, d)),
+                         ("cublas", lambda: torch.matmul(a, b.T, out=d))):
+            r = gpu_clocks.sustained(fn, seconds)
+            r.update(m=m, n=n, k=k, kernel=name, tflops=r["calls_per_s"] * 2 * m * n * k / 1e12)
+            r["share_of_ceiling"] = r["tflops"] / peak_tflops
+            r["share_at_probe_clock"] = r["share_of_ceiling"] * p["clock_mhz"] / r["clock_mhz"]
+            rows.append(r)
+            print(f" > power {name:>6} {m}x{n}x{k}: {r['tflops']:6.1f} TFLOP/s ({r['share_of_ceiling']:.2f} of ceiling, "
+                  f"{r['share_at_probe_clock']:.2f} at the probe's clock) at {r['clock_mhz']:.0f} MHz, "
+                  f"{r['power_w']:.0f} W, reasons {r['reasons']}")
+        del a, b, d
+    return {"probe": p, "gemms": rows}
+
+
 MOE = [  # (experts, rows per expert, N, K): DeepSeek-V3 expert up/gate (N=4096 of 2x2048) and down projections
     (8, 512, 4096, 7168), (32, 256, 4096, 7168), (32, 256, 7168, 2048), (64, 128, 7168, 2048),
 ]
@@ -328,8 +365,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="fewer shapes and iterations")
     ap.add_argument("--json", help="write all figures here")
     ap.add_argument("--sweep", action="store_true", help="also time candidate tile configurations")
-    ap.add_argument("--sections", default="cases,grouped,split_k,k_grouped,pdl,host",
-                    help="comma-separated subset of cases,grouped,split_k,k_grouped,pdl,host")
+    ap.add_argument("--sections", default="cases,grouped,split_k,k_grouped,pdl,host,power",
+                    help="comma-separated subset of cases,grouped,split_k,k_grouped,pdl,host,power")
     a = ap.parse_args()
     sections = set(a.sections.split(","))
     if torch.cuda.get_device_capability()[0] != 12:
@@ -372,6 +409,13 @@ def main() -> int:
         results["k_grouped"] = k_grouped_cases(5 if a.quick else 10)
     if "pdl" in sections:
         results["pdl"] = pdl_cases(10 if a.quick else 30)
+    if "power" in sections:
+        import gpu_clocks
+
+        if gpu_clocks.available():
+            results["power"] = power_cases(peak, 1.0 if a.quick else 2.0)
+        else:
+            print(" > power: nvidia-smi not found, no clock / power readings")
     if "host" in sections:
         results["host"] = host_overhead()
         h = results["host"]

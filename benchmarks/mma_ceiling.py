@@ -72,8 +72,8 @@ class ProbeSpec:
         return SOURCE % self.chains
 
 
-def measure(threads: int, ctas_per_sm: int = 2, steps: int = STEPS, device: int = 0) -> float:
-    """FLOP/s of one probe configuration (best of five launches)."""
+def probe(threads: int, ctas_per_sm: int = 2, steps: int = STEPS, device: int = 0):
+    """A zero-argument launcher of one probe configuration and the FLOP count of one launch."""
     from deep_gemm_sm120 import jit
     from deep_gemm_sm120.arch import target_for_device
     from deep_gemm_sm120.launch import launch
@@ -84,17 +84,28 @@ def measure(threads: int, ctas_per_sm: int = 2, steps: int = STEPS, device: int 
     grid = sms * ctas_per_sm
     out = torch.empty(grid * threads, device="cuda")
     params = spec.params.pack(out=out.data_ptr(), steps=steps, seed=0x1234)
-    launch(kern, grid, params, b"", device)
+
+    def run() -> None:
+        launch(kern, grid, params, b"", device)
+
+    run.out = out  # keep the output alive as long as the launcher
+    return run, grid * (threads // 32) * steps * CHAINS * FLOPS_PER_MMA
+
+
+def measure(threads: int, ctas_per_sm: int = 2, steps: int = STEPS, device: int = 0) -> float:
+    """FLOP/s of one probe configuration (best of five launches)."""
+    run, flops = probe(threads, ctas_per_sm, steps, device)
+    run()
     torch.cuda.synchronize()
     best = float("inf")
     for _ in range(5):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        launch(kern, grid, params, b"", device)
+        run()
         end.record()
         end.synchronize()
         best = min(best, start.elapsed_time(end) / 1e3)
-    return grid * (threads // 32) * steps * CHAINS * FLOPS_PER_MMA / best
+    return flops / best
 
 
 def ceiling(device: int = 0, verbose: bool = False) -> float:
