@@ -154,6 +154,16 @@ def test_block_scaled_specs_and_heuristics():
     assert mixed.row_bytes == (128, 64) and mixed.smem_bytes < mixed.config.smem_bytes  # 64-byte packed rows
     with pytest.raises(ValueError, match="1x32"):
         type(mixed)(mixed.config, "e4m3_e2m1", 128, gran_k_b=128)
+    # issue 13: mixed kinds run the 128x128 tile four stages deep (96 KiB); every other kind keeps its depth
+    from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d import DENSE_CONFIGS, spec_for
+    for kind, grans in (("e4m3_e2m1", (128, 32)), ("e2m1_e4m3", (32, 128)), ("mxfp8", (128, 128))):
+        s = spec_for(DENSE_CONFIGS[0], kind, grans, "bf16", False)
+        assert (s.config.block_m, s.config.block_n) == (128, 128)
+        assert s.config.stages == (4 if kind != "mxfp8" else 3) and s.smem_bytes <= SMEM_LIMIT
+        assert s.config.stages == 3 or (s.config.stages + 1) * s.smem_bytes // s.config.stages > SMEM_LIMIT
+        assert s in specs  # the planner's spec is one that precompile builds
+    assert all(s.config.stages == 4 for s in specs if s.kind in ("e4m3_e2m1", "e2m1_e4m3")
+               and (s.config.block_m, s.config.block_n) == (128, 128))
     src = next(s for s in specs if s.kind == "nvfp4").source()
     assert "ScaleKind::kNvFp4, 16, 16" in src
     cfgs = {s.config for s in specs}

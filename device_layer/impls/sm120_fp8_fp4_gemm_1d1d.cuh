@@ -75,9 +75,15 @@ struct StageScales {
     SM120_HOST_DEVICE static constexpr uint32_t num_words(uint32_t k) { return ceil_div(ceil_div(k, kGranK), 4u); }
 };
 
+// The tile of a scale kind: stage rows are 128 bytes, except a packed e2m1 operand next to an e4m3 one (64-byte
+// rows: 128 K per stage on both sides, so mixed stages are smaller and fit deeper pipelines).
+template <ScaleKind kKind, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kStages, uint32_t kWarpsM, uint32_t kWarpsN>
+using BlockScaledTileConfig = GemmTileConfig<BLOCK_M, BLOCK_N, kKind == ScaleKind::kMxE2M1E4M3 ? 64 : 128, kStages,
+                                             kWarpsM, kWarpsN, kKind == ScaleKind::kMxE4M3E2M1 ? 64 : 128>;
+
 template <ScaleKind kKind, uint32_t kGranKA, uint32_t kGranKB, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kStages,
           uint32_t kWarpsM, uint32_t kWarpsN, uint32_t kGroupN, typename OutT, bool kWithC, GemmType kType>
-__global__ void __launch_bounds__(GemmTileConfig<BLOCK_M, BLOCK_N, 128, kStages, kWarpsM, kWarpsN>::kThreads, 1)
+__global__ void __launch_bounds__(BlockScaledTileConfig<kKind, BLOCK_M, BLOCK_N, kStages, kWarpsM, kWarpsN>::kThreads, 1)
 sm120_fp8_fp4_gemm_1d1d_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
                                const uint32_t* __restrict__ sfa, const uint32_t* __restrict__ sfb,
                                OutT* d, const OutT* c, const int32_t* layout, uint32_t m, uint32_t n,
@@ -97,7 +103,7 @@ sm120_fp8_fp4_gemm_1d1d_kernel(const __grid_constant__ CUtensorMap tmap_a, const
                   "FP4 operands share one scale format");
     // Which operand is packed e2m1 next to an e4m3 one (64-byte stage rows: 128 K per stage on both sides).
     constexpr bool kAPacked4 = kKind == ScaleKind::kMxE2M1E4M3, kBPacked4 = kKind == ScaleKind::kMxE4M3E2M1;
-    using Cfg = GemmTileConfig<BLOCK_M, BLOCK_N, kAPacked4 ? 64 : 128, kStages, kWarpsM, kWarpsN, kBPacked4 ? 64 : 128>;
+    using Cfg = BlockScaledTileConfig<kKind, BLOCK_M, BLOCK_N, kStages, kWarpsM, kWarpsN>;
     using SA = StageScales<kKind, kGranKA>;
     using SB = StageScales<kKind, kGranKB>;
     constexpr uint32_t kMI = Cfg::kMI, kNI = Cfg::kNI;

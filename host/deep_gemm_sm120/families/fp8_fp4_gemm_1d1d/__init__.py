@@ -2,7 +2,7 @@
 128x128), MXFP4, NVFP4 and mixed e4m3 x e2m1, dense with split-K or M-grouped. Declarations only (torch-free)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from ...core import splitk
@@ -130,6 +130,16 @@ DENSE_CONFIGS = (
 # M-grouped: BLOCK_M divides the contiguous-layout alignment. [large, small M]
 GROUPED_CONFIGS = (BlockScaledGemmConfig(128, 128, 3, 2, 4), BlockScaledGemmConfig(64, 128, 4, 1, 4))
 GROUPED_SMALL_M = 64
+# Mixed e4m3 x e2m1 stages are 24 KiB at 128x128 (one operand packs 128 K elements into 64-byte rows): three of
+# them left 27 KiB of the 99 KiB idle, so mixed kinds take a fourth stage (96 KiB) on that tile (issue 13).
+MIXED_DEEP_STAGES = 4
+
+
+def kind_config(cfg: BlockScaledGemmConfig, kind: str) -> BlockScaledGemmConfig:
+    """The tile as instantiated for `kind`: the planners pick block sizes, this picks the pipeline depth."""
+    if kind in MIXED_KINDS and (cfg.block_m, cfg.block_n) == (128, 128):
+        return replace(cfg, stages=MIXED_DEEP_STAGES)
+    return cfg
 TILE_EFFICIENCY = {128 * 128: 1.0, 128 * 64: 0.82, 64 * 64: 0.65}
 
 
@@ -143,9 +153,11 @@ def kind_grans() -> list[tuple[str, int, int]]:
 
 def specs() -> list[BlockScaledGemmSpec]:
     S = BlockScaledGemmSpec
-    dense = [S(cfg, kind, g, out, c, gran_k_b=gb) for kind, g, gb in kind_grans() for cfg in DENSE_CONFIGS
+    dense = [S(kind_config(cfg, kind), kind, g, out, c, gran_k_b=gb) for kind, g, gb in kind_grans()
+             for cfg in DENSE_CONFIGS
              for out in OUT_DTYPES for c in (False, True)]
-    grouped = [S(cfg, kind, g, "bf16", False, t, gb) for kind, g, gb in kind_grans() for cfg in GROUPED_CONFIGS
+    grouped = [S(kind_config(cfg, kind), kind, g, "bf16", False, t, gb) for kind, g, gb in kind_grans()
+               for cfg in GROUPED_CONFIGS
                for t in ("m_contiguous", "m_masked")]
     # fp8_einsum bhr,hdr->bhd: DeepSeek's recipe (1x128 activations, 128x128 weights as per-row 1x128)
     batched = [S(cfg, "mxfp8", 128, out, c, "batched") for cfg in DENSE_CONFIGS for out in OUT_DTYPES
@@ -155,7 +167,8 @@ def specs() -> list[BlockScaledGemmSpec]:
 
 def spec_for(cfg: BlockScaledGemmConfig, kind: str, grans: tuple[int, int], out: str, with_c: bool,
              gemm_type: str = "normal") -> BlockScaledGemmSpec:
-    return BlockScaledGemmSpec(cfg, kind, grans[0], out, with_c, gemm_type, grans[1] if kind in MIXED_KINDS else 0)
+    return BlockScaledGemmSpec(kind_config(cfg, kind), kind, grans[0], out, with_c, gemm_type,
+                               grans[1] if kind in MIXED_KINDS else 0)
 
 
 # ---------------------------------------------------------------- heuristics (pure, bucketed)
