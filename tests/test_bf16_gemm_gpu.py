@@ -83,26 +83,34 @@ def test_strided_rows_and_k_zero(sm120_or_emulation):
 
 
 @pytest.mark.parametrize("m,n,k", [(129, 200, 136), (300, 1000, 1000), (4096, 2112, 512), (64, 24, 2048)])
-def test_bf16_store_paths_agree_bitwise(sm120_or_emulation, m, n, k):
-    """bf16 D leaves through 16-byte quad-transposed stores when rows are 16-byte aligned, else in pairs (even row
-    stride) or element by element (odd): the same accumulators, so all three must agree bit for bit."""
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("with_c", [False, True])
+def test_store_paths_agree_bitwise(sm120_or_emulation, m, n, k, out_dtype, with_c):
+    """bf16 D leaves in 16-byte quad-transposed stores when rows are 16-byte aligned; otherwise D (and C) move
+    in pairs (even row strides) or element by element (odd): the same accumulators, so every row stride must
+    give the same bits."""
     import deep_gemm_sm120 as dg
     from deep_gemm_sm120.testing import calc_diff
 
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    c_dense = torch.randn(m, n, device="cuda", dtype=out_dtype) if with_c else None
     ld = -(-n // 8) * 8 + 8
     outs = []
-    for stride in (ld, ld + 2, ld + 1):  # 16-byte rows, 4-byte rows, 2-byte rows
-        d = poison_like(torch.empty(m, stride, device="cuda", dtype=torch.bfloat16))[:, :n]
-        dg.bf16_gemm_nt(a, b, d)
+    for stride in (ld, ld + 2, ld + 1):  # 16-byte, 4-byte, 2-byte aligned bf16 rows (fp32: 16, 8, 4 bytes)
+        d = poison_like(torch.empty(m, stride, device="cuda", dtype=out_dtype))[:, :n]
+        c = None
+        if with_c:
+            c = torch.empty(m, stride, device="cuda", dtype=out_dtype)[:, :n]
+            c.copy_(c_dense)
+        dg.bf16_gemm_nt(a, b, d, c=c)
         outs.append(d)
     torch.cuda.synchronize()
     for d in outs:
         assert not torch.isnan(d).any()
         assert torch.equal(d, outs[0])
-    vec = outs[0]
-    assert calc_diff(vec, a.double() @ b.double().T) <= 1e-5
+    ref = a.double() @ b.double().T + (c_dense.double() if with_c else 0)
+    assert calc_diff(outs[0], ref) <= 1e-5
 
 
 def test_cuda_graph_capture_and_replay(sm120_or_emulation, monkeypatch):

@@ -261,12 +261,22 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
         const OutT* const c_slice = kType == GemmType::kBatched && kWithC ? c + slice * split_stride : c;
         // D = acc + C starts from C (kWithC implies no split-K): its loads overlap the main loop (see
         // load_accumulators). The swap-AB epilogue adds C itself.
+        // Where registers allow (warp tiles up to 64 values per thread), C lands in registers of its own and is
+        // added after the main loop, so the first MMA does not wait for C's DRAM latency either.
         constexpr bool kCInAcc = kWithC && !kSwapAB;
+        constexpr bool kCApart = kCInAcc && kMI * kNI * 4 <= 64;
         float acc[kMI][kNI][4];
+        float c_acc[kCApart ? kMI : 1][kCApart ? kNI : 1][4];
         if constexpr (kCInAcc) {
-            load_accumulators<kMI, kNI, kType>(acc, tile, c_slice, layout, psum_layout != 0, n, ldc,
-                                               wm * Cfg::kWarpM, wn * Cfg::kWarpN, lane);
-        } else {
+            if constexpr (kCApart) {
+                load_accumulators<kMI, kNI, kType>(c_acc, tile, c_slice, layout, psum_layout != 0, n, ldc,
+                                                   wm * Cfg::kWarpM, wn * Cfg::kWarpN, lane);
+            } else {
+                load_accumulators<kMI, kNI, kType>(acc, tile, c_slice, layout, psum_layout != 0, n, ldc,
+                                                   wm * Cfg::kWarpM, wn * Cfg::kWarpN, lane);
+            }
+        }
+        if constexpr (!kCInAcc || kCApart) {
 #pragma unroll
             for (uint32_t i = 0; i < kMI; ++i)
 #pragma unroll
@@ -336,6 +346,14 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
                         }
                 }
             continue;
+        }
+        if constexpr (kCApart) {
+#pragma unroll
+            for (uint32_t i = 0; i < kMI; ++i)
+#pragma unroll
+                for (uint32_t j = 0; j < kNI; ++j)
+#pragma unroll
+                    for (uint32_t e = 0; e < 4; ++e) acc[i][j][e] += c_acc[i][j][e];
         }
         store_accumulators<kMI, kNI, kType, kWithC && !kCInAcc>(acc, tile, d_slice, c_slice, layout, psum_layout != 0,
                                                                 n, ldd, ldc, wm * Cfg::kWarpM, wn * Cfg::kWarpN, lane,
