@@ -196,8 +196,9 @@ def test_layout_specs_and_swap_rules():
 
     specs = bf16_specs()
     assert {s.layout for s in specs} == {"nt", "nn", "tn", "tt"}
-    assert all(s.config.block_k == 64 and s.config.block_m % 64 == 0 for s in specs
-               if s.layout[0] == "t")  # MN-major A is fetched in 64-wide boxes
+    assert all(s.config.block_k in (32, 64) and s.config.block_m % 64 == 0 for s in specs
+               if s.layout[0] == "t")  # MN-major A is fetched in 64-wide [BLOCK_K][64] boxes
+    assert all(s.config.block_n % 64 == 0 for s in specs if s.layout[1] == "n" and not s.swap_ab)
     assert dense_plan(16, 4096, 4096, 132, "nn").swap_ab          # K-major A: swap-AB allowed
     assert not dense_plan(16, 4096, 4096, 132, "tn").swap_ab      # MN-major A: never swapped
     swapped_nn = [s for s in specs if s.swap_ab and s.layout == "nn"]
