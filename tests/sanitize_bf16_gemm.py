@@ -18,7 +18,9 @@ failures = 0
 for m, n, k, dt, with_c in [(129, 200, 136, torch.bfloat16, False), (7, 576, 1536, torch.float32, True),
                             (48, 130, 4104, torch.bfloat16, True),  # split-K + reduce
                             (256, 256, 1024, torch.bfloat16, True), (1, 2112, 512, torch.bfloat16, False),
-                            (300, 130, 72, torch.float32, False)]:
+                            (300, 130, 72, torch.float32, False),
+                            # 16-byte bf16 stores with an N tail; C in registers of its own / in the accumulators
+                            (520, 1000, 264, torch.bfloat16, True), (260, 600, 264, torch.float32, True)]:
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
     c = torch.randn(m, n, device="cuda", dtype=dt) if with_c else None
@@ -51,6 +53,16 @@ dk = torch.zeros(3, 192, 136, device="cuda", dtype=torch.float32)
 dg.k_grouped_bf16_gemm_tn_contiguous(ak, bk, dk, ks)
 torch.cuda.synchronize()
 ok = ok and calc_diff(dk[2], ak[100:].double().T @ bk[100:].double()) <= 1e-5 and bool((dk[1] == 0).all())
+# the large K-grouped tile (M x N > 512 x 512), accumulating onto C in place
+ks = [130, 0, 64]
+ak = torch.randn(sum(ks), 520, device="cuda", dtype=torch.bfloat16)
+bk = torch.randn(sum(ks), 520, device="cuda", dtype=torch.bfloat16)
+ck = torch.randn(3, 520, 520, device="cuda", dtype=torch.float32)
+dk = ck.clone()
+dg.k_grouped_bf16_gemm_tn_contiguous(ak, bk, dk, ks, c=dk)
+torch.cuda.synchronize()
+ok = ok and calc_diff(dk[0], ak[:130].double().T @ bk[:130].double() + ck[0].double()) <= 1e-5 and torch.equal(
+    dk[1], ck[1])
 print(f"sanitize grouped cases: {'ok' if ok else 'FAIL'}")
 # MN-major operands (ldmatrix.trans path): nn with swap-AB, tn, tt
 for layout, (m, n, k) in (("nn", (9, 264, 200)), ("tn", (136, 200, 72)), ("tt", (64, 130, 264))):
