@@ -94,18 +94,40 @@ SWEEP = [  # candidate tile configurations (block_m, block_n, block_k, stages, w
 ]
 
 
-def sweep(iters: int) -> list[dict]:
-    from deep_gemm_sm120 import jit, runtime
+ISSUE13_SHAPES = ((4096, 4096, 4096), (8192, 8192, 8192), (4096, 7168, 2304), (4096, 24576, 1536))
+
+
+def config_launcher(cfg, a: torch.Tensor, b: torch.Tensor, d: torch.Tensor):
+    """(a zero-argument launch of one explicit tile configuration on NT bf16 operands, its kernel): bypasses the
+    planner, for sweeps. Raises RuntimeError when the configuration does not build."""
+    from deep_gemm_sm120 import jit
     from deep_gemm_sm120.arch import target_for_device
     from deep_gemm_sm120.core.tma import DTYPE, tma_2d
-    from deep_gemm_sm120.families.bf16_gemm import PARAMS, Bf16GemmConfig, Bf16GemmSpec
+    from deep_gemm_sm120.families.bf16_gemm import PARAMS, Bf16GemmSpec
     from deep_gemm_sm120.launch import launch
 
-    target = target_for_device(0)
+    (m, k), n = a.shape, b.shape[0]
+    kern = jit.get_kernel(Bf16GemmSpec(cfg, "bf16", False, False), target_for_device(0), 0)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    off_a, off_b, bf16 = PARAMS.offsets["tmap_a"], PARAMS.offsets["tmap_b"], DTYPE["bfloat16"]
+    grid = min(sms, -(-m // cfg.block_m) * -(-n // cfg.block_n))
+    off_a, off_b, bf16, bk = PARAMS.offsets["tmap_a"], PARAMS.offsets["tmap_b"], DTYPE["bfloat16"], cfg.block_k
+    tmaps = (tma_2d(off_a, bf16, a.data_ptr(), k, m, k * 2, bk, cfg.block_m, bk * 2)
+             + tma_2d(off_b, bf16, b.data_ptr(), k, n, k * 2, bk, cfg.block_n, bk * 2))
+    params = PARAMS.pack(d=d.data_ptr(), c=0, layout=0, aux=0, m=m, n=n, k=k, ldd=n, ldc=0, num_groups=1,
+                         psum_layout=0, num_splits=1, split_stride=0)
+
+    def run() -> None:
+        launch(kern, grid, params, tmaps, 0)
+
+    return run, kern
+
+
+def sweep(iters: int) -> list[dict]:
+    from deep_gemm_sm120 import runtime
+    from deep_gemm_sm120.families.bf16_gemm import Bf16GemmConfig
+
     rows = []
-    for m, n, k in ((4096, 4096, 4096), (8192, 8192, 8192), (4096, 7168, 2304), (4096, 24576, 1536)):
+    for m, n, k in ISSUE13_SHAPES:
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
         d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
@@ -113,19 +135,10 @@ def sweep(iters: int) -> list[dict]:
         for bm, bn, bk, st, wm, wn, gn in SWEEP:
             cfg = Bf16GemmConfig(bm, bn, st, wm, wn, group_n=gn, block_k=bk)
             try:
-                kern = jit.get_kernel(Bf16GemmSpec(cfg, "bf16", False, False), target, 0)
+                run, kern = config_launcher(cfg, a, b, d)
             except RuntimeError as e:
                 print(f" > sweep {cfg.name}: does not build ({str(e).splitlines()[-1][:120]})")
                 continue
-            grid = min(sms, -(-m // bm) * -(-n // bn))
-            tmaps = (tma_2d(off_a, bf16, a.data_ptr(), k, m, k * 2, bk, bm, bk * 2)
-                     + tma_2d(off_b, bf16, b.data_ptr(), k, n, k * 2, bk, bn, bk * 2))
-            params = PARAMS.pack(d=d.data_ptr(), c=0, layout=0, aux=0, m=m, n=n, k=k, ldd=n, ldc=0,
-                                 num_groups=1, psum_layout=0, num_splits=1, split_stride=0)
-
-            def run():
-                launch(kern, grid, params, tmaps, 0)
-
             t = bench(run, iters)
             err = float((d.float() - ref).abs().max() / ref.abs().max())
             tflops = 2 * m * n * k / t / 1e12
@@ -135,9 +148,6 @@ def sweep(iters: int) -> list[dict]:
             print(f" > sweep {m}x{n}x{k} {cfg.name:>24} g{cfg.group_n:<3}: {t * 1e6:9.1f} us | {tflops:6.1f} TFLOPS"
                   f" | max rel err {err:.1e}")
     return rows
-
-
-POWER_SHAPES = ((4096, 4096, 4096), (8192, 8192, 8192), (4096, 7168, 2304), (4096, 24576, 1536))
 
 
 def power_cases(peak_tflops: float, seconds: float) -> dict:
@@ -156,7 +166,7 @@ def power_cases(peak_tflops: float, seconds: float) -> dict:
     print(f" > power: ceiling probe sustained {p['tflops']:.1f} TFLOP/s at {p['clock_mhz']:.0f} MHz, "
           f"{p['power_w']:.0f} of {p['power_limit_w']:.0f} W, clock-event reasons {p['reasons']}")
     rows = []
-    for m, n, k in POWER_SHAPES:
+    for m, n, k in ISSUE13_SHAPES:
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
         d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)

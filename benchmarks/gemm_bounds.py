@@ -26,7 +26,6 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 KERNEL = os.path.join("impls", "sm120_bf16_gemm.cuh")
-SHAPES = ((4096, 4096, 4096), (8192, 8192, 8192), (4096, 7168, 2304), (4096, 24576, 1536))
 MMA = "mma_bf16_16816(acc[i][j], af[cur][i], bfr[cur][j]);"
 STORE = "        store_accumulators<kMI, kNI, kType, kWithC && !kCInAcc>("
 EDITS = {  # variant -> [(anchor, replacement)]; every anchor must occur exactly once in the kernel
@@ -76,30 +75,18 @@ def time_configs(configs: list[str], iters: int) -> list[dict]:
     sys.path.insert(0, os.path.join(ROOT, "host"))
     if torch.cuda.get_device_capability()[0] != 12:
         os.environ.setdefault("DG_SM120_EMULATE", "1")
-    from bench_bf16_gemm import bench
-    from deep_gemm_sm120 import jit
-    from deep_gemm_sm120.arch import target_for_device
-    from deep_gemm_sm120.core.tma import DTYPE, tma_2d
-    from deep_gemm_sm120.families.bf16_gemm import PARAMS, Bf16GemmConfig, Bf16GemmSpec
-    from deep_gemm_sm120.launch import launch
+    from bench_bf16_gemm import ISSUE13_SHAPES, bench, config_launcher
+    from deep_gemm_sm120.families.bf16_gemm import Bf16GemmConfig
 
-    target, sms = target_for_device(0), torch.cuda.get_device_properties(0).multi_processor_count
-    off_a, off_b, bf16 = PARAMS.offsets["tmap_a"], PARAMS.offsets["tmap_b"], DTYPE["bfloat16"]
     rows = []
-    for m, n, k in SHAPES:
+    for m, n, k in ISSUE13_SHAPES:
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
         d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         for text in configs:
             bm, bn, bk, st, wm, wn = parse_config(text)
-            kern = jit.get_kernel(Bf16GemmSpec(Bf16GemmConfig(bm, bn, st, wm, wn, block_k=bk), "bf16", False, False),
-                                  target, 0)
-            tmaps = (tma_2d(off_a, bf16, a.data_ptr(), k, m, k * 2, bk, bm, bk * 2)
-                     + tma_2d(off_b, bf16, b.data_ptr(), k, n, k * 2, bk, bn, bk * 2))
-            params = PARAMS.pack(d=d.data_ptr(), c=0, layout=0, aux=0, m=m, n=n, k=k, ldd=n, ldc=0, num_groups=1,
-                                 psum_layout=0, num_splits=1, split_stride=0)
-            grid = min(sms, -(-m // bm) * -(-n // bn))
-            t = bench(lambda: launch(kern, grid, params, tmaps, 0), iters)
+            run, _ = config_launcher(Bf16GemmConfig(bm, bn, st, wm, wn, block_k=bk), a, b, d)
+            t = bench(run, iters)
             rows.append({"m": m, "n": n, "k": k, "config": text, "us": t * 1e6, "tflops": 2 * m * n * k / t / 1e12})
     return rows
 

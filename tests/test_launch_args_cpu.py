@@ -188,3 +188,23 @@ def test_decoder_reads_what_the_packer_wrote():
     buf = bf16_gemm.PARAMS.packer()(*range(1, 14))
     assert list(bf16_gemm.PARAMS.unpack(buf).values()) == list(range(1, 14))
     assert struct.calcsize(tma.RECORD.format) == 120
+
+
+def test_benchmark_config_launcher_matches_the_api(recorded, monkeypatch):
+    """benchmarks/bench_bf16_gemm.config_launcher (the sweep's and gemm_bounds.py's direct launch of one tile
+    config) packs exactly what bf16_gemm_nt packs for the config its planner picks."""
+    import os
+    import sys
+    from types import SimpleNamespace
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks"))
+    import bench_bf16_gemm
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(multi_processor_count=SMS))
+    a, b, d = _z(4096, 2304), _z(7168, 2304), _z(4096, 7168)
+    dg.bf16_gemm_nt(a, b, d)
+    plan = bf16_gemm.dense_plan(bf16_gemm.m_bucket(4096), 7168, 2304, SMS)
+    run, _ = bench_bf16_gemm.config_launcher(plan.config, a, b, d)
+    run()
+    api, direct = recorded
+    assert plan.splits == 1 and api == direct
