@@ -172,17 +172,17 @@ def test_missing_fork_path_exit_2(canon, tmp_path):
 
 
 def test_unreadable_file_exit_2(canon, tmp_path, monkeypatch):
-    import vendorkit.forkview as fv
+    from vendorkit.safefs import ForkRoot
 
     fork = make_fork(tmp_path, V2)
-    real = fv.sha256_file
+    real = ForkRoot.open_read
 
-    def deny(path):
-        if path.endswith("sm120_tma.cuh"):
+    def deny(self, rel):  # tests run as root, where chmod 000 does not stop a read
+        if rel.endswith("sm120_tma.cuh"):
             raise PermissionError(13, "Permission denied")
-        return real(path)
+        return real(self, rel)
 
-    monkeypatch.setattr(fv, "sha256_file", deny)
+    monkeypatch.setattr(ForkRoot, "open_read", deny)
     code, doc = check(canon, fork)
     assert code == 2 and doc["verdict"] == "unknown"
     f = by_path(doc)["common/sm120_tma.cuh"]

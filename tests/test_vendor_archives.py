@@ -102,13 +102,13 @@ def test_wheel_check_reads_only_the_members_it_needs(canon, tmp_path, monkeypatc
     whl = tmp_path / "big-1.0-py3-none-any.whl"
     whl.write_bytes(wheel_bytes(members))
     read: list[str] = []
-    real = archive.ArchiveFork._member_bytes
+    real = archive.ArchiveFork._open_member
 
-    def spy(self, name):
-        read.append(name)
-        return real(self, name)
+    def spy(self, f):
+        read.append(f.path)
+        return real(self, f)
 
-    monkeypatch.setattr(archive.ArchiveFork, "_member_bytes", spy)
+    monkeypatch.setattr(archive.ArchiveFork, "_open_member", spy)
     code, doc = check(canon, str(whl))
     assert code == 0
     assert sorted(read) == sorted(f"{PREFIX}/{rel}" for rel in V2)  # the layer's files and nothing else
@@ -135,7 +135,9 @@ def test_archive_with_dotdot_names_and_symlinks(canon, tmp_path, kind):
     assert code == 1 and doc["verdict"] == "drifted"
     f = by_path(doc)["common/sm120_tma.cuh"]
     assert f["status"] == "changed" and f["diagnosis"] == "symlink" and "outside the fork" in f["detail"]
-    assert "sm120_escape.cuh" not in json.dumps(doc["files"])  # the '..' member is never listed or read
+    # the '..' member is a finding (pip refuses such a wheel), never read
+    esc = by_path(doc)["../../evil/sm120_escape.cuh"]
+    assert (esc["status"], esc["diagnosis"]) == ("unsafe", "unsafe-member") and esc["actual"] is None
     assert str(secret) not in seen and "/etc/passwd" not in seen
     assert sorted(p for p in tmp_path.rglob("*")) == before  # nothing extracted
 

@@ -71,11 +71,16 @@ def test_sync_writes_stamp_of_every_owned_file(canon, tmp_path):
     assert f'tree_sha256: "{doc["tree_sha256"]}"' in manifest or f"tree_sha256: {doc['tree_sha256']}" in manifest
     assert doc["verifier"]["sha256"] == sha((fork / PREFIX / VERIFY).read_bytes())
     assert os.access(fork / PREFIX / VERIFY, os.X_OK)
-    assert (fork / PREFIX / VERIFY).read_bytes() == (ROOT / "tools/sm120_vendor_verify.py").read_bytes()
+    # the verifier generated for v0.2.0: the template with the release's digests baked in
+    from vendorkit import verifier_gen
+    from vendorkit.manifest import ManifestSet
+
+    release = ManifestSet.load_dir(str(canon / "vendor_manifests")).by_tag["v0.2.0"]
+    assert (fork / PREFIX / VERIFY).read_bytes() == verifier_gen.build(release)
     code, doc = check(canon, fork)
     assert code == 0 and doc["stamp"] == {"tag": "v0.2.0", "owned": len(V2), "patches": [], "problems": []}
-    # the stamp and the verifier are never statuses of their own
-    assert STAMP not in by_path(doc) and VERIFY not in by_path(doc)
+    # the verifier is an owned file like the headers; the stamp is never a status of its own unless invalid
+    assert STAMP not in by_path(doc) and by_path(doc)[VERIFY]["status"] == "ok"
 
 
 def test_foreign_file_is_not_drift_unless_strict(canon, tmp_path):
@@ -162,8 +167,8 @@ def test_unreadable_stamp_is_a_finding_not_a_crash(canon, tmp_path, garbage):
     (fork / PREFIX / STAMP).write_bytes(garbage)
     code, out, err = run_cv("--repo", str(canon), "--fork", str(fork))
     assert code == 1 and "invalid-stamp" in out and "Traceback" not in err
-    p = verify(fork)
-    assert p.returncode == 3 and "Traceback" not in p.stderr
+    p = verify(fork)  # the verifier knows the release itself: a broken stamp is a finding, the files still checked
+    assert p.returncode == 1 and "  stamp    " in p.stdout and "Traceback" not in p.stderr
     # --sync rewrites a broken stamp (it only ever describes what --sync wrote)
     code, out, _ = run_cv("--repo", str(canon), "--fork", str(fork), "--sync")
     assert code == 0 and stamp_of(fork)["tag"] == "v0.2.0"
@@ -203,7 +208,7 @@ def test_pinned_patch_reports_patched_in_every_format(canon, tmp_path):
     assert code == 0 and "patched  common/sm120_tma.cuh  [pinned patch]  hotfix for #42 (https://" in out
     assert "1 pinned patch" in out
     code, out, _ = run_cv("--repo", str(canon), "--fork", str(fork), "--format", "markdown")
-    assert "| patched | `common/sm120_tma.cuh` | pinned patch | hotfix for #42" in out
+    assert "| patched | `common/sm120_tma.cuh` | `pinned patch` | `hotfix for #42" in out
     p = verify(fork, manifest=canon / "vendor_manifests/v0.2.0.yaml")
     assert p.returncode == 0 and "patched  common/sm120_tma.cuh  hotfix for #42" in p.stdout
     # any further edit is drift again
@@ -326,7 +331,7 @@ def test_replaced_file_gets_a_ratio_not_a_diff(canon, tmp_path):
     assert f["similarity"] < 0.35 and re.fullmatch(r"replaced by an unrelated file \(\d+ % similar\)", f["detail"])
 
 
-def test_diffs_are_capped_in_text_but_whole_in_json(canon, tmp_path):
+def test_diffs_are_capped_in_every_format_unless_full_diffs(canon, tmp_path):
     files = dict(V2)
     base = V2["common/sm120_utils.cuh"]
     files["common/sm120_utils.cuh"] = base.replace(b"a + b", b"b + a") + b"".join(
@@ -336,9 +341,13 @@ def test_diffs_are_capped_in_text_but_whole_in_json(canon, tmp_path):
     fork = make_fork(tmp_path, files)
     code, doc = check(canon, fork)
     f = by_path(doc)["mma/sm120.cuh"]
-    assert f["diagnosis"] == "content" and f["diff"].count("\n") > 400 and 0.0 < f["similarity"] < 1.0
+    assert f["diagnosis"] == "content" and f["diff"].count("\n") == 200 and 0.0 < f["similarity"] < 1.0
+    assert f["diff_truncated"] > 200
+    code, doc = check(canon, fork, "--full-diffs")
+    f = by_path(doc)["mma/sm120.cuh"]
+    assert f["diff"].count("\n") > 400 and f["diff_truncated"] == 0
     code, out, _ = run_cv("--repo", str(canon), "--fork", str(fork), "--diff-lines", "5")
-    assert "diff truncated" in out and "(--diff-lines N)" in out and "+// line 399" not in out
+    assert "diff truncated" in out and "(--diff-lines N, --full-diffs)" in out and "+// line 399" not in out
     code, out, _ = run_cv("--repo", str(canon), "--fork", str(fork))
     assert "+// line 150" in out and "+// line 399" not in out  # default cap: 200 lines
     code, out, _ = run_cv("--repo", str(canon), "--fork", str(fork), "--no-diff")
@@ -367,8 +376,8 @@ def test_offline_verifier_in_the_forks_ci(canon, tmp_path):
     p = verify(fork, manifest=tmp_path / "nope.yaml")
     assert p.returncode == 3 and "cannot read" in p.stderr
     (fork / PREFIX / STAMP).unlink()
-    p = verify(fork)
-    assert p.returncode == 3 and "--sync" in p.stderr
+    p = verify(fork)  # without the stamp the release's files are still checked; the missing stamp is drift
+    assert p.returncode == 1 and "no .sm120-vendor.json" in p.stdout
 
 
 def test_verifier_notices_its_own_edit(canon, tmp_path):
@@ -376,4 +385,7 @@ def test_verifier_notices_its_own_edit(canon, tmp_path):
     script = fork / PREFIX / VERIFY
     script.write_text(script.read_text() + "\n# edited\n")
     p = verify(fork)
-    assert p.returncode == 1 and "the verifier itself was edited" in p.stdout
+    assert p.returncode == 1 and "not the verifier --sync wrote" in p.stdout
+    code, doc = check(canon, fork)  # and check_vendor compares it with the release's verifier
+    f = by_path(doc)[VERIFY]
+    assert code == 1 and f["status"] == "changed" and "+# edited" in f["diff"]

@@ -1,19 +1,23 @@
 #!/usr/bin/env python3
 """Offline verifier of a vendored deep_gemm_sm120 device layer (standard library only, one file).
 
-`check_vendor.py --sync` writes this file and `.sm120-vendor.json` (the stamp) into the fork's vendor root.
-The stamp names the release tag, its tree digest, the sha256 of every file --sync wrote (the files it
-"owns") and any reviewed local patches. In the fork's own CI:
+`check_vendor.py --sync` writes this file, generated for the release it syncs, and `.sm120-vendor.json` (the
+stamp) into the fork's vendor root. The file carries that release's per-file sha256 digests itself (`_RELEASE`
+below), so it recognises the release's bytes without trusting the stamp: a stamp edited to bless other bytes,
+a stamp that is a symlink, or a missing stamp is a finding. The stamp contributes only the fork's pinned patches
+(reported as `patched`, with their reason), and those only when it agrees with the release. In the fork's CI:
 
     python deep_gemm/include/deep_gemm/.sm120-vendor-verify.py [--manifest vX.Y.Z.yaml] [--strict]
                                                                [--format text|json]
 
-checks each owned file against the stamp (a pinned patch whose base is the stamped hash reports `patched`),
-lists files the stamp does not own (`foreign`; drift only with --strict), and, given a release manifest,
-checks the stamp itself against it (a stamp edited to bless drifted files is caught there).
-Exit: 0 in sync, 1 drifted, 2 could not read the files, 3 usage error or unreadable stamp / manifest.
+checks each released file (`ok`, `patched`, `changed`, `missing`), lists files the release does not ship
+(`foreign`; drift only with --strict) and, given a release manifest, checks that it is the release this file
+carries. Nothing below the vendor root is followed: links are reported, never read through. What this proves,
+and what only check_vendor against a manifest proves, is in deep_gemm_sm120's docs/vendoring.md.
+Exit: 0 in sync, 1 drifted, 2 could not read the files, 3 usage error or unreadable manifest.
 
-deep_gemm_sm120's tools/check_vendor.py imports this module for its stamp handling: one implementation.
+deep_gemm_sm120's tools/check_vendor.py imports the template of this file for its stamp handling (one
+implementation); the template reads the two modules below from tools/vendorkit/, the vendored copy inlines them.
 """
 from __future__ import annotations
 
@@ -24,12 +28,22 @@ import os
 import re
 import sys
 
+# >>> inline vendorkit.safefs
+from vendorkit.safefs import ForkRoot, NotRegular, UnsafePath, safe_relative  # noqa: E402
+# <<< inline vendorkit.safefs
+# >>> inline vendorkit.inert
+from vendorkit import inert  # noqa: E402
+# <<< inline vendorkit.inert
+
 STAMP = ".sm120-vendor.json"
 VERIFIER = ".sm120-vendor-verify.py"
 BACKUP_DIR = ".sm120-sync-backup"  # where --sync copies a fork's bytes before overwriting them
 STAMP_SCHEMA = 1
+STAMP_MAX_BYTES = 1 << 20  # a larger stamp is not read (a finding)
 EXIT_OK, EXIT_DRIFT, EXIT_CANNOT_CHECK, EXIT_USAGE = 0, 1, 2, 3
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
+# The release this copy verifies: {"tag", "tree_sha256", "files": {path: sha256}}; check_vendor --sync writes it.
+_RELEASE = None
 
 
 class VerifyError(Exception):
@@ -40,11 +54,10 @@ class VerifyError(Exception):
 
 # ---------------------------------------------------------------- shared helpers
 
-def sha256_file(path: str) -> str:
+def sha256_stream(fh) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
+    for chunk in iter(lambda: fh.read(1 << 20), b""):
+        h.update(chunk)
     return h.hexdigest()
 
 
@@ -54,15 +67,6 @@ def tree_sha256(entries) -> str:
     for path, digest in sorted(entries):
         h.update(f"{digest}  {path}\n".encode())
     return h.hexdigest()
-
-
-def safe_relative(path) -> bool:
-    """A relative POSIX path with no '..', '.', empty parts, backslashes, NULs or drive letters."""
-    if not isinstance(path, str) or not path or path.startswith("/") or "\\" in path or "\0" in path:
-        return False
-    if re.match(r"^[A-Za-z]:", path):
-        return False
-    return all(p not in ("", ".", "..") for p in path.split("/"))
 
 
 # ---------------------------------------------------------------- the manifest format (strict reader)
@@ -126,6 +130,10 @@ def parse_stamp(text: str, where: str = STAMP) -> dict:
     for i, f in enumerate(doc["files"]):
         if not isinstance(f, dict) or not isinstance(f.get("path"), str) or not isinstance(f.get("sha256"), str):
             raise VerifyError(f"{where}: files[{i}] must be {{path, sha256}}")
+    v = doc.get("verifier")
+    if v is not None and not (isinstance(v, dict) and v.get("path") == VERIFIER and isinstance(v.get("sha256"), str)
+                              and _HEX64.match(v["sha256"])):
+        raise VerifyError(f"{where}: 'verifier' must be {{path: {VERIFIER}, sha256}}")
     for i, p in enumerate(doc["patches"]):
         if not isinstance(p, dict) or not all(isinstance(p.get(k), str) for k in
                                               ("path", "base_sha256", "patched_sha256", "reason")):
@@ -194,100 +202,139 @@ def patch_for(doc: dict, path: str, actual_sha256: str, base_sha256: str) -> dic
 
 # ---------------------------------------------------------------- the offline check
 
-def verify(root: str, manifest_path: str | None = None, strict: bool = False) -> dict:
-    """{verdict, exit_code, files: [{path, status, detail}], problems} for the vendor root `root`."""
-    stamp_path = os.path.join(root, STAMP)
+def release_from_manifest(path: str) -> dict:
+    """{"tag", "tree_sha256", "files": {path: sha256}} of a release manifest file (read as a plain file: the
+    manifest is the caller's, not the fork's)."""
     try:
-        with open(stamp_path, "rb") as fh:
-            raw = fh.read()
-        doc = parse_stamp(raw.decode("utf-8"), stamp_path)
-    except FileNotFoundError:
-        raise VerifyError(f"no {STAMP} in {root}: this vendor root was not written by check_vendor --sync") from None
+        with open(path, encoding="utf-8") as fh:
+            m = parse_manifest_text(fh.read(), path)
     except UnicodeDecodeError:
-        raise VerifyError(f"{stamp_path}: not UTF-8 text") from None
+        raise VerifyError(f"{path}: not UTF-8 text") from None
     except OSError as e:
-        raise VerifyError(f"cannot read {stamp_path}: {e}", EXIT_CANNOT_CHECK) from None
-    mfiles = mtree = mtag = None
-    if manifest_path:
-        try:
-            with open(manifest_path, encoding="utf-8") as fh:
-                m = parse_manifest_text(fh.read(), manifest_path)
-        except UnicodeDecodeError:
-            raise VerifyError(f"{manifest_path}: not UTF-8 text") from None
-        except OSError as e:
-            raise VerifyError(f"cannot read {manifest_path}: {e}") from None
-        mfiles = {f["path"]: f["sha256"] for f in m.get("files", [])}
-        mtree, mtag = m.get("tree_sha256"), m.get("tag")
-    problems = validate(doc, mfiles, mtree, mtag)
-    owned = {f["path"]: f["sha256"] for f in doc["files"] if safe_relative(f["path"])}
-    results = []
-    real_root = os.path.realpath(root)
-    for path, sha in sorted(owned.items()):
-        full = os.path.join(root, *path.split("/"))
-        if os.path.islink(full) or not os.path.realpath(full).startswith(real_root + os.sep):
-            results.append({"path": path, "status": "changed", "detail": "a symlink or a path leaving the root "
-                            "(not followed)"})
-            continue
-        try:
-            actual = sha256_file(full)
-        except FileNotFoundError:
-            results.append({"path": path, "status": "missing", "detail": "owned by the stamp, not on disk"})
-            continue
-        except OSError as e:
-            raise VerifyError(f"cannot read {full}: {e}", EXIT_CANNOT_CHECK) from None
-        if actual == sha:
-            results.append({"path": path, "status": "ok", "detail": None})
-        elif (p := patch_for(doc, path, actual, sha)) is not None:
-            results.append({"path": path, "status": "patched", "detail": p["reason"] +
-                            (f" ({p['upstream']})" if p.get("upstream") else "")})
+        raise VerifyError(f"cannot read {path}: {e.strerror or e}") from None
+    files = {f["path"]: f["sha256"] for f in m.get("files", [])}
+    if not files or not isinstance(m.get("tag"), str) or tree_sha256(files.items()) != m.get("tree_sha256"):
+        raise VerifyError(f"{path}: not a release manifest (no files, or a tree digest that does not add up)")
+    return {"tag": m["tag"], "tree_sha256": m["tree_sha256"], "files": files}
+
+
+def _read_stamp(fs: ForkRoot) -> tuple[dict | None, str | None]:
+    """(stamp document, None) or (None, why it cannot be used). Never follows a link, never reads past the cap."""
+    try:
+        raw = fs.read_bytes(STAMP, STAMP_MAX_BYTES)
+    except FileNotFoundError:
+        return None, f"no {STAMP}: pinned patches cannot be recognised"
+    except NotRegular as e:
+        return None, f"{STAMP} is {e.strerror} (not followed)"
+    except OverflowError:
+        return None, f"{STAMP} is larger than {STAMP_MAX_BYTES} bytes (not read)"
+    except OSError as e:
+        raise VerifyError(f"cannot read {STAMP}: {e.strerror or e}", EXIT_CANNOT_CHECK) from None
+    try:
+        return parse_stamp(raw.decode("utf-8"), STAMP), None
+    except UnicodeDecodeError:
+        return None, f"{STAMP} is not UTF-8 text"
+    except VerifyError as e:
+        return None, str(e)
+
+
+def _file_status(fs: ForkRoot, path: str, sha: str, stamp: dict | None) -> dict:
+    def result(status: str, detail: str | None = None) -> dict:
+        return {"path": path, "status": status, "detail": detail}
+
+    try:
+        with fs.open_read(path) as fh:
+            actual = sha256_stream(fh)
+    except UnsafePath as e:
+        return result("changed", f"under {e.component}, {e.why} (not followed)")
+    except FileNotFoundError:
+        return result("missing", "the release ships it; not on disk")
+    except NotRegular as e:
+        return result("changed", f"{e.strerror} (not followed)")
+    except OSError as e:
+        raise VerifyError(f"cannot read {path}: {e.strerror or e}", EXIT_CANNOT_CHECK) from None
+    if actual == sha:
+        return result("ok")
+    p = patch_for(stamp, path, actual, sha) if stamp is not None else None
+    if p is not None:
+        return result("patched", p["reason"] + (f" ({p['upstream']})" if p.get("upstream") else ""))
+    return result("changed", "bytes differ from the release")
+
+
+def verify(root: str, release: dict | None = None, manifest_path: str | None = None, strict: bool = False) -> dict:
+    """{verdict, exit_code, tag, files: [{path, status, detail}], problems} for the vendor root `root`."""
+    release = release or _RELEASE
+    given = release_from_manifest(manifest_path) if manifest_path else None
+    if release is None:
+        if given is None:
+            raise VerifyError("this copy of the verifier carries no release: pass --manifest vX.Y.Z.yaml")
+        release = given
+    problems = []
+    if given is not None and given != release:
+        problems.append(f"the manifest given ({given['tag']}) is not the release this verifier checks "
+                        f"({release['tag']}); re-run --sync, or pass the manifest of {release['tag']}")
+    try:
+        fs = ForkRoot(root)
+    except OSError as e:
+        raise VerifyError(f"cannot open the vendor root {root}: {e.strerror or e}", EXIT_CANNOT_CHECK) from None
+    with fs:
+        stamp, why = _read_stamp(fs)
+        if stamp is not None:
+            found = validate(stamp, release["files"], release["tree_sha256"], release["tag"])
+            if found:
+                problems += found
+                stamp = None  # an untrustworthy stamp pins nothing
         else:
-            results.append({"path": path, "status": "changed", "detail": "bytes differ from the stamp"})
-    verifier = doc.get("verifier") or {}
-    skip = {STAMP, VERIFIER}
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in (".git", BACKUP_DIR))
-        rel_dir = os.path.relpath(dirpath, root).replace(os.sep, "/")
-        for name in sorted(filenames):
-            rel = name if rel_dir == "." else f"{rel_dir}/{name}"
-            if rel in owned or rel in skip:
-                continue
-            results.append({"path": rel, "status": "foreign",
-                            "detail": "not written by --sync" + ("; --strict counts it as drift" if strict else "")})
-    if verifier.get("sha256") and os.path.isfile(os.path.join(root, VERIFIER)):
-        if sha256_file(os.path.join(root, VERIFIER)) != verifier["sha256"]:
-            results.append({"path": VERIFIER, "status": "changed", "detail": "the verifier itself was edited"})
+            problems.append(why)
+        results = [_file_status(fs, path, sha, stamp) for path, sha in sorted(release["files"].items())]
+        want = (stamp or {}).get("verifier", {}).get("sha256") if stamp else None
+        if want:
+            mine = _file_status(fs, VERIFIER, want, None)
+            if mine["status"] != "ok":
+                mine["detail"] = "not the verifier --sync wrote (edited or replaced)"
+                results.append(mine)
+        try:
+            for rel, _ in fs.walk("", skip=lambda p: p == BACKUP_DIR or p.rsplit("/", 1)[-1] == ".git"):
+                if rel in release["files"] or rel in (STAMP, VERIFIER):
+                    continue
+                results.append({"path": rel, "status": "foreign", "detail": "not part of the release"
+                                + ("; --strict counts it as drift" if strict else "")})
+        except (OSError, UnsafePath) as e:
+            raise VerifyError(f"cannot list {root}: {e}", EXIT_CANNOT_CHECK) from None
     bad = [r for r in results if r["status"] in ("changed", "missing") or (strict and r["status"] == "foreign")]
     verdict = "drifted" if problems or bad else "in-sync"
-    return {"schema_version": 1, "tag": doc["tag"], "verdict": verdict,
+    return {"schema_version": 2, "tag": release["tag"], "verdict": verdict,
             "exit_code": EXIT_DRIFT if verdict == "drifted" else EXIT_OK, "problems": problems, "files": results}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog=VERIFIER, description=__doc__.splitlines()[0])
     ap.add_argument("--root", default=os.path.dirname(os.path.abspath(__file__)), help="the vendor root")
-    ap.add_argument("--manifest", help="deep_gemm_sm120 release manifest (vX.Y.Z.yaml) to check the stamp against")
-    ap.add_argument("--strict", action="store_true", help="files the stamp does not own are drift")
+    ap.add_argument("--manifest", help="deep_gemm_sm120 release manifest (vX.Y.Z.yaml): check it is the release "
+                                       "this verifier carries (required for a copy that carries none)")
+    ap.add_argument("--strict", action="store_true", help="files the release does not ship are drift")
     ap.add_argument("--format", choices=("text", "json"), default="text")
     try:
         a = ap.parse_args(argv)
     except SystemExit as e:  # argparse: usage errors exit 3 here, like every deep_gemm_sm120 tool
         return EXIT_USAGE if e.code else EXIT_OK
     try:
-        report = verify(a.root, a.manifest, a.strict)
+        report = verify(a.root, None, a.manifest, a.strict)
     except VerifyError as e:
         if a.format == "json":
-            print(json.dumps({"schema_version": 1, "verdict": "unknown", "exit_code": e.exit_code,
+            print(json.dumps({"schema_version": 2, "verdict": "unknown", "exit_code": e.exit_code,
                               "errors": [str(e)]}))
-        print(f"sm120 vendor verify: {e}", file=sys.stderr)
+        print(f"sm120 vendor verify: {inert.text(e)}", file=sys.stderr)
         return e.exit_code
     if a.format == "json":
         print(json.dumps(report, indent=1))
     else:
         for r in report["files"]:
             if r["status"] != "ok":
-                print(f"  {r['status']:<8} {r['path']}" + (f"  {r['detail']}" if r["detail"] else ""))
+                print(f"  {r['status']:<8} {inert.text(r['path'])}" + (f"  {inert.text(r['detail'])}"
+                                                                       if r["detail"] else ""))
         for p in report["problems"]:
-            print(f"  stamp    {p}")
+            print(f"  stamp    {inert.text(p)}")
         print(f"verdict: {report['verdict']} ({report['tag']})")
     return report["exit_code"]
 

@@ -1,137 +1,259 @@
 """Wheels and sdists as forks: DeepGEMM builds on PyPI (sgl-deep-gemm) carry the SM120 headers inside the
-wheel. `--fork` takes a local .whl / .zip / .tar.gz / .tgz, or `pypi:NAME==VERSION` fetched through the index's
-JSON API (sha256 checked). Members are listed from the archive's directory and only the ones the comparison
-needs are read; nothing is ever extracted to disk, so `..` names or symlinks cannot reach outside (they are
-reported, never followed)."""
+package. `--fork` takes a local .whl / .zip / .tar.gz / .tgz, or `pypi:NAME==VERSION` fetched through the index's
+JSON API (sha256 checked, streamed to a temporary file under a size cap).
+
+Members are read as an installer would place them: each name is normalized the way pip resolves it
+(`a/b/../c` lands at `a/c`) and checked at that path; a name that leaves the package (`..` above the root, an
+absolute or drive-letter name, a backslash, a NUL) is an `unsafe-member` finding, as are several members that
+install to one path. Nothing is extracted; link members are reported (`symlink`, `hardlink`), never followed.
+Zip members are streamed on demand; a tar is read once, front to back, hashing members as they pass. Sizes and
+compression ratios are capped (vendorkit.limits): a member over a cap is a `too-large` finding, never read.
+"""
 from __future__ import annotations
 
 import hashlib
-import io
 import os
+import posixpath
 import re
 import stat
 import tarfile
+import tempfile
 import zipfile
-from typing import Iterator
+from typing import BinaryIO, Iterator
 
 from .errors import CannotCheck, UsageError
 from .forkview import ForkFile
+from .limits import (ARCHIVE_MAX_BYTES, DIAGNOSE_MAX_BYTES, MEMBER_MAX_BYTES, MEMBER_MAX_RATIO,
+                     RATIO_FLOOR_BYTES)
+from .manifest import is_our_name
 
 ARCHIVE_SUFFIXES = (".whl", ".zip", ".tar.gz", ".tgz")
 _PYPI = re.compile(r"^pypi:([A-Za-z0-9][A-Za-z0-9._-]*)(?:==([A-Za-z0-9.+!_-]+))?$")
+_VERSION = re.compile(r"^[A-Za-z0-9.+!_-]{1,64}$")
+_FILENAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+!-]{0,200}$")
 DEFAULT_INDEX = "https://pypi.org"
+_KEEP_BYTES = 64 << 20  # tar: small members kept for diagnosis, in total
 
 
 def is_archive_spec(spec: str) -> bool:
     return spec.startswith("pypi:") or spec.lower().endswith(ARCHIVE_SUFFIXES)
 
 
-def _safe_member(name: str) -> bool:
-    if not name or name.startswith("/") or "\\" in name or "\0" in name or re.match(r"^[A-Za-z]:", name):
-        return False
-    return all(p not in ("..",) for p in name.split("/"))
+def install_path(name: str) -> tuple[str | None, str | None]:
+    """(where an installer puts member `name`, relative to the package root; None) or (None, why it is unsafe)."""
+    if "\0" in name:
+        return None, "its name holds a NUL byte"
+    if "\\" in name:
+        return None, "its name holds a backslash, a directory separator on Windows (it would land elsewhere there)"
+    if name.startswith("/"):
+        return None, "its name is absolute: it would be written outside the package"
+    if re.match(r"^[A-Za-z]:", name):
+        return None, "its name starts with a drive letter: on Windows it would be written outside the package"
+    norm = posixpath.normpath(name)
+    if norm == ".." or norm.startswith("../"):
+        return None, "its name climbs out of the package with '..': pip refuses the package, other tools write " \
+                     "outside it"
+    return (None, None) if norm in (".", "") else (norm, None)
 
 
-class ArchiveFork:
-    digest_kind = "sha256"
-
-    def __init__(self, data: bytes | str, label: str):
-        self.label = label
-        self.unsafe: list[str] = []       # member names never read ('..', absolute paths)
-        self._files: dict[str, ForkFile] = {}
-        self._digests: dict[str, str] = {}
-        source = data if isinstance(data, str) else io.BytesIO(data)
-        try:
-            if zipfile.is_zipfile(source):
-                self._zip = zipfile.ZipFile(source)
-                self._tar = None
-                self._list_zip()
-            else:
-                if not isinstance(source, str):
-                    source.seek(0)
-                self._zip = None
-                self._tar = tarfile.open(fileobj=source if not isinstance(source, str) else None,
-                                         name=source if isinstance(source, str) else None, mode="r:*")
-                self._list_tar()
-        except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError) as e:
-            raise CannotCheck(f"{label}: not a readable wheel or sdist ({e})") from None
-
-    def _add(self, name: str, f: ForkFile) -> None:
-        if not _safe_member(name):
-            self.unsafe.append(name)
-            return
-        self._files[name.rstrip("/")] = f
-
-    def _list_zip(self) -> None:
-        for info in self._zip.infolist():
-            if info.is_dir():
-                continue
-            mode = (info.external_attr >> 16) & 0xFFFF
-            if stat.S_ISLNK(mode):
-                target = self._zip.read(info).decode("utf-8", "replace") if _safe_member(info.filename) else ""
-                self._add(info.filename, ForkFile(info.filename, "symlink", "120000", len(target), target,
-                                                  escapes=_escapes(info.filename, target)))
-            else:
-                exe = "100755" if mode & stat.S_IXUSR else "100644"
-                self._add(info.filename, ForkFile(info.filename, "file", exe, info.file_size))
-
-    def _list_tar(self) -> None:
-        for m in self._tar.getmembers():
-            if m.isdir():
-                continue
-            if m.issym() or m.islnk():
-                self._add(m.name, ForkFile(m.name, "symlink", "120000", len(m.linkname), m.linkname,
-                                           escapes=_escapes(m.name, m.linkname)))
-            elif m.isfile():
-                self._add(m.name, ForkFile(m.name, "file", "100755" if m.mode & 0o100 else "100644", m.size))
-            else:
-                self._add(m.name, ForkFile(m.name, "other", "", 0))
-
-    def list_under(self, prefix: str) -> tuple[dict[str, ForkFile], list[str]]:
-        pre = f"{prefix}/" if prefix else ""
-        return {p[len(pre):]: f for p, f in self._files.items() if p.startswith(pre)}, []
-
-    def iter_paths(self) -> Iterator[str]:
-        return iter(list(self._files))
-
-    def _member_bytes(self, name: str) -> bytes:
-        try:
-            if self._zip is not None:
-                return self._zip.read(name)
-            fh = self._tar.extractfile(name)
-            return fh.read() if fh is not None else b""
-        except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError, KeyError) as e:
-            raise CannotCheck(f"{self.label}: cannot read {name} ({e})") from None
-
-    def digest_of(self, f: ForkFile) -> str:
-        if f.path not in self._digests:
-            data = os.fsencode(f.target or "") if f.kind == "symlink" else self._member_bytes(f.path)
-            self._digests[f.path] = hashlib.sha256(data).hexdigest()
-        return self._digests[f.path]
-
-    def read(self, f: ForkFile) -> bytes | None:
-        return os.fsencode(f.target or "") if f.kind == "symlink" else self._member_bytes(f.path)
-
-    fetch = read
-
-
-def _escapes(name: str, target: str) -> bool:
-    if target.startswith("/"):
+def link_escapes(name: str, target: str) -> bool:
+    """Whether a link member at `name` points outside the archive, judged from the link text alone."""
+    if target.startswith("/") or re.match(r"^[A-Za-z]:", target):
         return True
     depth = len(name.split("/")) - 1
-    for part in target.split("/"):
+    for part in target.replace("\\", "/").split("/"):
         depth += -1 if part == ".." else (0 if part in ("", ".") else 1)
         if depth < 0:
             return True
     return False
 
 
+def _interesting(path: str) -> bool:
+    """Members whose bytes a diagnosis may need: device-layer-named files and the stamp / verifier."""
+    return is_our_name(path) or path.rsplit("/", 1)[-1] in (".sm120-vendor.json", ".sm120-vendor-verify.py")
+
+
+class ArchiveFork:
+    digest_kind = "sha256"
+
+    def __init__(self, source: str | BinaryIO, label: str):
+        self.label = label
+        self.notes: list[str] = []
+        self._unsafe: list[tuple[str, str]] = []     # (raw member name, why)
+        self._files: dict[str, ForkFile] = {}
+        self._members: dict[str, object] = {}        # path -> ZipInfo (zip only)
+        self._digests: dict[str, str] = {}
+        self._bytes: dict[str, bytes] = {}           # tar: small interesting members
+        self._read_total = 0
+        self._zip = None
+        try:
+            if zipfile.is_zipfile(source):
+                self._zip = zipfile.ZipFile(source)
+                self._list_zip()
+            else:
+                if hasattr(source, "seek"):
+                    source.seek(0)
+                self._read_tar(source)
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, tarfile.TarError, EOFError, OSError, ValueError,
+                NotImplementedError) as e:
+            raise CannotCheck(f"{label}: not a readable wheel or sdist ({type(e).__name__}: {e})") from None
+
+    # ------------------------------------------------------------ listing
+    def _add(self, raw: str, f: ForkFile) -> str | None:
+        path, unsafe = install_path(raw)
+        if unsafe:
+            self._unsafe.append((raw, unsafe))
+            return None
+        if path is None:
+            return None
+        if path != raw.rstrip("/"):
+            self.notes.append(f"member {raw!r} installs as {path} (its name is normalized; checked there)")
+        f.path = path
+        old = self._files.get(path)
+        if old is not None:
+            count = int((old.duplicate or "1 ").split()[0]) + 1
+            f.duplicate = f"{count} members install to this path (an installer keeps the last one; checked: the last)"
+        self._files[path] = f
+        return path
+
+    def _size_cap(self, size: int, compressed: int | None) -> str | None:
+        if size > MEMBER_MAX_BYTES:
+            return f"a member of {size:,} bytes, over the {MEMBER_MAX_BYTES >> 20} MiB member cap (not read)"
+        if compressed is not None and size > RATIO_FLOOR_BYTES and size > MEMBER_MAX_RATIO * max(compressed, 1):
+            return (f"a member of {size:,} bytes compressed {size // max(compressed, 1):,}:1, over the "
+                    f"{MEMBER_MAX_RATIO}:1 ratio cap (not read)")
+        return None
+
+    def _list_zip(self) -> None:
+        for info in self._zip.infolist():
+            if info.is_dir():
+                continue
+            mode = (info.external_attr >> 16) & 0xFFFF
+            cap = self._size_cap(info.file_size, info.compress_size)
+            if stat.S_ISLNK(mode):
+                target = "" if cap or info.file_size > 4096 else self._zip_read(info).decode("utf-8", "replace")
+                f = ForkFile(info.filename, "symlink", "120000", len(target), target,
+                             escapes=link_escapes(info.filename, target))
+            else:
+                exe = "100755" if mode & stat.S_IXUSR else "100644"
+                f = ForkFile(info.filename, "file", exe, info.file_size, too_large=cap)
+            path = self._add(info.filename, f)
+            if path is not None:
+                self._members[path] = info
+
+    def _zip_read(self, info, limit: int | None = None) -> bytes:
+        with self._zip.open(info) as fh:
+            data = fh.read(limit + 1 if limit is not None else -1)
+        self._count(len(data))
+        return data
+
+    def _count(self, n: int) -> None:
+        self._read_total += n
+        if self._read_total > ARCHIVE_MAX_BYTES:
+            raise CannotCheck(f"{self.label}: more than {ARCHIVE_MAX_BYTES >> 20} MiB decompressed; not checked "
+                              f"further")
+
+    def _read_tar(self, source) -> None:
+        """One pass: list every member, hash the regular ones under the caps, keep small interesting ones."""
+        kwargs = {"fileobj": source} if hasattr(source, "read") else {"name": source}
+        kept = 0
+        with tarfile.open(mode="r|*", **kwargs) as tar:
+            for m in tar:
+                if m.offset_data + max(m.size, 0) > ARCHIVE_MAX_BYTES:
+                    raise CannotCheck(f"{self.label}: the tar stream runs past {ARCHIVE_MAX_BYTES >> 20} MiB "
+                                      f"uncompressed; not checked")
+                if m.isdir():
+                    continue
+                if m.issym() or m.islnk():
+                    kind = "symlink" if m.issym() else "hardlink"
+                    f = ForkFile(m.name, kind, "120000" if m.issym() else "", len(m.linkname), m.linkname,
+                                 escapes=link_escapes(m.name, m.linkname) if m.issym() else False)
+                elif m.isfile():
+                    f = ForkFile(m.name, "file", "100755" if m.mode & 0o100 else "100644", m.size,
+                                 too_large=self._size_cap(m.size, None))
+                else:
+                    f = ForkFile(m.name, "other", "", 0)
+                path = self._add(m.name, f)
+                if path is None or f.kind != "file" or f.too_large:
+                    continue
+                fh = tar.extractfile(m)
+                h, keep = hashlib.sha256(), _interesting(path) and m.size <= DIAGNOSE_MAX_BYTES and \
+                    kept + m.size <= _KEEP_BYTES
+                chunks = []
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(chunk)
+                    if keep:
+                        chunks.append(chunk)
+                self._digests[path] = h.hexdigest()
+                if keep:
+                    self._bytes[path] = b"".join(chunks)
+                    kept += m.size
+
+    def findings(self, prefix: str) -> list:
+        """unsafe-member findings (anywhere in the package: an installer would act on them)."""
+        from .compare import FileResult
+
+        return [FileResult(raw, "unsafe", diagnosis="unsafe-member", detail=why, fork_path=raw)
+                for raw, why in self._unsafe]
+
+    def list_under(self, prefix: str) -> tuple[dict[str, ForkFile], dict[str, str]]:
+        pre = f"{prefix}/" if prefix else ""
+        return {p[len(pre):]: f for p, f in self._files.items() if p.startswith(pre)}, {}
+
+    def iter_paths(self) -> Iterator[str]:
+        return iter(list(self._files))
+
+    # ------------------------------------------------------------ contents
+    def _open_member(self, f: ForkFile):
+        """A stream of a zip member's bytes (never beyond its declared size: zipfile stops there)."""
+        try:
+            return self._zip.open(self._members[f.path])
+        except (zipfile.BadZipFile, OSError, KeyError, NotImplementedError) as e:
+            raise CannotCheck(f"{self.label}: cannot read {f.path} ({e})") from None
+
+    def digest_of(self, f: ForkFile) -> str:
+        if f.kind == "symlink":
+            return hashlib.sha256(os.fsencode(f.target or "")).hexdigest()
+        if f.path not in self._digests:
+            if self._zip is None or f.too_large:
+                raise CannotCheck(f"{self.label}: {f.path} was not read")
+            h = hashlib.sha256()
+            try:
+                with self._open_member(f) as fh:
+                    for chunk in iter(lambda: fh.read(1 << 20), b""):
+                        self._count(len(chunk))
+                        h.update(chunk)
+            except (zipfile.BadZipFile, OSError, EOFError) as e:
+                raise CannotCheck(f"{self.label}: cannot read {f.path} ({e})") from None
+            self._digests[f.path] = h.hexdigest()
+        return self._digests[f.path]
+
+    def read(self, f: ForkFile, limit: int | None = None) -> bytes | None:
+        if f.kind == "symlink":
+            return os.fsencode(f.target or "")
+        if f.too_large or f.kind != "file" or (limit is not None and f.size > limit):
+            return None
+        if self._zip is None:
+            return self._bytes.get(f.path)
+        try:
+            with self._open_member(f) as fh:
+                data = fh.read(f.size + 1)
+        except (zipfile.BadZipFile, OSError, EOFError) as e:
+            raise CannotCheck(f"{self.label}: cannot read {f.path} ({e})") from None
+        self._count(len(data))
+        return data
+
+    fetch = read
+
+
 def _pick(files: list[dict]) -> dict:
     """A wheel if the release has one (a platform-independent one first), else the sdist."""
-    wheels = [f for f in files if f.get("packagetype") == "bdist_wheel" or f.get("filename", "").endswith(".whl")]
+    files = [f for f in files if isinstance(f, dict) and isinstance(f.get("filename"), str)
+             and _FILENAME.match(f["filename"]) and isinstance(f.get("url"), str)]
+    wheels = [f for f in files if f["filename"].endswith(".whl")]
     wheels.sort(key=lambda f: (not f["filename"].endswith("-none-any.whl"), "x86_64" not in f["filename"],
                                f["filename"]))
-    sdists = [f for f in files if f.get("filename", "").endswith((".tar.gz", ".zip", ".tgz"))]
+    sdists = [f for f in files if f["filename"].endswith((".tar.gz", ".zip", ".tgz"))]
     if wheels:
         return wheels[0]
     if sdists:
@@ -162,23 +284,40 @@ def pypi_release(name: str, version: str | None, index_url: str | None, session=
         version = doc["info"]["version"]
     except (ValueError, KeyError, TypeError):
         raise CannotCheck(f"pypi:{name}: the index's JSON is not the PyPI JSON API") from None
+    if not isinstance(version, str) or not _VERSION.match(version) or not isinstance(files, list):
+        raise CannotCheck(f"pypi:{name}: the index's JSON names no usable version")
     return version, _pick(files), files
 
 
-def download(entry: dict, label: str, session=None) -> bytes:
+def download(entry: dict, label: str, session=None) -> BinaryIO:
+    """The file, streamed into an anonymous temporary file: at most ARCHIVE_MAX_BYTES, sha256 checked against
+    the index's as it arrives."""
     import requests
 
     http = session or requests
-    try:
-        r = http.get(entry["url"], timeout=120)
-    except requests.RequestException as e:
-        raise CannotCheck(f"{label}: download failed ({e})") from None
-    if r.status_code != 200:
-        raise CannotCheck(f"{label}: download answered {r.status_code}")
     want = (entry.get("digests") or {}).get("sha256")
-    if want and hashlib.sha256(r.content).hexdigest() != want:
+    h = hashlib.sha256()
+    out = tempfile.TemporaryFile()
+    try:
+        with http.get(entry["url"], timeout=120, stream=True) as r:
+            if r.status_code != 200:
+                raise CannotCheck(f"{label}: download answered {r.status_code}")
+            for chunk in r.iter_content(1 << 20):
+                h.update(chunk)
+                out.write(chunk)
+                if out.tell() > ARCHIVE_MAX_BYTES:
+                    raise CannotCheck(f"{label}: larger than {ARCHIVE_MAX_BYTES >> 20} MiB; not downloaded further")
+    except requests.RequestException as e:
+        out.close()
+        raise CannotCheck(f"{label}: download failed ({e})") from None
+    except BaseException:
+        out.close()
+        raise
+    if want and h.hexdigest() != want:
+        out.close()
         raise CannotCheck(f"{label}: the downloaded file does not match the index's sha256 (truncated?)")
-    return r.content
+    out.seek(0)
+    return out
 
 
 def open_archive_fork(spec: str, index_url: str | None = None, session=None) -> ArchiveFork:
@@ -193,4 +332,3 @@ def open_archive_fork(spec: str, index_url: str | None = None, session=None) -> 
     if not os.path.isfile(spec):
         raise CannotCheck(f"fork archive {spec} does not exist")
     return ArchiveFork(os.path.abspath(spec), os.path.abspath(spec))
-

@@ -7,7 +7,8 @@ import os
 import sys
 
 from .argparsing import UsageParser as _Parser
-from .errors import EXIT_CANNOT_CHECK, EXIT_USAGE, UsageError, VendorError
+from . import inert
+from .errors import EXIT_CANNOT_CHECK, EXIT_USAGE, CannotCheck, UsageError, VendorError
 
 FORMATS = ("text", "json", "markdown")
 
@@ -20,7 +21,7 @@ SYNOPSIS = """usage:
   check_vendor.py [--repo DIR]                                   self-check this checkout (no --fork)
   check_vendor.py --fork PATH|github:OWNER/REPO@REF|WHEEL|SDIST|pypi:NAME==VERSION
                   [--prefix DIR] [--tag vX.Y.Z | --latest] [--format text|json|markdown]
-                  [--strict] [--no-diff] [--diff-lines N] [-v] [--api-url URL] [--index-url URL]
+                  [--strict] [--no-diff] [--diff-lines N | --full-diffs] [-v] [--api-url URL] [--index-url URL]
                   [--sync [--dry-run] [--force] [--drop-patches]]
   check_vendor.py pin --fork PATH FILE --reason TEXT [--upstream URL] [--prefix DIR]
   check_vendor.py release vX.Y.Z [--date YYYY-MM-DD]"""
@@ -46,7 +47,9 @@ def _check_parser() -> argparse.ArgumentParser:
     p.add_argument("--drop-patches", action="store_true", help="with --sync: replace files carrying pinned patches")
     p.add_argument("--no-diff", action="store_true", help="skip content diagnosis and diffs")
     p.add_argument("--diff-lines", type=int, default=None, metavar="N",
-                   help="lines of each diff to print (text / markdown; default 200; JSON keeps all)")
+                   help="lines of each diff to show, in every format (default 200)")
+    p.add_argument("--full-diffs", action="store_true", help="show whole diffs (files over the 1 MiB diagnosis "
+                                                                  "cap still get none)")
     p.add_argument("--diff", action="store_true", help="accepted for compatibility: changed files of github: "
                                                         "forks are now always diagnosed from their contents")
     p.add_argument("--verbose", "-v", action="store_true", help="list ok files too (text format)")
@@ -150,7 +153,9 @@ def _run_check(argv: list[str]) -> int:
     from .manifest import MANIFEST_DIR, ManifestSet
     from .render import render
 
-    diff_lines = DEFAULT_DIFF_LINES if a.diff_lines is None else a.diff_lines
+    if a.full_diffs and a.diff_lines is not None:
+        raise UsageError("--full-diffs and --diff-lines exclude each other")
+    diff_lines = None if a.full_diffs else DEFAULT_DIFF_LINES if a.diff_lines is None else a.diff_lines
     ms = ManifestSet.load_dir(os.path.join(a.repo, MANIFEST_DIR))
     if a.fork is None:
         if a.sync or a.prefix:
@@ -170,72 +175,88 @@ def _run_check(argv: list[str]) -> int:
     prefix = _resolve_prefix(a, view, ms)
     store = CanonicalStore(a.repo)
 
-    def compare():
-        rep = Report(mode="fork", target=view.label, tag=tag.tag, prefix=prefix, digest_kind=view.digest_kind)
-        return Comparator(view, ms, tag, prefix, canonical=store.get, want_diff=not a.no_diff,
+    def compare(v=view):
+        rep = Report(mode="fork", target=v.label, tag=tag.tag, prefix=prefix, digest_kind=v.digest_kind)
+        return Comparator(v, ms, tag, prefix, canonical=store.get, want_diff=not a.no_diff,
                           strict=a.strict).run(rep)
 
     report = compare()
     if a.sync:
-        from .forkview import LocalFork
-        from . import sync
-
-        if not isinstance(view, LocalFork):
-            raise UsageError("--sync works on local forks only")
-        actions = sync.plan(report, ms, tag, force=a.force, drop_patches=a.drop_patches)
-        out = _emit if a.format == "text" else sys.stderr.write  # keep stdout parseable
-
-        def emit(line: str) -> None:
-            out(line + "\n")
-
-        emit(f"sync {'(dry run) ' if a.dry_run else ''}{view.label} -> {tag.tag}:")
-        refused = sync.refusals(actions)
-        if a.dry_run or refused:
-            for act in actions:
-                emit(f"  {act.verb:<8} {act.path}  ({act.why})" + ("  [backup first]" if act.backup else ""))
-            if not actions:
-                emit("  nothing to do (the stamp is written on a real run)")
-            if refused:
-                for line in sync.how_to_proceed(a.fork, refused):
-                    emit(line)
-        else:
-            # carry over the patches that still apply: their file was kept and their base is the tag's bytes
-            written = {act.path[len(prefix) + 1:] if prefix else act.path for act in actions if act.verb == "write"}
-            patches = [p for p in (report.stamp or {}).get("patches", []) if p["path"] not in written
-                       and p["path"] in tag.by_path and tag.by_path[p["path"]].sha256 == p.get("base_sha256")]
-            sync.apply(actions, view, tag, prefix, store.get, emit, patches)
-            view = LocalFork(view.root)
-            report = compare()
+        report = _sync(a, view, ms, tag, prefix, store, compare, report)
     _emit(render(report, a.format, a.verbose, diff_lines))
     return report.exit_code
 
 
+def _sync(a, view, ms, tag, prefix, store, compare, report):
+    """Plan, check the whole plan, then (unless --dry-run or refused) apply it as one transaction and re-verify.
+    Returns the report to print."""
+    from . import sync
+    from .forkview import LocalFork
+
+    if not isinstance(view, LocalFork):
+        raise UsageError("--sync works on local forks only")
+    if report.verdict == "unknown":
+        raise CannotCheck("cannot sync a fork that could not be checked: " + "; ".join(
+            f"{f.path}: {f.detail}" for f in report.files if f.status == "error") or "; ".join(report.errors))
+    actions = sync.plan(report, ms, tag, force=a.force, drop_patches=a.drop_patches)
+    actions, backup_root = sync.preflight(actions, view, tag, store.get)
+    out = _emit if a.format == "text" else sys.stderr.write  # keep stdout parseable
+
+    def emit(line: str) -> None:
+        out(inert.text(line) + "\n")
+
+    emit(f"sync {'(dry run) ' if a.dry_run else ''}{view.label} -> {tag.tag}:")
+    refused = sync.refusals(actions)
+    if a.dry_run or refused:
+        for act in actions:
+            emit(f"  {act.verb:<8} {act.path}  ({act.why})" + ("  [backup first]" if act.backup else ""))
+        if refused:
+            for line in sync.how_to_proceed(a.fork, refused, bool(report.owned)):
+                emit(line)
+        return report
+    sync.apply(actions, view, prefix, backup_root, emit)
+    view.fs.close()
+    view = LocalFork(view.root)
+    return compare(view)
+
+
 def _run_pin(argv: list[str]) -> int:
     from .forkview import LocalFork
-    from .hashing import sha256_file
+    from .hashing import sha256_stream
+    from .limits import STAMP_MAX_BYTES
     from .manifest import MANIFEST_DIR, ManifestSet
+    from .safefs import NotRegular, UnsafePath
     from .stamp import STAMP, read_stamp, verifier
 
     a = _pin_parser().parse_args(argv)
     ms = ManifestSet.load_dir(os.path.join(a.repo, MANIFEST_DIR))
     view = LocalFork(a.fork)
     prefix = _resolve_prefix(a, view, ms)
-    root = os.path.join(view.root, *prefix.split("/")) if prefix else view.root
     rel = a.file.replace(os.sep, "/")
     if prefix and rel.startswith(prefix + "/"):
         rel = rel[len(prefix) + 1:]
-    stamp_path = os.path.join(root, STAMP)
+    fs = view.fs
+    stamp_rel = f"{prefix}/{STAMP}" if prefix else STAMP
     try:
-        with open(stamp_path, "rb") as fh:
-            info = read_stamp(fh.read(), ms, stamp_path)
+        info = read_stamp(fs.read_bytes(stamp_rel, STAMP_MAX_BYTES), ms, stamp_rel)
     except FileNotFoundError:
         raise UsageError(f"no {STAMP} under {prefix or '.'}: run --sync first, then pin edits") from None
+    except (NotRegular, UnsafePath, OverflowError) as e:
+        raise UsageError(f"{stamp_rel} cannot be used ({e}): run --sync to rewrite it, then pin") from None
     if info.problems:
         raise UsageError("the stamp is not trustworthy: " + "; ".join(info.problems))
     if rel not in info.owned:
         raise UsageError(f"{rel} is not a file the stamp owns (a release file under {prefix or '.'})")
-    path = os.path.join(root, *rel.split("/"))
-    actual = sha256_file(path)
+    path = f"{prefix}/{rel}" if prefix else rel
+    try:
+        with fs.open_read(path) as fh:
+            actual = sha256_stream(fh)
+    except FileNotFoundError:
+        raise UsageError(f"{path} does not exist: nothing to pin") from None
+    except (NotRegular, UnsafePath) as e:
+        raise UsageError(f"{path} cannot be pinned: {e}") from None
+    except OSError as e:
+        raise CannotCheck(f"cannot read {path}: {e.strerror or e}") from None
     if actual == info.owned[rel]:
         raise UsageError(f"{rel} equals the release: nothing to pin")
     doc = info.doc
@@ -245,10 +266,11 @@ def _run_pin(argv: list[str]) -> int:
         entry["upstream"] = a.upstream
     patches.append(entry)
     text = verifier.make_stamp(doc["tag"], info.owned, patches, (doc.get("verifier") or {}).get("sha256"))
-    from .sync import _atomic_write
-
-    _atomic_write(stamp_path, text.encode(), "100644")
-    _emit(f"pinned {rel} ({actual[:12]}) in {os.path.relpath(stamp_path, view.root)}: {a.reason}\n")
+    try:
+        fs.write_atomic(stamp_rel, text.encode(), 0o644)
+    except (OSError, UnsafePath) as e:
+        raise CannotCheck(f"cannot write {stamp_rel}: {e}") from None
+    _emit(inert.text(f"pinned {rel} ({actual[:12]}) in {stamp_rel}: {a.reason}") + "\n")
     return 0
 
 
@@ -262,7 +284,7 @@ def _fail(code: int, message: str, fmt: str | None) -> int:
         from .render import error_markdown
 
         _emit(error_markdown(message, code))
-    sys.stderr.write(f"check_vendor: {'error' if code == EXIT_USAGE else 'cannot check'}: {message}\n")
+    sys.stderr.write(f"check_vendor: {'error' if code == EXIT_USAGE else 'cannot check'}: {inert.text(message)}\n")
     return code
 
 

@@ -5,17 +5,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from . import diagnose
+from . import diagnose, verifier_gen
 from .errors import EXIT_CANNOT_CHECK, EXIT_DRIFT, EXIT_OK, CannotCheck, UsageError
 from .forkview import ForkFile, ForkView, join_path as _join
 from .hashing import sha256_bytes
+from .limits import DIAGNOSE_MAX_BYTES, STAMP_MAX_BYTES
 from .manifest import FileEntry, Manifest, ManifestSet, is_our_name
-from .stamp import BACKUP_DIR, STAMP, VERIFIER, StampInfo, read_stamp
+from .stamp import BACKUP_DIR, STAMP, VERIFIER, StampInfo, read_stamp, unusable_stamp
 
 STATUSES = ("ok", "missing", "changed", "extra", "renamed", "mode", "patched", "foreign", "error")
 # a changed file this dissimilar to the release is "replaced", not edited: no diff, just the ratio
 REPLACED_BELOW = 0.35
 IN_SYNC_STATUSES = ("ok", "patched", "foreign")
+# findings that no release explains: a fork showing one is drifted, never merely stale
+UNSTALE = ("unsafe-member", "duplicate-member", "invalid-stamp", "too-large", "hardlink")
 
 
 @dataclass
@@ -27,7 +30,7 @@ class FileResult:
     expected: str | None = None     # digest from the manifest
     actual: str | None = None       # digest found in the fork
     fork_path: str | None = None    # where in the fork the file is (or was looked for)
-    diff: str | None = None         # full unified diff (renderers cap it)
+    diff: str | None = None         # unified diff (renderers cap it at --diff-lines unless --full-diffs)
     similarity: float | None = None  # changed content: difflib ratio against the release (0..1)
     patch: dict | None = None       # patched: the pinned patch (reason, upstream)
     drift: bool = True              # foreign files count only when they shadow a released path or --strict
@@ -125,20 +128,27 @@ class Comparator:
         fetched bytes' (one blob request for a github: fork)."""
         if self.kind == "sha256":
             return digest
-        data = self.view.fetch(f)
+        data = self.view.fetch(f, DIAGNOSE_MAX_BYTES)
         return sha256_bytes(data) if data is not None else None
 
-    def _diagnose_changed(self, rel: str, entry: FileEntry, f: ForkFile, actual: str) -> FileResult:
+    def _diagnose_changed(self, rel: str, entry: FileEntry, f: ForkFile, actual: str | None,
+                          canon: bytes | None = None, what: str = "the release") -> FileResult:
         r = FileResult(rel, "changed", expected=entry.digest(self.kind), actual=actual, fork_path=f.path)
         if f.kind == "symlink" and entry.mode != "120000":
             where = "outside the fork, not followed" if f.escapes else "not followed"
             to = f" to {f.target}" if f.target is not None else ""
             r.diagnosis, r.detail = "symlink", f"is a symlink{to} ({where})"
             return r
+        if f.kind == "hardlink":
+            r.diagnosis, r.detail = "hardlink", f"is a hard link to {f.target} (an installer writes that member's bytes)"
+            return r
         if f.kind == "other":
             r.diagnosis, r.detail = "not-a-file", "is not a regular file"
             return r
-        others = [t for t in self.ms.releases_with(rel, actual, self.kind) if t != self.tag.tag]
+        if f.too_large:
+            r.diagnosis, r.detail = "too-large", f.too_large
+            return r
+        others = [t for t in self.ms.releases_with(rel, actual, self.kind) if t != self.tag.tag] if actual else []
         if others:
             r.diagnosis, r.detail = _matches(others, self.tag, self.ms)
             return r
@@ -146,11 +156,16 @@ class Comparator:
         if not self.want_diff:
             r.detail = "content differs"
             return r
-        canon = self.canonical(entry) if self.canonical else None
-        fork_bytes = self.view.fetch(f)
+        if max(f.size, entry.size) > DIAGNOSE_MAX_BYTES:
+            r.detail = (f"content differs ({f.size:,} bytes, {what} {entry.size:,}; over the "
+                        f"{DIAGNOSE_MAX_BYTES >> 20} MiB diagnosis cap: no diff)")
+            return r
+        if canon is None and self.canonical is not None:
+            canon = self.canonical(entry)
         if canon is None:
             r.detail = "content differs (this checkout cannot produce the released bytes for a diff)"
             return r
+        fork_bytes = self.view.fetch(f, DIAGNOSE_MAX_BYTES)
         if fork_bytes is None:
             r.detail = "content differs (the fork's bytes could not be fetched)"
             return r
@@ -158,13 +173,13 @@ class Comparator:
         if cos:
             r.diagnosis, r.detail = cos
             return r
-        ratio, kept = diagnose.similarity(canon, fork_bytes)
-        r.similarity = round(ratio, 3)
-        if ratio < REPLACED_BELOW and kept < 0.5:  # not just our file with a lot added to it
+        sim = diagnose.similarity(canon, fork_bytes)
+        r.similarity = round(sim.ratio, 3)
+        if sim.ratio < REPLACED_BELOW and sim.kept < 0.5:  # not just our file with a lot added to it
             r.diagnosis = "replaced"
-            r.detail = f"replaced by an unrelated file ({round(100 * r.similarity)} % similar)"
+            r.detail = f"replaced by an unrelated file ({diagnose.percent(sim.ratio)} % similar)"
             return r
-        r.detail = f"content differs ({round(100 * r.similarity)} % similar)"
+        r.detail = f"content differs ({sim.describe()})"
         r.diff = diagnose.unified_diff(canon, fork_bytes, f"{self.tag.tag}:{rel}", f"fork:{f.path}")
         return r
 
@@ -172,13 +187,58 @@ class Comparator:
         f = listing.get(STAMP)
         if f is None:
             return None
-        return read_stamp(self.view.fetch(f), self.ms, _join(self.prefix, STAMP))
+        where = _join(self.prefix, STAMP)
+        if f.kind != "file":
+            what = f"a symlink to {f.target}" if f.kind == "symlink" else "not a regular file"
+            return unusable_stamp(f"{where} is {what} (not followed)")
+        if f.size > STAMP_MAX_BYTES:
+            return unusable_stamp(f"{where} is larger than {STAMP_MAX_BYTES >> 20} MiB (not read)")
+        return read_stamp(self.view.fetch(f, STAMP_MAX_BYTES), self.ms, where)
+
+    def _verifier_result(self, f: ForkFile | None, stamp: StampInfo | None) -> FileResult | None:
+        """The offline verifier is an owned file: its bytes must be the ones --sync writes for the release the
+        stamp names (the checked tag when there is no trustworthy stamp)."""
+        if f is None and stamp is None:
+            return None
+        release = self.ms.by_tag.get(stamp.doc["tag"]) if stamp is not None and not stamp.problems else None
+        release = release or self.tag
+        expected = verifier_gen.digest(release, self.kind)
+        fork_path = _join(self.prefix, VERIFIER)
+        if f is None:
+            return FileResult(VERIFIER, "missing", detail=f"the offline verifier --sync writes for {release.tag}",
+                              expected=expected, fork_path=fork_path)
+        entry = FileEntry(VERIFIER, verifier_gen.digest(release, "sha256"), verifier_gen.digest(release, "git"),
+                          len(verifier_gen.build(release)), "100755")
+        actual = None if f.kind != "file" or f.too_large else self.view.digest_of(f)
+        if actual == expected:
+            if f.mode != entry.mode:
+                return FileResult(VERIFIER, "mode", detail=f"mode {f.mode}, expected {entry.mode}",
+                                  expected=expected, actual=actual, fork_path=fork_path)
+            return FileResult(VERIFIER, "ok", expected=expected, actual=actual, fork_path=fork_path)
+        if actual is not None:
+            sha = self._sha256(f, actual)
+            older = [m.tag for m in self.ms.manifests if verifier_gen.digest(m, self.kind) == actual]
+            if older:
+                diag, detail = _matches(older, release, self.ms)
+                return FileResult(VERIFIER, "changed", diagnosis=diag, detail=f"{detail} (the verifier)",
+                                  expected=expected, actual=actual, fork_path=fork_path)
+            if sha in verifier_gen.LEGACY:
+                return FileResult(VERIFIER, "changed", diagnosis="older-verifier",
+                                  detail=f"written by {verifier_gen.LEGACY[sha]}, which trusts any stamp that adds "
+                                         f"up; --sync replaces it", expected=expected, actual=actual,
+                                  fork_path=fork_path)
+        r = self._diagnose_changed(VERIFIER, entry, f, actual, verifier_gen.build(release),
+                                   f"the verifier of {release.tag}")
+        if r.diagnosis == "content":
+            r.detail = f"not the verifier --sync writes for {release.tag} (edited or replaced): " + r.detail
+        return r
 
     def _vendors_our_layer(self, listing: dict[str, ForkFile], errors: list[FileResult]) -> bool:
         """Whether any file under the prefix is byte-equal to some released file (no stamp present)."""
         released = {e.digest(self.kind) for m in self.ms.manifests for e in m.files}
+        sizes = {e.size for m in self.ms.manifests for e in m.files}
         for rel, f in listing.items():
-            if f.kind == "other" or not (is_our_name(rel) or rel in self.tag.by_path):
+            if f.kind != "file" or f.size not in sizes or not (is_our_name(rel) or rel in self.tag.by_path):
                 continue
             d = self._digest(f, errors, rel)
             if d is not None and d in released:
@@ -186,13 +246,14 @@ class Comparator:
         return False
 
     def run(self, report: Report) -> Report:
-        listing, linked_dirs = self.view.list_under(self.prefix)
+        listing, blocked = self.view.list_under(self.prefix)
         if not self.prefix:  # the vendor root is the fork root: sync backups are not part of the layer
             listing = {p: f for p, f in listing.items() if not p.startswith(BACKUP_DIR + "/")}
         results: list[FileResult] = []
         errors: list[FileResult] = []
         missing: list[FileEntry] = []
         ours_digests: dict[str, tuple[str, str]] = {}  # rel -> (digest, mode) for stale detection
+        results.extend(getattr(self.view, "findings", lambda prefix: [])(self.prefix))
 
         stamp = self._load_stamp(listing)
         if stamp is not None:
@@ -209,6 +270,12 @@ class Comparator:
                                 f"{self.prefix or '.'} equals a file of any release (its own SM120 headers?); "
                                 f"--sync would replace them and refuses to")
             self.want_diff = False
+        try:
+            verifier = self._verifier_result(listing.get(VERIFIER), stamp)
+        except CannotCheck as e:
+            verifier = FileResult(VERIFIER, "error", detail=str(e), fork_path=_join(self.prefix, VERIFIER))
+        if verifier is not None:
+            results.append(verifier)
 
         for entry in self.tag.files:
             f = listing.get(entry.path)
@@ -216,12 +283,14 @@ class Comparator:
             if f is None:
                 missing.append(entry)
                 continue
-            actual = self._digest(f, errors, entry.path)
-            if actual is None:
+            actual = self._digest(f, errors, entry.path) if f.kind in ("file", "symlink") and not f.too_large \
+                else None
+            if actual is None and any(e.path == entry.path for e in errors):
                 continue
-            ours_digests[entry.path] = (actual, f.mode)
+            if actual is not None:
+                ours_digests[entry.path] = (actual, f.mode)
             expected = entry.digest(self.kind)
-            if actual == expected and (f.kind == "symlink") == (entry.mode == "120000"):
+            if actual == expected and (f.kind == "symlink") == (entry.mode == "120000") and not f.duplicate:
                 if f.mode != entry.mode:
                     results.append(FileResult(entry.path, "mode", detail=f"mode {f.mode}, expected {entry.mode}",
                                               expected=expected, actual=actual, fork_path=fork_path))
@@ -229,8 +298,12 @@ class Comparator:
                     results.append(FileResult(entry.path, "ok", expected=expected, actual=actual,
                                               fork_path=fork_path))
                 continue
+            if f.duplicate:
+                results.append(FileResult(entry.path, "changed", diagnosis="duplicate-member", detail=f.duplicate,
+                                          expected=expected, actual=actual, fork_path=fork_path))
+                continue
             patch = None
-            if stamp is not None and stamp.doc["patches"] and f.kind == "file":
+            if stamp is not None and stamp.doc["patches"] and f.kind == "file" and actual is not None:
                 sha = self._sha256(f, actual)
                 patch = stamp.patch_for(entry.path, sha, entry.sha256) if sha else None
             if patch is not None:
@@ -250,7 +323,7 @@ class Comparator:
             sizes = {e.size for e in missing}
             by_digest: dict[str, str] = {}
             for rel, f in sorted(others.items()):
-                if f.kind == "file" and f.size in sizes:
+                if f.kind == "file" and f.size in sizes and not f.too_large:
                     d = self._digest(f, errors, rel)
                     if d is not None:
                         by_digest.setdefault(d, rel)
@@ -262,11 +335,7 @@ class Comparator:
                                               expected=entry.digest(self.kind), actual=entry.digest(self.kind),
                                               fork_path=_join(self.prefix, rel)))
                 else:
-                    detail = None
-                    for d in linked_dirs:
-                        if d == "" or entry.path.startswith(d + "/"):
-                            detail = f"under {_join(self.prefix, d) or '.'}, a symlinked directory (not followed)"
-                    results.append(FileResult(entry.path, "missing", detail=detail,
+                    results.append(FileResult(entry.path, "missing", detail=_blocked_detail(entry.path, blocked),
                                               expected=entry.digest(self.kind),
                                               fork_path=_join(self.prefix, entry.path)))
 
@@ -275,12 +344,12 @@ class Comparator:
                 continue
             if stamp is None and not (rel in released or is_our_name(rel)):
                 continue  # without a stamp only files that look like ours are considered
-            actual = self._digest(f, errors, rel) if f.kind != "other" else None
+            actual = self._digest(f, errors, rel) if f.kind in ("file", "symlink") and not f.too_large else None
             if actual is not None:
                 ours_digests[rel] = (actual, f.mode)
             shipped = [m.tag for m in self.ms.manifests if rel in m.by_path]
             link = (f"; symlink to {f.target}" + (" (outside the fork)" if f.escapes else "")
-                    if f.kind == "symlink" else "")
+                    if f.kind == "symlink" else "") + (f"; {f.too_large}" if f.too_large else "")
             if stamp is not None and rel not in stamp.owned:
                 if shipped:
                     results.append(FileResult(rel, "extra", detail=f"not owned by the stamp, at a path "
@@ -314,6 +383,8 @@ class Comparator:
             return "unknown", None
         if all(r.status in IN_SYNC_STATUSES and not (r.status == "foreign" and r.drift) for r in results):
             return "in-sync", None
+        if any(r.diagnosis in UNSTALE for r in results):
+            return "drifted", None
         for m in reversed(self.ms.manifests):
             if m.tag == self.tag.tag or set(m.by_path) != set(ours):
                 continue
@@ -323,3 +394,10 @@ class Comparator:
                 return "drifted", None
         return "drifted", None
 
+
+def _blocked_detail(path: str, blocked: dict[str, str]) -> str | None:
+    """Why a missing file could not be looked for: a directory on its way that was not entered."""
+    for d, why in sorted(blocked.items(), key=lambda kv: -len(kv[0])):
+        if d == "" or path.startswith(d + "/"):
+            return f"{why} (not followed)"
+    return None

@@ -12,37 +12,41 @@ from dataclasses import dataclass
 from typing import Iterator, Protocol
 
 from .errors import CannotCheck
-from .hashing import sha256_bytes, sha256_file
+from .hashing import sha256_bytes, sha256_stream
+from .safefs import ForkRoot, UnsafePath
 
 
 @dataclass
 class ForkFile:
     path: str                 # POSIX path relative to the fork root
-    kind: str                 # "file" | "symlink" | "other"
+    kind: str                 # "file" | "symlink" | "hardlink" (tar) | "other"
     mode: str                 # git-style: 100644, 100755, 120000, or "" for other
     size: int
     target: str | None = None  # symlink target, as stored in the link
     escapes: bool = False      # symlink that resolves outside the fork root
     digest: str | None = None  # filled lazily (local) or from the listing (remote)
+    too_large: str | None = None  # why an archive member is not read (size or compression-ratio cap)
+    duplicate: str | None = None  # several archive members install to this path (detail)
 
 
 class ForkView(Protocol):
     digest_kind: str  # "sha256" or "git_blob_sha1"
     label: str
 
-    def list_under(self, prefix: str) -> tuple[dict[str, ForkFile], list[str]]:
-        """Entries under prefix keyed by path relative to it; plus symlinked directories."""
+    def list_under(self, prefix: str) -> tuple[dict[str, ForkFile], dict[str, str]]:
+        """Entries under prefix keyed by path relative to it; plus the prefix-relative directories that could
+        not be entered without following a link ("" for the prefix itself), each with the reason."""
 
     def iter_paths(self) -> Iterator[str]:
         """Every file path in the fork (for prefix detection)."""
 
     def digest_of(self, f: ForkFile) -> str: ...
 
-    def read(self, f: ForkFile) -> bytes | None:
-        """File bytes, or None when this view does not fetch contents."""
+    def read(self, f: ForkFile, limit: int | None = None) -> bytes | None:
+        """File bytes, or None when this view does not fetch contents or the file is larger than `limit`."""
 
-    def fetch(self, f: ForkFile) -> bytes | None:
-        """File bytes whenever the view can get them (a remote view downloads the blob)."""
+    def fetch(self, f: ForkFile, limit: int | None = None) -> bytes | None:
+        """File bytes whenever the view can get them (a remote view downloads the blob); None over `limit`."""
 
 
 def join_path(prefix: str, rel: str) -> str:
@@ -50,6 +54,8 @@ def join_path(prefix: str, rel: str) -> str:
 
 
 class LocalFork:
+    """A fork on disk. Every access goes through safefs.ForkRoot: nothing below the root is followed."""
+
     digest_kind = "sha256"
 
     def __init__(self, root: str):
@@ -57,60 +63,58 @@ class LocalFork:
             raise CannotCheck(f"fork path {root} does not exist")
         if not os.path.isdir(root):
             raise CannotCheck(f"fork path {root} is not a directory")
-        self.root = os.path.abspath(root)
-        self.real_root = os.path.realpath(root)
+        try:
+            self.fs = ForkRoot(root)
+        except OSError as e:
+            raise CannotCheck(f"cannot open fork {root}: {e.strerror or e}") from None
+        self.root = self.fs.path
         self.label = self.root
-
-    def _abs(self, rel: str) -> str:
-        return os.path.join(self.root, *rel.split("/")) if rel else self.root
 
     def _entry(self, rel: str, st: os.stat_result) -> ForkFile:
         if stat.S_ISLNK(st.st_mode):
-            target = os.readlink(self._abs(rel))
-            resolved = os.path.realpath(self._abs(rel))
-            inside = resolved == self.real_root or resolved.startswith(self.real_root + os.sep)
-            return ForkFile(rel, "symlink", "120000", len(os.fsencode(target)), target, not inside)
+            try:
+                target = self.fs.readlink(rel)
+            except OSError:
+                target = ""
+            return ForkFile(rel, "symlink", "120000", len(os.fsencode(target)), target, link_escapes(rel, target,
+                                                                                                  self.root))
         if stat.S_ISREG(st.st_mode):
             mode = "100755" if st.st_mode & stat.S_IXUSR else "100644"
             return ForkFile(rel, "file", mode, st.st_size)
         return ForkFile(rel, "other", "", 0)
 
-    def list_under(self, prefix: str) -> tuple[dict[str, ForkFile], list[str]]:
-        base = self._abs(prefix)
-        if os.path.islink(base):
-            return {}, [""]
-        if not os.path.isdir(base):
-            return {}, []
+    def list_under(self, prefix: str) -> tuple[dict[str, ForkFile], dict[str, str]]:
+        try:
+            st = self.fs.lstat(prefix)
+        except UnsafePath as e:
+            return {}, {"": f"on the way to the vendor root, {e.component} is {e.why}"}
+        except OSError as e:
+            raise CannotCheck(f"cannot list {prefix or '.'}: {e.strerror or e}") from None
+        if st is None:
+            return {}, {}
+        if stat.S_ISLNK(st.st_mode):
+            return {}, {"": f"under {prefix}, a symlinked directory"}
+        if not stat.S_ISDIR(st.st_mode):
+            return {}, {"": f"{prefix} is not a directory"}
         files: dict[str, ForkFile] = {}
-        linked_dirs: list[str] = []
-        stack = [""]
-        while stack:
-            rel_dir = stack.pop()
-            try:
-                it = os.scandir(os.path.join(base, *rel_dir.split("/")) if rel_dir else base)
-            except OSError as e:
-                raise CannotCheck(f"cannot list {join_path(prefix, rel_dir) or '.'}: {e.strerror}") from None
-            with it:
-                for de in it:
-                    rel = f"{rel_dir}/{de.name}" if rel_dir else de.name
-                    if de.name == ".git" and not rel_dir:
-                        continue
-                    st = de.stat(follow_symlinks=False)
-                    if stat.S_ISDIR(st.st_mode):
-                        stack.append(rel)
-                        continue
-                    if stat.S_ISLNK(st.st_mode) and os.path.isdir(de.path):
-                        linked_dirs.append(rel)
-                    files[rel] = self._entry(join_path(prefix, rel), st)
-        return files, linked_dirs
+        blocked: dict[str, str] = {}
+        pre = f"{prefix}/" if prefix else ""
+        try:
+            for path, st in self.fs.walk(prefix, skip=lambda p: p == pre + ".git"):
+                rel = path[len(pre):]
+                if stat.S_ISLNK(st.st_mode):
+                    blocked[rel] = f"under {path}, a symlinked directory"
+                files[rel] = self._entry(path, st)
+        except (OSError, UnsafePath) as e:
+            raise CannotCheck(f"cannot list {prefix or '.'}: {getattr(e, 'strerror', None) or e}") from None
+        return files, blocked
 
     def iter_paths(self) -> Iterator[str]:
-        for dirpath, dirnames, filenames in os.walk(self.root, followlinks=False):
-            dirnames[:] = [d for d in dirnames if d != ".git"]
-            rel_dir = os.path.relpath(dirpath, self.root)
-            rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/")
-            for name in filenames:
-                yield f"{rel_dir}/{name}" if rel_dir else name
+        try:
+            for path, _ in self.fs.walk("", skip=lambda p: p.rsplit("/", 1)[-1] == ".git"):
+                yield path
+        except (OSError, UnsafePath) as e:
+            raise CannotCheck(f"cannot list the fork: {getattr(e, 'strerror', None) or e}") from None
 
     def digest_of(self, f: ForkFile) -> str:
         if f.digest is None:
@@ -118,19 +122,36 @@ class LocalFork:
                 f.digest = sha256_bytes(os.fsencode(f.target or ""))
             else:
                 try:
-                    f.digest = sha256_file(self._abs(f.path))
-                except OSError as e:
-                    raise CannotCheck(f"cannot read {f.path}: {e.strerror or e}") from None
+                    with self.fs.open_read(f.path) as fh:
+                        f.digest = sha256_stream(fh)
+                except (OSError, UnsafePath) as e:
+                    raise CannotCheck(f"cannot read {f.path}: {getattr(e, 'strerror', None) or e}") from None
         return f.digest
 
-    def fetch(self, f: ForkFile) -> bytes | None:
-        return self.read(f)
+    def fetch(self, f: ForkFile, limit: int | None = None) -> bytes | None:
+        return self.read(f, limit)
 
-    def read(self, f: ForkFile) -> bytes | None:
+    def read(self, f: ForkFile, limit: int | None = None) -> bytes | None:
+        """The file's bytes; None when it is larger than `limit` (never read past it)."""
         if f.kind == "symlink":
             return os.fsencode(f.target or "")
         try:
-            with open(self._abs(f.path), "rb") as fh:
-                return fh.read()
-        except OSError as e:
-            raise CannotCheck(f"cannot read {f.path}: {e.strerror or e}") from None
+            return self.fs.read_bytes(f.path, limit)
+        except OverflowError:
+            return None
+        except (OSError, UnsafePath) as e:
+            raise CannotCheck(f"cannot read {f.path}: {getattr(e, 'strerror', None) or e}") from None
+
+
+def link_escapes(rel: str, target: str, root: str) -> bool:
+    """Whether a link at fork-relative `rel` names something outside the fork, decided from the link text alone
+    (nothing is resolved: an intermediate link in the target is not followed either)."""
+    if os.path.isabs(target):
+        t = os.path.normpath(target)
+        return not (t == root or t.startswith(root.rstrip(os.sep) + os.sep))
+    depth = len(rel.split("/")) - 1
+    for part in target.replace("\\", "/").split("/"):
+        depth += -1 if part == ".." else (0 if part in ("", ".") else 1)
+        if depth < 0:
+            return True
+    return False

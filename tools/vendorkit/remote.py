@@ -12,6 +12,7 @@ import re
 from typing import Iterator
 
 from .errors import CannotCheck, UsageError
+from .archive import install_path
 from .forkview import ForkFile
 from .github import GitHubClient, NotFound
 
@@ -30,10 +31,22 @@ def _slim_commit(data):
     return {"sha": data["sha"], "tree": data["commit"]["tree"]["sha"]}
 
 
+_OID = re.compile(r"^[0-9a-f]{40}$")
+
+
+def _tree_entry(e: dict) -> dict:
+    """One tree entry with the types git gives it; a TypeError (an "unexpected answer") otherwise."""
+    out = {"path": e["path"], "mode": e["mode"], "type": e["type"], "sha": e["sha"], "size": e.get("size", 0) or 0}
+    if not (isinstance(out["path"], str) and isinstance(out["mode"], str) and out["type"] in ("blob", "tree", "commit")
+            and isinstance(out["sha"], str) and _OID.match(out["sha"]) and isinstance(out["size"], int)
+            and out["size"] >= 0):
+        raise TypeError("malformed tree entry")
+    return out
+
+
 def _slim_tree(data):
     return {"sha": data["sha"], "truncated": bool(data.get("truncated")),
-            "tree": [{"path": e["path"], "mode": e["mode"], "type": e["type"], "sha": e["sha"],
-                      "size": e.get("size", 0)} for e in data["tree"]]}
+            "tree": [_tree_entry(e) for e in data["tree"]]}
 
 
 def _entry(path: str, e: dict) -> ForkFile | None:
@@ -43,7 +56,7 @@ def _entry(path: str, e: dict) -> ForkFile | None:
         return ForkFile(path, "other", "160000", 0, digest=e["sha"])
     mode = e["mode"]
     kind = "symlink" if mode == "120000" else "file"
-    return ForkFile(path, kind, mode, int(e.get("size") or 0), digest=e["sha"])
+    return ForkFile(path, kind, mode, e["size"], digest=e["sha"])
 
 
 class RemoteFork:
@@ -64,16 +77,27 @@ class RemoteFork:
         self.truncated = root["truncated"]
         self._files: dict[str, ForkFile] = {}
         self._dirs: set[str] = set()
+        self._unsafe: dict[str, str] = {}
         self._add(root["tree"], "")
 
     def _add(self, entries: list[dict], base: str) -> None:
         for e in entries:
-            path = f"{base}/{e['path']}" if base else e["path"]
+            raw = f"{base}/{e['path']}" if base else e["path"]
+            path, unsafe = install_path(raw) if isinstance(raw, str) else (None, "not a string")
+            if unsafe or path != raw:  # git never stores such names; a server that sends them is not git
+                self._unsafe[str(raw)] = unsafe or f"not a canonical path (would be {path})"
+                continue
             if e["type"] == "tree":
                 self._dirs.add(path)
             f = _entry(path, e)
             if f is not None:
                 self._files[path] = f
+
+    def findings(self, prefix: str) -> list:
+        from .compare import FileResult
+
+        return [FileResult(raw, "unsafe", diagnosis="unsafe-member", detail=f"tree entry: {why}", fork_path=raw)
+                for raw, why in sorted(self._unsafe.items())]
 
     def _tree(self, sha: str, recursive: bool) -> dict:
         params = {"recursive": "1"} if recursive else None
@@ -100,12 +124,12 @@ class RemoteFork:
             stack += [(e["sha"], f"{base}/{e['path']}" if base else e["path"])
                       for e in level["tree"] if e["type"] == "tree"]
 
-    def list_under(self, prefix: str) -> tuple[dict[str, ForkFile], list[str]]:
+    def list_under(self, prefix: str) -> tuple[dict[str, ForkFile], dict[str, str]]:
         if self.truncated:
             self._complete_under(prefix)
             self.truncated = False
         pre = f"{prefix}/" if prefix else ""
-        return {p[len(pre):]: f for p, f in self._files.items() if p.startswith(pre)}, []
+        return {p[len(pre):]: f for p, f in self._files.items() if p.startswith(pre)}, {}
 
     def iter_paths(self) -> Iterator[str]:
         if self.truncated:
@@ -116,17 +140,24 @@ class RemoteFork:
     def digest_of(self, f: ForkFile) -> str:
         return f.digest or ""
 
-    def read(self, f: ForkFile) -> bytes | None:
-        return self.fetch(f) if self.want_blobs else None
+    def read(self, f: ForkFile, limit: int | None = None) -> bytes | None:
+        return self.fetch(f, limit) if self.want_blobs else None
 
-    def fetch(self, f: ForkFile) -> bytes | None:
-        """One blob request: diagnoses (cosmetic vs content), stamps and patches need the bytes."""
-        if f.kind not in ("file", "symlink"):
+    def fetch(self, f: ForkFile, limit: int | None = None) -> bytes | None:
+        """One blob request: diagnoses (cosmetic vs content), stamps and patches need the bytes. None for a blob
+        the tree says is larger than `limit` (not requested)."""
+        if f.kind not in ("file", "symlink") or (limit is not None and f.size > limit):
             return None
         data = self.client.get(f"{self._base}/git/blobs/{f.digest}", conditional=False)
         if data.get("encoding") != "base64":
             raise CannotCheck(f"unexpected blob encoding for {f.path}")
-        return base64.b64decode(data["content"])
+        try:
+            blob = base64.b64decode(data["content"])
+        except (ValueError, TypeError, KeyError):
+            raise CannotCheck(f"malformed blob for {f.path}") from None
+        if limit is not None and len(blob) > limit:
+            return None
+        return blob
 
 
 def open_remote_fork(spec: str, api_url: str | None = None, want_blobs: bool = False,

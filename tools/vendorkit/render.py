@@ -1,9 +1,15 @@
-"""Report rendering: text for people, JSON for machines (schema_version 2), markdown for PRs/issues. Text and
-markdown cap each diff (--diff-lines); JSON keeps every fact, full diffs included."""
+"""Report rendering: text for people, JSON for machines (schema_version 2), markdown for PRs and issues.
+
+Every string a fork controls (paths, link targets, stamp tags and reasons, diff lines, messages quoting them)
+goes through vendorkit.inert: text output escapes control and invisible characters, markdown puts such strings
+only inside code spans or fenced blocks, JSON escapes through the encoder. Diffs are capped at --diff-lines in
+every format (lines cut at limits.DIFF_LINE_CHARS) unless --full-diffs lifts the line cap.
+"""
 from __future__ import annotations
 
 import json
 
+from . import inert
 from .compare import Report
 from .diagnose import DEFAULT_DIFF_LINES, capped
 
@@ -15,45 +21,52 @@ def _summary(r: Report) -> str:
     return ", ".join(f"{v} {k}" for k, v in c.items()) or "no files"
 
 
-def _headline(r: Report) -> str:
-    if r.mode == "self":
-        return f"self-check of {r.target} against {r.tag or 'no release'}"
-    return f"fork {r.target} (prefix {r.prefix or '.'}) against {r.tag}"
-
-
-def _stamp_line(r: Report) -> str | None:
+def _stamp_line(r: Report, q) -> str | None:
     if not r.stamp:
         return None
     n = len(r.stamp["patches"])
-    return (f"stamp: written for {r.stamp['tag']}, owns {r.stamp['owned']} files"
+    return (f"stamp: written for {q(r.stamp['tag'])}, owns {r.stamp['owned']} files"
             + (f", {n} pinned patch{'es' if n != 1 else ''}" if n else ""))
 
 
-def to_text(r: Report, verbose: bool = False, diff_lines: int = DEFAULT_DIFF_LINES) -> str:
-    out = [f"check_vendor: {_headline(r)}"]
-    if _stamp_line(r):
-        out.append(_stamp_line(r))
+def to_text(r: Report, verbose: bool = False, diff_lines: int | None = DEFAULT_DIFF_LINES) -> str:
+    t = inert.text
+    head = (f"self-check of {t(r.target)} against {r.tag or 'no release'}" if r.mode == "self" else
+            f"fork {t(r.target)} (prefix {t(r.prefix or '.')}) against {r.tag}")
+    out = [f"check_vendor: {head}"]
+    if _stamp_line(r, t):
+        out.append(_stamp_line(r, t))
     for f in r.files:
         if f.status == "ok" and not verbose:
             continue
-        line = f"  {f.status:<8} {f.path}"
+        line = f"  {f.status:<8} {t(f.path)}"
         if f.diagnosis:
-            line += f"  [{f.diagnosis}]"
+            line += f"  [{t(f.diagnosis)}]"
         if f.detail:
-            line += f"  {f.detail}"
+            line += f"  {t(f.detail)}"
         out.append(line)
-        if f.diff and diff_lines > 0:
-            out.extend("      " + ln for ln in capped(f.diff, diff_lines).rstrip("\n").splitlines())
-    for n in r.notes:
-        out.append(f"note: {n}")
-    for e in r.errors:
-        out.append(f"error: {e}")
+        if f.diff and diff_lines != 0:
+            shown, cut = capped(f.diff, diff_lines)
+            out.extend("      " + t(ln) for ln in shown.rstrip("\n").split("\n"))
+            if cut:
+                out.append(f"      ... diff truncated: {cut} more lines (--diff-lines N, --full-diffs)")
+    out += [f"note: {t(n)}" for n in r.notes]
+    out += [f"error: {t(e)}" for e in r.errors]
     verdict = r.verdict + (f" (identical to {r.stale_tag})" if r.stale_tag else "")
     out.append(f"verdict: {verdict} ({_summary(r)})")
     return "\n".join(out) + "\n"
 
 
-def to_json(r: Report) -> str:
+def to_json(r: Report, diff_lines: int | None = DEFAULT_DIFF_LINES) -> str:
+    files = []
+    for f in r.files:
+        d = f.as_dict()
+        d["diff_truncated"] = 0
+        if f.diff and diff_lines == 0:
+            d["diff"], d["diff_truncated"] = None, f.diff.count("\n")
+        elif f.diff:
+            d["diff"], d["diff_truncated"] = capped(f.diff, diff_lines)
+        files.append(d)
     doc = {
         "schema_version": JSON_SCHEMA_VERSION,
         "mode": r.mode,
@@ -65,7 +78,7 @@ def to_json(r: Report) -> str:
         "stale_tag": r.stale_tag,
         "exit_code": r.exit_code,
         "counts": r.counts(),
-        "files": [f.as_dict() for f in r.files],
+        "files": files,
         "notes": r.notes,
         "errors": r.errors,
         "stamp": r.stamp,
@@ -73,32 +86,35 @@ def to_json(r: Report) -> str:
     return json.dumps(doc, indent=2, sort_keys=False) + "\n"
 
 
-def _md(s: str | None) -> str:
-    return (s or "").replace("|", "\\|").replace("\n", " ")
-
-
-def to_markdown(r: Report, diff_lines: int = DEFAULT_DIFF_LINES) -> str:
+def to_markdown(r: Report, diff_lines: int | None = DEFAULT_DIFF_LINES) -> str:
+    c = inert.md_code
     verdict = r.verdict + (f" (identical to `{r.stale_tag}`)" if r.stale_tag else "")
-    out = [f"### check_vendor: {_md(_headline(r))}", "", f"**Verdict: {verdict}** — {_summary(r)}", ""]
-    if _stamp_line(r):
-        out += [_md(_stamp_line(r)), ""]
+    head = (f"self-check of {c(r.target, False)} against {r.tag or 'no release'}" if r.mode == "self" else
+            f"fork {c(r.target, False)} (prefix {c(r.prefix or '.', False)}) against {r.tag}")
+    out = [f"### check_vendor: {head}", "", f"**Verdict: {verdict}** — {_summary(r)}", ""]
+    if _stamp_line(r, lambda s: c(s, False)):
+        out += [_stamp_line(r, lambda s: c(s, False)), ""]
     rows = [f for f in r.files if f.status != "ok"]
     if rows:
         out += ["| status | path | diagnosis | detail |", "|---|---|---|---|"]
-        out += [f"| {f.status} | `{_md(f.path)}` | {_md(f.diagnosis)} | {_md(f.detail)} |" for f in rows]
+        out += [f"| {f.status} | {c(f.path)} | {c(f.diagnosis)} | {c(f.detail)} |" for f in rows]
         out.append("")
         for f in rows:
-            if f.diff and diff_lines > 0:
-                out += [f"<details><summary>diff of <code>{f.path}</code></summary>", "", "```diff",
-                        capped(f.diff, diff_lines).rstrip("\n"), "```", "</details>", ""]
-    out += [f"- note: {_md(n)}" for n in r.notes]
-    out += [f"- error: {_md(e)}" for e in r.errors]
+            if f.diff and diff_lines != 0:
+                shown, cut = capped(f.diff, diff_lines)
+                out += [f"<details><summary>diff of <code>{inert.html(f.path)}</code></summary>", "",
+                        *inert.md_fence(shown.rstrip("\n"), "diff")]
+                if cut:
+                    out.append(f"... diff truncated: {cut} more lines")
+                out += ["</details>", ""]
+    out += [f"- note: {c(n, False)}" for n in r.notes]
+    out += [f"- error: {c(e, False)}" for e in r.errors]
     return "\n".join(out).rstrip("\n") + "\n"
 
 
-def render(r: Report, fmt: str, verbose: bool = False, diff_lines: int = DEFAULT_DIFF_LINES) -> str:
+def render(r: Report, fmt: str, verbose: bool = False, diff_lines: int | None = DEFAULT_DIFF_LINES) -> str:
     if fmt == "json":
-        return to_json(r)
+        return to_json(r, diff_lines)
     if fmt == "markdown":
         return to_markdown(r, diff_lines)
     return to_text(r, verbose, diff_lines)
@@ -106,4 +122,4 @@ def render(r: Report, fmt: str, verbose: bool = False, diff_lines: int = DEFAULT
 
 def error_markdown(message: str, exit_code: int) -> str:
     """What --format markdown prints when the check cannot run, so a CI job summary is never empty."""
-    return f"### check_vendor: could not check\n\n**Exit {exit_code}**: {_md(message)}\n"
+    return f"### check_vendor: could not check\n\n**Exit {exit_code}**: {inert.md_code(message, False)}\n"

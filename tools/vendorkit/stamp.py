@@ -7,14 +7,13 @@ import os
 import sys
 from dataclasses import dataclass
 
-from .manifest import ManifestSet
+from .manifest import Manifest, ManifestSet
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import sm120_vendor_verify as verifier  # noqa: E402
 
 STAMP, VERIFIER = verifier.STAMP, verifier.VERIFIER
 BACKUP_DIR = verifier.BACKUP_DIR  # --force / owned-edit backups, at the fork root; never part of the layer
-VERIFIER_SOURCE = os.path.abspath(verifier.__file__)
 
 
 @dataclass
@@ -31,15 +30,20 @@ class StampInfo:
                 "problems": self.problems}
 
 
+def unusable_stamp(problem: str) -> StampInfo:
+    """A stamp that could not be read or parsed: one finding, nothing owned, no patches."""
+    return StampInfo({"tag": "?", "patches": [], "files": []}, {}, [problem])
+
+
 def read_stamp(data: bytes | None, ms: ManifestSet, where: str) -> StampInfo:
     """Parse and validate a stamp against the manifest of the tag it names. An unreadable or malformed stamp is
     itself a finding (drift), never a crash."""
     if data is None:
-        return StampInfo({"tag": "?", "patches": [], "files": []}, {}, [f"{where}: could not be read"])
+        return unusable_stamp(f"{where}: could not be read")
     try:
         doc = verifier.parse_stamp(data.decode("utf-8", errors="replace"), where)
     except verifier.VerifyError as e:
-        return StampInfo({"tag": "?", "patches": [], "files": []}, {}, [str(e)])
+        return unusable_stamp(str(e))
     m = ms.by_tag.get(doc["tag"])
     if m is None:
         problems = [f"the stamp names {doc['tag']}, which is not a release"]
@@ -50,8 +54,10 @@ def read_stamp(data: bytes | None, ms: ManifestSet, where: str) -> StampInfo:
     return StampInfo(doc, owned, problems)
 
 
-def stamp_text(tag, patches: list[dict] | None = None) -> str:
-    """The stamp --sync writes for manifest `tag` (every released file owned), keeping pinned patches."""
-    with open(VERIFIER_SOURCE, "rb") as fh:
-        vsha = verifier.hashlib.sha256(fh.read()).hexdigest()
-    return verifier.make_stamp(tag.tag, {e.path: e.sha256 for e in tag.files}, patches, vsha)
+def stamp_text(tag: Manifest, patches: list[dict] | None = None) -> str:
+    """The stamp --sync writes for manifest `tag` (every released file owned), keeping pinned patches; it records
+    the sha256 of the verifier generated for that release."""
+    from . import verifier_gen
+
+    return verifier.make_stamp(tag.tag, {e.path: e.sha256 for e in tag.files}, patches,
+                               verifier_gen.digest(tag, "sha256"))

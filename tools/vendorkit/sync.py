@@ -1,34 +1,49 @@
-"""--sync: bring a local fork to a tag without losing anything the fork wrote.
+"""--sync: bring a local fork to a tag without losing anything the fork wrote, all or nothing.
 
-It overwrites only files whose bytes equal some release (stale copies) or that the stamp owns (an unpinned edit
-of an owned file is copied to the backup directory first);
-deletes only files an older release shipped with exactly those bytes (or renamed copies of a release file);
-and refuses anything else (a local edit, a pinned patch, a fork that does not vendor this layer), naming the
-files and how to proceed: --force (after a backup copy outside the vendor root) or pinning the edit as a patch.
-After writing it records the stamp and the offline verifier in the vendor root. Every write is atomic."""
+plan()      decides per file from the comparison report: overwrite only bytes some release shipped or files the
+            stamp owns (an unpinned edit of an owned file is backed up first); delete only files an older release
+            shipped with exactly those bytes (or renamed copies of a release file); refuse anything else, naming
+            the files and the ways on. It also plans the verifier and the stamp.
+preflight() checks the whole plan against the fork before anything is written: every directory on every
+            target's way and the backup directory (no link is followed, so any link there is a refusal), every
+            target's type, and that it still holds the bytes the comparison saw; it loads every byte to write.
+            --dry-run prints exactly this checked plan; a plan with a refusal writes nothing.
+apply()     carries the plan out as a transaction: each replaced or deleted entry is first renamed aside in its
+            own directory and checked again; a failure at any step (disk full, a file changed meanwhile) undoes
+            every step in reverse, so the fork ends as it was or as the release, never in between.
+All file system access goes through safefs.ForkRoot.
+"""
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
+import stat
 import time
 from dataclasses import dataclass
 from typing import Callable
 
+from . import verifier_gen
 from .compare import Report
 from .errors import CannotCheck
 from .forkview import LocalFork
-from .hashing import sha256_bytes
+from .hashing import sha256_bytes, sha256_stream
 from .manifest import FileEntry, Manifest, ManifestSet
-from .stamp import BACKUP_DIR, STAMP, VERIFIER, VERIFIER_SOURCE, stamp_text
+from .safefs import ForkRoot, UnsafePath
+from .stamp import BACKUP_DIR, STAMP, VERIFIER, stamp_text
+
+ABSENT, OTHER = "absent", "other"  # entry states besides a sha256 (of a file's bytes or a link's target)
 
 
 @dataclass
 class Action:
-    verb: str        # write | chmod | delete | keep | refuse
-    path: str        # fork-relative path
+    verb: str                  # write | chmod | delete | keep | refuse
+    path: str                  # fork-relative path
     why: str
-    backup: bool = False   # --force: copy the fork's bytes aside first
+    backup: bool = False       # copy the fork's bytes to the backup directory first
+    expect: str | None = None  # what the comparison saw there (ABSENT, OTHER or a sha256); None: not known
+    mode: str = "100644"       # write / chmod: the git mode to leave
+    data: bytes | None = None  # write: the bytes (loaded by preflight for release files)
+    entry: FileEntry | None = None
+    backup_unless: frozenset = frozenset()  # no backup when the old bytes have one of these sha256 digests
 
 
 def plan(report: Report, ms: ManifestSet, tag: Manifest, force: bool = False,
@@ -36,56 +51,80 @@ def plan(report: Report, ms: ManifestSet, tag: Manifest, force: bool = False,
     acts: list[Action] = []
     prefix = report.prefix or ""
     join = (lambda rel: f"{prefix}/{rel}") if prefix else (lambda rel: rel)
-    pinned = {p["path"] for p in (report.stamp or {}).get("patches", [])}
+    patches = (report.stamp or {}).get("patches", []) if report.owned else []
+    pinned = {p["path"]: p for p in patches}
     not_vendored = report.verdict == "not-vendored"
     for f in report.files:
         path = join(f.path)
+        entry = tag.by_path.get(f.path)
+        here = f.actual if f.actual is not None and report.digest_kind == "sha256" else None
+        if f.path == STAMP:
+            continue  # planned below, with the verifier
+        if f.path == VERIFIER:
+            continue  # planned below
         if f.status == "missing":
-            acts.append(Action("write", path, "missing"))
+            acts.append(Action("write", path, "missing", expect=ABSENT, entry=entry))
         elif f.status == "renamed":
-            acts.append(Action("write", path, f"missing; {f.detail}"))
-            acts.append(Action("delete", f.fork_path, f"renamed copy of {f.path} (same bytes as the release)"))
-        elif f.status == "changed" and f.path == STAMP:
-            acts.append(Action("write", path, f"stamp: {f.detail}"))
+            acts.append(Action("write", path, f"missing; {f.detail}", expect=ABSENT, entry=entry))
+            acts.append(Action("delete", f.fork_path, f"renamed copy of {f.path} (same bytes as the release)",
+                               expect=f.actual if report.digest_kind == "sha256" else None))
         elif f.status == "changed":
             released = (f.diagnosis or "").startswith("matches v")
             why = "changed" + (f" ({f.diagnosis})" if f.diagnosis else "")
             if released and not not_vendored:
-                acts.append(Action("write", path, why + ": a released version, nothing of the fork's is lost"))
+                acts.append(Action("write", path, why + ": a released version, nothing of the fork's is lost",
+                                   expect=here, entry=entry))
             elif f.path in pinned and drop_patches:
-                acts.append(Action("write", path, "pinned patch dropped (--drop-patches)", backup=True))
+                acts.append(Action("write", path, "pinned patch dropped (--drop-patches)", backup=True, expect=here,
+                                   entry=entry))
             elif f.path in pinned:
-                acts.append(Action("refuse", path, f"{why}: a pinned patch made for another release; re-apply "
-                                                   f"and re-pin it, or pass --drop-patches"))
+                again = entry is not None and pinned[f.path]["base_sha256"] == entry.sha256
+                acts.append(Action("refuse", path, f"{why}: edited again after it was pinned; pin it again, or pass "
+                                                   f"--drop-patches" if again else
+                                   f"{why}: pinned against another release's bytes, and {tag.tag} changes the "
+                                   f"file; re-apply the edit and pin it again, or pass --drop-patches"))
             elif f.path in report.owned and not not_vendored:
                 acts.append(Action("write", path, why + ": owned by the stamp; the edit is backed up first",
-                                   backup=True))
+                                   backup=True, expect=here, entry=entry))
             elif force:
-                acts.append(Action("write", path, why + " (--force)", backup=True))
+                acts.append(Action("write", path, why + " (--force)", backup=True, expect=here, entry=entry))
             else:
                 acts.append(Action("refuse", path, why + ": the fork's own bytes"))
         elif f.status == "patched":
             if drop_patches:
-                acts.append(Action("write", path, "pinned patch dropped (--drop-patches)", backup=True))
+                acts.append(Action("write", path, "pinned patch dropped (--drop-patches)", backup=True, expect=here,
+                                   entry=entry))
             else:
                 acts.append(Action("keep", path, f"pinned patch ({f.detail})"))
         elif f.status == "mode":
-            acts.append(Action("chmod", path, f.detail or "mode"))
+            acts.append(Action("chmod", path, f.detail or "mode", expect=here, mode=entry.mode if entry else "100644"))
         elif f.status == "extra":
             owners = ms.releases_with(f.path, f.actual or "", report.digest_kind)
             dropped = [m.tag for m in ms.manifests if f.path in m.by_path]
             if owners and not not_vendored:
-                acts.append(Action("delete", path, f"shipped by {owners[-1]}, dropped in {tag.tag}"))
+                acts.append(Action("delete", path, f"shipped by {owners[-1]}, dropped in {tag.tag}", expect=here))
             elif dropped:
                 acts.append(Action("keep", path, "a release shipped this path but the fork edited it"))
             else:
                 acts.append(Action("keep", path, "no release owns it"))
         elif f.status == "foreign":
             acts.append(Action("keep", path, "foreign: the stamp does not own it"))
+        elif f.status in ("error",):
+            acts.append(Action("refuse", path, f"could not be read: {f.detail}"))
     if not_vendored and not force:
-        acts = [a for a in acts if a.verb in ("keep", "refuse")] + [
+        return [a for a in acts if a.verb in ("keep", "refuse")] + [
             Action("refuse", prefix or ".", "the fork does not vendor this layer (no file equals a release): "
                                             "syncing would replace its own headers")]
+    written = {a.path for a in acts if a.verb == "write"}
+    kept = [p for p in patches if join(p["path"]) not in written and p["path"] in tag.by_path
+            and tag.by_path[p["path"]].sha256 == p.get("base_sha256")]
+    stamp_bad = any(f.path == STAMP for f in report.files)
+    # the verifier's old bytes are backed up unless they are a verifier some check_vendor wrote
+    known = {verifier_gen.digest(m, "sha256") for m in ms.manifests} | set(verifier_gen.LEGACY)
+    acts.append(Action("write", join(VERIFIER), f"the offline verifier for {tag.tag}", backup=True,
+                       mode="100755", data=verifier_gen.build(tag), backup_unless=frozenset(known)))
+    acts.append(Action("write", join(STAMP), f"stamp for {tag.tag}", backup=stamp_bad,
+                       data=stamp_text(tag, kept).encode()))
     return acts
 
 
@@ -93,95 +132,252 @@ def refusals(acts: list[Action]) -> list[Action]:
     return [a for a in acts if a.verb == "refuse"]
 
 
-def how_to_proceed(fork_label: str, refused: list[Action]) -> list[str]:
-    return [f"  refused  {a.path}  ({a.why})" for a in refused] + [
-        "nothing was written. To proceed, either",
-        f"  pin a reviewed edit:  python tools/check_vendor.py pin --fork {fork_label} PATH --reason TEXT "
-        "[--upstream URL]",
-        f"  or overwrite:         --sync --force (copies the fork's bytes to {BACKUP_DIR}/<time>/ first)"
-        + ("; --drop-patches replaces pinned patches" if any("pinned patch" in a.why for a in refused) else "")]
+def how_to_proceed(fork_label: str, refused: list[Action], has_stamp: bool) -> list[str]:
+    """The refused files and only the ways on that would get past them."""
+    lines = [f"  refused  {a.path}  ({a.why})" for a in refused] + ["nothing was written. To proceed:"]
+    whys = " ".join(a.why for a in refused)
+    if "pinned" in whys:
+        lines.append("  a pinned file: pin the current bytes again (python tools/check_vendor.py pin --fork "
+                     f"{fork_label} PATH --reason TEXT), or replace it with --sync --drop-patches")
+    if "the fork's own bytes" in whys:
+        if has_stamp:
+            lines.append(f"  keep a reviewed edit:  python tools/check_vendor.py pin --fork {fork_label} PATH "
+                         "--reason TEXT [--upstream URL]")
+        else:
+            lines.append("  keep a reviewed edit: pinning needs the stamp --sync writes, so run --sync --force "
+                         "(it backs the edit up), re-apply it and pin it: python tools/check_vendor.py pin "
+                         f"--fork {fork_label} PATH --reason TEXT")
+    if "the fork's own bytes" in whys or "does not vendor" in whys:
+        lines.append(f"  or overwrite:  --sync --force (copies the fork's bytes to {BACKUP_DIR}/<time>/ first)")
+    if "not followed" in whys or "where a file belongs" in whys or "changed while" in whys:
+        lines.append("  a link or a directory in the way: replace it with a real directory (or remove it) in the "
+                     "fork and run again; --sync never writes through a link")
+    return lines
 
 
-def _inside(root_real: str, path: str) -> bool:
-    real = os.path.realpath(path)
-    return real == root_real or real.startswith(root_real + os.sep)
+# ---------------------------------------------------------------- preflight: the whole plan, checked
+
+def state(fs: ForkRoot, rel: str) -> str:
+    """ABSENT, OTHER, or the sha256 of a regular file's bytes / a link's target (what FileResult.actual holds)."""
+    st = fs.lstat(rel)
+    if st is None:
+        return ABSENT
+    if stat.S_ISLNK(st.st_mode):
+        return sha256_bytes(os.fsencode(fs.readlink(rel)))
+    if stat.S_ISREG(st.st_mode):
+        with fs.open_read(rel) as fh:
+            return sha256_stream(fh)
+    return OTHER
 
 
-def _atomic_write(dest: str, data: bytes, mode: str) -> None:
-    parent = os.path.dirname(dest)
-    os.makedirs(parent, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=parent, prefix=".sm120-sync-")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o755 if mode == "100755" else 0o644)
-        os.replace(tmp, dest)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _backup(fork: LocalFork, path: str, stamp_time: str, log: Callable[[str], None]) -> None:
-    src = os.path.join(fork.root, *path.split("/"))
-    if not os.path.lexists(src):
-        return
-    dst = os.path.join(fork.root, BACKUP_DIR, stamp_time, *path.split("/"))
-    os.makedirs(os.path.dirname(dst), exist_ok=True)
-    shutil.copy2(src, dst, follow_symlinks=False)
-    log(f"  backup   {path} -> {os.path.relpath(dst, fork.root)}")
-
-
-def apply(acts: list[Action], fork: LocalFork, tag: Manifest, prefix: str,
-          canonical: Callable[[FileEntry], bytes | None], log: Callable[[str], None],
-          patches: list[dict] | None = None) -> None:
-    """Carry out a plan with no refusals, then write the stamp and the verifier into the vendor root."""
-    assert not refusals(acts), "apply() needs a plan without refusals"
+def _backup_root(fs: ForkRoot) -> str:
     when = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    name, n = f"{BACKUP_DIR}/{when}", 1
+    while fs.lstat(name) is not None:
+        n += 1
+        name = f"{BACKUP_DIR}/{when}-{n}"
+    return name
+
+
+def preflight(acts: list[Action], fork: LocalFork, tag: Manifest,
+              canonical: Callable[[FileEntry], bytes | None]) -> tuple[list[Action], str | None]:
+    """(the plan with every unsafe step turned into a refusal and every byte to write loaded, the backup
+    directory it would use). CannotCheck when release bytes are unavailable or a file changed since the
+    comparison read it."""
+    fs = fork.fs
+    out: list[Action] = []
+    backup_root = None
     for a in acts:
-        dest = os.path.join(fork.root, *a.path.split("/"))
-        rel = a.path[len(prefix) + 1:] if prefix else a.path
-        if a.verb == "keep":
-            log(f"  keep     {a.path}  ({a.why})")
+        if a.verb in ("keep", "refuse"):
+            out.append(a)
             continue
-        if not _inside(fork.real_root, os.path.dirname(dest)):
-            raise CannotCheck(f"refusing to touch {a.path}: its directory resolves outside the fork")
+        parent = a.path.rpartition("/")[0]
+        bad = fs.check_dir(parent)
+        if bad is not None:
+            out.append(Action("refuse", a.path, f"cannot {a.verb}: {bad.component} is {bad.why} (not followed)"))
+            continue
+        try:
+            now = state(fs, a.path)
+        except (UnsafePath, OSError) as e:
+            out.append(Action("refuse", a.path, f"cannot {a.verb}: {e} (not followed)"))
+            continue
+        st = fs.lstat(a.path)
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            out.append(Action("refuse", a.path, f"cannot {a.verb}: a directory where a file belongs"))
+            continue
+        if a.expect is not None and now != a.expect:
+            raise CannotCheck(f"{a.path} changed while it was being checked; nothing was written, run again")
+        if a.verb == "delete" and now == ABSENT:
+            raise CannotCheck(f"{a.path} disappeared while it was being checked; nothing was written, run again")
+        a.expect = now
+        if a.verb == "write" and a.data is None:
+            data = canonical(a.entry)
+            if data is None or sha256_bytes(data) != a.entry.sha256:
+                raise CannotCheck(f"the released bytes of {a.path} ({tag.tag}) are not available in this "
+                                  f"checkout; nothing was written")
+            a.data, a.mode = data, a.entry.mode
+        if a.verb == "write" and now == sha256_bytes(a.data) and (st is None or _mode(st) == a.mode):
+            out.append(Action("keep", a.path, "already " + ("the stamp" if a.path.endswith(STAMP) else "up to date")))
+            continue
+        if a.backup and (now == ABSENT or now in a.backup_unless):
+            a.backup = False
         if a.backup:
-            _backup(fork, a.path, when, log)
-        if a.verb == "write" and rel == STAMP:
-            continue  # rewritten below
-        if a.verb == "write":
-            entry = tag.by_path[rel]
-            data = canonical(entry)
-            if data is None or sha256_bytes(data) != entry.sha256:
-                raise CannotCheck(f"canonical bytes of {rel} ({tag.tag}) are not available in this checkout")
-            if os.path.isdir(dest) and not os.path.islink(dest):
-                raise CannotCheck(f"refusing to replace directory {a.path}")
-            if entry.mode == "120000":
-                tmp = dest + ".sm120-sync-link"
-                os.symlink(os.fsdecode(data), tmp)
-                os.replace(tmp, dest)
-            else:
-                _atomic_write(dest, data, entry.mode)
-            log(f"  write    {a.path}  ({a.why})")
-        elif a.verb == "chmod":
-            entry = tag.by_path[rel]
-            os.chmod(dest, 0o755 if entry.mode == "100755" else 0o644)
-            log(f"  chmod    {a.path}  ({a.why})")
-        elif a.verb == "delete":
-            os.unlink(dest)
-            log(f"  delete   {a.path}  ({a.why})")
-            parent = os.path.dirname(dest)
-            stop = os.path.join(fork.root, *prefix.split("/")) if prefix else fork.root
-            while parent != stop and parent.startswith(stop) and not os.listdir(parent):
-                os.rmdir(parent)
-                parent = os.path.dirname(parent)
-    root = os.path.join(fork.root, *prefix.split("/")) if prefix else fork.root
-    if not _inside(fork.real_root, root):
-        raise CannotCheck("refusing to write the stamp: the vendor root resolves outside the fork")
-    with open(VERIFIER_SOURCE, "rb") as fh:
-        _atomic_write(os.path.join(root, VERIFIER), fh.read(), "100755")
-    _atomic_write(os.path.join(root, STAMP), stamp_text(tag, patches).encode(), "100644")
-    log(f"  stamp    {os.path.join(prefix, STAMP) if prefix else STAMP} ({tag.tag}; verifier {VERIFIER})")
+            if backup_root is None:
+                bad = fs.check_dir(BACKUP_DIR)
+                if bad is not None:
+                    out.append(Action("refuse", a.path, f"cannot back it up: {bad.component} is {bad.why} "
+                                                        f"(not followed)"))
+                    continue
+                backup_root = _backup_root(fs)
+        out.append(a)
+    return out, backup_root
+
+
+def _mode(st: os.stat_result) -> str:
+    if stat.S_ISLNK(st.st_mode):
+        return "120000"
+    return "100755" if st.st_mode & stat.S_IXUSR else "100644"
+
+
+# ---------------------------------------------------------------- apply: a transaction
+
+class Changed(Exception):
+    """An entry no longer holds what the plan saw: the sync is undone."""
+
+
+class Transaction:
+    """Steps that can be undone: each replaced or deleted entry is renamed aside in its own directory (and checked
+    against the plan), new files and directories are recorded; commit() drops the asides, rollback() reverts."""
+
+    def __init__(self, fs: ForkRoot):
+        self.fs = fs
+        self.undo: list[tuple] = []
+        self.asides: list[str] = []
+
+    def _dirs(self, rel_dir: str) -> None:
+        for d in self.fs.make_dirs(rel_dir):
+            self.undo.append(("rmdir", d))
+
+    def _aside(self, rel: str, expect: str | None) -> str | None:
+        if self.fs.lstat(rel) is None:
+            if expect not in (None, ABSENT):
+                raise Changed(f"{rel} disappeared during the sync")
+            return None
+        parent = rel.rpartition("/")[0]
+        aside = (f"{parent}/" if parent else "") + f".sm120-undo-{os.urandom(6).hex()}"
+        self.fs.rename(rel, aside)
+        self.undo.append(("restore", aside, rel))
+        self.asides.append(aside)
+        if expect is not None and state(self.fs, aside) != expect:
+            raise Changed(f"{rel} changed during the sync")
+        return aside
+
+    def _copy(self, src: str, dst: str) -> None:
+        self._dirs(dst.rpartition("/")[0])
+        st = self.fs.lstat(src)
+        if stat.S_ISLNK(st.st_mode):
+            self.fs.symlink(self.fs.readlink(src), dst)
+        else:
+            with self.fs.open_read(src) as fh:
+                self.fs.write_atomic(dst, fh, 0o755 if st.st_mode & stat.S_IXUSR else 0o644)
+        self.undo.append(("unlink", dst))
+
+    def write(self, rel: str, data: bytes, mode: str, expect: str | None, backup_to: str | None) -> None:
+        self._dirs(rel.rpartition("/")[0])
+        aside = self._aside(rel, expect)
+        if backup_to and aside is not None:
+            self._copy(aside, backup_to)
+        if mode == "120000":
+            self.fs.symlink(os.fsdecode(data), rel)
+        else:
+            self.fs.write_atomic(rel, data, 0o755 if mode == "100755" else 0o644)
+        self.undo.append(("unlink", rel))
+
+    def delete(self, rel: str, expect: str | None) -> None:
+        self._aside(rel, expect)
+
+    def chmod(self, rel: str, mode: str, expect: str | None) -> None:
+        if expect is not None and state(self.fs, rel) != expect:
+            raise Changed(f"{rel} changed during the sync")
+        old = self.fs.lstat(rel).st_mode & 0o7777
+        self.fs.chmod(rel, 0o755 if mode == "100755" else 0o644)
+        self.undo.append(("chmod", rel, old))
+
+    def commit(self) -> list[str]:
+        """Drop the asides; returns the ones that could not be removed (harmless, reported)."""
+        left = []
+        for aside in self.asides:
+            try:
+                self.fs.unlink(aside)
+            except OSError:
+                left.append(aside)
+        return left
+
+    def rollback(self) -> list[str]:
+        """Undo every step, newest first; returns what could not be undone (empty: the fork is as it was)."""
+        failed = []
+        for step in reversed(self.undo):
+            try:
+                if step[0] == "unlink":
+                    self.fs.unlink(step[1])
+                elif step[0] == "restore":
+                    self.fs.rename(step[1], step[2])
+                elif step[0] == "rmdir":
+                    self.fs.rmdir(step[1])
+                elif step[0] == "chmod":
+                    self.fs.chmod(step[1], step[2])
+            except (OSError, UnsafePath) as e:
+                failed.append(f"{step[0]} {' -> '.join(step[1:2] if step[0] != 'restore' else step[1:3])}: {e}")
+        return failed
+
+
+def apply(acts: list[Action], fork: LocalFork, prefix: str, backup_root: str | None,
+          log: Callable[[str], None]) -> None:
+    """Carry out a preflighted plan with no refusals. On any failure every step is undone and CannotCheck says
+    what happened (and, should undoing fail too, what is left where)."""
+    assert not refusals(acts), "apply() needs a plan without refusals"
+    fs = fork.fs
+    tx = Transaction(fs)
+    done: list[str] = []
+    try:
+        for a in acts:
+            if a.verb == "keep":
+                done.append(f"  keep     {a.path}  ({a.why})")
+                continue
+            backup_to = f"{backup_root}/{a.path}" if a.backup and backup_root else None
+            if a.verb == "write":
+                tx.write(a.path, a.data, a.mode, a.expect, backup_to)
+                if backup_to:
+                    done.append(f"  backup   {a.path} -> {backup_to}")
+            elif a.verb == "chmod":
+                tx.chmod(a.path, a.mode, a.expect)
+            elif a.verb == "delete":
+                tx.delete(a.path, a.expect)
+            done.append(f"  {a.verb:<8} {a.path}  ({a.why})")
+    except (OSError, UnsafePath, Changed) as e:
+        failed = tx.rollback()
+        what = f"{a.verb} {a.path}: {getattr(e, 'strerror', None) or e}"
+        if failed:
+            raise CannotCheck(f"sync failed at {what}; undoing it failed too, so the fork is between states: "
+                              + "; ".join(failed)) from None
+        raise CannotCheck(f"sync failed at {what}; every change was undone (the fork is as it was)") from None
+    left = tx.commit()
+    for line in done:
+        log(line)
+    for aside in left:
+        log(f"  note     could not remove {aside} (the old bytes of a replaced file); delete it by hand")
+    _prune_empty_dirs(fs, prefix, [a.path for a in acts if a.verb == "delete"])
+
+
+def _prune_empty_dirs(fs: ForkRoot, prefix: str, deleted: list[str]) -> None:
+    """Remove directories below the vendor root that a delete left empty (best effort)."""
+    for path in deleted:
+        parent = path.rpartition("/")[0]
+        while parent and parent != prefix and (not prefix or parent.startswith(prefix + "/")):
+            try:
+                if fs.list_dir(parent):
+                    break
+                fs.rmdir(parent)
+            except (OSError, UnsafePath):
+                break
+            parent = parent.rpartition("/")[0]
