@@ -334,6 +334,11 @@ class Comparator:
                     results.append(FileResult(entry.path, "renamed", detail=f"same bytes at {_join(self.prefix, rel)}",
                                               expected=entry.digest(self.kind), actual=entry.digest(self.kind),
                                               fork_path=_join(self.prefix, rel)))
+                elif entry.path in getattr(self.view, "dirs", ()):
+                    results.append(FileResult(entry.path, "changed", diagnosis="not-a-file",
+                                              detail="is a directory (a file belongs here)",
+                                              expected=entry.digest(self.kind),
+                                              fork_path=_join(self.prefix, entry.path)))
                 else:
                     results.append(FileResult(entry.path, "missing", detail=_blocked_detail(entry.path, blocked),
                                               expected=entry.digest(self.kind),

@@ -69,6 +69,7 @@ class LocalFork:
             raise CannotCheck(f"cannot open fork {root}: {e.strerror or e}") from None
         self.root = self.fs.path
         self.label = self.root
+        self.dirs: set[str] = set()  # prefix-relative directories seen by the last list_under()
 
     def _entry(self, rel: str, st: os.stat_result) -> ForkFile:
         if stat.S_ISLNK(st.st_mode):
@@ -99,8 +100,14 @@ class LocalFork:
         files: dict[str, ForkFile] = {}
         blocked: dict[str, str] = {}
         pre = f"{prefix}/" if prefix else ""
+        self.dirs = set()
+
+        def skip(p: str) -> bool:  # descend everything but the prefix's .git; remember each directory
+            self.dirs.add(p[len(pre):])
+            return p == pre + ".git"
+
         try:
-            for path, st in self.fs.walk(prefix, skip=lambda p: p == pre + ".git"):
+            for path, st in self.fs.walk(prefix, skip=skip):
                 rel = path[len(pre):]
                 if stat.S_ISLNK(st.st_mode):
                     blocked[rel] = f"under {path}, a symlinked directory"

@@ -18,6 +18,7 @@ from .github import GitHubClient, NotFound
 
 _SPEC = re.compile(r"^github:([A-Za-z0-9][A-Za-z0-9-]*)/([A-Za-z0-9._-]+)(?:@(.+))?$")
 REPO_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]*/[A-Za-z0-9._-]+$")
+_OID = re.compile(r"^[0-9a-f]{40}$")
 
 
 def parse_spec(spec: str) -> tuple[str, str, str]:
@@ -28,10 +29,10 @@ def parse_spec(spec: str) -> tuple[str, str, str]:
 
 
 def _slim_commit(data):
-    return {"sha": data["sha"], "tree": data["commit"]["tree"]["sha"]}
-
-
-_OID = re.compile(r"^[0-9a-f]{40}$")
+    out = {"sha": data["sha"], "tree": data["commit"]["tree"]["sha"]}
+    if not all(isinstance(v, str) and _OID.match(v) for v in out.values()):
+        raise TypeError("malformed commit")
+    return out
 
 
 def _tree_entry(e: dict) -> dict:

@@ -24,6 +24,8 @@ def _summary(r: Report) -> str:
 def _stamp_line(r: Report, q) -> str | None:
     if not r.stamp:
         return None
+    if r.stamp.get("problems"):
+        return "stamp: not trustworthy (see invalid-stamp): its ownership and pinned patches are ignored"
     n = len(r.stamp["patches"])
     return (f"stamp: written for {q(r.stamp['tag'])}, owns {r.stamp['owned']} files"
             + (f", {n} pinned patch{'es' if n != 1 else ''}" if n else ""))

@@ -219,7 +219,7 @@ def preflight(acts: list[Action], fork: LocalFork, tag: Manifest,
         if a.verb == "write" and now == sha256_bytes(a.data) and (st is None or _mode(st) == a.mode):
             out.append(Action("keep", a.path, "already " + ("the stamp" if a.path.endswith(STAMP) else "up to date")))
             continue
-        if a.backup and (now == ABSENT or now in a.backup_unless):
+        if a.backup and (now in (ABSENT, OTHER) or now in a.backup_unless):  # a FIFO or device holds no bytes
             a.backup = False
         if a.backup:
             if backup_root is None:

@@ -2,12 +2,14 @@
 issue per downstream, reports."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
+import shlex
 from dataclasses import dataclass, field
 
-from . import yamlio
+from . import inert, yamlio
 from .compare import Comparator, Report
 from .errors import CannotCheck, UsageError
 from .github import GitHubClient
@@ -191,35 +193,57 @@ def how_to_fix(res: ForkResult, ms: ManifestSet) -> list[str]:
     refused = sync.refusals(sync.plan(r, ms, tag))
     checkout = "the source checkout this package is built from" if ds.package else "a local checkout of the fork"
     name = ds.package if ds.package else ds.repo.split("/")[1]
-    prefix = f" --prefix {r.prefix}" if r.prefix else ""
+    prefix = f" --prefix {shlex.quote(r.prefix)}" if r.prefix else ""  # a package's prefix is read from it: quoted
     cmd = f"python tools/check_vendor.py --fork PATH/TO/{name}{prefix} --tag {r.tag} --sync --dry-run"
     if refused:
         return [f"`--sync` would refuse {len(refused)} file(s) that hold the fork's own bytes, so it is not "
-                f"recommended as is:", ""] + [f"- `{a.path}`" for a in refused] + [
+                f"recommended as is:", ""] + [f"- {inert.md_code(a.path, False)}" for a in refused] + [
             "", f"In {checkout}, review each: pin a reviewed edit (`python tools/check_vendor.py pin --fork PATH "
                 f"FILE --reason TEXT`) or overwrite it with `--sync --force` (which keeps a backup copy); "
-                f"`{cmd}` lists the plan.", ""]
-    lines = [f"To fix it from {checkout}:", "", "```bash", f"{cmd}   # then without --dry-run", "```", ""]
+                f"{inert.md_code(cmd, False)} lists the plan.", ""]
+    lines = [f"To fix it from {checkout}:", "", *inert.md_fence(f"{cmd}   # then without --dry-run", "bash"), ""]
     if ds.package:
         lines += ["then publish a new release of the package.", ""]
     return lines
 
 
+def findings_digest(r: Report) -> str:
+    """A digest of what the issue reports (verdict, tag, prefix, each file's status and digests), not of where it
+    was read: a new commit of the downstream with the same findings leaves the issue as it is."""
+    facts = [r.verdict, r.tag, r.prefix, r.stale_tag, sorted(r.notes), (r.stamp or {}).get("tag"),
+             [(f.path, f.status, f.diagnosis, f.detail, f.expected, f.actual, f.fork_path) for f in r.files]]
+    return hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+def _findings_line(body: str | None) -> str | None:
+    lines = (body or "").split("\n", 2)
+    return lines[1] if len(lines) > 1 and lines[1].startswith("<!-- findings ") else None
+
+
 def issue_body(res: ForkResult, ms: ManifestSet, report_url: str | None = None) -> str:
-    """Deterministic for identical findings (no timestamps), so an unchanged fork causes no edit."""
+    """Deterministic for identical findings (no timestamps). Line 1 is the marker, line 2 the findings digest."""
     ds, r = res.downstream, res.report
-    what = f"`{_where(res)}` (file `{res.extra.get('file')}`)" if ds.package else \
-        f"`{ds.repo}@{ds.ref}` (commit `{res.commit}`)"
-    head = [marker(ds),
-            f"{what} vendors the SM120 device layer under `{r.prefix}` and tracks `{ds.track}` (= `{r.tag}`).", "",
+    c = inert.md_code
+    if ds.package:
+        what = f"{c(_where(res), False)} (file {c(res.extra.get('file'), False)})"
+    else:
+        what = f"{c(f'{ds.repo}@{ds.ref}', False)} (findings as of commit {c(res.commit, False)})"
+    if r.verdict == "not-vendored":
+        opening = (f"{what} carries SM120 device-layer headers under {c(r.prefix or '.', False)}, but none of them "
+                   f"equals a file of any deep_gemm_sm120 release (checked against {c(r.tag, False)}).")
+    else:
+        opening = (f"{what} vendors the SM120 device layer under {c(r.prefix or '.', False)} and tracks "
+                   f"{c(ds.track, False)} (= {c(r.tag, False)}).")
+    head = [marker(ds), f"<!-- findings {findings_digest(r)} -->", opening, "",
             *how_to_fix(res, ms),
             "This issue is maintained by `tools/watch_downstreams.py`: it is edited in place when the findings "
-            "change and closed when the downstream is back in sync.", ""]
+            "change (not on every new commit) and closed when the downstream is back in sync.", ""]
     body = "\n".join(head) + to_markdown(r)
     if len(body) > BODY_LIMIT:
         pointer = "\n\n…truncated: the full report is " + (f"at {report_url}" if report_url else
                                                              "in the drift-watch run's artifact") + ".\n"
-        body = body[: BODY_LIMIT - len(pointer)] + pointer
+        # cut at a line end: every code span lies within one line, so none is left open
+        body = body[: body.rfind("\n", 0, BODY_LIMIT - len(pointer))] + pointer
     return body
 
 
@@ -244,7 +268,8 @@ def reconcile_issues(client: GitHubClient, repo: str | None, results: list[ForkR
         client = _DryRun()
     for res in results:
         mk = marker(res.downstream)
-        mine = sorted((i for i in issues if mk in (i.get("body") or "")),
+        # the marker must be the body's first line: a fork cannot plant it through a file name shown further down
+        mine = sorted((i for i in issues if (i.get("body") or "").split("\n", 1)[0].strip() == mk),
                       key=lambda i: (i.get("state") != "open", -int(i["number"])))
         current = mine[0] if mine else None
         verdict = res.report.verdict
@@ -258,7 +283,7 @@ def reconcile_issues(client: GitHubClient, repo: str | None, results: list[ForkR
                 client.request("PATCH", f"/repos/{repo}/issues/{current['number']}",
                                body={"state": "open", "title": title, "body": body})
                 res.issue_action = f"reopened #{current['number']}"
-            elif current.get("body") != body or current.get("title") != title:
+            elif _findings_line(current.get("body")) != _findings_line(body) or current.get("title") != title:
                 client.request("PATCH", f"/repos/{repo}/issues/{current['number']}",
                                body={"title": title, "body": body})
                 res.issue_action = f"updated #{current['number']}"
@@ -268,8 +293,10 @@ def reconcile_issues(client: GitHubClient, repo: str | None, results: list[ForkR
             if current is not None and current["state"] == "open":
                 n = current["number"]
                 client.request("POST", f"/repos/{repo}/issues/{n}/comments",
-                               body={"body": f"`{res.downstream.repo}@{res.downstream.ref}` (commit `{res.commit}`) "
-                                             f"is back in sync with `{res.report.tag}`. Closing."})
+                               body={"body": f"{inert.md_code(_where(res), False)} ("
+                                             f"{'version' if res.downstream.package else 'commit'} "
+                                             f"{inert.md_code(res.commit, False)}) is back in sync with "
+                                             f"{inert.md_code(res.report.tag, False)}. Closing."})
                 client.request("PATCH", f"/repos/{repo}/issues/{n}", body={"state": "closed"})
                 res.issue_action = f"closed #{n}"
         else:
@@ -304,7 +331,7 @@ def summary_markdown(results: list[ForkResult], scrub) -> str:
     for r in results:
         ds, rep = r.downstream, r.report
         verdict = rep.verdict + (f" ({rep.stale_tag})" if rep.stale_tag else "")
-        lines.append(f"| {ds.name} | `{ds.source}` | `{(r.commit or '-')[:20]}` | {rep.tag} | {verdict} | "
+        lines.append(f"| {ds.name} | {inert.md_code(ds.source)} | {inert.md_code((r.commit or '-')[:20])} | {rep.tag} | {verdict} | "
                      f"{r.requests} ({r.counted}) | {r.issue_action} |")
     lines.append("")
     for r in results:
