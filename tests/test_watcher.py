@@ -3,69 +3,17 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
-from vendor_helpers import (PREFIX, ROOT, V1, V2, commit_all, init_repo, make_canonical, make_fork, run_cv,
-                            write_tree)
-from fake_downstreams import FakeGitHub  # noqa: E402  (tools/, on the path through vendor_helpers)
-
-sys.path.insert(0, str(ROOT / "tools"))
-import watch_downstreams  # noqa: E402
-
-TOKEN = "ghp_SECRET_token_0123456789"
-FAST = ["--retries", "2", "--backoff", "0.01", "--max-wait", "2"]
+from vendor_helpers import PREFIX, ROOT, V1, V2, commit_all, make_canonical, run_cv, write_tree
+from watch_helpers import TOKEN, config, entry, gh, remote_fork, watch, watch_downstreams  # noqa: F401
 
 
 @pytest.fixture(scope="module")
 def canon(tmp_path_factory) -> Path:
     return make_canonical(tmp_path_factory.mktemp("canon"))
-
-
-@pytest.fixture()
-def gh(monkeypatch):
-    fake = FakeGitHub(token=TOKEN)
-    url = fake.start()
-    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
-    for var in ("GITHUB_REPOSITORY", "GITHUB_RUN_ID", "GITHUB_API_URL"):
-        monkeypatch.delenv(var, raising=False)
-    fake.url = url
-    yield fake
-    fake.stop()
-
-
-def remote_fork(tmp: Path, fake: FakeGitHub, repo: str, files: dict[str, bytes]) -> Path:
-    path = make_fork(tmp, files, name=repo.replace("/", "__"))
-    init_repo(path)
-    commit_all(path, "vendor")
-    fake.repos[repo] = str(path)
-    return path
-
-
-def config(tmp: Path, *entries: dict) -> Path:
-    import yaml
-
-    p = tmp / "downstreams.yaml"
-    p.write_text(yaml.safe_dump({"downstreams": list(entries)}))
-    return p
-
-
-def entry(name: str, repo: str, track: str = "latest", ref: str = "main", prefix: str = PREFIX) -> dict:
-    return {"name": name, "repo": repo, "ref": ref, "prefix": prefix, "track": track}
-
-
-def watch(canon: Path, fake: FakeGitHub, cfg: Path, tmp: Path, *extra: str, capsys=None) -> tuple[int, dict, str]:
-    report, js = tmp / "report.md", tmp / "report.json"
-    code = watch_downstreams.main(["--config", str(cfg), "--repo-root", str(canon), "--api-url", fake.url,
-                                   "--report", str(report), "--json", str(js), "--state", str(tmp / "state.json"),
-                                   *FAST, *extra])
-    out = ""
-    if capsys is not None:
-        c = capsys.readouterr()
-        out = c.out + c.err
-    return code, json.loads(js.read_text()) if js.exists() else {}, out + (report.read_text() if report.exists() else "")
 
 
 def verdicts(doc: dict) -> dict[str, str]:

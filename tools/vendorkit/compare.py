@@ -120,7 +120,8 @@ class Comparator:
         try:
             return self.view.digest_of(f)
         except CannotCheck as e:
-            errors.append(FileResult(rel, "error", detail=str(e), fork_path=f.path))
+            if not any(x.path == rel for x in errors):
+                errors.append(FileResult(rel, "error", detail=str(e), fork_path=f.path))
             return None
 
     def _sha256(self, f: ForkFile, digest: str) -> str | None:
@@ -229,7 +230,7 @@ class Comparator:
                                   fork_path=fork_path)
         r = self._diagnose_changed(VERIFIER, entry, f, actual, verifier_gen.build(release),
                                    f"the verifier of {release.tag}")
-        if r.diagnosis == "content":
+        if r.diagnosis in ("content", "replaced"):
             r.detail = f"not the verifier --sync writes for {release.tag} (edited or replaced): " + r.detail
         return r
 
@@ -254,6 +255,7 @@ class Comparator:
         missing: list[FileEntry] = []
         ours_digests: dict[str, tuple[str, str]] = {}  # rel -> (digest, mode) for stale detection
         results.extend(getattr(self.view, "findings", lambda prefix: [])(self.prefix))
+        report.notes.extend(getattr(self.view, "notes", []))
 
         stamp = self._load_stamp(listing)
         if stamp is not None:
@@ -350,7 +352,8 @@ class Comparator:
             if stamp is None and not (rel in released or is_our_name(rel)):
                 continue  # without a stamp only files that look like ours are considered
             actual = self._digest(f, errors, rel) if f.kind in ("file", "symlink") and not f.too_large else None
-            if actual is not None:
+            foreign = stamp is not None and rel not in stamp.owned and rel not in released
+            if actual is not None and not foreign:  # foreign files never decide whether the fork is stale
                 ours_digests[rel] = (actual, f.mode)
             shipped = [m.tag for m in self.ms.manifests if rel in m.by_path]
             link = (f"; symlink to {f.target}" + (" (outside the fork)" if f.escapes else "")

@@ -1,0 +1,232 @@
+"""Wheels and sdists are read as an installer places their members, and hostile sizes stay bounded: a 2 GiB member,
+a tar bomb, a 1 GB header, a highly compressible member, an oversized download."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import struct
+import subprocess
+import sys
+import tarfile
+import time
+import zipfile
+import zlib
+from pathlib import Path
+
+import pytest
+
+from vendor_helpers import PREFIX, ROOT, V2, by_path, make_fork, run_cv, run_json
+
+OWN = {"deep_gemm/__init__.py": b"# the package\n"}
+MEMORY_CAP = 256 << 20
+TIME_CAP = 30.0
+
+
+def _layer(files=V2) -> dict[str, bytes]:
+    return {**OWN, **{f"{PREFIX}/{rel}": data for rel, data in files.items()}}
+
+
+def _wheel(path: Path, members: dict[str, bytes], raw: list[tuple[str, bytes]] = ()) -> Path:
+    """A wheel; `raw` adds members verbatim, duplicates and hostile names included."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile warns about duplicate names: that is the point
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+            for name, data in members.items():
+                z.writestr(name, data)
+            for name, data in raw:
+                z.writestr(zipfile.ZipInfo(name), data)
+    return path
+
+
+def _check(canon: Path, target: Path, *extra: str) -> tuple[int, dict]:
+    return run_json("--repo", str(canon), "--fork", str(target), *extra)
+
+
+def _measured(canon: Path, target: Path, *extra: str) -> tuple[int, dict, float, int]:
+    """check_vendor in its own process: (exit code, JSON report, seconds, peak RSS in bytes)."""
+    code = ("import resource, runpy, sys\n"
+            f"sys.argv = ['check_vendor.py'] + {json.dumps(['--repo', str(canon), '--fork', str(target), '--format', 'json', *extra])}\n"
+            "try:\n    runpy.run_path(sys.argv[0] if False else %r, run_name='__main__')\n"
+            "except SystemExit as e:\n    rc = e.code\n"
+            "sys.stderr.write('MAXRSS %%d\\n' %% resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+            "sys.exit(rc)\n") % str(ROOT / "tools/check_vendor.py")
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    took = time.perf_counter() - t0
+    rss = int(p.stderr.rsplit("MAXRSS ", 1)[1].split()[0]) * 1024
+    return p.returncode, json.loads(p.stdout), took, rss
+
+
+# ---------------------------------------------------------------- names, as pip resolves them
+
+def test_a_name_walking_through_dotdot_is_checked_where_pip_puts_it(canon, tmp_path):
+    whl = _wheel(tmp_path / "w-1.0-py3-none-any.whl", _layer(),
+                 [(f"{PREFIX}/common/../common/sm120_walks.cuh", b"// installed next to the layer\n")])
+    code, doc = _check(canon, whl)
+    f = by_path(doc)["common/sm120_walks.cuh"]
+    assert code == 1 and doc["verdict"] == "drifted" and f["status"] == "extra"
+    assert any("installs as deep_gemm/include/deep_gemm/common/sm120_walks.cuh" in n for n in doc["notes"])
+
+
+@pytest.mark.parametrize("name, why", [
+    ("../../evil/sm120_x.cuh", "climbs out of the package"),
+    (f"{PREFIX}/../../../../sm120_x.cuh", "climbs out of the package"),
+    ("/etc/sm120_x.cuh", "absolute"),
+    ("C:/Windows/sm120_x.cuh", "drive letter"),
+    (f"{PREFIX}\\..\\..\\sm120_x.cuh", "backslash"),
+])
+def test_a_name_that_leaves_the_package_is_an_unsafe_member(canon, tmp_path, name, why):
+    whl = _wheel(tmp_path / "w-1.0-py3-none-any.whl", _layer(), [(name, b"// planted\n")])
+    code, doc = _check(canon, whl)
+    f = by_path(doc)[name]
+    assert code == 1 and doc["verdict"] == "drifted"
+    assert (f["status"], f["diagnosis"]) == ("unsafe", "unsafe-member") and why in f["detail"]
+    code, out, _ = run_cv("--repo", str(canon), "--fork", str(whl))
+    assert "unsafe   " in out and "verdict: drifted" in out
+
+
+def test_duplicate_members_are_reported_even_when_the_last_one_matches(canon, tmp_path):
+    rel = "common/sm120_tma.cuh"
+    raw = [(f"{PREFIX}/{rel}", b"// the first copy, which an installer overwrites\n"),
+           (f"{PREFIX}/mma/../{rel}", V2[rel])]
+    whl = _wheel(tmp_path / "w-1.0-py3-none-any.whl", {k: v for k, v in _layer().items() if not k.endswith(rel)}, raw)
+    code, doc = _check(canon, whl)
+    f = by_path(doc)[rel]
+    assert code == 1 and (f["status"], f["diagnosis"]) == ("changed", "duplicate-member")
+    assert "2 members install to this path" in f["detail"]
+
+
+def test_a_tar_hardlink_is_a_hardlink(canon, tmp_path):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as t:
+        for name, data in _layer().items():
+            if name.endswith("sm120_tma.cuh"):
+                continue
+            info = tarfile.TarInfo(f"pkg-1.0/{name}")
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+        info = tarfile.TarInfo(f"pkg-1.0/{PREFIX}/common/sm120_tma.cuh")
+        info.type, info.linkname = tarfile.LNKTYPE, "pkg-1.0/deep_gemm/__init__.py"
+        t.addfile(info)
+    sdist = tmp_path / "pkg-1.0.tar.gz"
+    sdist.write_bytes(buf.getvalue())
+    code, doc = _check(canon, sdist)
+    f = by_path(doc)["common/sm120_tma.cuh"]
+    assert code == 1 and (f["status"], f["diagnosis"]) == ("changed", "hardlink")
+    assert "hard link to pkg-1.0/deep_gemm/__init__.py" in f["detail"]
+
+
+# ---------------------------------------------------------------- sizes
+
+def _zeros_deflate(n_mib: int) -> tuple[bytes, bytes]:
+    """(one raw deflate block that decodes to 1 MiB of zeros, an empty final block): n copies of the first then
+    the second decode to n MiB of zeros, without compressing them."""
+    c = zlib.compressobj(1, zlib.DEFLATED, -15)
+    return c.compress(b"\0" * (1 << 20)) + c.flush(zlib.Z_FULL_FLUSH), zlib.compressobj(1, zlib.DEFLATED, -15).flush()
+
+
+def _bomb_wheel(path: Path, mib: int) -> Path:
+    block, tail = _zeros_deflate(mib)
+
+    class Fake:  # hands zipfile the precomputed blocks for each 1 MiB of zeros it is given
+        def compress(self, data):
+            return block
+
+        def flush(self):
+            return tail
+
+    real = zipfile._get_compressor
+    zipfile._get_compressor = lambda kind, *a, **k: Fake() if kind == zipfile.ZIP_DEFLATED else real(kind, *a, **k)
+    try:
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+            for name, data in _layer().items():
+                if not name.endswith("sm120_tma.cuh"):
+                    z.writestr(name, data, compress_type=zipfile.ZIP_STORED)
+            info = zipfile.ZipInfo(f"{PREFIX}/common/sm120_tma.cuh")
+            info.compress_type = zipfile.ZIP_DEFLATED
+            with z.open(info, "w", force_zip64=True) as fh:
+                chunk = b"\0" * (1 << 20)
+                for _ in range(mib):
+                    fh.write(chunk)
+    finally:
+        zipfile._get_compressor = real
+    return path
+
+
+def test_a_2_gib_member_in_a_small_wheel_is_a_bounded_finding(canon, tmp_path):
+    whl = _bomb_wheel(tmp_path / "bomb-1.0-py3-none-any.whl", 2048)
+    assert whl.stat().st_size < 16 << 20
+    code, doc, took, rss = _measured(canon, whl, "--no-diff")
+    f = by_path(doc)["common/sm120_tma.cuh"]
+    assert code == 1 and (f["status"], f["diagnosis"]) == ("changed", "too-large")
+    assert "2,147,483,648 bytes" in f["detail"] and "not read" in f["detail"]
+    assert took < TIME_CAP and rss < MEMORY_CAP, (took, rss)
+
+
+def test_a_highly_compressible_member_over_the_ratio_cap_is_not_read(canon, tmp_path):
+    whl = _bomb_wheel(tmp_path / "ratio-1.0-py3-none-any.whl", 16)  # 16 MiB of zeros: under the size cap
+    code, doc = _check(canon, whl)
+    f = by_path(doc)["common/sm120_tma.cuh"]
+    assert code == 1 and f["diagnosis"] == "too-large" and "ratio cap" in f["detail"]
+
+
+def test_a_tar_bomb_stops_at_the_stream_cap(canon, tmp_path):
+    """A .tar.gz whose first member is 2 GiB: the one-pass reader stops before decompressing past its cap."""
+    header = tarfile.TarInfo(f"pkg-1.0/{PREFIX}/common/sm120_tma.cuh")
+    header.size = 2 << 30
+    head = header.tobuf(format=tarfile.GNU_FORMAT)
+    block, tail = _zeros_deflate(2048)
+    c = zlib.compressobj(1, zlib.DEFLATED, -15)
+    body = c.compress(head) + c.flush(zlib.Z_FULL_FLUSH) + block * 2048 + tail
+    crc = zlib.crc32(head)
+    zeros = b"\0" * (1 << 20)
+    for _ in range(2048):
+        crc = zlib.crc32(zeros, crc)
+    gz = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff" + body + struct.pack("<II", crc, (len(head) + (2 << 30)) % (1 << 32))
+    sdist = tmp_path / "bomb-1.0.tar.gz"
+    sdist.write_bytes(gz)
+    code, doc, took, rss = _measured(canon, sdist)
+    assert code == 2 and doc["verdict"] == "unknown" and "uncompressed; not checked" in doc["errors"][0]
+    assert took < TIME_CAP and rss < MEMORY_CAP, (took, rss)
+
+
+def test_a_1_gb_header_is_hashed_streaming_and_not_diffed(canon, tmp_path):
+    fork = make_fork(tmp_path, V2)
+    big = fork / PREFIX / "impls/sm120_bf16_gemm.cuh"
+    with open(big, "r+b") as fh:
+        fh.truncate(1 << 30)  # sparse: the test costs no disk, the checker still reads 1 GiB
+    code, doc, took, rss = _measured(canon, fork)
+    f = by_path(doc)["impls/sm120_bf16_gemm.cuh"]
+    assert code == 1 and f["diagnosis"] == "content" and "over the 1 MiB diagnosis cap: no diff" in f["detail"]
+    assert f["diff"] is None and len(json.dumps(doc)) < 64 << 10
+    assert took < TIME_CAP and rss < MEMORY_CAP, (took, rss)
+
+
+def test_a_single_long_line_is_cut_in_every_format(canon, tmp_path):
+    files = dict(V2)
+    files["common/sm120_utils.cuh"] = V2["common/sm120_utils.cuh"] + b"// " + b"x" * 500_000 + b"\n"
+    fork = make_fork(tmp_path, files)
+    code, doc = run_json("--repo", str(canon), "--fork", str(fork))
+    f = by_path(doc)["common/sm120_utils.cuh"]
+    assert code == 1 and "more characters" in f["diff"] and len(f["diff"]) < 5000
+    code, out, _ = run_cv("--repo", str(canon), "--fork", str(fork), "--format", "markdown")
+    assert len(out) < 8000
+
+
+def test_a_download_over_the_cap_is_not_kept(canon, tmp_path, monkeypatch):
+    from fake_downstreams import FakePyPI
+
+    from vendorkit import archive
+
+    index = FakePyPI()
+    index.start()
+    try:
+        index.add("pkg", "1.0", "pkg-1.0-py3-none-any.whl", _wheel(tmp_path / "x.whl", _layer()).read_bytes())
+        monkeypatch.setattr(archive, "ARCHIVE_MAX_BYTES", 1024)
+        code, out, err = run_cv("--repo", str(canon), "--fork", "pypi:pkg==1.0", "--index-url", index.url)
+    finally:
+        index.stop()
+    assert code == 2 and "larger than" in err and "not downloaded further" in err

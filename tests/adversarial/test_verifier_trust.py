@@ -1,0 +1,174 @@
+"""The offline verifier cannot be swapped or fooled through the stamp: check_vendor compares it with the bytes the
+release ships, and the verifier carries the release's digests itself."""
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import fsaudit
+from vendor_helpers import PREFIX, ROOT, V1, V2, by_path, make_fork, run_cv, run_json
+
+STAMP = ".sm120-vendor.json"
+VERIFY = ".sm120-vendor-verify.py"
+
+
+def _synced(canon: Path, tmp_path: Path, files=V2, *extra: str) -> Path:
+    fork = make_fork(tmp_path, files)
+    code, out, err = run_cv("--repo", str(canon), "--fork", str(fork), "--sync", *extra)
+    assert code == 0, out + err
+    return fork
+
+
+def _verify(fork: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-I", str(fork / PREFIX / VERIFY), *args], capture_output=True, text=True,
+                          cwd=fork, timeout=60)
+
+
+def _release(canon: Path, tag: str):
+    from vendorkit.manifest import ManifestSet
+
+    return ManifestSet.load_dir(str(canon / "vendor_manifests")).by_tag[tag]
+
+
+def test_vendored_verifier_is_self_contained_and_carries_the_release(canon, tmp_path):
+    fork = _synced(canon, tmp_path)
+    text = (fork / PREFIX / VERIFY).read_text()
+    assert "from vendorkit" not in text and "import vendorkit" not in text
+    baked = json.loads(next(ln for ln in text.splitlines() if ln.startswith("_RELEASE = "))[len("_RELEASE = "):])
+    rel = _release(canon, "v0.2.0")
+    assert baked == {"tag": "v0.2.0", "tree_sha256": rel.tree_sha256, "files": {e.path: e.sha256 for e in rel.files}}
+    p = _verify(fork)
+    assert p.returncode == 0 and "verdict: in-sync (v0.2.0)" in p.stdout
+
+
+def test_a_swapped_verifier_is_drift_for_check_vendor(canon, tmp_path):
+    fork = _synced(canon, tmp_path)
+    (fork / PREFIX / "mma/sm120.cuh").write_bytes(b"// drifted\n")
+    (fork / PREFIX / VERIFY).write_text("print('verdict: in-sync'); raise SystemExit(0)\n")
+    assert _verify(fork).returncode == 0  # what a swapped verifier does; the fork's CI alone cannot tell
+    code, doc = run_json("--repo", str(canon), "--fork", str(fork))
+    f = by_path(doc)[VERIFY]
+    assert code == 1 and f["status"] == "changed" and "not the verifier --sync writes for v0.2.0" in f["detail"]
+    # --sync puts the release's verifier back, keeping the swapped one in the backup
+    code, out, err = run_cv("--repo", str(canon), "--fork", str(fork), "--sync")
+    assert code == 0, out + err
+    assert (fork / PREFIX / VERIFY).read_bytes() == __import__("vendorkit.verifier_gen").verifier_gen.build(
+        _release(canon, "v0.2.0"))
+    assert [b.read_text() for b in (fork / ".sm120-sync-backup").rglob(VERIFY)] == [
+        "print('verdict: in-sync'); raise SystemExit(0)\n"]
+
+
+def test_a_stamp_forged_to_bless_drift_is_caught_offline(canon, tmp_path):
+    import sm120_vendor_verify as v
+
+    fork = _synced(canon, tmp_path)
+    drifted = b"// drifted bytes the forged stamp vouches for\n"
+    (fork / PREFIX / "mma/sm120.cuh").write_bytes(drifted)
+    doc = json.loads((fork / PREFIX / STAMP).read_text())
+    for f in doc["files"]:
+        if f["path"] == "mma/sm120.cuh":
+            f["sha256"] = hashlib.sha256(drifted).hexdigest()
+    doc["tree_sha256"] = v.tree_sha256((f["path"], f["sha256"]) for f in doc["files"])  # self-consistent
+    (fork / PREFIX / STAMP).write_text(json.dumps(doc))
+    p = _verify(fork)  # no --manifest needed: the verifier knows the release's digest of mma/sm120.cuh
+    assert p.returncode == 1 and "changed  mma/sm120.cuh" in p.stdout
+    assert "stamp hash of mma/sm120.cuh is not the released one" in p.stdout
+    code, doc = run_json("--repo", str(canon), "--fork", str(fork))
+    assert code == 1 and by_path(doc)[STAMP]["diagnosis"] == "invalid-stamp"
+
+
+def test_a_stamp_linked_outside_is_not_read(canon, tmp_path):
+    fork = _synced(canon, tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / STAMP).write_bytes((fork / PREFIX / STAMP).read_bytes())
+    (fork / PREFIX / STAMP).unlink()
+    (fork / PREFIX / STAMP).symlink_to(outside / STAMP)
+    with fsaudit.OutsideWatch(str(outside)) as events:
+        p = _verify(fork)
+        code, doc = run_json("--repo", str(canon), "--fork", str(fork))
+    assert events == []
+    assert p.returncode == 1 and f"{STAMP} is a symlink (not followed)" in p.stdout
+    assert code == 1 and "is a symlink to" in by_path(doc)[STAMP]["detail"]
+
+
+def test_an_oversized_stamp_is_not_read(canon, tmp_path):
+    fork = _synced(canon, tmp_path)
+    (fork / PREFIX / STAMP).write_bytes(b"{" + b" " * (2 << 20) + b"}")
+    p = _verify(fork)
+    assert p.returncode == 1 and "larger than" in p.stdout
+    code, doc = run_json("--repo", str(canon), "--fork", str(fork))
+    assert code == 1 and "larger than 1 MiB" in by_path(doc)[STAMP]["detail"]
+
+
+def test_a_forged_patch_is_shown_as_a_patch_never_as_ok(canon, tmp_path):
+    """A stamp can declare a patch (that is what pin writes); it is the fork's declaration, listed with its
+    reason in every output, never hidden as ok (docs/vendoring.md, trust model)."""
+    import sm120_vendor_verify as v
+
+    fork = _synced(canon, tmp_path)
+    edited = b"// a declared local patch\n"
+    (fork / PREFIX / "mma/sm120.cuh").write_bytes(edited)
+    doc = json.loads((fork / PREFIX / STAMP).read_text())
+    base = next(f["sha256"] for f in doc["files"] if f["path"] == "mma/sm120.cuh")
+    doc["patches"] = [{"path": "mma/sm120.cuh", "base_sha256": base, "patched_sha256": hashlib.sha256(edited).hexdigest(),
+                       "reason": "declared in the stamp"}]
+    (fork / PREFIX / STAMP).write_text(json.dumps(doc))
+    p = _verify(fork)
+    assert p.returncode == 0 and "patched  mma/sm120.cuh  declared in the stamp" in p.stdout
+    assert v.validate(doc) == []
+
+
+def test_a_verifier_of_another_release_or_an_older_tool(canon, tmp_path, monkeypatch):
+    from vendorkit import verifier_gen
+
+    fork = _synced(canon, tmp_path)
+    (fork / PREFIX / VERIFY).write_bytes(verifier_gen.build(_release(canon, "v0.1.0")))
+    code, doc = run_json("--repo", str(canon), "--fork", str(fork))
+    f = by_path(doc)[VERIFY]
+    assert code == 1 and (f["status"], f["diagnosis"]) == ("changed", "matches v0.1.0 (older)")
+    old = b"#!/usr/bin/env python3\n# the unbaked verifier an earlier check_vendor wrote\n"
+    monkeypatch.setitem(verifier_gen.LEGACY, hashlib.sha256(old).hexdigest(), "check_vendor of a test")
+    (fork / PREFIX / VERIFY).write_bytes(old)
+    code, doc = run_json("--repo", str(canon), "--fork", str(fork))
+    f = by_path(doc)[VERIFY]
+    assert code == 1 and f["diagnosis"] == "older-verifier" and "trusts any stamp" in f["detail"]
+    code, out, _ = run_cv("--repo", str(canon), "--fork", str(fork), "--sync")
+    assert code == 0 and not (fork / ".sm120-sync-backup").exists()  # our own bytes: replaced without a backup
+
+
+def test_legacy_verifier_digests_are_the_ones_git_history_holds():
+    """verifier_gen.LEGACY lists every version of the template an earlier check_vendor wrote unbaked."""
+    from vendorkit import verifier_gen
+
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout: the template's history is not here (the digests are checked in CI)")
+    log = subprocess.run(["git", "-C", str(ROOT), "log", "--format=%H", "--", "tools/sm120_vendor_verify.py"],
+                         capture_output=True, text=True, check=True).stdout.split()
+    unbaked = []
+    for commit in log:
+        data = subprocess.run(["git", "-C", str(ROOT), "show", f"{commit}:tools/sm120_vendor_verify.py"],
+                              capture_output=True, check=True).stdout
+        if b"_RELEASE = None" not in data:
+            unbaked.append(hashlib.sha256(data).hexdigest())
+    assert unbaked and set(unbaked) == set(verifier_gen.LEGACY)
+
+
+def test_manifest_of_another_release_is_a_finding(canon, tmp_path):
+    fork = _synced(canon, tmp_path)
+    p = _verify(fork, "--manifest", str(canon / "vendor_manifests/v0.1.0.yaml"))
+    assert p.returncode == 1 and "is not the release this verifier checks" in p.stdout
+    p = _verify(fork, "--manifest", str(canon / "vendor_manifests/v0.2.0.yaml"))
+    assert p.returncode == 0
+
+
+def test_stale_fork_with_its_own_verifier_is_still_stale(canon, tmp_path):
+    fork = _synced(canon, tmp_path, V1, "--tag", "v0.1.0")
+    code, doc = run_json("--repo", str(canon), "--fork", str(fork))
+    assert code == 1 and doc["verdict"] == "stale" and doc["stale_tag"] == "v0.1.0"
+    assert by_path(doc)[VERIFY]["status"] == "ok"  # the verifier of the stamp's release
