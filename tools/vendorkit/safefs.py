@@ -121,6 +121,10 @@ class ForkRoot:
     def _dir(self, parts: list[str], rel: str, create: list[str] | None = None) -> _Dir:
         """The directory `parts` (every component checked). `create`: make missing components and append their
         fork-relative paths to the list."""
+        if self._fd and parts:
+            fd = self._dirs.get("/".join(parts))
+            if fd is not None:  # the common case: a sibling of the last file read
+                return _Dir(fd, os.path.join(self.path, *parts))
         d = self._root
         for i, name in enumerate(parts):
             where = "/".join(parts[: i + 1])

@@ -1,24 +1,37 @@
-"""PyYAML access: safe loading only, with the C loader when the wheel has it (10x faster)."""
+"""PyYAML access: safe loading only, with the C loader when the wheel has it. Imported lazily: the manifests we
+write are read by a strict stdlib reader first, so most runs never load PyYAML."""
 from __future__ import annotations
 
 from typing import Any
 
 from .errors import UsageError
 
-try:
-    import yaml
-except ImportError:  # pragma: no cover - exercised through a subprocess test
-    yaml = None
-
 PYYAML_MISSING = (
     "check_vendor needs PyYAML: install it with `python -m pip install pyyaml` and run again"
 )
+_yaml: Any = None
+
+
+def available() -> bool:
+    return _module() is not None
+
+
+def _module():
+    global _yaml
+    if _yaml is None:
+        try:
+            import yaml
+        except ImportError:  # pragma: no cover - exercised through a subprocess test
+            return None
+        _yaml = yaml
+    return _yaml
 
 
 def require_yaml() -> Any:
-    if yaml is None:
+    y = _module()
+    if y is None:
         raise UsageError(PYYAML_MISSING)
-    return yaml
+    return y
 
 
 def safe_load(text: str) -> Any:
