@@ -13,7 +13,7 @@ from .limits import DIAGNOSE_MAX_BYTES, STAMP_MAX_BYTES
 from .manifest import FileEntry, Manifest, ManifestSet, is_our_name
 from .stamp import BACKUP_DIR, STAMP, VERIFIER, StampInfo, read_stamp, unusable_stamp
 
-STATUSES = ("ok", "missing", "changed", "extra", "renamed", "mode", "patched", "foreign", "error")
+STATUSES = ("ok", "missing", "changed", "extra", "renamed", "mode", "patched", "foreign", "unsafe", "error")
 # a changed file this dissimilar to the release is "replaced", not edited: no diff, just the ratio
 REPLACED_BELOW = 0.35
 IN_SYNC_STATUSES = ("ok", "patched", "foreign")
