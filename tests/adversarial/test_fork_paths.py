@@ -141,8 +141,12 @@ def _commands(canon: Path, fork: Path) -> list[list[str]]:
              "--reason", "x"]]
 
 
+@pytest.mark.parametrize("dirfd", [True, False], ids=["dirfd", "lstat-fallback"])
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
-def test_nothing_outside_the_fork_is_touched(canon, tmp_path, layout):
+def test_nothing_outside_the_fork_is_touched(canon, tmp_path, layout, dirfd, monkeypatch):
+    from vendorkit import safefs
+
+    monkeypatch.setattr(safefs, "HAVE_DIRFD", dirfd)  # the fallback for platforms without dir_fd, same layouts
     synced, mutate = LAYOUTS[layout]
     fork = _synced(canon, tmp_path) if synced else make_fork(tmp_path, V2)
     out = _outside(tmp_path)

@@ -69,7 +69,8 @@ class ForkRoot:
     """A directory tree addressed by fork-relative POSIX paths ("" is the root itself). The root path is the
     caller's choice and may itself be a link; nothing below it is followed."""
 
-    def __init__(self, root: str, use_dirfd: bool = HAVE_DIRFD):
+    def __init__(self, root: str, use_dirfd: bool | None = None):
+        use_dirfd = HAVE_DIRFD if use_dirfd is None else use_dirfd
         self.path = os.path.abspath(root)
         if not os.path.isdir(self.path):
             raise NotADirectoryError(errno.ENOTDIR, "not a directory", root)
