@@ -6,8 +6,10 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import stat
 import struct
 import sys
+from pathlib import Path
 
 IN_ALL = 0x00000FFF  # access, modify, attrib, close (both), open, moved from/to, create, delete, delete_self, move_self
 IN_NONBLOCK = os.O_NONBLOCK
@@ -65,3 +67,23 @@ class OutsideWatch:
                     continue
                 what = ",".join(v for k, v in NAMES.items() if mask & k)
                 self.events.append((os.path.join(self.wd.get(wd, "?"), name), what))
+
+
+def snapshot(root: Path) -> dict[str, tuple]:
+    """Every entry under root (links not followed): type, permission bits, bytes or link target."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = os.path.join(dirpath, name)
+            st = os.lstat(p)
+            rel = os.path.relpath(p, root)
+            if stat.S_ISLNK(st.st_mode):
+                out[rel] = ("link", os.readlink(p))
+            elif stat.S_ISREG(st.st_mode):
+                with open(p, "rb") as fh:
+                    out[rel] = ("file", st.st_mode & 0o7777, fh.read())
+            elif stat.S_ISDIR(st.st_mode):
+                out[rel] = ("dir",)
+            else:
+                out[rel] = ("other", stat.S_IFMT(st.st_mode))
+    return out

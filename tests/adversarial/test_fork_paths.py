@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import fsaudit
-from conftest import snapshot
+from fsaudit import snapshot
 from vendor_helpers import PREFIX, V2, make_fork, run_cv
 
 STAMP = ".sm120-vendor.json"

@@ -6,7 +6,7 @@ import errno
 
 import pytest
 
-from conftest import snapshot
+from fsaudit import snapshot
 from vendor_helpers import PREFIX, V1, V2, make_fork, run_cv
 
 
