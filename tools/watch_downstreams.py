@@ -48,6 +48,7 @@ def main(argv=None) -> int:
     token = os.environ.get("GITHUB_TOKEN")
     scrub = (lambda s: s.replace(token, "***")) if token else (lambda s: s)
     try:
+        from vendorkit import inert
         from vendorkit.github import EtagStore, GitHubClient
         from vendorkit.manifest import MANIFEST_DIR, ManifestSet
         from vendorkit import watch
@@ -85,10 +86,10 @@ def main(argv=None) -> int:
                     f"({r.counted} counted)  issue {r.issue_action}")
             if rep.errors:
                 line += "  reason: " + "; ".join(rep.errors)
-            print(scrub(line))
+            print(scrub(inert.text(line)))  # reasons may quote a downstream's file names
         return watch.exit_code(results)
     except VendorError as e:
-        print(scrub(f"watch_downstreams: error: {e}"), file=sys.stderr)
+        print(scrub(f"watch_downstreams: error: {e}").encode("ascii", "backslashreplace").decode(), file=sys.stderr)
         if a.json:  # the report's exit_code is always the process's
             with open(a.json, "w", encoding="utf-8") as fh:
                 json.dump({"schema_version": 1, "exit_code": e.exit_code, "errors": [scrub(str(e))],

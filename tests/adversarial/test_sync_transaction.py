@@ -105,3 +105,24 @@ def test_released_bytes_missing_from_the_checkout_stop_before_any_write(canon, t
     code, _, err = run_cv("--repo", str(canon), "--fork", str(fork), "--sync")
     assert code == 2 and "not available in this checkout; nothing was written" in err
     assert snapshot(fork) == before
+
+
+def test_a_failure_after_a_backup_removes_the_backup_too(canon, tmp_path, monkeypatch):
+    from vendorkit.safefs import ForkRoot
+
+    fork = make_fork(tmp_path, V2)
+    assert run_cv("--repo", str(canon), "--fork", str(fork), "--sync")[0] == 0
+    (fork / PREFIX / "mma/sm120.cuh").write_bytes(b"// an owned edit: backed up before it is replaced\n")
+    (fork / PREFIX / "scheduler/sm120_gemm.cuh").unlink()
+    before = snapshot(fork)
+    real = ForkRoot.write_atomic
+
+    def full(self, rel, data, mode=0o644):
+        if rel.endswith("scheduler/sm120_gemm.cuh"):  # planned after the backed-up write
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, rel, data, mode)
+
+    monkeypatch.setattr(ForkRoot, "write_atomic", full)
+    code, _, err = run_cv("--repo", str(canon), "--fork", str(fork), "--sync")
+    assert code == 2 and "every change was undone" in err
+    assert snapshot(fork) == before and not (fork / ".sm120-sync-backup").exists()
