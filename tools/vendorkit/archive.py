@@ -22,7 +22,7 @@ import zipfile
 from typing import BinaryIO, Iterator
 
 from .errors import CannotCheck, UsageError
-from .forkview import ForkFile
+from .forkview import ForkFile, link_escapes
 from .limits import (ARCHIVE_MAX_BYTES, DIAGNOSE_MAX_BYTES, MEMBER_MAX_BYTES, MEMBER_MAX_RATIO,
                      RATIO_FLOOR_BYTES)
 from .manifest import is_our_name
@@ -54,18 +54,6 @@ def install_path(name: str) -> tuple[str | None, str | None]:
         return None, "its name climbs out of the package with '..': pip refuses the package, other tools write " \
                      "outside it"
     return (None, None) if norm in (".", "") else (norm, None)
-
-
-def link_escapes(name: str, target: str) -> bool:
-    """Whether a link member at `name` points outside the archive, judged from the link text alone."""
-    if target.startswith("/") or re.match(r"^[A-Za-z]:", target):
-        return True
-    depth = len(name.split("/")) - 1
-    for part in target.replace("\\", "/").split("/"):
-        depth += -1 if part == ".." else (0 if part in ("", ".") else 1)
-        if depth < 0:
-            return True
-    return False
 
 
 def _interesting(path: str) -> bool:

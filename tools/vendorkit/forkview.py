@@ -7,6 +7,7 @@ digest the view declares in `digest_kind`.
 from __future__ import annotations
 
 import os
+import re
 import stat
 from dataclasses import dataclass
 from typing import Iterator, Protocol
@@ -150,10 +151,13 @@ class LocalFork:
             raise CannotCheck(f"cannot read {f.path}: {getattr(e, 'strerror', None) or e}") from None
 
 
-def link_escapes(rel: str, target: str, root: str) -> bool:
-    """Whether a link at fork-relative `rel` names something outside the fork, decided from the link text alone
-    (nothing is resolved: an intermediate link in the target is not followed either)."""
-    if os.path.isabs(target):
+def link_escapes(rel: str, target: str, root: str | None = None) -> bool:
+    """Whether a link at fork-relative `rel` names something outside the fork (or archive), decided from the link
+    text alone: nothing is resolved, so an intermediate link in the target is not followed either. An absolute
+    target is inside only when it lies under `root` (a local fork's absolute path; archives have none)."""
+    if target.startswith("/") or re.match(r"^[A-Za-z]:", target):
+        if root is None:
+            return True
         t = os.path.normpath(target)
         return not (t == root or t.startswith(root.rstrip(os.sep) + os.sep))
     depth = len(rel.split("/")) - 1

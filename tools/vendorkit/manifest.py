@@ -10,7 +10,7 @@ from typing import Any, Iterable
 from .errors import CannotCheck, ManifestError, UsageError
 from .hashing import tree_sha256
 from .versions import is_tag, parse_tag
-from . import manifest_text, yamlio
+from . import manifest_text, safefs, yamlio
 
 SCHEMA = 1
 ROOT = "device_layer"
@@ -31,17 +31,17 @@ def is_our_name(path: str) -> bool:
 
 
 def check_safe_path(path: Any, where: str) -> str:
-    """Manifest paths are relative POSIX paths with no `..`, `.`, empty parts or backslashes."""
+    """Manifest paths obey safefs's rule (relative POSIX, no `..`, `.`, empty parts, backslashes, NULs or drive
+    letters); the message says which part of it a path breaks."""
+    if safefs.path_parts(path) is not None:
+        return path
     if not isinstance(path, str) or not path:
         raise ManifestError(f"{where}: path must be a non-empty string")
     if path.startswith("/") or re.match(r"^[A-Za-z]:", path):
         raise ManifestError(f"{where}: unsafe absolute path {path!r}")
     if "\\" in path or "\0" in path:
         raise ManifestError(f"{where}: unsafe path {path!r} (backslash or NUL)")
-    parts = path.split("/")
-    if any(p in ("", ".", "..") for p in parts):
-        raise ManifestError(f"{where}: unsafe path {path!r} (empty, '.' or '..' component)")
-    return path
+    raise ManifestError(f"{where}: unsafe path {path!r} (empty, '.' or '..' component)")
 
 
 @dataclass(frozen=True)
