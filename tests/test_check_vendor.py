@@ -283,7 +283,8 @@ def test_sync_restores_mode_and_cosmetic_changes(canon, tmp_path):
     os.chmod(fork / PREFIX / "mma/sm120.cuh", 0o755)
     # CRLF bytes equal no release and no stamp owns them: they are the fork's, so --sync refuses
     code, out, _ = run_cv("--repo", str(canon), "--fork", str(fork), "--sync")
-    assert code == 1 and "refused  deep_gemm/include/deep_gemm/common/sm120_utils.cuh" in out
+    assert code == 1 and "refuse   deep_gemm/include/deep_gemm/common/sm120_utils.cuh" in out
+    assert out.count("deep_gemm/include/deep_gemm/common/sm120_utils.cuh") == 1  # listed once, with its reason
     assert "nothing was written" in out and "--force" in out and "pin" in out
     assert (fork / PREFIX / "common/sm120_utils.cuh").read_bytes() == files["common/sm120_utils.cuh"]
     assert os.stat(fork / PREFIX / "mma/sm120.cuh").st_mode & 0o111

@@ -259,7 +259,7 @@ def test_sync_keeps_a_pinned_patch_and_refuses_over_one_unless_dropped(canon, tm
     # v0.2.0 changes the file: the patch was made for another base, so --sync refuses and writes nothing
     before = {p: p.read_bytes() for p in fork.rglob("*") if p.is_file()}
     code, out, _ = run_cv("--repo", str(canon), "--fork", str(fork), "--sync")
-    assert code == 1 and "refused  deep_gemm/include/deep_gemm/impls/sm120_bf16_gemm.cuh" in out
+    assert code == 1 and "refuse   deep_gemm/include/deep_gemm/impls/sm120_bf16_gemm.cuh" in out
     assert "--drop-patches" in out and "nothing was written" in out
     assert {p: p.read_bytes() for p in fork.rglob("*") if p.is_file()} == before
     code, out, _ = run_cv("--repo", str(canon), "--fork", str(fork), "--sync", "--drop-patches")
@@ -288,7 +288,7 @@ def test_sync_refuses_fork_written_files_and_says_how_to_proceed(canon, tmp_path
     fork = make_fork(tmp_path, files)
     before = {p: p.read_bytes() for p in fork.rglob("*") if p.is_file()}
     code, out, _ = run_cv("--repo", str(canon), "--fork", str(fork), "--sync", "--dry-run")
-    assert code == 1 and "refused  deep_gemm/include/deep_gemm/common/sm120_tma.cuh" in out
+    assert code == 1 and "refuse   deep_gemm/include/deep_gemm/common/sm120_tma.cuh" in out
     assert "write    deep_gemm/include/deep_gemm/impls/sm120_bf16_gemm.cuh" in out  # stale copy: safe
     code, out, _ = run_cv("--repo", str(canon), "--fork", str(fork), "--sync")
     assert code == 1 and "nothing was written" in out and "check_vendor.py pin" in out and "--force" in out

@@ -133,8 +133,9 @@ def refusals(acts: list[Action]) -> list[Action]:
 
 
 def how_to_proceed(fork_label: str, refused: list[Action], has_stamp: bool) -> list[str]:
-    """The refused files and only the ways on that would get past them."""
-    lines = [f"  refused  {a.path}  ({a.why})" for a in refused] + ["nothing was written. To proceed:"]
+    """After a plan with refusals (already printed, each `refuse` line with its reason): only the ways on that
+    would get past them."""
+    lines = [f"nothing was written ({len(refused)} refused). To proceed:"]
     whys = " ".join(a.why for a in refused)
     if "pinned" in whys:
         lines.append("  a pinned file: pin the current bytes again (python tools/check_vendor.py pin --fork "
