@@ -74,8 +74,9 @@ def detect_prefix(paths, released: set[str], ignore: tuple[str, ...] = ()) -> st
     directories to skip (a checkout of this repository inside the fork, e.g. the CI recipe's .sm120/)."""
     found: dict[str, set[str]] = {}
     ignore = (*ignore, BACKUP_DIR)
+    names = {r.rsplit("/", 1)[-1] for r in released}
     for p in paths:
-        if not is_our_name(p) or any(p == d or p.startswith(d + "/") for d in ignore if d):
+        if p.rsplit("/", 1)[-1] not in names or any(p == d or p.startswith(d + "/") for d in ignore if d):
             continue
         parts = p.split("/")
         for i in range(len(parts)):  # longest released suffix wins
@@ -94,13 +95,13 @@ def detect_prefix(paths, released: set[str], ignore: tuple[str, ...] = ()) -> st
 
 def _matches(tags: list[str], checked: Manifest, ms: ManifestSet) -> tuple[str, str]:
     """Diagnosis for bytes equal to other releases: the nearest older one if any, else the nearest newer."""
-    older = [t for t in tags if ms.by_tag[t].version < checked.version]
-    newer = [t for t in tags if ms.by_tag[t].version > checked.version]
+    older = [ms.label(t) for t in tags if ms.by_tag[t].version < checked.version]
+    newer = [ms.label(t) for t in tags if ms.by_tag[t].version > checked.version]
     if older:
         return f"matches {older[-1]} (older)", f"identical to the file released in {', '.join(older)}: not yet " \
-                                                f"updated to {checked.tag}"
+                                                f"updated to {checked.label}"
     return f"matches {newer[0]} (newer)", f"identical to the file released in {', '.join(newer)}, newer than " \
-                                          f"{checked.tag}"
+                                          f"{checked.label}"
 
 
 class Comparator:
@@ -157,8 +158,8 @@ class Comparator:
         if not self.want_diff:
             r.detail = "content differs"
             return r
-        if max(f.size, entry.size) > DIAGNOSE_MAX_BYTES:
-            r.detail = (f"content differs ({f.size:,} bytes, {what} {entry.size:,}; over the "
+        if max(f.size, entry.size or 0) > DIAGNOSE_MAX_BYTES:
+            r.detail = (f"content differs ({f.size:,} bytes, {what} {entry.size or 0:,}; over the "
                         f"{DIAGNOSE_MAX_BYTES >> 20} MiB diagnosis cap: no diff)")
             return r
         if canon is None and self.canonical is not None:
@@ -239,7 +240,7 @@ class Comparator:
         released = {e.digest(self.kind) for m in self.ms.manifests for e in m.files}
         sizes = {e.size for m in self.ms.manifests for e in m.files}
         for rel, f in listing.items():
-            if f.kind != "file" or f.size not in sizes or not (is_our_name(rel) or rel in self.tag.by_path):
+            if f.kind != "file" or (None not in sizes and f.size not in sizes) or not self.ms.named_like(rel):
                 continue
             d = self._digest(f, errors, rel)
             if d is not None and d in released:
@@ -266,7 +267,7 @@ class Comparator:
                 results.append(FileResult(STAMP, "changed", diagnosis="invalid-stamp",
                                           detail="; ".join(stamp.problems), fork_path=_join(self.prefix, STAMP)))
         elif listing and not self._vendors_our_layer(listing, errors) and not errors:
-            named = sum(1 for rel in listing if is_our_name(rel))
+            named = sum(1 for rel in listing if self.ms.named_like(rel))
             report.verdict = "not-vendored"
             report.notes.append(f"does not vendor this layer: none of the {named} device-layer-named files under "
                                 f"{self.prefix or '.'} equals a file of any release (its own SM120 headers?); "
@@ -293,7 +294,7 @@ class Comparator:
                 ours_digests[entry.path] = (actual, f.mode)
             expected = entry.digest(self.kind)
             if actual == expected and (f.kind == "symlink") == (entry.mode == "120000") and not f.duplicate:
-                if f.mode != entry.mode:
+                if not entry.mode_matches(f.mode):
                     results.append(FileResult(entry.path, "mode", detail=f"mode {f.mode}, expected {entry.mode}",
                                               expected=expected, actual=actual, fork_path=fork_path))
                 else:
@@ -325,7 +326,7 @@ class Comparator:
             sizes = {e.size for e in missing}
             by_digest: dict[str, str] = {}
             for rel, f in sorted(others.items()):
-                if f.kind == "file" and f.size in sizes and not f.too_large:
+                if f.kind == "file" and (None in sizes or f.size in sizes) and not f.too_large:
                     d = self._digest(f, errors, rel)
                     if d is not None:
                         by_digest.setdefault(d, rel)
@@ -349,13 +350,13 @@ class Comparator:
         for rel, f in sorted(others.items()):
             if rel in consumed:
                 continue
-            if stamp is None and not (rel in released or is_our_name(rel)):
+            if stamp is None and not (rel in released or self.ms.named_like(rel)):
                 continue  # without a stamp only files that look like ours are considered
             actual = self._digest(f, errors, rel) if f.kind in ("file", "symlink") and not f.too_large else None
             foreign = stamp is not None and rel not in stamp.owned and rel not in released
             if actual is not None and not foreign:  # foreign files never decide whether the fork is stale
                 ours_digests[rel] = (actual, f.mode)
-            shipped = [m.tag for m in self.ms.manifests if rel in m.by_path]
+            shipped = [m.label for m in self.ms.manifests if rel in m.by_path]
             link = (f"; symlink to {f.target}" + (" (outside the fork)" if f.escapes else "")
                     if f.kind == "symlink" else "") + (f"; {f.too_large}" if f.too_large else "")
             if stamp is not None and rel not in stamp.owned:
@@ -370,7 +371,7 @@ class Comparator:
                                               fork_path=_join(self.prefix, rel), drift=self.strict))
                 continue
             if shipped:
-                detail = f"shipped by {', '.join(shipped)}; not in {self.tag.tag}"
+                detail = f"shipped by {', '.join(shipped)}; not in {self.tag.label}"
             else:
                 detail = "named like a device-layer file (sm120_*) but no release ships it"
             results.append(FileResult(rel, "extra", detail=detail + link, actual=actual,
@@ -382,8 +383,8 @@ class Comparator:
         if report.verdict != "not-vendored" or errors:
             report.verdict, report.stale_tag = self._verdict(results, ours_digests)
         if report.verdict == "stale":
-            report.notes.append(f"the fork is identical to {report.stale_tag}; "
-                                f"run with --sync to move it to {self.tag.tag}")
+            report.notes.append(f"the fork is identical to {self.ms.label(report.stale_tag)}; "
+                                f"run with --sync to move it to {self.tag.label}")
         return report
 
     def _verdict(self, results: list[FileResult], ours: dict[str, tuple[str, str]]) -> tuple[str, str | None]:
@@ -396,7 +397,7 @@ class Comparator:
         for m in reversed(self.ms.manifests):
             if m.tag == self.tag.tag or set(m.by_path) != set(ours):
                 continue
-            if all(ours[p] == (e.digest(self.kind), e.mode) for p, e in m.by_path.items()):
+            if all(ours[p][0] == e.digest(self.kind) and e.mode_matches(ours[p][1]) for p, e in m.by_path.items()):
                 if m.version < self.tag.version:
                     return "stale", m.tag
                 return "drifted", None

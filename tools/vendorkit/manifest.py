@@ -9,7 +9,7 @@ from typing import Any, Iterable
 
 from .errors import CannotCheck, ManifestError, UsageError
 from .hashing import tree_sha256
-from .versions import is_tag, parse_tag
+from .versions import is_tag, parse_tag, sort_key
 from . import manifest_text, safefs, yamlio
 
 SCHEMA = 1
@@ -48,12 +48,15 @@ def check_safe_path(path: Any, where: str) -> str:
 class FileEntry:
     path: str
     sha256: str
-    git_blob_sha1: str
-    size: int
-    mode: str
+    git_blob_sha1: str | None   # None, like size and mode, in lineages imported from hashes only
+    size: int | None
+    mode: str | None
 
-    def digest(self, kind: str) -> str:
+    def digest(self, kind: str) -> str | None:
         return self.sha256 if kind == "sha256" else self.git_blob_sha1
+
+    def mode_matches(self, mode: str) -> bool:
+        return self.mode is None or self.mode == mode
 
 
 @dataclass
@@ -65,14 +68,21 @@ class Manifest:
     requires: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_REQUIRES))
     root: str = ROOT
     schema: int = SCHEMA
-    source: str | None = None  # file it was loaded from
+    source: str | None = None   # file it was loaded from
+    lineage: str | None = None  # None: a deep_gemm_sm120 release; else an imported upstream (vendorkit.lineage)
+    origin: str | None = None   # lineages: where the hashes came from
 
     def __post_init__(self) -> None:
         self.by_path = {f.path: f for f in self.files}
 
     @property
-    def version(self) -> tuple[int, int, int]:
-        return parse_tag(self.tag)
+    def version(self) -> tuple:
+        return sort_key(self.tag)
+
+    @property
+    def label(self) -> str:
+        """How reports name this release: `v0.7.3` for ours, `NAME@v0.1.4` for an upstream lineage's."""
+        return self.tag if self.lineage is None else f"{self.lineage}@{self.tag}"
 
 
 def _entry(raw: Any, i: int, where: str) -> FileEntry:
@@ -176,11 +186,29 @@ def build_manifest(tag: str, created: str, files: Iterable[FileEntry]) -> Manife
 
 
 class ManifestSet:
-    """Every manifest in vendor_manifests/, oldest first; all validated on load."""
+    """Every manifest of one lineage (ours in vendor_manifests/, an upstream's in vendor_manifests/upstreams/NAME/),
+    oldest first; all validated on load."""
 
-    def __init__(self, manifests: list[Manifest]):
+    def __init__(self, manifests: list[Manifest], lineage: str | None = None):
         self.manifests = sorted(manifests, key=lambda m: m.version)
         self.by_tag = {m.tag: m for m in self.manifests}
+        self.lineage = lineage
+
+    @property
+    def name(self) -> str:
+        return self.lineage or "deep_gemm_sm120"
+
+    def label(self, tag: str) -> str:
+        return tag if self.lineage is None else f"{self.lineage}@{tag}"
+
+    @property
+    def has_blob_ids(self) -> bool:
+        """Whether every file has a git blob id (a github: fork can then be compared from its tree alone)."""
+        return all(e.git_blob_sha1 for m in self.manifests for e in m.files)
+
+    def named_like(self, path: str) -> bool:
+        """A path that looks like this lineage's: the sm120_* naming rule, or any path one of its releases ships."""
+        return is_our_name(path) or path in self.all_paths()
 
     @classmethod
     def load_dir(cls, directory: str) -> "ManifestSet":
@@ -215,14 +243,17 @@ class ManifestSet:
             raise UsageError("no release manifests found in vendor_manifests/")
         if tag is None:
             return self.manifests[-1]
-        parse_tag(tag)
+        if self.lineage is None:
+            parse_tag(tag)
         if tag not in self.by_tag:
             known = ", ".join(m.tag for m in self.manifests)
-            raise UsageError(f"unknown tag {tag}: released tags are {known}")
+            raise UsageError(f"unknown tag {tag}: {self.name}'s releases are {known}")
         return self.by_tag[tag]
 
     def all_paths(self) -> set[str]:
-        return {f.path for m in self.manifests for f in m.files}
+        if not hasattr(self, "_paths"):
+            self._paths = {f.path for m in self.manifests for f in m.files}
+        return self._paths
 
     def releases_with(self, path: str, digest: str, kind: str) -> list[str]:
         """Tags (oldest first) whose file at `path` has this digest."""

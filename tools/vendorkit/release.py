@@ -9,7 +9,7 @@ from .errors import UsageError
 from .gitrepo import GitRepo
 from .hashing import git_blob_sha1, sha256_bytes
 from .manifest import MANIFEST_DIR, ROOT, FileEntry, ManifestSet, build_manifest, dump_manifest, is_our_name
-from .versions import parse_tag
+from .versions import parse_tag, sort_key
 
 
 def committed_entries(git: GitRepo, rev: str = "HEAD") -> list[FileEntry]:
@@ -26,7 +26,8 @@ def committed_entries(git: GitRepo, rev: str = "HEAD") -> list[FileEntry]:
 
 
 def release(repo_root: str, tag: str, created: str | None = None) -> str:
-    version = parse_tag(tag)
+    parse_tag(tag)  # vMAJOR.MINOR.PATCH only
+    version = sort_key(tag)
     git = GitRepo(repo_root)
     if not git.is_repo():
         raise UsageError(f"{repo_root} is not a git checkout: a release is cut from committed files")

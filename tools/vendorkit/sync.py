@@ -69,7 +69,7 @@ def plan(report: Report, ms: ManifestSet, tag: Manifest, force: bool = False,
             acts.append(Action("delete", f.fork_path, f"renamed copy of {f.path} (same bytes as the release)",
                                expect=f.actual if report.digest_kind == "sha256" else None))
         elif f.status == "changed":
-            released = (f.diagnosis or "").startswith("matches v")
+            released = (f.diagnosis or "").startswith("matches ")
             why = "changed" + (f" ({f.diagnosis})" if f.diagnosis else "")
             if released and not not_vendored:
                 acts.append(Action("write", path, why + ": a released version, nothing of the fork's is lost",
@@ -97,7 +97,8 @@ def plan(report: Report, ms: ManifestSet, tag: Manifest, force: bool = False,
             else:
                 acts.append(Action("keep", path, f"pinned patch ({f.detail})"))
         elif f.status == "mode":
-            acts.append(Action("chmod", path, f.detail or "mode", expect=here, mode=entry.mode if entry else "100644"))
+            acts.append(Action("chmod", path, f.detail or "mode", expect=here,
+                               mode=entry.mode if entry and entry.mode else "100644"))
         elif f.status == "extra":
             owners = ms.releases_with(f.path, f.actual or "", report.digest_kind)
             dropped = [m.tag for m in ms.manifests if f.path in m.by_path]
@@ -216,7 +217,7 @@ def preflight(acts: list[Action], fork: LocalFork, tag: Manifest,
             if data is None or sha256_bytes(data) != a.entry.sha256:
                 raise CannotCheck(f"the released bytes of {a.path} ({tag.tag}) are not available in this "
                                   f"checkout; nothing was written")
-            a.data, a.mode = data, a.entry.mode
+            a.data, a.mode = data, a.entry.mode or "100644"
         if a.verb == "write" and now == sha256_bytes(a.data) and (st is None or _mode(st) == a.mode):
             out.append(Action("keep", a.path, "already " + ("the stamp" if a.path.endswith(STAMP) else "up to date")))
             continue
