@@ -125,9 +125,14 @@ def test_this_repository_manifests_match_history():
     from vendorkit.manifest import ManifestSet
     from vendorkit.selfcheck import history_problems
 
+    from vendorkit.gitrepo import GitRepo
+    from vendorkit.selfcheck import lineage_problems
+
     ms = ManifestSet.load_dir(str(ROOT / "vendor_manifests"))
     problems, _ = history_problems(str(ROOT), ms)
     assert problems == []
+    problems, notes = lineage_problems(str(ROOT), GitRepo(str(ROOT)))
+    assert problems == [] and any("upstream lineage deepgemm-sm120: 6 manifest(s)" in n for n in notes)
     code, doc = run_json("--repo", str(ROOT))
     assert code == 0, doc["errors"]
     assert doc["verdict"] in ("released", "unreleased")

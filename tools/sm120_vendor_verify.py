@@ -130,6 +130,9 @@ def parse_stamp(text: str, where: str = STAMP) -> dict:
     for i, f in enumerate(doc["files"]):
         if not isinstance(f, dict) or not isinstance(f.get("path"), str) or not isinstance(f.get("sha256"), str):
             raise VerifyError(f"{where}: files[{i}] must be {{path, sha256}}")
+    if "lineage" in doc and not (isinstance(doc["lineage"], str) and safe_relative(doc["lineage"])
+                                 and "/" not in doc["lineage"]):
+        raise VerifyError(f"{where}: 'lineage' must be an upstream lineage's name")
     v = doc.get("verifier")
     if v is not None and not (isinstance(v, dict) and v.get("path") == VERIFIER and isinstance(v.get("sha256"), str)
                               and _HEX64.match(v["sha256"])):
@@ -143,14 +146,17 @@ def parse_stamp(text: str, where: str = STAMP) -> dict:
 
 
 def make_stamp(tag: str, files: dict[str, str], patches: list[dict] | None = None,
-               verifier_sha256: str | None = None) -> str:
-    """The stamp --sync writes: files = {path: sha256} of the release files it owns (sorted)."""
+               verifier_sha256: str | None = None, lineage: str | None = None) -> str:
+    """The stamp --sync writes: files = {path: sha256} of the release files it owns (sorted); `lineage` names an
+    upstream lineage's release (absent for deep_gemm_sm120's own)."""
     doc = {"schema": STAMP_SCHEMA, "tool": "deep_gemm_sm120 tools/check_vendor.py", "tag": tag,
            "tree_sha256": tree_sha256(files.items()),
            "files": [{"path": p, "sha256": s} for p, s in sorted(files.items())],
            "patches": sorted(patches or [], key=lambda p: p["path"])}
     if verifier_sha256:
         doc["verifier"] = {"path": VERIFIER, "sha256": verifier_sha256}
+    if lineage:
+        doc["lineage"] = lineage
     return json.dumps(doc, indent=1) + "\n"
 
 
@@ -261,6 +267,11 @@ def _file_status(fs: ForkRoot, path: str, sha: str, stamp: dict | None) -> dict:
     return result("changed", "bytes differ from the release")
 
 
+def _name(doc: dict) -> str:
+    """How a release is named: `v0.7.3`, or `NAME@v0.1.4` for an upstream lineage's."""
+    return f"{doc['lineage']}@{doc['tag']}" if doc.get("lineage") else doc["tag"]
+
+
 def verify(root: str, release: dict | None = None, manifest_path: str | None = None, strict: bool = False) -> dict:
     """{verdict, exit_code, tag, files: [{path, status, detail}], problems} for the vendor root `root`."""
     release = release or _RELEASE
@@ -281,6 +292,8 @@ def verify(root: str, release: dict | None = None, manifest_path: str | None = N
         stamp, why = _read_stamp(fs)
         if stamp is not None:
             found = validate(stamp, release["files"], release["tree_sha256"], release["tag"])
+            if stamp.get("lineage") != release.get("lineage"):
+                found.append(f"stamp written for {_name(stamp)}, this verifier checks {_name(release)}")
             if found:
                 problems += found
                 stamp = None  # an untrustworthy stamp pins nothing
@@ -303,7 +316,7 @@ def verify(root: str, release: dict | None = None, manifest_path: str | None = N
             raise VerifyError(f"cannot list {root}: {e}", EXIT_CANNOT_CHECK) from None
     bad = [r for r in results if r["status"] in ("changed", "missing") or (strict and r["status"] == "foreign")]
     verdict = "drifted" if problems or bad else "in-sync"
-    return {"schema_version": 2, "tag": release["tag"], "verdict": verdict,
+    return {"schema_version": 2, "tag": _name(release), "verdict": verdict,
             "exit_code": EXIT_DRIFT if verdict == "drifted" else EXIT_OK, "problems": problems, "files": results}
 
 

@@ -41,3 +41,30 @@ class CanonicalStore:
         except CannotCheck:
             return None
         return data if sha256_bytes(data) == e.sha256 else None
+
+
+class SourceStore:
+    """Released bytes of an upstream lineage, taken from a source that has them (--bytes-from: a checkout, a git
+    ref, github:, a wheel). Bytes are served only when their sha256 is the manifest's; without a source the
+    lineage is hashes only and nothing can be written."""
+
+    def __init__(self, view, ms):
+        self.view, self.ms = view, ms
+        self.prefix = None
+        if view is not None:
+            from .compare import detect_prefix
+
+            self.prefix = detect_prefix(view.iter_paths(), ms.all_paths())
+            self.listing = view.list_under(self.prefix)[0]
+
+    def get(self, e: FileEntry) -> bytes | None:
+        if self.view is None:
+            return None
+        f = self.listing.get(e.path)
+        data = self.view.fetch(f) if f is not None else None
+        return data if data is not None and sha256_bytes(data) == e.sha256 else None
+
+    def why_missing(self) -> str:
+        return ("the lineage was imported from hashes only: pass --bytes-from SOURCE (a checkout, git:DIR@REF, "
+                "github:OWNER/REPO@REF or a wheel that has these bytes)") if self.view is None else \
+            "--bytes-from does not hold these bytes at the lineage's paths"

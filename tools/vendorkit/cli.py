@@ -19,12 +19,16 @@ def _default_repo() -> str:
 
 SYNOPSIS = """usage:
   check_vendor.py [--repo DIR]                                   self-check this checkout (no --fork)
-  check_vendor.py --fork PATH|github:OWNER/REPO@REF|WHEEL|SDIST|pypi:NAME==VERSION
+  check_vendor.py --fork PATH|git:DIR@REF|github:OWNER/REPO@REF|WHEEL|SDIST|pypi:NAME[==VERSION]
                   [--prefix DIR] [--tag vX.Y.Z | --latest] [--format text|json|markdown]
                   [--strict] [--no-diff] [--diff-lines N | --full-diffs] [-v] [--api-url URL] [--index-url URL]
                   [--sync [--dry-run] [--force] [--drop-patches]]
-  check_vendor.py pin --fork PATH FILE --reason TEXT [--upstream URL] [--prefix DIR]
-  check_vendor.py release vX.Y.Z [--date YYYY-MM-DD]"""
+                  [--upstream NAME [--bytes-from SOURCE]]
+  check_vendor.py pin --fork PATH FILE --reason TEXT [--upstream URL] [--prefix DIR] [--lineage NAME]
+  check_vendor.py release vX.Y.Z [--date YYYY-MM-DD]
+  check_vendor.py import-manifest (VENDOR.json | MANIFEST.yaml | SOURCE | --from-git DIR@REF) --upstream NAME
+                  [--prefix DIR] [--tag TAG] [--all-files] [--origin TEXT] [--date YYYY-MM-DD]
+  check_vendor.py provenance SOURCE [SOURCE ...] [--prefix DIR] [--format text|json|markdown]"""
 
 
 def _check_parser() -> argparse.ArgumentParser:
@@ -55,7 +59,11 @@ def _check_parser() -> argparse.ArgumentParser:
     p.add_argument("--verbose", "-v", action="store_true", help="list ok files too (text format)")
     p.add_argument("--repo", default=_default_repo(), help="canonical checkout (default: this script's)")
     p.add_argument("--api-url", default=None, help="GitHub API base URL for github: forks")
-    p.add_argument("--index-url", default=None, help="package index for pypi: forks (default https://pypi.org)")
+    p.add_argument("--index-url", default=None, help="package index for pypi: forks (default: pip's, see docs)")
+    p.add_argument("--upstream", metavar="NAME", default=None,
+                   help="compare with an imported upstream lineage instead of our releases")
+    p.add_argument("--bytes-from", metavar="SOURCE", default=None,
+                   help="with --upstream --sync: a source holding the lineage's bytes (checkout, git:DIR@REF, ...)")
     return p
 
 
@@ -77,6 +85,8 @@ def _pin_parser() -> argparse.ArgumentParser:
     p.add_argument("--prefix", help="vendor root inside the fork (auto-detected when omitted)")
     p.add_argument("--reason", required=True, help="why the fork carries this edit")
     p.add_argument("--upstream", default=None, help="URL of the upstream issue or pull request")
+    p.add_argument("--lineage", default=None, metavar="NAME",
+                   help="the fork vendors an imported upstream lineage (its stamp names it)")
     p.add_argument("--repo", default=_default_repo())
     return p
 
@@ -97,18 +107,29 @@ def _run_release(argv: list[str]) -> int:
     return 0
 
 
-def _open_fork(a):
-    if a.fork.startswith("github:"):
-        from .remote import open_remote_fork
+def _manifests(a):
+    """Our releases, or the upstream lineage --upstream names."""
+    from .manifest import MANIFEST_DIR, ManifestSet
 
-        return open_remote_fork(a.fork, api_url=a.api_url)
-    from .archive import is_archive_spec, open_archive_fork
+    if getattr(a, "upstream", None):
+        from . import lineage
 
-    if is_archive_spec(a.fork):
-        return open_archive_fork(a.fork, index_url=a.index_url)
-    from .forkview import LocalFork
+        return lineage.load(a.repo, a.upstream)
+    return ManifestSet.load_dir(os.path.join(a.repo, MANIFEST_DIR))
 
-    return LocalFork(a.fork)
+
+def _canonical(a, ms):
+    """Where released bytes come from: this checkout for our releases; --bytes-from for a lineage (whose
+    manifests hold hashes only)."""
+    from .canonical import CanonicalStore, SourceStore
+
+    if getattr(a, "bytes_from", None):
+        from .sources import open_source
+
+        return SourceStore(open_source(a.bytes_from, a.api_url, a.index_url), ms)
+    if ms.lineage is not None:
+        return SourceStore(None, ms)
+    return CanonicalStore(a.repo)
 
 
 def _own_checkout(a, view) -> tuple[str, ...]:
@@ -148,18 +169,16 @@ def _run_check(argv: list[str]) -> int:
         raise UsageError("--force and --drop-patches go with --sync")
     if a.diff_lines is not None and a.diff_lines < 0:
         raise UsageError("--diff-lines must be >= 0")
-    from .canonical import CanonicalStore
     from .diagnose import DEFAULT_DIFF_LINES
-    from .manifest import MANIFEST_DIR, ManifestSet
     from .render import render
 
     if a.full_diffs and a.diff_lines is not None:
         raise UsageError("--full-diffs and --diff-lines exclude each other")
     diff_lines = None if a.full_diffs else DEFAULT_DIFF_LINES if a.diff_lines is None else a.diff_lines
-    ms = ManifestSet.load_dir(os.path.join(a.repo, MANIFEST_DIR))
+    ms = _manifests(a)
     if a.fork is None:
-        if a.sync or a.prefix:
-            raise UsageError("--sync and --prefix need --fork")
+        if a.sync or a.prefix or a.upstream or a.bytes_from:
+            raise UsageError("--sync, --prefix, --upstream and --bytes-from need --fork")
         if a.tag:
             ms.resolve(a.tag)  # unknown tags are still a usage error
         from .selfcheck import self_check
@@ -170,13 +189,16 @@ def _run_check(argv: list[str]) -> int:
 
     from .compare import Comparator, Report
 
+    from .sources import open_source
+
     tag = ms.resolve(a.tag)
-    view = _open_fork(a)
+    view = open_source(a.fork, a.api_url, a.index_url, sha256=not ms.has_blob_ids)
     prefix = _resolve_prefix(a, view, ms)
-    store = CanonicalStore(a.repo)
+    store = _canonical(a, ms)
 
     def compare(v=view):
-        rep = Report(mode="fork", target=v.label, tag=tag.tag, prefix=prefix, digest_kind=v.digest_kind)
+        rep = Report(mode="fork", target=v.label, tag=tag.tag, prefix=prefix, digest_kind=v.digest_kind,
+                     lineage=ms.lineage)
         return Comparator(v, ms, tag, prefix, canonical=store.get, want_diff=not a.no_diff,
                           strict=a.strict).run(rep)
 
@@ -230,6 +252,10 @@ def _run_pin(argv: list[str]) -> int:
 
     a = _pin_parser().parse_args(argv)
     ms = ManifestSet.load_dir(os.path.join(a.repo, MANIFEST_DIR))
+    if a.lineage:
+        from . import lineage
+
+        ms = lineage.load(a.repo, a.lineage)
     view = LocalFork(a.fork)
     prefix = _resolve_prefix(a, view, ms)
     rel = a.file.replace(os.sep, "/")
@@ -265,13 +291,75 @@ def _run_pin(argv: list[str]) -> int:
     if a.upstream:
         entry["upstream"] = a.upstream
     patches.append(entry)
-    text = verifier.make_stamp(doc["tag"], info.owned, patches, (doc.get("verifier") or {}).get("sha256"))
+    text = verifier.make_stamp(doc["tag"], info.owned, patches, (doc.get("verifier") or {}).get("sha256"),
+                               doc.get("lineage"))
     try:
         fs.write_atomic(stamp_rel, text.encode(), 0o644)
     except (OSError, UnsafePath) as e:
         raise CannotCheck(f"cannot write {stamp_rel}: {e}") from None
     _emit(inert.text(f"pinned {rel} ({actual[:12]}) in {stamp_rel}: {a.reason}") + "\n")
     return 0
+
+
+def _import_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="check_vendor.py import-manifest", description=(
+        "Store the manifest of another canonical source as an immutable release of an upstream lineage "
+        "(vendor_manifests/upstreams/NAME/TAG.json): from a VENDOR-sm120.json, one of our manifests, or a "
+        "tree (a directory, git:DIR@REF, github:OWNER/REPO@REF, a wheel or sdist; --prefix and --tag needed)."))
+    p.add_argument("source", nargs="?", help="VENDOR-sm120.json, vX.Y.Z.yaml, or a source as --fork takes")
+    p.add_argument("--from-git", metavar="DIR@REF", help="a ref of a local git repository (same as git:DIR@REF)")
+    p.add_argument("--upstream", metavar="NAME", required=True, help="the lineage's name (a directory name)")
+    p.add_argument("--prefix", help="the upstream's vendor root (detected from a VENDOR-sm120.json's paths)")
+    p.add_argument("--tag", help="the release's tag (a VENDOR-sm120.json or manifest names its own)")
+    p.add_argument("--origin", default=None, help="where the hashes come from, recorded in the manifest instead "
+                                                   "of the default description (for a file: its repository, commit "
+                                                   "and path)")
+    p.add_argument("--all-files", action="store_true",
+                   help="from a tree: every file under --prefix (default: the sm120_*-named ones)")
+    p.add_argument("--date", default=None, help="imported date (YYYY-MM-DD); default today (UTC)")
+    p.add_argument("--repo", default=_default_repo())
+    p.add_argument("--api-url", default=None, help="GitHub API base URL for github: sources")
+    p.add_argument("--index-url", default=None, help="package index for pypi: sources")
+    return p
+
+
+def _run_import(argv: list[str]) -> int:
+    from . import lineage
+
+    a = _import_parser().parse_args(argv)
+    if bool(a.source) == bool(a.from_git):
+        raise UsageError("give one source: a file, a source spec, or --from-git DIR@REF")
+    spec = f"git:{a.from_git}" if a.from_git else a.source
+    m = lineage.import_source(spec, a.upstream, a.prefix, a.tag, a.date, a.api_url, a.index_url, a.all_files)
+    if a.origin:
+        m.origin = a.origin
+    dest = lineage.write(a.repo, m)
+    _emit(f"wrote {os.path.relpath(dest, a.repo)}: {m.label}, {len(m.files)} files under "
+          f"{inert.text(m.root or '.')} ({inert.text(m.origin)})\n")
+    return 0
+
+
+def _provenance_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="check_vendor.py provenance", description=(
+        "For each vendored file of each source, which known releases (ours and every imported upstream "
+        "lineage) have exactly those bytes. Exit 0 when every file matches a release, 1 otherwise."))
+    p.add_argument("sources", nargs="+", metavar="SOURCE",
+                   help="directories, git:DIR@REF, github:OWNER/REPO@REF, wheels, sdists, pypi:NAME[==VERSION]")
+    p.add_argument("--prefix", help="the vendor root in every source (detected per source when omitted)")
+    p.add_argument("--format", choices=FORMATS, default="text")
+    p.add_argument("--repo", default=_default_repo())
+    p.add_argument("--api-url", default=None)
+    p.add_argument("--index-url", default=None)
+    return p
+
+
+def _run_provenance(argv: list[str]) -> int:
+    from . import provenance
+
+    a = _provenance_parser().parse_args(argv)
+    result = provenance.run(a.repo, a.sources, a.prefix, a.api_url, a.index_url)
+    _emit(provenance.render(result, a.format))
+    return result.exit_code
 
 
 def _fail(code: int, message: str, fmt: str | None) -> int:
@@ -305,6 +393,10 @@ def main(argv: list[str] | None = None) -> int:
             return _run_release(argv[1:])
         if argv and argv[0] == "pin":
             return _run_pin(argv[1:])
+        if argv and argv[0] == "import-manifest":
+            return _run_import(argv[1:])
+        if argv and argv[0] == "provenance":
+            return _run_provenance(argv[1:])
         return _run_check(argv)
     except VendorError as e:
         return _fail(e.exit_code, str(e), fmt)

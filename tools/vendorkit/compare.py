@@ -52,6 +52,7 @@ class Report:
     notes: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     stamp: dict | None = None       # {"tag", "owned", "patches", "problems"} when the fork has one
+    lineage: str | None = None      # the upstream lineage compared with (None: our releases)
     owned: frozenset = frozenset()  # paths a trustworthy stamp owns (--sync may overwrite them, with a backup)
 
     @property

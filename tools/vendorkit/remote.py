@@ -7,6 +7,7 @@ tree is completed by walking only the subtrees along the prefix.
 from __future__ import annotations
 
 import base64
+import hashlib
 import os
 import re
 from typing import Iterator
@@ -61,11 +62,13 @@ def _entry(path: str, e: dict) -> ForkFile | None:
 
 
 class RemoteFork:
-    digest_kind = "git_blob_sha1"
-
-    def __init__(self, client: GitHubClient, owner: str, repo: str, ref: str, want_blobs: bool = False):
+    def __init__(self, client: GitHubClient, owner: str, repo: str, ref: str, want_blobs: bool = False,
+                 sha256: bool = False):
+        """`sha256`: hand out sha256 digests, fetching each compared blob (for lineages without blob ids);
+        by default the tree's git blob ids, so an in-sync fork costs two requests and downloads nothing."""
         self.client, self.owner, self.repo, self.ref = client, owner, repo, ref
         self.want_blobs = want_blobs
+        self.digest_kind = "sha256" if sha256 else "git_blob_sha1"
         self.label = f"github:{owner}/{repo}@{ref}"
         base = f"/repos/{owner}/{repo}"
         self._base = base
@@ -79,6 +82,7 @@ class RemoteFork:
         self._files: dict[str, ForkFile] = {}
         self._dirs: set[str] = set()
         self._unsafe: dict[str, str] = {}
+        self._sha256: dict[str, str] = {}
         self._add(root["tree"], "")
 
     def _add(self, entries: list[dict], base: str) -> None:
@@ -139,7 +143,14 @@ class RemoteFork:
         return iter(list(self._files))
 
     def digest_of(self, f: ForkFile) -> str:
-        return f.digest or ""
+        if self.digest_kind == "git_blob_sha1":
+            return f.digest or ""
+        if f.path not in self._sha256:
+            data = self.fetch(f)
+            if data is None:
+                raise CannotCheck(f"{self.label}: {f.path} could not be fetched")
+            self._sha256[f.path] = hashlib.sha256(data).hexdigest()
+        return self._sha256[f.path]
 
     def read(self, f: ForkFile, limit: int | None = None) -> bytes | None:
         return self.fetch(f, limit) if self.want_blobs else None
@@ -162,7 +173,7 @@ class RemoteFork:
 
 
 def open_remote_fork(spec: str, api_url: str | None = None, want_blobs: bool = False,
-                     client: GitHubClient | None = None) -> RemoteFork:
+                     client: GitHubClient | None = None, sha256: bool = False) -> RemoteFork:
     owner, repo, ref = parse_spec(spec)
     client = client or GitHubClient(api_url or os.environ.get("GITHUB_API_URL"), os.environ.get("GITHUB_TOKEN"))
-    return RemoteFork(client, owner, repo, ref, want_blobs)
+    return RemoteFork(client, owner, repo, ref, want_blobs, sha256)

@@ -21,6 +21,10 @@ def _summary(r: Report) -> str:
     return ", ".join(f"{v} {k}" for k, v in c.items()) or "no files"
 
 
+def _against(r: Report) -> str:
+    return r.tag if r.lineage is None else f"{r.lineage}@{r.tag} (upstream lineage)"
+
+
 def _stamp_line(r: Report, q) -> str | None:
     if not r.stamp:
         return None
@@ -34,7 +38,7 @@ def _stamp_line(r: Report, q) -> str | None:
 def to_text(r: Report, verbose: bool = False, diff_lines: int | None = DEFAULT_DIFF_LINES) -> str:
     t = inert.text
     head = (f"self-check of {t(r.target)} against {r.tag or 'no release'}" if r.mode == "self" else
-            f"fork {t(r.target)} (prefix {t(r.prefix or '.')}) against {r.tag}")
+            f"fork {t(r.target)} (prefix {t(r.prefix or '.')}) against {_against(r)}")
     out = [f"check_vendor: {head}"]
     if _stamp_line(r, t):
         out.append(_stamp_line(r, t))
@@ -75,6 +79,7 @@ def to_json(r: Report, diff_lines: int | None = DEFAULT_DIFF_LINES) -> str:
         "target": r.target,
         "prefix": r.prefix,
         "tag": r.tag,
+        "lineage": r.lineage,
         "digest": r.digest_kind,
         "verdict": r.verdict,
         "stale_tag": r.stale_tag,
@@ -92,7 +97,7 @@ def to_markdown(r: Report, diff_lines: int | None = DEFAULT_DIFF_LINES) -> str:
     c = inert.md_code
     verdict = r.verdict + (f" (identical to `{r.stale_tag}`)" if r.stale_tag else "")
     head = (f"self-check of {c(r.target, False)} against {r.tag or 'no release'}" if r.mode == "self" else
-            f"fork {c(r.target, False)} (prefix {c(r.prefix or '.', False)}) against {r.tag}")
+            f"fork {c(r.target, False)} (prefix {c(r.prefix or '.', False)}) against {_against(r)}")
     out = [f"### check_vendor: {head}", "", f"**Verdict: {verdict}** — {_summary(r)}", ""]
     if _stamp_line(r, lambda s: c(s, False)):
         out += [_stamp_line(r, lambda s: c(s, False)), ""]

@@ -43,6 +43,37 @@ def history_problems(repo_root: str, ms: ManifestSet) -> tuple[list[str], list[s
     return problems, notes
 
 
+def lineage_problems(repo_root: str, git: GitRepo | None) -> tuple[list[str], list[str]]:
+    """(problems, notes) for the imported upstream manifests: each loads (vendorkit.lineage validates it) and,
+    in a git checkout, is byte-identical to what the commit that added it added (imported manifests never
+    change, like releases)."""
+    from . import lineage
+    from .errors import VendorError
+
+    problems: list[str] = []
+    notes: list[str] = []
+    for name in lineage.names(repo_root):
+        try:
+            ms = lineage.load(repo_root, name)
+        except VendorError as e:
+            problems.append(str(e))
+            continue
+        notes.append(f"upstream lineage {name}: {len(ms.manifests)} manifest(s), "
+                     f"{', '.join(m.tag for m in ms.manifests)}")
+        if git is None:
+            continue
+        for m in ms.manifests:
+            rel = m.source
+            added = git.first_commit_adding(rel)
+            if added is None:
+                notes.append(f"{rel} is not committed yet (a new import)")
+                continue
+            with open(os.path.join(repo_root, rel), "rb") as fh:
+                if git.show(added, rel) != fh.read():
+                    problems.append(f"{rel} was edited after it was imported (differs from commit {added[:12]})")
+    return problems, notes
+
+
 def _working_tree(repo_root: str) -> dict[str, tuple[str, str, str]]:
     """path -> (sha256, blob id, mode) for device_layer/ as it is on disk."""
     base = os.path.join(repo_root, ROOT)
@@ -75,6 +106,9 @@ def self_check(repo_root: str, ms: ManifestSet) -> Report:
         r.notes.extend(notes)
     else:
         r.notes.append("not a git checkout: manifest history not verified")
+    problems, notes = lineage_problems(repo_root, git if git.is_repo() else None)
+    r.errors.extend(problems)
+    r.notes.extend(notes)
     tree = _working_tree(repo_root)
     misnamed = sorted(p for p in tree if not is_our_name(p))
     r.errors.extend(f"{ROOT}/{p} breaks the naming rule (sm120_*)" for p in misnamed)

@@ -45,8 +45,11 @@ def read_stamp(data: bytes | None, ms: ManifestSet, where: str) -> StampInfo:
     except verifier.VerifyError as e:
         return unusable_stamp(str(e))
     m = ms.by_tag.get(doc["tag"])
-    if m is None:
-        problems = [f"the stamp names {doc['tag']}, which is not a release"]
+    if doc.get("lineage") != ms.lineage:
+        problems = [f"the stamp was written for {doc.get('lineage') or 'deep_gemm_sm120'}'s releases, checked "
+                    f"against {ms.name}'s"] + verifier.validate(doc)
+    elif m is None:
+        problems = [f"the stamp names {doc['tag']}, which is not a release of {ms.name}"]
         problems += verifier.validate(doc)
     else:
         problems = verifier.validate(doc, {e.path: e.sha256 for e in m.files}, m.tree_sha256, m.tag)
@@ -60,4 +63,4 @@ def stamp_text(tag: Manifest, patches: list[dict] | None = None) -> str:
     from . import verifier_gen
 
     return verifier.make_stamp(tag.tag, {e.path: e.sha256 for e in tag.files}, patches,
-                               verifier_gen.digest(tag, "sha256"))
+                               verifier_gen.digest(tag, "sha256"), tag.lineage)

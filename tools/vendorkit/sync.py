@@ -215,8 +215,10 @@ def preflight(acts: list[Action], fork: LocalFork, tag: Manifest,
         if a.verb == "write" and a.data is None:
             data = canonical(a.entry)
             if data is None or sha256_bytes(data) != a.entry.sha256:
-                raise CannotCheck(f"the released bytes of {a.path} ({tag.tag}) are not available in this "
-                                  f"checkout; nothing was written")
+                why = getattr(getattr(canonical, "__self__", None), "why_missing", lambda: "")()
+                raise CannotCheck(f"the released bytes of {a.path} ({tag.label}) are not available "
+                                  f"{'in this checkout' if not why else ''}; nothing was written"
+                                  + (f" ({why})" if why else ""))
             a.data, a.mode = data, a.entry.mode or "100644"
         if a.verb == "write" and now == sha256_bytes(a.data) and (st is None or _mode(st) == a.mode):
             out.append(Action("keep", a.path, "already " + ("the stamp" if a.path.endswith(STAMP) else "up to date")))

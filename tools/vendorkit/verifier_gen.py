@@ -54,19 +54,18 @@ def _template() -> str:
     return out
 
 
-def release_doc(m: Manifest) -> dict:
-    return {"tag": m.tag, "tree_sha256": m.tree_sha256, "files": {e.path: e.sha256 for e in m.files}}
-
-
 @functools.lru_cache(maxsize=None)
-def _build(tag: str, tree: str, files: tuple) -> bytes:
-    baked = json.dumps({"tag": tag, "tree_sha256": tree, "files": dict(files)}, sort_keys=True)
+def _build(tag: str, tree: str, files: tuple, lineage: str | None) -> bytes:
+    doc = {"tag": tag, "tree_sha256": tree, "files": dict(files)}
+    if lineage:  # our own releases' verifiers carry no lineage key
+        doc["lineage"] = lineage
+    baked = json.dumps(doc, sort_keys=True)
     return _template().replace(_RELEASE_LINE, f"_RELEASE = {baked}\n").encode("utf-8")
 
 
 def build(m: Manifest) -> bytes:
-    """The verifier --sync writes for release `m`."""
-    return _build(m.tag, m.tree_sha256, tuple((e.path, e.sha256) for e in m.files))
+    """The verifier --sync writes for release `m` (of our lineage or an upstream's)."""
+    return _build(m.tag, m.tree_sha256, tuple((e.path, e.sha256) for e in m.files), m.lineage)
 
 
 def digest(m: Manifest, kind: str) -> str:
