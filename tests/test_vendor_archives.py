@@ -170,16 +170,18 @@ def test_pypi_fork_pinned_and_newest(canon, index):
     assert code == 3
 
 
-@pytest.mark.parametrize("fault, message", [("404", "not on the index (404)"), ("500", "answered 500"),
+@pytest.mark.parametrize("fault, message", [("404", "not on the index (404"), ("500", "answered 500"),
                                             ("truncated", "does not match the index's sha256"),
-                                            ("unknown-version", "not on the index (404)")])
+                                            ("truncated-ranges", "not a readable wheel"),
+                                            ("unknown-version", "lists no such version")])
 def test_pypi_faults_exit_2(canon, index, fault, message):
     index.add("pkg", "1.0", "pkg-1.0-py3-none-any.whl", wheel_bytes(layer(V2)))
     spec = "pypi:pkg==1.0"
     if fault in ("404", "500"):
         index.status = int(fault)
-    elif fault == "truncated":
+    elif fault.startswith("truncated"):
         index.truncate_files = True
+        index.ranges = fault.endswith("ranges")  # without ranges the download is checked against the index
     else:
         spec = "pypi:pkg==9.9"
     code, out, err = run_cv("--repo", str(canon), "--fork", spec, "--index-url", index.url, "--format", "json")

@@ -153,8 +153,9 @@ def test_fake_downstreams_serves_from_the_command_line(tmp_path):
         assert gh_url.startswith("http://127.0.0.1:") and index_url.startswith("http://127.0.0.1:")
         with urllib.request.urlopen(f"{gh_url}/repos/org/r/commits/HEAD", timeout=10) as r:
             assert len(json.load(r)["sha"]) == 40
-        with urllib.request.urlopen(f"{index_url}/pypi/pkg/json", timeout=10) as r:
-            assert json.load(r)["info"]["version"] == "1.0"
+        req = urllib.request.Request(f"{index_url}/pkg/", headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            assert json.load(r)["files"][0]["filename"] == "pkg-1.0-py3-none-any.whl"
     finally:
         p.terminate()
         p.wait(timeout=10)

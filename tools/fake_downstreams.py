@@ -13,9 +13,9 @@ prints the two base URLs and serves until Ctrl-C. Then, e.g.:
 FakeGitHub serves the REST endpoints the tools use: commits/{ref}, git/trees/{sha}[?recursive=1] (with
 optional truncation), git/blobs/{sha}, and issues list (paginated) / create / edit / comment, with object ids
 from git itself. Knobs simulate ETag 304s, rate limits, retry-after, transient 5xx and required tokens; every
-request is logged so tests can count calls and writes. FakePyPI serves the index's JSON API
-(/pypi/NAME/json, /pypi/NAME/VERSION/json) and the files, with knobs for 404 / 500 answers and truncated
-downloads.
+request is logged so tests can count calls and writes. FakePyPI serves a Simple API index (PEP 691 JSON and
+PEP 503 HTML project pages with relative file URLs, like a caching proxy) and the files (with HTTP ranges),
+with knobs for 404 / 500 answers, HTML-only pages, yanked files, no ranges and truncated downloads.
 """
 from __future__ import annotations
 
@@ -257,15 +257,21 @@ class FakeGitHub:
 
 
 class FakePyPI:
-    """The PyPI JSON API for packages whose files the caller supplies (name -> version -> [(filename, bytes)])."""
+    """A package index speaking the Simple API (PEP 691 JSON and PEP 503 HTML, relative file URLs like a caching
+    proxy's) for files the caller supplies (name -> version -> [(filename, bytes)]). Files honour HTTP range
+    requests unless `ranges` is off; `served` counts the file bytes sent. `url` is the index URL pip takes."""
 
     def __init__(self):
         self.packages: dict[str, dict[str, list[tuple[str, bytes]]]] = {}
         self.log: list[str] = []
-        self.status: int | None = None     # answer every JSON request with this status (404, 500 ...)
+        self.status: int | None = None     # answer every index page with this status (404, 500 ...)
         self.truncate_files = False        # serve half of each file (the index's sha256 then disagrees)
+        self.json_api = True               # offer PEP 691 JSON; False: HTML pages only
+        self.ranges = True                 # honour Range requests on files
+        self.yanked: set[str] = set()      # file names listed as yanked
+        self.served = 0
         self._server: ThreadingHTTPServer | None = None
-        self.url = ""
+        self.root = self.url = ""
 
     def add(self, name: str, version: str, filename: str, data: bytes) -> None:
         self.packages.setdefault(name, {}).setdefault(version, []).append((filename, data))
@@ -282,7 +288,8 @@ class FakePyPI:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self.root = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self.url = f"{self.root}/simple"
         return self.url
 
     def stop(self) -> None:
@@ -291,40 +298,43 @@ class FakePyPI:
             self._server.server_close()
             self._server = None
 
-    def _reply(self, h, status: int, data: bytes, ctype: str = "application/json") -> None:
+    def _reply(self, h, status: int, data: bytes, ctype: str = "application/json", headers=()) -> None:
         h.send_response(status)
         h.send_header("Content-Type", ctype)
         h.send_header("Content-Length", str(len(data)))
+        for k, v in headers:
+            h.send_header(k, v)
         h.end_headers()
         h.wfile.write(data)
 
-    @staticmethod
-    def _newest(versions) -> str:
-        def key(v: str):
-            return tuple(int(x) if x.isdigit() else -1 for x in re.split(r"[.+-]", v))
-        return max(versions, key=key)
+    def _project(self, normalized: str):
+        for name, versions in self.packages.items():
+            if re.sub(r"[-_.]+", "-", name).lower() == normalized:
+                return name, versions
+        return None, None
 
     def _get(self, h) -> None:
         path = urlparse(h.path).path
         self.log.append(path)
-        m = re.match(r"^/pypi/([^/]+)(?:/([^/]+))?/json$", path)
+        m = re.match(r"^/simple/([^/]+)/$", path)
         if m:
             if self.status is not None:
-                self._reply(h, self.status, b'{"message": "configured failure"}')
+                self._reply(h, self.status, b"configured failure", "text/plain")
                 return
-            name, version = m.groups()
-            versions = self.packages.get(name)
-            if not versions or (version is not None and version not in versions):
-                self._reply(h, 404, b'{"message": "Not Found"}')
+            name, versions = self._project(m.group(1))
+            if versions is None:
+                self._reply(h, 404, b"Not Found", "text/plain")
                 return
-            version = version or self._newest(versions)
-            urls = [{"filename": fn, "url": f"{self.url}/files/{fn}",
-                     "packagetype": "bdist_wheel" if fn.endswith(".whl") else "sdist",
-                     "digests": {"sha256": hashlib.sha256(data).hexdigest()}, "size": len(data)}
-                    for fn, data in versions[version]]
-            doc = {"info": {"name": name, "version": version}, "urls": urls,
-                   "releases": {v: [] for v in versions}}
-            self._reply(h, 200, json.dumps(doc).encode())
+            files = [(fn, hashlib.sha256(data).hexdigest()) for v in versions.values() for fn, data in v]
+            if self.json_api and "application/vnd.pypi.simple.v1+json" in h.headers.get("Accept", ""):
+                doc = {"meta": {"api-version": "1.1"}, "name": m.group(1), "files": [
+                    {"filename": fn, "url": f"../../files/{fn}", "hashes": {"sha256": sha},
+                     "yanked": fn in self.yanked} for fn, sha in files]}
+                self._reply(h, 200, json.dumps(doc).encode(), "application/vnd.pypi.simple.v1+json")
+            else:
+                links = "".join(f'<a href="../../files/{fn}#sha256={sha}"{" data-yanked" if fn in self.yanked else ""}>'
+                                f"{fn}</a><br/>\n" for fn, sha in files)
+                self._reply(h, 200, f"<!DOCTYPE html><html><body>\n{links}</body></html>".encode(), "text/html")
             return
         m = re.match(r"^/files/([^/]+)$", path)
         if m:
@@ -332,10 +342,25 @@ class FakePyPI:
                 for files in versions.values():
                     for fn, data in files:
                         if fn == m.group(1):
-                            self._reply(h, 200, data[: len(data) // 2] if self.truncate_files else data,
-                                        "application/octet-stream")
+                            self._file(h, data[: len(data) // 2] if self.truncate_files else data)
                             return
-        self._reply(h, 404, b'{"message": "Not Found"}')
+        self._reply(h, 404, b"Not Found", "text/plain")
+
+    def _file(self, h, data: bytes) -> None:
+        rng = re.match(r"^bytes=(\d*)-(\d*)$", h.headers.get("Range", ""))
+        if self.ranges and rng and (rng.group(1) or rng.group(2)):
+            lo, hi = rng.groups()
+            if lo == "":
+                lo, hi = max(0, len(data) - int(hi)), len(data) - 1
+            else:
+                lo, hi = int(lo), min(int(hi) if hi else len(data) - 1, len(data) - 1)
+            part = data[lo: hi + 1]
+            self.served += len(part)
+            self._reply(h, 206, part, "application/octet-stream",
+                        [("Content-Range", f"bytes {lo}-{hi}/{len(data)}"), ("Accept-Ranges", "bytes")])
+            return
+        self.served += len(data)
+        self._reply(h, 200, data, "application/octet-stream")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,6 @@
 """Wheels and sdists as forks: DeepGEMM builds on PyPI (sgl-deep-gemm) carry the SM120 headers inside the
 package. `--fork` takes a local .whl / .zip / .tar.gz / .tgz, or `pypi:NAME==VERSION` fetched through the index's
-JSON API (sha256 checked, streamed to a temporary file under a size cap).
+Simple API (vendorkit.pypi: range-read in place, or streamed to a temporary file and sha256-checked).
 
 Members are read as an installer would place them: each name is normalized the way pip resolves it
 (`a/b/../c` lands at `a/c`) and checked at that path; a name that leaves the package (`..` above the root, an
@@ -17,7 +17,6 @@ import posixpath
 import re
 import stat
 import tarfile
-import tempfile
 import zipfile
 from typing import BinaryIO, Iterator
 
@@ -29,9 +28,6 @@ from .manifest import is_our_name
 
 ARCHIVE_SUFFIXES = (".whl", ".zip", ".tar.gz", ".tgz")
 _PYPI = re.compile(r"^pypi:([A-Za-z0-9][A-Za-z0-9._-]*)(?:==([A-Za-z0-9.+!_-]+))?$")
-_VERSION = re.compile(r"^[A-Za-z0-9.+!_-]{1,64}$")
-_FILENAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+!-]{0,200}$")
-DEFAULT_INDEX = "https://pypi.org"
 _KEEP_BYTES = 64 << 20  # tar: small members kept for diagnosis, in total
 
 
@@ -234,89 +230,20 @@ class ArchiveFork:
     fetch = read
 
 
-def _pick(files: list[dict]) -> dict:
-    """A wheel if the release has one (a platform-independent one first), else the sdist."""
-    files = [f for f in files if isinstance(f, dict) and isinstance(f.get("filename"), str)
-             and _FILENAME.match(f["filename"]) and isinstance(f.get("url"), str)]
-    wheels = [f for f in files if f["filename"].endswith(".whl")]
-    wheels.sort(key=lambda f: (not f["filename"].endswith("-none-any.whl"), "x86_64" not in f["filename"],
-                               f["filename"]))
-    sdists = [f for f in files if f["filename"].endswith((".tar.gz", ".zip", ".tgz"))]
-    if wheels:
-        return wheels[0]
-    if sdists:
-        return sdists[0]
-    raise CannotCheck("the release has no wheel or sdist to check")
-
-
-def pypi_release(name: str, version: str | None, index_url: str | None, session=None) -> tuple[str, dict, list]:
-    """(version, the chosen file's JSON entry, all files) of NAME==VERSION (the latest when version is None)."""
-    try:
-        import requests
-    except ImportError:
-        raise UsageError("pypi: forks need requests: python -m pip install requests") from None
-    http = session or requests
-    base = (index_url or os.environ.get("SM120_PYPI_INDEX") or DEFAULT_INDEX).rstrip("/")
-    url = f"{base}/pypi/{name}/{version}/json" if version else f"{base}/pypi/{name}/json"
-    try:
-        r = http.get(url, timeout=30)
-    except requests.RequestException as e:
-        raise CannotCheck(f"pypi:{name}: {e}") from None
-    if r.status_code == 404:
-        raise CannotCheck(f"pypi:{name}{'==' + version if version else ''}: not on the index (404)")
-    if r.status_code != 200:
-        raise CannotCheck(f"pypi:{name}: the index answered {r.status_code}")
-    try:
-        doc = r.json()
-        files = doc["urls"]
-        version = doc["info"]["version"]
-    except (ValueError, KeyError, TypeError):
-        raise CannotCheck(f"pypi:{name}: the index's JSON is not the PyPI JSON API") from None
-    if not isinstance(version, str) or not _VERSION.match(version) or not isinstance(files, list):
-        raise CannotCheck(f"pypi:{name}: the index's JSON names no usable version")
-    return version, _pick(files), files
-
-
-def download(entry: dict, label: str, session=None) -> BinaryIO:
-    """The file, streamed into an anonymous temporary file: at most ARCHIVE_MAX_BYTES, sha256 checked against
-    the index's as it arrives."""
-    import requests
-
-    http = session or requests
-    want = (entry.get("digests") or {}).get("sha256")
-    h = hashlib.sha256()
-    out = tempfile.TemporaryFile()
-    try:
-        with http.get(entry["url"], timeout=120, stream=True) as r:
-            if r.status_code != 200:
-                raise CannotCheck(f"{label}: download answered {r.status_code}")
-            for chunk in r.iter_content(1 << 20):
-                h.update(chunk)
-                out.write(chunk)
-                if out.tell() > ARCHIVE_MAX_BYTES:
-                    raise CannotCheck(f"{label}: larger than {ARCHIVE_MAX_BYTES >> 20} MiB; not downloaded further")
-    except requests.RequestException as e:
-        out.close()
-        raise CannotCheck(f"{label}: download failed ({e})") from None
-    except BaseException:
-        out.close()
-        raise
-    if want and h.hexdigest() != want:
-        out.close()
-        raise CannotCheck(f"{label}: the downloaded file does not match the index's sha256 (truncated?)")
-    out.seek(0)
-    return out
-
-
 def open_archive_fork(spec: str, index_url: str | None = None, session=None) -> ArchiveFork:
-    m = _PYPI.match(spec)
+    """A local wheel or sdist, or `pypi:NAME[==VERSION]` through the user's package index (vendorkit.pypi)."""
     if spec.startswith("pypi:"):
+        from . import pypi
+
+        m = _PYPI.match(spec)
         if not m:
-            raise UsageError(f"bad package spec {spec!r}: expected pypi:NAME==VERSION")
+            raise UsageError(f"bad package spec {spec!r}: expected pypi:NAME[==VERSION]")
         name, version = m.groups()
-        version, entry, _ = pypi_release(name, version, index_url, session)
-        label = f"pypi:{name}=={version} ({entry['filename']})"
-        return ArchiveFork(download(entry, label, session), label)
+        version, dist = pypi.release(name, version, pypi.index_url(index_url), session)
+        label = f"pypi:{name}=={version} ({dist.filename})"
+        fork = ArchiveFork(pypi.open_dist(dist, label, session), label)
+        fork.dist = dist
+        return fork
     if not os.path.isfile(spec):
         raise CannotCheck(f"fork archive {spec} does not exist")
     return ArchiveFork(os.path.abspath(spec), os.path.abspath(spec))

@@ -134,22 +134,23 @@ def check_one(client: GitHubClient, ms: ManifestSet, ds: Downstream, index_url: 
 
 
 def _check_package(ms: ManifestSet, ds: Downstream, index_url: str | None) -> ForkResult:
-    """The newest release of a PyPI package (or its pinned version): one JSON request and one download, so a
-    new release is checked on the first run after it appears."""
-    from .archive import ArchiveFork, download, pypi_release
+    """The newest release of a PyPI package (or its pinned version): one index page, then the wheel's directory
+    and the members compared (range requests) or one download, so a new release is checked on the first run
+    after it appears."""
+    from .archive import open_archive_fork
     from .compare import detect_prefix
 
     tag = ms.resolve(None if ds.track == "latest" else ds.track)
     report = Report(mode="fork", target=ds.source, tag=tag.tag, prefix=ds.prefix, digest_kind="sha256")
     res = ForkResult(ds, report)
     try:
-        version, entry, _ = pypi_release(ds.package, ds.version, index_url)
+        spec = f"pypi:{ds.package}" + (f"=={ds.version}" if ds.version else "")
+        view = open_archive_fork(spec, index_url)
+        dist = view.dist
         res.requests = 2
-        label = f"pypi:{ds.package}=={version} ({entry['filename']})"
-        view = ArchiveFork(download(entry, label), label)
-        report.target = label
-        res.commit = f"{version}:{(entry.get('digests') or {}).get('sha256', '')[:12]}"
-        res.extra = {"version": version, "file": entry["filename"]}
+        report.target = view.label
+        res.commit = f"{dist.version}:{(dist.sha256 or '')[:12]}"
+        res.extra = {"version": dist.version, "file": dist.filename}
         if report.prefix is None:
             report.prefix = detect_prefix(view.iter_paths(), ms.all_paths())
         Comparator(view, ms, tag, report.prefix, canonical=None, want_diff=False).run(report)
