@@ -286,6 +286,9 @@ class FakePyPI:
             def do_GET(self):
                 fake._get(self)
 
+            def do_HEAD(self):
+                fake._get(self, head=True)
+
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         self.root = f"http://127.0.0.1:{self._server.server_address[1]}"
@@ -313,7 +316,7 @@ class FakePyPI:
                 return name, versions
         return None, None
 
-    def _get(self, h) -> None:
+    def _get(self, h, head: bool = False) -> None:
         path = urlparse(h.path).path
         self.log.append(path)
         m = re.match(r"^/simple/([^/]+)/$", path)
@@ -342,11 +345,19 @@ class FakePyPI:
                 for files in versions.values():
                     for fn, data in files:
                         if fn == m.group(1):
-                            self._file(h, data[: len(data) // 2] if self.truncate_files else data)
+                            self._file(h, data[: len(data) // 2] if self.truncate_files else data, head)
                             return
         self._reply(h, 404, b"Not Found", "text/plain")
 
-    def _file(self, h, data: bytes) -> None:
+    def _file(self, h, data: bytes, head: bool = False) -> None:
+        if head:
+            h.send_response(200)
+            h.send_header("Content-Type", "application/octet-stream")
+            h.send_header("Content-Length", str(len(data)))
+            if self.ranges:
+                h.send_header("Accept-Ranges", "bytes")
+            h.end_headers()
+            return
         rng = re.match(r"^bytes=(\d*)-(\d*)$", h.headers.get("Range", ""))
         if self.ranges and rng and (rng.group(1) or rng.group(2)):
             lo, hi = rng.groups()

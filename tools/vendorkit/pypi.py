@@ -257,17 +257,16 @@ class RangeFile:
 
 
 def _probe_ranges(http, url: str):
-    """A RangeFile when the server honours range requests for `url` (one 1-byte request tells), else None."""
+    """A RangeFile when the server says it serves byte ranges of `url` (a HEAD request, as pip's lazy wheel
+    asks), else None; nothing of the file is transferred here."""
     try:
-        r = http.get(url, headers={"Range": "bytes=0-0"}, timeout=60)
+        r = http.head(url, timeout=60, allow_redirects=True)
     except Exception:  # noqa: BLE001 - any failure here means "no ranges"; the download reports real errors
         return None
-    m = re.match(r"^bytes 0-0/(\d+)$", r.headers.get("Content-Range", ""))
-    if r.status_code != 206 or not m:
+    size = r.headers.get("Content-Length", "")
+    if r.status_code != 200 or r.headers.get("Accept-Ranges", "").lower() != "bytes" or not size.isdigit():
         return None
-    f = RangeFile(http, url, int(m.group(1)))
-    f.transferred = len(r.content)
-    return f
+    return RangeFile(http, r.url or url, int(size))
 
 
 def download(dist: Dist, label: str, session=None):
