@@ -216,3 +216,36 @@ def test_provenance_across_sources_and_lineages(canon, upstream, tmp_path):
     assert code == 2
     code, _, err = run_cv("provenance", "--repo", str(canon))
     assert code == 3
+
+
+# ---------------------------------------------------------------- the watcher, against a lineage
+
+def test_watcher_issue_says_which_upstream_tag_each_file_matches(canon, upstream, tmp_path, monkeypatch):
+    from watch_helpers import FakeGitHub, TOKEN, config, watch
+
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    gh = FakeGitHub(token=TOKEN)
+    gh.url = gh.start()
+    try:
+        fork = tmp_path / "downstream"
+        write_tree(fork / ROOT_UP, dict(U1, **{"impls/sm120_gemm.cuh": U2["impls/sm120_gemm.cuh"],
+                                               "common/sm120_utils.cuh": b"// edited downstream\n"}))
+        init_repo(fork)
+        commit_all(fork, "vendor")
+        gh.repos["org/downstream"] = str(fork)
+        cfg = config(tmp_path, {"name": "ds", "repo": "org/downstream", "ref": "main", "prefix": ROOT_UP,
+                                "track": "latest", "lineage": "up"})
+        code, doc, _ = watch(canon, gh, cfg, tmp_path, "--issues", "--repo", "us/sm120")
+        gh.log.clear()
+        code2, _, _ = watch(canon, gh, cfg, tmp_path, "--issues", "--repo", "us/sm120")
+    finally:
+        gh.stop()
+    d = doc["downstreams"][0]
+    assert code == 1 and d["report"]["lineage"] == "up" and d["report"]["digest"] == "sha256"
+    body = gh.issues["us/sm120"][0]["body"]
+    assert "tracks `latest` (= `up@v0.2.0`)" in body and "--upstream up --bytes-from" in body
+    assert "| `impls/sm120_gemm.cuh` | `up@v0.2.0` |" in body
+    assert "| `layout/sparse.cuh` | `up@v0.1.0,v0.2.0` |" in body
+    assert "| `common/sm120_utils.cuh` | **none** |" in body
+    # the second run: blob ids already resolved to sha256 (state file), nothing fetched again
+    assert code2 == 1 and not [r for r in gh.log if "/git/blobs/" in r["path"]]

@@ -287,5 +287,7 @@ def test_shipped_config_watches_sgl_deep_gemm():
     from vendorkit.manifest import ManifestSet
     from vendorkit.watch import load_config
 
-    ds = load_config(str(ROOT / ".github/downstreams.yaml"), ManifestSet.load_dir(str(ROOT / "vendor_manifests")))
-    assert any(d.package == "sgl-deep-gemm" and d.version is None for d in ds)
+    ds = load_config(str(ROOT / ".github/downstreams.yaml"), ManifestSet.load_dir(str(ROOT / "vendor_manifests")),
+                     str(ROOT))
+    assert {d.package for d in ds if d.package} == {"sgl-deep-gemm", "vllm"}
+    assert all(d.version is None and d.lineage == "deepgemm-sm120" for d in ds if d.package)

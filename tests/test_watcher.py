@@ -176,10 +176,13 @@ def test_shipped_downstreams_config_is_valid():
     from vendorkit.watch import load_config
 
     ms = ManifestSet.load_dir(str(ROOT / "vendor_manifests"))
-    ds = load_config(str(ROOT / ".github/downstreams.yaml"), ms)
+    ds = load_config(str(ROOT / ".github/downstreams.yaml"), ms, str(ROOT))
     forks = [d for d in ds if d.repo]
-    assert {(d.repo, d.ref) for d in forks} == {("deepseek-ai/DeepGEMM", "nv_dev"), ("vllm-project/DeepGEMM", "dev")}
+    assert {(d.repo, d.ref) for d in forks} == {("deepseek-ai/DeepGEMM", "main"), ("deepseek-ai/DeepGEMM", "nv_dev"),
+                                                ("vllm-project/DeepGEMM", "dev")}
     assert all(d.prefix == "deep_gemm/include/deep_gemm" for d in forks)
+    # the real downstreams vendor lucifer1004/DeepGEMM-sm120's headers: they are watched against that lineage
+    assert {d.lineage for d in ds} == {"deepgemm-sm120"}
 
 
 def test_check_vendor_github_fork(canon, gh, tmp_path, capsys):

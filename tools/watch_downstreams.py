@@ -56,13 +56,17 @@ def main(argv=None) -> int:
         ms = ManifestSet.load_dir(os.path.join(a.repo_root, MANIFEST_DIR))
         if not ms.manifests:
             raise VendorError("no release manifests: nothing to compare forks with")
-        downstreams = watch.load_config(a.config, ms)
+        downstreams = watch.load_config(a.config, ms, a.repo_root)
+        manifests = watch.manifests_loader(ms, a.repo_root)
+        from vendorkit.provenance import load_index
+
+        index = load_index(a.repo_root)
         if a.issues and not a.repo:
             raise VendorError("--issues needs --repo OWNER/NAME (or GITHUB_REPOSITORY)")
         etags = EtagStore.load(a.state)
         client = GitHubClient(a.api_url, token, etags, max_wait=a.max_wait, max_retries=a.retries,
                               backoff=a.backoff)
-        results = [watch.check_one(client, ms, ds, a.index_url) for ds in downstreams]
+        results = [watch.check_one(client, manifests(ds.lineage), ds, a.index_url, index) for ds in downstreams]
         if a.issues or a.dry_run:
             try:
                 watch.reconcile_issues(client, a.repo if (a.issues or a.repo) else None, results, ms,

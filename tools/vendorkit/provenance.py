@@ -55,12 +55,16 @@ class Index:
         for ms in sets:
             for m in ms.manifests:
                 for e in m.files:
-                    self._by.setdefault((e.path, e.sha256), []).append(
-                        f"{ms.lineage or OURS}@{m.tag}")
+                    label = f"{ms.lineage or OURS}@{m.tag}"
+                    self._by.setdefault((e.path, e.sha256), []).append(label)
+                    if e.git_blob_sha1:
+                        self._by.setdefault((e.path, e.git_blob_sha1), []).append(label)
             self.paths |= ms.all_paths()
 
-    def matches(self, path: str, sha256: str) -> list[str]:
-        return list(self._by.get((path, sha256), []))
+    def matches(self, path: str, digest: str, kind: str = "sha256") -> list[str]:
+        """Releases whose file at `path` has this digest (a sha256, or a git blob id: lineages imported from
+        hashes only have no blob ids, so a blob id can match only ours and tree-imported lineages)."""
+        return list(self._by.get((path, digest), []))
 
     def named_like(self, path: str) -> bool:
         return is_our_name(path) or path in self.paths

@@ -16,12 +16,12 @@ from .github import GitHubClient
 from .manifest import ManifestSet, check_safe_path
 from .remote import REPO_NAME, RemoteFork
 from .render import to_markdown
-from .versions import is_tag
+from .versions import is_lineage_tag, is_tag
 
 LABEL = "vendor-drift"
 BODY_LIMIT = 65536
-_GITHUB_KEYS = {"name", "repo", "ref", "prefix", "track"}
-_PYPI_KEYS, _PYPI_OPTIONAL = {"name", "pypi", "track"}, {"version", "prefix"}
+_GITHUB_KEYS, _GITHUB_OPTIONAL = {"name", "repo", "ref", "prefix", "track"}, {"lineage"}
+_PYPI_KEYS, _PYPI_OPTIONAL = {"name", "pypi", "track"}, {"version", "prefix", "lineage"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _PACKAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _VERSION = re.compile(r"^[A-Za-z0-9.+!_-]+$")
@@ -38,6 +38,7 @@ class Downstream:
     track: str                  # "latest" or a release tag
     package: str | None = None  # PyPI project name
     version: str | None = None  # pinned package version; None: the newest release on each run
+    lineage: str | None = None  # the upstream lineage it vendors (vendor_manifests/upstreams/NAME); None: ours
 
     @property
     def source(self) -> str:
@@ -46,15 +47,15 @@ class Downstream:
         return f"github:{self.repo}@{self.ref}"
 
 
-def _check_entry(d: dict, where: str, ms: ManifestSet) -> None:
+def _check_entry(d: dict, where: str, manifests) -> None:
     if "pypi" in d:
         unknown, missing = set(d) - _PYPI_KEYS - _PYPI_OPTIONAL, _PYPI_KEYS - set(d)
     else:
-        unknown, missing = set(d) - _GITHUB_KEYS, _GITHUB_KEYS - set(d)
+        unknown, missing = set(d) - _GITHUB_KEYS - _GITHUB_OPTIONAL, _GITHUB_KEYS - set(d)
     if unknown or missing:
         raise UsageError(f"{where}: unknown keys {sorted(unknown)}, missing keys {sorted(missing)} (a GitHub "
-                         f"fork has {sorted(_GITHUB_KEYS)}; a PyPI package has {sorted(_PYPI_KEYS)} and optionally "
-                         f"{sorted(_PYPI_OPTIONAL)})")
+                         f"fork has {sorted(_GITHUB_KEYS)} and optionally {sorted(_GITHUB_OPTIONAL)}; a PyPI "
+                         f"package has {sorted(_PYPI_KEYS)} and optionally {sorted(_PYPI_OPTIONAL)})")
     if not all(isinstance(v, str) and v for v in d.values()):
         raise UsageError(f"{where}: every value must be a non-empty string")
     if "pypi" in d:
@@ -64,11 +65,12 @@ def _check_entry(d: dict, where: str, ms: ManifestSet) -> None:
             raise UsageError(f"{where}: version {d['version']!r} is not a version")
     elif not REPO_NAME.match(d["repo"]):
         raise UsageError(f"{where}: repo {d['repo']!r} is not OWNER/NAME")
+    ms = manifests(d.get("lineage"))
     if d["track"] != "latest":
-        if not is_tag(d["track"]):
+        if not (is_tag(d["track"]) or (ms.lineage and is_lineage_tag(d["track"]))):
             raise UsageError(f"{where}: track must be `latest` or a release tag, got {d['track']!r}")
         if d["track"] not in ms.by_tag:
-            raise UsageError(f"{where}: track {d['track']} is not a released tag")
+            raise UsageError(f"{where}: track {d['track']} is not a released tag of {ms.name}")
     if "prefix" in d:
         try:
             check_safe_path(d["prefix"], where)
@@ -76,7 +78,23 @@ def _check_entry(d: dict, where: str, ms: ManifestSet) -> None:
             raise UsageError(str(e)) from None
 
 
-def load_config(path: str, ms: ManifestSet) -> list[Downstream]:
+def manifests_loader(ms: ManifestSet, repo_root: str | None):
+    """lineage name (None: ours) -> its ManifestSet, each loaded once."""
+    cache: dict[str | None, ManifestSet] = {None: ms}
+
+    def get(name: str | None) -> ManifestSet:
+        if name not in cache:
+            from . import lineage
+
+            if repo_root is None:
+                raise UsageError(f"lineage {name!r}: no repository to load upstream lineages from")
+            cache[name] = lineage.load(repo_root, name)
+        return cache[name]
+
+    return get
+
+
+def load_config(path: str, ms: ManifestSet, repo_root: str | None = None) -> list[Downstream]:
     try:
         with open(path, encoding="utf-8") as fh:
             raw = yamlio.safe_load(fh.read())
@@ -92,13 +110,13 @@ def load_config(path: str, ms: ManifestSet) -> list[Downstream]:
         where = f"{path}: downstreams[{i}]"
         if not isinstance(d, dict):
             raise UsageError(f"{where}: expected a mapping")
-        _check_entry(d, where, ms)
+        _check_entry(d, where, manifests_loader(ms, repo_root))
         if not _NAME.match(d["name"]) or d["name"] in names:
             raise UsageError(f"{where}: name {d['name']!r} must be unique and use letters, digits, . _ -")
         names.add(d["name"])
         prefix = d["prefix"].strip("/") if "prefix" in d else None
         out.append(Downstream(d["name"], d.get("repo"), d.get("ref"), prefix, d["track"], d.get("pypi"),
-                              d.get("version")))
+                              d.get("version"), d.get("lineage")))
     return out
 
 
@@ -111,18 +129,34 @@ class ForkResult:
     counted: int = 0
     issue_action: str = "-"
     extra: dict = field(default_factory=dict)
+    ms: ManifestSet | None = None          # the lineage the downstream is compared with
+    provenance: list[tuple[str, list[str]]] = field(default_factory=list)  # (file, releases with its bytes)
 
 
-def check_one(client: GitHubClient, ms: ManifestSet, ds: Downstream, index_url: str | None = None) -> ForkResult:
-    if ds.package:
-        return _check_package(ms, ds, index_url)
+def check_one(client: GitHubClient, ms: ManifestSet, ds: Downstream, index_url: str | None = None,
+              index=None) -> ForkResult:
+    """`ms`: the downstream's lineage; `index` (vendorkit.provenance.Index): every known release of every
+    lineage, to say which one each vendored file matches."""
+    res = _check_package(ms, ds, index_url) if ds.package else _check_fork(client, ms, ds)
+    res.ms = ms
+    if index is not None:
+        kind = res.report.digest_kind
+        res.provenance = [(f.path, index.matches(f.path, f.actual, kind)) for f in res.report.files
+                          if f.actual and f.status not in ("foreign", "unsafe") and index.named_like(f.path)]
+    return res
+
+
+def _check_fork(client: GitHubClient, ms: ManifestSet, ds: Downstream) -> ForkResult:
     before_req, before_304 = client.counters.requests, client.counters.not_modified
     tag = ms.resolve(None if ds.track == "latest" else ds.track)
     owner, repo = ds.repo.split("/")
-    report = Report(mode="fork", target=ds.source, tag=tag.tag, prefix=ds.prefix, digest_kind="git_blob_sha1")
+    # a lineage without git blob ids is compared by sha256: each compared blob is fetched (and cached)
+    view_kind = "git_blob_sha1" if ms.has_blob_ids else "sha256"
+    report = Report(mode="fork", target=ds.source, tag=tag.tag, prefix=ds.prefix, digest_kind=view_kind,
+                    lineage=ms.lineage)
     res = ForkResult(ds, report)
     try:
-        view = RemoteFork(client, owner, repo, ds.ref)
+        view = RemoteFork(client, owner, repo, ds.ref, sha256=not ms.has_blob_ids)
         res.commit = view.commit_sha
         Comparator(view, ms, tag, ds.prefix, canonical=None, want_diff=False).run(report)
     except CannotCheck as e:
@@ -141,7 +175,8 @@ def _check_package(ms: ManifestSet, ds: Downstream, index_url: str | None) -> Fo
     from .compare import detect_prefix
 
     tag = ms.resolve(None if ds.track == "latest" else ds.track)
-    report = Report(mode="fork", target=ds.source, tag=tag.tag, prefix=ds.prefix, digest_kind="sha256")
+    report = Report(mode="fork", target=ds.source, tag=tag.tag, prefix=ds.prefix, digest_kind="sha256",
+                    lineage=ms.lineage)
     res = ForkResult(ds, report)
     try:
         spec = f"pypi:{ds.package}" + (f"=={ds.version}" if ds.version else "")
@@ -175,7 +210,9 @@ def _where(res: ForkResult) -> str:
 def issue_title(res: ForkResult) -> str:
     r = res.report
     if r.verdict == "stale":
-        return f"Vendored SM120 device layer is stale in {_where(res)} ({r.stale_tag}, latest {r.tag})"
+        ms = res.ms
+        label = (lambda t: ms.label(t)) if ms is not None else (lambda t: t)
+        return f"Vendored SM120 device layer is stale in {_where(res)} ({label(r.stale_tag)}, latest {label(r.tag)})"
     if r.verdict == "not-vendored":
         return f"{_where(res)} does not vendor the SM120 device layer"
     return f"Vendored SM120 device layer drifted in {_where(res)}"
@@ -186,6 +223,7 @@ def how_to_fix(res: ForkResult, ms: ManifestSet) -> list[str]:
     from . import sync
 
     ds, r = res.downstream, res.report
+    ms = res.ms or ms
     if r.verdict == "not-vendored":
         return ["None of its device-layer-named files equals a file of any release: it carries SM120 headers of "
                 "its own, so there is no `--sync` recommendation. If it is meant to vendor this layer, review "
@@ -195,7 +233,10 @@ def how_to_fix(res: ForkResult, ms: ManifestSet) -> list[str]:
     checkout = "the source checkout this package is built from" if ds.package else "a local checkout of the fork"
     name = ds.package if ds.package else ds.repo.split("/")[1]
     prefix = f" --prefix {shlex.quote(r.prefix)}" if r.prefix else ""  # a package's prefix is read from it: quoted
-    cmd = f"python tools/check_vendor.py --fork PATH/TO/{name}{prefix} --tag {r.tag} --sync --dry-run"
+    upstream = f" --upstream {ms.lineage}" if ms.lineage else ""
+    if ms.lineage and not ms.has_blob_ids:
+        upstream += " --bytes-from SOURCE_WITH_ITS_BYTES"
+    cmd = f"python tools/check_vendor.py --fork PATH/TO/{name}{prefix}{upstream} --tag {r.tag} --sync --dry-run"
     if refused:
         return [f"`--sync` would refuse {len(refused)} file(s) that hold the fork's own bytes, so it is not "
                 f"recommended as is:", ""] + [f"- {inert.md_code(a.path, False)}" for a in refused] + [
@@ -221,9 +262,25 @@ def _findings_line(body: str | None) -> str | None:
     return lines[1] if len(lines) > 1 and lines[1].startswith("<!-- findings ") else None
 
 
+def provenance_section(res: ForkResult) -> list[str]:
+    """Which known release (of any lineage) has each vendored file's bytes; files no release has stand out."""
+    if not res.provenance:
+        return []
+    c = inert.md_code
+    from .provenance import _compact
+
+    rows = [f"| {c(path)} | {c(_compact(m)) if m else '**none**'} |" for path, m in res.provenance]
+    none = sum(1 for _, m in res.provenance if not m)
+    return ["#### Which release each vendored file matches", "",
+            f"{len(res.provenance) - none} of {len(res.provenance)} files equal a file of a known release "
+            f"(ours or an imported upstream lineage); {none} match none.", "",
+            "| file | releases with these bytes |", "|---|---|", *rows, ""]
+
+
 def issue_body(res: ForkResult, ms: ManifestSet, report_url: str | None = None) -> str:
     """Deterministic for identical findings (no timestamps). Line 1 is the marker, line 2 the findings digest."""
     ds, r = res.downstream, res.report
+    ms = res.ms or ms
     c = inert.md_code
     if ds.package:
         what = f"{c(_where(res), False)} (file {c(res.extra.get('file'), False)})"
@@ -234,9 +291,10 @@ def issue_body(res: ForkResult, ms: ManifestSet, report_url: str | None = None) 
                    f"equals a file of any deep_gemm_sm120 release (checked against {c(r.tag, False)}).")
     else:
         opening = (f"{what} vendors the SM120 device layer under {c(r.prefix or '.', False)} and tracks "
-                   f"{c(ds.track, False)} (= {c(r.tag, False)}).")
+                   f"{c(ds.track, False)} (= {c(ms.label(r.tag), False)}).")
     head = [marker(ds), f"<!-- findings {findings_digest(r)} -->", opening, "",
             *how_to_fix(res, ms),
+            *provenance_section(res),
             "This issue is maintained by `tools/watch_downstreams.py`: it is edited in place when the findings "
             "change (not on every new commit) and closed when the downstream is back in sync.", ""]
     body = "\n".join(head) + to_markdown(r)
