@@ -249,3 +249,29 @@ def test_watcher_issue_says_which_upstream_tag_each_file_matches(canon, upstream
     assert "| `common/sm120_utils.cuh` | **none** |" in body
     # the second run: blob ids already resolved to sha256 (state file), nothing fetched again
     assert code2 == 1 and not [r for r in gh.log if "/git/blobs/" in r["path"]]
+
+
+def test_the_documented_worked_example(canon, tmp_path):
+    """docs/vendoring.md's worked example on a wheel with vLLM 0.33.0's layout, built from synthetic bytes (CI has
+    no network): provenance finds the vendor root under vllm/third_party/ and names the lineage's tags."""
+    import shutil
+
+    repo = tmp_path / "canon"
+    shutil.copytree(canon, repo)
+    v = tmp_path / "VENDOR-sm120.json"  # a stand-in lineage under the documented name
+    v.write_text(vendor_json("v0.1.5", U2))
+    assert run_cv("import-manifest", str(v), "--upstream", "deepgemm-sm120", "--repo", str(repo))[0] == 0
+    whl = tmp_path / "vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl"
+    with zipfile.ZipFile(whl, "w") as z:
+        z.writestr("vllm/__init__.py", b"")
+        for p, b in U2.items():
+            z.writestr(f"vllm/third_party/deep_gemm/include/deep_gemm/{p}",
+                       b if p != "impls/sm120_gemm.cuh" else b"// vLLM's own edit\n")
+    code, out, _ = run_cv("provenance", str(whl), "--repo", str(repo))
+    assert code == 1 and "(vendor root vllm/third_party/deep_gemm/include/deep_gemm)" in out
+    assert "  impls/sm120_gemm.cuh" in out and "NONE" in out and "deepgemm-sm120@v0.1.5" in out
+    assert out.rstrip().endswith("exit 1: 1 file(s) match no known release")
+    doc = (Path(__file__).resolve().parents[1] / "docs/vendoring.md").read_text()
+    assert "python tools/check_vendor.py provenance pypi:vllm==0.33.0" in doc
+    code, d = run_json("--repo", str(repo), "--fork", str(whl), "--upstream", "deepgemm-sm120")
+    assert code == 1 and by_path(d)["impls/sm120_gemm.cuh"]["diagnosis"] == "content"
