@@ -275,3 +275,18 @@ def test_the_documented_worked_example(canon, tmp_path):
     assert "python tools/check_vendor.py provenance pypi:vllm==0.33.0" in doc
     code, d = run_json("--repo", str(repo), "--fork", str(whl), "--upstream", "deepgemm-sm120")
     assert code == 1 and by_path(d)["impls/sm120_gemm.cuh"]["diagnosis"] == "content"
+
+
+def test_import_of_our_own_manifest_format(canon, tmp_path):
+    import shutil
+
+    repo = tmp_path / "canon"
+    shutil.copytree(canon, repo)
+    code, out, err = run_cv("import-manifest", str(repo / "vendor_manifests/v0.1.0.yaml"), "--upstream", "mirror",
+                            "--repo", str(repo))
+    assert code == 0, err
+    m = json.loads((repo / "vendor_manifests/upstreams/mirror/v0.1.0.json").read_text())
+    assert m["root"] == "device_layer" and all({"git_blob_sha1", "size", "mode"} <= set(f) for f in m["files"])
+    code, doc = run_json("--repo", str(repo), "--fork", str(make_fork(tmp_path, __import__("vendor_helpers").V1)),
+                         "--upstream", "mirror", "--prefix", PREFIX)
+    assert code == 0 and doc["verdict"] == "in-sync" and doc["digest"] == "sha256"
