@@ -388,3 +388,29 @@ def test_matches_names_a_newer_release_as_newer(canon, tmp_path):
     code, doc = check(canon, make_fork(tmp_path, V2), "--tag", "v0.1.0")
     f = by_path(doc)["impls/sm120_bf16_gemm.cuh"]
     assert code == 1 and f["diagnosis"] == "matches v0.2.0 (newer)" and "newer than v0.1.0" in f["detail"]
+
+
+def test_ok_files_are_not_drift_in_json(canon, tmp_path):
+    code, doc = check(canon, make_fork(tmp_path, V2))
+    assert code == 0 and {f["drift"] for f in doc["files"]} == {False}
+
+
+def test_repo_that_is_not_a_checkout_is_a_usage_error(tmp_path):
+    code, out, err = run_cv("--repo", str(tmp_path / "nonexistent"))
+    assert code == 3 and "not a deep_gemm_sm120 checkout" in err
+
+
+def test_a_checkout_of_this_repository_inside_the_fork_is_never_a_prefix(canon, tmp_path):
+    """The fork-CI recipe clones this repository to .sm120/ inside the fork; any checkout run on that fork, not
+    only the .sm120/ one, must skip it (its device_layer/ beside vendor_manifests/)."""
+    fork = make_fork(tmp_path, V2)
+    write_tree(fork / ".sm120/device_layer", V2)
+    write_tree(fork / ".sm120/vendor_manifests", {"v0.2.0.yaml": b"# a copy\n"})
+    code, doc = check(canon, fork)
+    assert code == 0 and doc["prefix"] == PREFIX
+
+
+def test_fake_downstreams_bad_arguments_exit_3():
+    p = subprocess.run([sys.executable, str(ROOT / "tools/fake_downstreams.py"), "--repo", "nonsense"],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 3 and "expected OWNER/NAME=PATH" in p.stderr

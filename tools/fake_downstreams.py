@@ -19,7 +19,6 @@ with knobs for 404 / 500 answers, HTML-only pages, yanked files, no ranges and t
 """
 from __future__ import annotations
 
-import argparse
 import base64
 import hashlib
 import json
@@ -375,12 +374,23 @@ class FakePyPI:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="fake_downstreams.py", description=__doc__.splitlines()[0])
+    from vendorkit.argparsing import UsageParser
+    from vendorkit.errors import UsageError
+
+    ap = UsageParser(prog="fake_downstreams.py", description=__doc__.splitlines()[0])
     ap.add_argument("--repo", action="append", default=[], metavar="OWNER/NAME=PATH",
                     help="serve the git checkout at PATH as OWNER/NAME")
     ap.add_argument("--wheel", action="append", default=[], metavar="NAME==VERSION=FILE",
                     help="serve FILE (a wheel or sdist) as release VERSION of NAME")
     ap.add_argument("--token", default=None, help="require this bearer token from GitHub clients")
+    try:
+        return _serve(ap, argv)
+    except UsageError as e:  # exit 3 on bad arguments, like every tool here
+        print(f"fake_downstreams: error: {e}", file=sys.stderr)
+        return 3
+
+
+def _serve(ap, argv) -> int:
     a = ap.parse_args(argv)
     gh, index = FakeGitHub(token=a.token), FakePyPI()
     for spec in a.repo:

@@ -17,7 +17,7 @@ def _default_repo() -> str:
     return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-SYNOPSIS = """usage:
+SYNOPSIS = """
   check_vendor.py [--repo DIR]                                   self-check this checkout (no --fork)
   check_vendor.py --fork PATH|git:DIR@REF|github:OWNER/REPO@REF|WHEEL|SDIST|pypi:NAME[==VERSION]
                   [--prefix DIR] [--tag vX.Y.Z | --latest] [--format text|json|markdown]
@@ -175,6 +175,9 @@ def _run_check(argv: list[str]) -> int:
     if a.full_diffs and a.diff_lines is not None:
         raise UsageError("--full-diffs and --diff-lines exclude each other")
     diff_lines = None if a.full_diffs else DEFAULT_DIFF_LINES if a.diff_lines is None else a.diff_lines
+    if not os.path.isdir(os.path.join(a.repo, "vendor_manifests")) or not os.path.isdir(
+            os.path.join(a.repo, "device_layer")):
+        raise UsageError(f"--repo {a.repo}: not a deep_gemm_sm120 checkout (no device_layer/ and vendor_manifests/)")
     ms = _manifests(a)
     if a.fork is None:
         if a.sync or a.prefix or a.upstream or a.bytes_from:

@@ -35,6 +35,10 @@ class FileResult:
     patch: dict | None = None       # patched: the pinned patch (reason, upstream)
     drift: bool = True              # foreign files count only when they shadow a released path or --strict
 
+    def __post_init__(self) -> None:
+        if self.status == "ok":  # an identical file is never drift
+            self.drift = False
+
     def as_dict(self) -> dict:
         return dict(self.__dict__)
 
@@ -76,7 +80,10 @@ def detect_prefix(paths, released: set[str], ignore: tuple[str, ...] = ()) -> st
     found: dict[str, set[str]] = {}
     ignore = (*ignore, BACKUP_DIR)
     names = {r.rsplit("/", 1)[-1] for r in released}
+    seen = []
     for p in paths:
+        if "vendor_manifests/" in p:
+            seen.append(p)
         if p.rsplit("/", 1)[-1] not in names or any(p == d or p.startswith(d + "/") for d in ignore if d):
             continue
         parts = p.split("/")
@@ -85,6 +92,10 @@ def detect_prefix(paths, released: set[str], ignore: tuple[str, ...] = ()) -> st
             if suffix in released:
                 found.setdefault("/".join(parts[:i]), set()).add(suffix)
                 break
+    for cand in [c for c in found if c == "device_layer" or c.endswith("/device_layer")]:
+        parent = cand[: -len("device_layer")]
+        if any(p.startswith(parent + "vendor_manifests/") for p in seen):  # a checkout of this repository
+            del found[cand]
     if not found:
         raise UsageError("no released device-layer file found in the fork: pass --prefix DIR")
     if len(found) > 1:
