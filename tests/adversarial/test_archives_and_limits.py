@@ -51,7 +51,11 @@ def _measured(canon: Path, target: Path, *extra: str) -> tuple[int, dict, float,
             f"sys.argv = ['check_vendor.py'] + {json.dumps(['--repo', str(canon), '--fork', str(target), '--format', 'json', *extra])}\n"
             "try:\n    runpy.run_path(sys.argv[0] if False else %r, run_name='__main__')\n"
             "except SystemExit as e:\n    rc = e.code\n"
-            "sys.stderr.write('MAXRSS %%d\\n' %% resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+            "peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+            "try:  # VmHWM: this image's own peak (ru_maxrss can carry the forking parent's over exec)\n"
+            "    peak = int(next(l for l in open('/proc/self/status') if l.startswith('VmHWM')).split()[1])\n"
+            "except (OSError, StopIteration):\n    pass\n"
+            "sys.stderr.write('MAXRSS %%d\\n' %% peak)\n"
             "sys.exit(rc)\n") % str(ROOT / "tools/check_vendor.py")
     t0 = time.perf_counter()
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
