@@ -122,6 +122,11 @@ def test_uncommitted_manifest_is_a_draft(canon):
 
 def test_this_repository_manifests_match_history():
     """The real rule, on this checkout: every released manifest equals its commit's device_layer/."""
+    from vendorkit.gitrepo import GitRepo
+
+    if not GitRepo(str(ROOT)).is_repo():
+        pytest.skip("not a git checkout (a release tarball or a ZIP download): the history cannot be read here; "
+                    "CI clones with full history and runs this")
     from vendorkit.manifest import ManifestSet
     from vendorkit.selfcheck import history_problems
 

@@ -2,7 +2,7 @@
 """SM120 compile gate: every device-layer header on its own and every kernel instantiation the host can
 choose, for sm_120a / sm_120f / sm_121a / sm_90a, under one or more CUDA toolchains.
 
-    python tools/compile_gate.py [--quick] [--families F,...] [--nvcc PATH ...] [--targets sm_120a,...]
+    python tools/compile_gate.py [--quick | --smoke] [--families F,...] [--nvcc PATH ...] [--targets sm_120a,...]
                                  [--json out.json] [-j N] [--progress | --no-progress] [--list]
 
 The instantiations and their SASS rules come from the kernel-family registry (host/deep_gemm_sm120/families,
@@ -230,15 +230,32 @@ def kernel_jobs(quick: bool, families: tuple[str, ...] | None = None) -> list[Ke
     return jobs
 
 
+def smoke_work(tc: Toolchain, targets: tuple[str, ...], families: tuple[str, ...] | None) -> list[tuple]:
+    """The default test run's slice: every family's first instantiation on every target, and every header once
+    (headers dealt round-robin over the targets); one toolchain."""
+    firsts, seen = [], set()
+    for job in kernel_jobs(True, families):
+        if job.family not in seen:
+            seen.add(job.family)
+            firsts.append(job)
+    work = [("kernel", tc, job, t) for job in firsts for t in targets]
+    if families is None:
+        work += [("header", tc, h, targets[i % len(targets)]) for i, h in enumerate(headers())]
+    return work
+
+
 def run_gate(toolchains: list[Toolchain], targets: tuple[str, ...], quick: bool, jobs: int, log=print,
-             families: tuple[str, ...] | None = None, progress: bool | None = None) -> list[Result]:
+             families: tuple[str, ...] | None = None, progress: bool | None = None, smoke: bool = False) \
+        -> list[Result]:
     work = []
-    kernels = kernel_jobs(quick, families)
-    for tc in toolchains:
+    kernels = [] if smoke else kernel_jobs(quick, families)
+    for tc in ([] if smoke else toolchains):
         for t in targets:
             if families is None:
                 work += [("header", tc, h, t) for h in headers()]
             work += [("kernel", tc, job, t) for job in kernels]
+    if smoke:
+        work = smoke_work(toolchains[0], targets, families)
     results: list[Result] = []
     bar = _progress.Progress(len(work), "compile gate", enabled=progress)
     with cf.ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
@@ -275,6 +292,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--nvcc", action="append", default=[], help="toolchain nvcc (repeatable); default: discover")
     ap.add_argument("--targets", default=",".join(TARGETS))
     ap.add_argument("--quick", action="store_true", help="one instantiation per tile configuration (headers still all)")
+    ap.add_argument("--smoke", action="store_true", help="each family's first instantiation on every target and "
+                                                         "each header once, first toolchain only (the default "
+                                                         "test run)")
     ap.add_argument("--families", help="comma-separated family names (default: all; headers are then skipped)")
     ap.add_argument("--list", action="store_true", help="print the kernel instantiations and exit (no toolchain needed)")
     ap.add_argument("--json", help="write results here (its exit_code is the process's)")
@@ -302,8 +322,13 @@ def main(argv: list[str] | None = None) -> int:
         if a.jobs < 1:
             raise UsageError(f"--jobs must be >= 1, got {a.jobs}")
         families = tuple(f for f in a.families.split(",") if f) if a.families else None
+        if a.quick and a.smoke:
+            raise UsageError("--quick and --smoke exclude each other")
         kernels = kernel_jobs(a.quick, families)  # unknown families are a usage error before any compile
         if a.list:
+            if a.smoke:
+                kernels = list({w[2].name: w[2] for w in smoke_work(None, targets, families)
+                                if w[0] == "kernel"}.values())
             for job in kernels:
                 print(f"{job.family:<20} {job.name}  smem {job.dynamic_smem} B")
             return EXIT_OK
@@ -322,9 +347,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"compile_gate: error: {e}", file=sys.stderr)
         _write_json(json_path, {"schema_version": 2, "exit_code": EXIT_USAGE, "errors": [str(e)], "results": []})
         return EXIT_USAGE
+    if a.smoke:
+        tcs = tcs[:1]
     print("toolchains: " + ", ".join(f"CUDA {t.version} ({t.nvcc}; nvdisasm {t.nvdisasm})" for t in tcs))
     t0 = time.perf_counter()
-    results = run_gate(tcs, targets, a.quick, a.jobs, families=families, progress=a.progress)
+    results = run_gate(tcs, targets, a.quick, a.jobs, families=families, progress=a.progress, smoke=a.smoke)
     print(table(results))
     failed = [r for r in results if r.verdict != "pass"]
     by_tc = {t.version: sum(1 for r in failed if r.toolchain == t.version) for t in tcs}

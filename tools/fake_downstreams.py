@@ -68,7 +68,7 @@ class FakeGitHub:
                 self._handle("PATCH")
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def stop(self) -> None:
@@ -289,7 +289,7 @@ class FakePyPI:
                 fake._get(self, head=True)
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         self.root = f"http://127.0.0.1:{self._server.server_address[1]}"
         self.url = f"{self.root}/simple"
         return self.url
