@@ -166,6 +166,7 @@ def test_set_num_sms_validation(monkeypatch):
 
     with pytest.raises(TypeError, match="num_sms must be an int"):
         dg.set_num_sms(1.5)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     device.device_sm_count.cache_clear()
     monkeypatch.setattr(device, "device_sm_count", lambda i: 170)
@@ -176,6 +177,20 @@ def test_set_num_sms_validation(monkeypatch):
         assert dg.get_num_sms() == 100 and device.num_sms_for(0) == 100
     finally:
         device._num_sms = None
+
+
+def test_without_a_gpu_the_errors_say_so(monkeypatch):
+    """No CUDA GPU: the SM count calls raise the README's error type naming the cause (torch itself would raise an
+    AssertionError or RuntimeError), and a kernel call on CPU tensors says no GPU was found."""
+    import deep_gemm_sm120 as dg
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for call in (dg.get_num_sms, lambda: dg.set_num_sms(8)):
+        with pytest.raises(NotImplementedError, match="no CUDA GPU was found"):
+            call()
+    a = torch.zeros(4, 8, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"a must be on a CUDA device, got cpu; no CUDA GPU was found"):
+        dg.bf16_gemm_nt(a, torch.zeros(16, 8, dtype=torch.bfloat16), torch.zeros(4, 16, dtype=torch.bfloat16))
 
 
 @pytest.mark.parametrize("fn, a, b, d, match", [

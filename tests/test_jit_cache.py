@@ -111,6 +111,10 @@ def test_precompile_then_strict_hit_and_debug_output(tmp_path, monkeypatch, capf
     assert dg.precompile([spec], ["sm_120a"]) == 1
     err = capfd.readouterr().err
     assert "-gencode arch=compute_120a,code=sm_120a" in err and "Used" in err and "registers" in err
+    # off a terminal too: progress milestones and the summary line
+    assert "precompile: 1/1" in err and "precompile: 1 kernel/target pairs: 1 built, 0 cached, 0 failed" in err
+    assert dg.precompile([spec], ["sm_120a"]) == 1
+    assert "0 built, 1 cached, 0 failed" in capfd.readouterr().err
     monkeypatch.setenv("DG_SM120_JIT_STRICT", "1")
     cubin, meta = jit.cubin_for(spec, "sm_120a")
     assert meta["target"] == "sm_120a" and cubin[:4] == b"\x7fELF"

@@ -57,7 +57,10 @@ def device_of(**tensors: torch.Tensor) -> int:
     devs = {name: t.device for name, t in tensors.items()}
     for name, dev in devs.items():
         if dev.type != "cuda":
-            raise ValueError(f"{name} must be on a CUDA device, got {dev}")
+            from .device import NO_GPU
+
+            raise ValueError(f"{name} must be on a CUDA device, got {dev}"
+                             + ("" if torch.cuda.is_available() else f"; {NO_GPU}"))
     first = next(iter(devs.values()))
     if any(dev != first for dev in devs.values()):
         listing = ", ".join(f"{n}={d}" for n, d in devs.items())

@@ -100,11 +100,15 @@ def get_kernel(spec, target: str, device: int) -> LoadedKernel:
 
 def precompile(specs, targets, jobs: int | None = None, progress: bool | None = None) -> int:
     """Compile (or verify cached) every spec for every target without touching a GPU, `jobs` nvcc processes
-    at a time (default: one per core). Progress goes to stderr on a terminal (`progress` forces it on or
-    off). Returns the number of (spec, target) pairs; raises the first compile error after the rest finish."""
+    at a time (default: one per core). Progress goes to stderr: a line per kernel on a terminal, a line per
+    tenth of the work elsewhere (`progress` forces it on or off), then a summary line (built, cached, failed,
+    time) unless progress is False. Returns the number of (spec, target) pairs; raises the first compile error
+    after the rest finish."""
     work = [(s, t) for t in targets for s in specs]
     jobs = jobs or os.cpu_count() or 1
-    bar = Progress(len(work), "precompile", enabled=progress)
+    bar = Progress(len(work), "precompile", enabled=progress, milestones=True)
+    before = dict(stats)
+    t0 = time.perf_counter()
     errors = []
     with cf.ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
         futs = {ex.submit(cubin_for, s, t): (s, t) for s, t in work}
@@ -117,6 +121,11 @@ def precompile(specs, targets, jobs: int | None = None, progress: bool | None = 
                 errors.append((s, t, e))
                 bar.step(f"{s.name} [{t}] FAILED")
     bar.close()
+    if progress is not False:
+        built = int(stats["compiles"] - before["compiles"])
+        cached = int(stats["disk_hits"] - before["disk_hits"])
+        sys.stderr.write(f"precompile: {len(work)} kernel/target pairs: {built} built, {cached} cached, "
+                         f"{len(errors)} failed in {time.perf_counter() - t0:.0f} s ({jobs} jobs)\n")
     if errors:
         s, t, e = errors[0]
         raise RuntimeError(f"{len(errors)} of {len(work)} kernels failed to compile; first: {s.name} for {t}: {e}")
