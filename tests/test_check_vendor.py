@@ -414,3 +414,14 @@ def test_fake_downstreams_bad_arguments_exit_3():
     p = subprocess.run([sys.executable, str(ROOT / "tools/fake_downstreams.py"), "--repo", "nonsense"],
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 3 and "expected OWNER/NAME=PATH" in p.stderr
+
+
+def test_first_sync_into_a_directory_of_the_forks_own_headers(canon, tmp_path):
+    """DeepGEMM's include directory holds its own headers and no SM120 file yet: that is a first vendoring
+    (everything missing, --sync writes it), not a fork with SM120 headers of its own."""
+    fork = make_fork(tmp_path, {})
+    code, doc = check(canon, fork, "--prefix", PREFIX)
+    assert code == 1 and doc["verdict"] == "drifted" and {f["status"] for f in doc["files"]} == {"missing"}
+    code, out, err = run_cv("--repo", str(canon), "--fork", str(fork), "--prefix", PREFIX, "--sync")
+    assert code == 0, out + err
+    assert (fork / PREFIX / "common/utils.cuh").read_bytes() == b"// fork's own header\n"

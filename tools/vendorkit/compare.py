@@ -278,8 +278,10 @@ class Comparator:
             if stamp.problems:  # one finding; the JSON's stamp.problems keeps them apart
                 results.append(FileResult(STAMP, "changed", diagnosis="invalid-stamp",
                                           detail="; ".join(stamp.problems), fork_path=_join(self.prefix, STAMP)))
-        elif listing and not self._vendors_our_layer(listing, errors) and not errors:
-            named = sum(1 for rel in listing if self.ms.named_like(rel))
+        elif (named := sum(1 for rel in listing if self.ms.named_like(rel))) and \
+                not self._vendors_our_layer(listing, errors) and not errors:
+            # SM120-named files, none of them ours: the fork carries its own headers. (Only the fork's other files
+            # under the prefix: a first vendoring, every file missing, which --sync writes.)
             report.verdict = "not-vendored"
             report.notes.append(f"does not vendor this layer: none of the {named} device-layer-named files under "
                                 f"{self.prefix or '.'} equals a file of any release (its own SM120 headers?); "
