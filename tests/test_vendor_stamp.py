@@ -389,3 +389,19 @@ def test_verifier_notices_its_own_edit(canon, tmp_path):
     code, doc = check(canon, fork)  # and check_vendor compares it with the release's verifier
     f = by_path(doc)[VERIFY]
     assert code == 1 and f["status"] == "changed" and "+# edited" in f["diff"]
+
+
+def test_refusals_name_the_ways_that_work(canon, tmp_path):
+    """A pinned file edited again is a patch of *this* release (re-pin it), and --force would not get past it; a
+    fork that does not vendor this layer gets no `pin` advice (it has no stamp to pin in)."""
+    fork = synced(canon, tmp_path)
+    target = _pin(canon, fork)
+    target.write_bytes(target.read_bytes() + b"// edited again\n")
+    code, out, _ = run_cv("--repo", str(canon), "--fork", str(fork), "--sync")
+    assert code == 1 and "edited again after it was pinned; pin it again, or pass --drop-patches" in out
+    assert "--sync --force" not in out and "another release" not in out
+    own = {rel: b"#pragma once\n// another project's SM120 header\n" + rel.encode() * 40 + b"\n" for rel in V2}
+    other = make_fork(tmp_path / "o", own)
+    code, out, _ = run_cv("--repo", str(canon), "--fork", str(other), "--sync")
+    assert code == 1 and "does not vendor this layer" in out and "check_vendor.py pin" not in out
+    assert "--sync --force" in out

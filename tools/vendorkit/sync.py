@@ -141,7 +141,7 @@ def how_to_proceed(fork_label: str, refused: list[Action], has_stamp: bool) -> l
     if "pinned" in whys:
         lines.append("  a pinned file: pin the current bytes again (python tools/check_vendor.py pin --fork "
                      f"{fork_label} PATH --reason TEXT), or replace it with --sync --drop-patches")
-    if "the fork's own bytes" in whys:
+    if "the fork's own bytes" in whys and "does not vendor" not in whys:  # nothing to pin in a foreign layer
         if has_stamp:
             lines.append(f"  keep a reviewed edit:  python tools/check_vendor.py pin --fork {fork_label} PATH "
                          "--reason TEXT [--upstream URL]")
