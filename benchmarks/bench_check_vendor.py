@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from cli_timing import median_runtime  # noqa: E402
+
 CLI = ROOT / "tools" / "check_vendor.py"
 
 
@@ -45,21 +46,6 @@ def _write(base: Path, files: dict[str, bytes]) -> None:
         p.write_bytes(data)
 
 
-def _time(cmd: list[str], runs: int) -> float | None:
-    # as a user runs it: bytecode cached after the first run (some images set PYTHONDONTWRITEBYTECODE=1, which
-    # would recompile every module on every run and time the compiler instead)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    times = []
-    for _ in range(runs + 1):
-        t0 = time.perf_counter()
-        p = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        times.append(time.perf_counter() - t0)
-        if p.returncode != 0:
-            print(p.stdout, p.stderr)
-            return None
-    return statistics.median(times[1:])  # the first run warms the page cache and writes the bytecode
-
-
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--files", type=int, default=1000)
@@ -83,7 +69,7 @@ def main() -> int:
         for case in ("no stamp", "stamped (after --sync)"):
             if case.startswith("stamped"):
                 subprocess.run(cmd + ["--sync"], check=True, capture_output=True)
-            median = _time(cmd, a.runs)
+            median = median_runtime(cmd, a.runs)
             if median is None:
                 return 1
             print(f"check_vendor --fork, {a.files} released files (2 manifests), 50 fork-own files, {case}: "

@@ -17,7 +17,6 @@ import io
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tarfile
@@ -27,6 +26,9 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from cli_timing import median_runtime  # noqa: E402
+
 CLI = ROOT / "tools" / "check_vendor.py"
 VROOT = "deep_gemm/include/deep_gemm"
 
@@ -69,17 +71,11 @@ def local(runs: int) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         canon, *sources = _setup(Path(tmp))
         cmd = [sys.executable, str(CLI), "provenance", *sources, "--repo", canon]
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-        times = []
-        for _ in range(runs + 1):
-            t0 = time.perf_counter()
-            p = subprocess.run(cmd, capture_output=True, text=True, env=env)
-            times.append(time.perf_counter() - t0)
-            if p.returncode not in (0, 1):
-                print(p.stdout, p.stderr)
-                return 1
+        median = median_runtime(cmd, runs, ok=(0, 1))
+        if median is None:
+            return 1
         print(f"provenance over 3 local archives (30 vendored files each, 2 lineages): median "
-              f"{statistics.median(times[1:]) * 1000:.0f} ms over {runs} runs (target < 1000 ms)")
+              f"{median * 1000:.0f} ms over {runs} runs (target < 1000 ms)")
     return 0
 
 

@@ -6,9 +6,7 @@ import json
 import os
 import re
 
-import pytest
-
-from vendor_helpers import PREFIX, V2, commit_all, make_fork, run_cv, write_tree
+from vendor_helpers import PREFIX, V2, make_fork, run_cv
 from watch_helpers import config, entry, gh, remote_fork, watch  # noqa: F401
 
 HOSTILE = [

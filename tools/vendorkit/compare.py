@@ -10,7 +10,7 @@ from .errors import EXIT_CANNOT_CHECK, EXIT_DRIFT, EXIT_OK, CannotCheck, UsageEr
 from .forkview import ForkFile, ForkView, join_path as _join
 from .hashing import sha256_bytes
 from .limits import DIAGNOSE_MAX_BYTES, STAMP_MAX_BYTES
-from .manifest import FileEntry, Manifest, ManifestSet, is_our_name
+from .manifest import FileEntry, Manifest, ManifestSet
 from .stamp import BACKUP_DIR, STAMP, VERIFIER, StampInfo, read_stamp, unusable_stamp
 
 STATUSES = ("ok", "missing", "changed", "extra", "renamed", "mode", "patched", "foreign", "unsafe", "error")

@@ -219,7 +219,6 @@ def import_source(spec: str, name: str, prefix: str | None, tag: str | None, dat
                      f"(its tag {m.tag})", m.files, date)
     if prefix is None or tag is None:
         raise UsageError("importing from a tree needs --prefix (the upstream's vendor root) and --tag")
-    from .forkview import ForkFile
     from .hashing import git_blob_sha1, sha256_bytes
     from .limits import DIAGNOSE_MAX_BYTES
     from .manifest import is_our_name
