@@ -269,7 +269,7 @@ def test_loader_rejects_a_parameter_list_that_is_not_the_kernels(sm120_or_emulat
     from deep_gemm_sm120 import jit, runtime
     from deep_gemm_sm120.arch import target_for_device
     from deep_gemm_sm120.families.bf16_gemm import PARAMS as BF16_PARAMS
-    from deep_gemm_sm120.families.split_k_reduce import SplitKReduceSpec
+    from deep_gemm_sm120.services.split_k_reduce import SplitKReduceSpec
 
     dev = torch.cuda.current_device()
     cubin, _ = jit.cubin_for(SplitKReduceSpec("bf16", False), target_for_device(dev))

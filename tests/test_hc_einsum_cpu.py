@@ -10,7 +10,7 @@ import torch
 import deep_gemm_sm120 as dg
 from support_helpers import CPU_REJECT, accepts as _accepts, agree as _agree
 from deep_gemm_sm120.families import bf16_gemm, tf32_hc_prenorm_gemm as hc
-from deep_gemm_sm120.families.split_k_reduce import WARP_PER_ELEMENT_MIN_SPLITS
+from deep_gemm_sm120.services.split_k_reduce import WARP_PER_ELEMENT_MIN_SPLITS
 
 BF16, F32, F16 = torch.bfloat16, torch.float32, torch.float16
 

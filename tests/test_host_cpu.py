@@ -29,7 +29,7 @@ def test_runtime_extension_loads_without_libcuda():
     ext = runtime._ext()  # importing _C must not need libcuda
     if ext.driver_available():
         pytest.skip("this machine has an NVIDIA driver")
-    from deep_gemm_sm120.families.split_k_reduce import PARAMS
+    from deep_gemm_sm120.services.split_k_reduce import PARAMS
 
     with pytest.raises(RuntimeError, match="libcuda"):
         runtime.load_kernel(b"\0" * 16, 1024, 0, PARAMS)

@@ -13,7 +13,8 @@ import torch
 import deep_gemm_sm120 as dg
 from deep_gemm_sm120 import arch, device, jit, launch
 from deep_gemm_sm120.core import tma
-from deep_gemm_sm120.families import bf16_gemm, fp8_fp4_gemm_1d1d, split_k_reduce
+from deep_gemm_sm120.families import bf16_gemm, fp8_fp4_gemm_1d1d
+from deep_gemm_sm120.services import split_k_reduce
 from deep_gemm_sm120.families.bf16_gemm import api as bf16_api
 from deep_gemm_sm120.families.bf16_gemm import grouped as bf16_grouped
 from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d import api as fp8_api

@@ -11,7 +11,7 @@ import deep_gemm_sm120 as dg
 from support_helpers import CPU_REJECT, accepts as _accepts, agree as _agree
 from deep_gemm_sm120.families import mqa_logits as dense
 from deep_gemm_sm120.families import paged_mqa_logits as paged
-from deep_gemm_sm120.families import paged_mqa_logits_metadata as meta
+from deep_gemm_sm120.services import paged_mqa_logits_metadata as meta
 
 E4, U8, I32, F32, BF16 = torch.float8_e4m3fn, torch.uint8, torch.int32, torch.float32, torch.bfloat16
 

@@ -236,3 +236,28 @@ def test_progress_is_a_line_on_a_terminal_and_silent_otherwise():
     assert quiet.getvalue() == ""
     out = tty.getvalue()
     assert "precompile: 3/3" in out and out.count("\r") == 3 and out.endswith("\n")
+
+
+def test_services_are_declared_as_such_and_the_root_imports_no_family():
+    """Internal kernels (split-K reduce, schedule builders, the GDR prep) live in services/ with service=True and no
+    ops; user families carry every op; no module at the package root imports a family (ops and exports are bound
+    from the declarations)."""
+    import ast
+
+    from deep_gemm_sm120.core.registry import registry
+
+    reg = registry()
+    services = {f.name for f in reg.families if f.service}
+    assert services == {"split_k_reduce", "paged_mqa_logits_metadata", "sparse_mqa_logits_metadata",
+                        "gated_delta_rule_prep"}
+    assert all(not f.ops for f in reg.families if f.service)
+    assert all(reg.packages[n].split(".")[-2] == "services" for n in services)
+    assert "get_paged_mqa_logits_metadata" in {op.name for f in reg.user_families for op in f.ops}
+    package = ROOT / "host" / "deep_gemm_sm120"
+    for path in package.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                module = (node.module or "") if isinstance(node, ast.ImportFrom) else ""
+                names = [a.name for a in node.names]
+                assert "families" not in module and not any(n.startswith("families") for n in names), \
+                    f"{path.name} imports a family ({module or names})"

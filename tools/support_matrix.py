@@ -33,10 +33,10 @@ def render() -> str:
             if op.aliases:
                 name += " (= " + ", ".join(f"`{a}`" for a in op.aliases) + ")"
             rows.append(f"| {name} | {_cell(op.operands)} | {_cell(op.output)} | {_cell(op.notes)} |")
-    fams = ["", "| kernel family | header | instantiations | PDL |", "|---|---|---|---|"]
+    fams = ["", "| kernel family | kind | header | instantiations | PDL |", "|---|---|---|---|---|"]
     for fam in reg.families:
-        fams.append(f"| `{fam.name}` | `device_layer/{fam.header}` | {len(fam.specs())} | "
-                    f"{'waits on griddepcontrol' if fam.pdl else 'no'} |")
+        fams.append(f"| `{fam.name}` | {'service' if fam.service else 'family'} | `device_layer/{fam.header}` | "
+                    f"{len(fam.specs())} | {'waits on griddepcontrol' if fam.pdl else 'no'} |")
     return "\n".join([BEGIN, *rows, *fams, END])
 
 

@@ -11,7 +11,6 @@ from . import arch, testing
 from .core.limits import SM120_PART_SMS
 from .core.registry import registry
 from .device import get_num_sms, set_num_sms
-from .families.gated_delta_rule.contract import chunk_gated_delta_rule_bwd, default_chunk_size
 from .grouped import get_mk_alignment_for_contiguous_layout
 from .launch import get_pdl, set_pdl
 from .quant import (ceil_to_ue8m0, get_mn_major_tma_aligned_packed_ue8m0_tensor, get_mn_major_tma_aligned_tensor,
@@ -23,9 +22,14 @@ __version__ = "0.7.3"
 
 
 def _export_ops() -> list[str]:
-    """Bind every registered op (and alias) from its family's API modules into this namespace."""
+    """Bind every registered op (and alias) from its family's API modules, and the family's declared exports,
+    into this namespace: no module here imports a family by name."""
     reg, names = registry(), []
-    for fam in reg.families:
+    for fam in reg.user_families:
+        for ref in fam.exports:
+            module, _, attr = ref.rpartition(".")
+            globals()[attr] = getattr(importlib.import_module(f"{reg.packages[fam.name]}.{module}"), attr)
+            EXPORTS.append(attr)
         modules = [importlib.import_module(f"{reg.packages[fam.name]}.{m}") for m in fam.api_modules]
         for op in fam.ops:
             for name in (op.name, *op.aliases):
@@ -38,6 +42,7 @@ def _export_ops() -> list[str]:
     return names
 
 
+EXPORTS: list[str] = []  # the families' other public names (Family.exports)
 OPS = tuple(_export_ops())
 
 
@@ -81,7 +86,7 @@ def _shape_specs(shapes, families) -> list:
     return out
 
 
-__all__ = [*OPS, "transform_sf_into_required_layout", "get_mk_alignment_for_contiguous_layout",
+__all__ = [*OPS, *EXPORTS, "transform_sf_into_required_layout", "get_mk_alignment_for_contiguous_layout",
            "per_token_cast_to_fp8", "per_block_cast_to_fp8", "per_token_cast_to_fp4", "ceil_to_ue8m0",
            "pack_ue8m0_to_int", "get_mn_major_tma_aligned_tensor", "get_mn_major_tma_aligned_packed_ue8m0_tensor",
            "get_num_sms", "set_num_sms", "get_pdl", "set_pdl", "is_supported", "why_unsupported", "supported_ops",

@@ -25,7 +25,7 @@ from ..families.bf16_gemm import einsum as _einsum
 from ..families.fp8_fp4_gemm_1d1d import einsum as _fp8_einsum
 from ..families.mqa_logits import api as _mqa
 from ..families.paged_mqa_logits import api as _paged
-from ..families.paged_mqa_logits_metadata import api as _paged_meta
+from ..families.paged_mqa_logits import metadata as _paged_meta
 from ..families.sparse_mqa_logits import api as _sparse
 from ..families.sparse_mqa_logits import metadata as _sparse_meta
 from ..families.fp8_fp4_gemm_1d1d import FP4 as _FP4_NAMES

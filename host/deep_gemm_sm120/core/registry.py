@@ -121,9 +121,15 @@ class Family:
     pdl: bool                                    # waits on griddepcontrol before touching global memory
     ops: tuple[Op, ...] = ()
     api_modules: tuple[str, ...] = ("api",)      # modules of the family package that define the ops
+    # A service kernel (services/): GPU work families need and users never call; no ops, no surface.
+    service: bool = False
+    # Other public names of the family package, bound at the package root: "module.name" (e.g. a helper).
+    exports: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.spec_type.FAMILY = self
+        if self.service and (self.ops or self.exports):
+            raise ValueError(f"{self.name}: a service kernel has no ops or exports (its users are families)")
 
 
 @dataclass(frozen=True)
@@ -134,6 +140,11 @@ class Registry:
     @property
     def by_name(self) -> dict[str, Family]:
         return {f.name: f for f in self.families}
+
+    @property
+    def user_families(self) -> tuple[Family, ...]:
+        """The families users call (their ops make the surface); `families` adds the service kernels."""
+        return tuple(f for f in self.families if not f.service)
 
     @property
     def ops(self) -> dict[str, tuple[Family, Op]]:
@@ -172,18 +183,22 @@ def _validate(reg: Registry) -> None:
 
 @lru_cache(maxsize=None)
 def registry() -> Registry:
-    """Import every package under `families/` and collect its FAMILY (validated once)."""
-    pkg = importlib.import_module(__name__.rsplit(".", 2)[0] + ".families")
+    """Import every package under `families/` and `services/` and collect its FAMILY (validated once)."""
+    base = __name__.rsplit(".", 2)[0]
     fams, packages = [], {}
-    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
-        if not info.ispkg:
-            continue
-        mod = importlib.import_module(f"{pkg.__name__}.{info.name}")
-        fam = getattr(mod, "FAMILY", None)
-        if not isinstance(fam, Family):
-            raise TypeError(f"families/{info.name}/__init__.py must define FAMILY = Family(...)")
-        fams.append(fam)
-        packages[fam.name] = mod.__name__
+    for where, service in (("families", False), ("services", True)):
+        pkg = importlib.import_module(f"{base}.{where}")
+        for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
+            if not info.ispkg:
+                continue
+            mod = importlib.import_module(f"{pkg.__name__}.{info.name}")
+            fam = getattr(mod, "FAMILY", None)
+            if not isinstance(fam, Family):
+                raise TypeError(f"{where}/{info.name}/__init__.py must define FAMILY = Family(...)")
+            if fam.service != service:
+                raise TypeError(f"{where}/{info.name}: service={fam.service} does not match its folder")
+            fams.append(fam)
+            packages[fam.name] = mod.__name__
     reg = Registry(tuple(fams), packages)
     _validate(reg)
     return reg

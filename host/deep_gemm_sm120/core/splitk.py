@@ -1,6 +1,6 @@
 """The split-K plan shared by the GEMM families (pure): how many K slices a launch with few output tiles gets.
 Slices write fp32 partial sums into a workspace that the split_k_reduce family adds in a fixed order, so
-results stay bitwise deterministic (host side: deep_gemm_sm120/splitk.py)."""
+results stay bitwise deterministic (host side: services/split_k_reduce/launch.py)."""
 from __future__ import annotations
 
 MAX_SPLITS = 16

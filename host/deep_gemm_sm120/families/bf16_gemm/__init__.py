@@ -12,7 +12,7 @@ from ...core.limits import MK_ALIGNMENT_FOR_CONTIGUOUS_LAYOUT
 from ...core.params import Param, ParamList
 from ...core.registry import Family, GateRules, KernelSpec, Op
 from ...core.rules import dtype_name, require_contiguous_m, require_dim, require_dtype, require_tma_rows, show
-from ..split_k_reduce import SplitKReduceSpec
+from ...services.split_k_reduce import SplitKReduceSpec
 
 PARAMS = ParamList(
     Param("tmap_a", "CUtensorMap"), Param("tmap_b", "CUtensorMap"),

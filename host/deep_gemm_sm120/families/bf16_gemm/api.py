@@ -22,7 +22,7 @@ from ...core.rules import dtype_name
 from ...core.tma import DTYPE, tma_2d, tma_2d_pair
 from ...device import num_sms_for
 from ...launch import BOUND, bound, device_of, get_pdl
-from ...splitk import SplitK
+from ...services.split_k_reduce.launch import SplitK
 from ...validation import output_row_stride, require_2d, require_tensor, tma_operand, write_empty_reduction
 from . import PARAMS, Bf16GemmSpec, FAMILY, dense_plan, m_bucket
 

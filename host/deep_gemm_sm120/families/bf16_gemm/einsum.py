@@ -21,7 +21,7 @@ from ...batched import batched_map, check_batched_operand
 from ...core.rules import dtype_name
 from ...device import num_sms_for
 from ...launch import device_of, launch
-from ...splitk import SplitK
+from ...services.split_k_reduce.launch import SplitK
 from ...validation import require_tensor, write_empty_reduction
 from . import (EINSUM_EXPRS, PARAMS, Bf16GemmSpec, batch_k_total, batch_reduce_plan, batched_config, einsum_rule,
                m_bucket)

@@ -26,7 +26,7 @@ from ...device import num_sms_for
 from ...grouped import maybe_check_contiguous_layout, require_contiguous_layout_shape, require_shape, rows_view
 from ...launch import device_of, launch
 from ...scale_layout import check_packed, sf_format, sf_words, transform_sf_into_required_layout
-from ...splitk import SplitK
+from ...services.split_k_reduce.launch import SplitK
 from ...validation import output_row_stride, require_int32, require_tensor, tma_operand, write_empty_reduction
 from . import (MIXED_KINDS, PARAMS, SCALE_KINDS, dense_plan, dense_rule, grouped_config, m_bucket,
                m_grouped_contiguous_rule, m_grouped_masked_rule, operand_kind, spec_for)

@@ -9,7 +9,7 @@ from ...core.limits import SMEM_LIMIT
 from ...core.params import Param, ParamList
 from ...core.registry import Family, GateRules, KernelSpec, Op
 from ...core.rules import require_dim, require_dtype
-from ..gated_delta_rule_prep import CHUNKS, CXX_ELEM, HEAD_DIM, GdrPrepSpec, align_up, hmma
+from ...services.gated_delta_rule_prep import CHUNKS, CXX_ELEM, HEAD_DIM, GdrPrepSpec, align_up, hmma
 
 PARAMS = ParamList(
     Param("tmap_q", "CUtensorMap"), Param("tmap_k", "CUtensorMap"), Param("tmap_v", "CUtensorMap"),
@@ -143,4 +143,5 @@ FAMILY = Family(
             signature="chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, "
                       "output_final_state=False, cu_seqlens=None, use_qk_l2norm_in_kernel=False, chunk_size=None)",
             plan_specs=plan_specs),),
+    exports=("contract.chunk_gated_delta_rule_bwd", "contract.default_chunk_size"),
 )

@@ -16,7 +16,7 @@ from ...arch import emulation_env, target_for_device
 from ...core.tma import tma_request
 from ...device import num_sms_for
 from ...launch import device_of, launch
-from ..gated_delta_rule_prep import PARAMS as PREP_PARAMS, GdrPrepSpec
+from ...services.gated_delta_rule_prep import PARAMS as PREP_PARAMS, GdrPrepSpec
 from . import HEAD_DIM, PARAMS, GdrFwdSpec, choose_vslice
 from .contract import (OTHER_CHUNK, NoBackward, check_arguments, check_cu_seqlens_values, chunk_gated_delta_rule_bwd,
                        default_chunk_size)

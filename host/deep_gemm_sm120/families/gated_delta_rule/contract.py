@@ -10,7 +10,7 @@ import torch
 from ...arch import device_capability
 from ...core.rules import dtype_name
 from . import OTHER_CHUNK, SM120_CHUNK, gdr_rule
-from ..gated_delta_rule_prep import CHUNKS as CHUNK_SIZES
+from ...services.gated_delta_rule_prep import CHUNKS as CHUNK_SIZES
 
 
 def default_chunk_size(device: torch.device | int | None = None) -> int:

@@ -8,7 +8,7 @@ from ...core.params import Param, ParamList
 from ...core.registry import Family, KernelSpec, Op
 from ...core.rules import require_dim, require_dtype
 from ..mqa_logits import CXX_LOGIT, FP4_HEAD_DIMS, HEAD_DIMS, HEADS, MqaSpecGeometry, gate_rules, operand_rule
-from ..paged_mqa_logits_metadata import BLOCK_KVS, chunk_keys
+from ...services.paged_mqa_logits_metadata import BLOCK_KVS, PagedMetadataSpec, chunk_keys, metadata_rule
 
 PARAMS = ParamList(
     Param("tmap_q", "CUtensorMap"), Param("tmap_kv", "CUtensorMap"),
@@ -75,7 +75,6 @@ def paged_rule(batch: int | None = None, next_n: int | None = None, heads: int |
 
 def plan_specs(num_sms: int, heads: int = 64, head_dim: int = 128, block_kv: int = 64, logits_dtype=None,
                clean_logits: bool = False, fp4: bool = False, **_shape) -> list:
-    from ..paged_mqa_logits_metadata import PagedMetadataSpec
 
     t = "bf16" if logits_dtype is not None and "bfloat16" in str(logits_dtype) else "fp32"
     return [PagedMqaLogitsSpec(heads, head_dim, block_kv, t, clean_logits, fp4), PagedMetadataSpec()]
@@ -98,5 +97,12 @@ FAMILY = Family(
             "get_paged_mqa_logits_metadata", aliases=("fp8_paged_mqa_logits",),
             signature="fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta, "
                       "max_context_len, clean_logits=False, logits_dtype=torch.float32, indices=None)",
-            plan_specs=plan_specs),),
+            plan_specs=plan_specs),
+         Op("get_paged_mqa_logits_metadata", metadata_rule, "context_lens int32 [B] or [B, next_n]",
+            "int32 [num_sms + 1, 2]",
+            "(batch, chunk) where each SM starts; chunks of max(64, block_kv) keys; computed on the GPU by the "
+            "service kernel services/paged_mqa_logits_metadata",
+            signature="get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms)",
+            plan_specs=lambda num_sms, **_: [PagedMetadataSpec()])),
+    api_modules=("api", "metadata"),
 )

@@ -20,7 +20,7 @@ from ... import jit
 from ...arch import emulation_env, target_for_device
 from ...core.gemm import ceil_div
 from ...launch import device_of, launch
-from ..sparse_mqa_logits_metadata import PARAMS, THREADS, SparseMetadataSpec
+from ...services.sparse_mqa_logits_metadata import PARAMS, THREADS, SparseMetadataSpec
 from . import geometry_rule
 from .contract import check_indices, fmt_of
 

@@ -11,7 +11,7 @@ from ...core.limits import SMEM_LIMIT
 from ...core.params import Param, ParamList
 from ...core.registry import Family, GateRules, KernelSpec, Op
 from ...core.rules import require_dim, require_dtype, require_tma_rows
-from ..split_k_reduce import SplitKReduceSpec, warp_per_element
+from ...services.split_k_reduce import SplitKReduceSpec, warp_per_element
 
 PARAMS = ParamList(
     Param("tmap_a", "CUtensorMap"), Param("tmap_b", "CUtensorMap"),

@@ -19,7 +19,7 @@ from ...core.rules import dtype_name
 from ...core.tma import DTYPE, tma_2d
 from ...device import num_sms_for
 from ...launch import device_of, launch
-from ...splitk import SplitK
+from ...services.split_k_reduce.launch import SplitK
 from ...validation import require_2d, require_tensor, tma_operand
 from . import PARAMS, FAMILY, m_bucket, plan
 

@@ -1,11 +1,12 @@
-"""The paged MQA-logits scheduler (scheduler/sm120_paged_mqa_logits.cuh): get_paged_mqa_logits_metadata's
-kernel, one CTA that splits the (batch, chunk) work evenly over SMs on the GPU (graph-capturable)."""
+"""The paged MQA-logits scheduler (scheduler/sm120_paged_mqa_logits.cuh), a service kernel: the one CTA behind
+get_paged_mqa_logits_metadata (families/paged_mqa_logits/metadata.py) that splits the (batch, chunk) work evenly
+over SMs on the GPU (graph-capturable)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ...core.params import Param, ParamList
-from ...core.registry import Family, GateRules, KernelSpec, Op
+from ...core.registry import Family, GateRules, KernelSpec
 from ...core.rules import require_dim
 
 PARAMS = ParamList(
@@ -65,9 +66,5 @@ FAMILY = Family(
     gate=lambda spec: GateRules(required={"sm120": ("LDG", "STG", "BAR"), "sm90": ("LDG", "STG", "BAR")}),
     quick_key=lambda s: (),
     pdl=False,
-    ops=(Op("get_paged_mqa_logits_metadata", metadata_rule, "context_lens int32 [B] or [B, next_n]",
-            "int32 [num_sms + 1, 2]",
-            "(batch, chunk) where each SM starts; chunks of max(64, block_kv) keys; computed on the GPU",
-            signature="get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms)",
-            plan_specs=lambda num_sms, **_: [PagedMetadataSpec()]),),
+    service=True,  # get_paged_mqa_logits_metadata, the op, is the paged_mqa_logits family's
 )

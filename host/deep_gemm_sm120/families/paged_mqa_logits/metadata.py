@@ -10,7 +10,7 @@ from ...arch import emulation_env, target_for_device
 from ...core.rules import dtype_name
 from ...launch import device_of, launch
 from ...validation import require_tensor
-from . import PARAMS, PagedMetadataSpec, chunk_keys, metadata_rule
+from ...services.paged_mqa_logits_metadata import PARAMS, PagedMetadataSpec, chunk_keys, metadata_rule
 
 
 @lru_cache(maxsize=16)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from . import jit
-from .families.split_k_reduce import PARAMS, SplitKReduceSpec, grid
-from .launch import launch
+from ... import jit
+from ...launch import launch
+from . import PARAMS, SplitKReduceSpec, grid
 
 _pack = PARAMS.packer()
 

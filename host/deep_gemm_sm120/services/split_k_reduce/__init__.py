@@ -1,5 +1,5 @@
 """Split-K reduction (impls/sm120_split_k_reduce.cuh): D = C + the fp32 slices a split-K GEMM wrote, added in
-a fixed order. An internal family: no public op; the GEMM families launch it through deep_gemm_sm120.splitk."""
+a fixed order. A service kernel: no public op; the GEMM families launch it through launch.py here."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -72,4 +72,5 @@ FAMILY = Family(
     pdl=True,
     ops=(),
     api_modules=(),
+    service=True,
 )

@@ -47,4 +47,5 @@ FAMILY = Family(
     quick_key=lambda s: (),
     pdl=False,
     api_modules=(),
+    service=True,
 )

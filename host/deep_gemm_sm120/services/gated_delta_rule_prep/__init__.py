@@ -75,4 +75,5 @@ FAMILY = Family(
     quick_key=lambda s: (s.chunk,),
     pdl=True,
     api_modules=(),
+    service=True,
 )
