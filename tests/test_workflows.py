@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -61,12 +62,20 @@ def test_gpu_job_contract():
     runs = "\n".join(step.get("run", "") for step in job["steps"])
     assert "build_ext --inplace" in runs and "pytest -m cuda" in runs and "--quick" in runs
     assert "--tool memcheck" in runs and "--tool racecheck" in runs
-    drivers = sorted(p.stem.removeprefix("sanitize_") for p in (ROOT / "tests").glob("sanitize_*.py"))
+    # the loops run what the family declarations name (tools/family_plan.py), and the declarations name every
+    # sanitizer driver and GPU benchmark there is
     loop = next(step["run"] for step in job["steps"] if "compute-sanitizer" in step.get("run", ""))
-    assert all(d in loop for d in drivers), f"every sanitizer driver runs: {drivers}"
+    bench_loop = next(step["run"] for step in job["steps"] if "benchmarks/bench_" in step.get("run", ""))
+    assert "tools/family_plan.py sanitizers" in loop and "tools/family_plan.py benchmarks" in bench_loop
+    qualify = (ROOT / "tools/qualify_h200.sh").read_text()
+    assert "family_plan.py sanitizers" in qualify and "family_plan.py benchmarks" in qualify
+    sys.path.insert(0, str(ROOT / "tools"))
+    import family_plan
+
+    drivers = sorted(p.stem.removeprefix("sanitize_") for p in (ROOT / "tests").glob("sanitize_*.py"))
+    assert sorted(family_plan.plan("sanitizers")) == drivers
     benches = sorted(p.stem.removeprefix("bench_") for p in (ROOT / "benchmarks").glob("bench_*.py")
                      if p.stem not in ("bench_check_vendor", "bench_provenance", "bench_host_overhead"))
-    bench_loop = next(step["run"] for step in job["steps"] if "benchmarks/bench_" in step.get("run", ""))
-    assert all(b in bench_loop for b in benches), f"every GPU benchmark runs: {benches}"
+    assert sorted(family_plan.plan("benchmarks")) == benches
     labels = yaml.safe_load((ROOT / ".github/actionlint.yaml").read_text())["self-hosted-runner"]["labels"]
     assert labels == ["cuda"] and "--labels cuda" in (ROOT / "docs/ci.md").read_text()

@@ -3,6 +3,7 @@
 # Builds the runtime, warms the JIT cache in parallel, runs the GPU tests (emulation), compute-sanitizer
 # memcheck + racecheck on the sanitizer drivers, and the benchmarks. Prints a short summary last.
 #   SANITIZE="bf16_gemm fp8_fp4_gemm"  BENCHES="bf16_gemm fp8_fp4_gemm"  BENCH_ARGS="--quick"  SKIP_TESTS=1
+#   (SANITIZE / BENCHES default to everything the families declare)
 set -uo pipefail
 OUT=${OUT:-/tmp/qual_out}; mkdir -p "$OUT"
 # the device tool returns at most 8 files: logs go to one folder, packed into $OUT/qual_logs.tar.gz at the end
@@ -17,12 +18,13 @@ if [ -z "${SKIP_TESTS:-}" ]; then
   python3 -m pytest -q -p no:cacheprovider -m "cuda" tests/ "$@" > "$OUT/pytest_gpu.log" 2>&1; rc_t=$?
 fi
 rc_m=0; rc_r=0
-for s in ${SANITIZE:-bf16_gemm fp8_fp4_gemm}; do  # the driver scripts tests/sanitize_<name>.py
+# defaults: every driver and benchmark the family declarations name (tools/family_plan.py)
+for s in ${SANITIZE:-$(python3 tools/family_plan.py sanitizers)}; do  # the driver scripts tests/sanitize_<name>.py
   compute-sanitizer --tool memcheck --error-exitcode 9 python3 "tests/sanitize_$s.py" > "$OUT/memcheck_$s.log" 2>&1 || rc_m=$?
   compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 9 python3 "tests/sanitize_$s.py" > "$OUT/racecheck_$s.log" 2>&1 || rc_r=$?
 done
 rc_b=0
-for bench in ${BENCHES-bf16_gemm fp8_fp4_gemm}; do  # BENCHES="" runs none
+for bench in ${BENCHES-$(python3 tools/family_plan.py benchmarks)}; do  # BENCHES="" runs none
   python3 "benchmarks/bench_$bench.py" ${BENCH_ARGS:-} --json "$OUT/bench_$bench.json" > "$OUT/bench_$bench.log" 2>&1 || rc_b=$?
 done
 echo "==== summary (logs: qual_logs.tar.gz)"; cat "$OUT/env.txt"; cat "$OUT/precompile.log"

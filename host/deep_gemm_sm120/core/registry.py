@@ -125,6 +125,10 @@ class Family:
     service: bool = False
     # Other public names of the family package, bound at the package root: "module.name" (e.g. a helper).
     exports: tuple[str, ...] = ()
+    # Qualification: compute-sanitizer drivers (tests/sanitize_<x>.py) and benchmarks (benchmarks/bench_<x>.py)
+    # covering this family; CI and tools/qualify_h200.sh run what the families declare (tools/family_plan.py).
+    sanitizers: tuple[str, ...] = ()
+    benchmarks: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.spec_type.FAMILY = self

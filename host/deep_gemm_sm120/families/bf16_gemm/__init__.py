@@ -387,4 +387,6 @@ FAMILY = Family(
            signature="einsum(expr, a, b, d, c=None)", plan_specs=einsum_specs),
     ),
     api_modules=("api", "grouped", "einsum"),
+    sanitizers=("bf16_gemm", "einsum"),
+    benchmarks=("bf16_gemm", "einsum"),
 )

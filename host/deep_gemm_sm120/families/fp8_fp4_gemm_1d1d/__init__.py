@@ -389,4 +389,6 @@ FAMILY = Family(
            plan_specs=fp8_einsum_specs),
     ),
     api_modules=("api", "einsum"),
+    sanitizers=("fp8_fp4_gemm",),
+    benchmarks=("fp8_fp4_gemm",),
 )

@@ -144,4 +144,6 @@ FAMILY = Family(
                       "output_final_state=False, cu_seqlens=None, use_qk_l2norm_in_kernel=False, chunk_size=None)",
             plan_specs=plan_specs),),
     exports=("contract.chunk_gated_delta_rule_bwd", "contract.default_chunk_size"),
+    sanitizers=("gated_delta_rule",),
+    benchmarks=("gated_delta_rule",),
 )

@@ -185,4 +185,6 @@ FAMILY = Family(
             signature="fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, "
                       "clean_logits=True, max_seqlen_k=0, logits_dtype=torch.float32)",
             plan_specs=plan_specs),),
+    sanitizers=("mqa_logits",),
+    benchmarks=("mqa_logits",),
 )

@@ -105,4 +105,6 @@ FAMILY = Family(
             signature="get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms)",
             plan_specs=lambda num_sms, **_: [PagedMetadataSpec()])),
     api_modules=("api", "metadata"),
+    sanitizers=("mqa_logits",),
+    benchmarks=("mqa_logits",),
 )

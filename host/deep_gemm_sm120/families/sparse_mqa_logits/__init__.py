@@ -173,4 +173,6 @@ FAMILY = Family(
                      "sparse_kv_block_indices, qk_dtype, sparse_block_kv)",
            plan_specs=lambda num_sms, **_: []),
     ),
+    sanitizers=("sparse_mqa_logits",),
+    benchmarks=("sparse_mqa_logits",),
 )

@@ -159,4 +159,6 @@ FAMILY = Family(
             "one pass over a; b = tf32 hi + bf16 lo (fp64-grade d); num_splits=S writes DeepGEMM's per-split "
             "partial sums, None reduces in a fixed order",
             signature="tf32_hc_prenorm_gemm(a, b, d, sqr_sum, num_splits=None)", plan_specs=plan_specs),),
+    sanitizers=("tf32_hc_prenorm_gemm",),
+    benchmarks=("hc_prenorm",),
 )
