@@ -15,7 +15,9 @@ import torch
 
 import deep_gemm_sm120 as dg
 from deep_gemm_sm120 import compat
-from deep_gemm_sm120.compat import surface
+from deep_gemm_sm120.compat import policy, surface
+from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d import FP4
+from deep_gemm_sm120.families.mqa_logits.deepgemm import mqa_logits_arguments
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU = "must be on a CUDA device"
@@ -132,12 +134,12 @@ def test_block_scaled_caller_patterns_reach_the_kernels():
 
 def test_recipe_forms():
     a8, a4 = _z(4, 256, dtype=FP8), _z(4, 128, dtype=torch.uint8)
-    assert compat._recipe("f", None, (1, 128), (128, 128), a8, a8) == (1, 128, 128)
-    assert compat._recipe("f", None, (1, 128), (1, 32), a8, a4) == (1, 1, 128)    # mixed: e4m3 side's gran
+    assert policy.recipe("f", None, (1, 128), (128, 128), a8, a8, FP4) == (1, 128, 128)
+    assert policy.recipe("f", None, (1, 128), (1, 32), a8, a4, FP4) == (1, 1, 128)    # mixed: e4m3 side's gran
     with pytest.raises(NotImplementedError, match="granularities differ"):
-        compat._recipe("f", None, (1, 128), (1, 32), a8, a8)
+        policy.recipe("f", None, (1, 128), (1, 32), a8, a8, FP4)
     with pytest.raises(ValueError, match="not both"):
-        compat._recipe("f", (1, 1, 128), (1, 128), (1, 128), a8, a8)
+        policy.recipe("f", (1, 1, 128), (1, 128), (1, 128), a8, a8, FP4)
 
 
 def test_bf16_caller_patterns_and_keyword_refusals():
@@ -174,21 +176,21 @@ def test_bf16_caller_patterns_and_keyword_refusals():
 
 def test_mqa_logits_forms_are_unambiguous():
     base = ("q", "kv", "w", "ks", "ke")
-    sgl = compat.mqa_logits_arguments(base + (512,), {})
+    sgl = mqa_logits_arguments(base + (512,), {})
     assert sgl["max_seqlen_k"] == 512 and sgl["clean_logits"] is False   # an int is never clean_logits
-    sgl_meta = compat.mqa_logits_arguments(base + (512, "meta"), {})
+    sgl_meta = mqa_logits_arguments(base + (512, "meta"), {})
     assert sgl_meta["schedule_meta"] == "meta"
-    main = compat.mqa_logits_arguments(base + (False, 256), {})
+    main = mqa_logits_arguments(base + (False, 256), {})
     assert main["clean_logits"] is False and main["max_seqlen_k"] == 256
-    kw = compat.mqa_logits_arguments(base, {"clean_logits": True})
+    kw = mqa_logits_arguments(base, {"clean_logits": True})
     assert kw["clean_logits"] is True and kw["max_seqlen_k"] == 0
-    assert compat.mqa_logits_arguments(base, {})["clean_logits"] is True
+    assert mqa_logits_arguments(base, {})["clean_logits"] is True
     with pytest.raises(ValueError, match="clean_logits=False"):
-        compat.mqa_logits_arguments(base, {"clean_logits": True, "max_seqlen_k": 64})
+        mqa_logits_arguments(base, {"clean_logits": True, "max_seqlen_k": 64})
     with pytest.raises(TypeError, match="6th argument"):
-        compat.mqa_logits_arguments(base + (1.5,), {})
+        mqa_logits_arguments(base + (1.5,), {})
     with pytest.raises(TypeError, match="multiple values"):
-        compat.mqa_logits_arguments(base + (64,), {"max_seqlen_k": 64})
+        mqa_logits_arguments(base + (64,), {"max_seqlen_k": 64})
     with pytest.raises(TypeError, match="q must be a"):    # parsed, then the real entry point checks
         compat.fp8_fp4_mqa_logits(*base, 512)
     with pytest.raises(TypeError, match="unexpected"):
@@ -198,7 +200,7 @@ def test_mqa_logits_forms_are_unambiguous():
 def test_psum_zero_padding_is_exact():
     d = torch.ones(512, 4)
     ends = torch.tensor([100, 100, 300, 384], dtype=torch.int32)  # groups: [0,100), empty, [128,300), [384,384)
-    compat._zero_psum_padding(d, ends)
+    policy.zero_psum_padding(d, ends, compat.get_mk_alignment_for_contiguous_layout())
     rows = d[:, 0]
     assert rows[:100].eq(1).all() and rows[100:128].eq(0).all() and rows[128:300].eq(1).all()
     assert rows[300:].eq(0).all()

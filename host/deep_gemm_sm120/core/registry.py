@@ -129,11 +129,14 @@ class Family:
     # covering this family; CI and tools/qualify_h200.sh run what the families declare (tools/family_plan.py).
     sanitizers: tuple[str, ...] = ()
     benchmarks: tuple[str, ...] = ()
+    # DeepGEMM names this family answers for (core/deepgemm.py Entry); their callables: the package's deepgemm.py
+    deepgemm: tuple = ()
 
     def __post_init__(self) -> None:
         self.spec_type.FAMILY = self
-        if self.service and (self.ops or self.exports):
-            raise ValueError(f"{self.name}: a service kernel has no ops or exports (its users are families)")
+        if self.service and (self.ops or self.exports or self.deepgemm):
+            raise ValueError(f"{self.name}: a service kernel has no ops, exports or DeepGEMM names (its users are "
+                             f"families)")
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from ...core.gemm import DensePlan, WarpTile, ceil_div, fewest_waves, wave_cost
 from ...core.limits import MK_ALIGNMENT_FOR_CONTIGUOUS_LAYOUT
 from ...core.params import Param, ParamList
 from ...core.registry import Family, GateRules, KernelSpec, Op
+from ...core.deepgemm import ALIAS, BF16_KEYWORDS, Entry, M_CONTIGUOUS_KEYWORDS, NOT_PROVIDED, SUPPORTED
 from ...core.rules import dtype_name, require_contiguous_m, require_dim, require_dtype, require_tma_rows, show
 from ...services.split_k_reduce import SplitKReduceSpec
 
@@ -389,4 +390,20 @@ FAMILY = Family(
     api_modules=("api", "grouped", "einsum"),
     sanitizers=("bf16_gemm", "einsum"),
     benchmarks=("bf16_gemm", "einsum"),
+    deepgemm=(
+        *(Entry(f"bf16_gemm_{lay}", SUPPORTED, f"bf16_gemm_{lay}", BF16_KEYWORDS) for lay in ("nt", "nn", "tn", "tt")),
+        Entry("m_grouped_bf16_gemm_nt_contiguous", SUPPORTED, "m_grouped_bf16_gemm_nt_contiguous",
+              M_CONTIGUOUS_KEYWORDS + "; `compiled_dims` accepted; `epilogue`: NotImplementedError"),
+        Entry("m_grouped_bf16_gemm_nn_contiguous", NOT_PROVIDED, "M-grouped BF16 takes a K-major B ([G, N, K]) only"),
+        Entry("m_grouped_bf16_gemm_nt_masked", SUPPORTED, "m_grouped_bf16_gemm_nt_masked",
+              "`compiled_dims` accepted; `epilogue`: NotImplementedError"),
+        Entry("bf16_m_grouped_gemm_nt_masked", ALIAS, "m_grouped_bf16_gemm_nt_masked"),
+        Entry("k_grouped_bf16_gemm_tn_contiguous", SUPPORTED, "k_grouped_bf16_gemm_tn_contiguous (DeepGEMM's order: "
+              "a, b, d, ks, grouped_layout, c)", "`ks` (CPU ints) required: without it the K split lives only on the "
+              "device; `use_psum_layout=True`: NotImplementedError; `compiled_dims` accepted"),
+        Entry("einsum", SUPPORTED, "einsum: bmk,bnk->mn, bhr,hdr->bhd, bhd,hdr->bhr (runtime shapes); other "
+              "expressions raise NotImplementedError listing these", "`c` honoured for bmk,bnk->mn (fp32 d: c is d "
+              "accumulates); `use_cublaslt=True` computes with torch.einsum (cuBLAS); `epilogue` other than None: "
+              "NotImplementedError"),
+    ),
 )

@@ -10,6 +10,7 @@ from ...core.gemm import DensePlan, WarpTile, ceil_div, fewest_waves, wave_cost
 from ...core.limits import MK_ALIGNMENT_FOR_CONTIGUOUS_LAYOUT
 from ...core.params import Param, ParamList
 from ...core.registry import Family, GateRules, KernelSpec, Op
+from ...core.deepgemm import ALIAS, BLOCK_SCALED_KEYWORDS, Entry, M_CONTIGUOUS_KEYWORDS, NOT_PROVIDED, SUPPORTED
 from ...core.rules import dtype_name, require_contiguous_m, require_dim, require_dtype, require_tma_rows, show
 from ...services.split_k_reduce import SplitKReduceSpec
 
@@ -391,4 +392,29 @@ FAMILY = Family(
     api_modules=("api", "einsum"),
     sanitizers=("fp8_fp4_gemm",),
     benchmarks=("fp8_fp4_gemm",),
+    deepgemm=(
+        Entry("fp8_fp4_gemm_nt", SUPPORTED, "fp8_fp4_gemm_nt (FP8, MXFP4, NVFP4, mixed)", BLOCK_SCALED_KEYWORDS),
+        Entry("fp8_gemm_nt", ALIAS, "fp8_fp4_gemm_nt"),
+        Entry("fp4_gemm_nt", ALIAS, "fp8_fp4_gemm_nt"),
+        *(Entry(f"fp8_fp4_gemm_{lay}", NOT_PROVIDED, "the SM120 block-scaled kernel reads K-major operands (NT) only: "
+                "pass contiguous transposes to fp8_fp4_gemm_nt") for lay in ("nn", "tn", "tt")),
+        *(Entry(f"fp8_gemm_{lay}", ALIAS, f"fp8_fp4_gemm_{lay}") for lay in ("nn", "tn", "tt")),
+        Entry("m_grouped_fp8_fp4_gemm_nt_contiguous", SUPPORTED, "m_grouped_fp8_fp4_gemm_nt_contiguous",
+              BLOCK_SCALED_KEYWORDS + "; " + M_CONTIGUOUS_KEYWORDS),
+        Entry("m_grouped_fp8_gemm_nt_contiguous", ALIAS, "m_grouped_fp8_fp4_gemm_nt_contiguous"),
+        Entry("m_grouped_fp4_gemm_nt_contiguous", ALIAS, "m_grouped_fp8_fp4_gemm_nt_contiguous"),
+        Entry("m_grouped_fp8_fp4_gemm_nn_contiguous", NOT_PROVIDED, "MN-major block-scaled B is not supported (NT only)"),
+        Entry("m_grouped_fp8_gemm_nn_contiguous", ALIAS, "m_grouped_fp8_fp4_gemm_nn_contiguous"),
+        Entry("m_grouped_fp8_fp4_gemm_nt_masked", SUPPORTED, "m_grouped_fp8_fp4_gemm_nt_masked", BLOCK_SCALED_KEYWORDS),
+        Entry("m_grouped_fp8_gemm_nt_masked", ALIAS, "m_grouped_fp8_fp4_gemm_nt_masked"),
+        Entry("m_grouped_fp4_gemm_nt_masked", ALIAS, "m_grouped_fp8_fp4_gemm_nt_masked"),
+        Entry("fp8_m_grouped_gemm_nt_masked", ALIAS, "m_grouped_fp8_fp4_gemm_nt_masked"),
+        Entry("k_grouped_fp8_gemm_tn_contiguous", NOT_PROVIDED, "no block-scaled K-grouped kernel (BF16 K-grouped exists)"),
+        Entry("k_grouped_fp8_gemm_nt_contiguous", NOT_PROVIDED, "no block-scaled K-grouped kernel"),
+        Entry("k_grouped_fp4_gemm_nt_contiguous", NOT_PROVIDED, "no block-scaled K-grouped kernel"),
+        Entry("fp8_einsum", SUPPORTED, "fp8_einsum: bhr,hdr->bhd with recipe (1, 128, 128) (DeepGEMM's other two "
+              "expressions are SM100-only there: NotImplementedError)", "`c` honoured (d's dtype and strides); "
+              "unpacked UE8M0 scales (float32 powers of two or float8_e8m0fnu); `epilogue` other than None: "
+              "NotImplementedError"),
+    ),
 )

@@ -9,6 +9,7 @@ from ...core.gemm import ceil_div
 from ...core.limits import SMEM_LIMIT
 from ...core.params import Param, ParamList
 from ...core.registry import Family, GateRules, KernelSpec, Op
+from ...core.deepgemm import Entry, SUPPORTED
 from ...core.rules import require_dim, require_dtype
 
 PARAMS = ParamList(
@@ -187,4 +188,13 @@ FAMILY = Family(
             plan_specs=plan_specs),),
     sanitizers=("mqa_logits",),
     benchmarks=("mqa_logits",),
+    deepgemm=(
+        Entry("fp8_fp4_mqa_logits", SUPPORTED, "fp8_fp4_mqa_logits (FP8; FP4 with packed UE8M0 1x32 scales)",
+              "both argument forms: an int 6th positional is max_seqlen_k (sgl-deep-gemm 0.2.5, whose schedule_meta is "
+              "accepted and unused), a bool is clean_logits (DeepGEMM main); `logits_dtype` fp32 / bf16; bf16 weights: "
+              "NotImplementedError"),
+        Entry("fp8_mqa_logits", SUPPORTED, "fp8_fp4_mqa_logits with q a tensor", "as fp8_fp4_mqa_logits"),
+        Entry("get_mqa_logits_metadata", SUPPORTED, "an empty int32 tensor: the SM120 dense kernel finds each CTA's key "
+              "range on the device"),
+    ),
 )

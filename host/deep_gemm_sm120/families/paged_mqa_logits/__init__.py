@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from ...core.params import Param, ParamList
 from ...core.registry import Family, KernelSpec, Op
+from ...core.deepgemm import Entry, SUPPORTED
 from ...core.rules import require_dim, require_dtype
 from ..mqa_logits import CXX_LOGIT, FP4_HEAD_DIMS, HEAD_DIMS, HEADS, MqaSpecGeometry, gate_rules, operand_rule
 from ...services.paged_mqa_logits_metadata import BLOCK_KVS, PagedMetadataSpec, chunk_keys, metadata_rule
@@ -107,4 +108,11 @@ FAMILY = Family(
     api_modules=("api", "metadata"),
     sanitizers=("mqa_logits",),
     benchmarks=("mqa_logits",),
+    deepgemm=(
+        Entry("get_paged_mqa_logits_metadata", SUPPORTED, "get_paged_mqa_logits_metadata (GPU-computed, "
+              "graph-capturable)", "`indices` (varlen, SM100-only upstream): NotImplementedError"),
+        Entry("fp8_fp4_paged_mqa_logits", SUPPORTED, "fp8_fp4_paged_mqa_logits", "`clean_logits`, `logits_dtype` "
+              "honoured; 1-D and 2-D context_lens; `indices`: NotImplementedError"),
+        Entry("fp8_paged_mqa_logits", SUPPORTED, "fp8_fp4_paged_mqa_logits with q a tensor"),
+    ),
 )

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from ...core.gemm import ceil_div
 from ...core.params import Param, ParamList
 from ...core.registry import Family, KernelSpec, Op
+from ...core.deepgemm import Entry, SUPPORTED
 from ...core.rules import require_dim, require_dtype
 from ..mqa_logits import FP4_DTYPES, gate_rules
 
@@ -175,4 +176,15 @@ FAMILY = Family(
     ),
     sanitizers=("sparse_mqa_logits",),
     benchmarks=("sparse_mqa_logits",),
+    deepgemm=(
+        Entry("get_sparse_mqa_logits_metadata", SUPPORTED, "get_sparse_mqa_logits_metadata (slot table int32 [S, "
+              "num_max, 2], one GPU launch, graph-capturable)", "`use_unaligned_ks` honoured (unaligned ks rejected without it)"),
+        Entry("get_paged_sparse_mqa_logits_metadata", SUPPORTED, "get_paged_sparse_mqa_logits_metadata (slot table; "
+              "`page_kv` a multiple of `sparse_block_kv`)"),
+        Entry("fp8_fp4_sparse_mqa_logits", SUPPORTED, "fp8_fp4_sparse_mqa_logits (MXFP8 / MXFP4; H 16/32/64, D 64/128 "
+              "(MXFP4 128), blocks 8/16/32)", "`use_unaligned_ks` accepted (the slot table carries the alignment); "
+              "-inf written wherever DeepGEMM leaves the output unspecified"),
+        Entry("fp8_fp4_paged_sparse_mqa_logits", SUPPORTED, "fp8_fp4_paged_sparse_mqa_logits (as the contiguous form, "
+              "q [S, 1, H, ..])"),
+    ),
 )

@@ -10,6 +10,7 @@ from ...core.gemm import ceil_div
 from ...core.limits import SMEM_LIMIT
 from ...core.params import Param, ParamList
 from ...core.registry import Family, GateRules, KernelSpec, Op
+from ...core.deepgemm import Entry, SUPPORTED
 from ...core.rules import require_dim, require_dtype, require_tma_rows
 from ...services.split_k_reduce import SplitKReduceSpec, warp_per_element
 
@@ -161,4 +162,8 @@ FAMILY = Family(
             signature="tf32_hc_prenorm_gemm(a, b, d, sqr_sum, num_splits=None)", plan_specs=plan_specs),),
     sanitizers=("tf32_hc_prenorm_gemm",),
     benchmarks=("hc_prenorm",),
+    deepgemm=(
+        Entry("tf32_hc_prenorm_gemm", SUPPORTED, "tf32_hc_prenorm_gemm", "`num_splits` honoured (DeepGEMM's split of "
+              "64-wide K blocks); N up to 32 (any, not only multiples of 8); K a multiple of 8 (not only of 64)"),
+    ),
 )

@@ -1,0 +1,93 @@
+"""DeepGEMM's keyword policies, written once and used by every family's deepgemm.py: what each shared keyword
+means on SM120 kernels (honoured, accepted without effect, or refused by name), plus DeepGEMM's argument forms
+(scale pairs, recipes) turned into ours."""
+from __future__ import annotations
+
+import torch
+
+from ..core.rules import dtype_name
+
+
+def no_epilogue(name: str, epilogue) -> None:
+    if epilogue is not None:
+        raise NotImplementedError(f"{name}(epilogue=...) is not supported: deep_gemm_sm120 has no fused epilogues")
+
+
+def compiled_dims(name: str, value) -> None:
+    """A JIT hint (which dimensions DeepGEMM compiles as constants): accepted, never changes a result here."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name}(compiled_dims=...) must be a str, got {type(value).__name__}")
+
+
+def flag(name: str, keyword: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name}({keyword}=...) must be a bool, got {type(value).__name__}")
+    return value
+
+
+def ue8m0_cast(name: str, disable_ue8m0_cast) -> None:
+    """Either way FP32 scales must already be powers of two: we never reinterpret them (ValueError otherwise,
+    from the scale packing), so True and False compute the same, exact result."""
+    flag(name, "disable_ue8m0_cast", disable_ue8m0_cast)
+
+
+def alpha(value):
+    return 1.0 if value is None else value
+
+
+def pair(name: str, x, fp4_names: tuple[str, ...]):
+    """(data, scale factors), or a bare tensor meaning unit scales (DeepGEMM passes a 1.0 scale then)."""
+    if isinstance(x, (tuple, list)):
+        if len(x) != 2:
+            raise TypeError(f"{name} must be a (tensor, scale factors) pair or a tensor, got a {len(x)}-sequence")
+        return tuple(x)
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a (tensor, scale factors) pair or a tensor, got {type(x).__name__}")
+    fp4 = dtype_name(x.dtype) in fp4_names
+    k = x.shape[-1] * (2 if fp4 else 1)
+    gran = 32 if fp4 else 128
+    return x, torch.ones(*x.shape[:-1], -(-k // gran), dtype=torch.float32, device=x.device)  # 2**0: exact
+
+
+def recipe(name: str, recipe_, recipe_a, recipe_b, a, b, fp4_names: tuple[str, ...]):
+    """DeepGEMM's recipe forms -> ours: (gran_m, gran_n, gran_k), or per operand (gran_mn, gran_k) pairs."""
+    if recipe_a is None and recipe_b is None:
+        return recipe_
+    if recipe_ is not None:
+        raise ValueError(f"{name}: pass recipe or recipe_a/recipe_b, not both")
+    if recipe_a is None or recipe_b is None or len(recipe_a) != 2 or len(recipe_b) != 2:
+        raise ValueError(f"{name}: recipe_a and recipe_b are (gran_mn, gran_k) pairs, given together; got "
+                         f"{recipe_a!r} and {recipe_b!r}")
+    (ma, ka), (nb, kb) = recipe_a, recipe_b
+    if ka == kb:
+        return (ma, nb, ka)
+    a4, b4 = (dtype_name(t.dtype) in fp4_names for t in (a, b))
+    if a4 != b4:  # mixed e4m3 x e2m1: our recipe's gran_k is the e4m3 side's; the e2m1 side is 1x32
+        g8, g4 = (kb, ka) if a4 else (ka, kb)
+        if g4 != 32:
+            raise NotImplementedError(f"{name}: the packed FP4 operand of a mixed GEMM takes 1x32 scales, got 1x{g4}")
+        return (ma, nb, g8)
+    raise NotImplementedError(f"{name}: a and b scale granularities differ (recipe_a {recipe_a}, recipe_b "
+                              f"{recipe_b}); SM120 kernels use one K granularity for both")
+
+
+def zero_psum_padding(d: torch.Tensor, ends: torch.Tensor, align_rows: int) -> None:
+    """ensure_zero_padding with a psum layout: rows between a group's end and the next group's aligned start,
+    and rows past the last end, become 0. Device-side (no sync), so it stays legal in CUDA-graph capture."""
+    m = d.shape[0]
+    if m == 0 or ends.numel() == 0:
+        return
+    rows = torch.arange(m, device=d.device)
+    ends64 = ends.long()
+    g = torch.searchsorted(ends64, rows, right=True)
+    prev = torch.cat([ends64.new_zeros(1), ends64])[g]
+    start = (prev + align_rows - 1) // align_rows * align_rows
+    d.masked_fill_(((g >= ends64.numel()) | (rows < start)).unsqueeze(1), 0)
+
+
+def refusal(name: str, message: str):
+    """A callable under DeepGEMM's name that refuses with NotImplementedError naming itself and why."""
+    def refuse(*args, **kwargs):
+        raise NotImplementedError(f"{name}: {message}")
+    refuse.__name__ = refuse.__qualname__ = name
+    return refuse
