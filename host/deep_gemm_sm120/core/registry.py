@@ -7,6 +7,7 @@ A family package is discovered by being there: adding one edits no list anywhere
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 import re
 from dataclasses import dataclass, field
@@ -111,7 +112,7 @@ class Op:
 @dataclass(frozen=True)
 class Family:
     name: str
-    header: str                                  # relative to device_layer/
+    header: str                                  # relative to device_layer/ (absolute: a family kept outside)
     kernel: str                                  # qualified template name
     params: ParamList                            # the kernel's parameters, written once
     spec_type: type
@@ -134,6 +135,8 @@ class Family:
 
     def __post_init__(self) -> None:
         self.spec_type.FAMILY = self
+        if os.path.isabs(self.header) and not os.path.isfile(self.header):
+            raise ValueError(f"{self.name}: header {self.header} does not exist")
         if self.service and (self.ops or self.exports or self.deepgemm):
             raise ValueError(f"{self.name}: a service kernel has no ops, exports or DeepGEMM names (its users are "
                              f"families)")
@@ -188,13 +191,26 @@ def _validate(reg: Registry) -> None:
                 raise ValueError(f"{spec.name} needs {spec.smem_bytes} B of shared memory (> {SMEM_LIMIT} B)")
 
 
+FAMILY_PATH_ENV = "DG_SM120_FAMILY_PATH"
+
+
+def extra_family_dirs() -> list[str]:
+    """Directories of family packages kept outside this package (DG_SM120_FAMILY_PATH, os.pathsep-separated):
+    they join `families/` as if they were in it, so a family can be developed, or a test family added, without
+    editing a file here. Their kernel headers are absolute paths."""
+    return [d for d in os.environ.get(FAMILY_PATH_ENV, "").split(os.pathsep) if d]
+
+
 @lru_cache(maxsize=None)
 def registry() -> Registry:
-    """Import every package under `families/` and `services/` and collect its FAMILY (validated once)."""
+    """Import every package under `families/` (and DG_SM120_FAMILY_PATH) and `services/` and collect its FAMILY
+    (validated once)."""
     base = __name__.rsplit(".", 2)[0]
     fams, packages = [], {}
     for where, service in (("families", False), ("services", True)):
         pkg = importlib.import_module(f"{base}.{where}")
+        if not service:
+            pkg.__path__ = [*dict.fromkeys([*pkg.__path__, *extra_family_dirs()])]
         for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
             if not info.ispkg:
                 continue
