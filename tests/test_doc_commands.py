@@ -171,3 +171,15 @@ def test_docs_name_only_files_in_this_repository():
             assert "shared/" not in name, f"{doc.name}: names {name}, outside the repository"
             if name.startswith(tops) and not re.search(r"[<>*{}]|X\.Y|NAME|TAG|\.\.\.", name):
                 assert (ROOT / name.split("::")[0].split(":")[0]).exists(), f"{doc.name}: names {name}"
+
+
+def test_host_design_names_only_paths_that_exist():
+    """docs/host_design.md describes the code as it is: every file or folder it names (in the table, the text and
+    the call-flow picture) exists, from the repository root or the package root."""
+    text = (ROOT / "docs/host_design.md").read_text()
+    package = ROOT / "host" / "deep_gemm_sm120"
+    names = set(re.findall(r"[\w./-]+/(?:[\w.-]+\.(?:py|md|toml|cuh|sh))|[\w./-]+/(?=[\s`)|,])", text))
+    assert len(names) > 20
+    for name in names:
+        name = name.strip("./") if name.startswith("./") else name
+        assert (ROOT / name).exists() or (package / name).exists(), f"docs/host_design.md names {name}"
