@@ -57,3 +57,16 @@ def device_capability(index: int) -> tuple[int, int]:
 
 def target_for_device(index: int) -> str:
     return target_for_capability(device_capability(index), emulation_requested())
+
+
+_targets: dict = {}
+
+
+def target_of(index: int) -> str:
+    """target_for_device(index) under the current DG_SM120_EMULATE, memoized per (device, raw value): the kernel
+    and plan caches take the target itself as their key, so a change of the variable takes effect at once."""
+    key = (index, emulation_env())
+    t = _targets.get(key)
+    if t is None:
+        t = _targets[key] = target_for_device(index)
+    return t

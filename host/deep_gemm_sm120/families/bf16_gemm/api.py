@@ -17,7 +17,7 @@ from functools import lru_cache
 import torch
 
 from ... import jit
-from ...arch import emulation_env, target_for_device
+from ...arch import target_of
 from ...core.rules import dtype_name
 from ...core.tma import DTYPE, tma_2d, tma_2d_pair
 from ...device import num_sms_for
@@ -111,9 +111,8 @@ def _fast_checks(a_mn: bool, b_mn: bool, a, b, d, c):
 
 
 @lru_cache(maxsize=4096)
-def _plan(mb: int, n: int, k: int, out: str, with_c: bool, index: int, num_sms: int, emulate, layout: str):
+def _plan(mb: int, n: int, k: int, out: str, with_c: bool, index: int, num_sms: int, target: str, layout: str):
     """Everything a launch needs that depends on (M bucket, N, K, dtype, layout, device): bounded LRU."""
-    target = target_for_device(index)  # NotImplementedError on non-SM120 unless emulation is requested
     p = dense_plan(mb, n, k, num_sms, layout)
     cfg, swap, splits = p.config, p.swap_ab, p.splits
     # split-K slices write fp32 partials (no C); the reduce kernel adds them in order, then C
@@ -154,7 +153,7 @@ def _gemm(layout: str, a, b, d, c) -> None:
         return
     num_sms = num_sms_for(index)
     kern, grid, block_m, block_n, block_k, swap, splits, reduce = _plan(
-        m_bucket(m), n, k, _OUT[d.dtype], c is not None, index, num_sms, emulation_env(), layout)
+        m_bucket(m), n, k, _OUT[d.dtype], c is not None, index, num_sms, target_of(index), layout)
     out_ptr, out_ld, c_ptr, c_ld, split_stride = pd, ldd, pc, ldc, 0
     if splits > 1:  # fp32 workspace [splits, M, N]
         ws = SplitK.workspace(splits, m, n, d.device)

@@ -16,7 +16,7 @@ from functools import lru_cache
 import torch
 
 from ... import jit
-from ...arch import emulation_env, target_for_device
+from ...arch import target_of
 from ...batched import batched_map, check_batched_operand
 from ...core.rules import dtype_name
 from ...device import num_sms_for
@@ -46,15 +46,14 @@ def _map_mn_major(offset: int, t: torch.Tensor, box_k: int) -> bytes:
 
 
 @lru_cache(maxsize=1024)
-def _batched_kernel(layout: str, groups: int, rows: int, cols: int, index: int, num_sms: int, emulate):
+def _batched_kernel(layout: str, groups: int, rows: int, cols: int, index: int, num_sms: int, target: str):
     cfg = batched_config(groups, rows, cols, num_sms)
-    return jit.get_kernel(Bf16GemmSpec(cfg, "bf16", False, False, "batched", layout), target_for_device(index),
+    return jit.get_kernel(Bf16GemmSpec(cfg, "bf16", False, False, "batched", layout), target,
                           index), cfg
 
 
 @lru_cache(maxsize=1024)
-def _reduce_kernel(mb: int, n: int, k_total: int, out: str, with_c: bool, index: int, num_sms: int, emulate):
-    target = target_for_device(index)
+def _reduce_kernel(mb: int, n: int, k_total: int, out: str, with_c: bool, index: int, num_sms: int, target: str):
     p = batch_reduce_plan(mb, n, k_total, num_sms)
     spec = Bf16GemmSpec(p.config, "fp32" if p.splits > 1 else out, with_c and p.splits == 1, False, "batch_reduce")
     reduce = SplitK(out, with_c, target, index, num_sms) if p.splits > 1 else None
@@ -96,7 +95,7 @@ def _bmk_bnk_mn(a, b, d, c) -> None:
     num_sms = num_sms_for(index)
     k_total = batch_k_total(bs, k)
     kern, p, reduce = _reduce_kernel(m_bucket(m), n, k_total, "fp32" if d.dtype == torch.float32 else "bf16",
-                                     c is not None, index, num_sms, emulation_env())
+                                     c is not None, index, num_sms, target_of(index))
     cfg = p.config
     tmaps = (_map_k_major(_OFF_A, a, 1, 0, cfg.block_m, cfg.block_k)
              + _map_k_major(_OFF_B, b, 1, 0, cfg.block_n, cfg.block_k))
@@ -144,7 +143,7 @@ def _per_head(expr: str, a, b, d) -> None:
         raise ValueError("d's strides must fit 32 bits")
     m, n, k = bs, want[2], ka
     num_sms = num_sms_for(index)
-    kern, cfg = _batched_kernel("nt" if bhd else "nn", h, m, n, index, num_sms, emulation_env())
+    kern, cfg = _batched_kernel("nt" if bhd else "nn", h, m, n, index, num_sms, target_of(index))
     tmaps = _map_k_major(_OFF_A, a, 0, 1, cfg.block_m, cfg.block_k)
     tmaps += _map_k_major(_OFF_B, b, 1, 0, cfg.block_n, cfg.block_k) if bhd else _map_mn_major(_OFF_B, b, cfg.block_k)
     params = PARAMS.pack(d=d.data_ptr(), c=0, layout=0, aux=0, m=m, n=n, k=k, ldd=d.stride(0) if m > 1 else n,

@@ -9,7 +9,7 @@ from functools import lru_cache
 import torch
 
 from ... import jit
-from ...arch import emulation_env, target_for_device
+from ...arch import target_of
 from ...core.rules import dtype_name
 from ...device import num_sms_for
 from ...grouped import (maybe_check_contiguous_layout, require_contiguous_layout_shape, require_shape, rows_view)
@@ -23,16 +23,16 @@ _OFF_A, _OFF_B = PARAMS.offsets["tmap_a"], PARAMS.offsets["tmap_b"]
 
 
 @lru_cache(maxsize=256)
-def _kernel(gemm_type: str, cfg, with_c: bool, index: int, emulate) -> jit.LoadedKernel:
+def _kernel(gemm_type: str, cfg, with_c: bool, index: int, target: str) -> jit.LoadedKernel:
     layout, out = ("tn", "fp32") if gemm_type == "k_contiguous" else ("nt", "bf16")
-    return jit.get_kernel(Bf16GemmSpec(cfg, out, with_c, False, gemm_type, layout), target_for_device(index), index)
+    return jit.get_kernel(Bf16GemmSpec(cfg, out, with_c, False, gemm_type, layout), target, index)
 
 
 def _launch(gemm_type: str, cfg, tiles: int, index: int, a2, rows_a: int, b2, rows_b: int, with_c: bool,
             **values) -> None:
     """Two K-major operands (MN-major for K-grouped) and the kernel's arguments by name (values["k"] is the
     K extent both descriptors span)."""
-    kern = _kernel(gemm_type, cfg, with_c, index, emulation_env())
+    kern = _kernel(gemm_type, cfg, with_c, index, target_of(index))
     mn, k = gemm_type == "k_contiguous", values["k"]
     (_, lda), (_, ldb) = tma_operand("a", a2), tma_operand("b", b2)
     tmaps = (_operand_map(_OFF_A, a2.data_ptr(), rows_a, k, lda, cfg.block_m, cfg.block_k, mn)

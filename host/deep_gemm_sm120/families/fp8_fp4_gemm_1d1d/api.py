@@ -19,7 +19,7 @@ from functools import lru_cache
 import torch
 
 from ... import jit
-from ...arch import emulation_env, target_for_device
+from ...arch import target_of
 from ...core.rules import dtype_name
 from ...core.tma import DTYPE, tma_2d_pair
 from ...device import num_sms_for
@@ -178,9 +178,8 @@ def _operand_maps(a2: torch.Tensor, rows_a: int, lda: int, b2: torch.Tensor, row
 
 @lru_cache(maxsize=4096)
 def _dense_plan(kind: str, grans: tuple[int, int], mb: int, n: int, k: int, out: str, with_c: bool, index: int,
-                num_sms: int, emulate):
+                num_sms: int, target: str):
     """Bounded LRU keyed by the M bucket the heuristic uses (m_bucket), never by the exact M."""
-    target = target_for_device(index)
     p = dense_plan(mb, n, k, num_sms, kind)
     spec = spec_for(p.config, kind, grans, "fp32" if p.splits > 1 else out, with_c and p.splits == 1)
     kern = jit.get_kernel(spec, target, index)
@@ -219,7 +218,7 @@ def fp8_fp4_gemm_nt(a, b, d: torch.Tensor, c: torch.Tensor | None = None, recipe
     num_sms = num_sms_for(index)
     kern, grid, cfg, splits, reduce, row_bytes = _dense_plan(kind, grans, m_bucket(m), n, k, _OUT[d.dtype],
                                                              c is not None, index, num_sms,
-                                                             emulation_env())
+                                                             target_of(index))
     out_ptr, out_ld, c_ptr, c_ld, split_stride = d.data_ptr(), ldd, c.data_ptr() if c is not None else 0, ldc, 0
     if splits > 1:  # fp32 slices [splits, M, N]; the reduce kernel adds them in order, then C
         ws = SplitK.workspace(splits, m, n, d.device)
@@ -242,14 +241,14 @@ def _grouped_scales(grans: tuple[int, int], sfa: torch.Tensor, sfb: torch.Tensor
 
 
 @lru_cache(maxsize=256)
-def _grouped_kernel(kind: str, grans: tuple[int, int], gemm_type: str, cfg, index: int, emulate):
+def _grouped_kernel(kind: str, grans: tuple[int, int], gemm_type: str, cfg, index: int, target: str):
     spec = spec_for(cfg, kind, grans, "bf16", False, gemm_type)
-    return jit.get_kernel(spec, target_for_device(index), index), spec.row_bytes
+    return jit.get_kernel(spec, target, index), spec.row_bytes
 
 
 def _grouped_launch(kind, grans, gemm_type, cfg, tiles, index, a2, rows_a, b2, rows_b, sfa, sfb, d_ptr, layout_ptr,
                     m, n, k, ldd, groups, psum, alpha) -> None:
-    kern, row_bytes = _grouped_kernel(kind, grans, gemm_type, cfg, index, emulation_env())
+    kern, row_bytes = _grouped_kernel(kind, grans, gemm_type, cfg, index, target_of(index))
     (sfa_p, sfa_ps, sfa_gs), (sfb_p, sfb_ps, sfb_gs) = sfa, sfb
     launch(kern, min(num_sms_for(index), max(tiles, 1)),
            PARAMS.pack(sfa=sfa_p.data_ptr(), sfb=sfb_p.data_ptr(), d=d_ptr, c=0, layout=layout_ptr, m=m, n=n, k=k,

@@ -21,7 +21,7 @@ from functools import lru_cache
 import torch
 
 from ... import jit
-from ...arch import emulation_env, target_for_device
+from ...arch import target_of
 from ...batched import batched_map, check_batched_operand
 from ...core.rules import dtype_name
 from ...device import num_sms_for
@@ -36,10 +36,10 @@ _U32 = 2**32
 
 
 @lru_cache(maxsize=1024)
-def _kernel(h: int, m: int, n: int, out: str, with_c: bool, index: int, num_sms: int, emulate):
+def _kernel(h: int, m: int, n: int, out: str, with_c: bool, index: int, num_sms: int, target: str):
     cfg = batched_config(h, m, n, num_sms)
     spec = spec_for(cfg, "mxfp8", (128, 128), out, with_c, "batched")
-    return jit.get_kernel(spec, target_for_device(index), index), cfg
+    return jit.get_kernel(spec, target, index), cfg
 
 
 def _map(offset: int, t: torch.Tensor, rows_dim: int, batch_dim: int, box_rows: int) -> bytes:
@@ -94,7 +94,7 @@ def fp8_einsum(expr: str, a, b, d: torch.Tensor, c: torch.Tensor | None = None, 
     sfa_p, sfa_ps, sfa_gs = _prepare_sf("sfa", sfx if packed_x else sfx.permute(1, 0, 2), bs, r, 128, h, True)
     sfb_p, sfb_ps, sfb_gs = _prepare_sf("sfb", sfy, dd, r, 128, h, False)
     num_sms = num_sms_for(index)
-    kern, cfg = _kernel(h, bs, dd, _OUT[d.dtype], c is not None, index, num_sms, emulation_env())
+    kern, cfg = _kernel(h, bs, dd, _OUT[d.dtype], c is not None, index, num_sms, target_of(index))
     tmaps = _map(_OFF_A, x, 0, 1, cfg.block_m) + _map(_OFF_B, y, 1, 0, cfg.block_n)
     ldd = d.stride(0) if bs > 1 else dd
     params = PARAMS.pack(sfa=sfa_p.data_ptr(), sfb=sfb_p.data_ptr(), d=d.data_ptr(),

@@ -12,7 +12,7 @@ from functools import lru_cache
 import torch
 
 from ... import jit
-from ...arch import emulation_env, target_for_device
+from ...arch import target_of
 from ...core.tma import tma_request
 from ...device import num_sms_for
 from ...launch import device_of, launch
@@ -29,8 +29,7 @@ _OFF = {name: PARAMS.offsets[name] for name in ("tmap_q", "tmap_k", "tmap_v", "t
 
 
 @lru_cache(maxsize=64)
-def _kernels(chunk: int, vslice: int, elem: str, index: int, emulate):
-    target = target_for_device(index)
+def _kernels(chunk: int, vslice: int, elem: str, index: int, target: str):
     return (jit.get_kernel(GdrPrepSpec(chunk, elem), target, index),
             jit.get_kernel(GdrFwdSpec(chunk, vslice, elem), target, index))
 
@@ -78,7 +77,7 @@ def chunk_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g:
         tw, tu, attn = torch.empty(3, tokens, hv, c, dtype=q.dtype, device=dev).unbind(0)
         gates = torch.empty(tokens, hv, 4, dtype=torch.float32, device=dev)
         vslice = choose_vslice(n, hv, num_sms_for(index), c)
-        prep, fwd = _kernels(c, vslice, elem, index, emulation_env())
+        prep, fwd = _kernels(c, vslice, elem, index, target_of(index))
 
         slots = -(-t // c) + n if cu is not None else n * -(-t // c)
         launch(prep, slots * hv,

@@ -13,7 +13,7 @@ from functools import lru_cache
 import torch
 
 from ... import jit
-from ...arch import emulation_env, target_for_device
+from ...arch import target_of
 from ...core.rules import dtype_name
 from ...core.tma import tma_request
 from ...launch import device_of, launch
@@ -25,8 +25,8 @@ _LOGIT = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 
 
 @lru_cache(maxsize=256)
-def _kernel(heads: int, head_dim: int, logit: str, mode: str, fp4: bool, index: int, emulate):
-    return jit.get_kernel(MqaLogitsSpec(heads, head_dim, logit, mode, fp4), target_for_device(index), index)
+def _kernel(heads: int, head_dim: int, logit: str, mode: str, fp4: bool, index: int, target: str):
+    return jit.get_kernel(MqaLogitsSpec(heads, head_dim, logit, mode, fp4), target, index)
 
 
 def _check_ranges(ks: torch.Tensor, ke: torch.Tensor, seq_len_kv: int, max_seqlen_k: int) -> None:
@@ -102,7 +102,7 @@ def fp8_fp4_mqa_logits(q, kv, weights: torch.Tensor, cu_seq_len_k_start: torch.T
         return out
     _check_ranges(ks, ke, seq_len_kv, max_seqlen_k)
     mode = "compressed" if max_seqlen_k else ("clean" if clean_logits else "plain")
-    kern = _kernel(heads, head_dim, _LOGIT[logits_dtype], mode, fp4, index, emulation_env())
+    kern = _kernel(heads, head_dim, _LOGIT[logits_dtype], mode, fp4, index, target_of(index))
     tmaps = (tma_request(_OFF_Q, "uint8", qv.data_ptr(), (row_bytes, seq_len * heads), (row_bytes,),
                          (row_bytes, ROWS), row_bytes)
              + tma_request(_OFF_KV, "uint8", kvv.data_ptr(), (row_bytes, max(seq_len_kv, 1)), (row_bytes,),

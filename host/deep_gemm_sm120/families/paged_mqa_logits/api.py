@@ -11,7 +11,7 @@ from functools import lru_cache
 import torch
 
 from ... import jit
-from ...arch import emulation_env, target_for_device
+from ...arch import target_of
 from ...core.gemm import ceil_div
 from ...core.rules import dtype_name
 from ...core.tma import tma_request
@@ -25,9 +25,9 @@ _LOGIT = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 
 
 @lru_cache(maxsize=256)
-def _kernel(heads: int, head_dim: int, block_kv: int, logit: str, clean: bool, fp4: bool, index: int, emulate):
+def _kernel(heads: int, head_dim: int, block_kv: int, logit: str, clean: bool, fp4: bool, index: int, target: str):
     spec = PagedMqaLogitsSpec(heads, head_dim, block_kv, logit, clean, fp4)
-    return jit.get_kernel(spec, target_for_device(index), index)
+    return jit.get_kernel(spec, target, index)
 
 
 def _check_block_table(block_table: torch.Tensor, num_blocks: int, context_lens: torch.Tensor,
@@ -124,7 +124,7 @@ def fp8_fp4_paged_mqa_logits(q, kv_cache: torch.Tensor, weights: torch.Tensor, c
     if batch == 0:
         return out
     _check_block_table(block_table, num_blocks, context_lens, block_kv)
-    kern = _kernel(heads, head_dim, block_kv, _LOGIT[logits_dtype], bool(clean_logits), fp4, index, emulation_env())
+    kern = _kernel(heads, head_dim, block_kv, _LOGIT[logits_dtype], bool(clean_logits), fp4, index, target_of(index))
     rows = batch * next_n * heads
     tmaps = (tma_request(_OFF_Q, "uint8", qv.data_ptr(), (row_bytes, rows), (row_bytes,), (row_bytes, ROWS),
                          row_bytes)

@@ -6,7 +6,7 @@ from functools import lru_cache
 import torch
 
 from ... import jit
-from ...arch import emulation_env, target_for_device
+from ...arch import target_of
 from ...core.rules import dtype_name
 from ...launch import device_of, launch
 from ...validation import require_tensor
@@ -14,8 +14,8 @@ from ...services.paged_mqa_logits_metadata import PARAMS, PagedMetadataSpec, chu
 
 
 @lru_cache(maxsize=16)
-def _kernel(index: int, emulate):
-    return jit.get_kernel(PagedMetadataSpec(), target_for_device(index), index)
+def _kernel(index: int, target: str):
+    return jit.get_kernel(PagedMetadataSpec(), target, index)
 
 
 def get_paged_mqa_logits_metadata(context_lens: torch.Tensor, block_kv: int, num_sms: int) -> torch.Tensor:
@@ -35,7 +35,7 @@ def get_paged_mqa_logits_metadata(context_lens: torch.Tensor, block_kv: int, num
     meta = torch.empty(num_sms + 1, 2, dtype=torch.int32, device=context_lens.device)
     b = context_lens.shape[0]
     next_n = context_lens.shape[1] if context_lens.dim() == 2 else 1
-    launch(_kernel(index, emulation_env()), 1,
+    launch(_kernel(index, target_of(index)), 1,
            PARAMS.pack(context_lens=context_lens.data_ptr(), num_batches=b, next_n=next_n, ld=next_n,
                        chunk_keys=chunk_keys(block_kv), num_sms=num_sms, meta=meta.data_ptr()), b"", index)
     return meta

@@ -12,12 +12,12 @@ from functools import lru_cache
 import torch
 
 from ... import jit
-from ...arch import emulation_env, target_for_device
+from ...arch import target_of
 from ...core.gemm import ceil_div
 from ...core.tma import tma_request
 from ...device import get_num_sms
 from ...launch import device_of, launch
-from ...validation import require_int32, require_tensor
+from ...validation import require_int32
 from . import PARAMS, TILE_KEYS, SparseMqaLogitsSpec, tiles_per_cta
 from .contract import SparseProblem, check_paged_sparse_call, check_sparse_call
 
@@ -25,8 +25,8 @@ _OFF_Q, _OFF_KV = PARAMS.offsets["tmap_q"], PARAMS.offsets["tmap_kv"]
 
 
 @lru_cache(maxsize=64)
-def _kernel(heads: int, head_dim: int, fp4: bool, index: int, emulate):
-    return jit.get_kernel(SparseMqaLogitsSpec(heads, head_dim, fp4), target_for_device(index), index)
+def _kernel(heads: int, head_dim: int, fp4: bool, index: int, target: str):
+    return jit.get_kernel(SparseMqaLogitsSpec(heads, head_dim, fp4), target, index)
 
 
 def _check_metadata(metadata, p: SparseProblem) -> torch.Tensor:
@@ -57,7 +57,7 @@ def _launch(p: SparseProblem, qv: torch.Tensor, q_sf: torch.Tensor, weights: tor
     if page_rows * pages == 0:   # no KV rows: nothing can be a score
         return out.fill_(float("-inf"))
     row_bytes = p.head_dim // 2 if p.fmt == "mxfp4" else p.head_dim
-    kern = _kernel(p.heads, p.head_dim, p.fmt == "mxfp4", index, emulation_env())
+    kern = _kernel(p.heads, p.head_dim, p.fmt == "mxfp4", index, target_of(index))
     tpc = tiles_per_cta(p.rows, p.num_max_sparse_blocks, p.sparse_block_kv, get_num_sms())
     groups = ceil_div(ceil_div(cols, TILE_KEYS), tpc)
     tmaps = (tma_request(_OFF_Q, "uint8", qv.data_ptr(), (row_bytes, p.rows * p.heads), (row_bytes,),

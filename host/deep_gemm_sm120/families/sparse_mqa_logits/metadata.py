@@ -17,7 +17,7 @@ from functools import lru_cache
 import torch
 
 from ... import jit
-from ...arch import emulation_env, target_for_device
+from ...arch import target_of
 from ...core.gemm import ceil_div
 from ...launch import device_of, launch
 from ...services.sparse_mqa_logits_metadata import PARAMS, THREADS, SparseMetadataSpec
@@ -60,8 +60,8 @@ def metadata_paged(context_lens: torch.Tensor, block_table: torch.Tensor, indice
 
 
 @lru_cache(maxsize=16)
-def _kernel(index: int, emulate):
-    return jit.get_kernel(SparseMetadataSpec(), target_for_device(index), index)
+def _kernel(index: int, target: str):
+    return jit.get_kernel(SparseMetadataSpec(), target, index)
 
 
 def _rows(t: torch.Tensor) -> torch.Tensor:
@@ -88,7 +88,7 @@ def metadata_on_device(ks: torch.Tensor | None, ke: torch.Tensor, indices: torch
                          block_log2=sparse_block_kv.bit_length() - 1, page_kv=page_kv,
                          max_pages=bt.shape[1] if bt is not None else 0,
                          bt_ld=bt.stride(0) if bt is not None else 0, idx_ld=idx.stride(0))
-    launch(_kernel(index, emulation_env()), ceil_div(rows * slots, THREADS), params, b"", index)
+    launch(_kernel(index, target_of(index)), ceil_div(rows * slots, THREADS), params, b"", index)
     return meta
 
 

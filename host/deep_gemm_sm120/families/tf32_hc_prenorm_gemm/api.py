@@ -14,7 +14,7 @@ from functools import lru_cache
 import torch
 
 from ... import jit
-from ...arch import emulation_env, target_for_device
+from ...arch import target_of
 from ...core.rules import dtype_name
 from ...core.tma import DTYPE, tma_2d
 from ...device import num_sms_for
@@ -68,8 +68,7 @@ def _validate(a, b, d, sqr_sum, num_splits) -> tuple:
 
 
 @lru_cache(maxsize=4096)
-def _plan(mb: int, n: int, k: int, num_splits, index: int, num_sms: int, emulate):
-    target = target_for_device(index)
+def _plan(mb: int, n: int, k: int, num_splits, index: int, num_sms: int, target: str):
     p = plan(mb, n, k, num_sms, num_splits)
     kern = jit.get_kernel(p.spec, target, index)
     reduce = None
@@ -86,7 +85,7 @@ def tf32_hc_prenorm_gemm(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, sqr_
     if m == 0:
         return
     kern, block_m, n_pad, splits, reduce = _plan(m_bucket(m), n, k, num_splits, index, num_sms_for(index),
-                                                 emulation_env())
+                                                 target_of(index))
     m_blocks = -(-m // block_m)
     tmaps = (tma_2d(_OFF_A, DTYPE["bfloat16"], a.data_ptr(), k, m, lda, 64, block_m, 128)
              + tma_2d(_OFF_B, DTYPE["float32"], b.data_ptr(), k, n, ldb, 32, n_pad, 128))
