@@ -109,17 +109,22 @@ class Op:
     plan_specs: Callable[..., list] | None = None
 
 
+def _no_key(spec) -> tuple:
+    return ()
+
+
 @dataclass(frozen=True)
 class Family:
     name: str
-    header: str                                  # relative to device_layer/ (absolute: a family kept outside)
-    kernel: str                                  # qualified template name
     params: ParamList                            # the kernel's parameters, written once
-    spec_type: type
     specs: Callable[[], list]                    # every instantiation the host API can launch
     gate: Callable[[object], GateRules]          # SASS rules of one instantiation
-    quick_key: Callable[[object], tuple]         # instantiations with equal keys share resources (gate --quick)
     pdl: bool                                    # waits on griddepcontrol before touching global memory
+    # relative to device_layer/ (absolute: a family kept outside); default impls/sm120_<name>.cuh
+    header: str = ""
+    kernel: str = ""                             # qualified template name; default sm120::sm120_<name>_kernel
+    spec_type: type | None = None                # default: the type of specs()[0]
+    quick_key: Callable[[object], tuple] = _no_key  # equal keys share resources (gate --quick); default: one
     ops: tuple[Op, ...] = ()
     api_modules: tuple[str, ...] = ("api",)      # modules of the family package that define the ops
     # A service kernel (services/): GPU work families need and users never call; no ops, no surface.
@@ -134,6 +139,10 @@ class Family:
     deepgemm: tuple = ()
 
     def __post_init__(self) -> None:
+        # conventions fill what a declaration leaves out (frozen: set once, here)
+        object.__setattr__(self, "header", self.header or f"impls/sm120_{self.name}.cuh")
+        object.__setattr__(self, "kernel", self.kernel or f"sm120::sm120_{self.name}_kernel")
+        object.__setattr__(self, "spec_type", self.spec_type or type(self.specs()[0]))
         self.spec_type.FAMILY = self
         if os.path.isabs(self.header) and not os.path.isfile(self.header):
             raise ValueError(f"{self.name}: header {self.header} does not exist")

@@ -359,10 +359,8 @@ _LAYOUT_TEXT = {"nt": ("a [M,K], b [N,K]", "C may alias D; swap-AB for M <= 32; 
 
 FAMILY = Family(
     name="bf16_gemm",
-    header="impls/sm120_bf16_gemm.cuh",
     kernel="sm120::sm120_bf16_gemm_nt_kernel",
     params=PARAMS,
-    spec_type=Bf16GemmSpec,
     specs=specs,
     gate=lambda spec: _GATE,
     quick_key=lambda s: (s.config, s.gemm_type, s.layout, s.swap_ab),

@@ -355,10 +355,7 @@ def _gate(spec: BlockScaledGemmSpec) -> GateRules:
 
 FAMILY = Family(
     name="fp8_fp4_gemm_1d1d",
-    header="impls/sm120_fp8_fp4_gemm_1d1d.cuh",
-    kernel="sm120::sm120_fp8_fp4_gemm_1d1d_kernel",
     params=PARAMS,
-    spec_type=BlockScaledGemmSpec,
     specs=specs,
     gate=_gate,
     quick_key=lambda s: (s.config, s.gemm_type, s.kind),

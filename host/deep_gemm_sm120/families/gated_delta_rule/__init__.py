@@ -129,7 +129,6 @@ FAMILY = Family(
     header="impls/sm120_gated_delta_rule_fwd.cuh",
     kernel="sm120::sm120_gated_delta_rule_fwd_kernel",
     params=PARAMS,
-    spec_type=GdrFwdSpec,
     specs=specs,
     gate=lambda spec: GateRules(required={"sm120": (hmma(spec.elem), "LDSM", "UTMALDG"),
                                           "sm90": (hmma(spec.elem), "LDSM", "UTMALDG")}),

@@ -170,10 +170,7 @@ def plan_specs(num_sms: int, heads: int = 64, head_dim: int = 128, logits_dtype=
 
 FAMILY = Family(
     name="mqa_logits",
-    header="impls/sm120_mqa_logits.cuh",
-    kernel="sm120::sm120_mqa_logits_kernel",
     params=PARAMS,
-    spec_type=MqaLogitsSpec,
     specs=specs,
     gate=lambda spec: gate_rules(spec.fp4),
     quick_key=lambda s: (s.heads, s.head_dim, s.fp4),

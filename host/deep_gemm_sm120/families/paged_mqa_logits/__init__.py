@@ -83,10 +83,7 @@ def plan_specs(num_sms: int, heads: int = 64, head_dim: int = 128, block_kv: int
 
 FAMILY = Family(
     name="paged_mqa_logits",
-    header="impls/sm120_paged_mqa_logits.cuh",
-    kernel="sm120::sm120_paged_mqa_logits_kernel",
     params=PARAMS,
-    spec_type=PagedMqaLogitsSpec,
     specs=specs,
     gate=lambda spec: gate_rules(spec.fp4),
     quick_key=lambda s: (s.heads, s.head_dim, s.block_kv, s.fp4),

@@ -137,10 +137,7 @@ _GEOMETRY = "H 16/32/64; MXFP8 D 64/128, MXFP4 D 128; sparse blocks 8/16/32 (run
 
 FAMILY = Family(
     name="sparse_mqa_logits",
-    header="impls/sm120_sparse_mqa_logits.cuh",
-    kernel="sm120::sm120_sparse_mqa_logits_kernel",
     params=PARAMS,
-    spec_type=SparseMqaLogitsSpec,
     specs=specs,
     gate=lambda spec: gate_rules(spec.fp4),
     quick_key=lambda s: (s.heads, s.head_dim, s.fp4),

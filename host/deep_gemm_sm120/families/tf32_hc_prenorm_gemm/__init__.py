@@ -144,10 +144,7 @@ def plan_specs(m: int, n: int, k: int, num_sms: int, num_splits: int | None = No
 
 FAMILY = Family(
     name="tf32_hc_prenorm_gemm",
-    header="impls/sm120_tf32_hc_prenorm_gemm.cuh",
-    kernel="sm120::sm120_tf32_hc_prenorm_gemm_kernel",
     params=PARAMS,
-    spec_type=HcPrenormSpec,
     specs=specs,
     # TF32 MMAs for a.hi, one BF16 MMA for a.lo; both run natively on sm_90a, so both builds are the same code.
     gate=lambda spec: GateRules(required={

@@ -66,10 +66,7 @@ def hmma(elem: str) -> str:
 
 FAMILY = Family(
     name="gated_delta_rule_prep",
-    header="impls/sm120_gated_delta_rule_prep.cuh",
-    kernel="sm120::sm120_gated_delta_rule_prep_kernel",
     params=PARAMS,
-    spec_type=GdrPrepSpec,
     specs=lambda: [GdrPrepSpec(c, e) for c in CHUNKS for e in CXX_ELEM],
     gate=lambda spec: GateRules(required={"sm120": (hmma(spec.elem), "LDSM"), "sm90": (hmma(spec.elem), "LDSM")}),
     quick_key=lambda s: (s.chunk,),

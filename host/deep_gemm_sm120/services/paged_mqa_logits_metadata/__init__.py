@@ -59,12 +59,9 @@ def metadata_rule(num_batches: int | None = None, block_kv: int | None = None, n
 FAMILY = Family(
     name="paged_mqa_logits_metadata",
     header="scheduler/sm120_paged_mqa_logits.cuh",
-    kernel="sm120::sm120_paged_mqa_logits_metadata_kernel",
     params=PARAMS,
-    spec_type=PagedMetadataSpec,
     specs=lambda: [PagedMetadataSpec()],
     gate=lambda spec: GateRules(required={"sm120": ("LDG", "STG", "BAR"), "sm90": ("LDG", "STG", "BAR")}),
-    quick_key=lambda s: (),
     pdl=False,
     service=True,  # get_paged_mqa_logits_metadata, the op, is the paged_mqa_logits family's
 )

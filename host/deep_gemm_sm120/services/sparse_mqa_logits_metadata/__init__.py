@@ -39,12 +39,9 @@ class SparseMetadataSpec(KernelSpec):
 FAMILY = Family(
     name="sparse_mqa_logits_metadata",
     header="scheduler/sm120_sparse_mqa_logits_metadata.cuh",
-    kernel="sm120::sm120_sparse_mqa_logits_metadata_kernel",
     params=PARAMS,
-    spec_type=SparseMetadataSpec,
     specs=lambda: [SparseMetadataSpec()],
     gate=lambda spec: GateRules(required={"sm120": ("LDG", "STG"), "sm90": ("LDG", "STG")}),
-    quick_key=lambda s: (),
     pdl=False,
     api_modules=(),
     service=True,

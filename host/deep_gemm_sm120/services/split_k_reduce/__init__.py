@@ -60,10 +60,7 @@ def warp_per_element(m: int, n: int, splits: int) -> bool:
 
 FAMILY = Family(
     name="split_k_reduce",
-    header="impls/sm120_split_k_reduce.cuh",
-    kernel="sm120::sm120_split_k_reduce_kernel",
     params=PARAMS,
-    spec_type=SplitKReduceSpec,
     specs=lambda: [SplitKReduceSpec(out, c) for out in ("bf16", "fp32") for c in (False, True)]
     + [SplitKReduceSpec("fp32", False, True)],
     # Plain loads and stores: no tensor cores, no TMA. The gate still forbids local memory.
