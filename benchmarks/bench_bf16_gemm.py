@@ -14,7 +14,6 @@ numbers then describe that GPU, never SM120 silicon.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -23,7 +22,9 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "host"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from harness import Rotation, bench, finish, start  # noqa: E402
 
 # DeepSeek-V3 / Qwen3 projection shapes (N, K) and the square references.
 PROJECTIONS = [
@@ -36,48 +37,20 @@ PREFILL_M = (4096,)
 SQUARES = (4096, 8192)
 
 
-def bench(fn, iters: int, warmup: int = 3, replays: int = 5) -> float:
-    """Median seconds per call. The calls are captured into one CUDA graph and the graph is replayed,
-    so host-side launch overhead (measured separately below) does not leak into kernel times."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(iters):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        samples.append(start.elapsed_time(end) / iters)
-    del graph
-    return statistics.median(samples) / 1e3
-
-
 def gemm_case(m: int, n: int, k: int, iters: int) -> dict:
     import deep_gemm_sm120 as dg
 
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    per_call = (m * k + n * k) * 2
-    copies = max(1, min(16, -(-3 * l2 // per_call)))  # rotate inputs so repeated calls do not run from L2
-    As = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
-    Bs = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
+    inputs = Rotation(lambda _: (torch.randn(m, k, device="cuda", dtype=torch.bfloat16),
+                                 torch.randn(n, k, device="cuda", dtype=torch.bfloat16)), (m * k + n * k) * 2)
     d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-    it = [0]
 
     def ours():
-        i = it[0] = (it[0] + 1) % copies
-        dg.bf16_gemm_nt(As[i], Bs[i], d)
+        a, b = inputs.next()
+        dg.bf16_gemm_nt(a, b, d)
 
     def ref():
-        i = it[0] = (it[0] + 1) % copies
-        torch.matmul(As[i], Bs[i].T, out=d)
+        a, b = inputs.next()
+        torch.matmul(a, b.T, out=d)
 
     t = bench(ours, iters)
     t_ref = bench(ref, iters)
@@ -170,8 +143,8 @@ def power_cases(peak_tflops: float, seconds: float) -> dict:
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
         d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-        for name, fn in (("ours", lambda: dg.bf16_gemm_nt(a, b, d)),
-                         ("cublas", lambda: torch.matmul(a, b.T, out=d))):
+        for name, fn in (("ours", lambda a=a, b=b, d=d: dg.bf16_gemm_nt(a, b, d)),
+                         ("cublas", lambda a=a, b=b, d=d: torch.matmul(a, b.T, out=d))):
             r = gpu_clocks.sustained(fn, seconds)
             r.update(m=m, n=n, k=k, kernel=name, tflops=r["calls_per_s"] * 2 * m * n * k / 1e12)
             r["share_of_ceiling"] = r["tflops"] / peak_tflops
@@ -371,24 +344,19 @@ def host_overhead(calls: int = 2000) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="fewer shapes and iterations")
-    ap.add_argument("--json", help="write all figures here")
-    ap.add_argument("--sweep", action="store_true", help="also time candidate tile configurations")
-    ap.add_argument("--sections", default="cases,grouped,split_k,k_grouped,pdl,host,power",
-                    help="comma-separated subset of cases,grouped,split_k,k_grouped,pdl,host,power")
-    a = ap.parse_args()
+    def flags(ap: argparse.ArgumentParser) -> None:
+        ap.add_argument("--sweep", action="store_true", help="also time candidate tile configurations")
+        ap.add_argument("--sections", default="cases,grouped,split_k,k_grouped,pdl,host,power",
+                        help="comma-separated subset of cases,grouped,split_k,k_grouped,pdl,host,power")
+
+    run = start(__doc__.splitlines()[0], flags)
+    a = run.args
     sections = set(a.sections.split(","))
-    if torch.cuda.get_device_capability()[0] != 12:
-        os.environ["DG_SM120_EMULATE"] = "1"
-    dev = torch.cuda.get_device_name()
-    print(f"device: {dev} (capability {torch.cuda.get_device_capability()}), "
-          f"SMs {torch.cuda.get_device_properties(0).multi_processor_count}")
     from mma_ceiling import ceiling
 
     peak = ceiling(verbose=True) / 1e12
     print(f" > bf16 mma.sync ceiling of this GPU (benchmarks/mma_ceiling.py, this run): {peak:.1f} TFLOP/s")
-    results = {"device": dev, "mma_ceiling_tflops": peak, "jit": jit_figures()}
+    results = {"mma_ceiling_tflops": peak, "jit": jit_figures()}
     j = results["jit"]
     print(f" > JIT ({j['target']}): cold compile {j['cold_compile_s']:.2f} s, warm disk-cache load "
           f"{j['warm_disk_load_s'] * 1e3:.1f} ms")
@@ -431,10 +399,7 @@ def main() -> int:
         h = results["host"]
         print(f" > Host overhead per cached call: {h['cached_call_us']:.1f} us "
               f"(torch.matmul: {h['torch_matmul_call_us']:.1f} us)")
-    if a.json:
-        with open(a.json, "w") as fh:
-            json.dump(results, fh, indent=1)
-    return 0
+    return finish(run, results)
 
 
 if __name__ == "__main__":

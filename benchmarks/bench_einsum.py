@@ -9,27 +9,21 @@ comparison; emulated block-scaled MMAs off SM120). TFLOP/s count 2 * product of 
 operand once."""
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "host"))
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from harness import bench, finish, start  # noqa: E402
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--json")
-    args = ap.parse_args()
-    if torch.cuda.get_device_capability()[0] != 12:
-        os.environ["DG_SM120_EMULATE"] = "1"  # selects the sm_90a build: BF16 mma.sync runs natively
+    run = start(__doc__.splitlines()[0])  # off SM120: the sm_90a build, where BF16 mma.sync runs natively
+    args = run.args
     import deep_gemm_sm120 as dg
-    from bench_bf16_gemm import bench
+    from deep_gemm_sm120.testing.block_scaled import einsum_operands
 
     iters = 5 if args.quick else 20
     rows = []
@@ -62,14 +56,12 @@ def main() -> int:
               f"{row['speedup_vs_torch']:7.2f}x", flush=True)
     # fp8_einsum: block-scaled MMAs. On a non-SM120 GPU they run through the sm_90 emulation, so these times
     # measure the emulation on that GPU and say nothing about SM120 speed (the compile gate checks QMMA.SF).
-    sys.path.insert(0, os.path.join(HERE, "..", "tests"))
-    from test_fp8_einsum_gpu import quantize
-    emulated = torch.cuda.get_device_capability()[0] != 12
+    emulated = run.emulated
     for bs in ((4, 32, 4096) if not args.quick else (32,)):
         h, r, d = 8, 4096, 1024
         x = torch.randn(bs, h, r, device="cuda", dtype=torch.bfloat16)
         y = torch.randn(h, d, r, device="cuda", dtype=torch.bfloat16)
-        (xq, sx), (yq, sy) = quantize(x, y)
+        (xq, sx), (yq, sy) = einsum_operands(x, y)
         sxp = dg.transform_sf_into_required_layout(sx.transpose(0, 1), bs, r, (1, 128, 128), num_groups=h,
                                                    is_sfa=True)
         syp = dg.transform_sf_into_required_layout(sy, d, r, (1, 128, 128), num_groups=h)
@@ -84,10 +76,7 @@ def main() -> int:
         print(f"{'fp8 bhr,hdr->bhd':14} {label:>24} {row['us']:8.1f} {row['tflops']:8.1f} {row['gbps']:6.0f} "
               f"{row['torch_us']:9.1f} {row['speedup_vs_torch']:7.2f}x{'  (emulated MMAs)' if emulated else ''}",
               flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
-    return 0
+    return finish(run, {"rows": rows})
 
 
 if __name__ == "__main__":

@@ -11,16 +11,14 @@ reported only to show the full kernels run. The roofline is arithmetic, not a me
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "host"))
-sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from harness import bench, finish, start  # noqa: E402
 
 # mixed e4m3 x e2m1 runs kind::mxf8f6f4 (QMMA.SF), i.e. at the FP8 rate
 RTX5090 = {"mxfp8": 838e12, "mxfp4": 1676e12, "nvfp4": 1676e12, "e4m3_e2m1": 838e12, "bandwidth": 1792e9}
@@ -43,23 +41,17 @@ def roofline(kind: str, m: int, n: int, k: int, gran: int) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--roofline-only", action="store_true")
-    ap.add_argument("--json")
-    args = ap.parse_args()
+    run = start(__doc__.splitlines()[0], lambda ap: ap.add_argument("--roofline-only", action="store_true"),
+                need_gpu=lambda args: not args.roofline_only)
+    args = run.args
     kinds = [("mxfp8", 128), ("mxfp8", 32), ("mxfp4", 32), ("nvfp4", 16), ("e4m3_e2m1", 128)]
     rows = []
-    gpu = not args.roofline_only and torch.cuda.is_available()
+    gpu = not args.roofline_only
     if gpu:
-        if torch.cuda.get_device_capability()[0] != 12:
-            os.environ["DG_SM120_EMULATE"] = "1"
         import deep_gemm_sm120 as dg
-        from bench_bf16_gemm import bench
-        from block_scaled_helpers import fp4_operands, fp8_operands, quantize_side
         from deep_gemm_sm120.testing import calc_diff
+        from deep_gemm_sm120.testing.block_scaled import fp4_operands, fp8_operands, quantize_side
         gen = torch.Generator(device="cuda").manual_seed(0)
-        print(f"device: {torch.cuda.get_device_name()} (emulated block-scaled MMAs unless SM120)")
     for label, m, n, k in SHAPES[:2] + SHAPES[-1:] if args.quick else SHAPES:
         for kind, gran in kinds:
             row = {"shape": label, "m": m, "n": n, "k": k, "kind": kind, "gran_k": gran,
@@ -91,10 +83,7 @@ def main() -> int:
                    f"diff {row['calc_diff']:.1e}") if gpu else ""
             print(f"{label:<24} {kind:<9} 1x{gran:<4} M={m:<5} N={n:<6} K={k:<6} RTX 5090 roofline "
                   f"{row['roofline_us']:8.1f} us {row['roofline_tflops']:7.1f} TFLOP/s ({row['bound']}){emu}")
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({"rows": rows, "rtx5090": RTX5090}, fh, indent=1)
-    return 0
+    return finish(run, {"rows": rows, "rtx5090": RTX5090})
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@
 Shapes: FlashQLA's B x T in {1 x 32768, 4 x 2048, 1 x 2048} crossed with (H, HV) in {(16, 64), (2, 8), (32, 32)}
 (the three pairings FlashQLA reports are 1x32768 (16, 64), 4x2048 (2, 8), 1x2048 (32, 32)). K = V = 128, bf16,
 l2-normalized q / k, g = logsigmoid, beta = sigmoid, an fp32 initial state and the final state returned (both
-sides). Both sides are timed by CUDA-graph replay (benchmarks/bench_bf16_gemm.py: bench), so FLA's host work
+sides). Both sides are timed by CUDA-graph replay (benchmarks/harness.py: bench), so FLA's host work
 does not count. Each row also reports the relative L2 distance between our o and FLA's.
 
 A GPU machine without a package index gets FLA as wheels: `pip download fla-core einops --no-deps -d wheels_fla`
@@ -16,7 +16,6 @@ stage cap (docs/gated_delta_rule.md)."""
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -24,9 +23,9 @@ import sys
 import torch
 import torch.nn.functional as F
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "host"))
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from harness import bench, finish, start  # noqa: E402
 
 BT = ((1, 32768), (4, 2048), (1, 2048))
 HEADS = ((16, 64), (2, 8), (32, 32))
@@ -45,7 +44,6 @@ def inputs(b: int, t: int, h: int, hv: int):
 
 def case(b: int, t: int, h: int, hv: int, iters: int, fla) -> dict:
     import deep_gemm_sm120 as dg
-    from bench_bf16_gemm import bench
 
     q, k, v, g, beta, init = inputs(b, t, h, hv)
     row = {"b": b, "t": t, "h": h, "hv": hv, "paired": ((b, t), (h, hv)) in PAIRED}
@@ -56,9 +54,9 @@ def case(b: int, t: int, h: int, hv: int, iters: int, fla) -> dict:
         ours = dg.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=init, output_final_state=True,
                                          chunk_size=32)[0]
         if fla is not None:
-            run = lambda: fla(q, k, v, g, beta, initial_state=init, output_final_state=True)  # noqa: E731
-            row["fla_us"] = bench(run, iters) * 1e6
-            theirs = run()[0]
+            fla_call = lambda: fla(q, k, v, g, beta, initial_state=init, output_final_state=True)  # noqa: E731
+            row["fla_us"] = bench(fla_call, iters) * 1e6
+            theirs = fla_call()[0]
             row["o_rel_l2_vs_fla"] = ((ours.double() - theirs.double()).norm() / theirs.double().norm()).item()
             for chunk in (32, 64):
                 row[f"speedup_c{chunk}"] = row["fla_us"] / row[f"ours_c{chunk}_us"]
@@ -87,7 +85,6 @@ def profile(b: int, t: int, h: int, hv: int, fla) -> None:
 def sweep(b: int, t: int, h: int, hv: int, iters: int) -> None:
     """Ours at chunk 32 with each V slice forced (the plan's choose_vslice replaced for the call)."""
     import deep_gemm_sm120 as dg
-    from bench_bf16_gemm import bench
     from deep_gemm_sm120.families.gated_delta_rule import api
 
     q, k, v, g, beta, init = inputs(b, t, h, hv)
@@ -107,15 +104,13 @@ def geomean(xs) -> float:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="the three FlashQLA pairings only, fewer replays")
-    ap.add_argument("--json")
-    ap.add_argument("--profile", action="store_true", help="per-kernel CUDA times (torch.profiler) of each side")
-    ap.add_argument("--sweep", action="store_true", help="ours at chunk 32 with every V slice (tuning the plan)")
-    ap.add_argument("--max-stages", type=int, help="cap of the recurrence's TMA stages (tuning; default the family's)")
-    args = ap.parse_args()
-    if torch.cuda.get_device_capability()[0] != 12:
-        os.environ["DG_SM120_EMULATE"] = "1"  # only selects the sm_90a build: bf16 mma.sync is native there
+    def flags(ap: argparse.ArgumentParser) -> None:  # --quick: the three FlashQLA pairings only, fewer replays
+        ap.add_argument("--profile", action="store_true", help="per-kernel CUDA times (torch.profiler) of each side")
+        ap.add_argument("--sweep", action="store_true", help="ours at chunk 32 with every V slice (tuning the plan)")
+        ap.add_argument("--max-stages", type=int, help="cap of the recurrence's TMA stages (tuning; default the family's)")
+
+    run = start(__doc__.splitlines()[0], flags)  # off SM120 only the build changes: bf16 mma.sync is native on sm_90a
+    args = run.args
     try:
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fla
     except ImportError as e:
@@ -125,7 +120,7 @@ def main() -> int:
         fam = __import__("deep_gemm_sm120.families.gated_delta_rule", fromlist=["MAX_STAGES"])
         fam.MAX_STAGES = args.max_stages
     iters = 3 if args.quick else 10
-    print(f"{torch.cuda.get_device_name()}; FLA {'present' if fla else 'absent'}")
+    print(f"FLA {'present' if fla else 'absent'}")
     print(f"{'B':>2} {'T':>6} {'H':>3} {'HV':>3} {'ours c32 us':>12} {'ours c64 us':>12} {'FLA us':>9} "
           f"{'x c32':>6} {'x c64':>6} {'relL2 vs FLA':>12}")
     rows = []
@@ -150,10 +145,7 @@ def main() -> int:
             summary[f"geomean_c{chunk}_paired"] = geomean(r[f"speedup_c{chunk}"] for r in rows if r["paired"])
         summary["geomean_best"] = geomean(max(r["speedup_c32"], r["speedup_c64"]) for r in rows)
         print("geomean speedup over FLA: " + ", ".join(f"{k} {v:.2f}x" for k, v in summary.items()))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "rows": rows, "summary": summary}, f, indent=1)
-    return 0
+    return finish(run, {"fla": fla is not None, "rows": rows, "summary": summary})
 
 
 if __name__ == "__main__":

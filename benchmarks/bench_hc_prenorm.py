@@ -6,27 +6,23 @@
 Bytes are what the call must move once: a (bf16), b (fp32), d and sqr_sum (fp32, per split). The share is
 GB/s over the device-to-device copy bandwidth (read + write bytes of a 1 GiB copy) measured here. torch is
 DeepGEMM's reference expression with TF32 allowed: a.float() @ b.T, then a.float().square().sum(-1).
-All times are medians of CUDA-graph replays (benchmarks/bench_bf16_gemm.py: bench)."""
+All times are medians of CUDA-graph replays (benchmarks/harness.py: bench)."""
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "host"))
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from harness import bench, finish, start  # noqa: E402
 
 MS = (1, 13, 137, 4096, 8192)
 NKS = ((24, 28672), (24, 7680), (24, 7168))
 
 
 def copy_bandwidth(iters: int) -> float:
-    from bench_bf16_gemm import bench
-
     src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
     t = bench(lambda: dst.copy_(src), iters)
@@ -35,7 +31,6 @@ def copy_bandwidth(iters: int) -> float:
 
 def case(m: int, n: int, k: int, splits, iters: int) -> dict:
     import deep_gemm_sm120 as dg
-    from bench_bf16_gemm import bench
 
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, k, device="cuda")
@@ -53,13 +48,9 @@ def case(m: int, n: int, k: int, splits, iters: int) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--ctas-per-sm", type=int, help="internal K-split target (tuning; default: the plan's)")
-    ap.add_argument("--json")
-    args = ap.parse_args()
-    if torch.cuda.get_device_capability()[0] != 12:
-        os.environ["DG_SM120_EMULATE"] = "1"  # only selects the sm_90a build: TF32/BF16 mma.sync are native
+    run = start(__doc__.splitlines()[0], lambda ap: ap.add_argument(
+        "--ctas-per-sm", type=int, help="internal K-split target (tuning; default: the plan's)"))
+    args = run.args  # off SM120 only the build changes: TF32/BF16 mma.sync are native on sm_90a
     torch.backends.cuda.matmul.allow_tf32 = True
     fam = __import__("deep_gemm_sm120.families.tf32_hc_prenorm_gemm", fromlist=["plan"])
     if args.ctas_per_sm:
@@ -67,7 +58,7 @@ def main() -> int:
         fam.plan.cache_clear()
     iters = 5 if args.quick else 20
     copy_bw = copy_bandwidth(iters)
-    print(f"{torch.cuda.get_device_name()}: copy bandwidth {copy_bw / 1e9:.0f} GB/s (read + write)")
+    print(f"copy bandwidth {copy_bw / 1e9:.0f} GB/s (read + write)")
     rows = []
     print(f"{'m':>5} {'n':>3} {'k':>6} {'S':>3} {'us':>8} {'GB/s':>7} {'share':>6} {'torch us':>9} {'vs torch':>8}")
     for m in MS if not args.quick else (13, 4096):
@@ -78,11 +69,7 @@ def main() -> int:
                 rows.append(r)
                 print(f"{m:5} {n:3} {k:6} {r['splits']:3} {r['us']:8.1f} {r['gbps']:7.0f} {r['copy_share']:6.2f} "
                       f"{r['torch_us']:9.1f} {r['speedup_vs_torch']:7.2f}x", flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "copy_gbps": copy_bw / 1e9,
-                       "ctas_per_sm": fam.CTAS_PER_SM, "rows": rows}, f, indent=1)
-    return 0
+    return finish(run, {"copy_gbps": copy_bw / 1e9, "ctas_per_sm": fam.CTAS_PER_SM, "rows": rows})
 
 
 if __name__ == "__main__":

@@ -11,17 +11,14 @@ FLOPs = 2 * H * D * (scored (query, key) pairs), bytes = q + kv (+ scales) + wei
 torch: q and kv dequantized to bf16, one batched matmul, ReLU, weighted head sum (chunked to bound memory)."""
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "host"))
-sys.path.insert(0, os.path.join(HERE, "..", "tests"))
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from harness import bench, finish, start  # noqa: E402
 
 PEAK, BW = 838e12, 1792e9
 
@@ -40,24 +37,18 @@ def torch_dense(q, kv, sf, w, chunk=4096):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--json")
-    args = ap.parse_args()
-    if torch.cuda.get_device_capability()[0] != 12:
-        os.environ["DG_SM120_EMULATE"] = "1"
+    run = start(__doc__.splitlines()[0])
+    args = run.args
     import deep_gemm_sm120 as dg
-    from bench_bf16_gemm import bench
-    from test_mqa_logits_gpu import make_inputs
-    from test_paged_mqa_logits_gpu import make_cache
+    from deep_gemm_sm120.testing.mqa_inputs import dense_case, paged_cache
 
-    emulated = torch.cuda.get_device_capability()[0] != 12
+    emulated = run.emulated
     iters = 3 if args.quick else 10
     rows = []
     h, d = 64, 128
     print(f"{'case':44} {'us':>9} {'torch us':>9} {'5090 roofline us':>17}{'  (emulated MMAs)' if emulated else ''}")
     for s, sk in ((2048, 8192),) if args.quick else ((2048, 8192), (2048, 32768), (4096, 8192), (4096, 32768)):
-        q, kv, sf, w, ks, ke = make_inputs(s, sk, h, d, "causal")
+        q, kv, sf, w, ks, ke = dense_case(s, sk, h, d, "causal")
         ours = bench(lambda: dg.fp8_mqa_logits(q, (kv, sf), w, ks, ke), iters)
         theirs = bench(lambda: torch_dense(q, kv, sf, w), max(1, iters // 3))
         pairs = int((ke - ks).clamp_min(0).sum())
@@ -70,7 +61,7 @@ def main() -> int:
     for bsz, next_n, ctx in decode:
         g = torch.Generator().manual_seed(bsz + ctx)
         lens = torch.randint(int(0.7 * ctx), int(1.3 * ctx), (bsz,), generator=g).tolist()
-        cache, table, _ = make_cache(lens, 64, d, False, 1)
+        cache, table, _ = paged_cache(lens, 64, d, False, 1)
         lens_t = torch.tensor(lens, dtype=torch.int32, device="cuda")
         q8 = torch.randn(bsz, next_n, h, d, device="cuda").to(torch.float8_e4m3fn)
         w = torch.randn(bsz * next_n, h, device="cuda")
@@ -96,10 +87,7 @@ def main() -> int:
                "torch_us": theirs * 1e6, "roofline_5090_us": roofline(pairs, h, d, moved) * 1e6, "emulated": emulated}
         rows.append(row)
         print(f"{row['case']:44} {row['us']:9.0f} {row['torch_us']:9.0f} {row['roofline_5090_us']:17.0f}", flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
-    return 0
+    return finish(run, {"rows": rows})
 
 
 if __name__ == "__main__":

@@ -15,17 +15,14 @@ torch: the selected rows gathered and dequantized to bf16, one batched matmul, R
 chunks."""
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "host"))
-sys.path.insert(0, os.path.join(HERE, "..", "tests"))
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from harness import bench, finish, start  # noqa: E402
 
 PEAK = {"mxfp8": 838e12, "mxfp4": 1676e12}
 BW = 1792e9
@@ -46,27 +43,21 @@ def torch_sparse(q_deq, kv_deq, w, tokens, chunk=128):
 
 
 def prefill_case(s: int, n: int, fmt: str, block: int, num_max: int):
-    from test_sparse_mqa_logits_gpu import contiguous_case
+    from deep_gemm_sm120.testing.mqa_inputs import sparse_case
 
     # every row sees a long causal window, so each selects num_max blocks
     ke = [n - s + i + 1 for i in range(s)]
     ks = [max(0, e - 4 * num_max * block) // block * block for e in ke]
-    return contiguous_case(s, n, 64, 128, fmt, block, num_max, ranges=(ks, ke))
+    return sparse_case(s, n, 64, 128, fmt, block, num_max, ranges=(ks, ke))
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--json")
-    args = ap.parse_args()
-    if torch.cuda.get_device_capability()[0] != 12:
-        os.environ["DG_SM120_EMULATE"] = "1"
+    run = start(__doc__.splitlines()[0])
+    args = run.args
     import deep_gemm_sm120 as dg
-    from bench_bf16_gemm import bench
-    from sparse_mqa_reference import output_mask
-    from test_sparse_mqa_logits_gpu import paged_case, run_contiguous, run_paged
+    from deep_gemm_sm120.testing.mqa_inputs import output_mask, run_sparse, run_sparse_paged, sparse_paged_case
 
-    emulated = torch.cuda.get_device_capability()[0] != 12
+    emulated = run.emulated
     iters = 3 if args.quick else 10
     h, d, rows = 64, 128, []
     print(f"{'case':58} {'us':>8} {'logits us':>9} {'torch us':>9} {'5090 roofline us':>17}"
@@ -93,13 +84,13 @@ def main() -> int:
         moved = s * h * (rb + 4) + distinct * (rb + 4) + s * h * 2 + s * num_max * block * 2 + s * num_max * 8
         meta = dg.get_sparse_mqa_logits_metadata(c["ks"], c["ke"], n, c["idx"], c["q"][0].dtype, block,
                                                  use_unaligned_ks=True)
-        record(f"prefill {fmt} S={s} N={n} B={block} slots={num_max}", lambda c=c: run_contiguous(c),
+        record(f"prefill {fmt} S={s} N={n} B={block} slots={num_max}", lambda c=c: run_sparse(c),
                lambda: dg.fp8_fp4_sparse_mqa_logits(c["q"], c["kv"], c["w"], meta, num_max, block),
                lambda: torch_sparse(qb, kb, c["w"], tok), int(valid.sum()), moved, fmt)
     decode = [(64, "mxfp8", 16, 128)] if args.quick else [
         (s, fmt, block, 2048 // block) for s in (64, 256) for fmt in ("mxfp8", "mxfp4") for block in (8, 32)]
     for s, fmt, block, num_max in decode:
-        c = paged_case(s, h, d, fmt, block, num_max, page_kv=64, seed=s,
+        c = sparse_paged_case(s, h, d, fmt, block, num_max, page_kv=64, seed=s,
                        lens=[int(x) for x in torch.randint(16384, 65536, (s,), generator=torch.Generator().manual_seed(s))])
         zero = torch.zeros_like(c["lens"])
         tokens, valid = output_mask(c["idx"], zero, c["lens"], block)
@@ -112,13 +103,10 @@ def main() -> int:
         moved = s * h * (rb + 4) + distinct * (rb + 4) + s * h * 2 + s * num_max * block * 2 + s * num_max * 8
         meta = dg.get_paged_sparse_mqa_logits_metadata(c["lens"], c["table"], torch.arange(s, dtype=torch.int32,
                                                        device="cuda"), page_kv, c["idx"], c["q"][0].dtype, block)
-        record(f"decode paged {fmt} S={s} ctx 16K-64K B={block} slots={num_max}", lambda c=c: run_paged(c),
+        record(f"decode paged {fmt} S={s} ctx 16K-64K B={block} slots={num_max}", lambda c=c: run_sparse_paged(c),
                lambda: dg.fp8_fp4_paged_sparse_mqa_logits(c["q"], c["cache"], c["w"], meta, num_max, block),
                lambda: torch_sparse(qb, flat, c["w"], phys), int(valid.sum()), moved, fmt)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
-    return 0
+    return finish(run, {"rows": rows})
 
 
 if __name__ == "__main__":

@@ -75,7 +75,8 @@ def time_configs(configs: list[str], iters: int) -> list[dict]:
     sys.path.insert(0, os.path.join(ROOT, "host"))
     if torch.cuda.get_device_capability()[0] != 12:
         os.environ.setdefault("DG_SM120_EMULATE", "1")
-    from bench_bf16_gemm import ISSUE13_SHAPES, bench, config_launcher
+    from bench_bf16_gemm import ISSUE13_SHAPES, config_launcher
+    from harness import bench
     from deep_gemm_sm120.families.bf16_gemm import Bf16GemmConfig
 
     rows = []

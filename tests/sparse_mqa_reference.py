@@ -15,31 +15,7 @@ from __future__ import annotations
 
 import torch
 
-
-def valid_slots(ks: torch.Tensor, ke: torch.Tensor, num_max_sparse_blocks: int, sparse_block_kv: int) -> torch.Tensor:
-    """n_r per row: the leading entries of a row's index list that are real blocks (the rest is padding)."""
-    span = (ke.long() - ks.long()).clamp_min(0)
-    return torch.minimum((span + sparse_block_kv - 1) // sparse_block_kv,
-                         torch.full_like(span, num_max_sparse_blocks))
-
-
-def token_grid(indices: torch.Tensor, ks: torch.Tensor, sparse_block_kv: int) -> torch.Tensor:
-    """[rows, slots * B] absolute KV token of every output column: blocks are shifted by ks % B so that the row's
-    first block starts exactly at ks."""
-    offset = ks.long() % sparse_block_kv
-    o = torch.arange(sparse_block_kv, device=indices.device)
-    return (indices.long()[:, :, None] * sparse_block_kv + offset[:, None, None] + o).flatten(1)
-
-
-def output_mask(indices: torch.Tensor, ks: torch.Tensor, ke: torch.Tensor, sparse_block_kv: int
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(tokens, valid): the token grid and which of its columns are scores."""
-    rows, slots = indices.shape
-    tokens = token_grid(indices, ks, sparse_block_kv)
-    n = valid_slots(ks, ke, slots, sparse_block_kv)
-    slot_of_column = torch.arange(slots * sparse_block_kv, device=indices.device) // sparse_block_kv
-    valid = (slot_of_column[None, :] < n[:, None]) & (tokens >= ks.long()[:, None]) & (tokens < ke.long()[:, None])
-    return tokens, valid
+from deep_gemm_sm120.testing.mqa_inputs import output_mask
 
 
 def _scores(q: torch.Tensor, keys: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -84,24 +60,6 @@ def paged_sparse_mqa_logits(q: torch.Tensor, kv_pages: torch.Tensor, weights: to
 def dense_logits(q: torch.Tensor, kv: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """[S, N] scores of every key, no mask: what a sparse column must equal at its token."""
     return torch.einsum("shd,nd->shn", q.double(), kv.double()).relu().mul(weights.double()[:, :, None]).sum(1)
-
-
-def make_indices(ks: list[int], ke: list[int], sparse_block_kv: int, num_max_sparse_blocks: int, seed: int = 0
-                 ) -> torch.Tensor:
-    """A valid index tensor: per row, n_r distinct increasing blocks of the row's range (all of them when they fit,
-    else a random choice), padded by repeating the last (0 for an empty row), as DeepGEMM's callers build it."""
-    gen = torch.Generator().manual_seed(seed)
-    rows = []
-    for s, e in zip(ks, ke):
-        first = s // sparse_block_kv
-        available = -(-max(0, e - s) // sparse_block_kv)
-        n = min(available, num_max_sparse_blocks)
-        if n == available:
-            blocks = list(range(first, first + available))
-        else:
-            blocks = sorted((torch.randperm(available, generator=gen)[:n] + first).tolist())
-        rows.append(blocks + [blocks[-1] if blocks else 0] * (num_max_sparse_blocks - n))
-    return torch.tensor(rows, dtype=torch.int32).reshape(len(ks), num_max_sparse_blocks)
 
 
 # ---- what the kernels compute from the metadata alone (format: deep_gemm_sm120.families.sparse_mqa_logits.metadata) ----

@@ -6,23 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from deep_gemm_sm120.testing.block_scaled import einsum_operands
 from gpu_helpers import poison_like, requires_cuda, sm120_or_emulation  # noqa: F401
 
 pytestmark = [pytest.mark.cuda, pytest.mark.emulation, requires_cuda]
-
-
-def quantize(x: torch.Tensor, y: torch.Tensor):
-    """DeepGEMM's test recipe: x per token (1x128), each head of y per 128x128 block; UE8M0 scales."""
-    import deep_gemm_sm120 as dg
-
-    bs, h, r = x.shape
-    xq, sx = dg.per_token_cast_to_fp8(x.reshape(-1, r).float())
-    xq, sx = xq.view(bs, h, r), sx.view(bs, h, -1)
-    yq = torch.empty(y.shape, device="cuda", dtype=torch.float8_e4m3fn)
-    sy = torch.empty(y.shape[0], -(-y.shape[1] // 128), -(-r // 128), device="cuda")
-    for i in range(y.shape[0]):
-        yq[i], sy[i] = dg.per_block_cast_to_fp8(y[i].float())
-    return (xq, sx), (yq, sy)
 
 
 def dequantized(xq, sx, yq, sy):
@@ -39,7 +26,7 @@ def run(bs, h, r, d, out_dtype=torch.bfloat16, with_c=False, seed=0, pad=0):
     g = torch.Generator(device="cuda").manual_seed(seed)
     x = torch.randn(bs, h, r, device="cuda", dtype=torch.bfloat16, generator=g)
     y = torch.randn(h, d, r, device="cuda", dtype=torch.bfloat16, generator=g)
-    (xq, sx), (yq, sy) = quantize(x, y)
+    (xq, sx), (yq, sy) = einsum_operands(x, y)
     if pad:  # weights inside a wider buffer: strided rows
         buf = torch.zeros(h, d, r + pad, device="cuda", dtype=torch.float8_e4m3fn)
         buf[:, :, :r] = yq

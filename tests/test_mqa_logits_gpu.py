@@ -5,29 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from deep_gemm_sm120.testing.mqa_inputs import dense_case
 from gpu_helpers import requires_cuda, sm120_or_emulation  # noqa: F401
 
 pytestmark = [pytest.mark.cuda, pytest.mark.emulation, requires_cuda]
-
-
-def make_inputs(s, sk, h, d, pattern="causal", seed=0):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    q = torch.randn(s, h, d, device="cuda", generator=g).to(torch.float8_e4m3fn)
-    kv_f = torch.randn(sk, d, device="cuda", generator=g)
-    amax = kv_f.abs().amax(-1).clamp_min(1e-4)
-    kv_sf = amax / 448.0
-    kv = (kv_f / kv_sf[:, None]).to(torch.float8_e4m3fn)
-    w = torch.randn(s, h, device="cuda", generator=g)
-    i = torch.arange(s, device="cuda")
-    if pattern == "causal":      # query i sees keys [0, sk - s + i + 1)
-        ks, ke = torch.zeros_like(i), (sk - s + i + 1).clamp(0, sk)
-    elif pattern == "window":    # sliding windows that start and end mid-tile, some empty
-        ke = ((i * 37) % (sk + 1))
-        ks = (ke - 300).clamp_min(0)
-        ks[::7] = ke[::7]        # empty ranges
-    else:                        # everything
-        ks, ke = torch.zeros_like(i), torch.full_like(i, sk)
-    return q, kv, kv_sf, w, ks.int(), ke.int()
 
 
 def reference(q, kv, kv_sf, w, ks, ke):
@@ -43,7 +24,7 @@ def check(s, sk, h, d, pattern, logits_dtype=torch.float32, mode="clean", seed=0
     import deep_gemm_sm120 as dg
     from deep_gemm_sm120.testing import calc_diff
 
-    q, kv, kv_sf, w, ks, ke = make_inputs(s, sk, h, d, pattern, seed)
+    q, kv, kv_sf, w, ks, ke = dense_case(s, sk, h, d, pattern, seed)
     ref, inside = reference(q, kv, kv_sf, w, ks, ke)
     max_k = int((ke - ks).max()) if mode == "compressed" else 0
     max_k = max(max_k, 1) if mode == "compressed" else 0
@@ -91,7 +72,7 @@ def test_prefill_shape(sm120_or_emulation):
 def test_clean_writes_every_element_and_is_deterministic(sm120_or_emulation):
     import deep_gemm_sm120 as dg
 
-    q, kv, kv_sf, w, ks, ke = make_inputs(77, 513, 64, 128, "window")
+    q, kv, kv_sf, w, ks, ke = dense_case(77, 513, 64, 128, "window")
     outs = [dg.fp8_mqa_logits(q, (kv, kv_sf), w, ks, ke) for _ in range(5)]
     for o in outs[1:]:
         assert torch.equal(o, outs[0])
@@ -102,13 +83,13 @@ def test_graph_replay_with_new_inputs(sm120_or_emulation):
     import deep_gemm_sm120 as dg
     from deep_gemm_sm120.testing import calc_diff
 
-    q, kv, kv_sf, w, ks, ke = make_inputs(64, 600, 32, 128, "window")
+    q, kv, kv_sf, w, ks, ke = dense_case(64, 600, 32, 128, "window")
     dg.fp8_mqa_logits(q, (kv, kv_sf), w, ks, ke)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = dg.fp8_mqa_logits(q, (kv, kv_sf), w, ks, ke)
-    q2, kv2, sf2, w2, ks2, ke2 = make_inputs(64, 600, 32, 128, "causal", seed=3)
+    q2, kv2, sf2, w2, ks2, ke2 = dense_case(64, 600, 32, 128, "causal", seed=3)
     for dst, src in ((q, q2), (kv, kv2), (kv_sf, sf2), (w, w2), (ks, ks2), (ke, ke2)):
         dst.copy_(src)
     out.fill_(float("nan"))
@@ -122,7 +103,7 @@ def test_graph_replay_with_new_inputs(sm120_or_emulation):
 def test_out_of_range_ks_ke_raise(sm120_or_emulation):
     import deep_gemm_sm120 as dg
 
-    q, kv, kv_sf, w, ks, ke = make_inputs(8, 100, 64, 128, "full")
+    q, kv, kv_sf, w, ks, ke = dense_case(8, 100, 64, 128, "full")
     ke[3] = 101
     with pytest.raises(ValueError, match="query 3"):
         dg.fp8_mqa_logits(q, (kv, kv_sf), w, ks, ke)
@@ -134,7 +115,7 @@ def make_fp4_inputs(s, sk, h, pattern="causal", seed=0):
     """DeepGEMM's FP4 form: q [S, H, 64] and kv [SK, 64] packed e2m1, one int32 of four UE8M0 bytes per row."""
     from deep_gemm_sm120.quant import dequantize_fp4, pack_ue8m0_to_int, per_token_cast_to_fp4
 
-    q8, kv8, _, w, ks, ke = make_inputs(s, sk, h, 128, pattern, seed)
+    q8, kv8, _, w, ks, ke = dense_case(s, sk, h, 128, pattern, seed)
     g = torch.Generator(device="cuda").manual_seed(seed + 1)
     qf = torch.randn(s * h, 128, device="cuda", generator=g)
     kvf = torch.randn(sk, 128, device="cuda", generator=g) * torch.rand(sk, 1, device="cuda", generator=g) * 4

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from deep_gemm_sm120.testing.mqa_inputs import paged_cache
 from gpu_helpers import requires_cuda, sm120_or_emulation  # noqa: F401
 
 pytestmark = [pytest.mark.cuda, pytest.mark.emulation, requires_cuda]
@@ -45,40 +46,6 @@ def test_metadata_matches_the_split(sm120_or_emulation, block_kv, num_sms):
         assert torch.equal(dg.get_paged_mqa_logits_metadata(ctx2, block_kv, num_sms), meta)
 
 
-def make_cache(lens: list[int], block_kv: int, d: int, fp4: bool, seed: int):
-    """A shuffled paged cache for the given context lengths: (kv_cache uint8 [blocks, block_kv, 1, row + 4],
-    block_table, dequantized values [blocks, block_kv, D] fp64)."""
-    from deep_gemm_sm120.quant import dequantize_fp4, pack_ue8m0_to_int, per_token_cast_to_fp4
-
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    nblk = [max(1, -(-n // block_kv)) for n in lens]
-    total = sum(nblk) + 3
-    x = torch.randn(total * block_kv, d, device="cuda", generator=g) * torch.rand(total * block_kv, 1, device="cuda",
-                                                                                    generator=g) * 3
-    if fp4:
-        vals, sf, _ = per_token_cast_to_fp4(x, "mxfp4")
-        deq = dequantize_fp4(vals, sf).double()
-        scales = pack_ue8m0_to_int(sf).view(-1).view(torch.uint8).view(total, block_kv * 4)
-        row = d // 2
-    else:
-        sf = x.abs().amax(-1).clamp_min(1e-4) / 448.0
-        vals8 = (x / sf[:, None]).to(torch.float8_e4m3fn)
-        deq = vals8.double() * sf.double()[:, None]
-        vals = vals8.view(torch.uint8)
-        scales = sf.view(torch.uint8).view(total, block_kv * 4)
-        row = d
-    fused = torch.empty(total, block_kv * (row + 4), dtype=torch.uint8, device="cuda")
-    fused[:, :block_kv * row] = vals.reshape(total, block_kv * row)
-    fused[:, block_kv * row:] = scales
-    perm = torch.randperm(total, generator=torch.Generator().manual_seed(seed)).tolist()
-    table = torch.zeros(len(lens), max(nblk) + 2, dtype=torch.int32)
-    k = 0
-    for b, n in enumerate(nblk):
-        table[b, :n] = torch.tensor(perm[k:k + n])
-        k += n
-    return fused.view(total, block_kv, 1, row + 4), table.cuda(), deq.view(total, block_kv, d)
-
-
 def reference(q_deq, deq, table, lens_2d, w, max_len):
     """fp64; lens_2d [B, next_n] limits."""
     b_, n_, h_, d_ = q_deq.shape
@@ -104,7 +71,7 @@ def run(batch_lens, next_n, h, d, block_kv, fp4=False, two_d=False, clean=True, 
 
     g = torch.Generator(device="cuda").manual_seed(seed + 7)
     lens = torch.tensor(batch_lens, dtype=torch.int32, device="cuda")
-    cache, table, deq = make_cache(batch_lens, block_kv, d, fp4, seed)
+    cache, table, deq = paged_cache(batch_lens, block_kv, d, fp4, seed)
     bsz = len(batch_lens)
     qf = torch.randn(bsz * next_n * h, d, device="cuda", generator=g)
     if fp4:
@@ -173,7 +140,7 @@ def test_graph_replay_with_new_lengths(sm120_or_emulation):
     from deep_gemm_sm120.testing import calc_diff
 
     lens0, block_kv, h, d, next_n = [500, 64, 1500], 64, 64, 128, 2
-    cache, table, deq = make_cache([1500, 1500, 1500], block_kv, d, False, 5)
+    cache, table, deq = paged_cache([1500, 1500, 1500], block_kv, d, False, 5)
     q8 = torch.randn(3 * next_n * h, d, device="cuda").to(torch.float8_e4m3fn).view(3, next_n, h, d)
     w = torch.randn(3 * next_n, h, device="cuda")
     lens = torch.tensor(lens0, dtype=torch.int32, device="cuda")
@@ -201,7 +168,7 @@ def test_graph_replay_with_new_lengths(sm120_or_emulation):
 def test_bad_block_table_raises(sm120_or_emulation):
     import deep_gemm_sm120 as dg
 
-    cache, table, _ = make_cache([100], 64, 128, False, 1)
+    cache, table, _ = paged_cache([100], 64, 128, False, 1)
     table[0, 0] = cache.shape[0]
     lens = torch.tensor([100], dtype=torch.int32, device="cuda")
     q8 = torch.zeros(1, 1, 64, 128, device="cuda").to(torch.float8_e4m3fn)

@@ -1,5 +1,5 @@
 """Sparse and paged-sparse MQA logits on a real GPU (block-scaled MMA emulated on sm_90a): the float64 reference
-of the dequantized MXFP8 / MXFP4 inputs (tests/sparse_mqa_reference.py), exact -inf masks, every element written
+of the dequantized MXFP8 / MXFP4 inputs (tests/sparse_mqa_reference.py; inputs from deep_gemm_sm120.testing.mqa_inputs), exact -inf masks, every element written
 (poisoned buffers), determinism, graph replay with new indices, empty index lists, repeated indices, the last
 partial block, hand-made out-of-range table entries, and every geometry (H 16/32/64, D 64/128, blocks 8/16/32)."""
 from __future__ import annotations
@@ -8,36 +8,12 @@ import pytest
 import torch
 
 from gpu_helpers import requires_cuda, sm120_or_emulation  # noqa: F401
-from sparse_mqa_reference import logits_from_metadata, make_indices, paged_sparse_mqa_logits, sparse_mqa_logits
+from deep_gemm_sm120.testing.mqa_inputs import run_sparse, run_sparse_paged, sparse_case, sparse_indices, sparse_paged_case
+from sparse_mqa_reference import logits_from_metadata, paged_sparse_mqa_logits, sparse_mqa_logits
 
 pytestmark = [pytest.mark.cuda, pytest.mark.emulation, requires_cuda]
 
 GEOMETRIES = [("mxfp8", 128), ("mxfp8", 64), ("mxfp4", 128)]
-
-
-def quantize(x: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """x [R, D] -> (values [R, D] e4m3 | packed [R, D/2] uint8, packed UE8M0 int32 [R], dequantized fp32 [R, D])."""
-    from deep_gemm_sm120.quant import dequantize_fp4, pack_ue8m0_to_int, per_token_cast_to_fp4, per_token_cast_to_fp8
-
-    if fmt == "mxfp8":
-        v, sf = per_token_cast_to_fp8(x, use_ue8m0=True, gran_k=32)
-        deq = v.float() * sf.repeat_interleave(32, 1)
-    else:
-        v, sf, _ = per_token_cast_to_fp4(x, "mxfp4")
-        deq = dequantize_fp4(v, sf)
-    return v, pack_ue8m0_to_int(sf).view(-1), deq
-
-
-def random_rows(n: int, d: int, g: torch.Generator) -> torch.Tensor:
-    """Rows whose 32-element blocks differ in magnitude (2^-3 .. 2^3), so every scale byte matters."""
-    x = torch.randn(n, d, device="cuda", generator=g)
-    mag = torch.pow(2.0, torch.randint(-3, 4, (n, d // 32), device="cuda", generator=g).float())
-    return x * mag.repeat_interleave(32, 1)
-
-
-def make_q(s: int, h: int, d: int, fmt: str, g: torch.Generator):
-    v, sf, deq = quantize(random_rows(s * h, d, g), fmt)
-    return (v.view(s, h, -1), sf.view(s, h)), deq.view(s, h, d)
 
 
 def assert_matches(out: torch.Tensor, ref: torch.Tensor, valid: torch.Tensor, label: str) -> None:
@@ -57,41 +33,6 @@ def assert_matches(out: torch.Tensor, ref: torch.Tensor, valid: torch.Tensor, la
         assert bool((err <= bound).all()), f"{label}: max error {float(err.max()):.3e}"
 
 
-def contiguous_case(s, n, h, d, fmt, block, num_max, seed=0, unaligned=True, ranges=None):
-    """Prefill-like rows: row i sees a causal window ending at n - s + i + 1 of random length (unaligned starts),
-    every 5th row empty, the last rows ending at n (their last block partial when n % block != 0)."""
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    q, q_deq = make_q(s, h, d, fmt, g)
-    kvv, kvs, kv_deq = quantize(random_rows(n, d, g), fmt)
-    if ranges is None:
-        ke = [min(n, n - s + i + 1) for i in range(s)]
-        span = torch.randint(0, n + 1, (s,), generator=torch.Generator().manual_seed(seed)).tolist()
-        ks = [max(0, e - sp) for e, sp in zip(ke, span)]
-        for i in range(0, s, 5):
-            ks[i] = ke[i]
-        if not unaligned:
-            ks = [x // block * block for x in ks]
-            for i in range(0, s, 5):
-                ke[i] = ks[i]
-    else:
-        ks, ke = ranges
-    idx = make_indices(ks, ke, block, num_max, seed)
-    w = torch.randn(s, h, device="cuda", generator=g).to(torch.bfloat16)
-    ks_t, ke_t = (torch.tensor(x, dtype=torch.int32, device="cuda") for x in (ks, ke))
-    return dict(q=q, q_deq=q_deq, kv=(kvv, kvs), kv_deq=kv_deq, w=w, ks=ks_t, ke=ke_t, idx=idx.cuda(), n=n,
-                block=block, num_max=num_max, fmt=fmt)
-
-
-def run_contiguous(c, unaligned=True):
-    import deep_gemm_sm120 as dg
-
-    qk = c["q"][0].dtype
-    meta = dg.get_sparse_mqa_logits_metadata(c["ks"], c["ke"], c["n"], c["idx"], qk, c["block"],
-                                             use_unaligned_ks=unaligned)
-    return dg.fp8_fp4_sparse_mqa_logits(c["q"], c["kv"], c["w"], meta, c["num_max"], c["block"],
-                                        use_unaligned_ks=unaligned)
-
-
 def reference_contiguous(c):
     return sparse_mqa_logits(c["q_deq"], c["kv_deq"], c["w"].float(), c["ks"], c["ke"], c["idx"], c["block"])
 
@@ -106,10 +47,10 @@ def poison_allocator(numel: int) -> None:
 @pytest.mark.parametrize("h", [16, 32, 64])
 @pytest.mark.parametrize("block", [8, 16, 32])
 def test_contiguous_matches_reference(sm120_or_emulation, fmt, d, h, block):
-    c = contiguous_case(37, 611, h, d, fmt, block, num_max=9, seed=h + block)
+    c = sparse_case(37, 611, h, d, fmt, block, num_max=9, seed=h + block)
     ref, valid = reference_contiguous(c)
     poison_allocator(ref.numel())
-    out = run_contiguous(c)
+    out = run_sparse(c)
     torch.cuda.synchronize()
     assert_matches(out, ref, valid, f"{fmt} d{d} h{h} b{block}")
 
@@ -117,17 +58,17 @@ def test_contiguous_matches_reference(sm120_or_emulation, fmt, d, h, block):
 @pytest.mark.parametrize("rows,num_max,block", [(2, 128, 16), (1000, 64, 32), (300, 5, 8), (64, 1, 32)])
 def test_work_split_and_partial_tiles(sm120_or_emulation, rows, num_max, block):
     """One tile per CTA (few rows), eight (many rows), slot counts whose keys end mid-tile (5 x 8 = 40)."""
-    c = contiguous_case(rows, 4099, 32, 128, "mxfp8", block, num_max, seed=rows)
+    c = sparse_case(rows, 4099, 32, 128, "mxfp8", block, num_max, seed=rows)
     ref, valid = reference_contiguous(c)
-    out = run_contiguous(c)
+    out = run_sparse(c)
     torch.cuda.synchronize()
     assert_matches(out, ref, valid, f"rows {rows} num_max {num_max} b{block}")
 
 
 def test_aligned_starts_without_unaligned_flag(sm120_or_emulation):
-    c = contiguous_case(50, 800, 64, 128, "mxfp4", 16, 12, seed=4, unaligned=False)
+    c = sparse_case(50, 800, 64, 128, "mxfp4", 16, 12, seed=4, unaligned=False)
     ref, valid = reference_contiguous(c)
-    assert_matches(run_contiguous(c, unaligned=False), ref, valid, "aligned ks")
+    assert_matches(run_sparse(c, unaligned=False), ref, valid, "aligned ks")
 
 
 def test_empty_repeated_and_last_partial_block(sm120_or_emulation):
@@ -136,12 +77,12 @@ def test_empty_repeated_and_last_partial_block(sm120_or_emulation):
     import deep_gemm_sm120 as dg
 
     n, block = 203, 8
-    c = contiguous_case(3, n, 32, 128, "mxfp8", block, 4, ranges=([50, 0, 8], [50, 40, n]))
+    c = sparse_case(3, n, 32, 128, "mxfp8", block, 4, ranges=([50, 0, 8], [50, 40, n]))
     c["idx"] = torch.tensor([[0, 0, 0, 0], [1, 1, 3, 4], [1, 7, 24, 25]], dtype=torch.int32, device="cuda")
     ref, valid = reference_contiguous(c)
     assert not valid[0].any() and valid[1, :8].all() and valid[1, 8:16].all()
     assert valid[2, 24:27].all() and not valid[2, 27:].any()
-    out = run_contiguous(c)
+    out = run_sparse(c)
     torch.cuda.synchronize()
     assert_matches(out, ref, valid, "edge rows")
     assert torch.equal(out[1, :8], out[1, 8:16]), "a repeated block scores the same"
@@ -154,7 +95,7 @@ def test_out_of_range_table_entries_are_never_read(sm120_or_emulation):
     """A hand-made slot table pointing past the KV (or negative) yields -inf there, not a fault."""
     import deep_gemm_sm120 as dg
 
-    c = contiguous_case(4, 100, 16, 64, "mxfp8", 16, 3, seed=9)
+    c = sparse_case(4, 100, 16, 64, "mxfp8", 16, 3, seed=9)
     meta = torch.tensor([[[0, 16], [90, 16], [-16, 16]], [[84, 16], [100, 1], [2**30, 16]],
                          [[0, 0], [0, -3], [16, 5]], [[1, 16], [50, 16], [99, 1]]], dtype=torch.int32, device="cuda")
     out = dg.fp8_fp4_sparse_mqa_logits(c["q"], c["kv"], c["w"], meta, 3, 16)
@@ -169,8 +110,8 @@ def test_out_of_range_table_entries_are_never_read(sm120_or_emulation):
 
 
 def test_deterministic(sm120_or_emulation):
-    c = contiguous_case(129, 2000, 64, 128, "mxfp4", 32, 17, seed=5)
-    outs = [run_contiguous(c) for _ in range(3)]
+    c = sparse_case(129, 2000, 64, 128, "mxfp4", 32, 17, seed=5)
+    outs = [run_sparse(c) for _ in range(3)]
     for o in outs[1:]:
         assert torch.equal(o, outs[0])
 
@@ -178,7 +119,7 @@ def test_deterministic(sm120_or_emulation):
 def test_graph_replay_with_new_indices(sm120_or_emulation):
     import deep_gemm_sm120 as dg
 
-    c = contiguous_case(48, 900, 32, 128, "mxfp8", 16, 11, seed=6)
+    c = sparse_case(48, 900, 32, 128, "mxfp8", 16, 11, seed=6)
     qk = c["q"][0].dtype
 
     def step():
@@ -190,7 +131,7 @@ def test_graph_replay_with_new_indices(sm120_or_emulation):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = step()
-    new = contiguous_case(48, 900, 32, 128, "mxfp8", 16, 11, seed=7)
+    new = sparse_case(48, 900, 32, 128, "mxfp8", 16, 11, seed=7)
     for key in ("ks", "ke", "idx"):
         c[key].copy_(new[key])
     for dst, src in zip(c["q"] + c["kv"], new["q"] + new["kv"]):
@@ -205,59 +146,23 @@ def test_graph_replay_with_new_indices(sm120_or_emulation):
 
 # ---------------------------------------------------------------- paged form
 
-def paged_case(s, h, d, fmt, block, num_max, page_kv=64, seed=0, lens=None):
-    """Rows of a few requests, each with its own shuffled pages; context lengths cover empty, one token, partial
-    last blocks and full pages."""
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    cpu = torch.Generator().manual_seed(seed)
-    q, q_deq = make_q(s, h, d, fmt, g)
-    lens = lens or [int(x) for x in torch.randint(0, 900, (s,), generator=cpu)]
-    lens[0] = 0
-    if s > 1:
-        lens[1] = 1
-    max_pages = max(1, -(-max(lens) // page_kv))
-    num_pages = s * max_pages // 2 + max_pages + 3
-    table = torch.stack([torch.randperm(num_pages, generator=cpu)[:max_pages] for _ in range(s)]).int()
-    rows = num_pages * page_kv
-    vals, sf, deq = quantize(random_rows(rows, d, g), fmt)
-    rb = vals.shape[1]
-    cache = torch.empty(num_pages, page_kv * (rb + 4), dtype=torch.uint8, device="cuda")
-    cache[:, :page_kv * rb] = vals.view(torch.uint8).reshape(num_pages, page_kv * rb)
-    cache[:, page_kv * rb:] = sf.view(torch.uint8).reshape(num_pages, page_kv * 4)
-    idx = make_indices([0] * s, lens, block, num_max, seed)
-    w = torch.randn(s, h, device="cuda", generator=g).to(torch.bfloat16)
-    return dict(q=(q[0].unsqueeze(1), q[1].unsqueeze(1)), q_deq=q_deq, cache=cache.view(num_pages, page_kv, 1, rb + 4),
-                pages_deq=deq.view(num_pages, page_kv, d), w=w, lens=torch.tensor(lens, dtype=torch.int32,
-                device="cuda"), table=table.cuda(), idx=idx.cuda(), block=block, num_max=num_max, page_kv=page_kv)
-
-
-def run_paged(c):
-    import deep_gemm_sm120 as dg
-
-    s = c["idx"].shape[0]
-    req = torch.arange(s, dtype=torch.int32, device="cuda")
-    meta = dg.get_paged_sparse_mqa_logits_metadata(c["lens"], c["table"], req, c["page_kv"], c["idx"],
-                                                   c["q"][0].dtype, c["block"])
-    return dg.fp8_fp4_paged_sparse_mqa_logits(c["q"], c["cache"], c["w"], meta, c["num_max"], c["block"])
-
-
 @pytest.mark.parametrize("fmt,d", GEOMETRIES)
 @pytest.mark.parametrize("h,block", [(16, 8), (32, 16), (64, 32)])
 def test_paged_matches_reference(sm120_or_emulation, fmt, d, h, block):
-    c = paged_case(23, h, d, fmt, block, num_max=13, seed=h)
+    c = sparse_paged_case(23, h, d, fmt, block, num_max=13, seed=h)
     ref, valid = paged_sparse_mqa_logits(c["q_deq"], c["pages_deq"], c["w"].float(), c["lens"], c["table"], c["idx"],
                                          block)
     poison_allocator(ref.numel())
-    out = run_paged(c)
+    out = run_sparse_paged(c)
     torch.cuda.synchronize()
     assert_matches(out, ref, valid, f"paged {fmt} d{d} h{h} b{block}")
 
 
 @pytest.mark.parametrize("page_kv", [8, 32, 256])
 def test_paged_page_sizes(sm120_or_emulation, page_kv):
-    c = paged_case(17, 64, 128, "mxfp4", 8, num_max=40, page_kv=page_kv, seed=page_kv)
+    c = sparse_paged_case(17, 64, 128, "mxfp4", 8, num_max=40, page_kv=page_kv, seed=page_kv)
     ref, valid = paged_sparse_mqa_logits(c["q_deq"], c["pages_deq"], c["w"].float(), c["lens"], c["table"], c["idx"], 8)
-    assert_matches(run_paged(c), ref, valid, f"page_kv {page_kv}")
+    assert_matches(run_sparse_paged(c), ref, valid, f"page_kv {page_kv}")
 
 
 # ---------------------------------------------------------------- the slot-table kernel
@@ -299,7 +204,7 @@ def test_metadata_kernel_matches_torch_reference(sm120_or_emulation, block):
 def test_metadata_mismatch_and_zero_rows(sm120_or_emulation):
     import deep_gemm_sm120 as dg
 
-    c = contiguous_case(6, 200, 32, 128, "mxfp8", 16, 4, seed=2)
+    c = sparse_case(6, 200, 32, 128, "mxfp8", 16, 4, seed=2)
     meta = dg.get_sparse_mqa_logits_metadata(c["ks"], c["ke"], 200, c["idx"], torch.float8_e4m3fn, 16,
                                              use_unaligned_ks=True)
     with pytest.raises(ValueError, match="slot table"):

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from deep_gemm_sm120.families.sparse_mqa_logits.metadata import metadata_contiguous, metadata_paged
-from sparse_mqa_reference import (dense_logits, logits_from_metadata, make_indices, output_mask,
-                                  paged_sparse_mqa_logits, sparse_mqa_logits, valid_slots)
+from deep_gemm_sm120.testing.mqa_inputs import output_mask, sparse_indices, valid_slots
+from sparse_mqa_reference import dense_logits, logits_from_metadata, paged_sparse_mqa_logits, sparse_mqa_logits
 
 
 def _inputs(s: int, n: int, h: int = 4, d: int = 16, seed: int = 0):
@@ -28,7 +28,7 @@ def test_valid_columns_equal_dense_scores(block, unaligned):
     # empty (ks = ke), empty at the end of the KV
     num_max = 6
     q, kv, w = _inputs(len(ks), n, seed=block)
-    idx = make_indices(ks, ke, block, num_max, seed=1)
+    idx = sparse_indices(ks, ke, block, num_max, seed=1)
     ks_t, ke_t = torch.tensor(ks), torch.tensor(ke)
     logits, valid = sparse_mqa_logits(q, kv, w, ks_t, ke_t, idx, block)
     dense = dense_logits(q, kv, w)
@@ -59,7 +59,7 @@ def test_valid_slot_count_and_last_partial_block():
 
 def test_fewer_slots_than_blocks_chooses_a_subset():
     block, num_max = 8, 3
-    idx = make_indices([0], [80], block, num_max, seed=3)
+    idx = sparse_indices([0], [80], block, num_max, seed=3)
     blocks = idx[0].tolist()
     assert len(set(blocks)) == 3 and blocks == sorted(blocks) and all(0 <= b < 10 for b in blocks)
     q, kv, w = _inputs(1, 80)
@@ -81,7 +81,7 @@ def test_paged_equals_contiguous_on_shuffled_pages(page_kv):
     cache = torch.empty(pages, page_kv, kv.shape[1])
     cache[perm] = kv.view(pages, page_kv, -1)       # logical page p lives in physical page perm[p]
     table = perm.to(torch.int32)[None, :].expand(3, pages)
-    idx = make_indices([0, 0, 0], lens, block, num_max, seed=2)
+    idx = sparse_indices([0, 0, 0], lens, block, num_max, seed=2)
     paged, pv = paged_sparse_mqa_logits(q, cache, w, torch.tensor(lens), table, idx, block)
     contiguous, cv = sparse_mqa_logits(q, kv, w, torch.zeros(3, dtype=torch.long), torch.tensor(lens), idx, block)
     assert torch.equal(pv, cv) and torch.equal(paged, contiguous)
@@ -105,7 +105,7 @@ def test_metadata_reproduces_the_semantics(block):
     ks = [0, block + 3, 5 * block + 1, 9 * block, n]
     ke = [n, 9 * block + 2, 5 * block + 2, 9 * block, n]
     q, kv, w = _inputs(len(ks), n, seed=block + 1)
-    idx = make_indices(ks, ke, block, 5, seed=4)
+    idx = sparse_indices(ks, ke, block, 5, seed=4)
     ks_t, ke_t = torch.tensor(ks), torch.tensor(ke)
     meta = metadata_contiguous(ks_t, ke_t, idx, block)
     ref, _ = sparse_mqa_logits(q, kv, w, ks_t, ke_t, idx, block)
@@ -118,7 +118,7 @@ def test_metadata_reproduces_the_semantics(block):
     cache = torch.empty(pages, page_kv, kv.shape[1])
     cache[perm] = flat.view(pages, page_kv, -1)
     table = perm.to(torch.int32)[None, :].expand(len(lens), pages).contiguous()
-    idx = make_indices([0] * len(lens), lens, block, 5, seed=5)
+    idx = sparse_indices([0] * len(lens), lens, block, 5, seed=5)
     ctx = torch.tensor(lens)
     meta = metadata_paged(ctx, table, idx, page_kv, block)
     ref, _ = paged_sparse_mqa_logits(q, cache, w, ctx, table, idx, block)

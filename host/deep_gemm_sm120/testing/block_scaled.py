@@ -1,4 +1,5 @@
-"""Inputs and fp64 references for the block-scaled GEMM tests (CPU or GPU tensors).
+"""Block-scaled GEMM operands and their fp64 values (CPU or GPU tensors), for the tests, sanitizer drivers and
+benchmarks.
 
 Inputs are built with deliberately *adversarial* scales: every row / 128-row block and every K block gets its
 own magnitude (a span of about 2^-12 .. 2^12), so a scale applied to the wrong row, column or K block moves
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from deep_gemm_sm120 import quant
+from .. import quant
 
 
 def adversarial(rows: int, k: int, block_k: int, gen: torch.Generator, device: str = "cuda",
@@ -67,3 +68,16 @@ def quantize_side(fmt: str, rows: int, k: int, gen: torch.Generator, gran: int =
     block = 32 if fmt == "mxfp4" else 16
     q, sf, _ = quant.per_token_cast_to_fp4(adversarial(rows, k, block, gen), fmt)
     return q, sf, quant.dequantize_fp4(q, sf, 1.0, fmt).double()
+
+
+def einsum_operands(x: torch.Tensor, y: torch.Tensor):
+    """fp8_einsum('bhr,hdr->bhd') operands in DeepGEMM's test recipe: x [B, H, R] per token (1x128), each head of
+    y [H, D, R] per 128x128 block, UE8M0 scales. Returns ((xq, sx), (yq, sy))."""
+    bs, h, r = x.shape
+    xq, sx = quant.per_token_cast_to_fp8(x.reshape(-1, r).float())
+    xq, sx = xq.view(bs, h, r), sx.view(bs, h, -1)
+    yq = torch.empty(y.shape, device=y.device, dtype=torch.float8_e4m3fn)
+    sy = torch.empty(y.shape[0], -(-y.shape[1] // 128), -(-r // 128), device=y.device)
+    for i in range(y.shape[0]):
+        yq[i], sy[i] = quant.per_block_cast_to_fp8(y[i].float())
+    return (xq, sx), (yq, sy)
