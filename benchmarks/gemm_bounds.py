@@ -26,35 +26,35 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 KERNEL = os.path.join("impls", "sm120_bf16_gemm.cuh")
+PIPELINE = os.path.join("common", "sm120_pipeline.cuh")  # the stage release every kernel shares
 MMA = "mma_bf16_16816(acc[i][j], af[cur][i], bfr[cur][j]);"
 STORE = "        store_accumulators<kMI, kNI, kType, kWithC && !kCInAcc>("
-EDITS = {  # variant -> [(anchor, replacement)]; every anchor must occur exactly once in the kernel
+RELEASE = "    __syncwarp();\n    if (lane == 0) mbarrier_arrive(empty);"
+EDITS = {  # variant -> [(file under device_layer/, anchor, replacement)]; every anchor occurs exactly once there
     "base": [],
-    "nomma": [(MMA, "acc[i][j][0] += __uint_as_float(af[cur][i][0] ^ bfr[cur][j][0]);")],
-    "noldm": [("load_fragments(stage, kk + 1, af[nxt], bfr[nxt]);", ""),
-              ("load_fragments(next_stage, 0, af[nxt], bfr[nxt]);", ""),
-              ("load_fragments(stage, 0, af[0], bfr[0]);",
-               "load_fragments(stage, 0, af[0], bfr[0]); load_fragments(stage, 1, af[1], bfr[1]);")],
-    "noepi": [(STORE, "        if (acc[0][0][0] == 1234.5f) " + STORE.lstrip())],
-    "nofence": [("                    fence_proxy_async_smem();\n                    __syncwarp();\n"
-                 "                    if (lane == 0) mbarrier_arrive(&empty_bar[stage]);",
-                 "                    __syncwarp();\n                    if (lane == 0) mbarrier_arrive(&empty_bar[stage]);")],
+    "nomma": [(KERNEL, MMA, "acc[i][j][0] += __uint_as_float(af[cur][i][0] ^ bfr[cur][j][0]);")],
+    "noldm": [(KERNEL, "load_fragments(st.stage, kk + 1, af[nxt], bfr[nxt]);", ""),
+              (KERNEL, "load_fragments(ahead.stage, 0, af[nxt], bfr[nxt]);", ""),
+              (KERNEL, "load_fragments(st.stage, 0, af[0], bfr[0]);",
+               "load_fragments(st.stage, 0, af[0], bfr[0]); load_fragments(st.stage, 1, af[1], bfr[1]);")],
+    "noepi": [(KERNEL, STORE, "        if (acc[0][0][0] == 1234.5f) " + STORE.lstrip())],
+    "nofence": [(PIPELINE, "    fence_proxy_async_smem();\n" + RELEASE, RELEASE)],
 }
 
 
 def edited_tree(variant: str, dst: str) -> str:
-    """A copy of device_layer/ with `variant`'s edits applied to the BF16 kernel."""
+    """A copy of device_layer/ with `variant`'s edits applied (to the BF16 kernel, or for nofence to the shared
+    stage release, which only the BF16 kernel runs in that process)."""
     tree = os.path.join(dst, "device_layer")
     shutil.copytree(os.path.join(ROOT, "device_layer"), tree)
-    path = os.path.join(tree, KERNEL)
-    with open(path, encoding="utf-8") as fh:
-        src = fh.read()
-    for anchor, repl in EDITS[variant]:
+    for rel, anchor, repl in EDITS[variant]:
+        path = os.path.join(tree, rel)
+        with open(path, encoding="utf-8") as fh:
+            src = fh.read()
         if src.count(anchor) != 1:
-            raise SystemExit(f"{variant}: anchor not found once in {KERNEL} (the kernel changed?): {anchor!r}")
-        src = src.replace(anchor, repl)
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(src)
+            raise SystemExit(f"{variant}: anchor not found once in {rel} (the source changed?): {anchor!r}")
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(src.replace(anchor, repl))
     return tree
 
 

@@ -48,3 +48,37 @@ def test_every_pytest_marker_has_tests():
     text = "\n".join(p.read_text() for p in (ROOT / "tests").glob("test_*.py"))
     for name in names:
         assert f"pytest.mark.{name}" in text, f"marker {name} has no tests"
+
+
+def _outside_common() -> dict[Path, str]:
+    return {p: p.read_text() for p in DEVICE.rglob("*.cuh") if p.parent.name not in ("common", "mma")}
+
+
+def test_kernels_walk_and_release_stages_only_through_the_stage_ring():
+    """The stage/phase arithmetic and the release sequence (proxy fence, __syncwarp, one arrival) live once, in
+    common/sm120_pipeline.cuh; every kernel with a TMA ring uses StageRing / PipelineState."""
+    forbidden = {r"phase\s*\^=\s*1": "stage/phase advance", r"\bfence_proxy_async_smem\s*\(": "proxy fence",
+                 r"\bmbarrier_arrive\s*\(": "barrier arrival", r"\bmbarrier_arrive_expect_tx\s*\(\s*&": "arming a stage"}
+    rings = 0
+    for path, text in _outside_common().items():
+        for pattern, what in forbidden.items():
+            assert not re.search(pattern, text), f"{path.relative_to(DEVICE)} writes a {what} itself"
+        if "init_stage_barriers(" in text:
+            rings += 1
+            assert "StageRing<" in text and "PipelineState<" in text, f"{path.relative_to(DEVICE)}: ring by hand"
+    assert rings >= 7  # bf16, block-scaled, tf32 hc, gdr fwd, dense / paged / sparse MQA logits
+
+
+def test_impls_holds_kernels_only_and_every_folder_is_documented():
+    for path in (DEVICE / "impls").glob("*.cuh"):
+        assert "__global__" in path.read_text(), f"impls/{path.name} has no kernel: building blocks go elsewhere"
+    folders = sorted(p.name for p in DEVICE.iterdir() if p.is_dir() and p.name != "__pycache__")
+    doc = (ROOT / "docs" / "device_layer.md").read_text()
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    from vendorkit import lineage
+
+    for name in folders:
+        assert f"| `{name}/` |" in doc, f"docs/device_layer.md does not describe {name}/"
+        assert name in lineage._LAYER_DIRS, f"tools/vendorkit/lineage.py does not know the layer folder {name}/"

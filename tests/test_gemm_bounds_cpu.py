@@ -19,14 +19,19 @@ def _sha(path: str) -> str:
 
 
 @pytest.mark.parametrize("variant", sorted(gemm_bounds.EDITS))
-def test_every_variant_applies_to_the_committed_kernel(tmp_path, variant):
-    original = os.path.join(gemm_bounds.ROOT, "device_layer", gemm_bounds.KERNEL)
-    before = _sha(original)
+def test_every_variant_applies_to_the_committed_sources(tmp_path, variant):
+    edits = gemm_bounds.EDITS[variant]
+    files = {rel for rel, _, _ in edits} | {gemm_bounds.KERNEL}
+    originals = {rel: os.path.join(gemm_bounds.ROOT, "device_layer", rel) for rel in files}
+    before = {rel: _sha(p) for rel, p in originals.items()}
     tree = gemm_bounds.edited_tree(variant, str(tmp_path))
-    edited = open(os.path.join(tree, gemm_bounds.KERNEL), encoding="utf-8").read()
-    assert _sha(original) == before  # the repository's kernel is untouched
-    assert (edited == open(original, encoding="utf-8").read()) == (variant == "base")
-    for anchor, repl in gemm_bounds.EDITS[variant]:
+    assert {rel: _sha(p) for rel, p in originals.items()} == before  # the repository's sources are untouched
+    for rel, path in originals.items():
+        edited = open(os.path.join(tree, rel), encoding="utf-8").read()
+        touched = any(r == rel for r, _, _ in edits)
+        assert (edited == open(path, encoding="utf-8").read()) == (not touched), rel
+    for rel, anchor, repl in edits:
+        edited = open(os.path.join(tree, rel), encoding="utf-8").read()
         assert anchor not in edited or anchor in repl
 
 

@@ -3,7 +3,6 @@
 // returns once the phase with parity P has completed; a fresh barrier treats parity 1 as complete.
 
 #include "sm120_arch.cuh"
-#include "sm120_fence.cuh"
 
 namespace sm120 {
 
@@ -37,20 +36,6 @@ SM120_DEVICE bool mbarrier_try_wait(uint64_t* bar, uint32_t parity) {
 SM120_DEVICE void mbarrier_wait(uint64_t* bar, uint32_t parity) {
     while (!mbarrier_try_wait(bar, parity)) {
     }
-}
-
-// The full/empty barrier pair of each stage of a TMA pipeline: `full` completes on the producer's arrival plus
-// its transaction bytes, `empty` once all `consumers` released the stage. Block-collective: thread 0 initializes,
-// the fence makes the barriers visible to TMA's complete_tx, and __syncthreads to every thread.
-SM120_DEVICE void init_stage_barriers(uint64_t* full, uint64_t* empty, uint32_t stages, uint32_t consumers) {
-    if (threadIdx.x == 0) {
-        for (uint32_t s = 0; s < stages; ++s) {
-            mbarrier_init(&full[s], 1);
-            mbarrier_init(&empty[s], consumers);
-        }
-        fence_barrier_init();
-    }
-    __syncthreads();
 }
 
 }  // namespace sm120

@@ -24,13 +24,15 @@
 #include "../common/sm120_math.cuh"
 #include "../common/sm120_mbarrier.cuh"
 #include "../common/sm120_pdl.cuh"
+#include "../common/sm120_pipeline.cuh"
 #include "../common/sm120_swizzle.cuh"
 #include "../common/sm120_tma.cuh"
 #include "../common/sm120_types.cuh"
 #include "../common/sm120_warp.cuh"
 #include "../mma/sm120.cuh"
 #include "../scheduler/sm120_gemm.cuh"
-#include "sm120_gemm_common.cuh"
+#include "../epilogue/sm120_gemm_epilogue.cuh"
+#include "../tile/sm120_gemm_tile.cuh"
 
 namespace sm120 {
 
@@ -135,6 +137,7 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
     const uint32_t warp = warp_idx();
     const uint32_t lane = lane_idx();
 
+    const StageRing<kStages> ring{full_bar, empty_bar};
     init_stage_barriers(full_bar, empty_bar, kStages, Cfg::kMathWarps);
 
     // Inputs may be produced by the previous kernel in the stream (PDL); wait before touching them.
@@ -159,7 +162,7 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
                 tma_prefetch_descriptor(desc_a);
                 tma_prefetch_descriptor(desc_b);
             }
-            uint32_t stage = 0, phase = 0;
+            PipelineState<kStages> st;
             int32_t desc_group = -1;
             while (sched.next(tile)) {
                 if constexpr (kType == GemmType::kKGroupedContiguous) {
@@ -174,28 +177,26 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
                     }
                 }
                 if (lane == 0) {
-                    for (uint32_t kb = tile.k_begin; kb < tile.k_end; ++kb) {
-                        mbarrier_wait(&empty_bar[stage], phase ^ 1);
-                        mbarrier_arrive_expect_tx(&full_bar[stage], Cfg::kStageBytes);
+                    for (uint32_t kb = tile.k_begin; kb < tile.k_end; ++kb, st.advance()) {
+                        uint64_t* full = ring.acquire(st, Cfg::kStageBytes);
                         if constexpr (kType == GemmType::kBatched || kType == GemmType::kBatchReduce) {
                             const bool reduce = kType == GemmType::kBatchReduce;
                             const uint32_t batch = reduce ? kb / batch_k_blocks : static_cast<uint32_t>(tile.group);
                             const int32_t kc = static_cast<int32_t>((reduce ? kb - batch * batch_k_blocks : kb) *
                                                                     Cfg::kBlockK);
-                            load_operand_batch<kAMNMajor, BLOCK_M, BLOCK_K>(smem_a + stage * Cfg::kTileABytes, desc_a,
-                                                                            &full_bar[stage], kc, tile.a_row,
+                            load_operand_batch<kAMNMajor, BLOCK_M, BLOCK_K>(smem_a + st.stage * Cfg::kTileABytes,
+                                                                            desc_a, full, kc, tile.a_row,
                                                                             static_cast<int32_t>(batch));
-                            load_operand_batch<kBMNMajor, BLOCK_N, BLOCK_K>(smem_b + stage * Cfg::kTileBBytes, desc_b,
-                                                                            &full_bar[stage], kc, tile.b_row,
+                            load_operand_batch<kBMNMajor, BLOCK_N, BLOCK_K>(smem_b + st.stage * Cfg::kTileBBytes,
+                                                                            desc_b, full, kc, tile.b_row,
                                                                             static_cast<int32_t>(batch));
                         } else {
                             const int32_t kc = static_cast<int32_t>(kb * Cfg::kBlockK);
-                            load_operand<kAMNMajor, BLOCK_M, BLOCK_K>(smem_a + stage * Cfg::kTileABytes, desc_a,
-                                                                      &full_bar[stage], kc, tile.a_row);
-                            load_operand<kBMNMajor, BLOCK_N, BLOCK_K>(smem_b + stage * Cfg::kTileBBytes, desc_b,
-                                                                      &full_bar[stage], kc, tile.b_row);
+                            load_operand<kAMNMajor, BLOCK_M, BLOCK_K>(smem_a + st.stage * Cfg::kTileABytes, desc_a,
+                                                                      full, kc, tile.a_row);
+                            load_operand<kBMNMajor, BLOCK_N, BLOCK_K>(smem_b + st.stage * Cfg::kTileBBytes, desc_b,
+                                                                      full, kc, tile.b_row);
                         }
-                        if (++stage == kStages) stage = 0, phase ^= 1;
                     }
                 }
                 __syncwarp();
@@ -252,7 +253,7 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
     constexpr uint32_t kSteps = Cfg::kBlockK / 16;
     static_assert(kSteps % 2 == 0, "fragment double-buffering assumes an even number of k16 steps per stage");
 
-    uint32_t stage = 0, phase = 0;
+    PipelineState<kStages> st;
     uint32_t af[2][kMI][4];
     uint32_t bfr[2][kNI][2];
     while (sched.next(tile)) {
@@ -286,31 +287,25 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
         }
 
         if (tile.k_end > tile.k_begin) {
-            mbarrier_wait(&full_bar[stage], phase);
-            load_fragments(stage, 0, af[0], bfr[0]);
+            ring.wait_full(st);
+            load_fragments(st.stage, 0, af[0], bfr[0]);
         }
         for (uint32_t kb = tile.k_begin; kb < tile.k_end; ++kb) {
 #pragma unroll
             for (uint32_t kk = 0; kk < kSteps; ++kk) {
                 const uint32_t cur = kk & 1, nxt = cur ^ 1;
                 if (kk + 1 < kSteps) {
-                    load_fragments(stage, kk + 1, af[nxt], bfr[nxt]);
+                    load_fragments(st.stage, kk + 1, af[nxt], bfr[nxt]);
                 } else {
                     // Last step of this stage: prefetch the next stage's first fragments (crossing into
                     // the next tile's stage is fine: the producer fills stages in the same order).
-                    const uint32_t next_stage = stage + 1 == kStages ? 0 : stage + 1;
-                    const uint32_t next_phase = stage + 1 == kStages ? phase ^ 1 : phase;
+                    const PipelineState<kStages> ahead = st.next();
                     if (kb + 1 < tile.k_end) {
-                        mbarrier_wait(&full_bar[next_stage], next_phase);
-                        load_fragments(next_stage, 0, af[nxt], bfr[nxt]);
+                        ring.wait_full(ahead);
+                        load_fragments(ahead.stage, 0, af[nxt], bfr[nxt]);
                     }
-                    // Every ldmatrix of this stage has been issued. Hazard: those generic-proxy reads vs.
-                    // the TMA (async-proxy) write that refills the stage once the producer sees the empty
-                    // barrier. Fence, then hand the stage back.
-                    fence_proxy_async_smem();
-                    __syncwarp();
-                    if (lane == 0) mbarrier_arrive(&empty_bar[stage]);
-                    stage = next_stage, phase = next_phase;
+                    ring.release(st, lane);  // every ldmatrix of this stage has been issued
+                    st = ahead;
                 }
 #pragma unroll
                 for (uint32_t i = 0; i < kMI; ++i)

@@ -36,12 +36,14 @@
 #include "../common/sm120_math.cuh"
 #include "../common/sm120_mbarrier.cuh"
 #include "../common/sm120_pdl.cuh"
+#include "../common/sm120_pipeline.cuh"
 #include "../common/sm120_swizzle.cuh"
 #include "../common/sm120_tma.cuh"
 #include "../common/sm120_warp.cuh"
 #include "../mma/sm120.cuh"
 #include "../scheduler/sm120_gemm.cuh"
-#include "sm120_gemm_common.cuh"
+#include "../epilogue/sm120_gemm_epilogue.cuh"
+#include "../tile/sm120_gemm_tile.cuh"
 
 namespace sm120 {
 
@@ -121,6 +123,7 @@ sm120_fp8_fp4_gemm_1d1d_kernel(const __grid_constant__ CUtensorMap tmap_a, const
     const uint32_t warp = warp_idx();
     const uint32_t lane = lane_idx();
 
+    const StageRing<kStages> ring{full_bar, empty_bar};
     init_stage_barriers(full_bar, empty_bar, kStages, Cfg::kMathWarps);
     pdl_wait_primary();  // inputs may come from the previous kernel in the stream
 
@@ -135,26 +138,24 @@ sm120_fp8_fp4_gemm_1d1d_kernel(const __grid_constant__ CUtensorMap tmap_a, const
             TileInfo tile;
             tma_prefetch_descriptor(&tmap_a);
             tma_prefetch_descriptor(&tmap_b);
-            uint32_t stage = 0, phase = 0;
+            PipelineState<kStages> st;
             while (sched.next(tile)) {
-                for (uint32_t kb = tile.k_begin; kb < tile.k_end; ++kb) {
-                    mbarrier_wait(&empty_bar[stage], phase ^ 1);
-                    mbarrier_arrive_expect_tx(&full_bar[stage], Cfg::kStageBytes);
+                for (uint32_t kb = tile.k_begin; kb < tile.k_end; ++kb, st.advance()) {
+                    uint64_t* full = ring.acquire(st, Cfg::kStageBytes);
                     // byte coordinates along K
                     const int32_t ka = static_cast<int32_t>(kb * Cfg::kRowBytes);
                     const int32_t kbb = static_cast<int32_t>(kb * Cfg::kRowBytesB);
                     if constexpr (kType == GemmType::kBatched) {
-                        tma_load_3d(smem_a + stage * Cfg::kTileABytes, &tmap_a, &full_bar[stage], ka,
+                        tma_load_3d(smem_a + st.stage * Cfg::kTileABytes, &tmap_a, full, ka,
                                     static_cast<int32_t>(tile.a_row), tile.group);
-                        tma_load_3d(smem_b + stage * Cfg::kTileBBytes, &tmap_b, &full_bar[stage], kbb,
+                        tma_load_3d(smem_b + st.stage * Cfg::kTileBBytes, &tmap_b, full, kbb,
                                     static_cast<int32_t>(tile.b_row), tile.group);
                     } else {
-                        tma_load_2d(smem_a + stage * Cfg::kTileABytes, &tmap_a, &full_bar[stage], ka,
+                        tma_load_2d(smem_a + st.stage * Cfg::kTileABytes, &tmap_a, full, ka,
                                     static_cast<int32_t>(tile.a_row));
-                        tma_load_2d(smem_b + stage * Cfg::kTileBBytes, &tmap_b, &full_bar[stage], kbb,
+                        tma_load_2d(smem_b + st.stage * Cfg::kTileBBytes, &tmap_b, full, kbb,
                                     static_cast<int32_t>(tile.b_row));
                     }
-                    if (++stage == kStages) stage = 0, phase ^= 1;
                 }
             }
             pdl_launch_dependents();
@@ -232,7 +233,7 @@ sm120_fp8_fp4_gemm_1d1d_kernel(const __grid_constant__ CUtensorMap tmap_a, const
         }
     };
 
-    uint32_t stage = 0, phase = 0;
+    PipelineState<kStages> st;
     uint32_t af[2][kMI][4];
     uint32_t bfr[2][kNI][2];
     while (sched.next(tile)) {
@@ -293,8 +294,8 @@ sm120_fp8_fp4_gemm_1d1d_kernel(const __grid_constant__ CUtensorMap tmap_a, const
         uint32_t sa_nxt[SA::kWords][kWA], sb_nxt[SB::kWords][kWB];
         if (tile.k_end > tile.k_begin) {
             load_scales(tile.k_begin, sa_cur, sb_cur);
-            mbarrier_wait(&full_bar[stage], phase);
-            load_fragments(stage, 0, af[0], bfr[0]);
+            ring.wait_full(st);
+            load_fragments(st.stage, 0, af[0], bfr[0]);
         }
         for (uint32_t kb = tile.k_begin; kb < tile.k_end; ++kb) {
             if (kb + 1 < tile.k_end) load_scales(kb + 1, sa_nxt, sb_nxt);  // in flight during this stage
@@ -302,20 +303,15 @@ sm120_fp8_fp4_gemm_1d1d_kernel(const __grid_constant__ CUtensorMap tmap_a, const
                 constexpr uint32_t kk = decltype(step_c)::value;
                 constexpr uint32_t cur = kk & 1, nxt = cur ^ 1;
                 if constexpr (kk + 1 < kSteps) {
-                    load_fragments(stage, kk + 1, af[nxt], bfr[nxt]);
+                    load_fragments(st.stage, kk + 1, af[nxt], bfr[nxt]);
                 } else {
-                    const uint32_t next_stage = stage + 1 == kStages ? 0 : stage + 1;
-                    const uint32_t next_phase = stage + 1 == kStages ? phase ^ 1 : phase;
+                    const PipelineState<kStages> ahead = st.next();
                     if (kb + 1 < tile.k_end) {
-                        mbarrier_wait(&full_bar[next_stage], next_phase);
-                        load_fragments(next_stage, 0, af[nxt], bfr[nxt]);
+                        ring.wait_full(ahead);
+                        load_fragments(ahead.stage, 0, af[nxt], bfr[nxt]);
                     }
-                    // Hazard: this stage's ldmatrix reads (generic proxy) vs. the TMA write (async proxy) that
-                    // refills it after the empty barrier. Fence, then hand the stage back.
-                    fence_proxy_async_smem();
-                    __syncwarp();
-                    if (lane == 0) mbarrier_arrive(&empty_bar[stage]);
-                    stage = next_stage, phase = next_phase;
+                    ring.release(st, lane);  // every ldmatrix of this stage has been issued
+                    st = ahead;
                 }
                 static_for<0, kMI>([&](auto i_c) {
                     constexpr uint32_t i = decltype(i_c)::value;

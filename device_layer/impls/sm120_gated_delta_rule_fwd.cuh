@@ -20,9 +20,10 @@
 #include "../common/sm120_ldmatrix.cuh"
 #include "../common/sm120_mbarrier.cuh"
 #include "../common/sm120_pdl.cuh"
+#include "../common/sm120_pipeline.cuh"
 #include "../common/sm120_tma.cuh"
 #include "../common/sm120_warp.cuh"
-#include "sm120_gated_delta_rule_common.cuh"
+#include "../layout/sm120_gated_delta_rule_layout.cuh"
 
 namespace sm120 {
 
@@ -107,6 +108,7 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
     const uint32_t slice = blockIdx.x % kSlices, hv = blockIdx.x / kSlices % value_heads;
     const uint32_t n = blockIdx.x / kSlices / value_heads, h = hv / group;
     uint32_t start, end;
+    const StageRing<kStages> ring{full_bar, empty_bar};
     init_stage_barriers(full_bar, empty_bar, kStages, Cfg::kMathWarps);
     pdl_wait_primary();
     gdr_sequence(cu_seqlens, seq_len, n, start, end);
@@ -118,13 +120,11 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
             tma_prefetch_descriptor(&tmap_q), tma_prefetch_descriptor(&tmap_k), tma_prefetch_descriptor(&tmap_v);
             tma_prefetch_descriptor(&tmap_tw), tma_prefetch_descriptor(&tmap_tu), tma_prefetch_descriptor(&tmap_attn);
             tma_prefetch_descriptor(&tmap_gate);
-            uint32_t stage = 0, phase = 0;
-            for (uint32_t c = 0; c < num_chunks; ++c) {
+            PipelineState<kStages> ps;
+            for (uint32_t c = 0; c < num_chunks; ++c, ps.advance()) {
                 const int32_t t = static_cast<int32_t>(start + c * C), hvi = static_cast<int32_t>(hv);
-                uint8_t* s = smem + stage * Cfg::kStageBytes;
-                uint64_t* bar = &full_bar[stage];
-                mbarrier_wait(&empty_bar[stage], phase ^ 1);
-                mbarrier_arrive_expect_tx(bar, Cfg::kTxBytes);
+                uint8_t* s = smem + ps.stage * Cfg::kStageBytes;
+                uint64_t* bar = ring.acquire(ps, Cfg::kTxBytes);
 #pragma unroll
                 for (uint32_t half = 0; half < 2; ++half) {
                     const int32_t col = static_cast<int32_t>(half * kGdrHalfCols);
@@ -140,7 +140,6 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
                 tma_load_3d(s + Cfg::kOffTu, &tmap_tu, bar, 0, hvi, t);
                 tma_load_3d(s + Cfg::kOffAttn, &tmap_attn, bar, 0, hvi, t);
                 tma_load_3d(s + Cfg::kOffGate, &tmap_gate, bar, 0, hvi, t);
-                if (++stage == kStages) stage = 0, phase ^= 1;
             }
         }
         return;
@@ -160,12 +159,12 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
         }
     Elem* s_o = reinterpret_cast<Elem*>(s_out) + warp * C * 16;
 
-    uint32_t stage = 0, phase = 0;
-    for (uint32_t c = 0; c < num_chunks; ++c) {
+    PipelineState<kStages> ps;
+    for (uint32_t c = 0; c < num_chunks; ++c, ps.advance()) {
         const uint32_t first = start + c * C, len = min(C, end - first);
-        const uint8_t* s = smem + stage * Cfg::kStageBytes;
+        const uint8_t* s = smem + ps.stage * Cfg::kStageBytes;
         const float4* gate = reinterpret_cast<const float4*>(s + Cfg::kOffGate);
-        mbarrier_wait(&full_bar[stage], phase);
+        ring.wait_full(ps);
 
         // S^T as the A operand (k16 steps over the head dim)
         uint32_t sa[kKT / 2][4];
@@ -252,11 +251,7 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
                 E::mma(st[2 * np + 1], a, {b[2], b[3]});
             }
         }
-        // every read of the stage is done: fence the generic reads against the next TMA write, release
-        fence_proxy_async_smem();
-        __syncwarp();
-        if (lane == 0) mbarrier_arrive(&empty_bar[stage]);
-        if (++stage == kStages) stage = 0, phase ^= 1;
+        ring.release(ps, lane);  // every read of the stage is done
 
         // o rows of the chunk's tokens: transpose through the warp's staging tile, 16-byte stores
 #pragma unroll

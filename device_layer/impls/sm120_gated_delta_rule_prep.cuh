@@ -8,7 +8,7 @@
 //   Tw   = T diag(beta exp(G) / |k|),   Tu = T diag(beta)                    (the WY factors: w = Tw k, u = Tu v)
 //   attn = scale exp(G_i - G_j) q_i.k_j / (|q_i||k_j|) for j <= i           (Q K^T on mma.sync)
 //   gates: (G, scale exp(G) / |q|, exp(G_last - G) / |k|, 0) per token
-// and writes them token-indexed (layout in sm120_gated_delta_rule_common.cuh). w and u themselves are never
+// and writes them token-indexed (layout in layout/sm120_gated_delta_rule_layout.cuh). w and u themselves are never
 // stored: the recurrence multiplies by Tw and Tu (C x C per chunk instead of C x 128), which moves 6 KiB per
 // 32-token chunk and value head instead of 16. Rows past the chunk's end are zero in shared memory and never written.
 //
@@ -21,7 +21,7 @@
 #include "../common/sm120_mbarrier.cuh"
 #include "../common/sm120_pdl.cuh"
 #include "../common/sm120_warp.cuh"
-#include "sm120_gated_delta_rule_common.cuh"
+#include "../layout/sm120_gated_delta_rule_layout.cuh"
 
 namespace sm120 {
 

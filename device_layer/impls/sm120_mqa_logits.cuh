@@ -4,7 +4,7 @@
 //     FP4: logits[i][j] = sum_h  w[i][h] * relu( (q[i][h] * sq[i][h]) . (kv[j] * skv[j]) )  (1x32 UE8M0 scales)
 // and -inf elsewhere in the row (clean), or compressed rows: column c holds key ks[i] + c.
 //
-// A CTA owns 64 / kHeads queries (64 rows), whose fragments stay in registers (sm120_mqa_logits_common.cuh).
+// A CTA owns 64 / kHeads queries (64 rows), whose fragments stay in registers (tile/sm120_mqa_tile.cuh).
 // KV streams through a TMA ring in BLOCK_KV-key tiles over the union of the queries' key ranges, from a
 // BLOCK_KV-aligned key; four math warps take BLOCK_KV / 4 keys of each tile. One producer warp issues TMA.
 
@@ -13,9 +13,10 @@
 #include "../common/sm120_fence.cuh"
 #include "../common/sm120_mbarrier.cuh"
 #include "../common/sm120_pdl.cuh"
+#include "../common/sm120_pipeline.cuh"
 #include "../common/sm120_tma.cuh"
 #include "../common/sm120_warp.cuh"
-#include "sm120_mqa_logits_common.cuh"
+#include "../tile/sm120_mqa_tile.cuh"
 
 namespace sm120 {
 
@@ -54,6 +55,7 @@ sm120_mqa_logits_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid
     const uint32_t warp = warp_idx();
     const uint32_t lane = lane_idx();
     const uint32_t q0 = blockIdx.x * kQueries;
+    const StageRing<kStages> ring{full_bar, empty_bar};
 
     init_stage_barriers(full_bar, empty_bar, kStages, Cfg::kMathWarps);
     if (threadIdx.x == 0) {
@@ -81,14 +83,10 @@ sm120_mqa_logits_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid
             tma_prefetch_descriptor(&tmap_kv);
             mbarrier_arrive_expect_tx(q_bar, Cfg::kTileQBytes);
             tma_load_2d(smem_q, &tmap_q, q_bar, 0, static_cast<int32_t>(q0 * kHeads));
-            uint32_t stage = 0, phase = 0;
-            for (uint32_t t = 0; t < num_tiles; ++t) {
-                mbarrier_wait(&empty_bar[stage], phase ^ 1);
-                mbarrier_arrive_expect_tx(&full_bar[stage], Cfg::kTileKVBytes);
-                tma_load_2d(smem_kv + stage * Cfg::kTileKVBytes, &tmap_kv, &full_bar[stage], 0,
+            PipelineState<kStages> st;
+            for (uint32_t t = 0; t < num_tiles; ++t, st.advance())
+                tma_load_2d(smem_kv + st.stage * Cfg::kTileKVBytes, &tmap_kv, ring.acquire(st, Cfg::kTileKVBytes), 0,
                             static_cast<int32_t>(first_key + t * BLOCK_KV));
-                if (++stage == kStages) stage = 0, phase ^= 1;
-            }
         }
     } else {
         // ---------------- math warps: keys [warp * kWarpKeys, +kWarpKeys) of every tile ----------------
@@ -110,22 +108,18 @@ sm120_mqa_logits_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid
         mbarrier_wait(q_bar, 0);
         tile.load_q(smem_addr(smem_q), lane);
 
-        uint32_t stage = 0, phase = 0;
-        for (uint32_t t = 0; t < num_tiles; ++t) {
+        PipelineState<kStages> st;
+        for (uint32_t t = 0; t < num_tiles; ++t, st.advance()) {
             const uint32_t key0 = first_key + t * BLOCK_KV + warp * kWarpKeys;
             uint32_t kvs = 0;
             if constexpr (kFp4) {
                 const uint32_t key = Tile::key_of_scale_lane(key0, lane);
                 kvs = key < seq_len_kv ? __ldg(kv_sf + key) : 0u;
             }
-            mbarrier_wait(&full_bar[stage], phase);
+            ring.wait_full(st);
             float acc[kMI][kNI][4];
-            tile.mma(smem_addr(smem_kv + stage * Cfg::kTileKVBytes), warp * kWarpKeys, lane, kvs, acc);
-            // Every ldmatrix of the stage is done: fence the generic reads against the next TMA write, release.
-            fence_proxy_async_smem();
-            __syncwarp();
-            if (lane == 0) mbarrier_arrive(&empty_bar[stage]);
-            if (++stage == kStages) stage = 0, phase ^= 1;
+            tile.mma(smem_addr(smem_kv + st.stage * Cfg::kTileKVBytes), warp * kWarpKeys, lane, kvs, acc);
+            ring.release(st, lane);  // every ldmatrix of the stage is done
 
 #pragma unroll
             for (uint32_t j = 0; j < kNI; ++j) {

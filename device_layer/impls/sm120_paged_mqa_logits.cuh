@@ -13,17 +13,18 @@
 // (query-major) rows; CTA x walks the chunks that schedule_meta gives SM x (scheduler/sm120_paged_mqa_logits.cuh),
 // a chunk being one pipeline tile of kTileKeys = max(64, kBlockKV) keys. The producer warp reloads the 64-row
 // q block when the batch changes (q_full / q_empty barriers) and issues each tile's block loads; four math warps
-// take kTileKeys / 4 keys of each tile (sm120_mqa_logits_common.cuh for the math).
+// take kTileKeys / 4 keys of each tile (tile/sm120_mqa_tile.cuh for the math).
 
 #include <cuda.h>
 #include "../common/sm120_arch.cuh"
 #include "../common/sm120_fence.cuh"
 #include "../common/sm120_mbarrier.cuh"
 #include "../common/sm120_pdl.cuh"
+#include "../common/sm120_pipeline.cuh"
 #include "../common/sm120_tma.cuh"
 #include "../common/sm120_warp.cuh"
 #include "../scheduler/sm120_paged_mqa_logits.cuh"
-#include "sm120_mqa_logits_common.cuh"
+#include "../tile/sm120_mqa_tile.cuh"
 
 namespace sm120 {
 
@@ -71,6 +72,8 @@ sm120_paged_mqa_logits_kernel(const __grid_constant__ CUtensorMap tmap_q, const 
     const uint32_t lane = lane_idx();
     const uint32_t row_group = blockIdx.y;
     const uint32_t rows_per_batch = next_n * kHeads;
+    const StageRing<kStages> ring{full_bar, empty_bar};
+    const StageRing<1> q_ring{q_full, q_empty};  // one q buffer, reloaded when the batch changes
 
     init_stage_barriers(full_bar, empty_bar, kStages, Cfg::kMathWarps);
     if (threadIdx.x == 0) {
@@ -92,25 +95,24 @@ sm120_paged_mqa_logits_kernel(const __grid_constant__ CUtensorMap tmap_q, const 
         if (lane == 0) {
             tma_prefetch_descriptor(&tmap_q);
             tma_prefetch_descriptor(&tmap_kv);
-            uint32_t stage = 0, phase = 0, q_phase = 0, seen = ~0u;
-            for (; !walk.done(); walk.advance()) {
+            PipelineState<kStages> st;
+            PipelineState<1> q_st;
+            uint32_t seen = ~0u;
+            for (; !walk.done(); walk.advance(), st.advance()) {
                 if (walk.enter(seen)) {
-                    mbarrier_wait(q_empty, q_phase ^ 1);  // the math warps hold the previous batch's q in registers
-                    mbarrier_arrive_expect_tx(q_full, Cfg::kTileQBytes);
-                    tma_load_2d(smem_q, &tmap_q, q_full, 0,
+                    // the math warps may still hold the previous batch's q: acquire waits for their release
+                    tma_load_2d(smem_q, &tmap_q, q_ring.acquire(q_st, Cfg::kTileQBytes), 0,
                                 static_cast<int32_t>(walk.batch * rows_per_batch + row_group * Tile::kRows));
-                    q_phase ^= 1;
+                    q_st.advance();
                 }
                 const uint32_t key0 = walk.chunk * Cfg::kTileKeys;
                 uint32_t blocks = 0;
 #pragma unroll
                 for (uint32_t i = 0; i < Cfg::kBlocksPerTile; ++i) blocks += key0 + i * kBlockKV < walk.len ? 1u : 0u;
-                mbarrier_wait(&empty_bar[stage], phase ^ 1);
-                mbarrier_arrive_expect_tx(&full_bar[stage], blocks * Cfg::kBlockBytes);
+                uint64_t* full = ring.acquire(st, blocks * Cfg::kBlockBytes);
                 for (uint32_t i = 0; i < blocks; ++i)
-                    tma_load_3d(smem_kv + stage * Cfg::kTileKVBytes + i * Cfg::kBlockBytes, &tmap_kv, &full_bar[stage],
-                                0, 0, static_cast<int32_t>(block_of(walk.batch, key0 + i * kBlockKV)));
-                if (++stage == kStages) stage = 0, phase ^= 1;
+                    tma_load_3d(smem_kv + st.stage * Cfg::kTileKVBytes + i * Cfg::kBlockBytes, &tmap_kv, full, 0, 0,
+                                static_cast<int32_t>(block_of(walk.batch, key0 + i * kBlockKV)));
             }
         }
     } else {
@@ -118,8 +120,10 @@ sm120_paged_mqa_logits_kernel(const __grid_constant__ CUtensorMap tmap_q, const 
         const uint32_t g = lane >> 2, t4 = lane & 3;
         Tile tile;
         float w[kMI][2];
-        uint32_t stage = 0, phase = 0, q_phase = 0, seen = ~0u;
-        for (; !walk.done(); walk.advance()) {
+        PipelineState<kStages> st;
+        PipelineState<1> q_st;
+        uint32_t seen = ~0u;
+        for (; !walk.done(); walk.advance(), st.advance()) {
             const uint32_t b = walk.batch;
             if (walk.enter(seen)) {
                 // Weights and (FP4) scale words of this lane's rows; rows past next_n x H weigh 0.
@@ -136,12 +140,10 @@ sm120_paged_mqa_logits_kernel(const __grid_constant__ CUtensorMap tmap_q, const 
                     const uint32_t r = row_group * Tile::kRows + row;
                     return r < rows_per_batch ? __ldg(q_sf + static_cast<size_t>(b) * rows_per_batch + r) : 0u;
                 });
-                mbarrier_wait(q_full, q_phase);
-                q_phase ^= 1;
+                q_ring.wait_full(q_st);
                 tile.load_q(smem_addr(smem_q), lane);
-                fence_proxy_async_smem();  // our ldmatrix reads of q before the next batch's TMA write
-                __syncwarp();
-                if (lane == 0) mbarrier_arrive(q_empty);
+                q_ring.release(q_st, lane);  // q is in registers: the next batch's TMA may overwrite it
+                q_st.advance();
             }
             const uint32_t key0 = walk.chunk * Cfg::kTileKeys + warp * kWarpKeys;
             // The warp's keys lie in one cache block (kWarpKeys divides kBlockKV).
@@ -153,13 +155,10 @@ sm120_paged_mqa_logits_kernel(const __grid_constant__ CUtensorMap tmap_q, const 
                 const uint32_t key = Tile::key_of_scale_lane(key0, lane);
                 kvs = any && key < walk.len ? __ldg(reinterpret_cast<const uint32_t*>(scales) + key % kBlockKV) : 0u;
             }
-            mbarrier_wait(&full_bar[stage], phase);
+            ring.wait_full(st);
             float acc[kMI][kNI][4];
-            tile.mma(smem_addr(smem_kv + stage * Cfg::kTileKVBytes), warp * kWarpKeys, lane, kvs, acc);
-            fence_proxy_async_smem();
-            __syncwarp();
-            if (lane == 0) mbarrier_arrive(&empty_bar[stage]);
-            if (++stage == kStages) stage = 0, phase ^= 1;
+            tile.mma(smem_addr(smem_kv + st.stage * Cfg::kTileKVBytes), warp * kWarpKeys, lane, kvs, acc);
+            ring.release(st, lane);  // every ldmatrix of the stage is done
 
 #pragma unroll
             for (uint32_t j = 0; j < kNI; ++j) {

@@ -21,9 +21,10 @@
 #include "../common/sm120_fence.cuh"
 #include "../common/sm120_mbarrier.cuh"
 #include "../common/sm120_pdl.cuh"
+#include "../common/sm120_pipeline.cuh"
 #include "../common/sm120_tma.cuh"
 #include "../common/sm120_warp.cuh"
-#include "sm120_mqa_logits_common.cuh"
+#include "../tile/sm120_mqa_tile.cuh"
 
 namespace sm120 {
 
@@ -80,6 +81,7 @@ sm120_sparse_mqa_logits_kernel(const __grid_constant__ CUtensorMap tmap_q, const
     const uint32_t num_tiles = min(tiles_per_cta, ceil_div(row_keys, kTileKeys) - first_tile);
     const int2* row_meta = reinterpret_cast<const int2*>(metadata) + static_cast<size_t>(row) * num_slots;
 
+    const StageRing<kStages> ring{full_bar, empty_bar};
     init_stage_barriers(full_bar, empty_bar, kStages, Cfg::kMathWarps);
     if (threadIdx.x == 0) {
         mbarrier_init(q_bar, 1);
@@ -96,23 +98,22 @@ sm120_sparse_mqa_logits_kernel(const __grid_constant__ CUtensorMap tmap_q, const
             mbarrier_arrive_expect_tx(q_bar, Cfg::kTileQBytes);
             tma_load_2d(smem_q, &tmap_q, q_bar, 0, static_cast<int32_t>(row * kHeads));
             const uint32_t box_bytes = block * Tile::kRowBytes, blocks_per_tile = kTileKeys >> block_log2;
-            uint32_t stage = 0, phase = 0;
-            for (uint32_t t = 0; t < num_tiles; ++t) {
+            PipelineState<kStages> st;
+            for (uint32_t t = 0; t < num_tiles; ++t, st.advance()) {
                 const uint32_t slot0 = (first_tile + t) * blocks_per_tile;
-                mbarrier_wait(&empty_bar[stage], phase ^ 1);
+                ring.wait_empty(st);
                 uint32_t boxes = 0;
                 for (uint32_t i = 0; i < blocks_per_tile; ++i)
                     boxes += sparse_slot(row_meta, slot0 + i, num_slots, total_rows).y > 0 ? 1u : 0u;
                 // Arm the barrier with the whole tile's bytes before the first box can complete on it.
-                mbarrier_arrive_expect_tx(&full_bar[stage], boxes * box_bytes);
+                uint64_t* full = ring.arm(st, boxes * box_bytes);
                 for (uint32_t i = 0; i < blocks_per_tile; ++i) {
                     const int2 m = sparse_slot(row_meta, slot0 + i, num_slots, total_rows);
                     if (m.y <= 0) continue;
                     const uint32_t p = static_cast<uint32_t>(m.x), page = p / page_rows;
-                    tma_load_3d(smem_kv + stage * Cfg::kTileKVBytes + i * box_bytes, &tmap_kv, &full_bar[stage], 0,
+                    tma_load_3d(smem_kv + st.stage * Cfg::kTileKVBytes + i * box_bytes, &tmap_kv, full, 0,
                                 static_cast<int32_t>(p - page * page_rows), static_cast<int32_t>(page));
                 }
-                if (++stage == kStages) stage = 0, phase ^= 1;
             }
         }
     } else {
@@ -129,8 +130,8 @@ sm120_sparse_mqa_logits_kernel(const __grid_constant__ CUtensorMap tmap_q, const
         mbarrier_wait(q_bar, 0);
         tile.load_q(smem_addr(smem_q), lane);
 
-        uint32_t stage = 0, phase = 0;
-        for (uint32_t t = 0; t < num_tiles; ++t) {
+        PipelineState<kStages> st;
+        for (uint32_t t = 0; t < num_tiles; ++t, st.advance()) {
             const uint32_t key0 = (first_tile + t) * kTileKeys + warp * kWarpKeys;  // the warp's first column
             // The key scale word this lane supplies: 0 (2^-127) for a masked key, whose score is never kept.
             const uint32_t col = Tile::key_of_scale_lane(key0, lane);
@@ -142,14 +143,10 @@ sm120_sparse_mqa_logits_kernel(const __grid_constant__ CUtensorMap tmap_q, const
                 kvs = __ldg(reinterpret_cast<const uint32_t*>(kv_sf + static_cast<size_t>(page) * sf_page_stride +
                                                               4ull * (p - page * page_rows)));
             }
-            mbarrier_wait(&full_bar[stage], phase);
+            ring.wait_full(st);
             float acc[kMI][kNI][4];
-            tile.mma(smem_addr(smem_kv + stage * Cfg::kTileKVBytes), warp * kWarpKeys, lane, kvs, acc);
-            // Every ldmatrix of the stage is done: fence the generic reads against the next TMA write, release.
-            fence_proxy_async_smem();
-            __syncwarp();
-            if (lane == 0) mbarrier_arrive(&empty_bar[stage]);
-            if (++stage == kStages) stage = 0, phase ^= 1;
+            tile.mma(smem_addr(smem_kv + st.stage * Cfg::kTileKVBytes), warp * kWarpKeys, lane, kvs, acc);
+            ring.release(st, lane);  // every ldmatrix of the stage is done
 
 #pragma unroll
             for (uint32_t j = 0; j < kNI; ++j) {

@@ -26,6 +26,7 @@
 #include "../common/sm120_math.cuh"
 #include "../common/sm120_mbarrier.cuh"
 #include "../common/sm120_pdl.cuh"
+#include "../common/sm120_pipeline.cuh"
 #include "../common/sm120_swizzle.cuh"
 #include "../common/sm120_tma.cuh"
 #include "../common/sm120_types.cuh"
@@ -87,6 +88,7 @@ sm120_tf32_hc_prenorm_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, co
     const uint32_t kb_begin = split * per_split + (split < extra ? split : extra);
     const uint32_t kb_count = per_split + (split < extra ? 1u : 0u);
 
+    const StageRing<kStages> ring{full_bar, empty_bar};
     init_stage_barriers(full_bar, empty_bar, kStages, Cfg::kMathWarps);
     pdl_wait_primary();  // a and b may come from the previous kernel in the stream
 
@@ -106,16 +108,14 @@ sm120_tf32_hc_prenorm_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, co
         if (lane == 0) {
             tma_prefetch_descriptor(&tmap_a);
             tma_prefetch_descriptor(&tmap_b);
-            uint32_t stage = 0, phase = 0;
-            for (uint32_t kb = 0; kb < kb_count; ++kb) {
-                mbarrier_wait(&empty_bar[stage], phase ^ 1);
-                mbarrier_arrive_expect_tx(&full_bar[stage], Cfg::kStageBytes);
+            PipelineState<kStages> st;
+            for (uint32_t kb = 0; kb < kb_count; ++kb, st.advance()) {
+                uint64_t* full = ring.acquire(st, Cfg::kStageBytes);
                 const int32_t kc = static_cast<int32_t>((kb_begin + kb) * Cfg::kBlockK);
-                uint8_t* b_dst = smem_b + stage * Cfg::kTileBBytes;
-                tma_load_2d(smem_a + stage * Cfg::kTileABytes, &tmap_a, &full_bar[stage], kc, static_cast<int32_t>(m0));
-                tma_load_2d(b_dst, &tmap_b, &full_bar[stage], kc, 0);
-                tma_load_2d(b_dst + Cfg::kSubTileBBytes, &tmap_b, &full_bar[stage], kc + 32, 0);
-                if (++stage == kStages) stage = 0, phase ^= 1;
+                uint8_t* b_dst = smem_b + st.stage * Cfg::kTileBBytes;
+                tma_load_2d(smem_a + st.stage * Cfg::kTileABytes, &tmap_a, full, kc, static_cast<int32_t>(m0));
+                tma_load_2d(b_dst, &tmap_b, full, kc, 0);
+                tma_load_2d(b_dst + Cfg::kSubTileBBytes, &tmap_b, full, kc + 32, 0);
             }
         }
         __syncwarp();
@@ -126,11 +126,11 @@ sm120_tf32_hc_prenorm_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, co
         // b: sub-tile warp / 2 (32 fp32 of K each); this lane's float2 at k = 16 (warp % 2) + 2t and + 8
         const uint32_t b_sub = (warp >> 1) * Cfg::kSubTileBBytes;
         const uint32_t b_chunk = (warp & 1) * 4 + (t >> 1), b_in_chunk = (t & 1) * 8;
-        uint32_t stage = 0, phase = 0;
-        for (uint32_t kb = 0; kb < kb_count; ++kb) {
-            mbarrier_wait(&full_bar[stage], phase);
-            const uint32_t a_base = smem_addr(smem_a + stage * Cfg::kTileABytes);
-            const uint8_t* b_tile = smem_b + stage * Cfg::kTileBBytes + b_sub;
+        PipelineState<kStages> st;
+        for (uint32_t kb = 0; kb < kb_count; ++kb, st.advance()) {
+            ring.wait_full(st);
+            const uint32_t a_base = smem_addr(smem_a + st.stage * Cfg::kTileABytes);
+            const uint8_t* b_tile = smem_b + st.stage * Cfg::kTileBBytes + b_sub;
 
             uint32_t af[kMI][4];
 #pragma unroll
@@ -149,11 +149,7 @@ sm120_tf32_hc_prenorm_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, co
                 blo[j][0] = pack_bf16x2(v0.x - __uint_as_float(bhi[j][0]), v0.y - __uint_as_float(bhi[j][1]));
                 blo[j][1] = pack_bf16x2(v1.x - __uint_as_float(bhi[j][2]), v1.y - __uint_as_float(bhi[j][3]));
             }
-            // The stage's data is in registers: hand it back before the math.
-            fence_proxy_async_smem();
-            __syncwarp();
-            if (lane == 0) mbarrier_arrive(&empty_bar[stage]);
-            if (++stage == kStages) stage = 0, phase ^= 1;
+            ring.release(st, lane);  // the stage's data is in registers: hand it back before the math
 
 #pragma unroll
             for (uint32_t i = 0; i < kMI; ++i) {

@@ -31,7 +31,7 @@ _KEYS = {"schema", "lineage", "tag", "root", "origin", "imported", "tree_sha256"
 _FILE_KEYS = {"path", "sha256"}
 _FILE_OPTIONAL = {"git_blob_sha1", "size", "mode"}
 # directories a vendored layer is made of: a common root stops above them (a single file's path cannot say)
-_LAYER_DIRS = {"common", "impls", "mma", "scheduler", "layout"}
+_LAYER_DIRS = {"common", "impls", "mma", "scheduler", "layout", "tile", "epilogue"}
 
 
 def check_name(name: str) -> str:

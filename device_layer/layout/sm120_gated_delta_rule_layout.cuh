@@ -1,6 +1,6 @@
 #pragma once
-// Shared pieces of the gated-delta-rule chunked forward (sm120_gated_delta_rule_prep.cuh computes each chunk's
-// WY factors, sm120_gated_delta_rule_fwd.cuh carries the state through a sequence):
+// The data layout both gated-delta-rule kernels agree on (impls/sm120_gated_delta_rule_prep.cuh computes each
+// chunk's WY factors, impls/sm120_gated_delta_rule_fwd.cuh carries the state through a sequence):
 //   - element traits (bf16 / fp16 operands, fp32 accumulation on m16n8k16 mma.sync);
 //   - the head-dim tile layout both kernels use for [rows][128] operand tiles: two [rows][64] halves, each in
 //     TMA's 128-byte swizzle, so the recurrence kernel's TMA boxes and the prep kernel's plain stores agree;

@@ -1,0 +1,81 @@
+#pragma once
+// The TMA stage ring every kernel streams its operands through: kStages shared-memory stages, each guarded by a
+// full / empty mbarrier pair. One producer lane fills stages in order; consumer warps drain them in the same
+// order. Both sides walk the ring with a PipelineState (stage index + the parity of the current pass).
+//
+// Parity (sm120_mbarrier.cuh): a fresh barrier reads parity 1 as complete, so on its first pass the producer's
+// wait on `empty` with phase ^ 1 returns at once, and consumers wait `full` with the phase itself.
+
+#include "sm120_arch.cuh"
+#include "sm120_fence.cuh"
+#include "sm120_mbarrier.cuh"
+
+namespace sm120 {
+
+template <uint32_t kStages>
+struct PipelineState {
+    static_assert(kStages >= 1, "a ring has at least one stage");
+    uint32_t stage = 0, phase = 0;
+
+    SM120_DEVICE void advance() {
+        if (++stage == kStages) stage = 0, phase ^= 1;
+    }
+    // The state one stage on: consumers that look ahead (prefetch the next stage's first fragments) wait on it
+    // before they hand the current stage back.
+    SM120_DEVICE PipelineState next() const {
+        PipelineState s = *this;
+        s.advance();
+        return s;
+    }
+};
+
+// The full/empty barrier pair of each stage: `full` completes on the producer's arrival plus its transaction
+// bytes, `empty` once all `consumers` released the stage. Block-collective: thread 0 initializes, the fence makes
+// the barriers visible to TMA's complete_tx, and __syncthreads to every thread.
+SM120_DEVICE void init_stage_barriers(uint64_t* full, uint64_t* empty, uint32_t stages, uint32_t consumers) {
+    if (threadIdx.x == 0) {
+        for (uint32_t s = 0; s < stages; ++s) {
+            mbarrier_init(&full[s], 1);
+            mbarrier_init(&empty[s], consumers);
+        }
+        fence_barrier_init();
+    }
+    __syncthreads();
+}
+
+// One consumer warp hands a TMA-filled buffer back. Hazard closed: this warp's generic-proxy reads of the buffer
+// (ldmatrix, ld.shared) against the async-proxy (TMA) write that refills it once the producer sees `empty`
+// complete. Every lane fences its own reads, the warp converges, and lane 0 arrives once for the warp (the
+// barrier counts warps).
+SM120_DEVICE void warp_release(uint64_t* empty, uint32_t lane) {
+    fence_proxy_async_smem();
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(empty);
+}
+
+// The barrier arrays of a ring (full[kStages], empty[kStages]) and the three operations on a stage.
+template <uint32_t kStages>
+struct StageRing {
+    using State = PipelineState<kStages>;
+    uint64_t* full;
+    uint64_t* empty;
+
+    // Producer: wait until every consumer released the stage (its previous pass).
+    SM120_DEVICE void wait_empty(State s) const { mbarrier_wait(&empty[s.stage], s.phase ^ 1); }
+    // Producer: announce the stage's `bytes` of TMA transactions; returns the barrier the loads complete on.
+    SM120_DEVICE uint64_t* arm(State s, uint32_t bytes) const {
+        mbarrier_arrive_expect_tx(&full[s.stage], bytes);
+        return &full[s.stage];
+    }
+    // Producer: both, for a stage whose byte count is known before the wait.
+    SM120_DEVICE uint64_t* acquire(State s, uint32_t bytes) const {
+        wait_empty(s);
+        return arm(s, bytes);
+    }
+    // Consumer: wait until the stage's data landed.
+    SM120_DEVICE void wait_full(State s) const { mbarrier_wait(&full[s.stage], s.phase); }
+    // Consumer warp: hand the stage back (warp_release).
+    SM120_DEVICE void release(State s, uint32_t lane) const { warp_release(&empty[s.stage], lane); }
+};
+
+}  // namespace sm120
