@@ -34,7 +34,7 @@ EDITS = {  # variant -> [(file under device_layer/, anchor, replacement)]; every
     "base": [],
     "nomma": [(KERNEL, MMA, "acc[i][j][0] += __uint_as_float(af[cur][i][0] ^ bfr[cur][j][0]);")],
     "noldm": [(KERNEL, "load_fragments(st.stage, kk + 1, af[nxt], bfr[nxt]);", ""),
-              (KERNEL, "load_fragments(ahead.stage, 0, af[nxt], bfr[nxt]);", ""),
+              (KERNEL, "load_fragments(next_stage, 0, af[nxt], bfr[nxt]);", ""),
               (KERNEL, "load_fragments(st.stage, 0, af[0], bfr[0]);",
                "load_fragments(st.stage, 0, af[0], bfr[0]); load_fragments(st.stage, 1, af[1], bfr[1]);")],
     "noepi": [(KERNEL, STORE, "        if (acc[0][0][0] == 1234.5f) " + STORE.lstrip())],

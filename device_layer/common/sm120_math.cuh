@@ -1,5 +1,5 @@
 #pragma once
-// Small integer helpers usable on host and device.
+// Small helpers usable on host and device: integer rounding, compile-time loops, register-array fills.
 
 #include <type_traits>
 #include "sm120_arch.cuh"
@@ -20,6 +20,16 @@ SM120_DEVICE void static_for(F&& f) {
         f(std::integral_constant<uint32_t, kBegin>{});
         static_for<kBegin + 1, kEnd>(f);
     }
+}
+
+// Every element of a register array of any rank (accumulators, partial sums) set to v, fully unrolled.
+template <typename T>
+SM120_DEVICE void fill(T& x, T v) { x = v; }
+
+template <typename T, size_t N, typename V>
+SM120_DEVICE void fill(T (&a)[N], V v) {
+#pragma unroll
+    for (size_t i = 0; i < N; ++i) fill(a[i], v);
 }
 
 }  // namespace sm120

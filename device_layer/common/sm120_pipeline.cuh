@@ -29,15 +29,10 @@ struct PipelineState {
     }
 };
 
-// The full/empty barrier pair of each stage: `full` completes on the producer's arrival plus its transaction
-// bytes, `empty` once all `consumers` released the stage. Block-collective: thread 0 initializes, the fence makes
-// the barriers visible to TMA's complete_tx, and __syncthreads to every thread.
-SM120_DEVICE void init_stage_barriers(uint64_t* full, uint64_t* empty, uint32_t stages, uint32_t consumers) {
+// Block-collective: one barrier outside a ring (a buffer loaded once), initialized like a ring's.
+SM120_DEVICE void init_barrier(uint64_t* bar, uint32_t arrive_count) {
     if (threadIdx.x == 0) {
-        for (uint32_t s = 0; s < stages; ++s) {
-            mbarrier_init(&full[s], 1);
-            mbarrier_init(&empty[s], consumers);
-        }
+        mbarrier_init(bar, arrive_count);
         fence_barrier_init();
     }
     __syncthreads();
@@ -53,12 +48,35 @@ SM120_DEVICE void warp_release(uint64_t* empty, uint32_t lane) {
     if (lane == 0) mbarrier_arrive(empty);
 }
 
-// The barrier arrays of a ring (full[kStages], empty[kStages]) and the three operations on a stage.
+// The barrier arrays of a ring (full[kStages], then empty[kStages], in shared memory) and the operations on a stage.
 template <uint32_t kStages>
 struct StageRing {
     using State = PipelineState<kStages>;
+    static constexpr uint32_t kBarrierBytes = 2 * kStages * sizeof(uint64_t);
     uint64_t* full;
     uint64_t* empty;
+
+    // The ring whose barriers start at `barriers` (8-byte aligned shared memory, kBarrierBytes long).
+    SM120_DEVICE static StageRing at(void* barriers) {
+        uint64_t* b = static_cast<uint64_t*>(barriers);
+        return StageRing{b, b + kStages};
+    }
+    // The shared memory just past the barriers (where a kernel keeps further barriers).
+    SM120_DEVICE uint64_t* after() const { return empty + kStages; }
+
+    // Block-collective: `full` completes on the producer's arrival plus its transaction bytes, `empty` once
+    // `consumers` warps released the stage. Thread 0 initializes, the fence makes the barriers visible to TMA's
+    // complete_tx, and __syncthreads to every thread.
+    SM120_DEVICE void init(uint32_t consumers) const {
+        if (threadIdx.x == 0) {
+            for (uint32_t s = 0; s < kStages; ++s) {
+                mbarrier_init(&full[s], 1);
+                mbarrier_init(&empty[s], consumers);
+            }
+            fence_barrier_init();
+        }
+        __syncthreads();
+    }
 
     // Producer: wait until every consumer released the stage (its previous pass).
     SM120_DEVICE void wait_empty(State s) const { mbarrier_wait(&empty[s.stage], s.phase ^ 1); }
@@ -76,6 +94,18 @@ struct StageRing {
     SM120_DEVICE void wait_full(State s) const { mbarrier_wait(&full[s.stage], s.phase); }
     // Consumer warp: hand the stage back (warp_release).
     SM120_DEVICE void release(State s, uint32_t lane) const { warp_release(&empty[s.stage], lane); }
+    // Consumer warp that looks ahead: when `more`, wait for the next stage and `prefetch(its index)` (its first
+    // fragments, so the next MMAs need not wait) before handing the current one back; then step to the next.
+    template <typename Prefetch>
+    SM120_DEVICE void release_ahead(State& s, uint32_t lane, bool more, Prefetch&& prefetch) const {
+        const State ahead = s.next();
+        if (more) {
+            wait_full(ahead);
+            prefetch(ahead.stage);
+        }
+        release(s, lane);
+        s = ahead;
+    }
 };
 
 }  // namespace sm120

@@ -19,7 +19,6 @@
 
 #include <cuda.h>
 #include "../common/sm120_arch.cuh"
-#include "../common/sm120_fence.cuh"
 #include "../common/sm120_ldmatrix.cuh"
 #include "../common/sm120_math.cuh"
 #include "../common/sm120_mbarrier.cuh"
@@ -125,8 +124,7 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
     extern __shared__ __align__(1024) uint8_t smem[];
     uint8_t* smem_a = smem;
     uint8_t* smem_b = smem + kStages * Cfg::kTileABytes;
-    uint64_t* full_bar = reinterpret_cast<uint64_t*>(smem + kStages * Cfg::kStageBytes);
-    uint64_t* empty_bar = full_bar + kStages;
+    const auto ring = StageRing<kStages>::at(smem + kStages * Cfg::kStageBytes);
     // K-grouped only: two 128-byte-aligned CUtensorMap copies edited with tensormap.replace
     uint8_t* desc_stage = smem + align_up(kStages * Cfg::kStageBytes + Cfg::kBarrierBytes, 128u);
     static_assert(kType != GemmType::kKGroupedContiguous || (kAMNMajor && kBMNMajor),
@@ -134,11 +132,9 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
     static_assert(kType != GemmType::kKGroupedContiguous || align_up(Cfg::kSmemBytes, 128u) + 256 <= kMaxSmemPerBlock,
                   "descriptor staging does not fit");
 
-    const uint32_t warp = warp_idx();
-    const uint32_t lane = lane_idx();
+    const uint32_t warp = warp_idx(), lane = lane_idx();
 
-    const StageRing<kStages> ring{full_bar, empty_bar};
-    init_stage_barriers(full_bar, empty_bar, kStages, Cfg::kMathWarps);
+    ring.init(Cfg::kMathWarps);
 
     // Inputs may be produced by the previous kernel in the stream (PDL); wait before touching them.
     pdl_wait_primary();
@@ -278,12 +274,7 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
             }
         }
         if constexpr (!kCInAcc || kCApart) {
-#pragma unroll
-            for (uint32_t i = 0; i < kMI; ++i)
-#pragma unroll
-                for (uint32_t j = 0; j < kNI; ++j)
-#pragma unroll
-                    for (uint32_t e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+            fill(acc, 0.0f);
         }
 
         if (tile.k_end > tile.k_begin) {
@@ -299,13 +290,10 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
                 } else {
                     // Last step of this stage: prefetch the next stage's first fragments (crossing into
                     // the next tile's stage is fine: the producer fills stages in the same order).
-                    const PipelineState<kStages> ahead = st.next();
-                    if (kb + 1 < tile.k_end) {
-                        ring.wait_full(ahead);
-                        load_fragments(ahead.stage, 0, af[nxt], bfr[nxt]);
-                    }
-                    ring.release(st, lane);  // every ldmatrix of this stage has been issued
-                    st = ahead;
+                    // every ldmatrix of this stage has been issued
+                    ring.release_ahead(st, lane, kb + 1 < tile.k_end, [&](uint32_t next_stage) {
+                        load_fragments(next_stage, 0, af[nxt], bfr[nxt]);
+                    });
                 }
 #pragma unroll
                 for (uint32_t i = 0; i < kMI; ++i)

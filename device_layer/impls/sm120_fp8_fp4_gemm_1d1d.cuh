@@ -31,7 +31,6 @@
 
 #include <cuda.h>
 #include "../common/sm120_arch.cuh"
-#include "../common/sm120_fence.cuh"
 #include "../common/sm120_ldmatrix.cuh"
 #include "../common/sm120_math.cuh"
 #include "../common/sm120_mbarrier.cuh"
@@ -83,6 +82,21 @@ template <ScaleKind kKind, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kStages,
 using BlockScaledTileConfig = GemmTileConfig<BLOCK_M, BLOCK_N, kKind == ScaleKind::kMxE2M1E4M3 ? 64 : 128, kStages,
                                              kWarpsM, kWarpsN, kKind == ScaleKind::kMxE4M3E2M1 ? 64 : 128>;
 
+// One operand's packed scale words for K block kb (Side: its selector traits, mma/sm120_scale_selectors.cuh):
+// word s of each of the lane's kW rows (A) or columns (B), shifted to the block's byte. 0 where the row is outside
+// the tile, or the word lies past the last K block (it multiplies TMA's zero fill: 0 keeps the product finite).
+template <typename Side, uint32_t kW>
+SM120_DEVICE void load_scale_words(uint32_t kb, uint32_t (&words)[Side::kWords][kW], const uint32_t* const (&base)[kW],
+                                   const bool (&ok)[kW], uint32_t count, uint32_t stride) {
+#pragma unroll
+    for (uint32_t s = 0; s < Side::kWords; ++s) {
+        const uint32_t p = Side::word_index(kb, s);
+#pragma unroll
+        for (uint32_t w = 0; w < kW; ++w)
+            words[s][w] = ok[w] && p < count ? __ldg(base[w] + static_cast<size_t>(p) * stride) >> Side::shift(kb) : 0u;
+    }
+}
+
 template <ScaleKind kKind, uint32_t kGranKA, uint32_t kGranKB, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kStages,
           uint32_t kWarpsM, uint32_t kWarpsN, uint32_t kGroupN, typename OutT, bool kWithC, GemmType kType>
 __global__ void __launch_bounds__(BlockScaledTileConfig<kKind, BLOCK_M, BLOCK_N, kStages, kWarpsM, kWarpsN>::kThreads, 1)
@@ -117,14 +131,11 @@ sm120_fp8_fp4_gemm_1d1d_kernel(const __grid_constant__ CUtensorMap tmap_a, const
     extern __shared__ __align__(1024) uint8_t smem[];
     uint8_t* smem_a = smem;
     uint8_t* smem_b = smem + kStages * Cfg::kTileABytes;
-    uint64_t* full_bar = reinterpret_cast<uint64_t*>(smem + kStages * Cfg::kStageBytes);
-    uint64_t* empty_bar = full_bar + kStages;
+    const auto ring = StageRing<kStages>::at(smem + kStages * Cfg::kStageBytes);
 
-    const uint32_t warp = warp_idx();
-    const uint32_t lane = lane_idx();
+    const uint32_t warp = warp_idx(), lane = lane_idx();
 
-    const StageRing<kStages> ring{full_bar, empty_bar};
-    init_stage_barriers(full_bar, empty_bar, kStages, Cfg::kMathWarps);
+    ring.init(Cfg::kMathWarps);
     pdl_wait_primary();  // inputs may come from the previous kernel in the stream
 
     const uint32_t num_k_blocks = ceil_div(k, kElemsPerStage);
@@ -177,6 +188,10 @@ sm120_fp8_fp4_gemm_1d1d_kernel(const __grid_constant__ CUtensorMap tmap_a, const
     const uint32_t g8 = lane / 4, q8 = lane % 4;
     static_assert(!kAPacked4 || kMI % 2 == 0, "packed-A fragments are read two m16 tiles at a time");
     static_assert(!kBPacked4 || kNI % 4 == 0, "packed-B fragments are read four n8 tiles at a time");
+    // x4 of a packed-FP4 operand (64-byte rows): lane l addresses row row0 + l, 16 bytes at K step kk
+    auto ldmatrix_packed = [&](const uint8_t* tile_base, uint32_t row0, uint32_t kk, uint32_t (&r)[4]) {
+        ldmatrix_x4(smem_addr(tile_base + swizzle_offset<64>(row0 + lane, kk)), r[0], r[1], r[2], r[3]);
+    };
     auto load_fragments = [&](uint32_t s, uint32_t kk, uint32_t (&af)[kMI][4], uint32_t (&bfr)[kNI][2]) {
         uint8_t* const sa = smem_a + s * Cfg::kTileABytes;
         uint8_t* const sb = smem_b + s * Cfg::kTileBBytes;
@@ -184,8 +199,7 @@ sm120_fp8_fp4_gemm_1d1d_kernel(const __grid_constant__ CUtensorMap tmap_a, const
 #pragma unroll
             for (uint32_t i = 0; i < kMI; i += 2) {
                 uint32_t r[4];
-                ldmatrix_x4(smem_addr(sa + swizzle_offset<64>(wm * Cfg::kWarpM + i * 16 + lane, kk)), r[0], r[1], r[2],
-                            r[3]);
+                ldmatrix_packed(sa, wm * Cfg::kWarpM + i * 16, kk, r);
 #pragma unroll
                 for (uint32_t t = 0; t < 2; ++t) {
                     af[i + t][0] = e2m1x4_to_containers(r[2 * t]), af[i + t][1] = e2m1x4_to_containers(r[2 * t + 1]);
@@ -212,8 +226,7 @@ sm120_fp8_fp4_gemm_1d1d_kernel(const __grid_constant__ CUtensorMap tmap_a, const
 #pragma unroll
             for (uint32_t j = 0; j < kNI; j += 4) {
                 uint32_t r[4];
-                ldmatrix_x4(smem_addr(sb + swizzle_offset<64>(wn * Cfg::kWarpN + j * 8 + lane, kk)), r[0], r[1], r[2],
-                            r[3]);
+                ldmatrix_packed(sb, wn * Cfg::kWarpN + j * 8, kk, r);
 #pragma unroll
                 for (uint32_t t = 0; t < 4; ++t)
                     bfr[j + t][0] = e2m1x4_to_containers(r[t]), bfr[j + t][1] = e2m1x4_to_containers(r[t] >> 16);
@@ -260,35 +273,13 @@ sm120_fp8_fp4_gemm_1d1d_kernel(const __grid_constant__ CUtensorMap tmap_a, const
             b_ok[w] = j < kNI && col < n;
             sfb_cols[w] = sfb + (kType == GemmType::kNormal ? 0 : static_cast<size_t>(g) * sfb_group_stride) + col;
         }
-        // Words past the last K block multiply TMA's zero fill; 0 keeps them finite.
         auto load_scales = [&](uint32_t kb, uint32_t (&wa)[SA::kWords][kWA], uint32_t (&wb)[SB::kWords][kWB]) {
-#pragma unroll
-            for (uint32_t s = 0; s < SA::kWords; ++s) {
-                const uint32_t p = SA::word_index(kb, s);
-#pragma unroll
-                for (uint32_t w = 0; w < kWA; ++w)
-                    wa[s][w] = a_ok[w] && p < words_a
-                                   ? __ldg(sfa_rows[w] + static_cast<size_t>(p) * sfa_pack_stride) >> SA::shift(kb)
-                                   : 0u;
-            }
-#pragma unroll
-            for (uint32_t s = 0; s < SB::kWords; ++s) {
-                const uint32_t p = SB::word_index(kb, s);
-#pragma unroll
-                for (uint32_t w = 0; w < kWB; ++w)
-                    wb[s][w] = b_ok[w] && p < words_b
-                                   ? __ldg(sfb_cols[w] + static_cast<size_t>(p) * sfb_pack_stride) >> SB::shift(kb)
-                                   : 0u;
-            }
+            load_scale_words<SA>(kb, wa, sfa_rows, a_ok, words_a, sfa_pack_stride);
+            load_scale_words<SB>(kb, wb, sfb_cols, b_ok, words_b, sfb_pack_stride);
         };
 
         float acc[kMI][kNI][4];
-#pragma unroll
-        for (uint32_t i = 0; i < kMI; ++i)
-#pragma unroll
-            for (uint32_t j = 0; j < kNI; ++j)
-#pragma unroll
-                for (uint32_t e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+        fill(acc, 0.0f);
 
         uint32_t sa_cur[SA::kWords][kWA], sb_cur[SB::kWords][kWB];
         uint32_t sa_nxt[SA::kWords][kWA], sb_nxt[SB::kWords][kWB];
@@ -305,13 +296,10 @@ sm120_fp8_fp4_gemm_1d1d_kernel(const __grid_constant__ CUtensorMap tmap_a, const
                 if constexpr (kk + 1 < kSteps) {
                     load_fragments(st.stage, kk + 1, af[nxt], bfr[nxt]);
                 } else {
-                    const PipelineState<kStages> ahead = st.next();
-                    if (kb + 1 < tile.k_end) {
-                        ring.wait_full(ahead);
-                        load_fragments(ahead.stage, 0, af[nxt], bfr[nxt]);
-                    }
-                    ring.release(st, lane);  // every ldmatrix of this stage has been issued
-                    st = ahead;
+                    // every ldmatrix of this stage has been issued
+                    ring.release_ahead(st, lane, kb + 1 < tile.k_end, [&](uint32_t next_stage) {
+                        load_fragments(next_stage, 0, af[nxt], bfr[nxt]);
+                    });
                 }
                 static_for<0, kMI>([&](auto i_c) {
                     constexpr uint32_t i = decltype(i_c)::value;

@@ -16,7 +16,6 @@
 
 #include <cuda.h>
 #include "../common/sm120_arch.cuh"
-#include "../common/sm120_fence.cuh"
 #include "../common/sm120_ldmatrix.cuh"
 #include "../common/sm120_mbarrier.cuh"
 #include "../common/sm120_pdl.cuh"
@@ -101,15 +100,13 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
 
     extern __shared__ __align__(1024) uint8_t smem[];
     uint8_t* s_out = smem + kStages * Cfg::kStageBytes;
-    uint64_t* full_bar = reinterpret_cast<uint64_t*>(s_out + Cfg::kOutBytes);
-    uint64_t* empty_bar = full_bar + kStages;
+    const auto ring = StageRing<kStages>::at(s_out + Cfg::kOutBytes);
 
     const uint32_t warp = warp_idx(), lane = lane_idx();
     const uint32_t slice = blockIdx.x % kSlices, hv = blockIdx.x / kSlices % value_heads;
     const uint32_t n = blockIdx.x / kSlices / value_heads, h = hv / group;
     uint32_t start, end;
-    const StageRing<kStages> ring{full_bar, empty_bar};
-    init_stage_barriers(full_bar, empty_bar, kStages, Cfg::kMathWarps);
+    ring.init(Cfg::kMathWarps);
     pdl_wait_primary();
     gdr_sequence(cu_seqlens, seq_len, n, start, end);
     const uint32_t num_chunks = (end - start + C - 1) / C;

@@ -10,7 +10,6 @@
 
 #include <cuda.h>
 #include "../common/sm120_arch.cuh"
-#include "../common/sm120_fence.cuh"
 #include "../common/sm120_mbarrier.cuh"
 #include "../common/sm120_pdl.cuh"
 #include "../common/sm120_pipeline.cuh"
@@ -48,21 +47,14 @@ sm120_mqa_logits_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid
     extern __shared__ __align__(1024) uint8_t smem[];
     uint8_t* smem_q = smem;
     uint8_t* smem_kv = smem + Cfg::kTileQBytes;
-    uint64_t* full_bar = reinterpret_cast<uint64_t*>(smem_kv + kStages * Cfg::kTileKVBytes);
-    uint64_t* empty_bar = full_bar + kStages;
-    uint64_t* q_bar = empty_bar + kStages;
+    const auto ring = StageRing<kStages>::at(smem_kv + kStages * Cfg::kTileKVBytes);
+    uint64_t* q_bar = ring.after();  // q is loaded once
 
-    const uint32_t warp = warp_idx();
-    const uint32_t lane = lane_idx();
+    const uint32_t warp = warp_idx(), lane = lane_idx();
     const uint32_t q0 = blockIdx.x * kQueries;
-    const StageRing<kStages> ring{full_bar, empty_bar};
 
-    init_stage_barriers(full_bar, empty_bar, kStages, Cfg::kMathWarps);
-    if (threadIdx.x == 0) {
-        mbarrier_init(q_bar, 1);
-        fence_barrier_init();
-    }
-    __syncthreads();
+    ring.init(Cfg::kMathWarps);
+    init_barrier(q_bar, 1);
     pdl_wait_primary();
 
     // The CTA's key range: the union of its queries' [ks, ke), from a BLOCK_KV-aligned key.
@@ -116,10 +108,8 @@ sm120_mqa_logits_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid
                 const uint32_t key = Tile::key_of_scale_lane(key0, lane);
                 kvs = key < seq_len_kv ? __ldg(kv_sf + key) : 0u;
             }
-            ring.wait_full(st);
             float acc[kMI][kNI][4];
-            tile.mma(smem_addr(smem_kv + st.stage * Cfg::kTileKVBytes), warp * kWarpKeys, lane, kvs, acc);
-            ring.release(st, lane);  // every ldmatrix of the stage is done
+            tile.mma_stage(ring, st, smem_kv, Cfg::kTileKVBytes, warp * kWarpKeys, lane, kvs, acc);
 
 #pragma unroll
             for (uint32_t j = 0; j < kNI; ++j) {

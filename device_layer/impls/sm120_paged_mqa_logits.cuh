@@ -17,7 +17,6 @@
 
 #include <cuda.h>
 #include "../common/sm120_arch.cuh"
-#include "../common/sm120_fence.cuh"
 #include "../common/sm120_mbarrier.cuh"
 #include "../common/sm120_pdl.cuh"
 #include "../common/sm120_pipeline.cuh"
@@ -63,25 +62,15 @@ sm120_paged_mqa_logits_kernel(const __grid_constant__ CUtensorMap tmap_q, const 
     extern __shared__ __align__(1024) uint8_t smem[];
     uint8_t* smem_q = smem;
     uint8_t* smem_kv = smem + Cfg::kTileQBytes;
-    uint64_t* full_bar = reinterpret_cast<uint64_t*>(smem_kv + kStages * Cfg::kTileKVBytes);
-    uint64_t* empty_bar = full_bar + kStages;
-    uint64_t* q_full = empty_bar + kStages;
-    uint64_t* q_empty = q_full + 1;
+    const auto ring = StageRing<kStages>::at(smem_kv + kStages * Cfg::kTileKVBytes);
+    const auto q_ring = StageRing<1>::at(ring.after());  // one q buffer, reloaded when the batch changes
 
-    const uint32_t warp = warp_idx();
-    const uint32_t lane = lane_idx();
+    const uint32_t warp = warp_idx(), lane = lane_idx();
     const uint32_t row_group = blockIdx.y;
     const uint32_t rows_per_batch = next_n * kHeads;
-    const StageRing<kStages> ring{full_bar, empty_bar};
-    const StageRing<1> q_ring{q_full, q_empty};  // one q buffer, reloaded when the batch changes
 
-    init_stage_barriers(full_bar, empty_bar, kStages, Cfg::kMathWarps);
-    if (threadIdx.x == 0) {
-        mbarrier_init(q_full, 1);
-        mbarrier_init(q_empty, Cfg::kMathWarps);
-        fence_barrier_init();
-    }
-    __syncthreads();
+    ring.init(Cfg::kMathWarps);
+    q_ring.init(Cfg::kMathWarps);
     pdl_wait_primary();
 
     // A key's cache block and its place in it.
@@ -155,10 +144,8 @@ sm120_paged_mqa_logits_kernel(const __grid_constant__ CUtensorMap tmap_q, const 
                 const uint32_t key = Tile::key_of_scale_lane(key0, lane);
                 kvs = any && key < walk.len ? __ldg(reinterpret_cast<const uint32_t*>(scales) + key % kBlockKV) : 0u;
             }
-            ring.wait_full(st);
             float acc[kMI][kNI][4];
-            tile.mma(smem_addr(smem_kv + st.stage * Cfg::kTileKVBytes), warp * kWarpKeys, lane, kvs, acc);
-            ring.release(st, lane);  // every ldmatrix of the stage is done
+            tile.mma_stage(ring, st, smem_kv, Cfg::kTileKVBytes, warp * kWarpKeys, lane, kvs, acc);
 
 #pragma unroll
             for (uint32_t j = 0; j < kNI; ++j) {

@@ -21,7 +21,6 @@
 
 #include <cuda.h>
 #include "../common/sm120_arch.cuh"
-#include "../common/sm120_fence.cuh"
 #include "../common/sm120_ldmatrix.cuh"
 #include "../common/sm120_math.cuh"
 #include "../common/sm120_mbarrier.cuh"
@@ -75,11 +74,9 @@ sm120_tf32_hc_prenorm_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, co
     extern __shared__ __align__(1024) uint8_t smem[];
     uint8_t* smem_a = smem;
     uint8_t* smem_b = smem + kStages * Cfg::kTileABytes;
-    uint64_t* full_bar = reinterpret_cast<uint64_t*>(smem + kStages * Cfg::kStageBytes);
-    uint64_t* empty_bar = full_bar + kStages;
+    const auto ring = StageRing<kStages>::at(smem + kStages * Cfg::kStageBytes);
 
-    const uint32_t warp = warp_idx();
-    const uint32_t lane = lane_idx();
+    const uint32_t warp = warp_idx(), lane = lane_idx();
     const uint32_t m0 = blockIdx.x * BLOCK_M;
     const uint32_t split = blockIdx.y, num_splits = gridDim.y;
     // DeepGEMM's split of ceil(K / 64) blocks: the first (blocks % splits) splits take one block more.
@@ -88,20 +85,13 @@ sm120_tf32_hc_prenorm_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, co
     const uint32_t kb_begin = split * per_split + (split < extra ? split : extra);
     const uint32_t kb_count = per_split + (split < extra ? 1u : 0u);
 
-    const StageRing<kStages> ring{full_bar, empty_bar};
-    init_stage_barriers(full_bar, empty_bar, kStages, Cfg::kMathWarps);
+    ring.init(Cfg::kMathWarps);
     pdl_wait_primary();  // a and b may come from the previous kernel in the stream
 
     float acc[kMI][kNI][4];
     float sq[kMI][2];
-#pragma unroll
-    for (uint32_t i = 0; i < kMI; ++i) {
-        sq[i][0] = sq[i][1] = 0.0f;
-#pragma unroll
-        for (uint32_t j = 0; j < kNI; ++j)
-#pragma unroll
-            for (uint32_t e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
-    }
+    fill(acc, 0.0f);
+    fill(sq, 0.0f);
 
     if (warp == Cfg::kMathWarps) {
         // ---------------- producer warp ----------------

@@ -17,6 +17,7 @@
 #include "../common/sm120_arch.cuh"
 #include "../common/sm120_ldmatrix.cuh"
 #include "../common/sm120_math.cuh"
+#include "../common/sm120_pipeline.cuh"
 #include "../common/sm120_swizzle.cuh"
 #include "../common/sm120_types.cuh"
 #include "../mma/sm120.cuh"
@@ -75,12 +76,7 @@ struct MqaTile {
     SM120_DEVICE void mma(uint32_t kv_base, uint32_t key_row0, uint32_t lane, uint32_t kvs,
                           float (&acc)[kMI][kNI][4]) const {
         const uint32_t b_row = key_row0 + (lane & 7) + ((lane >> 4) << 3), b_chunk = (lane >> 3) & 1;
-#pragma unroll
-        for (uint32_t i = 0; i < kMI; ++i)
-#pragma unroll
-            for (uint32_t j = 0; j < kNI; ++j)
-#pragma unroll
-                for (uint32_t e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+        fill(acc, 0.0f);
         static_for<0, kKSteps>([&](auto k_c) {
             constexpr uint32_t k = decltype(k_c)::value;
             uint32_t bf[kNI][2];
@@ -101,6 +97,17 @@ struct MqaTile {
                 });
             });
         });
+    }
+
+    // The consumer step of a KV ring: wait for stage `st` (tiles of stage_bytes from `stages`), acc = q block x
+    // the warp's keys [key_row0, key_row0 + kWarpKeys) of it, hand the stage back.
+    template <uint32_t kStages>
+    SM120_DEVICE void mma_stage(const StageRing<kStages>& ring, PipelineState<kStages> st, const uint8_t* stages,
+                                uint32_t stage_bytes, uint32_t key_row0, uint32_t lane, uint32_t kvs,
+                                float (&acc)[kMI][kNI][4]) const {
+        ring.wait_full(st);
+        mma(smem_addr(stages + st.stage * stage_bytes), key_row0, lane, kvs, acc);
+        ring.release(st, lane);  // every ldmatrix of the stage is done
     }
 
     // Block-scaled: the key scale word this lane supplies for keys [key0, key0 + kWarpKeys): key key0 + 8 (lane % 4) + lane / 4.
