@@ -137,3 +137,31 @@ def test_jit_tree_digest_uses_the_manifest_formula():
     entries = [(p.relative_to(base).as_posix(), hashlib.sha256(p.read_bytes()).hexdigest())
                for p in base.rglob("*") if p.is_file()]
     assert entries and tree_digest() == tree_sha256(entries)
+
+
+def test_a_bare_spec_without_a_family_compiles(tmp_path, monkeypatch):
+    """Probes (tests/test_block_scaled_atoms_gpu.py, tests/test_launcher_gpu.py) and tools hand the JIT specs that
+    belong to no family: the cache key must not need one (a regression the GPU run caught, now checked here)."""
+    from deep_gemm_sm120 import jit
+    from deep_gemm_sm120.core.params import Param, ParamList
+
+    try:
+        jit.toolchain.find_toolchain()
+    except RuntimeError:
+        pytest.skip("no nvcc")
+
+    class BareSpec:
+        name = "bare_probe"
+        threads = 32
+        smem_bytes = 0
+        params = ParamList(Param("out", "float*"))
+
+        def source(self) -> str:
+            return ('#include "common/sm120_arch.cuh"\n'
+                    'extern "C" __global__ void __launch_bounds__(32, 1) bare_probe(float* out) {\n'
+                    '    out[threadIdx.x] = 1.0f;\n}\n')
+
+    assert not hasattr(BareSpec, "FAMILY")
+    monkeypatch.setenv("DG_SM120_JIT_CACHE_DIR", str(tmp_path))
+    cubin, meta = jit.cubin_for(BareSpec(), "sm_90a")
+    assert cubin[:4] == b"\x7fELF" and meta["target"] == "sm_90a"

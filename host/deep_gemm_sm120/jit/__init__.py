@@ -48,9 +48,10 @@ def cubin_for(spec, target: str, cache: _cache.KernelCache | None = None) -> tup
     cache = cache or _cache.KernelCache()
     tc = toolchain.find_toolchain()
     source = spec.source()
-    header = type(spec).FAMILY.header
-    if os.path.isabs(header):  # a family kept outside device_layer/: its header's bytes key the cache too
-        with open(header, "rb") as fh:
+    family = getattr(type(spec), "FAMILY", None)  # None: a bare spec (probes, tools) that includes what it needs
+    if family is not None and os.path.isabs(family.header):
+        # a family kept outside device_layer/: its header's bytes key the cache too
+        with open(family.header, "rb") as fh:
             source += f"\n// header sha256 {hashlib.sha256(fh.read()).hexdigest()}\n"
     key_flags = ["-cubin", *toolchain.BASE_FLAGS, *toolchain.gencode(target)]  # the include dir is in the digest
     key = _cache.cache_key(tree_digest(), source, key_flags, tc.version, target)
