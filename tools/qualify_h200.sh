@@ -19,7 +19,7 @@ if [ -z "${SKIP_TESTS:-}" ]; then
 fi
 rc_m=0; rc_r=0
 # defaults: every driver and benchmark the family declarations name (tools/family_plan.py)
-for s in ${SANITIZE-$(python3 tools/family_plan.py sanitizers)}; do  # SANITIZE="" runs none  # the driver scripts tests/sanitize_<name>.py
+for s in ${SANITIZE-$(python3 tools/family_plan.py sanitizers)}; do  # tests/sanitize_<name>.py; SANITIZE="" runs none
   compute-sanitizer --tool memcheck --error-exitcode 9 python3 "tests/sanitize_$s.py" > "$OUT/memcheck_$s.log" 2>&1 || rc_m=$?
   compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 9 python3 "tests/sanitize_$s.py" > "$OUT/racecheck_$s.log" 2>&1 || rc_r=$?
 done
