@@ -91,3 +91,16 @@ def test_a_gpu_benchmark_without_a_gpu_says_so(tmp_path):
     proc = subprocess.run([sys.executable, str(BENCH / "bench_einsum.py"), "--quick"], capture_output=True,
                           text=True, timeout=300, env=env, cwd=tmp_path)
     assert proc.returncode == 2 and "needs a CUDA GPU" in proc.stderr, proc.stderr
+
+
+def test_sass_compare_counts_only_the_work_instructions():
+    import sass_compare
+
+    lines = ["@!P0 HMMA.16816.F32.BF16 R4, R8, R12, R4 ;", "@UP1 LDSM.16.M88.4 R8, [R2] ;", "IADD3 R1, R1, 0x1, RZ ;",
+             "SYNCS.ARRIVE.TRANS64.RED.A1T0 RZ, [UR4], RZ ;", "MOV R2, R3 ;", "NOP ;"]
+    assert [sass_compare.opcode(x) for x in lines] == ["HMMA.16816.F32.BF16", "LDSM.16.M88.4", "IADD3",
+                                                        "SYNCS.ARRIVE.TRANS64.RED.A1T0", "MOV", "NOP"]
+    counts = sass_compare.work_counts(lines)
+    assert set(counts) == {"HMMA.16816.F32.BF16", "LDSM.16.M88.4", "SYNCS.ARRIVE.TRANS64.RED.A1T0"}
+    moved = sass_compare.work_counts(lines[:1] + lines[2:])           # an ldmatrix dropped: the counts differ
+    assert moved != counts and sass_compare.work_counts(list(reversed(lines))) == counts  # order does not matter

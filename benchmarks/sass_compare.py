@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""Compare the SASS two device-layer trees produce for the same kernels (same host code): for a refactor that
+should not change what kernels do, the counts of the instructions that do the work (MMAs, ldmatrix, TMA,
+barriers, shuffles, global / shared loads and stores, fences) must match; register assignment and integer
+bookkeeping may move.
+
+    python benchmarks/sass_compare.py OLD_DEVICE_LAYER [NEW_DEVICE_LAYER] [--targets sm_90a,sm_120a]
+
+OLD is e.g. a `git worktree` of an earlier commit's device_layer/. Compiles each family's first instantiation and
+the BF16 plans of a few decode and prefill shapes with the first nvcc found (CPU only, no GPU). Exit 1 when a
+work-instruction count differs, 0 otherwise.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "host"))
+
+# opcode prefixes of the instructions that do a kernel's work; the rest is addressing and bookkeeping
+WORK = ("HMMA", "QMMA", "OMMA", "IMMA", "LDSM", "STSM", "UTMALDG", "UTMASTG", "UTMACMDFLUSH", "SYNCS", "BAR",
+        "SHFL", "LDG", "STG", "LDS", "STS", "ATOM", "RED", "FENCE", "MEMBAR", "F2FP", "FFMA", "FMNMX")
+_ADDR = re.compile(r"/\*[0-9a-f]{4,}\*/")
+
+
+def sass(spec, target: str, tree: str, nvdisasm: str) -> list[str]:
+    from deep_gemm_sm120 import jit
+    from deep_gemm_sm120.jit import cache as jit_cache, device_layer
+
+    os.environ[device_layer.ENV] = tree
+    device_layer.device_layer_dir.cache_clear()
+    device_layer.tree_digest.cache_clear()
+    assert device_layer.device_layer_dir() == tree
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin, _ = jit.cubin_for(spec, target, jit_cache.KernelCache(tmp))
+        path = os.path.join(tmp, "k.cubin")
+        with open(path, "wb") as fh:
+            fh.write(cubin)
+        text = subprocess.run([nvdisasm, "-c", path], capture_output=True, text=True, check=True).stdout
+    return [_ADDR.sub("", line).strip() for line in text.splitlines() if _ADDR.search(line)]
+
+
+def opcode(line: str) -> str:
+    body = re.sub(r"^@!?U?P\w+\s+", "", line)
+    return body.split()[0].rstrip(";") if body.split() else ""
+
+
+def work_counts(lines: list[str]) -> collections.Counter:
+    return collections.Counter(op for op in map(opcode, lines) if op.split(".")[0] in WORK)
+
+
+def kernels() -> list[tuple[str, object]]:
+    from deep_gemm_sm120.core.registry import registry
+    from deep_gemm_sm120.families.bf16_gemm import Bf16GemmSpec, dense_plan, m_bucket
+
+    out = []
+    for m, n, k in ((1, 2112, 7168), (64, 2112, 7168), (128, 2112, 7168), (4096, 4096, 4096)):
+        p = dense_plan(m_bucket(m), n, k, 132)
+        out.append((f"bf16 {m}x{n}x{k}", Bf16GemmSpec(p.config, "fp32" if p.splits > 1 else "bf16", False,
+                                                      p.swap_ab, "normal", "nt")))
+    out += [(f.name, f.specs()[0]) for f in registry().families if f.name != "bf16_gemm" and f.specs()]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("old")
+    ap.add_argument("new", nargs="?", default=os.path.join(ROOT, "device_layer"))
+    ap.add_argument("--targets", default="sm_90a,sm_120a")
+    a = ap.parse_args(argv)
+    from deep_gemm_sm120.core import toolchain
+
+    tc = toolchain.find_toolchain()
+    nvdisasm = tc.nvdisasm or toolchain.find_nvdisasm(tc.nvcc)
+    if nvdisasm is None:
+        ap.exit(2, "sass_compare.py: no nvdisasm (pip install nvidia-cuda-nvdisasm)\n")
+    old, new = os.path.abspath(a.old), os.path.abspath(a.new)
+    worst = 0
+    for name, spec in kernels():
+        for target in a.targets.split(","):
+            before, after = sass(spec, target, old, nvdisasm), sass(spec, target, new, nvdisasm)
+            wb, wa = work_counts(before), work_counts(after)
+            moved = {op: (wb[op], wa[op]) for op in sorted(set(wb) | set(wa)) if wb[op] != wa[op]}
+            same = "identical" if before == after else f"{sum(x != y for x, y in zip(before, after))} lines differ"
+            verdict = "work instructions equal" if not moved else f"WORK DIFFERS {moved}"
+            print(f"{name:28} {target:8} {len(before):5} -> {len(after):5} instructions, {same}; {verdict}",
+                  flush=True)
+            worst = max(worst, 1 if moved else 0)
+    return worst
+
+
+if __name__ == "__main__":
+    sys.exit(main())
