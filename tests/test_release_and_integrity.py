@@ -168,3 +168,28 @@ def test_latest_release_verifies_in_a_deepgemm_layout(tmp_path):
     target.write_bytes(target.read_bytes().replace(b"kStages", b"kStagez", 1))
     code, doc = run_json("--repo", str(ROOT), "--fork", str(fork))
     assert code == 1 and {f["path"]: f["diagnosis"] for f in doc["files"]}["impls/sm120_bf16_gemm.cuh"] == "content"
+
+
+def test_latest_release_upgrades_its_predecessor_by_sync(tmp_path):
+    """A fork vendoring the previous release moves to the latest with one --sync: files the latest moved or
+    dropped are deleted, new ones written, changed ones replaced, and the fork then verifies in sync."""
+    from vendorkit.canonical import CanonicalStore
+    from vendorkit.manifest import ManifestSet
+
+    ms = ManifestSet.load_dir(str(ROOT / "vendor_manifests"))
+    prev, latest = ms.manifests[-2], ms.manifests[-1]
+    store = CanonicalStore(str(ROOT))
+    fork = tmp_path / "DeepGEMM"
+    prefix = fork / "deep_gemm/include/deep_gemm"
+    write_tree(fork, {"deep_gemm/include/deep_gemm/common/utils.cuh": b"// DeepGEMM's own\n"})
+    write_tree(prefix, {e.path: store.get(e) for e in prev.files})
+    code, doc = run_json("--repo", str(ROOT), "--fork", str(fork), "--tag", prev.tag)
+    assert code == 0 and doc["verdict"] == "in-sync"
+    code, out, err = run_cv("--repo", str(ROOT), "--fork", str(fork), "--tag", latest.tag, "--sync")
+    assert code == 0, out + err
+    code, doc = run_json("--repo", str(ROOT), "--fork", str(fork), "--tag", latest.tag)
+    # + the offline verifier the sync writes; the fork's own header is reported, never touched
+    assert code == 0 and doc["verdict"] == "in-sync" and doc["counts"] == {"ok": len(latest.files) + 1, "foreign": 1}
+    ours = {p.relative_to(prefix).as_posix() for p in prefix.rglob("sm120*.cuh")}
+    assert ours == {e.path for e in latest.files}  # nothing the latest release dropped is left behind
+    assert (prefix / "common/utils.cuh").read_bytes() == b"// DeepGEMM's own\n"
