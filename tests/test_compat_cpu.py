@@ -287,10 +287,49 @@ def test_import_hook_provides_deep_gemm_only_when_asked(tmp_path):
     assert prog.stdout.strip() == "True", prog.stderr
 
 
-def test_deepgemm_environment_is_mapped(tmp_path):
-    p = _python("import os, deep_gemm_sm120.compat; print(os.environ['DG_SM120_JIT_CACHE_DIR'])",
-                {"DG_JIT_CACHE_DIR": str(tmp_path), "DG_SM120_JIT_CACHE_DIR": None})
-    assert p.stdout.strip() == str(tmp_path), p.stderr
+def test_deepgemm_environment_is_read_when_used_not_at_import(tmp_path, monkeypatch):
+    """vLLM and SGLang set DG_JIT_CACHE_DIR / DG_JIT_NVCC_COMPILER after `import deep_gemm`: each cache lookup and
+    toolchain search reads them then. Ours win when both are set; DeepGEMM's cache dir gets a subdirectory."""
+    import deep_gemm_sm120.compat  # noqa: F401 - imported first, as a serving stack does
+    from deep_gemm_sm120.core import envvars, toolchain
+    from deep_gemm_sm120.jit import cache as jit_cache
+
+    for name in (*envvars.CACHE_DIR, *envvars.NVCC, *envvars.DEBUG):
+        monkeypatch.delenv(name, raising=False)
+    assert jit_cache.KernelCache().root.endswith(os.path.join(".cache", "deep_gemm_sm120"))
+    monkeypatch.setenv("DG_JIT_CACHE_DIR", str(tmp_path / "dg"))
+    assert jit_cache.KernelCache().root == str(tmp_path / "dg" / "deep_gemm_sm120")
+    monkeypatch.setenv("DG_SM120_JIT_CACHE_DIR", str(tmp_path / "ours"))
+    assert jit_cache.KernelCache().root == str(tmp_path / "ours")
+    # the compiler: DeepGEMM's variable is the first candidate, and a later change is seen
+    monkeypatch.setenv("DG_JIT_NVCC_COMPILER", "/nonexistent/nvcc-a")
+    assert toolchain.nvcc_candidates()[0] == "/nonexistent/nvcc-a"
+    monkeypatch.setenv("DG_SM120_NVCC", "/nonexistent/nvcc-b")
+    assert toolchain.nvcc_candidates()[0] == "/nonexistent/nvcc-b"
+    # debug output: any of DeepGEMM's three switches
+    assert not envvars.flag(envvars.DEBUG)
+    monkeypatch.setenv("DG_JIT_PRINT_COMPILER_COMMAND", "1")
+    assert envvars.flag(envvars.DEBUG)
+    monkeypatch.setenv("DG_JIT_PRINT_COMPILER_COMMAND", "0")
+    assert not envvars.flag(envvars.DEBUG)
+
+
+def test_toolchain_search_follows_a_later_nvcc_variable(tmp_path, monkeypatch):
+    from deep_gemm_sm120.core import envvars, toolchain
+
+    for name in envvars.NVCC:
+        monkeypatch.delenv(name, raising=False)
+    try:
+        first = toolchain.find_toolchain()
+    except RuntimeError:
+        pytest.skip("no nvcc on this machine")
+    fake = tmp_path / "nvcc"
+    fake.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 13.9, V13.9.1'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("DG_JIT_NVCC_COMPILER", str(fake))
+    assert toolchain.find_toolchain().version == "13.9.1"   # not the memoized first answer
+    monkeypatch.delenv("DG_JIT_NVCC_COMPILER")
+    assert toolchain.find_toolchain() == first
 
 
 def test_wheel_ships_the_hook(tmp_path):

@@ -8,12 +8,10 @@ honoured, accepted with a documented meaning, or refused by name. The table: doc
 (generated from compat/surface.py).
 
 Reach it as `deep_gemm` without patching a stack: set DG_SM120_AS_DEEP_GEMM=1 (a real DeepGEMM, if installed,
-still wins) or =force, or call `deep_gemm_sm120.compat.install()`. DeepGEMM's DG_JIT_* variables are mapped to
-ours on import (see _ENV_MAP).
+still wins) or =force, or call `deep_gemm_sm120.compat.install()`. DeepGEMM's DG_JIT_* variables are honoured when
+they are used, not only at import (core/envvars.py).
 """
 from __future__ import annotations
-
-import os
 
 import torch
 
@@ -27,21 +25,6 @@ from ..scale_layout import transform_sf_into_required_layout as _transform_sf
 from . import policy, testing, utils
 from .testing import calc_diff  # noqa: F401 - DeepGEMM name
 from .utils import *  # noqa: F401,F403 - deep_gemm re-exports its utils at top level
-
-# DeepGEMM's variables -> ours (set only when ours is unset).
-_ENV_MAP = {"DG_JIT_CACHE_DIR": "DG_SM120_JIT_CACHE_DIR", "DG_JIT_NVCC_COMPILER": "DG_SM120_NVCC",
-            "DG_JIT_DEBUG": "DG_SM120_JIT_DEBUG", "DG_JIT_PRINT_COMPILER_COMMAND": "DG_SM120_JIT_DEBUG",
-            "DG_JIT_PTXAS_VERBOSE": "DG_SM120_JIT_DEBUG"}
-
-
-def _map_environment() -> None:
-    for theirs, ours in _ENV_MAP.items():
-        if os.environ.get(theirs) and not os.environ.get(ours):
-            os.environ[ours] = os.environ[theirs]
-
-
-_map_environment()
-
 
 def install(force: bool = False):
     """Make `import deep_gemm` give this module, from code (the environment switch does it at start-up).

@@ -57,7 +57,9 @@ def _executable(path: str) -> bool:
 
 
 def nvcc_candidates() -> list[str]:
-    out = [os.environ.get(NVCC_ENV, "")]
+    from . import envvars
+
+    out = [envvars.nvcc()]  # $DG_SM120_NVCC, else DeepGEMM's $DG_JIT_NVCC_COMPILER, read now
     out += [os.path.join(os.environ[v], "bin", "nvcc") for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
     out += [shutil.which("nvcc") or "", "/usr/local/cuda/bin/nvcc", *_wheel_bin("nvcc")]
     return [c for c in out if c]
@@ -108,9 +110,16 @@ def discover(explicit: tuple[str, ...] = ()) -> list[Toolchain]:
     return out
 
 
-@lru_cache(maxsize=None)
 def find_toolchain() -> Toolchain:
-    """The first CUDA >= 13.0 toolchain in search order (JIT). RuntimeError saying how to get one otherwise."""
+    """The first CUDA >= 13.0 toolchain in search order (JIT). RuntimeError saying how to get one otherwise.
+    Memoized per value of the nvcc variables, so setting one later (as serving stacks do) takes effect."""
+    from . import envvars
+
+    return _find_toolchain(envvars.nvcc(), os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", ""))
+
+
+@lru_cache(maxsize=None)
+def _find_toolchain(nvcc_env: str, cuda_home: str, cuda_path: str) -> Toolchain:
     older = []
     for c in nvcc_candidates():
         if not _executable(c):

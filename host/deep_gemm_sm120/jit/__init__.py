@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from ..core import toolchain
 from ..core.progress import Progress
+from ..core import envvars
 from . import cache as _cache
 from .device_layer import device_layer_dir, tree_digest
 
@@ -77,7 +78,7 @@ def cubin_for(spec, target: str, cache: _cache.KernelCache | None = None) -> tup
             raise RuntimeError(f"nvcc failed ({' '.join(cmd)}):\n{log}")
         _count("compiles")
         _count("compile_seconds", dt)
-        if _flag(DEBUG_ENV):
+        if envvars.flag(envvars.DEBUG):  # ours or DeepGEMM's, read at each compile
             sys.stderr.write(f"[deep_gemm_sm120 jit] {' '.join(cmd)}\n{log}\n[compiled in {dt:.2f} s]\n")
         return out, {"name": spec.name, "target": target, "compiler": tc.version, "command": cmd,
                      "ptxas_log": log, "compile_seconds": round(dt, 3)}

@@ -21,7 +21,10 @@ META = "meta.json"
 
 
 def default_root() -> str:
-    return os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "deep_gemm_sm120")
+    """$DG_SM120_JIT_CACHE_DIR, else $DG_JIT_CACHE_DIR/deep_gemm_sm120, else ~/.cache/deep_gemm_sm120, read now."""
+    from ..core import envvars
+
+    return envvars.cache_dir()
 
 
 def cache_key(tree_digest: str, source: str, flags: list[str], compiler_version: str, target: str) -> str:
