@@ -45,6 +45,40 @@ class BuildPyWithDeviceLayer(build_py):
         shutil.copy(os.path.join(HERE, "host", PTH), os.path.join(self.build_lib, PTH))
 
 
+class _EditableHook:
+    """setuptools' editable strategy, plus the opt-in hook's .pth line in the editable wheel (`pip install -e`
+    otherwise installs a finder for the package but not this line, and `import deep_gemm` fails under the
+    variable). The hook module itself is found through setuptools' editable finder, whose .pth sorts first."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __enter__(self):
+        self.inner.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.inner.__exit__(*exc)
+
+    def __call__(self, wheel, files, mapping):
+        self.inner(wheel, files, mapping)
+        with open(os.path.join(HERE, "host", PTH), "rb") as fh:
+            wheel.writestr(PTH, fh.read())
+
+
+CMDCLASS = {"build_py": BuildPyWithDeviceLayer}
+try:  # setuptools >= 64 (pyproject's floor): PEP 660 editable wheels
+    from setuptools.command.editable_wheel import editable_wheel
+
+    class EditableWheelWithHook(editable_wheel):
+        def _select_strategy(self, *args, **kwargs):
+            return _EditableHook(super()._select_strategy(*args, **kwargs))
+
+    CMDCLASS["editable_wheel"] = EditableWheelWithHook
+except ImportError:  # pragma: no cover - older setuptools: `pip install -e` then needs compat.install() in code
+    pass
+
+
 TEST = [
     "pytest>=7",
     "pyyaml>=6",
@@ -79,7 +113,7 @@ setup(
             language="c++",
         )
     ],
-    cmdclass={"build_py": BuildPyWithDeviceLayer},
+    cmdclass=CMDCLASS,
     python_requires=">=3.10",
     install_requires=["pyyaml>=6", "torch>=2.4,<3"],
     extras_require={"test": TEST, "remote": ["requests>=2.28"]},

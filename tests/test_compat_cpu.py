@@ -225,9 +225,8 @@ def test_layout_helpers_and_controls():
     with pytest.raises(ValueError, match="use_ue8m0"):
         compat.per_token_cast_to_fp8(x, use_ue8m0=False, use_packed_ue8m0=True)
     q4, sf4 = compat.per_token_cast_to_fp4(x, use_ue8m0=True, gran_k=32)
-    assert q4.shape == (4, 128) and sf4.shape == (4, 8)
-    with pytest.raises(NotImplementedError, match="gran_k=32"):
-        compat.per_token_cast_to_fp4(x, use_ue8m0=True)
+    assert q4.shape == (4, 128) and q4.dtype == torch.int8 and sf4.shape == (4, 8)
+    assert compat.per_token_cast_to_fp4(x, use_ue8m0=True)[1].shape == (4, 2)  # DeepGEMM's default gran_k 128
     sfp = compat.transform_sf_into_required_layout(torch.ones(4, 2), 4, 256, (1, 128), is_sfa=True)
     assert sfp.dtype == torch.int32
     with pytest.raises(ValueError, match="powers of two"):
@@ -245,7 +244,7 @@ def test_layout_helpers_and_controls():
     with pytest.raises(ValueError, match="multiple of 128"):
         compat.set_mk_alignment_for_contiguous_layout(96)
     assert compat.calc_diff is dg.testing.calc_diff and compat.testing.calc_diff is dg.testing.calc_diff
-    assert compat.pack_ue8m0_to_int is dg.pack_ue8m0_to_int and compat.get_pdl is dg.get_pdl
+    assert compat.pack_ue8m0_to_int is compat.utils.math.pack_ue8m0_to_int and compat.get_pdl is dg.get_pdl
     compat.use_deterministic_algorithms(True)
     assert compat.get_deterministic_algorithms() is True
     compat.set_tc_util(0.8)
