@@ -1,8 +1,12 @@
 """Opt-in `import deep_gemm` for deep_gemm_sm120 (stdlib only; runs at interpreter start via a .pth line).
 
-DG_SM120_AS_DEEP_GEMM=1      `import deep_gemm` gives deep_gemm_sm120.compat when no real DeepGEMM is installed
-DG_SM120_AS_DEEP_GEMM=force  ... even when one is (ours shadows it, for this process only)
+DG_SM120_AS_DEEP_GEMM=1      `import deep_gemm` gives deep_gemm_sm120.compat when no DeepGEMM is present: neither a
+                             top-level `deep_gemm` (DeepGEMM, sgl-deep-gemm) nor a serving stack's bundled copy
+                             (vLLM's vllm/third_party/deep_gemm, which vLLM imports when `import deep_gemm` fails)
+DG_SM120_AS_DEEP_GEMM=force  ours in every case (shadows both, for this process only)
 unset / 0                    nothing happens: this module only reads the variable
+
+`python -m _deep_gemm_sm120_hook` says which DeepGEMM `import deep_gemm` gives in this environment, and why.
 
 Serving stacks (vLLM, SGLang) import `deep_gemm` by name; this lets them reach our kernels without a patch.
 `deep_gemm_sm120.compat.install()` does the same from code. See docs/deep_gemm_compat.md.
@@ -43,15 +47,55 @@ class _AliasLoader(importlib.abc.Loader):
         pass
 
 
+# serving stacks that bundle a DeepGEMM and import it when `import deep_gemm` fails: package -> its copy's folder
+BUNDLED = {"vllm": ("third_party", "deep_gemm")}
+
+
+def _other_finders() -> list:
+    # by marker, not class: `python -m` runs a second copy of this module beside the one the .pth imported
+    return [f for f in sys.meta_path if not getattr(f, "dg_sm120_finder", False) and getattr(f, "find_spec", None)]
+
+
+def present() -> str | None:
+    """Where a DeepGEMM other than ours is: 'deep_gemm at PATH' (top level) or 'vllm.third_party.deep_gemm at PATH'
+    (bundled), else None. Looks at specs and folders only: nothing is imported (vLLM is not)."""
+    for f in _other_finders():
+        spec = f.find_spec(ALIAS, None)
+        if spec is not None:
+            return f"{ALIAS} at {spec.origin or list(spec.submodule_search_locations or [])}"
+    for package, rel in BUNDLED.items():
+        for f in _other_finders():
+            spec = f.find_spec(package, None)
+            for root in (spec.submodule_search_locations or []) if spec is not None else []:
+                init = os.path.join(root, *rel, "__init__.py")
+                if os.path.isfile(init):
+                    return f"{package}.{'.'.join(rel)} at {os.path.dirname(init)}"
+    return None
+
+
+def explain(value: str | None = None) -> str:
+    """One line: which DeepGEMM `import deep_gemm` resolves to under the variable's value, and why."""
+    m, other = mode(value), present()
+    if m is None:
+        return (f"{ENV} is unset: `import deep_gemm` is not ours"
+                + (f"; the DeepGEMM present is {other}" if other else "; no DeepGEMM is present"))
+    if m == "force":
+        return f"{ENV}=force: `import deep_gemm` gives deep_gemm_sm120" + (f" (shadowing {other})" if other else "")
+    if other:
+        return f"{ENV}=1: `import deep_gemm` is not ours: a DeepGEMM is present ({other}); use =force to take over"
+    return f"{ENV}=1: `import deep_gemm` gives deep_gemm_sm120 (no other DeepGEMM is present)"
+
+
 class DeepGemmFinder(importlib.abc.MetaPathFinder):
+    dg_sm120_finder = True
+
     def __init__(self, force: bool):
         self.force = force
         self._real: bool | None = None
 
     def _real_deep_gemm_installed(self) -> bool:
         if self._real is None:
-            others = [f for f in sys.meta_path if not isinstance(f, DeepGemmFinder)]
-            self._real = any(getattr(f, "find_spec", None) and f.find_spec(ALIAS, None) is not None for f in others)
+            self._real = present() is not None
         return self._real
 
     def find_spec(self, fullname, path, target=None):
@@ -83,4 +127,7 @@ def _from_environment() -> None:
         install(force=m == "force")
 
 
-_from_environment()
+if __name__ == "__main__":
+    print(explain())
+else:
+    _from_environment()

@@ -260,6 +260,31 @@ def _python(code: str, env: dict, *paths: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full, timeout=120)
 
 
+def test_precedence_with_a_serving_stacks_bundled_copy(tmp_path):
+    """vLLM imports `deep_gemm` first and falls back to its bundled vllm.third_party.deep_gemm: under =1 that bundled
+    copy counts as present (the hook declines, and vLLM is not imported to find out); under =force ours wins."""
+    stack = tmp_path / "stack"
+    bundled = stack / "vllm" / "third_party" / "deep_gemm"
+    bundled.mkdir(parents=True)
+    (stack / "vllm" / "__init__.py").write_text("raise RuntimeError('vllm must not be imported by the hook')\n")
+    (stack / "vllm" / "third_party" / "__init__.py").write_text("")
+    (bundled / "__init__.py").write_text("BUNDLED = True\n")
+    probe = ("import sys, _deep_gemm_sm120_hook as h\n"
+             "try:\n    import deep_gemm; print('ours' if deep_gemm.__name__.startswith('deep_gemm_sm120') else 'other')\n"
+             "except ModuleNotFoundError:\n    print('none')\n"
+             "print('vllm' in sys.modules)\nprint(h.explain())\n")
+    fallback = _python(probe, {"DG_SM120_AS_DEEP_GEMM": "1"}, str(stack))
+    lines = fallback.stdout.splitlines()
+    assert fallback.returncode == 0 and lines[:2] == ["none", "False"], fallback.stderr
+    assert "vllm.third_party.deep_gemm at" in lines[2] and "=force" in lines[2]
+    forced = _python(probe, {"DG_SM120_AS_DEEP_GEMM": "force"}, str(stack))
+    assert forced.stdout.splitlines()[:2] == ["ours", "False"], forced.stderr
+    assert "shadowing vllm.third_party.deep_gemm" in forced.stdout
+    # and with no DeepGEMM anywhere, =1 is ours
+    alone = _python(probe, {"DG_SM120_AS_DEEP_GEMM": "1"})
+    assert alone.stdout.splitlines()[0] == "ours" and "no other DeepGEMM" in alone.stdout, alone.stderr
+
+
 def test_import_hook_provides_deep_gemm_only_when_asked(tmp_path):
     code = ("import sys, deep_gemm, deep_gemm.testing, deep_gemm.utils; "
             "import deep_gemm_sm120.compat as c; assert deep_gemm is c and deep_gemm.testing is c.testing; "
