@@ -49,25 +49,28 @@ get_k_grouped_mn_major_tma_aligned_packed_ue8m0_tensor pack_ue8m0_to_int ceil_to
 per_channel_cast_to_fp8 per_block_cast_to_fp8 per_token_cast_to_fp4 calc_diff""".split()
 MAIN_ONLY = ["fp8_mqa_logits", "fp8_paged_mqa_logits"]
 
-# DeepGEMM's declared signatures of the GEMM entry points (facts from sgl-deep-gemm 0.2.5)
-SIGNATURES = {
-    "fp8_fp4_gemm_nt": "(a, b, d, c=None, recipe=None, recipe_a=None, recipe_b=None, compiled_dims='', "
-                       "disable_ue8m0_cast=False, alpha=None, epilogue=None)",
-    "m_grouped_fp8_fp4_gemm_nt_contiguous": "(a, b, d, grouped_layout, recipe=None, recipe_a=None, recipe_b=None, "
-                                            "compiled_dims='nk', disable_ue8m0_cast=False, use_psum_layout=False, "
-                                            "ensure_zero_padding=True, expected_m_for_psum_layout=None, epilogue=None)",
-    "m_grouped_fp8_fp4_gemm_nt_masked": "(a, b, d, masked_m, expected_m, recipe=None, recipe_a=None, recipe_b=None, "
-                                        "compiled_dims='nk', disable_ue8m0_cast=False, epilogue=None)",
-    "bf16_gemm_nt": "(a, b, d, c=None, compiled_dims='', alpha=None, epilogue=None)",
-    "m_grouped_bf16_gemm_nt_contiguous": "(a, b, d, grouped_layout, compiled_dims='nk', use_psum_layout=False, "
-                                         "ensure_zero_padding=True, expected_m_for_psum_layout=None, epilogue=None)",
-    "m_grouped_bf16_gemm_nt_masked": "(a, b, d, masked_m, expected_m, compiled_dims='nk', epilogue=None)",
-    "k_grouped_bf16_gemm_tn_contiguous": "(a, b, d, ks, grouped_layout=None, c=None, compiled_dims='mn', "
-                                         "use_psum_layout=False, epilogue=None)",
-    "transform_sf_into_required_layout": "(sf, mn, k, recipe, num_groups=None, is_sfa=None, disable_ue8m0_cast=False, "
-                                         "psum_layout=None)",
-    "tf32_hc_prenorm_gemm": "(a, b, d, sqr_sum, num_splits=None)",
-    "einsum": "(expr, a, b, d, c=None, use_cublaslt=False, epilogue=None)",
+# DeepGEMM 2.8.1's positional parameters (facts from vllm 0.33.0's bundled deep_gemm/_C.py, 2026-12-01): ours are
+# exactly these, in this order; where sgl-deep-gemm 0.2.5 differs (einsum's use_cublaslt, k-grouped `ks`) its
+# spelling is accepted by keyword only
+POSITIONAL_281 = {
+    "fp8_fp4_gemm_nt": "a b d c recipe recipe_a recipe_b compiled_dims disable_ue8m0_cast alpha epilogue",
+    "m_grouped_fp8_fp4_gemm_nt_contiguous": "a b d grouped_layout recipe recipe_a recipe_b compiled_dims "
+                                            "disable_ue8m0_cast use_psum_layout ensure_zero_padding "
+                                            "expected_m_for_psum_layout epilogue",
+    "m_grouped_fp8_fp4_gemm_nt_masked": "a b d masked_m expected_m recipe recipe_a recipe_b compiled_dims "
+                                        "disable_ue8m0_cast epilogue",
+    "k_grouped_fp8_gemm_tn_contiguous": "a b d ks_cpu grouped_layout c recipe compiled_dims use_psum_layout epilogue",
+    "fp8_einsum": "expr a b d c recipe epilogue use_128x4_sfd_layout",
+    "fp8_fp4_paged_mqa_logits": "q kv_cache weights context_lens block_table schedule_meta max_context_len indices",
+    "get_mqa_logits_metadata": "cu_seq_len_k_start cu_seq_len_k_end num_kv_tokens num_heads",
+    "bf16_gemm_nt": "a b d c compiled_dims alpha epilogue",
+    "m_grouped_bf16_gemm_nt_contiguous": "a b d grouped_layout compiled_dims use_psum_layout ensure_zero_padding "
+                                         "expected_m_for_psum_layout epilogue",
+    "m_grouped_bf16_gemm_nt_masked": "a b d masked_m expected_m compiled_dims epilogue",
+    "k_grouped_bf16_gemm_tn_contiguous": "a b d ks_cpu grouped_layout c compiled_dims use_psum_layout epilogue",
+    "einsum": "expr a b d c epilogue",
+    "transform_sf_into_required_layout": "sf mn k recipe num_groups is_sfa disable_ue8m0_cast psum_layout",
+    "tf32_hc_prenorm_gemm": "a b d sqr_sum num_splits",
 }
 
 
@@ -86,14 +89,42 @@ def test_every_deepgemm_name_exists():
     assert {e.name for e in surface.ENTRIES} >= set(SGL_025_NAMES + MAIN_ONLY)
 
 
-def test_signatures_are_deepgemms():
-    for name, sig in SIGNATURES.items():
-        assert str(inspect.signature(getattr(compat, name))) == sig, name
+def test_positional_orders_are_deepgemm_281s():
+    for name, expected in POSITIONAL_281.items():
+        params = inspect.signature(getattr(compat, name)).parameters.values()
+        assert [p.name for p in params if p.kind == p.POSITIONAL_OR_KEYWORD] == expected.split(), name
+        assert not any(p.kind == p.VAR_POSITIONAL for p in params), name
+    # fp8_fp4_mqa_logits takes two published forms (*args, told apart by the 6th argument's type); 2.8.1's is
+    # (q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, max_seqlen_k, schedule_meta)
+    bound = mqa_logits_arguments(("q", "kv", "w", "ks", "ke", 64, "meta"), {})
+    assert (bound["max_seqlen_k"], bound["schedule_meta"], bound["clean_logits"]) == (64, "meta", False)
+
+
+def test_sgl_deep_gemm_spellings_by_keyword():
+    sig = inspect.signature(compat.einsum)
+    assert sig.parameters["use_cublaslt"].kind == inspect.Parameter.KEYWORD_ONLY
+    with pytest.raises(TypeError, match="once"):
+        compat.k_grouped_bf16_gemm_tn_contiguous(_z(8, 4), _z(8, 4), _z(1, 4, 4, dtype=torch.float32), [8], ks=[8])
+    _reaches_device_check(compat.k_grouped_bf16_gemm_tn_contiguous, _z(8, 16), _z(8, 16),
+                          _z(1, 16, 16, dtype=torch.float32), ks=[8])
+    with pytest.raises(TypeError, match="one alignment"):
+        compat.set_mk_alignment_for_contiguous_layout(128, new_value=256)
+    compat.set_mk_alignment_for_contiguous_layout(new_value=256)
+    try:
+        assert compat.get_mk_alignment_for_contiguous_layout() == 256
+    finally:
+        compat.set_mk_alignment_for_contiguous_layout(128)
 
 
 def test_statuses_match_behaviour():
     for e in surface.ENTRIES:
         fn = getattr(compat, e.name)
+        if inspect.ismodule(fn):  # a refusing module refuses with every name it has
+            if e.status in (surface.OUT_OF_SCOPE, surface.NOT_PROVIDED):
+                for n in fn.__all__:
+                    with pytest.raises(NotImplementedError, match=n):
+                        getattr(fn, n)()
+            continue
         if e.status == surface.ALIAS:
             assert fn is getattr(compat, e.note), e.name
         elif e.status in (surface.NOT_YET, surface.OUT_OF_SCOPE, surface.NOT_PROVIDED):
@@ -111,7 +142,7 @@ def test_statuses_match_behaviour():
 
 def test_compat_table_in_docs_is_current():
     doc = (ROOT / "docs" / "deep_gemm_compat.md").read_text()
-    assert surface.render() in doc, "regenerate with python -m deep_gemm_sm120.compat.surface"
+    assert surface.render() in doc, "regenerate with python -m deep_gemm_sm120.compat"
 
 
 def test_block_scaled_caller_patterns_reach_the_kernels():
@@ -149,8 +180,26 @@ def test_bf16_caller_patterns_and_keyword_refusals():
     _reaches_device_check(compat.bf16_gemm_nt, a, b, d, c=None, compiled_dims="mn", alpha=1.0)
     with pytest.raises(NotImplementedError, match="alpha"):
         compat.bf16_gemm_nt(a, b, d, alpha=2.0)
-    with pytest.raises(NotImplementedError, match="epilogue"):
+    ep = compat.epilogue
+    with pytest.raises(TypeError, match="epilogue object"):
         compat.bf16_gemm_tn(a, b, d, epilogue=object())
+    for refused in (ep.FP8Quantization(_z(1)), ep.FP8CastWithClamp(_z(1), 1.0), ep.BF16StochasticRounding()):
+        with pytest.raises(NotImplementedError, match=type(refused).__name__):
+            compat.bf16_gemm_tn(a, b, d, epilogue=refused)
+    _reaches_device_check(compat.bf16_gemm_nt, a, b, d, epilogue=ep.Identity())
+    _reaches_device_check(compat.bf16_gemm_nt, a, b, d, epilogue=ep.Alpha(1))
+    with pytest.raises(NotImplementedError, match="alpha"):
+        compat.bf16_gemm_nt(a, b, d, epilogue=ep.Alpha(2.0))
+    fa, fb = (_z(4, 128, dtype=FP8), torch.ones(4, 1)), (_z(4, 128, dtype=FP8), torch.ones(4, 1))
+    _reaches_device_check(compat.fp8_gemm_nt, fa, fb, _z(4, 4), epilogue=ep.Alpha(0.5))
+    _reaches_device_check(compat.fp8_gemm_nt, fa, fb, _z(4, 4), alpha=0.5, epilogue=ep.Alpha(0.5))
+    with pytest.raises(ValueError, match="disagree"):
+        compat.fp8_gemm_nt(fa, fb, _z(4, 4), alpha=0.25, epilogue=ep.Alpha(0.5))
+    with pytest.raises(NotImplementedError, match="alpha"):  # grouped GEMMs do not scale their result
+        compat.m_grouped_fp8_gemm_nt_masked(fa, fb, _z(1, 4, 4), torch.zeros(1, dtype=torch.int32), 4,
+                                            epilogue=ep.Alpha(0.5))
+    with pytest.raises(NotImplementedError, match="FP8 output"):
+        compat.fp8_einsum("bhr,hdr->bhd", fa, fb, (_z(4, 4), torch.ones(4, 1)), use_128x4_sfd_layout=True)
     with pytest.raises(TypeError, match="compiled_dims"):
         compat.bf16_gemm_nn(a, b, d, compiled_dims=3)
     with pytest.raises(TypeError, match="disable_ue8m0_cast"):

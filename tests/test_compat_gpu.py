@@ -117,3 +117,67 @@ def test_paged_sparse_indexer_as_a_serving_stack_calls_it(deep_gemm):
     torch.cuda.synchronize()
     ref, valid = paged_sparse_mqa_logits(c["q_deq"], c["pages_deq"], c["w"].float(), c["lens"], c["table"], c["idx"], 8)
     assert_matches(out, ref, valid, "deep_gemm paged sparse")
+
+
+def test_epilogue_alpha_and_fp8_output_refusal(deep_gemm):
+    m, n, k = 64, 256, 512
+    x, w = torch.randn(m, k, device="cuda"), torch.randn(n, k, device="cuda")
+    (xq, xs), (wq, ws) = deep_gemm.per_token_cast_to_fp8(x, use_ue8m0=True), deep_gemm.per_block_cast_to_fp8(w, use_ue8m0=True)
+    ref = _dequant(xq, xs, 1, 128) @ _dequant(wq, ws, 128, 128).T
+    d = poison_like(torch.empty(m, n, device="cuda", dtype=torch.bfloat16))
+    deep_gemm.fp8_gemm_nt((xq, xs), (wq, ws), d, epilogue=deep_gemm.epilogue.Alpha(0.5))
+    torch.cuda.synchronize()
+    assert deep_gemm.calc_diff(d, 0.5 * ref) < 1e-5
+    with pytest.raises(NotImplementedError, match="FP8Quantization"):
+        deep_gemm.fp8_gemm_nt((xq, xs), (wq, ws), d, epilogue=deep_gemm.epilogue.FP8Quantization(xs))
+
+
+def test_nvfp4_through_the_ue4m3_layout_helper(deep_gemm):
+    """sgl-deep-gemm's NVFP4 weight path: per_token_cast_to_nvfp4 -> transform_ue4m3_sf_into_required_layout ->
+    fp8_fp4_gemm_nt with recipe (1, 1, 16), against the dequantized fp64 product."""
+    m, n, k = 96, 128, 256
+    x, w = torch.randn(m, k, device="cuda"), torch.randn(n, k, device="cuda")
+    (xq, xs), (wq, ws) = deep_gemm.per_token_cast_to_nvfp4(x), deep_gemm.per_token_cast_to_nvfp4(w)
+    sfa = deep_gemm.transform_ue4m3_sf_into_required_layout(xs, m)
+    sfb = deep_gemm.transform_ue4m3_sf_into_required_layout(ws, n)
+    assert sfa.dtype == torch.int32 and sfa.stride(0) == 1
+    ref = deep_gemm.cast_back_from_fp4(xq, xs, gran_k=16).double() @ deep_gemm.cast_back_from_fp4(wq, ws, gran_k=16).double().T
+    d = poison_like(torch.empty(m, n, device="cuda", dtype=torch.bfloat16))
+    deep_gemm.fp8_fp4_gemm_nt((xq, sfa), (wq, sfb), d, recipe=(1, 1, 16))
+    torch.cuda.synchronize()
+    assert deep_gemm.calc_diff(d, ref) < 1e-5
+
+
+_COMPILE_ONLY = """
+import sys, torch
+import deep_gemm_sm120.compat as dg
+from deep_gemm_sm120 import jit
+a = torch.randn(96, 384, device='cuda', dtype=torch.bfloat16)
+b = torch.randn(160, 384, device='cuda', dtype=torch.bfloat16)
+d = torch.full((96, 160), float('nan'), device='cuda')
+assert dg.get_compile_mode() == 0
+dg.set_compile_mode(1)
+dg.bf16_gemm_nt(a, b, d)
+torch.cuda.synchronize()
+built, untouched = len(jit._loaded), bool(d.isnan().all())
+dg.set_compile_mode(0)
+compiles = jit.stats['compiles'] + jit.stats['disk_hits']
+dg.bf16_gemm_nt(a, b, d)
+torch.cuda.synchronize()
+err = dg.calc_diff(d, a.double() @ b.double().T)
+print(built, untouched, jit.stats['compiles'] + jit.stats['disk_hits'] - compiles, err < 1e-6)
+"""
+
+
+def test_compile_mode_one_builds_without_launching(tmp_path, sm120_or_emulation):
+    """SGLang's warm-up: under set_compile_mode(1) the kernel is compiled and loaded but not run (d keeps its NaNs);
+    back in mode 0 the same call needs no new compile and computes the product. A fresh process and JIT cache."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "DG_SM120_JIT_CACHE_DIR": str(tmp_path)}
+    p = subprocess.run([sys.executable, "-c", _COMPILE_ONLY], capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stderr
+    built, untouched, new_builds, close = p.stdout.split()
+    assert int(built) >= 1 and untouched == "True" and new_builds == "0" and close == "True", p.stdout

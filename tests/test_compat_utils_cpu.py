@@ -129,3 +129,84 @@ def test_nvfp4_helpers_and_transpose():
         utils.nvfp4.per_token_cast_to_nvfp4(x[:, :48])
     with pytest.raises(TypeError, match="int8"):
         utils.transpose_packed_fp4(packed.view(torch.uint8))
+
+
+def _fallback_packed_ue8m0(x: torch.Tensor) -> torch.Tensor:
+    """DeepGEMM's documented packing, restated: exponent bytes, zero-padded to [TMA-aligned MN, K rounded to 4],
+    four per int32, stored MN-major, viewed back to [MN, K/4]."""
+    mn, k = x.shape
+    aligned_mn, aligned_k = -(-mn // 4) * 4, -(-k // 4) * 4
+    raw = torch.zeros(aligned_mn, aligned_k, dtype=torch.uint8)
+    raw[:mn, :k] = (x.view(torch.int32) >> 23).to(torch.uint8)
+    words = raw.view(torch.int32)
+    out = torch.zeros(aligned_k // 4, aligned_mn, dtype=torch.int32).t()
+    out[:] = words
+    return out[:mn]
+
+
+def test_packed_ue8m0_layout_bytes_are_deepgemms():
+    """Padding scales are 0 (as DeepGEMM writes them), not 1.0; MN-major, 16-byte aligned word stride."""
+    sf = 2.0 ** torch.randint(-8, 8, (6, 5)).float()
+    ours = utils.get_mn_major_tma_aligned_packed_ue8m0_tensor(sf)
+    theirs = _fallback_packed_ue8m0(sf)
+    assert ours.shape == theirs.shape and ours.stride() == theirs.stride() == (1, 8)
+    assert torch.equal(ours, theirs)
+    assert (ours[:, 1] >> 8).eq(0).all(), "scale bytes 5..7 of each row pad with 0"
+    with pytest.raises(ValueError, match="powers of two"):
+        utils.get_mn_major_tma_aligned_packed_ue8m0_tensor(sf * 1.5)
+
+
+def test_ue4m3_helpers_and_layout():
+    x = torch.tensor([[0.5, 1.0, 448.0, 2.0 ** -9], [3.0, 0.0, 6.0, 0.25]])
+    packed = utils.pack_ue4m3_to_int(x)
+    assert packed.dtype == torch.int32 and packed.shape == (2, 1)
+    assert torch.equal(utils.unpack_ue4m3_from_int(packed), x)
+    assert torch.equal(utils.cast_to_ue4m3(torch.tensor([1.03])), torch.tensor([1.0]))
+    with pytest.raises(ValueError, match="cast_to_ue4m3"):
+        utils.pack_ue4m3_to_int(torch.tensor([[1.03, 1.0, 1.0, 1.0]]))  # never rounded silently
+    with pytest.raises(ValueError, match="non-negative"):
+        utils.pack_ue4m3_to_int(-x)
+    sf = utils.cast_to_ue4m3(torch.rand(6, 5) * 4)      # [MN = 6, K/16 = 5]: one padded word per row
+    out = utils.transform_ue4m3_sf_into_required_layout(sf, 6)
+    assert out.shape == (6, 2) and out.stride() == (1, 8)
+    raw = out.t().contiguous().view(torch.uint8).view(2, 6, 4).permute(1, 0, 2).reshape(6, 8)
+    assert torch.equal(raw[:, :5].view(torch.float8_e4m3fn).float(), sf) and raw[:, 5:].eq(0).all()
+    with pytest.raises(ValueError, match="MN = 7"):
+        utils.transform_ue4m3_sf_into_required_layout(sf, 7)
+    a, b = utils.per_token_cast_to_nvfp4(torch.randn(4, 64), use_packed_ue4m3=True)  # sgl-deep-gemm's spelling
+    assert b.dtype == torch.int32 and b.shape == (4, 1)
+
+
+def test_compile_mode_switch():
+    from deep_gemm_sm120 import compat, launch
+
+    assert compat.get_compile_mode() == 0
+    for bad, err in ((2, ValueError), (True, TypeError), ("1", TypeError)):
+        with pytest.raises(err):
+            compat.set_compile_mode(bad)
+    compat.set_compile_mode(1)
+    try:
+        assert compat.get_compile_mode() == 1
+        assert launch.bound().launch is launch._skip_launch   # every family's launch goes through this entry
+        launch.launch(type("K", (), {"handle": 0, "threads": 1, "smem_bytes": 0, "pdl": False})(), 1, b"", b"", 0)
+    finally:
+        compat.set_compile_mode(0)
+    assert launch.BOUND.launch is None and compat.get_compile_mode() == 0
+
+
+def test_version_and_module_surfaces():
+    from deep_gemm_sm120 import compat
+
+    assert compat.__version__ == "2.8.1" and compat.__implementation__ == "deep_gemm_sm120"
+    assert compat.is_localization_available() is False and compat.locality_domain.is_localized(torch.zeros(1)) is False
+    compat.destroy_localizer(), compat.locality_domain.release_mlopart()
+    with pytest.raises(NotImplementedError, match="MLOPart"):
+        compat.locality_domain.empty_per_domain((4,), torch.float32)
+    assert isinstance(compat.NVFP4SymmBuffer, type) and compat.mega.NVFP4SymmBuffer is compat.NVFP4SymmBuffer
+    with pytest.raises(NotImplementedError, match="NVFP4SymmBuffer"):
+        compat.NVFP4SymmBuffer(None, 8, 128, 2, 1024, 512)
+    for name in ("get_block_m_for_nvfp4_mega_moe", "fp4_fp4_mega_moe", "get_bf16_mega_gate_config"):
+        with pytest.raises(NotImplementedError, match=name):
+            getattr(compat, name)(1, 2, 3, 4)
+    with pytest.raises(NotImplementedError, match="m_grouped_bf16_gemm_nt_contiguous"):
+        compat.legacy.m_grouped_bf16_gemm_nt_contiguous_tl(None, None, None, None)

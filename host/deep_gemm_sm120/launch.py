@@ -15,12 +15,13 @@ PDL_ENV = "DG_SM120_PDL"
 class Launcher:
     """Launch state shared by every family: the raw launch entry and stream getter (bound on first use, so
     importing stays free of CUDA) and the PDL switch (None until the first launch reads the environment)."""
-    __slots__ = ("launch", "stream", "pdl")
+    __slots__ = ("launch", "stream", "pdl", "compile_mode")
 
     def __init__(self) -> None:
         self.launch = None
         self.stream = None
         self.pdl: bool | None = None
+        self.compile_mode = 0
 
     def bind(self) -> "Launcher":
         self.launch, self.stream = runtime.launcher(), runtime.current_stream_fn()
@@ -49,6 +50,33 @@ def set_pdl(enabled: bool) -> None:
     if not isinstance(enabled, bool):
         raise TypeError(f"set_pdl takes a bool, got {type(enabled).__name__}")
     BOUND.pdl = enabled
+
+
+COMPILE_MODES = {0: "compile (JIT, on first use of a configuration) and launch",
+                 1: "compile only: every check runs and each kernel is built and loaded into the JIT cache, but no "
+                    "kernel is launched (outputs are left as they are): warm-up without GPU work"}
+
+
+def _skip_launch(*args) -> None:
+    """The launch entry under compile mode 1: the kernel was built and loaded by the caller; nothing runs."""
+
+
+def get_compile_mode() -> int:
+    return BOUND.compile_mode
+
+
+def set_compile_mode(mode: int) -> None:
+    """DeepGEMM's compile mode (see COMPILE_MODES). Mode 1 swaps the launch entry every family calls for one that
+    does nothing, so hot paths keep their single attribute read; mode 0 rebinds the real one on next use."""
+    if isinstance(mode, bool) or not isinstance(mode, int):
+        raise TypeError(f"set_compile_mode takes an int, got {type(mode).__name__}")
+    if mode not in COMPILE_MODES:
+        raise ValueError(f"compile mode must be one of {sorted(COMPILE_MODES)} ({COMPILE_MODES}), got {mode}")
+    BOUND.compile_mode = mode
+    if mode == 1:
+        BOUND.launch, BOUND.stream = _skip_launch, lambda index: 0
+    else:
+        BOUND.launch = BOUND.stream = None
 
 
 def device_of(**tensors: torch.Tensor) -> int:

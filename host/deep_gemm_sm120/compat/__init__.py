@@ -18,13 +18,19 @@ import torch
 import importlib
 
 from .. import launch as _launch
-from ..core.deepgemm import ALIAS, SUPPORTED
+from ..core.deepgemm import ALIAS, NOT_PROVIDED, NOT_YET, OUT_OF_SCOPE, SUPPORTED
 from ..core.registry import registry
 from ..device import get_num_sms, set_num_sms  # noqa: F401 - DeepGEMM names
 from ..scale_layout import transform_sf_into_required_layout as _transform_sf
 from . import policy, testing, utils
 from .testing import calc_diff  # noqa: F401 - DeepGEMM name
 from .utils import *  # noqa: F401,F403 - deep_gemm re-exports its utils at top level
+
+# The DeepGEMM API level this surface follows: names, positional orders and keywords of DeepGEMM 2.8.1 (the copy
+# vLLM 0.33 bundles), plus sgl-deep-gemm 0.2.5's extra names. `__implementation__` says whose kernels run.
+__version__ = "2.8.1"
+__implementation__ = "deep_gemm_sm120"
+
 
 def install(force: bool = False):
     """Make `import deep_gemm` give this module, from code (the environment switch does it at start-up).
@@ -92,22 +98,22 @@ def batched_symm(a, b, d):
     raise NotImplementedError("batched_symm is not provided by deep_gemm_sm120 (no SM120 kernel)")
 
 
-def _out_of_scope(name: str):
-    def refuse(*args, **kwargs):
-        raise NotImplementedError(f"{name} is out of scope for deep_gemm_sm120 (MegaMoE, symmetric memory and "
-                                  f"locality entry points are not provided)")
-    refuse.__name__ = refuse.__qualname__ = name
-    return refuse
+# ---------------------------------------------------------------- modules and names with no SM120 kernel
+
+from . import epilogue, legacy, locality_domain, mega  # noqa: E402 - DeepGEMM's submodules, as attributes
+from .locality_domain import destroy_localizer, is_localization_available, is_localized  # noqa: E402,F401
+from .surface import GENERIC as _GENERIC  # noqa: E402
 
 
-for _name in ("bf16_mega_gate", "mega_mhc", "SymmBuffer", "SM90SymmBuffer", "transform_weights_for_mega_moe",
-              "transform_weights_for_mega_moe_sm90", "transform_scales_for_mega_moe", "fp8_fp4_mega_moe",
-              "nvfp4_mega_moe", "bf16_mega_moe", "fp8_mega_moe", "mega_moe_pre_dispatch", "mega_moe_pre_dispatch_sm90",
-              "get_block_m_for_mega_moe", "get_symm_buffer_for_mega_moe", "get_symm_buffer_for_sm90_mega_moe",
-              "get_num_locality_domains", "is_localization_available", "localize", "localize_rows", "is_localized",
-              "destroy_localizer"):
-    globals()[_name] = _out_of_scope(_name)
-del _name
+def _bind_refusals() -> None:
+    """Every name the compat table declares as not provided / out of scope / not yet, and that has no callable
+    with DeepGEMM's signature above, refuses with the table's reason (compat/surface.py is the one list)."""
+    for e in _GENERIC:
+        if e.status in (NOT_PROVIDED, OUT_OF_SCOPE, NOT_YET) and e.name not in globals():
+            globals()[e.name] = policy.declared_refusal(e.name)
+
+
+_bind_refusals()
 
 
 # ---------------------------------------------------------------- layout helpers and runtime controls
@@ -125,6 +131,7 @@ def transform_sf_into_required_layout(sf, mn, k, recipe, num_groups=None, is_sfa
 
 
 get_pdl, set_pdl = _launch.get_pdl, _launch.set_pdl
+get_compile_mode, set_compile_mode = _launch.get_compile_mode, _launch.set_compile_mode
 _settings = {"deterministic": True, "tc_util": None, "block_size_multiple_of": None, "ignore_compile_dims": False}
 
 
@@ -159,7 +166,9 @@ def shutdown() -> None:
     """Nothing to release before interpreter exit (kernels live in the primary context)."""
 
 
-__all__ = [n for n in dir() if not n.startswith("_") and n not in ("annotations", "os", "torch", "utils", "testing",
-                                                                   "importlib", "policy", "registry", "ALIAS",
-                                                                   "SUPPORTED")]
-__all__ += ["utils", "testing"]
+_MODULES = ("utils", "testing", "epilogue", "legacy", "locality_domain", "mega")
+__all__ = [n for n in dir() if not n.startswith("_") and n not in ("annotations", "os", "torch", "importlib", "policy",
+                                                                   "registry", "surface", "ALIAS", "SUPPORTED",
+                                                                   "NOT_PROVIDED", "NOT_YET", "OUT_OF_SCOPE",
+                                                                   *_MODULES)]
+__all__ += list(_MODULES)

@@ -8,9 +8,25 @@ import torch
 from ..core.rules import dtype_name
 
 
-def no_epilogue(name: str, epilogue) -> None:
-    if epilogue is not None:
-        raise NotImplementedError(f"{name}(epilogue=...) is not supported: deep_gemm_sm120 has no fused epilogues")
+def epilogue(name: str, value, alpha_=None, scales: bool = False):
+    """DeepGEMM's `epilogue=` -> the alpha the GEMM applies (None: none given). None and Identity() change nothing;
+    Alpha(x) is `alpha=x` (given both, they must agree); a GEMM that does not scale its result (scales=False)
+    takes only alpha 1. The FP8-output and stochastic-rounding epilogues are refused by name."""
+    from .epilogue import Alpha, Epilogue, Identity
+
+    if value is not None and not isinstance(value, Epilogue):
+        raise TypeError(f"{name}(epilogue=...) takes a deep_gemm.epilogue object or None, got {type(value).__name__}")
+    if isinstance(value, Alpha):
+        if alpha_ is not None and alpha_ != value.alpha:
+            raise ValueError(f"{name}: alpha={alpha_!r} and epilogue=Alpha({value.alpha!r}) disagree")
+        alpha_ = value.alpha
+    elif value is not None and not isinstance(value, Identity):
+        raise NotImplementedError(f"{name}(epilogue={value.kind}) is not supported: deep_gemm_sm120 kernels have "
+                                  f"no fused output quantization or stochastic rounding (Identity and Alpha are)")
+    if not scales and alpha_ is not None and alpha_ != 1:
+        raise NotImplementedError(f"{name}(alpha={alpha_!r}): this kernel computes its result without a scale; "
+                                  f"only alpha None or 1")
+    return alpha_
 
 
 def compiled_dims(name: str, value) -> None:
@@ -86,8 +102,27 @@ def zero_psum_padding(d: torch.Tensor, ends: torch.Tensor, align_rows: int) -> N
 
 
 def refusal(name: str, message: str):
-    """A callable under DeepGEMM's name that refuses with NotImplementedError naming itself and why."""
+    """A callable under DeepGEMM's name that refuses with NotImplementedError naming itself and why. A class
+    name (SymmBuffer, NVFP4SymmBuffer) gets a class whose construction refuses, so isinstance checks still work."""
     def refuse(*args, **kwargs):
         raise NotImplementedError(f"{name}: {message}")
+    if name[:1].isupper():
+        return type(name, (), {"__init__": lambda self, *a, **k: refuse(), "__doc__": f"Not provided: {message}"})
     refuse.__name__ = refuse.__qualname__ = name
     return refuse
+
+
+_DECLARED: dict[str, object] = {}
+
+
+def declared_refusal(name: str):
+    """The refusal of a name the compat table declares as not provided / out of scope, with the table's reason;
+    one object per name, so `deep_gemm.X is deep_gemm.mega.X` holds as in DeepGEMM."""
+    if name not in _DECLARED:
+        from .surface import ENTRIES
+
+        notes = [e.note for e in ENTRIES if e.name == name]
+        if not notes:
+            raise LookupError(f"{name} is not in the compat table (compat/surface.py)")
+        _DECLARED[name] = refusal(name, notes[0])
+    return _DECLARED[name]

@@ -2,7 +2,7 @@
 it) with what deep_gemm_sm120.compat does for it: the names each kernel family answers for come from its
 declaration (`Family.deepgemm`, core/deepgemm.py), the rest (utilities, runtime controls, names with no SM120
 kernel) are listed here. docs/deep_gemm_compat.md is generated from the whole (`python -m
-deep_gemm_sm120.compat.surface`; a test keeps it current) and tests check each status against the behaviour."""
+deep_gemm_sm120.compat`; a test keeps it current) and tests check each status against the behaviour."""
 from __future__ import annotations
 
 from ..core.deepgemm import ALIAS, NOT_PROVIDED, NOT_YET, OUT_OF_SCOPE, SUPPORTED, Entry  # noqa: F401
@@ -15,14 +15,31 @@ GENERIC: tuple[Entry, ...] = (
     Entry("cublaslt_nvfp4_gemm_nt", NOT_PROVIDED, "use fp8_fp4_gemm_nt with NVFP4 operands"),
     Entry("batched_syrk", NOT_PROVIDED, "no SM120 kernel"),
     Entry("batched_symm", NOT_PROVIDED, "no SM120 kernel"),
-    # ---- MegaMoE, symmetric memory, locality: out of scope (issue 15)
-    *(Entry(n, OUT_OF_SCOPE, "MegaMoE / symmetric-memory / locality entry points are out of scope")
-      for n in ("bf16_mega_gate", "mega_mhc", "SymmBuffer", "SM90SymmBuffer", "transform_weights_for_mega_moe",
-                "transform_weights_for_mega_moe_sm90", "transform_scales_for_mega_moe", "fp8_fp4_mega_moe",
-                "nvfp4_mega_moe", "bf16_mega_moe", "fp8_mega_moe", "mega_moe_pre_dispatch",
-                "mega_moe_pre_dispatch_sm90", "get_block_m_for_mega_moe", "get_symm_buffer_for_mega_moe",
-                "get_symm_buffer_for_sm90_mega_moe", "get_num_locality_domains", "is_localization_available",
-                "localize", "localize_rows", "is_localized", "destroy_localizer")),
+    # ---- MegaMoE / MegaGate (SM100 / SM90 upstream), symmetric memory, locality partitions: out of scope
+    *(Entry(n, OUT_OF_SCOPE, "MegaMoE / MegaGate / symmetric-memory / locality-partition entry points are SM100 "
+            "and SM90 kernels upstream and out of scope here (MoE on SM120: the M-grouped GEMMs)")
+      for n in ("bf16_mega_gate", "get_bf16_mega_gate_config", "mega_mhc", "SymmBuffer", "SM90SymmBuffer",
+                "NVFP4SymmBuffer", "transform_weights_for_mega_moe", "transform_weights_for_mega_moe_sm90",
+                "transform_scales_for_mega_moe", "fp8_fp4_mega_moe", "fp4_fp4_mega_moe", "nvfp4_mega_moe",
+                "bf16_mega_moe", "fp8_mega_moe", "mega_moe_pre_dispatch", "mega_moe_pre_dispatch_sm90",
+                "get_block_m_for_mega_moe", "get_block_m_for_nvfp4_mega_moe", "get_symm_buffer_for_mega_moe",
+                "get_symm_buffer_for_sm90_mega_moe", "get_num_locality_domains", "localize", "localize_rows")),
+    Entry("mega", OUT_OF_SCOPE, "module: every MegaMoE name above, refusing (the same objects)"),
+    Entry("is_localization_available", SUPPORTED, "False: an SM120 GPU is one locality domain (no MLOPart)"),
+    Entry("is_localized", SUPPORTED, "False for every tensor"),
+    Entry("destroy_localizer", SUPPORTED, "no-op (nothing is ever localized)"),
+    Entry("locality_domain", SUPPORTED, "module: the questions answered as above, `release_mlopart` a no-op; "
+          "allocation in a domain (`empty`, `empty_per_domain`, ...) NotImplementedError"),
+    Entry("legacy", NOT_PROVIDED, "module: DeepGEMM's A100 Triton grouped GEMMs; each name refuses naming our "
+          "kernel to call instead"),
+    # ---- version, compile mode, epilogue objects
+    Entry("__version__", SUPPORTED, "'2.8.1': the DeepGEMM API level followed (`__implementation__` = "
+          "'deep_gemm_sm120')"),
+    Entry("get_compile_mode", SUPPORTED, "the mode in force (0 unless set)"),
+    Entry("set_compile_mode", SUPPORTED, "0: compile and launch; 1: compile only (every check runs, each kernel is "
+          "JIT-built and loaded, no launch: warm-up); others ValueError"),
+    Entry("epilogue", SUPPORTED, "module: `Identity`, `Alpha`, `FP8Quantization` (2.8.1), `FP8CastWithClamp` "
+          "(sgl-deep-gemm), `BF16StochasticRounding`; each GEMM's keywords column says which it takes"),
     # ---- layout helpers
     Entry("transform_sf_into_required_layout", SUPPORTED, "transform_sf_into_required_layout",
           "`recipe` as (gran_mn, gran_n, gran_k) or (gran_mn, gran_k); `is_sfa=None` means False; "
@@ -62,6 +79,26 @@ GENERIC: tuple[Entry, ...] = (
     Entry("per_token_cast_to_fp4", SUPPORTED, "quant.per_token_cast_to_fp4 (MXFP4)", "`gran_k` must be 32 and "
           "`use_ue8m0` True (MXFP4 is the SM120 FP4 format with UE8M0 scales); `use_packed_ue8m0` honoured"),
     Entry("calc_diff", SUPPORTED, "testing.calc_diff (also deep_gemm.testing.calc_diff)"),
+    Entry("per_custom_dims_cast_to_fp8", SUPPORTED, "utils.math: DeepGEMM's results"),
+    Entry("per_token_cast_to_nvfp4", SUPPORTED, "utils.math: DeepGEMM 2.8.1's results (e4m3 block scales >= 2**-9)",
+          "`gran_k`, `use_packed_e4m3`, `global_scale`; sgl-deep-gemm's `use_packed_ue4m3` by keyword"),
+    Entry("cast_to_ue4m3", SUPPORTED, "utils.math: round to e4m3, as float32"),
+    Entry("pack_ue4m3_to_int", SUPPORTED, "utils.math: 4 UE4M3 bytes per int32; float32 input must already be e4m3 "
+          "values (ValueError, never rounded silently)"),
+    Entry("unpack_ue4m3_from_int", SUPPORTED, "utils.math"),
+    Entry("unpack_e4m3_sf_from_int", SUPPORTED, "utils.math"),
+    Entry("transform_ue4m3_sf_into_required_layout", SUPPORTED, "utils.math: NVFP4 scales -> the packed MN-major "
+          "int32 layout fp8_fp4_gemm_nt reads with recipe (1, 1, 16)"),
+    Entry("unpack_ue8m0_from_int", SUPPORTED, "utils.math"),
+    Entry("transpose_packed_fp4", SUPPORTED, "utils.math"),
+    Entry("cast_back_from_fp4", SUPPORTED, "utils.math"),
+    Entry("cast_back_from_fp8", SUPPORTED, "utils.math"),
+    Entry("ceil_div", SUPPORTED, "utils.math"),
+    Entry("align", SUPPORTED, "utils.math"),
+    Entry("init_dist", NOT_PROVIDED, "utils.dist: DeepGEMM's multi-GPU test scaffolding; no multi-GPU kernel here"),
+    Entry("uneven_all_gather", NOT_PROVIDED, "utils.dist: as init_dist"),
+    Entry("utils", SUPPORTED, "package: `layout`, `math`, `nvfp4`, `dist` (refusing), `mlopart` (unavailable)"),
+    Entry("testing", SUPPORTED, "module: `calc_diff`, `bench`, `bench_kineto`, ..."),
 )
 
 def family_entries() -> tuple[Entry, ...]:
@@ -81,7 +118,3 @@ def render() -> str:
     for e in ENTRIES:
         rows.append(f"| `{e.name}` | {e.status} | {e.note.replace('|', '/')} | {e.keywords.replace('|', '/')} |")
     return "\n".join(rows)
-
-
-if __name__ == "__main__":
-    print(render())

@@ -32,9 +32,10 @@ class Entry:
 BLOCK_SCALED_KEYWORDS = (
     "`recipe` / `recipe_a` / `recipe_b` honoured; `alpha=None` means 1; `disable_ue8m0_cast` either way requires "
     "power-of-two FP32 scales (others raise `ValueError`: never reinterpreted); `compiled_dims` accepted (JIT hint, "
-    "no effect on results); `epilogue` other than None: `NotImplementedError`")
-BF16_KEYWORDS = ("`compiled_dims` accepted (no effect); `alpha` None or 1 only; `epilogue` other than None: "
-                 "NotImplementedError")
+    "no effect on results); `epilogue`: None / `Identity()`, `Alpha(x)` (= `alpha=x`); the FP8-output and "
+    "stochastic-rounding epilogues: `NotImplementedError`")
+BF16_KEYWORDS = ("`compiled_dims` accepted (no effect); `alpha` None or 1 only; `epilogue`: None / `Identity()` / "
+                 "`Alpha(1)`, others NotImplementedError")
 M_CONTIGUOUS_KEYWORDS = ("`use_psum_layout` honoured; `ensure_zero_padding=True` zeroes d's psum padding rows "
                          "(per-row layouts: -1 rows are never written); `expected_m_for_psum_layout` accepted "
                          "(tile hint)")

@@ -6,6 +6,7 @@ import torch
 
 from ... import quant
 from ...core.limits import MK_ALIGNMENT_FOR_CONTIGUOUS_LAYOUT, TMA_ALIGN
+from ...scale_layout import _mn_major, pack_scale_bytes
 
 from .math import align
 
@@ -22,8 +23,12 @@ def get_mk_alignment_for_contiguous_layout() -> int:
     return _alignment[0]
 
 
-def set_mk_alignment_for_contiguous_layout(new_value: int) -> None:
-    """Larger alignments are fine as long as the kernels' 128-row blocks still never straddle two groups."""
+def set_mk_alignment_for_contiguous_layout(value: int | None = None, *, new_value: int | None = None) -> None:
+    """Larger alignments are fine as long as the kernels' 128-row blocks still never straddle two groups.
+    `value` is DeepGEMM 2.8.1's parameter name; sgl-deep-gemm's `new_value` is accepted by keyword."""
+    if (value is None) == (new_value is None):
+        raise TypeError("set_mk_alignment_for_contiguous_layout takes one alignment (value, or new_value)")
+    new_value = value if new_value is None else new_value
     if not isinstance(new_value, int) or isinstance(new_value, bool):
         raise TypeError(f"the alignment must be an int, got {type(new_value).__name__}")
     if new_value <= 0 or new_value % MK_ALIGNMENT_FOR_CONTIGUOUS_LAYOUT:
@@ -50,7 +55,8 @@ def get_mn_major_tma_aligned_packed_ue8m0_tensor(sf: torch.Tensor, psum_layout: 
     if psum_layout is not None:
         raise NotImplementedError("get_mn_major_tma_aligned_packed_ue8m0_tensor(psum_layout=...) is not supported: "
                                   "SM120 scale layouts are per row, with no psum compaction")
-    return quant.get_mn_major_tma_aligned_packed_ue8m0_tensor(sf)
+    # DeepGEMM's bytes: K padding scales are 0 (quant's own packer writes 1.0 there; both scale nothing)
+    return _mn_major(pack_scale_bytes(quant.ue8m0_exponent_bytes(sf)))
 
 
 def get_k_grouped_mn_major_tma_aligned_packed_ue8m0_tensor(sf, grouped_layout, ks, gran_k, k_alignment=None,

@@ -189,10 +189,14 @@ def per_token_cast_to_fp4(x: torch.Tensor, use_ue8m0: bool, gran_k: int = 128,
 
 
 def per_token_cast_to_nvfp4(x: torch.Tensor, gran_k: int = 16, use_packed_e4m3: bool = False,
-                            global_scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                            global_scale: float | None = None, *,
+                            use_packed_ue4m3: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """x [M, K] (K % (4 gran_k) == 0) -> (packed e2m1 int8 [M, K/2], UE4M3 block scales e4m3(amax / 6 /
     global_scale), >= 2**-9, as float32 [M, K/gran_k], or 4 bytes per int32 with use_packed_e4m3). Dequantize
-    with value * scale (* global_scale when given)."""
+    with value * scale (* global_scale when given). DeepGEMM 2.8.1's results; sgl-deep-gemm's spelling
+    `use_packed_ue4m3` is accepted by keyword (its unclamped scales differ only for all-zero blocks)."""
+    if use_packed_ue4m3 is not None:
+        use_packed_e4m3 = use_packed_e4m3 or use_packed_ue4m3
     _tensor("x", x, dims=2)
     gran_k = _gran(gran_k)
     m, k = x.shape
@@ -205,6 +209,48 @@ def per_token_cast_to_nvfp4(x: torch.Tensor, gran_k: int = 16, use_packed_e4m3: 
     divisor = sf if global_scale is None else sf * global_scale
     packed = _pack_nibbles(_e2m1_codes(blocks / divisor.unsqueeze(2)).view(m, k)).contiguous()
     return (packed, sf_e4m3.view(torch.uint8).contiguous().view(torch.int32)) if use_packed_e4m3 else (packed, sf)
+
+
+def cast_to_ue4m3(x: torch.Tensor) -> torch.Tensor:
+    """Round to the nearest UE4M3 (e4m3) value, returned as float32 (sgl-deep-gemm's NVFP4 scale helper)."""
+    return _tensor("x", x).to(torch.float8_e4m3fn).float()
+
+
+def _e4m3_bytes(name: str, sf: torch.Tensor) -> torch.Tensor:
+    """Scale bytes of UE4M3 values: float8_e4m3fn as is; float32 only when every value is exactly an e4m3 value
+    (a scale is never rounded silently: cast_to_ue4m3 first)."""
+    _tensor(name, sf)
+    e4m3 = sf if sf.dtype == torch.float8_e4m3fn else sf.to(torch.float8_e4m3fn)
+    if sf.dtype != torch.float8_e4m3fn and not bool((e4m3.float() == sf.float()).all()):
+        raise ValueError(f"{name} holds values that are not UE4M3 (e4m3) scales; round them with cast_to_ue4m3 first")
+    raw = e4m3.contiguous().view(torch.uint8)
+    if bool(((raw & 0x80) != 0).any()) or bool(((raw & 0x7F) == 0x7F).any()):
+        raise ValueError(f"{name}: UE4M3 scales must be non-negative and finite")
+    return raw
+
+
+def pack_ue4m3_to_int(x: torch.Tensor) -> torch.Tensor:
+    """Four UE4M3 scales along the last dim into one int32, first in the lowest byte (the kernel's scale word)."""
+    if x.shape[-1] % 4:
+        raise ValueError(f"the last dim must be a multiple of 4 (4 scales per int32), got {x.shape[-1]}")
+    return _e4m3_bytes("x", x).view(torch.int32)
+
+
+def unpack_ue4m3_from_int(packed_sf: torch.Tensor) -> torch.Tensor:
+    """pack_ue4m3_to_int's inverse: [..., K/4] int32 -> [..., K] float32."""
+    return unpack_e4m3_sf_from_int(packed_sf)
+
+
+def transform_ue4m3_sf_into_required_layout(sf: torch.Tensor, mn: int) -> torch.Tensor:
+    """NVFP4 block scales [..., MN, K/16] (UE4M3 values: float32 or float8_e4m3fn) -> the layout the SM120
+    block-scaled GEMM reads: int32 words of four scales, MN-major, word stride padded to 16 bytes (K padding
+    scales 0). fp8_fp4_gemm_nt takes the result with recipe (1, 1, 16)."""
+    from ...scale_layout import _mn_major, pack_scale_bytes
+
+    _tensor("sf", sf)
+    if sf.dim() not in (2, 3) or sf.shape[-2] != mn:
+        raise ValueError(f"sf must be [(G,) MN = {mn}, K/16], got {tuple(sf.shape)}")
+    return _mn_major(pack_scale_bytes(_e4m3_bytes("sf", sf)))
 
 
 def transpose_packed_fp4(a: torch.Tensor) -> torch.Tensor:
@@ -241,5 +287,6 @@ def cast_back_from_fp8(x_fp8: torch.Tensor, sf: torch.Tensor, gran_k: int = 128,
 
 __all__ = ["ceil_div", "align", "ceil_to_ue8m0", "pack_ue8m0_to_int", "per_token_cast_to_fp8",
            "per_channel_cast_to_fp8", "per_block_cast_to_fp8", "per_custom_dims_cast_to_fp8", "per_token_cast_to_fp4",
-           "per_token_cast_to_nvfp4", "unpack_e4m3_sf_from_int", "transpose_packed_fp4", "unpack_ue8m0_from_int",
+           "per_token_cast_to_nvfp4", "unpack_e4m3_sf_from_int", "cast_to_ue4m3", "pack_ue4m3_to_int",
+           "unpack_ue4m3_from_int", "transform_ue4m3_sf_into_required_layout", "transpose_packed_fp4", "unpack_ue8m0_from_int",
            "cast_back_from_fp4", "cast_back_from_fp8"]

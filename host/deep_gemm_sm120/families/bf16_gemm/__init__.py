@@ -391,17 +391,18 @@ FAMILY = Family(
     deepgemm=(
         *(Entry(f"bf16_gemm_{lay}", SUPPORTED, f"bf16_gemm_{lay}", BF16_KEYWORDS) for lay in ("nt", "nn", "tn", "tt")),
         Entry("m_grouped_bf16_gemm_nt_contiguous", SUPPORTED, "m_grouped_bf16_gemm_nt_contiguous",
-              M_CONTIGUOUS_KEYWORDS + "; `compiled_dims` accepted; `epilogue`: NotImplementedError"),
+              M_CONTIGUOUS_KEYWORDS + "; `compiled_dims` accepted; " + "`epilogue`: Identity/None, Alpha(1); others NotImplementedError"),
         Entry("m_grouped_bf16_gemm_nn_contiguous", NOT_PROVIDED, "M-grouped BF16 takes a K-major B ([G, N, K]) only"),
         Entry("m_grouped_bf16_gemm_nt_masked", SUPPORTED, "m_grouped_bf16_gemm_nt_masked",
-              "`compiled_dims` accepted; `epilogue`: NotImplementedError"),
+              "`compiled_dims` accepted; `epilogue`: Identity/None, Alpha(1); others NotImplementedError"),
         Entry("bf16_m_grouped_gemm_nt_masked", ALIAS, "m_grouped_bf16_gemm_nt_masked"),
-        Entry("k_grouped_bf16_gemm_tn_contiguous", SUPPORTED, "k_grouped_bf16_gemm_tn_contiguous (DeepGEMM's order: "
-              "a, b, d, ks, grouped_layout, c)", "`ks` (CPU ints) required: without it the K split lives only on the "
-              "device; `use_psum_layout=True`: NotImplementedError; `compiled_dims` accepted"),
+        Entry("k_grouped_bf16_gemm_tn_contiguous", SUPPORTED, "k_grouped_bf16_gemm_tn_contiguous (DeepGEMM 2.8.1's "
+              "order: a, b, d, ks_cpu, grouped_layout, c)", "`ks_cpu` (CPU ints; sgl-deep-gemm's `ks=` by keyword) "
+              "required: without it the K split lives only on the device; `use_psum_layout=True`: "
+              "NotImplementedError; `compiled_dims` accepted"),
         Entry("einsum", SUPPORTED, "einsum: bmk,bnk->mn, bhr,hdr->bhd, bhd,hdr->bhr (runtime shapes); other "
               "expressions raise NotImplementedError listing these", "`c` honoured for bmk,bnk->mn (fp32 d: c is d "
-              "accumulates); `use_cublaslt=True` computes with torch.einsum (cuBLAS); `epilogue` other than None: "
-              "NotImplementedError"),
+              "accumulates); `use_cublaslt=True` (keyword only: 2.8.1 has `epilogue` 6th) computes with torch.einsum "
+              "(cuBLAS); " + "`epilogue`: Identity/None, Alpha(1); others NotImplementedError"),
     ),
 )

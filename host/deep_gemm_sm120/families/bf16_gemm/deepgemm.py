@@ -14,10 +14,7 @@ def _dense(layout: str):
     name = f"bf16_gemm_{layout}"
 
     def gemm(a, b, d, c=None, compiled_dims="", alpha=None, epilogue=None):
-        policy.no_epilogue(name, epilogue), policy.compiled_dims(name, compiled_dims)
-        if alpha is not None and alpha != 1:
-            raise NotImplementedError(f"{name}(alpha={alpha!r}): the BF16 kernels compute d = c + a @ b without a "
-                                      f"scale; only alpha None or 1")
+        policy.compiled_dims(name, compiled_dims), policy.epilogue(name, epilogue, alpha)
         ours(a, b, d, c)
     gemm.__name__ = gemm.__qualname__ = name
     gemm.__doc__ = ours.__doc__
@@ -30,7 +27,7 @@ bf16_gemm_nt, bf16_gemm_nn, bf16_gemm_tn, bf16_gemm_tt = (_dense(lay) for lay in
 def m_grouped_bf16_gemm_nt_contiguous(a, b, d, grouped_layout, compiled_dims="nk", use_psum_layout=False,
                                       ensure_zero_padding=True, expected_m_for_psum_layout=None, epilogue=None):
     name = "m_grouped_bf16_gemm_nt_contiguous"
-    policy.no_epilogue(name, epilogue), policy.compiled_dims(name, compiled_dims)
+    policy.epilogue(name, epilogue), policy.compiled_dims(name, compiled_dims)
     psum = policy.flag(name, "use_psum_layout", use_psum_layout)
     zero = policy.flag(name, "ensure_zero_padding", ensure_zero_padding)
     _grouped.m_grouped_bf16_gemm_nt_contiguous(a, b, d, grouped_layout, use_psum_layout=psum)
@@ -46,16 +43,19 @@ def m_grouped_bf16_gemm_nn_contiguous(a, b, d, grouped_layout, compiled_dims="nk
 
 def m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, expected_m, compiled_dims="nk", epilogue=None):
     name = "m_grouped_bf16_gemm_nt_masked"
-    policy.no_epilogue(name, epilogue), policy.compiled_dims(name, compiled_dims)
+    policy.epilogue(name, epilogue), policy.compiled_dims(name, compiled_dims)
     _grouped.m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, expected_m)
 
 
-def k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks, grouped_layout=None, c=None, compiled_dims="mn",
-                                      use_psum_layout=False, epilogue=None):
-    """DeepGEMM's order (a, b, d, ks, grouped_layout, c): `ks` are the per-group K as CPU ints; `grouped_layout`
-    (their device copy in DeepGEMM) is not needed here."""
+def k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks_cpu=None, grouped_layout=None, c=None, compiled_dims="mn",
+                                      use_psum_layout=False, epilogue=None, *, ks=None):
+    """DeepGEMM 2.8.1's order (a, b, d, ks_cpu, grouped_layout, c): `ks_cpu` are the per-group K as CPU ints
+    (sgl-deep-gemm calls it `ks`: accepted by keyword); `grouped_layout` (their device copy) is not needed here."""
     name = "k_grouped_bf16_gemm_tn_contiguous"
-    policy.no_epilogue(name, epilogue), policy.compiled_dims(name, compiled_dims)
+    if ks is not None and ks_cpu is not None:
+        raise TypeError(f"{name}: pass the per-group K once (ks_cpu, or sgl-deep-gemm's ks)")
+    ks = ks_cpu if ks is None else ks
+    policy.epilogue(name, epilogue), policy.compiled_dims(name, compiled_dims)
     if policy.flag(name, "use_psum_layout", use_psum_layout):
         raise NotImplementedError(f"{name}(use_psum_layout=True) is not supported: pass the per-group K as ks")
     if ks is None:
@@ -70,9 +70,9 @@ def k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks, grouped_layout=None, c=None, 
     _grouped.k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks, c)
 
 
-def einsum(expr, a, b, d, c=None, use_cublaslt=False, epilogue=None):
-    if epilogue is not None:
-        raise NotImplementedError("einsum: epilogue other than None is not supported")
+def einsum(expr, a, b, d, c=None, epilogue=None, *, use_cublaslt=False):
+    """DeepGEMM 2.8.1's order; sgl-deep-gemm's `use_cublaslt` by keyword."""
+    policy.epilogue("einsum", epilogue)
     if use_cublaslt:  # DeepGEMM's comparison path: cuBLAS through torch, same contract
         if c is not None:
             raise ValueError("einsum: use_cublaslt takes no c (DeepGEMM's contract)")

@@ -411,7 +411,7 @@ FAMILY = Family(
         Entry("k_grouped_fp4_gemm_nt_contiguous", NOT_PROVIDED, "no block-scaled K-grouped kernel"),
         Entry("fp8_einsum", SUPPORTED, "fp8_einsum: bhr,hdr->bhd with recipe (1, 128, 128) (DeepGEMM's other two "
               "expressions are SM100-only there: NotImplementedError)", "`c` honoured (d's dtype and strides); "
-              "unpacked UE8M0 scales (float32 powers of two or float8_e8m0fnu); `epilogue` other than None: "
-              "NotImplementedError"),
+              "unpacked UE8M0 scales (float32 powers of two or float8_e8m0fnu); FP8 output (`d` as (d, sfd), "
+              "`use_128x4_sfd_layout`'s subject): NotImplementedError; " + "`epilogue`: Identity/None, Alpha(1); others NotImplementedError"),
     ),
 )

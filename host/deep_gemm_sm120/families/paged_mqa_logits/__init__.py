@@ -108,8 +108,9 @@ FAMILY = Family(
     deepgemm=(
         Entry("get_paged_mqa_logits_metadata", SUPPORTED, "get_paged_mqa_logits_metadata (GPU-computed, "
               "graph-capturable)", "`indices` (varlen, SM100-only upstream): NotImplementedError"),
-        Entry("fp8_fp4_paged_mqa_logits", SUPPORTED, "fp8_fp4_paged_mqa_logits", "`clean_logits`, `logits_dtype` "
-              "honoured; 1-D and 2-D context_lens; `indices`: NotImplementedError"),
+        Entry("fp8_fp4_paged_mqa_logits", SUPPORTED, "fp8_fp4_paged_mqa_logits", "DeepGEMM 2.8.1's order (`indices` "
+              "8th; `indices` not None: NotImplementedError); `clean_logits`, `logits_dtype` keyword-only extensions "
+              "(default: uncleaned float32, as 2.8.1); 1-D and 2-D context_lens"),
         Entry("fp8_paged_mqa_logits", SUPPORTED, "fp8_fp4_paged_mqa_logits with q a tensor"),
     ),
 )

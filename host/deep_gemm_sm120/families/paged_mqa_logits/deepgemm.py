@@ -14,7 +14,9 @@ def get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms, indices=None)
 
 
 def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len,
-                             clean_logits=False, logits_dtype=torch.float32, indices=None):
+                             indices=None, *, clean_logits=False, logits_dtype=torch.float32):
+    """DeepGEMM 2.8.1's order (`indices` 8th); as there, columns past a row's context are left uncleaned and the
+    logits are float32 unless asked otherwise: `clean_logits` / `logits_dtype` (keyword only) are ours."""
     return _paged.fp8_fp4_paged_mqa_logits(q if isinstance(q, (tuple, list)) else (q, None), kv_cache, weights,
                                            context_lens, block_table, schedule_meta, max_context_len, clean_logits,
                                            logits_dtype, indices)
