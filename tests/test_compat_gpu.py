@@ -175,8 +175,11 @@ def test_compile_mode_one_builds_without_launching(tmp_path, sm120_or_emulation)
     import os
     import subprocess
     import sys
+    from pathlib import Path
 
-    env = {**os.environ, "DG_SM120_JIT_CACHE_DIR": str(tmp_path)}
+    host = str(Path(__file__).resolve().parents[1] / "host")  # importable without an install, as in conftest
+    env = {**os.environ, "DG_SM120_JIT_CACHE_DIR": str(tmp_path),
+           "PYTHONPATH": os.pathsep.join(p for p in (host, os.environ.get("PYTHONPATH")) if p)}
     p = subprocess.run([sys.executable, "-c", _COMPILE_ONLY], capture_output=True, text=True, env=env, timeout=600)
     assert p.returncode == 0, p.stderr
     built, untouched, new_builds, close = p.stdout.split()
