@@ -50,14 +50,17 @@ GENERIC: tuple[Entry, ...] = (
     Entry("get_theoretical_mk_alignment_for_contiguous_layout", SUPPORTED, "the current alignment (any expected_m)"),
     Entry("get_m_alignment_for_contiguous_layout", ALIAS, "get_mk_alignment_for_contiguous_layout"),
     Entry("get_k_alignment_for_contiguous_layout", ALIAS, "get_mk_alignment_for_contiguous_layout"),
-    Entry("get_mn_major_tma_aligned_tensor", SUPPORTED, "quant.get_mn_major_tma_aligned_tensor"),
-    Entry("get_mn_major_tma_aligned_packed_ue8m0_tensor", SUPPORTED, "quant.get_mn_major_tma_aligned_packed_ue8m0_tensor",
+    Entry("get_mn_major_tma_aligned_tensor", SUPPORTED, "utils.layout: the MN-major copy, 16-byte aligned stride"),
+    Entry("get_mn_major_tma_aligned_packed_ue8m0_tensor", SUPPORTED, "utils.layout: DeepGEMM's bytes (K padding "
+          "scales 0); FP32 scales that are not powers of two: ValueError (never truncated)",
           "`psum_layout` other than None: NotImplementedError"),
     Entry("get_k_grouped_mn_major_tma_aligned_packed_ue8m0_tensor", NOT_PROVIDED,
           "only block-scaled K-grouped GEMMs read this layout"),
-    Entry("pack_ue8m0_to_int", SUPPORTED, "quant.pack_ue8m0_to_int"),
+    Entry("pack_ue8m0_to_int", SUPPORTED, "utils.math: DeepGEMM's packing (non-negative powers of two or 0; "
+          "others ValueError)"),
     Entry("get_tma_aligned_size", SUPPORTED, "MN rounded up to 16 bytes of elements"),
-    Entry("ceil_to_ue8m0", SUPPORTED, "quant.ceil_to_ue8m0"),
+    Entry("ceil_to_ue8m0", SUPPORTED, "utils.math: DeepGEMM's results (0 and tiny scales clamp to the smallest "
+          "UE8M0)"),
     # ---- runtime controls
     Entry("get_num_sms", SUPPORTED, "get_num_sms"),
     Entry("set_num_sms", SUPPORTED, "set_num_sms"),
@@ -72,12 +75,14 @@ GENERIC: tuple[Entry, ...] = (
     Entry("set_ignore_compile_dims", SUPPORTED, "accepted (compiled_dims never changes results here)"),
     Entry("shutdown", SUPPORTED, "no-op (nothing to release before interpreter exit)"),
     # ---- utilities (deep_gemm.utils / deep_gemm.testing)
-    Entry("per_token_cast_to_fp8", SUPPORTED, "quant.per_token_cast_to_fp8", "`use_ue8m0`, `gran_k`, "
+    Entry("per_token_cast_to_fp8", SUPPORTED, "utils.math: DeepGEMM 2.8.1's bytes", "`use_ue8m0`, `gran_k`, "
           "`use_packed_ue8m0` honoured"),
-    Entry("per_block_cast_to_fp8", SUPPORTED, "quant.per_block_cast_to_fp8", "`use_ue8m0`, `gran_k` honoured"),
-    Entry("per_channel_cast_to_fp8", SUPPORTED, "quant.per_channel_cast_to_fp8", "`use_ue8m0`, `gran_k` honoured"),
-    Entry("per_token_cast_to_fp4", SUPPORTED, "quant.per_token_cast_to_fp4 (MXFP4)", "`gran_k` must be 32 and "
-          "`use_ue8m0` True (MXFP4 is the SM120 FP4 format with UE8M0 scales); `use_packed_ue8m0` honoured"),
+    Entry("per_block_cast_to_fp8", SUPPORTED, "utils.math: DeepGEMM 2.8.1's bytes", "`use_ue8m0`, `gran_k` honoured"),
+    Entry("per_channel_cast_to_fp8", SUPPORTED, "utils.math: DeepGEMM 2.8.1's bytes", "`use_ue8m0`, `gran_k` "
+          "honoured"),
+    Entry("per_token_cast_to_fp4", SUPPORTED, "utils.math: DeepGEMM 2.8.1's bytes (int8 e2m1, no signed zero; a "
+          "packed row pads with 1.0 scales)", "`use_ue8m0`, `gran_k`, `use_packed_ue8m0` honoured; the SM120 "
+          "kernels take MXFP4 (gran_k 32, UE8M0) from it"),
     Entry("calc_diff", SUPPORTED, "testing.calc_diff (also deep_gemm.testing.calc_diff)"),
     Entry("per_custom_dims_cast_to_fp8", SUPPORTED, "utils.math: DeepGEMM's results"),
     Entry("per_token_cast_to_nvfp4", SUPPORTED, "utils.math: DeepGEMM 2.8.1's results (e4m3 block scales >= 2**-9)",
