@@ -106,9 +106,10 @@ def test_bf16_gemm(launches):
             return (lambda: dg.bf16_gemm_nt(a.to(torch.int8), b, d)), TypeError
         if kind == "shape":
             return (lambda: dg.bf16_gemm_nt(a, b, d[:, :-1] if n > 1 else d[:0])), ValueError
-        if kind == "stride":  # K not a multiple of 8: rows are not 16-byte aligned for TMA
-            return (lambda: dg.bf16_gemm_nt(a[:, :k - 1] if k > 8 else a[:, :7], b[:, :k - 1] if k > 8 else b[:, :7],
-                                            d)), ValueError
+        if kind == "stride":  # contiguous rows of K - 1 (not a multiple of 8) elements: not 16-byte aligned for TMA
+            a1 = torch.randn(m, k - 1 if k > 1 else 7, device="cuda", dtype=torch.bfloat16)
+            b1 = torch.randn(n, a1.shape[1], device="cuda", dtype=torch.bfloat16)
+            return (lambda: dg.bf16_gemm_nt(a1, b1, d)), ValueError
         return (lambda: dg.bf16_gemm_nt(a.cpu(), b, d)), ValueError
 
     _drive("bf16_gemm", legal, illegal, launches)
