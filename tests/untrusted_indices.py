@@ -180,6 +180,36 @@ def grouped_contiguous_case():
             assert calc_diff(d[rows], a[rows].double() @ b[g].double().T) < 1e-5, f"block {blk}"
 
 
+def grouped_block_scaled_case():
+    """The block-scaled M-grouped GEMM (MXFP8) on the same corrupted per-row ids: skipped blocks keep d's values
+    (its scale loads follow the group id, so an unchecked id would read outside sfb)."""
+    import deep_gemm_sm120 as dg
+    from deep_gemm_sm120.testing import calc_diff
+    from deep_gemm_sm120.testing.block_scaled import quantize_side
+
+    G, N, K, M = 3, 256, 512, 128 * 6
+    gen = torch.Generator(device="cuda").manual_seed(28)
+    lay = torch.arange(6, device="cuda", dtype=torch.int32).repeat_interleave(128) % G
+    a, sfa, deq_a = quantize_side("e4m3", M, K, gen)
+    parts = [quantize_side("e4m3", N, K, gen, block_rows=128) for _ in range(G)]
+    b, sfb = torch.stack([x[0] for x in parts]), torch.stack([x[1] for x in parts])
+    d = torch.full((M, N), SENTINEL, device="cuda", dtype=torch.bfloat16)
+    graph, _ = _capture(lambda: dg.m_grouped_fp8_fp4_gemm_nt_contiguous((a, sfa), (b, sfb), d, lay))
+    lay[0:128] = -2
+    lay[256:384] = G
+    lay[512:640] = INT32_MAX
+    d.fill_(SENTINEL)
+    graph.replay()
+    torch.cuda.synchronize()
+    for blk in range(6):
+        rows = slice(blk * 128, blk * 128 + 128)
+        g = int(lay[blk * 128])
+        if not 0 <= g < G:
+            assert bool((d[rows] == SENTINEL).all()), f"block {blk} (group id {g}) was written"
+        else:
+            assert calc_diff(d[rows], deq_a[rows] @ parts[g][2].T) < 1e-3, f"block {blk}"
+
+
 def grouped_masked_case():
     """masked_m past M computes all M rows; a negative one computes none."""
     import deep_gemm_sm120 as dg
@@ -234,5 +264,6 @@ CASES = [
     ("dense compressed ks/ke", dense_compressed_case),
     ("m-grouped contiguous ids", grouped_contiguous_case),
     ("m-grouped masked_m", grouped_masked_case),
+    ("block-scaled m-grouped contiguous ids", grouped_block_scaled_case),
     ("gdr varlen cu_seqlens", gdr_varlen_case),
 ]
