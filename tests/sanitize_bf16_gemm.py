@@ -75,4 +75,9 @@ for layout, (m, n, k) in (("nn", (9, 264, 200)), ("tn", (136, 200, 72)), ("tt", 
     good = calc_diff(d, ref) <= 1e-5 and not torch.isnan(d).any()
     ok = ok and good
     print(f"sanitize layout {layout} m={m} n={n} k={k}: {'ok' if good else 'FAIL'}")
+# untrusted group ids and masked_m, corrupted between capture and replay (tests/untrusted_indices.py)
+import untrusted_indices  # noqa: E402
+from sanitizer_driver import run_cases  # noqa: E402
+
+failures += run_cases([c for c in untrusted_indices.CASES if c[0].startswith("m-grouped")])
 sys.exit(1 if (failures or not ok) else 0)

@@ -65,4 +65,8 @@ masked = torch.tensor([3, 0, 64], dtype=torch.int32, device="cuda")
 dm = torch.zeros(3, 64, 192, device="cuda", dtype=torch.bfloat16)
 dg.m_grouped_fp8_gemm_nt_masked((am, sfam), (b, sfb), dm, masked, expected_m=32)
 report("grouped masked fp8", dm[2], deq_a[128:192] @ deq_b[2].T, 1e-3)
+import untrusted_indices  # noqa: E402 - group ids corrupted between capture and replay
+from sanitizer_driver import run_cases  # noqa: E402
+
+failures += run_cases([c for c in untrusted_indices.CASES if c[0].startswith("block-scaled")])
 sys.exit(1 if failures else 0)

@@ -22,5 +22,9 @@ cases = [
     (paged.run, ([300, 0, 1, 129], 2, 64, 128, 32)), (paged.run, ([300, 65], 3, 32, 128, 64, False, True)),
     (paged.run, ([500, 7], 1, 16, 64, 128)), (paged.run, ([400, 0, 64], 2, 64, 128, 64, True)),
 ]
-sys.exit(run_cases((f"{fn.__name__}{args[1:] if args and args[0] is None else args}",
-                    lambda fn=fn, args=args: fn(*args)) for fn, args in cases))
+import untrusted_indices  # noqa: E402 - block tables, lengths, schedules and ks/ke corrupted under graph replay
+
+labelled = [(f"{fn.__name__}{args[1:] if args and args[0] is None else args}", lambda fn=fn, args=args: fn(*args))
+            for fn, args in cases]
+labelled += [c for c in untrusted_indices.CASES if c[0].startswith(("paged", "dense"))]
+sys.exit(run_cases(labelled))

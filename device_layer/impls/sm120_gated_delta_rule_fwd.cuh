@@ -108,7 +108,7 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
     uint32_t start, end;
     ring.init(Cfg::kMathWarps);
     pdl_wait_primary();
-    gdr_sequence(cu_seqlens, seq_len, n, start, end);
+    gdr_sequence(cu_seqlens, seq_len, n, start, end);  // cu_seqlens: the prep kernel's clamped cu'
     const uint32_t num_chunks = (end - start + C - 1) / C;
 
     if (warp == Cfg::kMathWarps) {

@@ -55,7 +55,7 @@ sm120_gated_delta_rule_prep_kernel(const Elem* __restrict__ q, const Elem* __res
                                    Elem* __restrict__ tu, Elem* __restrict__ attn,
                                    float* __restrict__ gates, uint32_t num_seqs, uint32_t seq_len,
                                    uint32_t value_heads, uint32_t group, float scale, uint32_t beta_fp32,
-                                   uint32_t l2norm) {
+                                   uint32_t l2norm, int32_t* __restrict__ cu_effective) {
     using Cfg = GdrPrepConfig<kChunk>;
     using E = GdrElem<Elem>;
     constexpr uint32_t C = kChunk, kNB = Cfg::kBlocks, kLdA = Cfg::kLdA, kLd16 = Cfg::kLdT16;
@@ -81,6 +81,9 @@ sm120_gated_delta_rule_prep_kernel(const Elem* __restrict__ q, const Elem* __res
     const uint32_t gid = lane >> 2, t4 = lane & 3;
 
     pdl_wait_primary();
+    // the forward kernel reads the clamped running maximum of cu_seqlens (layout/sm120_gated_delta_rule_layout.cuh)
+    if (cu_seqlens != nullptr && blockIdx.x == 0 && warp == 0)
+        gdr_effective_offsets(cu_seqlens, num_seqs, seq_len, lane, cu_effective);
     uint32_t first, end;
     if (!gdr_chunk_of_slot<C>(cu_seqlens, num_seqs, seq_len, slot, lane, first, end)) return;
     const uint32_t len = min(C, end - first);

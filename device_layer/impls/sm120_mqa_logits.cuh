@@ -3,6 +3,8 @@
 //     FP8: logits[i][j] = sum_h  w[i][h] * relu( (q[i][h] . kv[j]) * kv_scale[j] )     for j in [ks[i], ke[i])
 //     FP4: logits[i][j] = sum_h  w[i][h] * relu( (q[i][h] * sq[i][h]) . (kv[j] * skv[j]) )  (1x32 UE8M0 scales)
 // and -inf elsewhere in the row (clean), or compressed rows: column c holds key ks[i] + c.
+// ks / ke are not trusted (graph replays skip the host checks): [ks, ke) is clamped to [0, seq_len_kv), and a
+// compressed row keeps only the keys that fit its ld_logits columns.
 //
 // A CTA owns 64 / kHeads queries (64 rows), whose fragments stay in registers (tile/sm120_mqa_tile.cuh).
 // KV streams through a TMA ring in BLOCK_KV-key tiles over the union of the queries' key ranges, from a
@@ -123,14 +125,17 @@ sm120_mqa_logits_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid
                     Tile::head_sum(acc, w, q, j, s0, s1, v[0], v[1]);
                     const uint32_t qi = q0 + q;
                     if (g != 0 || qi >= seq_len) continue;
-                    const int32_t s = __ldg(ks + qi), e = __ldg(ke + qi);
+                    // [ks, ke) clamped to the keys there are, as for the CTA's range above
+                    const int32_t s = max(__ldg(ks + qi), 0), e = min(__ldg(ke + qi), static_cast<int32_t>(seq_len_kv));
 #pragma unroll
                     for (uint32_t c = 0; c < 2; ++c) {
                         const int32_t key = static_cast<int32_t>(col + c);
                         if (key >= static_cast<int32_t>(seq_len_kv)) continue;
                         const bool in = key >= s && key < e;
                         if constexpr (kCompressed) {
-                            if (in) logits[static_cast<size_t>(qi) * ld_logits + (key - s)] = to_logit<LogitT>(v[c]);
+                            // a row holds ld_logits columns: keys past them (ke - ks > max_seqlen_k) are dropped
+                            if (in && static_cast<uint32_t>(key - s) < ld_logits)
+                                logits[static_cast<size_t>(qi) * ld_logits + (key - s)] = to_logit<LogitT>(v[c]);
                         } else {
                             logits[static_cast<size_t>(qi) * ld_logits + key] = to_logit<LogitT>(in ? v[c] : -INFINITY);
                         }

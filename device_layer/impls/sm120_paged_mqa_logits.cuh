@@ -9,6 +9,11 @@
 // then its kBlockKV fp32 scales (FP4: packed UE8M0 words). Values are fetched by a 3-D TMA map
 // (row bytes, kBlockKV, num_blocks); scales by plain loads.
 //
+// Untrusted indices (CUDA-graph replays skip the host checks): a context length is clamped to [0, the keys its
+// block-table row covers] (bt_cols * kBlockKV), so no table read leaves the row; a table entry outside
+// [0, num_blocks) names no block: block 0 is read in its place and that block's keys get -inf; schedule entries
+// are clamped to the batch range (scheduler/sm120_paged_mqa_logits.cuh).
+//
 // Work: grid (num_sms, row groups). Row group r covers rows [64 r, 64 r + 64) of the batch's next_n x H
 // (query-major) rows; CTA x walks the chunks that schedule_meta gives SM x (scheduler/sm120_paged_mqa_logits.cuh),
 // a chunk being one pipeline tile of kTileKeys = max(64, kBlockKV) keys. The producer warp reloads the 64-row
@@ -52,7 +57,8 @@ sm120_paged_mqa_logits_kernel(const __grid_constant__ CUtensorMap tmap_q, const 
                               const int32_t* __restrict__ block_table, const int32_t* __restrict__ schedule_meta,
                               LogitT* __restrict__ logits, uint32_t kv_block_stride, uint32_t next_n,
                               uint32_t ctx_ld, uint32_t ctx_2d, uint32_t bt_ld, uint32_t ld_weights,
-                              uint32_t ld_logits, uint32_t max_context_len) {
+                              uint32_t ld_logits, uint32_t max_context_len, uint32_t num_batches, uint32_t bt_cols,
+                              uint32_t num_blocks) {
     using Cfg = PagedMqaLogitsConfig<kHeads, kHeadDim, kBlockKV, kStages, kFp4>;
     using Tile = typename Cfg::Tile;
     constexpr uint32_t kMI = Tile::kMI, kNI = Tile::kNI, kQueries = Tile::kQueries;
@@ -73,11 +79,16 @@ sm120_paged_mqa_logits_kernel(const __grid_constant__ CUtensorMap tmap_q, const 
     q_ring.init(Cfg::kMathWarps);
     pdl_wait_primary();
 
-    // A key's cache block and its place in it.
+    // A key's cache block (key < the walker's clamped length: inside the batch's table row); an entry that names
+    // no block gives num_blocks, which readers replace by block 0 and mask.
+    const uint32_t cap = bt_cols * kBlockKV;
     auto block_of = [&](uint32_t batch, uint32_t key) {
-        return static_cast<uint32_t>(__ldg(block_table + static_cast<size_t>(batch) * bt_ld + key / kBlockKV));
+        const int32_t e = __ldg(block_table + static_cast<size_t>(batch) * bt_ld + key / kBlockKV);
+        return e >= 0 && static_cast<uint32_t>(e) < num_blocks ? static_cast<uint32_t>(e) : num_blocks;
     };
-    PagedChunkWalker walk(context_lens, ctx_2d ? next_n : 1u, ctx_ld, Cfg::kTileKeys, schedule_meta, blockIdx.x);
+    auto readable = [&](uint32_t block) { return block < num_blocks ? block : 0u; };
+    PagedChunkWalker walk(context_lens, ctx_2d ? next_n : 1u, ctx_ld, Cfg::kTileKeys, num_batches, cap,
+                          schedule_meta, blockIdx.x);
 
     if (warp == Cfg::kMathWarps) {
         // ---------------- producer warp ----------------
@@ -101,7 +112,7 @@ sm120_paged_mqa_logits_kernel(const __grid_constant__ CUtensorMap tmap_q, const 
                 uint64_t* full = ring.acquire(st, blocks * Cfg::kBlockBytes);
                 for (uint32_t i = 0; i < blocks; ++i)
                     tma_load_3d(smem_kv + st.stage * Cfg::kTileKVBytes + i * Cfg::kBlockBytes, &tmap_kv, full, 0, 0,
-                                static_cast<int32_t>(block_of(walk.batch, key0 + i * kBlockKV)));
+                                static_cast<int32_t>(readable(block_of(walk.batch, key0 + i * kBlockKV))));
             }
         }
     } else {
@@ -137,7 +148,9 @@ sm120_paged_mqa_logits_kernel(const __grid_constant__ CUtensorMap tmap_q, const 
             const uint32_t key0 = walk.chunk * Cfg::kTileKeys + warp * kWarpKeys;
             // The warp's keys lie in one cache block (kWarpKeys divides kBlockKV).
             const bool any = key0 < walk.len;
-            const uint8_t* scales = any ? kv_cache + static_cast<size_t>(block_of(b, key0)) * kv_block_stride + kScaleOffset
+            const uint32_t block = any ? block_of(b, key0) : num_blocks;
+            const bool named = block < num_blocks;  // keys of a block the table does not name: -inf
+            const uint8_t* scales = any ? kv_cache + static_cast<size_t>(readable(block)) * kv_block_stride + kScaleOffset
                                         : nullptr;
             uint32_t kvs = 0;
             if constexpr (kFp4) {
@@ -163,8 +176,9 @@ sm120_paged_mqa_logits_kernel(const __grid_constant__ CUtensorMap tmap_q, const 
                     Tile::head_sum(acc, w, ql, j, s[0], s[1], v[0], v[1]);
                     const uint32_t t = (row_group * Tile::kRows) / kHeads + ql;
                     if (g != 0 || t >= next_n) continue;
-                    const uint32_t limit = ctx_2d ? static_cast<uint32_t>(max(__ldg(context_lens + static_cast<size_t>(b) * ctx_ld + t), 0))
-                                                  : (walk.len + t + 1 > next_n ? walk.len + t + 1 - next_n : 0u);
+                    const uint32_t limit = !named ? 0u
+                                           : ctx_2d ? paged_clamp_len(__ldg(context_lens + static_cast<size_t>(b) * ctx_ld + t), cap)
+                                                    : (walk.len + t + 1 > next_n ? walk.len + t + 1 - next_n : 0u);
 #pragma unroll
                     for (uint32_t c = 0; c < 2; ++c) {
                         const uint32_t key = col + c;

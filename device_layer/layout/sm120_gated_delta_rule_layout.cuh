@@ -62,7 +62,51 @@ SM120_HOST_DEVICE uint32_t gdr_tile_offset(uint32_t row, uint32_t chunk) {
     return (chunk / 8) * (kRows * kSwizzle128BRowBytes) + swizzle_offset<kSwizzle128BRowBytes>(row, chunk % 8);
 }
 
-// Sequence n's flat token range: [n * T, n * T + T) without cu_seqlens, else [cu[n], cu[n + 1]).
+// cu_seqlens entry k clamped to [0, T] (T = seq_len: the tokens of row 0).
+template <typename Offset>
+SM120_DEVICE uint32_t gdr_offset(const Offset* cu_seqlens, uint32_t k, uint32_t seq_len) {
+    const Offset v = __ldg(cu_seqlens + k);
+    return v <= 0 ? 0u : (v >= static_cast<Offset>(seq_len) ? seq_len : static_cast<uint32_t>(v));
+}
+
+// cu_seqlens is not trusted (a graph replay skips the host check): the kernels use cu'[k] = max over j <= k of
+// cu_seqlens[j] clamped to [0, T], its running maximum. Valid offsets (non-decreasing, within T) are unchanged;
+// any others give ranges inside the tokens that never overlap, so a decreasing entry is an empty sequence and the
+// chunks never outnumber the host's slot count ceil(T / C) + N. The prep kernel computes cu' (a warp scan,
+// gdr_effective_offsets) and the forward kernel reads it.
+//
+// One warp, 32 sequences per step: lane l of the step at `base` gets cu'[base + l] and cu'[base + l + 1] (both
+// equal past the last sequence); `carry` is cu' at the previous step's end (0 before the first).
+template <typename Offset>
+SM120_DEVICE void gdr_scan_step(const Offset* cu_seqlens, uint32_t num_seqs, uint32_t seq_len, uint32_t base,
+                                uint32_t lane, uint32_t& carry, uint32_t& s, uint32_t& e) {
+    const uint32_t n = base + lane;
+    s = n < num_seqs ? gdr_offset(cu_seqlens, n, seq_len) : 0u;
+#pragma unroll
+    for (uint32_t d = 1; d < 32; d <<= 1) {  // inclusive max-scan over the lanes
+        const uint32_t x = __shfl_up_sync(0xffffffffu, s, d);
+        if (lane >= d) s = max(s, x);
+    }
+    s = max(s, carry);
+    e = n < num_seqs ? max(s, gdr_offset(cu_seqlens, n + 1, seq_len)) : s;
+    carry = __shfl_sync(0xffffffffu, e, 31);
+}
+
+// cu' of every sequence into `out` [num_seqs + 1] (one warp; the prep kernel's first CTA).
+template <typename Offset>
+SM120_DEVICE void gdr_effective_offsets(const Offset* cu_seqlens, uint32_t num_seqs, uint32_t seq_len, uint32_t lane,
+                                        int32_t* out) {
+    uint32_t carry = 0;
+    for (uint32_t base = 0; base < num_seqs; base += 32) {
+        uint32_t s, e;
+        gdr_scan_step(cu_seqlens, num_seqs, seq_len, base, lane, carry, s, e);
+        if (base + lane < num_seqs) out[base + lane] = static_cast<int32_t>(s);
+        if (base + lane + 1 == num_seqs) out[num_seqs] = static_cast<int32_t>(e);
+    }
+}
+
+// Sequence n's flat token range: [n * T, n * T + T) without cu_seqlens, else [cu[n], cu[n + 1]) (the forward
+// kernel passes the prep kernel's cu').
 template <typename Offset>
 SM120_DEVICE void gdr_sequence(const Offset* cu_seqlens, uint32_t seq_len, uint32_t n, uint32_t& start,
                                uint32_t& end) {
@@ -86,11 +130,10 @@ SM120_DEVICE bool gdr_chunk_of_slot(const Offset* cu_seqlens, uint32_t num_seqs,
         first = n * seq_len + (slot % per_seq) * kChunk, end = n * seq_len + seq_len;
         return true;
     }
-    uint32_t before = 0;  // chunks of the sequences already scanned
+    uint32_t before = 0, carry = 0;  // chunks of the sequences already scanned; cu' at their end
     for (uint32_t base = 0; base < num_seqs; base += 32) {
-        const uint32_t n = base + lane;
-        uint32_t s = 0, e = 0;
-        if (n < num_seqs) gdr_sequence(cu_seqlens, seq_len, n, s, e);
+        uint32_t s, e;  // cu'[n], cu'[n + 1] of this lane's sequence n = base + lane
+        gdr_scan_step(cu_seqlens, num_seqs, seq_len, base, lane, carry, s, e);
         const uint32_t count = e > s ? (e - s + kChunk - 1) / kChunk : 0;
         uint32_t incl = count;  // inclusive prefix over the 32 lanes
 #pragma unroll

@@ -159,8 +159,11 @@ struct GemmTileScheduler {
                         if (t.a_row < start) continue;
                         t.m_valid = min(t.m_valid, end - t.a_row);
                     } else {
-                        t.group = __ldg(layout + t.a_row);  // the host guarantees one group per block
-                        if (t.group < 0) continue;           // an all-padding block
+                        // the host guarantees one group per block (the block's first row names it); an id
+                        // outside [0, G) is padding (-1) or untrusted (a graph replay skips the host check):
+                        // either way the block is skipped and its rows of d are left as they are
+                        t.group = __ldg(layout + t.a_row);
+                        if (t.group < 0 || static_cast<uint32_t>(t.group) >= num_groups) continue;
                     }
                     t.b_row = static_cast<uint32_t>(t.group) * n + n_block * BLOCK_N;
                 }

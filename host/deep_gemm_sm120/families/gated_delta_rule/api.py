@@ -74,6 +74,9 @@ def chunk_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g:
         q, k, v, g, beta = (x.contiguous() for x in (q, k, v, g, beta))
         init = initial_state.contiguous() if initial_state is not None else None
         cu = None if cu_seqlens is None else cu_seqlens.to(torch.int32).contiguous()
+        # cu_seqlens as the kernels read it (clamped running maximum, written by the prep kernel): untrusted
+        # offsets never overlap sequences or leave the tokens (docs/untrusted_indices.md)
+        cu_eff = None if cu is None else torch.empty_like(cu)
         tw, tu, attn = torch.empty(3, tokens, hv, c, dtype=q.dtype, device=dev).unbind(0)
         gates = torch.empty(tokens, hv, 4, dtype=torch.float32, device=dev)
         vslice = choose_vslice(n, hv, num_sms_for(index), c)
@@ -85,7 +88,8 @@ def chunk_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g:
                                 cu_seqlens=0 if cu is None else cu.data_ptr(), tw=tw.data_ptr(), tu=tu.data_ptr(),
                                 attn=attn.data_ptr(), gates=gates.data_ptr(), num_seqs=n, seq_len=t, value_heads=hv,
                                 group=hv // h, scale=p.scale, beta_fp32=int(beta.dtype == torch.float32),
-                                l2norm=int(use_qk_l2norm_in_kernel)),
+                                l2norm=int(use_qk_l2norm_in_kernel),
+                                cu_effective=0 if cu_eff is None else cu_eff.data_ptr()),
                b"", index)
         tmaps = (_map("tmap_q", tma_dtype, q, HEAD_DIM, h, tokens, 64, c, 2)
                  + _map("tmap_k", tma_dtype, k, HEAD_DIM, h, tokens, 64, c, 2)
@@ -97,7 +101,8 @@ def chunk_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g:
         launch(fwd, (HEAD_DIM // vslice) * hv * n,
                PARAMS.pack(initial_state=0 if init is None else init.data_ptr(),
                            final_state=0 if final is None else final.data_ptr(), o=o.data_ptr(),
-                           cu_seqlens=0 if cu is None else cu.data_ptr(), seq_len=t, value_heads=hv, group=hv // h),
+                           cu_seqlens=0 if cu_eff is None else cu_eff.data_ptr(), seq_len=t, value_heads=hv,
+                           group=hv // h),
                tmaps, index)
 
     inputs = [x for x in (q, k, v, g, beta, initial_state) if x is not None]

@@ -18,7 +18,8 @@ PARAMS = ParamList(
     Param("schedule_meta", "const int32_t*"), Param("logits", "{logit}*"),
     Param("kv_block_stride", "uint32_t"), Param("next_n", "uint32_t"), Param("ctx_ld", "uint32_t"),
     Param("ctx_2d", "uint32_t"), Param("bt_ld", "uint32_t"), Param("ld_weights", "uint32_t"),
-    Param("ld_logits", "uint32_t"), Param("max_context_len", "uint32_t"),
+    Param("ld_logits", "uint32_t"), Param("max_context_len", "uint32_t"), Param("num_batches", "uint32_t"),
+    Param("bt_cols", "uint32_t"), Param("num_blocks", "uint32_t"),
 )
 @dataclass(frozen=True)
 class PagedMqaLogitsSpec(MqaSpecGeometry, KernelSpec):

@@ -137,7 +137,8 @@ def fp8_fp4_paged_mqa_logits(q, kv_cache: torch.Tensor, weights: torch.Tensor, c
                          ctx_ld=next_n if ctx_2d else 1, ctx_2d=int(ctx_2d),
                          bt_ld=block_table.stride(0) if block_table.shape[0] > 1 else block_table.shape[1],
                          ld_weights=weights.stride(0) if weights.shape[0] > 1 else heads, ld_logits=stride,
-                         max_context_len=max_context_len)
+                         max_context_len=max_context_len, num_batches=batch, bt_cols=block_table.shape[1],
+                         num_blocks=num_blocks)
     launch(kern, (schedule_meta.shape[0] - 1, ceil_div(next_n * heads, ROWS), 1), params, tmaps, index)
     return out
 

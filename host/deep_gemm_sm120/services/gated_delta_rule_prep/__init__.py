@@ -13,7 +13,7 @@ PARAMS = ParamList(
     Param("beta", "const void*"), Param("cu_seqlens", "const int32_t*"), Param("tw", "{elem}*"), Param("tu", "{elem}*"),
     Param("attn", "{elem}*"), Param("gates", "float*"), Param("num_seqs", "uint32_t"), Param("seq_len", "uint32_t"),
     Param("value_heads", "uint32_t"), Param("group", "uint32_t"), Param("scale", "float"),
-    Param("beta_fp32", "uint32_t"), Param("l2norm", "uint32_t"),
+    Param("beta_fp32", "uint32_t"), Param("l2norm", "uint32_t"), Param("cu_effective", "int32_t*"),
 )
 CXX_ELEM = {"bf16": "sm120::bf16", "fp16": "sm120::fp16"}
 CHUNKS = (16, 32, 64)

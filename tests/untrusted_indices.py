@@ -1,0 +1,269 @@
+"""Kernels on untrusted indices: each case captures a CUDA graph with valid inputs (the host checks run then),
+corrupts the index tensors in place the way a stale or corrupt decode step would (negative, past the end, huge,
+decreasing), replays, and compares with the result each op documents for such entries (docs/untrusted_indices.md).
+Used by tests/test_untrusted_indices_gpu.py and by the families' compute-sanitizer drivers, where memcheck must
+report 0 errors on the same replays."""
+from __future__ import annotations
+
+import torch
+
+INT32_MAX = 2 ** 31 - 1
+
+
+def _capture(fn):
+    """(graph, fn's outputs): fn run once eagerly (compiles, and the host checks pass on the valid inputs), then
+    captured."""
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+    return graph, out
+
+
+# ---------------------------------------------------------------- paged MQA logits
+
+def paged_reference(q_deq, deq, table, lens_2d, w, max_len, num_blocks):
+    """fp64 paged logits with the documented reading of bad entries: a length is clamped to [0, what the table
+    row covers]; keys in a block whose table entry names no block are -inf."""
+    b_, n_, h_, d_ = q_deq.shape
+    block_kv = deq.shape[1]
+    cap = table.shape[1] * block_kv
+    out = torch.full((b_ * n_, max_len), float("-inf"), dtype=torch.float64, device="cuda")
+    for b in range(b_):
+        lims = [min(max(int(x), 0), cap) for x in lens_2d[b]]
+        L = max(lims)
+        if L == 0:
+            continue
+        entries = table[b, :-(-L // block_kv)].long()
+        named = (entries >= 0) & (entries < num_blocks)
+        kv = deq[entries.clamp(0, num_blocks - 1)].reshape(-1, d_)[:L]
+        score = torch.einsum("thd,kd->thk", q_deq[b], kv).relu()
+        s = (score * w[b * n_:(b + 1) * n_].double()[:, :, None]).sum(1)
+        s[:, ~named.repeat_interleave(block_kv)[:L]] = float("-inf")
+        for t in range(n_):
+            lim = min(lims[t], max_len)
+            out[b * n_ + t, :lim] = s[t, :lim]
+    return out
+
+
+def paged_case(corrupt: str, two_d: bool = False, block_kv: int = 64, next_n: int = 2, h: int = 32, d: int = 128):
+    import deep_gemm_sm120 as dg
+    from deep_gemm_sm120.testing import calc_diff
+    from deep_gemm_sm120.testing.mqa_inputs import paged_cache
+
+    lens0 = [300, 129, 64, 500]
+    cache, table, deq = paged_cache(lens0, block_kv, d, False, 11)
+    bsz, num_blocks = len(lens0), cache.shape[0]
+    q8 = (torch.randn(bsz * next_n * h, d, device="cuda") * 0.5).to(torch.float8_e4m3fn).view(bsz, next_n, h, d)
+    w = torch.randn(bsz * next_n, h, device="cuda")
+    lens = torch.tensor(lens0, dtype=torch.int32, device="cuda")
+    t = torch.arange(next_n, device="cuda")
+    ctx = (lens[:, None] - next_n + t[None, :] + 1).clamp_min(0).int().contiguous() if two_d else lens
+    max_len = table.shape[1] * block_kv
+
+    def step():
+        meta = dg.get_paged_mqa_logits_metadata(ctx, block_kv, 13)
+        return dg.fp8_paged_mqa_logits(q8, cache, w, ctx, table, meta, max_len, clean_logits=True)
+
+    graph, out = _capture(step)
+    if corrupt == "table past the cache":
+        table[0, 1], table[3, 0] = num_blocks + 5, INT32_MAX
+    elif corrupt == "negative table entries":
+        table[1, 0], table[3, 4] = -1, -(2 ** 31)
+    elif corrupt == "length past its table row":
+        ctx.view(-1)[0] = max_len + 1000
+        ctx.view(-1)[-1] = INT32_MAX
+    elif corrupt == "negative lengths":
+        ctx.view(-1)[1] = -5
+        ctx.view(-1)[2] = -(2 ** 31)
+    else:
+        raise ValueError(corrupt)
+    # the documented reading: lengths clamped to [0, max_len] first; 1-D per-query limits follow from them
+    if two_d:
+        lens_2d = ctx.long().clamp(0, max_len)
+    else:
+        lens_2d = (ctx.long().clamp(0, max_len)[:, None] - next_n + t[None, :] + 1).clamp_min(0)
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    ref = paged_reference(q8.double(), deq, table, lens_2d, w, max_len, num_blocks)
+    inside = ~torch.isinf(ref)
+    assert not torch.isnan(out).any(), f"{corrupt}: rows left unwritten"
+    assert torch.equal(torch.isinf(out) & (out < 0), ~inside), f"{corrupt}: -inf mask differs from the documented one"
+    diff = calc_diff(out.double().masked_fill(~inside, 0), ref.masked_fill(~inside, 0))
+    assert diff < 1e-6, f"{corrupt}: calc_diff {diff:.3e}"
+
+
+def paged_garbage_schedule():
+    """A schedule that is not get_paged_mqa_logits_metadata's (random entries): which rows it covers is not
+    defined, but nothing is read or written outside the buffers (memcheck) and nothing hangs."""
+    import deep_gemm_sm120 as dg
+    from deep_gemm_sm120.testing.mqa_inputs import paged_cache
+
+    lens0 = [300, 129, 64]
+    cache, table, _ = paged_cache(lens0, 64, 128, False, 3)
+    q8 = torch.zeros(3, 1, 32, 128, device="cuda").to(torch.float8_e4m3fn)
+    w = torch.randn(3, 32, device="cuda")
+    lens = torch.tensor(lens0, dtype=torch.int32, device="cuda")
+    meta = dg.get_paged_mqa_logits_metadata(lens, 64, 8)
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    meta.copy_(torch.randint(-2 ** 31, 2 ** 31 - 1, meta.shape, device="cuda", generator=gen, dtype=torch.int64).int())
+    out = dg.fp8_paged_mqa_logits(q8, cache, w, lens, table, meta, table.shape[1] * 64, clean_logits=True)
+    torch.cuda.synchronize()
+    assert out.shape == (3, table.shape[1] * 64)
+
+
+# ---------------------------------------------------------------- dense MQA logits, compressed rows
+
+def dense_compressed_case():
+    import deep_gemm_sm120 as dg
+    from deep_gemm_sm120.testing import calc_diff
+    from deep_gemm_sm120.testing.mqa_inputs import dense_case
+    from test_mqa_logits_gpu import reference
+
+    s, sk = 96, 700
+    q, kv, kv_sf, w, ks, ke = dense_case(s, sk, 32, 128, "window", 4)
+    max_k = int((ke - ks).max())
+
+    def step():
+        return dg.fp8_fp4_mqa_logits((q, None), (kv, kv_sf), w, ks, ke, clean_logits=False, max_seqlen_k=max_k)
+
+    graph, out = _capture(step)
+    ks[0], ke[0] = -50, 40                 # starts before the first key
+    ks[1], ke[1] = 600, INT32_MAX          # ends past the last key
+    ks[2], ke[2] = 0, sk                   # longer than max_seqlen_k: the first columns kept
+    ks[3], ke[3] = 500, 100                # empty
+    ks[4], ke[4] = -(2 ** 31), -(2 ** 31) + 5
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    ks_c, ke_c = ks.clamp(0, sk), ke.clamp(0, sk)
+    ref, inside = reference(q, kv, kv_sf, w, ks_c, torch.maximum(ke_c, ks_c))
+    for i in range(s):
+        n = min(max(int(ke_c[i] - ks_c[i]), 0), max_k)
+        if n:
+            a, b = out[i, :n].double(), ref[i, int(ks_c[i]):int(ks_c[i]) + n]
+            assert not torch.isnan(a).any(), f"row {i}: columns left unwritten"
+            assert calc_diff(a, b) < 1e-6 or torch.equal(a, b), f"row {i}"
+
+
+# ---------------------------------------------------------------- M-grouped GEMMs
+
+SENTINEL = 777.0
+
+
+def grouped_contiguous_case():
+    """Per-row group ids: a block whose id is past G or below -1 is skipped (its rows of d keep their values).
+    The block-scaled M-grouped GEMM walks its tiles with the same scheduler (scheduler/sm120_gemm.cuh)."""
+    import deep_gemm_sm120 as dg
+    from deep_gemm_sm120.testing import calc_diff
+
+    G, N, K, M = 3, 256, 512, 128 * 6
+    lay = torch.arange(6, device="cuda", dtype=torch.int32).repeat_interleave(128) % G
+    a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(G, N, K, device="cuda", dtype=torch.bfloat16)
+    d = torch.full((M, N), SENTINEL, device="cuda", dtype=torch.bfloat16)
+    graph, _ = _capture(lambda: dg.m_grouped_bf16_gemm_nt_contiguous(a, b, d, lay))
+    lay[128:256] = G + 4          # block 1: past the groups
+    lay[384:512] = -(2 ** 31)     # block 3: far below -1
+    lay[640:768] = INT32_MAX      # block 5
+    d.fill_(SENTINEL)
+    graph.replay()
+    torch.cuda.synchronize()
+    for blk in range(6):
+        rows = slice(blk * 128, blk * 128 + 128)
+        g = int(lay[blk * 128])
+        if not 0 <= g < G:
+            assert bool((d[rows] == SENTINEL).all()), f"block {blk} (group id {g}) was written"
+        else:
+            assert calc_diff(d[rows], a[rows].double() @ b[g].double().T) < 1e-5, f"block {blk}"
+
+
+def grouped_block_scaled_case():
+    """The block-scaled M-grouped GEMM (MXFP8) on the same corrupted per-row ids: skipped blocks keep d's values
+    (its scale loads follow the group id, so an unchecked id would read outside sfb)."""
+    import deep_gemm_sm120 as dg
+    from deep_gemm_sm120.testing import calc_diff
+    from deep_gemm_sm120.testing.block_scaled import quantize_side
+
+    G, N, K, M = 3, 256, 512, 128 * 6
+    gen = torch.Generator(device="cuda").manual_seed(28)
+    lay = torch.arange(6, device="cuda", dtype=torch.int32).repeat_interleave(128) % G
+    a, sfa, deq_a = quantize_side("e4m3", M, K, gen)
+    parts = [quantize_side("e4m3", N, K, gen, block_rows=128) for _ in range(G)]
+    b, sfb = torch.stack([x[0] for x in parts]), torch.stack([x[1] for x in parts])
+    d = torch.full((M, N), SENTINEL, device="cuda", dtype=torch.bfloat16)
+    graph, _ = _capture(lambda: dg.m_grouped_fp8_fp4_gemm_nt_contiguous((a, sfa), (b, sfb), d, lay))
+    lay[0:128] = -2
+    lay[256:384] = G
+    lay[512:640] = INT32_MAX
+    d.fill_(SENTINEL)
+    graph.replay()
+    torch.cuda.synchronize()
+    for blk in range(6):
+        rows = slice(blk * 128, blk * 128 + 128)
+        g = int(lay[blk * 128])
+        if not 0 <= g < G:
+            assert bool((d[rows] == SENTINEL).all()), f"block {blk} (group id {g}) was written"
+        else:
+            assert calc_diff(d[rows], deq_a[rows] @ parts[g][2].T) < 1e-3, f"block {blk}"
+
+
+def grouped_masked_case():
+    """masked_m past M computes all M rows; a negative one computes none."""
+    import deep_gemm_sm120 as dg
+    from deep_gemm_sm120.testing import calc_diff
+
+    G, M, N, K = 4, 192, 256, 512
+    a = torch.randn(G, M, K, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(G, N, K, device="cuda", dtype=torch.bfloat16)
+    d = torch.full((G, M, N), SENTINEL, device="cuda", dtype=torch.bfloat16)
+    masked = torch.tensor([10, 20, 30, 40], dtype=torch.int32, device="cuda")
+    graph, _ = _capture(lambda: dg.m_grouped_bf16_gemm_nt_masked(a, b, d, masked, expected_m=32))
+    masked.copy_(torch.tensor([INT32_MAX, -1, M + 1, -(2 ** 31)], dtype=torch.int32))
+    d.fill_(SENTINEL)
+    graph.replay()
+    torch.cuda.synchronize()
+    for g, rows in enumerate([M, 0, M, 0]):
+        assert bool((d[g, rows:] == SENTINEL).all()), f"group {g}: rows past {rows} written"
+        if rows:
+            assert calc_diff(d[g, :rows], a[g, :rows].double() @ b[g].double().T) < 1e-5, f"group {g}"
+
+
+# ---------------------------------------------------------------- gated delta rule, varlen
+
+def gdr_varlen_case():
+    """cu_seqlens read as its running maximum clamped to [0, T]: [0, 40, 20, 300, -5, 73] with T = 73 is
+    [0, 40, 40, 73, 73, 73]: sequences of 40, 0, 33, 0, 0 tokens."""
+    import deep_gemm_sm120 as dg
+    from gdr_reference import naive_recurrence, relative_l2
+    from test_gated_delta_rule_gpu import BOUND, make_inputs
+
+    t_total, n = 73, 5
+    cu = torch.tensor([0, 10, 30, 50, 60, 73], dtype=torch.int32, device="cuda")
+    args, init = make_inputs(1, t_total, 2, 4, seed=9, state_n=n)
+    graph, out = _capture(lambda: dg.chunk_gated_delta_rule(*args, initial_state=init, output_final_state=True,
+                                                            cu_seqlens=cu, chunk_size=32))
+    cu.copy_(torch.tensor([0, 40, 20, 300, -5, 73], dtype=torch.int32))
+    out[0].fill_(float("nan")), out[1].fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    effective = torch.tensor([0, 40, 40, 73, 73, 73], dtype=torch.int32, device="cuda")
+    ro, rf = naive_recurrence(*args, initial_state=init, output_final_state=True, cu_seqlens=effective)
+    assert torch.isfinite(out[0]).all() and torch.isfinite(out[1]).all(), "tokens or states left unwritten"
+    eo, ef = relative_l2(out[0], ro), relative_l2(out[1], rf)
+    assert eo <= BOUND and ef <= BOUND, f"relative L2: o {eo:.2e}, final state {ef:.2e}"
+
+
+CASES = [
+    *((f"paged {c}{' 2-D' if two else ''}", lambda c=c, two=two: paged_case(c, two))
+      for c in ("table past the cache", "negative table entries", "length past its table row", "negative lengths")
+      for two in (False, True)),
+    ("paged garbage schedule", paged_garbage_schedule),
+    ("dense compressed ks/ke", dense_compressed_case),
+    ("m-grouped contiguous ids", grouped_contiguous_case),
+    ("m-grouped masked_m", grouped_masked_case),
+    ("block-scaled m-grouped contiguous ids", grouped_block_scaled_case),
+    ("gdr varlen cu_seqlens", gdr_varlen_case),
+]
