@@ -153,61 +153,55 @@ def dense_compressed_case():
 SENTINEL = 777.0
 
 
+GROUPS, BLOCKS = 3, 6  # M-grouped contiguous cases: six 128-row blocks, block i in group i % 3
+
+
+def _replay_with_bad_ids(run, d, bad: dict[int, int], reference) -> None:
+    """Capture `run` on valid per-row ids, give the blocks in `bad` those ids, replay: a block whose id is outside
+    [0, G) keeps d's values, every other block equals reference(rows, group) (calc_diff, tolerance 1e-3)."""
+    from deep_gemm_sm120.testing import calc_diff
+
+    lay = torch.arange(BLOCKS, device="cuda", dtype=torch.int32).repeat_interleave(128) % GROUPS
+    graph, _ = _capture(lambda: run(lay))
+    for blk, gid in bad.items():
+        lay[blk * 128:(blk + 1) * 128] = gid
+    d.fill_(SENTINEL)
+    graph.replay()
+    torch.cuda.synchronize()
+    for blk in range(BLOCKS):
+        rows, g = slice(blk * 128, blk * 128 + 128), int(lay[blk * 128])
+        if not 0 <= g < GROUPS:
+            assert bool((d[rows] == SENTINEL).all()), f"block {blk} (group id {g}) was written"
+        else:
+            assert calc_diff(d[rows], reference(rows, g)) < 1e-3, f"block {blk}"
+
+
 def grouped_contiguous_case():
     """Per-row group ids: a block whose id is past G or below -1 is skipped (its rows of d keep their values).
     The block-scaled M-grouped GEMM walks its tiles with the same scheduler (scheduler/sm120_gemm.cuh)."""
     import deep_gemm_sm120 as dg
-    from deep_gemm_sm120.testing import calc_diff
 
-    G, N, K, M = 3, 256, 512, 128 * 6
-    lay = torch.arange(6, device="cuda", dtype=torch.int32).repeat_interleave(128) % G
-    a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(G, N, K, device="cuda", dtype=torch.bfloat16)
-    d = torch.full((M, N), SENTINEL, device="cuda", dtype=torch.bfloat16)
-    graph, _ = _capture(lambda: dg.m_grouped_bf16_gemm_nt_contiguous(a, b, d, lay))
-    lay[128:256] = G + 4          # block 1: past the groups
-    lay[384:512] = -(2 ** 31)     # block 3: far below -1
-    lay[640:768] = INT32_MAX      # block 5
-    d.fill_(SENTINEL)
-    graph.replay()
-    torch.cuda.synchronize()
-    for blk in range(6):
-        rows = slice(blk * 128, blk * 128 + 128)
-        g = int(lay[blk * 128])
-        if not 0 <= g < G:
-            assert bool((d[rows] == SENTINEL).all()), f"block {blk} (group id {g}) was written"
-        else:
-            assert calc_diff(d[rows], a[rows].double() @ b[g].double().T) < 1e-5, f"block {blk}"
+    a = torch.randn(BLOCKS * 128, 512, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(GROUPS, 256, 512, device="cuda", dtype=torch.bfloat16)
+    d = torch.empty(BLOCKS * 128, 256, device="cuda", dtype=torch.bfloat16)
+    _replay_with_bad_ids(lambda lay: dg.m_grouped_bf16_gemm_nt_contiguous(a, b, d, lay), d,
+                         {1: GROUPS + 4, 3: -(2 ** 31), 5: INT32_MAX},
+                         lambda rows, g: a[rows].double() @ b[g].double().T)
 
 
 def grouped_block_scaled_case():
-    """The block-scaled M-grouped GEMM (MXFP8) on the same corrupted per-row ids: skipped blocks keep d's values
-    (its scale loads follow the group id, so an unchecked id would read outside sfb)."""
+    """The block-scaled M-grouped GEMM (MXFP8) on corrupted per-row ids: skipped blocks keep d's values (its scale
+    loads follow the group id, so an unchecked id would read outside sfb)."""
     import deep_gemm_sm120 as dg
-    from deep_gemm_sm120.testing import calc_diff
     from deep_gemm_sm120.testing.block_scaled import quantize_side
 
-    G, N, K, M = 3, 256, 512, 128 * 6
     gen = torch.Generator(device="cuda").manual_seed(28)
-    lay = torch.arange(6, device="cuda", dtype=torch.int32).repeat_interleave(128) % G
-    a, sfa, deq_a = quantize_side("e4m3", M, K, gen)
-    parts = [quantize_side("e4m3", N, K, gen, block_rows=128) for _ in range(G)]
+    a, sfa, deq_a = quantize_side("e4m3", BLOCKS * 128, 512, gen)
+    parts = [quantize_side("e4m3", 256, 512, gen, block_rows=128) for _ in range(GROUPS)]
     b, sfb = torch.stack([x[0] for x in parts]), torch.stack([x[1] for x in parts])
-    d = torch.full((M, N), SENTINEL, device="cuda", dtype=torch.bfloat16)
-    graph, _ = _capture(lambda: dg.m_grouped_fp8_fp4_gemm_nt_contiguous((a, sfa), (b, sfb), d, lay))
-    lay[0:128] = -2
-    lay[256:384] = G
-    lay[512:640] = INT32_MAX
-    d.fill_(SENTINEL)
-    graph.replay()
-    torch.cuda.synchronize()
-    for blk in range(6):
-        rows = slice(blk * 128, blk * 128 + 128)
-        g = int(lay[blk * 128])
-        if not 0 <= g < G:
-            assert bool((d[rows] == SENTINEL).all()), f"block {blk} (group id {g}) was written"
-        else:
-            assert calc_diff(d[rows], deq_a[rows] @ parts[g][2].T) < 1e-3, f"block {blk}"
+    d = torch.empty(BLOCKS * 128, 256, device="cuda", dtype=torch.bfloat16)
+    _replay_with_bad_ids(lambda lay: dg.m_grouped_fp8_fp4_gemm_nt_contiguous((a, sfa), (b, sfb), d, lay), d,
+                         {0: -2, 2: GROUPS, 4: INT32_MAX}, lambda rows, g: deq_a[rows] @ parts[g][2].T)
 
 
 def grouped_masked_case():
