@@ -214,3 +214,26 @@ def test_fp32_scales_that_are_not_powers_of_two_are_rejected(sm120_or_emulation)
     d = torch.empty(64, 128, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="powers of two"):
         dg.fp8_gemm_nt((a, sfa * 1.5), (b, sfb), d)
+
+
+def test_unpacked_scales_during_capture_raise_a_typed_error(sm120_or_emulation):
+    """Unpacked scales are checked on the host, which capture forbids: a ValueError that says what to do, raised
+    before any CUDA call (the capture is not left invalid), and packed scales capture fine."""
+    import deep_gemm_sm120 as dg
+
+    a, b, ref = fp8_operands(64, 256, 512, _gen(3), 128)
+    d = poison_like(torch.empty(64, 256, device="cuda", dtype=torch.bfloat16))
+    dg.fp8_gemm_nt(a, b, d)  # compile and warm outside the capture
+    torch.cuda.synchronize()
+    with pytest.raises(ValueError, match="transform_sf_into_required_layout"):
+        with torch.cuda.graph(torch.cuda.CUDAGraph()):
+            dg.fp8_gemm_nt(a, b, d)
+    recipe = (1, 128, 128)
+    sfa = dg.transform_sf_into_required_layout(a[1], 64, 512, recipe, is_sfa=True)
+    sfb = dg.transform_sf_into_required_layout(b[1], 256, 512, recipe)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        dg.fp8_gemm_nt((a[0], sfa), (b[0], sfb), d, recipe=recipe)
+    d.fill_(float("nan"))
+    graph.replay()
+    _check(d, ref, TOL["mxfp8"], "captured with packed scales")

@@ -199,8 +199,12 @@ def grouped_block_scaled_case():
     a, sfa, deq_a = quantize_side("e4m3", BLOCKS * 128, 512, gen)
     parts = [quantize_side("e4m3", 256, 512, gen, block_rows=128) for _ in range(GROUPS)]
     b, sfb = torch.stack([x[0] for x in parts]), torch.stack([x[1] for x in parts])
+    recipe = (1, 128, 128)  # scales packed once, outside the capture, as a serving engine does
+    sfa = dg.transform_sf_into_required_layout(sfa, BLOCKS * 128, 512, recipe, is_sfa=True)
+    sfb = dg.transform_sf_into_required_layout(sfb, 256, 512, recipe, num_groups=GROUPS)
     d = torch.empty(BLOCKS * 128, 256, device="cuda", dtype=torch.bfloat16)
-    _replay_with_bad_ids(lambda lay: dg.m_grouped_fp8_fp4_gemm_nt_contiguous((a, sfa), (b, sfb), d, lay), d,
+    _replay_with_bad_ids(lambda lay: dg.m_grouped_fp8_fp4_gemm_nt_contiguous((a, sfa), (b, sfb), d, lay,
+                                                                               recipe=recipe), d,
                          {0: -2, 2: GROUPS, 4: INT32_MAX}, lambda rows, g: deq_a[rows] @ parts[g][2].T, 1e-3)
 
 

@@ -40,10 +40,16 @@ def sf_format(sf: torch.Tensor) -> str:
 
 
 def scale_bytes(sf: torch.Tensor) -> torch.Tensor:
-    """uint8 encodings of unpacked scales (UE8M0 exponents or UE4M3 bytes); rejects values they cannot hold."""
+    """uint8 encodings of unpacked scales (UE8M0 exponents or UE4M3 bytes); rejects values they cannot hold.
+    Those values are read on the host, which a CUDA-graph capture forbids: unpacked scales raise there (ValueError,
+    before any CUDA call) instead of being encoded unchecked; pack them once outside the capture."""
     fmt = sf_format(sf)
     if fmt == "packed":
         raise TypeError("scale_bytes takes unpacked scales, got packed int32")
+    if sf.is_cuda and torch.cuda.is_current_stream_capturing():
+        raise ValueError("unpacked scale factors cannot be checked while a CUDA graph is captured (their values "
+                         "are read on the host): pack them outside the capture with transform_sf_into_required_layout "
+                         "and pass the int32 result")
     if sf.dtype == torch.float32:
         return ue8m0_exponent_bytes(sf)  # raises unless every value is a power of two
     raw = sf.contiguous().view(torch.uint8)
