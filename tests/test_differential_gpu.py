@@ -266,3 +266,98 @@ def test_gated_delta_rule(launches):
         return (lambda: dg.chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu)), ValueError
 
     _drive("gated_delta_rule", legal, illegal, launches)
+
+
+def test_block_scaled_gemm(launches):
+    import deep_gemm_sm120 as dg
+    from deep_gemm_sm120.testing.block_scaled import fp4_operands, fp8_operands
+    from test_fp8_fp4_gemm_gpu import TOL, _check
+
+    def legal(rng):
+        kind = rng.choice(["deepseek", "mxfp8", "mxfp4", "nvfp4"])
+        m, n, k = _dim(rng, 1024), _dim(rng, 2048, 8), _dim(rng, 4096, 64)
+        out = rng.choice([torch.bfloat16, torch.float32])
+        seed = rng.randint(0, 2 ** 31)
+
+        def run():
+            gen = torch.Generator(device="cuda").manual_seed(seed)
+            d = poison_like(torch.empty(m, n, device="cuda", dtype=out))
+            if kind in ("deepseek", "mxfp8"):
+                a, b, ref = fp8_operands(m, n, k, gen, 128 if kind == "deepseek" else 32, b_blocks=kind == "deepseek")
+                dg.fp8_fp4_gemm_nt(a, b, d)
+                _check(d, ref, TOL["mxfp8"], f"{kind} {(m, n, k)} {out}")
+            else:
+                a, b, alpha, ref = fp4_operands(m, n, k, gen, kind)
+                dg.fp8_fp4_gemm_nt(a, b, d, alpha=alpha)
+                _check(d, ref, TOL[kind], f"{kind} {(m, n, k)} {out}")
+        return run
+
+    def illegal(rng):
+        gen = torch.Generator(device="cuda").manual_seed(rng.randint(0, 999))
+        (a, sfa), (b, sfb), _ = fp8_operands(64, 128, 256, gen, 128)
+        d = torch.empty(64, 128, device="cuda", dtype=torch.bfloat16)
+        kind = rng.choice(["operand dtype", "scale shape", "not a power of two", "d shape"])
+        if kind == "operand dtype":
+            return (lambda: dg.fp8_fp4_gemm_nt((a.to(torch.bfloat16), sfa), (b, sfb), d)), TypeError
+        if kind == "scale shape":
+            return (lambda: dg.fp8_fp4_gemm_nt((a, sfa[:, :1]), (b, sfb), d)), ValueError
+        if kind == "not a power of two":
+            return (lambda: dg.fp8_fp4_gemm_nt((a, sfa * 1.5), (b, sfb), d)), ValueError
+        return (lambda: dg.fp8_fp4_gemm_nt((a, sfa), (b, sfb), d[:, :64])), ValueError
+
+    _drive("block_scaled_gemm", legal, illegal, launches)
+
+
+def test_tf32_hc_prenorm_gemm(launches):
+    import deep_gemm_sm120 as dg
+    import test_tf32_hc_prenorm_gemm_gpu as hc
+
+    def legal(rng):
+        m, n, k = _dim(rng, 5000), rng.choice([16, 24, 32]), _dim(rng, 8192, 128)
+        splits = rng.choice([None, 1, rng.randint(2, 16)])
+        seed = rng.randint(0, 999)
+        return lambda: hc.run(m, n, k, splits, seed=seed)
+
+    def illegal(rng):
+        a = torch.randn(16, 256, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(24, 256, device="cuda", dtype=torch.float32)
+        d, s = torch.empty(16, 24, device="cuda"), torch.empty(16, device="cuda")
+        kind = rng.choice(["b dtype", "d shape", "splits"])
+        if kind == "b dtype":
+            return (lambda: dg.tf32_hc_prenorm_gemm(a, b.to(torch.int32), d, s)), TypeError
+        if kind == "d shape":
+            return (lambda: dg.tf32_hc_prenorm_gemm(a, b, d[:, :16], s)), ValueError
+        return (lambda: dg.tf32_hc_prenorm_gemm(a, b, d, s, num_splits=4)), ValueError  # d lacks the splits dim
+
+    _drive("tf32_hc_prenorm_gemm", legal, illegal, launches)
+
+
+def test_sparse_mqa_logits(launches):
+    import deep_gemm_sm120 as dg
+    from deep_gemm_sm120.testing.mqa_inputs import run_sparse, sparse_case
+    from test_sparse_mqa_logits_gpu import assert_matches, reference_contiguous
+
+    def legal(rng):
+        fmt, d = rng.choice([("mxfp8", 128), ("mxfp8", 64), ("mxfp4", 128)])
+        args = (rng.randint(1, 200), rng.randint(1, 3000), rng.choice([16, 32, 64]), d, fmt, rng.choice([8, 16, 32]),
+                rng.randint(1, 64))
+        seed = rng.randint(0, 999)
+
+        def run():
+            c = sparse_case(*args, seed=seed)
+            ref, valid = reference_contiguous(c)
+            out = run_sparse(c)
+            torch.cuda.synchronize()
+            assert_matches(out, ref, valid, f"sparse {args}")
+        return run
+
+    def illegal(rng):
+        c = sparse_case(8, 300, 16, 128, "mxfp8", 16, 4, seed=1)
+        qk = c["q"][0].dtype
+        kind = rng.choice(["ks dtype", "indices shape"])
+        if kind == "ks dtype":
+            return (lambda: dg.get_sparse_mqa_logits_metadata(c["ks"].long(), c["ke"], c["n"], c["idx"], qk, 16)), \
+                TypeError
+        return (lambda: dg.get_sparse_mqa_logits_metadata(c["ks"], c["ke"], c["n"], c["idx"][:4], qk, 16)), ValueError
+
+    _drive("sparse_mqa_logits", legal, illegal, launches)
