@@ -72,7 +72,7 @@ def pack_scale_bytes(b: torch.Tensor) -> torch.Tensor:
     return w[..., 0] | (w[..., 1] << 8) | (w[..., 2] << 16) | (w[..., 3] << 24)
 
 
-def _mn_major(x: torch.Tensor) -> torch.Tensor:
+def mn_major(x: torch.Tensor) -> torch.Tensor:
     """Same values, stored MN-major with the word stride padded to a multiple of 4 words (16 bytes)."""
     mn, words = x.shape[-2:]
     aligned = -(-mn // 4) * 4
@@ -143,7 +143,7 @@ def transform_sf_into_required_layout(sf: torch.Tensor, mn: int, k: int, recipe:
     b = scale_bytes(sf)
     if gran_mn > 1:
         b = b.repeat_interleave(gran_mn, dim=-2)[..., :mn, :]
-    return _mn_major(pack_scale_bytes(b))
+    return mn_major(pack_scale_bytes(b))
 
 
 __all__ = ["transform_sf_into_required_layout", "sf_words", "sf_format", "scale_bytes", "pack_scale_bytes",

@@ -6,7 +6,7 @@ import torch
 
 from ... import quant
 from ...core.limits import MK_ALIGNMENT_FOR_CONTIGUOUS_LAYOUT, TMA_ALIGN
-from ...scale_layout import _mn_major, pack_scale_bytes
+from ...scale_layout import mn_major, pack_scale_bytes
 
 from .math import align
 
@@ -56,7 +56,7 @@ def get_mn_major_tma_aligned_packed_ue8m0_tensor(sf: torch.Tensor, psum_layout: 
         raise NotImplementedError("get_mn_major_tma_aligned_packed_ue8m0_tensor(psum_layout=...) is not supported: "
                                   "SM120 scale layouts are per row, with no psum compaction")
     # DeepGEMM's bytes: K padding scales are 0 (quant's own packer writes 1.0 there; both scale nothing)
-    return _mn_major(pack_scale_bytes(quant.ue8m0_exponent_bytes(sf)))
+    return mn_major(pack_scale_bytes(quant.ue8m0_exponent_bytes(sf)))
 
 
 def get_k_grouped_mn_major_tma_aligned_packed_ue8m0_tensor(sf, grouped_layout, ks, gran_k, k_alignment=None,
