@@ -1,6 +1,6 @@
 """Driver for compute-sanitizer (memcheck / racecheck): sparse and paged-sparse MQA logits, MXFP8 and MXFP4, every
 sparse block size, with empty rows, the last partial block (boxes past the KV end), hand-made out-of-range table
-entries, one tile per CTA and eight.
+entries, corrupted indices under graph replay, one tile per CTA and eight.
 
     compute-sanitizer --tool racecheck python tests/sanitize_sparse_mqa_logits.py
 Exits non-zero on a numerical failure; the sanitizer reports memory errors and races itself.
@@ -26,4 +26,7 @@ cases = [
     ("paged page_kv 8", lambda: t.test_paged_page_sizes(None, 8)),
     ("slot-table kernel, block 8", lambda: t.test_metadata_kernel_matches_torch_reference(None, 8)),
 ]
+import untrusted_indices  # noqa: E402 - indices, ranges, block tables and lengths corrupted under graph replay
+
+cases += [c for c in untrusted_indices.CASES if c[0].startswith("sparse")]
 sys.exit(run_cases(cases))

@@ -140,3 +140,15 @@ def test_metadata_never_points_outside_the_range():
     assert meta[0, :, 1].tolist() == [8, 8, 0, 0]                     # block 4 is page 2: past the table
     assert meta[1, :, 1].tolist() == [8, 0, 0, 0]                     # blocks 2, 3 live on the unmapped page
     assert meta[0, 0].tolist() == [3 * 16, 8] and meta[0, 1].tolist() == [2 * 16, 8]   # pages 3 and 2
+
+
+def test_metadata_pages_whose_rows_wrap_int32_name_no_page():
+    """A block-table entry so large that its first KV row does not fit in int32 (2^26 + 1 pages of 64 rows is
+    2^32 + 64, which would wrap to row 64, a real row) is treated like an unmapped page: count 0."""
+    block, page_kv = 8, 64
+    table = torch.tensor([[2 ** 26 + 1, 3], [2 ** 31 - 1, 2 ** 25 - 1]], dtype=torch.int32)
+    idx = torch.tensor([[0, 8], [0, 8]], dtype=torch.int32)   # blocks 0 and 8: page columns 0 and 1
+    meta = metadata_paged(torch.tensor([128, 128]), table, idx, page_kv, block)
+    assert meta[0].tolist() == [[0, 0], [3 * 64, 8]]
+    # (2^25 - 1) * 64 + 8 rows still fit: kept (the logits kernel then drops it unless the cache has those rows)
+    assert meta[1].tolist() == [[0, 0], [(2 ** 25 - 1) * 64, 8]]

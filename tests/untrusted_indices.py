@@ -254,6 +254,95 @@ def gdr_varlen_case():
     assert eo <= BOUND and ef <= BOUND, f"relative L2: o {eo:.2e}, final state {ef:.2e}"
 
 
+# ---------------------------------------------------------------- sparse MQA logits and their slot tables
+
+def _as_kernel_reads(meta: torch.Tensor, total_rows: int) -> torch.Tensor:
+    """The slot table as the logits kernel reads it: an entry whose rows leave the KV is (0, 0), i.e. -inf."""
+    x, y = meta[..., 0].long(), meta[..., 1].long()
+    ok = (y > 0) & (x >= 0) & (x + y <= total_rows)
+    return torch.stack((torch.where(ok, x, 0), torch.where(ok, y, 0)), -1).int()
+
+
+def _check_sparse(label, meta, want_meta, out, q_deq, kv_rows, w, block) -> None:
+    from sparse_mqa_reference import logits_from_metadata
+    from test_sparse_mqa_logits_gpu import assert_matches
+
+    assert torch.equal(meta, want_meta), f"{label}: the replayed slot table differs from the torch builder's"
+    ref = logits_from_metadata(q_deq, kv_rows, w.float(), _as_kernel_reads(meta, kv_rows.shape[0]), block)
+    assert_matches(out, ref, ~torch.isinf(ref), label)
+
+
+def _capture_sparse(step):
+    graph, (meta, out) = _capture(step)
+    return graph, meta, out
+
+
+def _replay(graph, out) -> None:
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+
+
+def sparse_contiguous_case():
+    """Indices negative, huge or past the KV; ks / ke negative, past the KV, reversed, at the int32 limits: the
+    slot table is the torch builder's (entries it cannot place are (0, 0)) and the kernel drops every slot whose
+    rows leave the KV (-inf)."""
+    import deep_gemm_sm120 as dg
+    from deep_gemm_sm120.families.sparse_mqa_logits.metadata import metadata_contiguous
+    from deep_gemm_sm120.testing.mqa_inputs import sparse_case
+
+    block, n = 16, 500
+    c = sparse_case(24, n, 32, 128, "mxfp8", block, 6, seed=28)
+    qk = c["q"][0].dtype
+
+    def step():
+        meta = dg.get_sparse_mqa_logits_metadata(c["ks"], c["ke"], n, c["idx"], qk, block, use_unaligned_ks=True)
+        return meta, dg.fp8_fp4_sparse_mqa_logits(c["q"], c["kv"], c["w"], meta, 6, block, use_unaligned_ks=True)
+
+    graph, meta, out = _capture_sparse(step)
+    idx, ks, ke = c["idx"], c["ks"], c["ke"]
+    ks[:4], ke[:4] = 0, n
+    idx[0, 0], idx[1, :], idx[2, 1], idx[3, 0] = -1, INT32_MAX, n // block + 3, -(2 ** 31)
+    ks[4], ke[4] = -40, 60                          # starts before the KV
+    ks[5], ke[5] = 450, INT32_MAX                   # ends past it
+    ks[6], ke[6] = 300, 100                         # reversed: empty
+    ks[7], ke[7] = -(2 ** 31), -(2 ** 31) + 5
+    ks[8], ke[8] = INT32_MAX - 3, INT32_MAX
+    idx[5] = torch.arange(28, 34, device="cuda", dtype=torch.int32)  # blocks around the KV's end
+    _replay(graph, out)
+    _check_sparse("sparse contiguous", meta, metadata_contiguous(ks, ke, idx, block), out, c["q_deq"], c["kv_deq"],
+                  c["w"], block)
+
+
+def sparse_paged_case():
+    """Block-table entries negative, past the cache, at INT32_MAX or large enough that their first row would wrap
+    int32 (2^26 + 1 pages of 64 rows); context lengths negative or INT32_MAX; indices negative or huge."""
+    import deep_gemm_sm120 as dg
+    from deep_gemm_sm120.families.sparse_mqa_logits.metadata import metadata_paged
+    from deep_gemm_sm120.testing.mqa_inputs import sparse_paged_case as make
+
+    block, page_kv = 16, 64
+    c = make(16, 32, 128, "mxfp8", block, num_max=8, page_kv=page_kv, seed=28)
+    lens, table, idx = c["lens"], c["table"], c["idx"]
+    req = torch.arange(16, dtype=torch.int32, device="cuda")
+    num_pages = c["cache"].shape[0]
+
+    def step():
+        meta = dg.get_paged_sparse_mqa_logits_metadata(lens, table, req, page_kv, idx, c["q"][0].dtype, block)
+        return meta, dg.fp8_fp4_paged_sparse_mqa_logits(c["q"], c["cache"], c["w"], meta, 8, block)
+
+    graph, meta, out = _capture_sparse(step)
+    for r in (2, 3, 4, 5):
+        lens[r], idx[r, 0] = 200, 0                 # slot 0 reads page column 0
+    table[2, 0], table[3, :], table[4, 0], table[5, 0] = num_pages + 3, -1, 2 ** 26 + 1, INT32_MAX
+    lens[6], lens[7], lens[8] = INT32_MAX, -5, -(2 ** 31)
+    idx[9, 0], idx[10, :] = -3, INT32_MAX
+    _replay(graph, out)
+    assert meta[4, 0].tolist() == [0, 0], "a page whose first row wraps int32 must name no page"
+    _check_sparse("sparse paged", meta, metadata_paged(lens, table, idx, page_kv, block), out, c["q_deq"],
+                  c["pages_deq"].reshape(-1, c["pages_deq"].shape[-1]), c["w"], block)
+
+
 CASES = [
     *((f"paged {c}{' 2-D' if two else ''}", lambda c=c, two=two: paged_case(c, two))
       for c in ("table past the cache", "negative table entries", "length past its table row", "negative lengths")
@@ -264,4 +353,6 @@ CASES = [
     ("m-grouped masked_m", grouped_masked_case),
     ("block-scaled m-grouped contiguous ids", grouped_block_scaled_case),
     ("gdr varlen cu_seqlens", gdr_varlen_case),
+    ("sparse contiguous indices and ranges", sparse_contiguous_case),
+    ("sparse paged table, lengths and indices", sparse_paged_case),
 ]

@@ -7,7 +7,7 @@
 // t0 = b * B + ks % B, and its physical row is t0. Paged: the range is [0, context_lens[r]), t0 = b * B, and the
 // physical row is page * page_kv + t0 % page_kv with page = block_table[r][t0 / page_kv].
 // Slot s holds a block only if s < n_r = min(num_slots, ceil((ke - ks) / B)), b >= 0, t0 >= ks and (paged) the
-// page column lies inside the table row and names a page (>= 0); then count = min(B, ke - t0) (0 if t0 >= ke).
+// page column lies inside the table row and names a page (>= 0) whose rows fit in int32; then count = min(B, ke - t0) (0 if t0 >= ke).
 // Every other slot is (0, 0), so the logits kernel never reads outside the row's KV for it.
 
 #include "../common/sm120_arch.cuh"
@@ -36,8 +36,9 @@ sm120_sparse_mqa_logits_metadata_kernel(const int32_t* __restrict__ ks, const in
     if (ok && block_table != nullptr) {
         const int64_t col = t0 / page_kv;
         const int64_t page = col < max_pages ? __ldg(block_table + static_cast<size_t>(r) * bt_ld + col) : -1;
-        ok = page >= 0;
         first = page * page_kv + (t0 - col * page_kv);
+        // A page number too large for its first row to fit in int32 names no page either: the entry would wrap.
+        ok = page >= 0 && first + count <= INT32_MAX;
     }
     if (!ok || count == 0) first = 0, count = 0;
     reinterpret_cast<int2*>(meta)[slot_id] = make_int2(static_cast<int32_t>(first), static_cast<int32_t>(count));

@@ -24,6 +24,8 @@ from ...services.sparse_mqa_logits_metadata import PARAMS, THREADS, SparseMetada
 from . import geometry_rule
 from .contract import check_indices, fmt_of
 
+INT32_MAX = 2 ** 31 - 1
+
 
 def valid_slots(ks: torch.Tensor, ke: torch.Tensor, num_max_sparse_blocks: int, sparse_block_kv: int) -> torch.Tensor:
     """n_r per row: min(num_max, ceil(max(0, ke - ks) / B)), the leading real entries of each index row."""
@@ -54,9 +56,11 @@ def metadata_paged(context_lens: torch.Tensor, block_table: torch.Tensor, indice
     count = (context_lens.long()[:, None] - t0).clamp(0, sparse_block_kv)
     col = t0.div(page_kv, rounding_mode="floor")
     page = block_table.long().gather(1, col.clamp(0, block_table.shape[1] - 1))
+    first = page * page_kv + t0 % page_kv
+    # a page whose rows do not fit in int32 names no page (its row would wrap)
     ok = ((torch.arange(slots, device=b.device)[None, :] < n[:, None]) & (b >= 0) & (col < block_table.shape[1])
-          & (page >= 0))
-    return _table(page * page_kv + t0 % page_kv, torch.where(ok, count, torch.zeros_like(count)))
+          & (page >= 0) & (first + count <= INT32_MAX))
+    return _table(first, torch.where(ok, count, torch.zeros_like(count)))
 
 
 @lru_cache(maxsize=16)
