@@ -1,18 +1,18 @@
-#!/usr/bin/env python3
 """chunk_gated_delta_rule (ours, chunk 32 and 64) against flash-linear-attention's (FLA, `fla-core`) forward.
 
     python benchmarks/bench_gated_delta_rule.py [--quick] [--json out.json]     # needs a GPU (+ fla-core, einops)
 
-Shapes: FlashQLA's B x T in {1 x 32768, 4 x 2048, 1 x 2048} crossed with (H, HV) in {(16, 64), (2, 8), (32, 32)}
-(the three pairings FlashQLA reports are 1x32768 (16, 64), 4x2048 (2, 8), 1x2048 (32, 32)). K = V = 128, bf16,
-l2-normalized q / k, g = logsigmoid, beta = sigmoid, an fp32 initial state and the final state returned (both
-sides). Both sides are timed by CUDA-graph replay (benchmarks/harness.py: bench), so FLA's host work
-does not count. Each row also reports the relative L2 distance between our o and FLA's.
+Grid (issue 29): B x T in {1 x 32768, 1 x 8192, 2 x 4096, 4 x 2048, 1 x 2048, 16 x 512, 64 x 128} crossed with
+(H, HV) in {(2, 8), (4, 8), (16, 32), (16, 64), (32, 32)}, plus varlen packs of mixed lengths; every shape with an
+fp32 initial state, and a subset (--no-init-rows) without one. K = V = 128, bf16, l2-normalized q / k,
+g = logsigmoid, beta = sigmoid, the final state returned (both sides). --quick: the six shapes of issue 29's
+table. Both sides are timed by CUDA-graph replay (benchmarks/harness.py: bench), so FLA's host work does not
+count. Each row also reports the relative L2 distance between our o and FLA's.
 
 A GPU machine without a package index gets FLA as wheels: `pip download fla-core einops --no-deps -d wheels_fla`
 here, carry the folder, `python3 -m pip install --no-deps --no-index wheels_fla/*.whl` there (FLA needs Triton,
-which CUDA builds of torch bring). --sweep and --max-stages are the tuning runs behind the plan's V slice and
-stage cap (docs/gated_delta_rule.md)."""
+which CUDA builds of torch bring). --sweep times every (V slice, K split) plan at chunk 32 (the tuning behind
+choose_plan; docs/gated_delta_rule.md); --max-stages caps the recurrence's TMA stages."""
 from __future__ import annotations
 
 import argparse
@@ -27,52 +27,84 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from harness import bench, finish, start  # noqa: E402
 
-BT = ((1, 32768), (4, 2048), (1, 2048))
-HEADS = ((16, 64), (2, 8), (32, 32))
-PAIRED = {((1, 32768), (16, 64)), ((4, 2048), (2, 8)), ((1, 2048), (32, 32))}
+BT = ((1, 32768), (1, 8192), (2, 4096), (4, 2048), (1, 2048), (16, 512), (64, 128))
+HEADS = ((2, 8), (4, 8), (16, 32), (16, 64), (32, 32))
+# varlen packs (B = 1, cu_seqlens): long and short sequences mixed, and many decode-sized prefill pieces
+PACKS = {"mixed 6": (4096, 1024, 333, 2048, 57, 512), "32 pieces": tuple(100 + (37 * i * i) % 900 for i in range(32))}
+PACK_HEADS = ((2, 8), (16, 32))
+QUICK = {((1, 32768), (16, 64)), ((1, 8192), (16, 32)), ((4, 2048), (2, 8)), ((1, 2048), (32, 32)),
+         ((1, 32768), (2, 8)), ((2, 4096), (4, 8))}
+NO_INIT = {((1, 32768), (2, 8)), ((4, 2048), (2, 8)), ((64, 128), (16, 32)), ((1, 8192), (16, 64))}
 
 
-def inputs(b: int, t: int, h: int, hv: int):
+def inputs(b: int, t: int, h: int, hv: int, lens: tuple[int, ...] | None = None, init: bool = True):
+    if lens is not None:
+        b, t = 1, sum(lens)
     q = F.normalize(torch.randn(b, t, h, 128, device="cuda"), dim=-1).bfloat16()
     k = F.normalize(torch.randn(b, t, h, 128, device="cuda"), dim=-1).bfloat16()
     v = torch.randn(b, t, hv, 128, device="cuda").bfloat16()
     g = F.logsigmoid(torch.randn(b, t, hv, device="cuda"))
     beta = torch.randn(b, t, hv, device="cuda").sigmoid().bfloat16()
-    init = torch.randn(b, hv, 128, 128, device="cuda") * 0.1
-    return q, k, v, g, beta, init
+    n = b if lens is None else len(lens)
+    state = torch.randn(n, hv, 128, 128, device="cuda") * 0.1 if init else None
+    cu = None
+    if lens is not None:
+        cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+    return q, k, v, g, beta, state, cu
 
 
-def case(b: int, t: int, h: int, hv: int, iters: int, fla) -> dict:
+def case(b: int, t: int, h: int, hv: int, iters: int, fla, lens=None, init: bool = True) -> dict:
     import deep_gemm_sm120 as dg
 
-    q, k, v, g, beta, init = inputs(b, t, h, hv)
-    row = {"b": b, "t": t, "h": h, "hv": hv, "paired": ((b, t), (h, hv)) in PAIRED}
+    q, k, v, g, beta, state, cu = inputs(b, t, h, hv, lens, init)
+    extra = {} if cu is None else {"cu_seqlens": cu}
+    row = {"b": b, "t": t, "h": h, "hv": hv, "pack": lens, "init": init}
+
+    def ours(chunk):
+        return dg.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=state, output_final_state=True,
+                                         chunk_size=chunk, **extra)
     with torch.no_grad():
         for chunk in (32, 64):
-            row[f"ours_c{chunk}_us"] = bench(lambda: dg.chunk_gated_delta_rule(
-                q, k, v, g, beta, initial_state=init, output_final_state=True, chunk_size=chunk), iters) * 1e6
-        ours = dg.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=init, output_final_state=True,
-                                         chunk_size=32)[0]
+            row[f"ours_c{chunk}_us"] = bench(lambda: ours(chunk), iters) * 1e6
         if fla is not None:
-            fla_call = lambda: fla(q, k, v, g, beta, initial_state=init, output_final_state=True)  # noqa: E731
+            fla_extra = {} if cu is None else {"cu_seqlens": cu.long()}
+            fla_call = lambda: fla(q, k, v, g, beta, initial_state=state, output_final_state=True,  # noqa: E731
+                                   **fla_extra)
             row["fla_us"] = bench(fla_call, iters) * 1e6
-            theirs = fla_call()[0]
-            row["o_rel_l2_vs_fla"] = ((ours.double() - theirs.double()).norm() / theirs.double().norm()).item()
+            theirs = fla_call()[0].double()
+            ours_o = ours(32)[0].double()
+            row["o_rel_l2_vs_fla"] = ((ours_o - theirs).norm() / theirs.norm()).item()
             for chunk in (32, 64):
                 row[f"speedup_c{chunk}"] = row["fla_us"] / row[f"ours_c{chunk}_us"]
     return row
 
 
-def profile(b: int, t: int, h: int, hv: int, fla) -> None:
+def grid(quick: bool):
+    """(label, b, t, h, hv, lens, init) of every row."""
+    for (b, t) in BT:
+        for (h, hv) in HEADS:
+            if quick and ((b, t), (h, hv)) not in QUICK:
+                continue
+            yield f"{b} x {t}", b, t, h, hv, None, True
+            if not quick and ((b, t), (h, hv)) in NO_INIT:
+                yield f"{b} x {t}", b, t, h, hv, None, False
+    if not quick:
+        for name, lens in PACKS.items():
+            for (h, hv) in PACK_HEADS:
+                yield name, 1, sum(lens), h, hv, lens, True
+
+
+def profile(b: int, t: int, h: int, hv: int, fla, lens=None, init: bool = True) -> None:
     """Kernel-by-kernel CUDA time of one call of each side (after warm-up)."""
     import deep_gemm_sm120 as dg
     from torch.profiler import ProfilerActivity, profile as prof
 
-    q, k, v, g, beta, init = inputs(b, t, h, hv)
-    sides = {"ours c32": lambda: dg.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=init,
-                                                            output_final_state=True, chunk_size=32)}
+    q, k, v, g, beta, state, cu = inputs(b, t, h, hv, lens, init)
+    sides = {"ours c32": lambda: dg.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=state,
+                                                            output_final_state=True, chunk_size=32, cu_seqlens=cu)}
     if fla is not None:
-        sides["FLA"] = lambda: fla(q, k, v, g, beta, initial_state=init, output_final_state=True)
+        sides["FLA"] = lambda: fla(q, k, v, g, beta, initial_state=state, output_final_state=True,
+                                   cu_seqlens=None if cu is None else cu.long())
     for name, fn in sides.items():
         fn(), torch.cuda.synchronize()
         with prof(activities=[ProfilerActivity.CUDA]) as p:
@@ -82,20 +114,24 @@ def profile(b: int, t: int, h: int, hv: int, fla) -> None:
         print(f"   {name}: " + "; ".join(f"{key[:60]} {us:.0f} us" for key, us in sorted(rows, key=lambda r: -r[1])))
 
 
-def sweep(b: int, t: int, h: int, hv: int, iters: int) -> None:
-    """Ours at chunk 32 with each V slice forced (the plan's choose_vslice replaced for the call)."""
+def sweep(b: int, t: int, h: int, hv: int, iters: int, lens=None, init: bool = True) -> dict:
+    """Ours at chunk 32 and 64 with each (V slice, K split) plan forced (api.choose_plan replaced for the call)."""
     import deep_gemm_sm120 as dg
-    from deep_gemm_sm120.families.gated_delta_rule import api
+    from deep_gemm_sm120.families.gated_delta_rule import api, plans
 
-    q, k, v, g, beta, init = inputs(b, t, h, hv)
-    chosen, out = api.choose_vslice, []
+    q, k, v, g, beta, state, cu = inputs(b, t, h, hv, lens, init)
+    chosen, out = api.choose_plan, {}
     try:
-        for vs in (16, 32, 64, 128):
-            api.choose_vslice = lambda *_a, vs=vs: vs
-            out.append(f"v{vs} {bench(lambda: dg.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=init, output_final_state=True, chunk_size=32), iters) * 1e6:.0f} us")
+        for chunk in (32, 64):
+            for plan in plans(chunk):
+                api.choose_plan = lambda *_a, plan=plan: plan
+                out[f"c{chunk} v{plan[0]} k{plan[1]}"] = bench(lambda: dg.chunk_gated_delta_rule(
+                    q, k, v, g, beta, initial_state=state, output_final_state=True, chunk_size=chunk,
+                    cu_seqlens=cu), iters) * 1e6
     finally:
-        api.choose_vslice = chosen
-    print("   sweep c32: " + ", ".join(out))
+        api.choose_plan = chosen
+    print("   sweep: " + ", ".join(f"{key} {us:.0f}" for key, us in out.items()), flush=True)
+    return out
 
 
 def geomean(xs) -> float:
@@ -104,9 +140,9 @@ def geomean(xs) -> float:
 
 
 def main() -> int:
-    def flags(ap: argparse.ArgumentParser) -> None:  # --quick: the three FlashQLA pairings only, fewer replays
+    def flags(ap: argparse.ArgumentParser) -> None:  # --quick: the six shapes of issue 29's table, fewer replays
         ap.add_argument("--profile", action="store_true", help="per-kernel CUDA times (torch.profiler) of each side")
-        ap.add_argument("--sweep", action="store_true", help="ours at chunk 32 with every V slice (tuning the plan)")
+        ap.add_argument("--sweep", action="store_true", help="ours with every (V slice, K split) plan (tuning)")
         ap.add_argument("--max-stages", type=int, help="cap of the recurrence's TMA stages (tuning; default the family's)")
 
     run = start(__doc__.splitlines()[0], flags)  # off SM120 only the build changes: bf16 mma.sync is native on sm_90a
@@ -121,30 +157,30 @@ def main() -> int:
         fam.MAX_STAGES = args.max_stages
     iters = 3 if args.quick else 10
     print(f"FLA {'present' if fla else 'absent'}")
-    print(f"{'B':>2} {'T':>6} {'H':>3} {'HV':>3} {'ours c32 us':>12} {'ours c64 us':>12} {'FLA us':>9} "
+    print(f"{'shape':>10} {'H':>3} {'HV':>3} {'init':>4} {'ours c32 us':>12} {'ours c64 us':>12} {'FLA us':>9} "
           f"{'x c32':>6} {'x c64':>6} {'relL2 vs FLA':>12}")
     rows = []
-    for (b, t) in BT:
-        for (h, hv) in HEADS:
-            if args.quick and ((b, t), (h, hv)) not in PAIRED:
-                continue
-            r = case(b, t, h, hv, iters, fla)
-            rows.append(r)
-            if args.profile:
-                profile(b, t, h, hv, fla)
-            if args.sweep:
-                sweep(b, t, h, hv, iters)
-            print(f"{b:2} {t:6} {h:3} {hv:3} {r['ours_c32_us']:12.1f} {r['ours_c64_us']:12.1f} "
-                  f"{r.get('fla_us', float('nan')):9.1f} {r.get('speedup_c32', float('nan')):5.2f}x "
-                  f"{r.get('speedup_c64', float('nan')):5.2f}x {r.get('o_rel_l2_vs_fla', float('nan')):12.2e}",
-                  flush=True)
+    for label, b, t, h, hv, lens, init in grid(args.quick):
+        r = case(b, t, h, hv, iters, fla, lens, init)
+        r["label"] = label
+        rows.append(r)
+        print(f"{label:>10} {h:3} {hv:3} {'yes' if init else 'no':>4} {r['ours_c32_us']:12.1f} "
+              f"{r['ours_c64_us']:12.1f} {r.get('fla_us', float('nan')):9.1f} "
+              f"{r.get('speedup_c32', float('nan')):5.2f}x {r.get('speedup_c64', float('nan')):5.2f}x "
+              f"{r.get('o_rel_l2_vs_fla', float('nan')):12.2e}", flush=True)
+        if args.profile:
+            profile(b, t, h, hv, fla, lens, init)
+        if args.sweep:
+            r["sweep_us"] = sweep(b, t, h, hv, iters, lens, init)
     summary = {}
     if fla is not None:
         for chunk in (32, 64):
-            summary[f"geomean_c{chunk}"] = geomean(r[f"speedup_c{chunk}"] for r in rows)
-            summary[f"geomean_c{chunk}_paired"] = geomean(r[f"speedup_c{chunk}"] for r in rows if r["paired"])
-        summary["geomean_best"] = geomean(max(r["speedup_c32"], r["speedup_c64"]) for r in rows)
-        print("geomean speedup over FLA: " + ", ".join(f"{k} {v:.2f}x" for k, v in summary.items()))
+            xs = [r[f"speedup_c{chunk}"] for r in rows]
+            summary[f"geomean_c{chunk}"] = geomean(xs)
+            summary[f"min_c{chunk}"] = min(xs)
+            summary[f"below_1_c{chunk}"] = sum(x < 1.0 for x in xs)
+        summary["max_rel_l2_vs_fla"] = max(r["o_rel_l2_vs_fla"] for r in rows)
+        print("over FLA: " + ", ".join(f"{k} {v:.3g}" for k, v in summary.items()))
     return finish(run, {"fla": fla is not None, "rows": rows, "summary": summary})
 
 

@@ -1,6 +1,6 @@
 """Driver for compute-sanitizer (memcheck / racecheck): the gated delta rule's two kernels at every chunk size
 and both element types, with partial chunks, grouped value heads, varlen with 1-token and empty sequences,
-initial / final state and the in-kernel l2norm.
+initial / final state, the in-kernel l2norm and every K-split recurrence plan.
 
     compute-sanitizer --tool racecheck python tests/sanitize_gated_delta_rule.py
 Exits non-zero on a numerical failure; the sanitizer reports memory errors and races itself.
@@ -24,6 +24,26 @@ cases = [
                                                         cu_seqlens=cu, l2=True)),
     ("b2 t33 h16/64 c32", lambda: gdr.check(*gdr.make_inputs(2, 33, 16, 64))),
 ]
+
+
+def forced_plan(c: int, v: int, k: int) -> None:
+    """gdr.run_plan with the plan restored afterwards (pytest's monkeypatch does that inside pytest)."""
+    from deep_gemm_sm120.families.gated_delta_rule import api
+
+    saved = api.choose_plan
+
+    class Patch:
+        def setattr(self, obj, name, value):
+            setattr(obj, name, value)
+    try:
+        gdr.run_plan(Patch(), c, v, k)
+    finally:
+        api.choose_plan = saved
+
+
+# every K-split recurrence (the exchange through shared memory and its named barriers), varlen with empty sequences
+cases += [(f"plan c{c} v{v} k{k} varlen", lambda c=c, v=v, k=k: forced_plan(c, v, k))
+          for c, v, k in gdr._plans() if k > 1]
 import untrusted_indices  # noqa: E402 - cu_seqlens corrupted under graph replay
 
 sys.exit(run_cases(cases + [c for c in untrusted_indices.CASES if c[0].startswith("gdr")]))

@@ -52,6 +52,34 @@ def test_matches_fp64_recurrence(t, h, hv, with_state):
     check(args, init)
 
 
+def _plans():
+    from deep_gemm_sm120.families.gated_delta_rule import plans
+
+    return [(c, vs, ks) for c in (16, 32, 64) for vs, ks in plans(c)]
+
+
+def run_plan(monkeypatch, chunk, vslice, ksplit, seed=0):
+    """One (V slice, K split) recurrence forced, on varlen with partial chunks, 1-token and empty sequences and an
+    initial state; returns (o, final state) after checking them against the float64 recurrence."""
+    from deep_gemm_sm120.families.gated_delta_rule import api
+
+    monkeypatch.setattr(api, "choose_plan", lambda *_a: (vslice, ksplit))
+    cu = torch.tensor([0, 1, 1, 70, 203, 203, 300], dtype=torch.int32, device="cuda")
+    args, init = make_inputs(1, 300, 2, 4, seed=seed, state_n=6)
+    o, final, _, _ = check(args, init, chunk=chunk, cu_seqlens=cu)
+    return args, init, cu, o, final
+
+
+@pytest.mark.parametrize("chunk,vslice,ksplit", _plans(), ids=[f"c{c}-v{v}-k{k}" for c, v, k in _plans()])
+def test_every_recurrence_plan(monkeypatch, chunk, vslice, ksplit):
+    """Each instantiation the plan can choose (a K split adds its partial products in a fixed order: bitwise
+    repeatable)."""
+    args, init, cu, o, final = run_plan(monkeypatch, chunk, vslice, ksplit, seed=vslice + ksplit)
+    o2, final2 = dg.chunk_gated_delta_rule(*args, initial_state=init, output_final_state=True, cu_seqlens=cu,
+                                           chunk_size=chunk)
+    assert torch.equal(o, o2) and torch.equal(final, final2)
+
+
 @pytest.mark.parametrize("chunk", [16, 32, 64])
 def test_every_chunk_size(chunk):
     args, init = make_inputs(2, 200, 4, 8, seed=chunk, state_n=2)

@@ -85,3 +85,26 @@ def test_api_and_is_supported_agree():
                                          chunk),
               dtype=dtype, beta_dtype=beta_dtype, g_dtype=torch.float32, heads=h, value_heads=hv, head_dim=dim,
               value_dim=dim, chunk_size=chunk)
+
+
+def test_recurrence_plans_fit_and_split_only_few_heads():
+    """Every (V slice, K split) instantiation fits the SM120 budget with at most eight math warps; the plan splits
+    the head dim only where the heads leave SM partitions idle, and always picks a built instantiation."""
+    from deep_gemm_sm120.core.limits import SMEM_LIMIT
+    from deep_gemm_sm120.families.gated_delta_rule import GdrFwdSpec, choose_plan, plans
+
+    for chunk in (16, 32, 64):
+        built = plans(chunk)
+        assert (16, 1) in built and all(vs // 16 * ks <= 8 for vs, ks in built)
+        for vs, ks in built:
+            spec = GdrFwdSpec(chunk, vs, "bf16", ks)
+            assert 1 <= spec.stages and spec.smem_bytes <= SMEM_LIMIT, spec.name
+            assert spec.threads == (vs // 16 * ks + 1) * 32
+        for n, hv in ((1, 8), (4, 8), (1, 32), (1, 64), (64, 32), (3, 1)):
+            for sms in (84, 132, 188):
+                assert choose_plan(n, hv, sms, chunk) in built
+    assert choose_plan(1, 8, 132, 32) == (16, 4)      # 64 warps unsplit: a quarter of the partitions
+    assert choose_plan(1, 64, 132, 32) == (64, 1)     # 512 warps already
+    assert choose_plan(64, 32, 132, 32) == (128, 1)
+    names = {GdrFwdSpec(32, 16, "bf16", k).name for k in (1, 2, 4)}
+    assert len(names) == 3                            # the split is part of the kernel's name (JIT cache key)

@@ -1,7 +1,11 @@
 #pragma once
 // Gated delta rule, chunked forward, stage 2 of 2: the state recurrence and the output, sequential over the
-// chunks of one sequence. CTA = (V slice of kVSlice columns, value head hv, sequence n); each math warp owns 16
-// value columns of the state and keeps its slice of S^T (16 x 128, fp32) in registers for the whole sequence.
+// chunks of one sequence. CTA = (V slice of kVSlice columns, value head hv, sequence n); each group of kKSplit
+// math warps owns 16 value columns of the state, each warp of the group a 128 / kKSplit slice of the head dim, and
+// keeps its part of S^T (16 x 128 / kKSplit, fp32) in registers for the whole sequence. With kKSplit > 1 (few
+// heads: a lone warp walking a long sequence leaves three of an SM's four tensor-core partitions idle) the
+// products over the head dim (X, O) are partial sums, exchanged through shared memory once per chunk and added in
+// a fixed order, so every warp of a group forms the same v' and the result does not depend on the split's timing.
 // Per chunk, with Tw, Tu, attn, gates from the prep kernel (sm120_gated_delta_rule_prep.cuh) and q, k, v as given:
 //   u^T  = v^T Tu^T                            [16 x C]   (independent of S: overlaps the products below)
 //   X    = S^T k^T,  O = S^T q^T               [16 x C]   A = S^T (bf16 / fp16 registers), B = k / q rows
@@ -9,13 +13,14 @@
 //   o^T  = O diag(scale e^G / |q|) + v'^T attn^T
 //   S^T  = e^{G_last} S^T + (v'^T diag(e^{G_last - G} / |k|)) k          (tokens past the sequence: factor 0)
 // The C x C factors are lower triangular, so their products skip the k-steps above the output block.
-// Everything a warp multiplies is in shared memory (TMA ring, a producer warp) or its registers; the warps of a
-// CTA share only the loaded tiles, so no step needs more than the stage barriers. Tokens past the sequence's
+// Everything a warp multiplies is in shared memory (TMA ring, a producer warp) or its registers; apart from the
+// K-split exchange (one named barrier per group and chunk) the warps share only the loaded tiles. Tokens past the sequence's
 // end in a chunk's tiles belong to the next sequence (or are TMA zero fill): Tu, Tw and attn are zero above the
 // diagonal, they get factor 0 in the state update, and their o rows are not stored.
 
 #include <cuda.h>
 #include "../common/sm120_arch.cuh"
+#include "../common/sm120_fence.cuh"
 #include "../common/sm120_ldmatrix.cuh"
 #include "../common/sm120_mbarrier.cuh"
 #include "../common/sm120_pdl.cuh"
@@ -26,9 +31,10 @@
 
 namespace sm120 {
 
-template <uint32_t kChunk, uint32_t kVSlice, uint32_t kStages>
+template <uint32_t kChunk, uint32_t kVSlice, uint32_t kKSplit, uint32_t kStages>
 struct GdrFwdConfig {
-    static constexpr uint32_t kMathWarps = kVSlice / 16;
+    static constexpr uint32_t kGroups = kVSlice / 16;               // 16 value columns each
+    static constexpr uint32_t kMathWarps = kGroups * kKSplit;
     static constexpr uint32_t kThreads = (kMathWarps + 1) * 32;   // + the producer warp
     static constexpr uint32_t kHeadTileBytes = kChunk * kGdrHeadDim * 2;
     static constexpr uint32_t kVRowBytes = (kVSlice < kGdrHalfCols ? kVSlice : kGdrHalfCols) * 2;
@@ -44,22 +50,28 @@ struct GdrFwdConfig {
     static constexpr uint32_t kOffGate = kOffAttn + align_up(kMatBytes, kSwizzleAtomBytes);
     static constexpr uint32_t kStageBytes = kOffGate + align_up(kGateBytes, kSwizzleAtomBytes);
     static constexpr uint32_t kTxBytes = 2 * kHeadTileBytes + kVBytes + 3 * kMatBytes + kGateBytes;
-    static constexpr uint32_t kOutBytes = kMathWarps * kChunk * 16 * 2;   // per-warp o staging [C][16]
-    static constexpr uint32_t kSmemBytes = kStages * kStageBytes + kOutBytes + 2 * kStages * 8;
+    static constexpr uint32_t kOutBytes = kGroups * kChunk * 16 * 2;   // per-group o staging [C][16]
+    // K-split exchange: per warp, its partial X and O ([C / 8][4] fp32 a lane), two buffers (chunk parity)
+    static constexpr uint32_t kPartFloats = kChunk / 8 * 4 * 32;
+    static constexpr uint32_t kXchBytes = kKSplit > 1 ? 2 * kMathWarps * 2 * kPartFloats * 4 : 0;
+    static constexpr uint32_t kSmemBytes = kStages * kStageBytes + kOutBytes + kXchBytes + 2 * kStages * 8;
     static_assert(kChunk == 16 || kChunk == 32 || kChunk == 64, "chunk size: 16, 32 or 64");
     static_assert(kVSlice == 16 || kVSlice == 32 || kVSlice == 64 || kVSlice == 128, "V slice: 16, 32, 64 or 128");
+    static_assert(kKSplit == 1 || kKSplit == 2 || kKSplit == 4, "K split: 1, 2 or 4 warps per 16 value columns");
+    static_assert(kKSplit == 1 || kGroups <= 15, "a named barrier per group (ids 1..15)");
     static_assert(kStages >= 1, "at least one stage");
     static_assert(kSmemBytes <= kMaxSmemPerBlock, "shared memory exceeds the SM120 per-block budget (101376 B)");
 };
 
 // acc[2 np], acc[2 np + 1] += A (k-step ks over tokens) * M^T for a lower-triangular C x C tile M ([i][j] rows,
 // swizzled rows of C * 2 bytes): B[k = j][n = i] = M[i][j], only the blocks with ks <= np.
-template <typename E, uint32_t C>
+// With kEvery > 1 only the n pairs np = own (mod kEvery) are formed (a K-split warp's share of o).
+template <typename E, uint32_t C, uint32_t kEvery = 1>
 SM120_DEVICE void gdr_mma_lower_t(float (&acc)[C / 8][4], const uint32_t (&a)[4], uint32_t ks, const uint8_t* tile,
-                                  uint32_t lane) {
+                                  uint32_t lane, uint32_t own = 0) {
 #pragma unroll
     for (uint32_t np = 0; np < C / 16; ++np) {
-        if (np < ks) continue;
+        if (np < ks || np % kEvery != own) continue;
         uint32_t b[4];
         ldmatrix_x4(smem_addr(tile + swizzle_offset<C * 2>(16 * np + lane % 8 + 8 * (lane / 16), 2 * ks + (lane / 8) % 2)),
                     b[0], b[1], b[2], b[3]);
@@ -84,8 +96,8 @@ SM120_DEVICE void gdr_pack_a(uint32_t (&a)[4], const float (&x)[C / 8][4], uint3
     a[2] = E::pack(x[2 * ks + 1][0], x[2 * ks + 1][1]), a[3] = E::pack(x[2 * ks + 1][2], x[2 * ks + 1][3]);
 }
 
-template <uint32_t kChunk, uint32_t kVSlice, uint32_t kStages, typename Elem>
-__global__ void __launch_bounds__(GdrFwdConfig<kChunk, kVSlice, kStages>::kThreads, 1)
+template <uint32_t kChunk, uint32_t kVSlice, uint32_t kKSplit, uint32_t kStages, typename Elem>
+__global__ void __launch_bounds__(GdrFwdConfig<kChunk, kVSlice, kKSplit, kStages>::kThreads, 1)
 sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_k,
                                   const __grid_constant__ CUtensorMap tmap_v, const __grid_constant__ CUtensorMap tmap_tw,
                                   const __grid_constant__ CUtensorMap tmap_tu, const __grid_constant__ CUtensorMap tmap_attn,
@@ -93,14 +105,16 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
                                   float* __restrict__ final_state, Elem* __restrict__ o,
                                   const int32_t* __restrict__ cu_seqlens, uint32_t seq_len, uint32_t value_heads,
                                   uint32_t group) {
-    using Cfg = GdrFwdConfig<kChunk, kVSlice, kStages>;
+    using Cfg = GdrFwdConfig<kChunk, kVSlice, kKSplit, kStages>;
     using E = GdrElem<Elem>;
     constexpr uint32_t C = kChunk, kNT = C / 8, kKT = kGdrHeadDim / 8;
     constexpr uint32_t kSlices = kGdrHeadDim / kVSlice;
+    constexpr uint32_t kWarpKT = kKT / kKSplit;   // k8 tiles of the head dim a warp's state part holds
 
     extern __shared__ __align__(1024) uint8_t smem[];
     uint8_t* s_out = smem + kStages * Cfg::kStageBytes;
-    const auto ring = StageRing<kStages>::at(s_out + Cfg::kOutBytes);
+    float* s_xch = reinterpret_cast<float*>(s_out + Cfg::kOutBytes);
+    const auto ring = StageRing<kStages>::at(s_out + Cfg::kOutBytes + Cfg::kXchBytes);
 
     const uint32_t warp = warp_idx(), lane = lane_idx();
     const uint32_t slice = blockIdx.x % kSlices, hv = blockIdx.x / kSlices % value_heads;
@@ -142,19 +156,20 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
         return;
     }
 
-    // ---------------- math warps: value columns [v0, v0 + 16) ----------------
+    // ---------------- math warps: value columns [v0, v0 + 16), head-dim part kq ----------------
     const uint32_t gid = lane >> 2, t4 = lane & 3;
-    const uint32_t v0 = slice * kVSlice + warp * 16;
+    const uint32_t vg = warp / kKSplit, kq = warp % kKSplit;
+    const uint32_t v0 = slice * kVSlice + vg * 16, kt0 = kq * kWarpKT;
     const size_t state_at = (static_cast<size_t>(n) * value_heads + hv) * kGdrHeadDim * kGdrHeadDim;
-    float st[kKT][4];  // S^T rows v0 + gid (+8), columns (k) 8 kt + 2 t4 (+1)
+    float st[kWarpKT][4];  // S^T rows v0 + gid (+8), columns (k) 8 (kt0 + kt) + 2 t4 (+1)
 #pragma unroll
-    for (uint32_t kt = 0; kt < kKT; ++kt)
+    for (uint32_t kt = 0; kt < kWarpKT; ++kt)
 #pragma unroll
         for (uint32_t e = 0; e < 4; ++e) {
-            const uint32_t kd = 8 * kt + 2 * t4 + e % 2, vd = v0 + gid + 8 * (e / 2);
+            const uint32_t kd = 8 * (kt0 + kt) + 2 * t4 + e % 2, vd = v0 + gid + 8 * (e / 2);
             st[kt][e] = initial_state != nullptr ? __ldg(initial_state + state_at + kd * kGdrHeadDim + vd) : 0.0f;
         }
-    Elem* s_o = reinterpret_cast<Elem*>(s_out) + warp * C * 16;
+    Elem* s_o = reinterpret_cast<Elem*>(s_out) + vg * C * 16;   // the group's warps write disjoint token pairs
 
     PipelineState<kStages> ps;
     for (uint32_t c = 0; c < num_chunks; ++c, ps.advance()) {
@@ -163,10 +178,10 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
         const float4* gate = reinterpret_cast<const float4*>(s + Cfg::kOffGate);
         ring.wait_full(ps);
 
-        // S^T as the A operand (k16 steps over the head dim)
-        uint32_t sa[kKT / 2][4];
+        // S^T as the A operand (k16 steps over the warp's part of the head dim)
+        uint32_t sa[kWarpKT / 2][4];
 #pragma unroll
-        for (uint32_t kk = 0; kk < kKT / 2; ++kk) {
+        for (uint32_t kk = 0; kk < kWarpKT / 2; ++kk) {
             sa[kk][0] = E::pack(st[2 * kk][0], st[2 * kk][1]);
             sa[kk][1] = E::pack(st[2 * kk][2], st[2 * kk][3]);
             sa[kk][2] = E::pack(st[2 * kk + 1][0], st[2 * kk + 1][1]);
@@ -178,20 +193,21 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
         for (uint32_t ks = 0; ks < kNT / 2; ++ks) {
             constexpr uint32_t kChunksPerRow = Cfg::kVRowBytes / 16;
             const uint32_t m = lane / 8, row = 16 * ks + 8 * (m / 2) + lane % 8;
-            const uint32_t chunk = 2 * warp + m % 2;   // the warp's 16 columns of the slice
+            const uint32_t chunk = 2 * vg + m % 2;   // the group's 16 columns of the slice
             uint32_t a[4];
             ldmatrix_x4_trans(smem_addr(s + Cfg::kOffV + chunk / kChunksPerRow * (C * Cfg::kVRowBytes) +
                                         swizzle_offset<Cfg::kVRowBytes>(row, chunk % kChunksPerRow)),
                               a[0], a[1], a[2], a[3]);
             gdr_mma_lower_t<E, C>(vp, a, ks, s + Cfg::kOffTu, lane);
         }
-        // X = S^T k^T and O = S^T q^T (tokens on n)
+        // X = S^T k^T and O = S^T q^T (tokens on n; partial sums over the warp's head-dim part)
         float x[kNT][4] = {}, out[kNT][4] = {};
 #pragma unroll
-        for (uint32_t kk = 0; kk < kKT / 2; ++kk)
+        for (uint32_t kk = 0; kk < kWarpKT / 2; ++kk)
 #pragma unroll
             for (uint32_t jp = 0; jp < kNT / 2; ++jp) {
-                const uint32_t off = gdr_tile_offset<C>(16 * jp + lane % 8 + 8 * (lane / 16), 2 * kk + (lane / 8) % 2);
+                const uint32_t off = gdr_tile_offset<C>(16 * jp + lane % 8 + 8 * (lane / 16),
+                                                        2 * (kt0 / 2 + kk) + (lane / 8) % 2);
                 uint32_t bk[4], bq[4];
                 ldmatrix_x4(smem_addr(s + Cfg::kOffK + off), bk[0], bk[1], bk[2], bk[3]);
                 ldmatrix_x4(smem_addr(s + off), bq[0], bq[1], bq[2], bq[3]);
@@ -200,6 +216,33 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
                 E::mma(out[2 * jp], sa[kk], {bq[0], bq[1]});
                 E::mma(out[2 * jp + 1], sa[kk], {bq[2], bq[3]});
             }
+        if constexpr (kKSplit > 1) {
+            // publish the partials, then add the group's in warp order (identical X in every warp of the group)
+            float* part = s_xch + (c % 2) * Cfg::kMathWarps * 2 * Cfg::kPartFloats;
+            float* mine = part + warp * 2 * Cfg::kPartFloats;
+#pragma unroll
+            for (uint32_t j = 0; j < kNT; ++j)
+#pragma unroll
+                for (uint32_t e = 0; e < 4; ++e) {
+                    mine[(j * 4 + e) * 32 + lane] = x[j][e];
+                    mine[Cfg::kPartFloats + (j * 4 + e) * 32 + lane] = out[j][e];
+                }
+            named_barrier_sync(1 + vg, kKSplit * 32);
+            const float* grp = part + vg * kKSplit * 2 * Cfg::kPartFloats;
+#pragma unroll
+            for (uint32_t j = 0; j < kNT; ++j)
+#pragma unroll
+                for (uint32_t e = 0; e < 4; ++e) {
+                    float sx = 0.0f, so = 0.0f;
+                    const bool owned = (j / 2) % kKSplit == kq;
+#pragma unroll
+                    for (uint32_t w = 0; w < kKSplit; ++w) {
+                        sx += grp[w * 2 * Cfg::kPartFloats + (j * 4 + e) * 32 + lane];
+                        if (owned) so += grp[(w * 2 + 1) * Cfg::kPartFloats + (j * 4 + e) * 32 + lane];
+                    }
+                    x[j][e] = sx, out[j][e] = owned ? so : 0.0f;
+                }
+        }
         // per-token factors: scale e^G / |q| (O's columns), e^{G_last - G} / |k| (0 past the end)
         float kf[kNT][2];
 #pragma unroll
@@ -220,17 +263,17 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
             for (uint32_t r = 0; r < 4; ++r) a[r] ^= 0x80008000u;   // -X: flip both halves' sign bits (exact)
             gdr_mma_lower_t<E, C>(vp, a, ks, s + Cfg::kOffTw, lane);
         }
-        // O += v'^T attn^T, v' as the A operand
+        // O += v'^T attn^T, v' as the A operand (the warp's token pairs)
 #pragma unroll
         for (uint32_t ks = 0; ks < kNT / 2; ++ks) {
             uint32_t a[4];
             gdr_pack_a<E, C>(a, vp, ks);
-            gdr_mma_lower_t<E, C>(out, a, ks, s + Cfg::kOffAttn, lane);
+            gdr_mma_lower_t<E, C, kKSplit>(out, a, ks, s + Cfg::kOffAttn, lane, kq);
         }
-        // S^T = e^{G_last} S^T + (v'^T diag(kf)) k
+        // S^T = e^{G_last} S^T + (v'^T diag(kf)) k   (the warp's head-dim part)
         const float decay = __expf(gate[len - 1].x);
 #pragma unroll
-        for (uint32_t kt = 0; kt < kKT; ++kt)
+        for (uint32_t kt = 0; kt < kWarpKT; ++kt)
 #pragma unroll
             for (uint32_t e = 0; e < 4; ++e) st[kt][e] *= decay;
 #pragma unroll
@@ -238,11 +281,11 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
             uint32_t a[4];
             gdr_pack_a<E, C>(a, vp, ks, kf);
 #pragma unroll
-            for (uint32_t np = 0; np < kKT / 2; ++np) {
+            for (uint32_t np = 0; np < kWarpKT / 2; ++np) {
                 uint32_t b[4];
                 const uint32_t m = lane / 8;
-                ldmatrix_x4_trans(smem_addr(s + Cfg::kOffK +
-                                            gdr_tile_offset<C>(16 * ks + 8 * (m % 2) + lane % 8, 2 * np + m / 2)),
+                ldmatrix_x4_trans(smem_addr(s + Cfg::kOffK + gdr_tile_offset<C>(16 * ks + 8 * (m % 2) + lane % 8,
+                                                                                 2 * (kt0 / 2 + np) + m / 2)),
                                   b[0], b[1], b[2], b[3]);
                 E::mma(st[2 * np], a, {b[0], b[1]});
                 E::mma(st[2 * np + 1], a, {b[2], b[3]});
@@ -250,27 +293,31 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
         }
         ring.release(ps, lane);  // every read of the stage is done
 
-        // o rows of the chunk's tokens: transpose through the warp's staging tile, 16-byte stores
+        // o rows of the warp's token pairs: transpose through the group's staging tile, 16-byte stores
 #pragma unroll
-        for (uint32_t j = 0; j < kNT; ++j)
+        for (uint32_t j = 0; j < kNT; ++j) {
+            if ((j / 2) % kKSplit != kq) continue;
 #pragma unroll
             for (uint32_t e = 0; e < 4; ++e)
                 s_o[(8 * j + 2 * t4 + e % 2) * 16 + gid + 8 * (e / 2)] = static_cast<Elem>(out[j][e]);
+        }
         __syncwarp();
-        for (uint32_t i = lane; i < len * 2; i += 32) {
-            const uint32_t row = i / 2, part = i % 2;
-            *reinterpret_cast<uint4*>(o + (static_cast<size_t>(first + row) * value_heads + hv) * kGdrHeadDim + v0 +
-                                      8 * part) = *reinterpret_cast<const uint4*>(s_o + row * 16 + 8 * part);
+#pragma unroll
+        for (uint32_t np = kq; np < C / 16; np += kKSplit) {
+            const uint32_t row = 16 * np + lane / 2, part = lane % 2;
+            if (row < len)
+                *reinterpret_cast<uint4*>(o + (static_cast<size_t>(first + row) * value_heads + hv) * kGdrHeadDim +
+                                          v0 + 8 * part) = *reinterpret_cast<const uint4*>(s_o + row * 16 + 8 * part);
         }
         __syncwarp();
     }
 
     if (final_state != nullptr) {
 #pragma unroll
-        for (uint32_t kt = 0; kt < kKT; ++kt)
+        for (uint32_t kt = 0; kt < kWarpKT; ++kt)
 #pragma unroll
             for (uint32_t e = 0; e < 4; ++e) {
-                const uint32_t kd = 8 * kt + 2 * t4 + e % 2, vd = v0 + gid + 8 * (e / 2);
+                const uint32_t kd = 8 * (kt0 + kt) + 2 * t4 + e % 2, vd = v0 + gid + 8 * (e / 2);
                 final_state[state_at + kd * kGdrHeadDim + vd] = st[kt][e];
             }
     }

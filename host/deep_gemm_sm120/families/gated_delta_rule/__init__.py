@@ -20,6 +20,8 @@ PARAMS = ParamList(
     Param("group", "uint32_t"),
 )
 V_SLICES = (16, 32, 64, 128)
+K_SPLITS = (1, 2, 4)
+MAX_MATH_WARPS = 8   # (V slice / 16) x K split; nine warps of a 128-column slice at 64-token chunks spilled
 MAX_STAGES = 2
 HEAD_DIMS = (HEAD_DIM,)
 ELEM_DTYPES = {"bfloat16": "bf16", "float16": "fp16"}
@@ -32,14 +34,16 @@ def stage_bytes(chunk: int, vslice: int) -> int:
     return 2 * chunk * HEAD_DIM * 2 + align_up(chunk * vslice * 2, 1024) + 3 * mat + align_up(chunk * 16, 1024)
 
 
-def out_bytes(chunk: int, vslice: int) -> int:
-    return vslice // 16 * chunk * 16 * 2
+def out_bytes(chunk: int, vslice: int, ksplit: int = 1) -> int:
+    """The per-group o staging, plus the K-split exchange (GdrFwdConfig::kOutBytes + kXchBytes)."""
+    warps = vslice // 16 * ksplit
+    return vslice // 16 * chunk * 16 * 2 + (2 * warps * 2 * (chunk // 8 * 4 * 32) * 4 if ksplit > 1 else 0)
 
 
-def fwd_stages(chunk: int, vslice: int) -> int:
-    """As many stages as fit the SM120 budget, at most MAX_STAGES (64-token chunks fit one)."""
-    free = SMEM_LIMIT - out_bytes(chunk, vslice)
-    return min(MAX_STAGES, free // (stage_bytes(chunk, vslice) + 16))
+def fwd_stages(chunk: int, vslice: int, ksplit: int = 1) -> int:
+    """As many stages as fit the SM120 budget, at most MAX_STAGES (64-token chunks fit one); 0: does not fit."""
+    free = SMEM_LIMIT - out_bytes(chunk, vslice, ksplit)
+    return max(0, min(MAX_STAGES, free // (stage_bytes(chunk, vslice) + 16)))
 
 
 @dataclass(frozen=True)
@@ -47,49 +51,73 @@ class GdrFwdSpec(KernelSpec):
     chunk: int = 32
     vslice: int = 64
     elem: str = "bf16"
+    ksplit: int = 1
 
     @property
     def stages(self) -> int:
-        return fwd_stages(self.chunk, self.vslice)
+        return fwd_stages(self.chunk, self.vslice, self.ksplit)
 
     @property
     def name(self) -> str:
-        return f"gated_delta_rule_fwd_c{self.chunk}_v{self.vslice}_s{self.stages}_{self.elem}"
+        split = f"_k{self.ksplit}" if self.ksplit > 1 else ""
+        return f"gated_delta_rule_fwd_c{self.chunk}_v{self.vslice}{split}_s{self.stages}_{self.elem}"
 
     @property
     def threads(self) -> int:
-        return (self.vslice // 16 + 1) * 32
+        return (self.vslice // 16 * self.ksplit + 1) * 32
 
     @property
     def smem_bytes(self) -> int:
-        return self.stages * (stage_bytes(self.chunk, self.vslice) + 16) + out_bytes(self.chunk, self.vslice)
+        return self.stages * (stage_bytes(self.chunk, self.vslice) + 16) + out_bytes(self.chunk, self.vslice,
+                                                                                      self.ksplit)
 
     def template_args(self) -> list[str]:
-        return [str(self.chunk), str(self.vslice), str(self.stages), CXX_ELEM[self.elem]]
+        return [str(self.chunk), str(self.vslice), str(self.ksplit), str(self.stages), CXX_ELEM[self.elem]]
 
     def type_subst(self) -> dict[str, str]:
         return {"elem": CXX_ELEM[self.elem]}
 
 
-def v_slices(chunk: int) -> tuple[int, ...]:
-    """64-token chunks stop at 64-column slices: nine warps of a 128-column CTA leave ptxas 168 registers a
-    thread, and the 64-token state step needs more (it spilled)."""
-    return V_SLICES if chunk < 64 else V_SLICES[:-1]
+def plans(chunk: int) -> tuple[tuple[int, int], ...]:
+    """Every (V slice, K split) the recurrence is built for at this chunk size: at most MAX_MATH_WARPS math warps
+    (64-token chunks with eight warps of one 16-column part each need more registers than ptxas leaves them), and
+    a K split only where its exchange leaves room for two stages (the split exists to shorten each chunk step; a
+    single-buffered one would wait on its TMA)."""
+    out = []
+    for vs in V_SLICES:
+        for ks in K_SPLITS:
+            warps = vs // 16 * ks
+            if warps > MAX_MATH_WARPS or (chunk == 64 and vs == 128):
+                continue
+            stages = fwd_stages(chunk, vs, ks)
+            if stages == 0 or (ks > 1 and stages < min(MAX_STAGES, fwd_stages(chunk, vs))):
+                continue
+            out.append((vs, ks))
+    return tuple(out)
 
 
 def specs() -> list[GdrFwdSpec]:
-    return [GdrFwdSpec(c, vs, e) for c in CHUNKS for vs in v_slices(c) for e in CXX_ELEM]
+    return [GdrFwdSpec(c, vs, e, ks) for c in CHUNKS for vs, ks in plans(c) for e in CXX_ELEM]
 
 
-def choose_vslice(num_seqs: int, value_heads: int, num_sms: int, chunk: int) -> int:
-    """The widest V slice that still gives every other SM a CTA (a warp per 16 value columns either way; wider
-    slices share each loaded w / q / k tile among more warps). Tuned on the H200 (benchmarks/
-    bench_gated_delta_rule.py --sweep): 64 value heads take 64-column slices, 8-32 heads 32- or 16-column ones."""
+def choose_plan(num_seqs: int, value_heads: int, num_sms: int, chunk: int) -> tuple[int, int]:
+    """(V slice, K split). The V slice: the widest that still gives every other SM a CTA (wider slices share each
+    loaded q / k / factor tile among more warps). Then the K split: a state chain is one warp's dependent MMAs
+    per chunk, so where the value heads leave fewer math warps than SMs have tensor-core partitions (four each),
+    each 16 value columns are split over 2 or 4 warps along the head dim. Tuned on the H200
+    (benchmarks/bench_gated_delta_rule.py --sweep; docs/gated_delta_rule.md)."""
     heads = num_seqs * value_heads
-    for vs in reversed(v_slices(chunk)):
-        if 2 * heads * (HEAD_DIM // vs) >= num_sms:
-            return vs
-    return V_SLICES[0]
+    available = plans(chunk)
+    vs = V_SLICES[0]
+    for cand in sorted({v for v, _ in available}, reverse=True):
+        if 2 * heads * (HEAD_DIM // cand) >= num_sms:
+            vs = cand
+            break
+    warps = heads * (HEAD_DIM // 16)
+    for ks in sorted((k for v, k in available if v == vs), reverse=True):
+        if ks == 1 or warps * ks <= 4 * num_sms:
+            return vs, ks
+    return vs, 1
 
 
 def gdr_rule(dtype: str | None = None, beta_dtype: str | None = None, g_dtype: str | None = None,
@@ -121,7 +149,8 @@ def plan_specs(num_sms: int, dtype=None, chunk_size: int | None = None, num_seqs
                **_shape) -> list:
     elem = ELEM_DTYPES.get(str(dtype).replace("torch.", ""), "bf16")
     chunk = chunk_size or SM120_CHUNK
-    return [GdrPrepSpec(chunk, elem), GdrFwdSpec(chunk, choose_vslice(num_seqs, value_heads, num_sms, chunk), elem)]
+    vs, ks = choose_plan(num_seqs, value_heads, num_sms, chunk)
+    return [GdrPrepSpec(chunk, elem), GdrFwdSpec(chunk, vs, elem, ks)]
 
 
 FAMILY = Family(
@@ -132,7 +161,7 @@ FAMILY = Family(
     specs=specs,
     gate=lambda spec: GateRules(required={"sm120": (hmma(spec.elem), "LDSM", "UTMALDG"),
                                           "sm90": (hmma(spec.elem), "LDSM", "UTMALDG")}),
-    quick_key=lambda s: (s.chunk, s.vslice),
+    quick_key=lambda s: (s.chunk, s.vslice, s.ksplit),
     pdl=True,
     ops=(Op("chunk_gated_delta_rule", gdr_rule,
             "q, k [B,T,H,128], v [B,T,HV,128] bf16/fp16; g fp32 [B,T,HV]; beta [B,T,HV]",

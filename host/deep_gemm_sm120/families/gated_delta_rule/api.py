@@ -17,7 +17,7 @@ from ...core.tma import tma_request
 from ...device import num_sms_for
 from ...launch import device_of, launch
 from ...services.gated_delta_rule_prep import PARAMS as PREP_PARAMS, GdrPrepSpec
-from . import HEAD_DIM, PARAMS, GdrFwdSpec, choose_vslice
+from . import HEAD_DIM, PARAMS, GdrFwdSpec, choose_plan
 from .contract import (OTHER_CHUNK, NoBackward, check_arguments, check_cu_seqlens_values, chunk_gated_delta_rule_bwd,
                        default_chunk_size)
 
@@ -29,9 +29,9 @@ _OFF = {name: PARAMS.offsets[name] for name in ("tmap_q", "tmap_k", "tmap_v", "t
 
 
 @lru_cache(maxsize=64)
-def _kernels(chunk: int, vslice: int, elem: str, index: int, target: str):
+def _kernels(chunk: int, vslice: int, ksplit: int, elem: str, index: int, target: str):
     return (jit.get_kernel(GdrPrepSpec(chunk, elem), target, index),
-            jit.get_kernel(GdrFwdSpec(chunk, vslice, elem), target, index))
+            jit.get_kernel(GdrFwdSpec(chunk, vslice, elem, ksplit), target, index))
 
 
 def _map(name: str, dtype: str, t: torch.Tensor, inner: int, heads: int, tokens: int, box_inner: int, chunk: int,
@@ -79,8 +79,8 @@ def chunk_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g:
         cu_eff = None if cu is None else torch.empty_like(cu)
         tw, tu, attn = torch.empty(3, tokens, hv, c, dtype=q.dtype, device=dev).unbind(0)
         gates = torch.empty(tokens, hv, 4, dtype=torch.float32, device=dev)
-        vslice = choose_vslice(n, hv, num_sms_for(index), c)
-        prep, fwd = _kernels(c, vslice, elem, index, target_of(index))
+        vslice, ksplit = choose_plan(n, hv, num_sms_for(index), c)
+        prep, fwd = _kernels(c, vslice, ksplit, elem, index, target_of(index))
 
         slots = -(-t // c) + n if cu is not None else n * -(-t // c)
         launch(prep, slots * hv,
