@@ -114,7 +114,7 @@ def profile(b: int, t: int, h: int, hv: int, fla, lens=None, init: bool = True) 
         print(f"   {name}: " + "; ".join(f"{key[:60]} {us:.0f} us" for key, us in sorted(rows, key=lambda r: -r[1])))
 
 
-def sweep(b: int, t: int, h: int, hv: int, iters: int, lens=None, init: bool = True) -> dict:
+def sweep(b: int, t: int, h: int, hv: int, iters: int, lens=None, init: bool = True, chunks=(32, 64)) -> dict:
     """Ours at chunk 32 and 64 with each (V slice, K split) plan forced (api.choose_plan replaced for the call)."""
     import deep_gemm_sm120 as dg
     from deep_gemm_sm120.families.gated_delta_rule import api, plans
@@ -122,7 +122,7 @@ def sweep(b: int, t: int, h: int, hv: int, iters: int, lens=None, init: bool = T
     q, k, v, g, beta, state, cu = inputs(b, t, h, hv, lens, init)
     chosen, out = api.choose_plan, {}
     try:
-        for chunk in (32, 64):
+        for chunk in chunks:
             for plan in plans(chunk):
                 api.choose_plan = lambda *_a, plan=plan: plan
                 out[f"c{chunk} v{plan[0]} k{plan[1]}"] = bench(lambda: dg.chunk_gated_delta_rule(
@@ -144,6 +144,7 @@ def main() -> int:
         ap.add_argument("--profile", action="store_true", help="per-kernel CUDA times (torch.profiler) of each side")
         ap.add_argument("--sweep", action="store_true", help="ours with every (V slice, K split) plan (tuning)")
         ap.add_argument("--max-stages", type=int, help="cap of the recurrence's TMA stages (tuning; default the family's)")
+        ap.add_argument("--sweep-chunks", default="32,64", help="chunk sizes the sweep covers (default 32,64)")
 
     run = start(__doc__.splitlines()[0], flags)  # off SM120 only the build changes: bf16 mma.sync is native on sm_90a
     args = run.args
@@ -171,7 +172,8 @@ def main() -> int:
         if args.profile:
             profile(b, t, h, hv, fla, lens, init)
         if args.sweep:
-            r["sweep_us"] = sweep(b, t, h, hv, iters, lens, init)
+            r["sweep_us"] = sweep(b, t, h, hv, iters, lens, init,
+                                  tuple(int(c) for c in args.sweep_chunks.split(",")))
     summary = {}
     if fla is not None:
         for chunk in (32, 64):

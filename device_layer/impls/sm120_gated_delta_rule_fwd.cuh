@@ -57,7 +57,7 @@ struct GdrFwdConfig {
     static constexpr uint32_t kSmemBytes = kStages * kStageBytes + kOutBytes + kXchBytes + 2 * kStages * 8;
     static_assert(kChunk == 16 || kChunk == 32 || kChunk == 64, "chunk size: 16, 32 or 64");
     static_assert(kVSlice == 16 || kVSlice == 32 || kVSlice == 64 || kVSlice == 128, "V slice: 16, 32, 64 or 128");
-    static_assert(kKSplit == 1 || kKSplit == 2 || kKSplit == 4, "K split: 1, 2 or 4 warps per 16 value columns");
+    static_assert(kKSplit == 1 || kKSplit == 2, "K split: 1 or 2 warps per 16 value columns");
     static_assert(kKSplit == 1 || kGroups <= 15, "a named barrier per group (ids 1..15)");
     static_assert(kStages >= 1, "at least one stage");
     static_assert(kSmemBytes <= kMaxSmemPerBlock, "shared memory exceeds the SM120 per-block budget (101376 B)");

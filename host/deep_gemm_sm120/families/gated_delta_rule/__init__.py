@@ -20,12 +20,14 @@ PARAMS = ParamList(
     Param("group", "uint32_t"),
 )
 V_SLICES = (16, 32, 64, 128)
-K_SPLITS = (1, 2, 4)
+K_SPLITS = (1, 2)
 MAX_MATH_WARPS = 8   # (V slice / 16) x K split; nine warps of a 128-column slice at 64-token chunks spilled
 MAX_STAGES = 2
 HEAD_DIMS = (HEAD_DIM,)
 ELEM_DTYPES = {"bfloat16": "bf16", "float16": "fp16"}
-SM120_CHUNK, OTHER_CHUNK = 32, 64   # 99 KiB per block on SM120: the recurrence double-buffers 32-token chunks
+# 99 KiB per block on SM120: the recurrence double-buffers 32-token chunks. Elsewhere 32 too: on the H200 chunk 32
+# was faster than 64 at all 43 shapes of benchmarks/bench_gated_delta_rule.py (docs/gated_delta_rule.md)
+SM120_CHUNK, OTHER_CHUNK = 32, 32
 
 
 def stage_bytes(chunk: int, vslice: int) -> int:
@@ -80,17 +82,17 @@ class GdrFwdSpec(KernelSpec):
 
 def plans(chunk: int) -> tuple[tuple[int, int], ...]:
     """Every (V slice, K split) the recurrence is built for at this chunk size: at most MAX_MATH_WARPS math warps
-    (64-token chunks with eight warps of one 16-column part each need more registers than ptxas leaves them), and
-    a K split only where its exchange leaves room for two stages (the split exists to shorten each chunk step; a
-    single-buffered one would wait on its TMA)."""
+    (64-token chunks stop at 64-column slices: nine warps left ptxas too few registers), and the K split of two
+    only on 16-column slices of 32- and 64-token chunks, the one place it measured faster on the H200 (a split
+    of four, or of wider slices, measured slower: docs/gated_delta_rule.md)."""
     out = []
     for vs in V_SLICES:
         for ks in K_SPLITS:
-            warps = vs // 16 * ks
-            if warps > MAX_MATH_WARPS or (chunk == 64 and vs == 128):
+            if vs // 16 * ks > MAX_MATH_WARPS or (chunk == 64 and vs == 128):
                 continue
-            stages = fwd_stages(chunk, vs, ks)
-            if stages == 0 or (ks > 1 and stages < min(MAX_STAGES, fwd_stages(chunk, vs))):
+            if ks > 1 and (vs != 16 or chunk == 16):
+                continue
+            if fwd_stages(chunk, vs, ks) < min(MAX_STAGES, fwd_stages(chunk, vs)) or fwd_stages(chunk, vs, ks) == 0:
                 continue
             out.append((vs, ks))
     return tuple(out)
@@ -102,10 +104,9 @@ def specs() -> list[GdrFwdSpec]:
 
 def choose_plan(num_seqs: int, value_heads: int, num_sms: int, chunk: int) -> tuple[int, int]:
     """(V slice, K split). The V slice: the widest that still gives every other SM a CTA (wider slices share each
-    loaded q / k / factor tile among more warps). Then the K split: a state chain is one warp's dependent MMAs
-    per chunk, so where the value heads leave fewer math warps than SMs have tensor-core partitions (four each),
-    each 16 value columns are split over 2 or 4 warps along the head dim. Tuned on the H200
-    (benchmarks/bench_gated_delta_rule.py --sweep; docs/gated_delta_rule.md)."""
+    loaded q / k / factor tile among more warps). Then, on 16-column slices, two warps per 16 value columns along
+    the head dim while that stays within one warp per tensor-core partition (four an SM): the few-head, long
+    sequence shapes. Tuned on the H200 (benchmarks/bench_gated_delta_rule.py --sweep; docs/gated_delta_rule.md)."""
     heads = num_seqs * value_heads
     available = plans(chunk)
     vs = V_SLICES[0]
@@ -167,7 +168,7 @@ FAMILY = Family(
             "q, k [B,T,H,128], v [B,T,HV,128] bf16/fp16; g fp32 [B,T,HV]; beta [B,T,HV]",
             "(o [B,T,HV,128] in v's dtype, final_state fp32 [N,HV,128,128] or None)",
             "FLA's forward semantics; varlen (cu_seqlens), initial state, in-kernel q/k l2norm; chunk 16/32/64 "
-            "(default 32 on SM120, 64 elsewhere); forward only (backward raises NotImplementedError)",
+            "(default 32); forward only (backward raises NotImplementedError)",
             signature="chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, "
                       "output_final_state=False, cu_seqlens=None, use_qk_l2norm_in_kernel=False, chunk_size=None)",
             plan_specs=plan_specs),),
