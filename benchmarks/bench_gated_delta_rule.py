@@ -4,7 +4,7 @@
 
 Grid (issue 29): B x T in {1 x 32768, 1 x 8192, 2 x 4096, 4 x 2048, 1 x 2048, 16 x 512, 64 x 128} crossed with
 (H, HV) in {(2, 8), (4, 8), (16, 32), (16, 64), (32, 32)}, plus varlen packs of mixed lengths; every shape with an
-fp32 initial state, and a subset (--no-init-rows) without one. K = V = 128, bf16, l2-normalized q / k,
+fp32 initial state, and the NO_INIT subset also without one. K = V = 128, bf16, l2-normalized q / k,
 g = logsigmoid, beta = sigmoid, the final state returned (both sides). --quick: the six shapes of issue 29's
 table. Both sides are timed by CUDA-graph replay (benchmarks/harness.py: bench), so FLA's host work does not
 count. Each row also reports the relative L2 distance between our o and FLA's.

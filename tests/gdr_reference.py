@@ -12,6 +12,12 @@ against the other on the CPU before any kernel exists:
     3. WY: w = T (beta * exp(G) * K), u = T (beta * V);
     4. per chunk with incoming state S: v' = u - w S, o = scale (exp(G) * Q) S + scale (Q K^T * exp(G_i - G_j),
        lower incl. diagonal) v', S <- exp(G_last) S + (exp(G_last - G) * K)^T v'.
+
+chunked_lookahead: the same chunk form with each chunk's K S built from the previous chunk's quantities,
+    K_c S_c = e^{G_last,c-1} (K_c S_{c-1}) + (K_c (e^{G_last - G} * K)_{c-1}^T) v'_{c-1},
+the order a recurrence needs to keep the state update (and O) off the chunk-to-chunk dependent chain: only
+v'_{c-1} -> K_c S_c -> v'_c is sequential (two C x C products a chunk) while S, K_c S_{c-1} and O run beside it.
+`rounding` models the operands such a kernel would hold in bf16 (issue 29's next lever, docs/gated_delta_rule.md).
 """
 from __future__ import annotations
 
@@ -95,6 +101,46 @@ def chunked(q, k, v, g, beta, scale=None, initial_state=None, output_final_state
             o[b, c0:c1] = ((qc * cum.exp()[:, :, None]) @ state * scale + attn @ vnew * scale).transpose(0, 1)
             last = cum[:, -1:]
             state = state * last.exp()[:, :, None] + (kc * (last - cum).exp()[:, :, None]).transpose(1, 2) @ vnew
+        return state
+    return _over_sequences(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
+                           use_qk_l2norm_in_kernel, walk)
+
+
+def chunked_lookahead(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
+                      use_qk_l2norm_in_kernel=False, chunk_size=32, rounding=None, lookahead=True):
+    """chunked, with K_c S_c from the previous chunk (module docstring). rounding(x) is applied to the operands a
+    bf16 kernel would round: S in K_c S_{c-1}, the C x C cross products and v'_{c-1} (None: exact).
+    lookahead=False forms K_c r(S_c) directly (today's kernels), for comparing the two under one rounding."""
+    r = rounding or (lambda x: x)
+
+    def walk(state, b, s, e, q, k, v, g, beta, scale, o):
+        hv, dev = v.shape[2], v.device
+        prev = None   # (S_{c-1}, (e^{G_last - G} * K)_{c-1}, v'_{c-1}, e^{G_last, c-1}) within this sequence
+        for c0 in range(s, e, chunk_size):
+            c1 = min(c0 + chunk_size, e)
+            qc, kc, vc = q[b, c0:c1].transpose(0, 1), k[b, c0:c1].transpose(0, 1), v[b, c0:c1].transpose(0, 1)
+            gc, bc = g[b, c0:c1].transpose(0, 1), beta[b, c0:c1].transpose(0, 1)
+            cum = gc.cumsum(-1)
+            decay = (cum[:, :, None] - cum[:, None, :])
+            c = c1 - c0
+            strict = torch.tril(torch.ones(c, c, dtype=torch.bool, device=dev), -1)
+            causal = torch.tril(torch.ones(c, c, dtype=torch.bool, device=dev))
+            a = (bc[:, :, None] * (kc @ kc.transpose(1, 2)) * decay.exp()).masked_fill(~strict, 0)
+            eye = torch.eye(c, dtype=torch.float64, device=dev)
+            tinv = torch.linalg.solve_triangular(eye + a, eye.expand(hv, c, c), upper=False)
+            u = tinv @ (vc * bc[:, :, None])
+            if prev is None or not lookahead:
+                ks = kc @ r(state)
+            else:
+                s_prev, kd_prev, vp_prev, gamma = prev
+                ks = gamma[:, :, None] * (kc @ r(s_prev)) + r(kc @ kd_prev.transpose(1, 2)) @ r(vp_prev)
+            vnew = u - tinv @ ((bc * cum.exp())[:, :, None] * ks)          # = u - w S
+            attn = ((qc @ kc.transpose(1, 2)) * decay.exp()).masked_fill(~causal, 0)
+            o[b, c0:c1] = ((qc * cum.exp()[:, :, None]) @ state * scale + attn @ vnew * scale).transpose(0, 1)
+            last = cum[:, -1:]
+            kd = kc * (last - cum).exp()[:, :, None]
+            prev = (state, kd, vnew, last.exp())
+            state = state * last.exp()[:, :, None] + kd.transpose(1, 2) @ vnew
         return state
     return _over_sequences(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
                            use_qk_l2norm_in_kernel, walk)

@@ -15,7 +15,6 @@ RESERVED = {
     "tma_store_2d": "#13 TMA-store epilogue",
     "tma_store_commit": "#13 TMA-store epilogue",
     "tma_store_wait_read": "#13 TMA-store epilogue",
-    "named_barrier_sync": "#11 MQA logits: math warpgroups synchronise without the TMA warpgroup",
 }
 _DEF = re.compile(r"SM120_(?:HOST_)?DEVICE\s+(?:constexpr\s+)?[\w:<>,\s*&]*?\b(\w+)\s*\(")
 
