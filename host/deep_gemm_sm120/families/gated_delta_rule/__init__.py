@@ -20,8 +20,6 @@ PARAMS = ParamList(
     Param("group", "uint32_t"),
 )
 V_SLICES = (16, 32, 64, 128)
-K_SPLITS = (1, 2)
-MAX_MATH_WARPS = 8   # (V slice / 16) x K split; nine warps of a 128-column slice at 64-token chunks spilled
 MAX_STAGES = 2
 HEAD_DIMS = (HEAD_DIM,)
 ELEM_DTYPES = {"bfloat16": "bf16", "float16": "fp16"}
@@ -81,21 +79,14 @@ class GdrFwdSpec(KernelSpec):
 
 
 def plans(chunk: int) -> tuple[tuple[int, int], ...]:
-    """Every (V slice, K split) the recurrence is built for at this chunk size: at most MAX_MATH_WARPS math warps
-    (64-token chunks stop at 64-column slices: nine warps left ptxas too few registers), and the K split of two
-    only on 16-column slices of 32- and 64-token chunks, the one place it measured faster on the H200 (a split
-    of four, or of wider slices, measured slower: docs/gated_delta_rule.md)."""
-    out = []
-    for vs in V_SLICES:
-        for ks in K_SPLITS:
-            if vs // 16 * ks > MAX_MATH_WARPS or (chunk == 64 and vs == 128):
-                continue
-            if ks > 1 and (vs != 16 or chunk == 16):
-                continue
-            if fwd_stages(chunk, vs, ks) < min(MAX_STAGES, fwd_stages(chunk, vs)) or fwd_stages(chunk, vs, ks) == 0:
-                continue
-            out.append((vs, ks))
-    return tuple(out)
+    """Every (V slice, K split) the recurrence is built for at this chunk size. 64-token chunks stop at 64-column
+    slices (nine warps of a 128-column CTA leave ptxas 168 registers a thread, and the 64-token state step spilled
+    there). The K split of two exists only on 16-column slices of 32- and 64-token chunks, the one place it
+    measured faster on the H200 (a split of four, or of wider slices, measured slower: docs/gated_delta_rule.md);
+    it keeps the unsplit kernel's stage count."""
+    slices = V_SLICES if chunk < 64 else V_SLICES[:-1]
+    split = ((16, 2),) if chunk >= 32 and fwd_stages(chunk, 16, 2) == fwd_stages(chunk, 16) else ()
+    return tuple((vs, 1) for vs in slices) + split
 
 
 def specs() -> list[GdrFwdSpec]:
@@ -108,17 +99,11 @@ def choose_plan(num_seqs: int, value_heads: int, num_sms: int, chunk: int) -> tu
     the head dim while that stays within one warp per tensor-core partition (four an SM): the few-head, long
     sequence shapes. Tuned on the H200 (benchmarks/bench_gated_delta_rule.py --sweep; docs/gated_delta_rule.md)."""
     heads = num_seqs * value_heads
-    available = plans(chunk)
-    vs = V_SLICES[0]
-    for cand in sorted({v for v, _ in available}, reverse=True):
-        if 2 * heads * (HEAD_DIM // cand) >= num_sms:
-            vs = cand
-            break
-    warps = heads * (HEAD_DIM // 16)
-    for ks in sorted((k for v, k in available if v == vs), reverse=True):
-        if ks == 1 or warps * ks <= 4 * num_sms:
-            return vs, ks
-    return vs, 1
+    built = plans(chunk)
+    widest_first = sorted((vs for vs, ks in built if ks == 1), reverse=True)
+    vs = next((v for v in widest_first if 2 * heads * (HEAD_DIM // v) >= num_sms), V_SLICES[0])
+    split = (vs, 2) in built and heads * (HEAD_DIM // 16) * 2 <= 4 * num_sms
+    return vs, 2 if split else 1
 
 
 def gdr_rule(dtype: str | None = None, beta_dtype: str | None = None, g_dtype: str | None = None,
