@@ -21,6 +21,14 @@ def _capture(fn):
     return graph, out
 
 
+def _replay(graph, *outs: torch.Tensor, fill: float = float("nan")) -> None:
+    """Poison the outputs (an element the replay does not write shows), replay, wait."""
+    for out in outs:
+        out.fill_(fill)
+    graph.replay()
+    torch.cuda.synchronize()
+
+
 # ---------------------------------------------------------------- paged MQA logits
 
 def paged_reference(q_deq, deq, table, lens_2d, w, max_len, num_blocks):
@@ -84,9 +92,7 @@ def paged_case(corrupt: str, two_d: bool = False, block_kv: int = 64, next_n: in
         lens_2d = ctx.long().clamp(0, max_len)
     else:
         lens_2d = (ctx.long().clamp(0, max_len)[:, None] - next_n + t[None, :] + 1).clamp_min(0)
-    out.fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
+    _replay(graph, out)
     ref = paged_reference(q8.double(), deq, table, lens_2d, w, max_len, num_blocks)
     inside = ~torch.isinf(ref)
     assert not torch.isnan(out).any(), f"{corrupt}: rows left unwritten"
@@ -135,9 +141,7 @@ def dense_compressed_case():
     ks[2], ke[2] = 0, sk                   # longer than max_seqlen_k: the first columns kept
     ks[3], ke[3] = 500, 100                # empty
     ks[4], ke[4] = -(2 ** 31), -(2 ** 31) + 5
-    out.fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
+    _replay(graph, out)
     ks_c, ke_c = ks.clamp(0, sk), ke.clamp(0, sk)
     ref, inside = reference(q, kv, kv_sf, w, ks_c, torch.maximum(ke_c, ks_c))
     for i in range(s):
@@ -165,9 +169,7 @@ def _replay_with_bad_ids(run, d, bad: dict[int, int], reference, tol: float) -> 
     graph, _ = _capture(lambda: run(lay))
     for blk, gid in bad.items():
         lay[blk * 128:(blk + 1) * 128] = gid
-    d.fill_(SENTINEL)
-    graph.replay()
-    torch.cuda.synchronize()
+    _replay(graph, d, fill=SENTINEL)
     for blk in range(BLOCKS):
         rows, g = slice(blk * 128, blk * 128 + 128), int(lay[blk * 128])
         if not 0 <= g < GROUPS:
@@ -220,9 +222,7 @@ def grouped_masked_case():
     masked = torch.tensor([10, 20, 30, 40], dtype=torch.int32, device="cuda")
     graph, _ = _capture(lambda: dg.m_grouped_bf16_gemm_nt_masked(a, b, d, masked, expected_m=32))
     masked.copy_(torch.tensor([INT32_MAX, -1, M + 1, -(2 ** 31)], dtype=torch.int32))
-    d.fill_(SENTINEL)
-    graph.replay()
-    torch.cuda.synchronize()
+    _replay(graph, d, fill=SENTINEL)
     for g, rows in enumerate([M, 0, M, 0]):
         assert bool((d[g, rows:] == SENTINEL).all()), f"group {g}: rows past {rows} written"
         if rows:
@@ -244,9 +244,7 @@ def gdr_varlen_case():
     graph, out = _capture(lambda: dg.chunk_gated_delta_rule(*args, initial_state=init, output_final_state=True,
                                                             cu_seqlens=cu, chunk_size=32))
     cu.copy_(torch.tensor([0, 40, 20, 300, -5, 73], dtype=torch.int32))
-    out[0].fill_(float("nan")), out[1].fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
+    _replay(graph, *out)
     effective = torch.tensor([0, 40, 40, 73, 73, 73], dtype=torch.int32, device="cuda")
     ro, rf = naive_recurrence(*args, initial_state=init, output_final_state=True, cu_seqlens=effective)
     assert torch.isfinite(out[0]).all() and torch.isfinite(out[1]).all(), "tokens or states left unwritten"
@@ -272,17 +270,6 @@ def _check_sparse(label, meta, want_meta, out, q_deq, kv_rows, w, block) -> None
     assert_matches(out, ref, ~torch.isinf(ref), label)
 
 
-def _capture_sparse(step):
-    graph, (meta, out) = _capture(step)
-    return graph, meta, out
-
-
-def _replay(graph, out) -> None:
-    out.fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
-
-
 def sparse_contiguous_case():
     """Indices negative, huge or past the KV; ks / ke negative, past the KV, reversed, at the int32 limits: the
     slot table is the torch builder's (entries it cannot place are (0, 0)) and the kernel drops every slot whose
@@ -299,7 +286,7 @@ def sparse_contiguous_case():
         meta = dg.get_sparse_mqa_logits_metadata(c["ks"], c["ke"], n, c["idx"], qk, block, use_unaligned_ks=True)
         return meta, dg.fp8_fp4_sparse_mqa_logits(c["q"], c["kv"], c["w"], meta, 6, block, use_unaligned_ks=True)
 
-    graph, meta, out = _capture_sparse(step)
+    graph, (meta, out) = _capture(step)
     idx, ks, ke = c["idx"], c["ks"], c["ke"]
     ks[:4], ke[:4] = 0, n
     idx[0, 0], idx[1, :], idx[2, 1], idx[3, 0] = -1, INT32_MAX, n // block + 3, -(2 ** 31)
@@ -331,7 +318,7 @@ def sparse_paged_case():
         meta = dg.get_paged_sparse_mqa_logits_metadata(lens, table, req, page_kv, idx, c["q"][0].dtype, block)
         return meta, dg.fp8_fp4_paged_sparse_mqa_logits(c["q"], c["cache"], c["w"], meta, 8, block)
 
-    graph, meta, out = _capture_sparse(step)
+    graph, (meta, out) = _capture(step)
     for r in (2, 3, 4, 5):
         lens[r], idx[r, 0] = 200, 0                 # slot 0 reads page column 0
     table[2, 0], table[3, :], table[4, 0], table[5, 0] = num_pages + 3, -1, 2 ** 26 + 1, INT32_MAX
