@@ -12,7 +12,9 @@ count. Each row also reports the relative L2 distance between our o and FLA's.
 A GPU machine without a package index gets FLA as wheels: `pip download fla-core einops --no-deps -d wheels_fla`
 here, carry the folder, `python3 -m pip install --no-deps --no-index wheels_fla/*.whl` there (FLA needs Triton,
 which CUDA builds of torch bring). --sweep times every (V slice, K split) plan at chunk 32 (the tuning behind
-choose_plan; docs/gated_delta_rule.md); --max-stages caps the recurrence's TMA stages."""
+choose_plan; docs/gated_delta_rule.md); --max-stages caps the recurrence's TMA stages; --overlap sets the prep
+grid that runs beside the recurrence (off: the sequential launch; N: N persistent prep CTAs wherever the plan
+overlaps); --overlap-ab also times the sequential launch at chunk 32 in the same process, for comparison."""
 from __future__ import annotations
 
 import argparse
@@ -53,8 +55,9 @@ def inputs(b: int, t: int, h: int, hv: int, lens: tuple[int, ...] | None = None,
     return q, k, v, g, beta, state, cu
 
 
-def case(b: int, t: int, h: int, hv: int, iters: int, fla, lens=None, init: bool = True) -> dict:
+def case(b: int, t: int, h: int, hv: int, iters: int, fla, lens=None, init: bool = True, ab: bool = False) -> dict:
     import deep_gemm_sm120 as dg
+    from deep_gemm_sm120.families.gated_delta_rule import api
 
     q, k, v, g, beta, state, cu = inputs(b, t, h, hv, lens, init)
     extra = {} if cu is None else {"cu_seqlens": cu}
@@ -66,6 +69,12 @@ def case(b: int, t: int, h: int, hv: int, iters: int, fla, lens=None, init: bool
     with torch.no_grad():
         for chunk in (32, 64):
             row[f"ours_c{chunk}_us"] = bench(lambda: ours(chunk), iters) * 1e6
+        if ab:  # the sequential launch (prep grid first), same inputs
+            chosen, api.choose_overlap = api.choose_overlap, lambda *_a: 0
+            try:
+                row["ours_c32_sequential_us"] = bench(lambda: ours(32), iters) * 1e6
+            finally:
+                api.choose_overlap = chosen
         if fla is not None:
             fla_extra = {} if cu is None else {"cu_seqlens": cu.long()}
             fla_call = lambda: fla(q, k, v, g, beta, initial_state=state, output_final_state=True,  # noqa: E731
@@ -145,6 +154,9 @@ def main() -> int:
         ap.add_argument("--sweep", action="store_true", help="ours with every (V slice, K split) plan (tuning)")
         ap.add_argument("--max-stages", type=int, help="cap of the recurrence's TMA stages (tuning; default the family's)")
         ap.add_argument("--sweep-chunks", default="32,64", help="chunk sizes the sweep covers (default 32,64)")
+        ap.add_argument("--overlap", default="auto", help="prep beside the recurrence: auto (the plan's), off, or a "
+                        "persistent prep CTA count wherever the plan overlaps (tuning)")
+        ap.add_argument("--overlap-ab", action="store_true", help="also time the sequential launch at chunk 32")
 
     run = start(__doc__.splitlines()[0], flags)  # off SM120 only the build changes: bf16 mma.sync is native on sm_90a
     args = run.args
@@ -153,6 +165,11 @@ def main() -> int:
     except ImportError as e:
         print(f"fla-core not importable ({e}); timing ours only")
         fla = None
+    if args.overlap != "auto":
+        from deep_gemm_sm120.families.gated_delta_rule import api, choose_overlap
+
+        forced = 0 if args.overlap == "off" else int(args.overlap)
+        api.choose_overlap = lambda *a: forced if choose_overlap(*a) else 0
     if args.max_stages:
         fam = __import__("deep_gemm_sm120.families.gated_delta_rule", fromlist=["MAX_STAGES"])
         fam.MAX_STAGES = args.max_stages
@@ -162,13 +179,14 @@ def main() -> int:
           f"{'x c32':>6} {'x c64':>6} {'relL2 vs FLA':>12}")
     rows = []
     for label, b, t, h, hv, lens, init in grid(args.quick):
-        r = case(b, t, h, hv, iters, fla, lens, init)
+        r = case(b, t, h, hv, iters, fla, lens, init, args.overlap_ab)
         r["label"] = label
         rows.append(r)
         print(f"{label:>10} {h:3} {hv:3} {'yes' if init else 'no':>4} {r['ours_c32_us']:12.1f} "
               f"{r['ours_c64_us']:12.1f} {r.get('fla_us', float('nan')):9.1f} "
               f"{r.get('speedup_c32', float('nan')):5.2f}x {r.get('speedup_c64', float('nan')):5.2f}x "
-              f"{r.get('o_rel_l2_vs_fla', float('nan')):12.2e}", flush=True)
+              f"{r.get('o_rel_l2_vs_fla', float('nan')):12.2e}"
+              + (f"   sequential c32 {r['ours_c32_sequential_us']:.1f}" if args.overlap_ab else ""), flush=True)
         if args.profile:
             profile(b, t, h, hv, fla, lens, init)
         if args.sweep:

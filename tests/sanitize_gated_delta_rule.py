@@ -1,6 +1,7 @@
 """Driver for compute-sanitizer (memcheck / racecheck): the gated delta rule's two kernels at every chunk size
 and both element types, with partial chunks, grouped value heads, varlen with 1-token and empty sequences,
-initial / final state, the in-kernel l2norm and every K-split recurrence plan.
+initial / final state, the in-kernel l2norm, every K-split recurrence plan and the overlapped launch (a persistent
+prep grid beside the recurrence, per-chunk flags).
 
     compute-sanitizer --tool racecheck python tests/sanitize_gated_delta_rule.py
 Exits non-zero on a numerical failure; the sanitizer reports memory errors and races itself.
@@ -44,6 +45,26 @@ def forced_plan(c: int, v: int, k: int) -> None:
 # every K-split recurrence (the exchange through shared memory and its named barriers), varlen with empty sequences
 cases += [(f"plan c{c} v{v} k{k} varlen", lambda c=c, v=v, k=k: forced_plan(c, v, k))
           for c, v, k in gdr._plans() if k > 1]
+
+
+def forced_overlap(case: tuple) -> None:
+    """gdr.test_overlapped_prep_matches_the_sequential_launch for one case, the plan and overlap restored."""
+    from deep_gemm_sm120.families.gated_delta_rule import api
+
+    saved = api.choose_plan, api.choose_overlap
+
+    class Patch:
+        def setattr(self, obj, name, value):
+            setattr(obj, name, value)
+    try:
+        gdr.test_overlapped_prep_matches_the_sequential_launch(Patch(), *case)
+    finally:
+        api.choose_plan, api.choose_overlap = saved
+
+
+# the flags between the two grids: one prep CTA walking every item, and a few
+cases += [(f"overlap c{c} v{p[0]} k{p[1]} {'varlen' if v else 'b2'} prep {n}",
+           lambda case=(c, p, v, n): forced_overlap(case)) for c, p, v, n in gdr.OVERLAP_CASES[:3]]
 import untrusted_indices  # noqa: E402 - cu_seqlens corrupted under graph replay
 
 sys.exit(run_cases(cases + [c for c in untrusted_indices.CASES if c[0].startswith("gdr")]))

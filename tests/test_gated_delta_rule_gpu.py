@@ -80,6 +80,54 @@ def test_every_recurrence_plan(monkeypatch, chunk, vslice, ksplit):
     assert torch.equal(o, o2) and torch.equal(final, final2)
 
 
+OVERLAP_CASES = [  # (chunk, plan, varlen?, prep CTAs of the overlapped launch)
+    (32, (16, 2), True, 1), (32, (16, 2), True, 7), (32, (64, 1), False, 3), (16, (32, 1), True, 5),
+    (64, (16, 2), False, 2), (64, (64, 1), True, 64),
+]
+
+
+@pytest.mark.parametrize("chunk,plan,varlen,prep_ctas", OVERLAP_CASES,
+                         ids=[f"c{c}-v{p[0]}k{p[1]}-{'varlen' if v else 'b2'}-p{n}" for c, p, v, n in OVERLAP_CASES])
+def test_overlapped_prep_matches_the_sequential_launch(monkeypatch, chunk, plan, varlen, prep_ctas):
+    """The prep grid beside the recurrence (persistent, flags per chunk; one prep CTA walking every item at the
+    extreme) gives bitwise the sequential launch's result: same kernels' arithmetic, only the wait differs."""
+    from deep_gemm_sm120.families.gated_delta_rule import api
+
+    monkeypatch.setattr(api, "choose_plan", lambda *_a: plan)
+    if varlen:
+        cu = torch.tensor([0, 1, 1, 70, 203, 203, 300], dtype=torch.int32, device="cuda")
+        args, init = make_inputs(1, 300, 2, 4, seed=chunk + prep_ctas, state_n=6)
+    else:
+        cu, (args, init) = None, make_inputs(2, 150, 2, 4, seed=chunk + prep_ctas, state_n=2)
+    monkeypatch.setattr(api, "choose_overlap", lambda *_a: 0)
+    o_seq, f_seq, _, _ = check(args, init, chunk=chunk, cu_seqlens=cu)
+    chosen = []
+    monkeypatch.setattr(api, "choose_overlap", lambda *a: chosen.append(a) or prep_ctas)
+    o_ovl, f_ovl, _, _ = check(args, init, chunk=chunk, cu_seqlens=cu)
+    assert chosen and chosen[0][2] is True           # PDL on: the overlapped launch was asked for
+    assert torch.equal(o_seq, o_ovl) and torch.equal(f_seq, f_ovl)
+
+
+def test_overlap_follows_the_pdl_switch(monkeypatch):
+    """Without PDL the recurrence could not start before the prep grid ends: the plan says sequential."""
+    from deep_gemm_sm120.families.gated_delta_rule import api
+
+    seen = []
+    real = api.choose_overlap
+    monkeypatch.setattr(api, "choose_overlap", lambda *a: seen.append(a) or real(*a))
+    args, init = make_inputs(1, 100, 2, 8, seed=3, state_n=1)
+    before = dg.get_pdl()
+    try:
+        dg.set_pdl(False)
+        o_off, f_off, _, _ = check(args, init)
+        dg.set_pdl(True)
+        o_on, f_on, _, _ = check(args, init)
+    finally:
+        dg.set_pdl(before)
+    assert [a[2] for a in seen] == [False, True] and real(*seen[0]) == 0 and real(*seen[1]) > 0
+    assert torch.equal(o_off, o_on) and torch.equal(f_off, f_on)
+
+
 @pytest.mark.parametrize("chunk", [16, 32, 64])
 def test_every_chunk_size(chunk):
     args, init = make_inputs(2, 200, 4, 8, seed=chunk, state_n=2)

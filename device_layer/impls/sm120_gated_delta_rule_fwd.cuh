@@ -17,10 +17,13 @@
 // K-split exchange (one named barrier per group and chunk) the warps share only the loaded tiles. Tokens past the sequence's
 // end in a chunk's tiles belong to the next sequence (or are TMA zero fill): Tu, Tw and attn are zero above the
 // diagonal, they get factor 0 in the state update, and their o rows are not stored.
+// With `ready` (the overlapped launch, few CTAs here) the prep grid runs alongside: the producer waits for each
+// chunk's flag before loading its factors, and the sequence's range comes from the published cu'.
 
 #include <cuda.h>
 #include "../common/sm120_arch.cuh"
 #include "../common/sm120_fence.cuh"
+#include "../common/sm120_flag.cuh"
 #include "../common/sm120_ldmatrix.cuh"
 #include "../common/sm120_mbarrier.cuh"
 #include "../common/sm120_pdl.cuh"
@@ -104,7 +107,7 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
                                   const __grid_constant__ CUtensorMap tmap_gate, const float* __restrict__ initial_state,
                                   float* __restrict__ final_state, Elem* __restrict__ o,
                                   const int32_t* __restrict__ cu_seqlens, uint32_t seq_len, uint32_t value_heads,
-                                  uint32_t group) {
+                                  uint32_t group, const int32_t* ready) {
     using Cfg = GdrFwdConfig<kChunk, kVSlice, kKSplit, kStages>;
     using E = GdrElem<Elem>;
     constexpr uint32_t C = kChunk, kNT = C / 8, kKT = kGdrHeadDim / 8;
@@ -119,10 +122,15 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
     const uint32_t warp = warp_idx(), lane = lane_idx();
     const uint32_t slice = blockIdx.x % kSlices, hv = blockIdx.x / kSlices % value_heads;
     const uint32_t n = blockIdx.x / kSlices / value_heads, h = hv / group;
-    uint32_t start, end;
+    uint32_t start, end, first_slot = 0;
     ring.init(Cfg::kMathWarps);
-    pdl_wait_primary();
-    gdr_sequence(cu_seqlens, seq_len, n, start, end);  // cu_seqlens: the prep kernel's clamped cu'
+    if (ready == nullptr) {
+        pdl_wait_primary();
+        gdr_sequence(cu_seqlens, seq_len, n, start, end);  // cu_seqlens: the prep kernel's clamped cu'
+    } else {  // overlapped with the prep grid: its flags, not its end
+        gdr_sequence_published<C>(cu_seqlens, ready, gridDim.x / kSlices / value_heads, seq_len, n, start, end,
+                                  first_slot);
+    }
     const uint32_t num_chunks = (end - start + C - 1) / C;
 
     if (warp == Cfg::kMathWarps) {
@@ -135,6 +143,10 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
             for (uint32_t c = 0; c < num_chunks; ++c, ps.advance()) {
                 const int32_t t = static_cast<int32_t>(start + c * C), hvi = static_cast<int32_t>(hv);
                 uint8_t* s = smem + ps.stage * Cfg::kStageBytes;
+                if (ready != nullptr) {  // this chunk's factors are written (then read by TMA, the async proxy)
+                    flag_wait(gdr_ready_flag(ready, first_slot + c, value_heads, hv));
+                    fence_proxy_async_global();
+                }
                 uint64_t* bar = ring.acquire(ps, Cfg::kTxBytes);
 #pragma unroll
                 for (uint32_t half = 0; half < 2; ++half) {
@@ -321,6 +333,7 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
                 final_state[state_at + kd * kGdrHeadDim + vd] = st[kt][e];
             }
     }
+    if (ready != nullptr) pdl_wait_primary();  // overlapped: the prep grid (whose scratch is freed after us) ends first
     pdl_launch_dependents();
 }
 

@@ -15,6 +15,7 @@
 // with G the inclusive cumsum of g inside the chunk and |x| = 1 unless q/k are l2-normalized in the kernel.
 
 #include "../common/sm120_arch.cuh"
+#include "../common/sm120_flag.cuh"
 #include "../common/sm120_math.cuh"
 #include "../common/sm120_swizzle.cuh"
 #include "../common/sm120_types.cuh"
@@ -92,16 +93,36 @@ SM120_DEVICE void gdr_scan_step(const Offset* cu_seqlens, uint32_t num_seqs, uin
     carry = __shfl_sync(0xffffffffu, e, 31);
 }
 
-// cu' of every sequence into `out` [num_seqs + 1] (one warp; the prep kernel's first CTA).
-template <typename Offset>
+// The chunk count of this lane's sequence [s, e) and its inclusive prefix over the warp's 32 sequences.
+template <uint32_t kChunk>
+SM120_DEVICE void gdr_chunk_scan(uint32_t s, uint32_t e, uint32_t lane, uint32_t& count, uint32_t& incl) {
+    count = e > s ? (e - s + kChunk - 1) / kChunk : 0;
+    incl = count;
+#pragma unroll
+    for (uint32_t d = 1; d < 32; d <<= 1) {
+        const uint32_t x = __shfl_up_sync(0xffffffffu, incl, d);
+        if (lane >= d) incl += x;
+    }
+}
+
+// cu' of every sequence into out[0, num_seqs] and, after it, each sequence's first chunk slot into
+// out[num_seqs + 1 + n] (the chunks of the sequences before it; what gdr_chunk_of_slot enumerates). One warp, the
+// prep kernel's first CTA.
+template <uint32_t kChunk, typename Offset>
 SM120_DEVICE void gdr_effective_offsets(const Offset* cu_seqlens, uint32_t num_seqs, uint32_t seq_len, uint32_t lane,
                                         int32_t* out) {
-    uint32_t carry = 0;
+    uint32_t carry = 0, before = 0;
     for (uint32_t base = 0; base < num_seqs; base += 32) {
         uint32_t s, e;
         gdr_scan_step(cu_seqlens, num_seqs, seq_len, base, lane, carry, s, e);
-        if (base + lane < num_seqs) out[base + lane] = static_cast<int32_t>(s);
+        uint32_t count, incl;
+        gdr_chunk_scan<kChunk>(s, e, lane, count, incl);
+        if (base + lane < num_seqs) {
+            out[base + lane] = static_cast<int32_t>(s);
+            out[num_seqs + 1 + base + lane] = static_cast<int32_t>(before + incl - count);
+        }
         if (base + lane + 1 == num_seqs) out[num_seqs] = static_cast<int32_t>(e);
+        before += __shfl_sync(0xffffffffu, incl, 31);
     }
 }
 
@@ -115,6 +136,31 @@ SM120_DEVICE void gdr_sequence(const Offset* cu_seqlens, uint32_t seq_len, uint3
     } else {
         start = static_cast<uint32_t>(__ldg(cu_seqlens + n)), end = static_cast<uint32_t>(__ldg(cu_seqlens + n + 1));
     }
+}
+
+// Overlapped launch (few recurrence CTAs): the prep kernel runs beside the recurrence as a persistent grid and
+// publishes its work in `ready` (int32, zeroed by the host): ready[0] once cu' (and the first slots) are written,
+// ready[1 + slot * HV + hv] once chunk slot `slot` of value head hv is. The recurrence waits on these instead of
+// on the prep grid's end.
+template <typename Flag>
+SM120_DEVICE Flag* gdr_ready_flag(Flag* ready, uint32_t slot, uint32_t value_heads, uint32_t hv) {
+    return ready + 1 + static_cast<size_t>(slot) * value_heads + hv;
+}
+
+// gdr_sequence for the overlapped launch: waits for cu' (when there is one; read coherently, the prep grid writes
+// it meanwhile) and also gives the sequence's first chunk slot.
+template <uint32_t kChunk>
+SM120_DEVICE void gdr_sequence_published(const int32_t* cu_effective, const int32_t* ready, uint32_t num_seqs,
+                                         uint32_t seq_len, uint32_t n, uint32_t& start, uint32_t& end,
+                                         uint32_t& first_slot) {
+    if (cu_effective == nullptr) {
+        start = n * seq_len, end = start + seq_len, first_slot = n * ((seq_len + kChunk - 1) / kChunk);
+        return;
+    }
+    flag_wait(ready);
+    start = static_cast<uint32_t>(load_acquire(cu_effective + n));
+    end = static_cast<uint32_t>(load_acquire(cu_effective + n + 1));
+    first_slot = static_cast<uint32_t>(load_acquire(cu_effective + num_seqs + 1 + n));
 }
 
 // Chunk slot `slot` (the prep kernel's blockIdx.x) -> its sequence's token range and the chunk's first token.
@@ -134,13 +180,8 @@ SM120_DEVICE bool gdr_chunk_of_slot(const Offset* cu_seqlens, uint32_t num_seqs,
     for (uint32_t base = 0; base < num_seqs; base += 32) {
         uint32_t s, e;  // cu'[n], cu'[n + 1] of this lane's sequence n = base + lane
         gdr_scan_step(cu_seqlens, num_seqs, seq_len, base, lane, carry, s, e);
-        const uint32_t count = e > s ? (e - s + kChunk - 1) / kChunk : 0;
-        uint32_t incl = count;  // inclusive prefix over the 32 lanes
-#pragma unroll
-        for (uint32_t d = 1; d < 32; d <<= 1) {
-            const uint32_t x = __shfl_up_sync(0xffffffffu, incl, d);
-            if (lane >= d) incl += x;
-        }
+        uint32_t count, incl;
+        gdr_chunk_scan<kChunk>(s, e, lane, count, incl);
         const uint32_t total = __shfl_sync(0xffffffffu, incl, 31);
         if (slot < before + total) {
             const uint32_t hit = __ballot_sync(0xffffffffu, slot < before + incl);

@@ -17,7 +17,7 @@ PARAMS = ParamList(
     Param("tmap_gate", "CUtensorMap"),
     Param("initial_state", "const float*"), Param("final_state", "float*"), Param("o", "{elem}*"),
     Param("cu_seqlens", "const int32_t*"), Param("seq_len", "uint32_t"), Param("value_heads", "uint32_t"),
-    Param("group", "uint32_t"),
+    Param("group", "uint32_t"), Param("ready", "const int32_t*"),
 )
 V_SLICES = (16, 32, 64, 128)
 MAX_STAGES = 2
@@ -104,6 +104,16 @@ def choose_plan(num_seqs: int, value_heads: int, num_sms: int, chunk: int) -> tu
     vs = next((v for v in widest_first if 2 * heads * (HEAD_DIM // v) >= num_sms), V_SLICES[0])
     split = (vs, 2) in built and heads * (HEAD_DIM // 16) * 2 <= 4 * num_sms
     return vs, 2 if split else 1
+
+
+def choose_overlap(recurrence_ctas: int, num_sms: int, pdl: bool) -> int:
+    """CTAs of a persistent prep grid that runs beside the recurrence (0: the prep runs first, one CTA per item).
+    Overlapped when the recurrence leaves at least half the SMs idle (few heads, whose long chunk walk then starts
+    at once instead of after the whole prep); the prep gets the idle SMs. Needs PDL: without it the recurrence
+    would start only after the (then narrower) prep grid anyway."""
+    if not pdl or 2 * recurrence_ctas > num_sms:
+        return 0
+    return num_sms - recurrence_ctas
 
 
 def gdr_rule(dtype: str | None = None, beta_dtype: str | None = None, g_dtype: str | None = None,

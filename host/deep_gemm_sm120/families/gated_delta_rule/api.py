@@ -15,9 +15,9 @@ from ... import jit
 from ...arch import target_of
 from ...core.tma import tma_request
 from ...device import num_sms_for
-from ...launch import device_of, launch
+from ...launch import device_of, get_pdl, launch
 from ...services.gated_delta_rule_prep import PARAMS as PREP_PARAMS, GdrPrepSpec
-from . import HEAD_DIM, PARAMS, GdrFwdSpec, choose_plan
+from . import HEAD_DIM, PARAMS, GdrFwdSpec, choose_overlap, choose_plan
 from .contract import (OTHER_CHUNK, NoBackward, check_arguments, check_cu_seqlens_values, chunk_gated_delta_rule_bwd,
                        default_chunk_size)
 
@@ -75,21 +75,29 @@ def chunk_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g:
         init = initial_state.contiguous() if initial_state is not None else None
         cu = None if cu_seqlens is None else cu_seqlens.to(torch.int32).contiguous()
         # cu_seqlens as the kernels read it (clamped running maximum, written by the prep kernel): untrusted
-        # offsets never overlap sequences or leave the tokens (docs/untrusted_indices.md)
-        cu_eff = None if cu is None else torch.empty_like(cu)
+        # offsets never overlap sequences or leave the tokens (docs/untrusted_indices.md); then each sequence's
+        # first chunk slot
+        cu_eff = None if cu is None else torch.empty(2 * (n + 1), dtype=torch.int32, device=dev)
         tw, tu, attn = torch.empty(3, tokens, hv, c, dtype=q.dtype, device=dev).unbind(0)
         gates = torch.empty(tokens, hv, 4, dtype=torch.float32, device=dev)
-        vslice, ksplit = choose_plan(n, hv, num_sms_for(index), c)
+        sms = num_sms_for(index)
+        vslice, ksplit = choose_plan(n, hv, sms, c)
         prep, fwd = _kernels(c, vslice, ksplit, elem, index, target_of(index))
+        fwd_ctas = (HEAD_DIM // vslice) * hv * n
 
         slots = -(-t // c) + n if cu is not None else n * -(-t // c)
-        launch(prep, slots * hv,
+        # few recurrence CTAs: a persistent prep grid on the idle SMs, the recurrence waiting on its per-chunk flags
+        pdl = prep.pdl and fwd.pdl and get_pdl()
+        overlap = min(choose_overlap(fwd_ctas, sms, pdl), slots * hv)
+        ready = torch.zeros(1 + slots * hv, dtype=torch.int32, device=dev) if overlap else None
+        launch(prep, overlap or slots * hv,
                PREP_PARAMS.pack(q=q.data_ptr(), k=k.data_ptr(), g=g.data_ptr(), beta=beta.data_ptr(),
                                 cu_seqlens=0 if cu is None else cu.data_ptr(), tw=tw.data_ptr(), tu=tu.data_ptr(),
                                 attn=attn.data_ptr(), gates=gates.data_ptr(), num_seqs=n, seq_len=t, value_heads=hv,
                                 group=hv // h, scale=p.scale, beta_fp32=int(beta.dtype == torch.float32),
                                 l2norm=int(use_qk_l2norm_in_kernel),
-                                cu_effective=0 if cu_eff is None else cu_eff.data_ptr()),
+                                cu_effective=0 if cu_eff is None else cu_eff.data_ptr(),
+                                ready=0 if ready is None else ready.data_ptr()),
                b"", index)
         tmaps = (_map("tmap_q", tma_dtype, q, HEAD_DIM, h, tokens, 64, c, 2)
                  + _map("tmap_k", tma_dtype, k, HEAD_DIM, h, tokens, 64, c, 2)
@@ -98,11 +106,11 @@ def chunk_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g:
                  + _map("tmap_tu", tma_dtype, tu, c, hv, tokens, c, c, 2)
                  + _map("tmap_attn", tma_dtype, attn, c, hv, tokens, c, c, 2)
                  + _map("tmap_gate", "float32", gates, 4, hv, tokens, 4, c, 4))
-        launch(fwd, (HEAD_DIM // vslice) * hv * n,
+        launch(fwd, fwd_ctas,
                PARAMS.pack(initial_state=0 if init is None else init.data_ptr(),
                            final_state=0 if final is None else final.data_ptr(), o=o.data_ptr(),
                            cu_seqlens=0 if cu_eff is None else cu_eff.data_ptr(), seq_len=t, value_heads=hv,
-                           group=hv // h),
+                           group=hv // h, ready=0 if ready is None else ready.data_ptr()),
                tmaps, index)
 
     inputs = [x for x in (q, k, v, g, beta, initial_state) if x is not None]

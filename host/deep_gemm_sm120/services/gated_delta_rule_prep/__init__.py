@@ -14,6 +14,7 @@ PARAMS = ParamList(
     Param("attn", "{elem}*"), Param("gates", "float*"), Param("num_seqs", "uint32_t"), Param("seq_len", "uint32_t"),
     Param("value_heads", "uint32_t"), Param("group", "uint32_t"), Param("scale", "float"),
     Param("beta_fp32", "uint32_t"), Param("l2norm", "uint32_t"), Param("cu_effective", "int32_t*"),
+    Param("ready", "int32_t*"),
 )
 CXX_ELEM = {"bf16": "sm120::bf16", "fp16": "sm120::fp16"}
 CHUNKS = (16, 32, 64)
