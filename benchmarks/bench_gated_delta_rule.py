@@ -14,7 +14,8 @@ here, carry the folder, `python3 -m pip install --no-deps --no-index wheels_fla/
 which CUDA builds of torch bring). --sweep times every (V slice, K split) plan at chunk 32 (the tuning behind
 choose_plan; docs/gated_delta_rule.md); --max-stages caps the recurrence's TMA stages; --overlap sets the prep
 grid that runs beside the recurrence (off: the sequential launch; N: N persistent prep CTAs wherever the plan
-overlaps); --overlap-ab also times the sequential launch at chunk 32 in the same process, for comparison."""
+overlaps); --overlap-ab also times the sequential launch at chunk 32 in the same process, for comparison;
+--overlap-sweep N1,N2,... times chunk 32 with each persistent prep CTA count at the rows whose plan overlaps."""
 from __future__ import annotations
 
 import argparse
@@ -143,6 +144,28 @@ def sweep(b: int, t: int, h: int, hv: int, iters: int, lens=None, init: bool = T
     return out
 
 
+def overlap_sweep(b: int, t: int, h: int, hv: int, iters: int, lens, init: bool, counts: list[int]) -> dict:
+    """Ours at chunk 32 with each persistent prep CTA count forced, where the plan overlaps (else nothing)."""
+    import deep_gemm_sm120 as dg
+    from deep_gemm_sm120.families.gated_delta_rule import api
+
+    q, k, v, g, beta, state, cu = inputs(b, t, h, hv, lens, init)
+    chosen, out, overlaps = api.choose_overlap, {}, []
+    try:
+        for count in counts:
+            api.choose_overlap = lambda *a, count=count: overlaps.append(chosen(*a) > 0) or (count if overlaps[-1]
+                                                                                            else 0)
+            out[count] = bench(lambda: dg.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=state,
+                                                                  output_final_state=True, chunk_size=32,
+                                                                  cu_seqlens=cu), iters) * 1e6
+            if not any(overlaps):  # the plan does not overlap here: every count is the same launch
+                return {}
+    finally:
+        api.choose_overlap = chosen
+    print("   prep CTAs: " + ", ".join(f"{n} {us:.0f}" for n, us in out.items()), flush=True)
+    return out
+
+
 def geomean(xs) -> float:
     xs = list(xs)
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
@@ -157,6 +180,8 @@ def main() -> int:
         ap.add_argument("--overlap", default="auto", help="prep beside the recurrence: auto (the plan's), off, or a "
                         "persistent prep CTA count wherever the plan overlaps (tuning)")
         ap.add_argument("--overlap-ab", action="store_true", help="also time the sequential launch at chunk 32")
+        ap.add_argument("--overlap-sweep", default="", help="persistent prep CTA counts to time at chunk 32 where "
+                        "the plan overlaps (tuning)")
 
     run = start(__doc__.splitlines()[0], flags)  # off SM120 only the build changes: bf16 mma.sync is native on sm_90a
     args = run.args
@@ -189,6 +214,9 @@ def main() -> int:
               + (f"   sequential c32 {r['ours_c32_sequential_us']:.1f}" if args.overlap_ab else ""), flush=True)
         if args.profile:
             profile(b, t, h, hv, fla, lens, init)
+        if args.overlap_sweep:
+            r["overlap_sweep_us"] = overlap_sweep(b, t, h, hv, iters, lens, init,
+                                                  [int(x) for x in args.overlap_sweep.split(",")])
         if args.sweep:
             r["sweep_us"] = sweep(b, t, h, hv, iters, lens, init,
                                   tuple(int(c) for c in args.sweep_chunks.split(",")))

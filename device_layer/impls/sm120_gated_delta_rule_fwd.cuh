@@ -14,9 +14,10 @@
 //   S^T  = e^{G_last} S^T + (v'^T diag(e^{G_last - G} / |k|)) k          (tokens past the sequence: factor 0)
 // The C x C factors are lower triangular, so their products skip the k-steps above the output block.
 // Everything a warp multiplies is in shared memory (TMA ring, a producer warp) or its registers; apart from the
-// K-split exchange (one named barrier per group and chunk) the warps share only the loaded tiles. Tokens past the sequence's
-// end in a chunk's tiles belong to the next sequence (or are TMA zero fill): Tu, Tw and attn are zero above the
-// diagonal, they get factor 0 in the state update, and their o rows are not stored.
+// K-split exchange (one named barrier per group and chunk) the warps share only the loaded tiles. Tokens past the
+// sequence's end in a chunk's tiles belong to the next sequence (or are TMA zero fill): their v' columns are set
+// to zero (whatever their Tu / Tw rows held), Tu, Tw and attn are zero above the diagonal, and their o rows are
+// not stored.
 // With `ready` (the overlapped launch, few CTAs here) the prep grid runs alongside: the producer waits for each
 // chunk's flag before loading its factors, and the sequence's range comes from the published cu'.
 
@@ -274,6 +275,15 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
 #pragma unroll
             for (uint32_t r = 0; r < 4; ++r) a[r] ^= 0x80008000u;   // -X: flip both halves' sign bits (exact)
             gdr_mma_lower_t<E, C>(vp, a, ks, s + Cfg::kOffTw, lane);
+        }
+        if (len < C) {
+            // a sequence's last chunk: the tile rows past it belong to the next sequence and, overlapped, may not
+            // be written yet. Their v' columns are zeroed, so o and the state update see 0, never 0 x garbage
+#pragma unroll
+            for (uint32_t j = 0; j < kNT; ++j)
+#pragma unroll
+                for (uint32_t e = 0; e < 4; ++e)
+                    if (8 * j + 2 * t4 + e % 2 >= len) vp[j][e] = 0.0f;
         }
         // O += v'^T attn^T, v' as the A operand (the warp's token pairs)
 #pragma unroll

@@ -12,10 +12,11 @@
 // stored: the recurrence multiplies by Tw and Tu (C x C per chunk instead of C x 128), which moves 6 KiB per
 // 32-token chunk and value head instead of 16. Rows past the chunk's end are zero in shared memory and never written.
 //
-// CTAs of four warps over the items (chunk slot, value head), item = slot * HV + hv: one item per CTA, or, when
-// the host overlaps this kernel with the recurrence (`ready` given: few recurrence CTAs leave SMs idle), a
-// persistent grid that walks the items in slot order, publishes each in `ready` and lets the recurrence start at
-// once (layout/sm120_gated_delta_rule_layout.cuh). q and k tiles come in by plain 16-byte loads (a chunk may start
+// CTAs of four warps over the items (chunk slot, value head), item = slot * HV + hv: one item per CTA, or, with
+// kPersistent (the host overlaps this kernel with a recurrence of few CTAs, which leaves SMs idle), a persistent
+// grid that walks the items in slot order, publishes each in `ready` and lets the recurrence start at once
+// (layout/sm120_gated_delta_rule_layout.cuh). A separate instantiation: the loop costs the one-item kernel
+// registers (51 -> 99 at C = 32 on sm_90a) and so occupancy. q and k tiles come in by plain 16-byte loads (a chunk may start
 // anywhere in a packed varlen batch and ends at its sequence's end, which a TMA box cannot stop at).
 
 #include "../common/sm120_arch.cuh"
@@ -50,7 +51,7 @@ struct GdrPrepConfig {
     static_assert(kSmemBytes <= kMaxSmemPerBlock, "shared memory exceeds the SM120 per-block budget (101376 B)");
 };
 
-template <uint32_t kChunk, typename Elem>
+template <uint32_t kChunk, bool kPersistent, typename Elem>
 __global__ void __launch_bounds__(GdrPrepConfig<kChunk>::kThreads, 1)
 sm120_gated_delta_rule_prep_kernel(const Elem* __restrict__ q, const Elem* __restrict__ k,
                                    const float* __restrict__ g, const void* __restrict__ beta,
@@ -81,25 +82,21 @@ sm120_gated_delta_rule_prep_kernel(const Elem* __restrict__ q, const Elem* __res
     const uint32_t gid = lane >> 2, t4 = lane & 3;
 
     pdl_wait_primary();
-    // overlapped launch: the recurrence may start now; it waits on `ready`, not on this grid's end
-    if (ready != nullptr) pdl_launch_dependents();
+    // persistent (overlapped launch): the recurrence may start now; it waits on `ready`, not on this grid's end
+    if constexpr (kPersistent) pdl_launch_dependents();
     // the forward kernel reads the clamped running maximum of cu_seqlens (layout/sm120_gated_delta_rule_layout.cuh)
     if (cu_seqlens != nullptr && blockIdx.x == 0 && warp == 0) {
         gdr_effective_offsets<C>(cu_seqlens, num_seqs, seq_len, lane, cu_effective);
         __syncwarp();
-        if (ready != nullptr && lane == 0) flag_publish(ready);
+        if (kPersistent && lane == 0) flag_publish(ready);
     }
-    const uint32_t per_seq = (seq_len + C - 1) / C;
-    const uint32_t items = (cu_seqlens != nullptr ? per_seq + num_seqs : num_seqs * per_seq) * value_heads;
-    // value heads fastest: the CTAs of one chunk slot run together and read / write each token's heads as one
-    // contiguous stretch; one item per CTA, or (overlapped) a persistent grid walking the items in slot order,
-    // the order the recurrence consumes them
-#pragma unroll 1
-    for (uint32_t item = blockIdx.x; item < items; item += gridDim.x) {
+
+    // One item (chunk slot, value head), item = slot * HV + hv: value heads fastest, so the CTAs of one chunk slot
+    // run together and read / write each token's heads as one contiguous stretch. False past the last chunk.
+    auto run_item = [&](uint32_t item) -> bool {
         const uint32_t hv = item % value_heads, slot = item / value_heads, h = hv / group;
         uint32_t first, end;
-        if (!gdr_chunk_of_slot<C>(cu_seqlens, num_seqs, seq_len, slot, lane, first, end)) break;
-        __syncthreads();  // the previous item's shared-memory reads are done
+        if (!gdr_chunk_of_slot<C>(cu_seqlens, num_seqs, seq_len, slot, lane, first, end)) return false;
         const uint32_t len = min(C, end - first);
 
         // ---- load the k, q tiles (zero rows past the chunk) and the per-token scalars ----
@@ -274,12 +271,23 @@ sm120_gated_delta_rule_prep_kernel(const Elem* __restrict__ q, const Elem* __res
             *reinterpret_cast<uint4*>(tw + at) = *reinterpret_cast<const uint4*>(s_tw + row * kLd16 + part * 8);
             *reinterpret_cast<uint4*>(tu + at) = *reinterpret_cast<const uint4*>(s_tu + row * kLd16 + part * 8);
         }
-        if (ready != nullptr) {
-            __syncthreads();  // every thread's stores of this item, then one release
+        if constexpr (kPersistent) {
+            __syncthreads();  // every thread's stores (and shared-memory reads) of this item, then one release
             if (tid == 0) flag_publish(gdr_ready_flag(ready, slot, value_heads, hv));
         }
+        return true;
+    };
+
+    if constexpr (kPersistent) {
+        // the items in slot order, the order the recurrence consumes them
+        const uint32_t per_seq = (seq_len + C - 1) / C;
+        const uint32_t items = (cu_seqlens != nullptr ? per_seq + num_seqs : num_seqs * per_seq) * value_heads;
+#pragma unroll 1
+        for (uint32_t item = blockIdx.x; item < items && run_item(item); item += gridDim.x) {}
+    } else {
+        run_item(blockIdx.x);
+        pdl_launch_dependents();
     }
-    if (ready == nullptr) pdl_launch_dependents();
 }
 
 }  // namespace sm120

@@ -146,7 +146,9 @@ def plan_specs(num_sms: int, dtype=None, chunk_size: int | None = None, num_seqs
     elem = ELEM_DTYPES.get(str(dtype).replace("torch.", ""), "bf16")
     chunk = chunk_size or SM120_CHUNK
     vs, ks = choose_plan(num_seqs, value_heads, num_sms, chunk)
-    return [GdrPrepSpec(chunk, elem), GdrFwdSpec(chunk, vs, elem, ks)]
+    # the persistent prep too where the launch overlaps (with PDL on, the default; the one-item prep without)
+    overlap = choose_overlap(num_seqs * value_heads * (HEAD_DIM // vs), num_sms, True) > 0
+    return [GdrPrepSpec(chunk, elem)] + [GdrPrepSpec(chunk, elem, True)] * overlap + [GdrFwdSpec(chunk, vs, elem, ks)]
 
 
 FAMILY = Family(

@@ -29,8 +29,8 @@ _OFF = {name: PARAMS.offsets[name] for name in ("tmap_q", "tmap_k", "tmap_v", "t
 
 
 @lru_cache(maxsize=64)
-def _kernels(chunk: int, vslice: int, ksplit: int, elem: str, index: int, target: str):
-    return (jit.get_kernel(GdrPrepSpec(chunk, elem), target, index),
+def _kernels(chunk: int, vslice: int, ksplit: int, persistent: bool, elem: str, index: int, target: str):
+    return (jit.get_kernel(GdrPrepSpec(chunk, elem, persistent), target, index),
             jit.get_kernel(GdrFwdSpec(chunk, vslice, elem, ksplit), target, index))
 
 
@@ -82,13 +82,12 @@ def chunk_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g:
         gates = torch.empty(tokens, hv, 4, dtype=torch.float32, device=dev)
         sms = num_sms_for(index)
         vslice, ksplit = choose_plan(n, hv, sms, c)
-        prep, fwd = _kernels(c, vslice, ksplit, elem, index, target_of(index))
         fwd_ctas = (HEAD_DIM // vslice) * hv * n
-
         slots = -(-t // c) + n if cu is not None else n * -(-t // c)
-        # few recurrence CTAs: a persistent prep grid on the idle SMs, the recurrence waiting on its per-chunk flags
-        pdl = prep.pdl and fwd.pdl and get_pdl()
-        overlap = min(choose_overlap(fwd_ctas, sms, pdl), slots * hv)
+        # few recurrence CTAs: a persistent prep grid beside it, the recurrence waiting on per-chunk flags (both
+        # families launch with PDL when the switch is on)
+        overlap = min(choose_overlap(fwd_ctas, sms, get_pdl()), slots * hv)
+        prep, fwd = _kernels(c, vslice, ksplit, overlap > 0, elem, index, target_of(index))
         ready = torch.zeros(1 + slots * hv, dtype=torch.int32, device=dev) if overlap else None
         launch(prep, overlap or slots * hv,
                PREP_PARAMS.pack(q=q.data_ptr(), k=k.data_ptr(), g=g.data_ptr(), beta=beta.data_ptr(),

@@ -41,10 +41,11 @@ def prep_smem_bytes(chunk: int) -> int:
 class GdrPrepSpec(KernelSpec):
     chunk: int = 32
     elem: str = "bf16"
+    persistent: bool = False   # the overlapped launch's grid: walks the items, publishes each in `ready`
 
     @property
     def name(self) -> str:
-        return f"gated_delta_rule_prep_c{self.chunk}_{self.elem}"
+        return f"gated_delta_rule_prep_c{self.chunk}{'_persistent' if self.persistent else ''}_{self.elem}"
 
     @property
     def threads(self) -> int:
@@ -55,7 +56,7 @@ class GdrPrepSpec(KernelSpec):
         return prep_smem_bytes(self.chunk)
 
     def template_args(self) -> list[str]:
-        return [str(self.chunk), CXX_ELEM[self.elem]]
+        return [str(self.chunk), "true" if self.persistent else "false", CXX_ELEM[self.elem]]
 
     def type_subst(self) -> dict[str, str]:
         return {"elem": CXX_ELEM[self.elem]}
@@ -68,9 +69,9 @@ def hmma(elem: str) -> str:
 FAMILY = Family(
     name="gated_delta_rule_prep",
     params=PARAMS,
-    specs=lambda: [GdrPrepSpec(c, e) for c in CHUNKS for e in CXX_ELEM],
+    specs=lambda: [GdrPrepSpec(c, e, p) for c in CHUNKS for p in (False, True) for e in CXX_ELEM],
     gate=lambda spec: GateRules(required={"sm120": (hmma(spec.elem), "LDSM"), "sm90": (hmma(spec.elem), "LDSM")}),
-    quick_key=lambda s: (s.chunk,),
+    quick_key=lambda s: (s.chunk, s.persistent),
     pdl=True,
     api_modules=(),
     service=True,
