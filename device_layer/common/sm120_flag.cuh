@@ -14,13 +14,17 @@ SM120_DEVICE void fence_proxy_async_global() {
 SM120_DEVICE void flag_publish(int32_t* flag) {
     asm volatile("st.release.gpu.global.b32 [%0], %1;\n" : : "l"(flag), "r"(1) : "memory");
 }
-SM120_DEVICE int32_t load_acquire(const int32_t* p) {
+// A coherent load (L2), e.g. of data another grid writes while this one runs, after a flag_wait.
+SM120_DEVICE int32_t load_relaxed(const int32_t* p) {
     int32_t v;
-    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
     return v;
 }
-// Spin until the flag is set (the producer grid is resident: it started before this one could).
+// Spin until the flag is set (the producer grid is resident: it started before this one could). The polls are
+// relaxed and one fence makes the last an acquire: an acquire load per poll may invalidate the SM's L1 each
+// time, under the feet of other CTAs on the SM.
 SM120_DEVICE void flag_wait(const int32_t* flag) {
-    while (load_acquire(flag) == 0) __nanosleep(32);
+    while (load_relaxed(flag) == 0) __nanosleep(32);
+    asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
 }
 }  // namespace sm120

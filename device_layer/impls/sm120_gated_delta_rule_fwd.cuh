@@ -15,9 +15,9 @@
 // The C x C factors are lower triangular, so their products skip the k-steps above the output block.
 // Everything a warp multiplies is in shared memory (TMA ring, a producer warp) or its registers; apart from the
 // K-split exchange (one named barrier per group and chunk) the warps share only the loaded tiles. Tokens past the
-// sequence's end in a chunk's tiles belong to the next sequence (or are TMA zero fill): their v' columns are set
-// to zero (whatever their Tu / Tw rows held), Tu, Tw and attn are zero above the diagonal, and their o rows are
-// not stored.
+// sequence's end in a chunk's tiles belong to the next sequence (or are TMA zero fill): Tu, Tw and attn are zero
+// above the diagonal, those tokens get factor 0 in the state update (their v' columns are set to zero when the
+// rows may be unwritten, overlapped), and their o rows are not stored.
 // With `ready` (the overlapped launch, few CTAs here) the prep grid runs alongside: the producer waits for each
 // chunk's flag before loading its factors, and the sequence's range comes from the published cu'.
 
@@ -276,9 +276,10 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
             for (uint32_t r = 0; r < 4; ++r) a[r] ^= 0x80008000u;   // -X: flip both halves' sign bits (exact)
             gdr_mma_lower_t<E, C>(vp, a, ks, s + Cfg::kOffTw, lane);
         }
-        if (len < C) {
-            // a sequence's last chunk: the tile rows past it belong to the next sequence and, overlapped, may not
-            // be written yet. Their v' columns are zeroed, so o and the state update see 0, never 0 x garbage
+        if (ready != nullptr && len < C) {
+            // overlapped, a sequence's last chunk: the tile rows past it belong to the next sequence and may not be
+            // written yet. Their v' columns are zeroed, so o and the state update see 0, never 0 x garbage
+            // (launched after the prep grid, those rows hold the next chunk's finite factors: 0 x finite = 0)
 #pragma unroll
             for (uint32_t j = 0; j < kNT; ++j)
 #pragma unroll

@@ -15,11 +15,14 @@
 // CTAs of four warps over the items (chunk slot, value head), item = slot * HV + hv: one item per CTA, or, with
 // kPersistent (the host overlaps this kernel with a recurrence of few CTAs, which leaves SMs idle), a persistent
 // grid that walks the items in slot order, publishes each in `ready` and lets the recurrence start at once
-// (layout/sm120_gated_delta_rule_layout.cuh). A separate instantiation: the loop costs the one-item kernel
-// registers (51 -> 99 at C = 32 on sm_90a) and so occupancy. q and k tiles come in by plain 16-byte loads (a chunk may start
+// (layout/sm120_gated_delta_rule_layout.cuh). Such a CTA holds kTeams teams of four warps, each with its own
+// shared memory and named barrier, so one SM works on kTeams items at once (an item's phases are short and
+// barrier-bound). A separate instantiation: the loop costs the one-item kernel registers (51 -> 99 at C = 32
+// on sm_90a) and so occupancy. q and k tiles come in by plain 16-byte loads (a chunk may start
 // anywhere in a packed varlen batch and ends at its sequence's end, which a TMA box cannot stop at).
 
 #include "../common/sm120_arch.cuh"
+#include "../common/sm120_fence.cuh"
 #include "../common/sm120_flag.cuh"
 #include "../common/sm120_ldmatrix.cuh"
 #include "../common/sm120_mbarrier.cuh"
@@ -47,12 +50,13 @@ struct GdrPrepConfig {
     static constexpr uint32_t kOffT = kOffA + align_up(kRegionA, 16u);
     static constexpr uint32_t kOffVec = kOffT + align_up(kRegionT, 16u);
     static constexpr uint32_t kSmemBytes = kOffVec + 4 * kChunk * 4;
+    static constexpr uint32_t kTeamStride = align_up(kSmemBytes, 1024u);   // per team of a persistent CTA
     static_assert(kChunk == 16 || kChunk == 32 || kChunk == 64, "chunk size: 16, 32 or 64");
     static_assert(kSmemBytes <= kMaxSmemPerBlock, "shared memory exceeds the SM120 per-block budget (101376 B)");
 };
 
-template <uint32_t kChunk, bool kPersistent, typename Elem>
-__global__ void __launch_bounds__(GdrPrepConfig<kChunk>::kThreads, 1)
+template <uint32_t kChunk, bool kPersistent, uint32_t kTeams, typename Elem>
+__global__ void __launch_bounds__(GdrPrepConfig<kChunk>::kThreads * kTeams, 1)
 sm120_gated_delta_rule_prep_kernel(const Elem* __restrict__ q, const Elem* __restrict__ k,
                                    const float* __restrict__ g, const void* __restrict__ beta,
                                    const int32_t* __restrict__ cu_seqlens, Elem* __restrict__ tw,
@@ -63,8 +67,13 @@ sm120_gated_delta_rule_prep_kernel(const Elem* __restrict__ q, const Elem* __res
     using Cfg = GdrPrepConfig<kChunk>;
     using E = GdrElem<Elem>;
     constexpr uint32_t C = kChunk, kNB = Cfg::kBlocks, kLdA = Cfg::kLdA, kLd16 = Cfg::kLdT16;
+    static_assert(kTeams >= 1 && (kPersistent || kTeams == 1), "teams: persistent CTAs only");
+    static_assert(kTeams * Cfg::kTeamStride <= kMaxSmemPerBlock, "teams exceed the SM120 per-block budget");
 
-    extern __shared__ __align__(1024) uint8_t smem[];
+    // a team of four warps runs one item at a time, with its own shared memory and barrier
+    const uint32_t team = warp_idx() / 4;
+    extern __shared__ __align__(1024) uint8_t smem_all[];
+    uint8_t* smem = smem_all + team * Cfg::kTeamStride;
     uint8_t* s_k = smem;
     uint8_t* s_q = smem + Cfg::kTileBytes;
     float* s_a = reinterpret_cast<float*>(smem + Cfg::kOffA);
@@ -78,14 +87,18 @@ sm120_gated_delta_rule_prep_kernel(const Elem* __restrict__ q, const Elem* __res
     float* s_rk = s_beta + C;
     float* s_rq = s_rk + C;
 
-    const uint32_t warp = warp_idx(), lane = lane_idx(), tid = threadIdx.x;
+    const uint32_t warp = warp_idx() % 4, lane = lane_idx(), tid = threadIdx.x % Cfg::kThreads;
     const uint32_t gid = lane >> 2, t4 = lane & 3;
+    const auto team_sync = [&] {
+        if constexpr (kTeams == 1) __syncthreads();
+        else named_barrier_sync(1 + team, Cfg::kThreads);
+    };
 
     pdl_wait_primary();
     // persistent (overlapped launch): the recurrence may start now; it waits on `ready`, not on this grid's end
     if constexpr (kPersistent) pdl_launch_dependents();
     // the forward kernel reads the clamped running maximum of cu_seqlens (layout/sm120_gated_delta_rule_layout.cuh)
-    if (cu_seqlens != nullptr && blockIdx.x == 0 && warp == 0) {
+    if (cu_seqlens != nullptr && blockIdx.x == 0 && warp_idx() == 0) {
         gdr_effective_offsets<C>(cu_seqlens, num_seqs, seq_len, lane, cu_effective);
         __syncwarp();
         if (kPersistent && lane == 0) flag_publish(ready);
@@ -122,7 +135,7 @@ sm120_gated_delta_rule_prep_kernel(const Elem* __restrict__ q, const Elem* __res
             }
             s_g[tid] = gv, s_beta[tid] = bv;
         }
-        __syncthreads();
+        team_sync();
 
         // ---- cumsum of g (warp 0); 1/|k|, 1/|q| (warps 1-3, a row per warp step) ----
         if (warp == 0) {
@@ -158,7 +171,7 @@ sm120_gated_delta_rule_prep_kernel(const Elem* __restrict__ q, const Elem* __res
                 if (lane == 0) s_rk[row] = rsqrtf(ss[0] + 1e-6f), s_rq[row] = rsqrtf(ss[1] + 1e-6f);
             }
         }
-        __syncthreads();
+        team_sync();
 
         // ---- K K^T (strict lower -> A, fp32) and Q K^T (lower incl. diagonal -> attn staging) ----
         {
@@ -201,7 +214,7 @@ sm120_gated_delta_rule_prep_kernel(const Elem* __restrict__ q, const Elem* __res
                 if (j / 16 > i / 16) s_attn[i * kLd16 + j] = static_cast<Elem>(0.0f);
             }
         }
-        __syncthreads();
+        team_sync();
 
         // ---- attn rows out; diagonal 16x16 blocks of T by forward substitution (thread = one column) ----
         for (uint32_t e = tid; e < len * (C / 8); e += Cfg::kThreads) {
@@ -209,7 +222,7 @@ sm120_gated_delta_rule_prep_kernel(const Elem* __restrict__ q, const Elem* __res
             const uint4 x = *reinterpret_cast<const uint4*>(s_attn + row * kLd16 + part * 8);
             *reinterpret_cast<uint4*>(attn + (static_cast<size_t>(first + row) * value_heads + hv) * C + part * 8) = x;
         }
-        __syncthreads();  // the staging is T's space from here
+        team_sync();  // the staging is T's space from here
         if (tid < C) {
             // column cc of the block's inverse in registers (fully unrolled: x[j] stays a register); rows above the
             // diagonal come out zero because x[j] = 0 for j < cc
@@ -228,7 +241,7 @@ sm120_gated_delta_rule_prep_kernel(const Elem* __restrict__ q, const Elem* __res
             const uint32_t i = e / C, j = e % C;
             if (j / 16 > i / 16) s_t[i * kLdA + j] = 0.0f;
         }
-        __syncthreads();
+        team_sync();
         // ---- off-diagonal blocks, block row by block row: X = sum_m A_im T_mj, then T_ij = -T_ii X ----
 #pragma unroll 1
         for (uint32_t bi = 1; bi < kNB; ++bi) {
@@ -239,7 +252,7 @@ sm120_gated_delta_rule_prep_kernel(const Elem* __restrict__ q, const Elem* __res
                     x += s_a[(16 * bi + r) * kLdA + m] * s_t[m * kLdA + 16 * bj + c];
                 s_x[e] = x;
             }
-            __syncthreads();
+            team_sync();
             for (uint32_t e = tid; e < bi * 256; e += Cfg::kThreads) {
                 const uint32_t bj = e / 256, r = e % 256 / 16, c = e % 16;
                 float x = 0.0f;
@@ -248,7 +261,7 @@ sm120_gated_delta_rule_prep_kernel(const Elem* __restrict__ q, const Elem* __res
                     x += s_t[(16 * bi + r) * kLdA + 16 * bi + m] * s_x[bj * 256 + m * 16 + c];
                 s_t[(16 * bi + r) * kLdA + 16 * bj + c] = -x;
             }
-            __syncthreads();
+            team_sync();
         }
 
         // ---- the WY factors (A's space) and the gates ----
@@ -264,7 +277,7 @@ sm120_gated_delta_rule_prep_kernel(const Elem* __restrict__ q, const Elem* __res
             *reinterpret_cast<float4*>(gates + (static_cast<size_t>(first + tid) * value_heads + hv) * kGdrGateFloats) =
                 gate;
         }
-        __syncthreads();
+        team_sync();
         for (uint32_t e = tid; e < len * (C / 8); e += Cfg::kThreads) {
             const uint32_t row = e / (C / 8), part = e % (C / 8);
             const size_t at = (static_cast<size_t>(first + row) * value_heads + hv) * C + part * 8;
@@ -272,7 +285,7 @@ sm120_gated_delta_rule_prep_kernel(const Elem* __restrict__ q, const Elem* __res
             *reinterpret_cast<uint4*>(tu + at) = *reinterpret_cast<const uint4*>(s_tu + row * kLd16 + part * 8);
         }
         if constexpr (kPersistent) {
-            __syncthreads();  // every thread's stores (and shared-memory reads) of this item, then one release
+            team_sync();  // every thread's stores (and shared-memory reads) of this item, then one release
             if (tid == 0) flag_publish(gdr_ready_flag(ready, slot, value_heads, hv));
         }
         return true;
@@ -283,7 +296,8 @@ sm120_gated_delta_rule_prep_kernel(const Elem* __restrict__ q, const Elem* __res
         const uint32_t per_seq = (seq_len + C - 1) / C;
         const uint32_t items = (cu_seqlens != nullptr ? per_seq + num_seqs : num_seqs * per_seq) * value_heads;
 #pragma unroll 1
-        for (uint32_t item = blockIdx.x; item < items && run_item(item); item += gridDim.x) {}
+        for (uint32_t item = blockIdx.x * kTeams + team; item < items && run_item(item);
+             item += gridDim.x * kTeams) {}
     } else {
         run_item(blockIdx.x);
         pdl_launch_dependents();

@@ -147,8 +147,9 @@ SM120_DEVICE Flag* gdr_ready_flag(Flag* ready, uint32_t slot, uint32_t value_hea
     return ready + 1 + static_cast<size_t>(slot) * value_heads + hv;
 }
 
-// gdr_sequence for the overlapped launch: waits for cu' (when there is one; read coherently, the prep grid writes
-// it meanwhile) and also gives the sequence's first chunk slot.
+// gdr_sequence for the overlapped launch: waits for cu' (when there is one; read coherently after the flag's
+// acquire, not through the non-coherent path: the prep grid writes it meanwhile) and also gives the sequence's
+// first chunk slot.
 template <uint32_t kChunk>
 SM120_DEVICE void gdr_sequence_published(const int32_t* cu_effective, const int32_t* ready, uint32_t num_seqs,
                                          uint32_t seq_len, uint32_t n, uint32_t& start, uint32_t& end,
@@ -158,9 +159,9 @@ SM120_DEVICE void gdr_sequence_published(const int32_t* cu_effective, const int3
         return;
     }
     flag_wait(ready);
-    start = static_cast<uint32_t>(load_acquire(cu_effective + n));
-    end = static_cast<uint32_t>(load_acquire(cu_effective + n + 1));
-    first_slot = static_cast<uint32_t>(load_acquire(cu_effective + num_seqs + 1 + n));
+    start = static_cast<uint32_t>(load_relaxed(cu_effective + n));
+    end = static_cast<uint32_t>(load_relaxed(cu_effective + n + 1));
+    first_slot = static_cast<uint32_t>(load_relaxed(cu_effective + num_seqs + 1 + n));
 }
 
 // Chunk slot `slot` (the prep kernel's blockIdx.x) -> its sequence's token range and the chunk's first token.

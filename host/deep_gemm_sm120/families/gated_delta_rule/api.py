@@ -16,7 +16,7 @@ from ...arch import target_of
 from ...core.tma import tma_request
 from ...device import num_sms_for
 from ...launch import device_of, get_pdl, launch
-from ...services.gated_delta_rule_prep import PARAMS as PREP_PARAMS, GdrPrepSpec
+from ...services.gated_delta_rule_prep import PARAMS as PREP_PARAMS, GdrPrepSpec, teams
 from . import HEAD_DIM, PARAMS, GdrFwdSpec, choose_overlap, choose_plan
 from .contract import (OTHER_CHUNK, NoBackward, check_arguments, check_cu_seqlens_values, chunk_gated_delta_rule_bwd,
                        default_chunk_size)
@@ -86,8 +86,9 @@ def chunk_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g:
         slots = -(-t // c) + n if cu is not None else n * -(-t // c)
         # few recurrence CTAs: a persistent prep grid beside it, the recurrence waiting on per-chunk flags (both
         # families launch with PDL when the switch is on)
-        overlap = min(choose_overlap(fwd_ctas, sms, get_pdl()), slots * hv)
+        overlap = choose_overlap(fwd_ctas, sms, get_pdl())
         prep, fwd = _kernels(c, vslice, ksplit, overlap > 0, elem, index, target_of(index))
+        overlap = min(overlap, -(-slots * hv // teams(c, True)))  # no CTA without an item
         ready = torch.zeros(1 + slots * hv, dtype=torch.int32, device=dev) if overlap else None
         launch(prep, overlap or slots * hv,
                PREP_PARAMS.pack(q=q.data_ptr(), k=k.data_ptr(), g=g.data_ptr(), beta=beta.data_ptr(),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...core.limits import SMEM_LIMIT
 from ...core.params import Param, ParamList
 from ...core.registry import Family, GateRules, KernelSpec
 
@@ -24,6 +25,14 @@ HEAD_DIM = 128
 
 def align_up(x: int, a: int) -> int:
     return -(-x // a) * a
+
+
+def teams(chunk: int, persistent: bool) -> int:
+    """Items a CTA works on at once: one, or in the persistent kernel as many 1024-aligned team regions as fit
+    the SM120 budget, at most two (GdrPrepConfig::kTeamStride)."""
+    if not persistent:
+        return 1
+    return max(1, min(2, SMEM_LIMIT // align_up(prep_smem_bytes(chunk), 1024)))
 
 
 def prep_smem_bytes(chunk: int) -> int:
@@ -48,15 +57,21 @@ class GdrPrepSpec(KernelSpec):
         return f"gated_delta_rule_prep_c{self.chunk}{'_persistent' if self.persistent else ''}_{self.elem}"
 
     @property
+    def teams(self) -> int:
+        return teams(self.chunk, self.persistent)
+
+    @property
     def threads(self) -> int:
-        return THREADS
+        return THREADS * self.teams
 
     @property
     def smem_bytes(self) -> int:
-        return prep_smem_bytes(self.chunk)
+        if not self.persistent:
+            return prep_smem_bytes(self.chunk)
+        return self.teams * align_up(prep_smem_bytes(self.chunk), 1024)
 
     def template_args(self) -> list[str]:
-        return [str(self.chunk), "true" if self.persistent else "false", CXX_ELEM[self.elem]]
+        return [str(self.chunk), "true" if self.persistent else "false", str(self.teams), CXX_ELEM[self.elem]]
 
     def type_subst(self) -> dict[str, str]:
         return {"elem": CXX_ELEM[self.elem]}
