@@ -51,14 +51,16 @@ class GdrPrepSpec(KernelSpec):
     chunk: int = 32
     elem: str = "bf16"
     persistent: bool = False   # the overlapped launch's grid: walks the items, publishes each in `ready`
+    team_count: int = 0        # persistent: items a CTA works on at once (0: teams(chunk, True))
 
     @property
     def name(self) -> str:
-        return f"gated_delta_rule_prep_c{self.chunk}{'_persistent' if self.persistent else ''}_{self.elem}"
+        kind = f"_persistent_t{self.teams}" if self.persistent else ""
+        return f"gated_delta_rule_prep_c{self.chunk}{kind}_{self.elem}"
 
     @property
     def teams(self) -> int:
-        return teams(self.chunk, self.persistent)
+        return (self.team_count or teams(self.chunk, True)) if self.persistent else 1
 
     @property
     def threads(self) -> int:
