@@ -161,7 +161,13 @@ def test_deterministic_bitwise():
     assert torch.equal(o1, o2) and torch.equal(f1, f2)
 
 
-def test_graph_replay_with_new_inputs():
+@pytest.mark.parametrize("overlap", [False, True], ids=["sequential", "overlapped"])
+def test_graph_replay_with_new_inputs(monkeypatch, overlap):
+    """Captured, then replayed on new inputs: equal to the eager call. Overlapped, the flags' zero fill is a node
+    of the graph, so every replay starts from cleared flags."""
+    from deep_gemm_sm120.families.gated_delta_rule import api
+
+    monkeypatch.setattr(api, "choose_overlap", lambda *a: 5 if overlap and a[2] else 0)
     lens = [5, 70, 0, 33]
     cu = torch.tensor([0, 5, 75, 75, 108], dtype=torch.int32, device="cuda")
     args, init = make_inputs(1, 108, 4, 8, seed=5, state_n=len(lens))
@@ -172,13 +178,14 @@ def test_graph_replay_with_new_inputs():
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = dg.chunk_gated_delta_rule(*static[:5], initial_state=static[5], **kw)
-    args2, init2 = make_inputs(1, 108, 4, 8, seed=6, state_n=len(lens))
-    for dst, src in zip(static, list(args2) + [init2]):
-        dst.copy_(src)
-    graph.replay()
-    torch.cuda.synchronize()
-    eager = dg.chunk_gated_delta_rule(*args2, initial_state=init2, **kw)
-    assert torch.equal(out[0], eager[0]) and torch.equal(out[1], eager[1])
+    for seed in (6, 7):  # twice: the second replay must not see the first one's flags
+        args2, init2 = make_inputs(1, 108, 4, 8, seed=seed, state_n=len(lens))
+        for dst, src in zip(static, list(args2) + [init2]):
+            dst.copy_(src)
+        graph.replay()
+        torch.cuda.synchronize()
+        eager = dg.chunk_gated_delta_rule(*args2, initial_state=init2, **kw)
+        assert torch.equal(out[0], eager[0]) and torch.equal(out[1], eager[1])
 
 
 def test_no_final_state_and_empty_batch():

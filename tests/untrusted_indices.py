@@ -231,18 +231,26 @@ def grouped_masked_case():
 
 # ---------------------------------------------------------------- gated delta rule, varlen
 
-def gdr_varlen_case():
+def gdr_varlen_case(overlap: bool | None = None):
     """cu_seqlens read as its running maximum clamped to [0, T]: [0, 40, 20, 300, -5, 73] with T = 73 is
-    [0, 40, 40, 73, 73, 73]: sequences of 40, 0, 33, 0, 0 tokens."""
+    [0, 40, 40, 73, 73, 73]: sequences of 40, 0, 33, 0, 0 tokens. overlap True / False forces the prep grid beside
+    the recurrence (cu' and the sequences' first chunks published through flags) or before it; None: the plan's."""
     import deep_gemm_sm120 as dg
+    from deep_gemm_sm120.families.gated_delta_rule import api
     from gdr_reference import naive_recurrence, relative_l2
     from test_gated_delta_rule_gpu import BOUND, make_inputs
 
     t_total, n = 73, 5
     cu = torch.tensor([0, 10, 30, 50, 60, 73], dtype=torch.int32, device="cuda")
     args, init = make_inputs(1, t_total, 2, 4, seed=9, state_n=n)
-    graph, out = _capture(lambda: dg.chunk_gated_delta_rule(*args, initial_state=init, output_final_state=True,
-                                                            cu_seqlens=cu, chunk_size=32))
+    planned = api.choose_overlap
+    if overlap is not None:
+        api.choose_overlap = lambda *a: 3 if overlap and a[2] else 0
+    try:
+        graph, out = _capture(lambda: dg.chunk_gated_delta_rule(*args, initial_state=init, output_final_state=True,
+                                                                cu_seqlens=cu, chunk_size=32))
+    finally:
+        api.choose_overlap = planned
     cu.copy_(torch.tensor([0, 40, 20, 300, -5, 73], dtype=torch.int32))
     _replay(graph, *out)
     effective = torch.tensor([0, 40, 40, 73, 73, 73], dtype=torch.int32, device="cuda")
@@ -340,6 +348,7 @@ CASES = [
     ("m-grouped masked_m", grouped_masked_case),
     ("block-scaled m-grouped contiguous ids", grouped_block_scaled_case),
     ("gdr varlen cu_seqlens", gdr_varlen_case),
+    ("gdr varlen cu_seqlens, overlapped launch", lambda: gdr_varlen_case(overlap=True)),
     ("sparse contiguous indices and ranges", sparse_contiguous_case),
     ("sparse paged table, lengths and indices", sparse_paged_case),
 ]
