@@ -98,7 +98,7 @@ TEST = [
 
 setup(
     name="deep_gemm_sm120",
-    version="0.8.3",
+    version="0.8.4",
     description="SM120 (consumer Blackwell) GEMM kernels and a DeepGEMM-style JIT host",
     package_dir={"": "host"},
     packages=find_packages("host"),

@@ -18,7 +18,7 @@ from .quant import (ceil_to_ue8m0, get_mn_major_tma_aligned_packed_ue8m0_tensor,
 from .scale_layout import transform_sf_into_required_layout
 from .support import is_supported, supported_ops, why_unsupported
 
-__version__ = "0.8.3"
+__version__ = "0.8.4"
 
 
 def _export_ops() -> list[str]:
