@@ -8,6 +8,7 @@ Exits non-zero on a numerical failure; the sanitizer reports memory errors and r
 """
 import sys
 
+import pytest
 import torch
 
 from sanitizer_driver import prepare, run_cases
@@ -27,44 +28,19 @@ cases = [
 ]
 
 
-def forced_plan(c: int, v: int, k: int) -> None:
-    """gdr.run_plan with the plan restored afterwards (pytest's monkeypatch does that inside pytest)."""
-    from deep_gemm_sm120.families.gated_delta_rule import api
-
-    saved = api.choose_plan
-
-    class Patch:
-        def setattr(self, obj, name, value):
-            setattr(obj, name, value)
-    try:
-        gdr.run_plan(Patch(), c, v, k)
-    finally:
-        api.choose_plan = saved
+def patched(test, *args) -> None:
+    """A test that takes pytest's monkeypatch, run here with one (everything it patched is undone after)."""
+    with pytest.MonkeyPatch.context() as mp:
+        test(mp, *args)
 
 
 # every K-split recurrence (the exchange through shared memory and its named barriers), varlen with empty sequences
-cases += [(f"plan c{c} v{v} k{k} varlen", lambda c=c, v=v, k=k: forced_plan(c, v, k))
+cases += [(f"plan c{c} v{v} k{k} varlen", lambda c=c, v=v, k=k: patched(gdr.run_plan, c, v, k))
           for c, v, k in gdr._plans() if k > 1]
-
-
-def forced_overlap(case: tuple) -> None:
-    """gdr.test_overlapped_prep_matches_the_sequential_launch for one case, the plan and overlap restored."""
-    from deep_gemm_sm120.families.gated_delta_rule import api
-
-    saved = api.choose_plan, api.choose_overlap
-
-    class Patch:
-        def setattr(self, obj, name, value):
-            setattr(obj, name, value)
-    try:
-        gdr.test_overlapped_prep_matches_the_sequential_launch(Patch(), *case)
-    finally:
-        api.choose_plan, api.choose_overlap = saved
-
-
 # the flags between the two grids: one prep CTA walking every item, and a few
 cases += [(f"overlap c{c} v{p[0]} k{p[1]} {'varlen' if v else 'b2'} prep {n}",
-           lambda case=(c, p, v, n): forced_overlap(case)) for c, p, v, n in gdr.OVERLAP_CASES[:3]]
+           lambda case=(c, p, v, n): patched(gdr.test_overlapped_prep_matches_the_sequential_launch, *case))
+          for c, p, v, n in gdr.OVERLAP_CASES[:3]]
 import untrusted_indices  # noqa: E402 - cu_seqlens corrupted under graph replay
 
 sys.exit(run_cases(cases + [c for c in untrusted_indices.CASES if c[0].startswith("gdr")]))
