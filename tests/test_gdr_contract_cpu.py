@@ -128,3 +128,22 @@ def test_prep_overlaps_the_recurrence_only_where_it_leaves_sms_idle():
     for ctas in (1, 10, 64):
         assert choose_overlap(ctas, 132, False) == 0                           # no PDL: sequential
         assert 0 < choose_overlap(ctas, 132, True) <= 132 - ctas
+
+
+def test_persistent_prep_specs_fit_and_come_with_the_plans_that_overlap():
+    """The persistent prep runs as many teams as fit the SM120 budget (two, one at C = 64), each team a separate
+    instantiation and JIT name; a precompile of a few-head shape includes it, a many-head one does not."""
+    from deep_gemm_sm120.core.limits import SMEM_LIMIT
+    from deep_gemm_sm120.families.gated_delta_rule import plan_specs
+    from deep_gemm_sm120.services.gated_delta_rule_prep import GdrPrepSpec
+
+    for chunk, teams in ((16, 2), (32, 2), (64, 1)):
+        one, persistent = GdrPrepSpec(chunk, "bf16"), GdrPrepSpec(chunk, "bf16", True)
+        assert (one.teams, persistent.teams) == (1, teams)
+        assert persistent.threads == 128 * teams and one.smem_bytes <= persistent.smem_bytes <= SMEM_LIMIT
+        assert persistent.template_args() == [str(chunk), "true", str(teams), "sm120::bf16"]
+        assert one.name != persistent.name != GdrPrepSpec(chunk, "bf16", True, teams + 1).name
+    few = {s.name for s in plan_specs(132, num_seqs=1, value_heads=8)}
+    many = {s.name for s in plan_specs(132, num_seqs=1, value_heads=64)}
+    assert "gated_delta_rule_prep_c32_persistent_t2_bf16" in few and "gated_delta_rule_prep_c32_bf16" in few
+    assert not any("persistent" in name for name in many)
