@@ -19,6 +19,7 @@ overlaps); --overlap-ab also times the sequential launch at chunk 32 in the same
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import sys
@@ -56,9 +57,21 @@ def inputs(b: int, t: int, h: int, hv: int, lens: tuple[int, ...] | None = None,
     return q, k, v, g, beta, state, cu
 
 
+@contextlib.contextmanager
+def overlap_forced(rule):
+    """api.choose_overlap replaced for the block: rule(the plan's prep CTA count) -> the count used."""
+    from deep_gemm_sm120.families.gated_delta_rule import api
+
+    planned = api.choose_overlap
+    api.choose_overlap = lambda *a: rule(planned(*a))
+    try:
+        yield
+    finally:
+        api.choose_overlap = planned
+
+
 def case(b: int, t: int, h: int, hv: int, iters: int, fla, lens=None, init: bool = True, ab: bool = False) -> dict:
     import deep_gemm_sm120 as dg
-    from deep_gemm_sm120.families.gated_delta_rule import api
 
     q, k, v, g, beta, state, cu = inputs(b, t, h, hv, lens, init)
     extra = {} if cu is None else {"cu_seqlens": cu}
@@ -71,11 +84,8 @@ def case(b: int, t: int, h: int, hv: int, iters: int, fla, lens=None, init: bool
         for chunk in (32, 64):
             row[f"ours_c{chunk}_us"] = bench(lambda: ours(chunk), iters) * 1e6
         if ab:  # the sequential launch (prep grid first), same inputs
-            chosen, api.choose_overlap = api.choose_overlap, lambda *_a: 0
-            try:
+            with overlap_forced(lambda _planned: 0):
                 row["ours_c32_sequential_us"] = bench(lambda: ours(32), iters) * 1e6
-            finally:
-                api.choose_overlap = chosen
         if fla is not None:
             fla_extra = {} if cu is None else {"cu_seqlens": cu.long()}
             fla_call = lambda: fla(q, k, v, g, beta, initial_state=state, output_final_state=True,  # noqa: E731
@@ -147,21 +157,16 @@ def sweep(b: int, t: int, h: int, hv: int, iters: int, lens=None, init: bool = T
 def overlap_sweep(b: int, t: int, h: int, hv: int, iters: int, lens, init: bool, counts: list[int]) -> dict:
     """Ours at chunk 32 with each persistent prep CTA count forced, where the plan overlaps (else nothing)."""
     import deep_gemm_sm120 as dg
-    from deep_gemm_sm120.families.gated_delta_rule import api
 
     q, k, v, g, beta, state, cu = inputs(b, t, h, hv, lens, init)
-    chosen, out, overlaps = api.choose_overlap, {}, []
-    try:
-        for count in counts:
-            api.choose_overlap = lambda *a, count=count: overlaps.append(chosen(*a) > 0) or (count if overlaps[-1]
-                                                                                            else 0)
+    out, planned = {}, []
+    for count in counts:
+        with overlap_forced(lambda p, count=count: planned.append(p) or (count if p else 0)):
             out[count] = bench(lambda: dg.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=state,
                                                                   output_final_state=True, chunk_size=32,
                                                                   cu_seqlens=cu), iters) * 1e6
-            if not any(overlaps):  # the plan does not overlap here: every count is the same launch
-                return {}
-    finally:
-        api.choose_overlap = chosen
+        if not any(planned):  # the plan does not overlap here: every count is the same launch
+            return {}
     print("   prep CTAs: " + ", ".join(f"{n} {us:.0f}" for n, us in out.items()), flush=True)
     return out
 
@@ -190,11 +195,9 @@ def main() -> int:
     except ImportError as e:
         print(f"fla-core not importable ({e}); timing ours only")
         fla = None
-    if args.overlap != "auto":
-        from deep_gemm_sm120.families.gated_delta_rule import api, choose_overlap
-
+    if args.overlap != "auto":  # for the whole run
         forced = 0 if args.overlap == "off" else int(args.overlap)
-        api.choose_overlap = lambda *a: forced if choose_overlap(*a) else 0
+        overlap_forced(lambda planned: forced if planned else 0).__enter__()
     if args.max_stages:
         fam = __import__("deep_gemm_sm120.families.gated_delta_rule", fromlist=["MAX_STAGES"])
         fam.MAX_STAGES = args.max_stages

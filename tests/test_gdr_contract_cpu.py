@@ -115,11 +115,10 @@ def test_recurrence_plans_fit_and_split_only_few_heads():
 def test_prep_overlaps_the_recurrence_only_where_it_leaves_sms_idle():
     """The persistent prep grid takes the SMs the recurrence leaves idle, only when that is at least half of them
     and PDL lets the recurrence start early; the few-head shapes of issue 29 qualify, many heads do not."""
-    from deep_gemm_sm120.families.gated_delta_rule import HEAD_DIM, choose_overlap, choose_plan
+    from deep_gemm_sm120.families.gated_delta_rule import choose_overlap, choose_plan, recurrence_ctas as grid
 
     def recurrence_ctas(n: int, hv: int, sms: int) -> int:
-        vs, _ = choose_plan(n, hv, sms, 32)
-        return n * hv * (HEAD_DIM // vs)
+        return grid(n, hv, choose_plan(n, hv, sms, 32)[0])
 
     assert choose_overlap(recurrence_ctas(1, 8, 132), 132, True) == 132 - 64   # 1 x T, 8 value heads
     assert choose_overlap(66, 132, True) == 66 and choose_overlap(67, 132, True) == 0

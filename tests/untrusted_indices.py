@@ -5,6 +5,7 @@ Used by tests/test_untrusted_indices_gpu.py and by the families' compute-sanitiz
 report 0 errors on the same replays."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 INT32_MAX = 2 ** 31 - 1
@@ -243,14 +244,11 @@ def gdr_varlen_case(overlap: bool | None = None):
     t_total, n = 73, 5
     cu = torch.tensor([0, 10, 30, 50, 60, 73], dtype=torch.int32, device="cuda")
     args, init = make_inputs(1, t_total, 2, 4, seed=9, state_n=n)
-    planned = api.choose_overlap
-    if overlap is not None:
-        api.choose_overlap = lambda *a: 3 if overlap and a[2] else 0
-    try:
+    with pytest.MonkeyPatch.context() as mp:
+        if overlap is not None:
+            mp.setattr(api, "choose_overlap", lambda *a: 3 if overlap and a[2] else 0)
         graph, out = _capture(lambda: dg.chunk_gated_delta_rule(*args, initial_state=init, output_final_state=True,
                                                                 cu_seqlens=cu, chunk_size=32))
-    finally:
-        api.choose_overlap = planned
     cu.copy_(torch.tensor([0, 40, 20, 300, -5, 73], dtype=torch.int32))
     _replay(graph, *out)
     effective = torch.tensor([0, 40, 40, 73, 73, 73], dtype=torch.int32, device="cuda")

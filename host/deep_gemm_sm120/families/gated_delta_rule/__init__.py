@@ -106,6 +106,11 @@ def choose_plan(num_seqs: int, value_heads: int, num_sms: int, chunk: int) -> tu
     return vs, 2 if split else 1
 
 
+def recurrence_ctas(num_seqs: int, value_heads: int, vslice: int) -> int:
+    """The recurrence's grid: one CTA per (V slice, value head, sequence)."""
+    return num_seqs * value_heads * (HEAD_DIM // vslice)
+
+
 def choose_overlap(recurrence_ctas: int, num_sms: int, pdl: bool) -> int:
     """CTAs of a persistent prep grid that runs beside the recurrence (0: the prep runs first, one CTA per item).
     Overlapped when the recurrence leaves at least half the SMs idle (few heads, whose long chunk walk then starts
@@ -147,7 +152,7 @@ def plan_specs(num_sms: int, dtype=None, chunk_size: int | None = None, num_seqs
     chunk = chunk_size or SM120_CHUNK
     vs, ks = choose_plan(num_seqs, value_heads, num_sms, chunk)
     # the persistent prep too where the launch overlaps (with PDL on, the default; the one-item prep without)
-    overlap = choose_overlap(num_seqs * value_heads * (HEAD_DIM // vs), num_sms, True) > 0
+    overlap = choose_overlap(recurrence_ctas(num_seqs, value_heads, vs), num_sms, True) > 0
     return [GdrPrepSpec(chunk, elem)] + [GdrPrepSpec(chunk, elem, True)] * overlap + [GdrFwdSpec(chunk, vs, elem, ks)]
 
 

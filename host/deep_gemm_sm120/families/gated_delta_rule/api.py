@@ -16,8 +16,8 @@ from ...arch import target_of
 from ...core.tma import tma_request
 from ...device import num_sms_for
 from ...launch import device_of, get_pdl, launch
-from ...services.gated_delta_rule_prep import PARAMS as PREP_PARAMS, GdrPrepSpec, teams
-from . import HEAD_DIM, PARAMS, GdrFwdSpec, choose_overlap, choose_plan
+from ...services.gated_delta_rule_prep import PARAMS as PREP_PARAMS, GdrPrepSpec, persistent_teams
+from . import HEAD_DIM, PARAMS, GdrFwdSpec, choose_overlap, choose_plan, recurrence_ctas
 from .contract import (OTHER_CHUNK, NoBackward, check_arguments, check_cu_seqlens_values, chunk_gated_delta_rule_bwd,
                        default_chunk_size)
 
@@ -82,13 +82,13 @@ def chunk_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g:
         gates = torch.empty(tokens, hv, 4, dtype=torch.float32, device=dev)
         sms = num_sms_for(index)
         vslice, ksplit = choose_plan(n, hv, sms, c)
-        fwd_ctas = (HEAD_DIM // vslice) * hv * n
+        fwd_ctas = recurrence_ctas(n, hv, vslice)
         slots = -(-t // c) + n if cu is not None else n * -(-t // c)
         # few recurrence CTAs: a persistent prep grid beside it, the recurrence waiting on per-chunk flags (both
         # families launch with PDL when the switch is on)
         overlap = choose_overlap(fwd_ctas, sms, get_pdl())
         prep, fwd = _kernels(c, vslice, ksplit, overlap > 0, elem, index, target_of(index))
-        overlap = min(overlap, -(-slots * hv // teams(c, True)))  # no CTA without an item
+        overlap = min(overlap, -(-slots * hv // persistent_teams(c)))  # no CTA without an item
         ready = torch.zeros(1 + slots * hv, dtype=torch.int32, device=dev) if overlap else None
         launch(prep, overlap or slots * hv,
                PREP_PARAMS.pack(q=q.data_ptr(), k=k.data_ptr(), g=g.data_ptr(), beta=beta.data_ptr(),

@@ -27,11 +27,9 @@ def align_up(x: int, a: int) -> int:
     return -(-x // a) * a
 
 
-def teams(chunk: int, persistent: bool) -> int:
-    """Items a CTA works on at once: one, or in the persistent kernel as many 1024-aligned team regions as fit
-    the SM120 budget, at most two (GdrPrepConfig::kTeamStride)."""
-    if not persistent:
-        return 1
+def persistent_teams(chunk: int) -> int:
+    """Items a persistent prep CTA works on at once by default: as many 1024-aligned team regions as fit the
+    SM120 budget, at most two (GdrPrepConfig::kTeamStride)."""
     return max(1, min(2, SMEM_LIMIT // align_up(prep_smem_bytes(chunk), 1024)))
 
 
@@ -51,7 +49,7 @@ class GdrPrepSpec(KernelSpec):
     chunk: int = 32
     elem: str = "bf16"
     persistent: bool = False   # the overlapped launch's grid: walks the items, publishes each in `ready`
-    team_count: int = 0        # persistent: items a CTA works on at once (0: teams(chunk, True))
+    team_count: int = 0        # persistent: items a CTA works on at once (0: persistent_teams(chunk))
 
     @property
     def name(self) -> str:
@@ -60,7 +58,7 @@ class GdrPrepSpec(KernelSpec):
 
     @property
     def teams(self) -> int:
-        return (self.team_count or teams(self.chunk, True)) if self.persistent else 1
+        return (self.team_count or persistent_teams(self.chunk)) if self.persistent else 1
 
     @property
     def threads(self) -> int:
