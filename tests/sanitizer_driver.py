@@ -24,12 +24,26 @@ def prepare(capability: tuple[int, int] | None = None) -> None:
         os.environ["DG_SM120_EMULATE"] = "1"
 
 
-def run_cases(cases: Iterable[tuple[str, Callable[[], object]]]) -> int:
-    """Run each (label, thunk); an AssertionError is a numerical failure (the sanitizer reports memory errors and
-    races itself). Prints 'sanitize case <label>: ok / FAIL ...' (tools/qualify_h200.sh counts them); returns the
-    exit status."""
+def selected(cases: Iterable[tuple[str, Callable[[], object]]],
+             patterns: list[str]) -> list[tuple[str, Callable[[], object]]]:
+    """The cases whose label contains one of patterns (all of them when there are none), so one long sanitizer run
+    can be split across calls: `python tests/sanitize_x.py overlap "gdr "`. A pattern matching nothing is an error,
+    not an empty (passing) run."""
+    cases = list(cases)
+    if not patterns:
+        return cases
+    unmatched = [p for p in patterns if not any(p in label for label, _ in cases)]
+    if unmatched:
+        raise SystemExit(f"no sanitize case label contains {unmatched}; labels: {[label for label, _ in cases]}")
+    return [c for c in cases if any(p in c[0] for p in patterns)]
+
+
+def run_cases(cases: Iterable[tuple[str, Callable[[], object]]], patterns: list[str] | None = None) -> int:
+    """Run each (label, thunk) selected by patterns (default: the command line's arguments); an AssertionError is
+    a numerical failure (the sanitizer reports memory errors and races itself). Prints 'sanitize case <label>: ok /
+    FAIL ...' (tools/qualify_h200.sh counts them); returns the exit status."""
     failures = 0
-    for label, fn in cases:
+    for label, fn in selected(cases, sys.argv[1:] if patterns is None else patterns):
         try:
             fn()
             print(f"sanitize case {label}: ok")

@@ -4,6 +4,8 @@ from __future__ import annotations
 import os
 import sys
 
+import pytest
+
 import sanitizer_driver as sd
 
 
@@ -22,7 +24,18 @@ def test_run_cases_reports_each_case_and_the_exit_status(capsys):
     def bad():
         raise AssertionError("diff too large")
 
-    assert sd.run_cases([("a", lambda: None), ("b", lambda: None)]) == 0
-    assert sd.run_cases([("a", lambda: None), ("b", bad)]) == 1
+    assert sd.run_cases([("a", lambda: None), ("b", lambda: None)], []) == 0
+    assert sd.run_cases([("a", lambda: None), ("b", bad)], []) == 1
     out = capsys.readouterr().out.splitlines()
     assert out[-2:] == ["sanitize case a: ok", "sanitize case b: FAIL diff too large"]
+
+
+def test_cases_are_selected_by_label_substrings(capsys, monkeypatch):
+    ran: list[str] = []
+    cases = [(label, lambda label=label: ran.append(label)) for label in ("b2 c32", "overlap c32", "gdr varlen")]
+    assert sd.run_cases(cases, ["overlap", "gdr "]) == 0
+    assert ran == ["overlap c32", "gdr varlen"]
+    monkeypatch.setattr(sys, "argv", ["sanitize_x.py", "b2"])                # a driver's default: its arguments
+    assert sd.run_cases(cases) == 0 and ran[-1] == "b2 c32" and len(ran) == 3
+    with pytest.raises(SystemExit, match="overlpa.*gdr varlen"):             # a typo must not pass as an empty run
+        sd.run_cases(cases, ["overlpa"])
