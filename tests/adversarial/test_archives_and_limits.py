@@ -45,6 +45,10 @@ def _check(canon: Path, target: Path, *extra: str) -> tuple[int, dict]:
 
 
 def _measured(canon: Path, target: Path, *extra: str) -> tuple[int, dict, float, int]:
+    return _measured_spec(canon, str(target), *extra)
+
+
+def _measured_spec(canon: Path, target: str, *extra: str) -> tuple[int, dict, float, int]:
     """check_vendor in its own process: (exit code, JSON report, seconds, peak RSS in bytes)."""
     code = ("import resource, runpy, sys\n"
             f"sys.argv = ['check_vendor.py'] + {json.dumps(['--repo', str(canon), '--fork', str(target), '--format', 'json', *extra])}\n"

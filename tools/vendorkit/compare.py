@@ -18,7 +18,7 @@ STATUSES = ("ok", "missing", "changed", "extra", "renamed", "mode", "patched", "
 REPLACED_BELOW = 0.35
 IN_SYNC_STATUSES = ("ok", "patched", "foreign")
 # findings that no release explains: a fork showing one is drifted, never merely stale
-UNSTALE = ("unsafe-member", "duplicate-member", "invalid-stamp", "too-large", "hardlink")
+UNSTALE = ("unsafe-member", "duplicate-member", "invalid-stamp", "too-large", "hardlink", "checkout-attributes")
 
 
 @dataclass
@@ -307,6 +307,10 @@ class Comparator:
             if actual is not None:
                 ours_digests[entry.path] = (actual, f.mode)
             expected = entry.digest(self.kind)
+            if f.checkout:  # git: what a checkout writes depends on the cloner (a filter, ident, an encoding)
+                results.append(FileResult(entry.path, "changed", diagnosis="checkout-attributes", detail=f.checkout,
+                                          expected=expected, actual=actual, fork_path=fork_path))
+                continue
             if actual == expected and (f.kind == "symlink") == (entry.mode == "120000") and not f.duplicate:
                 if not entry.mode_matches(f.mode):
                     results.append(FileResult(entry.path, "mode", detail=f"mode {f.mode}, expected {entry.mode}",

@@ -1,19 +1,27 @@
-"""A git ref of a local repository as a fork (`git:DIR@REF`): read from git's objects, no checkout needed. The tree
-is listed once (`git ls-tree -r -l`), blobs are read through one `git cat-file --batch` when first needed."""
+"""A git ref of a local repository as a fork (`git:DIR@REF`), seen as a checkout of that ref writes it.
+
+The repository is read as data (vendorkit.gitobjects): no git process runs on it, so nothing in it (its
+configuration, hooks, promisor remotes, replace refs) can run a program or change what is seen. Files get the
+bytes a checkout writes: line endings converted where the tree's attributes say so (vendorkit.gitattrs), and a
+file whose checkout depends on the cloner (a filter driver, `ident`, a working-tree encoding) is reported as
+such, never certified. Tree entries a checkout refuses or misplaces are `unsafe` findings.
+"""
 from __future__ import annotations
 
 import hashlib
 import os
 import re
-import subprocess
 from typing import Iterator
 
+from . import gitattrs
 from .archive import install_path
 from .errors import CannotCheck, UsageError
 from .forkview import ForkFile
-from .limits import MEMBER_MAX_BYTES
+from .gitobjects import Repository
+from .limits import DIAGNOSE_MAX_BYTES, MEMBER_MAX_BYTES
 
-_SPEC = re.compile(r"^git:(.+)@([^@]+)$")
+_SPEC = re.compile(r"git:(.+)@([^@]+)", re.S)
+_ATTRS_MAX = 1 << 20
 
 
 def is_git_spec(spec: str) -> bool:
@@ -21,7 +29,7 @@ def is_git_spec(spec: str) -> bool:
 
 
 def parse_spec(spec: str) -> tuple[str, str]:
-    m = _SPEC.match(spec)
+    m = _SPEC.fullmatch(spec)
     if not m:
         raise UsageError(f"bad git source {spec!r}: expected git:DIR@REF (a local repository and a branch, tag "
                          f"or commit)")
@@ -36,42 +44,73 @@ class GitRefFork:
             raise CannotCheck(f"git source {repo} does not exist")
         if ref.startswith("-"):
             raise UsageError(f"bad ref {ref!r}")
-        self.repo, self.ref = os.path.abspath(repo), ref
-        self.commit = self._git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}").decode().strip()
+        self.git = Repository(repo)
+        self.repo, self.ref = self.git.path, ref
+        self.commit = self.git.resolve(ref)
         self.label = f"git:{self.repo}@{ref} ({self.commit[:12]})"
         self._files: dict[str, ForkFile] = {}
         self._oid: dict[str, str] = {}
         self._unsafe: dict[str, str] = {}
-        self._blobs: dict[str, bytes] | None = None
-        self._wanted: list[str] = []
-        out = self._git("ls-tree", "-r", "-l", "-z", "--full-tree", self.commit)
-        for rec in out.split(b"\0"):
-            if not rec:
+        self._bytes: dict[str, bytes] = {}      # path -> checkout bytes, for small files already read
+        self._attrs: gitattrs.Attributes | None = None
+        self._digests: dict[tuple, tuple[str, int]] = {}  # (blob id, attributes) -> (sha256, size) of its checkout
+        for path, mode, oid, problem in self.git.walk(self.git.commit_tree(self.commit)):
+            norm, unsafe = install_path(path)
+            if problem or unsafe or norm != path:
+                self._unsafe[path] = problem or unsafe or f"not a canonical path (would be {norm})"
                 continue
-            meta, raw = rec.split(b"\t", 1)
-            mode, kind, oid, size = meta.decode().split()
-            name = os.fsdecode(raw)
-            path, unsafe = install_path(name)
-            if unsafe or path != name:
-                self._unsafe[name] = unsafe or f"not a canonical path (would be {path})"
-                continue
-            if kind == "commit":
+            if mode == "160000":
                 f = ForkFile(path, "other", "160000", 0)
+            elif mode == "120000":
+                f = ForkFile(path, "symlink", "120000", 0)
+            elif mode.startswith("100"):
+                f = ForkFile(path, "file", "100755" if int(mode, 8) & 0o100 else "100644", 0)
             else:
-                f = ForkFile(path, "symlink" if mode == "120000" else "file", mode, int(size) if size != "-" else 0)
-                if f.size > MEMBER_MAX_BYTES:
-                    f.too_large = f"a blob of {f.size:,} bytes, over the {MEMBER_MAX_BYTES >> 20} MiB cap (not read)"
+                f = ForkFile(path, "other", mode, 0)
             self._files[path] = f
             self._oid[path] = oid
 
-    def _git(self, *args: str, stdin: bytes | None = None) -> bytes:
-        p = subprocess.run(["git", "-C", self.repo, *args], input=stdin, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE)
-        if p.returncode != 0:
-            msg = p.stderr.decode(errors="replace").strip().splitlines()
-            raise CannotCheck(f"git {args[0]} in {self.repo} failed: {msg[-1] if msg else 'no such ref ' + self.ref}")
-        return p.stdout
+    # ------------------------------------------------------------ attributes
+    def _attributes(self) -> gitattrs.Attributes:
+        """The tree's .gitattributes files (every directory's) and info/attributes, read once."""
+        if self._attrs is None:
+            files = {}
+            for path, f in self._files.items():
+                if path.rsplit("/", 1)[-1] == ".gitattributes" and f.kind == "file":
+                    files[path.rpartition("/")[0]] = self._blob(path, _ATTRS_MAX).decode("utf-8", "replace")
+            info = ""
+            try:
+                info = self.git._read("info/attributes", _ATTRS_MAX).decode("utf-8", "replace")
+            except FileNotFoundError:
+                pass
+            self._attrs = gitattrs.Attributes(files, info)
+        return self._attrs
 
+    def _blob(self, path: str, cap: int) -> bytes:
+        return self.git.read(self._oid[path], cap, want="blob")[1]
+
+    def _checkout(self, f: ForkFile) -> bytes:
+        """The bytes a checkout writes for `f` (a symlink's target as stored)."""
+        data = self._bytes.get(f.path)
+        if data is None:
+            data = self._blob(f.path, MEMBER_MAX_BYTES)
+            if f.kind == "file":
+                data, converted, refused = gitattrs.checkout(data, self._attributes().of(f.path))
+                f.checkout = refused
+            if len(data) <= DIAGNOSE_MAX_BYTES:
+                self._bytes[f.path] = data
+        return data
+
+    def _refusal(self, f: ForkFile) -> str | None:
+        """Why the checkout of `f` cannot be known (a filter, ident, an encoding), from its attributes alone
+        when its bytes do not matter (filters and encodings), else from its bytes."""
+        attrs = self._attributes().of(f.path)
+        if not attrs:
+            return None
+        return gitattrs.checkout(self._blob(f.path, MEMBER_MAX_BYTES) if attrs.get("ident") is True else b"",
+                                 attrs)[2]
+
+    # ------------------------------------------------------------ the view
     def findings(self, prefix: str) -> list:
         from .compare import FileResult
 
@@ -81,36 +120,37 @@ class GitRefFork:
     def list_under(self, prefix: str) -> tuple[dict[str, ForkFile], dict[str, str]]:
         pre = f"{prefix}/" if prefix else ""
         out = {p[len(pre):]: f for p, f in self._files.items() if p.startswith(pre)}
-        self._wanted = [f"{pre}{rel}" for rel, f in out.items() if f.kind in ("file", "symlink") and not f.too_large]
+        for f in out.values():
+            if f.kind in ("file", "symlink") and not f.size and f.digest is None:
+                kind, size = self.git.header(self._oid[f.path])
+                if kind != "blob":
+                    raise CannotCheck(f"{self.label}: {f.path} names a {kind}, not a blob")
+                f.size = size
+                if size > MEMBER_MAX_BYTES:
+                    f.too_large = f"a blob of {size:,} bytes, over the {MEMBER_MAX_BYTES >> 20} MiB cap (not read)"
+                elif f.kind == "file" and self._attributes().of(f.path):
+                    f.size = len(self._checkout(f))  # attributes may change the bytes (and the size)
         return out, {}
 
     def iter_paths(self) -> Iterator[str]:
         return iter(list(self._files))
 
-    def _bytes(self, f: ForkFile) -> bytes:
-        if self._blobs is None or f.path not in self._blobs:  # one batch for everything under the prefix
-            want = [p for p in dict.fromkeys(self._wanted + [f.path]) if p in self._oid]
-            oids = [self._oid[p] for p in want]
-            out = self._git("cat-file", "--batch", stdin="".join(o + "\n" for o in oids).encode())
-            blobs, pos = {}, 0
-            for p, oid in zip(want, oids):
-                nl = out.index(b"\n", pos)
-                size = int(out[pos:nl].split()[2])
-                blobs[p] = out[nl + 1: nl + 1 + size]
-                pos = nl + 1 + size + 1
-            self._blobs = {**(self._blobs or {}), **blobs}
-        return self._blobs[f.path]
-
     def digest_of(self, f: ForkFile) -> str:
         if f.digest is None:
             if f.too_large or f.kind not in ("file", "symlink"):
                 raise CannotCheck(f"{self.label}: {f.path} was not read")
-            f.digest = hashlib.sha256(self._bytes(f)).hexdigest()
+            key = (self._oid[f.path], f.kind, tuple(sorted(self._attributes().of(f.path).items(), key=str)))
+            if key not in self._digests:  # many paths may share one blob: it is read once
+                data = self._checkout(f)
+                self._digests[key] = (hashlib.sha256(data).hexdigest(), len(data))
+            elif f.kind == "file":
+                f.checkout = self._refusal(f)
+            f.digest, f.size = self._digests[key]
         return f.digest
 
     def read(self, f: ForkFile, limit: int | None = None) -> bytes | None:
         if f.too_large or f.kind not in ("file", "symlink") or (limit is not None and f.size > limit):
             return None
-        return self._bytes(f)
+        return self._checkout(f)
 
     fetch = read

@@ -1,0 +1,245 @@
+"""`git:DIR@REF` is read as data, as a checkout of the ref writes it: a hostile repository's configuration never runs
+a program (promisor remotes, uploadpack, fsmonitor, hooks, filters, textconv, include.path, protocol allows),
+replace refs never change the view, attributes are resolved (eol) or refused (filter, ident, encodings), and a
+broken object database is exit 2 with a reason, never a traceback."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from vendor_helpers import PREFIX, V2, by_path, commit_all, git, init_repo, run_cv, run_json, write_tree
+
+MARK = "PWNED"
+
+
+def _repo(tmp: Path, files=V2, name: str = "fork") -> Path:
+    repo = init_repo(tmp / name)
+    write_tree(repo, {"setup.py": b"# the fork\n", **{f"{PREFIX}/{k}": v for k, v in files.items()}})
+    commit_all(repo, "vendor v0.2.0")
+    return repo
+
+
+def _hostile_config(repo: Path, marker: Path, remote: Path) -> None:
+    """Every configuration key that makes git run a program, each running `touch marker`."""
+    cmd = f"touch {marker}"
+    hooks = repo / ".git" / "evil-hooks"
+    hooks.mkdir()
+    for hook in ("post-checkout", "pre-command", "reference-transaction", "post-index-change"):
+        (hooks / hook).write_text(f"#!/bin/sh\n{cmd}\n")
+        (hooks / hook).chmod(0o755)
+    (repo / ".git" / "included.config").write_text(f"[core]\n\tpager = {cmd}\n")
+    with open(repo / ".git" / "config", "a") as fh:
+        fh.write(f"""[core]
+\trepositoryformatversion = 1
+\tfsmonitor = {cmd}
+\thooksPath = {hooks}
+\tsshCommand = {cmd}
+\taskPass = {cmd}
+\tattributesFile = {repo / '.git' / 'evil-attributes'}
+[remote "origin"]
+\turl = file://{remote}
+\tpromisor = true
+\tpartialclonefilter = blob:none
+\tuploadpack = {cmd}; git-upload-pack
+[extensions]
+\tpartialClone = origin
+[filter "evil"]
+\tsmudge = {cmd}
+\tclean = {cmd}
+\tprocess = {cmd}
+\trequired = true
+[diff "evil"]
+\ttextconv = {cmd}
+[include]
+\tpath = {repo / '.git' / 'included.config'}
+[protocol]
+\tallow = always
+""")
+
+
+@pytest.fixture()
+def no_git_on_forks(monkeypatch):
+    """Fail any process started with a fork path in its arguments or as its directory."""
+    started: list = []
+    real = subprocess.Popen.__init__
+
+    def recording(self, args, *a, **kw):
+        started.append((list(args) if not isinstance(args, str) else [args], kw.get("cwd")))
+        return real(self, args, *a, **kw)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", recording)
+    return started
+
+
+def _touched(started, root: Path) -> list:
+    return [s for s in started if any(str(root) in str(x) for x in s[0]) or (s[1] and str(root) in str(s[1]))]
+
+
+def test_a_hostile_repository_configuration_never_runs_anything(canon, tmp_path, no_git_on_forks):
+    remote = tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
+    repo = _repo(tmp_path)
+    (repo / ".gitattributes").write_text("*.cuh diff=evil\n")
+    commit_all(repo, "attributes")
+    marker = tmp_path / MARK
+    _hostile_config(repo, marker, remote)
+    (repo / ".git" / "info").mkdir(exist_ok=True)
+    (repo / ".git" / "info" / "attributes").write_text("setup.py diff=evil\n")
+    blob = git(repo, "rev-parse", f"HEAD:{PREFIX}/common/sm120_tma.cuh").strip()
+    no_git_on_forks.clear()  # what the test itself ran to build the repository
+
+    code, doc = run_json("--repo", str(canon), "--fork", f"git:{repo}@main")
+    assert code == 0 and doc["verdict"] == "in-sync", doc
+    for argv in (["provenance", f"git:{repo}@main"],
+                 ["import-manifest", "--from-git", f"{repo}@main", "--upstream", "probe", "--prefix", PREFIX,
+                  "--tag", "v1.0.0", "--repo", str(tmp_path / "nowhere")]):
+        run_cv(*argv)
+    assert not marker.exists() and not _touched(no_git_on_forks, repo)
+
+    # now a tree naming a blob the repository does not have: git would fetch it from the promisor remote
+    (repo / ".git" / "objects" / blob[:2] / blob[2:]).unlink()
+    code, out, err = run_cv("--repo", str(canon), "--fork", f"git:{repo}@main")
+    assert code == 2 and f"object {blob} is not in" in err and "Traceback" not in err
+    assert not marker.exists() and not _touched(no_git_on_forks, repo)
+
+    # the attack is real: git itself runs the promisor's uploadpack for the same read
+    env = {**os.environ, "HOME": str(tmp_path), "GIT_CONFIG_NOSYSTEM": "1"}
+    subprocess.run(["git", "-C", str(repo), "ls-tree", "-r", "-l", "HEAD"], capture_output=True, env=env)
+    assert marker.exists()
+
+
+def test_replace_refs_do_not_change_what_is_checked(canon, tmp_path):
+    drifted = dict(V2, **{"mma/sm120.cuh": V2["mma/sm120.cuh"] + b"// a fork's edit\n"})
+    repo = _repo(tmp_path, drifted)
+    (tmp_path / "pristine").write_bytes(V2["mma/sm120.cuh"])
+    good = git(repo, "hash-object", "-w", str(tmp_path / "pristine")).strip()
+    bad = git(repo, "rev-parse", f"HEAD:{PREFIX}/mma/sm120.cuh").strip()
+    git(repo, "replace", bad, good)  # git's own readers now show the released bytes for the drifted blob
+    shown = git(repo, "show", f"HEAD:{PREFIX}/mma/sm120.cuh")
+    assert shown.encode() == V2["mma/sm120.cuh"]
+    code, doc = run_json("--repo", str(canon), "--fork", f"git:{repo}@main")
+    f = by_path(doc)["mma/sm120.cuh"]
+    assert code == 1 and f["status"] == "changed" and f["diagnosis"] == "content"
+
+
+ATTRIBUTE_SETS = [
+    {"": "*.cuh text eol=crlf\n"},
+    {"": "* text=auto eol=crlf\n"},
+    {"": "*.cuh eol=crlf\n*.cuh -text\n"},
+    {"": "[attr]win text eol=crlf\n/deep_gemm/**/sm120_*.cuh win\n"},
+    {"": "*.cuh crlf\n", PREFIX: "*.cuh eol=crlf\nmma/* -text\n"},
+    {"": "*.cuh binary\n"},
+    {"": "common/*.cuh eol=crlf\n"},           # a slash anchors the pattern at the root: matches nothing here
+    {PREFIX + "/common": "sm120_t?a.cuh eol=crlf\n"},
+]
+
+
+@pytest.mark.parametrize("attrs", ATTRIBUTE_SETS, ids=[str(i) for i in range(len(ATTRIBUTE_SETS))])
+def test_line_endings_are_the_checkouts(canon, tmp_path, attrs):
+    files = dict(V2)
+    files["impls/sm120_bf16_gemm.cuh"] = files["impls/sm120_bf16_gemm.cuh"].replace(b"\n", b"\r\n", 1)  # a CR
+    repo = _repo(tmp_path, files)
+    for d, text in attrs.items():  # one file stays as it is in every set, so the fork still vendors the layer
+        (repo / d / ".gitattributes").write_text(text + "sm120_gemm.cuh -text\n")
+    commit_all(repo, "attributes")
+    clone = tmp_path / "clone"
+    env = {**os.environ, "HOME": str(tmp_path), "GIT_CONFIG_NOSYSTEM": "1"}
+    subprocess.run(["git", "clone", "-q", str(repo), str(clone)], check=True, env=env)
+    code, doc = run_json("--repo", str(canon), "--fork", f"git:{repo}@main", "--prefix", PREFIX)
+    files_seen = by_path(doc)
+    from vendorkit.gitref import GitRefFork
+
+    view = GitRefFork(str(repo), "main")
+    listing, _ = view.list_under(PREFIX)
+    for rel, f in listing.items():
+        assert view.read(f) == (clone / PREFIX / rel).read_bytes(), rel  # the view is the checkout, byte for byte
+    converted = [rel for rel in V2 if (clone / PREFIX / rel).read_bytes() != files[rel]]
+    for rel in V2:
+        want = "changed" if rel in converted or files[rel] != V2[rel] else "ok"
+        assert files_seen[rel]["status"] == want, (rel, files_seen[rel])
+    for rel in converted:
+        assert files_seen[rel]["diagnosis"] in ("eol-only", "whitespace-only"), files_seen[rel]
+    assert code == 1
+
+
+@pytest.mark.parametrize("attr, why", [
+    ("*.cuh filter=evil", "filter driver 'evil'"),
+    ("*.cuh ident", "$Id$"),
+    ("*.cuh working-tree-encoding=UTF-16LE", "re-encodes it as UTF-16LE"),
+])
+def test_checkouts_that_depend_on_the_cloner_are_refused_as_drift(canon, tmp_path, attr, why):
+    files = {k: v + b"// $Id$\n" if "ident" in attr else v for k, v in V2.items()}
+    repo = _repo(tmp_path, files)
+    (repo / ".gitattributes").write_text(attr + "\n")
+    git(repo, "add", ".gitattributes")  # only the attributes: the files' blobs stay as committed
+    git(repo, "commit", "-q", "-m", "attributes")
+    marker = tmp_path / MARK
+    git(repo, "config", "filter.evil.smudge", f"touch {marker}")
+    code, doc = run_json("--repo", str(canon), "--fork", f"git:{repo}@main")
+    rows = [f for f in doc["files"] if f["path"].endswith(".cuh")]
+    assert code == 1 and doc["verdict"] in ("drifted", "not-vendored") and not marker.exists()
+    assert rows and all(f["status"] == "changed" and f["diagnosis"] == "checkout-attributes" and why in f["detail"]
+                        for f in rows), rows
+
+
+def _flip_byte(path: Path, at: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0xFF
+    path.chmod(0o644)
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage", ["missing-tree", "corrupt-loose", "truncated-pack", "corrupt-pack",
+                                    "bad-ref", "alternates"])
+def test_a_broken_object_database_is_exit_2_with_a_reason(canon, tmp_path, damage):
+    repo = _repo(tmp_path)
+    objects = repo / ".git" / "objects"
+    if damage == "missing-tree":
+        tree = git(repo, "rev-parse", f"HEAD:{PREFIX}/common").strip()
+        (objects / tree[:2] / tree[2:]).unlink()
+    elif damage == "corrupt-loose":
+        blob = git(repo, "rev-parse", f"HEAD:{PREFIX}/mma/sm120.cuh").strip()
+        _flip_byte(objects / blob[:2] / blob[2:], 10)
+    elif damage in ("truncated-pack", "corrupt-pack"):
+        git(repo, "gc", "-q")
+        pack = next((objects / "pack").glob("*.pack"))
+        pack.chmod(0o644)
+        if damage == "truncated-pack":
+            pack.write_bytes(pack.read_bytes()[: pack.stat().st_size // 2])
+        else:
+            _flip_byte(pack, pack.stat().st_size // 2)
+    elif damage == "bad-ref":
+        (repo / ".git" / "refs" / "heads" / "main").write_text("not an object id\n")
+    elif damage == "alternates":
+        (objects / "info").mkdir(exist_ok=True)
+        (objects / "info" / "alternates").write_text("/etc\n")
+    code, out, err = run_cv("--repo", str(canon), "--fork", f"git:{repo}@main")
+    assert code == 2 and err.startswith("check_vendor: cannot check: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err + out
+
+
+def test_ref_expressions_and_unknown_refs_are_refused(canon, tmp_path):
+    repo = _repo(tmp_path)
+    code, _, err = run_cv("--repo", str(canon), "--fork", f"git:{repo}@main~1")
+    assert code == 3 and "expected a branch, tag" in err
+    code, _, err = run_cv("--repo", str(canon), "--fork", f"git:{repo}@nope")
+    assert code == 2 and "no such ref 'nope'" in err
+    head = git(repo, "rev-parse", "HEAD").strip()
+    git(repo, "tag", "-a", "v1", "-m", "an annotated tag")
+    for ref in (head, head[:8], "v1", "refs/tags/v1", "HEAD", "refs/heads/main"):
+        assert run_cv("--repo", str(canon), "--fork", f"git:{repo}@{ref}")[0] == 0, ref
+
+
+def test_one_big_blob_at_sixteen_paths_is_read_once(canon, tmp_path):
+    from test_archives_and_limits import _measured_spec
+
+    big = b"\0" * (60 << 20)
+    repo = _repo(tmp_path, {**V2, **{f"extra/sm120_big{i}.cuh": big for i in range(16)}})
+    assert sum(f.stat().st_size for f in (repo / ".git").rglob("*") if f.is_file()) < 4 << 20
+    code, doc, took, rss = _measured_spec(canon, f"git:{repo}@main")
+    assert code == 1 and sum(1 for f in doc["files"] if f["path"].startswith("extra/")) == 16
+    assert rss < 256 << 20 and took < 30, (rss, took)
