@@ -68,15 +68,22 @@ def test_the_index_comes_from_pip_when_not_given(canon, index, monkeypatch, tmp_
     assert run_cv("--repo", str(canon), "--fork", "pypi:pkg")[0] == 0
 
 
-def test_a_big_wheel_is_read_with_range_requests(canon, index):
+def test_a_big_wheel_is_downloaded_and_checked_unless_range_reads_are_asked_for(canon, index):
     data = wheel(V2, pad=48 << 20)
     index.add("big", "1.0", "big-1.0-cp312-cp312-manylinux_2_28_x86_64.whl", data)
     code, doc = run_json("--repo", str(canon), "--fork", "pypi:big", "--index-url", index.url)
+    assert code == 0 and doc["verdict"] == "in-sync" and index.served == len(data)  # the whole file, verified
+    assert doc["distributions"][0]["integrity"] == "sha256 verified"
+    index.served = 0
+    code, doc = run_json("--repo", str(canon), "--fork", "pypi:big", "--index-url", index.url, "--range-reads")
     assert code == 0 and doc["verdict"] == "in-sync"
     assert index.served < 2 << 20, index.served  # the zip directory and five headers, not 48 MB
-    index.served, index.ranges = 0, False  # a server without ranges: one streamed, sha256-checked download
-    code, doc = run_json("--repo", str(canon), "--fork", "pypi:big", "--index-url", index.url)
-    assert code == 0 and index.served == len(data)
+    assert "unverified" in doc["distributions"][0]["integrity"] and any("unverified" in n for n in doc["notes"])
+    code, out, _ = run_cv("--repo", str(canon), "--fork", "pypi:big", "--index-url", index.url, "--range-reads")
+    assert "range reads (unverified" in out
+    index.served, index.ranges = 0, False  # a server without ranges: --range-reads falls back to the download
+    code, doc = run_json("--repo", str(canon), "--fork", "pypi:big", "--index-url", index.url, "--range-reads")
+    assert code == 0 and index.served == len(data) and doc["distributions"][0]["integrity"] == "sha256 verified"
 
 
 def test_index_urls_that_are_not_http_are_usage_errors(canon, index):

@@ -163,9 +163,15 @@ def test_pypi_fork_pinned_and_newest(canon, index):
     index.add("sgl-deep-gemm", "1.1", "sgl_deep_gemm-1.1.tar.gz", sdist_bytes(layer(V2), top="sgl_deep_gemm-1.1"))
     index.add("sgl-deep-gemm", "1.1", "sgl_deep_gemm-1.1-py3-none-any.whl", wheel_bytes(layer(V2)))
     code, doc = check(canon, "pypi:sgl-deep-gemm==1.0", "--index-url", index.url)
-    assert code == 1 and doc["verdict"] == "stale" and "sgl-deep-gemm==1.0" in doc["target"]
+    assert code == 1 and doc["verdict"] == "stale" and doc["target"] == \
+        "pypi:sgl-deep-gemm==1.0 (sgl_deep_gemm-1.0-py3-none-any.whl)"
     code, doc = check(canon, "pypi:sgl-deep-gemm", "--index-url", index.url)
-    assert code == 0 and "==1.1 (sgl_deep_gemm-1.1-py3-none-any.whl)" in doc["target"]  # the wheel, not the sdist
+    assert code == 0 and doc["target"] == "pypi:sgl-deep-gemm==1.1 (2 files)"  # the wheel and the sdist
+    dists = {d["file"]: d for d in doc["distributions"]}
+    assert set(dists) == {"sgl_deep_gemm-1.1.tar.gz", "sgl_deep_gemm-1.1-py3-none-any.whl"}
+    assert all(d["verdict"] == "in-sync" and d["integrity"] == "sha256 verified" for d in dists.values())
+    assert dists["sgl_deep_gemm-1.1.tar.gz"]["prefix"] == f"sgl_deep_gemm-1.1/{PREFIX}"
+    assert dists["sgl_deep_gemm-1.1-py3-none-any.whl"]["platforms"] == "py3-none-any"
     code, _, err = run_cv("--repo", str(canon), "--fork", "pypi:bad name", "--index-url", index.url)
     assert code == 3
 
@@ -184,7 +190,9 @@ def test_pypi_faults_exit_2(canon, index, fault, message):
         index.ranges = fault.endswith("ranges")  # without ranges the download is checked against the index
     else:
         spec = "pypi:pkg==9.9"
-    code, out, err = run_cv("--repo", str(canon), "--fork", spec, "--index-url", index.url, "--format", "json")
+    ranges = ["--range-reads"] if fault == "truncated-ranges" else []
+    code, out, err = run_cv("--repo", str(canon), "--fork", spec, "--index-url", index.url, "--format", "json",
+                            *ranges)
     assert code == 2 and json.loads(out)["verdict"] == "unknown" and message in err and "Traceback" not in err
 
 
@@ -219,7 +227,8 @@ def test_watcher_checks_each_new_package_release(canon, tmp_path, index, gh):
     index.add("sgl-deep-gemm", "1.0", "sgl_deep_gemm-1.0-py3-none-any.whl", wheel_bytes(layer(V2)))
     code, doc = _watch(canon, tmp_path, cfg, index, gh)
     d = doc["downstreams"][0]
-    assert code == 0 and doc["schema_version"] == 2 and d["version"] == "1.0" and d["source"] == "pypi:sgl-deep-gemm"
+    assert code == 0 and doc["schema_version"] == 3 and d["version"] == "1.0" and d["source"] == "pypi:sgl-deep-gemm"
+    assert d["files"] == ["sgl_deep_gemm-1.0-py3-none-any.whl"]
     assert d["report"]["verdict"] == "in-sync" and d["report"]["prefix"] == PREFIX
     # a new release appears: the next run checks it
     edited = dict(V2, **{"common/sm120_tma.cuh": b"// a packaging-time edit\n"})

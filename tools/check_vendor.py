@@ -15,4 +15,4 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from vendorkit.cli import main  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(standalone=True))

@@ -6,8 +6,10 @@
                                       [--api-url URL] [--index-url URL]
 
 Each GitHub fork costs one conditional commit lookup and one conditional recursive tree read (both free of
-quota when unchanged, thanks to the ETags kept in --state). Each PyPI package costs one JSON API request and
-one download of its newest (or pinned) release. Token: GITHUB_TOKEN (never printed, never sent to the index).
+quota when unchanged, thanks to the ETags kept in --state). Each PyPI package costs one index page and one
+sha256-checked download per file of its newest (or pinned) release. Token: GITHUB_TOKEN (never printed, never
+sent to the index). Each downstream is checked in a child process under resource limits (address space, CPU
+time, open files, file size, wall time): one that cannot be checked is `unknown` and the run goes on.
 --dry-run prints the issue actions --issues would take and writes nothing but the requested reports.
 Exit: 1 if any downstream is drifted, stale or does not vendor the layer, else 2 if any could not be checked,
 else 0; 3 on bad configuration.
@@ -36,7 +38,13 @@ def main(argv=None) -> int:
                     help="show the issue actions without writing issues or the --state file")
     ap.add_argument("--state", help="ETag cache file (kept between runs)")
     ap.add_argument("--api-url", default=os.environ.get("GITHUB_API_URL"))
-    ap.add_argument("--index-url", default=None, help="package index for PyPI downstreams (default https://pypi.org)")
+    ap.add_argument("--index-url", default=None,
+                    help="package index for PyPI downstreams, a Simple API URL (default: PIP_INDEX_URL, else pip's "
+                         "configuration, else SM120_PYPI_INDEX, else https://pypi.org/simple)")
+    ap.add_argument("--budget", action="append", default=[], metavar="KEY=VALUE",
+                    help="one limit of each downstream's budget (repeatable; check_vendor.py --help lists the keys)")
+    ap.add_argument("--child-seconds", type=float, default=1800.0,
+                    help="wall-clock limit of one downstream's check (its child process is stopped after it)")
     ap.add_argument("--max-wait", type=float, default=60.0, help="longest rate-limit wait in seconds")
     ap.add_argument("--retries", type=int, default=3, help="retries after a 5xx or connection error")
     ap.add_argument("--backoff", type=float, default=1.0, help="first retry delay in seconds (doubles)")
@@ -58,15 +66,18 @@ def main(argv=None) -> int:
             raise VendorError("no release manifests: nothing to compare forks with")
         downstreams = watch.load_config(a.config, ms, a.repo_root)
         manifests = watch.manifests_loader(ms, a.repo_root)
-        from vendorkit.provenance import load_index
-
-        index = load_index(a.repo_root)
         if a.issues and not a.repo:
             raise VendorError("--issues needs --repo OWNER/NAME (or GITHUB_REPOSITORY)")
         etags = EtagStore.load(a.state)
         client = GitHubClient(a.api_url, token, etags, max_wait=a.max_wait, max_retries=a.retries,
                               backoff=a.backoff)
-        results = [watch.check_one(client, manifests(ds.lineage), ds, a.index_url, index) for ds in downstreams]
+        from vendorkit import budget, isolate
+
+        limits = budget.parse_limits(a.budget)
+        child = isolate.ChildLimits(memory=limits.memory, cpu_seconds=int(a.child_seconds),
+                                    wall_seconds=a.child_seconds)
+        results = [watch.check_isolated(client, manifests(ds.lineage), ds, a.repo_root, a.index_url, a.budget,
+                                        child) for ds in downstreams]
         if a.issues or a.dry_run:
             try:
                 watch.reconcile_issues(client, a.repo if (a.issues or a.repo) else None, results, ms,

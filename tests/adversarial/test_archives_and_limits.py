@@ -237,4 +237,4 @@ def test_a_download_over_the_cap_is_not_kept(canon, tmp_path, monkeypatch):
         code, out, err = run_cv("--repo", str(canon), "--fork", "pypi:pkg==1.0", "--index-url", index.url)
     finally:
         index.stop()
-    assert code == 2 and "larger than" in err and "not downloaded further" in err
+    assert code == 2 and "larger than 1,024 bytes" in err and "not read further" in err

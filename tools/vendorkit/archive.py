@@ -1,13 +1,15 @@
-"""Wheels and sdists as forks: DeepGEMM builds on PyPI (sgl-deep-gemm) carry the SM120 headers inside the
-package. `--fork` takes a local .whl / .zip / .tar.gz / .tgz, or `pypi:NAME==VERSION` fetched through the index's
-Simple API (vendorkit.pypi: range-read in place, or streamed to a temporary file and sha256-checked).
+"""Wheels and sdists as forks: DeepGEMM builds on PyPI (sgl-deep-gemm, vllm) carry the SM120 headers inside the
+package. `--fork` takes a local .whl / .zip / .tar.gz / .tgz, or `pypi:NAME[==VERSION]` (vendorkit.pypi: every
+file of the release, each downloaded and checked against the index's sha256).
 
-Members are read as an installer would place them: each name is normalized the way pip resolves it
-(`a/b/../c` lands at `a/c`) and checked at that path; a name that leaves the package (`..` above the root, an
-absolute or drive-letter name, a backslash, a NUL) is an `unsafe-member` finding, as are several members that
-install to one path. Nothing is extracted; link members are reported (`symlink`, `hardlink`), never followed.
-Zip members are streamed on demand; a tar is read once, front to back, hashing members as they pass. Sizes and
-compression ratios are capped (vendorkit.limits): a member over a cap is a `too-large` finding, never read.
+A wheel is seen as installed: the site-packages tree pip writes from it (vendorkit.wheel_layout: root members
+and `*.data/purelib|platlib/` members land in site-packages, later writes replace earlier ones, members pip
+would refuse or place differently from pypa/installer are findings). An sdist is its source tree. Member names
+are normalized the way the installer resolves them (`a/b/../c` lands at `a/c`); a name that leaves the package
+is an `unsafe-member` finding, as are several members that install to one path. Nothing is extracted; link
+members are reported, never followed. Zip members are streamed on demand; a tar is read once, front to back,
+hashing members as they pass. Every member listed and every byte read or decompressed is drawn from the run
+budget (vendorkit.budget); a member over the size or ratio cap is a `too-large` finding, never read.
 """
 from __future__ import annotations
 
@@ -16,40 +18,31 @@ import os
 import posixpath
 import re
 import stat
+import struct
 import tarfile
 import zipfile
+import zlib
 from typing import BinaryIO, Iterator
 
+from . import budget, wheel_layout
 from .errors import CannotCheck, UsageError
 from .forkview import ForkFile, link_escapes
-from .limits import (ARCHIVE_MAX_BYTES, DIAGNOSE_MAX_BYTES, MEMBER_MAX_BYTES, MEMBER_MAX_RATIO,
-                     RATIO_FLOOR_BYTES)
+from .limits import ARCHIVE_MAX_BYTES, DIAGNOSE_MAX_BYTES, MEMBER_MAX_BYTES, MEMBER_MAX_RATIO, RATIO_FLOOR_BYTES
 from .manifest import is_our_name
 
 ARCHIVE_SUFFIXES = (".whl", ".zip", ".tar.gz", ".tgz")
-_PYPI = re.compile(r"^pypi:([A-Za-z0-9][A-Za-z0-9._-]*)(?:==([A-Za-z0-9.+!_-]+))?$")
+_PYPI = re.compile(r"pypi:([A-Za-z0-9][A-Za-z0-9._-]*)(?:==([A-Za-z0-9.+!_-]+))?")
 _KEEP_BYTES = 64 << 20  # tar: small members kept for diagnosis, in total
+# what zipfile and tarfile raise on damaged or crafted archives (zlib.error on corrupt deflate data among them)
+_READ_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, tarfile.TarError, EOFError, OSError, ValueError,
+                NotImplementedError, zlib.error, KeyError, RuntimeError, IndexError, struct.error, OverflowError)
 
 
 def is_archive_spec(spec: str) -> bool:
     return spec.startswith("pypi:") or spec.lower().endswith(ARCHIVE_SUFFIXES)
 
 
-def install_path(name: str) -> tuple[str | None, str | None]:
-    """(where an installer puts member `name`, relative to the package root; None) or (None, why it is unsafe)."""
-    if "\0" in name:
-        return None, "its name holds a NUL byte"
-    if "\\" in name:
-        return None, "its name holds a backslash, a directory separator on Windows (it would land elsewhere there)"
-    if name.startswith("/"):
-        return None, "its name is absolute: it would be written outside the package"
-    if re.match(r"^[A-Za-z]:", name):
-        return None, "its name starts with a drive letter: on Windows it would be written outside the package"
-    norm = posixpath.normpath(name)
-    if norm == ".." or norm.startswith("../"):
-        return None, "its name climbs out of the package with '..': pip refuses the package, other tools write " \
-                     "outside it"
-    return (None, None) if norm in (".", "") else (norm, None)
+install_path = wheel_layout.install_path
 
 
 def _interesting(path: str) -> bool:
@@ -60,16 +53,20 @@ def _interesting(path: str) -> bool:
 class ArchiveFork:
     digest_kind = "sha256"
 
-    def __init__(self, source: str | BinaryIO, label: str):
+    def __init__(self, source: str | BinaryIO, label: str, wheel: bool | None = None):
+        """`wheel`: read as an installed wheel (default: when the label or path ends in .whl)."""
         self.label = label
         self.notes: list[str] = []
+        self.wheel = label.lower().endswith(".whl") if wheel is None else wheel
         self._unsafe: list[tuple[str, str]] = []     # (raw member name, why)
+        self._disputed: list[tuple[str, str, str]] = []  # (raw member name, where pip puts it, why)
         self._files: dict[str, ForkFile] = {}
         self._members: dict[str, object] = {}        # path -> ZipInfo (zip only)
         self._digests: dict[str, str] = {}
         self._bytes: dict[str, bytes] = {}           # tar: small interesting members
-        self._read_total = 0
         self._zip = None
+        self._source = source if hasattr(source, "close") else None
+        self.budget = budget.current()
         try:
             if zipfile.is_zipfile(source):
                 self._zip = zipfile.ZipFile(source)
@@ -78,27 +75,26 @@ class ArchiveFork:
                 if hasattr(source, "seek"):
                     source.seek(0)
                 self._read_tar(source)
-        except (zipfile.BadZipFile, zipfile.LargeZipFile, tarfile.TarError, EOFError, OSError, ValueError,
-                NotImplementedError) as e:
+        except CannotCheck:
+            raise
+        except _READ_ERRORS as e:
             raise CannotCheck(f"{label}: not a readable wheel or sdist ({type(e).__name__}: {e})") from None
+        except RecursionError:
+            raise CannotCheck(f"{label}: not a readable wheel or sdist (nested too deeply)") from None
+
+    def close(self) -> None:
+        if self._zip is not None:
+            self._zip.close()
+        if self._source is not None:
+            self._source.close()
 
     # ------------------------------------------------------------ listing
-    def _add(self, raw: str, f: ForkFile) -> str | None:
-        path, unsafe = install_path(raw)
-        if unsafe:
-            self._unsafe.append((raw, unsafe))
-            return None
-        if path is None:
-            return None
+    def _add(self, path: str, raw: str, f: ForkFile, duplicate: str | None = None) -> None:
         if path != raw.rstrip("/"):
-            self.notes.append(f"member {raw!r} installs as {path} (its name is normalized; checked there)")
+            self.notes.append(f"member {raw!r} installs as {path} (checked there)")
         f.path = path
-        old = self._files.get(path)
-        if old is not None:
-            count = int((old.duplicate or "1 ").split()[0]) + 1
-            f.duplicate = f"{count} members install to this path (an installer keeps the last one; checked: the last)"
+        f.duplicate = duplicate
         self._files[path] = f
-        return path
 
     def _size_cap(self, size: int, compressed: int | None) -> str | None:
         if size > MEMBER_MAX_BYTES:
@@ -108,44 +104,71 @@ class ArchiveFork:
                     f"{MEMBER_MAX_RATIO}:1 ratio cap (not read)")
         return None
 
+    def _zip_file(self, info, name: str) -> ForkFile:
+        mode = (info.external_attr >> 16) & 0xFFFF
+        cap = self._size_cap(info.file_size, info.compress_size)
+        if stat.S_ISLNK(mode):  # pip and pypa/installer write the link's text as the file's bytes, never a link
+            target = "" if cap or info.file_size > 4096 else self._zip_read(info, 4096).decode("utf-8", "replace")
+            return ForkFile(name, "symlink", "120000", len(target), target, escapes=link_escapes(name, target))
+        exe = bool(mode and stat.S_ISREG(mode) and mode & 0o111)  # pip's zip_item_is_executable
+        return ForkFile(name, "file", "100755" if exe else "100644", info.file_size, too_large=cap)
+
     def _list_zip(self) -> None:
-        for info in self._zip.infolist():
+        infos = self._zip.infolist()
+        for info in infos:
+            self.budget.entry(self.label)
+            self.budget.path(info.filename)
+        if self.wheel:
+            layout = wheel_layout.lay_out([i.filename for i in infos])
+            self.notes += layout.notes
+            self._unsafe += layout.refused
+            self._disputed += layout.disputed
+            last = {i.filename: i for i in infos}  # zipfile's getinfo(), which pip reads each member through
+            for path, names in layout.site.items():
+                info = last[names[-1]]
+                dup = None
+                if len(names) > 1:
+                    dup = (f"{len(names)} members install to this path ({', '.join(names)}): pip keeps the last "
+                           f"one (checked), pypa/installer refuses the wheel")
+                self._add(path, names[-1], self._zip_file(info, names[-1]), dup)
+                self._members[path] = info
+            return
+        seen: dict[str, int] = {}
+        for info in infos:
             if info.is_dir():
                 continue
-            mode = (info.external_attr >> 16) & 0xFFFF
-            cap = self._size_cap(info.file_size, info.compress_size)
-            if stat.S_ISLNK(mode):
-                target = "" if cap or info.file_size > 4096 else self._zip_read(info).decode("utf-8", "replace")
-                f = ForkFile(info.filename, "symlink", "120000", len(target), target,
-                             escapes=link_escapes(info.filename, target))
-            else:
-                exe = "100755" if mode & stat.S_IXUSR else "100644"
-                f = ForkFile(info.filename, "file", exe, info.file_size, too_large=cap)
-            path = self._add(info.filename, f)
-            if path is not None:
-                self._members[path] = info
+            path, unsafe = install_path(info.filename)
+            if unsafe:
+                self._unsafe.append((info.filename, unsafe))
+                continue
+            if path is None:
+                continue
+            seen[path] = seen.get(path, 0) + 1
+            dup = (f"{seen[path]} members install to this path (an installer keeps the last one; checked: the "
+                   f"last)") if seen[path] > 1 else None
+            self._add(path, info.filename, self._zip_file(info, info.filename), dup)
+            self._members[path] = info
 
     def _zip_read(self, info, limit: int | None = None) -> bytes:
         with self._zip.open(info) as fh:
             data = fh.read(limit + 1 if limit is not None else -1)
-        self._count(len(data))
+        self.budget.take(len(data), self.label)
         return data
-
-    def _count(self, n: int) -> None:
-        self._read_total += n
-        if self._read_total > ARCHIVE_MAX_BYTES:
-            raise CannotCheck(f"{self.label}: more than {ARCHIVE_MAX_BYTES >> 20} MiB decompressed; not checked "
-                              f"further")
 
     def _read_tar(self, source) -> None:
         """One pass: list every member, hash the regular ones under the caps, keep small interesting ones."""
         kwargs = {"fileobj": source} if hasattr(source, "read") else {"name": source}
         kept = 0
+        seen: dict[str, int] = {}
         with tarfile.open(mode="r|*", **kwargs) as tar:
             for m in tar:
-                if m.offset_data + max(m.size, 0) > ARCHIVE_MAX_BYTES:
+                self.budget.entry(self.label)
+                self.budget.path(m.name)
+                if m.offset_data + max(m.size, 0) > ARCHIVE_MAX_BYTES:  # reaching what follows inflates it all
                     raise CannotCheck(f"{self.label}: the tar stream runs past {ARCHIVE_MAX_BYTES >> 20} MiB "
                                       f"uncompressed; not checked")
+                self.budget.take(512 + len(m.name) + len(m.linkname), self.label)  # the header blocks
+                self.budget.check_time(self.label)
                 if m.isdir():
                     continue
                 if m.issym() or m.islnk():
@@ -157,14 +180,25 @@ class ArchiveFork:
                                  too_large=self._size_cap(m.size, None))
                 else:
                     f = ForkFile(m.name, "other", "", 0)
-                path = self._add(m.name, f)
-                if path is None or f.kind != "file" or f.too_large:
+                path, unsafe = install_path(m.name)
+                if unsafe:
+                    self._unsafe.append((m.name, unsafe))
+                    continue
+                if path is None:
+                    continue
+                seen[path] = seen.get(path, 0) + 1
+                dup = (f"{seen[path]} members install to this path (an installer keeps the last one; checked: the "
+                       f"last)") if seen[path] > 1 else None
+                self._add(path, m.name, f, dup)
+                if f.kind != "file" or f.too_large:
+                    self.budget.take(max(m.size, 0), self.label)  # skipped, but inflated to reach the next member
                     continue
                 fh = tar.extractfile(m)
                 h, keep = hashlib.sha256(), _interesting(path) and m.size <= DIAGNOSE_MAX_BYTES and \
                     kept + m.size <= _KEEP_BYTES
                 chunks = []
                 for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    self.budget.take(len(chunk), self.label)
                     h.update(chunk)
                     if keep:
                         chunks.append(chunk)
@@ -174,11 +208,16 @@ class ArchiveFork:
                     kept += m.size
 
     def findings(self, prefix: str) -> list:
-        """unsafe-member findings (anywhere in the package: an installer would act on them)."""
+        """unsafe-member findings: names an installer refuses (anywhere in the package: it would act on them),
+        and members the installers place differently (where they land under the vendor root)."""
         from .compare import FileResult
 
-        return [FileResult(raw, "unsafe", diagnosis="unsafe-member", detail=why, fork_path=raw)
-                for raw, why in self._unsafe]
+        pre = f"{prefix}/" if prefix else ""
+        out = [FileResult(raw, "unsafe", diagnosis="unsafe-member", detail=why, fork_path=raw)
+               for raw, why in self._unsafe]
+        out += [FileResult(raw, "unsafe", diagnosis="unsafe-member", detail=why, fork_path=raw)
+                for raw, where, why in self._disputed if where.startswith(pre) or is_our_name(where)]
+        return out
 
     def list_under(self, prefix: str) -> tuple[dict[str, ForkFile], dict[str, str]]:
         pre = f"{prefix}/" if prefix else ""
@@ -192,8 +231,8 @@ class ArchiveFork:
         """A stream of a zip member's bytes (never beyond its declared size: zipfile stops there)."""
         try:
             return self._zip.open(self._members[f.path])
-        except (zipfile.BadZipFile, OSError, KeyError, NotImplementedError) as e:
-            raise CannotCheck(f"{self.label}: cannot read {f.path} ({e})") from None
+        except _READ_ERRORS as e:
+            raise CannotCheck(f"{self.label}: cannot read {f.path} ({type(e).__name__}: {e})") from None
 
     def digest_of(self, f: ForkFile) -> str:
         if f.kind == "symlink":
@@ -205,10 +244,10 @@ class ArchiveFork:
             try:
                 with self._open_member(f) as fh:
                     for chunk in iter(lambda: fh.read(1 << 20), b""):
-                        self._count(len(chunk))
+                        self.budget.take(len(chunk), self.label)
                         h.update(chunk)
-            except (zipfile.BadZipFile, OSError, EOFError) as e:
-                raise CannotCheck(f"{self.label}: cannot read {f.path} ({e})") from None
+            except _READ_ERRORS as e:
+                raise CannotCheck(f"{self.label}: cannot read {f.path} ({type(e).__name__}: {e})") from None
             self._digests[f.path] = h.hexdigest()
         return self._digests[f.path]
 
@@ -222,28 +261,30 @@ class ArchiveFork:
         try:
             with self._open_member(f) as fh:
                 data = fh.read(f.size + 1)
-        except (zipfile.BadZipFile, OSError, EOFError) as e:
-            raise CannotCheck(f"{self.label}: cannot read {f.path} ({e})") from None
-        self._count(len(data))
+        except _READ_ERRORS as e:
+            raise CannotCheck(f"{self.label}: cannot read {f.path} ({type(e).__name__}: {e})") from None
+        self.budget.take(len(data), self.label)
         return data
 
     fetch = read
 
 
-def open_archive_fork(spec: str, index_url: str | None = None, session=None) -> ArchiveFork:
-    """A local wheel or sdist, or `pypi:NAME[==VERSION]` through the user's package index (vendorkit.pypi)."""
+def parse_pypi_spec(spec: str) -> tuple[str, str | None]:
+    m = _PYPI.fullmatch(spec)
+    if not m:
+        raise UsageError(f"bad package spec {spec!r}: expected pypi:NAME[==VERSION]")
+    return m.group(1), m.group(2)
+
+
+def open_archive_fork(spec: str, index_url: str | None = None, session=None, ranges: bool = False):
+    """A local wheel or sdist (an ArchiveFork), or `pypi:NAME[==VERSION]`: every file of the release through the
+    user's package index (a vendorkit.pypi.ReleaseView)."""
     if spec.startswith("pypi:"):
         from . import pypi
 
-        m = _PYPI.match(spec)
-        if not m:
-            raise UsageError(f"bad package spec {spec!r}: expected pypi:NAME[==VERSION]")
-        name, version = m.groups()
-        version, dist = pypi.release(name, version, pypi.index_url(index_url), session)
-        label = f"pypi:{name}=={version} ({dist.filename})"
-        fork = ArchiveFork(pypi.open_dist(dist, label, session), label)
-        fork.dist = dist
-        return fork
+        name, version = parse_pypi_spec(spec)
+        return pypi.ReleaseView(name, version, pypi.index_url(index_url), session, ranges=ranges)
     if not os.path.isfile(spec):
         raise CannotCheck(f"fork archive {spec} does not exist")
-    return ArchiveFork(os.path.abspath(spec), os.path.abspath(spec))
+    path = os.path.abspath(spec)
+    return ArchiveFork(path, path, wheel=path.lower().endswith(".whl"))

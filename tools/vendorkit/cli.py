@@ -7,7 +7,7 @@ import os
 import sys
 
 from .argparsing import UsageParser as _Parser
-from . import inert
+from . import budget, inert
 from .errors import EXIT_CANNOT_CHECK, EXIT_USAGE, CannotCheck, UsageError, VendorError
 
 FORMATS = ("text", "json", "markdown")
@@ -22,13 +22,26 @@ SYNOPSIS = """
   check_vendor.py --fork PATH|git:DIR@REF|github:OWNER/REPO@REF|WHEEL|SDIST|pypi:NAME[==VERSION]
                   [--prefix DIR] [--tag vX.Y.Z | --latest] [--format text|json|markdown]
                   [--strict] [--no-diff] [--diff-lines N | --full-diffs] [-v] [--api-url URL] [--index-url URL]
-                  [--sync [--dry-run] [--force] [--drop-patches]]
-                  [--upstream NAME [--bytes-from SOURCE]]
+                  [--sync [--dry-run] [--force] [--drop-patches]] [--range-reads]
+                  [--upstream NAME [--bytes-from SOURCE]] [--budget KEY=VALUE ...]
   check_vendor.py pin --fork PATH FILE --reason TEXT [--upstream URL] [--prefix DIR] [--lineage NAME]
   check_vendor.py release vX.Y.Z [--date YYYY-MM-DD]
   check_vendor.py import-manifest (VENDOR.json | MANIFEST.yaml | SOURCE | --from-git DIR@REF) --upstream NAME
                   [--prefix DIR] [--tag TAG] [--all-files] [--origin TEXT] [--date YYYY-MM-DD]
-  check_vendor.py provenance SOURCE [SOURCE ...] [--prefix DIR] [--format text|json|markdown]"""
+  check_vendor.py provenance SOURCE [SOURCE ...] [--prefix DIR] [--format text|json|markdown] [--range-reads]
+  (every command that reads a source takes --budget KEY=VALUE; keys: bytes, entries, name, depth, seconds,
+   request_seconds, memory)"""
+
+
+def _add_budget(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--budget", action="append", metavar="KEY=VALUE", default=[],
+                   help="raise or lower one limit of the run's budget (repeatable): " + budget.describe_limits())
+
+
+def _add_ranges(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--range-reads", action="store_true",
+                   help="pypi: read wheels in place with HTTP range requests instead of downloading them; the "
+                        "index's sha256 is then not checked, and the report says so (unverified)")
 
 
 def _check_parser() -> argparse.ArgumentParser:
@@ -63,7 +76,10 @@ def _check_parser() -> argparse.ArgumentParser:
     p.add_argument("--upstream", metavar="NAME", default=None,
                    help="compare with an imported upstream lineage instead of our releases")
     p.add_argument("--bytes-from", metavar="SOURCE", default=None,
-                   help="with --upstream --sync: a source holding the lineage's bytes (checkout, git:DIR@REF, ...)")
+                   help="with --upstream: a source holding the lineage's bytes, for --sync and diffs (checkout, "
+                        "git:DIR@REF, ...)")
+    _add_ranges(p)
+    _add_budget(p)
     return p
 
 
@@ -88,6 +104,7 @@ def _pin_parser() -> argparse.ArgumentParser:
     p.add_argument("--lineage", default=None, metavar="NAME",
                    help="the fork vendors an imported upstream lineage (its stamp names it)")
     p.add_argument("--repo", default=_default_repo())
+    _add_budget(p)
     return p
 
 
@@ -126,7 +143,10 @@ def _canonical(a, ms):
     if getattr(a, "bytes_from", None):
         from .sources import open_source
 
-        return SourceStore(open_source(a.bytes_from, a.api_url, a.index_url), ms)
+        if "://" not in a.bytes_from and ":" not in a.bytes_from.split("/", 1)[0] and \
+                not os.path.exists(a.bytes_from):
+            raise CannotCheck(f"--bytes-from {a.bytes_from}: no such file or directory")
+        return SourceStore(open_source(a.bytes_from, a.api_url, a.index_url, single=True), ms)
     if ms.lineage is not None:
         return SourceStore(None, ms)
     return CanonicalStore(a.repo)
@@ -145,19 +165,28 @@ def _own_checkout(a, view) -> tuple[str, ...]:
     return ()
 
 
-def _resolve_prefix(a, view, ms) -> str:
-    from .compare import detect_prefix
+def _given_prefix(a) -> str | None:
+    """--prefix, checked (None when not given)."""
     from .errors import ManifestError
     from .manifest import check_safe_path
 
     if a.prefix is None:
-        return detect_prefix(view.iter_paths(), ms.all_paths(), ignore=_own_checkout(a, view))
+        return None
     prefix = a.prefix.strip("/")
     if prefix:
         try:
             check_safe_path(prefix, "--prefix")
         except ManifestError as e:
             raise UsageError(str(e)) from None
+    return prefix
+
+
+def _resolve_prefix(a, view, ms) -> str:
+    from .compare import detect_prefix
+
+    prefix = _given_prefix(a)
+    if prefix is None:
+        return detect_prefix(view.iter_paths(), ms.all_paths(), ignore=_own_checkout(a, view))
     return prefix
 
 
@@ -178,10 +207,13 @@ def _run_check(argv: list[str]) -> int:
     if not os.path.isdir(os.path.join(a.repo, "vendor_manifests")) or not os.path.isdir(
             os.path.join(a.repo, "device_layer")):
         raise UsageError(f"--repo {a.repo}: not a deep_gemm_sm120 checkout (no device_layer/ and vendor_manifests/)")
+    if a.bytes_from and not a.upstream:
+        raise UsageError("--bytes-from goes with --upstream NAME (a lineage imported from hashes only); our own "
+                         "releases' bytes come from this checkout")
     ms = _manifests(a)
     if a.fork is None:
-        if a.sync or a.prefix or a.upstream or a.bytes_from:
-            raise UsageError("--sync, --prefix, --upstream and --bytes-from need --fork")
+        if a.sync or a.prefix or a.upstream or a.bytes_from or a.range_reads:
+            raise UsageError("--sync, --prefix, --upstream, --bytes-from and --range-reads need --fork")
         if a.tag:
             ms.resolve(a.tag)  # unknown tags are still a usage error
         from .selfcheck import self_check
@@ -195,9 +227,21 @@ def _run_check(argv: list[str]) -> int:
     from .sources import open_source
 
     tag = ms.resolve(a.tag)
-    view = open_source(a.fork, a.api_url, a.index_url, sha256=not ms.has_blob_ids)
-    prefix = _resolve_prefix(a, view, ms)
+    if a.range_reads and not a.fork.startswith("pypi:"):
+        raise UsageError("--range-reads goes with a pypi: fork")
+    if a.sync and (a.fork.startswith(("pypi:", "github:", "git:")) or a.fork.lower().endswith(
+            (".whl", ".zip", ".tar.gz", ".tgz"))):
+        raise UsageError("--sync works on local forks only")
+    view = open_source(a.fork, a.api_url, a.index_url, sha256=not ms.has_blob_ids, ranges=a.range_reads)
     store = _canonical(a, ms)
+    if hasattr(view, "parts"):  # a pypi: release: every file of it
+        from .distributions import check_release
+
+        report = check_release(view, ms, tag, _given_prefix(a), canonical=store.get, want_diff=not a.no_diff,
+                               strict=a.strict)
+        _emit(render(report, a.format, a.verbose, diff_lines))
+        return report.exit_code
+    prefix = _resolve_prefix(a, view, ms)
 
     def compare(v=view):
         rep = Report(mode="fork", target=v.label, tag=tag.tag, prefix=prefix, digest_kind=v.digest_kind,
@@ -323,6 +367,7 @@ def _import_parser() -> argparse.ArgumentParser:
     p.add_argument("--repo", default=_default_repo())
     p.add_argument("--api-url", default=None, help="GitHub API base URL for github: sources")
     p.add_argument("--index-url", default=None, help="package index for pypi: sources")
+    _add_budget(p)
     return p
 
 
@@ -345,7 +390,8 @@ def _run_import(argv: list[str]) -> int:
 def _provenance_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="check_vendor.py provenance", description=(
         "For each vendored file of each source, which known releases (ours and every imported upstream "
-        "lineage) have exactly those bytes. Exit 0 when every file matches a release, 1 otherwise."))
+        "lineage) have exactly those bytes. Exit: 0 every file matches a release, 1 some file matches none, "
+        "2 a source could not be read, 3 usage error."))
     p.add_argument("sources", nargs="+", metavar="SOURCE",
                    help="directories, git:DIR@REF, github:OWNER/REPO@REF, wheels, sdists, pypi:NAME[==VERSION]")
     p.add_argument("--prefix", help="the vendor root in every source (detected per source when omitted)")
@@ -353,6 +399,8 @@ def _provenance_parser() -> argparse.ArgumentParser:
     p.add_argument("--repo", default=_default_repo())
     p.add_argument("--api-url", default=None)
     p.add_argument("--index-url", default=None)
+    _add_ranges(p)
+    _add_budget(p)
     return p
 
 
@@ -360,7 +408,7 @@ def _run_provenance(argv: list[str]) -> int:
     from . import provenance
 
     a = _provenance_parser().parse_args(argv)
-    result = provenance.run(a.repo, a.sources, a.prefix, a.api_url, a.index_url)
+    result = provenance.run(a.repo, a.sources, a.prefix, a.api_url, a.index_url, a.range_reads)
     _emit(provenance.render(result, a.format))
     return result.exit_code
 
@@ -388,22 +436,49 @@ def _requested_format(argv: list[str]) -> str | None:
     return None
 
 
-def main(argv: list[str] | None = None) -> int:
+def _requested_budget(argv: list[str]) -> list[str]:
+    out = []
+    for i, x in enumerate(argv):
+        if x.startswith("--budget="):
+            out.append(x.split("=", 1)[1])
+        elif x == "--budget" and i + 1 < len(argv):
+            out.append(argv[i + 1])
+    return out
+
+
+def _dispatch(argv: list[str]) -> int:
+    if argv and argv[0] == "release":
+        return _run_release(argv[1:])
+    if argv and argv[0] == "pin":
+        return _run_pin(argv[1:])
+    if argv and argv[0] == "import-manifest":
+        return _run_import(argv[1:])
+    if argv and argv[0] == "provenance":
+        return _run_provenance(argv[1:])
+    return _run_check(argv)
+
+
+def main(argv: list[str] | None = None, standalone: bool = False) -> int:
+    """The command line. `standalone`: this process is check_vendor alone (the script), so the memory budget
+    caps its address space too."""
     argv = list(sys.argv[1:] if argv is None else argv)
     fmt = _requested_format(argv)
     try:
-        if argv and argv[0] == "release":
-            return _run_release(argv[1:])
-        if argv and argv[0] == "pin":
-            return _run_pin(argv[1:])
-        if argv and argv[0] == "import-manifest":
-            return _run_import(argv[1:])
-        if argv and argv[0] == "provenance":
-            return _run_provenance(argv[1:])
-        return _run_check(argv)
+        limits = budget.parse_limits(_requested_budget(argv))
+        if standalone:
+            budget.cap_address_space(limits.memory)
+        with budget.use(budget.Budget(limits)):
+            return _dispatch(argv)
     except VendorError as e:
         return _fail(e.exit_code, str(e), fmt)
     except KeyboardInterrupt:
         return _fail(EXIT_CANNOT_CHECK, "interrupted", fmt)
+    except MemoryError:
+        return _fail(EXIT_CANNOT_CHECK, "budget exhausted: memory (an input needed more than --budget memory "
+                                        "allows)", fmt)
+    except RecursionError:
+        return _fail(EXIT_CANNOT_CHECK, "an input is nested too deeply to read", fmt)
     except OSError as e:  # anything the views did not already classify
-        return _fail(EXIT_CANNOT_CHECK, str(e), fmt)
+        return _fail(EXIT_CANNOT_CHECK, str(e) or type(e).__name__, fmt)
+    except Exception as e:  # noqa: BLE001 - hostile input must never end in a traceback: exit 2, one line
+        return _fail(EXIT_CANNOT_CHECK, f"could not read the input ({type(e).__name__}: {e})", fmt)

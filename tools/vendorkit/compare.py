@@ -9,8 +9,8 @@ from . import diagnose, verifier_gen
 from .errors import EXIT_CANNOT_CHECK, EXIT_DRIFT, EXIT_OK, CannotCheck, UsageError
 from .forkview import ForkFile, ForkView, join_path as _join
 from .hashing import sha256_bytes
-from .limits import DIAGNOSE_MAX_BYTES, STAMP_MAX_BYTES
-from .manifest import FileEntry, Manifest, ManifestSet
+from .limits import DIAGNOSE_MAX_BYTES, MEMBER_MAX_BYTES, STAMP_MAX_BYTES
+from .manifest import FileEntry, Manifest, ManifestSet, fold
 from .stamp import BACKUP_DIR, STAMP, VERIFIER, StampInfo, read_stamp, unusable_stamp
 
 STATUSES = ("ok", "missing", "changed", "extra", "renamed", "mode", "patched", "foreign", "unsafe", "error")
@@ -18,7 +18,10 @@ STATUSES = ("ok", "missing", "changed", "extra", "renamed", "mode", "patched", "
 REPLACED_BELOW = 0.35
 IN_SYNC_STATUSES = ("ok", "patched", "foreign")
 # findings that no release explains: a fork showing one is drifted, never merely stale
-UNSTALE = ("unsafe-member", "duplicate-member", "invalid-stamp", "too-large", "hardlink", "checkout-attributes")
+UNSTALE = ("unsafe-member", "duplicate-member", "invalid-stamp", "too-large", "hardlink", "checkout-attributes",
+           "case-twin")
+_TWIN = ("on file systems that ignore case or Unicode normalization (macOS, Windows) {} and this path are one "
+         "file: which bytes land there depends on the order of writing")
 
 
 @dataclass
@@ -34,6 +37,7 @@ class FileResult:
     similarity: float | None = None  # changed content: difflib ratio against the release (0..1)
     patch: dict | None = None       # patched: the pinned patch (reason, upstream)
     drift: bool = True              # foreign files count only when they shadow a released path or --strict
+    dist: str | None = None         # the file of a multi-file release (a pypi: wheel or sdist) this is from
 
     def __post_init__(self) -> None:
         if self.status == "ok":  # an identical file is never drift
@@ -58,6 +62,7 @@ class Report:
     stamp: dict | None = None       # {"tag", "owned", "patches", "problems"} when the fork has one
     lineage: str | None = None      # the upstream lineage compared with (None: our releases)
     owned: frozenset = frozenset()  # paths a trustworthy stamp owns (--sync may overwrite them, with a backup)
+    distributions: list | None = None  # a multi-file release: what each file is and its verdict
 
     @property
     def exit_code(self) -> int:
@@ -66,6 +71,17 @@ class Report:
         if self.verdict in ("stale", "drifted", "invalid", "not-vendored"):
             return EXIT_DRIFT
         return EXIT_CANNOT_CHECK
+
+    @classmethod
+    def from_dict(cls, d: dict, owned=()) -> "Report":
+        """The report a JSON document (render.to_json) describes; `owned`: the paths its stamp owns."""
+        fields = set(FileResult.__dataclass_fields__)
+        r = cls(mode=d["mode"], target=d["target"], tag=d["tag"], prefix=d["prefix"], digest_kind=d["digest"],
+                verdict=d["verdict"], stale_tag=d["stale_tag"], notes=list(d["notes"]), errors=list(d["errors"]),
+                stamp=d["stamp"], lineage=d["lineage"], owned=frozenset(owned),
+                distributions=d.get("distributions"))
+        r.files = [FileResult(**{k: v for k, v in f.items() if k in fields}) for f in d["files"]]
+        return r
 
     def counts(self) -> dict[str, int]:
         c = {s: 0 for s in STATUSES}
@@ -136,6 +152,31 @@ class Comparator:
             if not any(x.path == rel for x in errors):
                 errors.append(FileResult(rel, "error", detail=str(e), fork_path=f.path))
             return None
+
+    def _could_match(self, rel: str, f: ForkFile) -> bool:
+        """Whether `f` could hold the bytes some release shipped at `rel`: false when its size is none of theirs
+        (then its digest is not needed, and a huge file is never read)."""
+        if f.kind != "file" or self.kind != "sha256":
+            return True
+        sizes = {m.by_path[rel].size for m in self.ms.manifests if rel in m.by_path}
+        return not sizes or None in sizes or f.size in sizes
+
+    def _twins(self, listing: dict[str, ForkFile]) -> dict[str, list[str]]:
+        """rel -> the other paths a case- or normalization-insensitive file system makes the same file, for each
+        path under the prefix that has such a twin there or among the released paths, when one of them is
+        named like ours."""
+        groups: dict[str, list[str]] = {}
+        for rel in listing:
+            groups.setdefault(rel if rel.isascii() and rel.islower() else fold(rel), []).append(rel)
+        released = self.ms.folded_paths()
+        out: dict[str, list[str]] = {}
+        for key, rels in groups.items():
+            rel0 = released.get(key)
+            group = sorted(set(rels) | ({rel0} if rel0 else set()))
+            if len(group) > 1 and any(self.ms.named_like(r) for r in group):
+                for r in rels:
+                    out[r] = [x for x in group if x != r]
+        return out
 
     def _sha256(self, f: ForkFile, digest: str) -> str | None:
         """The file's sha256 (stamps and patches speak sha256): the digest itself for sha256 views, else the
@@ -270,6 +311,7 @@ class Comparator:
         results.extend(getattr(self.view, "findings", lambda prefix: [])(self.prefix))
         report.notes.extend(getattr(self.view, "notes", []))
 
+        twins = self._twins(listing)
         stamp = self._load_stamp(listing)
         if stamp is not None:
             report.stamp = stamp.summary()
@@ -300,13 +342,18 @@ class Comparator:
             if f is None:
                 missing.append(entry)
                 continue
+            pinned = stamp is not None and any(p.get("path") == entry.path for p in stamp.doc["patches"])
             actual = self._digest(f, errors, entry.path) if f.kind in ("file", "symlink") and not f.too_large \
-                else None
+                and (pinned or self._could_match(entry.path, f)) else None
             if actual is None and any(e.path == entry.path for e in errors):
                 continue
-            if actual is not None:
-                ours_digests[entry.path] = (actual, f.mode)
+            ours_digests[entry.path] = (actual, f.mode)  # None: bytes no release has (or not a file)
             expected = entry.digest(self.kind)
+            if entry.path in twins:
+                results.append(FileResult(entry.path, "changed", diagnosis="case-twin",
+                                          detail=_TWIN.format(", ".join(twins[entry.path])), expected=expected,
+                                          actual=actual, fork_path=fork_path))
+                continue
             if f.checkout:  # git: what a checkout writes depends on the cloner (a filter, ident, an encoding)
                 results.append(FileResult(entry.path, "changed", diagnosis="checkout-attributes", detail=f.checkout,
                                           expected=expected, actual=actual, fork_path=fork_path))
@@ -370,9 +417,18 @@ class Comparator:
                 continue
             if stamp is None and not (rel in released or self.ms.named_like(rel)):
                 continue  # without a stamp only files that look like ours are considered
-            actual = self._digest(f, errors, rel) if f.kind in ("file", "symlink") and not f.too_large else None
-            foreign = stamp is not None and rel not in stamp.owned and rel not in released
-            if actual is not None and not foreign:  # foreign files never decide whether the fork is stale
+            foreign = stamp is not None and rel not in stamp.owned and rel not in released and rel not in twins
+            # a digest only where it can say something: foreign files, sizes no release has at a released path and
+            # files over the member cap elsewhere are never read
+            wanted = not foreign and (self._could_match(rel, f) if rel in released else f.size <= MEMBER_MAX_BYTES)
+            actual = self._digest(f, errors, rel) if f.kind in ("file", "symlink") and not f.too_large and wanted \
+                else None
+            if rel in twins:
+                results.append(FileResult(rel, "extra", diagnosis="case-twin",
+                                          detail=_TWIN.format(", ".join(twins[rel])), actual=actual,
+                                          fork_path=_join(self.prefix, rel)))
+                continue
+            if not foreign:  # foreign files never decide whether the fork is stale (a None digest: no release's)
                 ours_digests[rel] = (actual, f.mode)
             shipped = [m.label for m in self.ms.manifests if rel in m.by_path]
             link = (f"; symlink to {f.target}" + (" (outside the fork)" if f.escapes else "")

@@ -224,7 +224,7 @@ def import_source(spec: str, name: str, prefix: str | None, tag: str | None, dat
     from .manifest import is_our_name
     from .sources import open_source
 
-    view = open_source(spec, api_url, index_url)
+    view = open_source(spec, api_url, index_url, single=True)
     root = prefix.strip("/")
     listing, blocked = view.list_under(root)
     if blocked:

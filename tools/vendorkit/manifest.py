@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import posixpath
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -28,6 +29,12 @@ def is_our_name(path: str) -> bool:
     """The device-layer naming rule: `sm120_*` files, plus `mma/sm120.cuh`-style `sm120.cuh`."""
     base = posixpath.basename(path)
     return base.startswith("sm120_") or base == "sm120.cuh"
+
+
+def fold(path: str) -> str:
+    """The name a file system that ignores case or Unicode normalization (macOS, Windows) sees: two paths with the
+    same fold are one file there. A superset of what any of them folds (NFKC, full case folding), on purpose."""
+    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", path).casefold())
 
 
 def check_safe_path(path: Any, where: str) -> str:
@@ -207,8 +214,20 @@ class ManifestSet:
         return all(e.git_blob_sha1 for m in self.manifests for e in m.files)
 
     def named_like(self, path: str) -> bool:
-        """A path that looks like this lineage's: the sm120_* naming rule, or any path one of its releases ships."""
-        return is_our_name(path) or path in self.all_paths()
+        """A path that looks like this lineage's: the sm120_* naming rule, or any path one of its releases ships,
+        also after folding case and Unicode normalization (`SM120_ARCH.cuh`, `\u017fm120_arch.cuh`)."""
+        if is_our_name(path) or path in self.all_paths():
+            return True
+        if path.isascii() and path.islower():
+            return False
+        folded = fold(path)
+        return is_our_name(folded) or folded in self.folded_paths()
+
+    def folded_paths(self) -> dict[str, str]:
+        """fold(path) -> path, for every path a release ships."""
+        if not hasattr(self, "_folded"):
+            self._folded = {fold(p): p for p in sorted(self.all_paths())}
+        return self._folded
 
     @classmethod
     def load_dir(cls, directory: str) -> "ManifestSet":

@@ -80,35 +80,76 @@ def load_index(repo: str) -> Index:
     return Index(sets)
 
 
-def _one(spec: str, index: Index, prefix: str | None, api_url: str | None, index_url: str | None) -> SourceResult:
+def _read(res: SourceResult, view, index: Index, prefix: str | None) -> None:
     from .compare import detect_prefix
-    from .sources import open_source
 
-    res = SourceResult(spec)
+    res.label = view.label
+    res.prefix = prefix.strip("/") if prefix is not None else detect_prefix(view.iter_paths(), index.paths)
+    listing, blocked = view.list_under(res.prefix)
+    for rel, f in sorted(listing.items()):
+        if f.kind != "file" or not index.named_like(rel) or f.too_large:
+            continue
+        sha = view.digest_of(f)
+        res.files.append({"path": rel, "sha256": sha, "matches": index.matches(rel, sha)})
+    for raw_finding in getattr(view, "findings", lambda p: [])(res.prefix):
+        res.files.append({"path": raw_finding.path, "sha256": None, "matches": [],
+                          "finding": raw_finding.diagnosis})
+
+
+def _guarded(res: SourceResult, fn) -> None:
     try:
-        view = open_source(spec, api_url, index_url, sha256=True)
-        res.label = view.label
-        res.prefix = prefix.strip("/") if prefix is not None else detect_prefix(view.iter_paths(), index.paths)
-        listing, blocked = view.list_under(res.prefix)
-        for rel, f in sorted(listing.items()):
-            if f.kind != "file" or not index.named_like(rel) or f.too_large:
-                continue
-            sha = view.digest_of(f)
-            res.files.append({"path": rel, "sha256": sha, "matches": index.matches(rel, sha)})
-        for raw_finding in getattr(view, "findings", lambda p: [])(res.prefix):
-            res.files.append({"path": raw_finding.path, "sha256": None, "matches": [],
-                              "finding": raw_finding.diagnosis})
+        fn()
     except VendorError as e:
         res.error, res.error_code = str(e), e.exit_code
     except OSError as e:
-        res.error, res.error_code = str(e), EXIT_CANNOT_CHECK
-    return res
+        res.error, res.error_code = str(e) or type(e).__name__, EXIT_CANNOT_CHECK
+
+
+def _one(spec: str, index: Index, prefix: str | None, api_url: str | None, index_url: str | None,
+         ranges: bool = False) -> list[SourceResult]:
+    """One result per tree: a source, or each file of a pypi: release."""
+    from .sources import open_source
+
+    res = SourceResult(spec)
+    out = [res]
+    view = None
+
+    def open_it():
+        nonlocal view
+        view = open_source(spec, api_url, index_url, sha256=True, ranges=ranges)
+
+    _guarded(res, open_it)
+    if view is None:
+        return out
+    if not hasattr(view, "parts"):
+        _guarded(res, lambda: _read(res, view, index, prefix))
+        return out
+    out = []
+    parts = view.parts()
+    while True:
+        part = SourceResult(spec)
+        try:
+            dist, tree = next(parts)
+        except StopIteration:
+            break
+        except VendorError as e:  # a file of the release could not be downloaded or opened
+            part.label, part.error, part.error_code = view.label, str(e), e.exit_code
+            out.append(part)
+            break
+        except OSError as e:
+            part.label, part.error, part.error_code = view.label, str(e) or type(e).__name__, EXIT_CANNOT_CHECK
+            out.append(part)
+            break
+        _guarded(part, lambda: _read(part, tree, index, prefix))
+        part.label = part.label or view.part_label(dist)
+        out.append(part)
+    return out or [res]
 
 
 def run(repo: str, specs: list[str], prefix: str | None = None, api_url: str | None = None,
-        index_url: str | None = None) -> Result:
+        index_url: str | None = None, ranges: bool = False) -> Result:
     index = load_index(repo)
-    return Result([_one(s, index, prefix, api_url, index_url) for s in specs])
+    return Result([r for s in specs for r in _one(s, index, prefix, api_url, index_url, ranges)])
 
 
 # ---------------------------------------------------------------- rendering

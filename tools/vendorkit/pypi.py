@@ -1,16 +1,20 @@
-"""`pypi:NAME[==VERSION]` through the package index the user has, the way pip reaches it.
+"""`pypi:NAME[==VERSION]` through the package index the user has, the way pip reaches it: every file of the release.
 
 - Index: --index-url, else PIP_INDEX_URL, else pip's configuration files (global, user, site, PIP_CONFIG_FILE; the
-  [global] then [download] section's index-url), else https://pypi.org/simple.
+  [global] then [download] section's index-url), else SM120_PYPI_INDEX (an index for these tools alone), else
+  https://pypi.org/simple.
 - The Simple API: PEP 691 JSON when the index offers it, else the PEP 503 HTML page; file URLs are resolved against
   the page's URL (caching proxies answer with relative ones); hashes come from the index (`hashes` or `#sha256=`).
   The newest release is the highest PEP 440 version with a file that is not yanked, pre-releases only when
   nothing else exists; a pinned version takes yanked files too, as pip does.
-- Wheels are read in place with HTTP range requests when the server honours them: the zip directory and the
-  members the comparison needs, nothing else (a 336 MB wheel costs a few MB). Otherwise, and for sdists, the file
-  is streamed to an anonymous temporary file (a progress line on a terminal) and checked against the index's
-  sha256. A range read cannot check the index's whole-file hash; each member read is checked against its zip
-  CRC-32, and `SM120_FULL_DOWNLOAD=1` forces the checked download.
+- A release is every file the index lists for that version (each wheel, each sdist): pip installs a different one
+  on each platform, so each is checked, each named in the report with its platform tags. Each is downloaded
+  (streamed to an anonymous temporary file, one at a time) and its sha256 checked against the index's before
+  it is read; a file the index gives no sha256 for is read and labelled unverified.
+- `ranges=True` (`--range-reads`) reads wheels in place with HTTP range requests instead (the zip directory and
+  the members compared: a 336 MB wheel costs a few MB). Nothing then proves the bytes read are the file's, so
+  such a check is labelled unverified in every report; it is never the default.
+All HTTP goes through vendorkit.net: total deadlines, size caps, bounded decoding, the run budget.
 """
 from __future__ import annotations
 
@@ -23,14 +27,18 @@ import sys
 import tempfile
 import urllib.parse
 from dataclasses import dataclass
+from typing import Iterator
 
+from . import net
 from .errors import CannotCheck, UsageError
 from .limits import ARCHIVE_MAX_BYTES
 from .versions import is_prerelease, pep440_key
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
-_FILENAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+!-]{0,200}$")
+PAGE_MAX_BYTES = 64 << 20   # a project page (decoded)
+_FILENAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+!-]{0,200}")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 def normalize(name: str) -> str:
@@ -56,7 +64,7 @@ def _pip_config_index() -> str | None:
         cp = configparser.RawConfigParser()
         try:
             cp.read(path, encoding="utf-8")
-        except (configparser.Error, UnicodeDecodeError):
+        except (configparser.Error, UnicodeDecodeError, OSError):
             continue
         for section in ("global", "download"):
             for key in ("index-url", "index_url"):
@@ -68,7 +76,7 @@ def _pip_config_index() -> str | None:
 def index_url(explicit: str | None = None) -> str:
     url = explicit or os.environ.get("PIP_INDEX_URL") or _pip_config_index() or os.environ.get(
         "SM120_PYPI_INDEX") or DEFAULT_INDEX
-    if not url.startswith(("http://", "https://", "file://")):
+    if not url.startswith(("http://", "https://")):
         raise UsageError(f"index URL {url!r}: expected http(s)://...")
     return url.rstrip("/")
 
@@ -80,6 +88,16 @@ class Dist:
     version: str
     sha256: str | None
     yanked: bool
+    integrity: str = "not read"   # after opening: "sha256 verified", "no sha256 from the index", "range reads (...)"
+
+    @property
+    def platforms(self) -> str:
+        """The platform tags pip matches a wheel by (`py3-none-any`, `cp312-cp312-manylinux_2_28_x86_64`), or
+        `sdist`."""
+        if not self.filename.endswith(".whl"):
+            return "sdist"
+        parts = self.filename[:-4].split("-")
+        return "-".join(parts[-3:]) if len(parts) >= 5 else "?"
 
 
 def _version_of(project: str, filename: str) -> str | None:
@@ -127,6 +145,21 @@ def _session(session=None):
     return requests.Session()
 
 
+def _json_entries(doc) -> list[tuple]:
+    """(filename, url, sha256, yanked) of a PEP 691 page; entries of the wrong shape are skipped."""
+    files = doc.get("files") if isinstance(doc, dict) else None
+    if not isinstance(files, list):
+        raise ValueError("no files list")
+    out = []
+    for f in files:
+        if not isinstance(f, dict):
+            continue
+        hashes = f.get("hashes")
+        sha = hashes.get("sha256") if isinstance(hashes, dict) else None
+        out.append((f.get("filename"), f.get("url"), sha, bool(f.get("yanked"))))
+    return out
+
+
 def project_files(name: str, index: str, session=None) -> list[Dist]:
     """Every file of `name` the index lists (PEP 691 JSON, else PEP 503 HTML), URLs resolved against the page."""
     import requests
@@ -134,7 +167,8 @@ def project_files(name: str, index: str, session=None) -> list[Dist]:
     http = _session(session)
     page = f"{index}/{normalize(name)}/"
     try:
-        r = http.get(page, headers={"Accept": ACCEPT}, timeout=30)
+        r = net.request(http, "GET", page, headers={"Accept": ACCEPT}, cap=PAGE_MAX_BYTES,
+                        what=f"pypi:{name}: the index page")
     except requests.RequestException as e:
         raise CannotCheck(f"pypi:{name}: {type(e).__name__} on {page}") from None
     if r.status_code == 404:
@@ -142,69 +176,64 @@ def project_files(name: str, index: str, session=None) -> list[Dist]:
     if r.status_code != 200:
         raise CannotCheck(f"pypi:{name}: the index answered {r.status_code} for {page}")
     base = r.url or page
-    ctype = r.headers.get("Content-Type", "")
-    out: list[Dist] = []
-    if "json" in ctype:
+    if "json" in r.headers.get("Content-Type", ""):
         try:
-            files = r.json()["files"]
-            entries = [(f["filename"], f["url"], (f.get("hashes") or {}).get("sha256"), bool(f.get("yanked")))
-                       for f in files]
-        except (ValueError, KeyError, TypeError):
+            entries = _json_entries(r.json())
+        except (ValueError, KeyError, TypeError, AttributeError):
             raise CannotCheck(f"pypi:{name}: the index's JSON page is not the Simple API (PEP 691)") from None
     else:
         parser = _Links()
-        parser.feed(r.text)
+        try:
+            parser.feed(r.text)
+            parser.close()
+        except (AssertionError, ValueError, RecursionError):  # html.parser on crafted markup
+            raise CannotCheck(f"pypi:{name}: the index's HTML page cannot be parsed") from None
         entries = []
         for href, text, yanked in parser.links:
             frag = urllib.parse.urlsplit(href).fragment
             sha = frag.split("=", 1)[1] if frag.startswith("sha256=") else None
             entries.append((text or urllib.parse.unquote(href.split("#")[0].rsplit("/", 1)[-1]), href, sha, yanked))
+    out: list[Dist] = []
     for filename, href, sha, yanked in entries:
-        if not isinstance(filename, str) or not _FILENAME.match(filename) or not isinstance(href, str):
+        if not isinstance(filename, str) or not _FILENAME.fullmatch(filename) or not isinstance(href, str):
             continue
         version = _version_of(name, filename)
         if version is None:
             continue
-        url = urllib.parse.urljoin(base, href).split("#")[0]
-        if sha is not None and not re.match(r"^[0-9a-f]{64}$", str(sha)):
+        try:
+            url = urllib.parse.urljoin(base, href).split("#")[0]
+        except ValueError:
+            continue
+        if not url.startswith(("http://", "https://")):
+            continue
+        if sha is not None and not (isinstance(sha, str) and _HEX64.fullmatch(sha)):
             sha = None
         out.append(Dist(filename, url, version, sha, yanked))
     return out
 
 
-def _pick(files: list[Dist]) -> Dist:
-    """A wheel if the release has one (a platform-independent one first, then x86-64), else the sdist."""
-    wheels = sorted((f for f in files if f.filename.endswith(".whl")),
-                    key=lambda f: (not f.filename.endswith("-none-any.whl"), "x86_64" not in f.filename, f.filename))
-    sdists = [f for f in files if not f.filename.endswith(".whl")]
-    if wheels:
-        return wheels[0]
-    if sdists:
-        return sdists[0]
-    raise CannotCheck("the release has no wheel or sdist to check")
-
-
-def release(name: str, version: str | None, index: str, session=None) -> tuple[str, Dist]:
-    """(version, the file to check) of NAME==VERSION, or of the newest release."""
+def release(name: str, version: str | None, index: str, session=None) -> tuple[str, list[Dist]]:
+    """(version, every file of it) of NAME==VERSION, or of the newest release."""
     files = project_files(name, index, session)
     if version is not None:
         want = pep440_key(version)
-        chosen = [f for f in files if pep440_key(f.version) == want]
+        chosen = [f for f in files if want is not None and pep440_key(f.version) == want]
         if not chosen:
             raise CannotCheck(f"pypi:{name}=={version}: not on the index (it lists no such version)")
-        return chosen[0].version, _pick(chosen)
+        return chosen[0].version, sorted(chosen, key=lambda d: d.filename)
     live = [f for f in files if not f.yanked and pep440_key(f.version) is not None]
     final = [f for f in live if not is_prerelease(f.version)]
     pool = final or live
     if not pool:
         raise CannotCheck(f"pypi:{name}: the index lists no installable release")
     newest = max(pool, key=lambda f: pep440_key(f.version)).version
-    return newest, _pick([f for f in pool if f.version == newest])
+    return newest, sorted((f for f in pool if f.version == newest), key=lambda d: d.filename)
 
 
 class RangeFile:
     """A read-only, seekable view of a remote file through HTTP range requests, in cached blocks, so that zipfile
-    reads the directory and the members it needs without the rest. `transferred` counts the bytes received."""
+    reads the directory and the members it needs without the rest. `transferred` counts the bytes received.
+    Unverified: nothing proves the ranges are the bytes a download would give."""
 
     BLOCK = 256 << 10
     KEEP = 64  # blocks cached (16 MiB)
@@ -224,13 +253,22 @@ class RangeFile:
         return self.pos
 
     def seek(self, offset: int, whence: int = 0) -> int:
-        self.pos = {0: offset, 1: self.pos + offset, 2: self.size + offset}[whence]
+        pos = {0: offset, 1: self.pos + offset, 2: self.size + offset}[whence]
+        if pos < 0:
+            raise OSError("negative seek")
+        self.pos = pos
         return self.pos
 
     def _block(self, i: int) -> bytes:
         if i not in self._blocks:
+            import requests
+
             lo, hi = i * self.BLOCK, min(self.size, (i + 1) * self.BLOCK) - 1
-            r = self.http.get(self.url, headers={"Range": f"bytes={lo}-{hi}"}, timeout=60)
+            try:
+                r = net.request(self.http, "GET", self.url, headers={"Range": f"bytes={lo}-{hi}"},
+                                cap=self.BLOCK, what=f"bytes {lo}-{hi} of {self.url}", decode=False)
+            except requests.RequestException as e:
+                raise OSError(f"range request {lo}-{hi}: {type(e).__name__}") from None
             if r.status_code != 206 or len(r.content) != hi - lo + 1:
                 raise OSError(f"range request {lo}-{hi} answered {r.status_code} ({len(r.content)} bytes)")
             data = r.content
@@ -248,6 +286,8 @@ class RangeFile:
             block = self._block(i)
             off = self.pos - i * self.BLOCK
             take = block[off: off + end - self.pos]
+            if not take:
+                break
             out.append(take)
             self.pos += len(take)
         return b"".join(out)
@@ -260,57 +300,108 @@ def _probe_ranges(http, url: str):
     """A RangeFile when the server says it serves byte ranges of `url` (a HEAD request, as pip's lazy wheel
     asks), else None; nothing of the file is transferred here."""
     try:
-        r = http.head(url, timeout=60, allow_redirects=True)
+        r = net.request(http, "HEAD", url, cap=0, what=f"HEAD {url}")
     except Exception:  # noqa: BLE001 - any failure here means "no ranges"; the download reports real errors
         return None
     size = r.headers.get("Content-Length", "")
-    if r.status_code != 200 or r.headers.get("Accept-Ranges", "").lower() != "bytes" or not size.isdigit():
+    if r.status_code != 200 or r.headers.get("Accept-Ranges", "").lower() != "bytes" or not size.isdigit() \
+            or len(size) > 15:
         return None
     return RangeFile(http, r.url or url, int(size))
 
 
+class _HashingSink:
+    def __init__(self, out, label: str, filename: str, total: int):
+        self.out, self.h, self.label = out, hashlib.sha256(), label
+        self.tty, self.filename, self.total, self.n = sys.stderr.isatty(), filename, total, 0
+
+    def write(self, data: bytes) -> None:
+        self.h.update(data)
+        self.out.write(data)
+        self.n += len(data)
+        if self.tty:
+            sys.stderr.write(f"\rdownloading {self.filename}: {self.n / 1e6:.1f} MB")
+
+
 def download(dist: Dist, label: str, session=None):
     """The whole file, streamed to an anonymous temporary file (at most ARCHIVE_MAX_BYTES), checked against the
-    index's sha256; a progress line on stderr when it is a terminal."""
+    index's sha256 when it gives one; a progress line on stderr when it is a terminal."""
     import requests
 
     http = _session(session)
-    h = hashlib.sha256()
     out = tempfile.TemporaryFile()
-    tty = sys.stderr.isatty()
+    sink = _HashingSink(out, label, dist.filename, 0)
     try:
-        with http.get(dist.url, timeout=120, stream=True) as r:
-            if r.status_code != 200:
-                raise CannotCheck(f"{label}: download answered {r.status_code}")
-            total = int(r.headers.get("Content-Length") or 0)
-            for chunk in r.iter_content(1 << 20):
-                h.update(chunk)
-                out.write(chunk)
-                if out.tell() > ARCHIVE_MAX_BYTES:
-                    raise CannotCheck(f"{label}: larger than {ARCHIVE_MAX_BYTES >> 20} MiB; not downloaded further")
-                if tty:
-                    sys.stderr.write(f"\rdownloading {dist.filename}: {out.tell() / 1e6:.1f}"
-                                     + (f" / {total / 1e6:.1f}" if total else "") + " MB")
-        if tty:
+        r = net.request(http, "GET", dist.url, cap=ARCHIVE_MAX_BYTES, what=f"{label}: the download",
+                        sink=sink, decode=False)
+        if sink.tty:
             sys.stderr.write("\n")
+        if r.status_code != 200:
+            raise CannotCheck(f"{label}: download answered {r.status_code}")
     except requests.RequestException as e:
         out.close()
         raise CannotCheck(f"{label}: download failed ({type(e).__name__})") from None
     except BaseException:
         out.close()
         raise
-    if dist.sha256 and h.hexdigest() != dist.sha256:
+    if dist.sha256 and sink.h.hexdigest() != dist.sha256:
         out.close()
-        raise CannotCheck(f"{label}: the downloaded file does not match the index's sha256 (truncated?)")
+        raise CannotCheck(f"{label}: the downloaded file does not match the index's sha256 (truncated or "
+                          f"replaced in transit?)")
+    dist.integrity = "sha256 verified" if dist.sha256 else "no sha256 from the index (unverified)"
     out.seek(0)
     return out
 
 
-def open_dist(dist: Dist, label: str, session=None):
-    """A seekable file object of the distribution: range-read in place when possible (wheels), else downloaded."""
+def open_dist(dist: Dist, label: str, session=None, ranges: bool = False):
+    """A seekable file object of the distribution: downloaded and checked (the default), or read in place with
+    range requests when `ranges` and the server offers them (wheels only; labelled unverified)."""
     http = _session(session)
-    if dist.filename.endswith(".whl") and os.environ.get("SM120_FULL_DOWNLOAD") != "1":
+    if ranges and dist.filename.endswith(".whl"):
         remote = _probe_ranges(http, dist.url)
         if remote is not None:
+            dist.integrity = "range reads (unverified: the index's sha256 is not checked)"
             return remote
     return download(dist, label, http)
+
+
+class ReleaseView:
+    """Every file of one release of a project on an index. `parts()` opens them one at a time (each as an
+    ArchiveFork: a wheel as installed, an sdist as its source tree) and closes each after use."""
+
+    def __init__(self, name: str, version: str | None, index: str, session=None, ranges: bool = False):
+        self.name, self.index, self.ranges = name, index, ranges
+        self.http = _session(session)
+        self.version, self.dists = release(name, version, index, self.http)
+        self.label = f"pypi:{name}=={self.version}"
+        self.digest_kind = "sha256"
+
+    def part_label(self, d: Dist) -> str:
+        return f"{self.label} ({d.filename})"
+
+    def open(self, d: Dist):
+        from .archive import ArchiveFork
+
+        label = self.part_label(d)
+        fh = open_dist(d, label, self.http, self.ranges)
+        try:
+            return ArchiveFork(fh, label, wheel=d.filename.endswith(".whl"))
+        except BaseException:
+            fh.close()
+            raise
+
+    def parts(self) -> Iterator[tuple[Dist, object]]:
+        for d in self.dists:
+            view = self.open(d)
+            try:
+                yield d, view
+            finally:
+                view.close()
+
+    def single(self):
+        """The one file of a release that has exactly one (for sources that must be one tree)."""
+        if len(self.dists) != 1:
+            names = ", ".join(d.filename for d in self.dists)
+            raise UsageError(f"{self.label} has {len(self.dists)} files ({names}): name one, e.g. download it "
+                             f"and pass the wheel's path")
+        return self.open(self.dists[0])

@@ -40,12 +40,15 @@ def to_text(r: Report, verbose: bool = False, diff_lines: int | None = DEFAULT_D
     head = (f"self-check of {t(r.target)} against {r.tag or 'no release'}" if r.mode == "self" else
             f"fork {t(r.target)} (prefix {t(r.prefix or '.')}) against {_against(r)}")
     out = [f"check_vendor: {head}"]
+    for d in r.distributions or []:
+        out.append(f"  file {t(d['file'])} ({t(d['platforms'])}; {t(d['integrity'])}; vendor root "
+                   f"{t(d['prefix'] or '.')}): {d['verdict']}")
     if _stamp_line(r, t):
         out.append(_stamp_line(r, t))
     for f in r.files:
         if f.status == "ok" and not verbose:
             continue
-        line = f"  {f.status:<8} {t(f.path)}"
+        line = f"  {f.status:<8} {t(f.path)}" + (f"  (in {t(f.dist)})" if f.dist else "")
         if f.diagnosis:
             line += f"  [{t(f.diagnosis)}]"
         if f.detail:
@@ -89,6 +92,7 @@ def to_json(r: Report, diff_lines: int | None = DEFAULT_DIFF_LINES) -> str:
         "notes": r.notes,
         "errors": r.errors,
         "stamp": r.stamp,
+        "distributions": r.distributions,
     }
     return json.dumps(doc, indent=2, sort_keys=False) + "\n"
 
@@ -101,8 +105,17 @@ def to_markdown(r: Report, diff_lines: int | None = DEFAULT_DIFF_LINES) -> str:
     out = [f"### check_vendor: {head}", "", f"**Verdict: {verdict}** — {_summary(r)}", ""]
     if _stamp_line(r, lambda s: c(s, False)):
         out += [_stamp_line(r, lambda s: c(s, False)), ""]
+    if r.distributions:
+        out += ["| file | platforms | integrity | verdict |", "|---|---|---|---|"]
+        out += [f"| {c(d['file'])} | {c(d['platforms'])} | {c(d['integrity'])} | {d['verdict']} |"
+                for d in r.distributions]
+        out.append("")
     rows = [f for f in r.files if f.status != "ok"]
-    if rows:
+    if rows and r.distributions:
+        out += ["| status | path | file | diagnosis | detail |", "|---|---|---|---|---|"]
+        out += [f"| {f.status} | {c(f.path)} | {c(f.dist)} | {c(f.diagnosis)} | {c(f.detail)} |" for f in rows]
+        out.append("")
+    elif rows:
         out += ["| status | path | diagnosis | detail |", "|---|---|---|---|"]
         out += [f"| {f.status} | {c(f.path)} | {c(f.diagnosis)} | {c(f.detail)} |" for f in rows]
         out.append("")

@@ -2,6 +2,7 @@
 issue per downstream, reports."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -26,7 +27,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _PACKAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _VERSION = re.compile(r"^[A-Za-z0-9.+!_-]+$")
 FAILING_VERDICTS = ("drifted", "stale", "not-vendored")
-WATCH_SCHEMA_VERSION = 2  # 2: PyPI downstreams (source, package, version, file); reports are check_vendor's schema 2
+WATCH_SCHEMA_VERSION = 3  # 3: a PyPI downstream lists every file of its release (files); reports: check_vendor's 2
 
 
 @dataclass(frozen=True)
@@ -168,11 +169,12 @@ def _check_fork(client: GitHubClient, ms: ManifestSet, ds: Downstream) -> ForkRe
 
 
 def _check_package(ms: ManifestSet, ds: Downstream, index_url: str | None) -> ForkResult:
-    """The newest release of a PyPI package (or its pinned version): one index page, then the wheel's directory
-    and the members compared (range requests) or one download, so a new release is checked on the first run
-    after it appears."""
+    """The newest release of a PyPI package (or its pinned version), every file of it: one index page, then one
+    sha256-checked download per file, so a new release is checked on the first run after it appears."""
+    import hashlib as _hashlib
+
     from .archive import open_archive_fork
-    from .compare import detect_prefix
+    from .distributions import check_release
 
     tag = ms.resolve(None if ds.track == "latest" else ds.track)
     report = Report(mode="fork", target=ds.source, tag=tag.tag, prefix=ds.prefix, digest_kind="sha256",
@@ -181,18 +183,65 @@ def _check_package(ms: ManifestSet, ds: Downstream, index_url: str | None) -> Fo
     try:
         spec = f"pypi:{ds.package}" + (f"=={ds.version}" if ds.version else "")
         view = open_archive_fork(spec, index_url)
-        dist = view.dist
-        res.requests = 2
-        report.target = view.label
-        res.commit = f"{dist.version}:{(dist.sha256 or '')[:12]}"
-        res.extra = {"version": dist.version, "file": dist.filename}
-        if report.prefix is None:
-            report.prefix = detect_prefix(view.iter_paths(), ms.all_paths())
-        Comparator(view, ms, tag, report.prefix, canonical=None, want_diff=False).run(report)
+        res.requests = 1 + len(view.dists)
+        shas = _hashlib.sha256("".join(f"{d.filename}:{d.sha256}\n" for d in view.dists).encode()).hexdigest()
+        res.commit = f"{view.version}:{shas[:12]}"
+        res.extra = {"version": view.version, "files": [d.filename for d in view.dists]}
+        res.report = report = check_release(view, ms, tag, ds.prefix, canonical=None, want_diff=False)
     except (CannotCheck, UsageError) as e:  # no layer found in the package: it cannot be checked as configured
         report.verdict = "unknown"
         report.errors.append(str(e))
     res.counted = res.requests
+    return res
+
+
+def child_check(p: dict) -> dict:
+    """One downstream's check, in a child process (vendorkit.isolate): the answer the parent rebuilds a
+    ForkResult from."""
+    from . import budget
+    from .github import EtagStore
+    from .provenance import load_index
+    from .render import to_json
+
+    root = p["repo_root"]
+    ms = ManifestSet.load_dir(os.path.join(root, "vendor_manifests"))
+    ds = Downstream(**p["downstream"])
+    etags = EtagStore(None, dict(p["etags"]))
+    client = GitHubClient(p["api_url"], os.environ.get("GITHUB_TOKEN"), etags, max_wait=p["max_wait"],
+                          max_retries=p["retries"], backoff=p["backoff"])
+    with budget.use(budget.Budget(budget.parse_limits(p["budget"]))):
+        res = check_one(client, manifests_loader(ms, root)(ds.lineage), ds, p["index_url"], load_index(root))
+    return {"report": json.loads(to_json(res.report, None)), "owned": sorted(res.report.owned),
+            "commit": res.commit, "requests": res.requests, "counted": res.counted, "extra": res.extra,
+            "provenance": res.provenance,
+            "etags": {k: v for k, v in etags.entries.items() if p["etags"].get(k) != v}}
+
+
+def check_isolated(client: GitHubClient, ms: ManifestSet, ds: Downstream, repo_root: str,
+                   index_url: str | None = None, budget_specs: list[str] | None = None, limits=None) -> ForkResult:
+    """check_one in a child process under resource limits: whatever the downstream does to the reader ends the
+    child only, and is this downstream's `unknown`."""
+    from . import isolate
+
+    mine = f"/repos/{ds.repo}/" if ds.repo else None
+    payload = {"downstream": dataclasses.asdict(ds), "repo_root": repo_root, "api_url": client.api,
+               "index_url": index_url, "max_wait": client.max_wait, "retries": client.max_retries,
+               "backoff": client.backoff, "budget": list(budget_specs or []),
+               "etags": {k: v for k, v in client.etags.entries.items()
+                         if k.startswith("blob-sha256:") or (mine and mine in k)}}
+    try:
+        ans = isolate.run("watch.child_check", payload, limits or isolate.ChildLimits())
+    except isolate.ChildFailed as e:
+        ans = {"failed": f"the check {e}"}
+    if "failed" in ans:
+        tag = ms.resolve(None if ds.track == "latest" else ds.track)
+        report = Report(mode="fork", target=ds.source, tag=tag.tag, prefix=ds.prefix, digest_kind="sha256",
+                        lineage=ms.lineage, verdict="unknown", errors=[client.scrub(str(ans["failed"]))])
+        return ForkResult(ds, report, ms=ms)
+    client.etags.entries.update(ans["etags"])
+    res = ForkResult(ds, Report.from_dict(ans["report"], ans["owned"]), commit=ans["commit"],
+                     requests=ans["requests"], counted=ans["counted"], extra=ans["extra"], ms=ms,
+                     provenance=[(p, list(m)) for p, m in ans["provenance"]])
     return res
 
 
@@ -283,7 +332,9 @@ def issue_body(res: ForkResult, ms: ManifestSet, report_url: str | None = None) 
     ms = res.ms or ms
     c = inert.md_code
     if ds.package:
-        what = f"{c(_where(res), False)} (file {c(res.extra.get('file'), False)})"
+        files = res.extra.get("files") or []
+        what = f"{c(_where(res), False)} (file{'s' if len(files) != 1 else ''} " \
+               f"{', '.join(c(f, False) for f in files)})"
     else:
         what = f"{c(f'{ds.repo}@{ds.ref}', False)} (findings as of commit {c(res.commit, False)})"
     if r.verdict == "not-vendored":
@@ -405,7 +456,7 @@ def summary_json(results: list[ForkResult], scrub) -> str:
     doc = {"schema_version": WATCH_SCHEMA_VERSION, "exit_code": exit_code(results), "downstreams": [
         {"name": r.downstream.name, "source": r.downstream.source, "repo": r.downstream.repo,
          "ref": r.downstream.ref, "package": r.downstream.package, "version": r.extra.get("version"),
-         "file": r.extra.get("file"), "commit": r.commit, "track": r.downstream.track, "requests": r.requests,
+         "files": r.extra.get("files"), "commit": r.commit, "track": r.downstream.track, "requests": r.requests,
          "counted_requests": r.counted, "issue": r.issue_action, "report": json.loads(to_json(r.report))}
         for r in results]}
     return scrub(json.dumps(doc, indent=2) + "\n")
