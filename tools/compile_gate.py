@@ -316,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         a = _parser().parse_args(argv)
         json_path = a.json
         targets = tuple(t for t in a.targets.split(",") if t)
-        bad = [t for t in targets if not re.match(r"^sm_\d+[af]?$", t)]
+        bad = [t for t in targets if not re.fullmatch(r"sm_\d+[af]?", t)]
         if bad:
             raise UsageError(f"bad target(s) {', '.join(bad)}")
         if a.jobs < 1:

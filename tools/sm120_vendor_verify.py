@@ -10,23 +10,49 @@ a stamp that is a symlink, or a missing stamp is a finding. The stamp contribute
     python deep_gemm/include/deep_gemm/.sm120-vendor-verify.py [--manifest vX.Y.Z.yaml] [--strict]
                                                                [--format text|json]
 
-checks each released file (`ok`, `patched`, `changed`, `missing`), lists files the release does not ship
+checks each released file (`ok`, `patched`, `changed`, `mode`, `missing`), lists files the release does not ship
 (`foreign`; drift only with --strict) and, given a release manifest, checks that it is the release this file
 carries. Nothing below the vendor root is followed: links are reported, never read through. What this proves,
 and what only check_vendor against a manifest proves, is in deep_gemm_sm120's docs/vendoring.md.
 Exit: 0 in sync, 1 drifted, 2 could not read the files, 3 usage error or unreadable manifest.
 
+Run as a script, it first isolates itself as `python -I` would (below, before any import that could be looked
+up on sys.path): its own directory, PYTHONPATH and the user's site-packages leave sys.path, so a `hashlib.py`
+(or any module) placed beside it in the fork is never imported.
+
 deep_gemm_sm120's tools/check_vendor.py imports the template of this file for its stamp handling (one
 implementation); the template reads the two modules below from tools/vendorkit/, the vendored copy inlines them.
 """
-from __future__ import annotations
+import sys  # built in: never looked up on sys.path (nor is os, frozen since Python 3.11 and loaded at start-up)
 
-import argparse
-import hashlib
-import json
-import os
-import re
-import sys
+
+def _isolate() -> None:
+    """`-I` semantics applied from inside: drop the script's directory, PYTHONPATH and user site-packages from
+    sys.path (the fork controls the first two)."""
+    if sys.flags.isolated:
+        return
+    import os
+
+    here = os.path.dirname(os.path.abspath(sys.argv[0])) if sys.argv and sys.argv[0] else None
+    drop = {"", here}
+    if not sys.flags.ignore_environment:
+        drop |= {os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
+    user = getattr(sys.modules.get("site"), "USER_SITE", None)
+    if user:
+        drop.add(user)
+    sys.path[:] = [p for p in sys.path if p not in drop and os.path.abspath(p) not in drop]
+    sys.path_importer_cache.clear()
+
+
+if __name__ == "__main__":
+    _isolate()
+
+import argparse  # noqa: E402 - after the isolation above, on purpose
+import hashlib  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import re  # noqa: E402
+import stat  # noqa: E402
 
 # >>> inline vendorkit.safefs
 from vendorkit.safefs import ForkRoot, NotRegular, UnsafePath, safe_relative  # noqa: E402
@@ -40,9 +66,11 @@ VERIFIER = ".sm120-vendor-verify.py"
 BACKUP_DIR = ".sm120-sync-backup"  # where --sync copies a fork's bytes before overwriting them
 STAMP_SCHEMA = 1
 STAMP_MAX_BYTES = 1 << 20  # a larger stamp is not read (a finding)
+MAX_DEPTH = 128  # directories deeper below the vendor root than this: exit 2 (a walk of them would not end soon)
 EXIT_OK, EXIT_DRIFT, EXIT_CANNOT_CHECK, EXIT_USAGE = 0, 1, 2, 3
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
-# The release this copy verifies: {"tag", "tree_sha256", "files": {path: sha256}}; check_vendor --sync writes it.
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+# The release this copy verifies: {"tag", "tree_sha256", "files": {path: sha256}, "modes": {path: mode}} (modes:
+# the files whose git mode is not 100644); check_vendor --sync writes it.
 _RELEASE = None
 
 
@@ -71,10 +99,10 @@ def tree_sha256(entries) -> str:
 
 # ---------------------------------------------------------------- the manifest format (strict reader)
 
-_SCALAR = re.compile(r'^(schema|tag|root|created|tree_sha256): (?:"([^"\\]*)"|([^"{}\[\],#\s][^{}\[\],#]*?))\s*$')
-_REQUIRES = re.compile(r'^requires: \{cuda: "([^"\\]*)", targets: \[([A-Za-z0-9_, ]*)\]\}\s*$')
-_FILE = re.compile(r'^  - \{path: "([^"\\]*)", sha256: "([^"\\]*)", git_blob_sha1: "([^"\\]*)", '
-                   r'size: (\d+), mode: "([^"\\]*)"\}\s*$')
+_SCALAR = re.compile(r'(schema|tag|root|created|tree_sha256): (?:"([^"\\]*)"|([^"{}\[\],#\s][^{}\[\],#]*?))\s*')
+_REQUIRES = re.compile(r'requires: \{cuda: "([^"\\]*)", targets: \[([A-Za-z0-9_, ]*)\]\}\s*')
+_FILE = re.compile(r'  - \{path: "([^"\\]*)", sha256: "([^"\\]*)", git_blob_sha1: "([^"\\]*)", '
+                   r'size: (\d{1,15}), mode: "([^"\\]*)"\}\s*')
 
 
 def parse_manifest_text(text: str, where: str) -> dict:
@@ -86,7 +114,7 @@ def parse_manifest_text(text: str, where: str) -> dict:
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         if files is not None and line.startswith("  - "):
-            m = _FILE.match(line)
+            m = _FILE.fullmatch(line)
             if not m:
                 raise VerifyError(f"{where}:{n}: file entry not in the manifest format")
             path, sha, blob, size, mode = m.groups()
@@ -97,7 +125,7 @@ def parse_manifest_text(text: str, where: str) -> dict:
                 raise VerifyError(f"{where}:{n}: duplicate key files")
             files = out["files"] = []
             continue
-        m = _SCALAR.match(line) or _REQUIRES.match(line)
+        m = _SCALAR.fullmatch(line) or _REQUIRES.fullmatch(line)
         if m is None:
             raise VerifyError(f"{where}:{n}: line not in the manifest format: {line[:80]!r}")
         key = "requires" if m.re is _REQUIRES else m.group(1)
@@ -122,6 +150,8 @@ def parse_stamp(text: str, where: str = STAMP) -> dict:
         doc = json.loads(text)
     except ValueError as e:
         raise VerifyError(f"{where}: not valid JSON ({e})") from None
+    except RecursionError:
+        raise VerifyError(f"{where}: not a stamp (JSON nested too deeply)") from None
     if not isinstance(doc, dict) or doc.get("schema") != STAMP_SCHEMA:
         raise VerifyError(f"{where}: expected a schema {STAMP_SCHEMA} stamp object")
     for key, kind in (("tag", str), ("tree_sha256", str), ("files", list), ("patches", list)):
@@ -135,7 +165,7 @@ def parse_stamp(text: str, where: str = STAMP) -> dict:
         raise VerifyError(f"{where}: 'lineage' must be an upstream lineage's name")
     v = doc.get("verifier")
     if v is not None and not (isinstance(v, dict) and v.get("path") == VERIFIER and isinstance(v.get("sha256"), str)
-                              and _HEX64.match(v["sha256"])):
+                              and _HEX64.fullmatch(v["sha256"])):
         raise VerifyError(f"{where}: 'verifier' must be {{path: {VERIFIER}, sha256}}")
     for i, p in enumerate(doc["patches"]):
         if not isinstance(p, dict) or not all(isinstance(p.get(k), str) for k in
@@ -160,18 +190,29 @@ def make_stamp(tag: str, files: dict[str, str], patches: list[dict] | None = Non
     return json.dumps(doc, indent=1) + "\n"
 
 
+STAMP_KEYS = {"schema", "tool", "tag", "tree_sha256", "files", "patches", "verifier", "lineage"}
+FILE_KEYS = {"path", "sha256"}
+PATCH_KEYS = {"path", "base_sha256", "patched_sha256", "reason", "upstream"}
+
+
 def validate(doc: dict, manifest_files: dict[str, str] | None = None, manifest_tree: str | None = None,
              manifest_tag: str | None = None) -> list[str]:
-    """Findings that make the stamp itself untrustworthy (each one is drift): unsafe paths, a tree digest that
-    does not add up, and, given the release manifest of its tag, paths or hashes that disagree with it, and
-    patches whose base is not the released hash."""
+    """Findings that make the stamp itself untrustworthy (each one is drift): keys --sync does not write, unsafe
+    paths, a tree digest that does not add up, and, given the release manifest of its tag, paths or hashes that
+    disagree with it, and patches whose base is not the released hash."""
     problems = []
+    extra = sorted(set(doc) - STAMP_KEYS) + sorted({k for f in doc["files"] for k in f} - FILE_KEYS) + \
+        sorted({k for p in doc["patches"] for k in p} - PATCH_KEYS)
+    if extra:
+        problems.append(f"stamp has keys --sync never writes: {', '.join(repr(k) for k in extra[:8])}")
+    if any(not isinstance(p.get("upstream", ""), str) for p in doc["patches"]):
+        problems.append("a patch's upstream is not a string")
     files = {}
     for f in doc["files"]:
         if not safe_relative(f["path"]):
             problems.append(f"stamp lists an unsafe path {f['path']!r} (outside the vendor root); it is not read")
             continue
-        if not _HEX64.match(f["sha256"]):
+        if not _HEX64.fullmatch(f["sha256"]):
             problems.append(f"stamp hash of {f['path']} is not a sha256")
         files[f["path"]] = f["sha256"]
     if tree_sha256(files.items()) != doc["tree_sha256"] and not problems:
@@ -221,7 +262,11 @@ def release_from_manifest(path: str) -> dict:
     files = {f["path"]: f["sha256"] for f in m.get("files", [])}
     if not files or not isinstance(m.get("tag"), str) or tree_sha256(files.items()) != m.get("tree_sha256"):
         raise VerifyError(f"{path}: not a release manifest (no files, or a tree digest that does not add up)")
-    return {"tag": m["tag"], "tree_sha256": m["tree_sha256"], "files": files}
+    out = {"tag": m["tag"], "tree_sha256": m["tree_sha256"], "files": files}
+    modes = {f["path"]: f["mode"] for f in m["files"] if f.get("mode") not in (None, "100644")}
+    if modes:
+        out["modes"] = modes
+    return out
 
 
 def _read_stamp(fs: ForkRoot) -> tuple[dict | None, str | None]:
@@ -244,13 +289,14 @@ def _read_stamp(fs: ForkRoot) -> tuple[dict | None, str | None]:
         return None, str(e)
 
 
-def _file_status(fs: ForkRoot, path: str, sha: str, stamp: dict | None) -> dict:
+def _file_status(fs: ForkRoot, path: str, sha: str, stamp: dict | None, mode: str = "100644") -> dict:
     def result(status: str, detail: str | None = None) -> dict:
         return {"path": path, "status": status, "detail": detail}
 
     try:
         with fs.open_read(path) as fh:
             actual = sha256_stream(fh)
+            have = "100755" if os.fstat(fh.fileno()).st_mode & stat.S_IXUSR else "100644"
     except UnsafePath as e:
         return result("changed", f"under {e.component}, {e.why} (not followed)")
     except FileNotFoundError:
@@ -260,7 +306,7 @@ def _file_status(fs: ForkRoot, path: str, sha: str, stamp: dict | None) -> dict:
     except OSError as e:
         raise VerifyError(f"cannot read {path}: {e.strerror or e}", EXIT_CANNOT_CHECK) from None
     if actual == sha:
-        return result("ok")
+        return result("ok") if have == mode else result("mode", f"mode {have}, the release's {mode}")
     p = patch_for(stamp, path, actual, sha) if stamp is not None else None
     if p is not None:
         return result("patched", p["reason"] + (f" ({p['upstream']})" if p.get("upstream") else ""))
@@ -299,22 +345,26 @@ def verify(root: str, release: dict | None = None, manifest_path: str | None = N
                 stamp = None  # an untrustworthy stamp pins nothing
         else:
             problems.append(why)
-        results = [_file_status(fs, path, sha, stamp) for path, sha in sorted(release["files"].items())]
+        modes = release.get("modes") or {}
+        results = [_file_status(fs, path, sha, stamp, modes.get(path, "100644"))
+                   for path, sha in sorted(release["files"].items())]
         want = (stamp or {}).get("verifier", {}).get("sha256") if stamp else None
         if want:
-            mine = _file_status(fs, VERIFIER, want, None)
+            mine = _file_status(fs, VERIFIER, want, None, "100755")
             if mine["status"] != "ok":
                 mine["detail"] = "not the verifier --sync wrote (edited or replaced)"
                 results.append(mine)
         try:
-            for rel, _ in fs.walk("", skip=lambda p: p == BACKUP_DIR or p.rsplit("/", 1)[-1] == ".git"):
+            for rel, _ in fs.walk("", skip=lambda p: p == BACKUP_DIR or p.rsplit("/", 1)[-1] == ".git",
+                                  max_depth=MAX_DEPTH):
                 if rel in release["files"] or rel in (STAMP, VERIFIER):
                     continue
                 results.append({"path": rel, "status": "foreign", "detail": "not part of the release"
                                 + ("; --strict counts it as drift" if strict else "")})
         except (OSError, UnsafePath) as e:
             raise VerifyError(f"cannot list {root}: {e}", EXIT_CANNOT_CHECK) from None
-    bad = [r for r in results if r["status"] in ("changed", "missing") or (strict and r["status"] == "foreign")]
+    bad = [r for r in results if r["status"] in ("changed", "missing", "mode")
+           or (strict and r["status"] == "foreign")]
     verdict = "drifted" if problems or bad else "in-sync"
     return {"schema_version": 2, "tag": _name(release), "verdict": verdict,
             "exit_code": EXIT_DRIFT if verdict == "drifted" else EXIT_OK, "problems": problems, "files": results}
@@ -335,12 +385,12 @@ def main(argv=None) -> int:
         report = verify(a.root, None, a.manifest, a.strict)
     except VerifyError as e:
         if a.format == "json":
-            print(json.dumps({"schema_version": 2, "verdict": "unknown", "exit_code": e.exit_code,
-                              "errors": [str(e)]}))
+            print(json.dumps(inert.json_safe({"schema_version": 2, "verdict": "unknown",
+                                              "exit_code": e.exit_code, "errors": [str(e)]})))
         print(f"sm120 vendor verify: {inert.text(e)}", file=sys.stderr)
         return e.exit_code
     if a.format == "json":
-        print(json.dumps(report, indent=1))
+        print(json.dumps(inert.json_safe(report), indent=1))
     else:
         for r in report["files"]:
             if r["status"] != "ok":

@@ -82,7 +82,7 @@ def test_text_output_cannot_forge_lines_or_drive_the_terminal(canon, tmp_path):
     for bad in ("\x1b", "\u202e", "\u2028", "\r"):
         assert bad not in out
     out.encode("utf-8")  # no lone surrogates: prints on any UTF-8 terminal
-    assert "sm120_a.cuh\\x0averdict: in-sync (5 ok)" in out and "\\udcff" in out
+    assert "sm120_a.cuh\\x0averdict: in-sync (5 ok)" in out and "sm120_\\xff\\xfe.cuh" in out  # the bytes
     assert len([ln for ln in lines if ln.startswith("  extra ")]) == len(HOSTILE) + 1
 
 
@@ -93,13 +93,29 @@ def test_markdown_output_keeps_names_in_code_spans(canon, tmp_path):
     _assert_inert_markdown(md)
 
 
-def test_json_output_round_trips_every_name(canon, tmp_path):
+def _strings(obj):
+    if isinstance(obj, str):
+        yield obj
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            yield k
+            yield from _strings(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _strings(v)
+
+
+def test_json_output_is_strict_utf8_and_names_every_file(canon, tmp_path):
+    """Valid UTF-8 JSON with no lone surrogate (a strict reader takes it); an undecodable byte of a name is the
+    four characters \\xNN, as the docs say."""
     fork = _hostile_fork(tmp_path)
     code, out, _ = run_cv("--repo", str(canon), "--fork", str(fork), "--format", "json")
     doc = json.loads(out)
     paths = {f["path"] for f in doc["files"]}
-    assert {f"impls/{n}" for n in HOSTILE} <= paths and "impls/" + os.fsdecode(b"sm120_\xff\xfe.cuh") in paths
+    assert {f"impls/{n}" for n in HOSTILE} <= paths and "impls/sm120_\\xff\\xfe.cuh" in paths
     assert out.isascii()
+    for s in _strings(doc):
+        s.encode("utf-8")  # raises on a lone surrogate
 
 
 def test_error_messages_are_escaped(canon, tmp_path):

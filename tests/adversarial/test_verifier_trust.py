@@ -172,3 +172,105 @@ def test_stale_fork_with_its_own_verifier_is_still_stale(canon, tmp_path):
     code, doc = run_json("--repo", str(canon), "--fork", str(fork))
     assert code == 1 and doc["verdict"] == "stale" and doc["stale_tag"] == "v0.1.0"
     assert by_path(doc)[VERIFY]["status"] == "ok"  # the verifier of the stamp's release
+
+
+# ---------------------------------------------------------------- the verifier stands alone
+
+PLANTED = ["hashlib", "json", "re", "argparse", "unicodedata", "__future__", "html", "stat", "errno"]
+
+
+@pytest.mark.parametrize("how", ["beside", "cwd"])
+def test_modules_planted_beside_the_verifier_are_never_imported(canon, tmp_path, how):
+    """A fork plants stand-ins for the modules the verifier imports, each one forging an in-sync verdict; the
+    fork's files have drifted. Run as a fork's CI would (no -I), the verifier still says drifted. (Environment
+    variables such as PYTHONPATH are the caller's: what they name is imported before any script runs.)"""
+    import os
+
+    fork = _synced(canon, tmp_path)
+    (fork / PREFIX / "mma/sm120.cuh").write_bytes(b"// drifted\n")
+    marker = tmp_path / "IMPORTED"
+    forge = (f"open({str(marker)!r}, 'a').write(__name__ + '\\n')\n"
+             "import sys\nprint('verdict: in-sync (v0.2.0)'); sys.exit(0)\n")
+    where = fork / PREFIX if how != "cwd" else fork
+    for name in PLANTED:
+        (where / f"{name}.py").write_text(forge)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    p = subprocess.run([sys.executable, str(fork / PREFIX / VERIFY)], capture_output=True, text=True, cwd=fork,
+                       env=env, timeout=60)
+    assert p.returncode == 1 and "verdict: drifted" in p.stdout and not marker.exists(), (p.stdout, p.stderr)
+
+
+def test_python_files_beside_the_verifier_are_drift_for_check_vendor(canon, tmp_path):
+    fork = _synced(canon, tmp_path)
+    assert run_cv("--repo", str(canon), "--fork", str(fork))[0] == 0
+    for rel in ("hashlib.py", "_json.cpython-311-x86_64-linux-gnu.so", "__pycache__/re.cpython-311.pyc",
+                "evil.pth", "json/__init__.py"):
+        (fork / PREFIX / rel).parent.mkdir(parents=True, exist_ok=True)
+        (fork / PREFIX / rel).write_bytes(b"print('planted')\n")
+    (fork / PREFIX / "common" / "helper.py").write_bytes(b"# a fork's own script, not importable by the verifier\n")
+    code, doc = run_json("--repo", str(canon), "--fork", str(fork))
+    flagged = {f["path"] for f in doc["files"] if f["diagnosis"] == "beside-verifier"}
+    assert code == 1 and doc["verdict"] == "drifted"
+    assert flagged == {"hashlib.py", "_json.cpython-311-x86_64-linux-gnu.so", "__pycache__/re.cpython-311.pyc",
+                       "evil.pth", "json/__init__.py"}
+    assert by_path(doc)["common/helper.py"]["status"] == "foreign"
+
+
+def test_the_verifier_checks_modes_as_check_vendor_does(canon, tmp_path):
+    fork = _synced(canon, tmp_path)
+    target = fork / PREFIX / "common/sm120_tma.cuh"
+    target.chmod(0o755)
+    p = _verify(fork)
+    assert p.returncode == 1 and "mode     common/sm120_tma.cuh  mode 100755, the release's 100644" in p.stdout
+    code, doc = run_json("--repo", str(canon), "--fork", str(fork))
+    assert code == 1 and by_path(doc)["common/sm120_tma.cuh"]["status"] == "mode"
+    target.chmod(0o644)
+    assert _verify(fork).returncode == 0
+
+
+def _template_at(commit: str, where: Path) -> str | None:
+    """The inlined verifier template check_vendor of `commit` wrote (its own tools/, run in a child), or None
+    when that commit had no baked template."""
+    out = where / commit
+    out.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "tools"], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(out)], input=archive.stdout, check=True)
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from vendorkit import verifier_gen as v\n"
+            "sys.stdout.write(v._template())\n")
+    p = subprocess.run([sys.executable, "-c", code, str(out / "tools")], capture_output=True, text=True)
+    return p.stdout if p.returncode == 0 and "_RELEASE = None\n" in p.stdout else None
+
+
+def test_a_verifier_written_by_an_earlier_baked_template_is_an_older_verifier(canon, tmp_path):
+    """The template of 2026-12-01 (6416b30) baked the release in but imported from its own directory: a fork
+    carrying one is told to re-sync, and --sync replaces it without a backup (its bytes are ours)."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout: the old template's files are not here (checked in CI)")
+    old = _template_at("6416b30", tmp_path / "old")
+    rel = _release(canon, "v0.2.0")
+    baked = json.dumps({"tag": rel.tag, "tree_sha256": rel.tree_sha256, "files": {e.path: e.sha256 for e in rel.files}},
+                       sort_keys=True)
+    fork = _synced(canon, tmp_path)
+    (fork / PREFIX / VERIFY).write_text(old.replace("_RELEASE = None\n", f"_RELEASE = {baked}\n"))
+    code, doc = run_json("--repo", str(canon), "--fork", str(fork))
+    f = by_path(doc)[VERIFY]
+    assert code == 1 and f["diagnosis"] == "older-verifier" and "6416b30" in f["detail"]
+    code, out, _ = run_cv("--repo", str(canon), "--fork", str(fork), "--sync")
+    assert code == 0 and not (fork / ".sm120-sync-backup").exists()
+
+
+def test_every_earlier_baked_template_is_known(tmp_path):
+    """LEGACY_TEMPLATES holds the template every commit since the first baked verifier (c464b40) wrote, but the
+    current one: a fork synced by any check_vendor of main is recognised."""
+    from vendorkit import verifier_gen
+
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout (checked in CI)")
+    sources = ["tools/sm120_vendor_verify.py", "tools/vendorkit/verifier_gen.py"] + \
+        [f"tools/vendorkit/{n}.py" for n in verifier_gen.INLINED]
+    log = subprocess.run(["git", "-C", str(ROOT), "log", "--format=%h", "c464b40^..HEAD", "--", *sources],
+                         capture_output=True, text=True, check=True).stdout.split()
+    current = verifier_gen.template_digest(verifier_gen._template())
+    seen = {verifier_gen.template_digest(t) for c in log if (t := _template_at(c, tmp_path))}
+    assert seen - {current} <= set(verifier_gen.LEGACY_TEMPLATES), seen - {current} - set(verifier_gen.LEGACY_TEMPLATES)
+    assert set(verifier_gen.LEGACY_TEMPLATES) <= seen

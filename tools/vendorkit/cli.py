@@ -417,8 +417,8 @@ def _fail(code: int, message: str, fmt: str | None) -> int:
     """Report a failure on stderr, and in the requested machine / CI format too: a JSON report's exit_code is
     ours, and a markdown job summary is never empty."""
     if fmt == "json":
-        _emit(json.dumps({"schema_version": 2, "verdict": "unknown", "exit_code": code, "errors": [message]},
-                         indent=2) + "\n")
+        _emit(json.dumps(inert.json_safe({"schema_version": 2, "verdict": "unknown", "exit_code": code,
+                                          "errors": [message]}), indent=2) + "\n")
     elif fmt == "markdown":
         from .render import error_markdown
 
@@ -481,4 +481,5 @@ def main(argv: list[str] | None = None, standalone: bool = False) -> int:
     except OSError as e:  # anything the views did not already classify
         return _fail(EXIT_CANNOT_CHECK, str(e) or type(e).__name__, fmt)
     except Exception as e:  # noqa: BLE001 - hostile input must never end in a traceback: exit 2, one line
-        return _fail(EXIT_CANNOT_CHECK, f"could not read the input ({type(e).__name__}: {e})", fmt)
+        return _fail(EXIT_CANNOT_CHECK, f"unexpected {type(e).__name__} while checking: {e} (a check_vendor bug: "
+                                        f"please report it with the input)", fmt)

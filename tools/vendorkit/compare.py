@@ -19,7 +19,10 @@ REPLACED_BELOW = 0.35
 IN_SYNC_STATUSES = ("ok", "patched", "foreign")
 # findings that no release explains: a fork showing one is drifted, never merely stale
 UNSTALE = ("unsafe-member", "duplicate-member", "invalid-stamp", "too-large", "hardlink", "checkout-attributes",
-           "case-twin")
+           "case-twin", "beside-verifier")
+_BESIDE = ("importable by Python from the directory of the offline verifier: an interpreter that does not isolate "
+           "itself (python without -I, or a verifier older than this check_vendor) imports it in place of the "
+           "standard library module it names")
 _TWIN = ("on file systems that ignore case or Unicode normalization (macOS, Windows) {} and this path are one "
          "file: which bytes land there depends on the order of writing")
 
@@ -178,6 +181,24 @@ class Comparator:
                     out[r] = [x for x in group if x != r]
         return out
 
+    @staticmethod
+    def _beside_verifier(listing: dict[str, ForkFile]) -> set[str]:
+        """Entries of the vendor root Python would import from the verifier's directory: modules and extension
+        modules (any suffix the interpreter loads), .pth files, packages (a directory with __init__) and the
+        bytecode cache."""
+        import importlib.machinery
+
+        suffixes = tuple(importlib.machinery.all_suffixes()) + (".pth",)
+        out = set()
+        for rel in listing:
+            top, _, rest = rel.partition("/")
+            if rel == VERIFIER:
+                continue
+            if (not rest and top.endswith(suffixes)) or top == "__pycache__" or (
+                    rest.startswith("__init__.") and "/" not in rest):
+                out.add(rel)
+        return out
+
     def _sha256(self, f: ForkFile, digest: str) -> str | None:
         """The file's sha256 (stamps and patches speak sha256): the digest itself for sha256 views, else the
         fetched bytes' (one blob request for a github: fork)."""
@@ -228,7 +249,13 @@ class Comparator:
         if cos:
             r.diagnosis, r.detail = cos
             return r
-        sim = diagnose.similarity(canon, fork_bytes)
+        try:
+            sim = diagnose.similarity(canon, fork_bytes)
+        except diagnose.OverWorkCap:
+            mine, theirs = fork_bytes.count(b"\n"), canon.count(b"\n")
+            r.detail = (f"content differs ({mine:,} lines, {what} {theirs:,}; too different to compare within "
+                        f"the diagnosis work cap: no similarity or diff)")
+            return r
         r.similarity = round(sim.ratio, 3)
         if sim.ratio < REPLACED_BELOW and sim.kept < 0.5:  # not just our file with a lot added to it
             r.diagnosis = "replaced"
@@ -282,6 +309,13 @@ class Comparator:
                                   detail=f"written by {verifier_gen.LEGACY[sha]}, which trusts any stamp that adds "
                                          f"up; --sync replaces it", expected=expected, actual=actual,
                                   fork_path=fork_path)
+            data = self.view.fetch(f, DIAGNOSE_MAX_BYTES) if f.size <= DIAGNOSE_MAX_BYTES else None
+            who = verifier_gen.older(data) if data is not None else None
+            if who is not None:
+                return FileResult(VERIFIER, "changed", diagnosis="older-verifier",
+                                  detail=f"written by {who}, which imports modules found beside it (a planted "
+                                         f"hashlib.py decides its verdict) and ignores modes; --sync replaces it",
+                                  expected=expected, actual=actual, fork_path=fork_path)
         r = self._diagnose_changed(VERIFIER, entry, f, actual, verifier_gen.build(release),
                                    f"the verifier of {release.tag}")
         if r.diagnosis in ("content", "replaced"):
@@ -312,6 +346,7 @@ class Comparator:
         report.notes.extend(getattr(self.view, "notes", []))
 
         twins = self._twins(listing)
+        beside = self._beside_verifier(listing) if VERIFIER in listing or STAMP in listing else set()
         stamp = self._load_stamp(listing)
         if stamp is not None:
             report.stamp = stamp.summary()
@@ -414,6 +449,10 @@ class Comparator:
 
         for rel, f in sorted(others.items()):
             if rel in consumed:
+                continue
+            if rel in beside:
+                results.append(FileResult(rel, "extra", diagnosis="beside-verifier", detail=_BESIDE,
+                                          fork_path=_join(self.prefix, rel)))
                 continue
             if stamp is None and not (rel in released or self.ms.named_like(rel)):
                 continue  # without a stamp only files that look like ours are considered

@@ -12,8 +12,9 @@ import stat
 from dataclasses import dataclass
 from typing import Iterator, Protocol
 
+from . import budget
 from .errors import CannotCheck
-from .hashing import sha256_bytes, sha256_stream
+from .hashing import sha256_bytes
 from .safefs import ForkRoot, UnsafePath
 
 
@@ -104,12 +105,18 @@ class LocalFork:
         pre = f"{prefix}/" if prefix else ""
         self.dirs = set()
 
+        b = budget.current()
+
         def skip(p: str) -> bool:  # descend everything but the prefix's .git; remember each directory
+            b.entry(p)
+            b.path(p)
             self.dirs.add(p[len(pre):])
             return p == pre + ".git"
 
         try:
             for path, st in self.fs.walk(prefix, skip=skip):
+                b.entry(path)
+                b.path(path)
                 rel = path[len(pre):]
                 if stat.S_ISLNK(st.st_mode):
                     blocked[rel] = f"under {path}, a symlinked directory"
@@ -119,8 +126,17 @@ class LocalFork:
         return files, blocked
 
     def iter_paths(self) -> Iterator[str]:
+        b = budget.current()
+
+        def skip(p: str) -> bool:
+            b.entry(p)
+            b.path(p)
+            return p.rsplit("/", 1)[-1] == ".git"
+
         try:
-            for path, _ in self.fs.walk("", skip=lambda p: p.rsplit("/", 1)[-1] == ".git"):
+            for path, _ in self.fs.walk("", skip=skip):
+                b.entry(path)
+                b.path(path)
                 yield path
         except (OSError, UnsafePath) as e:
             raise CannotCheck(f"cannot list the fork: {getattr(e, 'strerror', None) or e}") from None
@@ -132,7 +148,7 @@ class LocalFork:
             else:
                 try:
                     with self.fs.open_read(f.path) as fh:
-                        f.digest = sha256_stream(fh)
+                        f.digest = _hash_counted(fh, f.path)
                 except (OSError, UnsafePath) as e:
                     raise CannotCheck(f"cannot read {f.path}: {getattr(e, 'strerror', None) or e}") from None
         return f.digest
@@ -145,18 +161,32 @@ class LocalFork:
         if f.kind == "symlink":
             return os.fsencode(f.target or "")
         try:
-            return self.fs.read_bytes(f.path, limit)
+            data = self.fs.read_bytes(f.path, limit)
         except OverflowError:
             return None
         except (OSError, UnsafePath) as e:
             raise CannotCheck(f"cannot read {f.path}: {getattr(e, 'strerror', None) or e}") from None
+        budget.current().take(len(data), f.path)
+        return data
+
+
+def _hash_counted(fh, what: str) -> str:
+    """sha256 of a stream, every chunk drawn from the run budget."""
+    import hashlib
+
+    b = budget.current()
+    h = hashlib.sha256()
+    for chunk in iter(lambda: fh.read(1 << 20), b""):
+        b.take(len(chunk), what)
+        h.update(chunk)
+    return h.hexdigest()
 
 
 def link_escapes(rel: str, target: str, root: str | None = None) -> bool:
     """Whether a link at fork-relative `rel` names something outside the fork (or archive), decided from the link
     text alone: nothing is resolved, so an intermediate link in the target is not followed either. An absolute
     target is inside only when it lies under `root` (a local fork's absolute path; archives have none)."""
-    if target.startswith("/") or re.match(r"^[A-Za-z]:", target):
+    if target.startswith("/") or re.match(r"[A-Za-z]:", target):
         if root is None:
             return True
         t = os.path.normpath(target)

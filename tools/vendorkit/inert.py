@@ -5,7 +5,10 @@ text():    no control or format characters survive (newlines, ANSI escapes, bidi
            recolour a terminal or reorder what is shown.
 md_code(): a markdown code span whose delimiter is longer than any backtick run inside, so the text cannot end
            the span; inside a code span GitHub makes no mention, link, image, reference or HTML.
-html():    text() plus HTML escaping, for the few places that are HTML (a <summary> line).
+html():    text() plus HTML escaping, for text that is HTML (none of it fork-controlled today).
+json_safe(): a JSON-ready copy with no lone surrogate left (strict JSON readers reject them): each byte of a name
+           that is not UTF-8 (os.fsdecode's surrogate escapes) becomes the four characters \\xNN, any other lone
+           surrogate \\uNNNN, exactly as text() shows them.
 
 Standard library only and no package imports: tools/sm120_vendor_verify.py inlines this file.
 """
@@ -23,6 +26,8 @@ _TICKS = re.compile(r"`+")
 
 def _escape(ch: str) -> str:
     o = ord(ch)
+    if 0xDC80 <= o <= 0xDCFF:  # an undecodable byte of a file name (surrogateescape): shown as that byte
+        return f"\\x{o - 0xDC00:02x}"
     return f"\\x{o:02x}" if o < 0x100 else (f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}")
 
 
@@ -32,6 +37,17 @@ def text(s) -> str:
     if s.isascii() and s.isprintable():
         return s
     return "".join(_escape(c) if unicodedata.category(c) in _HIDDEN else c for c in s)
+
+
+def json_safe(obj):
+    """`obj` (dicts, lists, strings, numbers) with every lone surrogate in its strings (keys included) escaped."""
+    if isinstance(obj, str):
+        return obj if obj.isascii() else "".join(_escape(c) if unicodedata.category(c) == "Cs" else c for c in obj)
+    if isinstance(obj, dict):
+        return {json_safe(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
 
 
 def md_code(s, table: bool = True) -> str:

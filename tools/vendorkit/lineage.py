@@ -24,9 +24,9 @@ from .versions import is_lineage_tag
 
 UPSTREAMS = "upstreams"
 SCHEMA = 1
-_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_HEX40 = re.compile(r"^[0-9a-f]{40}$")
+_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_HEX40 = re.compile(r"[0-9a-f]{40}")
 _KEYS = {"schema", "lineage", "tag", "root", "origin", "imported", "tree_sha256", "files"}
 _FILE_KEYS = {"path", "sha256"}
 _FILE_OPTIONAL = {"git_blob_sha1", "size", "mode"}
@@ -35,7 +35,7 @@ _LAYER_DIRS = {"common", "impls", "mma", "scheduler", "layout", "tile", "epilogu
 
 
 def check_name(name: str) -> str:
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise UsageError(f"lineage name {name!r}: use lowercase letters, digits, '.', '_' and '-' (a directory name)")
     return name
 
@@ -47,7 +47,7 @@ def lineage_dir(repo_root: str, name: str) -> str:
 def names(repo_root: str) -> list[str]:
     base = os.path.join(repo_root, MANIFEST_DIR, UPSTREAMS)
     try:
-        return sorted(n for n in os.listdir(base) if _NAME.match(n) and os.path.isdir(os.path.join(base, n)))
+        return sorted(n for n in os.listdir(base) if _NAME.fullmatch(n) and os.path.isdir(os.path.join(base, n)))
     except FileNotFoundError:
         return []
 
@@ -66,13 +66,13 @@ def parse(text: str, where: str, expect_lineage: str | None = None, expect_tag: 
     for key in ("lineage", "tag", "root", "origin", "imported", "tree_sha256"):
         if not isinstance(raw[key], str):
             raise ManifestError(f"{where}: {key} must be a string")
-    if not _NAME.match(raw["lineage"]) or (expect_lineage and raw["lineage"] != expect_lineage):
+    if not _NAME.fullmatch(raw["lineage"]) or (expect_lineage and raw["lineage"] != expect_lineage):
         raise ManifestError(f"{where}: lineage {raw['lineage']!r} does not match its directory")
     if not is_lineage_tag(raw["tag"]) or (expect_tag and raw["tag"] != expect_tag):
         raise ManifestError(f"{where}: tag {raw['tag']!r} is not a version or does not match the file name")
     if raw["root"]:
         check_safe_path(raw["root"], f"{where}: root")
-    if not re.match(r"^\d{4}-\d{2}-\d{2}$", raw["imported"]):
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", raw["imported"]):
         raise ManifestError(f"{where}: imported must be a YYYY-MM-DD date")
     if not isinstance(raw["files"], list) or not raw["files"]:
         raise ManifestError(f"{where}: files must be a non-empty list")
@@ -82,10 +82,10 @@ def parse(text: str, where: str, expect_lineage: str | None = None, expect_tag: 
         if not isinstance(f, dict) or not _FILE_KEYS <= set(f) <= _FILE_KEYS | _FILE_OPTIONAL:
             raise ManifestError(f"{w}: expected {{path, sha256}} and optionally git_blob_sha1, size, mode")
         path = check_safe_path(f["path"], w)
-        if not isinstance(f["sha256"], str) or not _HEX64.match(f["sha256"]):
+        if not isinstance(f["sha256"], str) or not _HEX64.fullmatch(f["sha256"]):
             raise ManifestError(f"{w} ({path}): sha256 must be 64 lowercase hex digits")
         blob, size, mode = f.get("git_blob_sha1"), f.get("size"), f.get("mode")
-        if blob is not None and not (isinstance(blob, str) and _HEX40.match(blob)):
+        if blob is not None and not (isinstance(blob, str) and _HEX40.fullmatch(blob)):
             raise ManifestError(f"{w} ({path}): git_blob_sha1 must be 40 lowercase hex digits")
         if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
             raise ManifestError(f"{w} ({path}): size must be a non-negative integer")
@@ -173,7 +173,7 @@ def from_vendor_json(text: str, where: str, prefix: str | None) -> tuple[str, st
         raise UsageError(f"{where}: expected a VENDOR-sm120.json object {{upstream, tag, files: {{path: sha256}}}}")
     for path, sha in files.items():
         check_safe_path(path, where)
-        if not isinstance(sha, str) or not _HEX64.match(sha):
+        if not isinstance(sha, str) or not _HEX64.fullmatch(sha):
             raise UsageError(f"{where}: {path}: not a sha256")
     root = prefix.strip("/") if prefix is not None else detect_root(list(files))
     pre = f"{root}/" if root else ""

@@ -19,8 +19,8 @@ MANIFEST_DIR = "vendor_manifests"
 MODES = ("100644", "100755", "120000")
 DEFAULT_REQUIRES = {"cuda": ">=13.0", "targets": ["sm_120a", "sm_120f", "sm_121a"]}
 
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_HEX40 = re.compile(r"^[0-9a-f]{40}$")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_HEX40 = re.compile(r"[0-9a-f]{40}")
 _TOP_KEYS = {"schema", "tag", "root", "created", "requires", "tree_sha256", "files"}
 _FILE_KEYS = {"path", "sha256", "git_blob_sha1", "size", "mode"}
 
@@ -44,7 +44,7 @@ def check_safe_path(path: Any, where: str) -> str:
         return path
     if not isinstance(path, str) or not path:
         raise ManifestError(f"{where}: path must be a non-empty string")
-    if path.startswith("/") or re.match(r"^[A-Za-z]:", path):
+    if path.startswith("/") or re.match(r"[A-Za-z]:", path):
         raise ManifestError(f"{where}: unsafe absolute path {path!r}")
     if "\\" in path or "\0" in path:
         raise ManifestError(f"{where}: unsafe path {path!r} (backslash or NUL)")
@@ -101,9 +101,9 @@ def _entry(raw: Any, i: int, where: str) -> FileEntry:
         missing, unknown = _FILE_KEYS - keys, keys - _FILE_KEYS
         raise ManifestError(f"{w}: missing keys {sorted(missing)}, unknown keys {sorted(unknown)}")
     path = check_safe_path(raw["path"], w)
-    if not isinstance(raw["sha256"], str) or not _HEX64.match(raw["sha256"]):
+    if not isinstance(raw["sha256"], str) or not _HEX64.fullmatch(raw["sha256"]):
         raise ManifestError(f"{w} ({path}): sha256 must be 64 lowercase hex digits")
-    if not isinstance(raw["git_blob_sha1"], str) or not _HEX40.match(raw["git_blob_sha1"]):
+    if not isinstance(raw["git_blob_sha1"], str) or not _HEX40.fullmatch(raw["git_blob_sha1"]):
         raise ManifestError(f"{w} ({path}): git_blob_sha1 must be 40 lowercase hex digits")
     size = raw["size"]
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
@@ -142,7 +142,7 @@ def parse_manifest(text: str, where: str, expect_tag: str | None = None) -> Mani
         raise ManifestError(f"{where}: root must be {ROOT!r}")
     created = raw["created"]
     created = created.isoformat() if hasattr(created, "isoformat") else created
-    if not isinstance(created, str) or not re.match(r"^\d{4}-\d{2}-\d{2}$", created):
+    if not isinstance(created, str) or not re.fullmatch(r"\d{4}-\d{2}-\d{2}", created):
         raise ManifestError(f"{where}: created must be a YYYY-MM-DD date")
     if not isinstance(raw["requires"], dict):
         raise ManifestError(f"{where}: requires must be a mapping")
@@ -154,7 +154,7 @@ def parse_manifest(text: str, where: str, expect_tag: str | None = None) -> Mani
     if paths != sorted(paths) or len(set(paths)) != len(paths):
         raise ManifestError(f"{where}: file paths must be unique and sorted")
     ts = raw["tree_sha256"]
-    if not isinstance(ts, str) or not _HEX64.match(ts):
+    if not isinstance(ts, str) or not _HEX64.fullmatch(ts):
         raise ManifestError(f"{where}: tree_sha256 must be 64 lowercase hex digits")
     if ts != tree_sha256((f.path, f.sha256) for f in files):
         raise ManifestError(f"{where}: tree_sha256 does not match the listed files")

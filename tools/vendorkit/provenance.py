@@ -212,7 +212,7 @@ def to_json(result: Result) -> str:
     doc = {"schema_version": SCHEMA_VERSION, "exit_code": result.exit_code, "sources": [
         {"source": s.source, "label": s.label, "prefix": s.prefix, "error": s.error, "files": s.files}
         for s in result.sources]}
-    return json.dumps(doc, indent=2) + "\n"
+    return json.dumps(inert.json_safe(doc), indent=2) + "\n"
 
 
 def render(result: Result, fmt: str) -> str:

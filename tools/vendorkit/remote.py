@@ -17,13 +17,13 @@ from .archive import install_path
 from .forkview import ForkFile
 from .github import GitHubClient, NotFound
 
-_SPEC = re.compile(r"^github:([A-Za-z0-9][A-Za-z0-9-]*)/([A-Za-z0-9._-]+)(?:@(.+))?$")
-REPO_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]*/[A-Za-z0-9._-]+$")
-_OID = re.compile(r"^[0-9a-f]{40}$")
+_SPEC = re.compile(r"github:([A-Za-z0-9][A-Za-z0-9-]*)/([A-Za-z0-9._-]+)(?:@(.+))?")
+REPO_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*/[A-Za-z0-9._-]+")
+_OID = re.compile(r"[0-9a-f]{40}")
 
 
 def parse_spec(spec: str) -> tuple[str, str, str]:
-    m = _SPEC.match(spec)
+    m = _SPEC.fullmatch(spec)
     if not m or m.group(2) in (".", ".."):
         raise UsageError(f"bad remote fork {spec!r}: expected github:OWNER/REPO@REF")
     return m.group(1), m.group(2), m.group(3) or "HEAD"
@@ -31,7 +31,7 @@ def parse_spec(spec: str) -> tuple[str, str, str]:
 
 def _slim_commit(data):
     out = {"sha": data["sha"], "tree": data["commit"]["tree"]["sha"]}
-    if not all(isinstance(v, str) and _OID.match(v) for v in out.values()):
+    if not all(isinstance(v, str) and _OID.fullmatch(v) for v in out.values()):
         raise TypeError("malformed commit")
     return out
 
@@ -40,7 +40,7 @@ def _tree_entry(e: dict) -> dict:
     """One tree entry with the types git gives it; a TypeError (an "unexpected answer") otherwise."""
     out = {"path": e["path"], "mode": e["mode"], "type": e["type"], "sha": e["sha"], "size": e.get("size", 0) or 0}
     if not (isinstance(out["path"], str) and isinstance(out["mode"], str) and out["type"] in ("blob", "tree", "commit")
-            and isinstance(out["sha"], str) and _OID.match(out["sha"]) and isinstance(out["size"], int)
+            and isinstance(out["sha"], str) and _OID.fullmatch(out["sha"]) and isinstance(out["size"], int)
             and out["size"] >= 0):
         raise TypeError("malformed tree entry")
     return out

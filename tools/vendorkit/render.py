@@ -94,7 +94,7 @@ def to_json(r: Report, diff_lines: int | None = DEFAULT_DIFF_LINES) -> str:
         "stamp": r.stamp,
         "distributions": r.distributions,
     }
-    return json.dumps(doc, indent=2, sort_keys=False) + "\n"
+    return json.dumps(inert.json_safe(doc), indent=2, sort_keys=False) + "\n"
 
 
 def to_markdown(r: Report, diff_lines: int | None = DEFAULT_DIFF_LINES) -> str:

@@ -50,6 +50,10 @@ class UnsafePath(Exception):
         super().__init__(f"{component} is {why} (not followed)")
 
 
+class TooDeep(OSError):
+    """A walk went deeper than it was allowed to."""
+
+
 class NotRegular(OSError):
     """A path that is not a regular file where one was to be read (FIFO, device, socket, directory, link)."""
 
@@ -249,15 +253,18 @@ class ForkRoot:
                     continue
         return sorted(out)
 
-    def walk(self, rel: str = "", skip=None):
+    def walk(self, rel: str = "", skip=None, max_depth: int | None = None):
         """(fork-relative path, lstat) of every non-directory entry under directory `rel`, depth first in name
-        order. Links (to directories too) are entries, never descended; `skip(path)` prunes directories."""
+        order. Links (to directories too) are entries, never descended; `skip(path)` prunes directories.
+        TooDeep past `max_depth` components (a tree of thousands of nested directories costs no more)."""
         stack = [rel]
         while stack:
             cur = stack.pop()
             below = []
             for name, st in self.list_dir(cur):
                 path = f"{cur}/{name}" if cur else name
+                if max_depth is not None and path.count("/") >= max_depth:
+                    raise TooDeep(errno.ELOOP, f"more than {max_depth} directories deep", path[:200])
                 if stat.S_ISDIR(st.st_mode):
                     if skip is None or not skip(path):
                         below.append(path)

@@ -23,11 +23,19 @@ class StampInfo:
     problems: list[str]            # each one is a drift finding (a stamp that cannot be trusted)
 
     def patch_for(self, path: str, actual_sha256: str, base_sha256: str) -> dict | None:
-        return verifier.patch_for(self.doc, path, actual_sha256, base_sha256)
+        p = verifier.patch_for(self.doc, path, actual_sha256, base_sha256)
+        return _documented(p) if p is not None else None
 
     def summary(self) -> dict:
-        return {"tag": self.doc["tag"], "owned": len(self.owned), "patches": self.doc["patches"],
-                "problems": self.problems}
+        """What reports show of the stamp: only the documented keys, so a stamp cannot add fields (a second
+        `verdict`) to a report."""
+        return {"tag": str(self.doc["tag"]), "owned": len(self.owned),
+                "patches": [_documented(p) for p in self.doc["patches"]], "problems": self.problems}
+
+
+def _documented(patch: dict) -> dict:
+    return {k: patch[k] for k in ("path", "base_sha256", "patched_sha256", "reason", "upstream")
+            if isinstance(patch.get(k), str)}
 
 
 def unusable_stamp(problem: str) -> StampInfo:

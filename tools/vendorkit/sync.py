@@ -122,6 +122,8 @@ def plan(report: Report, ms: ManifestSet, tag: Manifest, force: bool = False,
     stamp_bad = any(f.path == STAMP for f in report.files)
     # the verifier's old bytes are backed up unless they are a verifier some check_vendor wrote
     known = {verifier_gen.digest(m, "sha256") for m in ms.manifests} | set(verifier_gen.LEGACY)
+    known |= {f.actual for f in report.files if f.path == VERIFIER and f.diagnosis == "older-verifier"
+              and f.actual and report.digest_kind == "sha256"}
     acts.append(Action("write", join(VERIFIER), f"the offline verifier for {tag.tag}", backup=True,
                        mode="100755", data=verifier_gen.build(tag), backup_unless=frozenset(known)))
     acts.append(Action("write", join(STAMP), f"stamp for {tag.tag}", backup=stamp_bad,

@@ -1,9 +1,14 @@
 """The offline verifier --sync writes into a fork: tools/sm120_vendor_verify.py with its two helper modules
-inlined and the release's digests baked in. The bytes are a pure function of (this checkout's template, the
-release manifest), so check_vendor compares a fork's verifier with them like any owned file."""
+inlined and the release's digests and modes baked in. The bytes are a pure function of (this checkout's
+template, the release manifest), so check_vendor compares a fork's verifier with them like any owned file.
+
+A verifier an earlier check_vendor wrote is recognised as such (`older-verifier`, replaced by --sync without a
+backup): the unbaked ones of 2026-11-30 by their digest (LEGACY), the baked ones by the digest of their template,
+their `_RELEASE` line put back to `_RELEASE = None` (LEGACY_TEMPLATES)."""
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import re
@@ -13,8 +18,10 @@ from .manifest import Manifest
 
 TOOLS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEMPLATE = os.path.join(TOOLS, "sm120_vendor_verify.py")
+INLINED = ("safefs", "inert")
 _BLOCK = re.compile(r"^# >>> inline vendorkit\.(\w+)\n.*?^# <<< inline vendorkit\.\1\n", re.M | re.S)
 _RELEASE_LINE = "_RELEASE = None\n"
+_BAKED_LINE = re.compile(rb"^_RELEASE = .*$", re.M)
 
 # sha256 of every verifier an earlier check_vendor wrote (the unbaked template of 2026-11-30, two versions).
 # They trust any stamp that adds up, so a fork still carrying one is told to re-sync; --sync replaces them
@@ -23,40 +30,61 @@ LEGACY = {
     "3617f748475f430b6f2c1ea5c6c6f570ff8f9f4ac85d2946eba97cf7a7db4195": "check_vendor of 2026-11-30 (6d0daf9)",
     "00471595379e1976807d6a7b2421ed49df83ffe454c3e63611a58a91ec5670e6": "check_vendor of 2026-11-30 (6b95bad)",
 }
+# sha256 of each earlier baked template (inlined, `_RELEASE = None`), by the commit that wrote it. These import
+# modules by name from their own directory (a `hashlib.py` placed beside one decides its verdict) and ignore the
+# executable bit; a fork carrying one is told to re-sync.
+LEGACY_TEMPLATES = {
+    "463c78b4455596681173a5f3b596eaa748fe1df594536e75549786edc431fdea": "check_vendor of 2026-12-01 (c464b40)",
+    "8d6d265f2406ada846ee6c27f6d801ed48dcdd6af46a21e65799a5d9a8b89d9a": "check_vendor of 2026-12-01 (b4338cd)",
+    "3209998d37e04146a223b1cb3b848ab9e7934d155cd3e999217e59429fd62cbe": "check_vendor of 2026-12-01 (a44df92)",
+    "106af379be1a3d5fa040f5eda739ff9918a5ae06d9ef8a9a7e970944b14fa098": "check_vendor of 2026-12-01 (6416b30)",
+}
 
 
-def _module_body(name: str) -> str:
-    """A vendorkit module's source after its `from __future__` line (the verifier has its own)."""
-    with open(os.path.join(TOOLS, "vendorkit", f"{name}.py"), encoding="utf-8") as fh:
-        src = fh.read()
+def _module_body(src: str, name: str) -> str:
+    """A vendorkit module's source after its `from __future__` line (the verifier imports nothing before it
+    isolates itself, so the inlined copy carries none)."""
     head, sep, body = src.partition("from __future__ import annotations\n")
     if not sep:
         raise RuntimeError(f"vendorkit/{name}.py must start with a docstring and the __future__ import")
     return body.strip("\n") + "\n"
 
 
-@functools.lru_cache(maxsize=None)
-def _template() -> str:
-    with open(TEMPLATE, encoding="utf-8") as fh:
-        src = fh.read()
-
-    def inline(m: re.Match) -> str:
+def inline(template: str, modules: dict[str, str]) -> str:
+    """The verifier template with each `# >>> inline vendorkit.NAME` block replaced by that module's source: a
+    pure function of the sources, so the template of any earlier commit can be rebuilt from its files."""
+    def one(m: re.Match) -> str:
         name = m.group(1)
-        body = _module_body(name)
+        body = _module_body(modules[name], name)
         if name == "inert":  # the template calls inert.text(...): give the inlined functions that namespace
             body += "\n\nclass inert:  # noqa: N801 - the module's name in the template\n" + "".join(
-                f"    {fn} = staticmethod({fn})\n" for fn in ("text", "md_code", "html"))
+                f"    {fn} = staticmethod({fn})\n" for fn in ("text", "md_code", "html", "json_safe"))
         return f"# ---- inlined from deep_gemm_sm120 tools/vendorkit/{name}.py\n{body}# ---- end of {name}.py\n"
 
-    out, n = _BLOCK.subn(inline, src)
+    out, n = _BLOCK.subn(one, template)
     if n != 2 or out.count(_RELEASE_LINE) != 1:
         raise RuntimeError("tools/sm120_vendor_verify.py lost its inline markers or its _RELEASE line")
     return out
 
 
 @functools.lru_cache(maxsize=None)
-def _build(tag: str, tree: str, files: tuple, lineage: str | None) -> bytes:
+def _template() -> str:
+    def read(path: str) -> str:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+
+    return inline(read(TEMPLATE), {n: read(os.path.join(TOOLS, "vendorkit", f"{n}.py")) for n in INLINED})
+
+
+def template_digest(template: str) -> str:
+    return hashlib.sha256(template.encode("utf-8")).hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def _build(tag: str, tree: str, files: tuple, modes: tuple, lineage: str | None) -> bytes:
     doc = {"tag": tag, "tree_sha256": tree, "files": dict(files)}
+    if modes:  # paths whose git mode is not 100644
+        doc["modes"] = dict(modes)
     if lineage:  # our own releases' verifiers carry no lineage key
         doc["lineage"] = lineage
     baked = json.dumps(doc, sort_keys=True)
@@ -65,9 +93,19 @@ def _build(tag: str, tree: str, files: tuple, lineage: str | None) -> bytes:
 
 def build(m: Manifest) -> bytes:
     """The verifier --sync writes for release `m` (of our lineage or an upstream's)."""
-    return _build(m.tag, m.tree_sha256, tuple((e.path, e.sha256) for e in m.files), m.lineage)
+    return _build(m.tag, m.tree_sha256, tuple((e.path, e.sha256) for e in m.files),
+                  tuple((e.path, e.mode) for e in m.files if e.mode not in (None, "100644")), m.lineage)
 
 
 def digest(m: Manifest, kind: str) -> str:
     data = build(m)
     return sha256_bytes(data) if kind == "sha256" else git_blob_sha1(data)
+
+
+def older(data: bytes) -> str | None:
+    """Which earlier check_vendor wrote these verifier bytes (any release's), or None."""
+    sha = sha256_bytes(data)
+    if sha in LEGACY:
+        return LEGACY[sha]
+    unbaked, n = _BAKED_LINE.subn(b"_RELEASE = None", data, count=1)
+    return LEGACY_TEMPLATES.get(sha256_bytes(unbaked)) if n else None

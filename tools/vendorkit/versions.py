@@ -5,28 +5,28 @@ import re
 
 from .errors import UsageError
 
-_TAG = re.compile(r"^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$")
+_TAG = re.compile(r"v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)")
 
 
 def parse_tag(tag: str) -> tuple[int, int, int]:
-    m = _TAG.match(tag)
+    m = _TAG.fullmatch(tag)
     if not m:
         raise UsageError(f"malformed version {tag!r}: expected vMAJOR.MINOR.PATCH, e.g. v0.1.0")
     return int(m.group(1)), int(m.group(2)), int(m.group(3))
 
 
 def is_tag(tag: str) -> bool:
-    return bool(_TAG.match(tag))
+    return bool(_TAG.fullmatch(tag))
 
 
-_LOOSE = re.compile(r"^v?(\d+(?:\.\d+)*)(?:[.-]?(a|b|rc|post|dev)(\d*))?$")
+_LOOSE = re.compile(r"v?(\d+(?:\.\d+)*)(?:[.-]?(a|b|rc|post|dev)(\d*))?")
 _PHASE = {"dev": 0, "a": 1, "b": 2, "rc": 3, None: 4, "post": 5}
 
 
 def sort_key(tag: str) -> tuple:
     """An ordering for release tags of any lineage: ours (vX.Y.Z) and upstreams' (`v0.1.4`, `2.8.1`, `1.0rc1`,
     `2.0.post1`). Numbers compare as numbers; a tag of another shape sorts before every version, by its text."""
-    m = _LOOSE.match(tag)
+    m = _LOOSE.fullmatch(tag)
     if not m:
         return (0, (), 0, 0, tag)
     nums = tuple(int(x) for x in m.group(1).split("."))
@@ -36,19 +36,19 @@ def sort_key(tag: str) -> tuple:
 
 def is_lineage_tag(tag: str) -> bool:
     """Tags an imported lineage may use: a version (`v0.1.4`, `2.8.1`, `1.0rc1`) and nothing a path could abuse."""
-    return bool(_LOOSE.match(tag)) and len(tag) <= 64
+    return bool(_LOOSE.fullmatch(tag)) and len(tag) <= 64
 
 
-_PEP440 = re.compile(r"^\s*v?(?:(\d+)!)?(\d+(?:\.\d+)*)(?:[-_.]?(a|alpha|b|beta|c|rc|pre|preview)[-_.]?(\d*))?"
+_PEP440 = re.compile(r"\s*v?(?:(\d+)!)?(\d+(?:\.\d+)*)(?:[-_.]?(a|alpha|b|beta|c|rc|pre|preview)[-_.]?(\d*))?"
                      r"(?:(?:-(\d+))|(?:[-_.]?(post|rev|r)[-_.]?(\d*)))?(?:[-_.]?(dev)[-_.]?(\d*))?"
-                     r"(?:\+([a-z0-9]+(?:[-_.][a-z0-9]+)*))?\s*$", re.I)
+                     r"(?:\+([a-z0-9]+(?:[-_.][a-z0-9]+)*))?\s*", re.I)
 _PRE = {"a": 0, "alpha": 0, "b": 1, "beta": 1, "c": 2, "rc": 2, "pre": 2, "preview": 2}
 
 
 def pep440_key(version: str) -> tuple | None:
     """A sort key following PEP 440's ordering (epoch, release, pre, post, dev, local), or None for a version
     string PEP 440 does not accept."""
-    m = _PEP440.match(version)
+    m = _PEP440.fullmatch(version)
     if not m:
         return None
     epoch, rel, pre_l, pre_n, post_implicit, post_l, post_n, dev_l, dev_n, local = m.groups()

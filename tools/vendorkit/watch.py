@@ -23,9 +23,9 @@ LABEL = "vendor-drift"
 BODY_LIMIT = 65536
 _GITHUB_KEYS, _GITHUB_OPTIONAL = {"name", "repo", "ref", "prefix", "track"}, {"lineage"}
 _PYPI_KEYS, _PYPI_OPTIONAL = {"name", "pypi", "track"}, {"version", "prefix", "lineage"}
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_PACKAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_VERSION = re.compile(r"^[A-Za-z0-9.+!_-]+$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_PACKAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_VERSION = re.compile(r"[A-Za-z0-9.+!_-]+")
 FAILING_VERDICTS = ("drifted", "stale", "not-vendored")
 WATCH_SCHEMA_VERSION = 3  # 3: a PyPI downstream lists every file of its release (files); reports: check_vendor's 2
 
@@ -60,11 +60,11 @@ def _check_entry(d: dict, where: str, manifests) -> None:
     if not all(isinstance(v, str) and v for v in d.values()):
         raise UsageError(f"{where}: every value must be a non-empty string")
     if "pypi" in d:
-        if not _PACKAGE.match(d["pypi"]):
+        if not _PACKAGE.fullmatch(d["pypi"]):
             raise UsageError(f"{where}: pypi {d['pypi']!r} is not a package name")
-        if "version" in d and not _VERSION.match(d["version"]):
+        if "version" in d and not _VERSION.fullmatch(d["version"]):
             raise UsageError(f"{where}: version {d['version']!r} is not a version")
-    elif not REPO_NAME.match(d["repo"]):
+    elif not REPO_NAME.fullmatch(d["repo"]):
         raise UsageError(f"{where}: repo {d['repo']!r} is not OWNER/NAME")
     ms = manifests(d.get("lineage"))
     if d["track"] != "latest":
@@ -112,7 +112,7 @@ def load_config(path: str, ms: ManifestSet, repo_root: str | None = None) -> lis
         if not isinstance(d, dict):
             raise UsageError(f"{where}: expected a mapping")
         _check_entry(d, where, manifests_loader(ms, repo_root))
-        if not _NAME.match(d["name"]) or d["name"] in names:
+        if not _NAME.fullmatch(d["name"]) or d["name"] in names:
             raise UsageError(f"{where}: name {d['name']!r} must be unique and use letters, digits, . _ -")
         names.add(d["name"])
         prefix = d["prefix"].strip("/") if "prefix" in d else None
@@ -368,7 +368,7 @@ def reconcile_issues(client: GitHubClient, repo: str | None, results: list[ForkR
                      dry_run: bool = False) -> None:
     """Create, edit, reopen or close one issue per downstream; no write when nothing changed. dry_run: only
     record what would be done (reading the existing issues when `repo` is given)."""
-    if repo is not None and not REPO_NAME.match(repo):
+    if repo is not None and not REPO_NAME.fullmatch(repo):
         raise UsageError(f"--repo {repo!r} is not OWNER/NAME")
     issues = [] if repo is None else [
         i for i in client.paginate(f"/repos/{repo}/issues", {"labels": LABEL, "state": "all"})
@@ -459,4 +459,4 @@ def summary_json(results: list[ForkResult], scrub) -> str:
          "files": r.extra.get("files"), "commit": r.commit, "track": r.downstream.track, "requests": r.requests,
          "counted_requests": r.counted, "issue": r.issue_action, "report": json.loads(to_json(r.report))}
         for r in results]}
-    return scrub(json.dumps(doc, indent=2) + "\n")
+    return scrub(json.dumps(inert.json_safe(doc), indent=2) + "\n")

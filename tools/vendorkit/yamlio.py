@@ -35,9 +35,16 @@ def require_yaml() -> Any:
 
 
 def safe_load(text: str) -> Any:
+    """The document, through PyYAML's pure-Python safe loader: libyaml's C loader overflows its stack (a
+    segfault, no exception) on deeply nested input, the Python one raises RecursionError, reported as a YAML
+    error like any other."""
     y = require_yaml()
-    loader = getattr(y, "CSafeLoader", y.SafeLoader)
-    return y.load(text, Loader=loader)  # noqa: S506 - SafeLoader / CSafeLoader only
+    try:
+        return y.load(text, Loader=y.SafeLoader)  # noqa: S506 - SafeLoader only
+    except RecursionError:
+        raise y.YAMLError("nested too deeply") from None
+    except (ValueError, TypeError, OverflowError) as e:  # constructors on crafted scalars (a 5,000-digit int)
+        raise y.YAMLError(f"{type(e).__name__}: {e}") from None
 
 
 def yaml_error_types() -> tuple[type[BaseException], ...]:
