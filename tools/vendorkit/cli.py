@@ -241,6 +241,7 @@ def _run_check(argv: list[str]) -> int:
                                strict=a.strict)
         _emit(render(report, a.format, a.verbose, diff_lines))
         return report.exit_code
+    view = _journal_first(a, view)
     prefix = _resolve_prefix(a, view, ms)
 
     def compare(v=view):
@@ -254,6 +255,24 @@ def _run_check(argv: list[str]) -> int:
         report = _sync(a, view, ms, tag, prefix, store, compare, report)
     _emit(render(report, a.format, a.verbose, diff_lines))
     return report.exit_code
+
+
+def _journal_first(a, view):
+    """A local fork an interrupted --sync left between two states (its journal at the fork root): --sync restores
+    it first (the view of the restored fork is returned); anything else cannot check it (exit 2)."""
+    from . import transaction
+    from .forkview import LocalFork
+
+    if not isinstance(view, LocalFork) or view.fs.lstat(transaction.JOURNAL) is None:
+        return view
+    if not a.sync or a.dry_run:
+        raise CannotCheck(f"an interrupted --sync left {transaction.JOURNAL} at the fork root: the fork may be "
+                          f"between two releases; run --sync (without --dry-run) to restore it first")
+    out = _emit if a.format == "text" else sys.stderr.write
+    for line in transaction.recover(view.fs) or []:
+        out(inert.text(line) + "\n")
+    view.fs.close()
+    return LocalFork(view.root)
 
 
 def _sync(a, view, ms, tag, prefix, store, compare, report):
@@ -283,7 +302,7 @@ def _sync(a, view, ms, tag, prefix, store, compare, report):
             for line in sync.how_to_proceed(a.fork, refused, bool(report.owned)):
                 emit(line)
         return report
-    sync.apply(actions, view, prefix, backup_root, emit)
+    sync.apply(actions, view, prefix, backup_root, emit, header={"tag": tag.label, "prefix": prefix})
     view.fs.close()
     view = LocalFork(view.root)
     return compare(view)

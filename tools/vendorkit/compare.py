@@ -313,9 +313,8 @@ class Comparator:
             who = verifier_gen.older(data) if data is not None else None
             if who is not None:
                 return FileResult(VERIFIER, "changed", diagnosis="older-verifier",
-                                  detail=f"written by {who}, which imports modules found beside it (a planted "
-                                         f"hashlib.py decides its verdict) and ignores modes; --sync replaces it",
-                                  expected=expected, actual=actual, fork_path=fork_path)
+                                  detail=f"written by {who}; --sync replaces it", expected=expected, actual=actual,
+                                  fork_path=fork_path)
         r = self._diagnose_changed(VERIFIER, entry, f, actual, verifier_gen.build(release),
                                    f"the verifier of {release.tag}")
         if r.diagnosis in ("content", "replaced"):

@@ -310,6 +310,15 @@ class ForkRoot:
                 pass
             raise
 
+    def create_exclusive(self, rel: str, mode: int = 0o644):
+        """A new file `rel` opened for binary writing (FileExistsError when anything is there, a link included).
+        The parent directory must exist."""
+        self._trim()
+        d, name = self._parent(rel)
+        fd = os.open(d.at(name), os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC | _BINARY, mode,
+                     dir_fd=d.fd)
+        return os.fdopen(fd, "wb")
+
     def symlink(self, target: str, rel: str) -> None:
         self._trim()
         d, name = self._parent(rel)

@@ -21,16 +21,16 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from . import verifier_gen
+from . import transaction, verifier_gen
 from .compare import Report
 from .errors import CannotCheck
 from .forkview import LocalFork
 from .hashing import sha256_bytes, sha256_stream
 from .manifest import FileEntry, Manifest, ManifestSet
 from .safefs import ForkRoot, UnsafePath
+from .transaction import ABSENT, OTHER, state
 from .stamp import BACKUP_DIR, STAMP, VERIFIER, stamp_text
 
-ABSENT, OTHER = "absent", "other"  # entry states besides a sha256 (of a file's bytes or a link's target)
 
 
 @dataclass
@@ -161,19 +161,6 @@ def how_to_proceed(fork_label: str, refused: list[Action], has_stamp: bool) -> l
 
 # ---------------------------------------------------------------- preflight: the whole plan, checked
 
-def state(fs: ForkRoot, rel: str) -> str:
-    """ABSENT, OTHER, or the sha256 of a regular file's bytes / a link's target (what FileResult.actual holds)."""
-    st = fs.lstat(rel)
-    if st is None:
-        return ABSENT
-    if stat.S_ISLNK(st.st_mode):
-        return sha256_bytes(os.fsencode(fs.readlink(rel)))
-    if stat.S_ISREG(st.st_mode):
-        with fs.open_read(rel) as fh:
-            return sha256_stream(fh)
-    return OTHER
-
-
 def _backup_root(fs: ForkRoot) -> str:
     when = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     name, n = f"{BACKUP_DIR}/{when}", 1
@@ -247,106 +234,19 @@ def _mode(st: os.stat_result) -> str:
 
 # ---------------------------------------------------------------- apply: a transaction
 
-class Changed(Exception):
-    """An entry no longer holds what the plan saw: the sync is undone."""
-
-
-class Transaction:
-    """Steps that can be undone: each replaced or deleted entry is renamed aside in its own directory (and checked
-    against the plan), new files and directories are recorded; commit() drops the asides, rollback() reverts."""
-
-    def __init__(self, fs: ForkRoot):
-        self.fs = fs
-        self.undo: list[tuple] = []
-        self.asides: list[str] = []
-
-    def _dirs(self, rel_dir: str) -> None:
-        for d in self.fs.make_dirs(rel_dir):
-            self.undo.append(("rmdir", d))
-
-    def _aside(self, rel: str, expect: str | None) -> str | None:
-        if self.fs.lstat(rel) is None:
-            if expect not in (None, ABSENT):
-                raise Changed(f"{rel} disappeared during the sync")
-            return None
-        parent = rel.rpartition("/")[0]
-        aside = (f"{parent}/" if parent else "") + f".sm120-undo-{os.urandom(6).hex()}"
-        self.fs.rename(rel, aside)
-        self.undo.append(("restore", aside, rel))
-        self.asides.append(aside)
-        if expect is not None and state(self.fs, aside) != expect:
-            raise Changed(f"{rel} changed during the sync")
-        return aside
-
-    def _copy(self, src: str, dst: str) -> None:
-        self._dirs(dst.rpartition("/")[0])
-        st = self.fs.lstat(src)
-        if stat.S_ISLNK(st.st_mode):
-            self.fs.symlink(self.fs.readlink(src), dst)
-        else:
-            with self.fs.open_read(src) as fh:
-                self.fs.write_atomic(dst, fh, 0o755 if st.st_mode & stat.S_IXUSR else 0o644)
-        self.undo.append(("unlink", dst))
-
-    def write(self, rel: str, data: bytes, mode: str, expect: str | None, backup_to: str | None) -> None:
-        self._dirs(rel.rpartition("/")[0])
-        aside = self._aside(rel, expect)
-        if backup_to and aside is not None:
-            self._copy(aside, backup_to)
-        if mode == "120000":
-            self.fs.symlink(os.fsdecode(data), rel)
-        else:
-            self.fs.write_atomic(rel, data, 0o755 if mode == "100755" else 0o644)
-        self.undo.append(("unlink", rel))
-
-    def delete(self, rel: str, expect: str | None) -> None:
-        self._aside(rel, expect)
-
-    def chmod(self, rel: str, mode: str, expect: str | None) -> None:
-        if expect is not None and state(self.fs, rel) != expect:
-            raise Changed(f"{rel} changed during the sync")
-        old = self.fs.lstat(rel).st_mode & 0o7777
-        self.fs.chmod(rel, 0o755 if mode == "100755" else 0o644)
-        self.undo.append(("chmod", rel, old))
-
-    def commit(self) -> list[str]:
-        """Drop the asides; returns the ones that could not be removed (harmless, reported)."""
-        left = []
-        for aside in self.asides:
-            try:
-                self.fs.unlink(aside)
-            except OSError:
-                left.append(aside)
-        return left
-
-    def rollback(self) -> list[str]:
-        """Undo every step, newest first; returns what could not be undone (empty: the fork is as it was)."""
-        failed = []
-        for step in reversed(self.undo):
-            try:
-                if step[0] == "unlink":
-                    self.fs.unlink(step[1])
-                elif step[0] == "restore":
-                    self.fs.rename(step[1], step[2])
-                elif step[0] == "rmdir":
-                    self.fs.rmdir(step[1])
-                elif step[0] == "chmod":
-                    self.fs.chmod(step[1], step[2])
-            except (OSError, UnsafePath) as e:
-                failed.append(f"{step[0]} {' -> '.join(step[1:2] if step[0] != 'restore' else step[1:3])}: {e}")
-        return failed
-
-
 def apply(acts: list[Action], fork: LocalFork, prefix: str, backup_root: str | None,
-          log: Callable[[str], None]) -> None:
-    """Carry out a preflighted plan with no refusals. On any failure every step is undone and CannotCheck says
-    what happened (and, should undoing fail too, what is left where)."""
+          log: Callable[[str], None], header: dict | None = None) -> None:
+    """Carry out a preflighted plan with no refusals as one journaled transaction (vendorkit.transaction). On any
+    failure or signal every step is undone and CannotCheck says what happened (and, should undoing fail too,
+    what is left where)."""
     assert not refusals(acts), "apply() needs a plan without refusals"
     fs = fork.fs
-    tx = Transaction(fs)
     done: list[str] = []
-    try:
+    current: list[Action] = []
+
+    def steps(tx: transaction.Transaction) -> None:
         for a in acts:
+            current[:] = [a]
             if a.verb == "keep":
                 done.append(f"  keep     {a.path}  ({a.why})")
                 continue
@@ -360,14 +260,13 @@ def apply(acts: list[Action], fork: LocalFork, prefix: str, backup_root: str | N
             elif a.verb == "delete":
                 tx.delete(a.path, a.expect)
             done.append(f"  {a.verb:<8} {a.path}  ({a.why})")
-    except (OSError, UnsafePath, Changed) as e:
-        failed = tx.rollback()
-        what = f"{a.verb} {a.path}: {getattr(e, 'strerror', None) or e}"
-        if failed:
-            raise CannotCheck(f"sync failed at {what}; undoing it failed too, so the fork is between states: "
-                              + "; ".join(failed)) from None
-        raise CannotCheck(f"sync failed at {what}; every change was undone (the fork is as it was)") from None
-    left = tx.commit()
+
+    try:
+        left = transaction.run(fs, header or {}, steps)
+    except transaction._Failed as e:
+        a = current[0] if current else None
+        where = f" at {a.verb} {a.path}" if a is not None else ""
+        raise CannotCheck(f"sync failed{where}: {e}; every change was undone (the fork is as it was)") from None
     for line in done:
         log(line)
     for aside in left:

@@ -30,14 +30,20 @@ LEGACY = {
     "3617f748475f430b6f2c1ea5c6c6f570ff8f9f4ac85d2946eba97cf7a7db4195": "check_vendor of 2026-11-30 (6d0daf9)",
     "00471595379e1976807d6a7b2421ed49df83ffe454c3e63611a58a91ec5670e6": "check_vendor of 2026-11-30 (6b95bad)",
 }
-# sha256 of each earlier baked template (inlined, `_RELEASE = None`), by the commit that wrote it. These import
-# modules by name from their own directory (a `hashlib.py` placed beside one decides its verdict) and ignore the
-# executable bit; a fork carrying one is told to re-sync.
+# sha256 of each earlier baked template (inlined, `_RELEASE = None`), by the commit that wrote it and what it
+# lacks; a fork carrying one is told to re-sync (the bytes --sync writes changed).
+_UNISOLATED = ", whose verifier imports modules found beside it (a planted hashlib.py decides it) and ignores modes"
 LEGACY_TEMPLATES = {
-    "463c78b4455596681173a5f3b596eaa748fe1df594536e75549786edc431fdea": "check_vendor of 2026-12-01 (c464b40)",
-    "8d6d265f2406ada846ee6c27f6d801ed48dcdd6af46a21e65799a5d9a8b89d9a": "check_vendor of 2026-12-01 (b4338cd)",
-    "3209998d37e04146a223b1cb3b848ab9e7934d155cd3e999217e59429fd62cbe": "check_vendor of 2026-12-01 (a44df92)",
-    "106af379be1a3d5fa040f5eda739ff9918a5ae06d9ef8a9a7e970944b14fa098": "check_vendor of 2026-12-01 (6416b30)",
+    "463c78b4455596681173a5f3b596eaa748fe1df594536e75549786edc431fdea":
+        "check_vendor of 2026-12-01 (c464b40)" + _UNISOLATED,
+    "8d6d265f2406ada846ee6c27f6d801ed48dcdd6af46a21e65799a5d9a8b89d9a":
+        "check_vendor of 2026-12-01 (b4338cd)" + _UNISOLATED,
+    "3209998d37e04146a223b1cb3b848ab9e7934d155cd3e999217e59429fd62cbe":
+        "check_vendor of 2026-12-01 (a44df92)" + _UNISOLATED,
+    "106af379be1a3d5fa040f5eda739ff9918a5ae06d9ef8a9a7e970944b14fa098":
+        "check_vendor of 2026-12-01 (6416b30)" + _UNISOLATED,
+    "717004581df13a8494238f82055f87ee85306fdc56f7a9dc7bdeec0a94f3bb8e":
+        "check_vendor of 2026-12-02 (6ed4cc4)",
 }
 
 

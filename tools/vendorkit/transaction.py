@@ -1,0 +1,374 @@
+"""How --sync changes a fork: one transaction, all or nothing, even when the process is killed.
+
+Every step is first written to a journal (`.sm120-sync-journal` at the fork root, one JSON line per step,
+flushed and fsynced before the step runs), so whatever stops the process, the journal names every step that
+may have run. Each entry a step replaces or deletes is renamed aside in its own directory first; new files
+land through a temporary file and a rename. Undoing a step is idempotent and checks before it acts (a file is
+removed only if it holds the bytes the step wrote; an aside is renamed back only if it is still there), so an
+undo can itself be interrupted and run again.
+
+- A failure (disk full, a file changed by someone else) or SIGINT / SIGTERM / SIGHUP during the steps: every
+  step is undone in reverse (further signals wait until it is done), the journal is removed, exit 2.
+- `kill -9` (or a power cut): the journal stays. A plain check of the fork then exits 2 and says so; the next
+  `--sync` first restores the fork from the journal (or, when the journal reached its commit record, finishes
+  dropping the asides), then plans and syncs as usual.
+- After the commit record the asides are removed and the journal is deleted: the fork is the release.
+A journal is fork content like any other: it is replayed only by --sync, only when every record is one this
+module writes (known operations, safe paths, our own aside and temporary names), and never through a link.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import signal
+import stat
+import threading
+import time
+from typing import Callable
+
+from .errors import CannotCheck
+from .safefs import ForkRoot, UnsafePath, safe_relative
+
+JOURNAL = ".sm120-sync-journal"
+JOURNAL_MAX_BYTES = 16 << 20
+ABSENT, OTHER = "absent", "other"  # entry states besides a sha256 (of a file's bytes or a link's target)
+_ASIDE = re.compile(r"(?:.*/)?\.sm120-undo-[0-9a-f]{12}")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
+
+
+class Changed(Exception):
+    """An entry no longer holds what the plan saw: the sync is undone."""
+
+
+class Interrupted(Exception):
+    """A signal asked the process to stop during the steps: the sync is undone."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+
+
+def state(fs: ForkRoot, rel: str) -> str:
+    """ABSENT, OTHER, or the sha256 of a regular file's bytes / a link's target (what FileResult.actual holds)."""
+    st = fs.lstat(rel)
+    if st is None:
+        return ABSENT
+    if stat.S_ISLNK(st.st_mode):
+        return hashlib.sha256(os.fsencode(fs.readlink(rel))).hexdigest()
+    if stat.S_ISREG(st.st_mode):
+        h = hashlib.sha256()
+        with fs.open_read(rel) as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        return h.hexdigest()
+    return OTHER
+
+
+# ---------------------------------------------------------------- the journal
+
+class Journal:
+    """The write-ahead record of one sync's steps."""
+
+    def __init__(self, fs: ForkRoot, header: dict):
+        self.fs = fs
+        try:
+            self.fh = fs.create_exclusive(JOURNAL)
+        except FileExistsError:
+            raise CannotCheck(f"{JOURNAL} exists at the fork root: another --sync is running, or one was killed "
+                              f"(run --sync again to restore the fork from it)") from None
+        self.records: list[dict] = []
+        self._write({"journal": 1, "pid": os.getpid(), "started": time.time(), **header})
+
+    def _write(self, rec: dict) -> None:
+        self.fh.write(json.dumps(rec, sort_keys=True).encode() + b"\n")
+        self.fh.flush()
+        os.fsync(self.fh.fileno())
+
+    def record(self, **step) -> None:
+        """Log a step before it runs."""
+        self._write(step)
+        self.records.append(step)
+
+    def remove(self) -> None:
+        self.fh.close()
+        self.fs.unlink(JOURNAL)
+
+
+def read_journal(fs: ForkRoot) -> tuple[dict, list[dict]] | None:
+    """(header, step records) of the journal at the fork root, None when there is none. CannotCheck when it is
+    not a journal this module wrote (it is then never replayed)."""
+    try:
+        raw = fs.read_bytes(JOURNAL, JOURNAL_MAX_BYTES)
+    except FileNotFoundError:
+        return None
+    except (OverflowError, OSError, UnsafePath) as e:
+        raise CannotCheck(f"{JOURNAL} cannot be used ({e}): not replayed; inspect the fork and remove it by hand") \
+            from None
+    lines = raw.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    elif lines:
+        lines.pop()  # a last line cut short by the kill: its step never started
+    try:
+        recs = [json.loads(ln) for ln in lines]
+    except (ValueError, RecursionError):
+        raise CannotCheck(f"{JOURNAL} is not a journal check_vendor wrote (not JSON lines): not replayed; inspect "
+                          f"the fork and remove it by hand") from None
+    if not recs or not isinstance(recs[0], dict) or recs[0].get("journal") != 1 or not isinstance(
+            recs[0].get("pid"), int):
+        raise CannotCheck(f"{JOURNAL} has no journal header: not replayed; inspect the fork and remove it by hand")
+    for r in recs[1:]:
+        if not _valid(r):
+            raise CannotCheck(f"{JOURNAL} holds a record check_vendor never writes ({str(r)[:120]}): not replayed; "
+                              f"inspect the fork and remove it by hand")
+    return recs[0], recs[1:]
+
+
+def _valid(r) -> bool:
+    if not isinstance(r, dict) or not isinstance(r.get("op"), str):
+        return False
+    op, path = r["op"], r.get("path")
+    if op == "commit":
+        return set(r) == {"op"}
+    if not safe_relative(path):
+        return False
+    if op == "mkdir":
+        return set(r) == {"op", "path"}
+    if op == "aside":
+        a = r.get("aside")
+        return set(r) == {"op", "path", "aside"} and isinstance(a, str) and safe_relative(a) and bool(
+            _ASIDE.fullmatch(a)) and a.rpartition("/")[0] == path.rpartition("/")[0]
+    if op == "write":
+        return set(r) == {"op", "path", "sha256"} and isinstance(r["sha256"], str) and bool(_HEX64.fullmatch(
+            r["sha256"]))
+    if op == "symlink":
+        return set(r) == {"op", "path", "target"} and isinstance(r["target"], str)
+    if op == "chmod":
+        return set(r) == {"op", "path", "old"} and r["old"] in (0o644, 0o755)
+    return False
+
+
+def undo(fs: ForkRoot, records: list[dict], pid: int) -> list[str]:
+    """Undo logged steps, newest first; each check before it acts, so running this twice is harmless. Returns
+    what could not be undone (empty: the fork is as it was)."""
+    failed = []
+    for r in reversed(records):
+        op, path = r["op"], r.get("path")
+        try:
+            if op == "write":
+                _drop_tmps(fs, path.rpartition("/")[0], pid)
+                if state(fs, path) == r["sha256"]:
+                    fs.unlink(path)
+            elif op == "symlink":
+                st = fs.lstat(path)
+                if st is not None and stat.S_ISLNK(st.st_mode) and fs.readlink(path) == r["target"]:
+                    fs.unlink(path)
+            elif op == "aside":
+                if fs.lstat(r["aside"]) is not None:
+                    fs.rename(r["aside"], path)
+            elif op == "chmod":
+                st = fs.lstat(path)
+                if st is not None and stat.S_ISREG(st.st_mode):
+                    fs.chmod(path, r["old"])
+            elif op == "mkdir":
+                st = fs.lstat(path)
+                if st is not None and stat.S_ISDIR(st.st_mode) and not fs.list_dir(path):
+                    fs.rmdir(path)
+        except (OSError, UnsafePath) as e:
+            failed.append(f"{op} {path}: {getattr(e, 'strerror', None) or e}")
+    return failed
+
+
+def _drop_tmps(fs: ForkRoot, rel_dir: str, pid: int) -> None:
+    """Temporary files a killed write_atomic of process `pid` left in `rel_dir`."""
+    try:
+        names = [n for n, _ in fs.list_dir(rel_dir) if n.startswith(f".sm120-tmp-{pid}-")]
+    except (FileNotFoundError, UnsafePath, NotADirectoryError):
+        return
+    for n in names:
+        fs.unlink(f"{rel_dir}/{n}" if rel_dir else n)
+
+
+def _drop_asides(fs: ForkRoot, records: list[dict]) -> list[str]:
+    left = []
+    for r in records:
+        if r["op"] == "aside" and fs.lstat(r["aside"]) is not None:
+            try:
+                fs.unlink(r["aside"])
+            except OSError:
+                left.append(r["aside"])
+    return left
+
+
+def recover(fs: ForkRoot) -> list[str] | None:
+    """Finish what a killed sync left (None when it left nothing): before its commit record, undo every step; after
+    it, drop the asides. Lines saying what was done; CannotCheck when the journal cannot be replayed or an undo
+    step fails (the journal then stays for another attempt)."""
+    found = read_journal(fs)
+    if found is None:
+        return None
+    header, records = found
+    with deferred_signals():
+        if any(r["op"] == "commit" for r in records):
+            left = _drop_asides(fs, records)
+            done = [f"  recover  an interrupted sync (pid {header['pid']}) had committed: its "
+                    f"{sum(r['op'] == 'aside' for r in records)} set-aside entries are dropped"]
+            done += [f"  note     could not remove {a}; delete it by hand" for a in left]
+        else:
+            failed = undo(fs, records, header["pid"])
+            if failed:
+                raise CannotCheck(f"restoring the fork from {JOURNAL} failed at: " + "; ".join(failed) +
+                                  f"; the journal is kept, run --sync again once the cause is fixed")
+            done = [f"  recover  an interrupted sync (pid {header['pid']}): {len(records)} logged step(s) undone; "
+                    f"the fork is as it was before it"]
+        fs.unlink(JOURNAL)
+    return done
+
+
+# ---------------------------------------------------------------- signals
+
+class _Guard:
+    def __init__(self):
+        self.deferred: int | None = None
+        self.raising = True
+
+    def handler(self, signum, frame) -> None:
+        if self.raising:
+            self.raising = False  # a second signal during the undo waits for it
+            raise Interrupted(signum)
+        self.deferred = self.deferred or signum
+
+
+@contextlib.contextmanager
+def _signals(raising: bool):
+    """SIGINT, SIGTERM and SIGHUP raise Interrupted once (raising) or are only remembered, until the block ends;
+    the previous handlers come back after it."""
+    g = _Guard()
+    g.raising = raising
+    if threading.current_thread() is not threading.main_thread():  # signal handlers belong to the main thread
+        yield g
+        return
+    before = {s: signal.getsignal(s) for s in SIGNALS}
+    for s in SIGNALS:
+        signal.signal(s, g.handler)
+    try:
+        yield g
+    finally:
+        for s, h in before.items():
+            signal.signal(s, h)
+
+
+def deferred_signals():
+    return _signals(raising=False)
+
+
+# ---------------------------------------------------------------- the transaction
+
+class Transaction:
+    """Journaled steps: each replaced or deleted entry is renamed aside in its own directory (and checked against
+    the plan), new files and directories are logged before they are made; commit() drops the asides."""
+
+    def __init__(self, fs: ForkRoot, journal: Journal):
+        self.fs, self.journal = fs, journal
+
+    def _dirs(self, rel_dir: str) -> None:
+        parts = rel_dir.split("/") if rel_dir else []
+        for i in range(len(parts)):
+            d = "/".join(parts[: i + 1])
+            if self.fs.lstat(d) is None:
+                self.journal.record(op="mkdir", path=d)
+                self.fs.make_dirs(d)
+
+    def _aside(self, rel: str, expect: str | None) -> str | None:
+        if self.fs.lstat(rel) is None:
+            if expect not in (None, ABSENT):
+                raise Changed(f"{rel} disappeared during the sync")
+            return None
+        parent = rel.rpartition("/")[0]
+        aside = (f"{parent}/" if parent else "") + f".sm120-undo-{os.urandom(6).hex()}"
+        self.journal.record(op="aside", path=rel, aside=aside)
+        self.fs.rename(rel, aside)
+        if expect is not None and state(self.fs, aside) != expect:
+            raise Changed(f"{rel} changed during the sync")
+        return aside
+
+    def _put(self, rel: str, data, mode: str) -> None:
+        """A new entry at `rel` (nothing is there): a link, or a file of `data` (bytes or a stream)."""
+        if mode == "120000":
+            target = os.fsdecode(data)
+            self.journal.record(op="symlink", path=rel, target=target)
+            self.fs.symlink(target, rel)
+            return
+        sha = hashlib.sha256(data).hexdigest()
+        self.journal.record(op="write", path=rel, sha256=sha)
+        self.fs.write_atomic(rel, data, 0o755 if mode == "100755" else 0o644)
+
+    def write(self, rel: str, data: bytes, mode: str, expect: str | None, backup_to: str | None) -> None:
+        self._dirs(rel.rpartition("/")[0])
+        aside = self._aside(rel, expect)
+        if backup_to and aside is not None:
+            self._dirs(backup_to.rpartition("/")[0])
+            st = self.fs.lstat(aside)
+            if stat.S_ISLNK(st.st_mode):
+                self._put(backup_to, os.fsencode(self.fs.readlink(aside)), "120000")
+            else:
+                with self.fs.open_read(aside) as fh:
+                    old = fh.read()
+                self._put(backup_to, old, "100755" if st.st_mode & stat.S_IXUSR else "100644")
+        self._put(rel, data, mode)
+
+    def delete(self, rel: str, expect: str | None) -> None:
+        self._aside(rel, expect)
+
+    def chmod(self, rel: str, mode: str, expect: str | None) -> None:
+        if expect is not None and state(self.fs, rel) != expect:
+            raise Changed(f"{rel} changed during the sync")
+        old = self.fs.lstat(rel).st_mode & 0o7777
+        self.journal.record(op="chmod", path=rel, old=0o755 if old & stat.S_IXUSR else 0o644)
+        self.fs.chmod(rel, 0o755 if mode == "100755" else 0o644)
+
+    def commit(self) -> list[str]:
+        """Log the commit, drop the asides; returns the ones that could not be removed (harmless, reported)."""
+        self.journal.record(op="commit")
+        return _drop_asides(self.fs, self.journal.records)
+
+
+def run(fs: ForkRoot, header: dict, steps: Callable[[Transaction], None]) -> list[str]:
+    """Run `steps` as one transaction; asides left behind (could not be removed) are returned. On any failure or
+    a signal everything is undone and CannotCheck says what happened."""
+    journal = Journal(fs, header)
+    tx = Transaction(fs, journal)
+    with _signals(raising=True) as guard:
+        try:
+            steps(tx)
+            guard.raising = False  # past this point the sync completes: a signal now waits for the end
+            left = tx.commit()
+        except (OSError, UnsafePath, Changed, Interrupted) as e:
+            guard.raising = False
+            failed = undo(fs, journal.records, os.getpid())
+            why = getattr(e, "strerror", None) or str(e) or type(e).__name__
+            if failed:
+                journal.fh.close()
+                raise CannotCheck(f"{why}; undoing it failed too, so the fork is between states ({'; '.join(failed)}"
+                                  f"); {JOURNAL} is kept: fix the cause and run --sync again to restore it") from None
+            journal.remove()
+            raise _Failed(why, e) from None
+        except BaseException:  # anything else (an internal error, memory): undone too, then re-raised
+            guard.raising = False
+            if not undo(fs, journal.records, os.getpid()):
+                journal.remove()
+            raise
+        journal.remove()  # a signal that arrived during the commit waited: the sync is complete
+    return left
+
+
+class _Failed(CannotCheck):
+    """A failed, fully undone transaction (its cause is `cause`)."""
+
+    def __init__(self, why: str, cause: BaseException):
+        self.cause = cause
+        super().__init__(why)
