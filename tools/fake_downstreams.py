@@ -268,6 +268,9 @@ class FakePyPI:
         self.json_api = True               # offer PEP 691 JSON; False: HTML pages only
         self.ranges = True                 # honour Range requests on files
         self.yanked: set[str] = set()      # file names listed as yanked
+        self.range_bytes: dict[str, bytes] = {}  # file name -> other bytes served to HEAD and Range requests
+        self.page: tuple[bytes, dict] | None = None  # serve every project page as these raw bytes and headers
+        self.trickle: float | None = None  # send project pages one byte every this many seconds
         self.served = 0
         self._server: ThreadingHTTPServer | None = None
         self.root = self.url = ""
@@ -319,6 +322,22 @@ class FakePyPI:
         path = urlparse(h.path).path
         self.log.append(path)
         m = re.match(r"^/simple/([^/]+)/$", path)
+        if m and self.page is not None:
+            body, headers = self.page
+            h.send_response(200)
+            for k, v in {"Content-Type": "text/html", "Content-Length": str(len(body)), **headers}.items():
+                h.send_header(k, v)
+            h.end_headers()
+            try:
+                if self.trickle is None:
+                    h.wfile.write(body)
+                for i in range(len(body) if self.trickle is not None else 0):
+                    h.wfile.write(body[i:i + 1])
+                    h.wfile.flush()
+                    time.sleep(self.trickle)
+            except OSError:  # the client gave up
+                pass
+            return
         if m:
             if self.status is not None:
                 self._reply(h, self.status, b"configured failure", "text/plain")
@@ -344,6 +363,8 @@ class FakePyPI:
                 for files in versions.values():
                     for fn, data in files:
                         if fn == m.group(1):
+                            if fn in self.range_bytes and (head or h.headers.get("Range")):
+                                data = self.range_bytes[fn]  # a server whose ranges are not its downloads
                             self._file(h, data[: len(data) // 2] if self.truncate_files else data, head)
                             return
         self._reply(h, 404, b"Not Found", "text/plain")

@@ -157,9 +157,9 @@ class Comparator:
             return None
 
     def _could_match(self, rel: str, f: ForkFile) -> bool:
-        """Whether `f` could hold the bytes some release shipped at `rel`: false when its size is none of theirs
-        (then its digest is not needed, and a huge file is never read)."""
-        if f.kind != "file" or self.kind != "sha256":
+        """Whether `f`'s digest is worth reading: it could hold the bytes some release shipped at `rel`, or it is
+        small enough to diagnose anyway. False for a large file of a size no release has: never read."""
+        if f.kind != "file" or self.kind != "sha256" or f.size <= DIAGNOSE_MAX_BYTES:
             return True
         sizes = {m.by_path[rel].size for m in self.ms.manifests if rel in m.by_path}
         return not sizes or None in sizes or f.size in sizes

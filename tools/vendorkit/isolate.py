@@ -68,13 +68,14 @@ def _describe_end(code: int, lim: ChildLimits) -> str:
     return f"exited with status {code} and no answer"
 
 
-def run(function: str, payload: dict, lim: ChildLimits = ChildLimits()) -> dict:
-    """`vendorkit.<module>.<function>(payload) -> dict` in a child process; its dict back. ChildFailed when the
-    child ends without one."""
+def run(function: str, payload: dict, lim: ChildLimits = ChildLimits(), path: tuple[str, ...] = ()) -> dict:
+    """`function(payload) -> dict` (a dotted name: `vendorkit.watch.child_check`) in a child process; its dict
+    back. `path`: directories the child looks for the function's module in, before tools/. ChildFailed when the
+    child ends without an answer."""
     module, _, fn = function.rpartition(".")
-    boot = ("import json, sys\n"
-            f"sys.path.insert(0, {TOOLS!r})\n"
-            f"from vendorkit.{module} import {fn} as f\n"
+    boot = ("import importlib, json, sys\n"
+            f"sys.path[:0] = {[*path, TOOLS]!r}\n"
+            f"f = getattr(importlib.import_module({module!r}), {fn!r})\n"
             "from vendorkit.isolate import answer\n"
             "answer(f, json.loads(sys.stdin.buffer.read()))\n")
     kwargs = {}

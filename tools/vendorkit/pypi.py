@@ -237,6 +237,7 @@ class RangeFile:
 
     BLOCK = 256 << 10
     KEEP = 64  # blocks cached (16 MiB)
+    MAX_READ = 64 << 20  # one read() (zipfile reads a central directory in one: a crafted one claims gigabytes)
 
     def __init__(self, http, url: str, size: int):
         self.http, self.url, self.size = http, url, size
@@ -280,6 +281,9 @@ class RangeFile:
 
     def read(self, n: int = -1) -> bytes:
         end = self.size if n is None or n < 0 else min(self.size, self.pos + n)
+        if end - self.pos > self.MAX_READ:
+            raise OSError(f"a read of {end - self.pos:,} bytes at offset {self.pos:,}, over the "
+                          f"{self.MAX_READ >> 20} MiB one range read takes (a crafted zip directory?)")
         out = []
         while self.pos < end:
             i = self.pos // self.BLOCK

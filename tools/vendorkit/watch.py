@@ -230,7 +230,7 @@ def check_isolated(client: GitHubClient, ms: ManifestSet, ds: Downstream, repo_r
                "etags": {k: v for k, v in client.etags.entries.items()
                          if k.startswith("blob-sha256:") or (mine and mine in k)}}
     try:
-        ans = isolate.run("watch.child_check", payload, limits or isolate.ChildLimits())
+        ans = isolate.run("vendorkit.watch.child_check", payload, limits or isolate.ChildLimits())
     except isolate.ChildFailed as e:
         ans = {"failed": f"the check {e}"}
     if "failed" in ans:

@@ -90,6 +90,9 @@ def lay_out(names: list[str]) -> Layout:
                 out.refused.append((n, why))
                 continue
             if scheme not in SITE_SCHEMES:
+                if any(e[1:] == (scheme, path) for e in out.elsewhere):
+                    out.notes.append(f"pypa/installer refuses this wheel: several members install to {path} in "
+                                     f"the {scheme} scheme (pip keeps the last; outside site-packages, not checked)")
                 out.elsewhere.append((n, scheme, path))
                 continue
             if own_data is not None and first != own_data:
