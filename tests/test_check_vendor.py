@@ -400,14 +400,33 @@ def test_repo_that_is_not_a_checkout_is_a_usage_error(tmp_path):
     assert code == 3 and "not a deep_gemm_sm120 checkout" in err
 
 
-def test_a_checkout_of_this_repository_inside_the_fork_is_never_a_prefix(canon, tmp_path):
-    """The fork-CI recipe clones this repository to .sm120/ inside the fork; any checkout run on that fork, not
-    only the .sm120/ one, must skip it (its device_layer/ beside vendor_manifests/)."""
+def test_a_checkout_of_this_repository_inside_the_fork_is_skipped_only_when_it_is_the_one_running(canon, tmp_path):
+    """The fork-CI recipe clones this repository to .sm120/ inside the fork and runs it from there: that checkout
+    is skipped because it is the one running (--repo), never because of what the fork holds. Another checkout run
+    on the same fork sees two copies: ambiguous (exit 3, both named) until --prefix says which."""
+    import shutil
+
     fork = make_fork(tmp_path, V2)
-    write_tree(fork / ".sm120/device_layer", V2)
-    write_tree(fork / ".sm120/vendor_manifests", {"v0.2.0.yaml": b"# a copy\n"})
-    code, doc = check(canon, fork)
+    shutil.copytree(canon, fork / ".sm120")
+    code, doc = check(fork / ".sm120", fork)
     assert code == 0 and doc["prefix"] == PREFIX
+    code, _, err = run_cv("--repo", str(canon), "--fork", str(fork))
+    assert code == 3 and "ambiguous prefix" in err and ".sm120/device_layer" in err and PREFIX in err
+    code, doc = check(canon, fork, "--prefix", PREFIX)
+    assert code == 0
+
+
+def test_a_planted_vendor_manifests_never_hides_a_copy(canon, tmp_path):
+    """A drifted copy laid out like this repository (device_layer/ beside a planted vendor_manifests/) and a
+    pristine decoy at the usual prefix: the detection does not take the fork's word that the first is "a checkout
+    of deep_gemm_sm120", so the prefix is ambiguous instead of the decoy certified."""
+    fork = make_fork(tmp_path, V2)
+    write_tree(fork / "third_party/device_layer", dict(V2, **{"mma/sm120.cuh": b"// the bytes the build uses\n"}))
+    write_tree(fork / "third_party/vendor_manifests", {"v0.2.0.yaml": b"# planted\n"})
+    code, _, err = run_cv("--repo", str(canon), "--fork", str(fork))
+    assert code == 3 and "ambiguous prefix" in err and "third_party/device_layer" in err
+    code, doc = check(canon, fork, "--prefix", "third_party/device_layer")
+    assert code == 1 and doc["verdict"] == "drifted"
 
 
 def test_fake_downstreams_bad_arguments_exit_3():

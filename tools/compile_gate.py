@@ -288,9 +288,14 @@ def table(results: list[Result]) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = UsageParser(prog="compile_gate.py", description=__doc__.splitlines()[0])
+    ap = UsageParser(prog="compile_gate.py", description=(
+        "SM120 compile gate: every device-layer header on its own and every kernel instantiation the host can "
+        "choose, for sm_120a / sm_120f / sm_121a / sm_90a, under one or more CUDA toolchains (ptxas resources, "
+        "no spills or local memory, the SASS opcodes each family requires and forbids)."),
+        epilog="Exit: 0 all pass, 1 a check failed, 3 bad arguments or no usable toolchain (the JSON's exit_code "
+               "says the same).")
     ap.add_argument("--nvcc", action="append", default=[], help="toolchain nvcc (repeatable); default: discover")
-    ap.add_argument("--targets", default=",".join(TARGETS))
+    ap.add_argument("--targets", default=",".join(TARGETS), help="comma-separated targets (default: %(default)s)")
     ap.add_argument("--quick", action="store_true", help="one instantiation per tile configuration (headers still all)")
     ap.add_argument("--smoke", action="store_true", help="each family's first instantiation on every target and "
                                                          "each header once, first toolchain only (the default "

@@ -238,3 +238,13 @@ def test_a_download_over_the_cap_is_not_kept(canon, tmp_path, monkeypatch):
     finally:
         index.stop()
     assert code == 2 and "larger than 1,024 bytes" in err and "not read further" in err
+
+
+@pytest.mark.parametrize("data", [b"\x1f\x8b\x08", b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff\x03\x00",
+                                  b"PK\x03\x04" + b"\0" * 10], ids=["gzip-3", "gzip-empty", "zip-cut"])
+def test_archives_cut_short_are_exit_2(canon, tmp_path, data):
+    """Found by tests/fuzz: tarfile raised TypeError on a gzip header cut after three bytes."""
+    target = tmp_path / "cut-1.0.tar.gz"
+    target.write_bytes(data)
+    code, out, err = run_cv("--repo", str(canon), "--fork", str(target))
+    assert code == 2 and "not a readable wheel or sdist" in err and "Traceback" not in err

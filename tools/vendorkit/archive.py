@@ -33,9 +33,11 @@ from .manifest import is_our_name
 ARCHIVE_SUFFIXES = (".whl", ".zip", ".tar.gz", ".tgz")
 _PYPI = re.compile(r"pypi:([A-Za-z0-9][A-Za-z0-9._-]*)(?:==([A-Za-z0-9.+!_-]+))?")
 _KEEP_BYTES = 64 << 20  # tar: small members kept for diagnosis, in total
-# what zipfile and tarfile raise on damaged or crafted archives (zlib.error on corrupt deflate data among them)
+# what zipfile and tarfile raise on damaged or crafted archives: zlib.error on corrupt deflate data, TypeError on
+# a gzip header cut after 3 bytes (found by tests/fuzz), struct.error on short records, ...
 _READ_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, tarfile.TarError, EOFError, OSError, ValueError,
-                NotImplementedError, zlib.error, KeyError, RuntimeError, IndexError, struct.error, OverflowError)
+                NotImplementedError, zlib.error, KeyError, RuntimeError, IndexError, struct.error, OverflowError,
+                TypeError, AttributeError)
 
 
 def is_archive_spec(spec: str) -> bool:

@@ -94,15 +94,15 @@ class Report:
 
 
 def detect_prefix(paths, released: set[str], ignore: tuple[str, ...] = ()) -> str:
-    """Locate the device layer inside a fork from where released paths appear. `ignore`: fork-relative
-    directories to skip (a checkout of this repository inside the fork, e.g. the CI recipe's .sm120/)."""
+    """Locate the device layer inside a fork from where released paths appear; two or more places are ambiguous
+    (exit 3, naming them). `ignore`: fork-relative directories to skip, which only the caller decides (this
+    checkout, when it lives inside the fork: the CI recipe's .sm120/). Nothing the fork holds is a reason to
+    skip a candidate: a planted `vendor_manifests/` beside a copy does not make it "a checkout of this
+    repository", so it cannot make the detection pick a decoy."""
     found: dict[str, set[str]] = {}
     ignore = (*ignore, BACKUP_DIR)
     names = {r.rsplit("/", 1)[-1] for r in released}
-    seen = []
     for p in paths:
-        if "vendor_manifests/" in p:
-            seen.append(p)
         if p.rsplit("/", 1)[-1] not in names or any(p == d or p.startswith(d + "/") for d in ignore if d):
             continue
         parts = p.split("/")
@@ -111,10 +111,6 @@ def detect_prefix(paths, released: set[str], ignore: tuple[str, ...] = ()) -> st
             if suffix in released:
                 found.setdefault("/".join(parts[:i]), set()).add(suffix)
                 break
-    for cand in [c for c in found if c == "device_layer" or c.endswith("/device_layer")]:
-        parent = cand[: -len("device_layer")]
-        if any(p.startswith(parent + "vendor_manifests/") for p in seen):  # a checkout of this repository
-            del found[cand]
     if not found:
         raise UsageError("no released device-layer file found in the fork: pass --prefix DIR")
     if len(found) > 1:

@@ -152,7 +152,8 @@ def how_to_proceed(fork_label: str, refused: list[Action], has_stamp: bool) -> l
                          "(it backs the edit up), re-apply it and pin it: python tools/check_vendor.py pin "
                          f"--fork {fork_label} PATH --reason TEXT")
     if "the fork's own bytes" in whys or "does not vendor" in whys:
-        lines.append(f"  or overwrite:  --sync --force (copies the fork's bytes to {BACKUP_DIR}/<time>/ first)")
+        lead = "or overwrite" if len(lines) > 1 else "overwrite"
+        lines.append(f"  {lead}:  --sync --force (copies the fork's bytes to {BACKUP_DIR}/<time>/ first)")
     if "not followed" in whys or "where a file belongs" in whys or "changed while" in whys:
         lines.append("  a link or a directory in the way: replace it with a real directory (or remove it) in the "
                      "fork and run again; --sync never writes through a link")
