@@ -47,6 +47,14 @@ def is_archive_spec(spec: str) -> bool:
 install_path = wheel_layout.install_path
 
 
+def _duplicate(seen: dict[str, int], path: str) -> str | None:
+    """Count one more member landing at `path` in a source tree; the finding's detail from the second on."""
+    seen[path] = seen.get(path, 0) + 1
+    if seen[path] == 1:
+        return None
+    return f"{seen[path]} members install to this path (an installer keeps the last one; checked: the last)"
+
+
 def _interesting(path: str) -> bool:
     """Members whose bytes a diagnosis may need: device-layer-named files and the stamp / verifier."""
     return is_our_name(path) or path.rsplit("/", 1)[-1] in (".sm120-vendor.json", ".sm120-vendor-verify.py")
@@ -145,10 +153,7 @@ class ArchiveFork:
                 continue
             if path is None:
                 continue
-            seen[path] = seen.get(path, 0) + 1
-            dup = (f"{seen[path]} members install to this path (an installer keeps the last one; checked: the "
-                   f"last)") if seen[path] > 1 else None
-            self._add(path, info.filename, self._zip_file(info, info.filename), dup)
+            self._add(path, info.filename, self._zip_file(info, info.filename), _duplicate(seen, path))
             self._members[path] = info
 
     def _zip_read(self, info, limit: int | None = None) -> bytes:
@@ -188,10 +193,7 @@ class ArchiveFork:
                     continue
                 if path is None:
                     continue
-                seen[path] = seen.get(path, 0) + 1
-                dup = (f"{seen[path]} members install to this path (an installer keeps the last one; checked: the "
-                       f"last)") if seen[path] > 1 else None
-                self._add(path, m.name, f, dup)
+                self._add(path, m.name, f, _duplicate(seen, path))
                 if f.kind != "file" or f.too_large:
                     self.budget.take(max(m.size, 0), self.label)  # skipped, but inflated to reach the next member
                     continue

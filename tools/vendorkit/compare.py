@@ -246,7 +246,7 @@ class Comparator:
             r.diagnosis, r.detail = cos
             return r
         try:
-            sim = diagnose.similarity(canon, fork_bytes)
+            sim, ops = diagnose.compare(canon, fork_bytes)
         except diagnose.OverWorkCap:
             mine, theirs = fork_bytes.count(b"\n"), canon.count(b"\n")
             r.detail = (f"content differs ({mine:,} lines, {what} {theirs:,}; too different to compare within "
@@ -258,7 +258,7 @@ class Comparator:
             r.detail = f"replaced by an unrelated file ({diagnose.percent(sim.ratio)} % similar)"
             return r
         r.detail = f"content differs ({sim.describe()})"
-        r.diff = diagnose.unified_diff(canon, fork_bytes, f"{self.tag.tag}:{rel}", f"fork:{f.path}")
+        r.diff = diagnose.unified_diff(canon, fork_bytes, f"{self.tag.tag}:{rel}", f"fork:{f.path}", ops=ops)
         return r
 
     def _load_stamp(self, listing: dict[str, ForkFile]) -> StampInfo | None:

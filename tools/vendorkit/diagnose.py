@@ -160,21 +160,27 @@ def _lcs_pairs(x: list[int], y: list[int], cap: int) -> list[tuple[int, int, int
     return runs
 
 
-def similarity(canon: bytes, fork: bytes) -> Similarity:
-    """Line-based similarity of the fork's file to the release's (from a shortest edit script). A multiset upper
-    bound comes first, so unrelated files cost little; OverWorkCap when the files are too large and too
-    different to compare within the work cap."""
+def compare(canon: bytes, fork: bytes) -> tuple[Similarity, list | None]:
+    """(line-based similarity of the fork's file to the release's, the edit script it comes from, or None when
+    the files are so unrelated that a multiset upper bound already says so). OverWorkCap when the files are too
+    large and too different to compare within the work cap."""
     from collections import Counter
 
     a, b = _lines(canon), _lines(fork)
     if not a or not b:
-        return Similarity(1.0 if a == b else 0.0, 1.0 if not a else 0.0, len(a))
+        return Similarity(1.0 if a == b else 0.0, 1.0 if not a else 0.0, len(a)), None
     bound = sum((Counter(a) & Counter(b)).values())  # >= the shared lines of any alignment
     quick, quick_kept = 2.0 * bound / (len(a) + len(b)), bound / len(a)
     if quick < 0.1 and quick_kept < 0.1:
-        return Similarity(quick, quick_kept, len(a))
-    shared = sum(i2 - i1 for tag, i1, i2, _, _ in _opcodes(a, b) if tag == "equal")
-    return Similarity(2.0 * shared / (len(a) + len(b)), shared / len(a), len(a), len(a) - shared, len(b) - shared)
+        return Similarity(quick, quick_kept, len(a)), None
+    ops = _opcodes(a, b)
+    shared = sum(i2 - i1 for tag, i1, i2, _, _ in ops if tag == "equal")
+    sim = Similarity(2.0 * shared / (len(a) + len(b)), shared / len(a), len(a), len(a) - shared, len(b) - shared)
+    return sim, ops
+
+
+def similarity(canon: bytes, fork: bytes) -> Similarity:
+    return compare(canon, fork)[0]
 
 
 def _span(start: int, stop: int) -> str:
@@ -185,11 +191,12 @@ def _span(start: int, stop: int) -> str:
     return f"{start if not length else start + 1},{length}"
 
 
-def unified_diff(canon: bytes, fork: bytes, canon_name: str, fork_name: str, context: int = 3) -> str:
-    """The whole diff (both files are under the diagnosis size cap); renderers cap what they show. OverWorkCap
-    when it cannot be found within the work cap."""
+def unified_diff(canon: bytes, fork: bytes, canon_name: str, fork_name: str, context: int = 3,
+                 ops: list | None = None) -> str:
+    """The whole diff (both files are under the diagnosis size cap); renderers cap what they show. `ops`: the
+    edit script compare() found, when it did. OverWorkCap when it cannot be found within the work cap."""
     a, b = _lines(canon), _lines(fork)
-    ops = _opcodes(a, b)
+    ops = _opcodes(a, b) if ops is None else ops
     if all(op[0] == "equal" for op in ops):
         return ""
     hunks: list[list[tuple]] = [[]]

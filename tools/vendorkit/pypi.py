@@ -315,9 +315,11 @@ def _probe_ranges(http, url: str):
 
 
 class _HashingSink:
-    def __init__(self, out, label: str, filename: str, total: int):
-        self.out, self.h, self.label = out, hashlib.sha256(), label
-        self.tty, self.filename, self.total, self.n = sys.stderr.isatty(), filename, total, 0
+    """Where a download goes: a file, hashed on the way, with a progress line on a terminal."""
+
+    def __init__(self, out, filename: str):
+        self.out, self.h = out, hashlib.sha256()
+        self.tty, self.filename, self.n = sys.stderr.isatty(), filename, 0
 
     def write(self, data: bytes) -> None:
         self.h.update(data)
@@ -334,7 +336,7 @@ def download(dist: Dist, label: str, session=None):
 
     http = _session(session)
     out = tempfile.TemporaryFile()
-    sink = _HashingSink(out, label, dist.filename, 0)
+    sink = _HashingSink(out, dist.filename)
     try:
         r = net.request(http, "GET", dist.url, cap=ARCHIVE_MAX_BYTES, what=f"{label}: the download",
                         sink=sink, decode=False)
