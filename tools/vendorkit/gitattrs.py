@@ -171,32 +171,16 @@ class Attributes:
 BINARY, TEXT, TEXT_INPUT, TEXT_CRLF, AUTO, AUTO_INPUT, AUTO_CRLF, UNDEFINED = range(8)
 
 
-def _text_action(value) -> int:
-    if value is True:
-        return TEXT
-    if value is False:
-        return BINARY
-    if value == "auto":
-        return AUTO
-    return UNDEFINED
-
-
-def _crlf_action(value) -> int:
-    if value is True:
-        return TEXT
-    if value is False:
-        return BINARY
-    if value == "input":
-        return TEXT_INPUT
-    if value == "auto":
-        return AUTO
-    return UNDEFINED
+def _action(value) -> int:
+    """git_path_check_crlf: one reading of the `text` attribute and of the legacy `crlf` one."""
+    return {True: TEXT, False: BINARY, "input": TEXT_INPUT, "auto": AUTO}.get(value, UNDEFINED) \
+        if isinstance(value, (bool, str)) else UNDEFINED
 
 
 def crlf_action(attrs: dict) -> int:
-    action = _text_action(attrs.get("text"))
+    action = _action(attrs.get("text"))
     if action == UNDEFINED:
-        action = _crlf_action(attrs.get("crlf"))
+        action = _action(attrs.get("crlf"))
     if action != BINARY:
         eol = attrs.get("eol")
         if action == AUTO and eol == "lf":
