@@ -11,9 +11,12 @@ def fine(payload: dict) -> dict:
 
 
 def hog(payload: dict) -> dict:
+    """Address space without touching it (no CPU time spent): the limit, not the clock, must stop it."""
+    import mmap
+
     blocks = []
     while True:
-        blocks.append(bytearray(256 << 20))
+        blocks.append(mmap.mmap(-1, 256 << 20))
 
 
 def spin(payload: dict) -> dict:
