@@ -1,7 +1,11 @@
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 _HERE = Path(__file__).resolve().parent
+# check_vendor --sync keeps its journal key in a per-user state directory: the tests use one of their own
+os.environ.setdefault("SM120_STATE_DIR", tempfile.mkdtemp(prefix="sm120-state-"))
 sys.path.insert(0, str(_HERE))
 # Source checkouts (and the H200 qualification run) import the package from host/ directly.
 sys.path.insert(0, str(_HERE.parent / "host"))

@@ -28,19 +28,25 @@ import sys  # built in: never looked up on sys.path (nor is os, frozen since Pyt
 
 def _isolate() -> None:
     """`-I` semantics applied from inside: drop the script's directory, PYTHONPATH and user site-packages from
-    sys.path (the fork controls the first two)."""
+    sys.path (the fork controls the first two). Entries are compared by their real paths: Python puts the
+    script's real directory first (a path through a symlink names another one), and a PYTHONPATH entry may be a
+    link to it too."""
     if sys.flags.isolated:
         return
     import os
 
-    here = os.path.dirname(os.path.abspath(sys.argv[0])) if sys.argv and sys.argv[0] else None
-    drop = {"", here}
+    def real(p: str) -> str:
+        return os.path.realpath(p or os.curdir)
+
+    drop = {real("")}
+    if sys.argv and sys.argv[0]:
+        drop |= {real(os.path.dirname(os.path.abspath(sys.argv[0]))), os.path.dirname(real(sys.argv[0]))}
     if not sys.flags.ignore_environment:
-        drop |= {os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
+        drop |= {real(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
     user = getattr(sys.modules.get("site"), "USER_SITE", None)
     if user:
-        drop.add(user)
-    sys.path[:] = [p for p in sys.path if p not in drop and os.path.abspath(p) not in drop]
+        drop.add(real(user))
+    sys.path[:] = [p for p in sys.path if p and real(p) not in drop]
     sys.path_importer_cache.clear()
 
 

@@ -3,6 +3,7 @@ change; `kill -9` between any two steps leaves a journal from which the next --s
 plain check refuses to certify a fork in that state)."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -17,6 +18,10 @@ from fsaudit import snapshot
 from vendor_helpers import PREFIX, ROOT, V1, make_fork, run_cv, run_json
 
 JOURNAL = ".sm120-sync-journal"
+
+
+def _journals(fork: Path) -> list[Path]:
+    return sorted(fork.glob(JOURNAL + "-*"))
 
 
 def _fork(tmp: Path) -> Path:
@@ -92,14 +97,14 @@ def test_kill_9_between_any_two_steps_is_restored_by_the_next_sync(canon, plan, 
         fork = _copy(template, tmp_path, f"k{at}")
         p = _sync_child(canon, fork, at, signal.SIGKILL)
         assert p.returncode == -signal.SIGKILL, (at, p.stderr)
-        assert (fork / JOURNAL).exists(), at
+        assert len(_journals(fork)) == 1, at
         code, _, err = run_cv("--repo", str(canon), "--fork", str(fork))
         assert code == 2 and "interrupted --sync" in err, (at, err)
-        committed = any(json.loads(ln).get("op") == "commit" for ln in (fork / JOURNAL).read_text().splitlines()
+        committed = any(json.loads(ln).get("op") == "commit" for ln in _journals(fork)[0].read_text().splitlines()
                         if ln.strip())
         with ForkRoot(str(fork)) as fs:
             lines = transaction.recover(fs)
-        assert lines and not (fork / JOURNAL).exists()
+        assert lines and not _journals(fork)
         now = snapshot(fork)
         if committed:  # the commit record was written: the fork is the release, the asides are gone
             assert _normal(now) == after, at
@@ -115,7 +120,7 @@ def test_the_next_sync_recovers_by_itself(canon, plan, tmp_path):
     fork = _copy(template, tmp_path, "auto")
     assert _sync_child(canon, fork, records // 2, signal.SIGKILL).returncode == -signal.SIGKILL
     code, out, err = run_cv("--repo", str(canon), "--fork", str(fork), "--sync", "--dry-run")
-    assert code == 2 and "without --dry-run" in err and (fork / JOURNAL).exists()
+    assert code == 2 and "without --dry-run" in err and _journals(fork)
     code, out, err = run_cv("--repo", str(canon), "--fork", str(fork), "--sync", "--force")
     assert code == 0 and "recover  an interrupted sync" in out and "undone" in out, out + err
     assert _normal(snapshot(fork)) == after
@@ -129,29 +134,56 @@ def test_a_signal_at_any_step_undoes_everything(canon, plan, tmp_path, sig):
         p = _sync_child(canon, fork, at, sig)
         assert p.returncode == 2, (at, p.stderr)
         assert f"interrupted by {sig.name}" in p.stderr and "every change was undone" in p.stderr, p.stderr
-        assert snapshot(fork) == before and not (fork / JOURNAL).exists(), at
+        assert snapshot(fork) == before and not _journals(fork), at
+
+
+def _planted(records: list[dict]) -> bytes:
+    return b"".join(json.dumps(r).encode() + b"\n" for r in records)
 
 
 @pytest.mark.parametrize("journal", [
     b"not json\n",
-    b'{"journal": 1, "pid": 1}\n{"op": "aside", "path": "a", "aside": "../../etc/passwd"}\n',
-    b'{"journal": 1, "pid": 1}\n{"op": "write", "path": "/etc/passwd", "sha256": "' + b"0" * 64 + b'"}\n',
-    b'{"journal": 1, "pid": 1}\n{"op": "rm", "path": "x"}\n',
-])
-def test_a_planted_journal_is_never_replayed(canon, tmp_path, journal):
+    _planted([{"journal": 2, "pid": 1, "fork": "/", "mac": "0" * 64},
+              {"op": "aside", "path": "a", "aside": "../../etc/passwd", "mac": "0" * 64}]),
+    # well-formed records, as a killed sync would leave them, aimed at files the sync never touches: the
+    # repository's metadata, the fork's own setup.py, a script's mode
+    _planted([{"journal": 1, "pid": 1},
+              {"op": "write", "path": ".git/HEAD", "sha256": hashlib.sha256(b"ref: refs/heads/main\n").hexdigest()},
+              {"op": "write", "path": "setup.py", "sha256": hashlib.sha256(b"# fork's own\n").hexdigest()},
+              {"op": "chmod", "path": "build.sh", "old": 0o755}]),
+], ids=["garbage", "unsafe", "well-formed"])
+def test_a_planted_journal_is_never_replayed_and_blocks_nothing(canon, tmp_path, journal):
+    from vendor_helpers import commit_all, init_repo
+
     fork = make_fork(tmp_path, V1)
-    (fork / JOURNAL).write_bytes(journal)
-    before = snapshot(fork)
-    code, _, err = run_cv("--repo", str(canon), "--fork", str(fork), "--sync")
-    assert code == 2 and "not replayed" in err and snapshot(fork) == before
+    (fork / "build.sh").write_bytes(b"#!/bin/sh\n")
+    (fork / (JOURNAL + "-0123456789ab")).write_bytes(journal)
+    init_repo(fork)
+    commit_all(fork, "a fork that committed a journal")
+    head = (fork / ".git" / "HEAD").read_bytes()
+    code, doc = run_json("--repo", str(canon), "--fork", str(fork))
+    assert code == 1 and doc["verdict"] == "stale"  # the journal is not ours: the check goes on
+    code, out, err = run_cv("--repo", str(canon), "--fork", str(fork), "--sync")
+    assert code == 0 and "recover" not in out, out + err
+    assert (fork / ".git" / "HEAD").read_bytes() == head and (fork / "setup.py").read_bytes() == b"# fork's own\n"
+    assert (fork / "build.sh").stat().st_mode & 0o777 == 0o644
+    assert (fork / (JOURNAL + "-0123456789ab")).read_bytes() == journal  # left as it was
+
+
+def test_a_journal_of_this_user_for_another_fork_is_not_replayed(canon, plan, tmp_path):
+    template, before, after, records = plan
+    fork = _copy(template, tmp_path, "a")
+    assert _sync_child(canon, fork, records // 2, signal.SIGKILL).returncode == -signal.SIGKILL
+    moved = tmp_path / "moved"
+    shutil.move(str(fork), moved)  # the journal names the fork it was written for
+    code, _, err = run_cv("--repo", str(canon), "--fork", str(moved))
+    assert code != 2 or "interrupted --sync" not in err
 
 
 def test_a_journal_that_is_a_link_is_not_followed(canon, tmp_path):
     outside = tmp_path / "outside.json"
-    outside.write_text('{"journal": 1, "pid": 1}\n')
+    outside.write_text('{"journal": 2, "pid": 1}\n')
     fork = make_fork(tmp_path, V1)
-    os.symlink(outside, fork / JOURNAL)
-    code, _, err = run_cv("--repo", str(canon), "--fork", str(fork), "--sync")
-    assert code == 2 and "not replayed" in err and outside.read_text() == '{"journal": 1, "pid": 1}\n'
-    code, doc = run_json("--repo", str(canon), "--fork", str(fork))
-    assert code == 2
+    os.symlink(outside, fork / (JOURNAL + "-0123456789ab"))
+    code, out, err = run_cv("--repo", str(canon), "--fork", str(fork), "--sync")
+    assert code == 0 and outside.read_text() == '{"journal": 2, "pid": 1}\n'

@@ -179,7 +179,7 @@ def test_stale_fork_with_its_own_verifier_is_still_stale(canon, tmp_path):
 PLANTED = ["hashlib", "json", "re", "argparse", "unicodedata", "__future__", "html", "stat", "errno"]
 
 
-@pytest.mark.parametrize("how", ["beside", "cwd"])
+@pytest.mark.parametrize("how", ["beside", "cwd", "through-a-link", "linked-vendor-root"])
 def test_modules_planted_beside_the_verifier_are_never_imported(canon, tmp_path, how):
     """A fork plants stand-ins for the modules the verifier imports, each one forging an in-sync verdict; the
     fork's files have drifted. Run as a fork's CI would (no -I), the verifier still says drifted. (Environment
@@ -195,8 +195,14 @@ def test_modules_planted_beside_the_verifier_are_never_imported(canon, tmp_path,
     for name in PLANTED:
         (where / f"{name}.py").write_text(forge)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    p = subprocess.run([sys.executable, str(fork / PREFIX / VERIFY)], capture_output=True, text=True, cwd=fork,
-                       env=env, timeout=60)
+    script = fork / PREFIX / VERIFY
+    if how == "through-a-link":  # run by a path through a symlink (macOS /tmp, a linked home or workspace)
+        os.symlink(tmp_path, tmp_path.parent / f"{tmp_path.name}-link")
+        script = tmp_path.parent / f"{tmp_path.name}-link" / fork.relative_to(tmp_path) / PREFIX / VERIFY
+    elif how == "linked-vendor-root":  # the fork links its vendor root's parent elsewhere in its own tree
+        os.symlink(fork / PREFIX, fork / "alias")
+        script = fork / "alias" / VERIFY
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=fork, env=env, timeout=60)
     assert p.returncode == 1 and "verdict: drifted" in p.stdout and not marker.exists(), (p.stdout, p.stderr)
 
 

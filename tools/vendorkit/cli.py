@@ -263,11 +263,14 @@ def _journal_first(a, view):
     from . import transaction
     from .forkview import LocalFork
 
-    if not isinstance(view, LocalFork) or view.fs.lstat(transaction.JOURNAL) is None:
+    if not isinstance(view, LocalFork):
+        return view
+    left = transaction.pending(view.fs)
+    if not left:
         return view
     if not a.sync or a.dry_run:
-        raise CannotCheck(f"an interrupted --sync left {transaction.JOURNAL} at the fork root: the fork may be "
-                          f"between two releases; run --sync (without --dry-run) to restore it first")
+        raise CannotCheck(f"an interrupted --sync left {left[0]} at the fork root: the fork may be between two "
+                          f"releases; run --sync (without --dry-run) to restore it first")
     out = _emit if a.format == "text" else sys.stderr.write
     for line in transaction.recover(view.fs) or []:
         out(inert.text(line) + "\n")

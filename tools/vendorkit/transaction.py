@@ -13,13 +13,20 @@ undo can itself be interrupted and run again.
   `--sync` first restores the fork from the journal (or, when the journal reached its commit record, finishes
   dropping the asides), then plans and syncs as usual.
 - After the commit record the asides are removed and the journal is deleted: the fork is the release.
-A journal is fork content like any other: it is replayed only by --sync, only when every record is one this
-module writes (known operations, safe paths, our own aside and temporary names), and never through a link.
+
+A journal file is fork content like any other, and a fork can commit one. So a journal is honoured only when
+this user's check_vendor wrote it for this fork: every record carries an HMAC chained over the records before it,
+keyed by a secret kept outside any fork (`$SM120_STATE_DIR`, else `$XDG_STATE_HOME/deep_gemm_sm120`, else
+`~/.local/state/deep_gemm_sm120`: `sync-journal.key`, 0600), and the header names the fork's real path.
+Journals are named `.sm120-sync-journal-<random>` at the fork root; one that does not verify is not ours: it is
+never replayed and never blocks a check or a sync. Even a verified journal is replayed only record by record as
+this module writes them (known operations, safe paths, its own aside names), never through a link.
 """
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import hmac
 import json
 import os
 import re
@@ -32,8 +39,10 @@ from typing import Callable
 from .errors import CannotCheck
 from .safefs import ForkRoot, UnsafePath, safe_relative
 
-JOURNAL = ".sm120-sync-journal"
+JOURNAL = ".sm120-sync-journal"  # the name's prefix: each journal is JOURNAL-<12 hex digits>
 JOURNAL_MAX_BYTES = 16 << 20
+_JOURNAL_NAME = re.compile(r"\.sm120-sync-journal-[0-9a-f]{12}")
+KEY_NAME = "sync-journal.key"
 ABSENT, OTHER = "absent", "other"  # entry states besides a sha256 (of a file's bytes or a link's target)
 _ASIDE = re.compile(r"(?:.*/)?\.sm120-undo-[0-9a-f]{12}")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -70,20 +79,58 @@ def state(fs: ForkRoot, rel: str) -> str:
 
 # ---------------------------------------------------------------- the journal
 
+def state_dir() -> str:
+    env = os.environ.get("SM120_STATE_DIR")
+    if env:
+        return env
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(base, "deep_gemm_sm120")
+
+
+def journal_key(create: bool) -> bytes | None:
+    """This user's journal key (made on first use when `create`), or None when there is none."""
+    d = state_dir()
+    path = os.path.join(d, KEY_NAME)
+    try:
+        with open(path, "rb") as fh:
+            key = fh.read(65)
+        if len(key) == 32:
+            return key
+        raise CannotCheck(f"{path} is not a check_vendor journal key (32 bytes); remove it to make a new one")
+    except FileNotFoundError:
+        if not create:
+            return None
+    try:
+        os.makedirs(d, mode=0o700, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(os.urandom(32))
+    except FileExistsError:
+        pass  # made meanwhile by another sync
+    except OSError as e:
+        raise CannotCheck(f"cannot make the journal key {path} ({e.strerror or e}): --sync needs it to journal "
+                          f"its steps (set SM120_STATE_DIR to a writable directory)") from None
+    return journal_key(create=False)
+
+
+def _mac(key: bytes, prev: str, rec: dict) -> str:
+    body = json.dumps({k: v for k, v in rec.items() if k != "mac"}, sort_keys=True).encode()
+    return hmac.new(key, prev.encode() + b"\n" + body, hashlib.sha256).hexdigest()
+
+
 class Journal:
-    """The write-ahead record of one sync's steps."""
+    """The write-ahead record of one sync's steps, each record MAC-chained to the ones before it."""
 
     def __init__(self, fs: ForkRoot, header: dict):
-        self.fs = fs
-        try:
-            self.fh = fs.create_exclusive(JOURNAL)
-        except FileExistsError:
-            raise CannotCheck(f"{JOURNAL} exists at the fork root: another --sync is running, or one was killed "
-                              f"(run --sync again to restore the fork from it)") from None
+        self.fs, self.key, self.prev = fs, journal_key(create=True), ""
+        self.name = f"{JOURNAL}-{os.urandom(6).hex()}"
+        self.fh = fs.create_exclusive(self.name, 0o600)
         self.records: list[dict] = []
-        self._write({"journal": 1, "pid": os.getpid(), "started": time.time(), **header})
+        self._write({"journal": 2, "pid": os.getpid(), "started": time.time(), "fork": _real(fs), **header})
 
     def _write(self, rec: dict) -> None:
+        rec = {**rec, "mac": _mac(self.key, self.prev, rec)}
+        self.prev = rec["mac"]
         self.fh.write(json.dumps(rec, sort_keys=True).encode() + b"\n")
         self.fh.flush()
         os.fsync(self.fh.fileno())
@@ -95,37 +142,56 @@ class Journal:
 
     def remove(self) -> None:
         self.fh.close()
-        self.fs.unlink(JOURNAL)
+        self.fs.unlink(self.name)
 
 
-def read_journal(fs: ForkRoot) -> tuple[dict, list[dict]] | None:
-    """(header, step records) of the journal at the fork root, None when there is none. CannotCheck when it is
-    not a journal this module wrote (it is then never replayed)."""
+def _real(fs: ForkRoot) -> str:
+    return os.path.realpath(fs.path)
+
+
+def journals(fs: ForkRoot) -> list[str]:
+    """The journal-named regular files at the fork root (ours or not: read_journal tells)."""
     try:
-        raw = fs.read_bytes(JOURNAL, JOURNAL_MAX_BYTES)
-    except FileNotFoundError:
+        return sorted(n for n, st in fs.list_dir("") if _JOURNAL_NAME.fullmatch(n) and stat.S_ISREG(st.st_mode))
+    except (OSError, UnsafePath):
+        return []
+
+
+def read_journal(fs: ForkRoot, name: str) -> tuple[dict, list[dict]] | None:
+    """(header, step records) of journal `name` when this user's check_vendor wrote it for this fork (its MAC
+    chain verifies), else None: it is then not ours, never replayed."""
+    key = journal_key(create=False)
+    if key is None:
         return None
-    except (OverflowError, OSError, UnsafePath) as e:
-        raise CannotCheck(f"{JOURNAL} cannot be used ({e}): not replayed; inspect the fork and remove it by hand") \
-            from None
-    lines = raw.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    elif lines:
-        lines.pop()  # a last line cut short by the kill: its step never started
     try:
-        recs = [json.loads(ln) for ln in lines]
-    except (ValueError, RecursionError):
-        raise CannotCheck(f"{JOURNAL} is not a journal check_vendor wrote (not JSON lines): not replayed; inspect "
-                          f"the fork and remove it by hand") from None
-    if not recs or not isinstance(recs[0], dict) or recs[0].get("journal") != 1 or not isinstance(
-            recs[0].get("pid"), int):
-        raise CannotCheck(f"{JOURNAL} has no journal header: not replayed; inspect the fork and remove it by hand")
-    for r in recs[1:]:
-        if not _valid(r):
-            raise CannotCheck(f"{JOURNAL} holds a record check_vendor never writes ({str(r)[:120]}): not replayed; "
-                              f"inspect the fork and remove it by hand")
+        raw = fs.read_bytes(name, JOURNAL_MAX_BYTES)
+    except (OverflowError, OSError, UnsafePath):
+        return None
+    lines = raw.split(b"\n")
+    lines.pop()  # "" after the last complete record, or a record cut short by the kill (its step never ran)
+    recs, prev = [], ""
+    for ln in lines:
+        try:
+            r = json.loads(ln)
+        except (ValueError, RecursionError):
+            return None
+        if not isinstance(r, dict) or not isinstance(r.get("mac"), str) or \
+                not hmac.compare_digest(r["mac"], _mac(key, prev, r)):
+            return None
+        prev = r.pop("mac")
+        recs.append(r)
+    if not recs or recs[0].get("journal") != 2 or not isinstance(recs[0].get("pid"), int) or \
+            recs[0].get("fork") != _real(fs):
+        return None
+    if not all(_valid(r) for r in recs[1:]):
+        raise CannotCheck(f"{name} verifies but holds a record this check_vendor never writes: not replayed; "
+                          f"inspect the fork and remove it by hand")
     return recs[0], recs[1:]
+
+
+def pending(fs: ForkRoot) -> list[str]:
+    """Journals of interrupted syncs of this fork that this user's check_vendor wrote."""
+    return [n for n in journals(fs) if read_journal(fs, n) is not None]
 
 
 def _valid(r) -> bool:
@@ -205,13 +271,17 @@ def _drop_asides(fs: ForkRoot, records: list[dict]) -> list[str]:
 
 
 def recover(fs: ForkRoot) -> list[str] | None:
-    """Finish what a killed sync left (None when it left nothing): before its commit record, undo every step; after
-    it, drop the asides. Lines saying what was done; CannotCheck when the journal cannot be replayed or an undo
-    step fails (the journal then stays for another attempt)."""
-    found = read_journal(fs)
-    if found is None:
-        return None
-    header, records = found
+    """Finish what killed syncs of this fork left (None when they left nothing): before a journal's commit record,
+    undo every step; after it, drop the asides. Lines saying what was done; CannotCheck when an undo step fails
+    (the journal then stays for another attempt). Journals that are not ours are left alone."""
+    done: list[str] = []
+    for name in pending(fs):
+        done += _recover_one(fs, name)
+    return done or None
+
+
+def _recover_one(fs: ForkRoot, name: str) -> list[str]:
+    header, records = read_journal(fs, name)
     with deferred_signals():
         if any(r["op"] == "commit" for r in records):
             left = _drop_asides(fs, records)
@@ -221,11 +291,11 @@ def recover(fs: ForkRoot) -> list[str] | None:
         else:
             failed = undo(fs, records, header["pid"])
             if failed:
-                raise CannotCheck(f"restoring the fork from {JOURNAL} failed at: " + "; ".join(failed) +
+                raise CannotCheck(f"restoring the fork from {name} failed at: " + "; ".join(failed) +
                                   f"; the journal is kept, run --sync again once the cause is fixed")
             done = [f"  recover  an interrupted sync (pid {header['pid']}): {len(records)} logged step(s) undone; "
                     f"the fork is as it was before it"]
-        fs.unlink(JOURNAL)
+        fs.unlink(name)
     return done
 
 
@@ -354,7 +424,8 @@ def run(fs: ForkRoot, header: dict, steps: Callable[[Transaction], None]) -> lis
             if failed:
                 journal.fh.close()
                 raise CannotCheck(f"{why}; undoing it failed too, so the fork is between states ({'; '.join(failed)}"
-                                  f"); {JOURNAL} is kept: fix the cause and run --sync again to restore it") from None
+                                  f"); {journal.name} is kept: fix the cause and run --sync again to restore it") \
+                    from None
             journal.remove()
             raise _Failed(why, e) from None
         except BaseException:  # anything else (an internal error, memory): undone too, then re-raised

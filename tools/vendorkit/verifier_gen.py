@@ -33,6 +33,7 @@ LEGACY = {
 # sha256 of each earlier baked template (inlined, `_RELEASE = None`), by the commit that wrote it and what it
 # lacks; a fork carrying one is told to re-sync (the bytes --sync writes changed).
 _UNISOLATED = ", whose verifier imports modules found beside it (a planted hashlib.py decides it) and ignores modes"
+_LINKED = ", whose verifier run through a symlinked path imports modules found beside it"
 LEGACY_TEMPLATES = {
     "463c78b4455596681173a5f3b596eaa748fe1df594536e75549786edc431fdea":
         "check_vendor of 2026-12-01 (c464b40)" + _UNISOLATED,
@@ -43,7 +44,9 @@ LEGACY_TEMPLATES = {
     "106af379be1a3d5fa040f5eda739ff9918a5ae06d9ef8a9a7e970944b14fa098":
         "check_vendor of 2026-12-01 (6416b30)" + _UNISOLATED,
     "717004581df13a8494238f82055f87ee85306fdc56f7a9dc7bdeec0a94f3bb8e":
-        "check_vendor of 2026-12-02 (6ed4cc4)",
+        "check_vendor of 2026-12-02 (6ed4cc4)" + _LINKED,
+    "a65218f52710095539fd8c76e2b6bbe7f6c9c584bd7350acc3614684f636edbb":
+        "check_vendor of 2026-12-02 (9487992)" + _LINKED,
 }
 
 
