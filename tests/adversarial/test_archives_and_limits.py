@@ -248,3 +248,25 @@ def test_archives_cut_short_are_exit_2(canon, tmp_path, data):
     target.write_bytes(data)
     code, out, err = run_cv("--repo", str(canon), "--fork", str(target))
     assert code == 2 and "not a readable wheel or sdist" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("kind", [tarfile.XHDTYPE, tarfile.GNUTYPE_LONGNAME], ids=["pax", "gnu-longname"])
+def test_an_extended_tar_header_declaring_gigabytes_is_not_read(canon, tmp_path, kind):
+    """Found by the red team: a 1.2 KB bzip2 stream (named .tar.gz) whose first header declares a 1.5 GiB pax body;
+    tarfile read it whole before any member was seen (2.5 GiB peak, no budget drawn)."""
+    import bz2
+
+    size = 1536 << 20
+    ti = tarfile.TarInfo("././@PaxHeader" if kind == tarfile.XHDTYPE else "././@LongLink")
+    ti.type, ti.size = kind, size
+    c = bz2.BZ2Compressor(9)
+    parts = [c.compress(ti.tobuf(format=tarfile.USTAR_FORMAT))]
+    zeros = b"\0" * (1 << 24)
+    parts += [c.compress(zeros) for _ in range(size // len(zeros))]
+    parts.append(c.flush())
+    bomb = tmp_path / "pkg-1.0.tar.gz"
+    bomb.write_bytes(b"".join(parts))
+    assert bomb.stat().st_size < 4096
+    code, doc, took, rss = _measured(canon, bomb, "--prefix", PREFIX)
+    assert code == 2 and "extended header" in doc["errors"][0], doc
+    assert rss < 256 << 20 and took < 30, (rss, took)

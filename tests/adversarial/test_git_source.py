@@ -146,9 +146,7 @@ def test_line_endings_are_the_checkouts(canon, tmp_path, attrs):
     for d, text in attrs.items():  # one file stays as it is in every set, so the fork still vendors the layer
         (repo / d / ".gitattributes").write_text(text + "sm120_gemm.cuh -text\n")
     commit_all(repo, "attributes")
-    clone = tmp_path / "clone"
-    env = {**os.environ, "HOME": str(tmp_path), "GIT_CONFIG_NOSYSTEM": "1"}
-    subprocess.run(["git", "clone", "-q", str(repo), str(clone)], check=True, env=env)
+    clone = _clone(repo, tmp_path)
     code, doc = run_json("--repo", str(canon), "--fork", f"git:{repo}@main", "--prefix", PREFIX)
     files_seen = by_path(doc)
     from vendorkit.gitref import GitRefFork
@@ -166,24 +164,96 @@ def test_line_endings_are_the_checkouts(canon, tmp_path, attrs):
     assert code == 1
 
 
-@pytest.mark.parametrize("attr, why", [
-    ("*.cuh filter=evil", "filter driver 'evil'"),
-    ("*.cuh ident", "$Id$"),
-    ("*.cuh working-tree-encoding=UTF-16LE", "re-encodes it as UTF-16LE"),
-])
-def test_checkouts_that_depend_on_the_cloner_are_refused_as_drift(canon, tmp_path, attr, why):
-    files = {k: v + b"// $Id$\n" if "ident" in attr else v for k, v in V2.items()}
-    repo = _repo(tmp_path, files)
-    (repo / ".gitattributes").write_text(attr + "\n")
+def test_a_filter_driver_makes_the_checkout_the_cloners_and_is_refused_as_drift(canon, tmp_path):
+    repo = _repo(tmp_path)
+    (repo / ".gitattributes").write_text("*.cuh filter=evil\n")
     git(repo, "add", ".gitattributes")  # only the attributes: the files' blobs stay as committed
     git(repo, "commit", "-q", "-m", "attributes")
     marker = tmp_path / MARK
-    git(repo, "config", "filter.evil.smudge", f"touch {marker}")
+    git(repo, "config", "filter.evil.smudge", f"touch {marker}")  # the fork's config: never read
     code, doc = run_json("--repo", str(canon), "--fork", f"git:{repo}@main")
     rows = [f for f in doc["files"] if f["path"].endswith(".cuh")]
-    assert code == 1 and doc["verdict"] in ("drifted", "not-vendored") and not marker.exists()
-    assert rows and all(f["status"] == "changed" and f["diagnosis"] == "checkout-attributes" and why in f["detail"]
-                        for f in rows), rows
+    assert code == 1 and doc["verdict"] == "drifted" and not marker.exists()
+    assert rows and all(f["status"] == "changed" and f["diagnosis"] == "checkout-attributes" and
+                        "filter driver 'evil'" in f["detail"] for f in rows), rows
+
+
+@pytest.mark.parametrize("attr", ["*.cuh ident", "*.cuh working-tree-encoding=UTF-16LE"])
+def test_ident_and_encodings_give_the_bytes_a_clone_writes(canon, tmp_path, attr):
+    files = {k: v + b"// $Id$\n" if "ident" in attr else v for k, v in V2.items()}
+    repo = _repo(tmp_path, files)
+    (repo / ".gitattributes").write_text(attr + "\n")
+    git(repo, "add", ".gitattributes")
+    git(repo, "commit", "-q", "-m", "attributes")
+    clone = _clone(repo, tmp_path)
+    from vendorkit.gitref import GitRefFork
+
+    view = GitRefFork(str(repo), "main")
+    listing, _ = view.list_under(PREFIX)
+    for rel, f in listing.items():
+        assert view.read(f) == (clone / PREFIX / rel).read_bytes(), rel
+    code, doc = run_json("--repo", str(canon), "--fork", f"git:{repo}@main")
+    assert code == 1 and all(f["status"] == "changed" for f in doc["files"] if f["path"].endswith(".cuh"))
+
+
+def _clone(repo: Path, tmp_path: Path) -> Path:
+    clone = tmp_path / "clone"
+    env = {**os.environ, "HOME": str(tmp_path), "GIT_CONFIG_NOSYSTEM": "1"}
+    subprocess.run(["git", "clone", "-q", str(repo), str(clone)], check=True, env=env)
+    return clone
+
+
+# Found by the red team: each made an emulation of gitattributes disagree with git (the view now asks git).
+ATTRIBUTE_CORNERS = {
+    "macro used before its definition": "*.cuh win\n[attr]win text eol=crlf\n",
+    "macro redefined after use": "[attr]win -text\n*.cuh win\n[attr]win text eol=crlf\n",
+    "POSIX bracket class": "sm120[[:alpha:]]*.cuh text eol=crlf\nsm120.cuh text eol=crlf\n",
+    "an invalid attribute name drops the line": "* text eol=crlf\n* -text bad$name\n",
+    "a \\x escape in a quoted pattern": '* text eol=crlf\n"\\x2a" -text\n',
+    "a rule behind a file-separator character": "* text eol=crlf\n# hidden\x1c* -text\n",
+    "a line of 2048 bytes or more is ignored": "* text eol=crlf\n* -text" + " " * 2100 + "\n",
+}
+
+
+@pytest.mark.parametrize("text", list(ATTRIBUTE_CORNERS.values()), ids=list(ATTRIBUTE_CORNERS))
+def test_attribute_corners_are_gits(canon, tmp_path, text):
+    repo = _repo(tmp_path)
+    (repo / ".gitattributes").write_bytes(text.encode())
+    git(repo, "add", ".gitattributes")
+    git(repo, "commit", "-q", "-m", "attributes")
+    clone = _clone(repo, tmp_path)
+    from vendorkit.gitref import GitRefFork
+
+    view = GitRefFork(str(repo), "main")
+    listing, _ = view.list_under(PREFIX)
+    for rel, f in listing.items():
+        assert view.read(f) == (clone / PREFIX / rel).read_bytes(), rel  # byte for byte what the clone has
+    code, doc = run_json("--repo", str(canon), "--fork", f"git:{repo}@main")
+    crlf = any(b"\r\n" in (clone / PREFIX / rel).read_bytes() for rel in V2)
+    assert (code == 1) == crlf
+
+
+def test_a_symlinked_gitattributes_is_read_as_git_reads_it(canon, tmp_path):
+    repo = _repo(tmp_path)
+    os.symlink("*.cuh text eol=crlf", repo / ".gitattributes")  # git parses the link's text at checkout
+    git(repo, "add", ".gitattributes")
+    git(repo, "commit", "-q", "-m", "a linked attributes file")
+    clone = _clone(repo, tmp_path)
+    code, doc = run_json("--repo", str(canon), "--fork", f"git:{repo}@main")
+    crlf = b"\r\n" in (clone / PREFIX / "mma/sm120.cuh").read_bytes()
+    assert (code == 1) == crlf
+
+
+def test_the_repositorys_own_info_attributes_is_not_a_clones(canon, tmp_path):
+    """A clone has none of $GIT_DIR/info/attributes: only the committed attributes decide."""
+    repo = _repo(tmp_path)
+    (repo / ".gitattributes").write_text("*.cuh text eol=crlf\n")
+    git(repo, "add", ".gitattributes")
+    git(repo, "commit", "-q", "-m", "attributes")
+    (repo / ".git" / "info").mkdir(exist_ok=True)
+    (repo / ".git" / "info" / "attributes").write_text("* -text\n")
+    code, doc = run_json("--repo", str(canon), "--fork", f"git:{repo}@main")
+    assert code == 1 and by_path(doc)["mma/sm120.cuh"]["status"] == "changed"  # a clone writes CRLF
 
 
 def _flip_byte(path: Path, at: int) -> None:
@@ -243,3 +313,27 @@ def test_one_big_blob_at_sixteen_paths_is_read_once(canon, tmp_path):
     code, doc, took, rss = _measured_spec(canon, f"git:{repo}@main")
     assert code == 1 and sum(1 for f in doc["files"] if f["path"].startswith("extra/")) == 16
     assert rss < 256 << 20 and took < 30, (rss, took)
+
+
+def test_a_tree_reusing_one_subtree_is_stopped_by_the_entries_budget(canon, tmp_path):
+    """Found by the red team: 4 KB of objects, one subtree reused 100 times per level (2,000,000 paths under the
+    prefix); the whole listing was built in memory (811 MB) before the budget stopped it."""
+    from test_archives_and_limits import _measured_spec
+
+    repo = init_repo(tmp_path / "fan")
+    (tmp_path / "x").write_bytes(b"x\n")
+    blob = git(repo, "hash-object", "-w", str(tmp_path / "x")).strip()
+    leaf = subprocess.run(["git", "-C", str(repo), "mktree"], input="".join(
+        f"100644 blob {blob}\tsm120_f{i:04d}.cuh\n" for i in range(200)), capture_output=True, text=True,
+        check=True).stdout.strip()
+    t = leaf
+    for _ in range(3):
+        t = subprocess.run(["git", "-C", str(repo), "mktree"], input="".join(
+            f"040000 tree {t}\td{i:03d}\n" for i in range(100)), capture_output=True, text=True,
+            check=True).stdout.strip()
+    c = git(repo, "commit-tree", t, "-m", "fan").strip()
+    git(repo, "update-ref", "refs/heads/main", c)
+    for prefix in (["--prefix", "d000"], []):
+        code, doc, took, rss = _measured_spec(canon, f"git:{repo}@main", *prefix)
+        assert code == 2 and "budget exhausted: entries" in doc["errors"][0], doc
+        assert rss < 256 << 20 and took < 30, (prefix, rss, took)

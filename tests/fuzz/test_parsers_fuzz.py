@@ -1,6 +1,6 @@
 """Property-based fuzzing of every parser check_vendor feeds hostile bytes to: release and lineage manifests, stamps,
 archives (zip and tar), index pages (PEP 691 JSON, PEP 503 HTML), git object databases (loose objects, packs,
-indexes, refs), gitattributes and the bounded diff. Each target starts from valid input and mutates it; the
+indexes, refs) and the bounded diff. Each target starts from valid input and mutates it; the
 property is always the same: a typed result or a typed error (exit 2 or 3), never another exception.
 
 `SM120_FUZZ_EXAMPLES` sets the examples per target: a small number in the default test command, thousands in
@@ -282,21 +282,7 @@ def test_fuzz_git_objects(git_seed, tmp_path_factory, pick, seed):
     _typed(read_all)
 
 
-# ---------------------------------------------------------------- attributes and the diff
-
-@FUZZ
-@given(text=st.lists(st.sampled_from(list("*?[]!^/\\ \t\n#=-abc.") + ["**", "[attr]", "text", "eol=crlf",
-                                                                         "filter=x", "-text", "binary", "\n*.cuh "]),
-                     max_size=60).map("".join),
-       path=st.sampled_from(["a.cuh", "x/a.cuh", "deep/x/y.cuh", "a", "[x]"]),
-       data=st.binary(max_size=64))
-def test_fuzz_gitattributes(text, path, data):
-    from vendorkit import gitattrs
-
-    attrs = gitattrs.Attributes({"": text, "x": text[::-1]}, text)
-    out, converted, refused = gitattrs.checkout(data, attrs.of(path))
-    assert isinstance(out, bytes) and (converted is None or refused is None)
-
+# ---------------------------------------------------------------- the diff
 
 @FUZZ
 @given(a=st.lists(st.sampled_from(["a\n", "b\n", "\n", "}\n"]), max_size=60),

@@ -40,6 +40,100 @@ _READ_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, tarfile.TarError, EOFE
                 TypeError, AttributeError)
 
 
+EXTENDED_HEADER_MAX = 1 << 20  # a pax or GNU long-name header's body: the longest name a budget allows fits
+
+
+class _HeaderTooLarge(tarfile.TarError):
+    pass
+
+
+class _BoundedTarInfo(tarfile.TarInfo):
+    """tarfile reads a pax or GNU long-name header's whole body into memory before any member is seen (a 1 KB
+    bzip2 stream can declare 1.5 GiB): refuse a body over EXTENDED_HEADER_MAX first, and draw every header from
+    the run budget."""
+
+    def _proc_member(self, tarfile_):
+        if self.type in (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE,
+                         tarfile.SOLARIS_XHDTYPE):
+            if self.size > EXTENDED_HEADER_MAX:
+                raise _HeaderTooLarge(f"an extended header of {self.size:,} bytes, over the "
+                                      f"{EXTENDED_HEADER_MAX:,}-byte cap (not read)")
+            budget.current().take(self.size, "tar extended headers")
+        return super()._proc_member(tarfile_)
+
+
+class _Inflating:
+    """A tar stream's bytes from a gzip, bzip2 or xz file (or a plain tar), produced in bounded steps: tarfile's own
+    decompression inflates a whole read at once (1.5 GiB of zeros fit in a 16 KB bzip2 read), so the archive is
+    decompressed here, at most STEP bytes per call, every byte read or produced drawn from the run budget and at
+    most ARCHIVE_MAX_BYTES in all. Concatenated members (gzip, bzip2) are read one after the other."""
+
+    STEP = 1 << 20
+
+    def __init__(self, raw, label: str):
+        import bz2
+        import lzma
+
+        self.raw, self.label, self.total, self.buf, self.off = raw, label, 0, b"", 0
+        self.pending = self._raw(6)
+        magic = self.pending
+        self.zlib = magic[:2] == b"\x1f\x8b"
+        self.new = (lambda: zlib.decompressobj(16 + zlib.MAX_WBITS)) if self.zlib else \
+            bz2.BZ2Decompressor if magic[:3] == b"BZh" else \
+            lzma.LZMADecompressor if magic[:6] == b"\xfd7zXZ\x00" else None
+        self.d = self.new() if self.new else None
+
+    def _raw(self, n: int) -> bytes:
+        data = self.raw.read(n)
+        budget.current().take(len(data), self.label)
+        return data
+
+    def _buffered(self) -> bool:
+        """Whether the decompressor still holds input it has not turned into output."""
+        return bool(self.d.unconsumed_tail) if self.zlib else not self.d.needs_input
+
+    def _more(self) -> bytes:
+        """The next decoded piece, at most STEP bytes (b"" at the end)."""
+        while True:
+            if self.d is None:  # a plain tar
+                data, self.pending = self.pending or self._raw(1 << 16), b""
+                return data
+            if self.d.eof:
+                self.pending = self.d.unused_data + self.pending
+                if not self.pending:
+                    self.pending = self._raw(1 << 16)
+                    if not self.pending:
+                        return b""
+                self.d = self.new()
+            if not self.pending and not self._buffered():
+                self.pending = self._raw(1 << 16)
+                if not self.pending:
+                    return b""  # cut short: tarfile reports the truncated stream
+            data, self.pending = self.pending, b""
+            out = self.d.decompress((self.d.unconsumed_tail + data) if self.zlib else data, self.STEP)
+            if out:
+                return out
+
+    def read(self, n: int = -1) -> bytes:
+        out, want = [], n
+        while want != 0:
+            if self.off >= len(self.buf):
+                self.buf, self.off = self._more(), 0
+                if not self.buf:
+                    break
+                self.total += len(self.buf)
+                if self.total > ARCHIVE_MAX_BYTES:
+                    raise CannotCheck(f"{self.label}: the tar stream runs past {ARCHIVE_MAX_BYTES >> 20} MiB "
+                                      f"uncompressed; not checked")
+                if self.d is not None:
+                    budget.current().take(len(self.buf), self.label)
+            take = len(self.buf) - self.off if want < 0 else min(want, len(self.buf) - self.off)
+            out.append(self.buf[self.off: self.off + take])
+            self.off += take
+            want = want - take if want > 0 else want
+        return b"".join(out)
+
+
 def is_archive_spec(spec: str) -> bool:
     return spec.startswith("pypi:") or spec.lower().endswith(ARCHIVE_SUFFIXES)
 
@@ -164,10 +258,17 @@ class ArchiveFork:
 
     def _read_tar(self, source) -> None:
         """One pass: list every member, hash the regular ones under the caps, keep small interesting ones."""
-        kwargs = {"fileobj": source} if hasattr(source, "read") else {"name": source}
+        own = None if hasattr(source, "read") else open(source, "rb")
         kept = 0
         seen: dict[str, int] = {}
-        with tarfile.open(mode="r|*", **kwargs) as tar:
+        try:
+            self._tar_members(_Inflating(own or source, self.label), kept, seen)
+        finally:
+            if own is not None:
+                own.close()
+
+    def _tar_members(self, stream, kept: int, seen: dict[str, int]) -> None:
+        with tarfile.open(mode="r|", fileobj=stream, tarinfo=_BoundedTarInfo) as tar:
             for m in tar:
                 self.budget.entry(self.label)
                 self.budget.path(m.name)

@@ -18,7 +18,7 @@ from .hashing import sha256_bytes
 from .safefs import ForkRoot, UnsafePath
 
 
-@dataclass
+@dataclass(slots=True)  # a listing can hold hundreds of thousands of them
 class ForkFile:
     path: str                 # POSIX path relative to the fork root
     kind: str                 # "file" | "symlink" | "hardlink" (tar) | "other"

@@ -1,10 +1,12 @@
 """A git ref of a local repository as a fork (`git:DIR@REF`), seen as a checkout of that ref writes it.
 
 The repository is read as data (vendorkit.gitobjects): no git process runs on it, so nothing in it (its
-configuration, hooks, promisor remotes, replace refs) can run a program or change what is seen. Files get the
-bytes a checkout writes: line endings converted where the tree's attributes say so (vendorkit.gitattrs), and a
-file whose checkout depends on the cloner (a filter driver, `ident`, a working-tree encoding) is reported as
-such, never certified. Tree entries a checkout refuses or misplaces are `unsafe` findings.
+configuration, hooks, promisor remotes, replace refs) can run a program or change what is seen. The tree is
+walked lazily: the whole of it only to find the vendor root (nothing of it kept but the names), the subtree at
+the vendor root to compare. When `.gitattributes` files apply there, the files get the bytes a checkout writes,
+asked of git in a sandbox of our own (vendorkit.checkout); a file whose checkout names a filter driver is
+reported as such, never certified. Tree entries a checkout refuses or misplaces are `unsafe` findings. A clone
+has none of the repository's own `info/attributes`, so it plays no part.
 """
 from __future__ import annotations
 
@@ -13,15 +15,14 @@ import os
 import re
 from typing import Iterator
 
-from . import gitattrs
+from . import checkout
 from .archive import install_path
 from .errors import CannotCheck, UsageError
 from .forkview import ForkFile
 from .gitobjects import Repository
-from .limits import DIAGNOSE_MAX_BYTES, MEMBER_MAX_BYTES
+from .limits import MEMBER_MAX_BYTES
 
 _SPEC = re.compile(r"git:(.+)@([^@]+)", re.S)
-_ATTRS_MAX = 1 << 20
 
 
 def is_git_spec(spec: str) -> bool:
@@ -36,6 +37,17 @@ def parse_spec(spec: str) -> tuple[str, str]:
     return m.group(1), m.group(2)
 
 
+def _kind(mode: str) -> tuple[str, str]:
+    """(kind, git mode as a checkout writes it) of a tree entry's mode."""
+    if mode == "160000":
+        return "other", "160000"
+    if mode == "120000":
+        return "symlink", "120000"
+    if mode.startswith("100"):
+        return "file", "100755" if int(mode, 8) & 0o100 else "100644"
+    return "other", mode
+
+
 class GitRefFork:
     digest_kind = "sha256"
 
@@ -47,68 +59,90 @@ class GitRefFork:
         self.git = Repository(repo)
         self.repo, self.ref = self.git.path, ref
         self.commit = self.git.resolve(ref)
+        self.tree = self.git.commit_tree(self.commit)
         self.label = f"git:{self.repo}@{ref} ({self.commit[:12]})"
         self._files: dict[str, ForkFile] = {}
         self._oid: dict[str, str] = {}
         self._unsafe: dict[str, str] = {}
-        self._bytes: dict[str, bytes] = {}      # path -> checkout bytes, for small files already read
-        self._attrs: gitattrs.Attributes | None = None
-        self._digests: dict[tuple, tuple[str, int]] = {}  # (blob id, attributes) -> (sha256, size) of its checkout
-        for path, mode, oid, problem in self.git.walk(self.git.commit_tree(self.commit)):
+        self._bytes: dict[str, bytes] = {}    # path -> the checkout's bytes, where attributes apply
+        self._digests: dict[tuple, tuple[str, int]] = {}  # (blob id, kind) -> (sha256, size): blobs shared by paths
+
+    # ------------------------------------------------------------ walking
+    def _entries(self, tree: str, base: str) -> Iterator[tuple[str, str, str]]:
+        """(path, mode, oid) below `tree`, unsafe entries recorded instead of yielded."""
+        for path, mode, oid, problem in self.git.walk(tree):
+            path = f"{base}/{path}" if base else path
             norm, unsafe = install_path(path)
             if problem or unsafe or norm != path:
                 self._unsafe[path] = problem or unsafe or f"not a canonical path (would be {norm})"
                 continue
-            if mode == "160000":
-                f = ForkFile(path, "other", "160000", 0)
-            elif mode == "120000":
-                f = ForkFile(path, "symlink", "120000", 0)
-            elif mode.startswith("100"):
-                f = ForkFile(path, "file", "100755" if int(mode, 8) & 0o100 else "100644", 0)
-            else:
-                f = ForkFile(path, "other", mode, 0)
-            self._files[path] = f
-            self._oid[path] = oid
+            yield path, mode, oid
 
-    # ------------------------------------------------------------ attributes
-    def _attributes(self) -> gitattrs.Attributes:
-        """The tree's .gitattributes files (every directory's) and info/attributes, read once."""
-        if self._attrs is None:
-            files = {}
-            for path, f in self._files.items():
-                if path.rsplit("/", 1)[-1] == ".gitattributes" and f.kind == "file":
-                    files[path.rpartition("/")[0]] = self._blob(path, _ATTRS_MAX).decode("utf-8", "replace")
-            info = ""
-            try:
-                info = self.git._read("info/attributes", _ATTRS_MAX).decode("utf-8", "replace")
-            except FileNotFoundError:
-                pass
-            self._attrs = gitattrs.Attributes(files, info)
-        return self._attrs
+    def iter_paths(self) -> Iterator[str]:
+        for path, _, _ in self._entries(self.tree, ""):
+            yield path
 
-    def _blob(self, path: str, cap: int) -> bytes:
-        return self.git.read(self._oid[path], cap, want="blob")[1]
+    def _subtree(self, prefix: str) -> tuple[str | None, list[tuple[str, str, str]]]:
+        """(the tree object at `prefix` or None, the `.gitattributes` entries of the directories on the way)."""
+        tree, base, attrs = self.tree, "", []
+        for part in [p for p in prefix.split("/") if p]:
+            nxt = None
+            for mode, name, oid in self.git.tree_entries(tree):
+                if name == ".gitattributes" and mode != "40000":
+                    attrs.append((f"{base}/{name}" if base else name, mode, oid))
+                if name == part and mode == "40000":
+                    nxt = oid
+            if nxt is None:
+                return None, attrs
+            tree, base = nxt, f"{base}/{part}" if base else part
+        return tree, attrs
 
-    def _checkout(self, f: ForkFile) -> bytes:
-        """The bytes a checkout writes for `f` (a symlink's target as stored)."""
-        data = self._bytes.get(f.path)
-        if data is None:
-            data = self._blob(f.path, MEMBER_MAX_BYTES)
-            if f.kind == "file":
-                data, converted, refused = gitattrs.checkout(data, self._attributes().of(f.path))
-                f.checkout = refused
-            if len(data) <= DIAGNOSE_MAX_BYTES:
-                self._bytes[f.path] = data
-        return data
+    def list_under(self, prefix: str) -> tuple[dict[str, ForkFile], dict[str, str]]:
+        tree, attrs = self._subtree(prefix)
+        pre = f"{prefix}/" if prefix else ""
+        out: dict[str, ForkFile] = {}
+        if tree is not None:
+            for path, mode, oid in self._entries(tree, prefix):
+                kind, m = _kind(mode)
+                f = ForkFile(path, kind, m, 0)
+                self._files[path], self._oid[path] = f, oid
+                out[path[len(pre):]] = f
+                if path.rsplit("/", 1)[-1] == ".gitattributes" and kind in ("file", "symlink"):
+                    attrs.append((path, mode, oid))
+        for f in out.values():
+            if f.kind in ("file", "symlink"):
+                kind, size = self.git.header(self._oid[f.path])
+                if kind != "blob":
+                    raise CannotCheck(f"{self.label}: {f.path} names a {kind}, not a blob")
+                f.size = size
+                if size > MEMBER_MAX_BYTES:
+                    f.too_large = f"a blob of {size:,} bytes, over the {MEMBER_MAX_BYTES >> 20} MiB cap (not read)"
+        if attrs:
+            self._check_out(out, attrs)
+        return out, {}
 
-    def _refusal(self, f: ForkFile) -> str | None:
-        """Why the checkout of `f` cannot be known (a filter, ident, an encoding), from its attributes alone
-        when its bytes do not matter (filters and encodings), else from its bytes."""
-        attrs = self._attributes().of(f.path)
-        if not attrs:
-            return None
-        return gitattrs.checkout(self._blob(f.path, MEMBER_MAX_BYTES) if attrs.get("ident") is True else b"",
-                                 attrs)[2]
+    def _check_out(self, listing: dict[str, ForkFile], attrs: list[tuple[str, str, str]]) -> None:
+        """The bytes a checkout writes for every file of the listing, given the attribute files that apply."""
+        files = {p: (m, self.git.read(o, MEMBER_MAX_BYTES, want="blob")[1]) for p, m, o in attrs}
+        wanted = []
+        for f in listing.values():
+            if f.kind in ("file", "symlink") and not f.too_large:
+                files[f.path] = (_tree_mode(f), self._blob(f.path))
+                wanted.append(f.path)
+        written, filters = checkout.checkout_bytes(files, wanted)
+        for path in wanted:
+            f = self._files[path]
+            kind, data = written[path]
+            if kind != f.kind:
+                f.kind, f.mode = kind, "" if kind == "other" else f.mode
+            self._bytes[path] = data
+            f.size = len(data)
+            if path in filters:
+                f.checkout = (f"a checkout runs the filter driver {filters[path]!r} on it (gitattributes filter="
+                              f"{filters[path]}): its bytes depend on the cloner's configuration")
+
+    def _blob(self, path: str) -> bytes:
+        return self.git.read(self._oid[path], MEMBER_MAX_BYTES, want="blob")[1]
 
     # ------------------------------------------------------------ the view
     def findings(self, prefix: str) -> list:
@@ -117,40 +151,31 @@ class GitRefFork:
         return [FileResult(raw, "unsafe", diagnosis="unsafe-member", detail=f"tree entry: {why}", fork_path=raw)
                 for raw, why in sorted(self._unsafe.items())]
 
-    def list_under(self, prefix: str) -> tuple[dict[str, ForkFile], dict[str, str]]:
-        pre = f"{prefix}/" if prefix else ""
-        out = {p[len(pre):]: f for p, f in self._files.items() if p.startswith(pre)}
-        for f in out.values():
-            if f.kind in ("file", "symlink") and not f.size and f.digest is None:
-                kind, size = self.git.header(self._oid[f.path])
-                if kind != "blob":
-                    raise CannotCheck(f"{self.label}: {f.path} names a {kind}, not a blob")
-                f.size = size
-                if size > MEMBER_MAX_BYTES:
-                    f.too_large = f"a blob of {size:,} bytes, over the {MEMBER_MAX_BYTES >> 20} MiB cap (not read)"
-                elif f.kind == "file" and self._attributes().of(f.path):
-                    f.size = len(self._checkout(f))  # attributes may change the bytes (and the size)
-        return out, {}
-
-    def iter_paths(self) -> Iterator[str]:
-        return iter(list(self._files))
+    def _data(self, f: ForkFile) -> bytes:
+        data = self._bytes.get(f.path)
+        return data if data is not None else self._blob(f.path)
 
     def digest_of(self, f: ForkFile) -> str:
         if f.digest is None:
             if f.too_large or f.kind not in ("file", "symlink"):
                 raise CannotCheck(f"{self.label}: {f.path} was not read")
-            key = (self._oid[f.path], f.kind, tuple(sorted(self._attributes().of(f.path).items(), key=str)))
-            if key not in self._digests:  # many paths may share one blob: it is read once
-                data = self._checkout(f)
-                self._digests[key] = (hashlib.sha256(data).hexdigest(), len(data))
-            elif f.kind == "file":
-                f.checkout = self._refusal(f)
-            f.digest, f.size = self._digests[key]
+            if f.path in self._bytes:
+                f.digest = hashlib.sha256(self._bytes[f.path]).hexdigest()
+            else:
+                key = (self._oid[f.path], f.kind)
+                if key not in self._digests:  # many paths may share one blob: it is read once
+                    data = self._blob(f.path)
+                    self._digests[key] = (hashlib.sha256(data).hexdigest(), len(data))
+                f.digest, f.size = self._digests[key]
         return f.digest
 
     def read(self, f: ForkFile, limit: int | None = None) -> bytes | None:
         if f.too_large or f.kind not in ("file", "symlink") or (limit is not None and f.size > limit):
             return None
-        return self._checkout(f)
+        return self._data(f)
 
     fetch = read
+
+
+def _tree_mode(f: ForkFile) -> str:
+    return "120000" if f.kind == "symlink" else f.mode
