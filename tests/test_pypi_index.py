@@ -20,8 +20,8 @@ def canon(tmp_path_factory) -> Path:
 
 @pytest.fixture()
 def index(monkeypatch, tmp_path):
-    for var in ("PIP_INDEX_URL", "SM120_PYPI_INDEX", "SM120_FULL_DOWNLOAD"):
-        monkeypatch.delenv(var, raising=False)
+    for var in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX", "SM120_PYPI_INDEX"):
+        monkeypatch.delenv(var, raising=False)  # this machine's pip environment is not the test's
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)  # no pip configuration of this machine
     fake = FakePyPI()
     fake.start()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from vendor_helpers import PREFIX, ROOT, V1, V2, commit_all, make_canonical, run_cv, write_tree
+from vendor_helpers import PREFIX, ROOT, V1, V2, commit_all, make_canonical, run_cv, run_json, write_tree
 from watch_helpers import TOKEN, config, entry, gh, remote_fork, watch, watch_downstreams  # noqa: F401
 
 
@@ -208,3 +208,18 @@ def test_check_vendor_github_fork(canon, gh, tmp_path, capsys):
     assert code == 2 and "not found" in err and TOKEN not in out + err
     code, out, err = run_cv("--repo", str(canon), "--fork", "github:bad", "--api-url", gh.url)
     assert code == 3
+
+
+def test_a_github_fork_is_seen_as_a_checkout_writes_it(canon, gh, tmp_path):
+    """Found by the red team: github: compared tree blob ids and never looked at .gitattributes, so a fork whose
+    attributes make every clone write CRLF was in sync for the watcher (and caught as git:)."""
+    fork = remote_fork(tmp_path, gh, "org/crlf", V2)
+    (fork / ".gitattributes").write_text("*.cuh text eol=crlf\nsm120_gemm.cuh -text\n")
+    commit_all(fork, "attributes")
+    code, doc = run_json("--repo", str(canon), "--fork", "github:org/crlf@main", "--api-url", gh.url,
+                         "--prefix", PREFIX)
+    files = {f["path"]: f for f in doc["files"]}
+    assert code == 1 and files["mma/sm120.cuh"]["diagnosis"] in ("eol-only", "whitespace-only")
+    assert files["scheduler/sm120_gemm.cuh"]["status"] == "ok"
+    code, doc = run_json("--repo", str(canon), "--fork", f"git:{fork}@main", "--prefix", PREFIX)
+    assert code == 1 and {f["path"]: f for f in doc["files"]}["mma/sm120.cuh"]["status"] == "changed"

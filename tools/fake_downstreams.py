@@ -255,6 +255,9 @@ class FakeGitHub:
         return 404
 
 
+YANKED = ' data-yanked=""'  # as PyPI writes it (pip ignores a bare data-yanked, which has no value)
+
+
 class FakePyPI:
     """A package index speaking the Simple API (PEP 691 JSON and PEP 503 HTML, relative file URLs like a caching
     proxy's) for files the caller supplies (name -> version -> [(filename, bytes)]). Files honour HTTP range
@@ -353,7 +356,7 @@ class FakePyPI:
                      "yanked": fn in self.yanked} for fn, sha in files]}
                 self._reply(h, 200, json.dumps(doc).encode(), "application/vnd.pypi.simple.v1+json")
             else:
-                links = "".join(f'<a href="../../files/{fn}#sha256={sha}"{" data-yanked" if fn in self.yanked else ""}>'
+                links = "".join(f'<a href="../../files/{fn}#sha256={sha}"{YANKED if fn in self.yanked else ""}>'
                                 f"{fn}</a><br/>\n" for fn, sha in files)
                 self._reply(h, 200, f"<!DOCTYPE html><html><body>\n{links}</body></html>".encode(), "text/html")
             return

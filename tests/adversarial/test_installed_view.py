@@ -171,3 +171,37 @@ def test_a_case_or_normalization_twin_of_a_released_file_is_drift(canon, tmp_pat
     assert got["common/sm120_tma.cuh"]["diagnosis"] == "case-twin" and twin in got["common/sm120_tma.cuh"]["detail"]
     assert got[twin]["status"] == "extra" and got[twin]["diagnosis"] == "case-twin"
     assert got["common/sm120_tma_notes.cuh"]["diagnosis"] != "case-twin"
+
+
+def test_a_unicode_path_extra_field_naming_a_released_file_is_drift(canon, tmp_path):
+    """Found by the red team: Python 3.12's zipfile (and so pip on 3.12+) names a member by its Info-ZIP Unicode
+    Path field, 3.10/3.11's by its header: a harmless `pkg/notes.txt` here is `.../mma/sm120.cuh` there."""
+    import struct
+    import zlib
+
+    target = f"{PREFIX}/mma/sm120.cuh"
+    rows = [(f"{PREFIX}/{k}", v, stat.S_IFREG | 0o644) for k, v in V2.items()]
+    buf = io.BytesIO(_wheel(rows))
+    with zipfile.ZipFile(buf, "a") as z:
+        zi = zipfile.ZipInfo("pkg/notes.txt")
+        zi.extra = struct.pack("<HHBL", 0x7075, 5 + len(target), 1, zlib.crc32(b"pkg/notes.txt")) + target.encode()
+        z.writestr(zi, b"// the bytes pip on Python 3.12 installs at the released path\n")
+    whl = tmp_path / f"{DIST}-py3-none-any.whl"
+    whl.write_bytes(buf.getvalue())
+    code, doc = run_json("--repo", str(canon), "--fork", str(whl))
+    found = [f for f in doc["files"] if f["status"] == "unsafe" and "Unicode Path" in (f["detail"] or "")]
+    assert code == 1 and doc["verdict"] == "drifted" and found, doc["files"]
+
+
+@pytest.mark.parametrize("alias", ["mma/sm120.cuh.", "mma/sm120.cuh ", "mma/sm120.cuh::$DATA", "mma/sm120\u200c.cuh"],
+                         ids=["trailing-dot", "trailing-space", "ntfs-data-stream", "zero-width-non-joiner"])
+def test_windows_and_hfs_aliases_of_a_released_file_are_drift(canon, tmp_path, alias):
+    """Found by the red team: Windows strips trailing dots and spaces and takes `::$DATA` as the file itself; HFS+
+    ignores format characters; each is the released file there."""
+    rows = [(f"{PREFIX}/{k}", v, stat.S_IFREG | 0o644) for k, v in V2.items()]
+    rows.append((f"{PREFIX}/{alias}", b"// replaces the released file on Windows or HFS+\n", stat.S_IFREG | 0o644))
+    whl = tmp_path / f"{DIST}-py3-none-any.whl"
+    whl.write_bytes(_wheel(rows))
+    code, doc = run_json("--repo", str(canon), "--fork", str(whl))
+    got = by_path(doc)
+    assert code == 1 and got["mma/sm120.cuh"]["diagnosis"] == "case-twin" and got[alias]["diagnosis"] == "case-twin"

@@ -30,7 +30,8 @@ from .forkview import ForkFile, link_escapes
 from .limits import ARCHIVE_MAX_BYTES, DIAGNOSE_MAX_BYTES, MEMBER_MAX_BYTES, MEMBER_MAX_RATIO, RATIO_FLOOR_BYTES
 from .manifest import is_our_name
 
-ARCHIVE_SUFFIXES = (".whl", ".zip", ".tar.gz", ".tgz")
+ARCHIVE_SUFFIXES = (".whl", ".zip", ".tar.gz", ".tgz", ".tar", ".tar.bz2", ".tbz", ".tar.xz", ".txz", ".tlz",
+                    ".tar.lz", ".tar.lzma")  # what pip installs from
 _PYPI = re.compile(r"pypi:([A-Za-z0-9][A-Za-z0-9._-]*)(?:==([A-Za-z0-9.+!_-]+))?")
 _KEEP_BYTES = 64 << 20  # tar: small members kept for diagnosis, in total
 # what zipfile and tarfile raise on damaged or crafted archives: zlib.error on corrupt deflate data, TypeError on
@@ -141,6 +142,29 @@ def is_archive_spec(spec: str) -> bool:
 install_path = wheel_layout.install_path
 
 
+def _other_name(info) -> str | None:
+    """The member's other name, when zipfile in another Python version reads another one: the header's name and an
+    Info-ZIP Unicode Path extra field (0x7075; version 1, a CRC-32 of the header's name) that Python 3.12 and
+    later take instead. None when there is no such field or it names the same."""
+    header = info.orig_filename.split("\0", 1)[0].replace(os.sep, "/")
+    extra, pos, found = info.extra, 0, None
+    while pos + 4 <= len(extra):
+        tp, ln = struct.unpack("<HH", extra[pos:pos + 4])
+        data = extra[pos + 4: pos + 4 + ln]
+        if tp == 0x7075 and len(data) >= 5:
+            version, crc = struct.unpack("<BL", data[:5])
+            raw = info.orig_filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437", "replace")
+            if version == 1 and crc == zlib.crc32(raw):
+                try:
+                    found = data[5:].decode("utf-8").split("\0", 1)[0].replace(os.sep, "/") or None
+                except UnicodeDecodeError:
+                    found = None
+        pos += 4 + ln
+    names = {header, found} - {None}
+    others = names - {info.filename}
+    return next(iter(others)) if others else None
+
+
 def _duplicate(seen: dict[str, int], path: str) -> str | None:
     """Count one more member landing at `path` in a source tree; the finding's detail from the second on."""
     seen[path] = seen.get(path, 0) + 1
@@ -222,6 +246,12 @@ class ArchiveFork:
         for info in infos:
             self.budget.entry(self.label)
             self.budget.path(info.filename)
+            other = _other_name(info)
+            if other is not None:
+                self._disputed.append((info.filename, other, (
+                    f"zipfile reads this member's name differently by Python version: {info.filename!r} here, "
+                    f"{other!r} elsewhere (an Info-ZIP Unicode Path field, which Python 3.12 and later honour): "
+                    f"where pip installs it depends on the Python running pip")))
         if self.wheel:
             layout = wheel_layout.lay_out([i.filename for i in infos])
             self.notes += layout.notes
@@ -321,7 +351,8 @@ class ArchiveFork:
         out = [FileResult(raw, "unsafe", diagnosis="unsafe-member", detail=why, fork_path=raw)
                for raw, why in self._unsafe]
         out += [FileResult(raw, "unsafe", diagnosis="unsafe-member", detail=why, fork_path=raw)
-                for raw, where, why in self._disputed if where.startswith(pre) or is_our_name(where)]
+                for raw, where, why in self._disputed
+                if any(n.startswith(pre) or is_our_name(n) for n in (where, raw))]
         return out
 
     def list_under(self, prefix: str) -> tuple[dict[str, ForkFile], dict[str, str]]:
@@ -388,7 +419,7 @@ def open_archive_fork(spec: str, index_url: str | None = None, session=None, ran
         from . import pypi
 
         name, version = parse_pypi_spec(spec)
-        return pypi.ReleaseView(name, version, pypi.index_url(index_url), session, ranges=ranges)
+        return pypi.ReleaseView(name, version, pypi.index_urls(index_url), session, ranges=ranges)
     if not os.path.isfile(spec):
         raise CannotCheck(f"fork archive {spec} does not exist")
     path = os.path.abspath(spec)

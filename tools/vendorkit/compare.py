@@ -10,7 +10,7 @@ from .errors import EXIT_CANNOT_CHECK, EXIT_DRIFT, EXIT_OK, CannotCheck, UsageEr
 from .forkview import ForkFile, ForkView, join_path as _join
 from .hashing import sha256_bytes
 from .limits import DIAGNOSE_MAX_BYTES, MEMBER_MAX_BYTES, STAMP_MAX_BYTES
-from .manifest import FileEntry, Manifest, ManifestSet, fold
+from .manifest import FileEntry, Manifest, ManifestSet, fold, folds_to_itself
 from .stamp import BACKUP_DIR, STAMP, VERIFIER, StampInfo, read_stamp, unusable_stamp
 
 STATUSES = ("ok", "missing", "changed", "extra", "renamed", "mode", "patched", "foreign", "unsafe", "error")
@@ -93,6 +93,10 @@ class Report:
         return {k: v for k, v in c.items() if v}
 
 
+class AmbiguousPrefix(UsageError):
+    """Released files appear under more than one directory (exit 3, naming them)."""
+
+
 def detect_prefix(paths, released: set[str], ignore: tuple[str, ...] = ()) -> str:
     """Locate the device layer inside a fork from where released paths appear; two or more places are ambiguous
     (exit 3, naming them). `ignore`: fork-relative directories to skip, which only the caller decides (this
@@ -116,7 +120,7 @@ def detect_prefix(paths, released: set[str], ignore: tuple[str, ...] = ()) -> st
     if len(found) > 1:
         cands = ", ".join(f"{p or '.'} ({len(s)} files)" for p, s in
                           sorted(found.items(), key=lambda kv: (-len(kv[1]), kv[0])))
-        raise UsageError(f"ambiguous prefix: released files appear under {cands}; pass --prefix DIR")
+        raise AmbiguousPrefix(f"ambiguous prefix: released files appear under {cands}; pass --prefix DIR")
     return next(iter(found))
 
 
@@ -166,7 +170,7 @@ class Comparator:
         named like ours."""
         groups: dict[str, list[str]] = {}
         for rel in listing:
-            groups.setdefault(rel if rel.isascii() and rel.islower() else fold(rel), []).append(rel)
+            groups.setdefault(rel if folds_to_itself(rel) else fold(rel), []).append(rel)
         released = self.ms.folded_paths()
         out: dict[str, list[str]] = {}
         for key, rels in groups.items():

@@ -9,7 +9,7 @@ drifted, else `unknown`.
 """
 from __future__ import annotations
 
-from .compare import Comparator, Report, detect_prefix
+from .compare import AmbiguousPrefix, Comparator, Report, detect_prefix
 from .errors import CannotCheck, UsageError
 
 
@@ -37,6 +37,8 @@ def check_release(view, ms, tag, prefix: str | None, canonical=None, want_diff: 
                      lineage=ms.lineage)
         try:
             pre = prefix if prefix is not None else detect_prefix(part.iter_paths(), ms.all_paths())
+        except AmbiguousPrefix as e:  # two copies in one file: which one is installed is not ours to guess
+            raise UsageError(f"{dist.filename}: {e}") from None
         except UsageError as e:  # no layer in this file: compared at the root the other files use, if any
             pending.append((dist, rep, str(e)))
             continue
@@ -80,7 +82,8 @@ def merge(label: str, tag, ms, parts: list[tuple[object, Report]]) -> Report:
         out.errors += [f"{dist.filename}: {e}" for e in r.errors]
         if r.stamp is not None and out.stamp is None:
             out.stamp = r.stamp
-        out.distributions.append({"file": dist.filename, "platforms": dist.platforms, "sha256": dist.sha256,
+        out.distributions.append({"file": dist.filename, "version": dist.version, "platforms": dist.platforms,
+                                  "chosen_for": dist.chosen_for, "sha256": dist.sha256,
                                   "integrity": dist.integrity, "prefix": r.prefix, "verdict": r.verdict,
                                   "stale_tag": r.stale_tag, "counts": r.counts()})
     if any("unverified" in d["integrity"] for d in out.distributions):

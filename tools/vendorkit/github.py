@@ -16,9 +16,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from . import net
 from .errors import CannotCheck, UsageError
 
 DEFAULT_API = "https://api.github.com"
+API_MAX_BYTES = 128 << 20  # one answer, decoded (a 64 MiB blob is 86 MiB of base64 and JSON)
 USER_AGENT = "deep_gemm_sm120-check_vendor"
 
 
@@ -127,8 +129,8 @@ class GitHubClient:
                 self.counters.requests += 1
                 if method != "GET":
                     self.counters.writes += 1
-                resp = self.session.request(method, url, params=params, json=body, headers=headers,
-                                            timeout=self.timeout)
+                resp = net.request(self.session, method, url, params=params, json_body=body, headers=headers,
+                                   cap=API_MAX_BYTES, what=f"{method} {url}", read_timeout=self.timeout)
             except self._requests.RequestException as e:
                 if attempt < self.max_retries:
                     self.sleep(delay)
@@ -156,7 +158,8 @@ class GitHubClient:
             if resp.status_code >= 400:
                 msg = ""
                 try:
-                    msg = resp.json().get("message", "")
+                    doc = resp.json()
+                    msg = str(doc.get("message", ""))[:300] if isinstance(doc, dict) else ""
                 except ValueError:
                     pass
                 raise CannotCheck(self.scrub(f"HTTP {resp.status_code} on {method} {url}: {msg}".rstrip(": ")))

@@ -32,9 +32,25 @@ def is_our_name(path: str) -> bool:
 
 
 def fold(path: str) -> str:
-    """The name a file system that ignores case or Unicode normalization (macOS, Windows) sees: two paths with the
-    same fold are one file there. A superset of what any of them folds (NFKC, full case folding), on purpose."""
-    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", path).casefold())
+    """The name file systems that ignore case, Unicode normalization or some characters see: two paths with the same
+    fold are one file on at least one of them. A superset of what any of them folds, on purpose: compatibility
+    normalization and full case folding (APFS, NTFS), format characters and variation selectors dropped (HFS+
+    ignores several), a trailing `::$DATA` (NTFS's name for a file's own data) and trailing dots and spaces (which
+    Windows strips) removed from each component."""
+    out = []
+    for part in path.split("/"):
+        p = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", part).casefold())
+        p = "".join(c for c in p if unicodedata.category(c) != "Cf" and not 0xFE00 <= ord(c) <= 0xFE0F)
+        if p.endswith("::$data"):
+            p = p[: -len("::$data")]
+        out.append(p.rstrip(". ") or p)
+    return "/".join(out)
+
+
+def folds_to_itself(path: str) -> bool:
+    """A quick `fold(path) == path` for the common case (lowercase ASCII, nothing Windows strips)."""
+    return path.isascii() and path.islower() and ":" not in path and not any(
+        part.endswith((".", " ")) for part in path.split("/"))
 
 
 def check_safe_path(path: Any, where: str) -> str:
@@ -218,7 +234,7 @@ class ManifestSet:
         also after folding case and Unicode normalization (`SM120_ARCH.cuh`, `\u017fm120_arch.cuh`)."""
         if is_our_name(path) or path in self.all_paths():
             return True
-        if path.isascii() and path.islower():
+        if folds_to_itself(path):
             return False
         folded = fold(path)
         return is_our_name(folded) or folded in self.folded_paths()

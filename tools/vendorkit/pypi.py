@@ -22,6 +22,7 @@ import configparser
 import hashlib
 import html.parser
 import os
+import posixpath
 import re
 import sys
 import tempfile
@@ -29,7 +30,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Iterator
 
-from . import net
+from . import budget, net, pip_select
 from .errors import CannotCheck, UsageError
 from .limits import ARCHIVE_MAX_BYTES
 from .versions import is_prerelease, pep440_key
@@ -37,7 +38,6 @@ from .versions import is_prerelease, pep440_key
 DEFAULT_INDEX = "https://pypi.org/simple"
 ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
 PAGE_MAX_BYTES = 64 << 20   # a project page (decoded)
-_FILENAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+!-]{0,200}")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -45,11 +45,12 @@ def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _pip_config_index() -> str | None:
-    """index-url from pip's configuration files, in pip's order (a later file wins)."""
+def _pip_config() -> dict[str, str]:
+    """index-url, extra-index-url, find-links and no-index from pip's configuration files, in pip's order (a later
+    file wins) and as `pip install` reads them ([global], then [install] over it)."""
     env_file = os.environ.get("PIP_CONFIG_FILE")
     if env_file == os.devnull:
-        return None
+        return {}
     xdg_dirs = os.environ.get("XDG_CONFIG_DIRS", "/etc/xdg").split(os.pathsep)
     files = [os.path.join(d, "pip", "pip.conf") for d in xdg_dirs] + ["/etc/pip.conf"]
     if not (env_file and os.path.exists(env_file)):
@@ -59,36 +60,59 @@ def _pip_config_index() -> str | None:
     files.append(os.path.join(sys.prefix, "pip.conf"))
     if env_file:
         files.append(env_file)
-    found = None
+    found: dict[str, str] = {}
     for path in files:
         cp = configparser.RawConfigParser()
         try:
             cp.read(path, encoding="utf-8")
         except (configparser.Error, UnicodeDecodeError, OSError):
             continue
-        for section in ("global", "download"):
-            for key in ("index-url", "index_url"):
-                if cp.has_option(section, key):
-                    found = cp.get(section, key).strip()
-    return found or None
+        for section in ("global", "install"):
+            for key in ("index-url", "extra-index-url", "find-links", "no-index"):
+                for spelled in (key, key.replace("-", "_")):
+                    if cp.has_option(section, spelled):
+                        found[key] = cp.get(section, spelled).strip()
+    return found
+
+
+def index_urls(explicit: str | None = None) -> list[str]:
+    """The places pip reads: --index-url alone when given; else PIP_INDEX_URL, else pip's configuration, else
+    SM120_PYPI_INDEX (an index for these tools alone), else PyPI, then the extra indexes pip adds
+    (PIP_EXTRA_INDEX_URL, extra-index-url) and its find-links locations (PIP_FIND_LINKS, find-links; written
+    `find-links:LOCATION`). http(s) and file: indexes; no-index drops the indexes, as in pip."""
+    if explicit:
+        urls = [explicit]
+    else:
+        conf = _pip_config()
+        no_index = (os.environ.get("PIP_NO_INDEX") or conf.get("no-index") or "").lower() in (
+            "1", "true", "yes", "on")
+        main = os.environ.get("PIP_INDEX_URL") or conf.get("index-url") or os.environ.get("SM120_PYPI_INDEX") or \
+            DEFAULT_INDEX
+        extra = (os.environ.get("PIP_EXTRA_INDEX_URL") or conf.get("extra-index-url") or "").split()
+        links = (os.environ.get("PIP_FIND_LINKS") or conf.get("find-links") or "").split()
+        urls = ([] if no_index else [main] + extra) + [f"find-links:{u}" for u in links]
+    for url in urls:
+        if not url.startswith(("http://", "https://", "file:", "find-links:")):
+            raise UsageError(f"index URL {url!r}: expected http(s)://... or file:...")
+    return list(dict.fromkeys(u if u.startswith("find-links:") else u.rstrip("/") for u in urls))
 
 
 def index_url(explicit: str | None = None) -> str:
-    url = explicit or os.environ.get("PIP_INDEX_URL") or _pip_config_index() or os.environ.get(
-        "SM120_PYPI_INDEX") or DEFAULT_INDEX
-    if not url.startswith(("http://", "https://")):
-        raise UsageError(f"index URL {url!r}: expected http(s)://...")
-    return url.rstrip("/")
+    """The first index (for callers that name one)."""
+    return index_urls(explicit)[0]
 
 
 @dataclass
 class Dist:
-    filename: str
+    filename: str                 # from the URL's path, as pip names a file (never the anchor text or a JSON key)
     url: str
     version: str
     sha256: str | None
     yanked: bool
     integrity: str = "not read"   # after opening: "sha256 verified", "no sha256 from the index", "range reads (...)"
+    requires_python: str | None = None
+    hashes: dict | None = None    # every hash the index gives that pip could check: {algorithm: hex}
+    chosen_for: str = ""          # where pip installs this file's version (vendorkit.pip_select.describe)
 
     @property
     def platforms(self) -> str:
@@ -101,38 +125,27 @@ class Dist:
 
 
 def _version_of(project: str, filename: str) -> str | None:
-    """The version a wheel or sdist file name carries, or None for files of another project or another kind."""
-    norm = normalize(project)
-    if filename.endswith(".whl"):
-        parts = filename[:-4].split("-")
-        return parts[1] if len(parts) >= 5 and normalize(parts[0]) == norm else None
-    for ext in (".tar.gz", ".zip", ".tgz"):
-        if filename.endswith(ext):
-            name, _, version = filename[: -len(ext)].rpartition("-")
-            return version if normalize(name) == norm and version else None
-    return None
+    """The version pip reads from a wheel or sdist file name, or None for files pip would not take as the
+    project's (vendorkit.pip_select)."""
+    info = pip_select.parse_filename(filename, project)
+    return info.version if info is not None else None
 
 
 class _Links(html.parser.HTMLParser):
+    """pip's reading of a PEP 503 page: every anchor's attributes, and the first <base href>."""
+
     def __init__(self):
-        super().__init__()
-        self.links: list[tuple[str, str, bool]] = []
-        self._href: tuple[str, bool] | None = None
-        self._text: list[str] = []
+        super().__init__(convert_charrefs=True)
+        self.anchors: list[dict] = []
+        self.base: str | None = None
 
     def handle_starttag(self, tag, attrs):
-        if tag == "a":
-            a = dict(attrs)
-            self._href, self._text = (a.get("href") or "", "data-yanked" in a), []
-
-    def handle_data(self, data):
-        if self._href is not None:
-            self._text.append(data)
-
-    def handle_endtag(self, tag):
-        if tag == "a" and self._href is not None:
-            self.links.append((self._href[0], "".join(self._text).strip(), self._href[1]))
-            self._href = None
+        if tag == "base" and self.base is None:
+            href = next((v for k, v in attrs if k == "href"), None)
+            if href is not None:
+                self.base = href
+        elif tag == "a":
+            self.anchors.append(dict(attrs))
 
 
 def _session(session=None):
@@ -145,89 +158,190 @@ def _session(session=None):
     return requests.Session()
 
 
+_HASHES = ("sha512", "sha384", "sha256", "sha224", "sha1", "md5")  # pip's, in pip's order
+_FRAGMENT_HASH = re.compile(r"[#&](" + "|".join(_HASHES) + r")=([^&]*)")
+
+
 def _json_entries(doc) -> list[tuple]:
-    """(filename, url, sha256, yanked) of a PEP 691 page; entries of the wrong shape are skipped."""
+    """(url, hashes, yanked, requires-python) of each file of a PEP 691 page, read as pip reads them: the URL names
+    the file; `yanked` counts when truthy; entries of the wrong shape are skipped."""
     files = doc.get("files") if isinstance(doc, dict) else None
     if not isinstance(files, list):
         raise ValueError("no files list")
     out = []
     for f in files:
-        if not isinstance(f, dict):
+        if not isinstance(f, dict) or not isinstance(f.get("url"), str):
             continue
-        hashes = f.get("hashes")
-        sha = hashes.get("sha256") if isinstance(hashes, dict) else None
-        out.append((f.get("filename"), f.get("url"), sha, bool(f.get("yanked"))))
+        hashes = f.get("hashes") if isinstance(f.get("hashes"), dict) else {}
+        rp = f.get("requires-python")
+        out.append((f["url"], hashes, bool(f.get("yanked")), rp if isinstance(rp, str) else None))
     return out
 
 
+def _html_entries(parser: _Links) -> list[tuple]:
+    """(href, hashes, yanked, requires-python) of each anchor, read as pip reads them: the href names the file
+    (anchor text is ignored); a bare `data-yanked` attribute has no value, which pip does not count as yanked;
+    hashes come from the URL's fragment."""
+    out = []
+    for a in parser.anchors:
+        href = a.get("href")
+        if not href:
+            continue
+        m = _FRAGMENT_HASH.search(href)
+        hashes = {m.group(1): m.group(2)} if m else {}
+        out.append((href, hashes, a.get("data-yanked") is not None, a.get("data-requires-python")))
+    return out
+
+
+def _media(ctype: str) -> str:
+    ctype = ctype.lower()
+    if ctype.startswith("application/vnd.pypi.simple.v1+json"):
+        return "json"
+    if ctype.startswith(("text/html", "application/vnd.pypi.simple.v1+html")):
+        return "html"
+    return ""
+
+
+def _local(url: str) -> str:
+    import urllib.request
+
+    return urllib.request.url2pathname(urllib.parse.urlsplit(url).path) if url.startswith("file:") else url
+
+
+def _local_page(path: str, url: str) -> net.Response | None:
+    """A file: index page as pip reads one: a directory's index.html (None when there is none)."""
+    from requests.structures import CaseInsensitiveDict
+
+    if os.path.isdir(path):
+        path, url = os.path.join(path, "index.html"), urllib.parse.urljoin(url.rstrip("/") + "/", "index.html")
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(PAGE_MAX_BYTES + 1)
+    except OSError:
+        return None
+    if len(data) > PAGE_MAX_BYTES:
+        raise CannotCheck(f"{path}: an index page larger than {PAGE_MAX_BYTES:,} bytes; not read further")
+    return net.Response(200, CaseInsensitiveDict({"Content-Type": "text/html"}), url, data, len(data))
+
+
+def _find_links(name: str, location: str, session) -> list[Dist]:
+    """pip's find-links: a local directory's archives, a local file, or an HTML page of links."""
+    path = _local(location)
+    if location.startswith(("http://", "https://")):
+        return _page_files(name, location, location, session)
+    if os.path.isdir(path):
+        import urllib.request
+
+        out = []
+        for fn in sorted(os.listdir(path)):
+            version = _version_of(name, fn)
+            if version is not None and os.path.isfile(os.path.join(path, fn)):
+                out.append(Dist(fn, "file:" + urllib.request.pathname2url(os.path.join(os.path.abspath(path), fn)),
+                                version, None, False, hashes={}))
+        return out
+    return _page_files(name, location, location, session) if os.path.isfile(path) else []
+
+
 def project_files(name: str, index: str, session=None) -> list[Dist]:
-    """Every file of `name` the index lists (PEP 691 JSON, else PEP 503 HTML), URLs resolved against the page."""
+    """Every file of `name` an index (or a find-links location) lists, read as pip reads the page."""
+    if index.startswith("find-links:"):
+        return _find_links(name, index[len("find-links:"):], session)
+    return _page_files(name, index, f"{index}/{normalize(name)}/", session)
+
+
+def _page_files(name: str, index: str, page: str, session) -> list[Dist]:
     import requests
 
-    http = _session(session)
-    page = f"{index}/{normalize(name)}/"
-    try:
-        r = net.request(http, "GET", page, headers={"Accept": ACCEPT}, cap=PAGE_MAX_BYTES,
-                        what=f"pypi:{name}: the index page")
-    except requests.RequestException as e:
-        raise CannotCheck(f"pypi:{name}: {type(e).__name__} on {page}") from None
+    if page.startswith("file:") or not page.startswith(("http://", "https://")):
+        r = _local_page(_local(page), page if page.startswith("file:") else "file:" + os.path.abspath(page))
+        if r is None:
+            return []
+    else:
+        http = _session(session)
+        try:
+            r = net.request(http, "GET", page, headers={"Accept": ACCEPT}, cap=PAGE_MAX_BYTES,
+                            what=f"pypi:{name}: the index page")
+        except requests.RequestException as e:
+            raise CannotCheck(f"pypi:{name}: {type(e).__name__} on {page}") from None
     if r.status_code == 404:
-        raise CannotCheck(f"pypi:{name}: not on the index (404 from {index})")
+        return []
     if r.status_code != 200:
         raise CannotCheck(f"pypi:{name}: the index answered {r.status_code} for {page}")
     base = r.url or page
-    if "json" in r.headers.get("Content-Type", ""):
+    media = _media(r.headers.get("Content-Type", ""))
+    if media == "json":
         try:
             entries = _json_entries(r.json())
         except (ValueError, KeyError, TypeError, AttributeError):
             raise CannotCheck(f"pypi:{name}: the index's JSON page is not the Simple API (PEP 691)") from None
-    else:
+    elif media == "html":
         parser = _Links()
         try:
             parser.feed(r.text)
             parser.close()
         except (AssertionError, ValueError, RecursionError):  # html.parser on crafted markup
             raise CannotCheck(f"pypi:{name}: the index's HTML page cannot be parsed") from None
-        entries = []
-        for href, text, yanked in parser.links:
-            frag = urllib.parse.urlsplit(href).fragment
-            sha = frag.split("=", 1)[1] if frag.startswith("sha256=") else None
-            entries.append((text or urllib.parse.unquote(href.split("#")[0].rsplit("/", 1)[-1]), href, sha, yanked))
+        entries = _html_entries(parser)
+        if parser.base:
+            try:
+                base = urllib.parse.urljoin(base, parser.base)
+            except ValueError:
+                pass
+    else:
+        raise CannotCheck(f"pypi:{name}: the index answered Content-Type {r.headers.get('Content-Type')!r}, "
+                          f"which pip does not read as an index page")
     out: list[Dist] = []
-    for filename, href, sha, yanked in entries:
-        if not isinstance(filename, str) or not _FILENAME.fullmatch(filename) or not isinstance(href, str):
-            continue
-        version = _version_of(name, filename)
-        if version is None:
-            continue
+    for href, hashes, yanked, rp in entries:
         try:
-            url = urllib.parse.urljoin(base, href).split("#")[0]
+            url = urllib.parse.urljoin(base, href)
+            parts = urllib.parse.urlsplit(url)
         except ValueError:
             continue
-        if not url.startswith(("http://", "https://")):
+        if parts.scheme not in ("http", "https") and not (parts.scheme == "file" and page.startswith("file:")):
+            continue  # a remote page never sends pip to a local file
+        filename = urllib.parse.unquote(posixpath.basename(parts.path.rstrip("/")))
+        version = _version_of(name, filename)
+        if not filename or version is None or "/" in filename or "\0" in filename:
             continue
-        if sha is not None and not (isinstance(sha, str) and _HEX64.fullmatch(sha)):
-            sha = None
-        out.append(Dist(filename, url, version, sha, yanked))
+        given = {k: str(v).lower() for k, v in hashes.items() if k in _HASHES and isinstance(v, str)}
+        sha = given.get("sha256") if _HEX64.fullmatch(given.get("sha256", "")) else None
+        out.append(Dist(filename, url.split("#")[0], version, sha, yanked, requires_python=rp, hashes=given))
     return out
 
 
-def release(name: str, version: str | None, index: str, session=None) -> tuple[str, list[Dist]]:
-    """(version, every file of it) of NAME==VERSION, or of the newest release."""
-    files = project_files(name, index, session)
-    if version is not None:
-        want = pep440_key(version)
-        chosen = [f for f in files if want is not None and pep440_key(f.version) == want]
-        if not chosen:
-            raise CannotCheck(f"pypi:{name}=={version}: not on the index (it lists no such version)")
-        return chosen[0].version, sorted(chosen, key=lambda d: d.filename)
-    live = [f for f in files if not f.yanked and pep440_key(f.version) is not None]
-    final = [f for f in live if not is_prerelease(f.version)]
-    pool = final or live
-    if not pool:
-        raise CannotCheck(f"pypi:{name}: the index lists no installable release")
-    newest = max(pool, key=lambda f: pep440_key(f.version)).version
-    return newest, sorted((f for f in pool if f.version == newest), key=lambda d: d.filename)
+def release(name: str, version: str | None, indexes: list[str] | str, session=None) -> tuple[str, list[Dist]]:
+    """(a label for the versions, the files to check): every file of each version pip installs on some common
+    platform (vendorkit.pip_select), from every index pip reads; NAME==VERSION keeps that version."""
+    indexes = [indexes] if isinstance(indexes, str) else indexes
+    files: list[Dist] = []
+    seen = set()
+    for index in indexes:
+        for d in project_files(name, index, session):
+            if d.url not in seen:
+                seen.add(d.url)
+                files.append(d)
+    if not files:
+        raise CannotCheck(f"pypi:{name}: not on the index ({', '.join(indexes)} list no file of it)")
+    if version is not None and pep440_key(version) is None:
+        raise UsageError(f"pypi:{name}=={version}: {version!r} is not a PEP 440 version")
+    chosen = pip_select.choose(files, name, version)
+    if not chosen:
+        if version is not None:
+            raise CannotCheck(f"pypi:{name}=={version}: not on the index (it lists no such version, or none pip "
+                              f"could install)")
+        live = [f for f in files if pep440_key(f.version) is not None]
+        if not live:
+            raise CannotCheck(f"pypi:{name}: the index lists no installable release")
+        newest = max(pep440_key(f.version) for f in live)  # pip installs none of it on a common platform
+        chosen = {newest: ["no common platform"]}
+    out: list[Dist] = []
+    for key in sorted(chosen, reverse=True):
+        for d in sorted((f for f in files if pep440_key(f.version) == key), key=lambda d: d.filename):
+            d.chosen_for = pip_select.describe(chosen[key]) if chosen[key] != ["no common platform"] else \
+                "no common platform (the newest release)"
+            out.append(d)
+    versions = list(dict.fromkeys(d.version for d in out))
+    return (versions[0] if len(versions) == 1 else " and ".join(versions)), out
 
 
 class RangeFile:
@@ -338,25 +452,48 @@ def download(dist: Dist, label: str, session=None):
     out = tempfile.TemporaryFile()
     sink = _HashingSink(out, dist.filename)
     try:
-        r = net.request(http, "GET", dist.url, cap=ARCHIVE_MAX_BYTES, what=f"{label}: the download",
-                        sink=sink, decode=False)
+        if dist.url.startswith("file:"):  # a file: index or find-links directory: copied, as pip reads it
+            with open(_local(dist.url), "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    budget.current().take(len(chunk), label)
+                    sink.write(chunk)
+                    if sink.n > ARCHIVE_MAX_BYTES:
+                        raise CannotCheck(f"{label}: larger than {ARCHIVE_MAX_BYTES:,} bytes; not read further")
+        else:
+            r = net.request(http, "GET", dist.url, cap=ARCHIVE_MAX_BYTES, what=f"{label}: the download",
+                            sink=sink, decode=False)
+            if r.status_code != 200:
+                raise CannotCheck(f"{label}: download answered {r.status_code}")
         if sink.tty:
             sys.stderr.write("\n")
-        if r.status_code != 200:
-            raise CannotCheck(f"{label}: download answered {r.status_code}")
     except requests.RequestException as e:
         out.close()
         raise CannotCheck(f"{label}: download failed ({type(e).__name__})") from None
+    except OSError as e:
+        out.close()
+        raise CannotCheck(f"{label}: cannot read {dist.url} ({e.strerror or e})") from None
     except BaseException:
         out.close()
         raise
-    if dist.sha256 and sink.h.hexdigest() != dist.sha256:
-        out.close()
-        raise CannotCheck(f"{label}: the downloaded file does not match the index's sha256 (truncated or "
-                          f"replaced in transit?)")
-    dist.integrity = "sha256 verified" if dist.sha256 else "no sha256 from the index (unverified)"
+    given = dict(dist.hashes or ({"sha256": dist.sha256} if dist.sha256 else {}))
+    for alg, want in given.items():  # every hash the index gives, as pip would check one of them
+        h = sink.h if alg == "sha256" else _rehash(out, alg)
+        if h.hexdigest() != want:
+            out.close()
+            raise CannotCheck(f"{label}: the downloaded file does not match the index's {alg} (truncated or "
+                              f"replaced in transit?)")
+    dist.integrity = "sha256 verified" if "sha256" in given else \
+        (f"{', '.join(sorted(given))} verified" if given else "no hash from the index (unverified)")
     out.seek(0)
     return out
+
+
+def _rehash(fh, alg: str):
+    h = hashlib.new(alg)
+    fh.seek(0)
+    for chunk in iter(lambda: fh.read(1 << 20), b""):
+        h.update(chunk)
+    return h
 
 
 def open_dist(dist: Dist, label: str, session=None, ranges: bool = False):
@@ -375,10 +512,10 @@ class ReleaseView:
     """Every file of one release of a project on an index. `parts()` opens them one at a time (each as an
     ArchiveFork: a wheel as installed, an sdist as its source tree) and closes each after use."""
 
-    def __init__(self, name: str, version: str | None, index: str, session=None, ranges: bool = False):
-        self.name, self.index, self.ranges = name, index, ranges
+    def __init__(self, name: str, version: str | None, indexes, session=None, ranges: bool = False):
+        self.name, self.indexes, self.ranges = name, indexes, ranges
         self.http = _session(session)
-        self.version, self.dists = release(name, version, index, self.http)
+        self.version, self.dists = release(name, version, indexes, self.http)
         self.label = f"pypi:{name}=={self.version}"
         self.digest_kind = "sha256"
 

@@ -12,8 +12,10 @@ import os
 import re
 from typing import Iterator
 
+from . import checkout
 from .errors import CannotCheck, UsageError
 from .archive import install_path
+from .hashing import git_blob_sha1
 from .forkview import ForkFile
 from .github import GitHubClient, NotFound
 
@@ -83,6 +85,8 @@ class RemoteFork:
         self._dirs: set[str] = set()
         self._unsafe: dict[str, str] = {}
         self._sha256: dict[str, str] = {}
+        self._checkout: dict[str, bytes] = {}  # path -> what a checkout writes, where .gitattributes change it
+        self._blob_ids: dict[str, str] = {}    # path -> its blob's id, where the digest became the checkout's
         self._add(root["tree"], "")
 
     def _add(self, entries: list[dict], base: str) -> None:
@@ -134,7 +138,41 @@ class RemoteFork:
             self._complete_under(prefix)
             self.truncated = False
         pre = f"{prefix}/" if prefix else ""
-        return {p[len(pre):]: f for p, f in self._files.items() if p.startswith(pre)}, {}
+        out = {p[len(pre):]: f for p, f in self._files.items() if p.startswith(pre)}
+        attrs = checkout.on_the_way(checkout.needs_git(self._files), prefix)
+        if attrs:
+            self._check_out(out, attrs)
+        return out, {}
+
+    def _check_out(self, listing: dict[str, ForkFile], attrs: list[str]) -> None:
+        """Files whose checkout the tree's .gitattributes change get the digest of what a checkout writes
+        (vendorkit.checkout): the attribute files are fetched (a request each), then only the files that have
+        conversion attributes, and checked out in a sandbox."""
+        files = {p: (self._files[p].mode, self._blob_bytes(self._files[p])) for p in attrs
+                 if self._files[p].kind in ("file", "symlink")}
+        paths = [f.path for f in listing.values() if f.kind in ("file", "symlink") and f.path not in files]
+        if not files or not paths:
+            return
+        set_attrs = checkout.attributes_of(files, paths)
+        affected = [p for p in paths if set_attrs.get(p)]
+        if not affected:
+            return
+        for p in affected:
+            files[p] = (self._files[p].mode, self._blob_bytes(self._files[p]))
+        written, filters = checkout.checkout_bytes(files, affected)
+        for p in affected:
+            f = self._files[p]
+            self._blob_ids[p] = f.digest  # the blob stays fetchable by its own id
+            kind, data = written[p]
+            self._checkout[p] = data
+            f.size = len(data)
+            f.digest = git_blob_sha1(data)
+            self._sha256[p] = hashlib.sha256(data).hexdigest()
+            if kind != f.kind:
+                f.kind = kind
+            if p in filters:
+                f.checkout = (f"a checkout runs the filter driver {filters[p]!r} on it (gitattributes filter="
+                              f"{filters[p]}): its bytes depend on the cloner's configuration")
 
     def iter_paths(self) -> Iterator[str]:
         if self.truncated:
@@ -165,11 +203,16 @@ class RemoteFork:
 
     def fetch(self, f: ForkFile, limit: int | None = None) -> bytes | None:
         """One blob request: diagnoses (cosmetic vs content), stamps and patches need the bytes. None for a blob
-        the tree says is larger than `limit` (not requested)."""
+        the tree says is larger than `limit` (not requested). A file .gitattributes change: the checkout's."""
         if f.kind not in ("file", "symlink") or (limit is not None and f.size > limit):
             return None
-        data = self.client.get(f"{self._base}/git/blobs/{f.digest}", conditional=False)
-        if data.get("encoding") != "base64":
+        if f.path in self._checkout:
+            return self._checkout[f.path]
+        return self._blob_bytes(f, limit)
+
+    def _blob_bytes(self, f: ForkFile, limit: int | None = None) -> bytes | None:
+        data = self.client.get(f"{self._base}/git/blobs/{self._blob_ids.get(f.path, f.digest)}", conditional=False)
+        if not isinstance(data, dict) or data.get("encoding") != "base64":
             raise CannotCheck(f"unexpected blob encoding for {f.path}")
         try:
             blob = base64.b64decode(data["content"])
