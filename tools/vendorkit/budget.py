@@ -29,7 +29,7 @@ _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 @dataclass(frozen=True)
 class Limits:
     bytes: int = 8 << 30            # bytes read from sources plus bytes decompressed, over the whole run
-    entries: int = 500_000          # archive members, git tree entries, directory entries listed
+    entries: int = 300_000          # archive members, git tree entries, directory entries listed
     name: int = 4096                # characters in one fork-relative path
     depth: int = 128                # components in one fork-relative path
     seconds: float = 900.0          # wall time of the run

@@ -29,7 +29,8 @@ class ForkFile:
     digest: str | None = None  # filled lazily (local) or from the listing (remote)
     too_large: str | None = None  # why an archive member is not read (size or compression-ratio cap)
     duplicate: str | None = None  # several archive members install to this path (detail)
-    checkout: str | None = None   # git: why a checkout's bytes cannot be known (a filter, ident, an encoding)
+    checkout: str | None = None   # git: why a checkout's bytes cannot be known (a filter driver)
+    oid: str | None = None        # git: the blob's id (what the tree names)
 
 
 class ForkView(Protocol):

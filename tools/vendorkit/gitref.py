@@ -61,8 +61,6 @@ class GitRefFork:
         self.commit = self.git.resolve(ref)
         self.tree = self.git.commit_tree(self.commit)
         self.label = f"git:{self.repo}@{ref} ({self.commit[:12]})"
-        self._files: dict[str, ForkFile] = {}
-        self._oid: dict[str, str] = {}
         self._unsafe: dict[str, str] = {}
         self._bytes: dict[str, bytes] = {}    # path -> the checkout's bytes, where attributes apply
         self._digests: dict[tuple, tuple[str, int]] = {}  # (blob id, kind) -> (sha256, size): blobs shared by paths
@@ -104,14 +102,12 @@ class GitRefFork:
         if tree is not None:
             for path, mode, oid in self._entries(tree, prefix):
                 kind, m = _kind(mode)
-                f = ForkFile(path, kind, m, 0)
-                self._files[path], self._oid[path] = f, oid
-                out[path[len(pre):]] = f
+                out[path[len(pre):]] = ForkFile(path, kind, m, 0, oid=oid)
                 if path.rsplit("/", 1)[-1] == ".gitattributes" and kind in ("file", "symlink"):
                     attrs.append((path, mode, oid))
         for f in out.values():
             if f.kind in ("file", "symlink"):
-                kind, size = self.git.header(self._oid[f.path])
+                kind, size = self.git.header(f.oid)
                 if kind != "blob":
                     raise CannotCheck(f"{self.label}: {f.path} names a {kind}, not a blob")
                 f.size = size
@@ -124,14 +120,13 @@ class GitRefFork:
     def _check_out(self, listing: dict[str, ForkFile], attrs: list[tuple[str, str, str]]) -> None:
         """The bytes a checkout writes for every file of the listing, given the attribute files that apply."""
         files = {p: (m, self.git.read(o, MEMBER_MAX_BYTES, want="blob")[1]) for p, m, o in attrs}
-        wanted = []
+        wanted = {}
         for f in listing.values():
             if f.kind in ("file", "symlink") and not f.too_large:
-                files[f.path] = (_tree_mode(f), self._blob(f.path))
-                wanted.append(f.path)
-        written, filters = checkout.checkout_bytes(files, wanted)
-        for path in wanted:
-            f = self._files[path]
+                files[f.path] = (_tree_mode(f), self._blob(f))
+                wanted[f.path] = f
+        written, filters = checkout.checkout_bytes(files, list(wanted))
+        for path, f in wanted.items():
             kind, data = written[path]
             if kind != f.kind:
                 f.kind, f.mode = kind, "" if kind == "other" else f.mode
@@ -141,8 +136,8 @@ class GitRefFork:
                 f.checkout = (f"a checkout runs the filter driver {filters[path]!r} on it (gitattributes filter="
                               f"{filters[path]}): its bytes depend on the cloner's configuration")
 
-    def _blob(self, path: str) -> bytes:
-        return self.git.read(self._oid[path], MEMBER_MAX_BYTES, want="blob")[1]
+    def _blob(self, f: ForkFile) -> bytes:
+        return self.git.read(f.oid, MEMBER_MAX_BYTES, want="blob")[1]
 
     # ------------------------------------------------------------ the view
     def findings(self, prefix: str) -> list:
@@ -153,7 +148,7 @@ class GitRefFork:
 
     def _data(self, f: ForkFile) -> bytes:
         data = self._bytes.get(f.path)
-        return data if data is not None else self._blob(f.path)
+        return data if data is not None else self._blob(f)
 
     def digest_of(self, f: ForkFile) -> str:
         if f.digest is None:
@@ -162,9 +157,9 @@ class GitRefFork:
             if f.path in self._bytes:
                 f.digest = hashlib.sha256(self._bytes[f.path]).hexdigest()
             else:
-                key = (self._oid[f.path], f.kind)
+                key = (f.oid, f.kind)
                 if key not in self._digests:  # many paths may share one blob: it is read once
-                    data = self._blob(f.path)
+                    data = self._blob(f)
                     self._digests[key] = (hashlib.sha256(data).hexdigest(), len(data))
                 f.digest, f.size = self._digests[key]
         return f.digest
