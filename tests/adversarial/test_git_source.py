@@ -166,9 +166,7 @@ def test_line_endings_are_the_checkouts(canon, tmp_path, attrs):
 
 def test_a_filter_driver_makes_the_checkout_the_cloners_and_is_refused_as_drift(canon, tmp_path):
     repo = _repo(tmp_path)
-    (repo / ".gitattributes").write_text("*.cuh filter=evil\n")
-    git(repo, "add", ".gitattributes")  # only the attributes: the files' blobs stay as committed
-    git(repo, "commit", "-q", "-m", "attributes")
+    _commit_attributes(repo, "*.cuh filter=evil\n")
     marker = tmp_path / MARK
     git(repo, "config", "filter.evil.smudge", f"touch {marker}")  # the fork's config: never read
     code, doc = run_json("--repo", str(canon), "--fork", f"git:{repo}@main")
@@ -182,24 +180,35 @@ def test_a_filter_driver_makes_the_checkout_the_cloners_and_is_refused_as_drift(
 def test_ident_and_encodings_give_the_bytes_a_clone_writes(canon, tmp_path, attr):
     files = {k: v + b"// $Id$\n" if "ident" in attr else v for k, v in V2.items()}
     repo = _repo(tmp_path, files)
-    (repo / ".gitattributes").write_text(attr + "\n")
-    git(repo, "add", ".gitattributes")
-    git(repo, "commit", "-q", "-m", "attributes")
-    clone = _clone(repo, tmp_path)
-    from vendorkit.gitref import GitRefFork
-
-    view = GitRefFork(str(repo), "main")
-    listing, _ = view.list_under(PREFIX)
-    for rel, f in listing.items():
-        assert view.read(f) == (clone / PREFIX / rel).read_bytes(), rel
+    _commit_attributes(repo, attr + "\n")
+    _assert_view_is_a_clones(repo, tmp_path)
     code, doc = run_json("--repo", str(canon), "--fork", f"git:{repo}@main")
     assert code == 1 and all(f["status"] == "changed" for f in doc["files"] if f["path"].endswith(".cuh"))
+
+
+def _commit_attributes(repo: Path, text: str) -> None:
+    """Commit a root .gitattributes alone: the files' blobs stay as committed."""
+    (repo / ".gitattributes").write_bytes(text.encode())
+    git(repo, "add", ".gitattributes")
+    git(repo, "commit", "-q", "-m", "attributes")
 
 
 def _clone(repo: Path, tmp_path: Path) -> Path:
     clone = tmp_path / "clone"
     env = {**os.environ, "HOME": str(tmp_path), "GIT_CONFIG_NOSYSTEM": "1"}
     subprocess.run(["git", "clone", "-q", str(repo), str(clone)], check=True, env=env)
+    return clone
+
+
+def _assert_view_is_a_clones(repo: Path, tmp_path: Path) -> Path:
+    """The git: view of every file under the prefix is, byte for byte, what a fresh clone writes."""
+    from vendorkit.gitref import GitRefFork
+
+    clone = _clone(repo, tmp_path)
+    view = GitRefFork(str(repo), "main")
+    listing, _ = view.list_under(PREFIX)
+    for rel, f in listing.items():
+        assert view.read(f) == (clone / PREFIX / rel).read_bytes(), rel
     return clone
 
 
@@ -218,16 +227,8 @@ ATTRIBUTE_CORNERS = {
 @pytest.mark.parametrize("text", list(ATTRIBUTE_CORNERS.values()), ids=list(ATTRIBUTE_CORNERS))
 def test_attribute_corners_are_gits(canon, tmp_path, text):
     repo = _repo(tmp_path)
-    (repo / ".gitattributes").write_bytes(text.encode())
-    git(repo, "add", ".gitattributes")
-    git(repo, "commit", "-q", "-m", "attributes")
-    clone = _clone(repo, tmp_path)
-    from vendorkit.gitref import GitRefFork
-
-    view = GitRefFork(str(repo), "main")
-    listing, _ = view.list_under(PREFIX)
-    for rel, f in listing.items():
-        assert view.read(f) == (clone / PREFIX / rel).read_bytes(), rel  # byte for byte what the clone has
+    _commit_attributes(repo, text)
+    clone = _assert_view_is_a_clones(repo, tmp_path)
     code, doc = run_json("--repo", str(canon), "--fork", f"git:{repo}@main")
     crlf = any(b"\r\n" in (clone / PREFIX / rel).read_bytes() for rel in V2)
     assert (code == 1) == crlf

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import posixpath
 import re
 import stat
 import struct

@@ -33,7 +33,7 @@ from typing import Iterator
 from . import budget, net, pip_select
 from .errors import CannotCheck, UsageError
 from .limits import ARCHIVE_MAX_BYTES
-from .versions import is_prerelease, pep440_key
+from .versions import pep440_key
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"

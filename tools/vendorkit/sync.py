@@ -8,9 +8,10 @@ preflight() checks the whole plan against the fork before anything is written: e
             target's way and the backup directory (no link is followed, so any link there is a refusal), every
             target's type, and that it still holds the bytes the comparison saw; it loads every byte to write.
             --dry-run prints exactly this checked plan; a plan with a refusal writes nothing.
-apply()     carries the plan out as a transaction: each replaced or deleted entry is first renamed aside in its
-            own directory and checked again; a failure at any step (disk full, a file changed meanwhile) undoes
-            every step in reverse, so the fork ends as it was or as the release, never in between.
+apply()     carries the plan out as one journaled transaction (vendorkit.transaction): each replaced or deleted
+            entry is first renamed aside in its own directory and checked again; a failure at any step (disk
+            full, a file changed meanwhile) or a signal undoes every step in reverse, and a killed process's
+            journal lets the next --sync restore the fork: it ends as it was or as the release, never in between.
 All file system access goes through safefs.ForkRoot.
 """
 from __future__ import annotations
@@ -25,7 +26,7 @@ from . import transaction, verifier_gen
 from .compare import Report
 from .errors import CannotCheck
 from .forkview import LocalFork
-from .hashing import sha256_bytes, sha256_stream
+from .hashing import sha256_bytes
 from .manifest import FileEntry, Manifest, ManifestSet
 from .safefs import ForkRoot, UnsafePath
 from .transaction import ABSENT, OTHER, state
