@@ -272,6 +272,7 @@ class FakePyPI:
         self.ranges = True                 # honour Range requests on files
         self.yanked: set[str] = set()      # file names listed as yanked
         self.range_bytes: dict[str, bytes] = {}  # file name -> other bytes served to HEAD and Range requests
+        self.raw: dict[str, bytes] = {}    # any URL path (unquoted, e.g. "/raw/x/pkg-1.0.zip") -> its bytes
         self.page: tuple[bytes, dict] | None = None  # serve every project page as these raw bytes and headers
         self.trickle: float | None = None  # send project pages one byte every this many seconds
         self.served = 0
@@ -360,6 +361,12 @@ class FakePyPI:
                                 f"{fn}</a><br/>\n" for fn, sha in files)
                 self._reply(h, 200, f"<!DOCTYPE html><html><body>\n{links}</body></html>".encode(), "text/html")
             return
+        from urllib.parse import unquote
+
+        for key in (path, unquote(path), unquote(unquote(path))):
+            if key in self.raw:
+                self._file(h, self.raw[key], head)
+                return
         m = re.match(r"^/files/([^/]+)$", path)
         if m:
             for versions in self.packages.values():

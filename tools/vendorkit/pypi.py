@@ -113,6 +113,8 @@ class Dist:
     requires_python: str | None = None
     hashes: dict | None = None    # every hash the index gives that pip could check: {algorithm: hex}
     chosen_for: str = ""          # where pip installs this file's version (vendorkit.pip_select.describe)
+    egg: str | None = None        # the link's #egg= fragment, which pip reads an sdist's version from
+    url_path: str = ""            # the URL's path, unquoted (pip skips a .zip whose path holds "macosx10")
 
     @property
     def platforms(self) -> str:
@@ -160,6 +162,7 @@ def _session(session=None):
 
 _HASHES = ("sha512", "sha384", "sha256", "sha224", "sha1", "md5")  # pip's, in pip's order
 _FRAGMENT_HASH = re.compile(r"[#&](" + "|".join(_HASHES) + r")=([^&]*)")
+_EGG = re.compile(r"[#&]egg=([^&]*)")
 
 
 def _json_entries(doc) -> list[tuple]:
@@ -236,8 +239,9 @@ def _find_links(name: str, location: str, session) -> list[Dist]:
         for fn in sorted(os.listdir(path)):
             version = _version_of(name, fn)
             if version is not None and os.path.isfile(os.path.join(path, fn)):
-                out.append(Dist(fn, "file:" + urllib.request.pathname2url(os.path.join(os.path.abspath(path), fn)),
-                                version, None, False, hashes={}))
+                full = os.path.join(os.path.abspath(path), fn)
+                out.append(Dist(fn, "file:" + urllib.request.pathname2url(full), version, None, False, hashes={},
+                                url_path=full))
         return out
     return _page_files(name, location, location, session) if os.path.isfile(path) else []
 
@@ -297,15 +301,20 @@ def _page_files(name: str, index: str, page: str, session) -> list[Dist]:
             parts = urllib.parse.urlsplit(url)
         except ValueError:
             continue
-        if parts.scheme not in ("http", "https") and not (parts.scheme == "file" and page.startswith("file:")):
+        local_page = not page.startswith(("http://", "https://"))
+        if parts.scheme not in ("http", "https") and not (parts.scheme == "file" and local_page):
             continue  # a remote page never sends pip to a local file
-        filename = urllib.parse.unquote(posixpath.basename(parts.path.rstrip("/")))
-        version = _version_of(name, filename)
-        if not filename or version is None or "/" in filename or "\0" in filename:
+        # pip's Link.filename: the URL's path unquoted, its last segment, unquoted once more
+        path = urllib.parse.unquote(parts.path)
+        filename = urllib.parse.unquote(posixpath.basename(path.rstrip("/")))
+        egg = _EGG.search(href)
+        info = pip_select.parse_filename(filename, name, egg.group(1) if egg else None, path)
+        if not filename or info is None or pep440_key(info.version) is None:
             continue
         given = {k: str(v).lower() for k, v in hashes.items() if k in _HASHES and isinstance(v, str)}
         sha = given.get("sha256") if _HEX64.fullmatch(given.get("sha256", "")) else None
-        out.append(Dist(filename, url.split("#")[0], version, sha, yanked, requires_python=rp, hashes=given))
+        out.append(Dist(filename, url.split("#")[0], info.version, sha, yanked, requires_python=rp, hashes=given,
+                        egg=egg.group(1) if egg else None, url_path=path))
     return out
 
 
