@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from vendor_helpers import PREFIX, ROOT, V1, V2, commit_all, make_canonical, run_cv, run_json, write_tree
+from vendor_helpers import PREFIX, ROOT, V1, V2, by_path, commit_all, make_canonical, run_cv, run_json, write_tree
 from watch_helpers import TOKEN, config, entry, gh, remote_fork, watch, watch_downstreams  # noqa: F401
 
 
@@ -223,3 +223,21 @@ def test_a_github_fork_is_seen_as_a_checkout_writes_it(canon, gh, tmp_path):
     assert files["scheduler/sm120_gemm.cuh"]["status"] == "ok"
     code, doc = run_json("--repo", str(canon), "--fork", f"git:{fork}@main", "--prefix", PREFIX)
     assert code == 1 and {f["path"]: f for f in doc["files"]}["mma/sm120.cuh"]["status"] == "changed"
+
+
+@pytest.mark.parametrize("where", ["", "deep_gemm", "deep_gemm/include"])
+def test_a_truncated_listing_still_reads_the_attributes_on_the_way_to_the_prefix(canon, gh, tmp_path, where):
+    """Found by red team 2: after a truncated recursive listing the walk root -> prefix skipped the .gitattributes
+    of each level it passed, so a fork whose clones write CRLF was in sync when its tree was large."""
+    fork = remote_fork(tmp_path, gh, "org/big", V2)
+    write_tree(fork, {f"deep_gemm/aaa/f{i:03d}.txt": b"x" for i in range(40)})
+    (fork / where / ".gitattributes").write_text("*.cuh text eol=crlf\n")
+    commit_all(fork, "attributes past the truncation point")
+    args = ("--repo", str(canon), "--fork", "github:org/big@main", "--api-url", gh.url, "--prefix", PREFIX)
+    full_code, full = run_json(*args)
+    gh.truncate_over = 10
+    code, doc = run_json(*args)
+    assert any("/git/trees/" in r["path"] and "recursive" not in r["query"] for r in gh.log)  # it walked
+    assert code == full_code == 1
+    assert by_path(doc)["mma/sm120.cuh"] == by_path(full)["mma/sm120.cuh"]
+    assert by_path(doc)["mma/sm120.cuh"]["status"] == "changed"

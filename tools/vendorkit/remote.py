@@ -117,6 +117,8 @@ class RemoteFork:
         sha, path = self.tree_sha, ""
         for part in [p for p in prefix.split("/") if p]:
             level = self._tree(sha, recursive=False)
+            # attribute files on the way apply below the prefix: a checkout reads them
+            self._add([e for e in level["tree"] if e["type"] == "blob" and e["path"] == ".gitattributes"], path)
             nxt = next((e for e in level["tree"] if e["path"] == part and e["type"] == "tree"), None)
             if nxt is None:
                 return  # the prefix does not exist: everything is missing
