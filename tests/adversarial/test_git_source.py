@@ -338,3 +338,30 @@ def test_a_tree_reusing_one_subtree_is_stopped_by_the_entries_budget(canon, tmp_
         code, doc, took, rss = _measured_spec(canon, f"git:{repo}@main", *prefix)
         assert code == 2 and "budget exhausted: entries" in doc["errors"][0], doc
         assert rss < 256 << 20 and took < 30, (prefix, rss, took)
+
+
+def _raw_tree(repo: Path, entries: list[tuple[str, str, str]]) -> str:
+    """A tree object written as given (duplicates and order unchecked), as a hostile fork can push one."""
+    raw = b"".join(m.encode() + b" " + n.encode() + b"\0" + bytes.fromhex(o) for m, n, o in entries)
+    return subprocess.run(["git", "-C", str(repo), "hash-object", "-w", "-t", "tree", "--literally", "--stdin"],
+                          input=raw, capture_output=True, check=True).stdout.decode().strip()
+
+
+@pytest.mark.parametrize("prefix", [["--prefix", PREFIX], []], ids=["prefix", "detected"])
+def test_a_directory_listed_twice_on_the_way_to_the_prefix_is_unsafe(canon, tmp_path, prefix):
+    """Found by red team 2: the root listed `deep_gemm` twice, the first copy holding only a .gitattributes. A
+    checkout merges the copies, so the attributes apply to the release's files; the --prefix walk followed the
+    last copy alone and certified the fork."""
+    repo = _repo(tmp_path)
+    (tmp_path / "attrs").write_bytes(b"*.cuh text eol=crlf\n")
+    attrs = git(repo, "hash-object", "-w", str(tmp_path / "attrs")).strip()
+    first = _raw_tree(repo, [("100644", ".gitattributes", attrs)])
+    second = git(repo, "rev-parse", "main:deep_gemm").strip()
+    setup = git(repo, "rev-parse", "main:setup.py").strip()
+    root = _raw_tree(repo, [("40000", "deep_gemm", first), ("40000", "deep_gemm", second),
+                            ("100644", "setup.py", setup)])
+    git(repo, "update-ref", "refs/heads/dup", git(repo, "commit-tree", root, "-m", "dup").strip())
+    code, doc = run_json("--repo", str(canon), "--fork", f"git:{repo}@dup", *prefix)
+    unsafe = [f for f in doc["files"] if f["status"] == "unsafe"]
+    assert code == 1 and doc["verdict"] == "drifted", doc.get("errors")
+    assert any(f["path"] == "deep_gemm" and "twice" in f["detail"] for f in unsafe), unsafe

@@ -573,9 +573,10 @@ class Repository:
         return out
 
     def walk(self, tree: str):
-        """(path, mode, oid, problem) of every non-tree entry below `tree`, paths joined with '/', depth first.
-        `problem` says why a checkout would refuse or misplace the entry (a name holding '/', '.', '..' or
-        '.git', a name listed twice in one tree), else None. Every entry is drawn from the run budget (entries,
+        """(path, mode, oid, problem) of every non-tree entry below `tree`, and of every tree entry with a
+        problem, paths joined with '/', depth first. `problem` says why a checkout would refuse or misplace the
+        entry (a name holding '/', '.', '..' or '.git', a name listed twice in one tree), else None. A directory
+        listed twice is also walked, as a checkout merges the copies. Every entry is drawn from the run budget (entries,
         name length, depth)."""
         stack = [("", tree)]
         while stack:
@@ -585,15 +586,15 @@ class Repository:
                 path = f"{base}/{name}" if base else name
                 self.budget.entry(path)
                 self.budget.path(path)
-                problem = None
+                problem, twice = None, False
                 if "/" in name or name in (".", "..") or name.rstrip(". ").lower() == ".git":
                     problem = f"tree {oid} holds an entry named {name!r}, which a checkout refuses"
                 elif name in seen:
-                    problem = f"tree {oid} lists {name!r} twice"
+                    problem, twice = f"tree {oid} lists {name!r} twice", True
                 seen.add(name)
-                if mode == "40000" and problem is None:
-                    stack.append((path, child))
-                else:
+                if mode == "40000" and (problem is None or twice):
+                    stack.append((path, child))  # a checkout merges a twice-listed directory: so does the walk
+                if mode != "40000" or problem is not None:
                     yield path, mode, child, problem
 
 

@@ -81,13 +81,19 @@ class GitRefFork:
             yield path
 
     def _subtree(self, prefix: str) -> tuple[str | None, list[tuple[str, str, str]]]:
-        """(the tree object at `prefix` or None, the `.gitattributes` entries of the directories on the way)."""
+        """(the tree object at `prefix` or None, the `.gitattributes` entries of the directories on the way).
+        A name on the way listed twice in one tree is an unsafe finding: a checkout merges the two copies, so
+        attributes of one apply to the files of the other."""
         tree, base, attrs = self.tree, "", []
         for part in [p for p in prefix.split("/") if p]:
-            nxt = None
+            nxt, seen = None, set()
             for mode, name, oid in self.git.tree_entries(tree):
+                path = f"{base}/{name}" if base else name
+                if name in seen and name in (part, ".gitattributes"):
+                    self._unsafe[path] = f"tree {tree} lists {name!r} twice"
+                seen.add(name)
                 if name == ".gitattributes" and mode != "40000":
-                    attrs.append((f"{base}/{name}" if base else name, mode, oid))
+                    attrs.append((path, mode, oid))
                 if name == part and mode == "40000":
                     nxt = oid
             if nxt is None:
