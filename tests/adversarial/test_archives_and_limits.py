@@ -270,3 +270,78 @@ def test_an_extended_tar_header_declaring_gigabytes_is_not_read(canon, tmp_path,
     code, doc, took, rss = _measured(canon, bomb, "--prefix", PREFIX)
     assert code == 2 and "extended header" in doc["errors"][0], doc
     assert rss < 256 << 20 and took < 30, (rss, took)
+
+
+def _old_gnu_sparse_header(name: str) -> bytes:
+    """An old-GNU sparse member header ('S') that says an extension block follows."""
+    ti = tarfile.TarInfo(name)
+    buf = bytearray(ti.tobuf(format=tarfile.GNU_FORMAT)[:512])
+    buf[156:157] = b"S"
+    for i in range(4):
+        buf[386 + 24 * i: 410 + 24 * i] = b"%011o\0" % 1 * 2
+    buf[482] = 1                       # "isextended"
+    buf[483:495] = b"%011o\0" % 4      # realsize
+    buf[148:156] = b" " * 8
+    buf[148:156] = b"%06o\0 " % sum(buf)
+    return bytes(buf)
+
+
+def test_an_old_gnu_sparse_member_is_refused_before_its_map_is_read(canon, tmp_path):
+    """Found by red team 2: 38 KB of bzip2 holding one sparse header and 900 MiB of extension blocks; tarfile
+    collected every block into one list (62 s, 2.7 GB) before the member was seen."""
+    ext = bytearray(b"%011o\0" % 1 * 42 + b"\0" * 8)
+    ext[504] = 1                       # every block says another follows
+    c = zlib.compressobj(9, zlib.DEFLATED, 31)
+    parts = [c.compress(_old_gnu_sparse_header(f"pkg-1.0/{PREFIX}/mma/sm120.cuh"))]
+    chunk = bytes(ext) * 2048
+    parts += [c.compress(chunk) for _ in range(256)]  # 256 MiB of map
+    parts.append(c.flush())
+    sdist = tmp_path / "pkg-1.0.tar.gz"
+    sdist.write_bytes(b"".join(parts))
+    code, doc, took, rss = _measured(canon, sdist, "--prefix", PREFIX)
+    assert code == 2 and "GNU sparse file" in doc["errors"][0], doc
+    assert rss < 256 << 20 and took < 30, (rss, took)
+
+
+@pytest.mark.parametrize("headers", [
+    {"GNU.sparse.major": "1", "GNU.sparse.minor": "0", "GNU.sparse.realsize": "4"},
+    {"GNU.sparse.map": "0,1", "GNU.sparse.realsize": "4"},
+    {"GNU.sparse.size": "4", "GNU.sparse.numblocks": "1", "GNU.sparse.offset": "0", "GNU.sparse.numbytes": "1"},
+], ids=["1.0", "0.1", "0.0"])
+def test_a_pax_sparse_member_is_refused(canon, tmp_path, headers):
+    """The pax forms of a sparse file: 1.0 reads its map from the member's data, as many blocks as it declares."""
+    ti = tarfile.TarInfo(f"pkg-1.0/{PREFIX}/mma/sm120.cuh")
+    data = b"99999999999999999\n" + b"1\n" * 200
+    ti.size, ti.pax_headers = len(data), dict(headers)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT) as t:
+        t.addfile(ti, io.BytesIO(data))
+    sdist = tmp_path / "pkg-1.0.tar.gz"
+    sdist.write_bytes(buf.getvalue())
+    code, doc = _check(canon, sdist, "--prefix", PREFIX)
+    assert code == 2 and "GNU sparse file" in doc["errors"][0], doc
+
+
+def test_an_xz_stream_declaring_a_gigabyte_dictionary_is_not_decoded(canon, tmp_path):
+    """Found by red team 2: a 138 KB .tar.xz whose LZMA2 header declares a 1 GiB dictionary took 950 MB."""
+    import lzma
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        data = b"0123456789abcdef" * (1 << 20)
+        ti = tarfile.TarInfo("pkg-1.0/f.bin")
+        ti.size = len(data)
+        t.addfile(ti, io.BytesIO(data))
+    raw = bytearray(lzma.compress(buf.getvalue(), format=lzma.FORMAT_XZ, check=lzma.CHECK_NONE,
+                                  filters=[{"id": lzma.FILTER_LZMA2, "preset": 1, "dict_size": 1 << 20}]))
+    size = (raw[12] + 1) * 4           # the block header: its filter flags hold the dictionary size byte
+    hdr = raw[12:12 + size]
+    at = hdr.find(b"\x21\x01")
+    hdr[at + 2] = 38                   # 1 GiB
+    hdr[-4:] = struct.pack("<I", zlib.crc32(bytes(hdr[:-4])))
+    raw[12:12 + size] = hdr
+    sdist = tmp_path / "pkg-1.0.tar.xz"
+    sdist.write_bytes(bytes(raw))
+    code, doc, took, rss = _measured(canon, sdist, "--prefix", PREFIX)
+    assert code == 2 and "xz stream is not read" in doc["errors"][0] and "128 MiB" in doc["errors"][0], doc
+    assert rss < 256 << 20, rss

@@ -14,6 +14,7 @@ budget (vendorkit.budget); a member over the size or ratio cap is a `too-large` 
 from __future__ import annotations
 
 import hashlib
+import lzma
 import os
 import re
 import stat
@@ -37,9 +38,10 @@ _KEEP_BYTES = 64 << 20  # tar: small members kept for diagnosis, in total
 # a gzip header cut after 3 bytes (found by tests/fuzz), struct.error on short records, ...
 _READ_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, tarfile.TarError, EOFError, OSError, ValueError,
                 NotImplementedError, zlib.error, KeyError, RuntimeError, IndexError, struct.error, OverflowError,
-                TypeError, AttributeError)
+                TypeError, AttributeError, lzma.LZMAError)
 
 
+XZ_MEMLIMIT = 128 << 20  # an xz stream's decoder memory: preset 9 (xz -9e) needs 65 MiB; a header may declare GiBs
 EXTENDED_HEADER_MAX = 1 << 20  # a pax or GNU long-name header's body: the longest name a budget allows fits
 
 
@@ -61,6 +63,13 @@ class _BoundedTarInfo(tarfile.TarInfo):
             budget.current().take(self.size, "tar extended headers")
         return super()._proc_member(tarfile_)
 
+    # A sparse member's map is read whole, block after block, before the member is seen (38 KB of bzip2 held
+    # 900 MiB of old-GNU extension blocks); pip's sdists never hold sparse files, so one is refused, unread.
+    def _refuse_sparse(self, *_):
+        raise _HeaderTooLarge(f"{self.name or 'a member'} is a GNU sparse file (its sparse map is not read)")
+
+    _proc_sparse = _proc_gnusparse_00 = _proc_gnusparse_01 = _proc_gnusparse_10 = _refuse_sparse
+
 
 class _Inflating:
     """A tar stream's bytes from a gzip, bzip2 or xz file (or a plain tar), produced in bounded steps: tarfile's own
@@ -72,7 +81,6 @@ class _Inflating:
 
     def __init__(self, raw, label: str):
         import bz2
-        import lzma
 
         self.raw, self.label, self.total, self.buf, self.off = raw, label, 0, b"", 0
         self.pending = self._raw(6)
@@ -80,7 +88,7 @@ class _Inflating:
         self.zlib = magic[:2] == b"\x1f\x8b"
         self.new = (lambda: zlib.decompressobj(16 + zlib.MAX_WBITS)) if self.zlib else \
             bz2.BZ2Decompressor if magic[:3] == b"BZh" else \
-            lzma.LZMADecompressor if magic[:6] == b"\xfd7zXZ\x00" else None
+            (lambda: lzma.LZMADecompressor(memlimit=XZ_MEMLIMIT)) if magic[:6] == b"\xfd7zXZ\x00" else None
         self.d = self.new() if self.new else None
 
     def _raw(self, n: int) -> bytes:
@@ -110,7 +118,11 @@ class _Inflating:
                 if not self.pending:
                     return b""  # cut short: tarfile reports the truncated stream
             data, self.pending = self.pending, b""
-            out = self.d.decompress((self.d.unconsumed_tail + data) if self.zlib else data, self.STEP)
+            try:
+                out = self.d.decompress((self.d.unconsumed_tail + data) if self.zlib else data, self.STEP)
+            except lzma.LZMAError as e:  # a header declaring a dictionary over the memlimit, or damage
+                raise CannotCheck(f"{self.label}: the xz stream is not read ({e}; its decoder may use at most "
+                                  f"{XZ_MEMLIMIT >> 20} MiB)") from None
             if out:
                 return out
 
