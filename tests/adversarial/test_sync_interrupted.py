@@ -187,3 +187,51 @@ def test_a_journal_that_is_a_link_is_not_followed(canon, tmp_path):
     os.symlink(outside, fork / (JOURNAL + "-0123456789ab"))
     code, out, err = run_cv("--repo", str(canon), "--fork", str(fork), "--sync")
     assert code == 0 and outside.read_text() == '{"journal": 2, "pid": 1}\n'
+
+
+PAUSED = """
+import os, sys, time
+sys.path.insert(0, {tools!r})
+from vendorkit import transaction
+record = transaction.Journal.record
+def paused(self, **step):
+    record(self, **step)
+    if len(self.records) == 2:  # the first step is logged: stand in for a slow disk until the test says go
+        open({ready!r}, "w").close()
+        while not os.path.exists({go!r}):
+            time.sleep(0.02)
+transaction.Journal.record = paused
+from vendorkit.cli import main
+sys.exit(main({argv!r}))
+"""
+
+
+def test_a_second_sync_never_replays_a_running_syncs_journal(canon, tmp_path, plan):
+    """Found by red team 2: a second --sync while the first was still running "recovered" its live journal; the
+    first then undid its own steps over the second's files, and the fork ended at neither release."""
+    template, _, synced, _ = plan
+    fork = _copy(template, tmp_path, "fork")
+    ready, go = tmp_path / "ready", tmp_path / "go"
+    argv = ["--repo", str(canon), "--fork", str(fork), "--sync", "--force"]
+    code = PAUSED.format(tools=str(ROOT / "tools"), ready=str(ready), go=str(go), argv=argv)
+    first = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(3000):
+            if ready.exists() or first.poll() is not None:
+                break
+            subprocess.run(["sleep", "0.02"])
+        assert ready.exists(), first.communicate()
+        assert len(_journals(fork)) == 1
+        code, _, err = run_cv("--repo", str(canon), "--fork", str(fork), "--sync", "--force")
+        assert code == 2 and f"another check_vendor run is syncing or checking this fork (pid {first.pid})" in err
+        code, _, err = run_cv("--repo", str(canon), "--fork", str(fork))
+        assert code == 2 and f"a --sync of this fork is running (pid {first.pid})" in err, err
+        assert len(_journals(fork)) == 1  # neither touched the running sync's journal
+        go.touch()
+        out, err = first.communicate(timeout=120)
+    finally:
+        go.touch()
+        first.wait(timeout=120)
+    assert first.returncode == 0, err
+    assert _normal(snapshot(fork)) == synced and not _journals(fork)
+    assert run_cv("--repo", str(canon), "--fork", str(fork))[0] == 0

@@ -241,20 +241,34 @@ def _run_check(argv: list[str]) -> int:
                                strict=a.strict)
         _emit(render(report, a.format, a.verbose, diff_lines))
         return report.exit_code
-    view = _journal_first(a, view)
-    prefix = _resolve_prefix(a, view, ms)
+    with _locked(a, view):
+        view = _journal_first(a, view)
+        prefix = _resolve_prefix(a, view, ms)
 
-    def compare(v=view):
-        rep = Report(mode="fork", target=v.label, tag=tag.tag, prefix=prefix, digest_kind=v.digest_kind,
-                     lineage=ms.lineage)
-        return Comparator(v, ms, tag, prefix, canonical=store.get, want_diff=not a.no_diff,
-                          strict=a.strict).run(rep)
+        def compare(v=view):
+            rep = Report(mode="fork", target=v.label, tag=tag.tag, prefix=prefix, digest_kind=v.digest_kind,
+                         lineage=ms.lineage)
+            return Comparator(v, ms, tag, prefix, canonical=store.get, want_diff=not a.no_diff,
+                              strict=a.strict).run(rep)
 
-    report = compare()
-    if a.sync:
-        report = _sync(a, view, ms, tag, prefix, store, compare, report)
+        report = compare()
+        if a.sync:
+            report = _sync(a, view, ms, tag, prefix, store, compare, report)
     _emit(render(report, a.format, a.verbose, diff_lines))
     return report.exit_code
+
+
+def _locked(a, view):
+    """A local fork is locked for the whole run (vendorkit.transaction.fork_lock): a --sync alone, checks
+    together."""
+    import contextlib
+
+    from . import transaction
+    from .forkview import LocalFork
+
+    if not isinstance(view, LocalFork):
+        return contextlib.nullcontext()
+    return transaction.fork_lock(view.fs, exclusive=bool(a.sync and not a.dry_run))
 
 
 def _journal_first(a, view):

@@ -299,6 +299,34 @@ def _recover_one(fs: ForkRoot, name: str) -> list[str]:
     return done
 
 
+# ---------------------------------------------------------------- one sync at a time
+
+@contextlib.contextmanager
+def fork_lock(fs: ForkRoot, exclusive: bool):
+    """Hold an advisory lock on the fork root for a whole run: exclusive for a --sync (its recovery, plan and
+    transaction), shared for a check or a dry run, so no run ever reads or replays a live sync's journal as an
+    interrupted one. Never waits: a held lock is CannotCheck. The kernel drops the lock of a killed process, so
+    a stale journal never looks live. Where flock does not exist (Windows) runs are not serialized."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    fd = os.open(fs.path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        try:
+            fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pids = [h["pid"] for h, _ in filter(None, (read_journal(fs, n) for n in journals(fs)))]
+            who = f" (pid {', '.join(map(str, pids))})" if pids else ""
+            raise CannotCheck(f"another check_vendor run is syncing or checking this fork{who}; --sync again "
+                              f"when it has finished" if exclusive else
+                              f"a --sync of this fork is running{who}; check again when it has finished") from None
+        yield
+    finally:
+        os.close(fd)  # closing the only descriptor of this open file releases the lock
+
+
 # ---------------------------------------------------------------- signals
 
 class _Guard:
