@@ -3,6 +3,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
+
 _HERE = Path(__file__).resolve().parent
 # check_vendor --sync keeps its journal key in a per-user state directory: the tests use one of their own
 os.environ.setdefault("SM120_STATE_DIR", tempfile.mkdtemp(prefix="sm120-state-"))
@@ -24,3 +26,19 @@ def pytest_runtest_setup(item):
     cap = torch.cuda.get_device_capability()
     if cap[0] != 12:
         pytest.skip(f"needs SM120 silicon (compute capability 12.x); this GPU is {cap[0]}.{cap[1]}")
+
+
+@pytest.fixture()
+def index(monkeypatch):
+    """A PyPI-style index on 127.0.0.1 (tools/fake_downstreams.py), with this machine's pip environment and
+    configuration out of the way."""
+    import vendor_helpers  # noqa: F401  (puts tools/ on the path)
+    from fake_downstreams import FakePyPI
+
+    for var in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX", "SM120_PYPI_INDEX"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    fake = FakePyPI()
+    fake.start()
+    yield fake
+    fake.stop()

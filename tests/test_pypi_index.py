@@ -10,23 +10,12 @@ from pathlib import Path
 import pytest
 
 from vendor_helpers import PREFIX, V1, V2, make_canonical, run_cv, run_json
-from fake_downstreams import FakePyPI  # noqa: E402  (tools/, on the path through vendor_helpers)
 
 
 @pytest.fixture(scope="module")
 def canon(tmp_path_factory) -> Path:
     return make_canonical(tmp_path_factory.mktemp("canon"))
 
-
-@pytest.fixture()
-def index(monkeypatch, tmp_path):
-    for var in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX", "SM120_PYPI_INDEX"):
-        monkeypatch.delenv(var, raising=False)  # this machine's pip environment is not the test's
-    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)  # no pip configuration of this machine
-    fake = FakePyPI()
-    fake.start()
-    yield fake
-    fake.stop()
 
 
 def wheel(files: dict[str, bytes], pad: int = 0) -> bytes:

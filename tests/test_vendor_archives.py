@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from vendor_helpers import PREFIX, ROOT, V1, V2, by_path, make_canonical, opened_paths, run_cv, run_json
-from fake_downstreams import FakeGitHub, FakePyPI  # noqa: E402  (tools/, on the path through vendor_helpers)
+from fake_downstreams import FakeGitHub  # noqa: E402  (tools/, on the path through vendor_helpers)
 
 import watch_downstreams  # noqa: E402
 
@@ -24,13 +24,6 @@ OWN = {"deep_gemm/__init__.py": b"# the package\n", f"{PREFIX}/common/utils.cuh"
 def canon(tmp_path_factory) -> Path:
     return make_canonical(tmp_path_factory.mktemp("canon"))
 
-
-@pytest.fixture()
-def index():
-    fake = FakePyPI()
-    fake.start()
-    yield fake
-    fake.stop()
 
 
 def layer(files: dict[str, bytes], root: str = PREFIX) -> dict[str, bytes]:

@@ -32,15 +32,6 @@ def _sdist(files, top: str) -> bytes:
 GOOD, EVIL = _wheel(V2), _wheel(DRIFTED)
 
 
-@pytest.fixture()
-def index():
-    from fake_downstreams import FakePyPI
-
-    fake = FakePyPI()
-    fake.start()
-    yield fake
-    fake.stop()
-
 
 def _a(path: str, data: bytes, **attrs) -> str:
     extra = "".join(f' {k.replace("_", "-")}="{v}"' for k, v in attrs.items())

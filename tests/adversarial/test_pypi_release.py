@@ -24,17 +24,6 @@ def _wheel(files: dict[str, bytes]) -> bytes:
     return buf.getvalue()
 
 
-@pytest.fixture()
-def index(monkeypatch):
-    from fake_downstreams import FakePyPI
-
-    for var in ("PIP_INDEX_URL", "SM120_PYPI_INDEX"):
-        monkeypatch.delenv(var, raising=False)
-    fake = FakePyPI()
-    fake.start()
-    yield fake
-    fake.stop()
-
 
 DRIFTED = dict(V2, **{"mma/sm120.cuh": b"// a platform build's own edit\n"})
 
