@@ -312,7 +312,9 @@ def fork_lock(fs: ForkRoot, exclusive: bool):
     except ImportError:
         yield
         return
-    fd = os.open(fs.path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+    # the directory this run reads (a descriptor of its own on it: the lock outlives a reopened ForkRoot)
+    fd = os.dup(fs._root.fd) if fs._root.fd is not None else \
+        os.open(fs.path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
     try:
         try:
             fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
