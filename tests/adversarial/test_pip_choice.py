@@ -72,6 +72,24 @@ CASES = {
     # free-threaded CPython cannot use abi3 wheels: there pip installs 2.0
     "free-threaded": ([("pkg-3.0-cp38-abi3-manylinux_2_17_x86_64.macosx_11_0_arm64.win_amd64.win32.whl", GOOD, {}),
                        ("pkg-2.0-py3-none-any.whl", EVIL, {})], None),
+    # Platforms and Pythons outside the common set, named by the files themselves: pip there installs 3.0
+    "newer-glibc": ([("pkg-3.0-cp312-cp312-manylinux_2_41_x86_64.whl", EVIL, {}),
+                     ("pkg-2.0-py3-none-any.whl", GOOD, {})], None),
+    "another-arch": ([("pkg-3.0-py3-none-manylinux_2_17_riscv64.whl", EVIL, {}),
+                      ("pkg-2.0-py3-none-any.whl", GOOD, {})], None),
+    "windows-arm64": ([("pkg-3.0-py3-none-win_arm64.whl", EVIL, {}), ("pkg-2.0-py3-none-any.whl", GOOD, {})], None),
+    "a-platform-of-no-known-family": ([("pkg-3.0-py3-none-ios_13_0_arm64_iphoneos.whl", EVIL, {}),
+                                       ("pkg-2.0-py3-none-any.whl", GOOD, {})], None),
+    "a-newer-python-tag": ([("pkg-3.0-cp316-cp316-manylinux_2_17_x86_64.whl", EVIL, {}),
+                            ("pkg-2.0-py3-none-any.whl", GOOD, {})], None),
+    "a-newer-python-required": ([("pkg-3.0-py3-none-any.whl", EVIL, {"data_requires_python": "&gt;=3.16"}),
+                                 ("pkg-2.0-py3-none-any.whl", GOOD, {})], None),
+    "an-older-python-only": ([("pkg-3.0-py3-none-any.whl", EVIL, {"data_requires_python": "&lt;3.7"}),
+                              ("pkg-2.0-py3-none-any.whl", GOOD, {})], None),
+    "an-older-macos": ([("pkg-1.5-py3-none-macosx_10_9_x86_64.whl", EVIL, {}),
+                        ("pkg-2.0-py3-none-macosx_10_14_x86_64.whl", GOOD, {})], None),
+    "pypy": ([("pkg-3.0-pp310-pypy310_pp73-manylinux_2_17_x86_64.whl", EVIL, {}),
+              ("pkg-2.0-py3-none-any.whl", GOOD, {})], None),
 }
 
 
@@ -117,3 +135,20 @@ def test_a_local_find_links_page_may_name_local_files(canon, index, monkeypatch,
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "links.html"))
     code, doc = run_json("--repo", str(canon), "--fork", "pypi:pkg")
     assert code == 1 and doc["distributions"][0]["file"] == "pkg-2.0-py3-none-any.whl"
+
+
+def test_where_names_the_platform_and_python_a_file_is_installed_on(canon, index):
+    for fn, data in (("pkg-3.0-cp312-cp312-manylinux_2_41_riscv64.whl", EVIL), ("pkg-2.0-py3-none-any.whl", GOOD)):
+        index.add("pkg", "x", fn, data)
+    code, doc = run_json("--repo", str(canon), "--fork", "pypi:pkg", "--index-url", index.url)
+    where = {d["file"]: d["chosen_for"] for d in doc["distributions"]}
+    assert code == 1 and where["pkg-3.0-cp312-cp312-manylinux_2_41_riscv64.whl"] == \
+        "linux-riscv64 glibc 2.41+ (py3.12)", where
+
+
+def test_a_page_naming_thousands_of_platforms_is_refused_before_any_download(canon, index):
+    page = "".join(_a(f"pkg-1.0-py3-none-manylinux_2_{n}_x86_64.whl", GOOD) for n in range(3000))
+    index.page = (f"<html><body>{page}</body></html>".encode(), {"Content-Type": "text/html"})
+    code, doc = run_json("--repo", str(canon), "--fork", "pypi:pkg", "--index-url", index.url)
+    assert code == 2 and "environments pip's choice is taken in" in doc["errors"][0], doc
+    assert not [p for p in index.log if p.startswith("/raw/")]

@@ -178,7 +178,8 @@ def test_versions_are_read_as_pip_reads_them(canon, index, evil, good):
 
 def test_where_the_newest_release_installs_nowhere_pip_falls_back(canon, index):
     """The newest release requires Python 3.99, the next only ships a win32 wheel: pip installs older releases on
-    every common platform, and those are what is checked, each named with where it is installed."""
+    every common platform, and those are checked, each named with where it is installed; the newest is checked
+    too, for the Python that would install it."""
     import json as _json
 
     files = [("pkg-3.0-py3-none-any.whl", GOOD, ">=3.99"), ("pkg-2.0-cp311-cp311-win32.whl", EVIL, None),
@@ -191,9 +192,11 @@ def test_where_the_newest_release_installs_nowhere_pip_falls_back(canon, index):
     index.page = (_json.dumps(doc).encode(), {"Content-Type": "application/vnd.pypi.simple.v1+json"})
     code, doc = _check(canon, index)
     seen = {d["file"]: d for d in doc["distributions"]}
-    assert code == 1 and set(seen) == {"pkg-2.0-cp311-cp311-win32.whl", "pkg-1.0-py3-none-any.whl"}, seen
+    assert code == 1 and set(seen) == {fn for fn, _, _ in files}, seen
     assert seen["pkg-2.0-cp311-cp311-win32.whl"]["chosen_for"] == "win32 (py3.11)"
     assert seen["pkg-1.0-py3-none-any.whl"]["chosen_for"].startswith("linux-x86_64, linux-aarch64")
+    assert seen["pkg-3.0-py3-none-any.whl"]["chosen_for"].endswith("(py3.99+, 3.99t+)")
+    assert seen["pkg-3.0-py3-none-any.whl"]["verdict"] == "in-sync"
 
 
 def test_extra_indexes_pip_reads_are_read(canon, index, monkeypatch):

@@ -299,3 +299,46 @@ def test_fuzz_diff_is_an_edit_script(a, b):
         rebuilt += b[j1:j2]
         i = i2
     assert i == len(a) and rebuilt == b
+
+
+# ---------------------------------------------------------------- pip's choice: no environment escapes it
+_ARCHES = ("x86_64", "aarch64", "riscv64")
+_TAG = st.one_of(
+    st.builds(lambda a, b, arch: f"manylinux_{a}_{b}_{arch}", st.just(2), st.integers(0, 60), st.sampled_from(_ARCHES)),
+    st.builds(lambda b, arch: f"musllinux_1_{b}_{arch}", st.integers(0, 4), st.sampled_from(_ARCHES)),
+    st.builds(lambda a, b, arch: f"macosx_{a}_{b}_{arch}", st.integers(10, 20), st.integers(0, 15),
+              st.sampled_from(("x86_64", "arm64", "universal2", "intel"))),
+    st.sampled_from(("win_amd64", "win32", "win_arm64", "linux_x86_64", "any", "ios_13_0_arm64_iphoneos")))
+_PY = st.one_of(st.builds(lambda m: f"cp3{m}-cp3{m}", st.integers(5, 30)),
+                st.builds(lambda m: f"cp3{m}-abi3", st.integers(2, 30)),
+                st.builds(lambda m: f"py3{m}-none", st.integers(0, 30)), st.just("py3-none"))
+_SPEC = st.one_of(st.none(), st.builds(lambda op, m: f"{op}3.{m}", st.sampled_from((">=", "<", "!=", "==", "<=")),
+                                       st.integers(0, 30)))
+_FILE = st.tuples(st.integers(0, 6), st.booleans(), _PY, _TAG, _SPEC, st.booleans())
+_REAL_ENV = st.tuples(st.integers(0, 40), st.booleans(), st.one_of(
+    st.builds(lambda arch, b: f"linux-{arch} glibc2.{b}", st.sampled_from(_ARCHES), st.integers(0, 70)),
+    st.builds(lambda arch, b: f"linux-{arch} musl1.{b}", st.sampled_from(_ARCHES), st.integers(0, 6)),
+    st.builds(lambda arch, a, b: f"macos-{arch} {a}.{b}", st.sampled_from(("x86_64", "arm64")), st.integers(10, 25),
+              st.integers(0, 15)),
+    st.sampled_from(("win-amd64", "win32", "win-arm64", "tag ios_13_0_arm64_iphoneos"))))
+
+
+@FUZZ
+@given(files=st.lists(_FILE, min_size=1, max_size=8), env=_REAL_ENV)
+def test_no_environment_installs_a_version_the_check_skips(files, env):
+    """Whatever CPython and platform a user has (any minor, glibc, musl or macOS level, architecture), the
+    version pip installs there (by the same compatibility rules) is among the versions the check reads: the
+    environments it takes pip's choice in stand for all of them."""
+    from types import SimpleNamespace
+
+    from vendorkit import pip_select as ps
+
+    dists = [SimpleNamespace(filename=f"pkg-{v}.0{'rc1' if pre else ''}-{py}-{tag}.whl", yanked=yanked,
+                             requires_python=spec) for v, pre, py, tag, spec, yanked in files]
+    minor, threaded, platform = env
+    threaded = threaded and minor >= 13
+    infos = [(d, ps.parse_filename(d.filename, "pkg")) for d in dists]
+    cands = [(d, i) for d, i in infos if ps.compatible(i, d.requires_python, minor, threaded, platform)]
+    if not cands:
+        return
+    assert ps._best(cands, None) in ps.choose(dists, "pkg", None).versions

@@ -333,7 +333,8 @@ def release(name: str, version: str | None, indexes: list[str] | str, session=No
         raise CannotCheck(f"pypi:{name}: not on the index ({', '.join(indexes)} list no file of it)")
     if version is not None and pep440_key(version) is None:
         raise UsageError(f"pypi:{name}=={version}: {version!r} is not a PEP 440 version")
-    chosen = pip_select.choose(files, name, version)
+    choice = pip_select.choose(files, name, version)
+    chosen = choice.versions
     if not chosen:
         if version is not None:
             raise CannotCheck(f"pypi:{name}=={version}: not on the index (it lists no such version, or none pip "
@@ -346,7 +347,7 @@ def release(name: str, version: str | None, indexes: list[str] | str, session=No
     out: list[Dist] = []
     for key in sorted(chosen, reverse=True):
         for d in sorted((f for f in files if pep440_key(f.version) == key), key=lambda d: d.filename):
-            d.chosen_for = pip_select.describe(chosen[key]) if chosen[key] != ["no common platform"] else \
+            d.chosen_for = choice.where(key) if chosen[key] != ["no common platform"] else \
                 "no common platform (the newest release)"
             out.append(d)
     versions = list(dict.fromkeys(d.version for d in out))
