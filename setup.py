@@ -99,6 +99,12 @@ TEST = [
     "nvidia-cuda-runtime==13.2.86",
     "nvidia-cuda-cccl==13.2.*",
     "nvidia-cuda-nvdisasm==13.2.86",
+    # the codebase's habits, run by the tests (tests/test_lint.py): pinned, so a new release of a linter never
+    # turns CI red on unchanged code
+    "ruff==0.16.9",
+    "mypy==2.4.0",
+    "types-PyYAML>=6.0",
+    "clang-format==23.1.1",
 ]
 
 setup(
