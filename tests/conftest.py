@@ -30,10 +30,9 @@ def pytest_runtest_setup(item):
 
 @pytest.fixture()
 def index(monkeypatch):
-    """A PyPI-style index on 127.0.0.1 (tools/fake_downstreams.py), with this machine's pip environment and
+    """A PyPI-style index on 127.0.0.1 (tests/fake_servers.py), with this machine's pip environment and
     configuration out of the way."""
-    import vendor_helpers  # noqa: F401  (puts tools/ on the path)
-    from fake_downstreams import FakePyPI
+    from fake_servers import FakePyPI
 
     for var in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX", "SM120_PYPI_INDEX"):
         monkeypatch.delenv(var, raising=False)

@@ -429,8 +429,8 @@ def test_a_planted_vendor_manifests_never_hides_a_copy(canon, tmp_path):
     assert code == 1 and doc["verdict"] == "drifted"
 
 
-def test_fake_downstreams_bad_arguments_exit_3():
-    p = subprocess.run([sys.executable, str(ROOT / "tools/fake_downstreams.py"), "--repo", "nonsense"],
+def test_fake_servers_bad_arguments_exit_3():
+    p = subprocess.run([sys.executable, str(ROOT / "tests/fake_servers.py"), "--repo", "nonsense"],
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 3 and "expected OWNER/NAME=PATH" in p.stderr
 

@@ -92,7 +92,7 @@ def test_import_refuses_malformed_input(canon, tmp_path, bad, message):
 def test_import_from_a_git_ref_github_and_a_wheel_carries_full_entries(canon, upstream, tmp_path):
     import shutil
 
-    from fake_downstreams import FakeGitHub
+    from fake_servers import FakeGitHub
 
     repo = tmp_path / "canon"
     shutil.copytree(canon, repo)
@@ -173,7 +173,7 @@ def test_sync_from_a_lineage_needs_its_bytes(canon, upstream, tmp_path):
 
 
 def test_a_github_fork_against_a_hashes_only_lineage(canon, upstream, tmp_path):
-    from fake_downstreams import FakeGitHub
+    from fake_servers import FakeGitHub
 
     gh = FakeGitHub()
     url = gh.start()

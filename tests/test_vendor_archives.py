@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from vendor_helpers import PREFIX, ROOT, V1, V2, by_path, make_canonical, opened_paths, run_cv, run_json
-from fake_downstreams import FakeGitHub  # noqa: E402  (tools/, on the path through vendor_helpers)
+from fake_servers import FakeGitHub
 
 import watch_downstreams  # noqa: E402
 

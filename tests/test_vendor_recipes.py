@@ -138,7 +138,7 @@ def test_documented_statuses_and_verdicts_are_the_tools():
     assert "`schema_version: 2`" in DOC
 
 
-def test_fake_downstreams_serves_from_the_command_line(tmp_path):
+def test_fake_servers_serves_from_the_command_line(tmp_path):
     from vendor_helpers import commit_all, init_repo
 
     repo = init_repo(tmp_path / "repo")
@@ -146,7 +146,7 @@ def test_fake_downstreams_serves_from_the_command_line(tmp_path):
     commit_all(repo, "a")
     whl = tmp_path / "pkg-1.0-py3-none-any.whl"
     whl.write_bytes(b"PK\x05\x06" + b"\0" * 18)  # an empty zip
-    p = subprocess.Popen([sys.executable, str(ROOT / "tools/fake_downstreams.py"), "--repo", f"org/r={repo}",
+    p = subprocess.Popen([sys.executable, str(ROOT / "tests/fake_servers.py"), "--repo", f"org/r={repo}",
                           "--wheel", f"pkg==1.0={whl}"], stdout=subprocess.PIPE, text=True)
     try:
         gh_url = p.stdout.readline().split()[-1]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from vendor_helpers import PREFIX, ROOT, commit_all, init_repo, make_fork
-from fake_downstreams import FakeGitHub  # noqa: E402  (tools/, on the path through vendor_helpers)
+from fake_servers import FakeGitHub
 
 sys.path.insert(0, str(ROOT / "tools"))
 import watch_downstreams  # noqa: E402

@@ -224,7 +224,7 @@ def test_a_single_long_line_is_cut_in_every_format(canon, tmp_path):
 
 
 def test_a_download_over_the_cap_is_not_kept(canon, tmp_path, monkeypatch):
-    from fake_downstreams import FakePyPI
+    from fake_servers import FakePyPI
 
     from vendorkit import pypi
 

@@ -54,7 +54,7 @@ def test_a_misbehaving_check_ends_its_child_only(fn, why):
 def test_one_hostile_downstream_is_unknown_and_the_run_goes_on(canon, gh, tmp_path):
     """A fork whose stamp is 200,000 '[' (a RecursionError in a naive reader) next to a fork that is fine, and a
     package index that trickles its page forever (stopped by the child's wall-clock limit)."""
-    from fake_downstreams import FakePyPI
+    from fake_servers import FakePyPI
 
     files = dict(V2)
     remote_fork(tmp_path / "a", gh, "org/deep", files)

@@ -200,7 +200,7 @@ def test_where_the_newest_release_installs_nowhere_pip_falls_back(canon, index):
 
 
 def test_extra_indexes_pip_reads_are_read(canon, index, monkeypatch):
-    from fake_downstreams import FakePyPI
+    from fake_servers import FakePyPI
 
     other = FakePyPI()
     other.start()

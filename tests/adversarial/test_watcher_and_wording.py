@@ -4,7 +4,7 @@ from __future__ import annotations
 import io
 import zipfile
 
-from fake_downstreams import FakePyPI
+from fake_servers import FakePyPI
 from vendor_helpers import PREFIX, V2, by_path, commit_all, make_fork, run_json, write_tree
 from watch_helpers import config, entry, gh, remote_fork, watch  # noqa: F401
 

@@ -2,7 +2,7 @@
 """Loopback stand-ins for the servers downstream checks talk to: try the watcher and `check_vendor --fork`
 without the internet (the tests use the same classes).
 
-    python tools/fake_downstreams.py --repo OWNER/NAME=PATH/TO/GIT/CHECKOUT ... \
+    python tests/fake_servers.py --repo OWNER/NAME=PATH/TO/GIT/CHECKOUT ... \
                                      [--wheel NAME==VERSION=PATH/TO/FILE.whl ...] [--token T]
 
 prints the two base URLs and serves until Ctrl-C. Then, e.g.:
@@ -405,10 +405,11 @@ class FakePyPI:
 
 
 def main(argv: list[str] | None = None) -> int:
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
     from vendorkit.argparsing import UsageParser
     from vendorkit.errors import UsageError
 
-    ap = UsageParser(prog="fake_downstreams.py", description=__doc__.splitlines()[0])
+    ap = UsageParser(prog="fake_servers.py", description=__doc__.splitlines()[0])
     ap.add_argument("--repo", action="append", default=[], metavar="OWNER/NAME=PATH",
                     help="serve the git checkout at PATH as OWNER/NAME")
     ap.add_argument("--wheel", action="append", default=[], metavar="NAME==VERSION=FILE",
@@ -417,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _serve(ap, argv)
     except UsageError as e:  # exit 3 on bad arguments, like every tool here
-        print(f"fake_downstreams: error: {e}", file=sys.stderr)
+        print(f"fake_servers: error: {e}", file=sys.stderr)
         return 3
 
 
