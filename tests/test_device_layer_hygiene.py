@@ -8,14 +8,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DEVICE = ROOT / "device_layer"
 
-# wrapper -> the open issue and family that will use it
-RESERVED = {
-    "stmatrix_x4": "#13 stmatrix + TMA-store epilogue",
-    "stmatrix_x4_trans": "#13 stmatrix + TMA-store epilogue (column-major fragments)",
-    "tma_store_2d": "#13 TMA-store epilogue",
-    "tma_store_commit": "#13 TMA-store epilogue",
-    "tma_store_wait_read": "#13 TMA-store epilogue",
-}
+# wrapper -> the open issue and family that will use it (none now: issue 39 dropped the TMA-store / stmatrix
+# wrappers reserved for issue 13's epilogue, which kept the register epilogue)
+RESERVED: dict[str, str] = {}
 _DEF = re.compile(r"SM120_(?:HOST_)?DEVICE\s+(?:constexpr\s+)?[\w:<>,\s*&]*?\b(\w+)\s*\(")
 
 

@@ -28,21 +28,6 @@ SM120_DEVICE void tma_load_3d(void* smem_dst, const CUtensorMap* desc, uint64_t*
         : "memory");
 }
 
-// 2D tile store from shared memory (out-of-bounds parts of the box are not written).
-SM120_DEVICE void tma_store_2d(const CUtensorMap* desc, const void* smem_src, int32_t c0, int32_t c1) {
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n"
-                 : : "l"(reinterpret_cast<uint64_t>(desc)), "r"(smem_addr(smem_src)), "r"(c0), "r"(c1)
-                 : "memory");
-}
-
-SM120_DEVICE void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-
-// Wait until at most N committed store groups still read shared memory.
-template <int N>
-SM120_DEVICE void tma_store_wait_read() {
-    asm volatile("cp.async.bulk.wait_group.read %0;\n" : : "n"(N) : "memory");
-}
-
 // ---- On-device tensor-map updates (tensormap.replace), for kernels whose operand changes per group ----
 // A 128-byte-aligned shared-memory copy of a CUtensorMap is edited in place, published to global memory
 // with the tensormap proxy fence folded into the copy, and acquired before any TMA uses the global copy.
