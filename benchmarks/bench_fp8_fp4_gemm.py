@@ -50,7 +50,7 @@ def main() -> int:
     if gpu:
         import deep_gemm_sm120 as dg
         from deep_gemm_sm120.testing import calc_diff
-        from deep_gemm_sm120.testing.block_scaled import fp4_operands, fp8_operands, quantize_side
+        from workloads.block_scaled import fp4_operands, fp8_operands, quantize_side
         gen = torch.Generator(device="cuda").manual_seed(0)
     for label, m, n, k in SHAPES[:2] + SHAPES[-1:] if args.quick else SHAPES:
         for kind, gran in kinds:

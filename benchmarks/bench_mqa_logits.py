@@ -40,7 +40,7 @@ def main() -> int:
     run = start(__doc__.splitlines()[0])
     args = run.args
     import deep_gemm_sm120 as dg
-    from deep_gemm_sm120.testing.mqa_inputs import dense_case, paged_cache
+    from workloads.mqa import dense_case, paged_cache
 
     emulated = run.emulated
     iters = 3 if args.quick else 10

@@ -18,6 +18,7 @@ import importlib.abc
 import importlib.util
 import os
 import sys
+import types
 
 ENV = "DG_SM120_AS_DEEP_GEMM"
 ALIAS = "deep_gemm"
@@ -103,11 +104,21 @@ class DeepGemmFinder(importlib.abc.MetaPathFinder):
             return None
         if not self.force and self._real_deep_gemm_installed():
             return None  # never shadow a real DeepGEMM unless asked
-        target_name = TARGET + fullname[len(ALIAS):]
-        if importlib.util.find_spec(target_name) is None:
+        target_name = _target(TARGET + fullname[len(ALIAS):])
+        if target_name is None:
             return None
         return importlib.util.spec_from_loader(fullname, _AliasLoader(target_name),
                                                is_package=fullname == ALIAS)
+
+
+def _target(name: str) -> str | None:
+    """The module `deep_gemm.x` stands for: deep_gemm_sm120.compat.x, or the module compat binds as `x` (its
+    `testing` is deep_gemm_sm120.testing itself)."""
+    if importlib.util.find_spec(name) is not None:
+        return name
+    parent, _, leaf = name.rpartition(".")
+    module = getattr(importlib.import_module(parent), leaf, None)
+    return module.__name__ if isinstance(module, types.ModuleType) else None
 
 
 def install(force: bool = False) -> DeepGemmFinder:

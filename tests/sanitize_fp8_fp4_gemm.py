@@ -13,7 +13,7 @@ from sanitizer_driver import prepare
 prepare()
 
 import deep_gemm_sm120 as dg  # noqa: E402
-from deep_gemm_sm120.testing.block_scaled import fp4_operands, fp8_operands, quantize_side  # noqa: E402
+from workloads.block_scaled import fp4_operands, fp8_operands, quantize_side  # noqa: E402
 from deep_gemm_sm120.testing import calc_diff  # noqa: E402
 
 failures = 0

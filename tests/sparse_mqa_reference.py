@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from deep_gemm_sm120.testing.mqa_inputs import output_mask
+from workloads.mqa import output_mask
 
 
 def _scores(q: torch.Tensor, keys: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

@@ -106,7 +106,7 @@ def test_paged_sparse_indexer_as_a_serving_stack_calls_it(deep_gemm):
     """DSv4.1's decode indexer through `deep_gemm`: MXFP4 q [rows, 1, H, 64] int8, a [pages, page, 1, 68] cache,
     8-token blocks, per-row block tables built from request tables and request ids."""
     from sparse_mqa_reference import paged_sparse_mqa_logits
-    from deep_gemm_sm120.testing.mqa_inputs import sparse_paged_case
+    from workloads.mqa import sparse_paged_case
     from test_sparse_mqa_logits_gpu import assert_matches
 
     c = sparse_paged_case(12, 64, 128, "mxfp4", 8, num_max=16, page_kv=64, seed=3)

@@ -187,7 +187,7 @@ def test_paged_mqa_logits(launches):
         return lambda: paged.run(*args, **kw)
 
     def illegal(rng):
-        from deep_gemm_sm120.testing.mqa_inputs import paged_cache
+        from workloads.mqa import paged_cache
 
         cache, table, _ = paged_cache([100], 64, 128, False, 1)
         q = torch.zeros(1, 1, 64, 128, device="cuda").to(torch.float8_e4m3fn)
@@ -221,7 +221,7 @@ def test_mqa_logits(launches):
         return lambda: dense.check(*args)
 
     def illegal(rng):
-        from deep_gemm_sm120.testing.mqa_inputs import dense_case
+        from workloads.mqa import dense_case
 
         q, kv, kv_sf, w, ks, ke = dense_case(8, 64, 16, 64, "causal", 0)
         kind = rng.choice(["ks dtype", "kv shape", "compressed and clean"])
@@ -270,7 +270,7 @@ def test_gated_delta_rule(launches):
 
 def test_block_scaled_gemm(launches):
     import deep_gemm_sm120 as dg
-    from deep_gemm_sm120.testing.block_scaled import fp4_operands, fp8_operands
+    from workloads.block_scaled import fp4_operands, fp8_operands
     from test_fp8_fp4_gemm_gpu import TOL, _check
 
     def legal(rng):
@@ -334,7 +334,7 @@ def test_tf32_hc_prenorm_gemm(launches):
 
 def test_sparse_mqa_logits(launches):
     import deep_gemm_sm120 as dg
-    from deep_gemm_sm120.testing.mqa_inputs import run_sparse, sparse_case
+    from workloads.mqa import run_sparse, sparse_case
     from test_sparse_mqa_logits_gpu import assert_matches, reference_contiguous
 
     def legal(rng):

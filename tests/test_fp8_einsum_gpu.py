@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from deep_gemm_sm120.testing.block_scaled import einsum_operands
+from workloads.block_scaled import einsum_operands
 from gpu_helpers import poison_like, requires_cuda, sm120_or_emulation  # noqa: F401
 
 pytestmark = [pytest.mark.cuda, pytest.mark.emulation, requires_cuda]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from deep_gemm_sm120.testing.block_scaled import SIDES, fp4_operands, fp8_operands, quantize_side
+from workloads.block_scaled import SIDES, fp4_operands, fp8_operands, quantize_side
 from gpu_helpers import contiguous_layout, poison_like, requires_cuda, sm120_or_emulation  # noqa: F401
 
 pytestmark = [pytest.mark.cuda, pytest.mark.emulation, requires_cuda]

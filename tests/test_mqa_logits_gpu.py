@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from deep_gemm_sm120.testing.mqa_inputs import dense_case
+from workloads.mqa import dense_case
 from gpu_helpers import requires_cuda, sm120_or_emulation  # noqa: F401
 
 pytestmark = [pytest.mark.cuda, pytest.mark.emulation, requires_cuda]

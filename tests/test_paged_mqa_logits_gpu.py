@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from deep_gemm_sm120.testing.mqa_inputs import paged_cache
+from workloads.mqa import paged_cache
 from gpu_helpers import requires_cuda, sm120_or_emulation  # noqa: F401
 
 pytestmark = [pytest.mark.cuda, pytest.mark.emulation, requires_cuda]

@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 
 import host_decls  # noqa: E402
+import kernel_signatures  # noqa: E402
 
 params = host_decls.load("core.params")
 toolchain = host_decls.load("core.toolchain")
@@ -46,7 +47,7 @@ def compiled():
         cubins = list(ex.map(lambda ft: _cubin(ft[0].specs()[0].source(), ft[1]), jobs))
     out = {}
     for (fam, target), cubin in zip(jobs, cubins):
-        tables = params.cubin_kernel_params(cubin)
+        tables = kernel_signatures.cubin_kernel_params(cubin)
         assert len(tables) == 1, f"{fam.name}: one kernel per translation unit"
         out[fam.name, target] = tables[0]
     return out
@@ -56,7 +57,7 @@ def test_every_family_packs_the_kernels_parameter_layout(compiled):
     for fam in host_decls.registry().families:
         for target in TARGETS:
             table = compiled[fam.name, target]
-            assert params.layout_problems(fam.params, table) == [], (fam.name, target)
+            assert kernel_signatures.layout_problems(fam.params, table) == [], (fam.name, target)
             assert len(table.params) == len(fam.params) and table.size >= fam.params.size
 
 
@@ -77,14 +78,14 @@ def test_a_reordered_parameter_list_fails_against_the_cubin(compiled):
         mutated = list(ps)
         i, j = names.index(a), names.index(b)
         mutated[i], mutated[j] = mutated[j], mutated[i]
-        problems = params.layout_problems(params.ParamList(*mutated), compiled[fam.name, "sm_120a"])
-        header = params.header_signature((ROOT / "device_layer" / fam.header).read_text(), fam.kernel.split("::")[-1])
-        caught = problems or params.signature_problems(params.ParamList(*mutated), header)
+        problems = kernel_signatures.layout_problems(params.ParamList(*mutated), compiled[fam.name, "sm_120a"])
+        header = kernel_signatures.header_signature((ROOT / "device_layer" / fam.header).read_text(), fam.kernel.split("::")[-1])
+        caught = problems or kernel_signatures.signature_problems(params.ParamList(*mutated), header)
         assert caught, f"swapping {a} and {b} went unnoticed"
     dropped = params.ParamList(*ps[:-1])
-    assert params.layout_problems(dropped, compiled[fam.name, "sm_120a"])
+    assert kernel_signatures.layout_problems(dropped, compiled[fam.name, "sm_120a"])
 
 
 def test_cubin_reader_rejects_non_elf():
     with pytest.raises(ValueError, match="ELF"):
-        params.cubin_kernel_params(b"not a cubin")
+        kernel_signatures.cubin_kernel_params(b"not a cubin")

@@ -15,6 +15,7 @@ TOOLS = ROOT / "tools"
 sys.path.insert(0, str(TOOLS))
 
 import host_decls  # noqa: E402
+import kernel_signatures  # noqa: E402
 
 BLOCK_TORCH = "import sys; sys.modules['torch'] = None; sys.modules['yaml'] = None; sys.modules['numpy'] = None\n"
 
@@ -65,22 +66,22 @@ def test_every_family_declares_a_kernel_the_header_defines():
     params = host_decls.load("core.params")
     for fam in host_decls.registry().families:
         text = (ROOT / "device_layer" / fam.header).read_text()
-        sig = params.header_signature(text, fam.kernel.split("::")[-1])
+        sig = kernel_signatures.header_signature(text, fam.kernel.split("::")[-1])
         assert sig == [(p.kind, p.name) for p in fam.params.params], fam.name
-        assert params.signature_problems(fam.params, sig) == []
+        assert kernel_signatures.signature_problems(fam.params, sig) == []
 
 
 def test_a_reordered_parameter_list_is_caught_by_name():
     """Two u32 parameters swapped keep the byte layout; the header comparison still names the mismatch."""
     params = host_decls.load("core.params")
     fam = host_decls.registry().by_name["bf16_gemm"]
-    sig = params.header_signature((ROOT / "device_layer" / fam.header).read_text(), fam.kernel.split("::")[-1])
+    sig = kernel_signatures.header_signature((ROOT / "device_layer" / fam.header).read_text(), fam.kernel.split("::")[-1])
     ps = list(fam.params.params)
     i, j = [p.name for p in ps].index("m"), [p.name for p in ps].index("n")
     ps[i], ps[j] = ps[j], ps[i]
     swapped = params.ParamList(*ps)
     assert swapped.layout[i][1:] == fam.params.layout[i][1:]  # same offsets and sizes ...
-    problems = params.signature_problems(swapped, sig)
+    problems = kernel_signatures.signature_problems(swapped, sig)
     assert problems and "'n'" in problems[0] and "'m'" in problems[0]  # ... but not the same parameters
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from deep_gemm_sm120.families.sparse_mqa_logits.metadata import metadata_contiguous, metadata_paged
-from deep_gemm_sm120.testing.mqa_inputs import output_mask, sparse_indices, valid_slots
+from workloads.mqa import output_mask, sparse_indices, valid_slots
 from sparse_mqa_reference import dense_logits, logits_from_metadata, paged_sparse_mqa_logits, sparse_mqa_logits
 
 

@@ -59,7 +59,7 @@ def paged_reference(q_deq, deq, table, lens_2d, w, max_len, num_blocks):
 def paged_case(corrupt: str, two_d: bool = False, block_kv: int = 64, next_n: int = 2, h: int = 32, d: int = 128):
     import deep_gemm_sm120 as dg
     from deep_gemm_sm120.testing import calc_diff
-    from deep_gemm_sm120.testing.mqa_inputs import paged_cache
+    from workloads.mqa import paged_cache
 
     lens0 = [300, 129, 64, 500]
     cache, table, deq = paged_cache(lens0, block_kv, d, False, 11)
@@ -106,7 +106,7 @@ def paged_garbage_schedule():
     """A schedule that is not get_paged_mqa_logits_metadata's (random entries): which rows it covers is not
     defined, but nothing is read or written outside the buffers (memcheck) and nothing hangs."""
     import deep_gemm_sm120 as dg
-    from deep_gemm_sm120.testing.mqa_inputs import paged_cache
+    from workloads.mqa import paged_cache
 
     lens0 = [300, 129, 64]
     cache, table, _ = paged_cache(lens0, 64, 128, False, 3)
@@ -126,7 +126,7 @@ def paged_garbage_schedule():
 def dense_compressed_case():
     import deep_gemm_sm120 as dg
     from deep_gemm_sm120.testing import calc_diff
-    from deep_gemm_sm120.testing.mqa_inputs import dense_case
+    from workloads.mqa import dense_case
     from test_mqa_logits_gpu import reference
 
     s, sk = 96, 700
@@ -196,7 +196,7 @@ def grouped_block_scaled_case():
     """The block-scaled M-grouped GEMM (MXFP8) on corrupted per-row ids: skipped blocks keep d's values (its scale
     loads follow the group id, so an unchecked id would read outside sfb)."""
     import deep_gemm_sm120 as dg
-    from deep_gemm_sm120.testing.block_scaled import quantize_side
+    from workloads.block_scaled import quantize_side
 
     gen = torch.Generator(device="cuda").manual_seed(28)
     a, sfa, deq_a = quantize_side("e4m3", BLOCKS * 128, 512, gen)
@@ -282,7 +282,7 @@ def sparse_contiguous_case():
     rows leave the KV (-inf)."""
     import deep_gemm_sm120 as dg
     from deep_gemm_sm120.families.sparse_mqa_logits.metadata import metadata_contiguous
-    from deep_gemm_sm120.testing.mqa_inputs import sparse_case
+    from workloads.mqa import sparse_case
 
     block, n = 16, 500
     c = sparse_case(24, n, 32, 128, "mxfp8", block, 6, seed=28)
@@ -312,7 +312,7 @@ def sparse_paged_case():
     int32 (2^26 + 1 pages of 64 rows); context lengths negative or INT32_MAX; indices negative or huge."""
     import deep_gemm_sm120 as dg
     from deep_gemm_sm120.families.sparse_mqa_logits.metadata import metadata_paged
-    from deep_gemm_sm120.testing.mqa_inputs import sparse_paged_case as make
+    from workloads.mqa import sparse_paged_case as make
 
     block, page_kv = 16, 64
     c = make(16, 32, 128, "mxfp8", block, num_max=8, page_kv=page_kv, seed=28)

@@ -1,9 +1,17 @@
-"""`deep_gemm.testing` on deep_gemm_sm120: calc_diff (deep_gemm_sm120.testing's) and small numeric helpers."""
+"""Numeric helpers in DeepGEMM's conventions (`deep_gemm.testing` is this module): calc_diff and the small
+helpers DeepGEMM's tests use. Test inputs and fixtures live in the repository's tests/, not here."""
 from __future__ import annotations
 
 import torch
 
-from ..testing import calc_diff
+
+def calc_diff(x: torch.Tensor, y: torch.Tensor) -> float:
+    """1 - 2·Σxy / Σ(x² + y²) in float64: 0 for identical tensors, scale-invariant."""
+    x, y = x.double(), y.double()
+    denominator = (x * x + y * y).sum()
+    if denominator == 0:
+        return 0.0
+    return float(1 - 2 * (x * y).sum() / denominator)
 
 
 def count_bytes(*tensors) -> int:

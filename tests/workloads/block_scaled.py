@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import torch
 
-from .. import quant
+from deep_gemm_sm120 import quant
 
 
-def adversarial(rows: int, k: int, block_k: int, gen: torch.Generator, device: str = "cuda",
-                block_rows: int = 1) -> torch.Tensor:
-    """Gaussian values whose magnitude changes per (block of rows, block of K)."""
+def adversarial(rows: int, k: int, block_k: int, gen: torch.Generator, block_rows: int = 1) -> torch.Tensor:
+    """Gaussian values whose magnitude changes per (block of rows, block of K), on the generator's device."""
+    device = gen.device
     x = torch.randn(rows, k, device=device, generator=gen)
     br, bk = -(-rows // block_rows), -(-k // block_k)
     exps = torch.randint(-12, 13, (br, bk), device=device, generator=gen).float()

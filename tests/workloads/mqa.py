@@ -7,18 +7,23 @@ from __future__ import annotations
 import torch
 
 
+def _device() -> torch.device:
+    """The current CUDA device (tests and benchmarks run one device at a time)."""
+    return torch.device("cuda", torch.cuda.current_device())
+
+
 def dense_case(s, sk, h, d, pattern="causal", seed=0):
     """(q e4m3 [S, H, D], kv e4m3 [SK, D], kv scales fp32 [SK], weights fp32 [S, H], ks, ke int32 [S]) with a
     per-row amax scale on kv; pattern causal (query i sees [0, SK - S + i + 1)), window (mid-tile starts and
     ends, every 7th row empty) or full."""
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    q = torch.randn(s, h, d, device="cuda", generator=g).to(torch.float8_e4m3fn)
-    kv_f = torch.randn(sk, d, device="cuda", generator=g)
+    g = torch.Generator(device=_device()).manual_seed(seed)
+    q = torch.randn(s, h, d, device=_device(), generator=g).to(torch.float8_e4m3fn)
+    kv_f = torch.randn(sk, d, device=_device(), generator=g)
     amax = kv_f.abs().amax(-1).clamp_min(1e-4)
     kv_sf = amax / 448.0
     kv = (kv_f / kv_sf[:, None]).to(torch.float8_e4m3fn)
-    w = torch.randn(s, h, device="cuda", generator=g)
-    i = torch.arange(s, device="cuda")
+    w = torch.randn(s, h, device=_device(), generator=g)
+    i = torch.arange(s, device=_device())
     if pattern == "causal":      # query i sees keys [0, sk - s + i + 1)
         ks, ke = torch.zeros_like(i), (sk - s + i + 1).clamp(0, sk)
     elif pattern == "window":    # sliding windows that start and end mid-tile, some empty
@@ -33,12 +38,12 @@ def dense_case(s, sk, h, d, pattern="causal", seed=0):
 def paged_cache(lens: list[int], block_kv: int, d: int, fp4: bool, seed: int):
     """A shuffled paged cache for the given context lengths: (kv_cache uint8 [blocks, block_kv, 1, row + 4],
     block_table, dequantized values [blocks, block_kv, D] fp64)."""
-    from ..quant import dequantize_fp4, pack_ue8m0_to_int, per_token_cast_to_fp4
+    from deep_gemm_sm120.quant import dequantize_fp4, pack_ue8m0_to_int, per_token_cast_to_fp4
 
-    g = torch.Generator(device="cuda").manual_seed(seed)
+    g = torch.Generator(device=_device()).manual_seed(seed)
     nblk = [max(1, -(-n // block_kv)) for n in lens]
     total = sum(nblk) + 3
-    x = torch.randn(total * block_kv, d, device="cuda", generator=g) * torch.rand(total * block_kv, 1, device="cuda",
+    x = torch.randn(total * block_kv, d, device=_device(), generator=g) * torch.rand(total * block_kv, 1, device=_device(),
                                                                                     generator=g) * 3
     if fp4:
         vals, sf, _ = per_token_cast_to_fp4(x, "mxfp4")
@@ -52,7 +57,7 @@ def paged_cache(lens: list[int], block_kv: int, d: int, fp4: bool, seed: int):
         vals = vals8.view(torch.uint8)
         scales = sf.view(torch.uint8).view(total, block_kv * 4)
         row = d
-    fused = torch.empty(total, block_kv * (row + 4), dtype=torch.uint8, device="cuda")
+    fused = torch.empty(total, block_kv * (row + 4), dtype=torch.uint8, device=_device())
     fused[:, :block_kv * row] = vals.reshape(total, block_kv * row)
     fused[:, block_kv * row:] = scales
     perm = torch.randperm(total, generator=torch.Generator().manual_seed(seed)).tolist()
@@ -66,7 +71,7 @@ def paged_cache(lens: list[int], block_kv: int, d: int, fp4: bool, seed: int):
 
 def mx_quantize(x: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """x [R, D] -> (values [R, D] e4m3 | packed [R, D/2] uint8, packed UE8M0 int32 [R], dequantized fp32 [R, D])."""
-    from ..quant import dequantize_fp4, pack_ue8m0_to_int, per_token_cast_to_fp4, per_token_cast_to_fp8
+    from deep_gemm_sm120.quant import dequantize_fp4, pack_ue8m0_to_int, per_token_cast_to_fp4, per_token_cast_to_fp8
 
     if fmt == "mxfp8":
         v, sf = per_token_cast_to_fp8(x, use_ue8m0=True, gran_k=32)
@@ -79,8 +84,8 @@ def mx_quantize(x: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor, 
 
 def varied_rows(n: int, d: int, g: torch.Generator) -> torch.Tensor:
     """Rows whose 32-element blocks differ in magnitude (2^-3 .. 2^3), so every scale byte matters."""
-    x = torch.randn(n, d, device="cuda", generator=g)
-    mag = torch.pow(2.0, torch.randint(-3, 4, (n, d // 32), device="cuda", generator=g).float())
+    x = torch.randn(n, d, device=_device(), generator=g)
+    mag = torch.pow(2.0, torch.randint(-3, 4, (n, d // 32), device=_device(), generator=g).float())
     return x * mag.repeat_interleave(32, 1)
 
 
@@ -92,7 +97,7 @@ def sparse_q(s: int, h: int, d: int, fmt: str, g: torch.Generator):
 def sparse_case(s, n, h, d, fmt, block, num_max, seed=0, unaligned=True, ranges=None):
     """Prefill-like rows: row i sees a causal window ending at n - s + i + 1 of random length (unaligned starts),
     every 5th row empty, the last rows ending at n (their last block partial when n % block != 0)."""
-    g = torch.Generator(device="cuda").manual_seed(seed)
+    g = torch.Generator(device=_device()).manual_seed(seed)
     q, q_deq = sparse_q(s, h, d, fmt, g)
     kvv, kvs, kv_deq = mx_quantize(varied_rows(n, d, g), fmt)
     if ranges is None:
@@ -108,8 +113,8 @@ def sparse_case(s, n, h, d, fmt, block, num_max, seed=0, unaligned=True, ranges=
     else:
         ks, ke = ranges
     idx = sparse_indices(ks, ke, block, num_max, seed)
-    w = torch.randn(s, h, device="cuda", generator=g).to(torch.bfloat16)
-    ks_t, ke_t = (torch.tensor(x, dtype=torch.int32, device="cuda") for x in (ks, ke))
+    w = torch.randn(s, h, device=_device(), generator=g).to(torch.bfloat16)
+    ks_t, ke_t = (torch.tensor(x, dtype=torch.int32, device=_device()) for x in (ks, ke))
     return dict(q=q, q_deq=q_deq, kv=(kvv, kvs), kv_deq=kv_deq, w=w, ks=ks_t, ke=ke_t, idx=idx.cuda(), n=n,
                 block=block, num_max=num_max, fmt=fmt)
 
@@ -127,7 +132,7 @@ def run_sparse(c, unaligned=True):
 def sparse_paged_case(s, h, d, fmt, block, num_max, page_kv=64, seed=0, lens=None):
     """Rows of a few requests, each with its own shuffled pages; context lengths cover empty, one token, partial
     last blocks and full pages."""
-    g = torch.Generator(device="cuda").manual_seed(seed)
+    g = torch.Generator(device=_device()).manual_seed(seed)
     cpu = torch.Generator().manual_seed(seed)
     q, q_deq = sparse_q(s, h, d, fmt, g)
     lens = lens or [int(x) for x in torch.randint(0, 900, (s,), generator=cpu)]
@@ -140,21 +145,21 @@ def sparse_paged_case(s, h, d, fmt, block, num_max, page_kv=64, seed=0, lens=Non
     rows = num_pages * page_kv
     vals, sf, deq = mx_quantize(varied_rows(rows, d, g), fmt)
     rb = vals.shape[1]
-    cache = torch.empty(num_pages, page_kv * (rb + 4), dtype=torch.uint8, device="cuda")
+    cache = torch.empty(num_pages, page_kv * (rb + 4), dtype=torch.uint8, device=_device())
     cache[:, :page_kv * rb] = vals.view(torch.uint8).reshape(num_pages, page_kv * rb)
     cache[:, page_kv * rb:] = sf.view(torch.uint8).reshape(num_pages, page_kv * 4)
     idx = sparse_indices([0] * s, lens, block, num_max, seed)
-    w = torch.randn(s, h, device="cuda", generator=g).to(torch.bfloat16)
+    w = torch.randn(s, h, device=_device(), generator=g).to(torch.bfloat16)
     return dict(q=(q[0].unsqueeze(1), q[1].unsqueeze(1)), q_deq=q_deq, cache=cache.view(num_pages, page_kv, 1, rb + 4),
                 pages_deq=deq.view(num_pages, page_kv, d), w=w, lens=torch.tensor(lens, dtype=torch.int32,
-                device="cuda"), table=table.cuda(), idx=idx.cuda(), block=block, num_max=num_max, page_kv=page_kv)
+                device=_device()), table=table.cuda(), idx=idx.cuda(), block=block, num_max=num_max, page_kv=page_kv)
 
 
 def run_sparse_paged(c):
     import deep_gemm_sm120 as dg
 
     s = c["idx"].shape[0]
-    req = torch.arange(s, dtype=torch.int32, device="cuda")
+    req = torch.arange(s, dtype=torch.int32, device=_device())
     meta = dg.get_paged_sparse_mqa_logits_metadata(c["lens"], c["table"], req, c["page_kv"], c["idx"],
                                                    c["q"][0].dtype, c["block"])
     return dg.fp8_fp4_paged_sparse_mqa_logits(c["q"], c["cache"], c["w"], meta, c["num_max"], c["block"])

@@ -22,8 +22,9 @@ from ..core.deepgemm import ALIAS, NOT_PROVIDED, NOT_YET, OUT_OF_SCOPE, SUPPORTE
 from ..core.registry import registry
 from ..device import get_num_sms, set_num_sms  # noqa: F401 - DeepGEMM names
 from ..scale_layout import transform_sf_into_required_layout as _transform_sf
-from . import policy, testing, utils
-from .testing import calc_diff  # noqa: F401 - DeepGEMM name
+from .. import testing
+from ..testing import calc_diff  # noqa: F401 - DeepGEMM name
+from . import policy, utils
 from .utils import *  # noqa: F401,F403 - deep_gemm re-exports its utils at top level
 
 # The DeepGEMM API level this surface follows: names, positional orders and keywords of DeepGEMM 2.8.1 (the copy
