@@ -59,8 +59,21 @@ def test_kernels_walk_and_release_stages_only_through_the_stage_ring():
             assert not re.search(pattern, text), f"{path.relative_to(DEVICE)} writes a {what} itself"
         if "__global__" in text and ("tma_load_" in text or "mbarrier_" in text):
             rings += 1
-            assert "StageRing<" in text and "PipelineState<" in text, f"{path.relative_to(DEVICE)}: ring by hand"
+            direct = "StageRing<" in text and "PipelineState<" in text
+            assert direct or "GemmMainloop<" in text, f"{path.relative_to(DEVICE)}: ring by hand"
     assert rings >= 7  # bf16, block-scaled, tf32 hc, gdr fwd, dense / paged / sparse MQA logits
+
+
+def test_the_gemm_main_loop_is_written_once():
+    """The BF16 and block-scaled GEMMs compose tile/sm120_gemm_mainloop.cuh: neither walks the ring itself, and the
+    look-ahead release the GEMM loop needs lives in the collective only."""
+    mainloop = "tile/sm120_gemm_mainloop.cuh"
+    for name in ("impls/sm120_bf16_gemm.cuh", "impls/sm120_fp8_fp4_gemm_1d1d.cuh"):
+        text = (DEVICE / name).read_text()
+        assert f'#include "../{mainloop}"' in text and "GemmMainloop<" in text, name
+        assert not re.search(r"\bring\.|StageRing<|release_ahead", text), f"{name} walks the stage ring itself"
+    users = {str(p.relative_to(DEVICE)) for p, text in _outside_common().items() if "release_ahead(" in text}
+    assert users == {mainloop}
 
 
 def test_impls_holds_kernels_only_and_every_folder_is_documented():

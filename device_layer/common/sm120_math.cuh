@@ -1,5 +1,5 @@
 #pragma once
-// Small helpers usable on host and device: integer rounding, compile-time loops, register-array fills.
+// Small helpers usable on host and device: integer rounding, compile-time loops, register-array fills and copies.
 
 #include <type_traits>
 #include "sm120_arch.cuh"
@@ -30,6 +30,16 @@ template <typename T, size_t N, typename V>
 SM120_DEVICE void fill(T (&a)[N], V v) {
 #pragma unroll
     for (size_t i = 0; i < N; ++i) fill(a[i], v);
+}
+
+// A register array of any rank copied element by element from another of the same shape, fully unrolled.
+template <typename T>
+SM120_DEVICE void assign(T& dst, const T& src) { dst = src; }
+
+template <typename T, size_t N>
+SM120_DEVICE void assign(T (&dst)[N], const T (&src)[N]) {
+#pragma unroll
+    for (size_t i = 0; i < N; ++i) assign(dst[i], src[i]);
 }
 
 }  // namespace sm120

@@ -1,6 +1,7 @@
 #pragma once
 // The register epilogue of the warp-specialized GEMMs (bf16_gemm, fp8_fp4_gemm_1d1d): a math warp's m16n8
-// accumulators to global memory (D = alpha * acc (+ C)), and C loaded into accumulators before the main loop.
+// accumulators to global memory (D = alpha * acc (+ C), or its transpose for swap-AB), and C loaded into
+// accumulators before the main loop.
 
 #include "../common/sm120_arch.cuh"
 #include "../common/sm120_math.cuh"
@@ -146,6 +147,36 @@ SM120_DEVICE void store_accumulators(const float (&acc)[kMI][kNI][4], const Tile
             }
         }
     }
+}
+
+// Swap-AB epilogue (the kernel computed D^T = B A^T): kernel rows index D's columns and kernel columns D's rows,
+// D = acc^T (+ C). Lanes with consecutive kernel rows write consecutive addresses; each thread reads C only where
+// it writes D, so C may alias D.
+template <uint32_t kMI, uint32_t kNI, GemmType kType, bool kWithC, typename OutT>
+SM120_DEVICE void store_accumulators_transposed(const float (&acc)[kMI][kNI][4], const TileInfo& tile, OutT* d,
+                                                const OutT* c, const int32_t* layout, bool psum, uint32_t n,
+                                                uint32_t ldd, uint32_t ldc, uint32_t warp_row0, uint32_t warp_col0,
+                                                uint32_t lane) {
+    const uint32_t row0 = warp_row0 + (lane >> 2);
+    const uint32_t col0 = tile.n_col + warp_col0 + (lane & 3) * 2;
+#pragma unroll
+    for (uint32_t i = 0; i < kMI; ++i)
+#pragma unroll
+        for (uint32_t h = 0; h < 2; ++h) {
+            const uint32_t local = row0 + i * 16 + h * 8;
+            if (!tile_row_ok<kType>(tile, local, layout, psum)) continue;
+            const uint32_t row = tile.d_row + local;
+#pragma unroll
+            for (uint32_t j = 0; j < kNI; ++j)
+#pragma unroll
+                for (uint32_t e = 0; e < 2; ++e) {
+                    const uint32_t col = col0 + j * 8 + e;
+                    if (col >= n) continue;
+                    float v = acc[i][j][2 * h + e];
+                    if constexpr (kWithC) v += static_cast<float>(c[static_cast<size_t>(col) * ldc + row]);
+                    d[static_cast<size_t>(col) * ldd + row] = static_cast<OutT>(v);
+                }
+        }
 }
 
 }  // namespace sm120

@@ -31,6 +31,7 @@
 #include "../mma/sm120.cuh"
 #include "../scheduler/sm120_gemm.cuh"
 #include "../epilogue/sm120_gemm_epilogue.cuh"
+#include "../tile/sm120_gemm_mainloop.cuh"
 #include "../tile/sm120_gemm_tile.cuh"
 
 namespace sm120 {
@@ -44,30 +45,21 @@ struct Bf16GemmConfig : GemmTileConfig<BLOCK_M, BLOCK_N, BLOCK_K * 2, kStages, k
 
 // One operand tile into shared memory: K-major as a single [ROWS][BLOCK_K] box; MN-major as ROWS/64 boxes
 // of [BLOCK_K][64] (the descriptor's inner dimension is then M or N, always 128B-swizzled). Both deliver
-// ROWS * BLOCK_K elements, so the stage's transaction count is the same.
-template <bool kMNMajor, uint32_t ROWS, uint32_t BLOCK_K>
-SM120_DEVICE void load_operand(uint8_t* dst, const CUtensorMap* desc, uint64_t* bar, int32_t k, uint32_t row) {
+// ROWS * BLOCK_K elements, so the stage's transaction count is the same. kBatch: 3-D maps with the batch as
+// dim 2 (batched, batch-reduce), the same boxes.
+template <bool kMNMajor, uint32_t ROWS, uint32_t BLOCK_K, bool kBatch>
+SM120_DEVICE void load_operand(uint8_t* dst, const CUtensorMap* desc, uint64_t* bar, int32_t k, uint32_t row,
+                               int32_t batch) {
+    auto box = [&](uint8_t* to, int32_t c0, int32_t c1) {
+        if constexpr (kBatch) tma_load_3d(to, desc, bar, c0, c1, batch);
+        else tma_load_2d(to, desc, bar, c0, c1);
+    };
     if constexpr (kMNMajor) {
         constexpr uint32_t kSubTileBytes = BLOCK_K * kSwizzle128BRowBytes;
 #pragma unroll
-        for (uint32_t j = 0; j < ROWS / 64; ++j)
-            tma_load_2d(dst + j * kSubTileBytes, desc, bar, static_cast<int32_t>(row + j * 64), k);
+        for (uint32_t j = 0; j < ROWS / 64; ++j) box(dst + j * kSubTileBytes, static_cast<int32_t>(row + j * 64), k);
     } else {
-        tma_load_2d(dst, desc, bar, k, static_cast<int32_t>(row));
-    }
-}
-
-// Batched / batch-reduce: the operand maps are 3-D with the batch as dim 2; the same boxes as load_operand.
-template <bool kMNMajor, uint32_t ROWS, uint32_t BLOCK_K>
-SM120_DEVICE void load_operand_batch(uint8_t* dst, const CUtensorMap* desc, uint64_t* bar, int32_t k, uint32_t row,
-                                     int32_t batch) {
-    if constexpr (kMNMajor) {
-        constexpr uint32_t kSubTileBytes = BLOCK_K * kSwizzle128BRowBytes;
-#pragma unroll
-        for (uint32_t j = 0; j < ROWS / 64; ++j)
-            tma_load_3d(dst + j * kSubTileBytes, desc, bar, static_cast<int32_t>(row + j * 64), k, batch);
-    } else {
-        tma_load_3d(dst, desc, bar, k, static_cast<int32_t>(row), batch);
+        box(dst, k, static_cast<int32_t>(row));
     }
 }
 
@@ -97,130 +89,26 @@ SM120_DEVICE void rebase_group_descriptors(uint8_t* stage, const CUtensorMap& tm
     __syncwarp();
 }
 
-template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t BLOCK_K, uint32_t kStages, uint32_t kWarpsM, uint32_t kWarpsN,
-          uint32_t kGroupN, typename OutT, bool kWithC, bool kSwapAB, GemmType kType, bool kAMNMajor = false,
-          bool kBMNMajor = false>
-__global__ void __launch_bounds__(Bf16GemmConfig<BLOCK_M, BLOCK_N, BLOCK_K, kStages, kWarpsM, kWarpsN>::kThreads, 1)
-sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
-                          OutT* __restrict__ d, const OutT* c, const int32_t* layout, const uint64_t* aux,
-                          uint32_t m, uint32_t n,
-                          uint32_t k, uint32_t ldd, uint32_t ldc, uint32_t num_groups, uint32_t psum_layout,
-                          uint32_t num_splits, uint32_t split_stride) {
-    // Split-K (num_splits > 1): slice s of a tile writes fp32 partial sums to d + s * split_stride (a
-    // workspace); impls/sm120_split_k_reduce.cuh adds the slices in order, so results are deterministic.
-    // Batched: num_groups problems, D_g (and C_g) at d + g * split_stride. Batch-reduce: D = sum over the
-    // num_groups batches, K blocks numbered batch-major (split-K slices may straddle batches).
-    // K-grouped: layout = K of each group; aux = {A base, B base, A row bytes, B row bytes, descriptor slots}.
-    static_assert(!(kSwapAB && kType != GemmType::kNormal), "swap-AB is for dense problems only");
-    static_assert((!kAMNMajor || BLOCK_M % 64 == 0) && (!kBMNMajor || BLOCK_N % 64 == 0),
-                  "MN-major tiles are fetched in 64-element boxes");
-    using Cfg = Bf16GemmConfig<BLOCK_M, BLOCK_N, BLOCK_K, kStages, kWarpsM, kWarpsN>;
-    // The K-grouped producer also rebases descriptors per group: 40 registers spilled under CUDA 13.5.
-    constexpr uint32_t kProducerRegs = kType == GemmType::kKGroupedContiguous ? 56 : Cfg::kProducerRegs;
-    constexpr uint32_t kMathRegsFit = ((65536 - 128 * kProducerRegs) / Cfg::kMathThreads) / 8 * 8;
-    constexpr uint32_t kMathRegs = kMathRegsFit > 240 ? 240 : kMathRegsFit;
-    constexpr uint32_t kMI = Cfg::kMI, kNI = Cfg::kNI;
+// A math lane's ldmatrix addressing of one k16 step: A fragments of kMI m16 tiles, B of kNI n8 tiles (layouts in
+// mma/sm120.cuh). K-major tiles: rows are M (or N), 16-byte chunks along K. MN-major tiles: [BLOCK_K][64]
+// sub-tiles whose rows are K and chunks run along M (N); ldmatrix.trans hands each lane the same fragment elements.
+template <typename Cfg, bool kAMNMajor, bool kBMNMajor>
+struct Bf16Fragments {
+    static constexpr uint32_t kMI = Cfg::kMI, kNI = Cfg::kNI;
+    static constexpr uint32_t kSubTileBytes = Cfg::kBlockK * kSwizzle128BRowBytes;
+    uint32_t wm, wn;
+    uint32_t a_row, a_chunk, b_row, b_chunk;            // K-major: the lane's row and 16-byte chunk
+    uint32_t a_k_row, a_mn_chunk, b_k_row, b_mn_chunk;  // MN-major: the lane's K row and chunk along M / N
 
-    extern __shared__ __align__(1024) uint8_t smem[];
-    uint8_t* smem_a = smem;
-    uint8_t* smem_b = smem + kStages * Cfg::kTileABytes;
-    const auto ring = StageRing<kStages>::at(smem + kStages * Cfg::kStageBytes);
-    // K-grouped only: two 128-byte-aligned CUtensorMap copies edited with tensormap.replace
-    uint8_t* desc_stage = smem + align_up(kStages * Cfg::kStageBytes + Cfg::kBarrierBytes, 128u);
-    static_assert(kType != GemmType::kKGroupedContiguous || (kAMNMajor && kBMNMajor),
-                  "K-grouped operands are [sum K, M] and [sum K, N]: MN-major");
-    static_assert(kType != GemmType::kKGroupedContiguous || align_up(Cfg::kSmemBytes, 128u) + 256 <= kMaxSmemPerBlock,
-                  "descriptor staging does not fit");
+    SM120_DEVICE Bf16Fragments(uint32_t wm_, uint32_t wn_, uint32_t lane)
+        : wm(wm_), wn(wn_), a_row(wm_ * Cfg::kWarpM + (lane & 15)), a_chunk(lane >> 4),
+          b_row(wn_ * Cfg::kWarpN + (lane & 7) + ((lane >> 4) << 3)), b_chunk((lane >> 3) & 1),
+          a_k_row((lane & 7) + ((lane >> 4) << 3)), a_mn_chunk((lane >> 3) & 1),
+          b_k_row((lane & 7) + (((lane >> 3) & 1) << 3)), b_mn_chunk(lane >> 4) {}
 
-    const uint32_t warp = warp_idx(), lane = lane_idx();
-
-    ring.init(Cfg::kMathWarps);
-
-    // Inputs may be produced by the previous kernel in the stream (PDL); wait before touching them.
-    pdl_wait_primary();
-
-    // Per-role state is set up after setmaxnreg: values live across the reallocation get spilled.
-    const uint32_t batch_k_blocks = ceil_div(k, Cfg::kBlockK);
-    const uint32_t num_k_blocks = kType == GemmType::kBatchReduce ? batch_k_blocks * num_groups : batch_k_blocks;
-
-    if (warp >= Cfg::kMathWarps) {
-        // ---------------- producer warpgroup ----------------
-        if constexpr (Cfg::kReallocRegs) warpgroup_reg_dealloc<kProducerRegs>();
-        if (warp == Cfg::kMathWarps) {
-            // The whole warp walks the tiles (tensormap_publish is warp-collective); lane 0 issues the TMA.
-            GemmTileScheduler<BLOCK_M, BLOCK_N, BLOCK_K, kGroupN, kType> sched(m, n, num_groups, layout,
-                                                                               psum_layout != 0, num_k_blocks,
-                                                                               num_splits);
-            TileInfo tile;
-            const CUtensorMap* desc_a = &tmap_a;
-            const CUtensorMap* desc_b = &tmap_b;
-            if (lane == 0) {
-                tma_prefetch_descriptor(desc_a);
-                tma_prefetch_descriptor(desc_b);
-            }
-            PipelineState<kStages> st;
-            int32_t desc_group = -1;
-            while (sched.next(tile)) {
-                if constexpr (kType == GemmType::kKGroupedContiguous) {
-                    // A group's tiles are consecutive in every CTA's sequence, so each group is rebased once
-                    // per CTA, into a slot of its own: in-flight loads of the previous group keep their map.
-                    if (tile.group != desc_group) {
-                        CUtensorMap* slots = reinterpret_cast<CUtensorMap*>(aux[4]) +
-                                             (static_cast<size_t>(blockIdx.x) * num_groups + tile.group) * 2;
-                        rebase_group_descriptors(desc_stage, tmap_a, tmap_b, aux, tile.k_offset,
-                                                 static_cast<uint32_t>(__ldg(layout + tile.group)), lane, slots);
-                        desc_a = slots, desc_b = slots + 1, desc_group = tile.group;
-                    }
-                }
-                if (lane == 0) {
-                    for (uint32_t kb = tile.k_begin; kb < tile.k_end; ++kb, st.advance()) {
-                        uint64_t* full = ring.acquire(st, Cfg::kStageBytes);
-                        if constexpr (kType == GemmType::kBatched || kType == GemmType::kBatchReduce) {
-                            const bool reduce = kType == GemmType::kBatchReduce;
-                            const uint32_t batch = reduce ? kb / batch_k_blocks : static_cast<uint32_t>(tile.group);
-                            const int32_t kc = static_cast<int32_t>((reduce ? kb - batch * batch_k_blocks : kb) *
-                                                                    Cfg::kBlockK);
-                            load_operand_batch<kAMNMajor, BLOCK_M, BLOCK_K>(smem_a + st.stage * Cfg::kTileABytes,
-                                                                            desc_a, full, kc, tile.a_row,
-                                                                            static_cast<int32_t>(batch));
-                            load_operand_batch<kBMNMajor, BLOCK_N, BLOCK_K>(smem_b + st.stage * Cfg::kTileBBytes,
-                                                                            desc_b, full, kc, tile.b_row,
-                                                                            static_cast<int32_t>(batch));
-                        } else {
-                            const int32_t kc = static_cast<int32_t>(kb * Cfg::kBlockK);
-                            load_operand<kAMNMajor, BLOCK_M, BLOCK_K>(smem_a + st.stage * Cfg::kTileABytes, desc_a,
-                                                                      full, kc, tile.a_row);
-                            load_operand<kBMNMajor, BLOCK_N, BLOCK_K>(smem_b + st.stage * Cfg::kTileBBytes, desc_b,
-                                                                      full, kc, tile.b_row);
-                        }
-                    }
-                }
-                __syncwarp();
-            }
-            if (lane == 0) pdl_launch_dependents();
-        }
-    } else {
-    // ---------------- math warps ----------------
-    if constexpr (Cfg::kReallocRegs) warpgroup_reg_alloc<kMathRegs>();
-    GemmTileScheduler<BLOCK_M, BLOCK_N, BLOCK_K, kGroupN, kType> sched(m, n, num_groups, layout, psum_layout != 0,
-                                                              num_k_blocks, num_splits);
-    TileInfo tile;
-    const uint32_t wm = warp / kWarpsN, wn = warp % kWarpsN;
-    // Per-lane ldmatrix rows and 16-byte chunks (see mma/sm120.cuh for fragment layouts).
-    const uint32_t a_row = wm * Cfg::kWarpM + (lane & 15);
-    const uint32_t a_chunk = lane >> 4;
-    const uint32_t b_row = wn * Cfg::kWarpN + (lane & 7) + ((lane >> 4) << 3);
-    const uint32_t b_chunk = (lane >> 3) & 1;
-
-    // Fragments of one k16 step: A for kMI m16 tiles, B for kNI n8 tiles.
-    // K-major tiles: rows are M (or N), 16-byte chunks along K. MN-major tiles: [BLOCK_K][64] sub-tiles whose
-    // rows are K and chunks run along M (N); ldmatrix.trans hands each lane the same fragment elements.
-    constexpr uint32_t kSubTileBytes = Cfg::kBlockK * kSwizzle128BRowBytes;
-    const uint32_t a_k_row = (lane & 7) + ((lane >> 4) << 3), a_mn_chunk = (lane >> 3) & 1;
-    const uint32_t b_k_row = (lane & 7) + (((lane >> 3) & 1) << 3), b_mn_chunk = lane >> 4;
-    auto load_fragments = [&](uint32_t s, uint32_t kk, uint32_t (&af)[kMI][4], uint32_t (&bfr)[kNI][2]) {
-        const uint32_t a_base = smem_addr(smem_a + s * Cfg::kTileABytes);
-        const uint32_t b_base = smem_addr(smem_b + s * Cfg::kTileBBytes);
+    SM120_DEVICE void load(const uint8_t* tile_a, const uint8_t* tile_b, uint32_t kk, uint32_t (&af)[kMI][4],
+                           uint32_t (&bfr)[kNI][2]) const {
+        const uint32_t a_base = smem_addr(tile_a), b_base = smem_addr(tile_b);
 #pragma unroll
         for (uint32_t i = 0; i < kMI; ++i) {
             if constexpr (kAMNMajor) {
@@ -245,104 +133,140 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
                             bfr[2 * j][1], bfr[2 * j + 1][0], bfr[2 * j + 1][1]);
             }
         }
-    };
-    constexpr uint32_t kSteps = Cfg::kBlockK / 16;
-    static_assert(kSteps % 2 == 0, "fragment double-buffering assumes an even number of k16 steps per stage");
+    }
+};
 
-    PipelineState<kStages> st;
-    uint32_t af[2][kMI][4];
-    uint32_t bfr[2][kNI][2];
-    while (sched.next(tile)) {
-        const size_t slice = kType == GemmType::kBatched ? static_cast<size_t>(tile.group) : tile.split;
-        OutT* const d_slice = d + slice * split_stride;
-        const OutT* const c_slice = kType == GemmType::kBatched && kWithC ? c + slice * split_stride : c;
-        // D = acc + C starts from C (kWithC implies no split-K): its loads overlap the main loop (see
-        // load_accumulators). The swap-AB epilogue adds C itself.
-        // Where registers allow (warp tiles up to 64 values per thread), C lands in registers of its own and is
-        // added after the main loop, so the first MMA does not wait for C's DRAM latency either.
-        constexpr bool kCInAcc = kWithC && !kSwapAB;
-        constexpr bool kCApart = kCInAcc && kMI * kNI * 4 <= 64;
-        float acc[kMI][kNI][4];
-        float c_acc[kCApart ? kMI : 1][kCApart ? kNI : 1][4];
-        if constexpr (kCInAcc) {
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t BLOCK_K, uint32_t kStages, uint32_t kWarpsM, uint32_t kWarpsN,
+          uint32_t kGroupN, typename OutT, bool kWithC, bool kSwapAB, GemmType kType, bool kAMNMajor = false,
+          bool kBMNMajor = false>
+__global__ void __launch_bounds__(Bf16GemmConfig<BLOCK_M, BLOCK_N, BLOCK_K, kStages, kWarpsM, kWarpsN>::kThreads, 1)
+sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
+                          OutT* __restrict__ d, const OutT* c, const int32_t* layout, const uint64_t* aux,
+                          uint32_t m, uint32_t n,
+                          uint32_t k, uint32_t ldd, uint32_t ldc, uint32_t num_groups, uint32_t psum_layout,
+                          uint32_t num_splits, uint32_t split_stride) {
+    // Split-K (num_splits > 1): slice s of a tile writes fp32 partial sums to d + s * split_stride (a
+    // workspace); impls/sm120_split_k_reduce.cuh adds the slices in order, so results are deterministic.
+    // Batched: num_groups problems, D_g (and C_g) at d + g * split_stride. Batch-reduce: D = sum over the
+    // num_groups batches, K blocks numbered batch-major (split-K slices may straddle batches).
+    // K-grouped: layout = K of each group; aux = {A base, B base, A row bytes, B row bytes, descriptor slots}.
+    static_assert(!(kSwapAB && kType != GemmType::kNormal), "swap-AB is for dense problems only");
+    static_assert((!kAMNMajor || BLOCK_M % 64 == 0) && (!kBMNMajor || BLOCK_N % 64 == 0),
+                  "MN-major tiles are fetched in 64-element boxes");
+    using Cfg = Bf16GemmConfig<BLOCK_M, BLOCK_N, BLOCK_K, kStages, kWarpsM, kWarpsN>;
+    constexpr bool kKGrouped = kType == GemmType::kKGroupedContiguous;
+    // The K-grouped producer also rebases descriptors per group: 40 registers spilled under CUDA 13.5.
+    constexpr uint32_t kProducerRegs = kKGrouped ? 56 : Cfg::kProducerRegs;
+    constexpr uint32_t kMathRegsFit = ((65536 - 128 * kProducerRegs) / Cfg::kMathThreads) / 8 * 8;
+    constexpr uint32_t kMathRegs = kMathRegsFit > 240 ? 240 : kMathRegsFit;
+    constexpr uint32_t kMI = Cfg::kMI, kNI = Cfg::kNI;
+    // The whole producer warp walks the tiles: K-grouped rebasing publishes tensor maps warp-collectively.
+    using Mainloop = GemmMainloop<Cfg, Cfg::kBlockK / 16, true>;
+
+    extern __shared__ __align__(1024) uint8_t smem[];
+    const auto ml = Mainloop::at(smem);
+    // K-grouped only: two 128-byte-aligned CUtensorMap copies edited with tensormap.replace
+    uint8_t* desc_stage = smem + align_up(kStages * Cfg::kStageBytes + Cfg::kBarrierBytes, 128u);
+    static_assert(!kKGrouped || (kAMNMajor && kBMNMajor), "K-grouped operands are [sum K, M] and [sum K, N]: MN-major");
+    static_assert(!kKGrouped || align_up(Cfg::kSmemBytes, 128u) + 256 <= kMaxSmemPerBlock,
+                  "descriptor staging does not fit");
+
+    const uint32_t warp = warp_idx(), lane = lane_idx();
+    ml.init();
+    // Inputs may be produced by the previous kernel in the stream (PDL); wait before touching them.
+    pdl_wait_primary();
+
+    // Per-role state is set up after setmaxnreg: values live across the reallocation get spilled.
+    const uint32_t batch_k_blocks = ceil_div(k, Cfg::kBlockK);
+    const uint32_t num_k_blocks = kType == GemmType::kBatchReduce ? batch_k_blocks * num_groups : batch_k_blocks;
+    using Scheduler = GemmTileScheduler<BLOCK_M, BLOCK_N, BLOCK_K, kGroupN, kType>;
+
+    run_gemm_roles<Cfg, kProducerRegs, kMathRegs>(warp, [&] {
+        const CUtensorMap* desc_a = &tmap_a;
+        const CUtensorMap* desc_b = &tmap_b;
+        int32_t desc_group = -1;
+        // A group's tiles are consecutive in every CTA's sequence, so each group is rebased once per CTA, into a
+        // slot of its own: in-flight loads of the previous group keep their map.
+        auto rebase = [&](const TileInfo& tile) {
+            if constexpr (kKGrouped) {
+                if (tile.group == desc_group) return;
+                CUtensorMap* slots = reinterpret_cast<CUtensorMap*>(aux[4]) +
+                                     (static_cast<size_t>(blockIdx.x) * num_groups + tile.group) * 2;
+                rebase_group_descriptors(desc_stage, tmap_a, tmap_b, aux, tile.k_offset,
+                                         static_cast<uint32_t>(__ldg(layout + tile.group)), lane, slots);
+                desc_a = slots, desc_b = slots + 1, desc_group = tile.group;
+            }
+        };
+        // Batched: the tile's batch; batch-reduce: K blocks run over (batch, K block) pairs, batch-major.
+        auto load_stage = [&](const TileInfo& tile, uint32_t kb, uint32_t s, uint64_t* full) {
+            constexpr bool kBatch = kType == GemmType::kBatched || kType == GemmType::kBatchReduce;
+            constexpr bool kReduce = kType == GemmType::kBatchReduce;
+            const uint32_t batch = kReduce ? kb / batch_k_blocks : static_cast<uint32_t>(tile.group);
+            const int32_t kc = static_cast<int32_t>((kReduce ? kb - batch * batch_k_blocks : kb) * Cfg::kBlockK);
+            const int32_t b = static_cast<int32_t>(batch);
+            load_operand<kAMNMajor, BLOCK_M, BLOCK_K, kBatch>(ml.tile_a(s), desc_a, full, kc, tile.a_row, b);
+            load_operand<kBMNMajor, BLOCK_N, BLOCK_K, kBatch>(ml.tile_b(s), desc_b, full, kc, tile.b_row, b);
+        };
+        ml.produce(Scheduler(m, n, num_groups, layout, psum_layout != 0, num_k_blocks, num_splits), &tmap_a, &tmap_b,
+                   lane, rebase, load_stage);
+    }, [&] {
+        Scheduler sched(m, n, num_groups, layout, psum_layout != 0, num_k_blocks, num_splits);
+        const uint32_t wm = warp / kWarpsN, wn = warp % kWarpsN;
+        const Bf16Fragments<Cfg, kAMNMajor, kBMNMajor> frags(wm, wn, lane);
+        TileInfo tile;
+        PipelineState<kStages> st;
+        uint32_t af[2][kMI][4];
+        uint32_t bfr[2][kNI][2];
+        while (sched.next(tile)) {
+            const size_t slice = kType == GemmType::kBatched ? static_cast<size_t>(tile.group) : tile.split;
+            OutT* const d_slice = d + slice * split_stride;
+            const OutT* const c_slice = kType == GemmType::kBatched && kWithC ? c + slice * split_stride : c;
+            // D = acc + C starts from C (kWithC implies no split-K): its loads overlap the main loop (see
+            // load_accumulators). The swap-AB epilogue adds C itself.
+            // Where registers allow (warp tiles up to 64 values per thread), C lands in registers of its own and
+            // is added after the main loop, so the first MMA does not wait for C's DRAM latency either.
+            constexpr bool kCInAcc = kWithC && !kSwapAB;
+            constexpr bool kCApart = kCInAcc && kMI * kNI * 4 <= 64;
+            float acc[kMI][kNI][4];
+            float c_acc[kCApart ? kMI : 1][kCApart ? kNI : 1][4];
             if constexpr (kCApart) {
                 load_accumulators<kMI, kNI, kType>(c_acc, tile, c_slice, layout, psum_layout != 0, n, ldc,
                                                    wm * Cfg::kWarpM, wn * Cfg::kWarpN, lane);
-            } else {
+            } else if constexpr (kCInAcc) {
                 load_accumulators<kMI, kNI, kType>(acc, tile, c_slice, layout, psum_layout != 0, n, ldc,
                                                    wm * Cfg::kWarpM, wn * Cfg::kWarpN, lane);
             }
-        }
-        if constexpr (!kCInAcc || kCApart) {
-            fill(acc, 0.0f);
-        }
+            if constexpr (!kCInAcc || kCApart) fill(acc, 0.0f);
 
-        if (tile.k_end > tile.k_begin) {
-            ring.wait_full(st);
-            load_fragments(st.stage, 0, af[0], bfr[0]);
-        }
-        for (uint32_t kb = tile.k_begin; kb < tile.k_end; ++kb) {
+            ml.consume(st, tile, lane, NoStageData{},
+                       [&](uint32_t s, uint32_t kk, auto buf) { frags.load(ml.tile_a(s), ml.tile_b(s), kk, af[buf], bfr[buf]); },
+                       [&](auto, auto buf) {
 #pragma unroll
-            for (uint32_t kk = 0; kk < kSteps; ++kk) {
-                const uint32_t cur = kk & 1, nxt = cur ^ 1;
-                if (kk + 1 < kSteps) {
-                    load_fragments(st.stage, kk + 1, af[nxt], bfr[nxt]);
-                } else {
-                    // Last step of this stage: prefetch the next stage's first fragments (crossing into
-                    // the next tile's stage is fine: the producer fills stages in the same order).
-                    // every ldmatrix of this stage has been issued
-                    ring.release_ahead(st, lane, kb + 1 < tile.k_end, [&](uint32_t next_stage) {
-                        load_fragments(next_stage, 0, af[nxt], bfr[nxt]);
-                    });
+                           for (uint32_t i = 0; i < kMI; ++i)
+#pragma unroll
+                               for (uint32_t j = 0; j < kNI; ++j) mma_bf16_16816(acc[i][j], af[buf][i], bfr[buf][j]);
+                       });
+
+            // Epilogue: registers -> global, each thread owning its elements (so C may alias D).
+            if constexpr (kSwapAB) {
+                store_accumulators_transposed<kMI, kNI, kType, kWithC>(acc, tile, d_slice, c, layout, psum_layout != 0,
+                                                                       n, ldd, ldc, wm * Cfg::kWarpM,
+                                                                       wn * Cfg::kWarpN, lane);
+            } else {
+                if constexpr (kCApart) {
+#pragma unroll
+                    for (uint32_t i = 0; i < kMI; ++i)
+#pragma unroll
+                        for (uint32_t j = 0; j < kNI; ++j)
+#pragma unroll
+                            for (uint32_t e = 0; e < 4; ++e) acc[i][j][e] += c_acc[i][j][e];
                 }
-#pragma unroll
-                for (uint32_t i = 0; i < kMI; ++i)
-#pragma unroll
-                    for (uint32_t j = 0; j < kNI; ++j) mma_bf16_16816(acc[i][j], af[cur][i], bfr[cur][j]);
+                store_accumulators<kMI, kNI, kType, kWithC && !kCInAcc>(acc, tile, d_slice, c_slice, layout,
+                                                                        psum_layout != 0, n, ldd, ldc,
+                                                                        wm * Cfg::kWarpM, wn * Cfg::kWarpN, lane, 1.0f);
             }
         }
-
-        // Epilogue: registers -> global, each thread owning its elements (so C may alias D).
-        // Rows are tile-local until checked against tile.m_valid; per-row group ids (contiguous layout)
-        // additionally mark padding rows (-1), which stay untouched.
-        if constexpr (kSwapAB) {
-            const uint32_t row0 = wm * Cfg::kWarpM + (lane >> 2);
-            const uint32_t col0 = tile.n_col + wn * Cfg::kWarpN + (lane & 3) * 2;
-            // Kernel rows index D's columns and kernel columns D's rows; lanes with consecutive rows
-            // write consecutive addresses.
-#pragma unroll
-            for (uint32_t i = 0; i < kMI; ++i)
-#pragma unroll
-                for (uint32_t h = 0; h < 2; ++h) {
-                    const uint32_t local = row0 + i * 16 + h * 8;
-                    if (!tile_row_ok<kType>(tile, local, layout, psum_layout != 0)) continue;
-                    const uint32_t row = tile.d_row + local;
-#pragma unroll
-                    for (uint32_t j = 0; j < kNI; ++j)
-#pragma unroll
-                        for (uint32_t e = 0; e < 2; ++e) {
-                            const uint32_t col = col0 + j * 8 + e;
-                            if (col >= n) continue;
-                            float v = acc[i][j][2 * h + e];
-                            if constexpr (kWithC) v += static_cast<float>(c[static_cast<size_t>(col) * ldc + row]);
-                            d_slice[static_cast<size_t>(col) * ldd + row] = static_cast<OutT>(v);
-                        }
-                }
-            continue;
-        }
-        if constexpr (kCApart) {
-#pragma unroll
-            for (uint32_t i = 0; i < kMI; ++i)
-#pragma unroll
-                for (uint32_t j = 0; j < kNI; ++j)
-#pragma unroll
-                    for (uint32_t e = 0; e < 4; ++e) acc[i][j][e] += c_acc[i][j][e];
-        }
-        store_accumulators<kMI, kNI, kType, kWithC && !kCInAcc>(acc, tile, d_slice, c_slice, layout, psum_layout != 0,
-                                                                n, ldd, ldc, wm * Cfg::kWarpM, wn * Cfg::kWarpN, lane,
-                                                                1.0f);
-    }
-    }  // math warps
+    });
 }
 
 }  // namespace sm120

@@ -42,6 +42,7 @@
 #include "../mma/sm120.cuh"
 #include "../scheduler/sm120_gemm.cuh"
 #include "../epilogue/sm120_gemm_epilogue.cuh"
+#include "../tile/sm120_gemm_mainloop.cuh"
 #include "../tile/sm120_gemm_tile.cuh"
 
 namespace sm120 {
@@ -97,6 +98,114 @@ SM120_DEVICE void load_scale_words(uint32_t kb, uint32_t (&words)[Side::kWords][
     }
 }
 
+// Where a math lane's scale words for `tile` of group g come from (the selector mapping of
+// mma/sm120_scale_selectors.cuh): word w of A serves m16 tiles 2w (lanes % 4 in {0,1}) and 2w+1 ({2,3}), word w of
+// B n8 tiles 4w .. 4w+3 (lane % 4). Masked / batched kinds read their group's slices; rows and columns outside the
+// tile are not ok (their words load as 0).
+template <typename Cfg, GemmType kType, uint32_t kWA, uint32_t kWB>
+SM120_DEVICE void scale_sources(const TileInfo& tile, uint32_t g, uint32_t m, uint32_t n, uint32_t wm, uint32_t wn,
+                                uint32_t lane, const uint32_t* sfa, const uint32_t* sfb, uint32_t sfa_group_stride,
+                                uint32_t sfb_group_stride, const uint32_t* (&rows)[kWA], bool (&a_ok)[kWA],
+                                const uint32_t* (&cols)[kWB], bool (&b_ok)[kWB]) {
+    const uint32_t a_row0 = kType == GemmType::kMGroupedMasked ? tile.a_row - g * m : tile.a_row;
+#pragma unroll
+    for (uint32_t w = 0; w < kWA; ++w) {
+        const uint32_t i = 2 * w + sfa_thread_id_of_lane(lane);
+        const uint32_t local = wm * Cfg::kWarpM + i * 16 + sfa_row_of_lane(lane);
+        a_ok[w] = i < Cfg::kMI && local < tile.m_valid;
+        rows[w] = sfa + (kType == GemmType::kMGroupedMasked || kType == GemmType::kBatched
+                             ? static_cast<size_t>(g) * sfa_group_stride : 0) +
+                  a_row0 + local;
+    }
+#pragma unroll
+    for (uint32_t w = 0; w < kWB; ++w) {
+        const uint32_t j = 4 * w + sfb_thread_id_of_lane(lane);
+        const uint32_t col = tile.n_col + wn * Cfg::kWarpN + j * 8 + sfb_col_of_lane(lane);
+        b_ok[w] = j < Cfg::kNI && col < n;
+        cols[w] = sfb + (kType == GemmType::kNormal ? 0 : static_cast<size_t>(g) * sfb_group_stride) + col;
+    }
+}
+
+// A math lane's fragment reads of one MMA step (32 bytes of K) from a stage. 128-byte rows: ldmatrix as for bf16.
+// Mixed operands (see the header comment): the packed side's 64-byte rows by ldmatrix, widened to containers; the
+// e4m3 side permuted to match, 8 bytes at K 8q of each row by one 64-bit shared load.
+template <typename Cfg, ScaleKind kKind>
+struct BlockScaledFragments {
+    static constexpr uint32_t kMI = Cfg::kMI, kNI = Cfg::kNI;
+    // Which operand is packed e2m1 next to an e4m3 one (64-byte stage rows: 128 K per stage on both sides).
+    static constexpr bool kAPacked4 = kKind == ScaleKind::kMxE2M1E4M3, kBPacked4 = kKind == ScaleKind::kMxE4M3E2M1;
+    static_assert(!kAPacked4 || kMI % 2 == 0, "packed-A fragments are read two m16 tiles at a time");
+    static_assert(!kBPacked4 || kNI % 4 == 0, "packed-B fragments are read four n8 tiles at a time");
+    uint32_t wm, wn, lane;
+    uint32_t a_row, a_chunk, b_row, b_chunk;  // 128-byte rows: the lane's ldmatrix row and 16-byte chunk
+    uint32_t g8, q8;                          // mixed: lane (g, q) reads K 8q..8q+7 of its rows
+
+    SM120_DEVICE BlockScaledFragments(uint32_t wm_, uint32_t wn_, uint32_t lane_)
+        : wm(wm_), wn(wn_), lane(lane_), a_row(wm_ * Cfg::kWarpM + (lane_ & 15)), a_chunk(lane_ >> 4),
+          b_row(wn_ * Cfg::kWarpN + (lane_ & 7) + ((lane_ >> 4) << 3)), b_chunk((lane_ >> 3) & 1), g8(lane_ / 4),
+          q8(lane_ % 4) {}
+
+    // x4 of a packed-FP4 operand (64-byte rows): lane l addresses row row0 + l, 16 bytes at K step kk
+    SM120_DEVICE void ldmatrix_packed(const uint8_t* tile, uint32_t row0, uint32_t kk, uint32_t (&r)[4]) const {
+        ldmatrix_x4(smem_addr(tile + swizzle_offset<64>(row0 + lane, kk)), r[0], r[1], r[2], r[3]);
+    }
+    // the e4m3 side next to a packed one: 8 bytes at K 8q of row `row`
+    SM120_DEVICE uint2 load_permuted(const uint8_t* tile, uint32_t row, uint32_t kk) const {
+        return *reinterpret_cast<const uint2*>(tile + swizzle_offset<128>(row, kk * 2 + q8 / 2) + 8 * (q8 % 2));
+    }
+
+    SM120_DEVICE void load(const uint8_t* sa, const uint8_t* sb, uint32_t kk, uint32_t (&af)[kMI][4],
+                           uint32_t (&bfr)[kNI][2]) const {
+        if constexpr (kAPacked4) {  // 64-byte rows; x4 = rows 0-15 of m16 tiles i and i+1
+#pragma unroll
+            for (uint32_t i = 0; i < kMI; i += 2) {
+                uint32_t r[4];
+                ldmatrix_packed(sa, wm * Cfg::kWarpM + i * 16, kk, r);
+#pragma unroll
+                for (uint32_t t = 0; t < 2; ++t) {
+                    af[i + t][0] = e2m1x4_to_containers(r[2 * t]), af[i + t][1] = e2m1x4_to_containers(r[2 * t + 1]);
+                    af[i + t][2] = e2m1x4_to_containers(r[2 * t] >> 16);
+                    af[i + t][3] = e2m1x4_to_containers(r[2 * t + 1] >> 16);
+                }
+            }
+        } else if constexpr (kBPacked4) {  // rows g and g+8 of each m16 tile
+#pragma unroll
+            for (uint32_t i = 0; i < kMI; ++i)
+#pragma unroll
+                for (uint32_t h = 0; h < 2; ++h) {
+                    const uint2 v = load_permuted(sa, wm * Cfg::kWarpM + i * 16 + h * 8 + g8, kk);
+                    af[i][h] = v.x, af[i][2 + h] = v.y;
+                }
+        } else {
+#pragma unroll
+            for (uint32_t i = 0; i < kMI; ++i)
+                ldmatrix_x4(smem_addr(sa + swizzle_offset<128>(a_row + i * 16, kk * 2 + a_chunk)), af[i][0], af[i][1],
+                            af[i][2], af[i][3]);
+        }
+        if constexpr (kBPacked4) {  // 64-byte rows; x4 = columns of n8 tiles j .. j+3
+#pragma unroll
+            for (uint32_t j = 0; j < kNI; j += 4) {
+                uint32_t r[4];
+                ldmatrix_packed(sb, wn * Cfg::kWarpN + j * 8, kk, r);
+#pragma unroll
+                for (uint32_t t = 0; t < 4; ++t)
+                    bfr[j + t][0] = e2m1x4_to_containers(r[t]), bfr[j + t][1] = e2m1x4_to_containers(r[t] >> 16);
+            }
+        } else if constexpr (kAPacked4) {  // column g of each n8 tile
+#pragma unroll
+            for (uint32_t j = 0; j < kNI; ++j) {
+                const uint2 v = load_permuted(sb, wn * Cfg::kWarpN + j * 8 + g8, kk);
+                bfr[j][0] = v.x, bfr[j][1] = v.y;
+            }
+        } else {
+#pragma unroll
+            for (uint32_t j = 0; j < kNI / 2; ++j)
+                ldmatrix_x4(smem_addr(sb + swizzle_offset<128>(b_row + j * 16, kk * 2 + b_chunk)), bfr[2 * j][0],
+                            bfr[2 * j][1], bfr[2 * j + 1][0], bfr[2 * j + 1][1]);
+        }
+    }
+};
+
 template <ScaleKind kKind, uint32_t kGranKA, uint32_t kGranKB, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kStages,
           uint32_t kWarpsM, uint32_t kWarpsN, uint32_t kGroupN, typename OutT, bool kWithC, GemmType kType>
 __global__ void __launch_bounds__(BlockScaledTileConfig<kKind, BLOCK_M, BLOCK_N, kStages, kWarpsM, kWarpsN>::kThreads, 1)
@@ -117,218 +226,88 @@ sm120_fp8_fp4_gemm_1d1d_kernel(const __grid_constant__ CUtensorMap tmap_a, const
                   "K-grouped and batch-reduce block-scaled GEMMs are not provided");
     static_assert(kKind == ScaleKind::kMxFp8 || is_mixed(kKind) || kGranKA == kGranKB,
                   "FP4 operands share one scale format");
-    // Which operand is packed e2m1 next to an e4m3 one (64-byte stage rows: 128 K per stage on both sides).
-    constexpr bool kAPacked4 = kKind == ScaleKind::kMxE2M1E4M3, kBPacked4 = kKind == ScaleKind::kMxE4M3E2M1;
     using Cfg = BlockScaledTileConfig<kKind, BLOCK_M, BLOCK_N, kStages, kWarpsM, kWarpsN>;
     using SA = StageScales<kKind, kGranKA>;
     using SB = StageScales<kKind, kGranKB>;
     constexpr uint32_t kMI = Cfg::kMI, kNI = Cfg::kNI;
     constexpr uint32_t kWA = (kMI + 1) / 2;  // scale words per lane: one per pair of m16 tiles ...
     constexpr uint32_t kWB = (kNI + 3) / 4;  // ... and one per four n8 tiles
-    constexpr uint32_t kSteps = 4;           // 32 bytes of K per MMA
     constexpr uint32_t kElemsPerStage = SA::kElemsPerStage;
+    using Mainloop = GemmMainloop<Cfg, 4>;  // 32 bytes of K per MMA step
+    using Scheduler = GemmTileScheduler<BLOCK_M, BLOCK_N, kElemsPerStage, kGroupN, kType>;
 
     extern __shared__ __align__(1024) uint8_t smem[];
-    uint8_t* smem_a = smem;
-    uint8_t* smem_b = smem + kStages * Cfg::kTileABytes;
-    const auto ring = StageRing<kStages>::at(smem + kStages * Cfg::kStageBytes);
-
+    const auto ml = Mainloop::at(smem);
     const uint32_t warp = warp_idx(), lane = lane_idx();
-
-    ring.init(Cfg::kMathWarps);
+    ml.init();
     pdl_wait_primary();  // inputs may come from the previous kernel in the stream
 
     const uint32_t num_k_blocks = ceil_div(k, kElemsPerStage);
 
-    if (warp >= Cfg::kMathWarps) {
-        // ---------------- producer warpgroup: one lane issues TMA ----------------
-        if constexpr (Cfg::kReallocRegs) warpgroup_reg_dealloc<Cfg::kProducerRegs>();
-        if (warp == Cfg::kMathWarps && lane == 0) {
-            GemmTileScheduler<BLOCK_M, BLOCK_N, kElemsPerStage, kGroupN, kType> sched(
-                m, n, num_groups, layout, psum_layout != 0, num_k_blocks, num_splits);
-            TileInfo tile;
-            tma_prefetch_descriptor(&tmap_a);
-            tma_prefetch_descriptor(&tmap_b);
-            PipelineState<kStages> st;
-            while (sched.next(tile)) {
-                for (uint32_t kb = tile.k_begin; kb < tile.k_end; ++kb, st.advance()) {
-                    uint64_t* full = ring.acquire(st, Cfg::kStageBytes);
-                    // byte coordinates along K
-                    const int32_t ka = static_cast<int32_t>(kb * Cfg::kRowBytes);
-                    const int32_t kbb = static_cast<int32_t>(kb * Cfg::kRowBytesB);
-                    if constexpr (kType == GemmType::kBatched) {
-                        tma_load_3d(smem_a + st.stage * Cfg::kTileABytes, &tmap_a, full, ka,
-                                    static_cast<int32_t>(tile.a_row), tile.group);
-                        tma_load_3d(smem_b + st.stage * Cfg::kTileBBytes, &tmap_b, full, kbb,
-                                    static_cast<int32_t>(tile.b_row), tile.group);
-                    } else {
-                        tma_load_2d(smem_a + st.stage * Cfg::kTileABytes, &tmap_a, full, ka,
-                                    static_cast<int32_t>(tile.a_row));
-                        tma_load_2d(smem_b + st.stage * Cfg::kTileBBytes, &tmap_b, full, kbb,
-                                    static_cast<int32_t>(tile.b_row));
-                    }
-                }
+    run_gemm_roles<Cfg, Cfg::kProducerRegs, Cfg::kMathRegs>(warp, [&] {
+        if (lane != 0) return;  // one lane walks the tiles and issues TMA
+        ml.produce(Scheduler(m, n, num_groups, layout, psum_layout != 0, num_k_blocks, num_splits), &tmap_a, &tmap_b,
+                   lane, [](const TileInfo&) {}, [&](const TileInfo& tile, uint32_t kb, uint32_t s, uint64_t* full) {
+            // byte coordinates along K
+            const int32_t ka = static_cast<int32_t>(kb * Cfg::kRowBytes);
+            const int32_t kbb = static_cast<int32_t>(kb * Cfg::kRowBytesB);
+            if constexpr (kType == GemmType::kBatched) {
+                tma_load_3d(ml.tile_a(s), &tmap_a, full, ka, static_cast<int32_t>(tile.a_row), tile.group);
+                tma_load_3d(ml.tile_b(s), &tmap_b, full, kbb, static_cast<int32_t>(tile.b_row), tile.group);
+            } else {
+                tma_load_2d(ml.tile_a(s), &tmap_a, full, ka, static_cast<int32_t>(tile.a_row));
+                tma_load_2d(ml.tile_b(s), &tmap_b, full, kbb, static_cast<int32_t>(tile.b_row));
             }
-            pdl_launch_dependents();
-        }
-        return;
-    }
-
-    // ---------------- math warps ----------------
-    if constexpr (Cfg::kReallocRegs) warpgroup_reg_alloc<Cfg::kMathRegs>();
-    GemmTileScheduler<BLOCK_M, BLOCK_N, kElemsPerStage, kGroupN, kType> sched(m, n, num_groups, layout,
-                                                                              psum_layout != 0, num_k_blocks, num_splits);
-    TileInfo tile;
-    const uint32_t wm = warp / kWarpsN, wn = warp % kWarpsN;
-    const uint32_t a_row = wm * Cfg::kWarpM + (lane & 15), a_chunk = lane >> 4;
-    const uint32_t b_row = wn * Cfg::kWarpN + (lane & 7) + ((lane >> 4) << 3), b_chunk = (lane >> 3) & 1;
-    const uint32_t words_a = SA::num_words(k), words_b = SB::num_words(k);
-
-    // Mixed operands: lane (g, q) reads K 8q..8q+7 of its rows (see the header comment).
-    const uint32_t g8 = lane / 4, q8 = lane % 4;
-    static_assert(!kAPacked4 || kMI % 2 == 0, "packed-A fragments are read two m16 tiles at a time");
-    static_assert(!kBPacked4 || kNI % 4 == 0, "packed-B fragments are read four n8 tiles at a time");
-    // x4 of a packed-FP4 operand (64-byte rows): lane l addresses row row0 + l, 16 bytes at K step kk
-    auto ldmatrix_packed = [&](const uint8_t* tile_base, uint32_t row0, uint32_t kk, uint32_t (&r)[4]) {
-        ldmatrix_x4(smem_addr(tile_base + swizzle_offset<64>(row0 + lane, kk)), r[0], r[1], r[2], r[3]);
-    };
-    auto load_fragments = [&](uint32_t s, uint32_t kk, uint32_t (&af)[kMI][4], uint32_t (&bfr)[kNI][2]) {
-        uint8_t* const sa = smem_a + s * Cfg::kTileABytes;
-        uint8_t* const sb = smem_b + s * Cfg::kTileBBytes;
-        if constexpr (kAPacked4) {  // 64-byte rows; x4 = rows 0-15 of m16 tiles i and i+1
-#pragma unroll
-            for (uint32_t i = 0; i < kMI; i += 2) {
-                uint32_t r[4];
-                ldmatrix_packed(sa, wm * Cfg::kWarpM + i * 16, kk, r);
-#pragma unroll
-                for (uint32_t t = 0; t < 2; ++t) {
-                    af[i + t][0] = e2m1x4_to_containers(r[2 * t]), af[i + t][1] = e2m1x4_to_containers(r[2 * t + 1]);
-                    af[i + t][2] = e2m1x4_to_containers(r[2 * t] >> 16);
-                    af[i + t][3] = e2m1x4_to_containers(r[2 * t + 1] >> 16);
-                }
-            }
-        } else if constexpr (kBPacked4) {  // the e4m3 A side, permuted: 8 bytes at K 8q of rows g and g+8
-#pragma unroll
-            for (uint32_t i = 0; i < kMI; ++i)
-#pragma unroll
-                for (uint32_t h = 0; h < 2; ++h) {
-                    const uint2 v = *reinterpret_cast<const uint2*>(
-                        sa + swizzle_offset<128>(wm * Cfg::kWarpM + i * 16 + h * 8 + g8, kk * 2 + q8 / 2) + 8 * (q8 % 2));
-                    af[i][h] = v.x, af[i][2 + h] = v.y;
-                }
-        } else {
-#pragma unroll
-            for (uint32_t i = 0; i < kMI; ++i)
-                ldmatrix_x4(smem_addr(sa + swizzle_offset<128>(a_row + i * 16, kk * 2 + a_chunk)), af[i][0], af[i][1],
-                            af[i][2], af[i][3]);
-        }
-        if constexpr (kBPacked4) {  // 64-byte rows; x4 = columns of n8 tiles j .. j+3
-#pragma unroll
-            for (uint32_t j = 0; j < kNI; j += 4) {
-                uint32_t r[4];
-                ldmatrix_packed(sb, wn * Cfg::kWarpN + j * 8, kk, r);
-#pragma unroll
-                for (uint32_t t = 0; t < 4; ++t)
-                    bfr[j + t][0] = e2m1x4_to_containers(r[t]), bfr[j + t][1] = e2m1x4_to_containers(r[t] >> 16);
-            }
-        } else if constexpr (kAPacked4) {  // the e4m3 B side, permuted: 8 bytes at K 8q of column g
-#pragma unroll
-            for (uint32_t j = 0; j < kNI; ++j) {
-                const uint2 v = *reinterpret_cast<const uint2*>(
-                    sb + swizzle_offset<128>(wn * Cfg::kWarpN + j * 8 + g8, kk * 2 + q8 / 2) + 8 * (q8 % 2));
-                bfr[j][0] = v.x, bfr[j][1] = v.y;
-            }
-        } else {
-#pragma unroll
-            for (uint32_t j = 0; j < kNI / 2; ++j)
-                ldmatrix_x4(smem_addr(sb + swizzle_offset<128>(b_row + j * 16, kk * 2 + b_chunk)), bfr[2 * j][0],
-                            bfr[2 * j][1], bfr[2 * j + 1][0], bfr[2 * j + 1][1]);
-        }
-    };
-
-    PipelineState<kStages> st;
-    uint32_t af[2][kMI][4];
-    uint32_t bfr[2][kNI][2];
-    while (sched.next(tile)) {
-        // This lane's scale rows / columns (selector mapping, mma/sm120_scale_selectors.cuh): word w of A serves
-        // m16 tiles 2w (lanes % 4 in {0,1}) and 2w+1 ({2,3}); word w of B serves n8 tiles 4w .. 4w+3 (lane % 4).
-        const uint32_t g = tile.group < 0 ? 0u : static_cast<uint32_t>(tile.group);
-        const uint32_t a_row0 = kType == GemmType::kMGroupedMasked ? tile.a_row - g * m : tile.a_row;
-        const uint32_t* sfa_rows[kWA];
-        const uint32_t* sfb_cols[kWB];
-        bool a_ok[kWA], b_ok[kWB];
-#pragma unroll
-        for (uint32_t w = 0; w < kWA; ++w) {
-            const uint32_t i = 2 * w + sfa_thread_id_of_lane(lane);
-            const uint32_t local = wm * Cfg::kWarpM + i * 16 + sfa_row_of_lane(lane);
-            a_ok[w] = i < kMI && local < tile.m_valid;
-            sfa_rows[w] = sfa + (kType == GemmType::kMGroupedMasked || kType == GemmType::kBatched
-                                     ? static_cast<size_t>(g) * sfa_group_stride : 0) +
-                          a_row0 + local;
-        }
-#pragma unroll
-        for (uint32_t w = 0; w < kWB; ++w) {
-            const uint32_t j = 4 * w + sfb_thread_id_of_lane(lane);
-            const uint32_t col = tile.n_col + wn * Cfg::kWarpN + j * 8 + sfb_col_of_lane(lane);
-            b_ok[w] = j < kNI && col < n;
-            sfb_cols[w] = sfb + (kType == GemmType::kNormal ? 0 : static_cast<size_t>(g) * sfb_group_stride) + col;
-        }
-        auto load_scales = [&](uint32_t kb, uint32_t (&wa)[SA::kWords][kWA], uint32_t (&wb)[SB::kWords][kWB]) {
-            load_scale_words<SA>(kb, wa, sfa_rows, a_ok, words_a, sfa_pack_stride);
-            load_scale_words<SB>(kb, wb, sfb_cols, b_ok, words_b, sfb_pack_stride);
-        };
-
-        float acc[kMI][kNI][4];
-        fill(acc, 0.0f);
-
-        uint32_t sa_cur[SA::kWords][kWA], sb_cur[SB::kWords][kWB];
-        uint32_t sa_nxt[SA::kWords][kWA], sb_nxt[SB::kWords][kWB];
-        if (tile.k_end > tile.k_begin) {
-            load_scales(tile.k_begin, sa_cur, sb_cur);
-            ring.wait_full(st);
-            load_fragments(st.stage, 0, af[0], bfr[0]);
-        }
-        for (uint32_t kb = tile.k_begin; kb < tile.k_end; ++kb) {
-            if (kb + 1 < tile.k_end) load_scales(kb + 1, sa_nxt, sb_nxt);  // in flight during this stage
-            static_for<0, kSteps>([&](auto step_c) {
-                constexpr uint32_t kk = decltype(step_c)::value;
-                constexpr uint32_t cur = kk & 1, nxt = cur ^ 1;
-                if constexpr (kk + 1 < kSteps) {
-                    load_fragments(st.stage, kk + 1, af[nxt], bfr[nxt]);
-                } else {
-                    // every ldmatrix of this stage has been issued
-                    ring.release_ahead(st, lane, kb + 1 < tile.k_end, [&](uint32_t next_stage) {
-                        load_fragments(next_stage, 0, af[nxt], bfr[nxt]);
-                    });
-                }
+        });
+    }, [&] {
+        Scheduler sched(m, n, num_groups, layout, psum_layout != 0, num_k_blocks, num_splits);
+        const uint32_t wm = warp / kWarpsN, wn = warp % kWarpsN;
+        const BlockScaledFragments<Cfg, kKind> frags(wm, wn, lane);
+        const uint32_t words_a = SA::num_words(k), words_b = SB::num_words(k);
+        TileInfo tile;
+        PipelineState<kStages> st;
+        uint32_t af[2][kMI][4];
+        uint32_t bfr[2][kNI][2];
+        while (sched.next(tile)) {
+            const uint32_t g = tile.group < 0 ? 0u : static_cast<uint32_t>(tile.group);
+            const uint32_t* sfa_rows[kWA];
+            const uint32_t* sfb_cols[kWB];
+            bool a_ok[kWA], b_ok[kWB];
+            scale_sources<Cfg, kType>(tile, g, m, n, wm, wn, lane, sfa, sfb, sfa_group_stride, sfb_group_stride,
+                                      sfa_rows, a_ok, sfb_cols, b_ok);
+            uint32_t sa[SA::kWords][kWA], sb[SB::kWords][kWB];            // scale words of this K block
+            uint32_t sa_next[SA::kWords][kWA], sb_next[SB::kWords][kWB];  // and of the next one
+            auto load_scales = [&](uint32_t kb, uint32_t (&wa)[SA::kWords][kWA], uint32_t (&wb)[SB::kWords][kWB]) {
+                load_scale_words<SA>(kb, wa, sfa_rows, a_ok, words_a, sfa_pack_stride);
+                load_scale_words<SB>(kb, wb, sfb_cols, b_ok, words_b, sfb_pack_stride);
+            };
+            float acc[kMI][kNI][4];
+            fill(acc, 0.0f);
+            ml.consume(st, tile, lane,
+                       stage_data([&](uint32_t kb) { load_scales(kb, sa, sb); },
+                                  [&](uint32_t kb) { load_scales(kb, sa_next, sb_next); },
+                                  [&] { assign(sa, sa_next), assign(sb, sb_next); }),
+                       [&](uint32_t s, uint32_t kk, auto buf) { frags.load(ml.tile_a(s), ml.tile_b(s), kk, af[buf], bfr[buf]); },
+                       [&](auto step, auto buf) {
+                constexpr uint32_t kk = decltype(step)::value;
                 static_for<0, kMI>([&](auto i_c) {
                     constexpr uint32_t i = decltype(i_c)::value;
                     static_for<0, kNI>([&](auto j_c) {
                         constexpr uint32_t j = decltype(j_c)::value;
                         mma_block_scaled<kKind, SA::byte_of_step(kk), i % 2, SB::byte_of_step(kk), j % 4>(
-                            acc[i][j], af[cur][i], bfr[cur][j], sa_cur[SA::word_of_step(kk)][i / 2],
-                            sb_cur[SB::word_of_step(kk)][j / 4]);
+                            acc[i][j], af[buf][i], bfr[buf][j], sa[SA::word_of_step(kk)][i / 2],
+                            sb[SB::word_of_step(kk)][j / 4]);
                     });
                 });
             });
-            if (kb + 1 < tile.k_end) {
-#pragma unroll
-                for (uint32_t s = 0; s < SA::kWords; ++s)
-#pragma unroll
-                    for (uint32_t w = 0; w < kWA; ++w) sa_cur[s][w] = sa_nxt[s][w];
-#pragma unroll
-                for (uint32_t s = 0; s < SB::kWords; ++s)
-#pragma unroll
-                    for (uint32_t w = 0; w < kWB; ++w) sb_cur[s][w] = sb_nxt[s][w];
-            }
-        }
 
-        const size_t slice = kType == GemmType::kBatched ? static_cast<size_t>(g) : tile.split;
-        store_accumulators<kMI, kNI, kType, kWithC>(acc, tile, d + slice * split_stride,
-                                                     kType == GemmType::kBatched && kWithC ? c + slice * split_stride : c,
-                                                     layout, psum_layout != 0, n, ldd, ldc, wm * Cfg::kWarpM,
-                                                     wn * Cfg::kWarpN, lane, alpha);
-    }
+            const size_t slice = kType == GemmType::kBatched ? static_cast<size_t>(g) : tile.split;
+            store_accumulators<kMI, kNI, kType, kWithC>(acc, tile, d + slice * split_stride,
+                                                         kType == GemmType::kBatched && kWithC ? c + slice * split_stride : c,
+                                                         layout, psum_layout != 0, n, ldd, ldc, wm * Cfg::kWarpM,
+                                                         wn * Cfg::kWarpN, lane, alpha);
+        }
+    });
 }
 
 }  // namespace sm120

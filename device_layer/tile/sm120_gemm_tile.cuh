@@ -14,6 +14,7 @@ template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kRowBytes_, uint32_t kSta
 struct GemmTileConfig {
     static constexpr uint32_t kRowBytes = kRowBytes_;
     static constexpr uint32_t kRowBytesB = kRowBytesB_;
+    static constexpr uint32_t kNumStages = kStages;
     static constexpr uint32_t kMathWarps = kWarpsM * kWarpsN;
     static constexpr uint32_t kMathThreads = kMathWarps * 32;
     static constexpr uint32_t kThreads = kMathThreads + 128;  // + one producer warpgroup
