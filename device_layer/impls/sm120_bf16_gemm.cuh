@@ -67,13 +67,14 @@ SM120_DEVICE void load_operand(uint8_t* dst, const CUtensorMap* desc, uint64_t* 
 // the group's K (so TMA zero-fills past the group's end), then publish them to `slots`. Warp-collective.
 // aux = {A base, B base, A row bytes, B row bytes, slots base}; MN-major maps have dim 0 = M/N, dim 1 = K.
 SM120_DEVICE void rebase_group_descriptors(uint8_t* stage, const CUtensorMap& tmap_a, const CUtensorMap& tmap_b,
-                                           const uint64_t* aux, uint32_t k_offset, uint32_t group_k,
-                                           uint32_t lane, CUtensorMap* slots) {
+                                           const uint64_t* aux, uint32_t k_offset, uint32_t group_k, uint32_t lane,
+                                           CUtensorMap* slots) {
     if (lane == 0) {
         *reinterpret_cast<CUtensorMap*>(stage) = tmap_a;
         *reinterpret_cast<CUtensorMap*>(stage + 128) = tmap_b;
         const uint32_t extent = group_k > 0 ? group_k : 1u;  // an empty group issues no loads; keep the map valid
-        tensormap_replace_address(stage, reinterpret_cast<const uint8_t*>(aux[0]) + static_cast<uint64_t>(k_offset) * aux[2]);
+        tensormap_replace_address(stage,
+                                  reinterpret_cast<const uint8_t*>(aux[0]) + static_cast<uint64_t>(k_offset) * aux[2]);
         tensormap_replace_dim<1>(stage, extent);
         tensormap_replace_address(stage + 128,
                                   reinterpret_cast<const uint8_t*>(aux[1]) + static_cast<uint64_t>(k_offset) * aux[3]);
@@ -139,12 +140,14 @@ struct Bf16Fragments {
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t BLOCK_K, uint32_t kStages, uint32_t kWarpsM, uint32_t kWarpsN,
           uint32_t kGroupN, typename OutT, bool kWithC, bool kSwapAB, GemmType kType, bool kAMNMajor = false,
           bool kBMNMajor = false>
+// clang-format off: a kernel declaration (see .clang-format)
 __global__ void __launch_bounds__(Bf16GemmConfig<BLOCK_M, BLOCK_N, BLOCK_K, kStages, kWarpsM, kWarpsN>::kThreads, 1)
 sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
                           OutT* __restrict__ d, const OutT* c, const int32_t* layout, const uint64_t* aux,
                           uint32_t m, uint32_t n,
                           uint32_t k, uint32_t ldd, uint32_t ldc, uint32_t num_groups, uint32_t psum_layout,
                           uint32_t num_splits, uint32_t split_stride) {
+    // clang-format on
     // Split-K (num_splits > 1): slice s of a tile writes fp32 partial sums to d + s * split_stride (a
     // workspace); impls/sm120_split_k_reduce.cuh adds the slices in order, so results are deterministic.
     // Batched: num_groups problems, D_g (and C_g) at d + g * split_stride. Batch-reduce: D = sum over the
@@ -181,7 +184,8 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
     const uint32_t num_k_blocks = kType == GemmType::kBatchReduce ? batch_k_blocks * num_groups : batch_k_blocks;
     using Scheduler = GemmTileScheduler<BLOCK_M, BLOCK_N, BLOCK_K, kGroupN, kType>;
 
-    run_gemm_roles<Cfg, kProducerRegs, kMathRegs>(warp, [&] {
+    // The producer warp: all 32 lanes walk the tiles (rebasing is warp-collective), lane 0 issues the TMA loads.
+    auto producer = [&] {
         const CUtensorMap* desc_a = &tmap_a;
         const CUtensorMap* desc_b = &tmap_b;
         int32_t desc_group = -1;
@@ -209,7 +213,9 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
         };
         ml.produce(Scheduler(m, n, num_groups, layout, psum_layout != 0, num_k_blocks, num_splits), &tmap_a, &tmap_b,
                    lane, rebase, load_stage);
-    }, [&] {
+    };
+    // The math warps: double-buffered fragments (af / bfr[buffer]) feeding one tile's accumulators at a time.
+    auto math = [&] {
         Scheduler sched(m, n, num_groups, layout, psum_layout != 0, num_k_blocks, num_splits);
         const uint32_t wm = warp / kWarpsN, wn = warp % kWarpsN;
         const Bf16Fragments<Cfg, kAMNMajor, kBMNMajor> frags(wm, wn, lane);
@@ -217,6 +223,9 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
         PipelineState<kStages> st;
         uint32_t af[2][kMI][4];
         uint32_t bfr[2][kNI][2];
+        auto load_step = [&](uint32_t s, uint32_t kk, auto buf) {
+            frags.load(ml.tile_a(s), ml.tile_b(s), kk, af[buf], bfr[buf]);
+        };
         while (sched.next(tile)) {
             const size_t slice = kType == GemmType::kBatched ? static_cast<size_t>(tile.group) : tile.split;
             OutT* const d_slice = d + slice * split_stride;
@@ -238,20 +247,19 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
             }
             if constexpr (!kCInAcc || kCApart) fill(acc, 0.0f);
 
-            ml.consume(st, tile, lane, NoStageData{},
-                       [&](uint32_t s, uint32_t kk, auto buf) { frags.load(ml.tile_a(s), ml.tile_b(s), kk, af[buf], bfr[buf]); },
-                       [&](auto, auto buf) {
+            auto mma_step = [&](auto, auto buf) {
 #pragma unroll
-                           for (uint32_t i = 0; i < kMI; ++i)
+                for (uint32_t i = 0; i < kMI; ++i)
 #pragma unroll
-                               for (uint32_t j = 0; j < kNI; ++j) mma_bf16_16816(acc[i][j], af[buf][i], bfr[buf][j]);
-                       });
+                    for (uint32_t j = 0; j < kNI; ++j) mma_bf16_16816(acc[i][j], af[buf][i], bfr[buf][j]);
+            };
+            ml.consume(st, tile, lane, NoStageData{}, load_step, mma_step);
 
             // Epilogue: registers -> global, each thread owning its elements (so C may alias D).
             if constexpr (kSwapAB) {
                 store_accumulators_transposed<kMI, kNI, kType, kWithC>(acc, tile, d_slice, c, layout, psum_layout != 0,
-                                                                       n, ldd, ldc, wm * Cfg::kWarpM,
-                                                                       wn * Cfg::kWarpN, lane);
+                                                                       n, ldd, ldc, wm * Cfg::kWarpM, wn * Cfg::kWarpN,
+                                                                       lane);
             } else {
                 if constexpr (kCApart) {
 #pragma unroll
@@ -262,11 +270,12 @@ sm120_bf16_gemm_nt_kernel(const __grid_constant__ CUtensorMap tmap_a, const __gr
                             for (uint32_t e = 0; e < 4; ++e) acc[i][j][e] += c_acc[i][j][e];
                 }
                 store_accumulators<kMI, kNI, kType, kWithC && !kCInAcc>(acc, tile, d_slice, c_slice, layout,
-                                                                        psum_layout != 0, n, ldd, ldc,
-                                                                        wm * Cfg::kWarpM, wn * Cfg::kWarpN, lane, 1.0f);
+                                                                        psum_layout != 0, n, ldd, ldc, wm * Cfg::kWarpM,
+                                                                        wn * Cfg::kWarpN, lane, 1.0f);
             }
         }
-    });
+    };
+    run_gemm_roles<Cfg, kProducerRegs, kMathRegs>(warp, producer, math);
 }
 
 }  // namespace sm120

@@ -113,8 +113,10 @@ SM120_DEVICE void scale_sources(const TileInfo& tile, uint32_t g, uint32_t m, ui
         const uint32_t i = 2 * w + sfa_thread_id_of_lane(lane);
         const uint32_t local = wm * Cfg::kWarpM + i * 16 + sfa_row_of_lane(lane);
         a_ok[w] = i < Cfg::kMI && local < tile.m_valid;
-        rows[w] = sfa + (kType == GemmType::kMGroupedMasked || kType == GemmType::kBatched
-                             ? static_cast<size_t>(g) * sfa_group_stride : 0) +
+        rows[w] = sfa +
+                  (kType == GemmType::kMGroupedMasked || kType == GemmType::kBatched
+                       ? static_cast<size_t>(g) * sfa_group_stride
+                       : 0) +
                   a_row0 + local;
     }
 #pragma unroll
@@ -208,6 +210,7 @@ struct BlockScaledFragments {
 
 template <ScaleKind kKind, uint32_t kGranKA, uint32_t kGranKB, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kStages,
           uint32_t kWarpsM, uint32_t kWarpsN, uint32_t kGroupN, typename OutT, bool kWithC, GemmType kType>
+// clang-format off: a kernel declaration (see .clang-format)
 __global__ void __launch_bounds__(BlockScaledTileConfig<kKind, BLOCK_M, BLOCK_N, kStages, kWarpsM, kWarpsN>::kThreads, 1)
 sm120_fp8_fp4_gemm_1d1d_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
                                const uint32_t* __restrict__ sfa, const uint32_t* __restrict__ sfb,
@@ -216,6 +219,7 @@ sm120_fp8_fp4_gemm_1d1d_kernel(const __grid_constant__ CUtensorMap tmap_a, const
                                uint32_t num_splits, uint32_t split_stride, uint32_t sfa_pack_stride,
                                uint32_t sfa_group_stride, uint32_t sfb_pack_stride, uint32_t sfb_group_stride,
                                float alpha) {
+    // clang-format on
     // k counts elements (fp4: unpacked); C may alias D. Grouped kinds: B and SFB hold one [N, ...] slice per
     // group; masked A / SFA / D hold one [m, ...] slice per group. Split-K slices write fp32 partials to
     // d + s * split_stride.
@@ -244,22 +248,26 @@ sm120_fp8_fp4_gemm_1d1d_kernel(const __grid_constant__ CUtensorMap tmap_a, const
 
     const uint32_t num_k_blocks = ceil_div(k, kElemsPerStage);
 
-    run_gemm_roles<Cfg, Cfg::kProducerRegs, Cfg::kMathRegs>(warp, [&] {
-        if (lane != 0) return;  // one lane walks the tiles and issues TMA
-        ml.produce(Scheduler(m, n, num_groups, layout, psum_layout != 0, num_k_blocks, num_splits), &tmap_a, &tmap_b,
-                   lane, [](const TileInfo&) {}, [&](const TileInfo& tile, uint32_t kb, uint32_t s, uint64_t* full) {
-            // byte coordinates along K
-            const int32_t ka = static_cast<int32_t>(kb * Cfg::kRowBytes);
-            const int32_t kbb = static_cast<int32_t>(kb * Cfg::kRowBytesB);
-            if constexpr (kType == GemmType::kBatched) {
-                tma_load_3d(ml.tile_a(s), &tmap_a, full, ka, static_cast<int32_t>(tile.a_row), tile.group);
-                tma_load_3d(ml.tile_b(s), &tmap_b, full, kbb, static_cast<int32_t>(tile.b_row), tile.group);
-            } else {
-                tma_load_2d(ml.tile_a(s), &tmap_a, full, ka, static_cast<int32_t>(tile.a_row));
-                tma_load_2d(ml.tile_b(s), &tmap_b, full, kbb, static_cast<int32_t>(tile.b_row));
-            }
-        });
-    }, [&] {
+    // The producer: one lane walks the tiles and issues the TMA loads (byte coordinates along K).
+    auto load_stage = [&](const TileInfo& tile, uint32_t kb, uint32_t s, uint64_t* full) {
+        const int32_t ka = static_cast<int32_t>(kb * Cfg::kRowBytes);
+        const int32_t kbb = static_cast<int32_t>(kb * Cfg::kRowBytesB);
+        if constexpr (kType == GemmType::kBatched) {
+            tma_load_3d(ml.tile_a(s), &tmap_a, full, ka, static_cast<int32_t>(tile.a_row), tile.group);
+            tma_load_3d(ml.tile_b(s), &tmap_b, full, kbb, static_cast<int32_t>(tile.b_row), tile.group);
+        } else {
+            tma_load_2d(ml.tile_a(s), &tmap_a, full, ka, static_cast<int32_t>(tile.a_row));
+            tma_load_2d(ml.tile_b(s), &tmap_b, full, kbb, static_cast<int32_t>(tile.b_row));
+        }
+    };
+    auto producer = [&] {
+        if (lane != 0) return;
+        ml.produce(
+            Scheduler(m, n, num_groups, layout, psum_layout != 0, num_k_blocks, num_splits), &tmap_a, &tmap_b, lane,
+            [](const TileInfo&) {}, load_stage);
+    };
+    // The math warps: double-buffered fragments, and the scale words of the current and the next K block.
+    auto math = [&] {
         Scheduler sched(m, n, num_groups, layout, psum_layout != 0, num_k_blocks, num_splits);
         const uint32_t wm = warp / kWarpsN, wn = warp % kWarpsN;
         const BlockScaledFragments<Cfg, kKind> frags(wm, wn, lane);
@@ -268,6 +276,9 @@ sm120_fp8_fp4_gemm_1d1d_kernel(const __grid_constant__ CUtensorMap tmap_a, const
         PipelineState<kStages> st;
         uint32_t af[2][kMI][4];
         uint32_t bfr[2][kNI][2];
+        auto load_step = [&](uint32_t s, uint32_t kk, auto buf) {
+            frags.load(ml.tile_a(s), ml.tile_b(s), kk, af[buf], bfr[buf]);
+        };
         while (sched.next(tile)) {
             const uint32_t g = tile.group < 0 ? 0u : static_cast<uint32_t>(tile.group);
             const uint32_t* sfa_rows[kWA];
@@ -275,20 +286,18 @@ sm120_fp8_fp4_gemm_1d1d_kernel(const __grid_constant__ CUtensorMap tmap_a, const
             bool a_ok[kWA], b_ok[kWB];
             scale_sources<Cfg, kType>(tile, g, m, n, wm, wn, lane, sfa, sfb, sfa_group_stride, sfb_group_stride,
                                       sfa_rows, a_ok, sfb_cols, b_ok);
-            uint32_t sa[SA::kWords][kWA], sb[SB::kWords][kWB];            // scale words of this K block
-            uint32_t sa_next[SA::kWords][kWA], sb_next[SB::kWords][kWB];  // and of the next one
+            uint32_t sa[SA::kWords][kWA], sb[SB::kWords][kWB];            // this K block's
+            uint32_t sa_next[SA::kWords][kWA], sb_next[SB::kWords][kWB];  // the next one's, in flight
             auto load_scales = [&](uint32_t kb, uint32_t (&wa)[SA::kWords][kWA], uint32_t (&wb)[SB::kWords][kWB]) {
                 load_scale_words<SA>(kb, wa, sfa_rows, a_ok, words_a, sfa_pack_stride);
                 load_scale_words<SB>(kb, wb, sfb_cols, b_ok, words_b, sfb_pack_stride);
             };
+            auto scales = stage_data([&](uint32_t kb) { load_scales(kb, sa, sb); },
+                                     [&](uint32_t kb) { load_scales(kb, sa_next, sb_next); },
+                                     [&] { assign(sa, sa_next), assign(sb, sb_next); });
             float acc[kMI][kNI][4];
             fill(acc, 0.0f);
-            ml.consume(st, tile, lane,
-                       stage_data([&](uint32_t kb) { load_scales(kb, sa, sb); },
-                                  [&](uint32_t kb) { load_scales(kb, sa_next, sb_next); },
-                                  [&] { assign(sa, sa_next), assign(sb, sb_next); }),
-                       [&](uint32_t s, uint32_t kk, auto buf) { frags.load(ml.tile_a(s), ml.tile_b(s), kk, af[buf], bfr[buf]); },
-                       [&](auto step, auto buf) {
+            auto mma_step = [&](auto step, auto buf) {
                 constexpr uint32_t kk = decltype(step)::value;
                 static_for<0, kMI>([&](auto i_c) {
                     constexpr uint32_t i = decltype(i_c)::value;
@@ -299,15 +308,17 @@ sm120_fp8_fp4_gemm_1d1d_kernel(const __grid_constant__ CUtensorMap tmap_a, const
                             sb[SB::word_of_step(kk)][j / 4]);
                     });
                 });
-            });
+            };
+            ml.consume(st, tile, lane, scales, load_step, mma_step);
 
             const size_t slice = kType == GemmType::kBatched ? static_cast<size_t>(g) : tile.split;
-            store_accumulators<kMI, kNI, kType, kWithC>(acc, tile, d + slice * split_stride,
-                                                         kType == GemmType::kBatched && kWithC ? c + slice * split_stride : c,
-                                                         layout, psum_layout != 0, n, ldd, ldc, wm * Cfg::kWarpM,
-                                                         wn * Cfg::kWarpN, lane, alpha);
+            const OutT* const c_slice = kType == GemmType::kBatched && kWithC ? c + slice * split_stride : c;
+            store_accumulators<kMI, kNI, kType, kWithC>(acc, tile, d + slice * split_stride, c_slice, layout,
+                                                        psum_layout != 0, n, ldd, ldc, wm * Cfg::kWarpM,
+                                                        wn * Cfg::kWarpN, lane, alpha);
         }
-    });
+    };
+    run_gemm_roles<Cfg, Cfg::kProducerRegs, Cfg::kMathRegs>(warp, producer, math);
 }
 
 }  // namespace sm120
