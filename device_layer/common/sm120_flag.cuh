@@ -6,9 +6,7 @@
 namespace sm120 {
 // Orders this thread's generic-proxy global accesses against its later async-proxy (TMA) accesses of global
 // memory: what an acquire made visible is then visible to the TMA loads issued after it.
-SM120_DEVICE void fence_proxy_async_global() {
-    asm volatile("fence.proxy.async.global;\n" ::: "memory");
-}
+SM120_DEVICE void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
 // One thread publishes: every store ordered before this (its own, and its CTA's through a preceding barrier)
 // is visible to a thread that acquires the flag.
 SM120_DEVICE void flag_publish(int32_t* flag) {

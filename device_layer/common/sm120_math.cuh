@@ -7,10 +7,14 @@
 namespace sm120 {
 
 template <typename T>
-SM120_HOST_DEVICE constexpr T ceil_div(T a, T b) { return (a + b - 1) / b; }
+SM120_HOST_DEVICE constexpr T ceil_div(T a, T b) {
+    return (a + b - 1) / b;
+}
 
 template <typename T>
-SM120_HOST_DEVICE constexpr T align_up(T a, T b) { return ceil_div(a, b) * b; }
+SM120_HOST_DEVICE constexpr T align_up(T a, T b) {
+    return ceil_div(a, b) * b;
+}
 
 // f(std::integral_constant<uint32_t, i>{}) for i = kBegin .. kEnd-1: a loop whose index can be a template
 // argument (the block-scaled MMA selectors must be immediates).
@@ -24,7 +28,9 @@ SM120_DEVICE void static_for(F&& f) {
 
 // Every element of a register array of any rank (accumulators, partial sums) set to v, fully unrolled.
 template <typename T>
-SM120_DEVICE void fill(T& x, T v) { x = v; }
+SM120_DEVICE void fill(T& x, T v) {
+    x = v;
+}
 
 template <typename T, size_t N, typename V>
 SM120_DEVICE void fill(T (&a)[N], V v) {
@@ -34,7 +40,9 @@ SM120_DEVICE void fill(T (&a)[N], V v) {
 
 // A register array of any rank copied element by element from another of the same shape, fully unrolled.
 template <typename T>
-SM120_DEVICE void assign(T& dst, const T& src) { dst = src; }
+SM120_DEVICE void assign(T& dst, const T& src) {
+    dst = src;
+}
 
 template <typename T, size_t N>
 SM120_DEVICE void assign(T (&dst)[N], const T (&src)[N]) {

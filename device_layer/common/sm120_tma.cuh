@@ -15,7 +15,8 @@ SM120_DEVICE void tma_prefetch_descriptor(const CUtensorMap* desc) {
 SM120_DEVICE void tma_load_2d(void* smem_dst, const CUtensorMap* desc, uint64_t* bar, int32_t c0, int32_t c1) {
     asm volatile(
         "cp.async.bulk.tensor.2d.shared::cta.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n"
-        : : "r"(smem_addr(smem_dst)), "l"(reinterpret_cast<uint64_t>(desc)), "r"(smem_addr(bar)), "r"(c0), "r"(c1)
+        :
+        : "r"(smem_addr(smem_dst)), "l"(reinterpret_cast<uint64_t>(desc)), "r"(smem_addr(bar)), "r"(c0), "r"(c1)
         : "memory");
 }
 
@@ -23,8 +24,9 @@ SM120_DEVICE void tma_load_3d(void* smem_dst, const CUtensorMap* desc, uint64_t*
                               int32_t c2) {
     asm volatile(
         "cp.async.bulk.tensor.3d.shared::cta.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n"
-        : : "r"(smem_addr(smem_dst)), "l"(reinterpret_cast<uint64_t>(desc)), "r"(smem_addr(bar)), "r"(c0), "r"(c1),
-            "r"(c2)
+        :
+        : "r"(smem_addr(smem_dst)), "l"(reinterpret_cast<uint64_t>(desc)), "r"(smem_addr(bar)), "r"(c0), "r"(c1),
+          "r"(c2)
         : "memory");
 }
 
@@ -35,14 +37,18 @@ SM120_DEVICE void tma_load_3d(void* smem_dst, const CUtensorMap* desc, uint64_t*
 // Field `global_address` of the tensor map at `smem_desc` (one thread).
 SM120_DEVICE void tensormap_replace_address(void* smem_desc, const void* address) {
     asm volatile("tensormap.replace.tile.global_address.shared::cta.b1024.b64 [%0], %1;\n"
-                 : : "r"(smem_addr(smem_desc)), "l"(reinterpret_cast<uint64_t>(address)) : "memory");
+                 :
+                 : "r"(smem_addr(smem_desc)), "l"(reinterpret_cast<uint64_t>(address))
+                 : "memory");
 }
 
 // Field `global_dim[kDim]` (extent in elements) of the tensor map at `smem_desc` (one thread).
 template <int kDim>
 SM120_DEVICE void tensormap_replace_dim(void* smem_desc, uint32_t extent) {
     asm volatile("tensormap.replace.tile.global_dim.shared::cta.b1024.b32 [%0], %1, %2;\n"
-                 : : "r"(smem_addr(smem_desc)), "n"(kDim), "r"(extent) : "memory");
+                 :
+                 : "r"(smem_addr(smem_desc)), "n"(kDim), "r"(extent)
+                 : "memory");
 }
 
 // Copy the edited map to global memory with release semantics on the tensormap proxy. Warp-collective:
@@ -50,13 +56,17 @@ SM120_DEVICE void tensormap_replace_dim(void* smem_desc, uint32_t extent) {
 SM120_DEVICE void tensormap_publish(CUtensorMap* global_desc, const void* smem_desc) {
     asm volatile(
         "tensormap.cp_fenceproxy.global.shared::cta.tensormap::generic.release.gpu.sync.aligned [%0], [%1], 128;\n"
-        : : "l"(reinterpret_cast<uint64_t>(global_desc)), "r"(smem_addr(smem_desc)) : "memory");
+        :
+        : "l"(reinterpret_cast<uint64_t>(global_desc)), "r"(smem_addr(smem_desc))
+        : "memory");
 }
 
 // Make a published map visible to this thread's subsequent TMA operations.
 SM120_DEVICE void tensormap_acquire(const CUtensorMap* global_desc) {
     asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n"
-                 : : "l"(reinterpret_cast<uint64_t>(global_desc)) : "memory");
+                 :
+                 : "l"(reinterpret_cast<uint64_t>(global_desc))
+                 : "memory");
 }
 
 }  // namespace sm120

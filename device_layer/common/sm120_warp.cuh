@@ -22,12 +22,14 @@ SM120_DEVICE void quad_transpose4(uint32_t (&v)[4], uint32_t lane) {
 #pragma unroll
     for (uint32_t t = 0; t < 4; t += 2) {  // swap M[q][t + !odd] with the partner's M[q^1][t + odd]
         const uint32_t r = __shfl_xor_sync(0xffffffffu, odd ? v[t] : v[t + 1], 1);
-        if (odd) v[t] = r; else v[t + 1] = r;
+        if (odd) v[t] = r;
+        else v[t + 1] = r;
     }
 #pragma unroll
     for (uint32_t t = 0; t < 2; ++t) {  // the same on 2x2 blocks: M'[q][t + 2 * !upper] <-> M'[q^2][t + 2 * upper]
         const uint32_t r = __shfl_xor_sync(0xffffffffu, upper ? v[t] : v[t + 2], 2);
-        if (upper) v[t] = r; else v[t + 2] = r;
+        if (upper) v[t] = r;
+        else v[t + 2] = r;
     }
 }
 

@@ -96,7 +96,8 @@ SM120_DEVICE void store_accumulators(const float (&acc)[kMI][kNI][4], const Tile
 #pragma unroll
                             for (uint32_t e = 0; e < 8; ++e)
                                 if (col + e < n)
-                                    dr[col + e] = __ushort_as_bfloat16(static_cast<unsigned short>(w[e / 2] >> (16 * (e % 2))));
+                                    dr[col + e] =
+                                        __ushort_as_bfloat16(static_cast<unsigned short>(w[e / 2] >> (16 * (e % 2))));
                         }
                     }
                 }

@@ -37,9 +37,9 @@ namespace sm120 {
 
 template <uint32_t kChunk, uint32_t kVSlice, uint32_t kKSplit, uint32_t kStages>
 struct GdrFwdConfig {
-    static constexpr uint32_t kGroups = kVSlice / 16;               // 16 value columns each
+    static constexpr uint32_t kGroups = kVSlice / 16;  // 16 value columns each
     static constexpr uint32_t kMathWarps = kGroups * kKSplit;
-    static constexpr uint32_t kThreads = (kMathWarps + 1) * 32;   // + the producer warp
+    static constexpr uint32_t kThreads = (kMathWarps + 1) * 32;  // + the producer warp
     static constexpr uint32_t kHeadTileBytes = kChunk * kGdrHeadDim * 2;
     static constexpr uint32_t kVRowBytes = (kVSlice < kGdrHalfCols ? kVSlice : kGdrHalfCols) * 2;
     static constexpr uint32_t kVBoxes = kVSlice * 2 / kVRowBytes;
@@ -54,7 +54,7 @@ struct GdrFwdConfig {
     static constexpr uint32_t kOffGate = kOffAttn + align_up(kMatBytes, kSwizzleAtomBytes);
     static constexpr uint32_t kStageBytes = kOffGate + align_up(kGateBytes, kSwizzleAtomBytes);
     static constexpr uint32_t kTxBytes = 2 * kHeadTileBytes + kVBytes + 3 * kMatBytes + kGateBytes;
-    static constexpr uint32_t kOutBytes = kGroups * kChunk * 16 * 2;   // per-group o staging [C][16]
+    static constexpr uint32_t kOutBytes = kGroups * kChunk * 16 * 2;  // per-group o staging [C][16]
     // K-split exchange: per warp, its partial X and O ([C / 8][4] fp32 a lane), two buffers (chunk parity)
     static constexpr uint32_t kPartFloats = kChunk / 8 * 4 * 32;
     static constexpr uint32_t kXchBytes = kKSplit > 1 ? 2 * kMathWarps * 2 * kPartFloats * 4 : 0;
@@ -77,8 +77,9 @@ SM120_DEVICE void gdr_mma_lower_t(float (&acc)[C / 8][4], const uint32_t (&a)[4]
     for (uint32_t np = 0; np < C / 16; ++np) {
         if (np < ks || np % kEvery != own) continue;
         uint32_t b[4];
-        ldmatrix_x4(smem_addr(tile + swizzle_offset<C * 2>(16 * np + lane % 8 + 8 * (lane / 16), 2 * ks + (lane / 8) % 2)),
-                    b[0], b[1], b[2], b[3]);
+        ldmatrix_x4(
+            smem_addr(tile + swizzle_offset<C * 2>(16 * np + lane % 8 + 8 * (lane / 16), 2 * ks + (lane / 8) % 2)),
+            b[0], b[1], b[2], b[3]);
         E::mma(acc[2 * np], a, {b[0], b[1]});
         E::mma(acc[2 * np + 1], a, {b[2], b[3]});
     }
@@ -101,6 +102,7 @@ SM120_DEVICE void gdr_pack_a(uint32_t (&a)[4], const float (&x)[C / 8][4], uint3
 }
 
 template <uint32_t kChunk, uint32_t kVSlice, uint32_t kKSplit, uint32_t kStages, typename Elem>
+// clang-format off: a kernel declaration (see .clang-format)
 __global__ void __launch_bounds__(GdrFwdConfig<kChunk, kVSlice, kKSplit, kStages>::kThreads, 1)
 sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_k,
                                   const __grid_constant__ CUtensorMap tmap_v, const __grid_constant__ CUtensorMap tmap_tw,
@@ -109,11 +111,12 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
                                   float* __restrict__ final_state, Elem* __restrict__ o,
                                   const int32_t* __restrict__ cu_seqlens, uint32_t seq_len, uint32_t value_heads,
                                   uint32_t group, const int32_t* ready) {
+    // clang-format on
     using Cfg = GdrFwdConfig<kChunk, kVSlice, kKSplit, kStages>;
     using E = GdrElem<Elem>;
     constexpr uint32_t C = kChunk, kNT = C / 8, kKT = kGdrHeadDim / 8;
     constexpr uint32_t kSlices = kGdrHeadDim / kVSlice;
-    constexpr uint32_t kWarpKT = kKT / kKSplit;   // k8 tiles of the head dim a warp's state part holds
+    constexpr uint32_t kWarpKT = kKT / kKSplit;  // k8 tiles of the head dim a warp's state part holds
 
     extern __shared__ __align__(1024) uint8_t smem[];
     uint8_t* s_out = smem + kStages * Cfg::kStageBytes;
@@ -128,7 +131,8 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
     if (ready == nullptr) {
         pdl_wait_primary();
         gdr_sequence(cu_seqlens, seq_len, n, start, end);  // cu_seqlens: the prep kernel's clamped cu'
-    } else {  // overlapped with the prep grid: its flags, not its end
+    } else {
+        // overlapped with the prep grid: its flags, not its end
         gdr_sequence_published<C>(cu_seqlens, ready, gridDim.x / kSlices / value_heads, seq_len, n, start, end,
                                   first_slot);
     }
@@ -182,7 +186,7 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
             const uint32_t kd = 8 * (kt0 + kt) + 2 * t4 + e % 2, vd = v0 + gid + 8 * (e / 2);
             st[kt][e] = initial_state != nullptr ? __ldg(initial_state + state_at + kd * kGdrHeadDim + vd) : 0.0f;
         }
-    Elem* s_o = reinterpret_cast<Elem*>(s_out) + vg * C * 16;   // the group's warps write disjoint token pairs
+    Elem* s_o = reinterpret_cast<Elem*>(s_out) + vg * C * 16;  // the group's warps write disjoint token pairs
 
     PipelineState<kStages> ps;
     for (uint32_t c = 0; c < num_chunks; ++c, ps.advance()) {
@@ -206,7 +210,7 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
         for (uint32_t ks = 0; ks < kNT / 2; ++ks) {
             constexpr uint32_t kChunksPerRow = Cfg::kVRowBytes / 16;
             const uint32_t m = lane / 8, row = 16 * ks + 8 * (m / 2) + lane % 8;
-            const uint32_t chunk = 2 * vg + m % 2;   // the group's 16 columns of the slice
+            const uint32_t chunk = 2 * vg + m % 2;  // the group's 16 columns of the slice
             uint32_t a[4];
             ldmatrix_x4_trans(smem_addr(s + Cfg::kOffV + chunk / kChunksPerRow * (C * Cfg::kVRowBytes) +
                                         swizzle_offset<Cfg::kVRowBytes>(row, chunk % kChunksPerRow)),
@@ -219,8 +223,8 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
         for (uint32_t kk = 0; kk < kWarpKT / 2; ++kk)
 #pragma unroll
             for (uint32_t jp = 0; jp < kNT / 2; ++jp) {
-                const uint32_t off = gdr_tile_offset<C>(16 * jp + lane % 8 + 8 * (lane / 16),
-                                                        2 * (kt0 / 2 + kk) + (lane / 8) % 2);
+                const uint32_t off =
+                    gdr_tile_offset<C>(16 * jp + lane % 8 + 8 * (lane / 16), 2 * (kt0 / 2 + kk) + (lane / 8) % 2);
                 uint32_t bk[4], bq[4];
                 ldmatrix_x4(smem_addr(s + Cfg::kOffK + off), bk[0], bk[1], bk[2], bk[3]);
                 ldmatrix_x4(smem_addr(s + off), bq[0], bq[1], bq[2], bq[3]);
@@ -273,7 +277,7 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
             uint32_t a[4];
             gdr_pack_a<E, C>(a, x, ks);
 #pragma unroll
-            for (uint32_t r = 0; r < 4; ++r) a[r] ^= 0x80008000u;   // -X: flip both halves' sign bits (exact)
+            for (uint32_t r = 0; r < 4; ++r) a[r] ^= 0x80008000u;  // -X: flip both halves' sign bits (exact)
             gdr_mma_lower_t<E, C>(vp, a, ks, s + Cfg::kOffTw, lane);
         }
         if (ready != nullptr && len < C) {
@@ -307,9 +311,10 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
             for (uint32_t np = 0; np < kWarpKT / 2; ++np) {
                 uint32_t b[4];
                 const uint32_t m = lane / 8;
-                ldmatrix_x4_trans(smem_addr(s + Cfg::kOffK + gdr_tile_offset<C>(16 * ks + 8 * (m % 2) + lane % 8,
-                                                                                 2 * (kt0 / 2 + np) + m / 2)),
-                                  b[0], b[1], b[2], b[3]);
+                ldmatrix_x4_trans(
+                    smem_addr(s + Cfg::kOffK +
+                              gdr_tile_offset<C>(16 * ks + 8 * (m % 2) + lane % 8, 2 * (kt0 / 2 + np) + m / 2)),
+                    b[0], b[1], b[2], b[3]);
                 E::mma(st[2 * np], a, {b[0], b[1]});
                 E::mma(st[2 * np + 1], a, {b[2], b[3]});
             }
@@ -329,8 +334,8 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
         for (uint32_t np = kq; np < C / 16; np += kKSplit) {
             const uint32_t row = 16 * np + lane / 2, part = lane % 2;
             if (row < len)
-                *reinterpret_cast<uint4*>(o + (static_cast<size_t>(first + row) * value_heads + hv) * kGdrHeadDim +
-                                          v0 + 8 * part) = *reinterpret_cast<const uint4*>(s_o + row * 16 + 8 * part);
+                *reinterpret_cast<uint4*>(o + (static_cast<size_t>(first + row) * value_heads + hv) * kGdrHeadDim + v0 +
+                                          8 * part) = *reinterpret_cast<const uint4*>(s_o + row * 16 + 8 * part);
         }
         __syncwarp();
     }

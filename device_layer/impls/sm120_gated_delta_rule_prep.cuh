@@ -35,27 +35,28 @@ namespace sm120 {
 template <uint32_t kChunk>
 struct GdrPrepConfig {
     static constexpr uint32_t kThreads = 128;
-    static constexpr uint32_t kBlocks = kChunk / 16;           // 16x16 blocks per side of A
+    static constexpr uint32_t kBlocks = kChunk / 16;  // 16x16 blocks per side of A
     static constexpr uint32_t kTileBytes = kChunk * kGdrHeadDim * 2;
-    static constexpr uint32_t kLdA = kChunk + 1;               // fp32 row stride (words) of A and T
-    static constexpr uint32_t kLdT16 = kChunk + 8;             // 2-byte row stride of Tw / Tu / attn staging
+    static constexpr uint32_t kLdA = kChunk + 1;    // fp32 row stride (words) of A and T
+    static constexpr uint32_t kLdT16 = kChunk + 8;  // 2-byte row stride of Tw / Tu / attn staging
     static constexpr uint32_t kMatBytes = kChunk * kLdA * 4;
     static constexpr uint32_t kScratchBytes = (kBlocks > 1 ? (kBlocks - 1) * 256 : 1) * 4;
     static constexpr uint32_t kHalfMatBytes = kChunk * kLdT16 * 2;
     // [k | q tiles][A + off-diagonal scratch, later Tw + Tu][T, earlier the attn staging][G, beta, 1/|k|, 1/|q|]
-    static constexpr uint32_t kRegionA = kMatBytes + kScratchBytes > 2 * kHalfMatBytes ? kMatBytes + kScratchBytes
-                                                                                       : 2 * kHalfMatBytes;
+    static constexpr uint32_t kRegionA =
+        kMatBytes + kScratchBytes > 2 * kHalfMatBytes ? kMatBytes + kScratchBytes : 2 * kHalfMatBytes;
     static constexpr uint32_t kRegionT = kMatBytes > kHalfMatBytes ? kMatBytes : kHalfMatBytes;
     static constexpr uint32_t kOffA = 2 * kTileBytes;
     static constexpr uint32_t kOffT = kOffA + align_up(kRegionA, 16u);
     static constexpr uint32_t kOffVec = kOffT + align_up(kRegionT, 16u);
     static constexpr uint32_t kSmemBytes = kOffVec + 4 * kChunk * 4;
-    static constexpr uint32_t kTeamStride = align_up(kSmemBytes, 1024u);   // per team of a persistent CTA
+    static constexpr uint32_t kTeamStride = align_up(kSmemBytes, 1024u);  // per team of a persistent CTA
     static_assert(kChunk == 16 || kChunk == 32 || kChunk == 64, "chunk size: 16, 32 or 64");
     static_assert(kSmemBytes <= kMaxSmemPerBlock, "shared memory exceeds the SM120 per-block budget (101376 B)");
 };
 
 template <uint32_t kChunk, bool kPersistent, uint32_t kTeams, typename Elem>
+// clang-format off: a kernel declaration (see .clang-format)
 __global__ void __launch_bounds__(GdrPrepConfig<kChunk>::kThreads * kTeams, 1)
 sm120_gated_delta_rule_prep_kernel(const Elem* __restrict__ q, const Elem* __restrict__ k,
                                    const float* __restrict__ g, const void* __restrict__ beta,
@@ -64,6 +65,7 @@ sm120_gated_delta_rule_prep_kernel(const Elem* __restrict__ q, const Elem* __res
                                    float* __restrict__ gates, uint32_t num_seqs, uint32_t seq_len,
                                    uint32_t value_heads, uint32_t group, float scale, uint32_t beta_fp32,
                                    uint32_t l2norm, int32_t* __restrict__ cu_effective, int32_t* ready) {
+    // clang-format on
     using Cfg = GdrPrepConfig<kChunk>;
     using E = GdrElem<Elem>;
     constexpr uint32_t C = kChunk, kNB = Cfg::kBlocks, kLdA = Cfg::kLdA, kLd16 = Cfg::kLdT16;
@@ -77,11 +79,11 @@ sm120_gated_delta_rule_prep_kernel(const Elem* __restrict__ q, const Elem* __res
     uint8_t* s_k = smem;
     uint8_t* s_q = smem + Cfg::kTileBytes;
     float* s_a = reinterpret_cast<float*>(smem + Cfg::kOffA);
-    float* s_x = s_a + C * kLdA;                                     // off-diagonal products
-    Elem* s_tw = reinterpret_cast<Elem*>(smem + Cfg::kOffA);         // after the inverse: T diag(beta e^G / |k|)
-    Elem* s_tu = s_tw + C * kLd16;                                   //                    T diag(beta)
+    float* s_x = s_a + C * kLdA;                              // off-diagonal products
+    Elem* s_tw = reinterpret_cast<Elem*>(smem + Cfg::kOffA);  // after the inverse: T diag(beta e^G / |k|)
+    Elem* s_tu = s_tw + C * kLd16;                            //                    T diag(beta)
     float* s_t = reinterpret_cast<float*>(smem + Cfg::kOffT);
-    Elem* s_attn = reinterpret_cast<Elem*>(smem + Cfg::kOffT);       // staging, before T is written
+    Elem* s_attn = reinterpret_cast<Elem*>(smem + Cfg::kOffT);  // staging, before T is written
     float* s_g = reinterpret_cast<float*>(smem + Cfg::kOffVec);
     float* s_beta = s_g + C;
     float* s_rk = s_beta + C;
@@ -179,15 +181,15 @@ sm120_gated_delta_rule_prep_kernel(const Elem* __restrict__ q, const Elem* __res
             for (uint32_t task = warp; task < 2 * kLowerBlocks; task += 4) {
                 const bool is_qk = task >= kLowerBlocks;
                 uint32_t b = is_qk ? task - kLowerBlocks : task, bi = 0;
-                while (b > bi) b -= ++bi;          // (bi, bj = b) with bj <= bi, row-major over the lower triangle
+                while (b > bi) b -= ++bi;  // (bi, bj = b) with bj <= bi, row-major over the lower triangle
                 const uint32_t bj = b;
                 const uint8_t* s_lhs = is_qk ? s_q : s_k;
                 float acc[2][4] = {};
 #pragma unroll
                 for (uint32_t kk = 0; kk < kGdrHeadDim / 16; ++kk) {
                     uint32_t a[4], bf[4];
-                    ldmatrix_x4(smem_addr(s_lhs + gdr_tile_offset<C>(16 * bi + lane % 16, 2 * kk + lane / 16)),
-                                a[0], a[1], a[2], a[3]);
+                    ldmatrix_x4(smem_addr(s_lhs + gdr_tile_offset<C>(16 * bi + lane % 16, 2 * kk + lane / 16)), a[0],
+                                a[1], a[2], a[3]);
                     ldmatrix_x4(smem_addr(s_k + gdr_tile_offset<C>(16 * bj + lane % 8 + 8 * (lane / 16),
                                                                    2 * kk + (lane / 8) % 2)),
                                 bf[0], bf[1], bf[2], bf[3]);
@@ -296,8 +298,7 @@ sm120_gated_delta_rule_prep_kernel(const Elem* __restrict__ q, const Elem* __res
         const uint32_t per_seq = (seq_len + C - 1) / C;
         const uint32_t items = (cu_seqlens != nullptr ? per_seq + num_seqs : num_seqs * per_seq) * value_heads;
 #pragma unroll 1
-        for (uint32_t item = blockIdx.x * kTeams + team; item < items && run_item(item);
-             item += gridDim.x * kTeams) {}
+        for (uint32_t item = blockIdx.x * kTeams + team; item < items && run_item(item); item += gridDim.x * kTeams) {}
     } else {
         run_item(blockIdx.x);
         pdl_launch_dependents();

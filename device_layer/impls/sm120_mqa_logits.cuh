@@ -34,12 +34,14 @@ struct MqaLogitsConfig {
 
 template <uint32_t kHeads, uint32_t kHeadDim, uint32_t BLOCK_KV, uint32_t kStages, bool kFp4, typename LogitT,
           bool kClean, bool kCompressed>
+// clang-format off: a kernel declaration (see .clang-format)
 __global__ void __launch_bounds__(MqaLogitsConfig<kHeads, kHeadDim, BLOCK_KV, kStages, kFp4>::kThreads, 1)
 sm120_mqa_logits_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_kv,
                         const float* __restrict__ kv_scale, const uint32_t* __restrict__ q_sf,
                         const uint32_t* __restrict__ kv_sf, const float* __restrict__ weights,
                         const int32_t* __restrict__ ks, const int32_t* __restrict__ ke, LogitT* __restrict__ logits,
                         uint32_t seq_len, uint32_t seq_len_kv, uint32_t ld_weights, uint32_t ld_logits) {
+    // clang-format on
     // FP8: kv_scale fp32 [SK], q_sf / kv_sf unused. FP4: q_sf [S * H] and kv_sf [SK] packed words, kv_scale unused.
     using Cfg = MqaLogitsConfig<kHeads, kHeadDim, BLOCK_KV, kStages, kFp4>;
     using Tile = typename Cfg::Tile;

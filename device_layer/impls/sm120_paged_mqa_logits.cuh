@@ -50,6 +50,7 @@ struct PagedMqaLogitsConfig {
 
 template <uint32_t kHeads, uint32_t kHeadDim, uint32_t kBlockKV, uint32_t kStages, bool kFp4, typename LogitT,
           bool kClean>
+// clang-format off: a kernel declaration (see .clang-format)
 __global__ void __launch_bounds__(PagedMqaLogitsConfig<kHeads, kHeadDim, kBlockKV, kStages, kFp4>::kThreads, 1)
 sm120_paged_mqa_logits_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_kv,
                               const uint8_t* __restrict__ kv_cache, const uint32_t* __restrict__ q_sf,
@@ -59,6 +60,7 @@ sm120_paged_mqa_logits_kernel(const __grid_constant__ CUtensorMap tmap_q, const 
                               uint32_t ctx_ld, uint32_t ctx_2d, uint32_t bt_ld, uint32_t ld_weights,
                               uint32_t ld_logits, uint32_t max_context_len, uint32_t num_batches, uint32_t bt_cols,
                               uint32_t num_blocks) {
+    // clang-format on
     using Cfg = PagedMqaLogitsConfig<kHeads, kHeadDim, kBlockKV, kStages, kFp4>;
     using Tile = typename Cfg::Tile;
     constexpr uint32_t kMI = Tile::kMI, kNI = Tile::kNI, kQueries = Tile::kQueries;
@@ -87,8 +89,8 @@ sm120_paged_mqa_logits_kernel(const __grid_constant__ CUtensorMap tmap_q, const 
         return e >= 0 && static_cast<uint32_t>(e) < num_blocks ? static_cast<uint32_t>(e) : num_blocks;
     };
     auto readable = [&](uint32_t block) { return block < num_blocks ? block : 0u; };
-    PagedChunkWalker walk(context_lens, ctx_2d ? next_n : 1u, ctx_ld, Cfg::kTileKeys, num_batches, cap,
-                          schedule_meta, blockIdx.x);
+    PagedChunkWalker walk(context_lens, ctx_2d ? next_n : 1u, ctx_ld, Cfg::kTileKeys, num_batches, cap, schedule_meta,
+                          blockIdx.x);
 
     if (warp == Cfg::kMathWarps) {
         // ---------------- producer warp ----------------
@@ -132,9 +134,10 @@ sm120_paged_mqa_logits_kernel(const __grid_constant__ CUtensorMap tmap_q, const 
 #pragma unroll
                     for (uint32_t h = 0; h < 2; ++h) {
                         const uint32_t r = row_group * Tile::kRows + i * 16 + h * 8 + g;
-                        w[i][h] = r < rows_per_batch ? __ldg(weights + static_cast<size_t>(b * next_n + r / kHeads) *
-                                                                           ld_weights + r % kHeads)
-                                                     : 0.0f;
+                        w[i][h] = r < rows_per_batch
+                                      ? __ldg(weights + static_cast<size_t>(b * next_n + r / kHeads) * ld_weights +
+                                              r % kHeads)
+                                      : 0.0f;
                     }
                 tile.load_q_scales(lane, [&](uint32_t row) {
                     const uint32_t r = row_group * Tile::kRows + row;
@@ -150,8 +153,8 @@ sm120_paged_mqa_logits_kernel(const __grid_constant__ CUtensorMap tmap_q, const 
             const bool any = key0 < walk.len;
             const uint32_t block = any ? block_of(b, key0) : num_blocks;
             const bool named = block < num_blocks;  // keys of a block the table does not name: -inf
-            const uint8_t* scales = any ? kv_cache + static_cast<size_t>(readable(block)) * kv_block_stride + kScaleOffset
-                                        : nullptr;
+            const uint8_t* scales =
+                any ? kv_cache + static_cast<size_t>(readable(block)) * kv_block_stride + kScaleOffset : nullptr;
             uint32_t kvs = 0;
             if constexpr (kFp4) {
                 const uint32_t key = Tile::key_of_scale_lane(key0, lane);
@@ -176,9 +179,10 @@ sm120_paged_mqa_logits_kernel(const __grid_constant__ CUtensorMap tmap_q, const 
                     Tile::head_sum(acc, w, ql, j, s[0], s[1], v[0], v[1]);
                     const uint32_t t = (row_group * Tile::kRows) / kHeads + ql;
                     if (g != 0 || t >= next_n) continue;
-                    const uint32_t limit = !named ? 0u
-                                           : ctx_2d ? paged_clamp_len(__ldg(context_lens + static_cast<size_t>(b) * ctx_ld + t), cap)
-                                                    : (walk.len + t + 1 > next_n ? walk.len + t + 1 - next_n : 0u);
+                    const uint32_t limit =
+                        !named   ? 0u
+                        : ctx_2d ? paged_clamp_len(__ldg(context_lens + static_cast<size_t>(b) * ctx_ld + t), cap)
+                                 : (walk.len + t + 1 > next_n ? walk.len + t + 1 - next_n : 0u);
 #pragma unroll
                     for (uint32_t c = 0; c < 2; ++c) {
                         const uint32_t key = col + c;

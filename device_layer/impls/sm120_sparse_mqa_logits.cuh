@@ -52,6 +52,7 @@ SM120_DEVICE int2 sparse_slot(const int2* __restrict__ row_meta, uint32_t slot, 
 }
 
 template <uint32_t kHeads, uint32_t kHeadDim, uint32_t kStages, bool kFp4>
+// clang-format off: a kernel declaration (see .clang-format)
 __global__ void __launch_bounds__(SparseMqaLogitsConfig<kHeads, kHeadDim, kStages, kFp4>::kThreads, 2)
 sm120_sparse_mqa_logits_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_kv,
                                const uint32_t* __restrict__ q_sf, const uint8_t* __restrict__ kv_sf,
@@ -60,6 +61,7 @@ sm120_sparse_mqa_logits_kernel(const __grid_constant__ CUtensorMap tmap_q, const
                                uint32_t page_rows, uint32_t total_rows, uint32_t sf_page_stride,
                                uint32_t tiles_per_cta,
                                uint32_t ld_weights, uint32_t ld_logits) {
+    // clang-format on
     using Cfg = SparseMqaLogitsConfig<kHeads, kHeadDim, kStages, kFp4>;
     using Tile = typename Cfg::Tile;
     constexpr uint32_t kMI = Tile::kMI, kNI = Tile::kNI, kTileKeys = Cfg::kTileKeys, kWarpKeys = Cfg::kWarpKeys;
@@ -143,7 +145,7 @@ sm120_sparse_mqa_logits_kernel(const __grid_constant__ CUtensorMap tmap_q, const
                 float v[2];
                 Tile::head_sum(acc, w, 0, j, 1.0f, 1.0f, v[0], v[1]);
                 const uint32_t c = key0 + j * 8 + 2 * t4;  // columns c, c + 1: one block (B is even)
-                if (g != j || c >= row_keys) continue;    // lanes g = j store n8 tile j (after the reduction)
+                if (g != j || c >= row_keys) continue;     // lanes g = j store n8 tile j (after the reduction)
                 const int32_t count = sparse_slot(row_meta, c >> block_log2, num_slots, total_rows).y;
                 const int32_t oc = static_cast<int32_t>(c & (block - 1));
                 __nv_bfloat162 pair;

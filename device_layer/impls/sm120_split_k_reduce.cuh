@@ -18,9 +18,11 @@ namespace sm120 {
 constexpr uint32_t kSplitKReduceThreads = 256;
 
 template <typename OutT, bool kWithC, bool kWarpPerElement = false>
+// clang-format off: a kernel declaration (see .clang-format)
 __global__ void __launch_bounds__(kSplitKReduceThreads)
 sm120_split_k_reduce_kernel(const float* __restrict__ w, OutT* d, const OutT* c, uint32_t m, uint32_t n,
                             uint32_t ldd, uint32_t ldc, uint32_t num_splits) {
+    // clang-format on
     pdl_wait_primary();  // W (and C) come from the kernels before this one in the stream
     const size_t split_stride = static_cast<size_t>(m) * n;
     if constexpr (kWarpPerElement) {
@@ -41,8 +43,8 @@ sm120_split_k_reduce_kernel(const float* __restrict__ w, OutT* d, const OutT* c,
         return;
     }
     const uint32_t quads_per_row = (n + 3) / 4;
-    for (size_t q = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; q < static_cast<size_t>(m) * quads_per_row;
-         q += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    for (size_t q = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+         q < static_cast<size_t>(m) * quads_per_row; q += static_cast<size_t>(gridDim.x) * blockDim.x) {
         const uint32_t row = static_cast<uint32_t>(q / quads_per_row);
         const uint32_t col = static_cast<uint32_t>(q % quads_per_row) * 4;
         const float* src = w + static_cast<size_t>(row) * n + col;

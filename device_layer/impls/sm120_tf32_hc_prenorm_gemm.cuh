@@ -64,10 +64,12 @@ SM120_DEVICE uint32_t bf16_lo_bits(uint32_t pair) { return pair << 16; }
 SM120_DEVICE uint32_t bf16_hi_bits(uint32_t pair) { return pair & 0xffff0000u; }
 
 template <uint32_t BLOCK_M, uint32_t kN, uint32_t kStages>
+// clang-format off: a kernel declaration (see .clang-format)
 __global__ void __launch_bounds__(HcPrenormConfig<BLOCK_M, kN, kStages>::kThreads, 1)
 sm120_tf32_hc_prenorm_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
                                   float* __restrict__ d, float* __restrict__ sqr_sum, uint32_t m, uint32_t n,
                                   uint32_t k, uint32_t ldd, uint32_t d_split_stride, uint32_t s_split_stride) {
+    // clang-format on
     using Cfg = HcPrenormConfig<BLOCK_M, kN, kStages>;
     constexpr uint32_t kMI = Cfg::kMI, kNI = Cfg::kNI;
 
@@ -131,7 +133,8 @@ sm120_tf32_hc_prenorm_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, co
 #pragma unroll
             for (uint32_t j = 0; j < kNI; ++j) {
                 const uint32_t row = j * 8 + g;
-                const float2 v0 = *reinterpret_cast<const float2*>(b_tile + swizzle_offset<128>(row, b_chunk) + b_in_chunk);
+                const float2 v0 =
+                    *reinterpret_cast<const float2*>(b_tile + swizzle_offset<128>(row, b_chunk) + b_in_chunk);
                 const float2 v1 =
                     *reinterpret_cast<const float2*>(b_tile + swizzle_offset<128>(row, b_chunk + 2) + b_in_chunk);
                 bhi[j][0] = tf32_round(v0.x), bhi[j][1] = tf32_round(v0.y);

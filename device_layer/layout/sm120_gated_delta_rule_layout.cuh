@@ -129,8 +129,7 @@ SM120_DEVICE void gdr_effective_offsets(const Offset* cu_seqlens, uint32_t num_s
 // Sequence n's flat token range: [n * T, n * T + T) without cu_seqlens, else [cu[n], cu[n + 1]) (the forward
 // kernel passes the prep kernel's cu').
 template <typename Offset>
-SM120_DEVICE void gdr_sequence(const Offset* cu_seqlens, uint32_t seq_len, uint32_t n, uint32_t& start,
-                               uint32_t& end) {
+SM120_DEVICE void gdr_sequence(const Offset* cu_seqlens, uint32_t seq_len, uint32_t n, uint32_t& start, uint32_t& end) {
     if (cu_seqlens == nullptr) {
         start = n * seq_len, end = start + seq_len;
     } else {

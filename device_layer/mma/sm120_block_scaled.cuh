@@ -28,8 +28,8 @@ SM120_DEVICE void mma_mxf8_e4m3_16832(float (&d)[4], const uint32_t (&a)[4], con
     asm("mma.sync.aligned.m16n8k32.row.col.kind::mxf8f6f4.block_scale.scale_vec::1X.f32.e4m3.e4m3.f32.ue8m0 "
         "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3}, %10, {%12, %13}, %11, {%14, %15};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(sfa), "r"(sfb), "n"(kByteA),
-          "n"(kTidA), "n"(kByteB), "n"(kTidB));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(sfa), "r"(sfb), "n"(kByteA), "n"(kTidA),
+          "n"(kByteB), "n"(kTidB));
 #else
     emulation::mxf8_16832<kByteA, kTidA, kByteB, kTidB>(d, a, b, sfa, sfb);
 #endif
@@ -44,8 +44,8 @@ SM120_DEVICE void mma_mxf4_16864(float (&d)[4], const uint32_t (&a)[4], const ui
     asm("mma.sync.aligned.m16n8k64.row.col.kind::mxf4.block_scale.scale_vec::2X.f32.e2m1.e2m1.f32.ue8m0 "
         "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3}, %10, {%12, %13}, %11, {%14, %15};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(sfa), "r"(sfb), "n"(kByteA),
-          "n"(kTidA), "n"(kByteB), "n"(kTidB));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(sfa), "r"(sfb), "n"(kByteA), "n"(kTidA),
+          "n"(kByteB), "n"(kTidB));
 #else
     emulation::fp4_16864<ScaleKind::kMxFp4, kByteA, kTidA, kByteB, kTidB>(d, a, b, sfa, sfb);
 #endif
@@ -59,8 +59,8 @@ SM120_DEVICE void mma_nvf4_16864(float (&d)[4], const uint32_t (&a)[4], const ui
     asm("mma.sync.aligned.m16n8k64.row.col.kind::mxf4nvf4.block_scale.scale_vec::4X.f32.e2m1.e2m1.f32.ue4m3 "
         "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3}, %10, {%12, %13}, %11, {%14, %15};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(sfa), "r"(sfb), "n"(kByteA),
-          "n"(kTidA), "n"(kByteB), "n"(kTidB));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(sfa), "r"(sfb), "n"(kByteA), "n"(kTidA),
+          "n"(kByteB), "n"(kTidB));
 #else
     emulation::fp4_16864<ScaleKind::kNvFp4, kByteA, kTidA, kByteB, kTidB>(d, a, b, sfa, sfb);
 #endif
@@ -79,11 +79,12 @@ SM120_DEVICE void mma_mxf8f6f4_16832(float (&d)[4], const uint32_t (&a)[4], cons
         mma_mxf8_e4m3_16832<kByteA, kTidA, kByteB, kTidB>(d, a, b, sfa, sfb);
     } else {
 #if SM120_NATIVE
-#define SM120_MXF8F6F4_ASM(TYPES)                                                                                   \
-    asm("mma.sync.aligned.m16n8k32.row.col.kind::mxf8f6f4.block_scale.scale_vec::1X.f32." TYPES ".f32.ue8m0 "     \
-        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3}, %10, {%12, %13}, %11, {%14, %15};\n"     \
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                                         \
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(sfa), "r"(sfb), "n"(kByteA),        \
+#define SM120_MXF8F6F4_ASM(TYPES)                                                                             \
+    asm("mma.sync.aligned.m16n8k32.row.col.kind::mxf8f6f4.block_scale.scale_vec::1X.f32." TYPES               \
+        ".f32.ue8m0 "                                                                                         \
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3}, %10, {%12, %13}, %11, {%14, %15};\n" \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                                      \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(sfa), "r"(sfb), "n"(kByteA),  \
           "n"(kTidA), "n"(kByteB), "n"(kTidB))
         if constexpr (kA == F8F6F4Type::kE4M3) SM120_MXF8F6F4_ASM("e4m3.e2m1");
         else if constexpr (kB == F8F6F4Type::kE4M3) SM120_MXF8F6F4_ASM("e2m1.e4m3");
@@ -104,7 +105,7 @@ SM120_DEVICE void mma_mxf8f6f4_16832(float (&d)[4], const uint32_t (&a)[4], cons
 // Four packed e2m1 codes (bits 0..15) -> the kind::mxf8f6f4 operand format: one code per byte, in bits [5:2].
 SM120_HOST_DEVICE uint32_t e2m1x4_to_containers(uint32_t codes) {
     uint32_t t = ((codes & 0xFFFFu) | ((codes & 0xFFFFu) << 8)) & 0x00FF00FFu;  // code pairs to bytes 0 and 2
-    t = (t | (t << 4)) & 0x0F0F0F0Fu;                                            // one code per byte
+    t = (t | (t << 4)) & 0x0F0F0F0Fu;                                           // one code per byte
     return t << 2;
 }
 

@@ -54,8 +54,7 @@ SM120_DEVICE uint32_t operand_to_e4m3(uint32_t word) {
 
 // D = A(16x32 e4m3) * B(32x8 e4m3) with fp32 accumulation, no scaling; exists on sm_89+.
 SM120_DEVICE void mma_e4m3_16832_unscaled(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-    asm(
-        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+    asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
         "{%0, %1, %2, %3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
@@ -86,8 +85,7 @@ SM120_DEVICE void mxf8_16832(float (&d)[4], const uint32_t (&a)[4], const uint32
 }
 
 template <ScaleKind kKind, uint32_t kByteA, uint32_t kTidA, uint32_t kByteB, uint32_t kTidB>
-SM120_DEVICE void fp4_16864(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], uint32_t sfa,
-                            uint32_t sfb) {
+SM120_DEVICE void fp4_16864(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], uint32_t sfa, uint32_t sfb) {
     // m16n8k64 e2m1 fragments (PTX ISA): a[0] row g, K 8q..8q+7; a[1] row g+8, same K; a[2] / a[3] the same
     // rows at K 32+8q..; b[0] column g, K 8q..8q+7; b[1] K 32+8q...
     const uint32_t q = (threadIdx.x % 32) % 4;

@@ -30,9 +30,9 @@
 namespace sm120 {
 
 enum class ScaleKind : uint32_t {
-    kMxFp8 = 0,  // e4m3 x e4m3, kind::mxf8f6f4 scale_vec::1X, UE8M0, one scale per 32 K (m16n8k32)
-    kMxFp4 = 1,  // e2m1 x e2m1, kind::mxf4 scale_vec::2X, UE8M0, one scale per 32 K (m16n8k64)
-    kNvFp4 = 2,  // e2m1 x e2m1, kind::mxf4nvf4 scale_vec::4X, UE4M3, one scale per 16 K (m16n8k64)
+    kMxFp8 = 0,       // e4m3 x e4m3, kind::mxf8f6f4 scale_vec::1X, UE8M0, one scale per 32 K (m16n8k32)
+    kMxFp4 = 1,       // e2m1 x e2m1, kind::mxf4 scale_vec::2X, UE8M0, one scale per 32 K (m16n8k64)
+    kNvFp4 = 2,       // e2m1 x e2m1, kind::mxf4nvf4 scale_vec::4X, UE4M3, one scale per 16 K (m16n8k64)
     kMxE4M3E2M1 = 3,  // e4m3 x e2m1 (one code per byte), kind::mxf8f6f4 scale_vec::1X, UE8M0 per 32 K (m16n8k32)
     kMxE2M1E4M3 = 4,  // e2m1 x e4m3, likewise
 };

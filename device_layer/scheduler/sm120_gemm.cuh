@@ -12,25 +12,25 @@
 namespace sm120 {
 
 enum class GemmType : uint32_t {
-    kNormal = 0,               // one problem
-    kMGroupedContiguous = 1,   // A rows sorted by group; per-row group ids (-1 = padding) or psum ends
-    kMGroupedMasked = 2,       // A [G, M, K]; rows >= masked_m[g] of group g are skipped
-    kKGroupedContiguous = 3,   // A [sum K, M], B [sum K, N] split along K by group; D [G, M, N]
-    kBatched = 4,              // G independent problems in 3-D operand maps (batch = dim 2); D_g at d + g * stride
-    kBatchReduce = 5,          // D = sum over g of A_g B_g^T: the K loop runs over (g, K block) pairs
+    kNormal = 0,              // one problem
+    kMGroupedContiguous = 1,  // A rows sorted by group; per-row group ids (-1 = padding) or psum ends
+    kMGroupedMasked = 2,      // A [G, M, K]; rows >= masked_m[g] of group g are skipped
+    kKGroupedContiguous = 3,  // A [sum K, M], B [sum K, N] split along K by group; D [G, M, N]
+    kBatched = 4,             // G independent problems in 3-D operand maps (batch = dim 2); D_g at d + g * stride
+    kBatchReduce = 5,         // D = sum over g of A_g B_g^T: the K loop runs over (g, K block) pairs
 };
 
 struct TileInfo {
-    uint32_t a_row;    // first row of the A (first operand) tile in its 2D descriptor
-    uint32_t b_row;    // first row of the B (second operand) tile in its 2D descriptor
-    uint32_t d_row;    // first row of D written by this tile (= a_row except for masked groups)
-    uint32_t n_col;    // first column of D
-    uint32_t m_valid;  // rows of the tile that hold real output rows (<= BLOCK_M)
-    int32_t group;     // group id (0 for dense)
-    uint32_t k_begin;  // first K block of this tile's slice (split-K), inclusive
-    uint32_t k_end;    // last K block, exclusive
-    uint32_t split;    // split-K slice index (0 without split-K)
-    uint32_t k_offset; // K-grouped: first K row of the group in A/B (the kernel rebases its descriptors)
+    uint32_t a_row;     // first row of the A (first operand) tile in its 2D descriptor
+    uint32_t b_row;     // first row of the B (second operand) tile in its 2D descriptor
+    uint32_t d_row;     // first row of D written by this tile (= a_row except for masked groups)
+    uint32_t n_col;     // first column of D
+    uint32_t m_valid;   // rows of the tile that hold real output rows (<= BLOCK_M)
+    int32_t group;      // group id (0 for dense)
+    uint32_t k_begin;   // first K block of this tile's slice (split-K), inclusive
+    uint32_t k_end;     // last K block, exclusive
+    uint32_t split;     // split-K slice index (0 without split-K)
+    uint32_t k_offset;  // K-grouped: first K row of the group in A/B (the kernel rebases its descriptors)
 };
 
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t BLOCK_K, uint32_t kGroupN, GemmType kType>
@@ -41,7 +41,7 @@ struct GemmTileScheduler {
 
     // m: rows of A (dense/contiguous: all rows; masked: rows per group; K-grouped: rows of each D). n: columns.
     uint32_t m, n, num_groups;
-    const int32_t* layout;  // contiguous: per-row ids, or psum ends; masked: masked_m per group; K-grouped: K
+    const int32_t* layout;      // contiguous: per-row ids, or psum ends; masked: masked_m per group; K-grouped: K
     uint32_t cur_k_offset = 0;  // K-grouped: sum of K over groups before cur_group
     bool psum;
     // Split-K (dense only): each output tile is computed as num_splits slices of k_blocks_per_split
@@ -55,15 +55,16 @@ struct GemmTileScheduler {
 
     SM120_DEVICE GemmTileScheduler(uint32_t m_, uint32_t n_, uint32_t groups, const int32_t* layout_, bool psum_,
                                    uint32_t k_blocks, uint32_t splits = 1)
-        : m(m_), n(n_), num_groups(groups), layout(layout_), psum(psum_), num_k_blocks(k_blocks),
-          num_splits(splits), k_blocks_per_split(ceil_div(k_blocks, splits)),
-          num_m_blocks(ceil_div(m_, BLOCK_M)), num_n_blocks(ceil_div(n_, BLOCK_N)), next_tile(blockIdx.x) {
+        : m(m_), n(n_), num_groups(groups), layout(layout_), psum(psum_), num_k_blocks(k_blocks), num_splits(splits),
+          k_blocks_per_split(ceil_div(k_blocks, splits)), num_m_blocks(ceil_div(m_, BLOCK_M)),
+          num_n_blocks(ceil_div(n_, BLOCK_N)), next_tile(blockIdx.x) {
         // Masked: an upper bound; the walk over groups ends the sequence when the valid tiles run out.
         tiles_per_split = num_m_blocks * num_n_blocks;
-        const bool per_group = kType == GemmType::kMGroupedMasked || kType == GemmType::kKGroupedContiguous ||
-                               kType == GemmType::kBatched;
+        const bool per_group =
+            kType == GemmType::kMGroupedMasked || kType == GemmType::kKGroupedContiguous || kType == GemmType::kBatched;
         num_tiles = tiles_per_split * (per_group ? groups : num_splits);
-        if constexpr (kType == GemmType::kMGroupedMasked) cur_group_tiles = groups ? valid_m_blocks(0) * num_n_blocks : 0;
+        if constexpr (kType == GemmType::kMGroupedMasked)
+            cur_group_tiles = groups ? valid_m_blocks(0) * num_n_blocks : 0;
     }
 
     // Tile `t` of one problem -> (m_block, n_block) in grouped raster order.
@@ -82,7 +83,8 @@ struct GemmTileScheduler {
         uint32_t lo = 0, hi = num_groups;  // first g with end[g] > row
         while (lo < hi) {
             const uint32_t mid = (lo + hi) / 2;
-            if (static_cast<uint32_t>(__ldg(layout + mid)) > row) hi = mid; else lo = mid + 1;
+            if (static_cast<uint32_t>(__ldg(layout + mid)) > row) hi = mid;
+            else lo = mid + 1;
         }
         if (lo == num_groups) return -1;
         end = static_cast<uint32_t>(__ldg(layout + lo));
@@ -154,8 +156,10 @@ struct GemmTileScheduler {
                         t.group = psum_group(t.a_row, end);
                         if (t.group < 0) continue;
                         // rows before the group's aligned start are padding after the previous group
-                        const uint32_t start = t.group == 0 ? 0u
-                            : align_up(static_cast<uint32_t>(__ldg(layout + t.group - 1)), kMKAlignmentForContiguousLayout);
+                        const uint32_t start = t.group == 0
+                                                   ? 0u
+                                                   : align_up(static_cast<uint32_t>(__ldg(layout + t.group - 1)),
+                                                              kMKAlignmentForContiguousLayout);
                         if (t.a_row < start) continue;
                         t.m_valid = min(t.m_valid, end - t.a_row);
                     } else {

@@ -17,7 +17,6 @@
 
 namespace sm120 {
 
-
 // One context length as the kernel uses it: negative ones are 0, and none is longer than `cap` keys (what the
 // batch's block-table row covers; the metadata, which does not see the table, passes ~0u).
 SM120_DEVICE uint32_t paged_clamp_len(int32_t len, uint32_t cap) {
@@ -87,10 +86,12 @@ struct PagedChunkWalker {
 
 // context_lens: [B, ld] with `next_n` meaningful columns (1-D lengths: next_n = 1, ld = 1).
 template <uint32_t kThreads>
+// clang-format off: a kernel declaration (see .clang-format)
 __global__ void __launch_bounds__(kThreads, 1)
 sm120_paged_mqa_logits_metadata_kernel(const int32_t* __restrict__ context_lens, uint32_t num_batches,
                                        uint32_t next_n, uint32_t ld, uint32_t chunk_keys, uint32_t num_sms,
                                        int32_t* __restrict__ meta) {
+    // clang-format on
     __shared__ uint64_t seg_prefix[kThreads + 1];
     const uint32_t tid = threadIdx.x;
     const uint32_t per = ceil_div(num_batches, kThreads);
@@ -116,7 +117,8 @@ sm120_paged_mqa_logits_metadata_kernel(const int32_t* __restrict__ context_lens,
             uint32_t lo = 0, hi = kThreads;
             while (hi - lo > 1) {
                 const uint32_t mid = (lo + hi) / 2;
-                if (seg_prefix[mid] <= target) lo = mid; else hi = mid;
+                if (seg_prefix[mid] <= target) lo = mid;
+                else hi = mid;
             }
             uint64_t acc = seg_prefix[lo];
             for (uint32_t b = min(lo * per, num_batches); b < min(lo * per + per, num_batches); ++b) {

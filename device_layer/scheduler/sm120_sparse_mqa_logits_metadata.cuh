@@ -15,12 +15,14 @@
 namespace sm120 {
 
 template <uint32_t kThreads>
+// clang-format off: a kernel declaration (see .clang-format)
 __global__ void __launch_bounds__(kThreads)
 sm120_sparse_mqa_logits_metadata_kernel(const int32_t* __restrict__ ks, const int32_t* __restrict__ ke,
                                         const int32_t* __restrict__ block_table, const int32_t* __restrict__ indices,
                                         int32_t* __restrict__ meta, uint32_t rows, uint32_t num_slots,
                                         uint32_t block_log2, uint32_t page_kv, uint32_t max_pages, uint32_t bt_ld,
                                         uint32_t idx_ld) {
+    // clang-format on
     const uint64_t slot_id = static_cast<uint64_t>(blockIdx.x) * kThreads + threadIdx.x;
     if (slot_id >= static_cast<uint64_t>(rows) * num_slots) return;
     const uint32_t r = static_cast<uint32_t>(slot_id / num_slots), s = static_cast<uint32_t>(slot_id % num_slots);

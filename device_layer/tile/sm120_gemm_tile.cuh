@@ -29,9 +29,9 @@ struct GemmTileConfig {
     static constexpr uint32_t kSmemBytes = kStages * kStageBytes + kBarrierBytes;
     // Register split after setmaxnreg: the producer keeps 40, math warps take the rest (multiple of 8).
     static constexpr uint32_t kProducerRegs = 40;
-    static constexpr uint32_t kMathRegs =
-        ((65536 - 128 * kProducerRegs) / kMathThreads) / 8 * 8 > 240 ? 240
-                                                                     : ((65536 - 128 * kProducerRegs) / kMathThreads) / 8 * 8;
+    static constexpr uint32_t kMathRegs = ((65536 - 128 * kProducerRegs) / kMathThreads) / 8 * 8 > 240
+                                              ? 240
+                                              : ((65536 - 128 * kProducerRegs) / kMathThreads) / 8 * 8;
 
     // Registers per thread at entry under __launch_bounds__(kThreads, 1). setmaxnreg.inc may only grow a
     // warp's allocation, so reallocate only when the math warps want more than that (384-thread kernels);

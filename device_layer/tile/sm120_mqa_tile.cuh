@@ -32,10 +32,9 @@ SM120_DEVICE T to_logit(float v) {
     else return __float2bfloat16_rn(v);
 }
 
-template <uint32_t kHeads, uint32_t kHeadDim, uint32_t kWarpKeys, bool kFp4, uint32_t kRows_ = 64,
-          bool kMxFp8 = false>
+template <uint32_t kHeads, uint32_t kHeadDim, uint32_t kWarpKeys, bool kFp4, uint32_t kRows_ = 64, bool kMxFp8 = false>
 struct MqaTile {
-    static constexpr uint32_t kRows = kRows_;                              // M: kRows / kHeads queries x kHeads
+    static constexpr uint32_t kRows = kRows_;  // M: kRows / kHeads queries x kHeads
     static constexpr uint32_t kQueries = kRows / kHeads;
     static constexpr bool kBlockScaled = kFp4 || kMxFp8;                   // scales inside the MMA
     static constexpr uint32_t kRowBytes = kFp4 ? kHeadDim / 2 : kHeadDim;  // one swizzle span per row
@@ -58,8 +57,8 @@ struct MqaTile {
         for (uint32_t k = 0; k < kKSteps; ++k)
 #pragma unroll
             for (uint32_t i = 0; i < kMI; ++i)
-                ldmatrix_x4(q_base + swizzle_offset<kRowBytes>(i * 16 + (lane & 15), 2 * k + (lane >> 4)),
-                            qf[k][i][0], qf[k][i][1], qf[k][i][2], qf[k][i][3]);
+                ldmatrix_x4(q_base + swizzle_offset<kRowBytes>(i * 16 + (lane & 15), 2 * k + (lane >> 4)), qf[k][i][0],
+                            qf[k][i][1], qf[k][i][2], qf[k][i][3]);
     }
 
     // Block-scaled: the q-row scale words this lane supplies; row_word(r) is the packed word of block row r.
@@ -92,8 +91,7 @@ struct MqaTile {
                         mma_mxf4_16864<2 * k, i % 2, 2 * k, j % 4>(acc[i][j], qf[k][i], bf[j], qs[i / 2], kvs);
                     else if constexpr (kMxFp8)
                         mma_mxf8_e4m3_16832<k, i % 2, k, j % 4>(acc[i][j], qf[k][i], bf[j], qs[i / 2], kvs);
-                    else
-                        mma_mxf8_e4m3_16832<0, 0, 0, 0>(acc[i][j], qf[k][i], bf[j], kUnitUe8m0x4, kUnitUe8m0x4);
+                    else mma_mxf8_e4m3_16832<0, 0, 0, 0>(acc[i][j], qf[k][i], bf[j], kUnitUe8m0x4, kUnitUe8m0x4);
                 });
             });
         });
@@ -117,8 +115,8 @@ struct MqaTile {
 
     // Query q's sum over its heads of w * relu(acc * s) for the lane's columns 2t, 2t + 1 of n8 tile j, reduced
     // over the eight lanes of the column (the result is in every lane). w[i][h]: weight of row i * 16 + h * 8 + g.
-    SM120_DEVICE static void head_sum(const float (&acc)[kMI][kNI][4], const float (&w)[kMI][2], uint32_t q,
-                                      uint32_t j, float s0, float s1, float& v0, float& v1) {
+    SM120_DEVICE static void head_sum(const float (&acc)[kMI][kNI][4], const float (&w)[kMI][2], uint32_t q, uint32_t j,
+                                      float s0, float s1, float& v0, float& v1) {
         v0 = 0.0f, v1 = 0.0f;
 #pragma unroll
         for (uint32_t i = 0; i < kMI; ++i) {
