@@ -27,17 +27,20 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 KERNEL = os.path.join("impls", "sm120_bf16_gemm.cuh")
 PIPELINE = os.path.join("common", "sm120_pipeline.cuh")  # the stage release every kernel shares
-MMA = "mma_bf16_16816(acc[i][j], af[cur][i], bfr[cur][j]);"
-STORE = "        store_accumulators<kMI, kNI, kType, kWithC && !kCInAcc>("
+MMA = "mma_bf16_16816(acc[i][j], af[buf][i], bfr[buf][j]);"
+LOAD = "frags.load(ml.tile_a(s), ml.tile_b(s), kk, af[buf], bfr[buf]);"
+FRAGS = "        uint32_t bfr[2][kNI][2];\n"
+TILE = "        while (sched.next(tile)) {\n"
+STORE = "                store_accumulators<kMI, kNI, kType, kWithC && !kCInAcc>("
 RELEASE = "    __syncwarp();\n    if (lane == 0) mbarrier_arrive(empty);"
 EDITS = {  # variant -> [(file under device_layer/, anchor, replacement)]; every anchor occurs exactly once there
     "base": [],
-    "nomma": [(KERNEL, MMA, "acc[i][j][0] += __uint_as_float(af[cur][i][0] ^ bfr[cur][j][0]);")],
-    "noldm": [(KERNEL, "load_fragments(st.stage, kk + 1, af[nxt], bfr[nxt]);", ""),
-              (KERNEL, "load_fragments(next_stage, 0, af[nxt], bfr[nxt]);", ""),
-              (KERNEL, "load_fragments(st.stage, 0, af[0], bfr[0]);",
-               "load_fragments(st.stage, 0, af[0], bfr[0]); load_fragments(st.stage, 1, af[1], bfr[1]);")],
-    "noepi": [(KERNEL, STORE, "        if (acc[0][0][0] == 1234.5f) " + STORE.lstrip())],
+    "nomma": [(KERNEL, MMA, "acc[i][j][0] += __uint_as_float(af[buf][i][0] ^ bfr[buf][j][0]);")],
+    # the main loop asks for every step's fragments; this copy fetches only a tile's first two (both buffers)
+    "noldm": [(KERNEL, FRAGS, FRAGS + "        uint32_t ldm_left = 0;\n"),
+              (KERNEL, TILE, TILE + "            ldm_left = 2;\n"),
+              (KERNEL, LOAD, "if (ldm_left != 0) { --ldm_left; " + LOAD + " }")],
+    "noepi": [(KERNEL, STORE, "                if (acc[0][0][0] == 1234.5f) " + STORE.lstrip())],
     "nofence": [(PIPELINE, "    fence_proxy_async_smem();\n" + RELEASE, RELEASE)],
 }
 
@@ -77,7 +80,7 @@ def time_configs(configs: list[str], iters: int) -> list[dict]:
         os.environ.setdefault("DG_SM120_EMULATE", "1")
     from bench_bf16_gemm import ISSUE13_SHAPES, config_launcher
     from harness import bench
-    from deep_gemm_sm120.families.bf16_gemm import Bf16GemmConfig
+    from deep_gemm_sm120.families.bf16_gemm.kernel import Bf16GemmConfig
 
     rows = []
     for m, n, k in ISSUE13_SHAPES:

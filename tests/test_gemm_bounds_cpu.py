@@ -39,3 +39,19 @@ def test_parse_config():
     assert gemm_bounds.parse_config("128x256x32s4") == (128, 256, 32, 4, 2, 4)
     assert gemm_bounds.parse_config("256x128x32s4") == (256, 128, 32, 4, 4, 2)
     assert gemm_bounds.parse_config("128x128x64s3w4x2") == (128, 128, 64, 3, 4, 2)
+
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+import compile_gate as gate  # noqa: E402
+
+
+@pytest.mark.compile_gate
+@pytest.mark.skipif(not gate.discover_toolchains([]), reason="no CUDA toolchain")
+@pytest.mark.parametrize("variant", sorted(set(gemm_bounds.EDITS) - {"base"}))
+def test_every_variant_compiles(tmp_path, variant):
+    """An anchor that still matches can leave code that no longer builds; the variant's tree compiles for the
+    target the benchmark runs on (the H200's sm_90a) with the BF16 family's first instantiation."""
+    tree = gemm_bounds.edited_tree(variant, str(tmp_path))
+    job = gate.kernel_jobs(quick=True, families=("bf16_gemm",))[0]
+    r = gate.check_kernel(gate.discover_toolchains([])[0], job, "sm_90a", include_dir=tree)
+    assert r.verdict != "compile-error", r.problems

@@ -33,7 +33,8 @@ from vendorkit.argparsing import UsageParser
 from vendorkit.errors import UsageError
 
 ROOT = host_decls.ROOT
-DEVICE_LAYER = os.path.join(ROOT, "device_layer")
+# the tree the JIT compiles: $DG_SM120_DEVICE_LAYER when set (a family in progress, a benchmark's edited copy)
+DEVICE_LAYER = os.environ.get("DG_SM120_DEVICE_LAYER") or os.path.join(ROOT, "device_layer")
 TARGETS = ("sm_120a", "sm_120f", "sm_121a", "sm_90a")
 _limits = host_decls.load("core.limits")
 _toolchain = host_decls.load("core.toolchain")
@@ -163,8 +164,10 @@ def check_kernel(tc: Toolchain, job: KernelJob, target: str, include_dir: str = 
             r.problems.append(f"spills: {r.spill_stores} B stored, {r.spill_loads} B loaded")
         if r.stack and not spills_ok:
             r.problems.append(f"local memory: {r.stack} B stack frame")
-        p = subprocess.run([tc.nvdisasm, "-c", cubin], capture_output=True, text=True)
-        if p.returncode != 0:
+        p = subprocess.run([tc.nvdisasm, "-c", cubin], capture_output=True, text=True) if tc.nvdisasm else None
+        if p is None:  # SASS rules cannot be checked: a failure, never a silent pass
+            r.problems.append(_toolchain.nvdisasm_hint(tc.version))
+        elif p.returncode != 0:
             r.problems.append(f"nvdisasm failed: {_last_error(p.stderr)}")
         else:
             required = rules.required_for(target) + ((PDL_WAIT_OPCODE,) if job.pdl else ())
