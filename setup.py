@@ -5,6 +5,7 @@ The pybind11 runtime (host/csrc) needs only `cuda.h` at build time (from $CUDA_H
 torch's C++ ABI is never linked.
 """
 import os
+import re
 import shutil
 import sys
 
@@ -12,6 +13,15 @@ from setuptools import Extension, find_packages, setup
 from setuptools.command.build_py import build_py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def package_version() -> str:
+    """host/deep_gemm_sm120/version.py's __version__ (read, not imported: the package needs torch)."""
+    with open(os.path.join(HERE, "host", "deep_gemm_sm120", "version.py"), encoding="utf-8") as fh:
+        m = re.search(r'^__version__ = "([^"]+)"$', fh.read(), re.M)
+    if m is None:
+        raise RuntimeError("host/deep_gemm_sm120/version.py has no __version__ line")
+    return m.group(1)
 PTH = "deep_gemm_sm120_compat.pth"
 
 
@@ -109,7 +119,7 @@ TEST = [
 
 setup(
     name="deep_gemm_sm120",
-    version="0.8.4",
+    version=package_version(),
     description="SM120 (consumer Blackwell) GEMM kernels and a DeepGEMM-style JIT host",
     package_dir={"": "host"},
     packages=find_packages("host"),

@@ -76,7 +76,7 @@ def config_launcher(cfg, a: torch.Tensor, b: torch.Tensor, d: torch.Tensor):
     from deep_gemm_sm120 import jit
     from deep_gemm_sm120.arch import target_for_device
     from deep_gemm_sm120.core.tma import DTYPE, tma_2d
-    from deep_gemm_sm120.families.bf16_gemm import PARAMS, Bf16GemmSpec
+    from deep_gemm_sm120.families.bf16_gemm.kernel import PARAMS, Bf16GemmSpec
     from deep_gemm_sm120.launch import launch
 
     (m, k), n = a.shape, b.shape[0]
@@ -97,7 +97,7 @@ def config_launcher(cfg, a: torch.Tensor, b: torch.Tensor, d: torch.Tensor):
 
 def sweep(iters: int) -> list[dict]:
     from deep_gemm_sm120 import runtime
-    from deep_gemm_sm120.families.bf16_gemm import Bf16GemmConfig
+    from deep_gemm_sm120.families.bf16_gemm.kernel import Bf16GemmConfig
 
     rows = []
     for m, n, k in ISSUE13_SHAPES:
@@ -231,9 +231,10 @@ def k_grouped_cases(iters: int) -> list[dict]:
 
 
 def _clear_plans() -> None:
-    from deep_gemm_sm120.families.bf16_gemm import api, dense_plan
+    from deep_gemm_sm120.families.bf16_gemm import api
+    from deep_gemm_sm120.families.bf16_gemm.plan import dense_plan
 
-    api._plan.cache_clear()
+    api._CALLS.entries.clear()  # calls validated and planned per signature
     dense_plan.cache_clear()
 
 
@@ -241,7 +242,7 @@ def split_k_cases(iters: int) -> list[dict]:
     """Split-K against the same kernels with splitting disabled, on decode shapes (M <= 64, K >= 7168)."""
     import deep_gemm_sm120 as dg
     from deep_gemm_sm120.core import splitk
-    from deep_gemm_sm120.families.bf16_gemm import dense_plan, m_bucket
+    from deep_gemm_sm120.families.bf16_gemm.plan import dense_plan, m_bucket
 
     rows = []
     for m, n, k in ((1, 2112, 7168), (16, 2112, 7168), (64, 2112, 7168), (64, 576, 7168), (32, 7168, 16384),
@@ -304,7 +305,7 @@ def pdl_cases(iters: int) -> list[dict]:
 def jit_figures() -> dict:
     from deep_gemm_sm120 import jit, runtime
     from deep_gemm_sm120.arch import target_for_device
-    from deep_gemm_sm120.families.bf16_gemm import specs as bf16_specs
+    from deep_gemm_sm120.families.bf16_gemm.kernel import specs as bf16_specs
 
     target = target_for_device(0)
     spec = bf16_specs()[0]

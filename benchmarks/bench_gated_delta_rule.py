@@ -137,7 +137,8 @@ def profile(b: int, t: int, h: int, hv: int, fla, lens=None, init: bool = True) 
 def sweep(b: int, t: int, h: int, hv: int, iters: int, lens=None, init: bool = True, chunks=(32, 64)) -> dict:
     """Ours at chunk 32 and 64 with each (V slice, K split) plan forced (api.choose_plan replaced for the call)."""
     import deep_gemm_sm120 as dg
-    from deep_gemm_sm120.families.gated_delta_rule import api, plans
+    from deep_gemm_sm120.families.gated_delta_rule import api
+    from deep_gemm_sm120.families.gated_delta_rule.kernel import plans
 
     q, k, v, g, beta, state, cu = inputs(b, t, h, hv, lens, init)
     chosen, out = api.choose_plan, {}
@@ -199,7 +200,7 @@ def main() -> int:
         forced = 0 if args.overlap == "off" else int(args.overlap)
         overlap_forced(lambda planned: forced if planned else 0).__enter__()
     if args.max_stages:
-        fam = __import__("deep_gemm_sm120.families.gated_delta_rule", fromlist=["MAX_STAGES"])
+        fam = __import__("deep_gemm_sm120.families.gated_delta_rule.kernel", fromlist=["MAX_STAGES"])
         fam.MAX_STAGES = args.max_stages
     iters = 3 if args.quick else 10
     print(f"FLA {'present' if fla else 'absent'}")

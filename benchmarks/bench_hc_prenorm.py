@@ -52,7 +52,7 @@ def main() -> int:
         "--ctas-per-sm", type=int, help="internal K-split target (tuning; default: the plan's)"))
     args = run.args  # off SM120 only the build changes: TF32/BF16 mma.sync are native on sm_90a
     torch.backends.cuda.matmul.allow_tf32 = True
-    fam = __import__("deep_gemm_sm120.families.tf32_hc_prenorm_gemm", fromlist=["plan"])
+    fam = __import__("deep_gemm_sm120.families.tf32_hc_prenorm_gemm.plan", fromlist=["plan"])
     if args.ctas_per_sm:
         fam.CTAS_PER_SM = args.ctas_per_sm
         fam.plan.cache_clear()

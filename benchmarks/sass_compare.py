@@ -57,7 +57,8 @@ def work_counts(lines: list[str]) -> collections.Counter:
 
 def kernels() -> list[tuple[str, object]]:
     from deep_gemm_sm120.core.registry import registry
-    from deep_gemm_sm120.families.bf16_gemm import Bf16GemmSpec, dense_plan, m_bucket
+    from deep_gemm_sm120.families.bf16_gemm.kernel import Bf16GemmSpec
+    from deep_gemm_sm120.families.bf16_gemm.plan import dense_plan, m_bucket
 
     out = []
     for m, n, k in ((1, 2112, 7168), (64, 2112, 7168), (128, 2112, 7168), (4096, 4096, 4096)):

@@ -104,21 +104,28 @@ class DeepGemmFinder(importlib.abc.MetaPathFinder):
             return None
         if not self.force and self._real_deep_gemm_installed():
             return None  # never shadow a real DeepGEMM unless asked
-        target_name = _target(TARGET + fullname[len(ALIAS):])
+        target_name = _target(fullname)
         if target_name is None:
             return None
         return importlib.util.spec_from_loader(fullname, _AliasLoader(target_name),
                                                is_package=fullname == ALIAS)
 
 
-def _target(name: str) -> str | None:
-    """The module `deep_gemm.x` stands for: deep_gemm_sm120.compat.x, or the module compat binds as `x` (its
-    `testing` is deep_gemm_sm120.testing itself)."""
-    if importlib.util.find_spec(name) is not None:
-        return name
-    parent, _, leaf = name.rpartition(".")
-    module = getattr(importlib.import_module(parent), leaf, None)
-    return module.__name__ if isinstance(module, types.ModuleType) else None
+def _target(fullname: str) -> str | None:
+    """The module `deep_gemm[.x[.y]]` stands for: deep_gemm_sm120.compat for `deep_gemm`, then, one level at a
+    time, the module its parent binds under that name (compat's `utils` is deep_gemm_sm120.utils itself) or
+    the parent's submodule of that name."""
+    if fullname == ALIAS:
+        return TARGET
+    parent, _, leaf = fullname.rpartition(".")
+    parent_target = _target(parent)
+    if parent_target is None:
+        return None
+    bound = getattr(importlib.import_module(parent_target), leaf, None)
+    if isinstance(bound, types.ModuleType):
+        return bound.__name__
+    name = f"{parent_target}.{leaf}"
+    return name if importlib.util.find_spec(name) is not None else None
 
 
 def install(force: bool = False) -> DeepGemmFinder:

@@ -156,7 +156,7 @@ def test_runtime_reports_no_local_memory(sm120_or_emulation):
     import deep_gemm_sm120 as dg
     from deep_gemm_sm120 import jit, runtime
     from deep_gemm_sm120.arch import target_for_device
-    from deep_gemm_sm120.families.bf16_gemm import specs as bf16_specs
+    from deep_gemm_sm120.families.bf16_gemm.kernel import specs as bf16_specs
 
     spec = bf16_specs()[0]
     dev = torch.cuda.current_device()
@@ -205,7 +205,7 @@ def test_layouts_match_fp64_reference(sm120_or_emulation, layout, m, n, k):
 @pytest.mark.parametrize("m,n,k", [(1, 2112, 7168), (64, 2112, 7168), (20, 576, 16384), (48, 130, 4104)])
 def test_split_k_is_exact_and_deterministic(sm120_or_emulation, m, n, k):
     import deep_gemm_sm120 as dg
-    from deep_gemm_sm120.families.bf16_gemm import dense_plan, m_bucket
+    from deep_gemm_sm120.families.bf16_gemm.plan import dense_plan, m_bucket
     from deep_gemm_sm120.testing import calc_diff
 
     assert dense_plan(m_bucket(m), n, k, torch.cuda.get_device_properties(0).multi_processor_count).splits > 1
@@ -268,7 +268,7 @@ def test_loader_rejects_a_parameter_list_that_is_not_the_kernels(sm120_or_emulat
     """cuFuncGetParamInfo at load time: a cubin loaded with another family's parameter list is refused."""
     from deep_gemm_sm120 import jit, runtime
     from deep_gemm_sm120.arch import target_for_device
-    from deep_gemm_sm120.families.bf16_gemm import PARAMS as BF16_PARAMS
+    from deep_gemm_sm120.families.bf16_gemm.kernel import PARAMS as BF16_PARAMS
     from deep_gemm_sm120.services.split_k_reduce import SplitKReduceSpec
 
     dev = torch.cuda.current_device()

@@ -50,9 +50,13 @@ def test_contiguous_per_row_and_psum(sm120_or_emulation, sizes, n, k):
     dg.m_grouped_bf16_gemm_nt_contiguous(a, b, d, lay)
     _check_contiguous(a, b, lay, d)
     d2 = torch.full_like(d, SENTINEL)
-    dg.m_grouped_bf16_gemm_nt_contiguous(a, b, d2, psum, use_psum_layout=True)
+    dg.m_grouped_bf16_gemm_nt_contiguous(a, b, d2, psum, use_psum_layout=True, ensure_zero_padding=False)
     _check_contiguous(a, b, lay, d2)
     assert torch.equal(d, d2)  # both layouts describe the same problem, bit for bit
+    d4 = torch.full_like(d, SENTINEL)
+    dg.m_grouped_bf16_gemm_nt_contiguous(a, b, d4, psum, use_psum_layout=True)  # DeepGEMM's default: zero padding
+    pad = (lay == -1).unsqueeze(1).expand_as(d)
+    assert torch.equal(d4[~pad], d[~pad]) and bool((d4[pad] == 0).all())
     d3 = torch.full_like(d, SENTINEL)
     dg.m_grouped_bf16_gemm_nt_contiguous(a, b, d3, lay)
     assert torch.equal(d, d3)  # deterministic

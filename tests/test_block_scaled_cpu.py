@@ -50,14 +50,20 @@ def test_transform_per_row_and_128x128_blocks():
 
 
 def test_transform_grouped_and_inference():
+    """pack_sf, the scale packing behind DeepGEMM's transform_sf_into_required_layout, infers gran_k from the
+    scales' shape when no recipe is given (DeepGEMM's name always takes one)."""
+    from deep_gemm_sm120.scale_layout import pack_sf
+
     sf = _pow2((3, 64, 16))
-    p = dg.transform_sf_into_required_layout(sf, 64, 512, num_groups=3)  # 16 columns of 1x32 for K = 512
+    p = pack_sf(sf, 64, 512, num_groups=3)  # 16 columns of 1x32 for K = 512
     assert p.shape == (3, 64, 4) and p.stride(1) == 1
     assert (int(p[1, 5, 0]) & 0xFF) == (int(sf[1, 5, 0].view(torch.int32)) >> 23)
     with pytest.raises(ValueError, match="ambiguous|cannot tell"):
-        dg.transform_sf_into_required_layout(_pow2((4, 1)), 4, 32)  # 1 column: 1x128, 1x32 and 1x16 all fit
+        pack_sf(_pow2((4, 1)), 4, 32)  # 1 column: 1x128, 1x32 and 1x16 all fit
     with pytest.raises(ValueError, match="pass recipe"):
-        dg.transform_sf_into_required_layout(torch.zeros(4, 1, dtype=torch.int32), 4, 32)
+        pack_sf(torch.zeros(4, 1, dtype=torch.int32), 4, 32)
+    with pytest.raises(TypeError):  # DeepGEMM's signature: the recipe is required
+        dg.transform_sf_into_required_layout(sf, 64, 512, num_groups=3)
 
 
 def test_scales_are_never_reinterpreted():
@@ -100,6 +106,8 @@ def test_api_errors_are_typed():
     a, b, d = _fp8(64, 256), _fp8(128, 256), torch.empty(64, 128, dtype=torch.bfloat16)
     sfa, sfb = torch.ones(64, 2), torch.ones(1, 2)
     with pytest.raises(TypeError, match="pair"):
+        dg.fp8_gemm_nt("a", (b, sfb), d)
+    with pytest.raises(ValueError, match="CUDA device"):  # a bare tensor: unit scales (DeepGEMM's form)
         dg.fp8_gemm_nt(a, (b, sfb), d)
     with pytest.raises(TypeError, match="must be float8_e4m3fn or packed FP4"):
         dg.fp8_gemm_nt((a.to(torch.bfloat16), sfa), (b, sfb), d)
@@ -135,7 +143,8 @@ def test_api_errors_are_typed():
 
 def test_block_scaled_specs_and_heuristics():
     from deep_gemm_sm120.core.limits import SMEM_LIMIT
-    from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d import dense_plan, specs as block_scaled_specs
+    from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d.plan import dense_plan
+    from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d.kernel import specs as block_scaled_specs
 
     def choose_block_scaled_plan(m, n, k, sms, kind):
         p = dense_plan(m, n, k, sms, kind)
@@ -155,7 +164,7 @@ def test_block_scaled_specs_and_heuristics():
     with pytest.raises(ValueError, match="1x32"):
         type(mixed)(mixed.config, "e4m3_e2m1", 128, gran_k_b=128)
     # issue 13: mixed kinds run the 128x128 tile four stages deep (96 KiB); every other kind keeps its depth
-    from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d import DENSE_CONFIGS, spec_for
+    from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d.kernel import DENSE_CONFIGS, spec_for
     for kind, grans in (("e4m3_e2m1", (128, 32)), ("e2m1_e4m3", (32, 128)), ("mxfp8", (128, 128))):
         s = spec_for(DENSE_CONFIGS[0], kind, grans, "bf16", False)
         assert (s.config.block_m, s.config.block_n) == (128, 128)

@@ -15,9 +15,10 @@ import torch
 
 import deep_gemm_sm120 as dg
 from deep_gemm_sm120 import compat
-from deep_gemm_sm120.compat import policy, surface
-from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d import FP4
-from deep_gemm_sm120.families.mqa_logits.deepgemm import mqa_logits_arguments
+from deep_gemm_sm120 import keywords as policy
+from deep_gemm_sm120.compat import surface
+from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d.rules import FP4
+from deep_gemm_sm120.families.mqa_logits.api import _forms
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU = "must be on a CUDA device"
@@ -94,10 +95,11 @@ def test_positional_orders_are_deepgemm_281s():
         params = inspect.signature(getattr(compat, name)).parameters.values()
         assert [p.name for p in params if p.kind == p.POSITIONAL_OR_KEYWORD] == expected.split(), name
         assert not any(p.kind == p.VAR_POSITIONAL for p in params), name
-    # fp8_fp4_mqa_logits takes two published forms (*args, told apart by the 6th argument's type); 2.8.1's is
+    # fp8_fp4_mqa_logits takes two published forms, told apart by the 6th argument's type; sgl-deep-gemm's is
     # (q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, max_seqlen_k, schedule_meta)
-    bound = mqa_logits_arguments(("q", "kv", "w", "ks", "ke", 64, "meta"), {})
-    assert (bound["max_seqlen_k"], bound["schedule_meta"], bound["clean_logits"]) == (64, "meta", False)
+    assert _forms(64, "meta", None) == (False, 64)
+    params = inspect.signature(compat.fp8_fp4_mqa_logits).parameters.values()
+    assert [p.name for p in params if p.kind == p.POSITIONAL_OR_KEYWORD][5:] == ["max_seqlen_k", "schedule_meta"]
 
 
 def test_sgl_deep_gemm_spellings_by_keyword():
@@ -195,9 +197,12 @@ def test_bf16_caller_patterns_and_keyword_refusals():
     _reaches_device_check(compat.fp8_gemm_nt, fa, fb, _z(4, 4), alpha=0.5, epilogue=ep.Alpha(0.5))
     with pytest.raises(ValueError, match="disagree"):
         compat.fp8_gemm_nt(fa, fb, _z(4, 4), alpha=0.25, epilogue=ep.Alpha(0.5))
-    with pytest.raises(NotImplementedError, match="alpha"):  # grouped GEMMs do not scale their result
-        compat.m_grouped_fp8_gemm_nt_masked(fa, fb, _z(1, 4, 4), torch.zeros(1, dtype=torch.int32), 4,
-                                            epilogue=ep.Alpha(0.5))
+    ga, gb = (_z(1, 4, 128, dtype=FP8), torch.ones(1, 4, 1)), (_z(1, 4, 128, dtype=FP8), torch.ones(1, 4, 1))
+    _reaches_device_check(compat.m_grouped_fp8_gemm_nt_masked, ga, gb, _z(1, 4, 4), torch.zeros(1, dtype=torch.int32),
+                          4, epilogue=ep.Alpha(0.5))  # the block-scaled kernel scales its result, grouped too
+    with pytest.raises(NotImplementedError, match="alpha"):  # the BF16 grouped GEMMs do not
+        compat.m_grouped_bf16_gemm_nt_masked(_z(1, 4, 64), _z(1, 4, 64), _z(1, 4, 4), torch.zeros(1, dtype=torch.int32),
+                                             4, epilogue=ep.Alpha(0.5))
     with pytest.raises(NotImplementedError, match="FP8 output"):
         compat.fp8_einsum("bhr,hdr->bhd", fa, fb, (_z(4, 4), torch.ones(4, 1)), use_128x4_sfd_layout=True)
     with pytest.raises(TypeError, match="compiled_dims"):
@@ -217,29 +222,27 @@ def test_bf16_caller_patterns_and_keyword_refusals():
                           torch.tensor(ks, dtype=torch.int32), d32)
     with pytest.raises(TypeError, match="c is the 6th argument"):  # our native order (ks, c) passed to DeepGEMM's
         compat.k_grouped_bf16_gemm_tn_contiguous(_z(10, 64), _z(10, 32), d32, ks, d32)
-    with pytest.raises(NotImplementedError, match="ks=None"):
+    with pytest.raises(NotImplementedError, match="ks_cpu=None"):
         compat.k_grouped_bf16_gemm_tn_contiguous(_z(10, 64), _z(10, 32), d32, None, torch.tensor(ks))
     with pytest.raises(NotImplementedError, match="use_psum_layout"):
         compat.k_grouped_bf16_gemm_tn_contiguous(_z(10, 64), _z(10, 32), d32, ks, None, use_psum_layout=True)
 
 
 def test_mqa_logits_forms_are_unambiguous():
+    """_forms(max_seqlen_k, schedule_meta, clean_logits) as the signature binds both published forms."""
     base = ("q", "kv", "w", "ks", "ke")
-    sgl = mqa_logits_arguments(base + (512,), {})
-    assert sgl["max_seqlen_k"] == 512 and sgl["clean_logits"] is False   # an int is never clean_logits
-    sgl_meta = mqa_logits_arguments(base + (512, "meta"), {})
-    assert sgl_meta["schedule_meta"] == "meta"
-    main = mqa_logits_arguments(base + (False, 256), {})
-    assert main["clean_logits"] is False and main["max_seqlen_k"] == 256
-    kw = mqa_logits_arguments(base, {"clean_logits": True})
-    assert kw["clean_logits"] is True and kw["max_seqlen_k"] == 0
-    assert mqa_logits_arguments(base, {})["clean_logits"] is True
+    assert _forms(512, None, None) == (False, 512)         # 2.8.1 / sgl: an int is never clean_logits
+    assert _forms(512, "meta", None) == (False, 512)       # with schedule_meta 7th
+    assert _forms(False, 256, None) == (False, 256)        # DeepGEMM main: bool clean_logits, int max_seqlen_k
+    assert _forms(True, None, None) == (True, 0)
+    assert _forms(0, None, None) == (True, 0) and _forms(64, None, None) == (False, 64)  # defaults follow the form
+    assert _forms(0, None, False) == (False, 0)            # clean_logits by keyword
     with pytest.raises(ValueError, match="clean_logits=False"):
-        mqa_logits_arguments(base, {"clean_logits": True, "max_seqlen_k": 64})
+        _forms(64, None, True)
     with pytest.raises(TypeError, match="6th argument"):
-        mqa_logits_arguments(base + (1.5,), {})
+        _forms(1.5, None, None)
     with pytest.raises(TypeError, match="multiple values"):
-        mqa_logits_arguments(base + (64,), {"max_seqlen_k": 64})
+        _forms(True, None, True)
     with pytest.raises(TypeError, match="q must be a"):    # parsed, then the real entry point checks
         compat.fp8_fp4_mqa_logits(*base, 512)
     with pytest.raises(TypeError, match="unexpected"):

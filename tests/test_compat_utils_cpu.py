@@ -18,7 +18,7 @@ E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 
 def test_package_layout_and_top_level_reexports():
     for sub in ("layout", "math", "nvfp4", "dist", "mlopart"):
-        assert getattr(utils, sub).__name__ == f"deep_gemm_sm120.compat.utils.{sub}"
+        assert getattr(utils, sub).__name__ == f"deep_gemm_sm120.utils.{sub}"
     for name in (*utils.layout.__all__, *utils.math.__all__, "init_dist", "uneven_all_gather"):
         assert callable(getattr(utils, name)), name
     assert utils.get_m_alignment_for_contiguous_layout is utils.layout.get_mk_alignment_for_contiguous_layout
@@ -46,7 +46,7 @@ def test_submodules_import_by_deepgemm_name_through_the_installed_hook(tmp_path)
     env = {**os.environ, "DG_SM120_AS_DEEP_GEMM": "1"}
     p = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert p.returncode == 0, p.stderr
-    assert p.stdout.split() == ["deep_gemm_sm120.compat.utils.layout", "4", "False"]
+    assert p.stdout.split() == ["deep_gemm_sm120.utils.layout", "4", "False"]
 
 
 def test_refusals_name_why():

@@ -61,7 +61,8 @@ def test_device_layer_includes_are_self_contained():
 def test_kernel_list_is_the_host_list():
     sys.path.insert(0, str(ROOT / "host"))
     from deep_gemm_sm120.core.registry import registry
-    from deep_gemm_sm120.families.bf16_gemm import choose_config, specs as bf16_specs
+    from deep_gemm_sm120.families.bf16_gemm.plan import choose_config
+    from deep_gemm_sm120.families.bf16_gemm.kernel import specs as bf16_specs
 
     jobs = gate.kernel_jobs(quick=False)
     assert {j.name for j in jobs} == {s.name for s in registry().specs()}

@@ -112,7 +112,7 @@ def _same(a, b, what: str) -> None:
 def test_utils_give_deepgemm_281s_bytes(vllm_sources):
     """Same input, same bytes: dtypes, padding, sign of zero and rounding of every shared utility, with inputs that
     hit the e2m1 ties, zeros, negative zeros and tiny blocks."""
-    from deep_gemm_sm120.compat.utils import math as ours, nvfp4 as ours_nvfp4
+    from deep_gemm_sm120.utils import math as ours, nvfp4 as ours_nvfp4
 
     theirs, theirs_nvfp4 = _load_their_utils(vllm_sources)
     g = torch.Generator().manual_seed(27)

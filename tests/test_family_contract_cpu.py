@@ -1,15 +1,18 @@
 """The family contract: a new family is one package, and everything else follows from its declaration.
 
-A throwaway family (a scratch package and a trivial kernel header in a temporary directory, joined through
-DG_SM120_FAMILY_PATH) is followed to every place a family reaches, with no other file edited: the package's API
-and exports, is_supported / why_unsupported, precompile(families=...), the compile gate's case list, the support
-matrix, the DeepGEMM compat surface and its generated table, and the qualification plan. docs/adding_a_family.md
-describes exactly this.
+The worked example of docs/adding_a_family.md, its code blocks copied as a newcomer copies them (the package into
+a scratch family directory joined through DG_SM120_FAMILY_PATH, the header into a copy of device_layer/ named by
+DG_SM120_DEVICE_LAYER), is followed to every place a family reaches, with no other file edited: the package's API
+and exports, is_supported / why_unsupported, precompile(families=...), the compile gate's case list and a real
+build, the support matrix, the DeepGEMM compat surface and its generated table, the qualification plan, and (on
+a GPU) a call.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -19,115 +22,43 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-HEADER = r'''#pragma once
-// A throwaway family for the contract test: out = alpha * in.
-#include "common/sm120_arch.cuh"
-
-namespace toy {
-template <uint32_t kThreads>
-__global__ void __launch_bounds__(kThreads, 1) toy_scale_kernel(float* out, const float* src, float alpha, uint32_t n) {
-    const uint32_t i = blockIdx.x * kThreads + threadIdx.x;
-    if (i < n) out[i] = alpha * src[i];
-}
-}  // namespace toy
-'''
-
-DECLARATION = '''"""toy_scale: out = alpha * in (the contract test's throwaway family)."""
-from __future__ import annotations
-
-import os
-from dataclasses import dataclass
-
-from ...core.deepgemm import SUPPORTED, Entry
-from ...core.params import Param, ParamList
-from ...core.registry import Family, GateRules, KernelSpec, Op
-
-PARAMS = ParamList(Param("out", "float*"), Param("src", "const float*"), Param("alpha", "float"),
-                   Param("n", "uint32_t"))
+DOC = ROOT / "docs" / "adding_a_family.md"
+LABEL = re.compile(r"^\*\*\d+\. (?:`(?P<py>[\w.]+\.py)`[^*]*|[^*`]*)\*\*(?: \(`(?P<cuh>device_layer/[\w./]+\.cuh)`\))?", re.M)
+FENCE = re.compile(r"^```(\w+)\n(.*?)^```$", re.M | re.S)
 
 
-@dataclass(frozen=True)
-class ToySpec(KernelSpec):
-    threads_: int = 128
-
-    @property
-    def name(self):
-        return f"toy_scale_t{self.threads_}"
-
-    @property
-    def threads(self):
-        return self.threads_
-
-    @property
-    def smem_bytes(self):
-        return 0
-
-    def template_args(self):
-        return [str(self.threads_)]
-
-
-def toy_rule(n=None, in_dtype=None):
-    if in_dtype is not None and in_dtype != "float32":
-        raise TypeError(f"toy_scale takes float32, got {in_dtype}")
-    if n is not None and n % 4:
-        raise ValueError(f"n must be a multiple of 4, got {n}")
-
-
-FAMILY = Family(
-    name="toy_scale",
-    header=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sm120_toy_scale.cuh"),
-    kernel="toy::toy_scale_kernel",
-    params=PARAMS,
-    spec_type=ToySpec,
-    specs=lambda: [ToySpec(128), ToySpec(256)],
-    gate=lambda spec: GateRules(required={"sm120": ("STG",), "sm90": ("STG",)}),
-    quick_key=lambda s: (),
-    pdl=False,
-    ops=(Op("toy_scale", toy_rule, "in fp32 [n]", "fp32 [n]", "the contract test's family",
-            plan_specs=lambda num_sms, **_: [ToySpec(128)]),),
-    exports=("api.toy_helper",),
-    sanitizers=("toy_scale",),
-    benchmarks=("toy_scale",),
-    deepgemm=(Entry("toy_scale", SUPPORTED, "toy_scale (a test family)"),),
-)
-'''
-
-API = '''"""toy_scale's PyTorch entry point."""
-from __future__ import annotations
-
-from ...launch import device_of
-from . import toy_rule
-
-
-def toy_scale(x, out, alpha=1.0):
-    toy_rule(n=x.numel(), in_dtype=str(x.dtype).removeprefix("torch."))
-    device_of(x=x, out=out)
-
-
-def toy_helper():
-    return "toy"
-'''
-
-DEEPGEMM = '''"""DeepGEMM's name for the toy family (its Entry is in the declaration)."""
-from __future__ import annotations
-
-from .api import toy_scale  # noqa: F401
-'''
+def worked_example(text: str | None = None) -> dict[str, str]:
+    """The files of docs/adding_a_family.md's worked example, as a newcomer copies them: each numbered step
+    naming a file (`kernel.py`, ..., `device_layer/impls/sm120_toy_scale.cuh`) -> the code block under it."""
+    text = DOC.read_text() if text is None else text
+    labels = list(LABEL.finditer(text))
+    out = {}
+    labels = [m for m in labels if m.group("py") or m.group("cuh")]
+    for m, nxt in zip(labels, labels[1:] + [None]):
+        block = FENCE.search(text, m.end(), nxt.start() if nxt else len(text))
+        if block is not None:
+            out[m.group("py") or m.group("cuh")] = block.group(2)
+    return out
 
 
 @pytest.fixture(scope="module")
 def scratch(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("scratch_families")
-    (d / "toy_scale").mkdir()
-    (d / "sm120_toy_scale.cuh").write_text(HEADER)
-    (d / "toy_scale" / "__init__.py").write_text(DECLARATION)
-    (d / "toy_scale" / "api.py").write_text(API)
-    (d / "toy_scale" / "deepgemm.py").write_text(DEEPGEMM)
+    """The worked example, written where a newcomer writes it: the package under a family directory (joined
+    through DG_SM120_FAMILY_PATH) and the header in a copy of device_layer/ (DG_SM120_DEVICE_LAYER)."""
+    d = tmp_path_factory.mktemp("scratch")
+    files = worked_example()
+    assert set(files) == {"device_layer/impls/sm120_toy_scale.cuh", "kernel.py", "rules.py", "__init__.py",
+                          "api.py"}, sorted(files)
+    shutil.copytree(ROOT / "device_layer", d / "device_layer")
+    (d / "families" / "toy_scale").mkdir(parents=True)
+    for name, text in files.items():
+        (d / name if name.startswith("device_layer/") else d / "families" / "toy_scale" / name).write_text(text)
     return d
 
 
 def _run(scratch: Path, code: list[str], tmp: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DG_SM120_FAMILY_PATH": str(scratch), "DG_SM120_JIT_CACHE_DIR": str(tmp / "jit"),
+    env = {**os.environ, "DG_SM120_FAMILY_PATH": str(scratch / "families"),
+           "DG_SM120_DEVICE_LAYER": str(scratch / "device_layer"), "DG_SM120_JIT_CACHE_DIR": str(tmp / "jit"),
            "PYTHONPATH": os.pathsep.join([str(ROOT / "host"), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run(code, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
 
@@ -137,7 +68,7 @@ def test_the_package_reaches_the_api_support_and_compat(scratch, tmp_path):
         import json, torch, deep_gemm_sm120 as dg
         from deep_gemm_sm120 import compat
         from deep_gemm_sm120.compat import surface
-        out = {"op": callable(dg.toy_scale), "export": dg.toy_helper(), "in_all": "toy_scale" in dg.__all__,
+        out = {"op": callable(dg.toy_scale), "in_all": "toy_scale" in dg.__all__,
                "supported": dg.is_supported("toy_scale", n=64, in_dtype=torch.float32),
                "why": dg.why_unsupported("toy_scale", n=6), "why_dtype": dg.why_unsupported("toy_scale",
                                                                                          in_dtype=torch.int32),
@@ -153,7 +84,7 @@ def test_the_package_reaches_the_api_support_and_compat(scratch, tmp_path):
     p = _run(scratch, [sys.executable, "-c", code], tmp_path)
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout.strip().splitlines()[-1])
-    assert out["op"] and out["export"] == "toy" and out["in_all"] and out["supported"] is True
+    assert out["op"] and out["in_all"] and out["supported"] is True
     assert out["why"].startswith("ValueError: n must be a multiple of 4")
     assert out["why_dtype"].startswith("TypeError: toy_scale takes float32")
     assert out["compat"] and out["surface"] == ["supported"] and out["table"]
@@ -164,7 +95,7 @@ def test_the_tools_derive_the_family(scratch, tmp_path):
     p = _run(scratch, [sys.executable, "tools/compile_gate.py", "--list", "--families", "toy_scale"], tmp_path)
     assert p.returncode == 0 and "toy_scale_t128" in p.stdout and "toy_scale_t256" in p.stdout, p.stderr
     p = _run(scratch, [sys.executable, "tools/support_matrix.py"], tmp_path)
-    assert p.returncode == 0 and "| `toy_scale` | family |" in p.stdout and "the contract test's family" in p.stdout
+    assert p.returncode == 0 and "| `toy_scale` | family |" in p.stdout and "in fp32 [n]" in p.stdout
     for what in ("sanitizers", "benchmarks"):
         p = _run(scratch, [sys.executable, "tools/family_plan.py", what], tmp_path)
         assert p.returncode == 0 and "toy_scale" in p.stdout.split()
@@ -190,3 +121,26 @@ def test_precompile_and_the_gate_build_it(scratch, tmp_path):
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     assert {(r["name"], r["target"]) for r in doc["results"]} == {
         (f"toy_scale_t{t}", tgt) for t in (128, 256) for tgt in ("sm_120a", "sm_90a")}
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_the_worked_example_runs(scratch, tmp_path):
+    """The doc's api.py launches its kernel: out = alpha * x (sm_90 through the emulation switch elsewhere)."""
+    code = textwrap.dedent('''
+        import torch, deep_gemm_sm120 as dg
+        x = torch.arange(1000, dtype=torch.float32, device="cuda")
+        out = torch.full_like(x, float("nan"))
+        dg.toy_scale(x, out, alpha=2.5)
+        torch.cuda.synchronize()
+        assert torch.equal(out, 2.5 * x), (out - 2.5 * x).abs().max()
+        print("ok")
+    ''')
+    env_emulate = {} if __import__("torch").cuda.get_device_capability()[0] == 12 else {"DG_SM120_EMULATE": "1"}
+    os.environ.update(env_emulate)
+    try:
+        p = _run(scratch, [sys.executable, "-c", code], tmp_path)
+    finally:
+        for k in env_emulate:
+            os.environ.pop(k)
+    assert p.returncode == 0 and p.stdout.strip().endswith("ok"), p.stdout + p.stderr

@@ -53,7 +53,7 @@ def test_matches_fp64_recurrence(t, h, hv, with_state):
 
 
 def _plans():
-    from deep_gemm_sm120.families.gated_delta_rule import plans
+    from deep_gemm_sm120.families.gated_delta_rule.kernel import plans
 
     return [(c, vs, ks) for c in (16, 32, 64) for vs, ks in plans(c)]
 

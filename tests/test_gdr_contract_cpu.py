@@ -92,7 +92,8 @@ def test_recurrence_plans_fit_and_split_only_few_heads():
     """Every (V slice, K split) instantiation fits the SM120 budget with at most eight math warps; the plan splits
     the head dim only where the heads leave SM partitions idle, and always picks a built instantiation."""
     from deep_gemm_sm120.core.limits import SMEM_LIMIT
-    from deep_gemm_sm120.families.gated_delta_rule import GdrFwdSpec, choose_plan, plans
+    from deep_gemm_sm120.families.gated_delta_rule.kernel import GdrFwdSpec, plans
+    from deep_gemm_sm120.families.gated_delta_rule.plan import choose_plan
 
     for chunk in (16, 32, 64):
         built = plans(chunk)
@@ -115,7 +116,7 @@ def test_recurrence_plans_fit_and_split_only_few_heads():
 def test_prep_overlaps_the_recurrence_only_where_it_leaves_sms_idle():
     """The persistent prep grid takes the SMs the recurrence leaves idle, only when that is at least half of them
     and PDL lets the recurrence start early; the few-head shapes of issue 29 qualify, many heads do not."""
-    from deep_gemm_sm120.families.gated_delta_rule import choose_overlap, choose_plan, recurrence_ctas as grid
+    from deep_gemm_sm120.families.gated_delta_rule.plan import choose_overlap, choose_plan, recurrence_ctas as grid
 
     def recurrence_ctas(n: int, hv: int, sms: int) -> int:
         return grid(n, hv, choose_plan(n, hv, sms, 32)[0])
@@ -133,8 +134,8 @@ def test_persistent_prep_specs_fit_and_come_with_the_plans_that_overlap():
     """The persistent prep runs as many teams as fit the SM120 budget (two, one at C = 64), each team a separate
     instantiation and JIT name; a precompile of a few-head shape includes it, a many-head one does not."""
     from deep_gemm_sm120.core.limits import SMEM_LIMIT
-    from deep_gemm_sm120.families.gated_delta_rule import plan_specs
-    from deep_gemm_sm120.services.gated_delta_rule_prep import GdrPrepSpec
+    from deep_gemm_sm120.families.gated_delta_rule.plan import plan_specs
+    from deep_gemm_sm120.families.gated_delta_rule.prep import GdrPrepSpec
 
     for chunk, teams in ((16, 2), (32, 2), (64, 1)):
         one, persistent = GdrPrepSpec(chunk, "bf16"), GdrPrepSpec(chunk, "bf16", True)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import deep_gemm_sm120 as dg
-from deep_gemm_sm120.grouped import check_contiguous_layout
+from deep_gemm_sm120.checks import check_contiguous_layout
 
 ROOT = Path(__file__).resolve().parents[1]
 A = 128
@@ -110,7 +110,7 @@ def test_is_supported_k_grouped():
 
 
 def test_grouped_operands_must_be_stacked_densely():
-    from deep_gemm_sm120.grouped import rows_view as _grouped_rows_view
+    from deep_gemm_sm120.checks import rows_view as _grouped_rows_view
 
     dense = torch.zeros(2, 32, 64, dtype=torch.bfloat16)
     assert _grouped_rows_view("b", dense).shape == (64, 64)

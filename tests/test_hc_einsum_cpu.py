@@ -9,7 +9,8 @@ import torch
 
 import deep_gemm_sm120 as dg
 from support_helpers import CPU_REJECT, accepts as _accepts, agree as _agree
-from deep_gemm_sm120.families import bf16_gemm, tf32_hc_prenorm_gemm as hc
+from deep_gemm_sm120.families.bf16_gemm import kernel as bf16_kernel, plan as bf16_plan, rules as bf16_rules
+from deep_gemm_sm120.families.tf32_hc_prenorm_gemm import kernel as hc_kernel, plan as hc_plan, rules as hc_rules
 from deep_gemm_sm120.services.split_k_reduce import WARP_PER_ELEMENT_MIN_SPLITS
 
 BF16, F32, F16 = torch.bfloat16, torch.float32, torch.float16
@@ -39,7 +40,7 @@ def test_hc_api_and_is_supported_agree():
 ])
 def test_hc_rule_errors(kwargs, error, text):
     with pytest.raises(error, match=text.replace("[", r"\[").replace("]", r"\]")):
-        hc.hc_prenorm_rule(**kwargs)
+        hc_rules.hc_prenorm_rule(**kwargs)
 
 
 def test_hc_shape_errors_name_what_was_expected():
@@ -61,21 +62,21 @@ def _split_ranges(k_blocks: int, splits: int) -> list[int]:
 
 def test_internal_plan_depends_on_m_through_its_bucket_and_never_leaves_a_split_empty():
     for m, n, k, sms in itertools.product(range(1, 600, 7), (1, 24, 32), (8, 640, 7168, 28672), (132, 170, 188)):
-        p = hc.plan(hc.m_bucket(m), n, k, sms, None)
-        assert p == hc.plan(hc.m_bucket(hc.m_bucket(m)), n, k, sms, None)
-        assert p.spec in hc.specs() and p.spec.n_pad >= n and p.m_blocks == -(-m // hc.BLOCK_M)
-        blocks = -(-k // hc.BLOCK_K)
-        assert 1 <= p.splits <= hc.MAX_INTERNAL_SPLITS and min(_split_ranges(blocks, p.splits)) >= 1
+        p = hc_plan.plan(hc_plan.m_bucket(m), n, k, sms, None)
+        assert p == hc_plan.plan(hc_plan.m_bucket(hc_plan.m_bucket(m)), n, k, sms, None)
+        assert p.spec in hc_kernel.specs() and p.spec.n_pad >= n and p.m_blocks == -(-m // hc_kernel.BLOCK_M)
+        blocks = -(-k // hc_kernel.BLOCK_K)
+        assert 1 <= p.splits <= hc_plan.MAX_INTERNAL_SPLITS and min(_split_ranges(blocks, p.splits)) >= 1
         assert (p.reduce_d is None) == (p.splits == 1) == (p.reduce_s is None)
         if p.reduce_d is not None and p.splits < WARP_PER_ELEMENT_MIN_SPLITS:
             assert not p.reduce_d.warp_per_element and not p.reduce_s.warp_per_element
     # DeepGEMM's splits are honoured exactly, even past the number of K blocks (the rest are zeros)
-    assert hc.plan(64, 24, 128, 132, 5).splits == 5 and hc.plan(64, 24, 128, 132, 5).reduce_d is None
+    assert hc_plan.plan(64, 24, 128, 132, 5).splits == 5 and hc_plan.plan(64, 24, 128, 132, 5).reduce_d is None
 
 
 def test_hc_specs_fit_shared_memory_and_pad_n():
-    assert [s.n_pad for s in hc.specs()] == [8, 16, 24, 32]
-    assert all(s.smem_bytes <= 101376 and s.stages >= 4 for s in hc.specs())
+    assert [s.n_pad for s in hc_kernel.specs()] == [8, 16, 24, 32]
+    assert all(s.smem_bytes <= 101376 and s.stages >= 4 for s in hc_kernel.specs())
 
 
 # ---------------------------------------------------------------- einsum
@@ -126,20 +127,20 @@ def test_einsum_contract_errors():
 
 def test_einsum_plans():
     for groups, m, n in itertools.product((1, 8, 128), (1, 32, 4096), (72, 128, 1024)):
-        assert bf16_gemm.batched_config(groups, m, n, 132) in bf16_gemm.BATCHED_CONFIGS
-    p = bf16_gemm.batch_reduce_plan(128, 384, 4096 * 128, 132)
-    assert p.splits > 1 and p.config in bf16_gemm.BATCH_REDUCE_CONFIGS
-    specs = set(bf16_gemm.specs())
-    for expr in bf16_gemm.EINSUM_EXPRS:
+        assert bf16_plan.batched_config(groups, m, n, 132) in bf16_kernel.BATCHED_CONFIGS
+    p = bf16_plan.batch_reduce_plan(128, 384, 4096 * 128, 132)
+    assert p.splits > 1 and p.config in bf16_kernel.BATCH_REDUCE_CONFIGS
+    specs = set(bf16_kernel.specs())
+    for expr in bf16_rules.EINSUM_EXPRS:
         for shape in ({"b": 4, "h": 128, "r": 512, "d": 128}, {"b": 129, "m": 128, "n": 384, "k": 128}):
-            for s in bf16_gemm.einsum_specs(expr, 132, **shape):
+            for s in bf16_plan.einsum_specs(expr, 132, **shape):
                 assert s in specs or s.family == "split_k_reduce"
 
 
 # ---------------------------------------------------------------- fp8_einsum
 
 def test_fp8_einsum_contract():
-    from deep_gemm_sm120.families import fp8_fp4_gemm_1d1d as bs
+    from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d import kernel as bs_kernel, plan as bs_plan
 
     e4 = torch.float8_e4m3fn
     x, sx = torch.zeros(4, 2, 256, dtype=e4), torch.ones(4, 2, 2)
@@ -161,5 +162,5 @@ def test_fp8_einsum_contract():
         dg.fp8_einsum("bhr,hdr->bhd", (x, sx), (y, sy), z)
     assert dg.is_supported("fp8_einsum", expr="bhr,hdr->bhd", b=4, h=8, r=4096, d=1024)
     assert "16 bytes" in dg.why_unsupported("fp8_einsum", expr="bhr,hdr->bhd", r=72)
-    specs = set(bs.specs())
-    assert all(s in specs for s in bs.fp8_einsum_specs("bhr,hdr->bhd", 132, b=4096, h=8, r=4096, d=1024))
+    specs = set(bs_kernel.specs())
+    assert all(s in specs for s in bs_plan.fp8_einsum_specs("bhr,hdr->bhd", 132, b=4096, h=8, r=4096, d=1024))

@@ -67,7 +67,7 @@ def test_c_validation_errors():
 
 def test_tma_stride_and_alignment_rules():
     from deep_gemm_sm120.core.rules import require_tma_rows
-    from deep_gemm_sm120.validation import output_row_stride, tma_operand
+    from deep_gemm_sm120.checks import output_row_stride, tma_operand
 
     def row_bytes(name, t):  # the tensor-level checks, then the 16-byte stride rule the families apply
         stride, stride_bytes = tma_operand(name, t)
@@ -128,7 +128,7 @@ def test_is_supported_answers_without_raising(monkeypatch):
 
 
 def test_heuristics_pick_by_waves_and_are_memoized():
-    from deep_gemm_sm120.families.bf16_gemm import choose_config, dense_plan
+    from deep_gemm_sm120.families.bf16_gemm.plan import choose_config, dense_plan
 
     big = choose_config(8192, 8192, 132)
     assert (big.block_m, big.block_n, big.block_k) == (128, 256, 32)  # largest tiles when waves are many
@@ -141,7 +141,7 @@ def test_heuristics_pick_by_waves_and_are_memoized():
 
 
 def test_small_m_swaps_ab():
-    from deep_gemm_sm120.families.bf16_gemm import dense_plan, m_bucket
+    from deep_gemm_sm120.families.bf16_gemm.plan import dense_plan, m_bucket
 
     for m, want_n in ((1, 16), (16, 16), (17, 32), (32, 32)):
         p = dense_plan(m_bucket(m), 7168, 2048, 170)
@@ -207,7 +207,8 @@ def test_layout_validation_errors(fn, a, b, d, match):
 
 
 def test_layout_specs_and_swap_rules():
-    from deep_gemm_sm120.families.bf16_gemm import dense_plan, specs as bf16_specs
+    from deep_gemm_sm120.families.bf16_gemm.plan import dense_plan
+    from deep_gemm_sm120.families.bf16_gemm.kernel import specs as bf16_specs
 
     specs = bf16_specs()
     assert {s.layout for s in specs} == {"nt", "nn", "tn", "tt"}
@@ -231,7 +232,7 @@ def test_is_supported_layouts():
 
 def test_split_k_heuristic():
     from deep_gemm_sm120.core.splitk import choose_splits
-    from deep_gemm_sm120.families.bf16_gemm import dense_plan
+    from deep_gemm_sm120.families.bf16_gemm.plan import dense_plan
 
     assert dense_plan(64, 2112, 7168, 132).splits == 4      # 33 tiles on 132 SMs, K = 112 blocks
     assert dense_plan(4096, 4096, 4096, 132).splits == 1    # plenty of tiles
@@ -264,7 +265,7 @@ def test_pdl_switch(monkeypatch):
 
 def test_empty_reduction_writes_c_or_zeros():
     import torch
-    from deep_gemm_sm120.validation import write_empty_reduction
+    from deep_gemm_sm120.checks import write_empty_reduction
 
     d = torch.full((2, 3), 7.0)
     write_empty_reduction(d, None)

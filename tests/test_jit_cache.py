@@ -83,7 +83,7 @@ def test_two_processes_building_the_same_kernel_both_succeed(tmp_path):
 
 def test_strict_mode_raises_on_miss(tmp_path, monkeypatch):
     from deep_gemm_sm120 import jit
-    from deep_gemm_sm120.families.bf16_gemm import specs as bf16_specs
+    from deep_gemm_sm120.families.bf16_gemm.kernel import specs as bf16_specs
 
     monkeypatch.setenv("DG_SM120_JIT_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("DG_SM120_JIT_STRICT", "1")
@@ -99,7 +99,7 @@ def test_strict_mode_raises_on_miss(tmp_path, monkeypatch):
 def test_precompile_then_strict_hit_and_debug_output(tmp_path, monkeypatch, capfd):
     import deep_gemm_sm120 as dg
     from deep_gemm_sm120 import jit
-    from deep_gemm_sm120.families.bf16_gemm import specs as bf16_specs
+    from deep_gemm_sm120.families.bf16_gemm.kernel import specs as bf16_specs
 
     try:
         jit.toolchain.find_toolchain()

@@ -15,7 +15,7 @@ from deep_gemm_sm120 import arch, device, jit, launch
 from deep_gemm_sm120.core import tma
 from deep_gemm_sm120.families import bf16_gemm, fp8_fp4_gemm_1d1d
 from deep_gemm_sm120.services import split_k_reduce
-from deep_gemm_sm120.families.bf16_gemm import api as bf16_api
+from deep_gemm_sm120.families.bf16_gemm import api as bf16_api, plan as bf16_plan
 from deep_gemm_sm120.families.bf16_gemm import grouped as bf16_grouped
 from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d import api as fp8_api
 
@@ -72,12 +72,17 @@ def recorded(monkeypatch):
     for mod in (bf16_api, bf16_grouped, fp8_api):
         monkeypatch.setattr(mod, "device_of", lambda **t: 0)
     monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: self)
-    caches = (bf16_api._plan, bf16_grouped._kernel, fp8_api._dense_plan, fp8_api._grouped_kernel)
-    for c in caches:
-        c.cache_clear()
+    caches = (bf16_grouped._kernel, fp8_api._grouped_kernel)
+
+    def clear():
+        for c in caches:
+            c.cache_clear()
+        for calls in (bf16_api._CALLS, fp8_api._DENSE):  # calls checked and planned once per signature
+            calls.entries.clear()
+        arch._native.clear()
+    clear()
     yield launches
-    for c in caches:
-        c.cache_clear()
+    clear()
 
 
 def _z(*shape, dtype=torch.bfloat16):
@@ -95,10 +100,10 @@ def test_bf16_dense(recorded, monkeypatch, fast):
     assert ln.args == {"d": d.data_ptr(), "c": c.data_ptr(), "layout": 0, "aux": 0, "m": 300, "n": 512, "k": 256,
                        "ldd": 512, "ldc": 512, "num_groups": 1, "psum_layout": 0, "num_splits": 1, "split_stride": 0}
     ma, mb = ln.maps
-    assert (ma["offset"], mb["offset"]) == (bf16_gemm.PARAMS.offsets["tmap_a"], bf16_gemm.PARAMS.offsets["tmap_b"])
+    assert (ma["offset"], mb["offset"]) == (bf16_gemm.FAMILY.params.offsets["tmap_a"], bf16_gemm.FAMILY.params.offsets["tmap_b"])
     assert ma["address"] == a.data_ptr() and ma["dims"] == (256, 300) and ma["strides"] == (512,)
     assert mb["address"] == b.data_ptr() and mb["dims"] == (256, 512) and mb["strides"] == (512,)
-    plan = bf16_gemm.dense_plan(bf16_gemm.m_bucket(300), 512, 256, SMS)
+    plan = bf16_plan.dense_plan(bf16_plan.m_bucket(300), 512, 256, SMS)
     assert ma["box"] == (plan.config.block_k, plan.config.block_m) and ln.grid == (plan.grid(SMS), 1, 1)
 
 
@@ -186,8 +191,8 @@ def test_fp8_masked_grouped(recorded):
 
 
 def test_decoder_reads_what_the_packer_wrote():
-    buf = bf16_gemm.PARAMS.packer()(*range(1, 14))
-    assert list(bf16_gemm.PARAMS.unpack(buf).values()) == list(range(1, 14))
+    buf = bf16_gemm.FAMILY.params.packer()(*range(1, 14))
+    assert list(bf16_gemm.FAMILY.params.unpack(buf).values()) == list(range(1, 14))
     assert struct.calcsize(tma.RECORD.format) == 120
 
 
@@ -204,7 +209,7 @@ def test_benchmark_config_launcher_matches_the_api(recorded, monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(multi_processor_count=SMS))
     a, b, d = _z(4096, 2304), _z(7168, 2304), _z(4096, 7168)
     dg.bf16_gemm_nt(a, b, d)
-    plan = bf16_gemm.dense_plan(bf16_gemm.m_bucket(4096), 7168, 2304, SMS)
+    plan = bf16_plan.dense_plan(bf16_plan.m_bucket(4096), 7168, 2304, SMS)
     run, _ = bench_bf16_gemm.config_launcher(plan.config, a, b, d)
     run()
     api, direct = recorded

@@ -9,9 +9,9 @@ import torch
 
 import deep_gemm_sm120 as dg
 from support_helpers import CPU_REJECT, accepts as _accepts, agree as _agree
-from deep_gemm_sm120.families import mqa_logits as dense
-from deep_gemm_sm120.families import paged_mqa_logits as paged
-from deep_gemm_sm120.services import paged_mqa_logits_metadata as meta
+from deep_gemm_sm120.families.mqa_logits import kernel as dense
+from deep_gemm_sm120.families.paged_mqa_logits import kernel as paged
+from deep_gemm_sm120.families.paged_mqa_logits import schedule as meta
 
 E4, U8, I32, F32, BF16 = torch.float8_e4m3fn, torch.uint8, torch.int32, torch.float32, torch.bfloat16
 
@@ -21,9 +21,9 @@ def test_dense_api_and_is_supported_agree():
             ((16, 128), (64, 64), (8, 128), (32, 32), (64, 96)), ((E4, E4), (BF16, E4), (E4, U8)), (F32, BF16, torch.half),
             ((True, 0), (False, 0), (False, 64), (True, 64))):
         s, sk = 3, 10
-        call = (dg.fp8_fp4_mqa_logits, (torch.zeros(s, h, d, dtype=qd), None),
-                (torch.zeros(sk, d, dtype=kd), torch.zeros(sk)), torch.zeros(s, h), torch.zeros(s, dtype=I32),
-                torch.zeros(s, dtype=I32), clean, mk, ld)
+        call = (lambda *a, ld=ld, clean=clean: dg.fp8_fp4_mqa_logits(*a, clean_logits=clean, logits_dtype=ld),
+                (torch.zeros(s, h, d, dtype=qd), None), (torch.zeros(sk, d, dtype=kd), torch.zeros(sk)),
+                torch.zeros(s, h), torch.zeros(s, dtype=I32), torch.zeros(s, dtype=I32), mk)
         _agree("fp8_fp4_mqa_logits", call, heads=h, head_dim=d, q_dtype=qd, kv_dtype=kd, kv_sf_dtype=F32,
                weights_dtype=F32, logits_dtype=ld, clean_logits=clean, max_seqlen_k=mk)
 
@@ -64,7 +64,7 @@ def test_logits_row_stride_is_deepgemms():
 def test_specs_fit_and_plans_name_shipped_kernels():
     for fam in (dense, paged):
         assert all(s.smem_bytes <= 101376 for s in fam.specs())
-    shipped = set(dense.specs()) | set(paged.specs()) | set(meta.FAMILY.specs())
+    shipped = set(dense.specs()) | set(paged.specs()) | set(meta.SCHEDULE.specs())
     for h, d, t, clean, mk, fp4 in itertools.product((16, 32, 64), (64, 128), (F32, BF16), (True, False), (0, 8),
                                                      (False, True)):
         if fp4 and d != 128 or clean and mk:
@@ -82,7 +82,7 @@ def _paged_call(b=2, n=1, h=64, d=128, bkv=64, qd=E4, row=None, ctx=None, table=
     return (dg.fp8_fp4_paged_mqa_logits, (torch.zeros(b, n, h, d, dtype=qd), None),
             torch.zeros(5, bkv, 1, row, dtype=U8), torch.zeros(b * n, h) if w is None else w,
             torch.zeros(b, dtype=I32) if ctx is None else ctx, torch.zeros(b, 4, dtype=I32) if table is None else table,
-            torch.zeros(9, 2, dtype=I32) if smeta is None else smeta, 256, False, F32, indices)
+            torch.zeros(9, 2, dtype=I32) if smeta is None else smeta, 256, indices)
 
 
 def test_paged_api_and_is_supported_agree():

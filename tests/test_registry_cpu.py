@@ -55,11 +55,14 @@ def test_package_exports_every_registered_op():
     import deep_gemm_sm120 as dg
     from deep_gemm_sm120.core.registry import registry
 
-    ops = registry().ops
-    assert set(dg.OPS) == set(ops)
-    for name in ops:
+    reg = registry()
+    supported = {n for n in reg.names if not reg.resolve(n)[1].refused}
+    assert set(dg.OPS) == supported and set(reg.ops) <= supported
+    for name in supported:
         assert callable(getattr(dg, name)) and name in dg.__all__
     assert dg.fp8_gemm_nt is dg.fp8_fp4_gemm_nt  # aliases are the same function
+    refused = set(reg.names) - supported
+    assert refused and not any(hasattr(dg, n) for n in refused)  # the root exports what runs
 
 
 def test_every_family_declares_a_kernel_the_header_defines():
@@ -121,9 +124,14 @@ def test_gate_rules_are_mandatory_for_every_target_class():
 
     @dataclass(frozen=True)
     class FakeSpec(reg_mod.KernelSpec):
-        name: str = "fake"
-        threads: int = 32
-        smem_bytes: int = 0
+        def kernel_name(self) -> str:
+            return "fake"
+
+        def block_threads(self) -> int:
+            return 32
+
+        def shared_bytes(self) -> int:
+            return 0
 
     fam = reg_mod.Family(name="fake", header="impls/x.cuh", kernel="sm120::x", params=params.ParamList(),
                          spec_type=FakeSpec, specs=lambda: [FakeSpec()], gate=lambda s: None,
@@ -150,7 +158,7 @@ def test_one_home_for_each_fact():
 @pytest.mark.parametrize("layout", ["nt", "nn", "tn", "tt"])
 def test_dense_plans_depend_on_m_only_through_its_bucket(layout):
     """Plan caches key on m_bucket(M): the plan (tile, swap, splits, grid) must equal the one for the exact M."""
-    from deep_gemm_sm120.families.bf16_gemm import dense_plan, m_bucket
+    from deep_gemm_sm120.families.bf16_gemm.plan import dense_plan, m_bucket
 
     for n, k, sms in ((2112, 7168, 170), (7168, 2048, 188), (24576, 1536, 132), (576, 16384, 170), (130, 4104, 132)):
         for m in list(range(1, 300)) + list(range(300, 9000, 37)):
@@ -160,7 +168,7 @@ def test_dense_plans_depend_on_m_only_through_its_bucket(layout):
 
 
 def test_block_scaled_plans_depend_on_m_only_through_its_bucket():
-    from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d import dense_plan, m_bucket
+    from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d.plan import dense_plan, m_bucket
 
     for kind in ("mxfp8", "nvfp4"):
         for n, k, sms in ((2112, 7168, 170), (256, 16384, 170), (7168, 2048, 188)):
@@ -172,8 +180,15 @@ def test_plan_caches_are_bounded():
     from deep_gemm_sm120.families.bf16_gemm import api as bf16_api
     from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d import api as fp8_api
 
-    for cached in (bf16_api._plan, fp8_api._dense_plan, fp8_api._grouped_kernel):
+    for cached in (fp8_api._grouped_kernel,):
         assert cached.cache_info().maxsize is not None
+    for calls in (bf16_api._CALLS, fp8_api._DENSE):  # per-signature call caches: cleared when full
+        assert calls.limit <= 4096
+        calls.entries.clear()
+        for i in range(calls.limit + 5):
+            calls.put(i, i)
+        assert len(calls.entries) <= calls.limit
+        calls.entries.clear()
 
 
 def test_precompile_filters_and_runs_in_parallel(monkeypatch):
@@ -240,9 +255,10 @@ def test_progress_is_a_line_on_a_terminal_and_silent_otherwise():
 
 
 def test_services_are_declared_as_such_and_the_root_imports_no_family():
-    """Internal kernels (split-K reduce, schedule builders, the GDR prep) live in services/ with service=True and no
-    ops; user families carry every op; no module at the package root imports a family (ops and exports are bound
-    from the declarations)."""
+    """Internal kernels (split-K reduce, schedule builders, the GDR prep) are service=True with no names; the one
+    several families share lives in services/, each one-user service in its family's package (listed in its
+    `services`); user families carry every name; no module at the package root imports a family (names are
+    bound from the declarations)."""
     import ast
 
     from deep_gemm_sm120.core.registry import registry
@@ -251,8 +267,12 @@ def test_services_are_declared_as_such_and_the_root_imports_no_family():
     services = {f.name for f in reg.families if f.service}
     assert services == {"split_k_reduce", "paged_mqa_logits_metadata", "sparse_mqa_logits_metadata",
                         "gated_delta_rule_prep"}
-    assert all(not f.ops for f in reg.families if f.service)
-    assert all(reg.packages[n].split(".")[-2] == "services" for n in services)
+    assert all(not f.names for f in reg.families if f.service)
+    assert reg.packages["split_k_reduce"].split(".")[-2] == "services"
+    owners = {s.name: f.name for f in reg.user_families for s in f.services}
+    assert owners == {"paged_mqa_logits_metadata": "paged_mqa_logits", "sparse_mqa_logits_metadata":
+                      "sparse_mqa_logits", "gated_delta_rule_prep": "gated_delta_rule"}
+    assert all(reg.packages[s] == reg.packages[f] for s, f in owners.items())
     assert "get_paged_mqa_logits_metadata" in {op.name for f in reg.user_families for op in f.ops}
     package = ROOT / "host" / "deep_gemm_sm120"
     for path in package.glob("*.py"):

@@ -98,32 +98,42 @@ def test_block_scaled_grouped():
                num_groups=2, m=m, n=64, k=k, expected_m=16, a_dtype=da, b_dtype=db, out_dtype=out)
 
 
-def test_fast_path_accepts_only_what_the_rule_accepts():
-    """The hot path's inline checks are a subset of the rule: whatever it lets through, the rule accepts."""
-    from deep_gemm_sm120.core.rules import dtype_name
-    from deep_gemm_sm120.families.bf16_gemm import FAMILY
-    from deep_gemm_sm120.families.bf16_gemm.api import _fast_checks
+def test_the_checks_of_a_call_depend_only_on_its_signature(monkeypatch):
+    """A call is checked once per signature (launch.tensor_key) and the result reused: so whatever the checks
+    decide must be a function of the signature. Tensors of many layouts are grouped by signature; inside a group
+    every call must end alike (the same error, or the same plan)."""
+    from deep_gemm_sm120 import arch, jit
+    from deep_gemm_sm120.families.bf16_gemm import api
+    from deep_gemm_sm120.launch import tensor_key
 
-    rules = {op.name[-2:]: op.rule for op in FAMILY.ops if op.name.startswith("bf16_gemm_")}
+    monkeypatch.setattr(arch, "device_capability", lambda i: (12, 0))
+    monkeypatch.setattr(api, "device_of", lambda **t: 0)
+    monkeypatch.setattr(api, "num_sms_for", lambda i: 132)
+    monkeypatch.setattr(jit, "get_kernel", lambda spec, target, dev: spec.name)
+    monkeypatch.setattr(api, "SplitK", lambda *a: "reduce")
+    arch._native.clear()
     big = _z(130, 140)
+    store = _z(4 * 130 * 140 + 8)
     variants = {
         "contiguous": lambda r, c: _z(r, c),
         "padded": lambda r, c: big[:r, :c] if r <= 130 and c <= 140 else _z(r, c),
         "transposed": lambda r, c: _z(c, r).T,
-        "offset": lambda r, c: _z(r * c + 1)[1:].view(r, c) if r * c else _z(r, c),
+        "offset": lambda r, c: store[1:r * c + 1].view(r, c) if r * c else _z(r, c),
+        "offset8": lambda r, c: store[8:r * c + 8].view(r, c) if r * c else _z(r, c),
+        "fp32": lambda r, c: _z(r, c, dtype=torch.float32),
     }
-    fast = 0
-    for layout, (m, n, k), va, vb in itertools.product(("nt", "nn", "tn", "tt"), DENSE + [(1, 8, 12), (130, 9, 7)],
-                                                       variants, variants):
+    outcomes: dict = {}
+    for layout, (m, n, k), va, vb, vd in itertools.product(("nt", "nn", "tn", "tt"), DENSE + [(1, 8, 12), (130, 9, 7)],
+                                                           variants, variants, ("contiguous", "padded", "offset")):
         a_shape = (k, m) if layout[0] == "t" else (m, k)
         b_shape = (k, n) if layout[1] == "n" else (n, k)
-        a, b, d = variants[va](*a_shape), variants[vb](*b_shape), _z(m, n)
-        got = _fast_checks(layout[0] == "t", layout[1] == "n", a, b, d, None)
-        if got is None:
-            continue
-        fast += 1
-        lda = a.stride(0) if a.shape[0] > 1 else None
-        ldb = b.stride(0) if b.shape[0] > 1 else None
-        rules[layout](m=m, n=n, k=k, a_dtype=dtype_name(a.dtype), b_dtype=dtype_name(b.dtype), out_dtype="bfloat16",
-                      lda=lda, ldb=ldb)  # must not raise
-    assert fast > 30
+        a, b, d = variants[va](*a_shape), variants[vb](*b_shape), variants[vd](m, n)
+        key = (layout, tensor_key(a), tensor_key(b), tensor_key(d))
+        try:
+            got = repr(api._prepare(layout, a, b, d, None))
+        except (TypeError, ValueError, NotImplementedError) as e:
+            got = f"{type(e).__name__}: {e}"
+        outcomes.setdefault(key, set()).add(got)
+    arch._native.clear()
+    assert all(len(v) == 1 for v in outcomes.values()), [v for v in outcomes.values() if len(v) > 1][:3]
+    assert sum(1 for v in outcomes.values() if not next(iter(v)).startswith(("TypeError", "ValueError"))) > 30

@@ -28,10 +28,14 @@ def render() -> str:
     reg = host_decls.registry()
     rows = ["| entry point | operands | output | notes |", "|---|---|---|---|"]
     for fam in reg.families:
+        aliases: dict[str, list[str]] = {}
+        for decl in fam.names:
+            if decl.alias_of:
+                aliases.setdefault(decl.alias_of, []).append(decl.name)
         for op in fam.ops:
             name = f"`{op.signature or op.name}`"
-            if op.aliases:
-                name += " (= " + ", ".join(f"`{a}`" for a in op.aliases) + ")"
+            if op.name in aliases:
+                name += " (= " + ", ".join(f"`{a}`" for a in aliases[op.name]) + ")"
             rows.append(f"| {name} | {_cell(op.operands)} | {_cell(op.output)} | {_cell(op.notes)} |")
     fams = ["", "| kernel family | kind | header | instantiations | PDL |", "|---|---|---|---|---|"]
     for fam in reg.families:

@@ -7,43 +7,46 @@ from __future__ import annotations
 
 import importlib
 
-from . import arch, testing
+from . import arch, testing, utils
 from .core.limits import SM120_PART_SMS
+from .core.names import make_refusal
 from .core.registry import registry
 from .device import get_num_sms, set_num_sms
-from .grouped import get_mk_alignment_for_contiguous_layout
 from .launch import get_pdl, set_pdl
-from .quant import (ceil_to_ue8m0, get_mn_major_tma_aligned_packed_ue8m0_tensor, get_mn_major_tma_aligned_tensor,
-                    pack_ue8m0_to_int, per_block_cast_to_fp8, per_token_cast_to_fp4, per_token_cast_to_fp8)
 from .scale_layout import transform_sf_into_required_layout
 from .support import is_supported, supported_ops, why_unsupported
+from .utils import (ceil_to_ue8m0, get_mk_alignment_for_contiguous_layout, get_mn_major_tma_aligned_packed_ue8m0_tensor,
+                    get_mn_major_tma_aligned_tensor, pack_ue8m0_to_int, per_block_cast_to_fp8, per_token_cast_to_fp4,
+                    per_token_cast_to_fp8)
+from .version import __version__  # noqa: F401 - the package version (version.py: one source)
 
-__version__ = "0.8.4"
 
-
-def _export_ops() -> list[str]:
-    """Bind every registered op (and alias) from its family's API modules, and the family's declared exports,
-    into this namespace: no module here imports a family by name."""
-    reg, names = registry(), []
+def _bind_names() -> dict[str, object]:
+    """Every name the families declare -> its object: a supported one from the family's API modules (an alias
+    is its target's object); a refused one the API module's callable of that name (DeepGEMM's signature) or a
+    refusal made from the declared reason. No module here imports a family by name."""
+    reg, found = registry(), {}
     for fam in reg.user_families:
-        for ref in fam.exports:
-            module, _, attr = ref.rpartition(".")
-            globals()[attr] = getattr(importlib.import_module(f"{reg.packages[fam.name]}.{module}"), attr)
-            EXPORTS.append(attr)
         modules = [importlib.import_module(f"{reg.packages[fam.name]}.{m}") for m in fam.api_modules]
-        for op in fam.ops:
-            for name in (op.name, *op.aliases):
-                fn = next((getattr(m, name) for m in modules if hasattr(m, name)), None)
-                if fn is None:
-                    raise ImportError(f"family {fam.name} declares op {name} but its API modules "
-                                      f"{fam.api_modules} do not define it")
-                globals()[name] = fn
-                names.append(name)
-    return names
+        for decl in fam.names:
+            if decl.alias_of:
+                continue
+            fn = next((getattr(m, decl.name) for m in modules if hasattr(m, decl.name)), None)
+            if fn is None and not decl.refused:
+                raise ImportError(f"family {fam.name} declares {decl.name}, which its API modules {fam.api_modules} "
+                                  f"do not define")
+            found[decl.name] = fn if fn is not None else make_refusal(decl.name, decl.does)
+    for name in reg.names:
+        target = name
+        while reg.names[target][1].alias_of:
+            target = reg.names[target][1].alias_of
+        found[name] = found[target]
+    return found
 
 
-EXPORTS: list[str] = []  # the families' other public names (Family.exports)
-OPS = tuple(_export_ops())
+NAMES = _bind_names()  # every family name -> its object (deep_gemm_sm120.compat binds the DeepGEMM ones)
+OPS = tuple(n for n, (_, decl) in registry().names.items() if not registry().resolve(n)[1].refused)
+globals().update({n: NAMES[n] for n in OPS})
 
 
 def precompile(specs=None, targets=None, *, families=None, shapes=None, jobs: int | None = None,
@@ -86,8 +89,8 @@ def _shape_specs(shapes, families) -> list:
     return out
 
 
-__all__ = [*OPS, *EXPORTS, "transform_sf_into_required_layout", "get_mk_alignment_for_contiguous_layout",
+__all__ = [*OPS, "transform_sf_into_required_layout", "get_mk_alignment_for_contiguous_layout",
            "per_token_cast_to_fp8", "per_block_cast_to_fp8", "per_token_cast_to_fp4", "ceil_to_ue8m0",
            "pack_ue8m0_to_int", "get_mn_major_tma_aligned_tensor", "get_mn_major_tma_aligned_packed_ue8m0_tensor",
            "get_num_sms", "set_num_sms", "get_pdl", "set_pdl", "is_supported", "why_unsupported", "supported_ops",
-           "precompile", "arch", "testing"]
+           "precompile", "arch", "testing", "utils", "__version__"]

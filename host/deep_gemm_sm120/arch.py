@@ -11,26 +11,8 @@ EMULATION_TARGETS = {(9, 0): "sm_90a"}
 RELEASE_TARGETS = ("sm_120a", "sm_120f", "sm_121a")
 
 
-def _env_reader(name: str):
-    """A cheap reader of one environment variable's raw value: os.environ.get costs ~0.7 us (key encoding and
-    value decoding), a noticeable share of a cached launch; CPython's os.environ keeps its encoded dict in
-    `_data`, updated by every os.environ write. Falls back to os.environ.get elsewhere."""
-    data, encode = getattr(os.environ, "_data", None), getattr(os.environ, "encodekey", None)
-    if isinstance(data, dict) and encode is not None:
-        key = encode(name)
-        return lambda: data.get(key)
-    return lambda: os.environ.get(name)
-
-
-# The raw DG_SM120_EMULATE value: part of every plan-cache key (the target depends on it), read per call so
-# that changing it takes effect at once.
-emulation_env = _env_reader(EMULATE_ENV)
-
-
 def emulation_requested() -> bool:
-    v = emulation_env()
-    v = v.decode() if isinstance(v, bytes) else v
-    return v not in (None, "", "0", "false", "False")
+    return os.environ.get(EMULATE_ENV, "") not in ("", "0", "false", "False")
 
 
 def target_for_capability(cap: tuple[int, int], emulate: bool) -> str:
@@ -59,14 +41,17 @@ def target_for_device(index: int) -> str:
     return target_for_capability(device_capability(index), emulation_requested())
 
 
-_targets: dict = {}
+_native: dict[int, str] = {}  # device index -> its SM120 target (the variable cannot change it)
 
 
 def target_of(index: int) -> str:
-    """target_for_device(index) under the current DG_SM120_EMULATE, memoized per (device, raw value): the kernel
-    and plan caches take the target itself as their key, so a change of the variable takes effect at once."""
-    key = (index, emulation_env())
-    t = _targets.get(key)
-    if t is None:
-        t = _targets[key] = target_for_device(index)
+    """target_for_device(index), memoized for SM120 devices, whose target DG_SM120_EMULATE cannot change. On any
+    other device (the qualification emulation) the variable is read on every call, so setting or clearing it
+    takes effect at once; the kernel and plan caches take the target itself as their key."""
+    t = _native.get(index)
+    if t is not None:
+        return t
+    t = target_for_device(index)
+    if device_capability(index) in SM120_TARGETS:
+        _native[index] = t
     return t

@@ -1,13 +1,10 @@
-"""What every family's API shares between checking its arguments and launching: the device prologue, the PDL
-switch, and the launch entry itself."""
+"""The launch entry every family's API ends in, with the switches that shape it: programmatic dependent launch
+(PDL) and DeepGEMM's compile mode."""
 from __future__ import annotations
 
 import os
 
-import torch
-
 from . import runtime
-from .arch import target_for_device
 
 PDL_ENV = "DG_SM120_PDL"
 
@@ -28,12 +25,11 @@ class Launcher:
         return self
 
 
-# Hot paths read BOUND's fields directly: `BOUND if BOUND.launch is not None else bound()`, and
-# `BOUND.pdl if BOUND.pdl is not None else get_pdl()`.
 BOUND = Launcher()
 
 
 def bound() -> Launcher:
+    """The launch state, bound to the runtime on first use."""
     return BOUND if BOUND.launch is not None else BOUND.bind()
 
 
@@ -79,30 +75,40 @@ def set_compile_mode(mode: int) -> None:
         BOUND.launch = BOUND.stream = None
 
 
-def device_of(**tensors: torch.Tensor) -> int:
-    """The device prologue of every entry point: all tensors on one CUDA device (ValueError otherwise), and the
-    architecture supported there (NotImplementedError otherwise, even for empty problems). Returns its index."""
-    devs = {name: t.device for name, t in tensors.items()}
-    for name, dev in devs.items():
-        if dev.type != "cuda":
-            from .device import NO_GPU
-
-            raise ValueError(f"{name} must be on a CUDA device, got {dev}"
-                             + ("" if torch.cuda.is_available() else f"; {NO_GPU}"))
-    first = next(iter(devs.values()))
-    if any(dev != first for dev in devs.values()):
-        listing = ", ".join(f"{n}={d}" for n, d in devs.items())
-        raise ValueError(f"all tensors must be on one CUDA device, got {listing}")
-    index = first.index if first.index is not None else torch.cuda.current_device()
-    target_for_device(index)
-    return index
-
-
 def launch(kernel, grid: int | tuple[int, int, int], params: bytes, tmaps: bytes, index: int,
            smem: int | None = None) -> None:
     """Launch a jit.LoadedKernel on the current stream of device `index` (PDL when the family waits on
-    griddepcontrol and the switch is on)."""
-    b = bound()
+    griddepcontrol and the switch is on). Every entry point launches through here."""
+    b = BOUND if BOUND.launch is not None else bound()
     gx, gy, gz = (grid, 1, 1) if isinstance(grid, int) else grid
+    pdl = kernel.pdl and (b.pdl if b.pdl is not None else get_pdl())
     b.launch(kernel.handle, gx, gy, gz, kernel.threads, kernel.smem_bytes if smem is None else smem,
-             b.stream(index), kernel.pdl and get_pdl(), params, tmaps)
+             b.stream(index), pdl, params, tmaps)
+
+
+# ---------------------------------------------------------------- calls validated once per signature
+
+def tensor_key(t) -> tuple:
+    """What an entry point's checks read of a tensor besides its values and its address: dtype, shape, strides,
+    device and the address's 16-byte alignment class. Two calls whose tensors agree on these pass or fail the
+    checks alike (AttributeError for something that is not a tensor: the caller then runs the checks, which
+    name what was expected)."""
+    return (t.dtype, t.shape, t.stride(), t.get_device(), t.data_ptr() & 15)
+
+
+class CallCache:
+    """Signature -> what the checks and the plan of a call with that signature produced (checks run once per
+    signature). Bounded: cleared when full, so a server seeing endless shapes holds at most `limit` entries."""
+    __slots__ = ("entries", "limit")
+
+    def __init__(self, limit: int = 4096) -> None:
+        self.entries: dict = {}
+        self.limit = limit
+
+    def get(self, key):
+        return self.entries.get(key)
+
+    def put(self, key, value) -> None:
+        if len(self.entries) >= self.limit:
+            self.entries.clear()
+        self.entries[key] = value

@@ -102,8 +102,8 @@ def check_packed(name: str, sf: torch.Tensor, shape: tuple[int, ...]) -> tuple[i
     return pack_stride, group_stride
 
 
-def transform_sf_into_required_layout(sf: torch.Tensor, mn: int, k: int, recipe: tuple[int, ...] | None = None,
-                                      num_groups: int | None = None, is_sfa: bool = False) -> torch.Tensor:
+def pack_sf(sf: torch.Tensor, mn: int, k: int, recipe: tuple[int, ...] | None = None,
+            num_groups: int | None = None, is_sfa: bool = False) -> torch.Tensor:
     """Scales of one operand -> the packed MN-major int32 layout (see the module docstring).
 
     sf: [(G,) ceil(MN / gran_mn), ceil(K / gran_k)] unpacked scales, or already packed int32 (then only checked).
@@ -148,3 +148,21 @@ def transform_sf_into_required_layout(sf: torch.Tensor, mn: int, k: int, recipe:
 
 __all__ = ["transform_sf_into_required_layout", "sf_words", "sf_format", "scale_bytes", "pack_scale_bytes",
            "check_packed"]
+
+
+def transform_sf_into_required_layout(sf: torch.Tensor, mn: int, k: int, recipe, num_groups: int | None = None,
+                                      is_sfa: bool | None = None, disable_ue8m0_cast: bool = False,
+                                      psum_layout=None) -> torch.Tensor:
+    """DeepGEMM's name and signature for pack_sf: `recipe` as (gran_m, gran_n, gran_k) or (gran_mn, gran_k);
+    `is_sfa=None` means False; `disable_ue8m0_cast` as for the GEMMs (either way the scales must be powers of
+    two); `psum_layout` other than None: NotImplementedError (SM120 scale layouts are per row)."""
+    from . import keywords
+
+    name = "transform_sf_into_required_layout"
+    keywords.ue8m0_cast(name, disable_ue8m0_cast)
+    if psum_layout is not None:
+        raise NotImplementedError(f"{name}(psum_layout=...) is not supported: SM120 scale layouts are per row")
+    if not isinstance(recipe, (tuple, list)) or len(recipe) not in (2, 3):
+        raise ValueError(f"{name}: recipe is (gran_m, gran_n, gran_k) or (gran_mn, gran_k), got {recipe!r}")
+    full = tuple(recipe) if len(recipe) == 3 else (recipe[0], recipe[0], recipe[1])
+    return pack_sf(sf, mn, k, full, num_groups, bool(is_sfa))

@@ -1,11 +1,12 @@
 """DeepGEMM's Python surface (`import deep_gemm`) on deep_gemm_sm120's kernels.
 
 Serving stacks call DeepGEMM by module and symbol name; this module has those names, argument orders and
-keywords (as sgl-deep-gemm 0.2.5 and DeepGEMM main declare them). The names a kernel family serves are declared
-with the family (Family.deepgemm) and implemented in its deepgemm.py; this module binds them and keeps the rest. Each name is implemented on our kernels,
-aliased, or raises NotImplementedError saying what is missing and which issue brings it; every keyword is
-honoured, accepted with a documented meaning, or refused by name. The table: docs/deep_gemm_compat.md
-(generated from compat/surface.py).
+keywords (as sgl-deep-gemm 0.2.5 and DeepGEMM main declare them). The names a kernel family answers for are
+declared with the family (`Family.names`) and bound here as the very objects the package root exports
+(`deep_gemm.X is deep_gemm_sm120.X`); this module adds only the names no family provides (utilities, runtime
+controls, cuBLAS stand-ins) and the refusals of names with no SM120 kernel. Each name is implemented, aliased,
+or raises NotImplementedError saying what is missing; every keyword is honoured, accepted with a documented
+meaning, or refused by name. The table: docs/deep_gemm_compat.md (generated from compat/surface.py).
 
 Reach it as `deep_gemm` without patching a stack: set DG_SM120_AS_DEEP_GEMM=1 (a real DeepGEMM, if installed,
 still wins) or =force, or call `deep_gemm_sm120.compat.install()`. DeepGEMM's DG_JIT_* variables are honoured when
@@ -15,17 +16,15 @@ from __future__ import annotations
 
 import torch
 
-import importlib
-
-from .. import launch as _launch
-from ..core.deepgemm import ALIAS, NOT_PROVIDED, NOT_YET, OUT_OF_SCOPE, SUPPORTED
+from .. import NAMES as _FAMILY_NAMES
+from .. import epilogue, launch as _launch, testing, utils
+from ..core.names import NOT_PROVIDED, NOT_YET, OUT_OF_SCOPE
 from ..core.registry import registry
 from ..device import get_num_sms, set_num_sms  # noqa: F401 - DeepGEMM names
-from ..scale_layout import transform_sf_into_required_layout as _transform_sf
-from .. import testing
+from ..scale_layout import transform_sf_into_required_layout  # noqa: F401 - DeepGEMM name
 from ..testing import calc_diff  # noqa: F401 - DeepGEMM name
-from . import policy, utils
-from .utils import *  # noqa: F401,F403 - deep_gemm re-exports its utils at top level
+from ..utils import *  # noqa: F401,F403 - deep_gemm re-exports its utils at top level
+from .refusals import declared_refusal
 
 # The DeepGEMM API level this surface follows: names, positional orders and keywords of DeepGEMM 2.8.1 (the copy
 # vLLM 0.33 bundles), plus sgl-deep-gemm 0.2.5's extra names. `__implementation__` says whose kernels run.
@@ -41,30 +40,8 @@ def install(force: bool = False):
     return _deep_gemm_sm120_hook.install(force=force)
 
 
-# ---------------------------------------------------------------- the families' DeepGEMM names
-
-def _bind_families() -> None:
-    """Bind every DeepGEMM name the families declare (Family.deepgemm) from their deepgemm.py; a declared refusal
-    without a callable of its own refuses with its note; aliases last."""
-    reg, aliases = registry(), []
-    for fam in reg.user_families:
-        if not fam.deepgemm:
-            continue
-        module = importlib.import_module(f"{reg.packages[fam.name]}.deepgemm")
-        for e in fam.deepgemm:
-            if e.status == ALIAS:
-                aliases.append(e)
-            elif hasattr(module, e.name):
-                globals()[e.name] = getattr(module, e.name)
-            elif e.status == SUPPORTED:
-                raise ImportError(f"family {fam.name} declares DeepGEMM name {e.name}, which its deepgemm.py lacks")
-            else:
-                globals()[e.name] = policy.refusal(e.name, e.note)
-    for e in aliases:
-        globals()[e.name] = globals()[e.note]
-
-
-_bind_families()
+# the families' DeepGEMM names: the package root's objects
+globals().update({n: _FAMILY_NAMES[n] for n, (_, decl) in registry().names.items() if decl.deepgemm})
 
 
 # ---------------------------------------------------------------- cuBLAS(Lt) names, through torch
@@ -101,7 +78,7 @@ def batched_symm(a, b, d):
 
 # ---------------------------------------------------------------- modules and names with no SM120 kernel
 
-from . import epilogue, legacy, locality_domain, mega  # noqa: E402 - DeepGEMM's submodules, as attributes
+from . import legacy, locality_domain, mega  # noqa: E402 - DeepGEMM's submodules, as attributes
 from .locality_domain import destroy_localizer, is_localization_available, is_localized  # noqa: E402,F401
 from .surface import GENERIC as _GENERIC  # noqa: E402
 
@@ -111,25 +88,13 @@ def _bind_refusals() -> None:
     with DeepGEMM's signature above, refuses with the table's reason (compat/surface.py is the one list)."""
     for e in _GENERIC:
         if e.status in (NOT_PROVIDED, OUT_OF_SCOPE, NOT_YET) and e.name not in globals():
-            globals()[e.name] = policy.declared_refusal(e.name)
+            globals()[e.name] = declared_refusal(e.name)
 
 
 _bind_refusals()
 
 
-# ---------------------------------------------------------------- layout helpers and runtime controls
-
-def transform_sf_into_required_layout(sf, mn, k, recipe, num_groups=None, is_sfa=None, disable_ue8m0_cast=False,
-                                      psum_layout=None):
-    name = "transform_sf_into_required_layout"
-    policy.ue8m0_cast(name, disable_ue8m0_cast)
-    if psum_layout is not None:
-        raise NotImplementedError(f"{name}(psum_layout=...) is not supported: SM120 scale layouts are per row")
-    if not isinstance(recipe, (tuple, list)) or len(recipe) not in (2, 3):
-        raise ValueError(f"{name}: recipe is (gran_m, gran_n, gran_k) or (gran_mn, gran_k), got {recipe!r}")
-    full = tuple(recipe) if len(recipe) == 3 else (recipe[0], recipe[0], recipe[1])
-    return _transform_sf(sf, mn, k, full, num_groups, bool(is_sfa))
-
+# ---------------------------------------------------------------- runtime controls
 
 get_pdl, set_pdl = _launch.get_pdl, _launch.set_pdl
 get_compile_mode, set_compile_mode = _launch.get_compile_mode, _launch.set_compile_mode
@@ -168,8 +133,7 @@ def shutdown() -> None:
 
 
 _MODULES = ("utils", "testing", "epilogue", "legacy", "locality_domain", "mega")
-__all__ = [n for n in dir() if not n.startswith("_") and n not in ("annotations", "os", "torch", "importlib", "policy",
-                                                                   "registry", "surface", "ALIAS", "SUPPORTED",
-                                                                   "NOT_PROVIDED", "NOT_YET", "OUT_OF_SCOPE",
-                                                                   *_MODULES)]
+__all__ = [n for n in dir() if not n.startswith("_") and n not in ("annotations", "torch", "registry", "surface",
+                                                                   "refusals", "declared_refusal", "NOT_PROVIDED",
+                                                                   "NOT_YET", "OUT_OF_SCOPE", *_MODULES)]
 __all__ += list(_MODULES)

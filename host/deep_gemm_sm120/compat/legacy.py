@@ -2,7 +2,7 @@
 its own kernels; each name refuses naming the call to use instead."""
 from __future__ import annotations
 
-from .policy import refusal
+from ..core.names import make_refusal as refusal
 
 INSTEAD = {
     "m_grouped_bf16_gemm_nt_contiguous_tl": "m_grouped_bf16_gemm_nt_contiguous",

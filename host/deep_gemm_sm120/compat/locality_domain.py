@@ -4,7 +4,7 @@ multi-die datacenter GPUs). An SM120 GPU is a single domain with no partitions: 
 nothing to release); whatever would place memory in a partition refuses with NotImplementedError."""
 from __future__ import annotations
 
-from .policy import refusal
+from ..core.names import make_refusal as refusal
 
 _WHY = "SM120 GPUs have no memory locality partitions (MLOPart): allocate with torch as usual"
 

@@ -3,7 +3,7 @@ SM90 only upstream. Every name refuses with the compat table's reason (the same 
 SM120 serving stacks run MoE through the M-grouped GEMMs."""
 from __future__ import annotations
 
-from .policy import declared_refusal
+from .refusals import declared_refusal
 
 NAMES = ("SymmBuffer", "NVFP4SymmBuffer", "get_symm_buffer_for_mega_moe", "transform_weights_for_mega_moe",
          "transform_scales_for_mega_moe", "fp8_fp4_mega_moe", "fp4_fp4_mega_moe", "bf16_mega_moe", "nvfp4_mega_moe",

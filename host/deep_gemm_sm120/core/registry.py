@@ -15,6 +15,7 @@ from functools import lru_cache
 from typing import Callable, ClassVar
 
 from .limits import SMEM_LIMIT
+from .names import Name, Op
 from .params import ParamList
 
 TARGET_CLASSES = ("sm120", "sm90")   # native SM120 targets; the sm_90a qualification build
@@ -55,28 +56,37 @@ class GateRules:
         return self.emulation_spills_allowed and target_class(target) == "sm90"
 
 
+@dataclass(frozen=True)
 class KernelSpec:
-    """Base of a family's instantiation spec (a frozen dataclass): the template arguments and the type
-    placeholders of one kernel. `FAMILY` is set when the family declares itself."""
+    """One instantiation of a family's kernel (subclasses are frozen dataclasses of its template arguments).
+    `name`, `threads` and `smem_bytes` are fields, derived once when the spec is made: from `kernel_name()`,
+    and from the spec's `config` (a core.gemm tile) unless `block_threads()` / `shared_bytes()` say otherwise.
+    They take no part in equality: two specs are one kernel when their template arguments agree. `FAMILY` is
+    set when the family declares itself."""
     FAMILY: ClassVar["Family"]
+    name: str = field(init=False, compare=False)
+    threads: int = field(init=False, compare=False)
+    smem_bytes: int = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "name", self.kernel_name())
+        object.__setattr__(self, "threads", self.block_threads())
+        object.__setattr__(self, "smem_bytes", self.shared_bytes())
+
+    def kernel_name(self) -> str:
+        raise NotImplementedError
+
+    def block_threads(self) -> int:
+        return self.config.threads  # type: ignore[attr-defined]
+
+    def shared_bytes(self) -> int:
+        return self.config.smem_bytes  # type: ignore[attr-defined]
 
     def template_args(self) -> list[str]:
         raise NotImplementedError
 
     def type_subst(self) -> dict[str, str]:
         return {}
-
-    @property
-    def name(self) -> str:
-        raise NotImplementedError
-
-    @property
-    def threads(self) -> int:
-        raise NotImplementedError
-
-    @property
-    def smem_bytes(self) -> int:
-        raise NotImplementedError
 
     @property
     def family(self) -> str:
@@ -92,21 +102,6 @@ class KernelSpec:
         return (f'#include "{fam.header}"\n'
                 "// One instantiation per translation unit; the runtime finds it as the module's only kernel.\n"
                 f"template __global__ void {fam.kernel}<{', '.join(self.template_args())}>(\n    {types});\n")
-
-
-@dataclass(frozen=True)
-class Op:
-    """One public entry point (DeepGEMM's name). `rule` checks shapes and dtypes given as plain values and
-    raises the typed error the API raises for them; is_supported calls the same function."""
-    name: str
-    rule: Callable[..., None]
-    operands: str          # support-matrix columns
-    output: str
-    notes: str = ""
-    aliases: tuple[str, ...] = ()
-    signature: str = ""    # shown in the support matrix (defaults to the name)
-    # plan_specs(num_sms=..., **shape) -> the instantiations a call of this shape launches (precompile(shapes=))
-    plan_specs: Callable[..., list] | None = None
 
 
 def _no_key(spec) -> tuple:
@@ -125,18 +120,17 @@ class Family:
     kernel: str = ""                             # qualified template name; default sm120::sm120_<name>_kernel
     spec_type: type | None = None                # default: the type of specs()[0]
     quick_key: Callable[[object], tuple] = _no_key  # equal keys share resources (gate --quick); default: one
-    ops: tuple[Op, ...] = ()
-    api_modules: tuple[str, ...] = ("api",)      # modules of the family package that define the ops
-    # A service kernel (services/): GPU work families need and users never call; no ops, no surface.
+    # Every public name the family answers for, once (core/names.py): its ops, aliases and refusals.
+    names: tuple[Name, ...] = ()
+    api_modules: tuple[str, ...] = ("api",)      # modules of the family package that define those names
+    # A service kernel: GPU work families need and users never call; no names. One used by a single family is
+    # declared in that family's package and listed in its `services`; a shared one lives in services/.
     service: bool = False
-    # Other public names of the family package, bound at the package root: "module.name" (e.g. a helper).
-    exports: tuple[str, ...] = ()
+    services: tuple["Family", ...] = ()
     # Qualification: compute-sanitizer drivers (tests/sanitize_<x>.py) and benchmarks (benchmarks/bench_<x>.py)
     # covering this family; CI and tools/qualify_h200.sh run what the families declare (tools/family_plan.py).
     sanitizers: tuple[str, ...] = ()
     benchmarks: tuple[str, ...] = ()
-    # DeepGEMM names this family answers for (core/deepgemm.py Entry); their callables: the package's deepgemm.py
-    deepgemm: tuple = ()
 
     def __post_init__(self) -> None:
         # conventions fill what a declaration leaves out (frozen: set once, here)
@@ -146,9 +140,14 @@ class Family:
         self.spec_type.FAMILY = self
         if os.path.isabs(self.header) and not os.path.isfile(self.header):
             raise ValueError(f"{self.name}: header {self.header} does not exist")
-        if self.service and (self.ops or self.exports or self.deepgemm):
-            raise ValueError(f"{self.name}: a service kernel has no ops, exports or DeepGEMM names (its users are "
-                             f"families)")
+        if self.service and self.names:
+            raise ValueError(f"{self.name}: a service kernel has no public names (its users are families)")
+        if any(not s.service for s in self.services):
+            raise ValueError(f"{self.name}: `services` lists service kernels only")
+
+    @property
+    def ops(self) -> tuple[Op, ...]:
+        return tuple(n for n in self.names if isinstance(n, Op))
 
 
 @dataclass(frozen=True)
@@ -166,12 +165,25 @@ class Registry:
         return tuple(f for f in self.families if not f.service)
 
     @property
+    def names(self) -> dict[str, tuple[Family, Name]]:
+        """Every public name of every family: {name: (family, declaration)}."""
+        return {n.name: (fam, n) for fam in self.user_families for n in fam.names}
+
+    def resolve(self, name: str) -> tuple[Family, Name]:
+        """The declaration a name stands for, following aliases (KeyError for an unknown name)."""
+        fam, decl = self.names[name]
+        while decl.alias_of:
+            fam, decl = self.names[decl.alias_of]
+        return fam, decl
+
+    @property
     def ops(self) -> dict[str, tuple[Family, Op]]:
+        """The names that run one of our ops (aliases included): {name: (family, op)}."""
         out = {}
-        for fam in self.families:
-            for op in fam.ops:
-                for name in (op.name, *op.aliases):
-                    out[name] = (fam, op)
+        for name in self.names:
+            fam, decl = self.resolve(name)
+            if isinstance(decl, Op):
+                out[name] = (fam, decl)
         return out
 
     def specs(self, families: tuple[str, ...] | None = None) -> list:
@@ -184,12 +196,21 @@ class Registry:
 
 def _validate(reg: Registry) -> None:
     seen: dict[str, str] = {}
+    for fam in reg.user_families:
+        for decl in fam.names:
+            if decl.name in seen:
+                raise ValueError(f"{decl.name} is declared by families {seen[decl.name]} and {fam.name}")
+            seen[decl.name] = fam.name
+    names = reg.names
+    for name, (fam, decl) in names.items():
+        hops = 0
+        while decl.alias_of:
+            if decl.alias_of not in names or hops > len(names):
+                raise ValueError(f"{fam.name}: {name} is an alias of {decl.alias_of}, which no family declares")
+            decl, hops = names[decl.alias_of][1], hops + 1
+        if isinstance(decl, Op) and decl.refused:
+            raise ValueError(f"{fam.name}: op {decl.name} is declared {decl.status}; an op is supported")
     for fam in reg.families:
-        for op in fam.ops:
-            for name in (op.name, *op.aliases):
-                if name in seen:
-                    raise ValueError(f"op {name} is declared by families {seen[name]} and {fam.name}")
-                seen[name] = fam.name
         for spec in fam.specs():
             if not isinstance(spec, fam.spec_type):
                 raise TypeError(f"{fam.name}: spec {spec!r} is not a {fam.spec_type.__name__}")
@@ -229,8 +250,9 @@ def registry() -> Registry:
                 raise TypeError(f"{where}/{info.name}/__init__.py must define FAMILY = Family(...)")
             if fam.service != service:
                 raise TypeError(f"{where}/{info.name}: service={fam.service} does not match its folder")
-            fams.append(fam)
-            packages[fam.name] = mod.__name__
+            for f in (fam, *fam.services):  # a family's own service kernels are registered with it
+                fams.append(f)
+                packages[f.name] = mod.__name__
     reg = Registry(tuple(fams), packages)
     _validate(reg)
     return reg

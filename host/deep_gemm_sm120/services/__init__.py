@@ -1,4 +1,4 @@
-"""Service kernels: the GPU work the user families need and users never call by name (the split-K reduction,
-the MQA-logits schedule builders, the gated-delta-rule prep). Each package declares its kernel like a family
-(`FAMILY = Family(..., service=True)`, no ops), so precompile and the compile gate cover it; the registry finds
-it here by being here."""
+"""Service kernels several families share (the split-K reduction): GPU work users never call by name. Each
+package declares its kernel like a family (`FAMILY = Family(..., service=True)`, no names), so precompile and
+the compile gate cover it; the registry finds it here by being here. A service kernel only one family uses is
+declared in that family's package and listed in its `services`."""

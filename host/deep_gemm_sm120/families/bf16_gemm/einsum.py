@@ -1,4 +1,4 @@
-"""einsum(expr, a, b, d, c=None): DeepGEMM's BF16 einsum expressions on the BF16 GEMM kernel, runtime shapes.
+"""einsum(expr, a, b, d, c=None, epilogue=None, *, use_cublaslt=False): DeepGEMM's BF16 einsum expressions on the BF16 GEMM kernel, runtime shapes.
 
     bmk,bnk->mn    d[m, n] = sum over b, k of a[b, m, k] * b[b, n, k]; fp32 d accumulates when c is d
                    (c = d gives d += ...; no c: d = ...), bf16 d is written fresh (c must be None).
@@ -15,16 +15,17 @@ from functools import lru_cache
 
 import torch
 
-from ... import jit
+from ... import jit, keywords
 from ...arch import target_of
 from ...batched import batched_map, check_batched_operand
+from ...checks import device_of, require_tensor, write_empty_reduction
 from ...core.rules import dtype_name
 from ...device import num_sms_for
-from ...launch import device_of, launch
+from ...launch import launch
 from ...services.split_k_reduce.launch import SplitK
-from ...validation import require_tensor, write_empty_reduction
-from . import (EINSUM_EXPRS, PARAMS, Bf16GemmSpec, batch_k_total, batch_reduce_plan, batched_config, einsum_rule,
-               m_bucket)
+from .kernel import PARAMS, Bf16GemmSpec
+from .plan import batch_k_total, batch_reduce_plan, batched_config, m_bucket
+from .rules import EINSUM_EXPRS, einsum_rule
 
 _OFF_A, _OFF_B = PARAMS.offsets["tmap_a"], PARAMS.offsets["tmap_b"]
 _U32 = 2**32
@@ -152,8 +153,17 @@ def _per_head(expr: str, a, b, d) -> None:
     launch(kern, min(num_sms, tiles), params, tmaps, index)
 
 
-def einsum(expr: str, a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Tensor | None = None) -> None:
-    """DeepGEMM's einsum for the expressions in EINSUM_EXPRS (see the module doc); writes d in place."""
+def einsum(expr: str, a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Tensor | None = None,
+           epilogue=None, *, use_cublaslt: bool = False) -> None:
+    """DeepGEMM's einsum for the expressions in EINSUM_EXPRS (see the module doc); writes d in place. DeepGEMM
+    2.8.1's order; sgl-deep-gemm's `use_cublaslt` (keyword only) computes with torch.einsum (cuBLAS) instead,
+    DeepGEMM's comparison path."""
+    keywords.epilogue("einsum", epilogue)
+    if use_cublaslt:
+        if c is not None:
+            raise ValueError("einsum: use_cublaslt takes no c (DeepGEMM's contract)")
+        d.copy_(torch.einsum(expr, a, b))
+        return
     if not isinstance(expr, str):
         raise TypeError(f"expr must be a str, got {type(expr).__name__}")
     norm = expr.replace(" ", "")

@@ -1,23 +1,23 @@
-"""M-grouped (MoE: contiguous and masked) and K-grouped (expert weight gradients) BF16 GEMMs.
-
-The layout contract and its check are shared with the block-scaled family (deep_gemm_sm120/grouped.py).
-"""
+"""M-grouped (MoE: contiguous and masked) and K-grouped (expert weight gradients) BF16 GEMMs, with DeepGEMM's
+signatures. The grouped-layout contract and its check are shared with the block-scaled family (checks.py)."""
 from __future__ import annotations
 
 from functools import lru_cache
 
 import torch
 
-from ... import jit
+from ... import jit, keywords
 from ...arch import target_of
+from ...checks import (device_of, maybe_check_contiguous_layout, output_row_stride, require_contiguous_layout_shape,
+                       require_int32, require_shape, require_tensor, rows_view, tma_operand)
 from ...core.rules import dtype_name
 from ...device import num_sms_for
-from ...grouped import (maybe_check_contiguous_layout, require_contiguous_layout_shape, require_shape, rows_view)
-from ...launch import device_of, launch
-from ...validation import output_row_stride, require_int32, require_tensor, tma_operand
-from . import (PARAMS, Bf16GemmSpec, grouped_config, k_grouped_config, k_grouped_rule, m_grouped_contiguous_rule,
-               m_grouped_masked_rule)
+from ...launch import launch
+from ...utils.layout import get_mk_alignment_for_contiguous_layout
 from .api import _operand_map
+from .kernel import PARAMS, Bf16GemmSpec
+from .plan import grouped_config, k_grouped_config
+from .rules import k_grouped_rule, m_grouped_contiguous_rule, m_grouped_masked_rule
 
 _OFF_A, _OFF_B = PARAMS.offsets["tmap_a"], PARAMS.offsets["tmap_b"]
 
@@ -47,14 +47,22 @@ def _require_bf16_operands(a, b, d, index_name: str, index) -> None:
 
 
 def m_grouped_bf16_gemm_nt_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor,
-                                      grouped_layout: torch.Tensor, use_psum_layout: bool = False,
+                                      grouped_layout: torch.Tensor, compiled_dims: str = "nk",
+                                      use_psum_layout: bool = False, ensure_zero_padding: bool = True,
+                                      expected_m_for_psum_layout: int | None = None, epilogue=None, *,
                                       check_layout: bool | None = None) -> None:
     """d[r] = a[r] @ b[g(r)].T for rows r of group g(r); padding rows of d are left untouched.
 
     a: [M, K] bf16, rows sorted by group; b: [G, N, K] bf16; d: [M, N] bf16.
     grouped_layout: int32 [M] group id per row (-1 = padding), or with use_psum_layout int32 [G] group ends.
-    check_layout: None = validate unless a CUDA graph is being captured; True/False force it on/off.
+    ensure_zero_padding (psum layout): rows between a group's end and the next group's aligned start become 0.
+    expected_m_for_psum_layout: a tile hint, accepted. check_layout (ours, keyword only): None = validate the
+    layout unless a CUDA graph is being captured; True/False force it on/off.
     """
+    name = "m_grouped_bf16_gemm_nt_contiguous"
+    keywords.gemm(name, compiled_dims, epilogue)
+    use_psum_layout = keywords.flag(name, "use_psum_layout", use_psum_layout)
+    zero = keywords.flag(name, "ensure_zero_padding", ensure_zero_padding)
     _require_bf16_operands(a, b, d, "grouped_layout", grouped_layout)
     if a.dim() != 2 or b.dim() != 3:
         raise ValueError(f"a must be [M, K] and b [G, N, K], got {tuple(a.shape)} and {tuple(b.shape)}")
@@ -76,16 +84,25 @@ def m_grouped_bf16_gemm_nt_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch
     _launch("m_contiguous", cfg, tiles, index, a, m, rows_view("b", b), g * n, False, d=d.data_ptr(), c=0,
             layout=grouped_layout.data_ptr(), aux=0, m=m, n=n, k=k, ldd=ldd, ldc=0, num_groups=g,
             psum_layout=int(use_psum_layout), num_splits=1, split_stride=0)
+    if zero and use_psum_layout:
+        keywords.zero_psum_padding(d, grouped_layout, get_mk_alignment_for_contiguous_layout())
+
+
+def m_grouped_bf16_gemm_nn_contiguous(a, b, d, grouped_layout, compiled_dims="nk", use_psum_layout=False,
+                                      ensure_zero_padding=True, epilogue=None):
+    raise NotImplementedError("m_grouped_bf16_gemm_nn_contiguous: M-grouped BF16 takes b as [G, N, K] (K-major) "
+                              "only; use m_grouped_bf16_gemm_nt_contiguous")
 
 
 def m_grouped_bf16_gemm_nt_masked(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, masked_m: torch.Tensor,
-                                  expected_m: int) -> None:
+                                  expected_m: int, compiled_dims: str = "nk", epilogue=None) -> None:
     """d[g, :masked_m[g]] = a[g, :masked_m[g]] @ b[g].T; rows past masked_m[g] are left untouched.
 
     a: [G, M, K] bf16; b: [G, N, K] bf16; d: [G, M, N] bf16; masked_m: int32 [G] on the device (read by the
     kernel, never by the host: CUDA-graph safe, no sync, no allocation). expected_m: typical rows per
     group, used only to pick the tile size.
     """
+    keywords.gemm("m_grouped_bf16_gemm_nt_masked", compiled_dims, epilogue)
     _require_bf16_operands(a, b, d, "masked_m", masked_m)
     if a.dim() != 3 or b.dim() != 3:
         raise ValueError(f"a must be [G, M, K] and b [G, N, K], got {tuple(a.shape)} and {tuple(b.shape)}")
@@ -109,16 +126,35 @@ def m_grouped_bf16_gemm_nt_masked(a: torch.Tensor, b: torch.Tensor, d: torch.Ten
             num_splits=1, split_stride=0)
 
 
-def k_grouped_bf16_gemm_tn_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, ks,
-                                      c: torch.Tensor | None = None) -> None:
-    """d[g] = c[g] + a_g.T @ b_g for every group g (weight gradients of MoE experts).
+def k_grouped_bf16_gemm_tn_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, ks_cpu=None,
+                                      grouped_layout: torch.Tensor | None = None, c: torch.Tensor | None = None,
+                                      compiled_dims: str = "mn", use_psum_layout: bool = False, epilogue=None, *,
+                                      ks=None) -> None:
+    """d[g] = c[g] + a_g.T @ b_g for every group g (weight gradients of MoE experts), DeepGEMM 2.8.1's order.
 
     a: [sum(ks), M] bf16 and b: [sum(ks), N] bf16 hold the groups' K rows back to back (a_g = rows
-    sum(ks[:g]) .. sum(ks[:g+1])); d and c: [G, M, N] fp32 (c optional, may alias d). ks: per-group K as
-    Python ints (any values, including 0: an empty group gives d[g] = c[g]). One launch for all groups: the
-    kernel rebases its TMA descriptors on the device when the group changes (tensormap.replace), so each
-    group's last K block is zero-filled instead of reading the next group's rows.
+    sum(ks[:g]) .. sum(ks[:g+1])); d and c: [G, M, N] fp32 (c optional, may alias d). ks_cpu: per-group K as
+    Python ints (any values, including 0: an empty group gives d[g] = c[g]); sgl-deep-gemm calls it `ks` (by
+    keyword). grouped_layout: DeepGEMM's int32 [G] device copy of ks, checked and not needed here. One launch
+    for all groups: the kernel rebases its TMA descriptors on the device when the group changes
+    (tensormap.replace), so each group's last K block is zero-filled instead of reading the next group's rows.
     """
+    name = "k_grouped_bf16_gemm_tn_contiguous"
+    if ks is not None and ks_cpu is not None:
+        raise TypeError(f"{name}: pass the per-group K once (ks_cpu, or sgl-deep-gemm's ks)")
+    ks = ks_cpu if ks is None else ks
+    keywords.gemm(name, compiled_dims, epilogue)
+    if keywords.flag(name, "use_psum_layout", use_psum_layout):
+        raise NotImplementedError(f"{name}(use_psum_layout=True) is not supported: pass the per-group K as ks_cpu")
+    if ks is None:
+        raise NotImplementedError(f"{name}: ks_cpu=None (K split only on the device) is not supported; pass the "
+                                  f"per-group K as CPU ints")
+    if grouped_layout is not None:  # DeepGEMM's device copy of ks: refuse anything else (e.g. c passed here)
+        if not isinstance(grouped_layout, torch.Tensor) or grouped_layout.dtype != torch.int32:
+            raise TypeError(f"{name}: grouped_layout (5th argument) is DeepGEMM's int32 [G] copy of ks, got "
+                            f"{getattr(grouped_layout, 'dtype', type(grouped_layout).__name__)}; c is the 6th argument")
+        if tuple(grouped_layout.shape) != (len(ks),):
+            raise ValueError(f"{name}: grouped_layout must be [G] = ({len(ks)},), got {tuple(grouped_layout.shape)}")
     for name, t in (("a", a), ("b", b), ("d", d)):
         require_tensor(name, t)
     if a.dim() != 2 or b.dim() != 2 or d.dim() != 3:

@@ -14,27 +14,31 @@ graphs.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 
 import torch
 
-from ... import jit
+from ... import jit, keywords
 from ...arch import target_of
+from ...checks import (device_of, maybe_check_contiguous_layout, output_row_stride, require_contiguous_layout_shape,
+                       require_int32, require_shape, require_tensor, rows_view, tma_operand, write_empty_reduction)
 from ...core.rules import dtype_name
 from ...core.tma import DTYPE, tma_2d_pair
 from ...device import num_sms_for
-from ...grouped import maybe_check_contiguous_layout, require_contiguous_layout_shape, require_shape, rows_view
-from ...launch import device_of, launch
-from ...scale_layout import check_packed, sf_format, sf_words, transform_sf_into_required_layout
+from ...launch import CallCache, launch, tensor_key
+from ...scale_layout import check_packed, pack_sf, sf_format, sf_words
 from ...services.split_k_reduce.launch import SplitK
-from ...validation import output_row_stride, require_int32, require_tensor, tma_operand, write_empty_reduction
-from . import (MIXED_KINDS, PARAMS, SCALE_KINDS, dense_plan, dense_rule, grouped_config, m_bucket,
-               m_grouped_contiguous_rule, m_grouped_masked_rule, operand_kind, spec_for)
+from ...utils.layout import get_mk_alignment_for_contiguous_layout
+from .kernel import MIXED_KINDS, PARAMS, SCALE_KINDS, spec_for
+from .plan import dense_plan, grouped_config, m_bucket
+from .rules import FP4, dense_rule, m_grouped_contiguous_rule, m_grouped_masked_rule, operand_kind
 
 _FP4_DTYPES = tuple(t for t in (torch.uint8, torch.int8, getattr(torch, "float4_e2m1fn_x2", None)) if t is not None)
 _OUT = {torch.bfloat16: "bf16", torch.float32: "fp32"}
 _U8 = DTYPE["uint8"]
 _OFF_A, _OFF_B = PARAMS.offsets["tmap_a"], PARAMS.offsets["tmap_b"]
+_pack = PARAMS.packer()
 
 
 def _pair(name: str, x) -> tuple[torch.Tensor, torch.Tensor]:
@@ -130,7 +134,7 @@ def _prepare_sf(name: str, sf: torch.Tensor, mn: int, k: int, gran_k: int, group
     # A: one scale per row. B: per row, or 128x128 blocks (DeepSeek weights).
     gran_mn = 1 if rows == mn or is_sfa else 128
     recipe = (gran_mn, gran_mn, gran_k)
-    packed = transform_sf_into_required_layout(sf, mn, k, recipe, groups, is_sfa)
+    packed = pack_sf(sf, mn, k, recipe, groups, is_sfa)
     ps, gs = check_packed(name, packed, (*lead, mn, sf_words(k, gran_k)))
     return packed, ps, gs
 
@@ -176,21 +180,37 @@ def _operand_maps(a2: torch.Tensor, rows_a: int, lda: int, b2: torch.Tensor, row
                        _OFF_B, _U8, b2.data_ptr(), kb, rows_b, ldb, rb, cfg.block_n, rb)
 
 
-@lru_cache(maxsize=4096)
-def _dense_plan(kind: str, grans: tuple[int, int], mb: int, n: int, k: int, out: str, with_c: bool, index: int,
-                num_sms: int, target: str):
-    """Bounded LRU keyed by the M bucket the heuristic uses (m_bucket), never by the exact M."""
-    p = dense_plan(mb, n, k, num_sms, kind)
-    spec = spec_for(p.config, kind, grans, "fp32" if p.splits > 1 else out, with_c and p.splits == 1)
-    kern = jit.get_kernel(spec, target, index)
-    reduce = SplitK(out, with_c, target, index, num_sms) if p.splits > 1 else None
-    return kern, p.grid(num_sms), p.config, p.splits, reduce, spec.row_bytes
+@dataclass(frozen=True)
+class _Dense:
+    """What the checks and the plan of one dense call signature produced (scales: packed int32 ones are used
+    as they are; others are packed on every call, a value-dependent conversion)."""
+    target: str
+    index: int
+    m: int
+    n: int
+    k: int
+    grans: tuple | None
+    lda: int
+    ldb: int
+    ldd: int
+    ldc: int
+    sfa_stride: int            # packed scales: their word stride; -1: pack on every call
+    sfb_stride: int
+    kernel: object = None      # None: nothing to launch (an empty output or an empty reduction)
+    grid: int = 0
+    config: object = None
+    splits: int = 1
+    reduce: SplitK | None = None
+    row_bytes: tuple = (0, 0)
 
 
-def fp8_fp4_gemm_nt(a, b, d: torch.Tensor, c: torch.Tensor | None = None, recipe=None, alpha: float = 1.0) -> None:
-    """d = alpha * (a[0] * a[1]) @ (b[0] * b[1]).T (+ c) for a = (a, sfa) [M, K], b = (b, sfb) [N, K] (FP4: K/2
-    bytes). d/c: [M, N] bf16 or fp32 (c optional, may alias d). recipe: DeepGEMM's (gran_m, gran_n, gran_k)."""
-    a, sfa, b, sfb, kind = _operands(a, b, recipe)
+_DENSE = CallCache()
+
+
+def _prepare_dense(a, sfa, b, sfb, d, c, recipe) -> _Dense:
+    """Every check of a dense call (each raises the typed error naming what was expected), then its plan."""
+    sf_format(sfa), sf_format(sfb)  # TypeError for scale dtypes outside the contract, before any device work
+    kind = _kind(a, b, sfa, sfb, recipe)
     if a.dim() != 2 or b.dim() != 2:
         raise ValueError(f"a must be [M, K] and b [N, K], got {tuple(a.shape)} and {tuple(b.shape)}")
     m, n = a.shape[0], b.shape[0]
@@ -203,33 +223,88 @@ def fp8_fp4_gemm_nt(a, b, d: torch.Tensor, c: torch.Tensor | None = None, recipe
                c_dtype=dtype_name(c.dtype) if c is not None else None, lda=lda, ldb=ldb)
     if c is not None:
         require_shape("c", c, (m, n), "[M, N]")
-    alpha = _alpha(alpha)
     ldd = output_row_stride("d", d)
     ldc = output_row_stride("c", c) if c is not None else 0
     grans = _grans(kind, k, recipe, sfa, sfb) if m and n and k else None  # scale shapes only: no device work
     index = device_of(a=a, b=b, sfa=sfa, sfb=sfb, d=d, **({"c": c} if c is not None else {}))
-    if m == 0 or n == 0:
-        return
-    if k == 0:
-        write_empty_reduction(d, c)
-        return
-    sfa_p, sfa_ps, _ = _prepare_sf("sfa", sfa, m, k, grans[0], None, True)
-    sfb_p, sfb_ps, _ = _prepare_sf("sfb", sfb, n, k, grans[1], None, False)
+    target = target_of(index)
+    if m == 0 or n == 0 or k == 0:
+        return _Dense(target, index, m, n, k, grans, lda_bytes, ldb_bytes, ldd, ldc, -1, -1)
+    strides = []
+    for name, sf, mn, g, is_a in (("sfa", sfa, m, grans[0], True), ("sfb", sfb, n, grans[1], False)):
+        strides.append(check_packed(name, sf, (mn, sf_words(k, g)))[0] if sf.dtype == torch.int32 else -1)
     num_sms = num_sms_for(index)
-    kern, grid, cfg, splits, reduce, row_bytes = _dense_plan(kind, grans, m_bucket(m), n, k, _OUT[d.dtype],
-                                                             c is not None, index, num_sms,
-                                                             target_of(index))
-    out_ptr, out_ld, c_ptr, c_ld, split_stride = d.data_ptr(), ldd, c.data_ptr() if c is not None else 0, ldc, 0
+    p = dense_plan(m_bucket(m), n, k, num_sms, kind)
+    out = _OUT[d.dtype]
+    spec = spec_for(p.config, kind, grans, "fp32" if p.splits > 1 else out, c is not None and p.splits == 1)
+    reduce = SplitK(out, c is not None, target, index, num_sms) if p.splits > 1 else None
+    return _Dense(target, index, m, n, k, grans, lda_bytes, ldb_bytes, ldd, ldc, strides[0], strides[1],
+                  jit.get_kernel(spec, target, index), p.grid(num_sms), p.config, p.splits, reduce, spec.row_bytes)
+
+
+def _scales(name: str, sf: torch.Tensor, stride: int, mn: int, k: int, gran: int, is_sfa: bool) -> tuple[int, int]:
+    """(address, word stride) of an operand's packed scales: as given when packed, else packed now."""
+    if stride >= 0:
+        return sf.data_ptr(), stride
+    packed, ps, _ = _prepare_sf(name, sf, mn, k, gran, None, is_sfa)
+    return packed.data_ptr(), ps
+
+
+def fp8_fp4_gemm_nt(a, b, d: torch.Tensor, c: torch.Tensor | None = None, recipe=None, recipe_a=None,
+                    recipe_b=None, compiled_dims: str = "", disable_ue8m0_cast: bool = False, alpha=None,
+                    epilogue=None) -> None:
+    """d = alpha * (a[0] * a[1]) @ (b[0] * b[1]).T (+ c) for a = (a, sfa) [M, K], b = (b, sfb) [N, K] (FP4: K/2
+    bytes); a bare tensor means unit scales. d/c: [M, N] bf16 or fp32 (c optional, may alias d). recipe:
+    DeepGEMM's (gran_m, gran_n, gran_k), or per operand recipe_a / recipe_b (gran_mn, gran_k). DeepGEMM's
+    signature: `compiled_dims` accepted (no effect), `disable_ue8m0_cast` either way needs power-of-two FP32
+    scales, `epilogue` None / Identity() / Alpha(x) (= alpha=x). A call is checked once per signature
+    (launch.tensor_key); later calls with that signature only pack what must be packed and launch."""
+    name = "fp8_fp4_gemm_nt"
+    alpha = keywords.gemm(name, compiled_dims, epilogue, alpha, True, disable_ue8m0_cast)
+    alpha = 1.0 if alpha is None else _alpha(alpha)
+    a, sfa = _pair("a", keywords.pair("a", a, FP4))
+    b, sfb = _pair("b", keywords.pair("b", b, FP4))
+    recipe = keywords.recipe(name, recipe, recipe_a, recipe_b, a, b, FP4)
+    try:
+        key = (tensor_key(a), tensor_key(sfa), tensor_key(b), tensor_key(sfb), tensor_key(d),
+               None if c is None else tensor_key(c), None if recipe is None else tuple(recipe))
+    except (AttributeError, TypeError):  # not tensors, or an unhashable recipe: the checks decide
+        key = None
+    call = _DENSE.get(key) if key is not None else None
+    if call is None or target_of(call.index) != call.target:
+        call = _prepare_dense(a, sfa, b, sfb, d, c, recipe)
+        if key is not None:
+            _DENSE.put(key, call)
+    m, n, k, index = call.m, call.n, call.k, call.index
+    if call.kernel is None:
+        if m and n:  # K = 0: d = c
+            write_empty_reduction(d, c)
+        return
+    sfa_ptr, sfa_ps = _scales("sfa", sfa, call.sfa_stride, m, k, call.grans[0], True)
+    sfb_ptr, sfb_ps = _scales("sfb", sfb, call.sfb_stride, n, k, call.grans[1], False)
+    splits, pd = call.splits, d.data_ptr()
+    pc = c.data_ptr() if c is not None else 0
+    out_ptr, out_ld, c_ptr, c_ld, split_stride = pd, call.ldd, pc, call.ldc, 0
     if splits > 1:  # fp32 slices [splits, M, N]; the reduce kernel adds them in order, then C
         ws = SplitK.workspace(splits, m, n, d.device)
         out_ptr, out_ld, c_ptr, c_ld, split_stride = ws.data_ptr(), n, 0, 0, m * n
-    launch(kern, grid, PARAMS.pack(sfa=sfa_p.data_ptr(), sfb=sfb_p.data_ptr(), d=out_ptr, c=c_ptr, layout=0, m=m, n=n,
-                                   k=k, ldd=out_ld, ldc=c_ld, num_groups=1, psum_layout=0, num_splits=splits,
-                                   split_stride=split_stride, sfa_pack_stride=sfa_ps, sfa_group_stride=0,
-                                   sfb_pack_stride=sfb_ps, sfb_group_stride=0, alpha=alpha),
-           _operand_maps(a, m, lda_bytes, b, n, ldb_bytes, cfg, row_bytes), index)
+    launch(call.kernel, call.grid, _pack(sfa_ptr, sfb_ptr, out_ptr, c_ptr, 0, m, n, k, out_ld, c_ld, 1, 0, splits,
+                                         split_stride, sfa_ps, 0, sfb_ps, 0, alpha),
+           _operand_maps(a, m, call.lda, b, n, call.ldb, call.config, call.row_bytes), index)
     if splits > 1:
-        reduce.reduce(out_ptr, d.data_ptr(), c.data_ptr() if c is not None else 0, m, n, ldd, ldc, splits, index)
+        call.reduce.reduce(out_ptr, pd, pc, m, n, call.ldd, call.ldc, splits, index)
+
+
+def _not_nt(name: str):
+    def refuse(a, b, d, c=None, recipe=None, recipe_a=None, recipe_b=None, compiled_dims="",
+               disable_ue8m0_cast=False, alpha=None, epilogue=None):
+        raise NotImplementedError(f"{name}: the SM120 block-scaled kernel reads K-major operands only; call "
+                                  f"fp8_fp4_gemm_nt with contiguous transposes of the MN-major operand(s)")
+    refuse.__name__ = refuse.__qualname__ = name
+    return refuse
+
+
+fp8_fp4_gemm_nn, fp8_fp4_gemm_tn, fp8_fp4_gemm_tt = (_not_nt(f"fp8_fp4_gemm_{lay}") for lay in ("nn", "tn", "tt"))
 
 
 def _grouped_scales(grans: tuple[int, int], sfa: torch.Tensor, sfb: torch.Tensor, m: int, n: int, k: int,
@@ -260,13 +335,24 @@ def _grouped_launch(kind, grans, gemm_type, cfg, tiles, index, a2, rows_a, b2, r
 
 
 def m_grouped_fp8_fp4_gemm_nt_contiguous(a, b, d: torch.Tensor, grouped_layout: torch.Tensor, recipe=None,
-                                         use_psum_layout: bool = False, check_layout: bool | None = None,
-                                         alpha: float = 1.0) -> None:
+                                         recipe_a=None, recipe_b=None, compiled_dims: str = "nk",
+                                         disable_ue8m0_cast: bool = False, use_psum_layout: bool = False,
+                                         ensure_zero_padding: bool = True, expected_m_for_psum_layout=None,
+                                         epilogue=None, *, check_layout: bool | None = None, alpha=None) -> None:
     """d[r] = alpha * a[r] @ b[g(r)].T for the rows r of group g(r) (MoE, tokens sorted by expert).
 
     a = (a [M, K], sfa); b = (b [G, N, K], sfb [G, ...]); d [M, N] bf16. FP4: K/2 bytes per row.
     grouped_layout: int32 [M] group id per row (-1 = padding), or with use_psum_layout int32 [G] group ends;
-    every group starts at a multiple of get_mk_alignment_for_contiguous_layout() rows (checked, as for BF16)."""
+    every group starts at a multiple of get_mk_alignment_for_contiguous_layout() rows (checked, as for BF16).
+    DeepGEMM's signature and keywords as for fp8_fp4_gemm_nt; ensure_zero_padding (psum layout) zeroes the rows
+    between a group's end and the next group's aligned start. Ours, keyword only: check_layout (None: check
+    unless capturing a CUDA graph) and alpha."""
+    name = "m_grouped_fp8_fp4_gemm_nt_contiguous"
+    alpha = keywords.gemm(name, compiled_dims, epilogue, alpha, True, disable_ue8m0_cast)
+    use_psum_layout = keywords.flag(name, "use_psum_layout", use_psum_layout)
+    zero = keywords.flag(name, "ensure_zero_padding", ensure_zero_padding)
+    a, b = keywords.pair("a", a, FP4), keywords.pair("b", b, FP4)
+    recipe = keywords.recipe(name, recipe, recipe_a, recipe_b, a[0], b[0], FP4)
     a, sfa, b, sfb, kind = _operands(a, b, recipe)
     require_int32("grouped_layout", grouped_layout)
     if a.dim() != 2 or b.dim() != 3:
@@ -279,7 +365,7 @@ def m_grouped_fp8_fp4_gemm_nt_contiguous(a, b, d: torch.Tensor, grouped_layout: 
     m_grouped_contiguous_rule(m=m, n=n, k=k, num_groups=g, a_dtype=dtype_name(a.dtype), b_dtype=dtype_name(b.dtype),
                               out_dtype=dtype_name(d.dtype), use_psum_layout=use_psum_layout)
     require_contiguous_layout_shape(grouped_layout, m, g, use_psum_layout)
-    alpha = _alpha(alpha)
+    alpha = 1.0 if alpha is None else _alpha(alpha)
     ldd = output_row_stride("d", d)
     grans = _grans(kind, k, recipe, sfa, sfb) if m and n and g else None
     index = device_of(a=a, b=b, sfa=sfa, sfb=sfb, d=d, grouped_layout=grouped_layout)
@@ -291,14 +377,29 @@ def m_grouped_fp8_fp4_gemm_nt_contiguous(a, b, d: torch.Tensor, grouped_layout: 
     tiles = -(-m // cfg.block_m) * -(-n // cfg.block_n)
     _grouped_launch(kind, grans, "m_contiguous", cfg, tiles, index, a, m, rows_view("b", b), g * n, sfa_t, sfb_t,
                     d.data_ptr(), grouped_layout.data_ptr(), m, n, k, ldd, g, use_psum_layout, alpha)
+    if zero and use_psum_layout:
+        keywords.zero_psum_padding(d, grouped_layout, get_mk_alignment_for_contiguous_layout())
+
+
+def m_grouped_fp8_fp4_gemm_nn_contiguous(a, b, d, grouped_layout, recipe=None, recipe_a=None, recipe_b=None,
+                                         compiled_dims="nk", disable_ue8m0_cast=False, use_psum_layout=False,
+                                         ensure_zero_padding=True, epilogue=None):
+    raise NotImplementedError("m_grouped_fp8_fp4_gemm_nn_contiguous: the SM120 block-scaled kernel takes b as "
+                              "[G, N, K] (K-major) only; use m_grouped_fp8_fp4_gemm_nt_contiguous")
 
 
 def m_grouped_fp8_fp4_gemm_nt_masked(a, b, d: torch.Tensor, masked_m: torch.Tensor, expected_m: int,
-                                     recipe=None, alpha: float = 1.0) -> None:
+                                     recipe=None, recipe_a=None, recipe_b=None, compiled_dims: str = "nk",
+                                     disable_ue8m0_cast: bool = False, epilogue=None, *, alpha=None) -> None:
     """d[g, :masked_m[g]] = alpha * a[g, :masked_m[g]] @ b[g].T; rows past masked_m[g] stay untouched.
 
     a = (a [G, M, K], sfa [G, ...]); b = (b [G, N, K], sfb [G, ...]); d [G, M, N] bf16; masked_m int32 [G] on
-    the device (read only by the kernel: graph-safe with packed scales). expected_m picks the tile size."""
+    the device (read only by the kernel: graph-safe with packed scales). expected_m picks the tile size.
+    DeepGEMM's signature and keywords as for fp8_fp4_gemm_nt; alpha (ours) keyword only."""
+    name = "m_grouped_fp8_fp4_gemm_nt_masked"
+    alpha = keywords.gemm(name, compiled_dims, epilogue, alpha, True, disable_ue8m0_cast)
+    a, b = keywords.pair("a", a, FP4), keywords.pair("b", b, FP4)
+    recipe = keywords.recipe(name, recipe, recipe_a, recipe_b, a[0], b[0], FP4)
     a, sfa, b, sfb, kind = _operands(a, b, recipe)
     require_int32("masked_m", masked_m)
     if a.dim() != 3 or b.dim() != 3:
@@ -312,7 +413,7 @@ def m_grouped_fp8_fp4_gemm_nt_masked(a, b, d: torch.Tensor, masked_m: torch.Tens
     require_shape("masked_m", masked_m, (g,), "[G]")
     m_grouped_masked_rule(num_groups=g, m=m, n=n, k=k, expected_m=expected_m, a_dtype=dtype_name(a.dtype),
                           b_dtype=dtype_name(b.dtype), out_dtype=dtype_name(d.dtype))
-    alpha = _alpha(alpha)
+    alpha = 1.0 if alpha is None else _alpha(alpha)
     grans = _grans(kind, k, recipe, sfa, sfb) if g and m and n else None
     index = device_of(a=a, b=b, sfa=sfa, sfb=sfb, d=d, masked_m=masked_m)
     if g == 0 or m == 0 or n == 0:
@@ -326,7 +427,19 @@ def m_grouped_fp8_fp4_gemm_nt_masked(a, b, d: torch.Tensor, masked_m: torch.Tens
                     masked_m.data_ptr(), m, n, k, ldd, g, False, alpha)
 
 
-# DeepGEMM's names: the FP8 entry points also take FP4 operands.
-fp8_gemm_nt = fp8_fp4_gemm_nt
-m_grouped_fp8_gemm_nt_contiguous = m_grouped_fp8_fp4_gemm_nt_contiguous
-m_grouped_fp8_gemm_nt_masked = m_grouped_fp8_fp4_gemm_nt_masked
+_NO_K_GROUPED = "deep_gemm_sm120 has no block-scaled K-grouped GEMM (k_grouped_bf16_gemm_tn_contiguous covers BF16)"
+
+
+def k_grouped_fp8_gemm_tn_contiguous(a, b, d, ks_cpu, grouped_layout, c=None, recipe=(1, 1, 128), compiled_dims="mn",
+                                     use_psum_layout=False, epilogue=None, *, use_padded_sf_layout=False):
+    raise NotImplementedError(f"k_grouped_fp8_gemm_tn_contiguous: {_NO_K_GROUPED}")
+
+
+def k_grouped_fp8_gemm_nt_contiguous(a, b, d, ks_cpu, grouped_layout, c=None, recipe=(1, 1, 128), compiled_dims="mn",
+                                     use_psum_layout=False, epilogue=None, *, use_padded_sf_layout=False):
+    raise NotImplementedError(f"k_grouped_fp8_gemm_nt_contiguous: {_NO_K_GROUPED}")
+
+
+def k_grouped_fp4_gemm_nt_contiguous(a, b, d, ks_cpu, grouped_layout, c=None, recipe=(1, 1, 32), compiled_dims="mn",
+                                     use_psum_layout=False, epilogue=None):
+    raise NotImplementedError(f"k_grouped_fp4_gemm_nt_contiguous: {_NO_K_GROUPED}")

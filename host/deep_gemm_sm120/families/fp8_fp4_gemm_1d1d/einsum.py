@@ -1,4 +1,4 @@
-"""fp8_einsum(expr, a, b, d, c=None, recipe=(1, 128, 128)): DeepGEMM's block-scaled einsum, `bhr,hdr->bhd`.
+"""fp8_einsum(expr, a, b, d, c=None, recipe=(1, 128, 128), epilogue=None, use_128x4_sfd_layout=False): DeepGEMM's block-scaled einsum, `bhr,hdr->bhd`.
 
     d[b, h, :] = (x[b, h, :] * sfx[b, h]) @ (y[h] * sfy[h]).T  (+ c[b, h, :])
 
@@ -20,15 +20,17 @@ from functools import lru_cache
 
 import torch
 
-from ... import jit
+from ... import jit, keywords
 from ...arch import target_of
 from ...batched import batched_map, check_batched_operand
+from ...checks import device_of, require_tensor, write_empty_reduction
 from ...core.rules import dtype_name
 from ...device import num_sms_for
-from ...launch import device_of, launch
-from ...validation import require_tensor, write_empty_reduction
-from . import FP8_EINSUM_EXPRS, PARAMS, batched_config, fp8_einsum_rule, spec_for
+from ...launch import launch
 from .api import _pair, _prepare_sf
+from .kernel import PARAMS, spec_for
+from .plan import batched_config
+from .rules import FP8_EINSUM_EXPRS, fp8_einsum_rule
 
 _OFF_A, _OFF_B = PARAMS.offsets["tmap_a"], PARAMS.offsets["tmap_b"]
 _OUT = {torch.bfloat16: "bf16", torch.float32: "fp32"}
@@ -47,8 +49,17 @@ def _map(offset: int, t: torch.Tensor, rows_dim: int, batch_dim: int, box_rows: 
     return batched_map(offset, "uint8", t, -1, rows_dim, batch_dim, (128, box_rows), 128)
 
 
-def fp8_einsum(expr: str, a, b, d: torch.Tensor, c: torch.Tensor | None = None, recipe=(1, 128, 128)) -> None:
-    """DeepGEMM's fp8_einsum for `bhr,hdr->bhd` (see the module doc); writes d in place."""
+def fp8_einsum(expr: str, a, b, d: torch.Tensor, c: torch.Tensor | None = None, recipe=(1, 128, 128),
+               epilogue=None, use_128x4_sfd_layout: bool = False) -> None:
+    """DeepGEMM 2.8.1's fp8_einsum for `bhr,hdr->bhd` (see the module doc); writes d in place. `d` a tensor:
+    BF16 / FP32 output. `d` as (d, sfd) or an FP8 epilogue asks for FP8 output with scales in sfd (128x4 blocks
+    with use_128x4_sfd_layout): not provided (NotImplementedError)."""
+    name = "fp8_einsum"
+    keywords.flag(name, "use_128x4_sfd_layout", use_128x4_sfd_layout)
+    if isinstance(d, (tuple, list)):
+        raise NotImplementedError(f"{name}(d=(d, sfd)): FP8 output with scale factors is not provided; SM120 "
+                                  f"einsum writes BF16 or FP32 d")
+    keywords.epilogue(name, epilogue)
     if not isinstance(expr, str):
         raise TypeError(f"expr must be a str, got {type(expr).__name__}")
     norm = expr.replace(" ", "")

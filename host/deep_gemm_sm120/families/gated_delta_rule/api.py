@@ -15,9 +15,11 @@ from ... import jit
 from ...arch import target_of
 from ...core.tma import tma_request
 from ...device import num_sms_for
-from ...launch import device_of, get_pdl, launch
-from ...services.gated_delta_rule_prep import PARAMS as PREP_PARAMS, GdrPrepSpec, persistent_teams
-from . import HEAD_DIM, PARAMS, GdrFwdSpec, choose_overlap, choose_plan, recurrence_ctas
+from ...checks import device_of
+from ...launch import get_pdl, launch
+from .kernel import HEAD_DIM, PARAMS, GdrFwdSpec
+from .plan import choose_overlap, choose_plan, recurrence_ctas
+from .prep import PARAMS as PREP_PARAMS, GdrPrepSpec, persistent_teams
 from .contract import (OTHER_CHUNK, NoBackward, check_arguments, check_cu_seqlens_values, chunk_gated_delta_rule_bwd,
                        default_chunk_size)
 

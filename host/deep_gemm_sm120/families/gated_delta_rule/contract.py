@@ -9,8 +9,9 @@ import torch
 
 from ...arch import device_capability
 from ...core.rules import dtype_name
-from . import OTHER_CHUNK, SM120_CHUNK, gdr_rule
-from ...services.gated_delta_rule_prep import CHUNKS as CHUNK_SIZES
+from .kernel import OTHER_CHUNK, SM120_CHUNK
+from .prep import CHUNKS as CHUNK_SIZES
+from .rules import gdr_rule
 
 
 def default_chunk_size(device: torch.device | int | None = None) -> int:

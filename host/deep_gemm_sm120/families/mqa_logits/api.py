@@ -14,11 +14,12 @@ import torch
 
 from ... import jit
 from ...arch import target_of
+from ...checks import device_of, require_int32, require_tensor
 from ...core.rules import dtype_name
 from ...core.tma import tma_request
-from ...launch import device_of, launch
-from ...validation import require_int32, require_tensor
-from . import BLOCK_KV, PARAMS, ROWS, MqaLogitsSpec, logits_row_stride, mqa_logits_rule
+from ...launch import launch
+from .kernel import BLOCK_KV, PARAMS, ROWS, MqaLogitsSpec, logits_row_stride
+from .rules import mqa_logits_rule
 
 _OFF_Q, _OFF_KV = PARAMS.offsets["tmap_q"], PARAMS.offsets["tmap_kv"]
 _LOGIT = {torch.float32: "fp32", torch.bfloat16: "bf16"}
@@ -48,12 +49,67 @@ def _row_bytes(t: torch.Tensor) -> int:
     return t.shape[-1] * t.element_size()
 
 
+def _forms(max_seqlen_k, schedule_meta, clean_logits):
+    """DeepGEMM 2.8.1's positional form (..., max_seqlen_k, schedule_meta=None), which sgl-deep-gemm 0.2.5 shares,
+    and DeepGEMM main's (..., clean_logits, max_seqlen_k=0; logits_dtype by keyword), told apart without
+    ambiguity: a bool 6th argument is main's clean_logits (then an int 7th is its max_seqlen_k), an int is
+    max_seqlen_k; an int is never read as clean_logits. Returns (clean_logits, max_seqlen_k); schedule_meta is
+    accepted and unused."""
+    if isinstance(max_seqlen_k, bool):  # DeepGEMM main's form
+        if clean_logits is not None:
+            raise TypeError("mqa_logits got multiple values for clean_logits")
+        clean_logits = max_seqlen_k
+        if isinstance(schedule_meta, int) and not isinstance(schedule_meta, bool):
+            max_seqlen_k = schedule_meta
+        elif schedule_meta is None:
+            max_seqlen_k = 0
+        else:
+            raise TypeError(f"mqa_logits: after a bool clean_logits, the 7th argument is max_seqlen_k (an int), "
+                            f"got {type(schedule_meta).__name__}")
+    elif not isinstance(max_seqlen_k, int):
+        raise TypeError(f"mqa_logits: the 6th argument is max_seqlen_k (an int) or DeepGEMM main's clean_logits "
+                        f"(a bool), got {type(max_seqlen_k).__name__}")
+    if clean_logits is not None and not isinstance(clean_logits, bool):
+        raise TypeError(f"clean_logits must be a bool, got {type(clean_logits).__name__}")
+    if clean_logits is None:  # compressed logits ([S, max_seqlen_k]) are never cleaned: the default follows
+        clean_logits = max_seqlen_k == 0
+    elif clean_logits and max_seqlen_k > 0:
+        raise ValueError("compressed logits (max_seqlen_k > 0) require clean_logits=False")
+    return clean_logits, max_seqlen_k
+
+
+def fp8_mqa_logits(q: torch.Tensor, kv, weights: torch.Tensor, cu_seq_len_k_start: torch.Tensor,
+                   cu_seq_len_k_end: torch.Tensor, max_seqlen_k: int = 0, schedule_meta=None, *,
+                   clean_logits: bool | None = None, logits_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The FP8 form of fp8_fp4_mqa_logits: q a tensor [S, H, D] e4m3."""
+    return fp8_fp4_mqa_logits(q if isinstance(q, (tuple, list)) else (q, None), kv, weights, cu_seq_len_k_start,
+                              cu_seq_len_k_end, max_seqlen_k, schedule_meta, clean_logits=clean_logits,
+                              logits_dtype=logits_dtype)
+
+
+def get_mqa_logits_metadata(cu_seq_len_k_start, cu_seq_len_k_end, num_kv_tokens, num_heads) -> torch.Tensor:
+    """sgl-deep-gemm's dense schedule. The SM120 dense kernel derives each CTA's key range from ks / ke on the
+    device, so there is nothing to precompute: an empty int32 tensor on ks's device, which fp8_fp4_mqa_logits
+    accepts as schedule_meta. The arguments are checked as that call would."""
+    require_int32("cu_seq_len_k_start", cu_seq_len_k_start)
+    require_int32("cu_seq_len_k_end", cu_seq_len_k_end)
+    if cu_seq_len_k_start.shape != cu_seq_len_k_end.shape or cu_seq_len_k_start.dim() != 1:
+        raise ValueError("cu_seq_len_k_start and cu_seq_len_k_end must be [S] tensors of one shape")
+    for name, v in (("num_kv_tokens", num_kv_tokens), ("num_heads", num_heads)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise ValueError(f"{name} must be a non-negative int, got {v!r}")
+    return torch.empty(0, dtype=torch.int32, device=cu_seq_len_k_start.device)
+
+
 def fp8_fp4_mqa_logits(q, kv, weights: torch.Tensor, cu_seq_len_k_start: torch.Tensor,
-                       cu_seq_len_k_end: torch.Tensor, clean_logits: bool = True, max_seqlen_k: int = 0,
-                       logits_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+                       cu_seq_len_k_end: torch.Tensor, max_seqlen_k: int = 0, schedule_meta=None, *,
+                       clean_logits: bool | None = None, logits_dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """FP8: q = (q [S, H, D] e4m3, None), kv = (kv [SK, D] e4m3, kv_sf fp32 [SK]).
     FP4: q = (q [S, H, D/2] packed e2m1, q_sf int32 [S, H]), kv = (kv [SK, D/2], kv_sf int32 [SK]) with packed
-    UE8M0 1x32 scales. weights fp32 [S, H]; cu_seq_len_k_start / _end int32 [S]."""
+    UE8M0 1x32 scales. weights fp32 [S, H]; cu_seq_len_k_start / _end int32 [S]. clean_logits: -inf outside
+    [ks, ke) (default: True unless max_seqlen_k > 0). DeepGEMM 2.8.1's order (sgl-deep-gemm's too), and DeepGEMM
+    main's (a bool 6th argument, see _forms); clean_logits and logits_dtype keyword only."""
+    clean_logits, max_seqlen_k = _forms(max_seqlen_k, schedule_meta, clean_logits)
     if not isinstance(q, (tuple, list)) or len(q) != 2:
         raise TypeError(f"q must be a (values, scale factors or None) pair, got {type(q).__name__}")
     if not isinstance(kv, (tuple, list)) or len(kv) != 2:
@@ -113,10 +169,3 @@ def fp8_fp4_mqa_logits(q, kv, weights: torch.Tensor, cu_seq_len_k_start: torch.T
                          ld_weights=weights.stride(0) if seq_len > 1 else heads, ld_logits=stride)
     launch(kern, -(-seq_len // block_q), params, tmaps, index)
     return out
-
-
-def fp8_mqa_logits(q: torch.Tensor, kv, weights: torch.Tensor, cu_seq_len_k_start: torch.Tensor,
-                   cu_seq_len_k_end: torch.Tensor, clean_logits: bool = True, max_seqlen_k: int = 0) -> torch.Tensor:
-    """The FP8 form: q a tensor [S, H, D] e4m3."""
-    return fp8_fp4_mqa_logits((q, None), kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits,
-                              max_seqlen_k)

@@ -12,13 +12,14 @@ import torch
 
 from ... import jit
 from ...arch import target_of
+from ...checks import device_of, require_int32, require_tensor
 from ...core.gemm import ceil_div
 from ...core.rules import dtype_name
 from ...core.tma import tma_request
-from ...launch import device_of, launch
-from ...validation import require_int32, require_tensor
-from ..mqa_logits import LOGIT_ALIGN_BYTES, ROWS
-from . import PARAMS, PagedMqaLogitsSpec, paged_rule
+from ...launch import launch
+from ..mqa_logits.kernel import LOGIT_ALIGN_BYTES, ROWS
+from .kernel import PARAMS, PagedMqaLogitsSpec
+from .rules import paged_rule
 
 _OFF_Q, _OFF_KV = PARAMS.offsets["tmap_q"], PARAMS.offsets["tmap_kv"]
 _LOGIT = {torch.float32: "fp32", torch.bfloat16: "bf16"}
@@ -51,11 +52,16 @@ def _check_block_table(block_table: torch.Tensor, num_blocks: int, context_lens:
 
 def fp8_fp4_paged_mqa_logits(q, kv_cache: torch.Tensor, weights: torch.Tensor, context_lens: torch.Tensor,
                              block_table: torch.Tensor, schedule_meta: torch.Tensor, max_context_len: int,
-                             clean_logits: bool = False, logits_dtype: torch.dtype = torch.float32,
-                             indices: torch.Tensor | None = None) -> torch.Tensor:
-    """q = (q [B, next_n, H, D] e4m3, None) or (packed e2m1 [B, next_n, H, D/2], int32 [B, next_n, H]);
-    kv_cache uint8 [num_blocks, block_kv, 1, D + 4] (FP4: D/2 + 4); weights fp32 [B * next_n, H];
-    context_lens int32 [B] or [B, next_n]; block_table int32 [B, max_blocks]."""
+                             indices: torch.Tensor | None = None, *, clean_logits: bool = False,
+                             logits_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """q = (q [B, next_n, H, D] e4m3, None) or (packed e2m1 [B, next_n, H, D/2], int32 [B, next_n, H]); a bare
+    tensor is the FP8 form. kv_cache uint8 [num_blocks, block_kv, 1, D + 4] (FP4: D/2 + 4); weights fp32
+    [B * next_n, H]; context_lens int32 [B] or [B, next_n]; block_table int32 [B, max_blocks]. DeepGEMM 2.8.1's
+    order (`indices`, varlen, SM100-only there: NotImplementedError); as there, columns past a row's context
+    are left uncleaned and the logits are float32 unless asked otherwise (`clean_logits` / `logits_dtype`,
+    keyword only, are ours)."""
+    if isinstance(q, torch.Tensor):
+        q = (q, None)
     if not isinstance(q, (tuple, list)) or len(q) != 2:
         raise TypeError(f"q must be a (values, scale factors or None) pair, got {type(q).__name__}")
     qv, q_sf = q
@@ -145,7 +151,7 @@ def fp8_fp4_paged_mqa_logits(q, kv_cache: torch.Tensor, weights: torch.Tensor, c
 
 def fp8_paged_mqa_logits(q: torch.Tensor, kv_cache: torch.Tensor, weights: torch.Tensor, context_lens: torch.Tensor,
                          block_table: torch.Tensor, schedule_meta: torch.Tensor, max_context_len: int,
-                         clean_logits: bool = False, indices: torch.Tensor | None = None) -> torch.Tensor:
-    """The FP8 form: q a tensor [B, next_n, H, D] e4m3."""
+                         clean_logits: bool = False, logits_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The FP8 form of fp8_fp4_paged_mqa_logits (q a tensor [B, next_n, H, D] e4m3), DeepGEMM's older order."""
     return fp8_fp4_paged_mqa_logits((q, None), kv_cache, weights, context_lens, block_table, schedule_meta,
-                                    max_context_len, clean_logits, torch.float32, indices)
+                                    max_context_len, clean_logits=clean_logits, logits_dtype=logits_dtype)

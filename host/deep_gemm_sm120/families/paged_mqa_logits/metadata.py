@@ -1,4 +1,5 @@
-"""get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms): the schedule a paged MQA-logits call takes."""
+"""get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms, indices=None): the schedule a paged MQA-logits
+call takes, computed by the family's service kernel (schedule.py)."""
 from __future__ import annotations
 
 from functools import lru_cache
@@ -7,10 +8,11 @@ import torch
 
 from ... import jit
 from ...arch import target_of
+from ...checks import device_of, require_tensor
 from ...core.rules import dtype_name
-from ...launch import device_of, launch
-from ...validation import require_tensor
-from ...services.paged_mqa_logits_metadata import PARAMS, PagedMetadataSpec, chunk_keys, metadata_rule
+from ...launch import launch
+from .rules import metadata_rule
+from .schedule import PARAMS, PagedMetadataSpec, chunk_keys
 
 
 @lru_cache(maxsize=16)
@@ -18,10 +20,15 @@ def _kernel(index: int, target: str):
     return jit.get_kernel(PagedMetadataSpec(), target, index)
 
 
-def get_paged_mqa_logits_metadata(context_lens: torch.Tensor, block_kv: int, num_sms: int) -> torch.Tensor:
+def get_paged_mqa_logits_metadata(context_lens: torch.Tensor, block_kv: int, num_sms: int,
+                                  indices: torch.Tensor | None = None) -> torch.Tensor:
     """int32 [num_sms + 1, 2]: the (batch, chunk) where SM s starts, the total work (chunks of max(64, block_kv)
     keys, at least one per batch) split evenly; row num_sms is (B, 0). Computed on the GPU, graph-capturable.
-    context_lens: int32 [B] (one length per batch) or [B, next_n] (per query token; a batch spans its largest)."""
+    context_lens: int32 [B] (one length per batch) or [B, next_n] (per query token; a batch spans its largest).
+    indices (DeepGEMM's varlen form, SM100-only upstream): NotImplementedError."""
+    if indices is not None:
+        raise NotImplementedError("get_paged_mqa_logits_metadata: indices (varlen) are SM100-only in DeepGEMM and "
+                                  "not supported here")
     require_tensor("context_lens", context_lens)
     for name, v in (("block_kv", block_kv), ("num_sms", num_sms)):
         if not isinstance(v, int) or isinstance(v, bool):

@@ -16,9 +16,9 @@ from ...arch import target_of
 from ...core.gemm import ceil_div
 from ...core.tma import tma_request
 from ...device import get_num_sms
-from ...launch import device_of, launch
-from ...validation import require_int32
-from . import PARAMS, TILE_KEYS, SparseMqaLogitsSpec, tiles_per_cta
+from ...checks import device_of, require_int32
+from ...launch import launch
+from .kernel import PARAMS, TILE_KEYS, SparseMqaLogitsSpec, tiles_per_cta
 from .contract import SparseProblem, check_paged_sparse_call, check_sparse_call
 
 _OFF_Q, _OFF_KV = PARAMS.offsets["tmap_q"], PARAMS.offsets["tmap_kv"]

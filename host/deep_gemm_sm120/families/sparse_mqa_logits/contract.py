@@ -9,7 +9,8 @@ from dataclasses import dataclass
 import torch
 
 from ...core.rules import dtype_name
-from . import SCALE_BYTES, sparse_rule
+from .kernel import SCALE_BYTES
+from .rules import sparse_rule
 
 # packed e2m1 bytes; torch's float4_e2m1fn_x2 where this torch has it
 FP4_VALUE_DTYPES = (torch.int8, torch.uint8) + tuple(

@@ -19,9 +19,10 @@ import torch
 from ... import jit
 from ...arch import target_of
 from ...core.gemm import ceil_div
-from ...launch import device_of, launch
-from ...services.sparse_mqa_logits_metadata import PARAMS, THREADS, SparseMetadataSpec
-from . import geometry_rule
+from ...checks import device_of
+from ...launch import launch
+from .rules import geometry_rule
+from .slots import PARAMS, THREADS, SparseMetadataSpec
 from .contract import check_indices, fmt_of
 
 INT32_MAX = 2 ** 31 - 1

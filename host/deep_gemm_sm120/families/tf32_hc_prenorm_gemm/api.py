@@ -18,14 +18,15 @@ from ...arch import target_of
 from ...core.rules import dtype_name
 from ...core.tma import DTYPE, tma_2d
 from ...device import num_sms_for
-from ...launch import device_of, launch
+from ...checks import device_of, require_2d, require_tensor, tma_operand
+from ...launch import launch
 from ...services.split_k_reduce.launch import SplitK
-from ...validation import require_2d, require_tensor, tma_operand
-from . import PARAMS, FAMILY, m_bucket, plan
+from .kernel import PARAMS
+from .plan import m_bucket, plan
+from .rules import hc_prenorm_rule
 
 _pack = PARAMS.packer()
 _OFF_A, _OFF_B = PARAMS.offsets["tmap_a"], PARAMS.offsets["tmap_b"]
-_RULE = FAMILY.ops[0].rule
 _U32 = 2**32
 
 
@@ -41,7 +42,7 @@ def _validate(a, b, d, sqr_sum, num_splits) -> tuple:
         raise ValueError(f"a is [M, K] = {tuple(a.shape)} and b is [N, K] = {tuple(b.shape)}: K must agree")
     split = num_splits is not None and not isinstance(num_splits, bool) and isinstance(num_splits, int)
     want_d, want_s = ((num_splits, m, n), (num_splits, m)) if split else ((m, n), (m,))
-    _RULE(m=m, n=n, k=k, a_dtype=dtype_name(a.dtype), b_dtype=dtype_name(b.dtype), d_dtype=dtype_name(d.dtype),
+    hc_prenorm_rule(m=m, n=n, k=k, a_dtype=dtype_name(a.dtype), b_dtype=dtype_name(b.dtype), d_dtype=dtype_name(d.dtype),
           sqr_sum_dtype=dtype_name(sqr_sum.dtype), num_splits=num_splits,
           lda=a.stride(0) if m > 1 else None, ldb=b.stride(0) if n > 1 else None)
     if tuple(d.shape) != want_d:

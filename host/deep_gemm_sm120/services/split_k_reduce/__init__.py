@@ -22,16 +22,13 @@ class SplitKReduceSpec(KernelSpec):
     with_c: bool = False
     warp_per_element: bool = False   # many splits of a small output: lanes over splits
 
-    @property
-    def name(self) -> str:
+    def kernel_name(self) -> str:
         return f"split_k_reduce_{self.out_dtype}{'_c' if self.with_c else ''}{'_wpe' if self.warp_per_element else ''}"
 
-    @property
-    def threads(self) -> int:
+    def block_threads(self) -> int:
         return THREADS
 
-    @property
-    def smem_bytes(self) -> int:
+    def shared_bytes(self) -> int:
         return 0
 
     def template_args(self) -> list[str]:
@@ -67,7 +64,6 @@ FAMILY = Family(
     gate=lambda spec: GateRules(required={"sm120": ("LDG", "STG"), "sm90": ("LDG", "STG")}),
     quick_key=lambda s: (s.warp_per_element,),  # one register/smem profile per form
     pdl=True,
-    ops=(),
     api_modules=(),
     service=True,
 )

@@ -1,7 +1,7 @@
-"""The slot-table kernel of the sparse MQA-logits metadata functions (scheduler/sm120_sparse_mqa_logits_metadata.cuh):
-one thread per (row, slot), one launch, graph-capturable. Internal: the public entry points are
-get_sparse_mqa_logits_metadata / get_paged_sparse_mqa_logits_metadata of the sparse_mqa_logits family, which run it
-for CUDA tensors (and the same semantics as torch ops for CPU tensors)."""
+"""The slot-table kernel of the sparse MQA-logits metadata functions (scheduler/sm120_sparse_mqa_logits_metadata.cuh),
+a service kernel of this family only: one thread per (row, slot), one launch, graph-capturable. The public entry
+points are get_sparse_mqa_logits_metadata / get_paged_sparse_mqa_logits_metadata (metadata.py), which run it for
+CUDA tensors (and the same semantics as torch ops for CPU tensors)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,23 +20,20 @@ THREADS = 256
 
 @dataclass(frozen=True)
 class SparseMetadataSpec(KernelSpec):
-    @property
-    def name(self) -> str:
+    def kernel_name(self) -> str:
         return "sparse_mqa_logits_metadata"
 
-    @property
-    def threads(self) -> int:
+    def block_threads(self) -> int:
         return THREADS
 
-    @property
-    def smem_bytes(self) -> int:
+    def shared_bytes(self) -> int:
         return 0
 
     def template_args(self) -> list[str]:
         return [str(THREADS)]
 
 
-FAMILY = Family(
+SLOTS = Family(
     name="sparse_mqa_logits_metadata",
     header="scheduler/sm120_sparse_mqa_logits_metadata.cuh",
     params=PARAMS,

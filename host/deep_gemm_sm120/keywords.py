@@ -1,11 +1,11 @@
-"""DeepGEMM's keyword policies, written once and used by every family's deepgemm.py: what each shared keyword
-means on SM120 kernels (honoured, accepted without effect, or refused by name), plus DeepGEMM's argument forms
-(scale pairs, recipes) turned into ours."""
+"""DeepGEMM's shared keywords, written once and used by every family's API: what each means on SM120 kernels
+(honoured, accepted without effect, or refused by name), and DeepGEMM's argument forms (scale pairs, recipes)
+turned into the ones the kernels take. The compat table states them (core/names.py's keyword texts)."""
 from __future__ import annotations
 
 import torch
 
-from ..core.rules import dtype_name
+from .core.rules import dtype_name
 
 
 def epilogue(name: str, value, alpha_=None, scales: bool = False):
@@ -27,6 +27,18 @@ def epilogue(name: str, value, alpha_=None, scales: bool = False):
         raise NotImplementedError(f"{name}(alpha={alpha_!r}): this kernel computes its result without a scale; "
                                   f"only alpha None or 1")
     return alpha_
+
+
+def gemm(name: str, compiled_dims_, epilogue_, alpha_=None, scales: bool = False,
+         disable_ue8m0_cast: bool = False):
+    """A GEMM's shared keywords in one call: `compiled_dims` (a str, no effect), `disable_ue8m0_cast` (a bool,
+    see ue8m0_cast), `epilogue` and `alpha` (see epilogue). Returns the alpha to apply (None: none given)."""
+    if epilogue_ is None and type(compiled_dims_) is str and disable_ue8m0_cast is False and (
+            alpha_ is None or scales):
+        return alpha_  # the common call: nothing to resolve
+    compiled_dims(name, compiled_dims_)
+    ue8m0_cast(name, disable_ue8m0_cast)
+    return epilogue(name, epilogue_, alpha_, scales)
 
 
 def compiled_dims(name: str, value) -> None:
@@ -99,30 +111,3 @@ def zero_psum_padding(d: torch.Tensor, ends: torch.Tensor, align_rows: int) -> N
     prev = torch.cat([ends64.new_zeros(1), ends64])[g]
     start = (prev + align_rows - 1) // align_rows * align_rows
     d.masked_fill_(((g >= ends64.numel()) | (rows < start)).unsqueeze(1), 0)
-
-
-def refusal(name: str, message: str):
-    """A callable under DeepGEMM's name that refuses with NotImplementedError naming itself and why. A class
-    name (SymmBuffer, NVFP4SymmBuffer) gets a class whose construction refuses, so isinstance checks still work."""
-    def refuse(*args, **kwargs):
-        raise NotImplementedError(f"{name}: {message}")
-    if name[:1].isupper():
-        return type(name, (), {"__init__": lambda self, *a, **k: refuse(), "__doc__": f"Not provided: {message}"})
-    refuse.__name__ = refuse.__qualname__ = name
-    return refuse
-
-
-_DECLARED: dict[str, object] = {}
-
-
-def declared_refusal(name: str):
-    """The refusal of a name the compat table declares as not provided / out of scope, with the table's reason;
-    one object per name, so `deep_gemm.X is deep_gemm.mega.X` holds as in DeepGEMM."""
-    if name not in _DECLARED:
-        from .surface import ENTRIES
-
-        notes = [e.note for e in ENTRIES if e.name == name]
-        if not notes:
-            raise LookupError(f"{name} is not in the compat table (compat/surface.py)")
-        _DECLARED[name] = refusal(name, notes[0])
-    return _DECLARED[name]

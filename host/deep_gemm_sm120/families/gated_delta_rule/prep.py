@@ -1,6 +1,6 @@
 """Gated delta rule, stage 1 (impls/sm120_gated_delta_rule_prep.cuh): each chunk's WY factors Tw, Tu, the decayed
-causal q.k products and the per-token gates, in parallel over chunks and value heads. An internal family: the
-public op chunk_gated_delta_rule (families/gated_delta_rule) launches it before the recurrence."""
+causal q.k products and the per-token gates, in parallel over chunks and value heads. A service kernel of this
+family only: chunk_gated_delta_rule launches it before (or, overlapped, beside) the recurrence."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -51,8 +51,7 @@ class GdrPrepSpec(KernelSpec):
     persistent: bool = False   # the overlapped launch's grid: walks the items, publishes each in `ready`
     team_count: int = 0        # persistent: items a CTA works on at once (0: persistent_teams(chunk))
 
-    @property
-    def name(self) -> str:
+    def kernel_name(self) -> str:
         kind = f"_persistent_t{self.teams}" if self.persistent else ""
         return f"gated_delta_rule_prep_c{self.chunk}{kind}_{self.elem}"
 
@@ -60,12 +59,10 @@ class GdrPrepSpec(KernelSpec):
     def teams(self) -> int:
         return (self.team_count or persistent_teams(self.chunk)) if self.persistent else 1
 
-    @property
-    def threads(self) -> int:
+    def block_threads(self) -> int:
         return THREADS * self.teams
 
-    @property
-    def smem_bytes(self) -> int:
+    def shared_bytes(self) -> int:
         if not self.persistent:
             return prep_smem_bytes(self.chunk)
         return self.teams * align_up(prep_smem_bytes(self.chunk), 1024)
@@ -81,7 +78,7 @@ def hmma(elem: str) -> str:
     return "HMMA.16816.F32.BF16" if elem == "bf16" else "HMMA.16816.F32"
 
 
-FAMILY = Family(
+PREP = Family(
     name="gated_delta_rule_prep",
     params=PARAMS,
     specs=lambda: [GdrPrepSpec(c, e, p) for c in CHUNKS for p in (False, True) for e in CXX_ELEM],

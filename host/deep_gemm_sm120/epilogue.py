@@ -1,6 +1,6 @@
 """`deep_gemm.epilogue`: DeepGEMM's GEMM epilogue objects for the `epilogue=` keyword, under both spellings in use
 (DeepGEMM 2.8.1: `FP8Quantization`; sgl-deep-gemm 0.2.5: `FP8CastWithClamp`). What each means on our kernels is
-decided in one place, compat/policy.py `epilogue()`: `Identity` is no epilogue, `Alpha(x)` is the `alpha`
+decided in one place, keywords.py `epilogue()`: `Identity` is no epilogue, `Alpha(x)` is the `alpha`
 keyword (honoured where the GEMM scales its result), the FP8-output and stochastic-rounding epilogues refuse
 by name: SM120 kernels have no fused output quantization or stochastic rounding."""
 from __future__ import annotations

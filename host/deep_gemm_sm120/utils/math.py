@@ -223,7 +223,7 @@ def _e4m3_bytes(name: str, sf: torch.Tensor) -> torch.Tensor:
     e4m3 = sf if sf.dtype == torch.float8_e4m3fn else sf.to(torch.float8_e4m3fn)
     if sf.dtype != torch.float8_e4m3fn and not bool((e4m3.float() == sf.float()).all()):
         raise ValueError(f"{name} holds values that are not UE4M3 (e4m3) scales; round them with cast_to_ue4m3 first")
-    from ...scale_layout import scale_bytes
+    from ..scale_layout import scale_bytes
 
     return scale_bytes(e4m3)  # the kernels' own check: non-negative and finite
 
@@ -244,7 +244,7 @@ def transform_ue4m3_sf_into_required_layout(sf: torch.Tensor, mn: int) -> torch.
     """NVFP4 block scales [..., MN, K/16] (UE4M3 values: float32 or float8_e4m3fn) -> the layout the SM120
     block-scaled GEMM reads: int32 words of four scales, MN-major, word stride padded to 16 bytes (K padding
     scales 0). fp8_fp4_gemm_nt takes the result with recipe (1, 1, 16)."""
-    from ...scale_layout import mn_major, pack_scale_bytes
+    from ..scale_layout import mn_major, pack_scale_bytes
 
     _tensor("sf", sf)
     if sf.dim() not in (2, 3) or sf.shape[-2] != mn:

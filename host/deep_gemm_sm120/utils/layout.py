@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from ... import quant
-from ...core.limits import MK_ALIGNMENT_FOR_CONTIGUOUS_LAYOUT, TMA_ALIGN
-from ...scale_layout import mn_major, pack_scale_bytes
+from .. import quant
+from ..core.limits import MK_ALIGNMENT_FOR_CONTIGUOUS_LAYOUT, TMA_ALIGN
+from ..scale_layout import mn_major, pack_scale_bytes
 
 from .math import align
 

@@ -1,0 +1,43 @@
+"""How a gated-delta-rule call is planned (pure): the V slice and K split of the recurrence, whether the prep runs
+beside it, and the kernels a call of a given shape launches."""
+from __future__ import annotations
+
+from .kernel import ELEM_DTYPES, HEAD_DIM, SM120_CHUNK, V_SLICES, GdrFwdSpec, plans
+from .prep import GdrPrepSpec
+
+def choose_plan(num_seqs: int, value_heads: int, num_sms: int, chunk: int) -> tuple[int, int]:
+    """(V slice, K split). The V slice: the widest that still gives every other SM a CTA (wider slices share each
+    loaded q / k / factor tile among more warps). Then, on 16-column slices, two warps per 16 value columns along
+    the head dim while that stays within one warp per tensor-core partition (four an SM): the few-head, long
+    sequence shapes. Tuned on the H200 (benchmarks/bench_gated_delta_rule.py --sweep; docs/gated_delta_rule.md)."""
+    heads = num_seqs * value_heads
+    built = plans(chunk)
+    widest_first = sorted((vs for vs, ks in built if ks == 1), reverse=True)
+    vs = next((v for v in widest_first if 2 * heads * (HEAD_DIM // v) >= num_sms), V_SLICES[0])
+    split = (vs, 2) in built and heads * (HEAD_DIM // 16) * 2 <= 4 * num_sms
+    return vs, 2 if split else 1
+
+
+def recurrence_ctas(num_seqs: int, value_heads: int, vslice: int) -> int:
+    """The recurrence's grid: one CTA per (V slice, value head, sequence)."""
+    return num_seqs * value_heads * (HEAD_DIM // vslice)
+
+
+def choose_overlap(recurrence_ctas: int, num_sms: int, pdl: bool) -> int:
+    """CTAs of a persistent prep grid that runs beside the recurrence (0: the prep runs first, one CTA per item).
+    Overlapped when the recurrence leaves at least half the SMs idle (few heads, whose long chunk walk then starts
+    at once instead of after the whole prep); the prep gets the idle SMs. Needs PDL: without it the recurrence
+    would start only after the (then narrower) prep grid anyway."""
+    if not pdl or 2 * recurrence_ctas > num_sms:
+        return 0
+    return num_sms - recurrence_ctas
+
+
+def plan_specs(num_sms: int, dtype=None, chunk_size: int | None = None, num_seqs: int = 1, value_heads: int = 1,
+               **_shape) -> list:
+    elem = ELEM_DTYPES.get(str(dtype).replace("torch.", ""), "bf16")
+    chunk = chunk_size or SM120_CHUNK
+    vs, ks = choose_plan(num_seqs, value_heads, num_sms, chunk)
+    # the persistent prep too where the launch overlaps (with PDL on, the default; the one-item prep without)
+    overlap = choose_overlap(recurrence_ctas(num_seqs, value_heads, vs), num_sms, True) > 0
+    return [GdrPrepSpec(chunk, elem)] + [GdrPrepSpec(chunk, elem, True)] * overlap + [GdrFwdSpec(chunk, vs, elem, ks)]
