@@ -5,7 +5,7 @@
     python tools/check_vendor.py --fork ../DeepGEMM   # verify a fork against the latest release
     python tools/check_vendor.py release v0.2.0       # write vendor_manifests/v0.2.0.yaml
 
-Needs only the standard library and PyYAML (requests for github: forks). See docs/vendoring.md.
+Needs only the standard library (PyYAML is used when installed; requests for github: and pypi: forks). See docs/vendoring.md.
 """
 import os
 import sys
