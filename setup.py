@@ -4,6 +4,7 @@ The pybind11 runtime (host/csrc) needs only `cuda.h` at build time (from $CUDA_H
 `nvidia-cuda-runtime` wheel listed in pyproject's build requirements); libcuda is dlopen'ed at run time and
 torch's C++ ABI is never linked.
 """
+
 import os
 import re
 import shutil
@@ -22,6 +23,8 @@ def package_version() -> str:
     if m is None:
         raise RuntimeError("host/deep_gemm_sm120/version.py has no __version__ line")
     return m.group(1)
+
+
 PTH = "deep_gemm_sm120_compat.pth"
 
 

@@ -7,6 +7,7 @@ Builds a throw-away canonical repo (git) with two releases of N headers and a De
 holding the latest one, then times complete CLI runs (subprocess) and prints the median: first without a
 stamp, then after --sync wrote one (every file then hashed against the manifest and the stamp, 50 foreign).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,15 +19,21 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from cli_timing import median_runtime  # noqa: E402
+from cli_timing import median_runtime
 
 CLI = ROOT / "tools" / "check_vendor.py"
 
 
 def _git(repo: Path, *args: str) -> None:
-    env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1",
-           "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@example.invalid",
-           "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@example.invalid"}
+    env = {
+        **os.environ,
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_AUTHOR_NAME": "b",
+        "GIT_AUTHOR_EMAIL": "b@example.invalid",
+        "GIT_COMMITTER_NAME": "b",
+        "GIT_COMMITTER_EMAIL": "b@example.invalid",
+    }
     subprocess.run(["git", "-C", str(repo), *args], check=True, env=env, capture_output=True)
 
 
@@ -59,8 +66,11 @@ def main() -> int:
             _write(canon / "device_layer", _files(a.files, v))
             _git(canon, "add", "-A")
             _git(canon, "commit", "-q", "-m", f"v{v}")
-            subprocess.run([sys.executable, str(CLI), "release", f"v0.{v}.0", "--repo", str(canon)], check=True,
-                           capture_output=True)
+            subprocess.run(
+                [sys.executable, str(CLI), "release", f"v0.{v}.0", "--repo", str(canon)],
+                check=True,
+                capture_output=True,
+            )
             _git(canon, "add", "-A")
             _git(canon, "commit", "-q", "-m", f"release v{v}")
         _write(fork / "deep_gemm/include/deep_gemm", _files(a.files, 2))
@@ -72,8 +82,10 @@ def main() -> int:
             median = median_runtime(cmd, a.runs)
             if median is None:
                 return 1
-            print(f"check_vendor --fork, {a.files} released files (2 manifests), 50 fork-own files, {case}: "
-                  f"median {median * 1000:.0f} ms over {a.runs} runs (target <= 500 ms)")
+            print(
+                f"check_vendor --fork, {a.files} released files (2 manifests), 50 fork-own files, {case}: "
+                f"median {median * 1000:.0f} ms over {a.runs} runs (target <= 500 ms)"
+            )
     return 0
 
 

@@ -9,6 +9,7 @@ is set here): those times measure the emulation on that GPU, say nothing about S
 reported only to show the full kernels run. The roofline is arithmetic, not a measurement:
   time >= max(FLOPs / peak, bytes / 1792 GB/s), peaks MXFP8 838 and FP4 1676 TFLOP/s (RTX 5090, dense).
 """
+
 from __future__ import annotations
 
 import os
@@ -16,46 +17,65 @@ import sys
 
 import torch
 
+from deep_gemm_sm120.core.arith import ceil_div
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from harness import bench, finish, start  # noqa: E402
+from harness import bench, finish, start
 
 # mixed e4m3 x e2m1 runs kind::mxf8f6f4 (QMMA.SF), i.e. at the FP8 rate
 RTX5090 = {"mxfp8": 838e12, "mxfp4": 1676e12, "nvfp4": 1676e12, "e4m3_e2m1": 838e12, "bandwidth": 1792e9}
 BYTES_PER_ELEM = {"mxfp8": (1.0, 1.0), "mxfp4": (0.5, 0.5), "nvfp4": (0.5, 0.5), "e4m3_e2m1": (1.0, 0.5)}
 SHAPES = [  # (label, M, N, K): DeepSeek-V3 projections at decode and prefill sizes, and a square
-    ("dsv3 q_a+kv_a decode", 64, 2112, 7168), ("dsv3 q_a+kv_a prefill", 4096, 2112, 7168),
-    ("dsv3 dense up prefill", 4096, 36864, 7168), ("dsv3 o_proj decode", 64, 7168, 16384),
+    ("dsv3 q_a+kv_a decode", 64, 2112, 7168),
+    ("dsv3 q_a+kv_a prefill", 4096, 2112, 7168),
+    ("dsv3 dense up prefill", 4096, 36864, 7168),
+    ("dsv3 o_proj decode", 64, 7168, 16384),
     ("square", 4096, 4096, 4096),
 ]
 
 
 def roofline(kind: str, m: int, n: int, k: int, gran: int) -> dict:
     ea, eb = BYTES_PER_ELEM[kind]
-    scale_bytes = (m + n) * -(-k // gran)
+    scale_bytes = (m + n) * ceil_div(k, gran)
     traffic = (m * ea + n * eb) * k + scale_bytes + m * n * 2  # operands + scales + bf16 D, each once
     flops = 2.0 * m * n * k
     t = max(flops / RTX5090[kind], traffic / RTX5090["bandwidth"])
-    return {"bound": "compute" if flops / RTX5090[kind] >= traffic / RTX5090["bandwidth"] else "memory",
-            "roofline_us": t * 1e6, "roofline_tflops": flops / t / 1e12}
+    return {
+        "bound": "compute" if flops / RTX5090[kind] >= traffic / RTX5090["bandwidth"] else "memory",
+        "roofline_us": t * 1e6,
+        "roofline_tflops": flops / t / 1e12,
+    }
 
 
 def main() -> int:
-    run = start(__doc__.splitlines()[0], lambda ap: ap.add_argument("--roofline-only", action="store_true"),
-                need_gpu=lambda args: not args.roofline_only)
+    run = start(
+        __doc__.splitlines()[0],
+        lambda ap: ap.add_argument("--roofline-only", action="store_true"),
+        need_gpu=lambda args: not args.roofline_only,
+    )
     args = run.args
     kinds = [("mxfp8", 128), ("mxfp8", 32), ("mxfp4", 32), ("nvfp4", 16), ("e4m3_e2m1", 128)]
     rows = []
     gpu = not args.roofline_only
     if gpu:
+        from workloads.block_scaled import fp4_operands, fp8_operands, quantize_side
+
         import deep_gemm_sm120 as dg
         from deep_gemm_sm120.testing import calc_diff
-        from workloads.block_scaled import fp4_operands, fp8_operands, quantize_side
+
         gen = torch.Generator(device="cuda").manual_seed(0)
     for label, m, n, k in SHAPES[:2] + SHAPES[-1:] if args.quick else SHAPES:
         for kind, gran in kinds:
-            row = {"shape": label, "m": m, "n": n, "k": k, "kind": kind, "gran_k": gran,
-                   **roofline(kind, m, n, k, gran)}
+            row = {
+                "shape": label,
+                "m": m,
+                "n": n,
+                "k": k,
+                "kind": kind,
+                "gran_k": gran,
+                **roofline(kind, m, n, k, gran),
+            }
             if gpu:
                 recipe = (1, 128 if gran == 128 else 1, gran)
                 recipe_b = recipe
@@ -71,7 +91,7 @@ def main() -> int:
                 pa = (a[0], dg.transform_sf_into_required_layout(a[1], m, k, recipe, is_sfa=True))
                 pb = (b[0], dg.transform_sf_into_required_layout(b[1], n, k, recipe_b))
                 d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-                fn = lambda: dg.fp8_fp4_gemm_nt(pa, pb, d, recipe=recipe, alpha=alpha)  # noqa: E731
+                fn = lambda: dg.fp8_fp4_gemm_nt(pa, pb, d, recipe=recipe, alpha=alpha)
                 fn()
                 torch.cuda.synchronize()
                 row["calc_diff"] = calc_diff(d, ref)
@@ -79,10 +99,18 @@ def main() -> int:
                 row["emulated_us"] = t * 1e6
                 row["emulated_tflops"] = 2.0 * m * n * k / t / 1e12
             rows.append(row)
-            emu = (f"  emulated {row['emulated_us']:9.1f} us {row['emulated_tflops']:7.1f} TFLOP/s "
-                   f"diff {row['calc_diff']:.1e}") if gpu else ""
-            print(f"{label:<24} {kind:<9} 1x{gran:<4} M={m:<5} N={n:<6} K={k:<6} RTX 5090 roofline "
-                  f"{row['roofline_us']:8.1f} us {row['roofline_tflops']:7.1f} TFLOP/s ({row['bound']}){emu}")
+            emu = (
+                (
+                    f"  emulated {row['emulated_us']:9.1f} us {row['emulated_tflops']:7.1f} TFLOP/s "
+                    f"diff {row['calc_diff']:.1e}"
+                )
+                if gpu
+                else ""
+            )
+            print(
+                f"{label:<24} {kind:<9} 1x{gran:<4} M={m:<5} N={n:<6} K={k:<6} RTX 5090 roofline "
+                f"{row['roofline_us']:8.1f} us {row['roofline_tflops']:7.1f} TFLOP/s ({row['bound']}){emu}"
+            )
     return finish(run, {"rows": rows, "rtx5090": RTX5090})
 
 

@@ -16,6 +16,7 @@ choose_plan; docs/gated_delta_rule.md); --max-stages caps the recurrence's TMA s
 grid that runs beside the recurrence (off: the sequential launch; N: N persistent prep CTAs wherever the plan
 overlaps); --overlap-ab also times the sequential launch at chunk 32 in the same process, for comparison;
 --overlap-sweep N1,N2,... times chunk 32 with each persistent prep CTA count at the rows whose plan overlaps."""
+
 from __future__ import annotations
 
 import argparse
@@ -29,15 +30,21 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from harness import bench, finish, start  # noqa: E402
+from harness import bench, finish, start
 
 BT = ((1, 32768), (1, 8192), (2, 4096), (4, 2048), (1, 2048), (16, 512), (64, 128))
 HEADS = ((2, 8), (4, 8), (16, 32), (16, 64), (32, 32))
 # varlen packs (B = 1, cu_seqlens): long and short sequences mixed, and many decode-sized prefill pieces
 PACKS = {"mixed 6": (4096, 1024, 333, 2048, 57, 512), "32 pieces": tuple(100 + (37 * i * i) % 900 for i in range(32))}
 PACK_HEADS = ((2, 8), (16, 32))
-QUICK = {((1, 32768), (16, 64)), ((1, 8192), (16, 32)), ((4, 2048), (2, 8)), ((1, 2048), (32, 32)),
-         ((1, 32768), (2, 8)), ((2, 4096), (4, 8))}
+QUICK = {
+    ((1, 32768), (16, 64)),
+    ((1, 8192), (16, 32)),
+    ((4, 2048), (2, 8)),
+    ((1, 2048), (32, 32)),
+    ((1, 32768), (2, 8)),
+    ((2, 4096), (4, 8)),
+}
 NO_INIT = {((1, 32768), (2, 8)), ((4, 2048), (2, 8)), ((64, 128), (16, 32)), ((1, 8192), (16, 64))}
 
 
@@ -78,8 +85,10 @@ def case(b: int, t: int, h: int, hv: int, iters: int, fla, lens=None, init: bool
     row = {"b": b, "t": t, "h": h, "hv": hv, "pack": lens, "init": init}
 
     def ours(chunk):
-        return dg.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=state, output_final_state=True,
-                                         chunk_size=chunk, **extra)
+        return dg.chunk_gated_delta_rule(
+            q, k, v, g, beta, initial_state=state, output_final_state=True, chunk_size=chunk, **extra
+        )
+
     with torch.no_grad():
         for chunk in (32, 64):
             row[f"ours_c{chunk}_us"] = bench(lambda: ours(chunk), iters) * 1e6
@@ -88,8 +97,7 @@ def case(b: int, t: int, h: int, hv: int, iters: int, fla, lens=None, init: bool
                 row["ours_c32_sequential_us"] = bench(lambda: ours(32), iters) * 1e6
         if fla is not None:
             fla_extra = {} if cu is None else {"cu_seqlens": cu.long()}
-            fla_call = lambda: fla(q, k, v, g, beta, initial_state=state, output_final_state=True,  # noqa: E731
-                                   **fla_extra)
+            fla_call = lambda: fla(q, k, v, g, beta, initial_state=state, output_final_state=True, **fla_extra)
             row["fla_us"] = bench(fla_call, iters) * 1e6
             theirs = fla_call()[0].double()
             ours_o = ours(32)[0].double()
@@ -101,8 +109,8 @@ def case(b: int, t: int, h: int, hv: int, iters: int, fla, lens=None, init: bool
 
 def grid(quick: bool):
     """(label, b, t, h, hv, lens, init) of every row."""
-    for (b, t) in BT:
-        for (h, hv) in HEADS:
+    for b, t in BT:
+        for h, hv in HEADS:
             if quick and ((b, t), (h, hv)) not in QUICK:
                 continue
             yield f"{b} x {t}", b, t, h, hv, None, True
@@ -110,21 +118,27 @@ def grid(quick: bool):
                 yield f"{b} x {t}", b, t, h, hv, None, False
     if not quick:
         for name, lens in PACKS.items():
-            for (h, hv) in PACK_HEADS:
+            for h, hv in PACK_HEADS:
                 yield name, 1, sum(lens), h, hv, lens, True
 
 
 def profile(b: int, t: int, h: int, hv: int, fla, lens=None, init: bool = True) -> None:
     """Kernel-by-kernel CUDA time of one call of each side (after warm-up)."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as prof
+
     import deep_gemm_sm120 as dg
-    from torch.profiler import ProfilerActivity, profile as prof
 
     q, k, v, g, beta, state, cu = inputs(b, t, h, hv, lens, init)
-    sides = {"ours c32": lambda: dg.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=state,
-                                                            output_final_state=True, chunk_size=32, cu_seqlens=cu)}
+    sides = {
+        "ours c32": lambda: dg.chunk_gated_delta_rule(
+            q, k, v, g, beta, initial_state=state, output_final_state=True, chunk_size=32, cu_seqlens=cu
+        )
+    }
     if fla is not None:
-        sides["FLA"] = lambda: fla(q, k, v, g, beta, initial_state=state, output_final_state=True,
-                                   cu_seqlens=None if cu is None else cu.long())
+        sides["FLA"] = lambda: fla(
+            q, k, v, g, beta, initial_state=state, output_final_state=True, cu_seqlens=None if cu is None else cu.long()
+        )
     for name, fn in sides.items():
         fn(), torch.cuda.synchronize()
         with prof(activities=[ProfilerActivity.CUDA]) as p:
@@ -146,9 +160,23 @@ def sweep(b: int, t: int, h: int, hv: int, iters: int, lens=None, init: bool = T
         for chunk in chunks:
             for plan in plans(chunk):
                 api.choose_plan = lambda *_a, plan=plan: plan
-                out[f"c{chunk} v{plan[0]} k{plan[1]}"] = bench(lambda: dg.chunk_gated_delta_rule(
-                    q, k, v, g, beta, initial_state=state, output_final_state=True, chunk_size=chunk,
-                    cu_seqlens=cu), iters) * 1e6
+                out[f"c{chunk} v{plan[0]} k{plan[1]}"] = (
+                    bench(
+                        lambda: dg.chunk_gated_delta_rule(
+                            q,
+                            k,
+                            v,
+                            g,
+                            beta,
+                            initial_state=state,
+                            output_final_state=True,
+                            chunk_size=chunk,
+                            cu_seqlens=cu,
+                        ),
+                        iters,
+                    )
+                    * 1e6
+                )
     finally:
         api.choose_plan = chosen
     print("   sweep: " + ", ".join(f"{key} {us:.0f}" for key, us in out.items()), flush=True)
@@ -163,9 +191,15 @@ def overlap_sweep(b: int, t: int, h: int, hv: int, iters: int, lens, init: bool,
     out, planned = {}, []
     for count in counts:
         with overlap_forced(lambda p, count=count: planned.append(p) or (count if p else 0)):
-            out[count] = bench(lambda: dg.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=state,
-                                                                  output_final_state=True, chunk_size=32,
-                                                                  cu_seqlens=cu), iters) * 1e6
+            out[count] = (
+                bench(
+                    lambda: dg.chunk_gated_delta_rule(
+                        q, k, v, g, beta, initial_state=state, output_final_state=True, chunk_size=32, cu_seqlens=cu
+                    ),
+                    iters,
+                )
+                * 1e6
+            )
         if not any(planned):  # the plan does not overlap here: every count is the same launch
             return {}
     print("   prep CTAs: " + ", ".join(f"{n} {us:.0f}" for n, us in out.items()), flush=True)
@@ -181,13 +215,22 @@ def main() -> int:
     def flags(ap: argparse.ArgumentParser) -> None:  # --quick: the six shapes of issue 29's table, fewer replays
         ap.add_argument("--profile", action="store_true", help="per-kernel CUDA times (torch.profiler) of each side")
         ap.add_argument("--sweep", action="store_true", help="ours with every (V slice, K split) plan (tuning)")
-        ap.add_argument("--max-stages", type=int, help="cap of the recurrence's TMA stages (tuning; default the family's)")
+        ap.add_argument(
+            "--max-stages", type=int, help="cap of the recurrence's TMA stages (tuning; default the family's)"
+        )
         ap.add_argument("--sweep-chunks", default="32,64", help="chunk sizes the sweep covers (default 32,64)")
-        ap.add_argument("--overlap", default="auto", help="prep beside the recurrence: auto (the plan's), off, or a "
-                        "persistent prep CTA count wherever the plan overlaps (tuning)")
+        ap.add_argument(
+            "--overlap",
+            default="auto",
+            help="prep beside the recurrence: auto (the plan's), off, or a "
+            "persistent prep CTA count wherever the plan overlaps (tuning)",
+        )
         ap.add_argument("--overlap-ab", action="store_true", help="also time the sequential launch at chunk 32")
-        ap.add_argument("--overlap-sweep", default="", help="persistent prep CTA counts to time at chunk 32 where "
-                        "the plan overlaps (tuning)")
+        ap.add_argument(
+            "--overlap-sweep",
+            default="",
+            help="persistent prep CTA counts to time at chunk 32 where the plan overlaps (tuning)",
+        )
 
     run = start(__doc__.splitlines()[0], flags)  # off SM120 only the build changes: bf16 mma.sync is native on sm_90a
     args = run.args
@@ -204,26 +247,31 @@ def main() -> int:
         fam.MAX_STAGES = args.max_stages
     iters = 3 if args.quick else 10
     print(f"FLA {'present' if fla else 'absent'}")
-    print(f"{'shape':>10} {'H':>3} {'HV':>3} {'init':>4} {'ours c32 us':>12} {'ours c64 us':>12} {'FLA us':>9} "
-          f"{'x c32':>6} {'x c64':>6} {'relL2 vs FLA':>12}")
+    print(
+        f"{'shape':>10} {'H':>3} {'HV':>3} {'init':>4} {'ours c32 us':>12} {'ours c64 us':>12} {'FLA us':>9} "
+        f"{'x c32':>6} {'x c64':>6} {'relL2 vs FLA':>12}"
+    )
     rows = []
     for label, b, t, h, hv, lens, init in grid(args.quick):
         r = case(b, t, h, hv, iters, fla, lens, init, args.overlap_ab)
         r["label"] = label
         rows.append(r)
-        print(f"{label:>10} {h:3} {hv:3} {'yes' if init else 'no':>4} {r['ours_c32_us']:12.1f} "
-              f"{r['ours_c64_us']:12.1f} {r.get('fla_us', float('nan')):9.1f} "
-              f"{r.get('speedup_c32', float('nan')):5.2f}x {r.get('speedup_c64', float('nan')):5.2f}x "
-              f"{r.get('o_rel_l2_vs_fla', float('nan')):12.2e}"
-              + (f"   sequential c32 {r['ours_c32_sequential_us']:.1f}" if args.overlap_ab else ""), flush=True)
+        print(
+            f"{label:>10} {h:3} {hv:3} {'yes' if init else 'no':>4} {r['ours_c32_us']:12.1f} "
+            f"{r['ours_c64_us']:12.1f} {r.get('fla_us', float('nan')):9.1f} "
+            f"{r.get('speedup_c32', float('nan')):5.2f}x {r.get('speedup_c64', float('nan')):5.2f}x "
+            f"{r.get('o_rel_l2_vs_fla', float('nan')):12.2e}"
+            + (f"   sequential c32 {r['ours_c32_sequential_us']:.1f}" if args.overlap_ab else ""),
+            flush=True,
+        )
         if args.profile:
             profile(b, t, h, hv, fla, lens, init)
         if args.overlap_sweep:
-            r["overlap_sweep_us"] = overlap_sweep(b, t, h, hv, iters, lens, init,
-                                                  [int(x) for x in args.overlap_sweep.split(",")])
+            r["overlap_sweep_us"] = overlap_sweep(
+                b, t, h, hv, iters, lens, init, [int(x) for x in args.overlap_sweep.split(",")]
+            )
         if args.sweep:
-            r["sweep_us"] = sweep(b, t, h, hv, iters, lens, init,
-                                  tuple(int(c) for c in args.sweep_chunks.split(",")))
+            r["sweep_us"] = sweep(b, t, h, hv, iters, lens, init, tuple(int(c) for c in args.sweep_chunks.split(",")))
     summary = {}
     if fla is not None:
         for chunk in (32, 64):

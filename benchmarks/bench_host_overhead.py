@@ -8,6 +8,7 @@ checkout: put its host/ first on PYTHONPATH.
 On a GPU that is not SM120 the kernels run through the sm_90 path (DG_SM120_EMULATE=1 is set here): the
 numbers are host-side costs, not kernel speed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,8 +54,10 @@ def cases():
     sxp = dg.transform_sf_into_required_layout(sx, 64, 256, (1, 128, 128), is_sfa=True)
     swp = dg.transform_sf_into_required_layout(sw, 128, 256, (1, 128, 128))
     d8 = torch.empty(64, 128, **bf)
-    yield "fp8_gemm_nt 64x128x256 (packed scales)", lambda: dg.fp8_gemm_nt((x8, sxp), (w8, swp), d8,
-                                                                           recipe=(1, 128, 128))
+    yield (
+        "fp8_gemm_nt 64x128x256 (packed scales)",
+        lambda: dg.fp8_gemm_nt((x8, sxp), (w8, swp), d8, recipe=(1, 128, 128)),
+    )
     yield "torch.matmul 64x128x128", lambda: torch.matmul(a, b.T, out=d)
 
 

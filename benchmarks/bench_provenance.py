@@ -10,6 +10,7 @@ three sources; target under 1 s. Remote: reads the release's wheels through the 
 (the --range-reads path, unverified) and prints
 its size and the bytes actually transferred; target under 10 MB for vLLM's 336 MB wheel.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,7 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from cli_timing import median_runtime  # noqa: E402
+from cli_timing import median_runtime
 
 CLI = ROOT / "tools" / "check_vendor.py"
 VROOT = "deep_gemm/include/deep_gemm"
@@ -36,8 +37,12 @@ VROOT = "deep_gemm/include/deep_gemm"
 
 def _headers(version: int) -> dict[str, bytes]:
     dirs = ["common", "impls", "mma", "scheduler", "layout"]
-    return {f"{dirs[i % 5]}/sm120_file_{i:02d}.cuh": (f"#pragma once\n// file {i} v{version if i % 3 == 0 else 1}\n"
-                                                       + "// body\n" * 400).encode() for i in range(30)}
+    return {
+        f"{dirs[i % 5]}/sm120_file_{i:02d}.cuh": (
+            f"#pragma once\n// file {i} v{version if i % 3 == 0 else 1}\n" + "// body\n" * 400
+        ).encode()
+        for i in range(30)
+    }
 
 
 def _setup(tmp: Path) -> list[str]:
@@ -45,10 +50,20 @@ def _setup(tmp: Path) -> list[str]:
     shutil.copytree(ROOT / "vendor_manifests", canon / "vendor_manifests")
     for v in (1, 2):
         f = tmp / f"v{v}.json"
-        f.write_text(json.dumps({"upstream": "bench/upstream", "tag": f"v0.{v}.0", "files": {
-            f"{VROOT}/{p}": hashlib.sha256(b).hexdigest() for p, b in _headers(v).items()}}))
-        subprocess.run([sys.executable, str(CLI), "import-manifest", str(f), "--upstream", "bench", "--repo",
-                        str(canon)], check=True, capture_output=True)
+        f.write_text(
+            json.dumps(
+                {
+                    "upstream": "bench/upstream",
+                    "tag": f"v0.{v}.0",
+                    "files": {f"{VROOT}/{p}": hashlib.sha256(b).hexdigest() for p, b in _headers(v).items()},
+                }
+            )
+        )
+        subprocess.run(
+            [sys.executable, str(CLI), "import-manifest", str(f), "--upstream", "bench", "--repo", str(canon)],
+            check=True,
+            capture_output=True,
+        )
     sources = []
     for i, files in enumerate([_headers(1), _headers(2), {**_headers(2), "impls/sm120_file_03.cuh": b"// local\n"}]):
         if i == 1:
@@ -75,8 +90,10 @@ def local(runs: int) -> int:
         median = median_runtime(cmd, runs, ok=(0, 1))
         if median is None:
             return 1
-        print(f"provenance over 3 local archives (30 vendored files each, 2 lineages): median "
-              f"{median * 1000:.0f} ms over {runs} runs (target < 1000 ms)")
+        print(
+            f"provenance over 3 local archives (30 vendored files each, 2 lineages): median "
+            f"{median * 1000:.0f} ms over {runs} runs (target < 1000 ms)"
+        )
     return 0
 
 
@@ -99,8 +116,10 @@ def remote(spec: str) -> int:
         print(f"{spec}: the index does not serve byte ranges; the whole files were downloaded")
         return 0
     for f, src in zip(files, result.sources):
-        print(f"{src.label}: {f.size / 1e6:.1f} MB wheel, {f.transferred / 1e6:.2f} MB transferred by range "
-              f"requests, {len(src.files)} vendored files (target < 10 MB)")
+        print(
+            f"{src.label}: {f.size / 1e6:.1f} MB wheel, {f.transferred / 1e6:.2f} MB transferred by range "
+            f"requests, {len(src.files)} vendored files (target < 10 MB)"
+        )
     print(f"{spec}: {len(result.sources)} file(s), {took:.1f} s")
     return 0
 

@@ -1,4 +1,5 @@
 """Timing complete command-line runs, as a user runs them (interpreter start-up included, bytecode cached)."""
+
 from __future__ import annotations
 
 import os

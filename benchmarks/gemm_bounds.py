@@ -13,6 +13,7 @@ the JIT at it); their results are wrong by construction, only their times mean s
 Each variant runs in a subprocess of its own (one device-layer tree per process). Inputs stay resident in L2
 (no rotation), like `bench_bf16_gemm.py --sweep`. Needs a GPU; on a non-SM120 GPU the sm_90 path runs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,9 +38,11 @@ EDITS = {  # variant -> [(file under device_layer/, anchor, replacement)]; every
     "base": [],
     "nomma": [(KERNEL, MMA, "acc[i][j][0] += __uint_as_float(af[buf][i][0] ^ bfr[buf][j][0]);")],
     # the main loop asks for every step's fragments; this copy fetches only a tile's first two (both buffers)
-    "noldm": [(KERNEL, FRAGS, FRAGS + "        uint32_t ldm_left = 0;\n"),
-              (KERNEL, TILE, TILE + "            ldm_left = 2;\n"),
-              (KERNEL, LOAD, "if (ldm_left != 0) { --ldm_left; " + LOAD + " }")],
+    "noldm": [
+        (KERNEL, FRAGS, FRAGS + "        uint32_t ldm_left = 0;\n"),
+        (KERNEL, TILE, TILE + "            ldm_left = 2;\n"),
+        (KERNEL, LOAD, "if (ldm_left != 0) { --ldm_left; " + LOAD + " }"),
+    ],
     "noepi": [(KERNEL, STORE, "                if (acc[0][0][0] == 1234.5f) " + STORE.lstrip())],
     "nofence": [(PIPELINE, "    fence_proxy_async_smem();\n" + RELEASE, RELEASE)],
 }
@@ -80,6 +83,7 @@ def time_configs(configs: list[str], iters: int) -> list[dict]:
         os.environ.setdefault("DG_SM120_EMULATE", "1")
     from bench_bf16_gemm import ISSUE13_SHAPES, config_launcher
     from harness import bench
+
     from deep_gemm_sm120.families.bf16_gemm.kernel import Bf16GemmConfig
 
     rows = []
@@ -115,8 +119,12 @@ def main() -> int:
     for v in variants:
         with tempfile.TemporaryDirectory() as tmp:
             env = dict(os.environ, DG_SM120_DEVICE_LAYER=edited_tree(v, tmp))
-            out = subprocess.run([sys.executable, __file__, "--child", v, "--configs", a.configs, "--iters",
-                                  str(a.iters)], env=env, capture_output=True, text=True)
+            out = subprocess.run(
+                [sys.executable, __file__, "--child", v, "--configs", a.configs, "--iters", str(a.iters)],
+                env=env,
+                capture_output=True,
+                text=True,
+            )
             if out.returncode != 0:
                 print(out.stdout + out.stderr)
                 return 1

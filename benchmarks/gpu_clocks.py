@@ -9,6 +9,7 @@ board's power limit, its clock, not its instruction stream, caps its share of th
     from gpu_clocks import sustained
     r = sustained(lambda: kernel(), seconds=2.0)   # {"calls_per_s", "clock_mhz", "power_w", "reasons", ...}
 """
+
 from __future__ import annotations
 
 import shutil
@@ -16,14 +17,20 @@ import statistics
 import subprocess
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
 QUERY = "clocks.sm,power.draw,power.limit,clocks_event_reasons.active"
 # clocks_event_reasons bits (nvidia-smi --help-query-gpu): the ones a sustained kernel can raise
-REASONS = {0x1: "idle", 0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal", 0x40: "hw_thermal",
-           0x80: "hw_power_brake"}
+REASONS = {
+    0x1: "idle",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x20: "sw_thermal",
+    0x40: "hw_thermal",
+    0x80: "hw_power_brake",
+}
 
 
 def available() -> bool:
@@ -34,15 +41,20 @@ def _decode(mask: int) -> list[str]:
     return [name for bit, name in REASONS.items() if mask & bit] or ["none"]
 
 
-def sustained(fn: Callable[[], None], seconds: float = 2.0, device: int = 0,
-              sync: Callable[[], None] | None = None) -> dict:
+def sustained(
+    fn: Callable[[], None], seconds: float = 2.0, device: int = 0, sync: Callable[[], None] | None = None
+) -> dict:
     """Repeat `fn` (batches of 10 calls, then a synchronize) for `seconds`; median clock and power over the
     samples taken meanwhile, the clock-event reasons seen, and the calls per second achieved."""
     if not available():
         raise RuntimeError("nvidia-smi is not on PATH: no clock or power readings")
     sync = sync or torch.cuda.synchronize
-    proc = subprocess.Popen(["nvidia-smi", "-i", str(device), f"--query-gpu={QUERY}", "--format=csv,noheader,nounits",
-                             "-lms", "50"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        ["nvidia-smi", "-i", str(device), f"--query-gpu={QUERY}", "--format=csv,noheader,nounits", "-lms", "50"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     rows: list[str] = []
     recording = threading.Event()
 
@@ -79,12 +91,20 @@ def sustained(fn: Callable[[], None], seconds: float = 2.0, device: int = 0,
             continue  # "[N/A]" fields on some boards
     if not clocks:
         raise RuntimeError("nvidia-smi returned no samples during the window")
-    return {"calls_per_s": calls / elapsed, "clock_mhz": statistics.median(clocks), "power_w": statistics.median(power),
-            "power_limit_w": limit, "reasons": _decode(mask), "samples": len(clocks)}
+    return {
+        "calls_per_s": calls / elapsed,
+        "clock_mhz": statistics.median(clocks),
+        "power_w": statistics.median(power),
+        "power_limit_w": limit,
+        "reasons": _decode(mask),
+        "samples": len(clocks),
+    }
 
 
 if __name__ == "__main__":
     x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     r = sustained(lambda: x @ x)
-    print(f"torch bf16 8192^3: {r['calls_per_s'] * 2 * 8192 ** 3 / 1e12:.0f} TFLOP/s at {r['clock_mhz']:.0f} MHz, "
-          f"{r['power_w']:.0f} / {r['power_limit_w']:.0f} W, reasons {r['reasons']}")
+    print(
+        f"torch bf16 8192^3: {r['calls_per_s'] * 2 * 8192**3 / 1e12:.0f} TFLOP/s at {r['clock_mhz']:.0f} MHz, "
+        f"{r['power_w']:.0f} / {r['power_limit_w']:.0f} W, reasons {r['reasons']}"
+    )

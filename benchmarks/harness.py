@@ -8,6 +8,7 @@
 
 A family's benchmark is `benchmarks/bench_<name>.py`, named by its declaration's `benchmarks` entry
 (`python tools/family_plan.py benchmarks` lists them; tools/qualify_h200.sh runs them)."""
+
 from __future__ import annotations
 
 import argparse
@@ -17,10 +18,13 @@ import os
 import statistics
 import subprocess
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, Sequence, TypeVar
+from typing import Any, Generic, TypeVar
 
 import torch
+
+from deep_gemm_sm120.core.arith import ceil_div
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -36,9 +40,12 @@ class Run:
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
 
 
-def start(description: str | None = None, extra: Callable[[argparse.ArgumentParser], None] | None = None,
-          argv: Sequence[str] | None = None,
-          need_gpu: Callable[[argparse.Namespace], bool] = lambda args: True) -> Run:
+def start(
+    description: str | None = None,
+    extra: Callable[[argparse.ArgumentParser], None] | None = None,
+    argv: Sequence[str] | None = None,
+    need_gpu: Callable[[argparse.Namespace], bool] = lambda args: True,
+) -> Run:
     """Parse the common flags (plus `extra`'s), put host/ first on sys.path and select the emulation path off
     SM120. Must run before deep_gemm_sm120 is imported: the emulation switch is read at import. Without a GPU,
     exits 2 unless `need_gpu(args)` says these flags run on the CPU."""
@@ -61,9 +68,12 @@ def start(description: str | None = None, extra: Callable[[argparse.ArgumentPars
     if emulated:
         os.environ["DG_SM120_EMULATE"] = "1"
     run = Run(args, torch.cuda.get_device_name(), cap, emulated)
-    print(f"device: {run.device} (capability {cap[0]}.{cap[1]}, "
-          f"{torch.cuda.get_device_properties(0).multi_processor_count} SMs)"
-          + ("; SM120 MMAs emulated: times describe this GPU, not SM120" if emulated else ""), flush=True)
+    print(
+        f"device: {run.device} (capability {cap[0]}.{cap[1]}, "
+        f"{torch.cuda.get_device_properties(0).multi_processor_count} SMs)"
+        + ("; SM120 MMAs emulated: times describe this GPU, not SM120" if emulated else ""),
+        flush=True,
+    )
     return run
 
 
@@ -94,15 +104,16 @@ def copies_for(bytes_per_call: int, l2_bytes: int | None = None, limit: int = 16
     """How many input sets make `limit`-bounded rotation cover three times the L2 cache."""
     if l2_bytes is None:
         l2_bytes = torch.cuda.get_device_properties(0).L2_cache_size
-    return max(1, min(limit, -(-3 * l2_bytes // max(1, bytes_per_call))))
+    return max(1, min(limit, ceil_div(3 * l2_bytes, max(1, bytes_per_call))))
 
 
 class Rotation(Generic[T]):
     """Input sets handed out in turn: `make(i)` builds set i; `next()` is captured into graphs as plain Python,
     so each captured call reads a different set."""
 
-    def __init__(self, make: Callable[[int], T], bytes_per_call: int, l2_bytes: int | None = None,
-                 limit: int = 16) -> None:
+    def __init__(
+        self, make: Callable[[int], T], bytes_per_call: int, l2_bytes: int | None = None, limit: int = 16
+    ) -> None:
         self.sets = [make(i) for i in range(copies_for(bytes_per_call, l2_bytes, limit))]
         self._i = -1
 
@@ -121,15 +132,21 @@ def _commit() -> str | None:
         return None
     if out.returncode != 0 or not out.stdout.strip():
         return None
-    dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True, timeout=10).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, timeout=10
+    ).stdout.strip()
     return out.stdout.strip() + ("-dirty" if dirty else "")
 
 
 def identity(run: Run) -> dict:
-    return {"device": run.device, "capability": list(run.capability), "emulated": run.emulated,
-            "commit": _commit(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "command": " ".join(["python", *run.argv])}
+    return {
+        "device": run.device,
+        "capability": list(run.capability),
+        "emulated": run.emulated,
+        "commit": _commit(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join(["python", *run.argv]),
+    }
 
 
 def finish(run: Run, payload: dict) -> int:

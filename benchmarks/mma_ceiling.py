@@ -10,6 +10,7 @@ step, so nothing but the tensor pipe limits it. The ceiling is the best rate ove
 warps per SM, two CTAs per SM); it is what a register-fed `mma.sync` GEMM could reach with zero memory and
 epilogue cost. It is a measured rate of this GPU at its current clocks, not a datasheet figure.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,11 +21,11 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "host"))
 
-CHAINS = 8           # independent accumulators per warp: enough to cover the MMA latency
-STEPS = 4096         # MMA steps per warp per launch
+CHAINS = 8  # independent accumulators per warp: enough to cover the MMA latency
+STEPS = 4096  # MMA steps per warp per launch
 FLOPS_PER_MMA = 2 * 16 * 8 * 16
 
-SOURCE = r'''#include "mma/sm120.cuh"
+SOURCE = r"""#include "mma/sm120.cuh"
 #include "common/sm120_arch.cuh"
 
 namespace sm120_bench {
@@ -48,12 +49,13 @@ __global__ void mma_ceiling_kernel(float* __restrict__ out, uint32_t steps, uint
 }  // namespace sm120_bench
 
 template __global__ void sm120_bench::mma_ceiling_kernel<%d>(float* __restrict__, uint32_t, uint32_t);
-'''
+"""
 
 
 @dataclass(frozen=True)
 class ProbeSpec:
     """Enough of a registry spec for jit.get_kernel: one translation unit with one kernel."""
+
     threads: int
     chains: int = CHAINS
     smem_bytes: int = 0

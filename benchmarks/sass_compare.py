@@ -10,6 +10,7 @@ OLD is e.g. a `git worktree` of an earlier commit's device_layer/. Compiles each
 the BF16 plans of a few decode and prefill shapes with the first nvcc found (CPU only, no GPU). Exit 1 when a
 work-instruction count differs, 0 otherwise.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,14 +25,38 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "host"))
 
 # opcode prefixes of the instructions that do a kernel's work; the rest is addressing and bookkeeping
-WORK = ("HMMA", "QMMA", "OMMA", "IMMA", "LDSM", "STSM", "UTMALDG", "UTMASTG", "UTMACMDFLUSH", "SYNCS", "BAR",
-        "SHFL", "LDG", "STG", "LDS", "STS", "ATOM", "RED", "FENCE", "MEMBAR", "F2FP", "FFMA", "FMNMX")
+WORK = (
+    "HMMA",
+    "QMMA",
+    "OMMA",
+    "IMMA",
+    "LDSM",
+    "STSM",
+    "UTMALDG",
+    "UTMASTG",
+    "UTMACMDFLUSH",
+    "SYNCS",
+    "BAR",
+    "SHFL",
+    "LDG",
+    "STG",
+    "LDS",
+    "STS",
+    "ATOM",
+    "RED",
+    "FENCE",
+    "MEMBAR",
+    "F2FP",
+    "FFMA",
+    "FMNMX",
+)
 _ADDR = re.compile(r"/\*[0-9a-f]{4,}\*/")
 
 
 def sass(spec, target: str, tree: str, nvdisasm: str) -> list[str]:
     from deep_gemm_sm120 import jit
-    from deep_gemm_sm120.jit import cache as jit_cache, device_layer
+    from deep_gemm_sm120.jit import cache as jit_cache
+    from deep_gemm_sm120.jit import device_layer
 
     os.environ[device_layer.ENV] = tree
     device_layer.device_layer_dir.cache_clear()
@@ -63,8 +88,12 @@ def kernels() -> list[tuple[str, object]]:
     out = []
     for m, n, k in ((1, 2112, 7168), (64, 2112, 7168), (128, 2112, 7168), (4096, 4096, 4096)):
         p = dense_plan(m_bucket(m), n, k, 132)
-        out.append((f"bf16 {m}x{n}x{k}", Bf16GemmSpec(p.config, "fp32" if p.splits > 1 else "bf16", False,
-                                                      p.swap_ab, "normal", "nt")))
+        out.append(
+            (
+                f"bf16 {m}x{n}x{k}",
+                Bf16GemmSpec(p.config, "fp32" if p.splits > 1 else "bf16", False, p.swap_ab, "normal", "nt"),
+            )
+        )
     out += [(f.name, f.specs()[0]) for f in registry().families if f.name != "bf16_gemm" and f.specs()]
     return out
 
@@ -90,8 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             moved = {op: (wb[op], wa[op]) for op in sorted(set(wb) | set(wa)) if wb[op] != wa[op]}
             same = "identical" if before == after else f"{sum(x != y for x, y in zip(before, after))} lines differ"
             verdict = "work instructions equal" if not moved else f"WORK DIFFERS {moved}"
-            print(f"{name:28} {target:8} {len(before):5} -> {len(after):5} instructions, {same}; {verdict}",
-                  flush=True)
+            print(f"{name:28} {target:8} {len(before):5} -> {len(after):5} instructions, {same}; {verdict}", flush=True)
             worst = max(worst, 1 if moved else 0)
     return worst
 

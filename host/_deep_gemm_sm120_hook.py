@@ -11,6 +11,7 @@ unset / 0                    nothing happens: this module only reads the variabl
 Serving stacks (vLLM, SGLang) import `deep_gemm` by name; this lets them reach our kernels without a patch.
 `deep_gemm_sm120.compat.install()` does the same from code. See docs/deep_gemm_compat.md.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -78,8 +79,9 @@ def explain(value: str | None = None) -> str:
     """One line: which DeepGEMM `import deep_gemm` resolves to under the variable's value, and why."""
     m, other = mode(value), present()
     if m is None:
-        return (f"{ENV} is unset: `import deep_gemm` is not ours"
-                + (f"; the DeepGEMM present is {other}" if other else "; no DeepGEMM is present"))
+        return f"{ENV} is unset: `import deep_gemm` is not ours" + (
+            f"; the DeepGEMM present is {other}" if other else "; no DeepGEMM is present"
+        )
     if m == "force":
         return f"{ENV}=force: `import deep_gemm` gives deep_gemm_sm120" + (f" (shadowing {other})" if other else "")
     if other:
@@ -107,8 +109,7 @@ class DeepGemmFinder(importlib.abc.MetaPathFinder):
         target_name = _target(fullname)
         if target_name is None:
             return None
-        return importlib.util.spec_from_loader(fullname, _AliasLoader(target_name),
-                                               is_package=fullname == ALIAS)
+        return importlib.util.spec_from_loader(fullname, _AliasLoader(target_name), is_package=fullname == ALIAS)
 
 
 def _target(fullname: str) -> str | None:

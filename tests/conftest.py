@@ -41,3 +41,31 @@ def index(monkeypatch):
     fake.start()
     yield fake
     fake.stop()
+
+
+@pytest.fixture()
+def sm120_or_emulation(monkeypatch):
+    """Run SM120 kernels: natively on 12.x, else through the sm_90 emulation (DG_SM120_EMULATE=1)."""
+    import torch
+
+    cap = torch.cuda.get_device_capability()
+    if cap[0] != 12:
+        monkeypatch.setenv("DG_SM120_EMULATE", "1")
+    return cap
+
+
+@pytest.fixture()
+def gh(monkeypatch):
+    """A GitHub API on 127.0.0.1 (tests/fake_servers.py) with the watcher's token set and the workflow's
+    variables out of the way."""
+    from fake_servers import FakeGitHub
+    from watch_helpers import TOKEN
+
+    fake = FakeGitHub(token=TOKEN)
+    url = fake.start()
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    for var in ("GITHUB_REPOSITORY", "GITHUB_RUN_ID", "GITHUB_API_URL"):
+        monkeypatch.delenv(var, raising=False)
+    fake.url = url
+    yield fake
+    fake.stop()

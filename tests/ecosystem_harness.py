@@ -3,6 +3,7 @@ FOLDER`, a fresh process per stack): their wrapper modules are loaded from FOLDE
 other module of theirs is a stub, and `import deep_gemm` is ours (compat.install(force=True), what DG_SM120_AS_DEEP_GEMM=force does). Prints one JSON
 object: what their detection says, which DeepGEMM names they resolve and whether each exists, and whether each
 call they make binds to our signature. tests/test_ecosystem.py asserts on it."""
+
 from __future__ import annotations
 
 import ast
@@ -10,10 +11,11 @@ import importlib.abc
 import importlib.util
 import inspect
 import json
-import os
 import sys
 import types
 from pathlib import Path
+
+from deep_gemm_sm120.core.arith import ceil_div, round_up
 
 
 class Stub:
@@ -47,6 +49,7 @@ class Stub:
 
 class Env:
     """sglang.srt.environ.envs: each variable's .get() gives the value below, else False."""
+
     VALUES = {"SGLANG_ENABLE_JIT_DEEPGEMM": True, "SGLANG_IS_FIRST_RANK_ON_NODE": True}
 
     def __init__(self, cache_dir: str):
@@ -58,6 +61,7 @@ class Env:
 
 class Platform:
     """vLLM's current_platform on an SM120 GPU."""
+
     simple_compile_backend = "eager"
     is_sm100 = False
 
@@ -75,6 +79,7 @@ class Platform:
 
     def fp8_dtype(self):
         import torch
+
         return torch.float8_e4m3fn
 
     def __getattr__(self, item):
@@ -86,12 +91,17 @@ def overrides(cache_dir: str) -> dict[str, dict]:
         "vllm.envs": {"VLLM_USE_DEEP_GEMM": True, "VLLM_USE_DEEP_GEMM_E8M0": True, "VLLM_CACHE_ROOT": cache_dir},
         "vllm.platforms": {"current_platform": Platform()},
         "vllm.utils.import_utils": {"has_deep_gemm": lambda: importlib.util.find_spec("deep_gemm") is not None},
-        "vllm.utils.math_utils": {"cdiv": lambda a, b: -(-a // b)},
+        "vllm.utils.math_utils": {"cdiv": ceil_div},
         "vllm.model_executor.layers.quantization.utils.quant_utils": {"get_fp8_min_max": lambda: (-448.0, 448.0)},
         "sglang.srt.environ": {"envs": Env(cache_dir)},
         "sglang.srt.runtime_context": {"get_platform": lambda: Platform()},
-        "sglang.srt.utils": {"get_device_sm": lambda: 120, "is_cuda": lambda: True, "is_musa": lambda: False,
-                             "ceil_div": lambda a, b: -(-a // b), "ceil_align": lambda a, b: -(-a // b) * b},
+        "sglang.srt.utils": {
+            "get_device_sm": lambda: 120,
+            "is_cuda": lambda: True,
+            "is_musa": lambda: False,
+            "ceil_div": ceil_div,
+            "ceil_align": round_up,
+        },
     }
 
 
@@ -106,20 +116,25 @@ class StackFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         if top not in self.tops:
             return None
         rel = Path(*fullname.split("."))
-        for candidate, package in ((self.folder / rel / "__init__.py", True), (self.folder / rel.with_suffix(".py"), False)):
+        for candidate, package in (
+            (self.folder / rel / "__init__.py", True),
+            (self.folder / rel.with_suffix(".py"), False),
+        ):
             if candidate.is_file():
-                return importlib.util.spec_from_file_location(fullname, candidate,
-                                                              submodule_search_locations=[str(candidate.parent)]
-                                                              if package else None)
+                return importlib.util.spec_from_file_location(
+                    fullname, candidate, submodule_search_locations=[str(candidate.parent)] if package else None
+                )
         return importlib.util.spec_from_loader(fullname, self, is_package=True)
 
     def create_module(self, spec):
         module = types.ModuleType(spec.name)
         module.__path__ = []
+
         def missing(item, name=spec.name):
             if item.startswith("__"):
                 raise AttributeError(item)
             return Stub(f"{name}.{item}")
+
         module.__getattr__ = missing
         return module
 
@@ -129,6 +144,7 @@ class StackFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 class MissingThirdParty(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Third-party modules their wrappers import that this environment lacks (tqdm): stubs."""
+
     NAMES = ("tqdm",)
 
     def find_spec(self, fullname, path, target=None):
@@ -152,15 +168,23 @@ class MissingThirdParty(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 # ---------------------------------------------------------------- reading their source
 
+
 def resolved_names(tree: ast.AST, receivers: set[str]) -> dict[str, str]:
     """{variable: DeepGEMM name} for `v = getattr(R, "name", ...)` (possibly inside `or`), plus every name read as
     R.name, getattr(R, "name"), hasattr(R, "name") or `from deep_gemm[...] import name` (variable: the name)."""
     out: dict[str, str] = {}
 
     def getattr_name(node):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
-                and len(node.args) >= 2 and isinstance(node.args[0], ast.Name) and node.args[0].id in receivers
-                and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr")
+            and len(node.args) >= 2
+            and isinstance(node.args[0], ast.Name)
+            and node.args[0].id in receivers
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+        ):
             return node.args[1].value
         return None
 
@@ -195,8 +219,13 @@ def calls(tree: ast.AST, receivers: set[str], variables: dict[str, str]):
         if name is None:
             continue
         starred = any(isinstance(a, ast.Starred) for a in node.args)
-        yield (name, node.lineno, None if starred else len(node.args),
-               [k.arg for k in node.keywords if k.arg is not None], any(k.arg is None for k in node.keywords))
+        yield (
+            name,
+            node.lineno,
+            None if starred else len(node.args),
+            [k.arg for k in node.keywords if k.arg is not None],
+            any(k.arg is None for k in node.keywords),
+        )
 
 
 def resolve(dg, qualified: str):
@@ -223,6 +252,7 @@ def binds(fn, positional: int | None, keywords: list[str], more: bool) -> str:
 
 # ---------------------------------------------------------------- the two stacks
 
+
 def run(stack: str, folder: Path, cache_dir: str) -> dict:
     import torch
 
@@ -239,21 +269,29 @@ def run(stack: str, folder: Path, cache_dir: str) -> dict:
     if stack == "vllm":
         wrappers = ["vllm.utils.deep_gemm"]
         mod = importlib.import_module("vllm.utils.deep_gemm")
-        report["detection"] = {"is_deep_gemm_supported": mod.is_deep_gemm_supported(),
-                               "is_deep_gemm_e8m0_used": mod.is_deep_gemm_e8m0_used()}
+        report["detection"] = {
+            "is_deep_gemm_supported": mod.is_deep_gemm_supported(),
+            "is_deep_gemm_e8m0_used": mod.is_deep_gemm_e8m0_used(),
+        }
         mod._lazy_init()
         report["imported"] = getattr(mod._import_deep_gemm(), "__name__", None)
-        report["unresolved_impls"] = sorted(k for k, v in vars(mod).items()
-                                            if k.startswith("_") and k.endswith("_impl") and v is None)
+        report["unresolved_impls"] = sorted(
+            k for k, v in vars(mod).items() if k.startswith("_") and k.endswith("_impl") and v is None
+        )
         receivers = {"_dg", "deep_gemm", "dg"}
     else:
-        wrappers = ["sglang.srt.layers.deep_gemm_wrapper.configurer", "sglang.srt.layers.deep_gemm_wrapper.compile_utils",
-                    "sglang.srt.layers.deep_gemm_wrapper.entrypoint"]
+        wrappers = [
+            "sglang.srt.layers.deep_gemm_wrapper.configurer",
+            "sglang.srt.layers.deep_gemm_wrapper.compile_utils",
+            "sglang.srt.layers.deep_gemm_wrapper.entrypoint",
+        ]
         importlib.import_module("sglang.srt.layers.deep_gemm_wrapper")  # imports entrypoint, compile_utils, configurer
         conf = importlib.import_module("sglang.srt.layers.deep_gemm_wrapper.configurer")
-        report["detection"] = {"ENABLE_JIT_DEEPGEMM": conf.ENABLE_JIT_DEEPGEMM,
-                               "sm120_apis_available": conf._sm120_deep_gemm_apis_available(),
-                               "DEEPGEMM_SCALE_UE8M0": conf.DEEPGEMM_SCALE_UE8M0}
+        report["detection"] = {
+            "ENABLE_JIT_DEEPGEMM": conf.ENABLE_JIT_DEEPGEMM,
+            "sm120_apis_available": conf._sm120_deep_gemm_apis_available(),
+            "DEEPGEMM_SCALE_UE8M0": conf.DEEPGEMM_SCALE_UE8M0,
+        }
         report["imported"] = deep_gemm.__name__
         from deep_gemm_sm120.core import envvars
 

@@ -4,6 +4,7 @@ this repository: the test reads the files from the cache it fills.
 
 Cache: $DG_SM120_ECOSYSTEM_CACHE, else ~/.cache/deep_gemm_sm120/ecosystem; NAME-VERSION/ holds the members and
 a MEMBERS.json written last (a partial fetch is fetched again)."""
+
 from __future__ import annotations
 
 import functools
@@ -17,11 +18,19 @@ ROOT = Path(__file__).resolve().parents[1]
 
 PINS = {"vllm": "0.33.0", "sglang": "0.5.23"}
 MEMBERS = {
-    "vllm": ("vllm/utils/deep_gemm.py", "vllm/third_party/deep_gemm/__init__.py", "vllm/third_party/deep_gemm/_C.py",
-             "vllm/third_party/deep_gemm/utils/math.py", "vllm/third_party/deep_gemm/utils/nvfp4.py"),
-    "sglang": ("sglang/srt/layers/deep_gemm_wrapper/__init__.py", "sglang/srt/layers/deep_gemm_wrapper/configurer.py",
-               "sglang/srt/layers/deep_gemm_wrapper/compile_utils.py",
-               "sglang/srt/layers/deep_gemm_wrapper/entrypoint.py"),
+    "vllm": (
+        "vllm/utils/deep_gemm.py",
+        "vllm/third_party/deep_gemm/__init__.py",
+        "vllm/third_party/deep_gemm/_C.py",
+        "vllm/third_party/deep_gemm/utils/math.py",
+        "vllm/third_party/deep_gemm/utils/nvfp4.py",
+    ),
+    "sglang": (
+        "sglang/srt/layers/deep_gemm_wrapper/__init__.py",
+        "sglang/srt/layers/deep_gemm_wrapper/configurer.py",
+        "sglang/srt/layers/deep_gemm_wrapper/compile_utils.py",
+        "sglang/srt/layers/deep_gemm_wrapper/entrypoint.py",
+    ),
 }
 
 
@@ -29,7 +38,7 @@ def cache_root() -> Path:
     return Path(os.environ.get("DG_SM120_ECOSYSTEM_CACHE") or Path.home() / ".cache" / "deep_gemm_sm120" / "ecosystem")
 
 
-@functools.lru_cache(maxsize=None)  # one attempt per process: an unreachable index is asked once
+@functools.cache  # one attempt per process: an unreachable index is asked once
 def fetch(name: str) -> tuple[Path | None, str]:
     """(folder with the pinned release's members, "") or (None, why not): the index unreachable, the release
     missing, a member missing. Members are checked against their zip CRC-32 as they are read."""
@@ -51,8 +60,10 @@ def fetch(name: str) -> tuple[Path | None, str]:
     index = pypi.index_url()
     try:
         _, dists = pypi.release(name, version, index)
-        wheels = sorted((d for d in dists if d.filename.endswith(".whl")),  # the pure one, else the x86-64 one
-                        key=lambda d: (not d.filename.endswith("-none-any.whl"), "x86_64" not in d.filename))
+        wheels = sorted(
+            (d for d in dists if d.filename.endswith(".whl")),  # the pure one, else the x86-64 one
+            key=lambda d: (not d.filename.endswith("-none-any.whl"), "x86_64" not in d.filename),
+        )
         if not wheels:
             return None, f"{name}=={version} has no wheel"
         dist = wheels[0]

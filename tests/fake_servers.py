@@ -17,6 +17,7 @@ request is logged so tests can count calls and writes. FakePyPI serves a Simple 
 PEP 503 HTML project pages with relative file URLs, like a caching proxy) and the files (with HTTP ranges),
 with knobs for 404 / 500 answers, HTML-only pages, yanked files, no ranges and truncated downloads.
 """
+
 from __future__ import annotations
 
 import base64
@@ -34,13 +35,13 @@ from urllib.parse import parse_qs, urlparse
 
 class FakeGitHub:
     def __init__(self, token: str | None = None):
-        self.repos: dict[str, str] = {}           # "owner/name" -> path of a git checkout
-        self.issues: dict[str, list[dict]] = {}   # "owner/name" -> issues
+        self.repos: dict[str, str] = {}  # "owner/name" -> path of a git checkout
+        self.issues: dict[str, list[dict]] = {}  # "owner/name" -> issues
         self.comments: list[tuple[str, int, str]] = []
         self.log: list[dict] = []
         self.token = token
-        self.truncate_over: int | None = None     # recursive trees with more entries come back truncated
-        self.fail_5xx = 0                         # the next N requests answer 502
+        self.truncate_over: int | None = None  # recursive trees with more entries come back truncated
+        self.fail_5xx = 0  # the next N requests answer 502
         self.retry_after_once: float | None = None
         self.rate_limited_for: float | None = None  # answer 403 remaining=0 with reset this far ahead
         self.remaining = 5000
@@ -158,15 +159,19 @@ class FakeGitHub:
             if repo not in self.repos:
                 raise KeyError(repo)
             if method == "GET" and rest.startswith("commits/"):
-                return self._commit(h, repo, rest[len("commits/"):])
+                return self._commit(h, repo, rest[len("commits/") :])
             if method == "GET" and rest.startswith("git/trees/"):
-                return self._tree(h, repo, rest[len("git/trees/"):], q.get("recursive") == "1")
+                return self._tree(h, repo, rest[len("git/trees/") :], q.get("recursive") == "1")
             if method == "GET" and rest.startswith("git/blobs/"):
-                sha = rest[len("git/blobs/"):]
-                data = subprocess.run(["git", "-C", self.repos[repo], "cat-file", "blob", sha],
-                                      capture_output=True).stdout
-                self._send(h, 200, {"sha": sha, "size": len(data), "encoding": "base64",
-                                    "content": base64.b64encode(data).decode()})
+                sha = rest[len("git/blobs/") :]
+                data = subprocess.run(
+                    ["git", "-C", self.repos[repo], "cat-file", "blob", sha], capture_output=True
+                ).stdout
+                self._send(
+                    h,
+                    200,
+                    {"sha": sha, "size": len(data), "encoding": "base64", "content": base64.b64encode(data).decode()},
+                )
                 return 200
         except KeyError:
             self._send(h, 404, {"message": "Not Found"})
@@ -186,12 +191,24 @@ class FakeGitHub:
         etag = f'"c-{sha}"'
         if self._etag_or_304(h, etag):
             return 304
-        self._send(h, 200, {"sha": sha, "commit": {"tree": {"sha": tree}, "message": "m"},
-                            "files": [{"filename": "x", "patch": "lots of text" * 50}]}, {"ETag": etag})
+        self._send(
+            h,
+            200,
+            {
+                "sha": sha,
+                "commit": {"tree": {"sha": tree}, "message": "m"},
+                "files": [{"filename": "x", "patch": "lots of text" * 50}],
+            },
+            {"ETag": etag},
+        )
         return 200
 
     def _tree(self, h, repo: str, sha: str, recursive: bool) -> int:
-        args = ["ls-tree", "-l", "--full-tree", sha] if not recursive else ["ls-tree", "-r", "-t", "-l", "--full-tree", sha]
+        args = (
+            ["ls-tree", "-l", "--full-tree", sha]
+            if not recursive
+            else ["ls-tree", "-r", "-t", "-l", "--full-tree", sha]
+        )
         out = self.git(repo, *args)
         entries = []
         for line in out.splitlines():
@@ -215,22 +232,33 @@ class FakeGitHub:
         if method == "GET" and rest == "issues":
             labels = set(filter(None, q.get("labels", "").split(",")))
             state = q.get("state", "open")
-            sel = [i for i in store if labels <= {lb["name"] for lb in i["labels"]}
-                   and (state == "all" or i["state"] == state)]
+            sel = [
+                i
+                for i in store
+                if labels <= {lb["name"] for lb in i["labels"]} and (state == "all" or i["state"] == state)
+            ]
             sel.sort(key=lambda i: -i["number"])
             per, page = int(q.get("per_page", 30)), int(q.get("page", 1))
-            chunk = sel[(page - 1) * per: page * per]
+            chunk = sel[(page - 1) * per : page * per]
             headers = {}
             if page * per < len(sel):
                 host = h.headers.get("Host")
                 nq = dict(q, page=str(page + 1))
-                headers["Link"] = (f'<http://{host}/repos/{repo}/issues?' + "&".join(f"{k}={v}" for k, v in nq.items())
-                                   + '>; rel="next"')
+                headers["Link"] = (
+                    f"<http://{host}/repos/{repo}/issues?"
+                    + "&".join(f"{k}={v}" for k, v in nq.items())
+                    + '>; rel="next"'
+                )
             self._send(h, 200, chunk, headers)
             return 200
         if method == "POST" and rest == "issues":
-            issue = {"number": len(store) + 1, "title": payload["title"], "body": payload.get("body", ""),
-                     "state": "open", "labels": [{"name": n} for n in payload.get("labels", [])]}
+            issue = {
+                "number": len(store) + 1,
+                "title": payload["title"],
+                "body": payload.get("body", ""),
+                "state": "open",
+                "labels": [{"name": n} for n in payload.get("labels", [])],
+            }
             store.append(issue)
             self._send(h, 201, issue)
             return 201
@@ -266,13 +294,13 @@ class FakePyPI:
     def __init__(self):
         self.packages: dict[str, dict[str, list[tuple[str, bytes]]]] = {}
         self.log: list[str] = []
-        self.status: int | None = None     # answer every index page with this status (404, 500 ...)
-        self.truncate_files = False        # serve half of each file (the index's sha256 then disagrees)
-        self.json_api = True               # offer PEP 691 JSON; False: HTML pages only
-        self.ranges = True                 # honour Range requests on files
-        self.yanked: set[str] = set()      # file names listed as yanked
+        self.status: int | None = None  # answer every index page with this status (404, 500 ...)
+        self.truncate_files = False  # serve half of each file (the index's sha256 then disagrees)
+        self.json_api = True  # offer PEP 691 JSON; False: HTML pages only
+        self.ranges = True  # honour Range requests on files
+        self.yanked: set[str] = set()  # file names listed as yanked
         self.range_bytes: dict[str, bytes] = {}  # file name -> other bytes served to HEAD and Range requests
-        self.raw: dict[str, bytes] = {}    # any URL path (unquoted, e.g. "/raw/x/pkg-1.0.zip") -> its bytes
+        self.raw: dict[str, bytes] = {}  # any URL path (unquoted, e.g. "/raw/x/pkg-1.0.zip") -> its bytes
         self.page: tuple[bytes, dict] | None = None  # serve every project page as these raw bytes and headers
         self.trickle: float | None = None  # send project pages one byte every this many seconds
         self.served = 0
@@ -336,7 +364,7 @@ class FakePyPI:
                 if self.trickle is None:
                     h.wfile.write(body)
                 for i in range(len(body) if self.trickle is not None else 0):
-                    h.wfile.write(body[i:i + 1])
+                    h.wfile.write(body[i : i + 1])
                     h.wfile.flush()
                     time.sleep(self.trickle)
             except OSError:  # the client gave up
@@ -352,13 +380,25 @@ class FakePyPI:
                 return
             files = [(fn, hashlib.sha256(data).hexdigest()) for v in versions.values() for fn, data in v]
             if self.json_api and "application/vnd.pypi.simple.v1+json" in h.headers.get("Accept", ""):
-                doc = {"meta": {"api-version": "1.1"}, "name": m.group(1), "files": [
-                    {"filename": fn, "url": f"../../files/{fn}", "hashes": {"sha256": sha},
-                     "yanked": fn in self.yanked} for fn, sha in files]}
+                doc = {
+                    "meta": {"api-version": "1.1"},
+                    "name": m.group(1),
+                    "files": [
+                        {
+                            "filename": fn,
+                            "url": f"../../files/{fn}",
+                            "hashes": {"sha256": sha},
+                            "yanked": fn in self.yanked,
+                        }
+                        for fn, sha in files
+                    ],
+                }
                 self._reply(h, 200, json.dumps(doc).encode(), "application/vnd.pypi.simple.v1+json")
             else:
-                links = "".join(f'<a href="../../files/{fn}#sha256={sha}"{YANKED if fn in self.yanked else ""}>'
-                                f"{fn}</a><br/>\n" for fn, sha in files)
+                links = "".join(
+                    f'<a href="../../files/{fn}#sha256={sha}"{YANKED if fn in self.yanked else ""}>{fn}</a><br/>\n'
+                    for fn, sha in files
+                )
                 self._reply(h, 200, f"<!DOCTYPE html><html><body>\n{links}</body></html>".encode(), "text/html")
             return
         from urllib.parse import unquote
@@ -395,10 +435,15 @@ class FakePyPI:
                 lo, hi = max(0, len(data) - int(hi)), len(data) - 1
             else:
                 lo, hi = int(lo), min(int(hi) if hi else len(data) - 1, len(data) - 1)
-            part = data[lo: hi + 1]
+            part = data[lo : hi + 1]
             self.served += len(part)
-            self._reply(h, 206, part, "application/octet-stream",
-                        [("Content-Range", f"bytes {lo}-{hi}/{len(data)}"), ("Accept-Ranges", "bytes")])
+            self._reply(
+                h,
+                206,
+                part,
+                "application/octet-stream",
+                [("Content-Range", f"bytes {lo}-{hi}/{len(data)}"), ("Accept-Ranges", "bytes")],
+            )
             return
         self.served += len(data)
         self._reply(h, 200, data, "application/octet-stream")
@@ -410,10 +455,20 @@ def main(argv: list[str] | None = None) -> int:
     from vendorkit.errors import UsageError
 
     ap = UsageParser(prog="fake_servers.py", description=__doc__.splitlines()[0])
-    ap.add_argument("--repo", action="append", default=[], metavar="OWNER/NAME=PATH",
-                    help="serve the git checkout at PATH as OWNER/NAME")
-    ap.add_argument("--wheel", action="append", default=[], metavar="NAME==VERSION=FILE",
-                    help="serve FILE (a wheel or sdist) as release VERSION of NAME")
+    ap.add_argument(
+        "--repo",
+        action="append",
+        default=[],
+        metavar="OWNER/NAME=PATH",
+        help="serve the git checkout at PATH as OWNER/NAME",
+    )
+    ap.add_argument(
+        "--wheel",
+        action="append",
+        default=[],
+        metavar="NAME==VERSION=FILE",
+        help="serve FILE (a wheel or sdist) as release VERSION of NAME",
+    )
     ap.add_argument("--token", default=None, help="require this bearer token from GitHub clients")
     try:
         return _serve(ap, argv)

@@ -19,6 +19,7 @@ the order a recurrence needs to keep the state update (and O) off the chunk-to-c
 v'_{c-1} -> K_c S_c -> v'_c is sequential (two C x C products a chunk) while S, K_c S_{c-1} and O run beside it.
 `rounding` models the operands such a kernel would hold in bf16 (issue 29's next lever, docs/gated_delta_rule.md).
 """
+
 from __future__ import annotations
 
 import torch
@@ -56,58 +57,101 @@ def _over_sequences(q, k, v, g, beta, scale, initial_state, output_final_state, 
     seqs = _sequences(t_total, bsz, cu_seqlens)
     final = torch.zeros(len(seqs), hv, dk, dv, dtype=torch.float64, device=v.device)
     for n, (b, s, e) in enumerate(seqs):
-        state = (initial_state[n].double().clone() if initial_state is not None
-                 else torch.zeros(hv, dk, dv, dtype=torch.float64, device=v.device))
+        state = (
+            initial_state[n].double().clone()
+            if initial_state is not None
+            else torch.zeros(hv, dk, dv, dtype=torch.float64, device=v.device)
+        )
         final[n] = walk(state, b, s, e, q, k, v, g, beta, scale, o)
     return o, (final if output_final_state else None)
 
 
-def naive_recurrence(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
-                     use_qk_l2norm_in_kernel=False):
+def naive_recurrence(
+    q,
+    k,
+    v,
+    g,
+    beta,
+    scale=None,
+    initial_state=None,
+    output_final_state=False,
+    cu_seqlens=None,
+    use_qk_l2norm_in_kernel=False,
+):
     """q, k [B, T, H, K]; v [B, T, HV, V]; g, beta [B, T, HV]; initial_state [N, HV, K, V]. Returns (o, final)."""
+
     def walk(state, b, s, e, q, k, v, g, beta, scale, o):
         for t in range(s, e):
             state = state * g[b, t].exp()[:, None, None]
-            kt = k[b, t]                                                   # [HV, K]
+            kt = k[b, t]  # [HV, K]
             delta = (v[b, t] - torch.einsum("hkv,hk->hv", state, kt)) * beta[b, t][:, None]
             state = state + kt[:, :, None] * delta[:, None, :]
             o[b, t] = torch.einsum("hkv,hk->hv", state, q[b, t]) * scale
         return state
-    return _over_sequences(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
-                           use_qk_l2norm_in_kernel, walk)
+
+    return _over_sequences(
+        q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, use_qk_l2norm_in_kernel, walk
+    )
 
 
-def chunked(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
-            use_qk_l2norm_in_kernel=False, chunk_size=32):
+def chunked(
+    q,
+    k,
+    v,
+    g,
+    beta,
+    scale=None,
+    initial_state=None,
+    output_final_state=False,
+    cu_seqlens=None,
+    use_qk_l2norm_in_kernel=False,
+    chunk_size=32,
+):
     """The chunk-wise (WY) formulation of naive_recurrence, chunks restarting at every sequence start."""
+
     def walk(state, b, s, e, q, k, v, g, beta, scale, o):
         hv, dev = v.shape[2], v.device
         for c0 in range(s, e, chunk_size):
             c1 = min(c0 + chunk_size, e)
             qc, kc, vc = q[b, c0:c1].transpose(0, 1), k[b, c0:c1].transpose(0, 1), v[b, c0:c1].transpose(0, 1)
-            gc, bc = g[b, c0:c1].transpose(0, 1), beta[b, c0:c1].transpose(0, 1)   # [HV, C]
-            cum = gc.cumsum(-1)                                                     # 1. local cumsum
-            decay = (cum[:, :, None] - cum[:, None, :])                             # G_i - G_j
+            gc, bc = g[b, c0:c1].transpose(0, 1), beta[b, c0:c1].transpose(0, 1)  # [HV, C]
+            cum = gc.cumsum(-1)  # 1. local cumsum
+            decay = cum[:, :, None] - cum[:, None, :]  # G_i - G_j
             c = c1 - c0
             strict = torch.tril(torch.ones(c, c, dtype=torch.bool, device=dev), -1)
             causal = torch.tril(torch.ones(c, c, dtype=torch.bool, device=dev))
             a = (bc[:, :, None] * (kc @ kc.transpose(1, 2)) * decay.exp()).masked_fill(~strict, 0)
             eye = torch.eye(c, dtype=torch.float64, device=dev)
-            tinv = torch.linalg.solve_triangular(eye + a, eye.expand(hv, c, c), upper=False)   # 2. (I + A)^-1
-            w = tinv @ (kc * (bc * cum.exp())[:, :, None])                          # 3. WY
+            tinv = torch.linalg.solve_triangular(eye + a, eye.expand(hv, c, c), upper=False)  # 2. (I + A)^-1
+            w = tinv @ (kc * (bc * cum.exp())[:, :, None])  # 3. WY
             u = tinv @ (vc * bc[:, :, None])
-            vnew = u - w @ state                                                    # 4. inter-chunk
+            vnew = u - w @ state  # 4. inter-chunk
             attn = ((qc @ kc.transpose(1, 2)) * decay.exp()).masked_fill(~causal, 0)
             o[b, c0:c1] = ((qc * cum.exp()[:, :, None]) @ state * scale + attn @ vnew * scale).transpose(0, 1)
             last = cum[:, -1:]
             state = state * last.exp()[:, :, None] + (kc * (last - cum).exp()[:, :, None]).transpose(1, 2) @ vnew
         return state
-    return _over_sequences(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
-                           use_qk_l2norm_in_kernel, walk)
+
+    return _over_sequences(
+        q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, use_qk_l2norm_in_kernel, walk
+    )
 
 
-def chunked_lookahead(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
-                      use_qk_l2norm_in_kernel=False, chunk_size=32, rounding=None, lookahead=True):
+def chunked_lookahead(
+    q,
+    k,
+    v,
+    g,
+    beta,
+    scale=None,
+    initial_state=None,
+    output_final_state=False,
+    cu_seqlens=None,
+    use_qk_l2norm_in_kernel=False,
+    chunk_size=32,
+    rounding=None,
+    lookahead=True,
+):
     """chunked, with K_c S_c from the previous chunk (module docstring). rounding(x) is applied to the operands a
     bf16 kernel would round: S in K_c S_{c-1}, the C x C cross products and v'_{c-1} (None: exact).
     lookahead=False forms K_c r(S_c) directly (today's kernels), for comparing the two under one rounding."""
@@ -115,13 +159,13 @@ def chunked_lookahead(q, k, v, g, beta, scale=None, initial_state=None, output_f
 
     def walk(state, b, s, e, q, k, v, g, beta, scale, o):
         hv, dev = v.shape[2], v.device
-        prev = None   # (S_{c-1}, (e^{G_last - G} * K)_{c-1}, v'_{c-1}, e^{G_last, c-1}) within this sequence
+        prev = None  # (S_{c-1}, (e^{G_last - G} * K)_{c-1}, v'_{c-1}, e^{G_last, c-1}) within this sequence
         for c0 in range(s, e, chunk_size):
             c1 = min(c0 + chunk_size, e)
             qc, kc, vc = q[b, c0:c1].transpose(0, 1), k[b, c0:c1].transpose(0, 1), v[b, c0:c1].transpose(0, 1)
             gc, bc = g[b, c0:c1].transpose(0, 1), beta[b, c0:c1].transpose(0, 1)
             cum = gc.cumsum(-1)
-            decay = (cum[:, :, None] - cum[:, None, :])
+            decay = cum[:, :, None] - cum[:, None, :]
             c = c1 - c0
             strict = torch.tril(torch.ones(c, c, dtype=torch.bool, device=dev), -1)
             causal = torch.tril(torch.ones(c, c, dtype=torch.bool, device=dev))
@@ -134,7 +178,7 @@ def chunked_lookahead(q, k, v, g, beta, scale=None, initial_state=None, output_f
             else:
                 s_prev, kd_prev, vp_prev, gamma = prev
                 ks = gamma[:, :, None] * (kc @ r(s_prev)) + r(kc @ kd_prev.transpose(1, 2)) @ r(vp_prev)
-            vnew = u - tinv @ ((bc * cum.exp())[:, :, None] * ks)          # = u - w S
+            vnew = u - tinv @ ((bc * cum.exp())[:, :, None] * ks)  # = u - w S
             attn = ((qc @ kc.transpose(1, 2)) * decay.exp()).masked_fill(~causal, 0)
             o[b, c0:c1] = ((qc * cum.exp()[:, :, None]) @ state * scale + attn @ vnew * scale).transpose(0, 1)
             last = cum[:, -1:]
@@ -142,8 +186,10 @@ def chunked_lookahead(q, k, v, g, beta, scale=None, initial_state=None, output_f
             prev = (state, kd, vnew, last.exp())
             state = state * last.exp()[:, :, None] + kd.transpose(1, 2) @ vnew
         return state
-    return _over_sequences(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
-                           use_qk_l2norm_in_kernel, walk)
+
+    return _over_sequences(
+        q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, use_qk_l2norm_in_kernel, walk
+    )
 
 
 def relative_l2(x: torch.Tensor, ref: torch.Tensor) -> float:

@@ -1,4 +1,5 @@
 """Shared GPU-test plumbing: skip cleanly without CUDA (without initializing it), emulation on non-SM120."""
+
 from __future__ import annotations
 
 import pytest
@@ -11,15 +12,6 @@ def cuda_available() -> bool:
 
 
 requires_cuda = pytest.mark.skipif(not cuda_available(), reason="needs a CUDA GPU")
-
-
-@pytest.fixture()
-def sm120_or_emulation(monkeypatch):
-    """Run SM120 kernels: natively on 12.x, else through the sm_90 emulation (DG_SM120_EMULATE=1)."""
-    cap = torch.cuda.get_device_capability()
-    if cap[0] != 12:
-        monkeypatch.setenv("DG_SM120_EMULATE", "1")
-    return cap
 
 
 def poison_like(t: torch.Tensor) -> torch.Tensor:
@@ -35,5 +27,7 @@ def contiguous_layout(sizes, align: int = 128) -> tuple[torch.Tensor, torch.Tens
         row += s
         ends.append(row)
         row += (-s) % align
-    return (torch.tensor(layout, dtype=torch.int32, device="cuda"),
-            torch.tensor(ends, dtype=torch.int32, device="cuda"))
+    return (
+        torch.tensor(layout, dtype=torch.int32, device="cuda"),
+        torch.tensor(ends, dtype=torch.int32, device="cuda"),
+    )

@@ -1,5 +1,6 @@
 """Readers the tests use to check a family's parameter list (core/params.py) against the kernel it describes:
 the __global__ signature in the header, and the parameter table (.nv.info) of a compiled cubin."""
+
 from __future__ import annotations
 
 import os
@@ -9,13 +10,14 @@ import sys
 from dataclasses import dataclass
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
-import host_decls  # noqa: E402  (the torch-free declarations, as the tools load them)
+import host_decls
 
 _params = host_decls.load("core.params")
 ParamList, kind_of = _params.ParamList, _params.kind_of
 
 
 # ---------------------------------------------------------------- the header's kernel signature
+
 
 def _split_top_level(text: str) -> list[str]:
     parts, depth, cur = [], 0, []
@@ -43,7 +45,7 @@ def header_signature(header_text: str, kernel: str) -> list[tuple[str, str]]:
     """[(kind, name)] of the __global__ function `kernel` as the header declares it."""
     text = _strip_comments(header_text)
     for m in re.finditer(r"\b" + re.escape(kernel) + r"\s*\(", text):
-        before = text[max(0, m.start() - 400):m.start()]
+        before = text[max(0, m.start() - 400) : m.start()]
         if "__global__" not in before:
             continue
         depth, i = 1, m.end()
@@ -51,7 +53,7 @@ def header_signature(header_text: str, kernel: str) -> list[tuple[str, str]]:
             depth += {"(": 1, ")": -1}.get(text[i], 0)
             i += 1
         out = []
-        for raw in _split_top_level(text[m.end():i - 1]):
+        for raw in _split_top_level(text[m.end() : i - 1]):
             decl = raw.split("=")[0].strip()
             mm = re.match(r"(.*?)([A-Za-z_][A-Za-z0-9_]*)\s*$", decl, re.S)
             if not mm or not mm.group(1).strip():
@@ -83,9 +85,9 @@ _EIFMT_NVAL, _EIFMT_BVAL, _EIFMT_HVAL, _EIFMT_SVAL = 1, 2, 3, 4
 
 @dataclass(frozen=True)
 class CubinKernelParams:
-    name: str                                   # the (mangled) kernel name
-    params: tuple[tuple[int, int, int], ...]    # (ordinal, offset, size), by ordinal
-    size: int                                   # total parameter bytes (CBANK_PARAM_SIZE)
+    name: str  # the (mangled) kernel name
+    params: tuple[tuple[int, int, int], ...]  # (ordinal, offset, size), by ordinal
+    size: int  # total parameter bytes (CBANK_PARAM_SIZE)
 
 
 def cubin_kernel_params(cubin: bytes) -> list[CubinKernelParams]:
@@ -103,7 +105,7 @@ def cubin_kernel_params(cubin: bytes) -> list[CubinKernelParams]:
 
     def sec_name(off: int) -> str:
         start = strtab + off
-        return cubin[start:cubin.index(b"\0", start)].decode()
+        return cubin[start : cubin.index(b"\0", start)].decode()
 
     out = []
     for name_off, offset, size in sections:
@@ -115,9 +117,9 @@ def cubin_kernel_params(cubin: bytes) -> list[CubinKernelParams]:
             fmt, attr = cubin[p], cubin[p + 1]
             if fmt == _EIFMT_SVAL:
                 n = struct.unpack_from("<H", cubin, p + 2)[0]
-                payload, p = cubin[p + 4:p + 4 + n], p + 4 + n
+                payload, p = cubin[p + 4 : p + 4 + n], p + 4 + n
             elif fmt in (_EIFMT_NVAL, _EIFMT_BVAL, _EIFMT_HVAL):  # 4-byte records (value, if any, in bytes 2-3)
-                payload, p = cubin[p + 2:p + 4], p + 4
+                payload, p = cubin[p + 2 : p + 4], p + 4
             else:
                 raise ValueError(f"unknown .nv.info record format {fmt} in {name}")
             if attr == _EIATTR_KPARAM_INFO:
@@ -126,7 +128,7 @@ def cubin_kernel_params(cubin: bytes) -> list[CubinKernelParams]:
             elif attr == _EIATTR_CBANK_PARAM_SIZE:
                 total = struct.unpack("<H", payload)[0]
         if total is not None:
-            out.append(CubinKernelParams(name[len(".nv.info."):], tuple(sorted(params)), total))
+            out.append(CubinKernelParams(name[len(".nv.info.") :], tuple(sorted(params)), total))
     return out
 
 
@@ -146,9 +148,13 @@ def layout_problems(expected: ParamList, found: CubinKernelParams) -> list[str]:
     for (name, off, size, align), (ordinal, foff, fsize) in zip(expected.layout, found.params):
         # equal relative offsets mean equal padding, i.e. the alignments agree as well
         if fsize != size or foff - fbase != off - base:
-            problems.append(f"parameter {ordinal} ({name}): declared size {size} at +{off - base} (align {align}), "
-                            f"cubin size {fsize} at +{foff - fbase} (offset {foff})")
+            problems.append(
+                f"parameter {ordinal} ({name}): declared size {size} at +{off - base} (align {align}), "
+                f"cubin size {fsize} at +{foff - fbase} (offset {foff})"
+            )
     if found.size - fbase != expected.size - base:
-        problems.append(f"parameter buffer: declared {expected.size - base} bytes after the first parameter, "
-                        f"cubin {found.size - fbase}")
+        problems.append(
+            f"parameter buffer: declared {expected.size - base} bytes after the first parameter, "
+            f"cubin {found.size - fbase}"
+        )
     return problems

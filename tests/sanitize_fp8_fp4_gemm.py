@@ -4,17 +4,18 @@
     compute-sanitizer --tool memcheck python tests/sanitize_fp8_fp4_gemm.py
 Exits non-zero on a numerical failure; the sanitizer reports memory errors and races itself.
 """
+
 import sys
 
 import torch
-
 from sanitizer_driver import prepare
 
 prepare()
 
-import deep_gemm_sm120 as dg  # noqa: E402
-from workloads.block_scaled import fp4_operands, fp8_operands, quantize_side  # noqa: E402
-from deep_gemm_sm120.testing import calc_diff  # noqa: E402
+from workloads.block_scaled import fp4_operands, fp8_operands, quantize_side
+
+import deep_gemm_sm120 as dg
+from deep_gemm_sm120.testing import calc_diff
 
 failures = 0
 
@@ -57,7 +58,9 @@ lay = torch.tensor([0] * 100 + [-1] * 28 + [2] * 128, dtype=torch.int32, device=
 d = torch.zeros(256, 192, device="cuda", dtype=torch.bfloat16)
 dg.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, lay)
 deq_a = a.double() * sfa.double().repeat_interleave(128, 1)[:, :512]
-deq_b = [x.double() * s.double().repeat_interleave(128, 0).repeat_interleave(128, 1)[:192, :512] for x, s in zip(b, sfb)]
+deq_b = [
+    x.double() * s.double().repeat_interleave(128, 0).repeat_interleave(128, 1)[:192, :512] for x, s in zip(b, sfb)
+]
 report("grouped contiguous fp8", d[:100], deq_a[:100] @ deq_b[0].T, 1e-3)
 am = torch.stack([a[:64], a[64:128], a[128:192]])
 sfam = torch.stack([sfa[:64], sfa[64:128], sfa[128:192]])
@@ -65,8 +68,8 @@ masked = torch.tensor([3, 0, 64], dtype=torch.int32, device="cuda")
 dm = torch.zeros(3, 64, 192, device="cuda", dtype=torch.bfloat16)
 dg.m_grouped_fp8_gemm_nt_masked((am, sfam), (b, sfb), dm, masked, expected_m=32)
 report("grouped masked fp8", dm[2], deq_a[128:192] @ deq_b[2].T, 1e-3)
-import untrusted_indices  # noqa: E402 - group ids corrupted between capture and replay
-from sanitizer_driver import run_cases  # noqa: E402
+import untrusted_indices
+from sanitizer_driver import run_cases
 
 failures += run_cases([c for c in untrusted_indices.CASES if c[0].startswith("block-scaled")])
 sys.exit(1 if failures else 0)

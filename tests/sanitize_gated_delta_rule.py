@@ -6,24 +6,26 @@ prep grid beside the recurrence, per-chunk flags).
     compute-sanitizer --tool racecheck python tests/sanitize_gated_delta_rule.py
 Exits non-zero on a numerical failure; the sanitizer reports memory errors and races itself.
 """
+
 import sys
 
 import pytest
 import torch
-
 from sanitizer_driver import prepare, run_cases
 
 prepare()
 
-import test_gated_delta_rule_gpu as gdr  # noqa: E402
+import test_gated_delta_rule_gpu as gdr
 
 cu = torch.tensor([0, 1, 1, 40, 73, 73], dtype=torch.int32, device="cuda")
 cases = [
     ("b2 t45 h4/8 c32 state", lambda: gdr.check(*gdr.make_inputs(2, 45, 4, 8, state_n=2))),
     ("b1 t70 h2/4 c16 fp16", lambda: gdr.check(*gdr.make_inputs(1, 70, 2, 4, dtype=torch.float16), chunk=16)),
     ("b1 t100 h2/2 c64 state", lambda: gdr.check(*gdr.make_inputs(1, 100, 2, 2, state_n=1), chunk=64)),
-    ("varlen 1/0/39/33/0 c32 l2norm", lambda: gdr.check(*gdr.make_inputs(1, 73, 2, 4, normalized=False, state_n=5),
-                                                        cu_seqlens=cu, l2=True)),
+    (
+        "varlen 1/0/39/33/0 c32 l2norm",
+        lambda: gdr.check(*gdr.make_inputs(1, 73, 2, 4, normalized=False, state_n=5), cu_seqlens=cu, l2=True),
+    ),
     ("b2 t33 h16/64 c32", lambda: gdr.check(*gdr.make_inputs(2, 33, 16, 64))),
 ]
 
@@ -35,12 +37,19 @@ def patched(test, *args) -> None:
 
 
 # every K-split recurrence (the exchange through shared memory and its named barriers), varlen with empty sequences
-cases += [(f"plan c{c} v{v} k{k} varlen", lambda c=c, v=v, k=k: patched(gdr.run_plan, c, v, k))
-          for c, v, k in gdr._plans() if k > 1]
+cases += [
+    (f"plan c{c} v{v} k{k} varlen", lambda c=c, v=v, k=k: patched(gdr.run_plan, c, v, k))
+    for c, v, k in gdr._plans()
+    if k > 1
+]
 # the flags between the two grids: one prep CTA walking every item, and a few
-cases += [(f"overlap c{c} v{p[0]} k{p[1]} {'varlen' if v else 'b2'} prep {n}",
-           lambda case=(c, p, v, n): patched(gdr.test_overlapped_prep_matches_the_sequential_launch, *case))
-          for c, p, v, n in gdr.OVERLAP_CASES[:3]]
-import untrusted_indices  # noqa: E402 - cu_seqlens corrupted under graph replay
+cases += [
+    (
+        f"overlap c{c} v{p[0]} k{p[1]} {'varlen' if v else 'b2'} prep {n}",
+        lambda case=(c, p, v, n): patched(gdr.test_overlapped_prep_matches_the_sequential_launch, *case),
+    )
+    for c, p, v, n in gdr.OVERLAP_CASES[:3]
+]
+import untrusted_indices
 
 sys.exit(run_cases(cases + [c for c in untrusted_indices.CASES if c[0].startswith("gdr")]))

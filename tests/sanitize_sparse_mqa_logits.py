@@ -5,13 +5,14 @@ entries, corrupted indices under graph replay, one tile per CTA and eight.
     compute-sanitizer --tool racecheck python tests/sanitize_sparse_mqa_logits.py
 Exits non-zero on a numerical failure; the sanitizer reports memory errors and races itself.
 """
+
 import sys
 
 from sanitizer_driver import prepare, run_cases
 
 prepare()
 
-import test_sparse_mqa_logits_gpu as t  # noqa: E402
+import test_sparse_mqa_logits_gpu as t
 
 cases = [
     ("contiguous mxfp8 d128 h64 b8", lambda: t.test_contiguous_matches_reference(None, "mxfp8", 128, 64, 8)),
@@ -26,7 +27,7 @@ cases = [
     ("paged page_kv 8", lambda: t.test_paged_page_sizes(None, 8)),
     ("slot-table kernel, block 8", lambda: t.test_metadata_kernel_matches_torch_reference(None, 8)),
 ]
-import untrusted_indices  # noqa: E402 - indices, ranges, block tables and lengths corrupted under graph replay
+import untrusted_indices
 
 cases += [c for c in untrusted_indices.CASES if c[0].startswith("sparse")]
 sys.exit(run_cases(cases))

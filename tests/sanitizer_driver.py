@@ -1,11 +1,12 @@
 """What every compute-sanitizer driver (tests/sanitize_<family>.py) shares: the import paths of a plain checkout
 and the emulation switch off SM120 (prepare), and running labelled cases to an exit status (run_cases).
 The drivers are scripts, so this directory is already sys.path[0] when they import this module."""
+
 from __future__ import annotations
 
 import os
 import sys
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -24,8 +25,9 @@ def prepare(capability: tuple[int, int] | None = None) -> None:
         os.environ["DG_SM120_EMULATE"] = "1"
 
 
-def selected(cases: Iterable[tuple[str, Callable[[], object]]],
-             patterns: list[str]) -> list[tuple[str, Callable[[], object]]]:
+def selected(
+    cases: Iterable[tuple[str, Callable[[], object]]], patterns: list[str]
+) -> list[tuple[str, Callable[[], object]]]:
     """The cases whose label contains one of patterns (all of them when there are none), so one long sanitizer run
     can be split across calls: `python tests/sanitize_x.py overlap "gdr "`. A pattern matching nothing is an error,
     not an empty (passing) run."""

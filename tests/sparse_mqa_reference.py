@@ -11,10 +11,10 @@ with kv[t] of the paged form at page block_table[r, t // page_kv], row t % page_
 [rows, num_max_sparse_blocks * B] output (slots past n_r, tokens outside [ks, ke)) is not a score: DeepGEMM leaves
 it unspecified; this repository writes -inf there, so `valid` below is also the exact mask.
 """
+
 from __future__ import annotations
 
 import torch
-
 from workloads.mqa import output_mask
 
 
@@ -23,8 +23,15 @@ def _scores(q: torch.Tensor, keys: torch.Tensor, weights: torch.Tensor) -> torch
     return (torch.relu(keys @ q.T) * weights[None, :]).sum(-1)
 
 
-def sparse_mqa_logits(q: torch.Tensor, kv: torch.Tensor, weights: torch.Tensor, ks: torch.Tensor, ke: torch.Tensor,
-                      indices: torch.Tensor, sparse_block_kv: int) -> tuple[torch.Tensor, torch.Tensor]:
+def sparse_mqa_logits(
+    q: torch.Tensor,
+    kv: torch.Tensor,
+    weights: torch.Tensor,
+    ks: torch.Tensor,
+    ke: torch.Tensor,
+    indices: torch.Tensor,
+    sparse_block_kv: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Contiguous KV. q [S, H, D], kv [N, D], weights [S, H] (dequantized, any float dtype); ks, ke [S];
     indices [S, num_max_sparse_blocks]. Returns (float64 logits [S, num_max * B] with -inf outside `valid`, valid)."""
     q, kv, weights = q.double(), kv.double(), weights.double()
@@ -37,9 +44,15 @@ def sparse_mqa_logits(q: torch.Tensor, kv: torch.Tensor, weights: torch.Tensor, 
     return out, valid
 
 
-def paged_sparse_mqa_logits(q: torch.Tensor, kv_pages: torch.Tensor, weights: torch.Tensor, context_lens: torch.Tensor,
-                            block_table: torch.Tensor, indices: torch.Tensor, sparse_block_kv: int
-                            ) -> tuple[torch.Tensor, torch.Tensor]:
+def paged_sparse_mqa_logits(
+    q: torch.Tensor,
+    kv_pages: torch.Tensor,
+    weights: torch.Tensor,
+    context_lens: torch.Tensor,
+    block_table: torch.Tensor,
+    indices: torch.Tensor,
+    sparse_block_kv: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Paged KV. q [S, H, D] (DeepGEMM's [S, 1, H, D] with next_n = 1, squeezed), kv_pages [num_pages, page_kv, D]
     (dequantized), weights [S, H], context_lens [S] (per query token), block_table [S, max_pages] (the row's
     request's pages), indices [S, num_max_sparse_blocks]. Tokens count from 0 (ks = 0)."""
@@ -64,8 +77,10 @@ def dense_logits(q: torch.Tensor, kv: torch.Tensor, weights: torch.Tensor) -> to
 
 # ---- what the kernels compute from the metadata alone (format: deep_gemm_sm120.families.sparse_mqa_logits.metadata) ----
 
-def logits_from_metadata(q: torch.Tensor, kv_rows: torch.Tensor, weights: torch.Tensor, metadata: torch.Tensor,
-                         sparse_block_kv: int) -> torch.Tensor:
+
+def logits_from_metadata(
+    q: torch.Tensor, kv_rows: torch.Tensor, weights: torch.Tensor, metadata: torch.Tensor, sparse_block_kv: int
+) -> torch.Tensor:
     """What the kernels compute from the metadata alone: kv_rows [R, D] is the contiguous KV or the page cache
     flattened to rows (page * page_kv + row). -inf where o >= count."""
     q, kv_rows, weights = q.double(), kv_rows.double(), weights.double()
@@ -75,6 +90,7 @@ def logits_from_metadata(q: torch.Tensor, kv_rows: torch.Tensor, weights: torch.
         for s in range(slots):
             base, count = metadata[r, s].tolist()
             if count:
-                out[r, s * sparse_block_kv:s * sparse_block_kv + count] = _scores(q[r], kv_rows[base:base + count],
-                                                                                  weights[r])
+                out[r, s * sparse_block_kv : s * sparse_block_kv + count] = _scores(
+                    q[r], kv_rows[base : base + count], weights[r]
+                )
     return out

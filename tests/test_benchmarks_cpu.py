@@ -1,6 +1,7 @@
 """The benchmarks share benchmarks/harness.py and never import tests/: every family's declared benchmark exists,
 goes through the harness (start ... finish), and the harness's CPU-side logic (L2 rotation, the JSON identity,
 refusing to run without a GPU) behaves. The timings themselves run on the GPU machine (tools/qualify_h200.sh)."""
+
 from __future__ import annotations
 
 import ast
@@ -16,8 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "benchmarks"
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(ROOT / "tools"))
-import family_plan  # noqa: E402
-import harness  # noqa: E402
+import family_plan
+import harness
 
 TEST_MODULES = {p.stem for p in (ROOT / "tests").glob("*.py")}
 
@@ -40,7 +41,7 @@ def test_no_benchmark_imports_tests_or_another_benchmarks_timer(path):
         assert "tests" not in module.split("."), f"{path.name} imports {module}"
         if module.startswith("bench_"):
             assert "bench" not in names, f"{path.name} takes its timer from {module}, not harness"
-    assert "sys.path.insert(0, os.path.join(HERE, \"..\", \"tests\"))" not in path.read_text(encoding="utf-8")
+    assert 'sys.path.insert(0, os.path.join(HERE, "..", "tests"))' not in path.read_text(encoding="utf-8")
 
 
 def test_declared_benchmarks_exist_and_use_the_harness():
@@ -57,9 +58,9 @@ def test_declared_benchmarks_exist_and_use_the_harness():
 
 def test_copies_cover_three_l2_and_stay_bounded():
     l2 = 50 << 20
-    assert harness.copies_for(150 << 20, l2) == 1             # one set already spills L2 three times
+    assert harness.copies_for(150 << 20, l2) == 1  # one set already spills L2 three times
     assert harness.copies_for(50 << 20, l2) == 3
-    assert harness.copies_for(1 << 20, l2) == 16              # bounded by the limit
+    assert harness.copies_for(1 << 20, l2) == 16  # bounded by the limit
     assert harness.copies_for(1 << 20, l2, limit=4) == 4
     assert harness.copies_for(0, l2) == 16
 
@@ -73,34 +74,60 @@ def test_rotation_hands_out_every_set_in_turn():
 
 def test_json_carries_the_run_identity(tmp_path):
     out = tmp_path / "r.json"
-    proc = subprocess.run([sys.executable, str(BENCH / "bench_fp8_fp4_gemm.py"), "--roofline-only", "--quick",
-                           "--json", str(out)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "bench_fp8_fp4_gemm.py"), "--roofline-only", "--quick", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out.read_text())
     assert data["command"].startswith("python ") and "--roofline-only" in data["command"]
-    assert data["commit"] is None or data["commit"].split("-")[0] == subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert (
+        data["commit"] is None
+        or data["commit"].split("-")[0]
+        == subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    )
     assert data["date"].endswith("+00:00") and "device" in data and "emulated" in data
     rows = data["rows"]
     assert len(rows) == 3 * 5 and all(r["roofline_us"] > 0 for r in rows)  # 3 quick shapes x 5 recipes
-    assert all("emulated_us" not in r for r in rows)                        # nothing was timed
+    assert all("emulated_us" not in r for r in rows)  # nothing was timed
 
 
 def test_a_gpu_benchmark_without_a_gpu_says_so(tmp_path):
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # no GPU visible, on any machine
-    proc = subprocess.run([sys.executable, str(BENCH / "bench_einsum.py"), "--quick"], capture_output=True,
-                          text=True, timeout=300, env=env, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "bench_einsum.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2 and "needs a CUDA GPU" in proc.stderr, proc.stderr
 
 
 def test_sass_compare_counts_only_the_work_instructions():
     import sass_compare
 
-    lines = ["@!P0 HMMA.16816.F32.BF16 R4, R8, R12, R4 ;", "@UP1 LDSM.16.M88.4 R8, [R2] ;", "IADD3 R1, R1, 0x1, RZ ;",
-             "SYNCS.ARRIVE.TRANS64.RED.A1T0 RZ, [UR4], RZ ;", "MOV R2, R3 ;", "NOP ;"]
-    assert [sass_compare.opcode(x) for x in lines] == ["HMMA.16816.F32.BF16", "LDSM.16.M88.4", "IADD3",
-                                                        "SYNCS.ARRIVE.TRANS64.RED.A1T0", "MOV", "NOP"]
+    lines = [
+        "@!P0 HMMA.16816.F32.BF16 R4, R8, R12, R4 ;",
+        "@UP1 LDSM.16.M88.4 R8, [R2] ;",
+        "IADD3 R1, R1, 0x1, RZ ;",
+        "SYNCS.ARRIVE.TRANS64.RED.A1T0 RZ, [UR4], RZ ;",
+        "MOV R2, R3 ;",
+        "NOP ;",
+    ]
+    assert [sass_compare.opcode(x) for x in lines] == [
+        "HMMA.16816.F32.BF16",
+        "LDSM.16.M88.4",
+        "IADD3",
+        "SYNCS.ARRIVE.TRANS64.RED.A1T0",
+        "MOV",
+        "NOP",
+    ]
     counts = sass_compare.work_counts(lines)
     assert set(counts) == {"HMMA.16816.F32.BF16", "LDSM.16.M88.4", "SYNCS.ARRIVE.TRANS64.RED.A1T0"}
-    moved = sass_compare.work_counts(lines[:1] + lines[2:])           # an ldmatrix dropped: the counts differ
+    moved = sass_compare.work_counts(lines[:1] + lines[2:])  # an ldmatrix dropped: the counts differ
     assert moved != counts and sass_compare.work_counts(list(reversed(lines))) == counts  # order does not matter

@@ -1,17 +1,30 @@
 """BF16 NT GEMM on a real GPU: fp64 reference, poisoned outputs, tails, C aliasing, determinism, graphs."""
+
 from __future__ import annotations
 
 import pytest
 import torch
+from gpu_helpers import poison_like, requires_cuda
 
-from gpu_helpers import poison_like, requires_cuda, sm120_or_emulation  # noqa: F401
+from deep_gemm_sm120.core.arith import round_up
 
 pytestmark = [pytest.mark.cuda, pytest.mark.emulation, requires_cuda]
 
 SHAPES = [  # (m, n, k): M in {1, 7, 64, 129, 4096}; N and K tails (not multiples of the block sizes)
-    (1, 2112, 7168), (7, 576, 1536), (64, 128, 64), (129, 200, 136), (4096, 4096, 4096),
-    (129, 7168, 520), (64, 24, 2048), (7, 7, 8), (300, 1000, 1000), (4096, 2112, 7168), (1, 1, 4096),
-    (17, 4096, 1024), (32, 300, 520), (33, 2112, 1024),  # swap-AB boundaries: M <= 16, <= 32, > 32
+    (1, 2112, 7168),
+    (7, 576, 1536),
+    (64, 128, 64),
+    (129, 200, 136),
+    (4096, 4096, 4096),
+    (129, 7168, 520),
+    (64, 24, 2048),
+    (7, 7, 8),
+    (300, 1000, 1000),
+    (4096, 2112, 7168),
+    (1, 1, 4096),
+    (17, 4096, 1024),
+    (32, 300, 520),
+    (33, 2112, 1024),  # swap-AB boundaries: M <= 16, <= 32, > 32
 ]
 
 
@@ -95,7 +108,7 @@ def test_store_paths_agree_bitwise(sm120_or_emulation, m, n, k, out_dtype, with_
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
     c_dense = torch.randn(m, n, device="cuda", dtype=out_dtype) if with_c else None
-    ld = -(-n // 8) * 8 + 8
+    ld = round_up(n, 8) + 8
     outs = []
     for stride in (ld, ld + 2, ld + 1):  # 16-byte, 4-byte, 2-byte aligned bf16 rows (fp32: 16, 8, 4 bytes)
         d = poison_like(torch.empty(m, stride, device="cuda", dtype=out_dtype))[:, :n]
@@ -175,8 +188,9 @@ def _operands(layout, m, n, k, g):
 
 
 @pytest.mark.parametrize("layout", ["nn", "tn", "tt", "nt"])
-@pytest.mark.parametrize("m,n,k", [(1, 2112, 7168), (24, 576, 1536), (136, 200, 520), (4096, 4096, 1024),
-                                   (640, 1032, 72)])
+@pytest.mark.parametrize(
+    "m,n,k", [(1, 2112, 7168), (24, 576, 1536), (136, 200, 520), (4096, 4096, 1024), (640, 1032, 72)]
+)
 def test_layouts_match_fp64_reference(sm120_or_emulation, layout, m, n, k):
     import deep_gemm_sm120 as dg
     from deep_gemm_sm120.testing import calc_diff
@@ -230,7 +244,7 @@ def test_pdl_chain_matches_serialized_launches(sm120_or_emulation, m, n):
     from deep_gemm_sm120.testing import calc_diff
 
     k, depth = n, 6
-    ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5 for _ in range(depth)]
+    ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5 for _ in range(depth)]
     x0 = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
 
     def chain(outs):

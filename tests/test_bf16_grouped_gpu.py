@@ -1,10 +1,10 @@
 """M-grouped BF16 GEMMs on a GPU: per-group fp64 references, untouched padding, empty groups, psum, masks, graphs."""
+
 from __future__ import annotations
 
 import pytest
 import torch
-
-from gpu_helpers import contiguous_layout, requires_cuda, sm120_or_emulation  # noqa: F401
+from gpu_helpers import contiguous_layout, requires_cuda
 
 pytestmark = [pytest.mark.cuda, pytest.mark.emulation, requires_cuda]
 SENTINEL = 777.0  # exactly representable in bf16; padding rows must keep it
@@ -37,11 +37,14 @@ def _check_contiguous(a, b, lay, d):
         assert calc_diff(got, ref) <= 1e-5, f"group {gi}"
 
 
-@pytest.mark.parametrize("sizes,n,k", [
-    ([100, 0, 256, 1], 512, 1024),       # an empty middle group must not disturb later groups
-    ([128, 300, 7], 200, 136),           # N and K tails
-    ([1000, 24, 0, 0, 513], 4096, 512),
-])
+@pytest.mark.parametrize(
+    "sizes,n,k",
+    [
+        ([100, 0, 256, 1], 512, 1024),  # an empty middle group must not disturb later groups
+        ([128, 300, 7], 200, 136),  # N and K tails
+        ([1000, 24, 0, 0, 513], 4096, 512),
+    ],
+)
 def test_contiguous_per_row_and_psum(sm120_or_emulation, sizes, n, k):
     import deep_gemm_sm120 as dg
 
@@ -132,11 +135,14 @@ def test_contiguous_in_graph_capture_skips_the_sync(sm120_or_emulation):
     _check_contiguous(a, b, lay, d)
 
 
-@pytest.mark.parametrize("ks,m,n", [
-    ([128, 0, 200, 77, 1], 256, 192),   # K tails inside groups, an empty middle group
-    ([4096, 2048, 64], 512, 520),       # long K, N tail
-    ([33, 65], 1000, 64),               # small groups; M tail
-])
+@pytest.mark.parametrize(
+    "ks,m,n",
+    [
+        ([128, 0, 200, 77, 1], 256, 192),  # K tails inside groups, an empty middle group
+        ([4096, 2048, 64], 512, 520),  # long K, N tail
+        ([33, 65], 1000, 64),  # small groups; M tail
+    ],
+)
 def test_k_grouped_tn(sm120_or_emulation, ks, m, n):
     import deep_gemm_sm120 as dg
     from deep_gemm_sm120.testing import calc_diff
@@ -147,7 +153,7 @@ def test_k_grouped_tn(sm120_or_emulation, ks, m, n):
     c = torch.randn(len(ks), m, n, device="cuda", dtype=torch.float32)
     refs, off = [], 0
     for kg in ks:
-        refs.append(a[off:off + kg].double().T @ b[off:off + kg].double())
+        refs.append(a[off : off + kg].double().T @ b[off : off + kg].double())
         off += kg
     ref = torch.stack(refs)
     d = torch.full_like(c, float("nan"))

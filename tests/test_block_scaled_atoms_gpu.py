@@ -5,6 +5,7 @@ scale per lane and per byte), for several {byte-id, thread-id} selectors. The fp
 fragments and picks each row's / column's scale from the lane and byte that mma/sm120_scale_selectors.cuh
 names. On sm_90 this validates the emulation's arithmetic and its use of the mapping; on SM120 silicon the
 same test checks the mapping itself."""
+
 from __future__ import annotations
 
 import zlib
@@ -12,16 +13,20 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+from gpu_helpers import requires_cuda
 
 from deep_gemm_sm120.core.params import Param, ParamList
-from gpu_helpers import requires_cuda, sm120_or_emulation  # noqa: F401
 
 pytestmark = [pytest.mark.cuda, pytest.mark.emulation, requires_cuda]
 E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
-ATOMS = {"mxfp8": "mma_mxf8_e4m3_16832", "mxfp4": "mma_mxf4_16864", "nvfp4": "mma_nvf4_16864",
-         # kind::mxf8f6f4 mixed forms: e2m1 one per byte in bits [5:2]
-         "e4m3_e2m1": "mma_mxf8f6f4_16832<sm120::F8F6F4Type::kE4M3, sm120::F8F6F4Type::kE2M1, ",
-         "e2m1_e4m3": "mma_mxf8f6f4_16832<sm120::F8F6F4Type::kE2M1, sm120::F8F6F4Type::kE4M3, "}
+ATOMS = {
+    "mxfp8": "mma_mxf8_e4m3_16832",
+    "mxfp4": "mma_mxf4_16864",
+    "nvfp4": "mma_nvf4_16864",
+    # kind::mxf8f6f4 mixed forms: e2m1 one per byte in bits [5:2]
+    "e4m3_e2m1": "mma_mxf8f6f4_16832<sm120::F8F6F4Type::kE4M3, sm120::F8F6F4Type::kE2M1, ",
+    "e2m1_e4m3": "mma_mxf8f6f4_16832<sm120::F8F6F4Type::kE2M1, sm120::F8F6F4Type::kE4M3, ",
+}
 K32_KINDS = ("mxfp8", "e4m3_e2m1", "e2m1_e4m3")  # m16n8k32, one element per byte
 
 
@@ -44,15 +49,17 @@ class AtomProbeSpec:
 
     def source(self) -> str:
         ba, ta, bb, tb = self.sel
-        return ('#include "mma/sm120.cuh"\n'
-                'extern "C" __global__ void __launch_bounds__(32, 1) probe(const uint32_t* words, float* out) {\n'
-                '    const uint32_t l = threadIdx.x;\n'
-                '    const uint32_t a[4] = {words[l], words[32 + l], words[64 + l], words[96 + l]};\n'
-                '    const uint32_t b[2] = {words[128 + l], words[160 + l]};\n'
-                '    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};\n'
-                f'    sm120::{self._atom()}{ba}, {ta}, {bb}, {tb}>(d, a, b, words[192 + l], words[224 + l]);\n'
-                '    for (int i = 0; i < 4; ++i) out[4 * l + i] = d[i];\n'
-                '}\n')
+        return (
+            '#include "mma/sm120.cuh"\n'
+            'extern "C" __global__ void __launch_bounds__(32, 1) probe(const uint32_t* words, float* out) {\n'
+            "    const uint32_t l = threadIdx.x;\n"
+            "    const uint32_t a[4] = {words[l], words[32 + l], words[64 + l], words[96 + l]};\n"
+            "    const uint32_t b[2] = {words[128 + l], words[160 + l]};\n"
+            "    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};\n"
+            f"    sm120::{self._atom()}{ba}, {ta}, {bb}, {tb}>(d, a, b, words[192 + l], words[224 + l]);\n"
+            "    for (int i = 0; i < 4; ++i) out[4 * l + i] = d[i];\n"
+            "}\n"
+        )
 
 
 def _e4m3(byte: torch.Tensor) -> torch.Tensor:
@@ -79,7 +86,7 @@ def _reference(words: list[int], kind: str, sel) -> torch.Tensor:
     a_fp4, b_fp4 = kind.startswith("e2m1"), kind.endswith("e2m1")
     A = torch.zeros(16, kdim, dtype=torch.float64)
     B = torch.zeros(kdim, 8, dtype=torch.float64)
-    reg = lambda r, lane: words[32 * r + lane]  # noqa: E731
+    reg = lambda r, lane: words[32 * r + lane]
     for lane in range(32):
         g, q = lane // 4, lane % 4
         if kind in K32_KINDS:  # byte j of a[0..3]: rows g, g+8, g, g+8 at K 4q+j, 4q+j, 16+4q+j, 16+4q+j
@@ -99,8 +106,8 @@ def _reference(words: list[int], kind: str, sel) -> torch.Tensor:
                     c = (reg(4 + r, lane) >> (4 * j)) & 0xF
                     B[k0 + j, g] = (-1 if c & 8 else 1) * E2M1[c & 7]
     chunk = 16 if kind == "nvfp4" else 32
-    sfa_lane = lambda row: 4 * (row % 8) + 2 * ta + row // 8  # noqa: E731  (sm120_scale_selectors.cuh)
-    sfb_lane = lambda col: 4 * col + tb  # noqa: E731
+    sfa_lane = lambda row: 4 * (row % 8) + 2 * ta + row // 8
+    sfb_lane = lambda col: 4 * col + tb
     for k in range(kdim):
         cidx = k // chunk
         for row in range(16):
@@ -111,7 +118,7 @@ def _reference(words: list[int], kind: str, sel) -> torch.Tensor:
 
 
 def _random_words(kind: str, gen: torch.Generator) -> list[int]:
-    w = torch.randint(0, 2 ** 32, (256,), generator=gen, dtype=torch.int64)
+    w = torch.randint(0, 2**32, (256,), generator=gen, dtype=torch.int64)
     if kind in K32_KINDS:  # e4m3 bytes without NaN (0x7F / 0xFF); e2m1 codes in bits [5:2], zero padding
         b = w[:192].view(-1, 1) >> torch.tensor([0, 8, 16, 24]) & 0xFF
         b = torch.where((b & 0x7F) == 0x7F, b ^ 0x01, b)
@@ -123,16 +130,22 @@ def _random_words(kind: str, gen: torch.Generator) -> list[int]:
         b = torch.where(fp4_rows, b & 0x3C, b)
         w[:192] = (b << torch.tensor([0, 8, 16, 24])).sum(1)
     # scales: UE8M0 exponents 127 +- 6, or UE4M3 magnitudes in [2^-3, 2^3) -- every byte of every lane differs
-    s = torch.randint(0, 13, (64, 4), generator=gen) + 121 if kind != "nvfp4" else \
-        torch.randint(0x20, 0x50, (64, 4), generator=gen)
+    s = (
+        torch.randint(0, 13, (64, 4), generator=gen) + 121
+        if kind != "nvfp4"
+        else torch.randint(0x20, 0x50, (64, 4), generator=gen)
+    )
     w[192:] = (s << torch.tensor([0, 8, 16, 24])).sum(1)
     return [int(x) for x in w]
 
 
-SELECTORS = {"mxfp8": [(0, 0, 0, 0), (1, 1, 2, 3), (3, 0, 1, 2), (2, 1, 3, 1)],
-             "mxfp4": [(0, 0, 0, 0), (2, 1, 0, 3), (0, 1, 2, 2)],
-             "nvfp4": [(0, 0, 0, 0), (0, 1, 0, 3), (0, 0, 0, 1)],
-             "e4m3_e2m1": [(0, 0, 0, 0), (1, 1, 2, 3)], "e2m1_e4m3": [(3, 0, 1, 2)]}
+SELECTORS = {
+    "mxfp8": [(0, 0, 0, 0), (1, 1, 2, 3), (3, 0, 1, 2), (2, 1, 3, 1)],
+    "mxfp4": [(0, 0, 0, 0), (2, 1, 0, 3), (0, 1, 2, 2)],
+    "nvfp4": [(0, 0, 0, 0), (0, 1, 0, 3), (0, 0, 0, 1)],
+    "e4m3_e2m1": [(0, 0, 0, 0), (1, 1, 2, 3)],
+    "e2m1_e4m3": [(3, 0, 1, 2)],
+}
 
 
 @pytest.mark.parametrize("kind,sel", [(k, s) for k, sels in SELECTORS.items() for s in sels])
@@ -145,10 +158,20 @@ def test_atom_matches_documented_selector_mapping(sm120_or_emulation, kind, sel)
     gen = torch.Generator().manual_seed(zlib.crc32(repr((kind, sel)).encode()))
     for trial in range(3):
         words = _random_words(kind, gen)
-        inp = torch.tensor([w - 2 ** 32 if w >= 2 ** 31 else w for w in words], dtype=torch.int32, device="cuda")
+        inp = torch.tensor([w - 2**32 if w >= 2**31 else w for w in words], dtype=torch.int32, device="cuda")
         out = torch.full((128,), float("nan"), dtype=torch.float32, device="cuda")
-        runtime.launcher()(kern.handle, 1, 1, 1, 32, 0, runtime.current_stream_fn()(index), False,
-                           AtomProbeSpec.params.pack(words=inp.data_ptr(), out=out.data_ptr()), b"")
+        runtime.launcher()(
+            kern.handle,
+            1,
+            1,
+            1,
+            32,
+            0,
+            runtime.current_stream_fn()(index),
+            False,
+            AtomProbeSpec.params.pack(words=inp.data_ptr(), out=out.data_ptr()),
+            b"",
+        )
         torch.cuda.synchronize()
         d = torch.empty(16, 8, dtype=torch.float64)
         o = out.cpu().double().view(32, 4)

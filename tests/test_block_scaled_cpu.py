@@ -1,4 +1,5 @@
 """Block-scaled GEMMs on the CPU: scale-factor layout (exact), argument errors, configurations, heuristics."""
+
 from __future__ import annotations
 
 import pytest
@@ -6,6 +7,7 @@ import torch
 
 import deep_gemm_sm120 as dg
 from deep_gemm_sm120 import quant
+from deep_gemm_sm120.core.arith import ceil_div
 from deep_gemm_sm120.scale_layout import check_packed, pack_scale_bytes, scale_bytes, sf_words
 
 
@@ -34,8 +36,8 @@ def test_pack_scale_bytes_is_exact_and_little_endian():
 
 def test_transform_per_row_and_128x128_blocks():
     m, n, k = 300, 260, 1000
-    sfa = _pow2((m, -(-k // 128)))
-    sfb = _pow2((-(-n // 128), -(-k // 128)), seed=1)
+    sfa = _pow2((m, ceil_div(k, 128)))
+    sfb = _pow2((ceil_div(n, 128), ceil_div(k, 128)), seed=1)
     pa = dg.transform_sf_into_required_layout(sfa, m, k, (1, 128, 128), is_sfa=True)
     pb = dg.transform_sf_into_required_layout(sfb, n, k, (1, 128, 128))
     assert pa.shape == (m, 2) and pb.shape == (n, 2) and pa.stride() == (1, 300) and pb.stride() == (1, 260)
@@ -112,8 +114,9 @@ def test_api_errors_are_typed():
     with pytest.raises(TypeError, match="must be float8_e4m3fn or packed FP4"):
         dg.fp8_gemm_nt((a.to(torch.bfloat16), sfa), (b, sfb), d)
     with pytest.raises(NotImplementedError, match="MXFP4"):  # mixed operands take UE8M0 scales on the FP4 side
-        dg.fp8_fp4_gemm_nt((a, sfa), (torch.zeros(128, 128, dtype=torch.uint8),
-                                      torch.ones(128, 16).to(torch.float8_e4m3fn)), d)
+        dg.fp8_fp4_gemm_nt(
+            (a, sfa), (torch.zeros(128, 128, dtype=torch.uint8), torch.ones(128, 16).to(torch.float8_e4m3fn)), d
+        )
     with pytest.raises(ValueError, match="agree on K"):  # packed FP4 holds two K per byte
         dg.fp8_fp4_gemm_nt((a, sfa), (torch.zeros(128, 256, dtype=torch.uint8), torch.ones(128, 16)), d)
     with pytest.raises(ValueError, match="agree on K"):
@@ -128,23 +131,35 @@ def test_api_errors_are_typed():
         dg.fp8_gemm_nt((a, sfa), (b, sfb), d)
     fp4 = torch.zeros(64, 128, dtype=torch.uint8)
     with pytest.raises(ValueError, match="recipe"):
-        dg.fp8_fp4_gemm_nt((fp4, torch.zeros(64, 2, dtype=torch.int32)), (fp4, torch.zeros(64, 2, dtype=torch.int32)),
-                           torch.empty(64, 64, dtype=torch.bfloat16))
+        dg.fp8_fp4_gemm_nt(
+            (fp4, torch.zeros(64, 2, dtype=torch.int32)),
+            (fp4, torch.zeros(64, 2, dtype=torch.int32)),
+            torch.empty(64, 64, dtype=torch.bfloat16),
+        )
     with pytest.raises(TypeError, match="UE8M0 .* UE4M3|both be UE8M0"):
-        dg.fp8_fp4_gemm_nt((fp4, torch.ones(64, 8)), (fp4, torch.ones(64, 16).to(torch.float8_e4m3fn)),
-                           torch.empty(64, 64, dtype=torch.bfloat16))
+        dg.fp8_fp4_gemm_nt(
+            (fp4, torch.ones(64, 8)),
+            (fp4, torch.ones(64, 16).to(torch.float8_e4m3fn)),
+            torch.empty(64, 64, dtype=torch.bfloat16),
+        )
     with pytest.raises(TypeError, match="grouped_layout must be torch.int32"):
-        dg.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (_fp8(2, 128, 256), torch.ones(2, 1, 2)), d,
-                                            torch.zeros(64, dtype=torch.int64))
+        dg.m_grouped_fp8_gemm_nt_contiguous(
+            (a, sfa), (_fp8(2, 128, 256), torch.ones(2, 1, 2)), d, torch.zeros(64, dtype=torch.int64)
+        )
     with pytest.raises(TypeError, match="bfloat16"):  # outside DeepGEMM's contract for this name
-        dg.m_grouped_fp8_gemm_nt_masked((_fp8(2, 64, 256), torch.ones(2, 64, 2)), (_fp8(2, 128, 256),
-                                        torch.ones(2, 1, 2)), torch.empty(2, 64, 128), torch.zeros(2, dtype=torch.int32), 64)
+        dg.m_grouped_fp8_gemm_nt_masked(
+            (_fp8(2, 64, 256), torch.ones(2, 64, 2)),
+            (_fp8(2, 128, 256), torch.ones(2, 1, 2)),
+            torch.empty(2, 64, 128),
+            torch.zeros(2, dtype=torch.int32),
+            64,
+        )
 
 
 def test_block_scaled_specs_and_heuristics():
     from deep_gemm_sm120.core.limits import SMEM_LIMIT
-    from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d.plan import dense_plan
     from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d.kernel import specs as block_scaled_specs
+    from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d.plan import dense_plan
 
     def choose_block_scaled_plan(m, n, k, sms, kind):
         p = dense_plan(m, n, k, sms, kind)
@@ -157,22 +172,33 @@ def test_block_scaled_specs_and_heuristics():
     assert len(batched) == 16 and {(s.kind, s.grans) for s in batched} == {("mxfp8", (128, 128))}
     assert all(s.smem_bytes <= SMEM_LIMIT for s in specs)
     assert {(s.kind, s.grans) for s in specs} == {
-        ("mxfp8", (128, 128)), ("mxfp8", (32, 32)), ("mxfp4", (32, 32)), ("nvfp4", (16, 16)),
-        ("e4m3_e2m1", (128, 32)), ("e4m3_e2m1", (32, 32)), ("e2m1_e4m3", (32, 128)), ("e2m1_e4m3", (32, 32))}
+        ("mxfp8", (128, 128)),
+        ("mxfp8", (32, 32)),
+        ("mxfp4", (32, 32)),
+        ("nvfp4", (16, 16)),
+        ("e4m3_e2m1", (128, 32)),
+        ("e4m3_e2m1", (32, 32)),
+        ("e2m1_e4m3", (32, 128)),
+        ("e2m1_e4m3", (32, 32)),
+    }
     mixed = next(s for s in specs if s.kind == "e4m3_e2m1")
     assert mixed.row_bytes == (128, 64) and mixed.smem_bytes < mixed.config.smem_bytes  # 64-byte packed rows
     with pytest.raises(ValueError, match="1x32"):
         type(mixed)(mixed.config, "e4m3_e2m1", 128, gran_k_b=128)
     # issue 13: mixed kinds run the 128x128 tile four stages deep (96 KiB); every other kind keeps its depth
     from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d.kernel import DENSE_CONFIGS, spec_for
+
     for kind, grans in (("e4m3_e2m1", (128, 32)), ("e2m1_e4m3", (32, 128)), ("mxfp8", (128, 128))):
         s = spec_for(DENSE_CONFIGS[0], kind, grans, "bf16", False)
         assert (s.config.block_m, s.config.block_n) == (128, 128)
         assert s.config.stages == (4 if kind != "mxfp8" else 3) and s.smem_bytes <= SMEM_LIMIT
         assert s.config.stages == 3 or (s.config.stages + 1) * s.smem_bytes // s.config.stages > SMEM_LIMIT
         assert s in specs  # the planner's spec is one that precompile builds
-    assert all(s.config.stages == 4 for s in specs if s.kind in ("e4m3_e2m1", "e2m1_e4m3")
-               and (s.config.block_m, s.config.block_n) == (128, 128))
+    assert all(
+        s.config.stages == 4
+        for s in specs
+        if s.kind in ("e4m3_e2m1", "e2m1_e4m3") and (s.config.block_m, s.config.block_n) == (128, 128)
+    )
     src = next(s for s in specs if s.kind == "nvfp4").source()
     assert "ScaleKind::kNvFp4, 16, 16" in src
     cfgs = {s.config for s in specs}

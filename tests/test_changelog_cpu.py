@@ -1,5 +1,6 @@
 """One version, one history: the package's version is the latest release's tag, setup.py takes it from
 version.py, and CHANGELOG.md has one entry per release whose file lists are what the manifests record."""
+
 from __future__ import annotations
 
 import re
@@ -28,8 +29,11 @@ def _expected_entries() -> dict[str, tuple[str, dict[str, list[str]]]]:
     for m in _manifests():
         files = {f["path"]: f["sha256"] for f in m["files"]}
         before = prev or {}
-        lists = {"added": sorted(set(files) - set(before)), "removed": sorted(set(before) - set(files)),
-                 "changed": sorted(p for p in files if p in before and files[p] != before[p])}
+        lists = {
+            "added": sorted(set(files) - set(before)),
+            "removed": sorted(set(before) - set(files)),
+            "changed": sorted(p for p in files if p in before and files[p] != before[p]),
+        }
         out[m["tag"]] = (str(m["created"]), {k: v for k, v in lists.items() if v})
         prev = files
     return out
@@ -39,7 +43,7 @@ def _entries(text: str) -> dict[str, tuple[str, dict[str, list[str]]]]:
     heads = list(ENTRY.finditer(text))
     out = {}
     for h, nxt in zip(heads, heads[1:] + [None]):
-        body = text[h.end():nxt.start() if nxt else len(text)]
+        body = text[h.end() : nxt.start() if nxt else len(text)]
         lists = {kind: re.findall(r"`([^`]+)`", names) for kind, names in FILES.findall(body)}
         assert h.group(1) not in out, f"CHANGELOG.md has {h.group(1)} twice"
         out[h.group(1)] = (h.group(2), lists)
@@ -49,7 +53,8 @@ def _entries(text: str) -> dict[str, tuple[str, dict[str, list[str]]]]:
 def test_version_is_the_latest_release():
     latest = _manifests()[-1]["tag"]
     assert deep_gemm_sm120.__version__ == latest.lstrip("v"), (
-        f"version.py says {deep_gemm_sm120.__version__}, the latest manifest is {latest}: a release bumps both")
+        f"version.py says {deep_gemm_sm120.__version__}, the latest manifest is {latest}: a release bumps both"
+    )
 
 
 def test_setup_reads_the_one_version():

@@ -1,4 +1,5 @@
 """check_vendor against real git repositories: statuses, diagnoses, verdicts, exit codes, JSON."""
+
 from __future__ import annotations
 
 import os
@@ -7,9 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from vendor_helpers import (PREFIX, ROOT, V1, V2, by_path, commit_all, git, init_repo, make_canonical,
-                            make_fork, run_cv, run_json, write_tree)
+from vendor_helpers import PREFIX, ROOT, V1, V2, by_path, git, make_canonical, make_fork, run_cv, run_json, write_tree
 
 
 @pytest.fixture(scope="module")
@@ -56,12 +55,15 @@ def test_content_edit_has_diff(canon, tmp_path):
     assert "changed  common/sm120_tma.cuh  [content]" in out and "verdict: drifted" in out
 
 
-@pytest.mark.parametrize("mutate, diagnosis", [
-    (lambda b: b.replace(b"\n", b"\r\n"), "eol-only"),
-    (lambda b: b"\xef\xbb\xbf" + b, "bom-only"),
-    (lambda b: b.replace(b"\n", b"  \t\n", 1), "whitespace-only"),
-    (lambda b: b"\xef\xbb\xbf" + b.replace(b"\n", b"\r\n"), "whitespace-only"),
-])
+@pytest.mark.parametrize(
+    "mutate, diagnosis",
+    [
+        (lambda b: b.replace(b"\n", b"\r\n"), "eol-only"),
+        (lambda b: b"\xef\xbb\xbf" + b, "bom-only"),
+        (lambda b: b.replace(b"\n", b"  \t\n", 1), "whitespace-only"),
+        (lambda b: b"\xef\xbb\xbf" + b.replace(b"\n", b"\r\n"), "whitespace-only"),
+    ],
+)
 def test_cosmetic_diagnoses(canon, tmp_path, mutate, diagnosis):
     files = dict(V2)
     files["common/sm120_utils.cuh"] = mutate(V2["common/sm120_utils.cuh"])
@@ -205,9 +207,12 @@ def test_dotdot_path_in_manifest_exit_3(canon, tmp_path):
     repo = _canon_copy(canon, tmp_path)
     sha = "a" * 64
     ts = tree_sha256([("../evil.cuh", sha)])
-    _bad_manifest(repo, f'schema: 1\ntag: v0.3.0\nroot: device_layer\ncreated: 2026-12-03\n'
-                        f'requires: {{cuda: ">=13.0", targets: [sm_120a]}}\ntree_sha256: "{ts}"\nfiles:\n'
-                        f'  - {{path: "../evil.cuh", sha256: "{sha}", git_blob_sha1: "{"b" * 40}", size: 1, mode: "100644"}}\n')
+    _bad_manifest(
+        repo,
+        f"schema: 1\ntag: v0.3.0\nroot: device_layer\ncreated: 2026-12-03\n"
+        f'requires: {{cuda: ">=13.0", targets: [sm_120a]}}\ntree_sha256: "{ts}"\nfiles:\n'
+        f'  - {{path: "../evil.cuh", sha256: "{sha}", git_blob_sha1: "{"b" * 40}", size: 1, mode: "100644"}}\n',
+    )
     for argv in ([], ["--fork", str(make_fork(tmp_path, V2))]):
         code, _, err = run_cv("--repo", str(repo), *argv)
         assert code == 3 and "unsafe path '../evil.cuh'" in err
@@ -215,8 +220,12 @@ def test_dotdot_path_in_manifest_exit_3(canon, tmp_path):
 
 def test_absolute_path_in_manifest_exit_3(canon, tmp_path):
     repo = _canon_copy(canon, tmp_path)
-    text = (repo / "vendor_manifests/v0.2.0.yaml").read_text().replace(
-        'path: "common/sm120_tma.cuh"', 'path: "/etc/sm120_tma.cuh"').replace("v0.2.0", "v0.3.0")
+    text = (
+        (repo / "vendor_manifests/v0.2.0.yaml")
+        .read_text()
+        .replace('path: "common/sm120_tma.cuh"', 'path: "/etc/sm120_tma.cuh"')
+        .replace("v0.2.0", "v0.3.0")
+    )
     _bad_manifest(repo, text)
     code, _, err = run_cv("--repo", str(repo))
     assert code == 3 and "unsafe absolute path" in err
@@ -232,7 +241,7 @@ def test_malformed_yaml_exit_3(canon, tmp_path):
 def test_tampered_digest_exit_3(canon, tmp_path):
     repo = _canon_copy(canon, tmp_path)
     text = (repo / "vendor_manifests/v0.2.0.yaml").read_text()
-    _bad_manifest(repo, text.replace("v0.2.0", "v0.3.0").replace('size: ', 'size: 1', 1))
+    _bad_manifest(repo, text.replace("v0.2.0", "v0.3.0").replace("size: ", "size: 1", 1))
     code, _, err = run_cv("--repo", str(repo))
     assert code == 0 or code == 3  # size alone is not in the tree digest; make the digest lie instead
     first_sha = text.split('sha256: "')[1][:64]
@@ -272,7 +281,9 @@ def test_sync_stale_fork_to_latest_and_dry_run(canon, tmp_path):
     assert code == 0 and doc["verdict"] == "in-sync" and doc["stamp"]["tag"] == "v0.2.0"
     # with a stamp every file it does not own is foreign, the fork's own non-sm120 headers included
     assert {p for p, f in by_path(doc).items() if f["status"] == "foreign"} == {
-        "common/utils.cuh", "impls/sm90_fp8_gemm_1d1d.cuh"}
+        "common/utils.cuh",
+        "impls/sm90_fp8_gemm_1d1d.cuh",
+    }
     assert not list(fork.rglob(".sm120-sync-*"))
 
 
@@ -340,15 +351,23 @@ def _no_yaml_env(tmp_path) -> dict:
 
 def test_readme_command_runs_without_pyyaml(tmp_path):
     """A fresh machine: `python tools/check_vendor.py` needs only the standard library."""
-    p = subprocess.run([sys.executable, str(ROOT / "tools/check_vendor.py")], env=_no_yaml_env(tmp_path),
-                       capture_output=True, text=True)
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "tools/check_vendor.py")],
+        env=_no_yaml_env(tmp_path),
+        capture_output=True,
+        text=True,
+    )
     assert p.returncode == 0, p.stderr
     assert "verdict: released" in p.stdout or "verdict: unreleased" in p.stdout
 
 
 def test_watcher_without_pyyaml_says_how_to_install(tmp_path):
-    p = subprocess.run([sys.executable, str(ROOT / "tools/watch_downstreams.py")], env=_no_yaml_env(tmp_path),
-                       capture_output=True, text=True)
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "tools/watch_downstreams.py")],
+        env=_no_yaml_env(tmp_path),
+        capture_output=True,
+        text=True,
+    )
     assert p.returncode == 3
     assert "pip install pyyaml" in p.stderr and "Traceback" not in p.stderr
 
@@ -370,9 +389,12 @@ def test_strict_reader_refuses_other_layouts(tmp_path):
     from vendorkit.errors import ManifestError
 
     text = (ROOT / "vendor_manifests/v0.1.0.yaml").read_text()
-    for bad in (text.replace("files:\n", "files: !!python/object:os.system\n"),
-                text.replace("  - {path:", "  - {evil: 1, path:", 1),
-                text + "tag: v9.9.9\n", "schema: 1\ntag: [unclosed\n"):
+    for bad in (
+        text.replace("files:\n", "files: !!python/object:os.system\n"),
+        text.replace("  - {path:", "  - {evil: 1, path:", 1),
+        text + "tag: v9.9.9\n",
+        "schema: 1\ntag: [unclosed\n",
+    ):
         with pytest.raises(ManifestError):
             manifest_text.parse(bad, "x.yaml")
 
@@ -430,8 +452,12 @@ def test_a_planted_vendor_manifests_never_hides_a_copy(canon, tmp_path):
 
 
 def test_fake_servers_bad_arguments_exit_3():
-    p = subprocess.run([sys.executable, str(ROOT / "tests/fake_servers.py"), "--repo", "nonsense"],
-                       capture_output=True, text=True, timeout=30)
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "tests/fake_servers.py"), "--repo", "nonsense"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert p.returncode == 3 and "expected OWNER/NAME=PATH" in p.stderr
 
 

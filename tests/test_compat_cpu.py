@@ -2,6 +2,7 @@
 signature; the argument patterns serving stacks use bind and reach our kernels' validation (the last check
 before CUDA); keywords are honoured or refused by name; the opt-in import hook never shadows a real DeepGEMM
 unless asked."""
+
 from __future__ import annotations
 
 import inspect
@@ -17,6 +18,7 @@ import deep_gemm_sm120 as dg
 from deep_gemm_sm120 import compat
 from deep_gemm_sm120 import keywords as policy
 from deep_gemm_sm120.compat import surface
+from deep_gemm_sm120.core.names import ALIAS, NOT_PROVIDED, NOT_YET, OUT_OF_SCOPE
 from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d.rules import FP4
 from deep_gemm_sm120.families.mqa_logits.api import _forms
 
@@ -56,17 +58,17 @@ MAIN_ONLY = ["fp8_mqa_logits", "fp8_paged_mqa_logits"]
 POSITIONAL_281 = {
     "fp8_fp4_gemm_nt": "a b d c recipe recipe_a recipe_b compiled_dims disable_ue8m0_cast alpha epilogue",
     "m_grouped_fp8_fp4_gemm_nt_contiguous": "a b d grouped_layout recipe recipe_a recipe_b compiled_dims "
-                                            "disable_ue8m0_cast use_psum_layout ensure_zero_padding "
-                                            "expected_m_for_psum_layout epilogue",
+    "disable_ue8m0_cast use_psum_layout ensure_zero_padding "
+    "expected_m_for_psum_layout epilogue",
     "m_grouped_fp8_fp4_gemm_nt_masked": "a b d masked_m expected_m recipe recipe_a recipe_b compiled_dims "
-                                        "disable_ue8m0_cast epilogue",
+    "disable_ue8m0_cast epilogue",
     "k_grouped_fp8_gemm_tn_contiguous": "a b d ks_cpu grouped_layout c recipe compiled_dims use_psum_layout epilogue",
     "fp8_einsum": "expr a b d c recipe epilogue use_128x4_sfd_layout",
     "fp8_fp4_paged_mqa_logits": "q kv_cache weights context_lens block_table schedule_meta max_context_len indices",
     "get_mqa_logits_metadata": "cu_seq_len_k_start cu_seq_len_k_end num_kv_tokens num_heads",
     "bf16_gemm_nt": "a b d c compiled_dims alpha epilogue",
     "m_grouped_bf16_gemm_nt_contiguous": "a b d grouped_layout compiled_dims use_psum_layout ensure_zero_padding "
-                                         "expected_m_for_psum_layout epilogue",
+    "expected_m_for_psum_layout epilogue",
     "m_grouped_bf16_gemm_nt_masked": "a b d masked_m expected_m compiled_dims epilogue",
     "k_grouped_bf16_gemm_tn_contiguous": "a b d ks_cpu grouped_layout c compiled_dims use_psum_layout epilogue",
     "einsum": "expr a b d c epilogue",
@@ -107,8 +109,9 @@ def test_sgl_deep_gemm_spellings_by_keyword():
     assert sig.parameters["use_cublaslt"].kind == inspect.Parameter.KEYWORD_ONLY
     with pytest.raises(TypeError, match="once"):
         compat.k_grouped_bf16_gemm_tn_contiguous(_z(8, 4), _z(8, 4), _z(1, 4, 4, dtype=torch.float32), [8], ks=[8])
-    _reaches_device_check(compat.k_grouped_bf16_gemm_tn_contiguous, _z(8, 16), _z(8, 16),
-                          _z(1, 16, 16, dtype=torch.float32), ks=[8])
+    _reaches_device_check(
+        compat.k_grouped_bf16_gemm_tn_contiguous, _z(8, 16), _z(8, 16), _z(1, 16, 16, dtype=torch.float32), ks=[8]
+    )
     with pytest.raises(TypeError, match="one alignment"):
         compat.set_mk_alignment_for_contiguous_layout(128, new_value=256)
     compat.set_mk_alignment_for_contiguous_layout(new_value=256)
@@ -122,24 +125,25 @@ def test_statuses_match_behaviour():
     for e in surface.ENTRIES:
         fn = getattr(compat, e.name)
         if inspect.ismodule(fn):  # a refusing module refuses with every name it has
-            if e.status in (surface.OUT_OF_SCOPE, surface.NOT_PROVIDED):
+            if e.status in (OUT_OF_SCOPE, NOT_PROVIDED):
                 for n in fn.__all__:
                     with pytest.raises(NotImplementedError, match=n):
                         getattr(fn, n)()
             continue
-        if e.status == surface.ALIAS:
+        if e.status == ALIAS:
             assert fn is getattr(compat, e.note), e.name
-        elif e.status in (surface.NOT_YET, surface.OUT_OF_SCOPE, surface.NOT_PROVIDED):
+        elif e.status in (NOT_YET, OUT_OF_SCOPE, NOT_PROVIDED):
             params = inspect.signature(fn).parameters
-            args = [None] * sum(p.default is inspect.Parameter.empty and p.kind == p.POSITIONAL_OR_KEYWORD
-                                for p in params.values())
+            args = [None] * sum(
+                p.default is inspect.Parameter.empty and p.kind == p.POSITIONAL_OR_KEYWORD for p in params.values()
+            )
             if e.name in ("fp8_fp4_mqa_logits", "fp8_mqa_logits"):
                 args = [None] * 5
             with pytest.raises(NotImplementedError) as info:
                 fn(*args)
-            if e.status == surface.NOT_YET:
+            if e.status == NOT_YET:
                 assert "issue" in str(info.value), e.name
-            assert e.name in str(info.value) or e.status == surface.NOT_PROVIDED
+            assert e.name in str(info.value) or e.status == NOT_PROVIDED
 
 
 def test_compat_table_in_docs_is_current():
@@ -152,23 +156,49 @@ def test_block_scaled_caller_patterns_reach_the_kernels():
     sfa, sfb = torch.ones(64, 2), torch.ones(1, 2)
     _reaches_device_check(compat.fp8_gemm_nt, (a, sfa), (b, sfb), d)
     _reaches_device_check(compat.fp8_gemm_nt, (a, sfa), (b, sfb), d, None, (1, 128, 128), None, None, "nk", False, None)
-    _reaches_device_check(compat.fp8_fp4_gemm_nt, [a, sfa], [b, sfb], d, recipe_a=(1, 128), recipe_b=(128, 128),
-                          disable_ue8m0_cast=True, alpha=0.5)
+    _reaches_device_check(
+        compat.fp8_fp4_gemm_nt,
+        [a, sfa],
+        [b, sfb],
+        d,
+        recipe_a=(1, 128),
+        recipe_b=(128, 128),
+        disable_ue8m0_cast=True,
+        alpha=0.5,
+    )
     _reaches_device_check(compat.fp8_gemm_nt, a, b, d)  # bare tensors: unit scales
     g = 2
     layout = torch.zeros(128, dtype=torch.int32)
-    _reaches_device_check(compat.m_grouped_fp8_gemm_nt_contiguous, (_z(128, 256, dtype=FP8), torch.ones(128, 2)),
-                          (_z(g, 128, 256, dtype=FP8), torch.ones(g, 1, 2)), _z(128, 128), layout, None, None, None,
-                          "nk", False, False, True, None)
-    _reaches_device_check(compat.fp8_m_grouped_gemm_nt_masked, (_z(g, 64, 256, dtype=FP8), torch.ones(g, 64, 2)),
-                          (_z(g, 128, 256, dtype=FP8), torch.ones(g, 1, 2)), _z(g, 64, 128),
-                          torch.zeros(g, dtype=torch.int32), 32, recipe=(1, 128, 128))
+    _reaches_device_check(
+        compat.m_grouped_fp8_gemm_nt_contiguous,
+        (_z(128, 256, dtype=FP8), torch.ones(128, 2)),
+        (_z(g, 128, 256, dtype=FP8), torch.ones(g, 1, 2)),
+        _z(128, 128),
+        layout,
+        None,
+        None,
+        None,
+        "nk",
+        False,
+        False,
+        True,
+        None,
+    )
+    _reaches_device_check(
+        compat.fp8_m_grouped_gemm_nt_masked,
+        (_z(g, 64, 256, dtype=FP8), torch.ones(g, 64, 2)),
+        (_z(g, 128, 256, dtype=FP8), torch.ones(g, 1, 2)),
+        _z(g, 64, 128),
+        torch.zeros(g, dtype=torch.int32),
+        32,
+        recipe=(1, 128, 128),
+    )
 
 
 def test_recipe_forms():
     a8, a4 = _z(4, 256, dtype=FP8), _z(4, 128, dtype=torch.uint8)
     assert policy.recipe("f", None, (1, 128), (128, 128), a8, a8, FP4) == (1, 128, 128)
-    assert policy.recipe("f", None, (1, 128), (1, 32), a8, a4, FP4) == (1, 1, 128)    # mixed: e4m3 side's gran
+    assert policy.recipe("f", None, (1, 128), (1, 32), a8, a4, FP4) == (1, 1, 128)  # mixed: e4m3 side's gran
     with pytest.raises(NotImplementedError, match="granularities differ"):
         policy.recipe("f", None, (1, 128), (1, 32), a8, a8, FP4)
     with pytest.raises(ValueError, match="not both"):
@@ -198,28 +228,64 @@ def test_bf16_caller_patterns_and_keyword_refusals():
     with pytest.raises(ValueError, match="disagree"):
         compat.fp8_gemm_nt(fa, fb, _z(4, 4), alpha=0.25, epilogue=ep.Alpha(0.5))
     ga, gb = (_z(1, 4, 128, dtype=FP8), torch.ones(1, 4, 1)), (_z(1, 4, 128, dtype=FP8), torch.ones(1, 4, 1))
-    _reaches_device_check(compat.m_grouped_fp8_gemm_nt_masked, ga, gb, _z(1, 4, 4), torch.zeros(1, dtype=torch.int32),
-                          4, epilogue=ep.Alpha(0.5))  # the block-scaled kernel scales its result, grouped too
+    _reaches_device_check(
+        compat.m_grouped_fp8_gemm_nt_masked,
+        ga,
+        gb,
+        _z(1, 4, 4),
+        torch.zeros(1, dtype=torch.int32),
+        4,
+        epilogue=ep.Alpha(0.5),
+    )  # the block-scaled kernel scales its result, grouped too
     with pytest.raises(NotImplementedError, match="alpha"):  # the BF16 grouped GEMMs do not
-        compat.m_grouped_bf16_gemm_nt_masked(_z(1, 4, 64), _z(1, 4, 64), _z(1, 4, 4), torch.zeros(1, dtype=torch.int32),
-                                             4, epilogue=ep.Alpha(0.5))
+        compat.m_grouped_bf16_gemm_nt_masked(
+            _z(1, 4, 64), _z(1, 4, 64), _z(1, 4, 4), torch.zeros(1, dtype=torch.int32), 4, epilogue=ep.Alpha(0.5)
+        )
     with pytest.raises(NotImplementedError, match="FP8 output"):
         compat.fp8_einsum("bhr,hdr->bhd", fa, fb, (_z(4, 4), torch.ones(4, 1)), use_128x4_sfd_layout=True)
     with pytest.raises(TypeError, match="compiled_dims"):
         compat.bf16_gemm_nn(a, b, d, compiled_dims=3)
     with pytest.raises(TypeError, match="disable_ue8m0_cast"):
-        compat.fp8_gemm_nt((_z(4, 128, dtype=FP8), torch.ones(4, 1)), (_z(4, 128, dtype=FP8), torch.ones(1, 1)),
-                           _z(4, 4), disable_ue8m0_cast="yes")
+        compat.fp8_gemm_nt(
+            (_z(4, 128, dtype=FP8), torch.ones(4, 1)),
+            (_z(4, 128, dtype=FP8), torch.ones(1, 1)),
+            _z(4, 4),
+            disable_ue8m0_cast="yes",
+        )
     layout = torch.zeros(256, dtype=torch.int32)
-    _reaches_device_check(compat.m_grouped_bf16_gemm_nt_contiguous, _z(256, 64), _z(2, 32, 64), _z(256, 32), layout,
-                          "nk", False, True, None, None)
-    _reaches_device_check(compat.bf16_m_grouped_gemm_nt_masked, _z(2, 8, 64), _z(2, 32, 64), _z(2, 8, 32),
-                          torch.zeros(2, dtype=torch.int32), 8, "nk")
+    _reaches_device_check(
+        compat.m_grouped_bf16_gemm_nt_contiguous,
+        _z(256, 64),
+        _z(2, 32, 64),
+        _z(256, 32),
+        layout,
+        "nk",
+        False,
+        True,
+        None,
+        None,
+    )
+    _reaches_device_check(
+        compat.bf16_m_grouped_gemm_nt_masked,
+        _z(2, 8, 64),
+        _z(2, 32, 64),
+        _z(2, 8, 32),
+        torch.zeros(2, dtype=torch.int32),
+        8,
+        "nk",
+    )
     # DeepGEMM's k-grouped order: a, b, d, ks, grouped_layout, c
     ks = [4, 6]
     d32 = _z(2, 64, 32, dtype=torch.float32)
-    _reaches_device_check(compat.k_grouped_bf16_gemm_tn_contiguous, _z(10, 64), _z(10, 32), d32, ks,
-                          torch.tensor(ks, dtype=torch.int32), d32)
+    _reaches_device_check(
+        compat.k_grouped_bf16_gemm_tn_contiguous,
+        _z(10, 64),
+        _z(10, 32),
+        d32,
+        ks,
+        torch.tensor(ks, dtype=torch.int32),
+        d32,
+    )
     with pytest.raises(TypeError, match="c is the 6th argument"):  # our native order (ks, c) passed to DeepGEMM's
         compat.k_grouped_bf16_gemm_tn_contiguous(_z(10, 64), _z(10, 32), d32, ks, d32)
     with pytest.raises(NotImplementedError, match="ks_cpu=None"):
@@ -231,19 +297,19 @@ def test_bf16_caller_patterns_and_keyword_refusals():
 def test_mqa_logits_forms_are_unambiguous():
     """_forms(max_seqlen_k, schedule_meta, clean_logits) as the signature binds both published forms."""
     base = ("q", "kv", "w", "ks", "ke")
-    assert _forms(512, None, None) == (False, 512)         # 2.8.1 / sgl: an int is never clean_logits
-    assert _forms(512, "meta", None) == (False, 512)       # with schedule_meta 7th
-    assert _forms(False, 256, None) == (False, 256)        # DeepGEMM main: bool clean_logits, int max_seqlen_k
+    assert _forms(512, None, None) == (False, 512)  # 2.8.1 / sgl: an int is never clean_logits
+    assert _forms(512, "meta", None) == (False, 512)  # with schedule_meta 7th
+    assert _forms(False, 256, None) == (False, 256)  # DeepGEMM main: bool clean_logits, int max_seqlen_k
     assert _forms(True, None, None) == (True, 0)
     assert _forms(0, None, None) == (True, 0) and _forms(64, None, None) == (False, 64)  # defaults follow the form
-    assert _forms(0, None, False) == (False, 0)            # clean_logits by keyword
+    assert _forms(0, None, False) == (False, 0)  # clean_logits by keyword
     with pytest.raises(ValueError, match="clean_logits=False"):
         _forms(64, None, True)
     with pytest.raises(TypeError, match="6th argument"):
         _forms(1.5, None, None)
     with pytest.raises(TypeError, match="multiple values"):
         _forms(True, None, True)
-    with pytest.raises(TypeError, match="q must be a"):    # parsed, then the real entry point checks
+    with pytest.raises(TypeError, match="q must be a"):  # parsed, then the real entry point checks
         compat.fp8_fp4_mqa_logits(*base, 512)
     with pytest.raises(TypeError, match="unexpected"):
         compat.fp8_mqa_logits(*base, bogus=1)
@@ -321,10 +387,12 @@ def test_precedence_with_a_serving_stacks_bundled_copy(tmp_path):
     (stack / "vllm" / "__init__.py").write_text("raise RuntimeError('vllm must not be imported by the hook')\n")
     (stack / "vllm" / "third_party" / "__init__.py").write_text("")
     (bundled / "__init__.py").write_text("BUNDLED = True\n")
-    probe = ("import sys, _deep_gemm_sm120_hook as h\n"
-             "try:\n    import deep_gemm; print('ours' if deep_gemm.__name__.startswith('deep_gemm_sm120') else 'other')\n"
-             "except ModuleNotFoundError:\n    print('none')\n"
-             "print('vllm' in sys.modules)\nprint(h.explain())\n")
+    probe = (
+        "import sys, _deep_gemm_sm120_hook as h\n"
+        "try:\n    import deep_gemm; print('ours' if deep_gemm.__name__.startswith('deep_gemm_sm120') else 'other')\n"
+        "except ModuleNotFoundError:\n    print('none')\n"
+        "print('vllm' in sys.modules)\nprint(h.explain())\n"
+    )
     fallback = _python(probe, {"DG_SM120_AS_DEEP_GEMM": "1"}, str(stack))
     lines = fallback.stdout.splitlines()
     assert fallback.returncode == 0 and lines[:2] == ["none", "False"], fallback.stderr
@@ -338,14 +406,16 @@ def test_precedence_with_a_serving_stacks_bundled_copy(tmp_path):
 
 
 def test_import_hook_provides_deep_gemm_only_when_asked(tmp_path):
-    code = ("import sys, deep_gemm, deep_gemm.testing, deep_gemm.utils; "
-            "import deep_gemm_sm120.compat as c; assert deep_gemm is c and deep_gemm.testing is c.testing; "
-            "assert deep_gemm.utils.per_token_cast_to_fp8 is c.per_token_cast_to_fp8; print('ours')")
+    code = (
+        "import sys, deep_gemm, deep_gemm.testing, deep_gemm.utils; "
+        "import deep_gemm_sm120.compat as c; assert deep_gemm is c and deep_gemm.testing is c.testing; "
+        "assert deep_gemm.utils.per_token_cast_to_fp8 is c.per_token_cast_to_fp8; print('ours')"
+    )
     # the .pth line, processed as site-packages would process it
     site_dir = tmp_path / "site"
     site_dir.mkdir()
     (site_dir / "deep_gemm_sm120_compat.pth").write_text((ROOT / "host" / "deep_gemm_sm120_compat.pth").read_text())
-    via_pth = "import site; site.addsitedir(%r); " % str(site_dir) + code
+    via_pth = f"import site; site.addsitedir({str(site_dir)!r}); " + code
     off = _python(via_pth, {"DG_SM120_AS_DEEP_GEMM": "0"})
     assert off.returncode != 0 and "No module named 'deep_gemm'" in off.stderr
     on = _python(via_pth, {"DG_SM120_AS_DEEP_GEMM": "1"})
@@ -354,12 +424,16 @@ def test_import_hook_provides_deep_gemm_only_when_asked(tmp_path):
     real = tmp_path / "real"
     (real / "deep_gemm").mkdir(parents=True)
     (real / "deep_gemm" / "__init__.py").write_text("REAL = True\n")
-    which = "import site; site.addsitedir(%r); import deep_gemm; print(getattr(deep_gemm, 'REAL', False))" % str(site_dir)
+    which = (
+        f"import site; site.addsitedir({str(site_dir)!r}); import deep_gemm; print(getattr(deep_gemm, 'REAL', False))"
+    )
     assert _python(which, {"DG_SM120_AS_DEEP_GEMM": "1"}, str(real)).stdout.strip() == "True"
     assert _python(which, {"DG_SM120_AS_DEEP_GEMM": "force"}, str(real)).stdout.strip() == "False"
     # from code, without the environment
-    prog = _python("import deep_gemm_sm120.compat as c; c.install(); import deep_gemm; print(deep_gemm is c)",
-                   {"DG_SM120_AS_DEEP_GEMM": "0"})
+    prog = _python(
+        "import deep_gemm_sm120.compat as c; c.install(); import deep_gemm; print(deep_gemm is c)",
+        {"DG_SM120_AS_DEEP_GEMM": "0"},
+    )
     assert prog.stdout.strip() == "True", prog.stderr
 
 
@@ -403,14 +477,19 @@ def test_toolchain_search_follows_a_later_nvcc_variable(tmp_path, monkeypatch):
     fake.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 13.9, V13.9.1'\n")
     fake.chmod(0o755)
     monkeypatch.setenv("DG_JIT_NVCC_COMPILER", str(fake))
-    assert toolchain.find_toolchain().version == "13.9.1"   # not the memoized first answer
+    assert toolchain.find_toolchain().version == "13.9.1"  # not the memoized first answer
     monkeypatch.delenv("DG_JIT_NVCC_COMPILER")
     assert toolchain.find_toolchain() == first
 
 
 def test_wheel_ships_the_hook(tmp_path):
-    p = subprocess.run([sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(tmp_path)], cwd=ROOT,
-                       capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr
     assert (tmp_path / "deep_gemm_sm120_compat.pth").read_text().startswith("import os;")
     assert (tmp_path / "_deep_gemm_sm120_hook.py").is_file()

@@ -1,11 +1,11 @@
 """The GEMM names through the `deep_gemm` entry point on a GPU, called the way serving stacks call them
 (DeepGEMM's casts, argument orders and keywords), against fp64 references."""
+
 from __future__ import annotations
 
 import pytest
 import torch
-
-from gpu_helpers import contiguous_layout, poison_like, requires_cuda, sm120_or_emulation  # noqa: F401
+from gpu_helpers import contiguous_layout, poison_like, requires_cuda
 
 pytestmark = [pytest.mark.cuda, pytest.mark.emulation, requires_cuda]
 
@@ -27,7 +27,7 @@ def deep_gemm(sm120_or_emulation):
 
 
 def _dequant(q: torch.Tensor, sf: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
-    s = sf.double().repeat_interleave(rows, 0).repeat_interleave(cols, 1)[:q.shape[0], :q.shape[1]]
+    s = sf.double().repeat_interleave(rows, 0).repeat_interleave(cols, 1)[: q.shape[0], : q.shape[1]]
     return q.double() * s
 
 
@@ -37,8 +37,12 @@ def test_fp8_gemm_nt_as_vllm_calls_it(deep_gemm):
     xq, xs = deep_gemm.per_token_cast_to_fp8(x, use_ue8m0=True)
     wq, ws = deep_gemm.per_block_cast_to_fp8(w, use_ue8m0=True)
     ref = _dequant(xq, xs, 1, 128) @ _dequant(wq, ws, 128, 128).T
-    for kw in ({}, {"recipe": (1, 128, 128)}, {"disable_ue8m0_cast": True, "compiled_dims": "nk"},
-               {"recipe_a": (1, 128), "recipe_b": (128, 128), "alpha": None}):
+    for kw in (
+        {},
+        {"recipe": (1, 128, 128)},
+        {"disable_ue8m0_cast": True, "compiled_dims": "nk"},
+        {"recipe_a": (1, 128), "recipe_b": (128, 128), "alpha": None},
+    ):
         d = poison_like(torch.empty(m, n, device="cuda", dtype=torch.bfloat16))
         deep_gemm.fp8_gemm_nt((xq, xs), (wq, ws), d, None, **kw)
         torch.cuda.synchronize()
@@ -97,7 +101,7 @@ def test_k_grouped_in_deepgemm_argument_order(deep_gemm):
     torch.cuda.synchronize()
     off = 0
     for g, kg in enumerate(ks):
-        ref = c[g].double() + a[off:off + kg].double().T @ b[off:off + kg].double()
+        ref = c[g].double() + a[off : off + kg].double().T @ b[off : off + kg].double()
         assert deep_gemm.calc_diff(d[g], ref) < 1e-6
         off += kg
 
@@ -106,8 +110,8 @@ def test_paged_sparse_indexer_as_a_serving_stack_calls_it(deep_gemm):
     """DSv4.1's decode indexer through `deep_gemm`: MXFP4 q [rows, 1, H, 64] int8, a [pages, page, 1, 68] cache,
     8-token blocks, per-row block tables built from request tables and request ids."""
     from sparse_mqa_reference import paged_sparse_mqa_logits
-    from workloads.mqa import sparse_paged_case
     from test_sparse_mqa_logits_gpu import assert_matches
+    from workloads.mqa import sparse_paged_case
 
     c = sparse_paged_case(12, 64, 128, "mxfp4", 8, num_max=16, page_kv=64, seed=3)
     q = (c["q"][0].view(torch.int8), c["q"][1])
@@ -122,7 +126,10 @@ def test_paged_sparse_indexer_as_a_serving_stack_calls_it(deep_gemm):
 def test_epilogue_alpha_and_fp8_output_refusal(deep_gemm):
     m, n, k = 64, 256, 512
     x, w = torch.randn(m, k, device="cuda"), torch.randn(n, k, device="cuda")
-    (xq, xs), (wq, ws) = deep_gemm.per_token_cast_to_fp8(x, use_ue8m0=True), deep_gemm.per_block_cast_to_fp8(w, use_ue8m0=True)
+    (xq, xs), (wq, ws) = (
+        deep_gemm.per_token_cast_to_fp8(x, use_ue8m0=True),
+        deep_gemm.per_block_cast_to_fp8(w, use_ue8m0=True),
+    )
     ref = _dequant(xq, xs, 1, 128) @ _dequant(wq, ws, 128, 128).T
     d = poison_like(torch.empty(m, n, device="cuda", dtype=torch.bfloat16))
     deep_gemm.fp8_gemm_nt((xq, xs), (wq, ws), d, epilogue=deep_gemm.epilogue.Alpha(0.5))
@@ -141,7 +148,10 @@ def test_nvfp4_through_the_ue4m3_layout_helper(deep_gemm):
     sfa = deep_gemm.transform_ue4m3_sf_into_required_layout(xs, m)
     sfb = deep_gemm.transform_ue4m3_sf_into_required_layout(ws, n)
     assert sfa.dtype == torch.int32 and sfa.stride(0) == 1
-    ref = deep_gemm.cast_back_from_fp4(xq, xs, gran_k=16).double() @ deep_gemm.cast_back_from_fp4(wq, ws, gran_k=16).double().T
+    ref = (
+        deep_gemm.cast_back_from_fp4(xq, xs, gran_k=16).double()
+        @ deep_gemm.cast_back_from_fp4(wq, ws, gran_k=16).double().T
+    )
     d = poison_like(torch.empty(m, n, device="cuda", dtype=torch.bfloat16))
     deep_gemm.fp8_fp4_gemm_nt((xq, sfa), (wq, sfb), d, recipe=(1, 1, 16))
     torch.cuda.synchronize()
@@ -178,8 +188,11 @@ def test_compile_mode_one_builds_without_launching(tmp_path, sm120_or_emulation)
     from pathlib import Path
 
     host = str(Path(__file__).resolve().parents[1] / "host")  # importable without an install, as in conftest
-    env = {**os.environ, "DG_SM120_JIT_CACHE_DIR": str(tmp_path),
-           "PYTHONPATH": os.pathsep.join(p for p in (host, os.environ.get("PYTHONPATH")) if p)}
+    env = {
+        **os.environ,
+        "DG_SM120_JIT_CACHE_DIR": str(tmp_path),
+        "PYTHONPATH": os.pathsep.join(p for p in (host, os.environ.get("PYTHONPATH")) if p),
+    }
     p = subprocess.run([sys.executable, "-c", _COMPILE_ONLY], capture_output=True, text=True, env=env, timeout=600)
     assert p.returncode == 0, p.stderr
     built, untouched, new_builds, close = p.stdout.split()

@@ -2,6 +2,7 @@
 through the import hook, and reference casts that give DeepGEMM's results on the same input (its documented
 rounding, dtypes, padding and sign of zero). The same functions are compared with DeepGEMM's own module, read
 from the released vLLM wheel, in tests/test_ecosystem.py."""
+
 from __future__ import annotations
 
 import os
@@ -12,6 +13,7 @@ import pytest
 import torch
 
 from deep_gemm_sm120.compat import utils
+from deep_gemm_sm120.core.arith import round_up
 
 E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 
@@ -31,18 +33,24 @@ def test_submodules_import_by_deepgemm_name_through_the_installed_hook(tmp_path)
     import site
     from importlib import metadata
 
-    installed = [d for d in metadata.distributions(name="deep_gemm_sm120")
-                 if any(str(f).endswith(".dist-info/RECORD") for f in d.files or ())]
+    installed = [
+        d
+        for d in metadata.distributions(name="deep_gemm_sm120")
+        if any(str(f).endswith(".dist-info/RECORD") for f in d.files or ())
+    ]
     if not installed:
         pytest.skip("deep_gemm_sm120 is not installed in this interpreter (the README's install is what is checked)")
     site_dirs = [*site.getsitepackages(), site.getusersitepackages()]
-    assert any(os.path.isfile(os.path.join(d, "deep_gemm_sm120_compat.pth")) for d in site_dirs), \
+    assert any(os.path.isfile(os.path.join(d, "deep_gemm_sm120_compat.pth")) for d in site_dirs), (
         f"the install put no deep_gemm_sm120_compat.pth in {site_dirs}"
-    prog = ("import deep_gemm\n"
-            "from deep_gemm.utils.layout import get_mn_major_tma_aligned_tensor\n"
-            "from deep_gemm.utils.math import per_token_cast_to_fp8, ceil_div\n"
-            "import deep_gemm.utils.nvfp4, deep_gemm.utils.mlopart, deep_gemm.utils.dist\n"
-            "print(get_mn_major_tma_aligned_tensor.__module__, ceil_div(7, 2), deep_gemm.utils.mlopart.is_available(b''))\n")
+    )
+    prog = (
+        "import deep_gemm\n"
+        "from deep_gemm.utils.layout import get_mn_major_tma_aligned_tensor\n"
+        "from deep_gemm.utils.math import per_token_cast_to_fp8, ceil_div\n"
+        "import deep_gemm.utils.nvfp4, deep_gemm.utils.mlopart, deep_gemm.utils.dist\n"
+        "print(get_mn_major_tma_aligned_tensor.__module__, ceil_div(7, 2), deep_gemm.utils.mlopart.is_available(b''))\n"
+    )
     env = {**os.environ, "DG_SM120_AS_DEEP_GEMM": "1"}
     p = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert p.returncode == 0, p.stderr
@@ -50,8 +58,11 @@ def test_submodules_import_by_deepgemm_name_through_the_installed_hook(tmp_path)
 
 
 def test_refusals_name_why():
-    for fn, args in ((utils.dist.init_dist, (0, 1)), (utils.uneven_all_gather, (torch.zeros(1),)),
-                     (utils.dist.dist_print, ("x",))):
+    for fn, args in (
+        (utils.dist.init_dist, (0, 1)),
+        (utils.uneven_all_gather, (torch.zeros(1),)),
+        (utils.dist.dist_print, ("x",)),
+    ):
         with pytest.raises(NotImplementedError, match="multi-GPU"):
             fn(*args)
     with pytest.raises(utils.mlopart.MLOPartUnavailable, match="SM120"):
@@ -60,9 +71,9 @@ def test_refusals_name_why():
 
 
 def test_ceil_to_ue8m0_clamps_instead_of_raising():
-    x = torch.tensor([0.0, -3.0, 1.0, 1.5, 2.0 ** -140, float("inf"), 0.75])
+    x = torch.tensor([0.0, -3.0, 1.0, 1.5, 2.0**-140, float("inf"), 0.75])
     got = utils.ceil_to_ue8m0(x)
-    assert got.tolist() == [2.0 ** -126, 4.0, 1.0, 2.0, 2.0 ** -126, 2.0 ** 127, 1.0]
+    assert got.tolist() == [2.0**-126, 4.0, 1.0, 2.0, 2.0**-126, 2.0**127, 1.0]
 
 
 def test_pack_and_unpack_ue8m0():
@@ -135,7 +146,7 @@ def _fallback_packed_ue8m0(x: torch.Tensor) -> torch.Tensor:
     """DeepGEMM's documented packing, restated: exponent bytes, zero-padded to [TMA-aligned MN, K rounded to 4],
     four per int32, stored MN-major, viewed back to [MN, K/4]."""
     mn, k = x.shape
-    aligned_mn, aligned_k = -(-mn // 4) * 4, -(-k // 4) * 4
+    aligned_mn, aligned_k = round_up(mn, 4), round_up(k, 4)
     raw = torch.zeros(aligned_mn, aligned_k, dtype=torch.uint8)
     raw[:mn, :k] = (x.view(torch.int32) >> 23).to(torch.uint8)
     words = raw.view(torch.int32)
@@ -157,7 +168,7 @@ def test_packed_ue8m0_layout_bytes_are_deepgemms():
 
 
 def test_ue4m3_helpers_and_layout():
-    x = torch.tensor([[0.5, 1.0, 448.0, 2.0 ** -9], [3.0, 0.0, 6.0, 0.25]])
+    x = torch.tensor([[0.5, 1.0, 448.0, 2.0**-9], [3.0, 0.0, 6.0, 0.25]])
     packed = utils.pack_ue4m3_to_int(x)
     assert packed.dtype == torch.int32 and packed.shape == (2, 1)
     assert torch.equal(utils.unpack_ue4m3_from_int(packed), x)
@@ -166,7 +177,7 @@ def test_ue4m3_helpers_and_layout():
         utils.pack_ue4m3_to_int(torch.tensor([[1.03, 1.0, 1.0, 1.0]]))  # never rounded silently
     with pytest.raises(ValueError, match="non-negative"):
         utils.pack_ue4m3_to_int(-x)
-    sf = utils.cast_to_ue4m3(torch.rand(6, 5) * 4)      # [MN = 6, K/16 = 5]: one padded word per row
+    sf = utils.cast_to_ue4m3(torch.rand(6, 5) * 4)  # [MN = 6, K/16 = 5]: one padded word per row
     out = utils.transform_ue4m3_sf_into_required_layout(sf, 6)
     assert out.shape == (6, 2) and out.stride() == (1, 8)
     raw = out.t().contiguous().view(torch.uint8).view(2, 6, 4).permute(1, 0, 2).reshape(6, 8)
@@ -187,7 +198,7 @@ def test_compile_mode_switch():
     compat.set_compile_mode(1)
     try:
         assert compat.get_compile_mode() == 1
-        assert launch.bound().launch is launch._skip_launch   # every family's launch goes through this entry
+        assert launch.bound().launch is launch._skip_launch  # every family's launch goes through this entry
         launch.launch(type("K", (), {"handle": 0, "threads": 1, "smem_bytes": 0, "pdl": False})(), 1, b"", b"", 0)
     finally:
         compat.set_compile_mode(0)

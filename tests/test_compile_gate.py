@@ -1,4 +1,5 @@
 """The SM120 compile gate: parsers (CPU), a quick real run, a must-fail kernel, and the full matrix (slow)."""
+
 from __future__ import annotations
 
 import json
@@ -11,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 
-import compile_gate as gate  # noqa: E402
+import compile_gate as gate
 
 PTXAS_LOG = """ptxas info    : 0 bytes gmem
 ptxas info    : Compiling entry function '_ZN5sm120kernel' for 'sm_120a'
@@ -30,15 +31,15 @@ SASS = """
 
 
 def test_parse_ptxas():
-    assert gate.parse_ptxas(PTXAS_LOG) == {"regs": 168, "smem": 1024, "stack": 8, "spill_stores": 16,
-                                           "spill_loads": 28}
+    assert gate.parse_ptxas(PTXAS_LOG) == {"regs": 168, "smem": 1024, "stack": 8, "spill_stores": 16, "spill_loads": 28}
 
 
 def test_sass_opcodes_and_rules():
     ops = gate.sass_opcodes(SASS)
     assert ops == ["STL", "USETMAXREG.TRY_ALLOC.CTAPOOL", "EXIT", "HMMA.16816.F32.BF16", "UTMALDG.2D", "LDLU"]
-    missing, forbidden = gate.check_opcodes(ops, ("HMMA.16816.F32.BF16", "UTMALDG", "QMMA.SF"),
-                                            gate.host_decls.load("core.registry").FORBIDDEN_EVERYWHERE)
+    missing, forbidden = gate.check_opcodes(
+        ops, ("HMMA.16816.F32.BF16", "UTMALDG", "QMMA.SF"), gate.host_decls.load("core.registry").FORBIDDEN_EVERYWHERE
+    )
     assert missing == ["QMMA.SF"]
     assert forbidden == ["STL"]  # LDLU is not LDL
 
@@ -46,7 +47,9 @@ def test_sass_opcodes_and_rules():
 def test_include_rules(tmp_path):
     (tmp_path / "ok.cuh").write_text("")
     h = tmp_path / "sm120_x.cuh"
-    text = '#include "ok.cuh"\n#include <cuda.h>\n#include <cute/tensor.hpp>\n#include "../deep_gemm/common/utils.cuh"\n'
+    text = (
+        '#include "ok.cuh"\n#include <cuda.h>\n#include <cute/tensor.hpp>\n#include "../deep_gemm/common/utils.cuh"\n'
+    )
     problems = gate.include_problems(str(h), text)
     assert len(problems) == 2
     assert "cute/tensor.hpp" in problems[0] and "utils.cuh" in problems[1]
@@ -61,16 +64,20 @@ def test_device_layer_includes_are_self_contained():
 def test_kernel_list_is_the_host_list():
     sys.path.insert(0, str(ROOT / "host"))
     from deep_gemm_sm120.core.registry import registry
-    from deep_gemm_sm120.families.bf16_gemm.plan import choose_config
     from deep_gemm_sm120.families.bf16_gemm.kernel import specs as bf16_specs
+    from deep_gemm_sm120.families.bf16_gemm.plan import choose_config
 
     jobs = gate.kernel_jobs(quick=False)
     assert {j.name for j in jobs} == {s.name for s in registry().specs()}
     assert all(j.rules.required_for("sm_120a") and j.rules.required_for("sm_90a") for j in jobs)
     quick = gate.kernel_jobs(quick=True)
     assert {j.family for j in quick} == {f.name for f in registry().families} and len(quick) < len(jobs) / 3
-    chosen = {choose_config(m, n, sms) for m in (1, 7, 64, 129, 4096, 8192) for n in (24, 2112, 7168, 36864)
-              for sms in (132, 170, 188)}
+    chosen = {
+        choose_config(m, n, sms)
+        for m in (1, 7, 64, 129, 4096, 8192)
+        for n in (24, 2112, 7168, 36864)
+        for sms in (132, 170, 188)
+    }
     assert chosen <= {s.config for s in bf16_specs()}
     with pytest.raises(gate.UsageError, match="unknown families"):
         gate.kernel_jobs(quick=True, families=("nope",))
@@ -87,9 +94,13 @@ def _check_results(doc: dict) -> tuple[list, list]:
     from deep_gemm_sm120.core.registry import registry
 
     by_name = {spec.name: fam for fam in registry().families for spec in fam.specs()}
-    emulated = [r for r in kernels
-                if by_name[r["name"]].gate(next(s for s in by_name[r["name"]].specs() if s.name == r["name"]))
-                .spills_allowed(r["target"])]
+    emulated = [
+        r
+        for r in kernels
+        if by_name[r["name"]]
+        .gate(next(s for s in by_name[r["name"]].specs() if s.name == r["name"]))
+        .spills_allowed(r["target"])
+    ]
     assert {r["target"] for r in emulated} <= {"sm_90a"}
     assert all(r["spill_stores"] == 0 and r["stack"] == 0 for r in kernels if r not in emulated)
     assert all(r["smem"] <= gate.SMEM_LIMIT for r in kernels)
@@ -111,7 +122,7 @@ def check_smoke(doc: dict) -> None:
     assert len(doc["toolchains"]) == 1
 
 
-BAD_KERNEL = r'''
+BAD_KERNEL = r"""
 #include "common/sm120_arch.cuh"
 __global__ void __launch_bounds__(128, 1) bad(float* out, int i) {
     float local[256];
@@ -119,7 +130,7 @@ __global__ void __launch_bounds__(128, 1) bad(float* out, int i) {
     local[(i * 7) & 255] += 1.0f;  // run-time indexed write into a register array: forces local memory
     for (int j = 0; j < 256; ++j) out[j + threadIdx.x] = local[j];
 }
-'''
+"""
 
 
 @pytest.mark.compile_gate
@@ -157,7 +168,11 @@ def test_full_gate_matrix(tmp_path):
     from deep_gemm_sm120.core.registry import registry
 
     by_name = {spec.name: fam for fam in registry().families for spec in fam.specs()}
-    assert {by_name[r["name"]].name for r in emulated} == {"fp8_fp4_gemm_1d1d", "mqa_logits", "paged_mqa_logits",
-                                                           "sparse_mqa_logits"}
+    assert {by_name[r["name"]].name for r in emulated} == {
+        "fp8_fp4_gemm_1d1d",
+        "mqa_logits",
+        "paged_mqa_logits",
+        "sparse_mqa_logits",
+    }
     n_headers = len(gate.headers()) * len(gate.TARGETS) * len(doc["toolchains"])
     assert sum(r["kind"] == "header" for r in doc["results"]) == n_headers

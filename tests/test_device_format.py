@@ -1,6 +1,7 @@
 """Every device-layer header is formatted with the repository's .clang-format (issue 39): a vendored header reads
 the same in every fork, and a review diff holds only what changed. Fix a failure with
 `clang-format -i device_layer/**/*.cuh` (the clang-format the test extras pin)."""
+
 from __future__ import annotations
 
 import re
@@ -39,8 +40,9 @@ def clang_format() -> str:
 
 
 def _check(exe: str, files: list[Path]) -> subprocess.CompletedProcess:
-    return subprocess.run([exe, f"--style=file:{STYLE}", "--dry-run", "--Werror", *map(str, files)],
-                          capture_output=True, text=True)
+    return subprocess.run(
+        [exe, f"--style=file:{STYLE}", "--dry-run", "--Werror", *map(str, files)], capture_output=True, text=True
+    )
 
 
 def test_every_device_header_is_formatted(clang_format):

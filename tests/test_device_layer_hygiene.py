@@ -1,5 +1,6 @@
 """No dead code in the device layer: every wrapper is used by a kernel, or reserved for a family an open issue
 names (and then removed from the reservation list when that family lands)."""
+
 from __future__ import annotations
 
 import re
@@ -16,8 +17,13 @@ _DEF = re.compile(r"SM120_(?:HOST_)?DEVICE\s+(?:constexpr\s+)?[\w:<>,\s*&]*?\b(\
 
 def _sources() -> dict[Path, str]:
     files = {p: p.read_text() for p in DEVICE.rglob("*.cuh")}
-    files.update({p: p.read_text() for p in (ROOT / "tests").glob("*.py")  # probe kernels built in tests
-                  if p.name != Path(__file__).name})
+    files.update(
+        {
+            p: p.read_text()
+            for p in (ROOT / "tests").glob("*.py")  # probe kernels built in tests
+            if p.name != Path(__file__).name
+        }
+    )
     return files
 
 
@@ -51,8 +57,12 @@ def _outside_common() -> dict[Path, str]:
 def test_kernels_walk_and_release_stages_only_through_the_stage_ring():
     """The stage/phase arithmetic and the release sequence (proxy fence, __syncwarp, one arrival) live once, in
     common/sm120_pipeline.cuh; every kernel with a TMA ring uses StageRing / PipelineState."""
-    forbidden = {r"phase\s*\^=\s*1": "stage/phase advance", r"\bfence_proxy_async_smem\s*\(": "proxy fence",
-                 r"\bmbarrier_arrive\s*\(": "barrier arrival", r"\bmbarrier_arrive_expect_tx\s*\(\s*&": "arming a stage"}
+    forbidden = {
+        r"phase\s*\^=\s*1": "stage/phase advance",
+        r"\bfence_proxy_async_smem\s*\(": "proxy fence",
+        r"\bmbarrier_arrive\s*\(": "barrier arrival",
+        r"\bmbarrier_arrive_expect_tx\s*\(\s*&": "arming a stage",
+    }
     rings = 0
     for path, text in _outside_common().items():
         for pattern, what in forbidden.items():

@@ -4,6 +4,7 @@ documented error type before any kernel is launched (a counter on the launch ent
 
 DG_SM120_DIFF_SECONDS (default 40) bounds each family's time and DG_SM120_DIFF_CASES (default 300) its legal
 cases; DG_SM120_DIFF_SEED (default 28) picks the sequence. A failure prints its case, so it replays alone."""
+
 from __future__ import annotations
 
 import os
@@ -12,8 +13,9 @@ import time
 
 import pytest
 import torch
+from gpu_helpers import poison_like, requires_cuda
 
-from gpu_helpers import poison_like, requires_cuda, sm120_or_emulation  # noqa: F401
+from deep_gemm_sm120.core.arith import round_up
 
 pytestmark = [pytest.mark.cuda, pytest.mark.emulation, requires_cuda]
 
@@ -34,6 +36,7 @@ class Launches:
         def counting(*args):
             self.count += 1
             return self.real(*args)
+
         self.bound.launch = counting
 
     def restore(self):
@@ -70,7 +73,7 @@ def _drive(family: str, legal, illegal, launches: Launches) -> None:
 def _dim(rng: random.Random, top: int, align: int = 1) -> int:
     """Mostly small and tails, sometimes large; a multiple of align."""
     x = rng.choice([rng.randint(1, 64), rng.randint(1, 300), rng.randint(1, top)])
-    return max(align, -(-x // align) * align)
+    return max(align, round_up(x, align))
 
 
 def test_bf16_gemm(launches):
@@ -84,16 +87,19 @@ def test_bf16_gemm(launches):
         with_c = rng.random() < 0.3
 
         def run():
-            g = torch.Generator(device="cuda").manual_seed(rng.randint(0, 2 ** 31))
+            g = torch.Generator(device="cuda").manual_seed(rng.randint(0, 2**31))
             a = torch.randn(*((k, m) if layout[0] == "t" else (m, k)), device="cuda", dtype=torch.bfloat16, generator=g)
             b = torch.randn(*((k, n) if layout[1] == "n" else (n, k)), device="cuda", dtype=torch.bfloat16, generator=g)
-            ref = (a.double().T if layout[0] == "t" else a.double()) @ (b.double() if layout[1] == "n" else b.double().T)
+            ref = (a.double().T if layout[0] == "t" else a.double()) @ (
+                b.double() if layout[1] == "n" else b.double().T
+            )
             c = torch.randn(m, n, device="cuda", dtype=out, generator=g) if with_c else None
             d = poison_like(torch.empty(m, n, device="cuda", dtype=out))
             getattr(dg, f"bf16_gemm_{layout}")(a, b, d, c=c)
             torch.cuda.synchronize()
             diff = calc_diff(d, ref + (c.double() if with_c else 0))
             assert diff <= 1e-5 and not torch.isnan(d).any(), f"{layout} {(m, n, k)} {out} c={with_c}: {diff:.2e}"
+
         return run
 
     def illegal(rng):
@@ -125,7 +131,7 @@ def test_m_grouped_bf16(launches):
         masked = rng.random() < 0.4
 
         def run():
-            gen = torch.Generator(device="cuda").manual_seed(rng.randint(0, 2 ** 31))
+            gen = torch.Generator(device="cuda").manual_seed(rng.randint(0, 2**31))
             b = torch.randn(g_, n, k, device="cuda", dtype=torch.bfloat16, generator=gen)
             if masked:
                 m = max(1, max(sizes))
@@ -138,11 +144,13 @@ def test_m_grouped_bf16(launches):
                     if rows:
                         assert calc_diff(d[gi, :rows], a[gi, :rows].double() @ b[gi].double().T) <= 1e-5, sizes
                 return
-            ids = torch.cat([torch.full((-(-s // 128) * 128,), gi, dtype=torch.int32) for gi, s in enumerate(sizes)]
-                            or [torch.empty(0, dtype=torch.int32)])
+            ids = torch.cat(
+                [torch.full((round_up(s, 128),), gi, dtype=torch.int32) for gi, s in enumerate(sizes)]
+                or [torch.empty(0, dtype=torch.int32)]
+            )
             for gi, s in enumerate(sizes):  # padding rows of each group: -1
-                lo = sum(-(-x // 128) * 128 for x in sizes[:gi])
-                ids[lo + s:lo + -(-s // 128) * 128] = -1
+                lo = sum(round_up(x, 128) for x in sizes[:gi])
+                ids[lo + s : lo + round_up(s, 128)] = -1
             if ids.numel() == 0:
                 return
             a = torch.randn(ids.numel(), k, device="cuda", dtype=torch.bfloat16, generator=gen)
@@ -155,6 +163,7 @@ def test_m_grouped_bf16(launches):
                 sel = lay == gi
                 if bool(sel.any()):
                     assert calc_diff(d[sel], a[sel].double() @ b[gi].double().T) <= 1e-5, f"contiguous {sizes}"
+
         return run
 
     def illegal(rng):
@@ -174,14 +183,20 @@ def test_m_grouped_bf16(launches):
 
 
 def test_paged_mqa_logits(launches):
-    import deep_gemm_sm120 as dg
     import test_paged_mqa_logits_gpu as paged
+
+    import deep_gemm_sm120 as dg
 
     def legal(rng):
         lens = [rng.choice([0, 1, rng.randint(1, 200), rng.randint(1, 3000)]) for _ in range(rng.randint(1, 6))]
         args = (lens, rng.randint(1, 4), rng.choice([16, 32, 64]), rng.choice([64, 128]), rng.choice([32, 64, 128]))
-        kw = dict(fp4=rng.random() < 0.3, two_d=rng.random() < 0.5, clean=True, seed=rng.randint(0, 999),
-                  num_sms=rng.randint(1, 40))
+        kw = dict(
+            fp4=rng.random() < 0.3,
+            two_d=rng.random() < 0.5,
+            clean=True,
+            seed=rng.randint(0, 999),
+            num_sms=rng.randint(1, 40),
+        )
         if kw["fp4"]:
             args = (*args[:3], 128, args[4])  # FP4 rows: D = 128
         return lambda: paged.run(*args, **kw)
@@ -210,14 +225,22 @@ def test_paged_mqa_logits(launches):
 
 
 def test_mqa_logits(launches):
-    import deep_gemm_sm120 as dg
     import test_mqa_logits_gpu as dense
+
+    import deep_gemm_sm120 as dg
 
     def legal(rng):
         s, sk = rng.randint(1, 300), rng.randint(1, 2000)
-        args = (s, sk, rng.choice([16, 32, 64]), rng.choice([64, 128]), rng.choice(["causal", "window", "full"]),
-                rng.choice([torch.float32, torch.bfloat16]), rng.choice(["clean", "plain", "compressed"]),
-                rng.randint(0, 999))
+        args = (
+            s,
+            sk,
+            rng.choice([16, 32, 64]),
+            rng.choice([64, 128]),
+            rng.choice(["causal", "window", "full"]),
+            rng.choice([torch.float32, torch.bfloat16]),
+            rng.choice(["clean", "plain", "compressed"]),
+            rng.randint(0, 999),
+        )
         return lambda: dense.check(*args)
 
     def illegal(rng):
@@ -229,15 +252,17 @@ def test_mqa_logits(launches):
             return (lambda: dg.fp8_fp4_mqa_logits((q, None), (kv, kv_sf), w, ks.long(), ke)), TypeError
         if kind == "kv shape":
             return (lambda: dg.fp8_fp4_mqa_logits((q, None), (kv[:, :32], kv_sf), w, ks, ke)), ValueError
-        return (lambda: dg.fp8_fp4_mqa_logits((q, None), (kv, kv_sf), w, ks, ke, clean_logits=True,
-                                              max_seqlen_k=64)), ValueError
+        return (
+            lambda: dg.fp8_fp4_mqa_logits((q, None), (kv, kv_sf), w, ks, ke, clean_logits=True, max_seqlen_k=64)
+        ), ValueError
 
     _drive("mqa_logits", legal, illegal, launches)
 
 
 def test_gated_delta_rule(launches):
-    import deep_gemm_sm120 as dg
     import test_gated_delta_rule_gpu as gdr
+
+    import deep_gemm_sm120 as dg
 
     def legal(rng):
         h = rng.choice([1, 2, 4, 8])
@@ -269,15 +294,16 @@ def test_gated_delta_rule(launches):
 
 
 def test_block_scaled_gemm(launches):
-    import deep_gemm_sm120 as dg
-    from workloads.block_scaled import fp4_operands, fp8_operands
     from test_fp8_fp4_gemm_gpu import TOL, _check
+    from workloads.block_scaled import fp4_operands, fp8_operands
+
+    import deep_gemm_sm120 as dg
 
     def legal(rng):
         kind = rng.choice(["deepseek", "mxfp8", "mxfp4", "nvfp4"])
         m, n, k = _dim(rng, 1024), _dim(rng, 2048, 8), _dim(rng, 4096, 64)
         out = rng.choice([torch.bfloat16, torch.float32])
-        seed = rng.randint(0, 2 ** 31)
+        seed = rng.randint(0, 2**31)
 
         def run():
             gen = torch.Generator(device="cuda").manual_seed(seed)
@@ -290,6 +316,7 @@ def test_block_scaled_gemm(launches):
                 a, b, alpha, ref = fp4_operands(m, n, k, gen, kind)
                 dg.fp8_fp4_gemm_nt(a, b, d, alpha=alpha)
                 _check(d, ref, TOL[kind], f"{kind} {(m, n, k)} {out}")
+
         return run
 
     def illegal(rng):
@@ -309,8 +336,9 @@ def test_block_scaled_gemm(launches):
 
 
 def test_tf32_hc_prenorm_gemm(launches):
-    import deep_gemm_sm120 as dg
     import test_tf32_hc_prenorm_gemm_gpu as hc
+
+    import deep_gemm_sm120 as dg
 
     def legal(rng):
         m, n, k = _dim(rng, 5000), rng.choice([16, 24, 32]), _dim(rng, 8192, 128)
@@ -333,15 +361,23 @@ def test_tf32_hc_prenorm_gemm(launches):
 
 
 def test_sparse_mqa_logits(launches):
-    import deep_gemm_sm120 as dg
-    from workloads.mqa import run_sparse, sparse_case
     from test_sparse_mqa_logits_gpu import assert_matches, reference_contiguous
+    from workloads.mqa import run_sparse, sparse_case
+
+    import deep_gemm_sm120 as dg
 
     def legal(rng):
         fmt, d = rng.choice([("mxfp8", 128), ("mxfp8", 64), ("mxfp4", 128)])
         rows = rng.randint(1, 200)  # sparse_case's ranges need a KV of a few hundred tokens beyond the rows
-        args = (rows, rng.randint(max(600, 2 * rows), 4100), rng.choice([16, 32, 64]), d, fmt, rng.choice([8, 16, 32]),
-                rng.randint(1, 64))
+        args = (
+            rows,
+            rng.randint(max(600, 2 * rows), 4100),
+            rng.choice([16, 32, 64]),
+            d,
+            fmt,
+            rng.choice([8, 16, 32]),
+            rng.randint(1, 64),
+        )
         seed = rng.randint(0, 999)
 
         def run():
@@ -350,6 +386,7 @@ def test_sparse_mqa_logits(launches):
             out = run_sparse(c)
             torch.cuda.synchronize()
             assert_matches(out, ref, valid, f"sparse {args}")
+
         return run
 
     def illegal(rng):
@@ -357,8 +394,9 @@ def test_sparse_mqa_logits(launches):
         qk = c["q"][0].dtype
         kind = rng.choice(["ks dtype", "indices shape"])
         if kind == "ks dtype":
-            return (lambda: dg.get_sparse_mqa_logits_metadata(c["ks"].long(), c["ke"], c["n"], c["idx"], qk, 16)), \
-                TypeError
+            return (
+                lambda: dg.get_sparse_mqa_logits_metadata(c["ks"].long(), c["ke"], c["n"], c["idx"], qk, 16)
+            ), TypeError
         return (lambda: dg.get_sparse_mqa_logits_metadata(c["ks"], c["ke"], c["n"], c["idx"][:4], qk, 16)), ValueError
 
     _drive("sparse_mqa_logits", legal, illegal, launches)

@@ -6,6 +6,7 @@ written with bash, from a copy of this checkout, next to a DeepGEMM-like fork at
 release and a wheel at `dist/...`, in the order the documents give. README's test command is what .ci/run runs.
 Placeholders (`<org>`) must be quoted so a paste cannot turn them into redirections.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,14 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from vendor_helpers import ROOT, write_tree
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 REASON = re.compile(r"#\s*(network|GPU|not in CI)\b")
 # what would reach a server (a URL recorded as a patch's --upstream does not)
-NETWORK = re.compile(r"\bpypi:|\bgithub:|git push|git clone|\bcurl\b|\bwget\b|pip install|GITHUB_TOKEN|"
-                     r"--(api|index)-url\s+\S*https?://")
+NETWORK = re.compile(
+    r"\bpypi:|\bgithub:|git push|git clone|\bcurl\b|\bwget\b|pip install|GITHUB_TOKEN|"
+    r"--(api|index)-url\s+\S*https?://"
+)
 TEST_COMMAND_DOC = "README.md"
 # exit codes other than 0 that a documented command is expected to give in the sandbox, by a part of its text
 EXPECTED = {"--tag v0.1.0": {1}, "--tag v0.2.0": {1}, "dist/sgl_deep_gemm": {1}}
@@ -103,12 +105,21 @@ def sandbox(tmp_path_factory) -> Path:
     latest release (synced: stamp and verifier), and a wheel of another project's SM120 headers under dist/."""
     work = tmp_path_factory.mktemp("docs")
     clone = work / "deep_gemm_sm120"
-    shutil.copytree(ROOT, clone, symlinks=True, ignore=shutil.ignore_patterns(
-        "__pycache__", ".pytest_cache", "build", "*.egg-info", "dist", ".devwheels", "compile_gate_out"))
+    shutil.copytree(
+        ROOT,
+        clone,
+        symlinks=True,
+        ignore=shutil.ignore_patterns(
+            "__pycache__", ".pytest_cache", "build", "*.egg-info", "dist", ".devwheels", "compile_gate_out"
+        ),
+    )
     fork = work / "DeepGEMM"
     write_tree(fork, {"setup.py": b"# DeepGEMM's own\n", f"{PREFIX}/common/utils.cuh": b"// DeepGEMM's own\n"})
-    p = subprocess.run([sys.executable, str(clone / "tools/check_vendor.py"), "--fork", str(fork), "--prefix", PREFIX,
-                        "--sync"], capture_output=True, text=True)
+    p = subprocess.run(
+        [sys.executable, str(clone / "tools/check_vendor.py"), "--fork", str(fork), "--prefix", PREFIX, "--sync"],
+        capture_output=True,
+        text=True,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     (clone / "dist").mkdir()
     with zipfile.ZipFile(clone / "dist/sgl_deep_gemm-0.2.5-py3-none-manylinux2014_x86_64.whl", "w") as z:
@@ -143,8 +154,9 @@ def test_the_commands_python_is_this_interpreter(tmp_path):
     """`python` in a documented command is the interpreter running the tests, venv included."""
     (tmp_path / "clone").mkdir()
     env = _env(tmp_path / "clone")
-    p = subprocess.run(["bash", "-c", "python -c 'import sys; print(sys.prefix)'"], env=env, capture_output=True,
-                       text=True)
+    p = subprocess.run(
+        ["bash", "-c", "python -c 'import sys; print(sys.prefix)'"], env=env, capture_output=True, text=True
+    )
     assert p.stdout.strip() == sys.prefix, p.stdout + p.stderr
 
 
@@ -155,8 +167,9 @@ def test_documented_commands_run_as_written(sandbox):
         _setup(c, sandbox)
         p = subprocess.run(["bash", "-c", c.text], cwd=sandbox, env=env, capture_output=True, text=True, timeout=900)
         allowed = next((codes for part, codes in EXPECTED.items() if part in c.text), {0})
-        assert p.returncode in allowed, f"{c.doc}:{c.line}: `{c.text}` exited {p.returncode}:\n{p.stdout[-2000:]}" \
-                                        f"\n{p.stderr[-2000:]}"
+        assert p.returncode in allowed, (
+            f"{c.doc}:{c.line}: `{c.text}` exited {p.returncode}:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}"
+        )
         assert "Traceback" not in p.stderr, f"{c.doc}:{c.line}: {p.stderr[-2000:]}"
     # README's compile-gate line wrote its report: the smoke slice covers every family on every target
     doc = json.loads((sandbox / "gate-smoke.json").read_text())
@@ -170,8 +183,17 @@ def test_docs_name_only_files_in_this_repository():
     points outside the checkout (a newcomer has only the repository)."""
     from test_family_contract_cpu import worked_example
 
-    tops = ("tools/", "tests/", "docs/", "host/", "device_layer/", "benchmarks/", "vendor_manifests/", ".github/",
-            ".ci/")
+    tops = (
+        "tools/",
+        "tests/",
+        "docs/",
+        "host/",
+        "device_layer/",
+        "benchmarks/",
+        "vendor_manifests/",
+        ".github/",
+        ".ci/",
+    )
     created = set(worked_example())  # the files adding_a_family.md's worked example has the reader write
     for doc in DOCS:
         text = doc.read_text()

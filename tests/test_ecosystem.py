@@ -5,6 +5,7 @@ imports stubbed (tests/ecosystem_harness.py). Skipped, with the reason, only whe
 
 These are the only tests that leave 127.0.0.1: issue 27 asks for the released wheels, and they come from the
 index the README's test command installs from (docs/deep_gemm_compat.md, "Ecosystem test")."""
+
 from __future__ import annotations
 
 import ast
@@ -16,11 +17,10 @@ import sys
 import types
 from pathlib import Path
 
-import pytest
-import torch
-
 import ecosystem_harness as harness
 import ecosystem_wheels as wheels
+import pytest
+import torch
 
 HERE = Path(__file__).resolve().parent
 
@@ -42,8 +42,13 @@ def vllm_sources():
 
 
 def _run(stack_name: str, folder: Path, tmp_path: Path) -> dict:
-    p = subprocess.run([sys.executable, str(HERE / "ecosystem_harness.py"), stack_name, str(folder), str(tmp_path)],
-                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    p = subprocess.run(
+        [sys.executable, str(HERE / "ecosystem_harness.py"), stack_name, str(folder), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert p.returncode == 0, p.stderr[-4000:]
     return json.loads(p.stdout.strip().splitlines()[-1])
 
@@ -112,40 +117,60 @@ def _same(a, b, what: str) -> None:
 def test_utils_give_deepgemm_281s_bytes(vllm_sources):
     """Same input, same bytes: dtypes, padding, sign of zero and rounding of every shared utility, with inputs that
     hit the e2m1 ties, zeros, negative zeros and tiny blocks."""
-    from deep_gemm_sm120.utils import math as ours, nvfp4 as ours_nvfp4
+    from deep_gemm_sm120.utils import math as ours
+    from deep_gemm_sm120.utils import nvfp4 as ours_nvfp4
 
     theirs, theirs_nvfp4 = _load_their_utils(vllm_sources)
     g = torch.Generator().manual_seed(27)
     x = torch.randn(128, 256, generator=g) * 3
-    x[0, :32] = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, -0.25, -0.75, -5.0, 0.0, -0.0, 1e-9, -1e-9,
-                              6.0, 7.0] * 2)
+    x[0, :32] = torch.tensor(
+        [0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, -0.25, -0.75, -5.0, 0.0, -0.0, 1e-9, -1e-9, 6.0, 7.0] * 2
+    )
     x[1] = 0.0
     x[2, :128] = -0.0
     xb = x.to(torch.bfloat16)
     for ue8m0 in (True, False):
         _same(ours.per_token_cast_to_fp8(x, ue8m0), theirs.per_token_cast_to_fp8(x, ue8m0), f"per_token {ue8m0}")
-        _same(ours.per_token_cast_to_fp8(xb, ue8m0, gran_k=64), theirs.per_token_cast_to_fp8(xb, ue8m0, gran_k=64),
-              f"per_token bf16 {ue8m0}")
+        _same(
+            ours.per_token_cast_to_fp8(xb, ue8m0, gran_k=64),
+            theirs.per_token_cast_to_fp8(xb, ue8m0, gran_k=64),
+            f"per_token bf16 {ue8m0}",
+        )
         _same(ours.per_channel_cast_to_fp8(x, ue8m0), theirs.per_channel_cast_to_fp8(x, ue8m0), f"per_channel {ue8m0}")
         _same(ours.per_block_cast_to_fp8(x, ue8m0), theirs.per_block_cast_to_fp8(x, ue8m0), f"per_block {ue8m0}")
-        _same(ours.per_custom_dims_cast_to_fp8(x, (0,), ue8m0), theirs.per_custom_dims_cast_to_fp8(x, (0,), ue8m0),
-              f"per_custom_dims {ue8m0}")
-    _same(ours.per_token_cast_to_fp8(x, True, use_packed_ue8m0=True),
-          theirs.per_token_cast_to_fp8(x, True, use_packed_ue8m0=True), "per_token packed")
+        _same(
+            ours.per_custom_dims_cast_to_fp8(x, (0,), ue8m0),
+            theirs.per_custom_dims_cast_to_fp8(x, (0,), ue8m0),
+            f"per_custom_dims {ue8m0}",
+        )
+    _same(
+        ours.per_token_cast_to_fp8(x, True, use_packed_ue8m0=True),
+        theirs.per_token_cast_to_fp8(x, True, use_packed_ue8m0=True),
+        "per_token packed",
+    )
     for gran, packed in ((32, False), (32, True), (128, False)):
-        _same(ours.per_token_cast_to_fp4(x, True, gran, packed), theirs.per_token_cast_to_fp4(x, True, gran, packed),
-              f"fp4 {gran} {packed}")
+        _same(
+            ours.per_token_cast_to_fp4(x, True, gran, packed),
+            theirs.per_token_cast_to_fp4(x, True, gran, packed),
+            f"fp4 {gran} {packed}",
+        )
     small = torch.randn(4, 64, generator=g)  # two 1x32 scales per row: the packed row pads with 1.0
-    _same(ours.per_token_cast_to_fp4(small, True, 32, True), theirs.per_token_cast_to_fp4(small, True, 32, True),
-          "fp4 padded scales")
+    _same(
+        ours.per_token_cast_to_fp4(small, True, 32, True),
+        theirs.per_token_cast_to_fp4(small, True, 32, True),
+        "fp4 padded scales",
+    )
     for gs in (None, 0.37):
         for packed in (False, True):
-            _same(ours.per_token_cast_to_nvfp4(x, 16, packed, gs), theirs.per_token_cast_to_nvfp4(x, 16, packed, gs),
-                  f"nvfp4 {gs} {packed}")
+            _same(
+                ours.per_token_cast_to_nvfp4(x, 16, packed, gs),
+                theirs.per_token_cast_to_nvfp4(x, 16, packed, gs),
+                f"nvfp4 {gs} {packed}",
+            )
     _same(ours_nvfp4.per_token_cast_to_nvfp4(x, 0.5), theirs_nvfp4.per_token_cast_to_nvfp4(x, 0.5), "nvfp4 mega")
     q, sf = theirs_nvfp4.per_token_cast_to_nvfp4(x, 0.5)
     _same(ours_nvfp4.cast_back_from_nvfp4(q, sf, 0.5), theirs_nvfp4.cast_back_from_nvfp4(q, sf, 0.5), "nvfp4 back")
-    scales = torch.tensor([0.0, 1e-30, 0.3, 1.0, 2.0 ** 100, 3e38])
+    scales = torch.tensor([0.0, 1e-30, 0.3, 1.0, 2.0**100, 3e38])
     _same(ours.ceil_to_ue8m0(scales), theirs.ceil_to_ue8m0(scales), "ceil_to_ue8m0 (zero and extremes)")
     pow2 = 2.0 ** torch.randint(-20, 20, (8, 12), generator=g).float()
     _same(ours.pack_ue8m0_to_int(pow2), theirs.pack_ue8m0_to_int(pow2), "pack_ue8m0_to_int")
@@ -162,19 +187,23 @@ def test_utils_give_deepgemm_281s_bytes(vllm_sources):
 
 def test_the_harness_finds_what_does_not_bind():
     """The scan is not vacuous: a call that does not bind, and a name we lack, are reported."""
-    src = ("import deep_gemm\n_impl = getattr(deep_gemm, 'fp8_fp4_paged_mqa_logits', None)\n"
-           "_gone = getattr(deep_gemm, 'no_such_name', None)\n"
-           "_impl(q, kv, w, lens, table, meta, 4096, True, torch.float32, None)\n"
-           "deep_gemm.bf16_gemm_nt(a, b, d, c, 'nk', None, None, 'extra')\n"
-           "deep_gemm.fp8_einsum('bhr,hdr->bhd', a, b, d, use_128x4_sfd_layout=False)\n")
+    src = (
+        "import deep_gemm\n_impl = getattr(deep_gemm, 'fp8_fp4_paged_mqa_logits', None)\n"
+        "_gone = getattr(deep_gemm, 'no_such_name', None)\n"
+        "_impl(q, kv, w, lens, table, meta, 4096, True, torch.float32, None)\n"
+        "deep_gemm.bf16_gemm_nt(a, b, d, c, 'nk', None, None, 'extra')\n"
+        "deep_gemm.fp8_einsum('bhr,hdr->bhd', a, b, d, use_128x4_sfd_layout=False)\n"
+    )
     import deep_gemm_sm120.compat as compat
 
     tree = ast.parse(src)
     variables = harness.resolved_names(tree, {"deep_gemm"})
     assert variables["_impl"] == "fp8_fp4_paged_mqa_logits" and variables["_gone"] == "no_such_name"
     assert harness.resolve(compat, "no_such_name") is None
-    verdicts = {name: harness.binds(harness.resolve(compat, name), n, kw, more)
-                for name, _, n, kw, more in harness.calls(tree, {"deep_gemm"}, variables)}
+    verdicts = {
+        name: harness.binds(harness.resolve(compat, name), n, kw, more)
+        for name, _, n, kw, more in harness.calls(tree, {"deep_gemm"}, variables)
+    }
     assert "too many positional" in verdicts["fp8_fp4_paged_mqa_logits"]  # clean_logits is keyword-only now
     assert "too many positional" in verdicts["bf16_gemm_nt"]
     assert verdicts["fp8_einsum"] == "ok"

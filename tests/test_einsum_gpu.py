@@ -1,22 +1,22 @@
 """BF16 einsum (bmk,bnk->mn; bhr,hdr->bhd; bhd,hdr->bhr) on a real GPU against fp64 references: the issue's
 shapes, tails, strided (padded) operands, accumulation, determinism and graph replay with new shapes' data."""
+
 from __future__ import annotations
 
 import pytest
 import torch
-
-from gpu_helpers import poison_like, requires_cuda, sm120_or_emulation  # noqa: F401
+from gpu_helpers import poison_like, requires_cuda
 
 pytestmark = [pytest.mark.cuda, pytest.mark.emulation, requires_cuda]
 
-HRD = ((128, 512, 128), (8, 4096, 1024))   # (h, r, d) of DeepSeek V4's attention projections
+HRD = ((128, 512, 128), (8, 4096, 1024))  # (h, r, d) of DeepSeek V4's attention projections
 BS = (4, 32, 4096)
 
 
 def _padded(*shape, pad: int = 128, g=None) -> torch.Tensor:
     """A view of a buffer whose last dimension is `pad` longer: strided rows, as DeepGEMM's tests use."""
     full = torch.randn(*shape[:-1], shape[-1] + pad, device="cuda", dtype=torch.bfloat16, generator=g)
-    return full[..., :shape[-1]]
+    return full[..., : shape[-1]]
 
 
 def check_per_head(expr: str, bs: int, h: int, r: int, d: int, seed: int = 0, pad: int = 128):
@@ -43,13 +43,16 @@ def test_per_head_products(sm120_or_emulation, expr, h, r, d, bs):
     check_per_head(expr, bs, h, r, d)
 
 
-@pytest.mark.parametrize("expr,bs,h,r,d", [
-    ("bhr,hdr->bhd", 1, 3, 72, 100),     # odd N: pair stores stay aligned per head
-    ("bhr,hdr->bhd", 129, 5, 136, 33),
-    ("bhd,hdr->bhr", 1, 3, 64, 72),
-    ("bhd,hdr->bhr", 129, 5, 200, 136),  # N tail inside a 64-wide MN-major box
-    ("bhd,hdr->bhr", 7, 2, 8, 8),
-])
+@pytest.mark.parametrize(
+    "expr,bs,h,r,d",
+    [
+        ("bhr,hdr->bhd", 1, 3, 72, 100),  # odd N: pair stores stay aligned per head
+        ("bhr,hdr->bhd", 129, 5, 136, 33),
+        ("bhd,hdr->bhr", 1, 3, 64, 72),
+        ("bhd,hdr->bhr", 129, 5, 200, 136),  # N tail inside a 64-wide MN-major box
+        ("bhd,hdr->bhr", 7, 2, 8, 8),
+    ],
+)
 def test_per_head_tails(sm120_or_emulation, expr, bs, h, r, d):
     check_per_head(expr, bs, h, r, d, pad=8)
 

@@ -1,6 +1,7 @@
 """One error rule for every entry point (core/rules.py; README and docs/support_matrix.md say the same):
 TypeError for a type or a dtype outside the function's (DeepGEMM's) contract, ValueError for shapes, strides,
 alignment, devices and values, NotImplementedError for what DeepGEMM allows and we do not, or a non-SM120 GPU."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -27,41 +28,103 @@ CASES = [
     ("fp16 a", TypeError, lambda: dg.bf16_gemm_nt(_z(4, 8, dtype=torch.float16), _z(4, 8), _z(4, 4))),
     ("int32 d", TypeError, lambda: dg.bf16_gemm_nt(_z(4, 8), _z(4, 8), _z(4, 4, dtype=torch.int32))),
     ("fp16 d (tn)", TypeError, lambda: dg.bf16_gemm_tn(_z(8, 4), _z(8, 4), _z(4, 4, dtype=torch.float16))),
-    ("fp32 d, M-grouped", TypeError, lambda: dg.m_grouped_bf16_gemm_nt_contiguous(
-        _z(128, 8), _z(1, 8, 8), _z(128, 8, dtype=F32), _z(128, dtype=torch.int32))),
-    ("bf16 d, K-grouped", TypeError, lambda: dg.k_grouped_bf16_gemm_tn_contiguous(_z(8, 8), _z(8, 8), _z(1, 8, 8), [8])),
-    ("int64 masked_m", TypeError, lambda: dg.m_grouped_bf16_gemm_nt_masked(
-        _z(1, 8, 8), _z(1, 8, 8), _z(1, 8, 8), _z(1, dtype=torch.int64), 8)),
-    ("expected_m float", TypeError, lambda: dg.m_grouped_bf16_gemm_nt_masked(
-        _z(1, 8, 8), _z(1, 8, 8), _z(1, 8, 8), _z(1, dtype=torch.int32), 2.5)),
+    (
+        "fp32 d, M-grouped",
+        TypeError,
+        lambda: dg.m_grouped_bf16_gemm_nt_contiguous(
+            _z(128, 8), _z(1, 8, 8), _z(128, 8, dtype=F32), _z(128, dtype=torch.int32)
+        ),
+    ),
+    (
+        "bf16 d, K-grouped",
+        TypeError,
+        lambda: dg.k_grouped_bf16_gemm_tn_contiguous(_z(8, 8), _z(8, 8), _z(1, 8, 8), [8]),
+    ),
+    (
+        "int64 masked_m",
+        TypeError,
+        lambda: dg.m_grouped_bf16_gemm_nt_masked(_z(1, 8, 8), _z(1, 8, 8), _z(1, 8, 8), _z(1, dtype=torch.int64), 8),
+    ),
+    (
+        "expected_m float",
+        TypeError,
+        lambda: dg.m_grouped_bf16_gemm_nt_masked(_z(1, 8, 8), _z(1, 8, 8), _z(1, 8, 8), _z(1, dtype=torch.int32), 2.5),
+    ),
     ("not a tensor", TypeError, lambda: dg.bf16_gemm_nt([[1.0]], _z(4, 8), _z(4, 4))),
-    ("bf16 operands to fp8", TypeError, lambda: dg.fp8_gemm_nt((_z(4, 128), _ones_sf(4, 1)), (_z(4, 128), _ones_sf(1, 1)),
-                                                               _z(4, 4))),
-    ("fp16 d to fp8", TypeError, lambda: dg.fp8_gemm_nt((_z(4, 128, dtype=FP8), _ones_sf(4, 1)),
-                                                        (_z(4, 128, dtype=FP8), _ones_sf(1, 1)), _z(4, 4, dtype=torch.float16))),
-    ("fp32 d, fp8 masked", TypeError, lambda: dg.m_grouped_fp8_gemm_nt_masked(
-        (_z(1, 4, 128, dtype=FP8), _ones_sf(1, 4, 1)), (_z(1, 4, 128, dtype=FP8), _ones_sf(1, 1, 1)),
-        _z(1, 4, 4, dtype=F32), _z(1, dtype=torch.int32), 4)),
-    ("scales of no known format", TypeError, lambda: dg.fp8_gemm_nt(
-        (_z(4, 128, dtype=FP8), _z(4, 1, dtype=torch.float16)), (_z(4, 128, dtype=FP8), _ones_sf(1, 1)), _z(4, 4))),
+    (
+        "bf16 operands to fp8",
+        TypeError,
+        lambda: dg.fp8_gemm_nt((_z(4, 128), _ones_sf(4, 1)), (_z(4, 128), _ones_sf(1, 1)), _z(4, 4)),
+    ),
+    (
+        "fp16 d to fp8",
+        TypeError,
+        lambda: dg.fp8_gemm_nt(
+            (_z(4, 128, dtype=FP8), _ones_sf(4, 1)),
+            (_z(4, 128, dtype=FP8), _ones_sf(1, 1)),
+            _z(4, 4, dtype=torch.float16),
+        ),
+    ),
+    (
+        "fp32 d, fp8 masked",
+        TypeError,
+        lambda: dg.m_grouped_fp8_gemm_nt_masked(
+            (_z(1, 4, 128, dtype=FP8), _ones_sf(1, 4, 1)),
+            (_z(1, 4, 128, dtype=FP8), _ones_sf(1, 1, 1)),
+            _z(1, 4, 4, dtype=F32),
+            _z(1, dtype=torch.int32),
+            4,
+        ),
+    ),
+    (
+        "scales of no known format",
+        TypeError,
+        lambda: dg.fp8_gemm_nt(
+            (_z(4, 128, dtype=FP8), _z(4, 1, dtype=torch.float16)), (_z(4, 128, dtype=FP8), _ones_sf(1, 1)), _z(4, 4)
+        ),
+    ),
     # --- ValueError: shapes, strides, alignment, devices, values
     ("K mismatch", ValueError, lambda: dg.bf16_gemm_nt(_z(4, 8), _z(4, 16), _z(4, 4))),
     ("K rows off 16 bytes", ValueError, lambda: dg.bf16_gemm_nt(_z(4, 12), _z(4, 12), _z(4, 4))),
     ("transposed operand", ValueError, lambda: dg.bf16_gemm_nt(_z(64, 64).T[:, :8], _z(4, 8), _z(64, 4))),
     ("CPU tensors", ValueError, lambda: dg.bf16_gemm_nt(_z(4, 8), _z(4, 8), _z(4, 4))),
-    ("unaligned contiguous M", ValueError, lambda: dg.m_grouped_bf16_gemm_nt_contiguous(
-        _z(100, 8), _z(1, 8, 8), _z(100, 8), _z(100, dtype=torch.int32))),
-    ("negative ks", ValueError, lambda: dg.k_grouped_bf16_gemm_tn_contiguous(_z(8, 8), _z(8, 8), _z(2, 8, 8, dtype=F32),
-                                                                            [9, -1])),
-    ("FP4 K not a multiple of 32", ValueError, lambda: dg.fp8_fp4_gemm_nt(
-        (_z(4, 24, dtype=U8), _ones_sf(4, 2)), (_z(4, 24, dtype=U8), _ones_sf(4, 2)), _z(4, 4))),
-    ("non power-of-two fp32 scales", ValueError, lambda: dg.transform_sf_into_required_layout(
-        torch.full((4, 1), 3.0), 4, 128, (1, 1, 128))),
+    (
+        "unaligned contiguous M",
+        ValueError,
+        lambda: dg.m_grouped_bf16_gemm_nt_contiguous(_z(100, 8), _z(1, 8, 8), _z(100, 8), _z(100, dtype=torch.int32)),
+    ),
+    (
+        "negative ks",
+        ValueError,
+        lambda: dg.k_grouped_bf16_gemm_tn_contiguous(_z(8, 8), _z(8, 8), _z(2, 8, 8, dtype=F32), [9, -1]),
+    ),
+    (
+        "FP4 K not a multiple of 32",
+        ValueError,
+        lambda: dg.fp8_fp4_gemm_nt(
+            (_z(4, 24, dtype=U8), _ones_sf(4, 2)), (_z(4, 24, dtype=U8), _ones_sf(4, 2)), _z(4, 4)
+        ),
+    ),
+    (
+        "non power-of-two fp32 scales",
+        ValueError,
+        lambda: dg.transform_sf_into_required_layout(torch.full((4, 1), 3.0), 4, 128, (1, 1, 128)),
+    ),
     # --- NotImplementedError: allowed by DeepGEMM's contract, not supported here
-    ("NVFP4 scales on a mixed operand", NotImplementedError, lambda: dg.fp8_fp4_gemm_nt(
-        (_z(4, 128, dtype=FP8), _ones_sf(4, 1)), (_z(4, 64, dtype=U8), _ones_sf(4, 8).to(FP8)), _z(4, 4))),
-    ("different a/b granularities", NotImplementedError, lambda: dg.fp8_gemm_nt(
-        (_z(4, 256, dtype=FP8), _ones_sf(4, 8)), (_z(4, 256, dtype=FP8), _ones_sf(4, 2)), _z(4, 4))),
+    (
+        "NVFP4 scales on a mixed operand",
+        NotImplementedError,
+        lambda: dg.fp8_fp4_gemm_nt(
+            (_z(4, 128, dtype=FP8), _ones_sf(4, 1)), (_z(4, 64, dtype=U8), _ones_sf(4, 8).to(FP8)), _z(4, 4)
+        ),
+    ),
+    (
+        "different a/b granularities",
+        NotImplementedError,
+        lambda: dg.fp8_gemm_nt(
+            (_z(4, 256, dtype=FP8), _ones_sf(4, 8)), (_z(4, 256, dtype=FP8), _ones_sf(4, 2)), _z(4, 4)
+        ),
+    ),
 ]
 
 

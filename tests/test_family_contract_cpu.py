@@ -7,6 +7,7 @@ and exports, is_supported / why_unsupported, precompile(families=...), the compi
 build, the support matrix, the DeepGEMM compat surface and its generated table, the qualification plan, and (on
 a GPU) a call.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,7 +24,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 DOC = ROOT / "docs" / "adding_a_family.md"
-LABEL = re.compile(r"^\*\*\d+\. (?:`(?P<py>[\w.]+\.py)`[^*]*|[^*`]*)\*\*(?: \(`(?P<cuh>device_layer/[\w./]+\.cuh)`\))?", re.M)
+LABEL = re.compile(
+    r"^\*\*\d+\. (?:`(?P<py>[\w.]+\.py)`[^*]*|[^*`]*)\*\*(?: \(`(?P<cuh>device_layer/[\w./]+\.cuh)`\))?", re.M
+)
 FENCE = re.compile(r"^```(\w+)\n(.*?)^```$", re.M | re.S)
 
 
@@ -47,8 +50,9 @@ def scratch(tmp_path_factory) -> Path:
     through DG_SM120_FAMILY_PATH) and the header in a copy of device_layer/ (DG_SM120_DEVICE_LAYER)."""
     d = tmp_path_factory.mktemp("scratch")
     files = worked_example()
-    assert set(files) == {"device_layer/impls/sm120_toy_scale.cuh", "kernel.py", "rules.py", "__init__.py",
-                          "api.py"}, sorted(files)
+    assert set(files) == {"device_layer/impls/sm120_toy_scale.cuh", "kernel.py", "rules.py", "__init__.py", "api.py"}, (
+        sorted(files)
+    )
     shutil.copytree(ROOT / "device_layer", d / "device_layer")
     (d / "families" / "toy_scale").mkdir(parents=True)
     for name, text in files.items():
@@ -57,14 +61,30 @@ def scratch(tmp_path_factory) -> Path:
 
 
 def _run(scratch: Path, code: list[str], tmp: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DG_SM120_FAMILY_PATH": str(scratch / "families"),
-           "DG_SM120_DEVICE_LAYER": str(scratch / "device_layer"), "DG_SM120_JIT_CACHE_DIR": str(tmp / "jit"),
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "host"), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "DG_SM120_FAMILY_PATH": str(scratch / "families"),
+        "DG_SM120_DEVICE_LAYER": str(scratch / "device_layer"),
+        "DG_SM120_JIT_CACHE_DIR": str(tmp / "jit"),
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "host"), os.environ.get("PYTHONPATH", "")]),
+    }
     return subprocess.run(code, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
 
 
+def test_the_worked_example_follows_the_codebases_habits(scratch):
+    """What a newcomer copies passes the linters the repository holds itself to (pyproject.toml's ruff rules)."""
+    pkg = str(scratch / "families" / "toy_scale")
+    for cmd in (["check", "--no-cache"], ["format", "--no-cache", "--check"]):
+        p = subprocess.run(
+            [sys.executable, "-m", "ruff", *cmd, "--config", str(ROOT / "pyproject.toml"), pkg],
+            capture_output=True,
+            text=True,
+        )
+        assert p.returncode == 0, p.stdout + p.stderr
+
+
 def test_the_package_reaches_the_api_support_and_compat(scratch, tmp_path):
-    code = textwrap.dedent('''
+    code = textwrap.dedent("""
         import json, torch, deep_gemm_sm120 as dg
         from deep_gemm_sm120 import compat
         from deep_gemm_sm120.compat import surface
@@ -80,7 +100,7 @@ def test_the_package_reaches_the_api_support_and_compat(scratch, tmp_path):
         except ValueError as e:
             out["cpu_call"] = str(e)
         print(json.dumps(out))
-    ''')
+    """)
     p = _run(scratch, [sys.executable, "-c", code], tmp_path)
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout.strip().splitlines()[-1])
@@ -100,34 +120,65 @@ def test_the_tools_derive_the_family(scratch, tmp_path):
         p = _run(scratch, [sys.executable, "tools/family_plan.py", what], tmp_path)
         assert p.returncode == 0 and "toy_scale" in p.stdout.split()
     # and without the path, nothing of it remains: no file of this repository was edited
-    env_free = subprocess.run([sys.executable, "tools/family_plan.py", "families"], capture_output=True, text=True,
-                              cwd=ROOT, env={k: v for k, v in os.environ.items() if k != "DG_SM120_FAMILY_PATH"})
+    env_free = subprocess.run(
+        [sys.executable, "tools/family_plan.py", "families"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if k != "DG_SM120_FAMILY_PATH"},
+    )
     assert "toy_scale" not in env_free.stdout
 
 
 def test_precompile_and_the_gate_build_it(scratch, tmp_path):
     """The kernel itself, through the JIT and the compile gate (needs nvcc: the test command installs the CUDA
     compiler wheels)."""
-    code = ("import deep_gemm_sm120 as dg; "
-            "print(dg.precompile(families=['toy_scale'], targets=['sm_120a'], progress=False))")
+    code = (
+        "import deep_gemm_sm120 as dg; "
+        "print(dg.precompile(families=['toy_scale'], targets=['sm_120a'], progress=False))"
+    )
     p = _run(scratch, [sys.executable, "-c", code], tmp_path)
     assert p.returncode == 0 and p.stdout.strip().splitlines()[-1] == "2", p.stderr
-    p = _run(scratch, [sys.executable, "tools/compile_gate.py", "--families", "toy_scale", "--targets",
-                       "sm_120a,sm_90a", "--json", str(tmp_path / "gate.json"), "--nvcc",
-                       json.loads(_run(scratch, [sys.executable, "-c", "import json,sys; sys.path.insert(0,'tools');"
-                                                 "import compile_gate as g; print(json.dumps(g.discover_toolchains([])"
-                                                 "[0].nvcc))"], tmp_path).stdout)], tmp_path)
+    p = _run(
+        scratch,
+        [
+            sys.executable,
+            "tools/compile_gate.py",
+            "--families",
+            "toy_scale",
+            "--targets",
+            "sm_120a,sm_90a",
+            "--json",
+            str(tmp_path / "gate.json"),
+            "--nvcc",
+            json.loads(
+                _run(
+                    scratch,
+                    [
+                        sys.executable,
+                        "-c",
+                        "import json,sys; sys.path.insert(0,'tools');"
+                        "import compile_gate as g; print(json.dumps(g.discover_toolchains([])"
+                        "[0].nvcc))",
+                    ],
+                    tmp_path,
+                ).stdout
+            ),
+        ],
+        tmp_path,
+    )
     doc = json.loads((tmp_path / "gate.json").read_text())
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     assert {(r["name"], r["target"]) for r in doc["results"]} == {
-        (f"toy_scale_t{t}", tgt) for t in (128, 256) for tgt in ("sm_120a", "sm_90a")}
+        (f"toy_scale_t{t}", tgt) for t in (128, 256) for tgt in ("sm_120a", "sm_90a")
+    }
 
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
 def test_the_worked_example_runs(scratch, tmp_path):
     """The doc's api.py launches its kernel: out = alpha * x (sm_90 through the emulation switch elsewhere)."""
-    code = textwrap.dedent('''
+    code = textwrap.dedent("""
         import torch, deep_gemm_sm120 as dg
         x = torch.arange(1000, dtype=torch.float32, device="cuda")
         out = torch.full_like(x, float("nan"))
@@ -135,7 +186,7 @@ def test_the_worked_example_runs(scratch, tmp_path):
         torch.cuda.synchronize()
         assert torch.equal(out, 2.5 * x), (out - 2.5 * x).abs().max()
         print("ok")
-    ''')
+    """)
     env_emulate = {} if __import__("torch").cuda.get_device_capability()[0] == 12 else {"DG_SM120_EMULATE": "1"}
     os.environ.update(env_emulate)
     try:

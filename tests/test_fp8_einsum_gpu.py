@@ -1,13 +1,13 @@
 """fp8_einsum('bhr,hdr->bhd') on a real GPU: emulated block-scaled MMAs on sm_90a, exact against an fp64
 reference of the dequantized operands; DeepGEMM's shapes and threshold against the unquantized product; tails,
 fp32 output with c, padded weights, determinism, graph replay."""
+
 from __future__ import annotations
 
 import pytest
 import torch
-
+from gpu_helpers import poison_like, requires_cuda
 from workloads.block_scaled import einsum_operands
-from gpu_helpers import poison_like, requires_cuda, sm120_or_emulation  # noqa: F401
 
 pytestmark = [pytest.mark.cuda, pytest.mark.emulation, requires_cuda]
 
@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.cuda, pytest.mark.emulation, requires_cuda]
 def dequantized(xq, sx, yq, sy):
     r = xq.shape[-1]
     xd = xq.double() * sx.double().repeat_interleave(128, -1)[..., :r]
-    yd = yq.double() * sy.double().repeat_interleave(128, -2)[:, :yq.shape[1]].repeat_interleave(128, -1)[..., :r]
+    yd = yq.double() * sy.double().repeat_interleave(128, -2)[:, : yq.shape[1]].repeat_interleave(128, -1)[..., :r]
     return xd, yd
 
 
@@ -52,12 +52,15 @@ def test_deepgemm_shapes(sm120_or_emulation, h, r, d, bs):
     run(bs, h, r, d)
 
 
-@pytest.mark.parametrize("bs,h,r,d,out_dtype,with_c,pad", [
-    (1, 3, 128, 72, torch.bfloat16, False, 0),     # N tail, one K block
-    (129, 5, 400, 200, torch.bfloat16, False, 16),  # K tail (400 = 3 x 128 + 16), N tail, padded weights
-    (33, 2, 256, 128, torch.float32, True, 0),      # fp32 d with c
-    (7, 4, 1024, 256, torch.float32, False, 128),
-])
+@pytest.mark.parametrize(
+    "bs,h,r,d,out_dtype,with_c,pad",
+    [
+        (1, 3, 128, 72, torch.bfloat16, False, 0),  # N tail, one K block
+        (129, 5, 400, 200, torch.bfloat16, False, 16),  # K tail (400 = 3 x 128 + 16), N tail, padded weights
+        (33, 2, 256, 128, torch.float32, True, 0),  # fp32 d with c
+        (7, 4, 1024, 256, torch.float32, False, 128),
+    ],
+)
 def test_tails_fp32_and_c(sm120_or_emulation, bs, h, r, d, out_dtype, with_c, pad):
     run(bs, h, r, d, out_dtype, with_c, pad=pad)
 
@@ -72,8 +75,9 @@ def test_deterministic_and_graph_replay(sm120_or_emulation):
     # graph replay needs packed scales (the float32 path checks powers of two with a device sync)
     (xq, sx), (yq, sy) = a, b
     r, h = xq.shape[-1], xq.shape[1]
-    sxp = dg.transform_sf_into_required_layout(sx.transpose(0, 1), xq.shape[0], r, (1, 128, 128), num_groups=h,
-                                               is_sfa=True)
+    sxp = dg.transform_sf_into_required_layout(
+        sx.transpose(0, 1), xq.shape[0], r, (1, 128, 128), num_groups=h, is_sfa=True
+    )
     syp = dg.transform_sf_into_required_layout(sy, yq.shape[1], r, (1, 128, 128), num_groups=h)
     out = torch.empty_like(z)
     dg.fp8_einsum("bhr,hdr->bhd", (xq, sxp), (yq, syp), out)

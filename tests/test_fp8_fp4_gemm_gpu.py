@@ -1,12 +1,12 @@
 """Block-scaled FP8 / FP4 GEMMs on a GPU (SM120, or sm_90 through the atoms' emulation): fp64 references from
 the dequantized inputs, adversarial scales, tails, split-K, C, packed scales, grouped layouts, graphs."""
+
 from __future__ import annotations
 
 import pytest
 import torch
-
+from gpu_helpers import contiguous_layout, poison_like, requires_cuda
 from workloads.block_scaled import SIDES, fp4_operands, fp8_operands, quantize_side
-from gpu_helpers import contiguous_layout, poison_like, requires_cuda, sm120_or_emulation  # noqa: F401
 
 pytestmark = [pytest.mark.cuda, pytest.mark.emulation, requires_cuda]
 TOL = {"mxfp8": 1e-3, "mxfp4": 2e-2, "nvfp4": 2e-2, "e4m3_e2m1": 1e-2, "e2m1_e4m3": 1e-2}  # observed: far lower
@@ -26,8 +26,16 @@ def _check(d: torch.Tensor, ref: torch.Tensor, tol: float, what: str) -> float:
     return diff
 
 
-FP8_SHAPES = [(1, 2112, 7168), (129, 200, 1040), (64, 128, 128), (256, 576, 1536), (7, 4096, 512),
-              (300, 1000, 2064), (2048, 2048, 2048), (16, 256, 7168)]  # the last one splits K
+FP8_SHAPES = [
+    (1, 2112, 7168),
+    (129, 200, 1040),
+    (64, 128, 128),
+    (256, 576, 1536),
+    (7, 4096, 512),
+    (300, 1000, 2064),
+    (2048, 2048, 2048),
+    (16, 256, 7168),
+]  # the last one splits K
 
 
 @pytest.mark.parametrize("m,n,k", FP8_SHAPES)
@@ -78,8 +86,9 @@ def test_fp8_packed_scales_bitwise_and_deterministic(sm120_or_emulation):
 
 
 @pytest.mark.parametrize("kind", ["mxfp4", "nvfp4"])
-@pytest.mark.parametrize("m,n,k", [(1, 2112, 7168), (129, 200, 1056), (256, 512, 4096), (300, 1000, 640),
-                                   (16, 256, 8192)])
+@pytest.mark.parametrize(
+    "m,n,k", [(1, 2112, 7168), (129, 200, 1056), (256, 512, 4096), (300, 1000, 640), (16, 256, 8192)]
+)
 def test_fp4_gemm_nt(sm120_or_emulation, kind, m, n, k):
     import deep_gemm_sm120 as dg
 
@@ -99,8 +108,9 @@ def test_fp4_e2m1fn_x2_dtype_and_packed_scales(sm120_or_emulation):
     pa = dg.transform_sf_into_required_layout(sfa, m, k, (1, 1, 16), is_sfa=True)
     pb = dg.transform_sf_into_required_layout(sfb, n, k, (1, 1, 16))
     d = poison_like(torch.empty(m, n, device="cuda", dtype=torch.float32))
-    dg.fp8_fp4_gemm_nt((a.view(torch.float4_e2m1fn_x2), pa), (b.view(torch.float4_e2m1fn_x2), pb), d,
-                       recipe=(1, 1, 16), alpha=alpha)
+    dg.fp8_fp4_gemm_nt(
+        (a.view(torch.float4_e2m1fn_x2), pa), (b.view(torch.float4_e2m1fn_x2), pb), d, recipe=(1, 1, 16), alpha=alpha
+    )
     _check(d, ref, 1e-5, "nvfp4 packed scales")
 
 
@@ -115,8 +125,9 @@ def test_mixed_fp8_fp4_gemm_nt(sm120_or_emulation, kind, fp8_gran, m, n, k):
     gen = _gen(m + n + k + fp8_gran)
     fa, fb = SIDES[kind]
     a, sfa, deq_a = quantize_side(fa, m, k, gen, fp8_gran if fa == "e4m3" else 32)
-    b, sfb, deq_b = quantize_side(fb, n, k, gen, fp8_gran if fb == "e4m3" else 32,
-                                  block_rows=128 if fb == "e4m3" and fp8_gran == 128 else 1)
+    b, sfb, deq_b = quantize_side(
+        fb, n, k, gen, fp8_gran if fb == "e4m3" else 32, block_rows=128 if fb == "e4m3" and fp8_gran == 128 else 1
+    )
     d = poison_like(torch.empty(m, n, device="cuda", dtype=torch.bfloat16))
     dg.fp8_fp4_gemm_nt((a, sfa), (b, sfb), d)
     _check(d, deq_a @ deq_b.T, TOL[kind], f"{kind} 1x{fp8_gran} {(m, n, k)}")
@@ -153,8 +164,9 @@ def test_m_grouped_contiguous(sm120_or_emulation, kind):
     alpha = 1.0
     for layout, psum_flag in ((lay, False), (psum, True)):
         d = torch.full((m, n), 777.0, device="cuda", dtype=torch.bfloat16)
-        dg.m_grouped_fp8_fp4_gemm_nt_contiguous((a, sfa), (b, sfb), d, layout, use_psum_layout=psum_flag,
-                                                ensure_zero_padding=False, alpha=alpha)
+        dg.m_grouped_fp8_fp4_gemm_nt_contiguous(
+            (a, sfa), (b, sfb), d, layout, use_psum_layout=psum_flag, ensure_zero_padding=False, alpha=alpha
+        )
         torch.cuda.synchronize()
         lay_cpu = lay.cpu()
         assert bool((d[(lay_cpu == -1).cuda()] == 777.0).all()), "padding rows were written"
@@ -179,8 +191,9 @@ def test_m_grouped_masked_and_graph_replay(sm120_or_emulation, kind):
         deq_a.append(da), deq_b.append(db)
     a, sfa, b, sfb = (torch.stack(x) for x in (a_list, sfa_list, b_list, sfb_list))
     recipe = {"mxfp8": (1, 128, 128), "mxfp4": (1, 1, 32), "e4m3_e2m1": (1, 1, 128)}[kind]
-    pa = dg.transform_sf_into_required_layout(sfa, m, k, recipe if fa == "e4m3" else (1, 1, 32), num_groups=groups,
-                                              is_sfa=True)
+    pa = dg.transform_sf_into_required_layout(
+        sfa, m, k, recipe if fa == "e4m3" else (1, 1, 32), num_groups=groups, is_sfa=True
+    )
     pb = dg.transform_sf_into_required_layout(sfb, n, k, recipe if fb == "e4m3" else (1, 1, 32), num_groups=groups)
     masked = torch.tensor([5, 0, 96], dtype=torch.int32, device="cuda")
     d = torch.full((groups, m, n), 777.0, device="cuda", dtype=torch.bfloat16)
@@ -192,6 +205,7 @@ def test_m_grouped_masked_and_graph_replay(sm120_or_emulation, kind):
             assert bool((out[gi, rows:] == 777.0).all()), f"rows past masked_m[{gi}] were written"
             if rows:
                 _check(out[gi, :rows], deq_a[gi][:rows] @ deq_b[gi].T, TOL[kind], f"{kind} masked group {gi}")
+
     verify(d)
     # graph capture with packed scales: no host sync, no allocation inside
     d2 = torch.full_like(d, 777.0)

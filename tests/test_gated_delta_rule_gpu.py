@@ -2,15 +2,16 @@
 natively), against the float64 token recurrence of tests/gdr_reference.py: relative L2 <= 0.01 for o and the
 final state; varlen with 1-token and empty sequences; determinism; graph replay; forward-only autograd.
 Every test except the requires_sm120 ones forces chunk_size=32 (SM120's default) unless it names another."""
+
 from __future__ import annotations
 
 import pytest
 import torch
 import torch.nn.functional as F
+from gdr_reference import l2norm, naive_recurrence, relative_l2
+from gpu_helpers import requires_cuda
 
 import deep_gemm_sm120 as dg
-from gdr_reference import l2norm, naive_recurrence, relative_l2
-from gpu_helpers import requires_cuda, sm120_or_emulation  # noqa: F401
 
 pytestmark = [pytest.mark.cuda, requires_cuda, pytest.mark.usefixtures("sm120_or_emulation")]
 BOUND = 0.01
@@ -20,7 +21,7 @@ def make_inputs(b, t, h, hv, dtype=torch.bfloat16, seed=0, normalized=True, beta
     """FLA's test recipe: l2-normalized q / k (or raw ones for the in-kernel l2norm), g = logsigmoid(N(0, 1)) fp32,
     beta = sigmoid(N(0, 1)); an fp32 initial state per sequence when state_n is given."""
     gen = torch.Generator(device="cuda").manual_seed(seed)
-    r = lambda *s: torch.randn(*s, device="cuda", generator=gen)  # noqa: E731
+    r = lambda *s: torch.randn(*s, device="cuda", generator=gen)
     q, k = r(b, t, h, 128), r(b, t, h, 128)
     if normalized:
         q, k = l2norm(q), l2norm(k)
@@ -32,10 +33,23 @@ def make_inputs(b, t, h, hv, dtype=torch.bfloat16, seed=0, normalized=True, beta
 
 
 def check(args, init, chunk=32, cu_seqlens=None, l2=False, scale=None):
-    o, final = dg.chunk_gated_delta_rule(*args, scale=scale, initial_state=init, output_final_state=True,
-                                         cu_seqlens=cu_seqlens, use_qk_l2norm_in_kernel=l2, chunk_size=chunk)
-    ro, rf = naive_recurrence(*args, scale=scale, initial_state=init, output_final_state=True, cu_seqlens=cu_seqlens,
-                              use_qk_l2norm_in_kernel=l2)
+    o, final = dg.chunk_gated_delta_rule(
+        *args,
+        scale=scale,
+        initial_state=init,
+        output_final_state=True,
+        cu_seqlens=cu_seqlens,
+        use_qk_l2norm_in_kernel=l2,
+        chunk_size=chunk,
+    )
+    ro, rf = naive_recurrence(
+        *args,
+        scale=scale,
+        initial_state=init,
+        output_final_state=True,
+        cu_seqlens=cu_seqlens,
+        use_qk_l2norm_in_kernel=l2,
+    )
     assert o.dtype == args[2].dtype and o.shape == args[2].shape
     assert torch.isfinite(o).all() and torch.isfinite(final).all()
     eo, ef = relative_l2(o, ro), relative_l2(final, rf)
@@ -75,19 +89,27 @@ def test_every_recurrence_plan(monkeypatch, chunk, vslice, ksplit):
     """Each instantiation the plan can choose (a K split adds its partial products in a fixed order: bitwise
     repeatable)."""
     args, init, cu, o, final = run_plan(monkeypatch, chunk, vslice, ksplit, seed=vslice + ksplit)
-    o2, final2 = dg.chunk_gated_delta_rule(*args, initial_state=init, output_final_state=True, cu_seqlens=cu,
-                                           chunk_size=chunk)
+    o2, final2 = dg.chunk_gated_delta_rule(
+        *args, initial_state=init, output_final_state=True, cu_seqlens=cu, chunk_size=chunk
+    )
     assert torch.equal(o, o2) and torch.equal(final, final2)
 
 
 OVERLAP_CASES = [  # (chunk, plan, varlen?, prep CTAs of the overlapped launch)
-    (32, (16, 2), True, 1), (32, (16, 2), True, 7), (32, (64, 1), False, 3), (16, (32, 1), True, 5),
-    (64, (16, 2), False, 2), (64, (64, 1), True, 64),
+    (32, (16, 2), True, 1),
+    (32, (16, 2), True, 7),
+    (32, (64, 1), False, 3),
+    (16, (32, 1), True, 5),
+    (64, (16, 2), False, 2),
+    (64, (64, 1), True, 64),
 ]
 
 
-@pytest.mark.parametrize("chunk,plan,varlen,prep_ctas", OVERLAP_CASES,
-                         ids=[f"c{c}-v{p[0]}k{p[1]}-{'varlen' if v else 'b2'}-p{n}" for c, p, v, n in OVERLAP_CASES])
+@pytest.mark.parametrize(
+    "chunk,plan,varlen,prep_ctas",
+    OVERLAP_CASES,
+    ids=[f"c{c}-v{p[0]}k{p[1]}-{'varlen' if v else 'b2'}-p{n}" for c, p, v, n in OVERLAP_CASES],
+)
 def test_overlapped_prep_matches_the_sequential_launch(monkeypatch, chunk, plan, varlen, prep_ctas):
     """The prep grid beside the recurrence (persistent, flags per chunk; one prep CTA walking every item at the
     extreme) gives bitwise the sequential launch's result: same kernels' arithmetic, only the wait differs."""
@@ -104,7 +126,7 @@ def test_overlapped_prep_matches_the_sequential_launch(monkeypatch, chunk, plan,
     chosen = []
     monkeypatch.setattr(api, "choose_overlap", lambda *a: chosen.append(a) or prep_ctas)
     o_ovl, f_ovl, _, _ = check(args, init, chunk=chunk, cu_seqlens=cu)
-    assert chosen and chosen[0][2] is True           # PDL on: the overlapped launch was asked for
+    assert chosen and chosen[0][2] is True  # PDL on: the overlapped launch was asked for
     assert torch.equal(o_seq, o_ovl) and torch.equal(f_seq, f_ovl)
 
 
@@ -136,7 +158,7 @@ def test_every_chunk_size(chunk):
 
 @pytest.mark.parametrize("with_state", [False, True])
 def test_varlen_with_one_token_and_empty_sequences(with_state):
-    lens = [1, 0, 39, 64, 100, 1, 33, 0]         # a 1-token head, empty middle and tail, chunk-crossing lengths
+    lens = [1, 0, 39, 64, 100, 1, 33, 0]  # a 1-token head, empty middle and tail, chunk-crossing lengths
     cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32, device="cuda")
     args, init = make_inputs(1, int(cu[-1]), 4, 8, seed=7, state_n=len(lens) if with_state else None)
     o, final, _, _ = check(args, init, cu_seqlens=cu)
@@ -144,7 +166,7 @@ def test_varlen_with_one_token_and_empty_sequences(with_state):
     for i, n in enumerate(lens):
         if n == 0:
             assert torch.equal(final[i], init[i] if with_state else torch.zeros_like(final[i]))
-    check(args, init, cu_seqlens=cu.long())   # int64 offsets take the same path
+    check(args, init, cu_seqlens=cu.long())  # int64 offsets take the same path
 
 
 def test_in_kernel_l2norm_custom_scale_fp32_beta_and_fp16():
@@ -173,7 +195,7 @@ def test_graph_replay_with_new_inputs(monkeypatch, overlap):
     args, init = make_inputs(1, 108, 4, 8, seed=5, state_n=len(lens))
     static = [x.clone() for x in args] + [init.clone()]
     kw = dict(output_final_state=True, cu_seqlens=cu, chunk_size=32)
-    dg.chunk_gated_delta_rule(*static[:5], initial_state=static[5], **kw)   # compile and warm outside capture
+    dg.chunk_gated_delta_rule(*static[:5], initial_state=static[5], **kw)  # compile and warm outside capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):

@@ -1,38 +1,58 @@
 """chunk_gated_delta_rule's argument contract and its forward-only autograd marker, on the CPU."""
+
 from __future__ import annotations
 
 import pytest
 import torch
 
-from deep_gemm_sm120.families.gated_delta_rule.contract import (CHUNK_SIZES, NoBackward, check_arguments, check_cu_seqlens_values,
-                                                 chunk_gated_delta_rule_bwd, default_chunk_size)
+from deep_gemm_sm120.families.gated_delta_rule.contract import (
+    NoBackward,
+    check_arguments,
+    check_cu_seqlens_values,
+    chunk_gated_delta_rule_bwd,
+    default_chunk_size,
+)
+from deep_gemm_sm120.families.gated_delta_rule.prep import CHUNKS as CHUNK_SIZES
 
 BF16 = torch.bfloat16
 
 
 def _args(b=2, t=33, h=4, hv=8, dk=128, dv=128, dtype=BF16):
-    return (torch.zeros(b, t, h, dk, dtype=dtype), torch.zeros(b, t, h, dk, dtype=dtype),
-            torch.zeros(b, t, hv, dv, dtype=dtype), torch.zeros(b, t, hv), torch.zeros(b, t, hv, dtype=dtype))
+    return (
+        torch.zeros(b, t, h, dk, dtype=dtype),
+        torch.zeros(b, t, h, dk, dtype=dtype),
+        torch.zeros(b, t, hv, dv, dtype=dtype),
+        torch.zeros(b, t, hv),
+        torch.zeros(b, t, hv, dtype=dtype),
+    )
 
 
 def test_valid_problem_and_defaults():
     p = check_arguments(*_args())
     assert (p.batch, p.seq_len, p.heads, p.value_heads, p.num_sequences) == (2, 33, 4, 8, 2)
-    assert p.scale == 128 ** -0.5 and p.chunk_size == 32 and not p.varlen
-    p = check_arguments(*_args(b=1), cu_seqlens=torch.tensor([0, 1, 1, 33], dtype=torch.int32), chunk_size=64,
-                        initial_state=torch.zeros(3, 8, 128, 128), default_chunk=32)
+    assert p.scale == 128**-0.5 and p.chunk_size == 32 and not p.varlen
+    p = check_arguments(
+        *_args(b=1),
+        cu_seqlens=torch.tensor([0, 1, 1, 33], dtype=torch.int32),
+        chunk_size=64,
+        initial_state=torch.zeros(3, 8, 128, 128),
+        default_chunk=32,
+    )
     assert p.num_sequences == 3 and p.varlen and p.chunk_size == 64
     assert check_arguments(*_args(), default_chunk=16).chunk_size == 16
 
 
-@pytest.mark.parametrize("mutate,error,text", [
-    (lambda a: (a[0].float(),) + a[1:], TypeError, "bfloat16 or torch.float16"),
-    (lambda a: a[:2] + (a[2].half(),) + a[3:], TypeError, "q's dtype"),
-    (lambda a: a[:3] + (a[3].to(BF16),) + a[4:], TypeError, "g .*float32"),
-    (lambda a: a[:2] + (torch.zeros(2, 33, 6, 128, dtype=BF16),) + a[3:], ValueError, "multiple of H"),
-    (lambda a: a[:3] + (torch.zeros(2, 33, 7),) + a[4:], ValueError, r"g must be \[B, T, HV\]"),
-    (lambda a: tuple(x[..., :64] if i < 3 else x for i, x in enumerate(a)), NotImplementedError, "K = V = 128"),
-])
+@pytest.mark.parametrize(
+    "mutate,error,text",
+    [
+        (lambda a: (a[0].float(),) + a[1:], TypeError, "bfloat16 or torch.float16"),
+        (lambda a: a[:2] + (a[2].half(),) + a[3:], TypeError, "q's dtype"),
+        (lambda a: a[:3] + (a[3].to(BF16),) + a[4:], TypeError, "g .*float32"),
+        (lambda a: a[:2] + (torch.zeros(2, 33, 6, 128, dtype=BF16),) + a[3:], ValueError, "multiple of H"),
+        (lambda a: a[:3] + (torch.zeros(2, 33, 7),) + a[4:], ValueError, r"g must be \[B, T, HV\]"),
+        (lambda a: tuple(x[..., :64] if i < 3 else x for i, x in enumerate(a)), NotImplementedError, "K = V = 128"),
+    ],
+)
 def test_typed_errors(mutate, error, text):
     with pytest.raises(error, match=text):
         check_arguments(*mutate(_args()))
@@ -74,18 +94,31 @@ def test_api_and_is_supported_agree():
     """The API on CPU tensors reaches the device check exactly when is_supported says True."""
     import itertools
 
-    import deep_gemm_sm120 as dg
     from support_helpers import agree
 
+    import deep_gemm_sm120 as dg
+
     for dtype, beta_dtype, (h, hv), dim, chunk in itertools.product(
-            (BF16, torch.float16, torch.float32), (BF16, torch.float32, torch.float16), ((4, 8), (2, 2)), (64, 128),
-            (None, 16, 32, 64, 128)):
+        (BF16, torch.float16, torch.float32),
+        (BF16, torch.float32, torch.float16),
+        ((4, 8), (2, 2)),
+        (64, 128),
+        (None, 16, 32, 64, 128),
+    ):
         q, k, v, g, _ = _args(b=1, t=5, h=h, hv=hv, dk=dim, dv=dim, dtype=dtype)
         beta = torch.zeros(1, 5, hv, dtype=beta_dtype)
-        agree("chunk_gated_delta_rule", (dg.chunk_gated_delta_rule, q, k, v, g, beta, None, None, False, None, False,
-                                         chunk),
-              dtype=dtype, beta_dtype=beta_dtype, g_dtype=torch.float32, heads=h, value_heads=hv, head_dim=dim,
-              value_dim=dim, chunk_size=chunk)
+        agree(
+            "chunk_gated_delta_rule",
+            (dg.chunk_gated_delta_rule, q, k, v, g, beta, None, None, False, None, False, chunk),
+            dtype=dtype,
+            beta_dtype=beta_dtype,
+            g_dtype=torch.float32,
+            heads=h,
+            value_heads=hv,
+            head_dim=dim,
+            value_dim=dim,
+            chunk_size=chunk,
+        )
 
 
 def test_recurrence_plans_fit_and_split_only_few_heads():
@@ -105,28 +138,29 @@ def test_recurrence_plans_fit_and_split_only_few_heads():
         for n, hv in ((1, 8), (4, 8), (1, 32), (1, 64), (64, 32), (3, 1)):
             for sms in (84, 132, 188):
                 assert choose_plan(n, hv, sms, chunk) in built
-    assert choose_plan(1, 8, 132, 32) == (16, 2)      # 64 warps unsplit: a quarter of the partitions
-    assert choose_plan(4, 8, 132, 32) == (32, 1)      # 32-column slices are never split
-    assert choose_plan(1, 64, 132, 32) == (64, 1)     # 512 warps already
+    assert choose_plan(1, 8, 132, 32) == (16, 2)  # 64 warps unsplit: a quarter of the partitions
+    assert choose_plan(4, 8, 132, 32) == (32, 1)  # 32-column slices are never split
+    assert choose_plan(1, 64, 132, 32) == (64, 1)  # 512 warps already
     assert choose_plan(64, 32, 132, 32) == (128, 1)
     names = {GdrFwdSpec(32, 16, "bf16", k).name for k in (1, 2)}
-    assert len(names) == 2                            # the split is part of the kernel's name (JIT cache key)
+    assert len(names) == 2  # the split is part of the kernel's name (JIT cache key)
 
 
 def test_prep_overlaps_the_recurrence_only_where_it_leaves_sms_idle():
     """The persistent prep grid takes the SMs the recurrence leaves idle, only when that is at least half of them
     and PDL lets the recurrence start early; the few-head shapes of issue 29 qualify, many heads do not."""
-    from deep_gemm_sm120.families.gated_delta_rule.plan import choose_overlap, choose_plan, recurrence_ctas as grid
+    from deep_gemm_sm120.families.gated_delta_rule.plan import choose_overlap, choose_plan
+    from deep_gemm_sm120.families.gated_delta_rule.plan import recurrence_ctas as grid
 
     def recurrence_ctas(n: int, hv: int, sms: int) -> int:
         return grid(n, hv, choose_plan(n, hv, sms, 32)[0])
 
-    assert choose_overlap(recurrence_ctas(1, 8, 132), 132, True) == 132 - 64   # 1 x T, 8 value heads
+    assert choose_overlap(recurrence_ctas(1, 8, 132), 132, True) == 132 - 64  # 1 x T, 8 value heads
     assert choose_overlap(66, 132, True) == 66 and choose_overlap(67, 132, True) == 0
-    assert choose_overlap(recurrence_ctas(1, 32, 132), 132, True) == 0         # 16 / 32 heads fill the GPU
+    assert choose_overlap(recurrence_ctas(1, 32, 132), 132, True) == 0  # 16 / 32 heads fill the GPU
     assert choose_overlap(recurrence_ctas(16, 8, 132), 132, True) == 0
     for ctas in (1, 10, 64):
-        assert choose_overlap(ctas, 132, False) == 0                           # no PDL: sequential
+        assert choose_overlap(ctas, 132, False) == 0  # no PDL: sequential
         assert 0 < choose_overlap(ctas, 132, True) <= 132 - ctas
 
 

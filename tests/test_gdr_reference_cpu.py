@@ -1,12 +1,10 @@
 """The chunk-wise (WY) gated-delta-rule formulation the kernels will implement equals the token-by-token
 definition, in float64 on the CPU: every stage of the planned kernels is checked before any kernel exists."""
-from __future__ import annotations
 
-import itertools
+from __future__ import annotations
 
 import pytest
 import torch
-
 from gdr_reference import chunked, chunked_lookahead, l2norm, naive_recurrence, relative_l2
 
 
@@ -15,7 +13,7 @@ def _inputs(b, t, h, hv, dk, dv, seed=0, initial=False, n_seq=None):
     q = torch.randn(b, t, h, dk, generator=g_)
     k = torch.randn(b, t, h, dk, generator=g_)
     v = torch.randn(b, t, hv, dv, generator=g_)
-    g = torch.nn.functional.logsigmoid(torch.randn(b, t, hv, generator=g_))        # log decay <= 0
+    g = torch.nn.functional.logsigmoid(torch.randn(b, t, hv, generator=g_))  # log decay <= 0
     beta = torch.sigmoid(torch.randn(b, t, hv, generator=g_))
     s0 = torch.randn(n_seq or b, hv, dk, dv, generator=g_) if initial else None
     return q, k, v, g, beta, s0
@@ -33,7 +31,7 @@ def test_chunked_equals_recurrence(t, chunk, h, hv, initial, l2):
 
 
 def test_varlen_with_empty_and_one_token_sequences():
-    cu = torch.tensor([0, 1, 1, 40, 41, 105], dtype=torch.int32)   # lengths 1, 0, 39, 1, 64
+    cu = torch.tensor([0, 1, 1, 40, 41, 105], dtype=torch.int32)  # lengths 1, 0, 39, 1, 64
     q, k, v, g, beta, s0 = _inputs(1, 105, 2, 4, 16, 8, seed=3, initial=True, n_seq=5)
     kw = dict(initial_state=s0, output_final_state=True, cu_seqlens=cu)
     o_ref, s_ref = naive_recurrence(q, k, v, g, beta, **kw)
@@ -49,7 +47,7 @@ def test_sequences_are_independent_and_the_scale_default():
     o, _ = naive_recurrence(q, k, v, g, beta)
     o1, _ = naive_recurrence(q[1:], k[1:], v[1:], g[1:], beta[1:])
     assert torch.equal(o[1:], o1)
-    o2, _ = naive_recurrence(q, k, v, g, beta, scale=16 ** -0.5)
+    o2, _ = naive_recurrence(q, k, v, g, beta, scale=16**-0.5)
     assert torch.equal(o, o2)
 
 
@@ -83,13 +81,13 @@ def test_lookahead_in_bf16_operands_stays_within_the_bound():
     within the kernels' 0.01 bound over 64 chunks and within 2x of the direct form with S rounded alike (measured
     1.5e-4 against 1.0e-4 for o, 6.1e-5 against 4.5e-5 for the final state): the extra rounding of the C x C cross
     products does not accumulate along the sequence."""
-    bf = lambda x: x.to(torch.bfloat16).double()  # noqa: E731
+    bf = lambda x: x.to(torch.bfloat16).double()
     g_ = torch.Generator().manual_seed(29)
     t = 2048
     q = l2norm(torch.randn(1, t, 2, 128, generator=g_)).to(torch.bfloat16).double()
     k = l2norm(torch.randn(1, t, 2, 128, generator=g_)).to(torch.bfloat16).double()
     v = torch.randn(1, t, 4, 128, generator=g_).to(torch.bfloat16).double()
-    g = torch.nn.functional.logsigmoid(torch.randn(1, t, 4, generator=g_) + 3).double()   # slow decay: long memory
+    g = torch.nn.functional.logsigmoid(torch.randn(1, t, 4, generator=g_) + 3).double()  # slow decay: long memory
     beta = torch.sigmoid(torch.randn(1, t, 4, generator=g_)).double()
     o_ref, s_ref = naive_recurrence(q, k, v, g, beta, output_final_state=True)
     kw = dict(output_final_state=True, chunk_size=32, rounding=bf)

@@ -1,6 +1,7 @@
 """benchmarks/gemm_bounds.py edits a copy of the BF16 kernel by exact anchors: every variant must still apply to
 the kernel as committed (a kernel change that breaks one fails here, not on the GPU machine), and the edits must
 touch only the copy."""
+
 from __future__ import annotations
 
 import hashlib
@@ -10,7 +11,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks"))
-import gemm_bounds  # noqa: E402
+import gemm_bounds
 
 
 def _sha(path: str) -> str:
@@ -42,7 +43,7 @@ def test_parse_config():
 
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
-import compile_gate as gate  # noqa: E402
+import compile_gate as gate
 
 
 @pytest.mark.compile_gate

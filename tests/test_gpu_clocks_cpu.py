@@ -1,5 +1,6 @@
 """The benchmark's clock / power sampler (benchmarks/gpu_clocks.py) against a fake nvidia-smi: parsing, the
 median, the clock-event reason bits, and the error when nothing was sampled. No GPU needed."""
+
 from __future__ import annotations
 
 import os
@@ -9,7 +10,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks"))
-import gpu_clocks  # noqa: E402
+import gpu_clocks
 
 
 def _fake_smi(tmp_path, monkeypatch, lines: list[str]) -> None:
@@ -21,10 +22,16 @@ def _fake_smi(tmp_path, monkeypatch, lines: list[str]) -> None:
 
 
 def test_sustained_reports_median_clock_power_and_reasons(tmp_path, monkeypatch):
-    _fake_smi(tmp_path, monkeypatch, ["1980, 480.5, 700.00, 0x0000000000000000",
-                                      "1695, 691.0, 700.00, 0x0000000000000004",
-                                      "1710, 689.0, 700.00, 0x0000000000000004",
-                                      "[N/A], [N/A], 700.00, 0x0"])
+    _fake_smi(
+        tmp_path,
+        monkeypatch,
+        [
+            "1980, 480.5, 700.00, 0x0000000000000000",
+            "1695, 691.0, 700.00, 0x0000000000000004",
+            "1710, 689.0, 700.00, 0x0000000000000004",
+            "[N/A], [N/A], 700.00, 0x0",
+        ],
+    )
     calls = []
     r = gpu_clocks.sustained(lambda: calls.append(1), seconds=1.0, sync=lambda: None)
     assert r["samples"] == 3  # the [N/A] row is skipped

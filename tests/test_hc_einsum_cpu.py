@@ -1,16 +1,23 @@
 """tf32_hc_prenorm_gemm and einsum without a GPU: typed errors, is_supported agreeing with the API on CPU
 tensors, DeepGEMM's split ranges, and the plans (bucketed M, reduce forms, configs)."""
+
 from __future__ import annotations
 
 import itertools
 
 import pytest
 import torch
+from support_helpers import CPU_REJECT
+from support_helpers import agree as _agree
 
 import deep_gemm_sm120 as dg
-from support_helpers import CPU_REJECT, accepts as _accepts, agree as _agree
-from deep_gemm_sm120.families.bf16_gemm import kernel as bf16_kernel, plan as bf16_plan, rules as bf16_rules
-from deep_gemm_sm120.families.tf32_hc_prenorm_gemm import kernel as hc_kernel, plan as hc_plan, rules as hc_rules
+from deep_gemm_sm120.core.arith import ceil_div
+from deep_gemm_sm120.families.bf16_gemm import kernel as bf16_kernel
+from deep_gemm_sm120.families.bf16_gemm import plan as bf16_plan
+from deep_gemm_sm120.families.bf16_gemm import rules as bf16_rules
+from deep_gemm_sm120.families.tf32_hc_prenorm_gemm import kernel as hc_kernel
+from deep_gemm_sm120.families.tf32_hc_prenorm_gemm import plan as hc_plan
+from deep_gemm_sm120.families.tf32_hc_prenorm_gemm import rules as hc_rules
 from deep_gemm_sm120.services.split_k_reduce import WARP_PER_ELEMENT_MIN_SPLITS
 
 BF16, F32, F16 = torch.bfloat16, torch.float32, torch.float16
@@ -18,26 +25,37 @@ BF16, F32, F16 = torch.bfloat16, torch.float32, torch.float16
 
 def test_hc_api_and_is_supported_agree():
     for (m, n, k), splits, (ad, bd) in itertools.product(
-            itertools.product((0, 1, 13), (1, 24, 32, 33), (8, 12, 64, 7168)), (None, 1, 16),
-            ((BF16, F32), (F16, F32), (BF16, BF16))):
+        itertools.product((0, 1, 13), (1, 24, 32, 33), (8, 12, 64, 7168)),
+        (None, 1, 16),
+        ((BF16, F32), (F16, F32), (BF16, BF16)),
+    ):
         lead = () if splits is None else (splits,)
-        call = (dg.tf32_hc_prenorm_gemm, torch.zeros(m, k, dtype=ad), torch.zeros(n, k, dtype=bd),
-                torch.zeros(*lead, m, n), torch.zeros(*lead, m), splits)
+        call = (
+            dg.tf32_hc_prenorm_gemm,
+            torch.zeros(m, k, dtype=ad),
+            torch.zeros(n, k, dtype=bd),
+            torch.zeros(*lead, m, n),
+            torch.zeros(*lead, m),
+            splits,
+        )
         _agree("tf32_hc_prenorm_gemm", call, m=m, n=n, k=k, a_dtype=ad, b_dtype=bd, num_splits=splits)
 
 
-@pytest.mark.parametrize("kwargs,error,text", [
-    ({"a_dtype": "float16"}, TypeError, "torch.bfloat16"),
-    ({"b_dtype": "bfloat16"}, TypeError, "torch.float32"),
-    ({"d_dtype": "bfloat16"}, TypeError, "torch.float32"),
-    ({"n": 33}, ValueError, "[1, 32]"),
-    ({"n": 0}, ValueError, "[1, 32]"),
-    ({"k": 0}, ValueError, "positive"),
-    ({"k": 12, "m": 5}, ValueError, "16 bytes"),
-    ({"num_splits": 0}, ValueError, ">= 1"),
-    ({"num_splits": True}, TypeError, "int"),
-    ({"num_splits": 2.0}, TypeError, "int"),
-])
+@pytest.mark.parametrize(
+    "kwargs,error,text",
+    [
+        ({"a_dtype": "float16"}, TypeError, "torch.bfloat16"),
+        ({"b_dtype": "bfloat16"}, TypeError, "torch.float32"),
+        ({"d_dtype": "bfloat16"}, TypeError, "torch.float32"),
+        ({"n": 33}, ValueError, "[1, 32]"),
+        ({"n": 0}, ValueError, "[1, 32]"),
+        ({"k": 0}, ValueError, "positive"),
+        ({"k": 12, "m": 5}, ValueError, "16 bytes"),
+        ({"num_splits": 0}, ValueError, ">= 1"),
+        ({"num_splits": True}, TypeError, "int"),
+        ({"num_splits": 2.0}, TypeError, "int"),
+    ],
+)
 def test_hc_rule_errors(kwargs, error, text):
     with pytest.raises(error, match=text.replace("[", r"\[").replace("]", r"\]")):
         hc_rules.hc_prenorm_rule(**kwargs)
@@ -64,8 +82,8 @@ def test_internal_plan_depends_on_m_through_its_bucket_and_never_leaves_a_split_
     for m, n, k, sms in itertools.product(range(1, 600, 7), (1, 24, 32), (8, 640, 7168, 28672), (132, 170, 188)):
         p = hc_plan.plan(hc_plan.m_bucket(m), n, k, sms, None)
         assert p == hc_plan.plan(hc_plan.m_bucket(hc_plan.m_bucket(m)), n, k, sms, None)
-        assert p.spec in hc_kernel.specs() and p.spec.n_pad >= n and p.m_blocks == -(-m // hc_kernel.BLOCK_M)
-        blocks = -(-k // hc_kernel.BLOCK_K)
+        assert p.spec in hc_kernel.specs() and p.spec.n_pad >= n and p.m_blocks == ceil_div(m, hc_kernel.BLOCK_M)
+        blocks = ceil_div(k, hc_kernel.BLOCK_K)
         assert 1 <= p.splits <= hc_plan.MAX_INTERNAL_SPLITS and min(_split_ranges(blocks, p.splits)) >= 1
         assert (p.reduce_d is None) == (p.splits == 1) == (p.reduce_s is None)
         if p.reduce_d is not None and p.splits < WARP_PER_ELEMENT_MIN_SPLITS:
@@ -81,6 +99,7 @@ def test_hc_specs_fit_shared_memory_and_pad_n():
 
 # ---------------------------------------------------------------- einsum
 
+
 def test_einsum_unsupported_expression_lists_the_supported_ones():
     z = torch.zeros(2, 2, 8, dtype=BF16)
     with pytest.raises(NotImplementedError, match=r"bhd,hdr->bhr.*bhr,hdr->bhd.*bmk,bnk->mn"):
@@ -93,21 +112,39 @@ def test_einsum_unsupported_expression_lists_the_supported_ones():
 @pytest.mark.parametrize("expr", ["bhr,hdr->bhd", "bhd,hdr->bhr"])
 def test_einsum_per_head_api_and_is_supported_agree(expr):
     for (bs, h, r, d), (ad, od) in itertools.product(
-            itertools.product((0, 4), (2,), (8, 12, 64), (8, 12, 72)), ((BF16, BF16), (F16, BF16), (BF16, F32))):
+        itertools.product((0, 4), (2,), (8, 12, 64), (8, 12, 72)), ((BF16, BF16), (F16, BF16), (BF16, F32))
+    ):
         x = torch.zeros(bs, h, r if expr == "bhr,hdr->bhd" else d, dtype=ad)
         y = torch.zeros(h, d, r, dtype=BF16)
         z = torch.zeros(bs, h, d if expr == "bhr,hdr->bhd" else r, dtype=od)
-        _agree("einsum", (dg.einsum, expr, x, y, z), expr=expr, b=bs, h=h, r=r, d=d, a_dtype=ad, b_dtype=BF16,
-               out_dtype=od)
+        _agree(
+            "einsum", (dg.einsum, expr, x, y, z), expr=expr, b=bs, h=h, r=r, d=d, a_dtype=ad, b_dtype=BF16, out_dtype=od
+        )
 
 
 def test_einsum_batch_reduction_api_and_is_supported_agree():
     for (bs, m, n, k), od, with_c in itertools.product(
-            itertools.product((0, 3), (0, 5), (7,), (8, 12, 64)), (F32, BF16, F16), (False, True)):
+        itertools.product((0, 3), (0, 5), (7,), (8, 12, 64)), (F32, BF16, F16), (False, True)
+    ):
         d = torch.zeros(m, n, dtype=od)
-        _agree("einsum", (dg.einsum, "bmk,bnk->mn", torch.zeros(bs, m, k, dtype=BF16), torch.zeros(bs, n, k, dtype=BF16),
-                          d, d if with_c else None),
-               expr="bmk,bnk->mn", b=bs, m=m, n=n, k=k, out_dtype=od, c_dtype=od if with_c else None)
+        _agree(
+            "einsum",
+            (
+                dg.einsum,
+                "bmk,bnk->mn",
+                torch.zeros(bs, m, k, dtype=BF16),
+                torch.zeros(bs, n, k, dtype=BF16),
+                d,
+                d if with_c else None,
+            ),
+            expr="bmk,bnk->mn",
+            b=bs,
+            m=m,
+            n=n,
+            k=k,
+            out_dtype=od,
+            c_dtype=od if with_c else None,
+        )
 
 
 def test_einsum_contract_errors():
@@ -139,8 +176,10 @@ def test_einsum_plans():
 
 # ---------------------------------------------------------------- fp8_einsum
 
+
 def test_fp8_einsum_contract():
-    from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d import kernel as bs_kernel, plan as bs_plan
+    from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d import kernel as bs_kernel
+    from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d import plan as bs_plan
 
     e4 = torch.float8_e4m3fn
     x, sx = torch.zeros(4, 2, 256, dtype=e4), torch.ones(4, 2, 2)

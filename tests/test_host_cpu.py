@@ -1,4 +1,5 @@
 """Host package on a CPU-only machine: import hygiene, typed validation errors, dispatch, heuristics, numerics."""
+
 from __future__ import annotations
 
 import os
@@ -9,15 +10,19 @@ from pathlib import Path
 import pytest
 import torch
 
+from deep_gemm_sm120.core.arith import ceil_div
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_import_never_initializes_cuda():
-    code = ("import torch, deep_gemm_sm120 as dg; "
-            "assert not torch.cuda.is_initialized(); "
-            "assert dg.is_supported('bf16_gemm_nt', m=64, n=64, k=64, capability=(12, 0)); "
-            "import deep_gemm_sm120.runtime, deep_gemm_sm120.jit; "
-            "assert not torch.cuda.is_initialized(); print('ok')")
+    code = (
+        "import torch, deep_gemm_sm120 as dg; "
+        "assert not torch.cuda.is_initialized(); "
+        "assert dg.is_supported('bf16_gemm_nt', m=64, n=64, k=64, capability=(12, 0)); "
+        "import deep_gemm_sm120.runtime, deep_gemm_sm120.jit; "
+        "assert not torch.cuda.is_initialized(); print('ok')"
+    )
     env = {**os.environ, "PYTHONPATH": str(ROOT / "host"), "CUDA_VISIBLE_DEVICES": ""}
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
@@ -39,16 +44,19 @@ def _t(*shape, dtype=torch.bfloat16):
     return torch.zeros(*shape, dtype=dtype)
 
 
-@pytest.mark.parametrize("args, exc, match", [
-    ((_t(4, 8, dtype=torch.float32), _t(4, 8), _t(4, 4)), TypeError, "a must be torch.bfloat16, got torch.float32"),
-    ((_t(4, 8), _t(4, 8, dtype=torch.float16), _t(4, 4)), TypeError, "b must be torch.bfloat16"),
-    ((_t(4, 8), _t(4, 8), _t(4, 4, dtype=torch.float16)), TypeError, "d must be torch.bfloat16 or torch.float32"),
-    ((_t(4, 8), _t(4, 16), _t(4, 4)), ValueError, "K must agree"),
-    ((_t(4, 8), _t(5, 8), _t(4, 4)), ValueError, r"d must be \[M, N\] = \(4, 5\), got \(4, 4\)"),
-    ((_t(2, 4, 8), _t(4, 8), _t(4, 4)), ValueError, r"a must be 2-D \[M, K\]"),
-    (("not a tensor", _t(4, 8), _t(4, 4)), TypeError, "a must be a torch.Tensor, got str"),
-    ((_t(4, 8), _t(4, 8), _t(4, 4)), ValueError, "must be on a CUDA device, got cpu"),
-])
+@pytest.mark.parametrize(
+    "args, exc, match",
+    [
+        ((_t(4, 8, dtype=torch.float32), _t(4, 8), _t(4, 4)), TypeError, "a must be torch.bfloat16, got torch.float32"),
+        ((_t(4, 8), _t(4, 8, dtype=torch.float16), _t(4, 4)), TypeError, "b must be torch.bfloat16"),
+        ((_t(4, 8), _t(4, 8), _t(4, 4, dtype=torch.float16)), TypeError, "d must be torch.bfloat16 or torch.float32"),
+        ((_t(4, 8), _t(4, 16), _t(4, 4)), ValueError, "K must agree"),
+        ((_t(4, 8), _t(5, 8), _t(4, 4)), ValueError, r"d must be \[M, N\] = \(4, 5\), got \(4, 4\)"),
+        ((_t(2, 4, 8), _t(4, 8), _t(4, 4)), ValueError, r"a must be 2-D \[M, K\]"),
+        (("not a tensor", _t(4, 8), _t(4, 4)), TypeError, "a must be a torch.Tensor, got str"),
+        ((_t(4, 8), _t(4, 8), _t(4, 4)), ValueError, "must be on a CUDA device, got cpu"),
+    ],
+)
 def test_bf16_gemm_validation_errors(args, exc, match):
     import deep_gemm_sm120 as dg
 
@@ -66,8 +74,8 @@ def test_c_validation_errors():
 
 
 def test_tma_stride_and_alignment_rules():
-    from deep_gemm_sm120.core.rules import require_tma_rows
     from deep_gemm_sm120.checks import output_row_stride, tma_operand
+    from deep_gemm_sm120.core.rules import require_tma_rows
 
     def row_bytes(name, t):  # the tensor-level checks, then the 16-byte stride rule the families apply
         stride, stride_bytes = tma_operand(name, t)
@@ -105,8 +113,9 @@ def test_is_supported_answers_without_raising(monkeypatch):
     import deep_gemm_sm120 as dg
 
     monkeypatch.delenv("DG_SM120_EMULATE", raising=False)
-    assert dg.is_supported("bf16_gemm_nt", m=1, n=7168, k=2048, ab_dtype=torch.bfloat16, out_dtype=torch.float32,
-                           capability=(12, 0))
+    assert dg.is_supported(
+        "bf16_gemm_nt", m=1, n=7168, k=2048, ab_dtype=torch.bfloat16, out_dtype=torch.float32, capability=(12, 0)
+    )
     assert not dg.is_supported("bf16_gemm_nt", capability=(9, 0))
     monkeypatch.setenv("DG_SM120_EMULATE", "1")
     assert dg.is_supported("bf16_gemm_nt", capability=(9, 0))
@@ -114,13 +123,12 @@ def test_is_supported_answers_without_raising(monkeypatch):
     assert not dg.is_supported("bf16_gemm_nt", ab_dtype=torch.float16)
     assert not dg.is_supported("bf16_gemm_nt", out_dtype=torch.float16)
     assert not dg.is_supported("fp8_fp4_sparse_mqa_logits_v2")  # not an op of this package
-    assert dg.is_supported("fp8_fp4_sparse_mqa_logits", heads=32, head_dim=128, q_dtype=torch.uint8,
-                           sparse_block_kv=16)
+    assert dg.is_supported("fp8_fp4_sparse_mqa_logits", heads=32, head_dim=128, q_dtype=torch.uint8, sparse_block_kv=16)
     assert not dg.is_supported("fp8_fp4_sparse_mqa_logits", heads=32, head_dim=64, q_dtype=torch.uint8)
     assert dg.is_supported("fp8_gemm_nt", m=1, n=7168, k=7168, ab_dtype=torch.float8_e4m3fn, capability=(12, 0))
     assert dg.is_supported("fp8_fp4_gemm_nt", k=7168, ab_dtype=torch.uint8, out_dtype=torch.float32)
     assert not dg.is_supported("fp8_gemm_nt", k=100, ab_dtype=torch.float8_e4m3fn)  # 16-byte K rows
-    assert not dg.is_supported("fp8_fp4_gemm_nt", k=48, ab_dtype=torch.uint8)       # 48 e2m1 = 24 bytes
+    assert not dg.is_supported("fp8_fp4_gemm_nt", k=48, ab_dtype=torch.uint8)  # 48 e2m1 = 24 bytes
     assert not dg.is_supported("fp8_gemm_nt", ab_dtype=torch.bfloat16)
     assert not dg.is_supported("m_grouped_fp8_gemm_nt_masked", out_dtype=torch.float32)
     assert not dg.is_supported("bf16_gemm_nt", bogus=1)
@@ -193,12 +201,15 @@ def test_without_a_gpu_the_errors_say_so(monkeypatch):
         dg.bf16_gemm_nt(a, torch.zeros(16, 8, dtype=torch.bfloat16), torch.zeros(4, 16, dtype=torch.bfloat16))
 
 
-@pytest.mark.parametrize("fn, a, b, d, match", [
-    ("bf16_gemm_nn", (4, 8), (16, 5), (4, 5), r"a is \[M, K\] = \(4, 8\) and b is \[K, N\] = \(16, 5\)"),
-    ("bf16_gemm_tn", (8, 4), (5, 16), (4, 16), r"a is \[K, M\] = \(8, 4\) and b is \[K, N\] = \(5, 16\)"),
-    ("bf16_gemm_tt", (8, 4), (5, 8), (5, 4), r"d must be \[M, N\] = \(4, 5\)"),
-    ("bf16_gemm_tt", (8, 4, 1), (8, 5), (4, 5), r"a must be 2-D \[K, M\]"),
-])
+@pytest.mark.parametrize(
+    "fn, a, b, d, match",
+    [
+        ("bf16_gemm_nn", (4, 8), (16, 5), (4, 5), r"a is \[M, K\] = \(4, 8\) and b is \[K, N\] = \(16, 5\)"),
+        ("bf16_gemm_tn", (8, 4), (5, 16), (4, 16), r"a is \[K, M\] = \(8, 4\) and b is \[K, N\] = \(5, 16\)"),
+        ("bf16_gemm_tt", (8, 4), (5, 8), (5, 4), r"d must be \[M, N\] = \(4, 5\)"),
+        ("bf16_gemm_tt", (8, 4, 1), (8, 5), (4, 5), r"a must be 2-D \[K, M\]"),
+    ],
+)
 def test_layout_validation_errors(fn, a, b, d, match):
     import deep_gemm_sm120 as dg
 
@@ -207,16 +218,17 @@ def test_layout_validation_errors(fn, a, b, d, match):
 
 
 def test_layout_specs_and_swap_rules():
-    from deep_gemm_sm120.families.bf16_gemm.plan import dense_plan
     from deep_gemm_sm120.families.bf16_gemm.kernel import specs as bf16_specs
+    from deep_gemm_sm120.families.bf16_gemm.plan import dense_plan
 
     specs = bf16_specs()
     assert {s.layout for s in specs} == {"nt", "nn", "tn", "tt"}
-    assert all(s.config.block_k in (32, 64) and s.config.block_m % 64 == 0 for s in specs
-               if s.layout[0] == "t")  # MN-major A is fetched in 64-wide [BLOCK_K][64] boxes
+    assert all(
+        s.config.block_k in (32, 64) and s.config.block_m % 64 == 0 for s in specs if s.layout[0] == "t"
+    )  # MN-major A is fetched in 64-wide [BLOCK_K][64] boxes
     assert all(s.config.block_n % 64 == 0 for s in specs if s.layout[1] == "n" and not s.swap_ab)
-    assert dense_plan(16, 4096, 4096, 132, "nn").swap_ab          # K-major A: swap-AB allowed
-    assert not dense_plan(16, 4096, 4096, 132, "tn").swap_ab      # MN-major A: never swapped
+    assert dense_plan(16, 4096, 4096, 132, "nn").swap_ab  # K-major A: swap-AB allowed
+    assert not dense_plan(16, 4096, 4096, 132, "tn").swap_ab  # MN-major A: never swapped
     swapped_nn = [s for s in specs if s.swap_ab and s.layout == "nn"]
     assert swapped_nn and all(s.mn_major == (True, False) for s in swapped_nn)
 
@@ -234,14 +246,14 @@ def test_split_k_heuristic():
     from deep_gemm_sm120.core.splitk import choose_splits
     from deep_gemm_sm120.families.bf16_gemm.plan import dense_plan
 
-    assert dense_plan(64, 2112, 7168, 132).splits == 4      # 33 tiles on 132 SMs, K = 112 blocks
-    assert dense_plan(4096, 4096, 4096, 132).splits == 1    # plenty of tiles
-    assert dense_plan(64, 2112, 1024, 132).splits == 1      # short K
+    assert dense_plan(64, 2112, 7168, 132).splits == 4  # 33 tiles on 132 SMs, K = 112 blocks
+    assert dense_plan(4096, 4096, 4096, 132).splits == 1  # plenty of tiles
+    assert dense_plan(64, 2112, 1024, 132).splits == 1  # short K
     for tiles in range(1, 80):
         for k in range(2048, 40000, 1111):
             s = choose_splits(tiles, k, 64, 132)
-            kb = -(-k // 64)
-            per = -(-kb // s)
+            kb = ceil_div(k, 64)
+            per = ceil_div(kb, s)
             assert 1 <= s <= 16 and (s - 1) * per < kb, (tiles, k, s)  # no empty slice
             assert s == 1 or tiles * s <= 132
 
@@ -265,6 +277,7 @@ def test_pdl_switch(monkeypatch):
 
 def test_empty_reduction_writes_c_or_zeros():
     import torch
+
     from deep_gemm_sm120.checks import write_empty_reduction
 
     d = torch.full((2, 3), 7.0)

@@ -1,4 +1,5 @@
 """JIT cache: key material, atomic publish, corruption recovery, concurrent builders, strict mode."""
+
 from __future__ import annotations
 
 import hashlib
@@ -21,14 +22,20 @@ def _produce(payload: bytes):
         with open(p, "wb") as fh:
             fh.write(payload)
         return p, {"name": "k"}
+
     return produce
 
 
 def test_key_covers_every_component():
     base = ("tree", "src", ["-O3"], "13.0.88", "sm_120a")
     k0 = jc.cache_key(*base)
-    variants = [("tree2", *base[1:]), (base[0], "src2", *base[2:]), (*base[:2], ["-O2"], *base[3:]),
-                (*base[:3], "13.2.86", base[4]), (*base[:4], "sm_120f")]
+    variants = [
+        ("tree2", *base[1:]),
+        (base[0], "src2", *base[2:]),
+        (*base[:2], ["-O2"], *base[3:]),
+        (*base[:3], "13.2.86", base[4]),
+        (*base[:4], "sm_120f"),
+    ]
     keys = {jc.cache_key(*v) for v in variants}
     assert k0 not in keys and len(keys) == len(variants)
 
@@ -63,7 +70,7 @@ def _race_worker(root: str, key: str, payload: bytes, q) -> None:
     try:
         cubin, _ = cache.build(key, produce)
         q.put(("ok", cubin))
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         q.put(("error", repr(e)))
 
 
@@ -126,16 +133,17 @@ def test_jit_tree_digest_uses_the_manifest_formula():
     """The JIT cache key's device-layer digest must be the manifests' tree_sha256 formula (the host package
     keeps its own copy so it never imports tools/); pin the two together on the real tree."""
     import hashlib
-    import sys
 
     sys.path.insert(0, str(ROOT / "tools"))
+    from deep_gemm_sm120.jit.device_layer import device_layer_dir, tree_digest
     from vendorkit.hashing import tree_sha256
 
-    from deep_gemm_sm120.jit.device_layer import device_layer_dir, tree_digest
-
     base = Path(device_layer_dir())
-    entries = [(p.relative_to(base).as_posix(), hashlib.sha256(p.read_bytes()).hexdigest())
-               for p in base.rglob("*") if p.is_file()]
+    entries = [
+        (p.relative_to(base).as_posix(), hashlib.sha256(p.read_bytes()).hexdigest())
+        for p in base.rglob("*")
+        if p.is_file()
+    ]
     assert entries and tree_digest() == tree_sha256(entries)
 
 
@@ -157,9 +165,11 @@ def test_a_bare_spec_without_a_family_compiles(tmp_path, monkeypatch):
         params = ParamList(Param("out", "float*"))
 
         def source(self) -> str:
-            return ('#include "common/sm120_arch.cuh"\n'
-                    'extern "C" __global__ void __launch_bounds__(32, 1) bare_probe(float* out) {\n'
-                    '    out[threadIdx.x] = 1.0f;\n}\n')
+            return (
+                '#include "common/sm120_arch.cuh"\n'
+                'extern "C" __global__ void __launch_bounds__(32, 1) bare_probe(float* out) {\n'
+                "    out[threadIdx.x] = 1.0f;\n}\n"
+            )
 
     assert not hasattr(BareSpec, "FAMILY")
     monkeypatch.setenv("DG_SM120_JIT_CACHE_DIR", str(tmp_path))

@@ -2,6 +2,7 @@
 stubbed (device 0, a fake kernel loader, a launcher that records), each API is called, and the recorded
 parameter buffer is decoded *by name* with the family's ParamList, tensor maps by field. A positional slip in
 any family's API (the hot paths pack positionally) fails here, not first on the H200."""
+
 from __future__ import annotations
 
 import struct
@@ -14,10 +15,11 @@ import deep_gemm_sm120 as dg
 from deep_gemm_sm120 import arch, device, jit, launch
 from deep_gemm_sm120.core import tma
 from deep_gemm_sm120.families import bf16_gemm, fp8_fp4_gemm_1d1d
-from deep_gemm_sm120.services import split_k_reduce
-from deep_gemm_sm120.families.bf16_gemm import api as bf16_api, plan as bf16_plan
+from deep_gemm_sm120.families.bf16_gemm import api as bf16_api
 from deep_gemm_sm120.families.bf16_gemm import grouped as bf16_grouped
+from deep_gemm_sm120.families.bf16_gemm import plan as bf16_plan
 from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d import api as fp8_api
+from deep_gemm_sm120.services import split_k_reduce
 
 SMS = 132
 
@@ -36,18 +38,28 @@ class Launch:
 def _decode_maps(buf: bytes) -> list[dict]:
     out = []
     for i in range(0, len(buf), tma.RECORD.size):
-        f = tma.RECORD.unpack(buf[i:i + tma.RECORD.size])
+        f = tma.RECORD.unpack(buf[i : i + tma.RECORD.size])
         rank = f[2]
-        out.append({"offset": f[0], "dtype": f[1], "swizzle": f[3], "address": f[4], "dims": f[5:5 + rank],
-                    "strides": f[10:10 + rank - 1], "box": f[14:14 + rank]})
+        out.append(
+            {
+                "offset": f[0],
+                "dtype": f[1],
+                "swizzle": f[3],
+                "address": f[4],
+                "dims": f[5 : 5 + rank],
+                "strides": f[10 : 10 + rank - 1],
+                "box": f[14 : 14 + rank],
+            }
+        )
     return out
 
 
 @pytest.fixture()
 def recorded(monkeypatch):
     """Stub the device layer; yields the list of launches the API makes."""
-    families = {s: f for f in (bf16_gemm.FAMILY, fp8_fp4_gemm_1d1d.FAMILY, split_k_reduce.FAMILY)
-                for s in [f.spec_type]}
+    families = {
+        s: f for f in (bf16_gemm.FAMILY, fp8_fp4_gemm_1d1d.FAMILY, split_k_reduce.FAMILY) for s in [f.spec_type]
+    }
     handles: dict[int, object] = {}
 
     def fake_get_kernel(spec, target, dev):
@@ -60,8 +72,9 @@ def recorded(monkeypatch):
     def fake_launch(handle, gx, gy, gz, block, smem, stream, pdl, params, tmaps):
         spec = handles[handle]
         assert stream == 1234
-        launches.append(Launch(spec.name, (gx, gy, gz), block, smem, pdl, spec.params.unpack(params),
-                               _decode_maps(tmaps)))
+        launches.append(
+            Launch(spec.name, (gx, gy, gz), block, smem, pdl, spec.params.unpack(params), _decode_maps(tmaps))
+        )
 
     monkeypatch.delenv("DG_SM120_EMULATE", raising=False)
     monkeypatch.setattr(arch, "device_capability", lambda i: (12, 0))
@@ -80,6 +93,7 @@ def recorded(monkeypatch):
         for calls in (bf16_api._CALLS, fp8_api._DENSE):  # calls checked and planned once per signature
             calls.entries.clear()
         arch._native.clear()
+
     clear()
     yield launches
     clear()
@@ -97,10 +111,26 @@ def test_bf16_dense(recorded, monkeypatch, fast):
     dg.bf16_gemm_nt(a, b, d, c=c)
     (ln,) = recorded
     assert ln.kernel.startswith("bf16_gemm_nt_") and ln.kernel.endswith("_fp32_c") and ln.pdl
-    assert ln.args == {"d": d.data_ptr(), "c": c.data_ptr(), "layout": 0, "aux": 0, "m": 300, "n": 512, "k": 256,
-                       "ldd": 512, "ldc": 512, "num_groups": 1, "psum_layout": 0, "num_splits": 1, "split_stride": 0}
+    assert ln.args == {
+        "d": d.data_ptr(),
+        "c": c.data_ptr(),
+        "layout": 0,
+        "aux": 0,
+        "m": 300,
+        "n": 512,
+        "k": 256,
+        "ldd": 512,
+        "ldc": 512,
+        "num_groups": 1,
+        "psum_layout": 0,
+        "num_splits": 1,
+        "split_stride": 0,
+    }
     ma, mb = ln.maps
-    assert (ma["offset"], mb["offset"]) == (bf16_gemm.FAMILY.params.offsets["tmap_a"], bf16_gemm.FAMILY.params.offsets["tmap_b"])
+    assert (ma["offset"], mb["offset"]) == (
+        bf16_gemm.FAMILY.params.offsets["tmap_a"],
+        bf16_gemm.FAMILY.params.offsets["tmap_b"],
+    )
     assert ma["address"] == a.data_ptr() and ma["dims"] == (256, 300) and ma["strides"] == (512,)
     assert mb["address"] == b.data_ptr() and mb["dims"] == (256, 512) and mb["strides"] == (512,)
     plan = bf16_plan.dense_plan(bf16_plan.m_bucket(300), 512, 256, SMS)
@@ -113,21 +143,29 @@ def test_bf16_decode_swaps_and_splits(recorded):
     gemm, reduce = recorded
     assert "_swap" in gemm.kernel and gemm.kernel.endswith("_fp32_swap")  # slices are fp32
     args = gemm.args
-    assert (args["m"], args["n"], args["k"]) == (2112, 1, 7168)            # kernel space: N x M
+    assert (args["m"], args["n"], args["k"]) == (2112, 1, 7168)  # kernel space: N x M
     assert args["num_splits"] > 1 and args["split_stride"] == 2112 and args["c"] == 0
     assert gemm.maps[0]["address"] == b.data_ptr() and gemm.maps[1]["address"] == a.data_ptr()
     assert reduce.kernel == "split_k_reduce_bf16" and reduce.pdl
-    assert reduce.args == {"w": args["d"], "d": d.data_ptr(), "c": 0, "m": 1, "n": 2112, "ldd": 2112, "ldc": 0,
-                           "num_splits": args["num_splits"]}
+    assert reduce.args == {
+        "w": args["d"],
+        "d": d.data_ptr(),
+        "c": 0,
+        "m": 1,
+        "n": 2112,
+        "ldd": 2112,
+        "ldc": 0,
+        "num_splits": args["num_splits"],
+    }
 
 
 def test_bf16_mn_major_layouts(recorded):
-    a, b, d = _z(256, 192), _z(256, 320), _z(192, 320)   # tn: a [K, M], b [K, N]
+    a, b, d = _z(256, 192), _z(256, 320), _z(192, 320)  # tn: a [K, M], b [K, N]
     dg.bf16_gemm_tn(a, b, d)
     (ln,) = recorded
     assert ln.kernel.endswith("_tn") and (ln.args["m"], ln.args["n"], ln.args["k"]) == (192, 320, 256)
     ma, mb = ln.maps
-    assert ma["dims"] == (192, 256) and ma["box"][0] == 64 and ma["swizzle"] == 128   # [K][M], 64-wide boxes
+    assert ma["dims"] == (192, 256) and ma["box"][0] == 64 and ma["swizzle"] == 128  # [K][M], 64-wide boxes
     assert mb["dims"] == (320, 256) and mb["strides"] == (640,)
 
 
@@ -140,9 +178,22 @@ def test_bf16_m_grouped(recorded):
     am, dm = _z(g, 64, k), _z(g, 64, n)
     dg.m_grouped_bf16_gemm_nt_masked(am, b, dm, masked_m, expected_m=16)
     contig, masked = recorded
-    assert contig.args == {"d": d.data_ptr(), "c": 0, "layout": layout.data_ptr(), "aux": 0, "m": m, "n": n, "k": k,
-                           "ldd": n, "ldc": 0, "num_groups": g, "psum_layout": 0, "num_splits": 1, "split_stride": 0}
-    assert contig.maps[1]["dims"] == (k, g * n)                   # b seen as [G*N, K]
+    assert contig.args == {
+        "d": d.data_ptr(),
+        "c": 0,
+        "layout": layout.data_ptr(),
+        "aux": 0,
+        "m": m,
+        "n": n,
+        "k": k,
+        "ldd": n,
+        "ldc": 0,
+        "num_groups": g,
+        "psum_layout": 0,
+        "num_splits": 1,
+        "split_stride": 0,
+    }
+    assert contig.maps[1]["dims"] == (k, g * n)  # b seen as [G*N, K]
     assert masked.args["layout"] == masked_m.data_ptr() and masked.args["m"] == 64 and "m_masked" in masked.kernel
     assert masked.maps[0]["dims"] == (k, g * 64) and masked.args["d"] == dm.data_ptr()
 
@@ -155,7 +206,7 @@ def test_bf16_k_grouped(recorded):
     (ln,) = recorded
     assert "k_contiguous" in ln.kernel and ln.args["k"] == 256 and ln.args["num_groups"] == 3
     assert ln.args["d"] == ln.args["c"] == d.data_ptr() and ln.args["ldd"] == ln.args["ldc"] == n
-    assert ln.maps[0]["dims"] == (m, 256) and ln.maps[1]["dims"] == (n, 256)   # MN-major [sum K][M], [sum K][N]
+    assert ln.maps[0]["dims"] == (m, 256) and ln.maps[1]["dims"] == (n, 256)  # MN-major [sum K][M], [sum K][N]
 
 
 def _fp8(rows, k, lead=()):
@@ -172,8 +223,16 @@ def test_fp8_dense_with_packed_scales(recorded):
     assert ln.kernel.startswith("fp8_fp4_gemm_1d1d_mxfp8_g128_")
     args = ln.args
     assert (args["sfa"], args["sfb"], args["d"], args["m"], args["n"], args["k"]) == (
-        sfa.data_ptr(), sfb.data_ptr(), d.data_ptr(), m, n, k)
-    assert args["alpha"] == 0.5 and args["sfa_pack_stride"] == sfa.stride(-1) and args["sfb_pack_stride"] == sfb.stride(-1)
+        sfa.data_ptr(),
+        sfb.data_ptr(),
+        d.data_ptr(),
+        m,
+        n,
+        k,
+    )
+    assert (
+        args["alpha"] == 0.5 and args["sfa_pack_stride"] == sfa.stride(-1) and args["sfb_pack_stride"] == sfb.stride(-1)
+    )
     assert ln.maps[0]["dims"] == (k, m) and ln.maps[0]["box"][0] == 128 and ln.maps[1]["address"] == b.data_ptr()
 
 

@@ -1,5 +1,6 @@
 """Upstream lineages (issue 26): import another canonical source's manifests, check trees against them, sync from
 them when their bytes are at hand, and say per file which release of which lineage it is."""
+
 from __future__ import annotations
 
 import hashlib
@@ -8,14 +9,27 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
-from vendor_helpers import (PREFIX, V2, by_path, commit_all, git, init_repo, make_canonical, make_fork, run_cv,
-                            run_json, write_tree)
+from vendor_helpers import (
+    PREFIX,
+    V2,
+    by_path,
+    commit_all,
+    git,
+    init_repo,
+    make_canonical,
+    make_fork,
+    run_cv,
+    run_json,
+    write_tree,
+)
 
 ROOT_UP = "deep_gemm/include/deep_gemm"
 # an upstream's two releases: one file changes, one is added; `layout/sparse.cuh` breaks our naming rule on purpose
-U1 = {"common/sm120_utils.cuh": b"// upstream utils v1\n", "impls/sm120_gemm.cuh": b"// upstream gemm v1\n",
-      "layout/sparse.cuh": b"// upstream layout v1\n"}
+U1 = {
+    "common/sm120_utils.cuh": b"// upstream utils v1\n",
+    "impls/sm120_gemm.cuh": b"// upstream gemm v1\n",
+    "layout/sparse.cuh": b"// upstream layout v1\n",
+}
 U2 = dict(U1, **{"impls/sm120_gemm.cuh": b"// upstream gemm v2\n", "impls/sm120_new.cuh": b"// upstream new v2\n"})
 
 
@@ -24,8 +38,14 @@ def sha(b: bytes) -> str:
 
 
 def vendor_json(tag: str, files: dict[str, bytes]) -> str:
-    return json.dumps({"upstream": "someone/DeepGEMM-sm120", "tag": tag,
-                       "files": {f"{ROOT_UP}/{p}": sha(b) for p, b in sorted(files.items())}}, indent=2)
+    return json.dumps(
+        {
+            "upstream": "someone/DeepGEMM-sm120",
+            "tag": tag,
+            "files": {f"{ROOT_UP}/{p}": sha(b) for p, b in sorted(files.items())},
+        },
+        indent=2,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +67,9 @@ def canon(tmp_path_factory, upstream) -> Path:
     for tag in ("v0.1.0", "v0.2.0"):
         f = repo.parent / f"vendor-{tag}.json"
         f.write_text(git(upstream, "show", f"{tag}:VENDOR-sm120.json"))
-        code, out, err = run_cv("import-manifest", str(f), "--upstream", "up", "--repo", str(repo),
-                                "--date", "2026-12-01")
+        code, out, err = run_cv(
+            "import-manifest", str(f), "--upstream", "up", "--repo", str(repo), "--date", "2026-12-01"
+        )
         assert code == 0, err
     commit_all(repo, "import upstream lineage")
     return repo
@@ -63,6 +84,7 @@ def fork_of(tmp: Path, files: dict[str, bytes], name="fork") -> Path:
 
 # ---------------------------------------------------------------- import
 
+
 def test_import_stores_an_immutable_hashes_only_manifest(canon, tmp_path):
     m = json.loads((canon / "vendor_manifests/upstreams/up/v0.2.0.json").read_text())
     assert m["lineage"] == "up" and m["tag"] == "v0.2.0" and m["root"] == ROOT_UP
@@ -76,12 +98,15 @@ def test_import_stores_an_immutable_hashes_only_manifest(canon, tmp_path):
     assert code == 0 and any("upstream lineage up: 2 manifest(s), v0.1.0, v0.2.0" in n for n in doc["notes"])
 
 
-@pytest.mark.parametrize("bad, message", [
-    ('{"tag": "v1.0.0"}', "expected a VENDOR-sm120.json object"),
-    ('{"tag": "v1.0.0", "files": {"../x.cuh": "' + "0" * 64 + '"}}', "unsafe path"),
-    ('{"tag": "v1.0.0", "files": {"a/sm120_x.cuh": "nothex"}}', "not a sha256"),
-    ('{"tag": "nightly build", "files": {"a/sm120_x.cuh": "' + "0" * 64 + '"}}', "not a version"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ('{"tag": "v1.0.0"}', "expected a VENDOR-sm120.json object"),
+        ('{"tag": "v1.0.0", "files": {"../x.cuh": "' + "0" * 64 + '"}}', "unsafe path"),
+        ('{"tag": "v1.0.0", "files": {"a/sm120_x.cuh": "nothex"}}', "not a sha256"),
+        ('{"tag": "nightly build", "files": {"a/sm120_x.cuh": "' + "0" * 64 + '"}}', "not a version"),
+    ],
+)
 def test_import_refuses_malformed_input(canon, tmp_path, bad, message):
     f = tmp_path / "v.json"
     f.write_text(bad)
@@ -96,21 +121,50 @@ def test_import_from_a_git_ref_github_and_a_wheel_carries_full_entries(canon, up
 
     repo = tmp_path / "canon"
     shutil.copytree(canon, repo)
-    code, out, err = run_cv("import-manifest", "--from-git", f"{upstream}@v0.2.0", "--upstream", "gitup",
-                            "--prefix", ROOT_UP, "--tag", "v0.2.0", "--all-files", "--repo", str(repo))
+    code, out, err = run_cv(
+        "import-manifest",
+        "--from-git",
+        f"{upstream}@v0.2.0",
+        "--upstream",
+        "gitup",
+        "--prefix",
+        ROOT_UP,
+        "--tag",
+        "v0.2.0",
+        "--all-files",
+        "--repo",
+        str(repo),
+    )
     assert code == 0, err
     m = json.loads((repo / "vendor_manifests/upstreams/gitup/v0.2.0.json").read_text())
     blob = git(upstream, "rev-parse", f"v0.2.0:{ROOT_UP}/impls/sm120_gemm.cuh").strip()
     entry = next(f for f in m["files"] if f["path"] == "impls/sm120_gemm.cuh")
-    assert entry == {"path": "impls/sm120_gemm.cuh", "sha256": sha(U2["impls/sm120_gemm.cuh"]),
-                     "git_blob_sha1": blob, "size": len(U2["impls/sm120_gemm.cuh"]), "mode": "100644"}
+    assert entry == {
+        "path": "impls/sm120_gemm.cuh",
+        "sha256": sha(U2["impls/sm120_gemm.cuh"]),
+        "git_blob_sha1": blob,
+        "size": len(U2["impls/sm120_gemm.cuh"]),
+        "mode": "100644",
+    }
     assert "at commit" in m["origin"] and len(m["files"]) == len(U2)
     gh = FakeGitHub()
     url = gh.start()
     try:
         gh.repos["someone/DeepGEMM-sm120"] = str(upstream)
-        code, _, err = run_cv("import-manifest", "github:someone/DeepGEMM-sm120@v0.1.0", "--upstream", "ghup",
-                              "--prefix", ROOT_UP, "--tag", "v0.1.0", "--api-url", url, "--repo", str(repo))
+        code, _, err = run_cv(
+            "import-manifest",
+            "github:someone/DeepGEMM-sm120@v0.1.0",
+            "--upstream",
+            "ghup",
+            "--prefix",
+            ROOT_UP,
+            "--tag",
+            "v0.1.0",
+            "--api-url",
+            url,
+            "--repo",
+            str(repo),
+        )
     finally:
         gh.stop()
     assert code == 0, err
@@ -120,14 +174,16 @@ def test_import_from_a_git_ref_github_and_a_wheel_carries_full_entries(canon, up
     with zipfile.ZipFile(whl, "w") as z:
         for p, b in U2.items():
             z.writestr(f"{ROOT_UP}/{p}", b)
-    code, _, err = run_cv("import-manifest", str(whl), "--upstream", "whlup", "--prefix", ROOT_UP, "--tag", "1.0",
-                          "--repo", str(repo))
+    code, _, err = run_cv(
+        "import-manifest", str(whl), "--upstream", "whlup", "--prefix", ROOT_UP, "--tag", "1.0", "--repo", str(repo)
+    )
     assert code == 0, err
     code, _, err = run_cv("import-manifest", str(whl), "--upstream", "whlup2", "--repo", str(repo))
     assert code == 3 and "--prefix" in err and "--tag" in err
 
 
 # ---------------------------------------------------------------- checking against a lineage
+
 
 def test_a_fork_checked_against_the_lineage(canon, tmp_path):
     code, doc = run_json("--repo", str(canon), "--fork", str(fork_of(tmp_path, U2)), "--upstream", "up")
@@ -161,15 +217,19 @@ def test_sync_from_a_lineage_needs_its_bytes(canon, upstream, tmp_path):
     import subprocess
     import sys
 
-    p = subprocess.run([sys.executable, "-I", str(fork / ROOT_UP / ".sm120-vendor-verify.py")], capture_output=True,
-                       text=True)
+    p = subprocess.run(
+        [sys.executable, "-I", str(fork / ROOT_UP / ".sm120-vendor-verify.py")], capture_output=True, text=True
+    )
     assert p.returncode == 0 and "verdict: in-sync (up@v0.2.0)" in p.stdout
     code, doc = run_json("--repo", str(canon), "--fork", str(fork), "--upstream", "up")
     assert code == 0 and doc["stamp"]["tag"] == "v0.2.0"
     # checked against our releases, the stamp names another lineage: it is not trusted
     code, doc = run_json("--repo", str(canon), "--fork", str(fork), "--prefix", ROOT_UP)
-    assert code == 1 and "written for up's releases, checked against deep_gemm_sm120's" in by_path(doc)[
-        ".sm120-vendor.json"]["detail"]
+    assert (
+        code == 1
+        and "written for up's releases, checked against deep_gemm_sm120's"
+        in by_path(doc)[".sm120-vendor.json"]["detail"]
+    )
 
 
 def test_a_github_fork_against_a_hashes_only_lineage(canon, upstream, tmp_path):
@@ -179,8 +239,9 @@ def test_a_github_fork_against_a_hashes_only_lineage(canon, upstream, tmp_path):
     url = gh.start()
     try:
         gh.repos["org/fork"] = str(upstream)
-        code, doc = run_json("--repo", str(canon), "--fork", "github:org/fork@v0.1.0", "--upstream", "up",
-                             "--api-url", url)
+        code, doc = run_json(
+            "--repo", str(canon), "--fork", "github:org/fork@v0.1.0", "--upstream", "up", "--api-url", url
+        )
         blobs = [r for r in gh.log if "/git/blobs/" in r["path"]]
     finally:
         gh.stop()
@@ -189,6 +250,7 @@ def test_a_github_fork_against_a_hashes_only_lineage(canon, upstream, tmp_path):
 
 
 # ---------------------------------------------------------------- provenance
+
 
 def test_provenance_across_sources_and_lineages(canon, upstream, tmp_path):
     mixed = dict(U1, **{"impls/sm120_gemm.cuh": U2["impls/sm120_gemm.cuh"], "impls/sm120_local.cuh": b"// own\n"})
@@ -220,21 +282,39 @@ def test_provenance_across_sources_and_lineages(canon, upstream, tmp_path):
 
 # ---------------------------------------------------------------- the watcher, against a lineage
 
+
 def test_watcher_issue_says_which_upstream_tag_each_file_matches(canon, upstream, tmp_path, monkeypatch):
-    from watch_helpers import FakeGitHub, TOKEN, config, watch
+    from watch_helpers import TOKEN, FakeGitHub, config, watch
 
     monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
     gh = FakeGitHub(token=TOKEN)
     gh.url = gh.start()
     try:
         fork = tmp_path / "downstream"
-        write_tree(fork / ROOT_UP, dict(U1, **{"impls/sm120_gemm.cuh": U2["impls/sm120_gemm.cuh"],
-                                               "common/sm120_utils.cuh": b"// edited downstream\n"}))
+        write_tree(
+            fork / ROOT_UP,
+            dict(
+                U1,
+                **{
+                    "impls/sm120_gemm.cuh": U2["impls/sm120_gemm.cuh"],
+                    "common/sm120_utils.cuh": b"// edited downstream\n",
+                },
+            ),
+        )
         init_repo(fork)
         commit_all(fork, "vendor")
         gh.repos["org/downstream"] = str(fork)
-        cfg = config(tmp_path, {"name": "ds", "repo": "org/downstream", "ref": "main", "prefix": ROOT_UP,
-                                "track": "latest", "lineage": "up"})
+        cfg = config(
+            tmp_path,
+            {
+                "name": "ds",
+                "repo": "org/downstream",
+                "ref": "main",
+                "prefix": ROOT_UP,
+                "track": "latest",
+                "lineage": "up",
+            },
+        )
         code, doc, _ = watch(canon, gh, cfg, tmp_path, "--issues", "--repo", "us/sm120")
         gh.log.clear()
         code2, _, _ = watch(canon, gh, cfg, tmp_path, "--issues", "--repo", "us/sm120")
@@ -265,8 +345,10 @@ def test_the_documented_worked_example(canon, tmp_path):
     with zipfile.ZipFile(whl, "w") as z:
         z.writestr("vllm/__init__.py", b"")
         for p, b in U2.items():
-            z.writestr(f"vllm/third_party/deep_gemm/include/deep_gemm/{p}",
-                       b if p != "impls/sm120_gemm.cuh" else b"// vLLM's own edit\n")
+            z.writestr(
+                f"vllm/third_party/deep_gemm/include/deep_gemm/{p}",
+                b if p != "impls/sm120_gemm.cuh" else b"// vLLM's own edit\n",
+            )
     code, out, _ = run_cv("provenance", str(whl), "--repo", str(repo))
     assert code == 1 and "(vendor root vllm/third_party/deep_gemm/include/deep_gemm)" in out
     assert "  impls/sm120_gemm.cuh" in out and "NONE" in out and "deepgemm-sm120@v0.1.5" in out
@@ -282,11 +364,20 @@ def test_import_of_our_own_manifest_format(canon, tmp_path):
 
     repo = tmp_path / "canon"
     shutil.copytree(canon, repo)
-    code, out, err = run_cv("import-manifest", str(repo / "vendor_manifests/v0.1.0.yaml"), "--upstream", "mirror",
-                            "--repo", str(repo))
+    code, out, err = run_cv(
+        "import-manifest", str(repo / "vendor_manifests/v0.1.0.yaml"), "--upstream", "mirror", "--repo", str(repo)
+    )
     assert code == 0, err
     m = json.loads((repo / "vendor_manifests/upstreams/mirror/v0.1.0.json").read_text())
     assert m["root"] == "device_layer" and all({"git_blob_sha1", "size", "mode"} <= set(f) for f in m["files"])
-    code, doc = run_json("--repo", str(repo), "--fork", str(make_fork(tmp_path, __import__("vendor_helpers").V1)),
-                         "--upstream", "mirror", "--prefix", PREFIX)
+    code, doc = run_json(
+        "--repo",
+        str(repo),
+        "--fork",
+        str(make_fork(tmp_path, __import__("vendor_helpers").V1)),
+        "--upstream",
+        "mirror",
+        "--prefix",
+        PREFIX,
+    )
     assert code == 0 and doc["verdict"] == "in-sync" and doc["digest"] == "sha256"

@@ -1,14 +1,16 @@
 """MQA logits without a GPU: typed errors naming the supported set, is_supported agreeing with the API on CPU
 tensors, DeepGEMM's padded logits stride, specs within shared memory, and plans that name shipped kernels."""
+
 from __future__ import annotations
 
 import itertools
 
 import pytest
 import torch
+from support_helpers import CPU_REJECT
+from support_helpers import agree as _agree
 
 import deep_gemm_sm120 as dg
-from support_helpers import CPU_REJECT, accepts as _accepts, agree as _agree
 from deep_gemm_sm120.families.mqa_logits import kernel as dense
 from deep_gemm_sm120.families.paged_mqa_logits import kernel as paged
 from deep_gemm_sm120.families.paged_mqa_logits import schedule as meta
@@ -18,25 +20,50 @@ E4, U8, I32, F32, BF16 = torch.float8_e4m3fn, torch.uint8, torch.int32, torch.fl
 
 def test_dense_api_and_is_supported_agree():
     for (h, d), (qd, kd), ld, (clean, mk) in itertools.product(
-            ((16, 128), (64, 64), (8, 128), (32, 32), (64, 96)), ((E4, E4), (BF16, E4), (E4, U8)), (F32, BF16, torch.half),
-            ((True, 0), (False, 0), (False, 64), (True, 64))):
+        ((16, 128), (64, 64), (8, 128), (32, 32), (64, 96)),
+        ((E4, E4), (BF16, E4), (E4, U8)),
+        (F32, BF16, torch.half),
+        ((True, 0), (False, 0), (False, 64), (True, 64)),
+    ):
         s, sk = 3, 10
-        call = (lambda *a, ld=ld, clean=clean: dg.fp8_fp4_mqa_logits(*a, clean_logits=clean, logits_dtype=ld),
-                (torch.zeros(s, h, d, dtype=qd), None), (torch.zeros(sk, d, dtype=kd), torch.zeros(sk)),
-                torch.zeros(s, h), torch.zeros(s, dtype=I32), torch.zeros(s, dtype=I32), mk)
-        _agree("fp8_fp4_mqa_logits", call, heads=h, head_dim=d, q_dtype=qd, kv_dtype=kd, kv_sf_dtype=F32,
-               weights_dtype=F32, logits_dtype=ld, clean_logits=clean, max_seqlen_k=mk)
+        call = (
+            lambda *a, ld=ld, clean=clean: dg.fp8_fp4_mqa_logits(*a, clean_logits=clean, logits_dtype=ld),
+            (torch.zeros(s, h, d, dtype=qd), None),
+            (torch.zeros(sk, d, dtype=kd), torch.zeros(sk)),
+            torch.zeros(s, h),
+            torch.zeros(s, dtype=I32),
+            torch.zeros(s, dtype=I32),
+            mk,
+        )
+        _agree(
+            "fp8_fp4_mqa_logits",
+            call,
+            heads=h,
+            head_dim=d,
+            q_dtype=qd,
+            kv_dtype=kd,
+            kv_sf_dtype=F32,
+            weights_dtype=F32,
+            logits_dtype=ld,
+            clean_logits=clean,
+            max_seqlen_k=mk,
+        )
 
 
 def test_fp4_dense_geometry():
-    q = (torch.zeros(2, 64, 32, dtype=U8), torch.zeros(2, 64, dtype=I32))   # D = 64: not for FP4
+    q = (torch.zeros(2, 64, 32, dtype=U8), torch.zeros(2, 64, dtype=I32))  # D = 64: not for FP4
     kv = (torch.zeros(10, 32, dtype=U8), torch.zeros(10, dtype=I32))
     with pytest.raises(NotImplementedError, match=r"\(128,\)"):
         dg.fp8_fp4_mqa_logits(q, kv, torch.zeros(2, 64), torch.zeros(2, dtype=I32), torch.zeros(2, dtype=I32))
     q = (torch.zeros(2, 64, 64, dtype=U8), torch.zeros(2, 64, dtype=F32))
     with pytest.raises(TypeError, match="q scales"):
-        dg.fp8_fp4_mqa_logits(q, (torch.zeros(10, 64, dtype=U8), torch.zeros(10, dtype=I32)), torch.zeros(2, 64),
-                              torch.zeros(2, dtype=I32), torch.zeros(2, dtype=I32))
+        dg.fp8_fp4_mqa_logits(
+            q,
+            (torch.zeros(10, 64, dtype=U8), torch.zeros(10, dtype=I32)),
+            torch.zeros(2, 64),
+            torch.zeros(2, dtype=I32),
+            torch.zeros(2, dtype=I32),
+        )
 
 
 def test_dense_errors_name_what_was_expected():
@@ -65,30 +92,58 @@ def test_specs_fit_and_plans_name_shipped_kernels():
     for fam in (dense, paged):
         assert all(s.smem_bytes <= 101376 for s in fam.specs())
     shipped = set(dense.specs()) | set(paged.specs()) | set(meta.SCHEDULE.specs())
-    for h, d, t, clean, mk, fp4 in itertools.product((16, 32, 64), (64, 128), (F32, BF16), (True, False), (0, 8),
-                                                     (False, True)):
+    for h, d, t, clean, mk, fp4 in itertools.product(
+        (16, 32, 64), (64, 128), (F32, BF16), (True, False), (0, 8), (False, True)
+    ):
         if fp4 and d != 128 or clean and mk:
             continue
-        assert set(dense.plan_specs(132, heads=h, head_dim=d, logits_dtype=t, clean_logits=clean, max_seqlen_k=mk,
-                                    fp4=fp4)) <= shipped
+        assert (
+            set(
+                dense.plan_specs(132, heads=h, head_dim=d, logits_dtype=t, clean_logits=clean, max_seqlen_k=mk, fp4=fp4)
+            )
+            <= shipped
+        )
         for bkv in (32, 64, 128):
-            assert set(paged.plan_specs(132, heads=h, head_dim=d, block_kv=bkv, logits_dtype=t, clean_logits=clean,
-                                        fp4=fp4)) <= shipped
+            assert (
+                set(
+                    paged.plan_specs(
+                        132, heads=h, head_dim=d, block_kv=bkv, logits_dtype=t, clean_logits=clean, fp4=fp4
+                    )
+                )
+                <= shipped
+            )
 
 
-def _paged_call(b=2, n=1, h=64, d=128, bkv=64, qd=E4, row=None, ctx=None, table=None, smeta=None, w=None,
-                indices=None):
+def _paged_call(b=2, n=1, h=64, d=128, bkv=64, qd=E4, row=None, ctx=None, table=None, smeta=None, w=None, indices=None):
     row = d + 4 if row is None else row
-    return (dg.fp8_fp4_paged_mqa_logits, (torch.zeros(b, n, h, d, dtype=qd), None),
-            torch.zeros(5, bkv, 1, row, dtype=U8), torch.zeros(b * n, h) if w is None else w,
-            torch.zeros(b, dtype=I32) if ctx is None else ctx, torch.zeros(b, 4, dtype=I32) if table is None else table,
-            torch.zeros(9, 2, dtype=I32) if smeta is None else smeta, 256, indices)
+    return (
+        dg.fp8_fp4_paged_mqa_logits,
+        (torch.zeros(b, n, h, d, dtype=qd), None),
+        torch.zeros(5, bkv, 1, row, dtype=U8),
+        torch.zeros(b * n, h) if w is None else w,
+        torch.zeros(b, dtype=I32) if ctx is None else ctx,
+        torch.zeros(b, 4, dtype=I32) if table is None else table,
+        torch.zeros(9, 2, dtype=I32) if smeta is None else smeta,
+        256,
+        indices,
+    )
 
 
 def test_paged_api_and_is_supported_agree():
     for h, d, bkv, n, qd in itertools.product((16, 64, 8), (64, 128, 32), (32, 64, 128, 16), (1, 6), (E4, BF16)):
-        _agree("fp8_fp4_paged_mqa_logits", _paged_call(2, n, h, d, bkv, qd), batch=2, next_n=n, heads=h,
-               head_dim=d, block_kv=bkv, q_dtype=qd, kv_cache_dtype=U8, weights_dtype=F32, logits_dtype=F32)
+        _agree(
+            "fp8_fp4_paged_mqa_logits",
+            _paged_call(2, n, h, d, bkv, qd),
+            batch=2,
+            next_n=n,
+            heads=h,
+            head_dim=d,
+            block_kv=bkv,
+            q_dtype=qd,
+            kv_cache_dtype=U8,
+            weights_dtype=F32,
+            logits_dtype=F32,
+        )
 
 
 def test_paged_errors():

@@ -1,12 +1,12 @@
 """Dense FP8 MQA logits on a real GPU (block-scaled MMA emulated on sm_90a): fp64 reference of the dequantized
 inputs, exact -inf masks, every element written (poisoned buffers), compressed rows, determinism, graph replay."""
+
 from __future__ import annotations
 
 import pytest
 import torch
-
+from gpu_helpers import requires_cuda
 from workloads.mqa import dense_case
-from gpu_helpers import requires_cuda, sm120_or_emulation  # noqa: F401
 
 pytestmark = [pytest.mark.cuda, pytest.mark.emulation, requires_cuda]
 
@@ -29,8 +29,9 @@ def check(s, sk, h, d, pattern, logits_dtype=torch.float32, mode="clean", seed=0
     max_k = int((ke - ks).max()) if mode == "compressed" else 0
     max_k = max(max_k, 1) if mode == "compressed" else 0
     torch.cuda.empty_cache()
-    out = dg.fp8_fp4_mqa_logits((q, None), (kv, kv_sf), w, ks, ke, clean_logits=mode == "clean",
-                                max_seqlen_k=max_k, logits_dtype=logits_dtype)
+    out = dg.fp8_fp4_mqa_logits(
+        (q, None), (kv, kv_sf), w, ks, ke, clean_logits=mode == "clean", max_seqlen_k=max_k, logits_dtype=logits_dtype
+    )
     torch.cuda.synchronize()
     tol = 1e-6 if logits_dtype == torch.float32 else 3e-5
     if mode == "compressed":
@@ -38,7 +39,7 @@ def check(s, sk, h, d, pattern, logits_dtype=torch.float32, mode="clean", seed=0
         full = torch.full((s, sk), float("-inf"), device="cuda", dtype=torch.float64)
         for i in range(s):
             n = int(ke[i] - ks[i])
-            full[i, int(ks[i]):int(ke[i])] = out[i, :n].double()
+            full[i, int(ks[i]) : int(ke[i])] = out[i, :n].double()
         got = full
     else:
         assert out.shape == (s, sk) and out.stride(0) * out.element_size() % 1024 == 0
@@ -111,6 +112,7 @@ def test_out_of_range_ks_ke_raise(sm120_or_emulation):
 
 # ---------------------------------------------------------------- FP4: packed e2m1 with UE8M0 1x32 scales
 
+
 def make_fp4_inputs(s, sk, h, pattern="causal", seed=0):
     """DeepGEMM's FP4 form: q [S, H, 64] and kv [SK, 64] packed e2m1, one int32 of four UE8M0 bytes per row."""
     from deep_gemm_sm120.quant import dequantize_fp4, pack_ue8m0_to_int, per_token_cast_to_fp4
@@ -143,7 +145,7 @@ def test_fp4_matches_dequantized_reference(sm120_or_emulation, h, mode):
     if mode == "compressed":
         got = torch.full((s, sk), float("-inf"), device="cuda", dtype=torch.float64)
         for i in range(s):
-            got[i, int(ks[i]):int(ke[i])] = out[i, :int(ke[i] - ks[i])].double()
+            got[i, int(ks[i]) : int(ke[i])] = out[i, : int(ke[i] - ks[i])].double()
     else:
         got = out.double()
         assert torch.equal(torch.isinf(got) & (got < 0), ~inside)

@@ -5,6 +5,7 @@ skip with that reason on one; the shared-cache test runs on one GPU too (both pr
 
 "Tensors on X, current device Y": the families' own GPU tests run unchanged with X current (inputs, references),
 while every public entry point of deep_gemm_sm120 they call is wrapped to run with Y current."""
+
 from __future__ import annotations
 
 import os
@@ -15,8 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from gpu_helpers import requires_cuda, sm120_or_emulation  # noqa: F401
+from gpu_helpers import requires_cuda
 
 pytestmark = [pytest.mark.cuda, pytest.mark.emulation, requires_cuda]
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,13 +42,13 @@ def _current_device_is(monkeypatch, index: int) -> None:
         def wrapped(*args, _fn=fn, **kwargs):
             with torch.cuda.device(index):
                 return _fn(*args, **kwargs)
+
         monkeypatch.setattr(dg, name, wrapped)
 
 
 def _families():
     """(label, thunk): one representative call per family, checked against its reference by the family's tests."""
     import test_bf16_gemm_gpu as bf16
-    import test_bf16_grouped_gpu as grouped
     import test_fp8_fp4_gemm_gpu as fp8
     import test_gated_delta_rule_gpu as gdr
     import test_mqa_logits_gpu as dense
@@ -71,8 +71,9 @@ def _families():
 
 
 def _grouped():
-    import deep_gemm_sm120 as dg
     from test_bf16_grouped_gpu import SENTINEL, _check_contiguous, _contiguous_problem
+
+    import deep_gemm_sm120 as dg
 
     a, b, lay, _ = _contiguous_problem([100, 0, 256], 512, 1024)
     d = torch.full((a.shape[0], b.shape[1]), SENTINEL, device=a.device, dtype=torch.bfloat16)
@@ -143,7 +144,7 @@ def test_two_threads_drive_two_gpus_at_once(two_gpus):
                 if i % 50 == 0:
                     torch.cuda.synchronize(index)
                     assert calc_diff(d, ref) < 1e-5, f"cuda:{index} call {i}"
-        except Exception as e:  # noqa: BLE001 - reported below with the thread's device
+        except Exception as e:
             errors.append(f"cuda:{index}: {type(e).__name__}: {e}")
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in (0, 1)]
@@ -173,10 +174,17 @@ def test_two_processes_share_one_cold_jit_cache(tmp_path, sm120_or_emulation):
     """Both build the same kernels into one empty cache directory at the same time (one GPU each when there are
     two, else both on cuda:0): both compute the right product and the cache ends with each entry once."""
     devices = (0, 1) if torch.cuda.device_count() >= 2 else (0, 0)
-    env = {**os.environ, "DG_SM120_JIT_CACHE_DIR": str(tmp_path),
-           "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "host"), os.environ.get("PYTHONPATH")) if p)}
-    procs = [subprocess.Popen([sys.executable, "-c", _COLD, str(i)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, env=env) for i in devices]
+    env = {
+        **os.environ,
+        "DG_SM120_JIT_CACHE_DIR": str(tmp_path),
+        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "host"), os.environ.get("PYTHONPATH")) if p),
+    }
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _COLD, str(i)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
+        for i in devices
+    ]
     outs = [p.communicate(timeout=600) for p in procs]
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0 and out.strip() == "True", err[-2000:]

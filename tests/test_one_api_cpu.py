@@ -1,6 +1,7 @@
 """One API: `deep_gemm_sm120.X` and `import deep_gemm`'s `X` are one object, every name is declared once (an
 alias is its target's object and no API module assigns it again), and the signature each op declares for the
 support matrix is the one its function has. CPU only: importing the package never initializes CUDA."""
+
 from __future__ import annotations
 
 import ast
@@ -23,7 +24,7 @@ def _declarations():
 
 def test_every_shared_name_is_one_object():
     shared = 0
-    for fam, decl in _declarations():
+    for _, decl in _declarations():
         ours = dg.NAMES[decl.name]
         if decl.deepgemm:
             assert getattr(compat, decl.name) is ours, f"deep_gemm.{decl.name} is not deep_gemm_sm120's object"

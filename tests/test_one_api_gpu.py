@@ -1,6 +1,7 @@
 """A cached call walks few modules: `deep_gemm.fp8_gemm_nt` with packed scales and a signature already seen
 enters only the modules docs/host_design.md names (the family's api.py, keywords.py, launch.py, arch.py,
 core/tma.py). A tracing hook records every function of ours the call enters."""
+
 from __future__ import annotations
 
 import os
@@ -8,9 +9,8 @@ import sys
 
 import pytest
 import torch
-
+from gpu_helpers import poison_like, requires_cuda
 from workloads.block_scaled import fp8_operands
-from gpu_helpers import poison_like, requires_cuda, sm120_or_emulation  # noqa: F401
 
 pytestmark = [pytest.mark.cuda, pytest.mark.emulation, requires_cuda]
 DOCUMENTED = {"families/fp8_fp4_gemm_1d1d/api.py", "keywords.py", "launch.py", "arch.py", "core/tma.py"}

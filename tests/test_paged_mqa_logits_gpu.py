@@ -2,31 +2,34 @@
 against a Python model of the split, logits against an fp64 reference of the dequantized cache, exact -inf
 masks, clean rows written to max_context_len, FP4, next_n 1..6, 1-D and 2-D context lengths, zero-length and
 length-1 contexts, determinism, graph replay with new metadata."""
+
 from __future__ import annotations
 
 import pytest
 import torch
-
+from gpu_helpers import requires_cuda
 from workloads.mqa import paged_cache
-from gpu_helpers import requires_cuda, sm120_or_emulation  # noqa: F401
+
+from deep_gemm_sm120.core.arith import ceil_div
 
 pytestmark = [pytest.mark.cuda, pytest.mark.emulation, requires_cuda]
 
 
 def expected_metadata(lens: list[int], block_kv: int, num_sms: int) -> list[tuple[int, int]]:
     chunk = max(64, block_kv)
-    counts = [max(1, -(-n // chunk)) for n in lens]
+    counts = [max(1, ceil_div(n, chunk)) for n in lens]
     total = sum(counts)
     out = []
     for s in range(num_sms + 1):
         target = s * total // num_sms
-        b, acc = len(lens), 0
-        if s < num_sms and target < total:
-            for b, c in enumerate(counts):
-                if target < acc + c:
-                    break
-                acc += c
-        out.append((b, target - acc) if s < num_sms and target < total else (len(lens), 0))
+        if s == num_sms or target >= total:
+            out.append((len(lens), 0))
+            continue
+        b, acc = 0, 0
+        while target >= acc + counts[b]:  # the batch whose chunks hold `target`
+            acc += counts[b]
+            b += 1
+        out.append((b, target - acc))
     return out
 
 
@@ -54,10 +57,10 @@ def reference(q_deq, deq, table, lens_2d, w, max_len):
         L = int(lens_2d[b].max())
         if L == 0:
             continue
-        blocks = table[b, :-(-L // deq.shape[1])].long()
+        blocks = table[b, : ceil_div(L, deq.shape[1])].long()
         kv = deq[blocks].reshape(-1, d_)[:L]
         score = torch.einsum("thd,kd->thk", q_deq[b], kv).relu()
-        s = (score * w[b * n_:(b + 1) * n_].double()[:, :, None]).sum(1)
+        s = (score * w[b * n_ : (b + 1) * n_].double()[:, :, None]).sum(1)
         for t in range(n_):
             lim = min(int(lens_2d[b, t]), max_len)
             out[b * n_ + t, :lim] = s[t, :lim]
@@ -145,8 +148,9 @@ def test_graph_replay_with_new_lengths(sm120_or_emulation):
     w = torch.randn(3 * next_n, h, device="cuda")
     lens = torch.tensor(lens0, dtype=torch.int32, device="cuda")
     max_len = table.shape[1] * block_kv
-    dg.fp8_paged_mqa_logits(q8, cache, w, lens, table, dg.get_paged_mqa_logits_metadata(lens, block_kv, 11), max_len,
-                            clean_logits=True)
+    dg.fp8_paged_mqa_logits(
+        q8, cache, w, lens, table, dg.get_paged_mqa_logits_metadata(lens, block_kv, 11), max_len, clean_logits=True
+    )
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):

@@ -1,10 +1,12 @@
 """Argument-order safety without a GPU: compile one instantiation of every family and prove that the parameter
 list the host packs (core/params.py) is the kernel's, from the cubin's own parameter table (EIATTR_KPARAM_INFO:
 count, order, sizes, offsets, alignment). A reordered list must fail."""
+
 from __future__ import annotations
 
 import concurrent.futures as cf
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -15,8 +17,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 
-import host_decls  # noqa: E402
-import kernel_signatures  # noqa: E402
+import host_decls
+import kernel_signatures
 
 params = host_decls.load("core.params")
 toolchain = host_decls.load("core.toolchain")
@@ -33,8 +35,12 @@ def _cubin(source: str, target: str) -> bytes:
     with tempfile.TemporaryDirectory() as wd:
         src, out = os.path.join(wd, "k.cu"), os.path.join(wd, "k.cubin")
         Path(src).write_text(source)
-        subprocess.run(toolchain.compile_command(_TC.nvcc, src, out, target, str(ROOT / "device_layer")),
-                       check=True, capture_output=True, text=True)
+        subprocess.run(
+            toolchain.compile_command(_TC.nvcc, src, out, target, str(ROOT / "device_layer")),
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         return Path(out).read_bytes()
 
 
@@ -79,7 +85,9 @@ def test_a_reordered_parameter_list_fails_against_the_cubin(compiled):
         i, j = names.index(a), names.index(b)
         mutated[i], mutated[j] = mutated[j], mutated[i]
         problems = kernel_signatures.layout_problems(params.ParamList(*mutated), compiled[fam.name, "sm_120a"])
-        header = kernel_signatures.header_signature((ROOT / "device_layer" / fam.header).read_text(), fam.kernel.split("::")[-1])
+        header = kernel_signatures.header_signature(
+            (ROOT / "device_layer" / fam.header).read_text(), fam.kernel.split("::")[-1]
+        )
         caught = problems or kernel_signatures.signature_problems(params.ParamList(*mutated), header)
         assert caught, f"swapping {a} and {b} went unnoticed"
     dropped = params.ParamList(*ps[:-1])
@@ -89,3 +97,24 @@ def test_a_reordered_parameter_list_fails_against_the_cubin(compiled):
 def test_cubin_reader_rejects_non_elf():
     with pytest.raises(ValueError, match="ELF"):
         kernel_signatures.cubin_kernel_params(b"not a cubin")
+
+
+def test_keyword_pack_takes_every_name_once():
+    from deep_gemm_sm120.core.params import Param, ParamList
+
+    pl = ParamList(
+        Param("out", "float*"), Param("tmap", "CUtensorMap"), Param("n", "uint32_t"), Param("alpha", "float")
+    )
+    buf = pl.pack(alpha=0.5, out=0x1000, n=7)  # any order; the tensor map is not a value
+    assert len(buf) == pl.size and pl.unpack(buf) == {"out": 0x1000, "n": 7, "alpha": 0.5}
+    for bad, named in (
+        ({"out": 1, "n": 2}, "missing ['alpha']"),
+        ({"out": 1, "n": 2, "alpha": 1.0, "x": 3}, "unknown ['x']"),
+        ({"out": 1, "n": 2, "beta": 1.0}, "missing ['alpha'], unknown ['beta']"),
+    ):
+        with pytest.raises(TypeError, match=re.escape(named)):
+            pl.pack(**bad)
+    one, none = ParamList(Param("n", "uint32_t")), ParamList()
+    assert one.unpack(one.pack(n=3)) == {"n": 3} and none.pack() == b""
+    with pytest.raises(TypeError, match="unknown"):
+        none.pack(n=1)

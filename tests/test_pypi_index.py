@@ -1,5 +1,6 @@
 """`pypi:` sources through a Simple API index on 127.0.0.1, as pip reaches one: JSON or HTML pages, relative
 file URLs, yanked and pre-release files, the index from pip's environment and configuration, range reads."""
+
 from __future__ import annotations
 
 import io
@@ -8,14 +9,12 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from vendor_helpers import PREFIX, V1, V2, make_canonical, run_cv, run_json
 
 
 @pytest.fixture(scope="module")
 def canon(tmp_path_factory) -> Path:
     return make_canonical(tmp_path_factory.mktemp("canon"))
-
 
 
 def wheel(files: dict[str, bytes], pad: int = 0) -> bytes:
@@ -35,7 +34,7 @@ def test_newest_release_through_the_simple_api(canon, index, json_api):
     index.add("sgl-deep-gemm", "1.0", "sgl_deep_gemm-1.0-py3-none-any.whl", wheel(V1))
     index.add("sgl-deep-gemm", "1.1", "sgl_deep_gemm-1.1-py3-none-any.whl", wheel(V2))
     index.add("sgl-deep-gemm", "1.2rc1", "sgl_deep_gemm-1.2rc1-py3-none-any.whl", wheel(V1))  # pre-release
-    index.add("sgl-deep-gemm", "1.3", "sgl_deep_gemm-1.3-py3-none-any.whl", wheel(V1))       # yanked
+    index.add("sgl-deep-gemm", "1.3", "sgl_deep_gemm-1.3-py3-none-any.whl", wheel(V1))  # yanked
     index.yanked.add("sgl_deep_gemm-1.3-py3-none-any.whl")
     code, doc = run_json("--repo", str(canon), "--fork", "pypi:sgl_deep_gemm", "--index-url", index.url)
     assert code == 0 and doc["target"] == "pypi:sgl_deep_gemm==1.1 (sgl_deep_gemm-1.1-py3-none-any.whl)"

@@ -1,4 +1,5 @@
 """Scale-factor utilities: exact against straightforward references (CPU)."""
+
 from __future__ import annotations
 
 import math
@@ -10,11 +11,11 @@ from deep_gemm_sm120 import quant
 
 
 def test_ceil_to_ue8m0_exact():
-    x = torch.tensor([1.0, 0.75, 2.0, 2.0000002, 3.0, 2.0 ** -100, 1.5e30, 0.5, 0.49999997], dtype=torch.float32)
-    want = [1.0, 1.0, 2.0, 4.0, 4.0, 2.0 ** -100, 2.0 ** 101, 0.5, 0.5]
+    x = torch.tensor([1.0, 0.75, 2.0, 2.0000002, 3.0, 2.0**-100, 1.5e30, 0.5, 0.49999997], dtype=torch.float32)
+    want = [1.0, 1.0, 2.0, 4.0, 4.0, 2.0**-100, 2.0**101, 0.5, 0.5]
     assert quant.ceil_to_ue8m0(x).tolist() == want
     # just above a large power of two: log2-based rounding would round *down* here
-    big = torch.tensor([1024.0 * (1 + 2 ** -23)])
+    big = torch.tensor([1024.0 * (1 + 2**-23)])
     assert quant.ceil_to_ue8m0(big).item() == 2048.0
     r = torch.rand(10000) * 1e3 + 1e-6
     c = quant.ceil_to_ue8m0(r)
@@ -27,13 +28,13 @@ def test_ceil_to_ue8m0_exact():
 
 
 def test_require_ue8m0_rejects_raw_fp32_scales():
-    quant.require_ue8m0("sf", torch.tensor([1.0, 0.25, 2.0 ** 20]))
+    quant.require_ue8m0("sf", torch.tensor([1.0, 0.25, 2.0**20]))
     with pytest.raises(ValueError, match="not powers of two.*ceil_to_ue8m0"):
         quant.require_ue8m0("sf", torch.tensor([1.0, 0.3]))
 
 
 def test_pack_ue8m0_to_int_byte_order():
-    sf = torch.tensor([[1.0, 2.0, 0.5, 2.0 ** 10, 4.0]])  # exponent bytes 127, 128, 126, 137, 129 (+ pad 127 x3)
+    sf = torch.tensor([[1.0, 2.0, 0.5, 2.0**10, 4.0]])  # exponent bytes 127, 128, 126, 137, 129 (+ pad 127 x3)
     packed = quant.pack_ue8m0_to_int(sf)
     assert packed.dtype == torch.int32 and packed.shape == (1, 2)
     w0, w1 = (int(v) & 0xFFFFFFFF for v in packed[0])
@@ -54,7 +55,7 @@ def test_fp8_casts_round_trip(fn, rows, use_ue8m0):
     deq = q.float() * s.repeat_interleave(rows, 0).repeat_interleave(128, 1)[:300, :520]
     amax = x.abs().view(300, -1)  # per-element bound: e4m3 keeps 3 mantissa bits of each block's range
     block_amax = quant._block_amax(x, rows, 128).repeat_interleave(rows, 0).repeat_interleave(128, 1)[:300, :520]
-    assert bool(((deq - x).abs() <= block_amax * 2 ** -4 + 1e-12).all())
+    assert bool(((deq - x).abs() <= block_amax * 2**-4 + 1e-12).all())
     assert float(q.float().abs().max()) <= quant.FP8_E4M3_MAX
     del amax
 
@@ -92,7 +93,7 @@ def test_fp4_casts(kind, block):
         assert bool(quant.is_ue8m0(s).all()) and float(g) == 1.0
     else:
         assert s.dtype == torch.float8_e4m3fn and g.dim() == 0
-        assert float(s.float().min()) >= 2.0 ** -6  # every block scale in e4m3's normal range
+        assert float(s.float().min()) >= 2.0**-6  # every block scale in e4m3's normal range
     deq = quant.dequantize_fp4(packed, s, g, kind)
     block_amax = quant._block_amax(x, 1, block).repeat_interleave(block, 1)
     # e2m1's coarsest step is 2 (between 4 and 6): half of it is 1/6 of the block's range; an e4m3 block scale

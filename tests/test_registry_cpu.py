@@ -1,5 +1,6 @@
 """The kernel-family registry on a CPU: torch-free loading, one declaration per fact, derived exports and
 tables, kernel signatures that match the headers, bucketed plans."""
+
 from __future__ import annotations
 
 import os
@@ -14,29 +15,37 @@ ROOT = Path(__file__).resolve().parents[1]
 TOOLS = ROOT / "tools"
 sys.path.insert(0, str(TOOLS))
 
-import host_decls  # noqa: E402
-import kernel_signatures  # noqa: E402
+import host_decls
+import kernel_signatures
 
 BLOCK_TORCH = "import sys; sys.modules['torch'] = None; sys.modules['yaml'] = None; sys.modules['numpy'] = None\n"
 
 
 def _run_blocked(code: str, *args: str) -> subprocess.CompletedProcess:
     """Python with torch, yaml and numpy made unimportable: what tools/ must live with."""
-    return subprocess.run([sys.executable, "-c", BLOCK_TORCH + code, *args], capture_output=True, text=True,
-                          cwd=TOOLS, env={**os.environ, "PYTHONPATH": str(TOOLS)})
+    return subprocess.run(
+        [sys.executable, "-c", BLOCK_TORCH + code, *args],
+        capture_output=True,
+        text=True,
+        cwd=TOOLS,
+        env={**os.environ, "PYTHONPATH": str(TOOLS)},
+    )
 
 
 def test_declarations_load_without_torch():
-    p = _run_blocked("import host_decls; r = host_decls.registry(); "
-                     "print(len(r.specs()), sorted(r.by_name), len(r.ops))")
+    p = _run_blocked(
+        "import host_decls; r = host_decls.registry(); print(len(r.specs()), sorted(r.by_name), len(r.ops))"
+    )
     assert p.returncode == 0, p.stderr
     count, *_ = p.stdout.split()
     assert int(count) == len(host_decls.registry().specs()) > 200
 
 
 def test_compile_gate_lists_without_torch_outside_the_test_venv():
-    p = _run_blocked("import runpy, sys; sys.argv = ['compile_gate.py', '--list', '--quick']; "
-                     "runpy.run_path('compile_gate.py', run_name='__main__')")
+    p = _run_blocked(
+        "import runpy, sys; sys.argv = ['compile_gate.py', '--list', '--quick']; "
+        "runpy.run_path('compile_gate.py', run_name='__main__')"
+    )
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
     assert {ln.split()[0] for ln in lines} == set(host_decls.registry().by_name)
@@ -66,7 +75,6 @@ def test_package_exports_every_registered_op():
 
 
 def test_every_family_declares_a_kernel_the_header_defines():
-    params = host_decls.load("core.params")
     for fam in host_decls.registry().families:
         text = (ROOT / "device_layer" / fam.header).read_text()
         sig = kernel_signatures.header_signature(text, fam.kernel.split("::")[-1])
@@ -78,7 +86,9 @@ def test_a_reordered_parameter_list_is_caught_by_name():
     """Two u32 parameters swapped keep the byte layout; the header comparison still names the mismatch."""
     params = host_decls.load("core.params")
     fam = host_decls.registry().by_name["bf16_gemm"]
-    sig = kernel_signatures.header_signature((ROOT / "device_layer" / fam.header).read_text(), fam.kernel.split("::")[-1])
+    sig = kernel_signatures.header_signature(
+        (ROOT / "device_layer" / fam.header).read_text(), fam.kernel.split("::")[-1]
+    )
     ps = list(fam.params.params)
     i, j = [p.name for p in ps].index("m"), [p.name for p in ps].index("n")
     ps[i], ps[j] = ps[j], ps[i]
@@ -90,18 +100,28 @@ def test_a_reordered_parameter_list_is_caught_by_name():
 
 def test_param_list_layout_is_the_abi_layout():
     params = host_decls.load("core.params")
-    pl = params.ParamList(params.Param("p", "const float*"), params.Param("a", "uint32_t"),
-                          params.Param("t", "CUtensorMap"), params.Param("x", "float"), params.Param("q", "uint64_t"))
-    assert [(n, o, s) for n, o, s, _ in pl.layout] == [("p", 0, 8), ("a", 8, 4), ("t", 128, 128), ("x", 256, 4),
-                                                      ("q", 264, 8)]
+    pl = params.ParamList(
+        params.Param("p", "const float*"),
+        params.Param("a", "uint32_t"),
+        params.Param("t", "CUtensorMap"),
+        params.Param("x", "float"),
+        params.Param("q", "uint64_t"),
+    )
+    assert [(n, o, s) for n, o, s, _ in pl.layout] == [
+        ("p", 0, 8),
+        ("a", 8, 4),
+        ("t", 128, 128),
+        ("x", 256, 4),
+        ("q", 264, 8),
+    ]
     assert pl.size == 272 and pl.tmaps == ("t",) and pl.values == ("p", "a", "x", "q")
-    buf = pl.pack(p=0x1000, a=7, x=1.5, q=2 ** 40)
+    buf = pl.pack(p=0x1000, a=7, x=1.5, q=2**40)
     assert len(buf) == 272 and buf[128:256] == bytes(128)  # the tensor-map slot is filled by the runtime
-    assert buf == pl.packer()(0x1000, 7, 1.5, 2 ** 40)
+    assert buf == pl.packer()(0x1000, 7, 1.5, 2**40)
     with pytest.raises(TypeError, match="missing"):
         pl.pack(p=1, a=2, x=3.0)
     with pytest.raises(ValueError, match="unsupported kernel parameter type"):
-        params.Param("v", "OutT").kind
+        _ = params.Param("v", "OutT").kind
     with pytest.raises(ValueError, match="duplicate"):
         params.ParamList(params.Param("a", "uint32_t"), params.Param("a", "float"))
 
@@ -133,9 +153,17 @@ def test_gate_rules_are_mandatory_for_every_target_class():
         def shared_bytes(self) -> int:
             return 0
 
-    fam = reg_mod.Family(name="fake", header="impls/x.cuh", kernel="sm120::x", params=params.ParamList(),
-                         spec_type=FakeSpec, specs=lambda: [FakeSpec()], gate=lambda s: None,
-                         quick_key=lambda s: (), pdl=False)
+    fam = reg_mod.Family(
+        name="fake",
+        header="impls/x.cuh",
+        kernel="sm120::x",
+        params=params.ParamList(),
+        spec_type=FakeSpec,
+        specs=lambda: [FakeSpec()],
+        gate=lambda s: None,
+        quick_key=lambda s: (),
+        pdl=False,
+    )
     with pytest.raises(TypeError, match="must return GateRules"):
         reg_mod._validate(reg_mod.Registry((fam,), {"fake": "x"}))
 
@@ -218,13 +246,17 @@ def test_precompile_filters_and_runs_in_parallel(monkeypatch):
     assert peak[0] > 1
     seen.clear()
     # a decode GEMM on both SM120 parts: the swap-AB kernel, split K, and its reduce
-    n = dg.precompile(shapes=[{"op": "bf16_gemm_nt", "m": 1, "n": 2112, "k": 7168}], targets=["sm_120a"],
-                      progress=False)
+    n = dg.precompile(
+        shapes=[{"op": "bf16_gemm_nt", "m": 1, "n": 2112, "k": 7168}], targets=["sm_120a"], progress=False
+    )
     names = sorted(s for s, _ in seen)
     assert n == len(names) and any("_swap" in s for s in names) and any(s.startswith("split_k_reduce") for s in names)
     seen.clear()
-    dg.precompile(shapes=[{"op": "fp8_gemm_nt", "m": 4096, "n": 7168, "k": 7168, "kind": "mxfp8", "num_sms": 170}],
-                  targets=["sm_120a"], progress=False)
+    dg.precompile(
+        shapes=[{"op": "fp8_gemm_nt", "m": 4096, "n": 7168, "k": 7168, "kind": "mxfp8", "num_sms": 170}],
+        targets=["sm_120a"],
+        progress=False,
+    )
     assert len(seen) == 1 and seen[0][0].startswith("fp8_fp4_gemm_1d1d_mxfp8_g128")
     with pytest.raises(ValueError, match="unknown kernel families"):
         dg.precompile(families=["nope"])
@@ -265,13 +297,20 @@ def test_services_are_declared_as_such_and_the_root_imports_no_family():
 
     reg = registry()
     services = {f.name for f in reg.families if f.service}
-    assert services == {"split_k_reduce", "paged_mqa_logits_metadata", "sparse_mqa_logits_metadata",
-                        "gated_delta_rule_prep"}
+    assert services == {
+        "split_k_reduce",
+        "paged_mqa_logits_metadata",
+        "sparse_mqa_logits_metadata",
+        "gated_delta_rule_prep",
+    }
     assert all(not f.names for f in reg.families if f.service)
     assert reg.packages["split_k_reduce"].split(".")[-2] == "services"
     owners = {s.name: f.name for f in reg.user_families for s in f.services}
-    assert owners == {"paged_mqa_logits_metadata": "paged_mqa_logits", "sparse_mqa_logits_metadata":
-                      "sparse_mqa_logits", "gated_delta_rule_prep": "gated_delta_rule"}
+    assert owners == {
+        "paged_mqa_logits_metadata": "paged_mqa_logits",
+        "sparse_mqa_logits_metadata": "sparse_mqa_logits",
+        "gated_delta_rule_prep": "gated_delta_rule",
+    }
     assert all(reg.packages[s] == reg.packages[f] for s, f in owners.items())
     assert "get_paged_mqa_logits_metadata" in {op.name for f in reg.user_families for op in f.ops}
     package = ROOT / "host" / "deep_gemm_sm120"
@@ -280,5 +319,6 @@ def test_services_are_declared_as_such_and_the_root_imports_no_family():
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 module = (node.module or "") if isinstance(node, ast.ImportFrom) else ""
                 names = [a.name for a in node.names]
-                assert "families" not in module and not any(n.startswith("families") for n in names), \
+                assert "families" not in module and not any(n.startswith("families") for n in names), (
                     f"{path.name} imports a family ({module or names})"
+                )

@@ -1,11 +1,11 @@
 """`release` refusals and the rule that a released manifest equals device_layer/ at its commit."""
+
 from __future__ import annotations
 
 import subprocess
 from pathlib import Path
 
 import pytest
-
 from vendor_helpers import ROOT, V1, commit_all, init_repo, make_canonical, run_cv, run_json, write_tree
 
 
@@ -107,8 +107,7 @@ def test_manifest_committed_with_other_device_layer_is_caught(canon):
     commit_all(canon, "release v0.3.0 (with a stray edit)")
     code, doc = run_json("--repo", str(canon))
     assert code == 1 and doc["verdict"] == "invalid"
-    assert any("does not match device_layer/ at commit" in e and "common/sm120_tma.cuh" in e
-               for e in doc["errors"])
+    assert any("does not match device_layer/ at commit" in e and "common/sm120_tma.cuh" in e for e in doc["errors"])
 
 
 def test_uncommitted_manifest_is_a_draft(canon):
@@ -125,13 +124,13 @@ def test_this_repository_manifests_match_history():
     from vendorkit.gitrepo import GitRepo
 
     if not GitRepo(str(ROOT)).is_repo():
-        pytest.skip("not a git checkout (a release tarball or a ZIP download): the history cannot be read here; "
-                    "CI clones with full history and runs this")
-    from vendorkit.manifest import ManifestSet
-    from vendorkit.selfcheck import history_problems
-
+        pytest.skip(
+            "not a git checkout (a release tarball or a ZIP download): the history cannot be read here; "
+            "CI clones with full history and runs this"
+        )
     from vendorkit.gitrepo import GitRepo
-    from vendorkit.selfcheck import lineage_problems
+    from vendorkit.manifest import ManifestSet
+    from vendorkit.selfcheck import history_problems, lineage_problems
 
     ms = ManifestSet.load_dir(str(ROOT / "vendor_manifests"))
     problems, _ = history_problems(str(ROOT), ms)
@@ -154,9 +153,14 @@ def test_latest_release_verifies_in_a_deepgemm_layout(tmp_path):
     store = CanonicalStore(str(ROOT))
     fork = tmp_path / "DeepGEMM"
     prefix = fork / "deep_gemm/include/deep_gemm"
-    write_tree(fork, {"deep_gemm/include/deep_gemm/common/utils.cuh": b"// DeepGEMM's own\n",
-                      "deep_gemm/include/deep_gemm/impls/sm90_bf16_gemm.cuh": b"// DeepGEMM's own\n",
-                      "csrc/python_api.cpp": b"// DeepGEMM's own\n"})
+    write_tree(
+        fork,
+        {
+            "deep_gemm/include/deep_gemm/common/utils.cuh": b"// DeepGEMM's own\n",
+            "deep_gemm/include/deep_gemm/impls/sm90_bf16_gemm.cuh": b"// DeepGEMM's own\n",
+            "csrc/python_api.cpp": b"// DeepGEMM's own\n",
+        },
+    )
     for e in tag.files:
         data = store.get(e)
         assert data is not None, e.path
@@ -210,6 +214,11 @@ def test_a_release_tarball_skips_the_upgrade_test_instead_of_failing(tmp_path):
     copy = tmp_path / "deep_gemm_sm120-tarball"
     shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".git", "__pycache__", "*.egg-info", "build", "dist"))
     test = "tests/test_release_and_integrity.py::test_latest_release_upgrades_its_predecessor_by_sync"
-    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", test], cwd=copy,
-                       capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", test],
+        cwd=copy,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0 and "1 skipped" in p.stdout and "no git history" in p.stdout, p.stdout + p.stderr

@@ -2,14 +2,14 @@
 of the dequantized MXFP8 / MXFP4 inputs (tests/sparse_mqa_reference.py; inputs from workloads.mqa), exact -inf masks, every element written
 (poisoned buffers), determinism, graph replay with new indices, empty index lists, repeated indices, the last
 partial block, hand-made out-of-range table entries, and every geometry (H 16/32/64, D 64/128, blocks 8/16/32)."""
+
 from __future__ import annotations
 
 import pytest
 import torch
-
-from gpu_helpers import requires_cuda, sm120_or_emulation  # noqa: F401
-from workloads.mqa import run_sparse, run_sparse_paged, sparse_case, sparse_indices, sparse_paged_case
+from gpu_helpers import requires_cuda
 from sparse_mqa_reference import logits_from_metadata, paged_sparse_mqa_logits, sparse_mqa_logits
+from workloads.mqa import run_sparse, run_sparse_paged, sparse_case, sparse_paged_case
 
 pytestmark = [pytest.mark.cuda, pytest.mark.emulation, requires_cuda]
 
@@ -29,7 +29,7 @@ def assert_matches(out: torch.Tensor, ref: torch.Tensor, valid: torch.Tensor, la
         diff = calc_diff(got[v], ref[v])
         assert diff < 3e-5, f"{label}: calc_diff {diff:.3e}"
         err = (got[v] - ref[v]).abs()
-        bound = ref[v].abs() * 2.0 ** -7 + 1e-3 * ref[v].abs().max()
+        bound = ref[v].abs() * 2.0**-7 + 1e-3 * ref[v].abs().max()
         assert bool((err <= bound).all()), f"{label}: max error {float(err.max()):.3e}"
 
 
@@ -86,8 +86,9 @@ def test_empty_repeated_and_last_partial_block(sm120_or_emulation):
     torch.cuda.synchronize()
     assert_matches(out, ref, valid, "edge rows")
     assert torch.equal(out[1, :8], out[1, 8:16]), "a repeated block scores the same"
-    meta = dg.get_sparse_mqa_logits_metadata(c["ks"], c["ke"], n, c["idx"], torch.float8_e4m3fn, block,
-                                             use_unaligned_ks=True)
+    meta = dg.get_sparse_mqa_logits_metadata(
+        c["ks"], c["ke"], n, c["idx"], torch.float8_e4m3fn, block, use_unaligned_ks=True
+    )
     assert meta[2, 3].tolist() == [200, 3]
 
 
@@ -96,13 +97,29 @@ def test_out_of_range_table_entries_are_never_read(sm120_or_emulation):
     import deep_gemm_sm120 as dg
 
     c = sparse_case(4, 100, 16, 64, "mxfp8", 16, 3, seed=9)
-    meta = torch.tensor([[[0, 16], [90, 16], [-16, 16]], [[84, 16], [100, 1], [2**30, 16]],
-                         [[0, 0], [0, -3], [16, 5]], [[1, 16], [50, 16], [99, 1]]], dtype=torch.int32, device="cuda")
+    meta = torch.tensor(
+        [
+            [[0, 16], [90, 16], [-16, 16]],
+            [[84, 16], [100, 1], [2**30, 16]],
+            [[0, 0], [0, -3], [16, 5]],
+            [[1, 16], [50, 16], [99, 1]],
+        ],
+        dtype=torch.int32,
+        device="cuda",
+    )
     out = dg.fp8_fp4_sparse_mqa_logits(c["q"], c["kv"], c["w"], meta, 3, 16)
     torch.cuda.synchronize()
     # the entries inside [0, 100) rows with a positive count, the rest zeroed
-    kept = torch.tensor([[[0, 16], [0, 0], [0, 0]], [[84, 16], [0, 0], [0, 0]], [[0, 0], [0, 0], [16, 5]],
-                         [[1, 16], [50, 16], [99, 1]]], dtype=torch.int32, device="cuda")
+    kept = torch.tensor(
+        [
+            [[0, 16], [0, 0], [0, 0]],
+            [[84, 16], [0, 0], [0, 0]],
+            [[0, 0], [0, 0], [16, 5]],
+            [[1, 16], [50, 16], [99, 1]],
+        ],
+        dtype=torch.int32,
+        device="cuda",
+    )
     want = torch.zeros(4, 48, dtype=torch.bool, device="cuda")
     want[0, :16] = want[1, :16] = want[2, 32:37] = want[3, :33] = True
     ref = logits_from_metadata(c["q_deq"], c["kv_deq"], c["w"].float(), kept, 16)
@@ -146,12 +163,14 @@ def test_graph_replay_with_new_indices(sm120_or_emulation):
 
 # ---------------------------------------------------------------- paged form
 
+
 @pytest.mark.parametrize("fmt,d", GEOMETRIES)
 @pytest.mark.parametrize("h,block", [(16, 8), (32, 16), (64, 32)])
 def test_paged_matches_reference(sm120_or_emulation, fmt, d, h, block):
     c = sparse_paged_case(23, h, d, fmt, block, num_max=13, seed=h)
-    ref, valid = paged_sparse_mqa_logits(c["q_deq"], c["pages_deq"], c["w"].float(), c["lens"], c["table"], c["idx"],
-                                         block)
+    ref, valid = paged_sparse_mqa_logits(
+        c["q_deq"], c["pages_deq"], c["w"].float(), c["lens"], c["table"], c["idx"], block
+    )
     poison_allocator(ref.numel())
     out = run_sparse_paged(c)
     torch.cuda.synchronize()
@@ -166,6 +185,7 @@ def test_paged_page_sizes(sm120_or_emulation, page_kv):
 
 
 # ---------------------------------------------------------------- the slot-table kernel
+
 
 @pytest.mark.parametrize("block", [8, 16, 32])
 def test_metadata_kernel_matches_torch_reference(sm120_or_emulation, block):
@@ -186,36 +206,41 @@ def test_metadata_kernel_matches_torch_reference(sm120_or_emulation, block):
     page_kv, max_pages = 4 * block, 40
     ctx = torch.randint(0, page_kv * (max_pages + 2), (rows,), generator=g).int().cuda()
     table = torch.randint(-1, 500, (rows, max_pages), generator=g).int().cuda()
-    got = dg.get_paged_sparse_mqa_logits_metadata(ctx, table, torch.arange(rows, dtype=torch.int32, device="cuda"),
-                                                  page_kv, idx, torch.uint8, block)
+    got = dg.get_paged_sparse_mqa_logits_metadata(
+        ctx, table, torch.arange(rows, dtype=torch.int32, device="cuda"), page_kv, idx, torch.uint8, block
+    )
     assert torch.equal(got, metadata_paged(ctx, table, idx, page_kv, block))
     # strided indices (a slice of a wider tensor) and a zero-row call
     wide = torch.zeros(rows, slots + 5, dtype=torch.int32, device="cuda")
     wide[:, :slots] = idx
-    got = dg.get_sparse_mqa_logits_metadata(ks, ke, n, wide[:, :slots], torch.float8_e4m3fn, block,
-                                            use_unaligned_ks=True)
+    got = dg.get_sparse_mqa_logits_metadata(
+        ks, ke, n, wide[:, :slots], torch.float8_e4m3fn, block, use_unaligned_ks=True
+    )
     assert torch.equal(got, metadata_contiguous(ks, ke, idx, block))
-    assert dg.get_sparse_mqa_logits_metadata(ks[:0], ke[:0], n, idx[:0], torch.float8_e4m3fn, block).shape == \
-        (0, slots, 2)
+    assert dg.get_sparse_mqa_logits_metadata(ks[:0], ke[:0], n, idx[:0], torch.float8_e4m3fn, block).shape == (
+        0,
+        slots,
+        2,
+    )
 
 
 # ---------------------------------------------------------------- host errors on the GPU
+
 
 def test_metadata_mismatch_and_zero_rows(sm120_or_emulation):
     import deep_gemm_sm120 as dg
 
     c = sparse_case(6, 200, 32, 128, "mxfp8", 16, 4, seed=2)
-    meta = dg.get_sparse_mqa_logits_metadata(c["ks"], c["ke"], 200, c["idx"], torch.float8_e4m3fn, 16,
-                                             use_unaligned_ks=True)
+    meta = dg.get_sparse_mqa_logits_metadata(
+        c["ks"], c["ke"], 200, c["idx"], torch.float8_e4m3fn, 16, use_unaligned_ks=True
+    )
     with pytest.raises(ValueError, match="slot table"):
         dg.fp8_fp4_sparse_mqa_logits(c["q"], c["kv"], c["w"], meta, 5, 16)
     with pytest.raises(ValueError, match="slot table"):
-        dg.fp8_fp4_sparse_mqa_logits(c["q"], c["kv"], c["w"], meta.transpose(0, 1).contiguous().transpose(0, 1), 4,
-                                     16)
+        dg.fp8_fp4_sparse_mqa_logits(c["q"], c["kv"], c["w"], meta.transpose(0, 1).contiguous().transpose(0, 1), 4, 16)
     with pytest.raises(TypeError, match="use_unaligned_ks"):
         dg.fp8_fp4_sparse_mqa_logits(c["q"], c["kv"], c["w"], meta, 4, 16, use_unaligned_ks=1)
     empty = dg.fp8_fp4_sparse_mqa_logits((c["q"][0][:0], c["q"][1][:0]), c["kv"], c["w"][:0], meta[:0], 4, 16)
     assert empty.shape == (0, 64)
-    none = dg.fp8_fp4_sparse_mqa_logits(c["q"], (c["kv"][0][:0], c["kv"][1][:0]), c["w"],
-                                        torch.zeros_like(meta), 4, 16)
+    none = dg.fp8_fp4_sparse_mqa_logits(c["q"], (c["kv"][0][:0], c["kv"][1][:0]), c["w"], torch.zeros_like(meta), 4, 16)
     assert bool(torch.isneginf(none.float()).all())

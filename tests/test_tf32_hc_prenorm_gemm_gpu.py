@@ -1,11 +1,13 @@
 """tf32_hc_prenorm_gemm on a real GPU (TF32 and BF16 mma.sync run natively on sm_90a: same instructions as
 SM120): fp64 references per split, poisoned outputs, tails, empty splits, strides, determinism, graph replay."""
+
 from __future__ import annotations
 
 import pytest
 import torch
+from gpu_helpers import poison_like, requires_cuda
 
-from gpu_helpers import poison_like, requires_cuda, sm120_or_emulation  # noqa: F401
+from deep_gemm_sm120.core.arith import ceil_div
 
 pytestmark = [pytest.mark.cuda, pytest.mark.emulation, requires_cuda]
 
@@ -17,7 +19,7 @@ NKS = ((24, 28672), (24, 7680), (24, 7168))
 
 def split_ranges(k: int, splits: int) -> list[tuple[int, int]]:
     """DeepGEMM's split: ceil(K / 64) blocks dealt out evenly, the first (blocks % splits) one block longer."""
-    blocks = -(-k // BLOCK_K)
+    blocks = ceil_div(k, BLOCK_K)
     per, extra = divmod(blocks, splits)
     out, begin = [], 0
     for s in range(splits):
@@ -74,12 +76,21 @@ def test_qualification_shapes(sm120_or_emulation, m, n, k, splits):
     run(m, n, k, splits)
 
 
-@pytest.mark.parametrize("m,n,k,splits", [
-    (1, 1, 8, None), (7, 7, 72, None), (65, 8, 136, 3), (129, 32, 1000, None), (200, 17, 4104, 7),
-    (64, 25, 640, 10),            # exactly one block per split
-    (33, 24, 128, 5),             # splits 2..4 have no K blocks: zeros
-    (4096, 32, 2048, None), (4100, 16, 1024, None), (130, 24, 28672, 1),
-])
+@pytest.mark.parametrize(
+    "m,n,k,splits",
+    [
+        (1, 1, 8, None),
+        (7, 7, 72, None),
+        (65, 8, 136, 3),
+        (129, 32, 1000, None),
+        (200, 17, 4104, 7),
+        (64, 25, 640, 10),  # exactly one block per split
+        (33, 24, 128, 5),  # splits 2..4 have no K blocks: zeros
+        (4096, 32, 2048, None),
+        (4100, 16, 1024, None),
+        (130, 24, 28672, 1),
+    ],
+)
 def test_tails_and_splits(sm120_or_emulation, m, n, k, splits):
     _, _, d, s = run(m, n, k, splits)
     if splits is not None:
@@ -95,7 +106,7 @@ def test_strided_operands_and_outputs(sm120_or_emulation):
     m, n, k = 300, 24, 2048
     a = torch.randn(m, k + 64, device="cuda", dtype=torch.bfloat16)[:, :k]
     b = torch.randn(n, k + 32, device="cuda")[:, :k]
-    d = poison_like(torch.empty(4, m, 32, device="cuda"))[:, :, :n]      # padded rows and splits
+    d = poison_like(torch.empty(4, m, 32, device="cuda"))[:, :, :n]  # padded rows and splits
     s = poison_like(torch.empty(4, m, device="cuda"))
     dg.tf32_hc_prenorm_gemm(a, b, d, s, num_splits=4)
     ref_d, ref_s = references(a, b, 4)

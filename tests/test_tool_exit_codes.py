@@ -1,5 +1,6 @@
 """Every tool speaks one exit-code contract: a usage error exits 3 (never argparse's 2, which the drift tools
 document as "could not check"), and a JSON report's exit_code is always the process's."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,9 @@ TOOLS = ("check_vendor.py", "watch_downstreams.py", "compile_gate.py", "support_
 
 
 def _run(tool: str, *args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "tools" / tool), *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=120)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "tools" / tool), *args], capture_output=True, text=True, cwd=cwd, timeout=120
+    )
 
 
 @pytest.mark.parametrize("tool", TOOLS)

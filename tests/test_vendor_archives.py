@@ -1,5 +1,6 @@
 """Wheels and sdists as downstreams: local archives, `pypi:` through a loopback index, the watcher's PyPI
 entries, and archives built to attack the reader."""
+
 from __future__ import annotations
 
 import io
@@ -11,11 +12,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
-from vendor_helpers import PREFIX, ROOT, V1, V2, by_path, make_canonical, opened_paths, run_cv, run_json
+import watch_downstreams
 from fake_servers import FakeGitHub
-
-import watch_downstreams  # noqa: E402
+from vendor_helpers import PREFIX, ROOT, V1, V2, by_path, make_canonical, opened_paths, run_cv, run_json
 
 OWN = {"deep_gemm/__init__.py": b"# the package\n", f"{PREFIX}/common/utils.cuh": b"// its own header\n"}
 
@@ -23,7 +22,6 @@ OWN = {"deep_gemm/__init__.py": b"# the package\n", f"{PREFIX}/common/utils.cuh"
 @pytest.fixture(scope="module")
 def canon(tmp_path_factory) -> Path:
     return make_canonical(tmp_path_factory.mktemp("canon"))
-
 
 
 def layer(files: dict[str, bytes], root: str = PREFIX) -> dict[str, bytes]:
@@ -62,6 +60,7 @@ def check(canon: Path, spec: str, *extra: str) -> tuple[int, dict]:
 
 
 # ---------------------------------------------------------------- local archives
+
 
 def test_wheel_in_sync_stale_and_drifted(canon, tmp_path):
     whl = tmp_path / "sgl_deep_gemm-1.0-py3-none-any.whl"
@@ -151,13 +150,17 @@ def test_missing_archive_exits_2(canon, tmp_path):
 
 # ---------------------------------------------------------------- pypi: through a loopback index
 
+
 def test_pypi_fork_pinned_and_newest(canon, index):
     index.add("sgl-deep-gemm", "1.0", "sgl_deep_gemm-1.0-py3-none-any.whl", wheel_bytes(layer(V1)))
     index.add("sgl-deep-gemm", "1.1", "sgl_deep_gemm-1.1.tar.gz", sdist_bytes(layer(V2), top="sgl_deep_gemm-1.1"))
     index.add("sgl-deep-gemm", "1.1", "sgl_deep_gemm-1.1-py3-none-any.whl", wheel_bytes(layer(V2)))
     code, doc = check(canon, "pypi:sgl-deep-gemm==1.0", "--index-url", index.url)
-    assert code == 1 and doc["verdict"] == "stale" and doc["target"] == \
-        "pypi:sgl-deep-gemm==1.0 (sgl_deep_gemm-1.0-py3-none-any.whl)"
+    assert (
+        code == 1
+        and doc["verdict"] == "stale"
+        and doc["target"] == "pypi:sgl-deep-gemm==1.0 (sgl_deep_gemm-1.0-py3-none-any.whl)"
+    )
     code, doc = check(canon, "pypi:sgl-deep-gemm", "--index-url", index.url)
     assert code == 0 and doc["target"] == "pypi:sgl-deep-gemm==1.1 (2 files)"  # the wheel and the sdist
     dists = {d["file"]: d for d in doc["distributions"]}
@@ -169,10 +172,16 @@ def test_pypi_fork_pinned_and_newest(canon, index):
     assert code == 3
 
 
-@pytest.mark.parametrize("fault, message", [("404", "not on the index"), ("500", "answered 500"),
-                                            ("truncated", "does not match the index's sha256"),
-                                            ("truncated-ranges", "not a readable wheel"),
-                                            ("unknown-version", "lists no such version")])
+@pytest.mark.parametrize(
+    "fault, message",
+    [
+        ("404", "not on the index"),
+        ("500", "answered 500"),
+        ("truncated", "does not match the index's sha256"),
+        ("truncated-ranges", "not a readable wheel"),
+        ("unknown-version", "lists no such version"),
+    ],
+)
 def test_pypi_faults_exit_2(canon, index, fault, message):
     index.add("pkg", "1.0", "pkg-1.0-py3-none-any.whl", wheel_bytes(layer(V2)))
     spec = "pypi:pkg==1.0"
@@ -184,12 +193,12 @@ def test_pypi_faults_exit_2(canon, index, fault, message):
     else:
         spec = "pypi:pkg==9.9"
     ranges = ["--range-reads"] if fault == "truncated-ranges" else []
-    code, out, err = run_cv("--repo", str(canon), "--fork", spec, "--index-url", index.url, "--format", "json",
-                            *ranges)
+    code, out, err = run_cv("--repo", str(canon), "--fork", spec, "--index-url", index.url, "--format", "json", *ranges)
     assert code == 2 and json.loads(out)["verdict"] == "unknown" and message in err and "Traceback" not in err
 
 
 # ---------------------------------------------------------------- the watcher's PyPI downstreams
+
 
 def _config(tmp_path: Path, *entries: dict) -> Path:
     import yaml
@@ -201,8 +210,23 @@ def _config(tmp_path: Path, *entries: dict) -> Path:
 
 def _watch(canon, tmp_path, cfg, index, gh, *extra):
     js = tmp_path / "report.json"
-    code = watch_downstreams.main(["--config", str(cfg), "--repo-root", str(canon), "--api-url", gh.url,
-                                   "--index-url", index.url, "--json", str(js), "--retries", "0", *extra])
+    code = watch_downstreams.main(
+        [
+            "--config",
+            str(cfg),
+            "--repo-root",
+            str(canon),
+            "--api-url",
+            gh.url,
+            "--index-url",
+            index.url,
+            "--json",
+            str(js),
+            "--retries",
+            "0",
+            *extra,
+        ]
+    )
     return code, json.loads(js.read_text())
 
 
@@ -235,8 +259,9 @@ def test_watcher_checks_each_new_package_release(canon, tmp_path, index, gh):
     assert "would refuse 1 file" in issue["body"] and "sm120_tma.cuh" in issue["body"]
     assert "then without --dry-run" not in issue["body"]
     # a pinned version is not moved by new releases
-    cfg = _config(tmp_path, {"name": "sgl", "pypi": "sgl-deep-gemm", "version": "1.0", "track": "latest",
-                             "prefix": PREFIX})
+    cfg = _config(
+        tmp_path, {"name": "sgl", "pypi": "sgl-deep-gemm", "version": "1.0", "track": "latest", "prefix": PREFIX}
+    )
     code, doc = _watch(canon, tmp_path, cfg, index, gh)
     assert code == 0 and doc["downstreams"][0]["version"] == "1.0"
 
@@ -273,12 +298,15 @@ def test_watcher_index_faults_are_unknown(canon, tmp_path, index, gh, status):
     assert code == 2 and doc["downstreams"][0]["report"]["verdict"] == "unknown"
 
 
-@pytest.mark.parametrize("bad, message", [
-    ({"pypi": "sgl", "ref": "main"}, "unknown keys ['ref']"),
-    ({"pypi": "bad name"}, "is not a package name"),
-    ({"pypi": "sgl", "version": "1.0 beta"}, "is not a version"),
-    ({"pypi": "sgl", "prefix": "../x"}, "unsafe path"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"pypi": "sgl", "ref": "main"}, "unknown keys ['ref']"),
+        ({"pypi": "bad name"}, "is not a package name"),
+        ({"pypi": "sgl", "version": "1.0 beta"}, "is not a version"),
+        ({"pypi": "sgl", "prefix": "../x"}, "unsafe path"),
+    ],
+)
 def test_pypi_config_validation_exit_3(canon, tmp_path, capsys, bad, message):
     cfg = _config(tmp_path, dict({"name": "x", "track": "latest"}, **bad))
     code = watch_downstreams.main(["--config", str(cfg), "--repo-root", str(canon)])
@@ -289,7 +317,8 @@ def test_shipped_config_watches_sgl_deep_gemm():
     from vendorkit.manifest import ManifestSet
     from vendorkit.watch import load_config
 
-    ds = load_config(str(ROOT / ".github/downstreams.yaml"), ManifestSet.load_dir(str(ROOT / "vendor_manifests")),
-                     str(ROOT))
+    ds = load_config(
+        str(ROOT / ".github/downstreams.yaml"), ManifestSet.load_dir(str(ROOT / "vendor_manifests")), str(ROOT)
+    )
     assert {d.package for d in ds if d.package} == {"sgl-deep-gemm", "vllm"}
     assert all(d.version is None and d.lineage == "deepgemm-sm120" for d in ds if d.package)

@@ -1,4 +1,5 @@
 """The steps docs/vendoring.md gives forks, run verbatim, and the documented synopsis against the parser."""
+
 from __future__ import annotations
 
 import json
@@ -12,7 +13,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from vendor_helpers import ROOT, run_cv
 
 DOC = (ROOT / "docs/vendoring.md").read_text()
@@ -22,7 +22,7 @@ PREFIX = "deep_gemm/include/deep_gemm"
 def _section(title: str) -> str:
     start = DOC.index(title)
     nxt = DOC.find("\n#", start + len(title))
-    return DOC[start: nxt if nxt != -1 else len(DOC)]
+    return DOC[start : nxt if nxt != -1 else len(DOC)]
 
 
 def _blocks(text: str, lang: str) -> list[str]:
@@ -41,8 +41,11 @@ def deepgemm(tmp_path) -> tuple[Path, str]:
     assert tag == ms.latest.tag, "docs/vendoring.md's CI recipe should name the latest release"
     fork = tmp_path / "DeepGEMM"
     store = CanonicalStore(str(ROOT))
-    for rel, data in {"setup.py": b"# DeepGEMM\n", f"{PREFIX}/common/utils.cuh": b"// DeepGEMM's own\n",
-                      f"{PREFIX}/impls/sm90_bf16_gemm.cuh": b"// DeepGEMM's own\n"}.items():
+    for rel, data in {
+        "setup.py": b"# DeepGEMM\n",
+        f"{PREFIX}/common/utils.cuh": b"// DeepGEMM's own\n",
+        f"{PREFIX}/impls/sm90_bf16_gemm.cuh": b"// DeepGEMM's own\n",
+    }.items():
         (fork / rel).parent.mkdir(parents=True, exist_ok=True)
         (fork / rel).write_bytes(data)
     for e in ms.by_tag[tag].files:
@@ -60,15 +63,24 @@ def _actions_env(tmp_path: Path) -> dict:
     if not (bin_dir / "python").exists():
         (bin_dir / "python").symlink_to(sys.executable)
     (shadow / "yaml.py").write_text("raise ImportError('PyYAML is not installed here')\n")
-    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(shadow),
-            "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"), "HOME": str(tmp_path)}
+    return {
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": str(shadow),
+        "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"),
+        "HOME": str(tmp_path),
+    }
 
 
 def _run_step(command: str, cwd: Path, env: dict) -> tuple[int, str]:
     summary = Path(env["GITHUB_STEP_SUMMARY"])
     summary.write_text("")
-    p = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", command], cwd=cwd, env=env,
-                       capture_output=True, text=True)
+    p = subprocess.run(
+        ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", command],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert "Traceback" not in p.stderr, p.stderr
     return p.returncode, summary.read_text()
 
@@ -146,8 +158,11 @@ def test_fake_servers_serves_from_the_command_line(tmp_path):
     commit_all(repo, "a")
     whl = tmp_path / "pkg-1.0-py3-none-any.whl"
     whl.write_bytes(b"PK\x05\x06" + b"\0" * 18)  # an empty zip
-    p = subprocess.Popen([sys.executable, str(ROOT / "tests/fake_servers.py"), "--repo", f"org/r={repo}",
-                          "--wheel", f"pkg==1.0={whl}"], stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests/fake_servers.py"), "--repo", f"org/r={repo}", "--wheel", f"pkg==1.0={whl}"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         gh_url = p.stdout.readline().split()[-1]
         index_url = p.stdout.readline().split()[-1]

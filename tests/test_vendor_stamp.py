@@ -1,4 +1,5 @@
 """The vendored stamp: owned vs foreign files, tampered stamps, pinned patches, safe --sync, the offline verifier."""
+
 from __future__ import annotations
 
 import json
@@ -9,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from vendor_helpers import PREFIX, ROOT, V1, V2, by_path, make_canonical, make_fork, opened_paths, run_cv, run_json
 
 STAMP = ".sm120-vendor.json"
@@ -41,8 +41,7 @@ def write_stamp(fork: Path, doc: dict, fix_tree: bool = True) -> None:
     import sm120_vendor_verify as v
 
     if fix_tree:  # an attacker recomputes the digest so that the stamp is self-consistent
-        doc["tree_sha256"] = v.tree_sha256((f["path"], f["sha256"]) for f in doc["files"]
-                                           if v.safe_relative(f["path"]))
+        doc["tree_sha256"] = v.tree_sha256((f["path"], f["sha256"]) for f in doc["files"] if v.safe_relative(f["path"]))
     (fork / PREFIX / STAMP).write_text(json.dumps(doc))
 
 
@@ -61,6 +60,7 @@ def verify(fork: Path, *args: str, manifest: Path | None = None) -> subprocess.C
 
 
 # ---------------------------------------------------------------- the stamp --sync writes
+
 
 def test_sync_writes_stamp_of_every_owned_file(canon, tmp_path):
     fork = synced(canon, tmp_path)
@@ -112,6 +112,7 @@ def test_no_stamp_behaves_as_before(canon, tmp_path):
 
 
 # ---------------------------------------------------------------- tampered stamps
+
 
 def test_stamp_edited_to_bless_a_drifted_file(canon, tmp_path):
     fork = synced(canon, tmp_path)
@@ -184,6 +185,7 @@ def test_stamp_naming_an_unreleased_tag(canon, tmp_path):
 
 
 # ---------------------------------------------------------------- pinned patches
+
 
 def _pin(canon, fork, rel="common/sm120_tma.cuh", edit=b"struct Tma { int x; int fix; };\n", **kw):
     target = fork / PREFIX / rel
@@ -271,6 +273,7 @@ def test_sync_keeps_a_pinned_patch_and_refuses_over_one_unless_dropped(canon, tm
 
 # ---------------------------------------------------------------- --sync never loses the fork's bytes
 
+
 def test_sync_overwrites_an_owned_edit_only_after_a_backup(canon, tmp_path):
     fork = synced(canon, tmp_path)
     target = fork / PREFIX / "mma/sm120.cuh"
@@ -322,6 +325,7 @@ def test_fork_that_does_not_vendor_this_layer(canon, tmp_path):
 
 # ---------------------------------------------------------------- readable diffs
 
+
 def test_replaced_file_gets_a_ratio_not_a_diff(canon, tmp_path):
     files = dict(V2)
     files["impls/sm120_bf16_gemm.cuh"] = b"".join(b"// unrelated line %d\n" % i for i in range(300))
@@ -335,7 +339,8 @@ def test_diffs_are_capped_in_every_format_unless_full_diffs(canon, tmp_path):
     files = dict(V2)
     base = V2["common/sm120_utils.cuh"]
     files["common/sm120_utils.cuh"] = base.replace(b"a + b", b"b + a") + b"".join(
-        b"inline int f%d();\n" % i for i in range(2))
+        b"inline int f%d();\n" % i for i in range(2)
+    )
     big = b"".join(b"// line %d\n" % i for i in range(400))
     files["mma/sm120.cuh"] = V2["mma/sm120.cuh"] + big
     fork = make_fork(tmp_path, files)
@@ -358,6 +363,7 @@ def test_diffs_are_capped_in_every_format_unless_full_diffs(canon, tmp_path):
 
 # ---------------------------------------------------------------- the offline verifier
 
+
 def test_offline_verifier_in_the_forks_ci(canon, tmp_path):
     fork = synced(canon, tmp_path)
     manifest = canon / "vendor_manifests/v0.2.0.yaml"
@@ -366,8 +372,10 @@ def test_offline_verifier_in_the_forks_ci(canon, tmp_path):
     p = verify(fork, "--format", "json")
     doc = json.loads(p.stdout)
     assert p.returncode == 0 and doc["exit_code"] == 0
-    assert {f["path"] for f in doc["files"] if f["status"] == "foreign"} == {"common/utils.cuh",
-                                                                           "impls/sm90_fp8_gemm_1d1d.cuh"}
+    assert {f["path"] for f in doc["files"] if f["status"] == "foreign"} == {
+        "common/utils.cuh",
+        "impls/sm90_fp8_gemm_1d1d.cuh",
+    }
     assert verify(fork, "--strict").returncode == 1
     (fork / PREFIX / "scheduler/sm120_gemm.cuh").unlink()
     p = verify(fork)

@@ -1,4 +1,5 @@
 """The drift watcher and github: forks against a GitHub-compatible server on 127.0.0.1 backed by real git repos."""
+
 from __future__ import annotations
 
 import json
@@ -6,9 +7,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from vendor_helpers import PREFIX, ROOT, V1, V2, by_path, commit_all, make_canonical, run_cv, run_json, write_tree
-from watch_helpers import TOKEN, config, entry, gh, remote_fork, watch, watch_downstreams  # noqa: F401
+from watch_helpers import TOKEN, config, entry, remote_fork, watch, watch_downstreams
 
 
 @pytest.fixture(scope="module")
@@ -146,8 +146,15 @@ def test_issue_lifecycle(canon, gh, tmp_path):
 def test_issue_found_across_pages_and_body_limit(canon, gh, tmp_path):
     store = gh.issues.setdefault("us/repo", [])
     for i in range(150):  # other downstreams' issues fill page 1
-        store.append({"number": i + 1, "title": "t", "body": f"<!-- deep_gemm_sm120:vendor-drift name=other{i} -->",
-                      "state": "open", "labels": [{"name": "vendor-drift"}]})
+        store.append(
+            {
+                "number": i + 1,
+                "title": "t",
+                "body": f"<!-- deep_gemm_sm120:vendor-drift name=other{i} -->",
+                "state": "open",
+                "labels": [{"name": "vendor-drift"}],
+            }
+        )
     store[0]["body"] = "<!-- deep_gemm_sm120:vendor-drift name=huge -->\nold"  # ours is the oldest: last page
     files = dict(V2, **{f"impls/sm120_extra_{i:05d}_{'x' * 40}.cuh": b"// extra\n" for i in range(1500)})
     remote_fork(tmp_path, gh, "org/huge", files)
@@ -158,13 +165,16 @@ def test_issue_found_across_pages_and_body_limit(canon, gh, tmp_path):
     assert len([r for r in gh.log if r["path"].endswith("/issues") and r["method"] == "GET"]) == 2
 
 
-@pytest.mark.parametrize("bad, message", [
-    ({"surprise": 1}, "unknown keys ['surprise']"),
-    ({"repo": "not a repo"}, "is not OWNER/NAME"),
-    ({"track": "v9.9.9"}, "not a released tag"),
-    ({"track": "newest"}, "track must be `latest`"),
-    ({"prefix": "../escape"}, "unsafe path"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"surprise": 1}, "unknown keys ['surprise']"),
+        ({"repo": "not a repo"}, "is not OWNER/NAME"),
+        ({"track": "v9.9.9"}, "not a released tag"),
+        ({"track": "newest"}, "track must be `latest`"),
+        ({"prefix": "../escape"}, "unsafe path"),
+    ],
+)
 def test_config_validation_exit_3(canon, gh, tmp_path, capsys, bad, message):
     cfg = config(tmp_path, dict(entry("a", "org/x"), **bad))
     code = watch_downstreams.main(["--config", str(cfg), "--repo-root", str(canon), "--api-url", gh.url])
@@ -178,8 +188,11 @@ def test_shipped_downstreams_config_is_valid():
     ms = ManifestSet.load_dir(str(ROOT / "vendor_manifests"))
     ds = load_config(str(ROOT / ".github/downstreams.yaml"), ms, str(ROOT))
     forks = [d for d in ds if d.repo]
-    assert {(d.repo, d.ref) for d in forks} == {("deepseek-ai/DeepGEMM", "main"), ("deepseek-ai/DeepGEMM", "nv_dev"),
-                                                ("vllm-project/DeepGEMM", "dev")}
+    assert {(d.repo, d.ref) for d in forks} == {
+        ("deepseek-ai/DeepGEMM", "main"),
+        ("deepseek-ai/DeepGEMM", "nv_dev"),
+        ("vllm-project/DeepGEMM", "dev"),
+    }
     assert all(d.prefix == "deep_gemm/include/deep_gemm" for d in forks)
     # the real downstreams vendor lucifer1004/DeepGEMM-sm120's headers: they are watched against that lineage
     assert {d.lineage for d in ds} == {"deepgemm-sm120"}
@@ -216,8 +229,9 @@ def test_a_github_fork_is_seen_as_a_checkout_writes_it(canon, gh, tmp_path):
     fork = remote_fork(tmp_path, gh, "org/crlf", V2)
     (fork / ".gitattributes").write_text("*.cuh text eol=crlf\nsm120_gemm.cuh -text\n")
     commit_all(fork, "attributes")
-    code, doc = run_json("--repo", str(canon), "--fork", "github:org/crlf@main", "--api-url", gh.url,
-                         "--prefix", PREFIX)
+    code, doc = run_json(
+        "--repo", str(canon), "--fork", "github:org/crlf@main", "--api-url", gh.url, "--prefix", PREFIX
+    )
     files = {f["path"]: f for f in doc["files"]}
     assert code == 1 and files["mma/sm120.cuh"]["diagnosis"] in ("eol-only", "whitespace-only")
     assert files["scheduler/sm120_gemm.cuh"]["status"] == "ok"

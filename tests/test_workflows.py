@@ -1,4 +1,5 @@
 """GitHub workflows: actionlint clean, and the drift watcher's workflow keeps its contract."""
+
 from __future__ import annotations
 
 import shutil
@@ -23,15 +24,20 @@ def _actionlint() -> str:
 def test_actionlint_clean():
     assert WORKFLOWS
     # the config explicitly: actionlint finds it through .git otherwise, which a release tarball has not
-    p = subprocess.run([_actionlint(), "-no-color", "-config-file", str(ROOT / ".github/actionlint.yaml"),
-                        *map(str, WORKFLOWS)], capture_output=True, text=True)
+    p = subprocess.run(
+        [_actionlint(), "-no-color", "-config-file", str(ROOT / ".github/actionlint.yaml"), *map(str, WORKFLOWS)],
+        capture_output=True,
+        text=True,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
 
 
 def test_actionlint_catches_a_broken_workflow(tmp_path):
     bad = tmp_path / ".github/workflows/bad.yml"
     bad.parent.mkdir(parents=True)
-    bad.write_text("on: push\njobs:\n  x:\n    runs-on: ubuntu-latest\n    steps:\n      - run: echo ${{ github.nope }}\n")
+    bad.write_text(
+        "on: push\njobs:\n  x:\n    runs-on: ubuntu-latest\n    steps:\n      - run: echo ${{ github.nope }}\n"
+    )
     p = subprocess.run([_actionlint(), "-no-color", str(bad)], capture_output=True, text=True, cwd=tmp_path)
     assert p.returncode != 0 and "nope" in p.stdout
 
@@ -44,7 +50,7 @@ def test_drift_watch_contract():
     steps = wf["jobs"]["watch"]["steps"]
     check = next(s for s in steps if s.get("id") == "watch")
     assert "set +e" in check["run"] and "watch_downstreams.py" in check["run"] and "--issues" in check["run"]
-    after = steps[steps.index(check) + 1:]
+    after = steps[steps.index(check) + 1 :]
     reporting = [s for s in after if "upload-artifact" in s.get("uses", "") or "STEP_SUMMARY" in s.get("run", "")]
     assert len(reporting) == 2 and all(s.get("if") == "always()" for s in reporting)
     assert "exit" in after[-1]["run"] and after[-1]["if"] == "steps.watch.outputs.code != '0'"
@@ -74,8 +80,11 @@ def test_gpu_job_contract():
 
     drivers = sorted(p.stem.removeprefix("sanitize_") for p in (ROOT / "tests").glob("sanitize_*.py"))
     assert sorted(family_plan.plan("sanitizers")) == drivers
-    benches = sorted(p.stem.removeprefix("bench_") for p in (ROOT / "benchmarks").glob("bench_*.py")
-                     if p.stem not in ("bench_check_vendor", "bench_provenance", "bench_host_overhead"))
+    benches = sorted(
+        p.stem.removeprefix("bench_")
+        for p in (ROOT / "benchmarks").glob("bench_*.py")
+        if p.stem not in ("bench_check_vendor", "bench_provenance", "bench_host_overhead")
+    )
     assert sorted(family_plan.plan("benchmarks")) == benches
     labels = yaml.safe_load((ROOT / ".github/actionlint.yaml").read_text())["self-hosted-runner"]["labels"]
     assert labels == ["cuda"] and "--labels cuda" in (ROOT / "docs/ci.md").read_text()

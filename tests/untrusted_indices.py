@@ -3,12 +3,15 @@ corrupts the index tensors in place the way a stale or corrupt decode step would
 decreasing), replays, and compares with the result each op documents for such entries (docs/untrusted_indices.md).
 Used by tests/test_untrusted_indices_gpu.py and by the families' compute-sanitizer drivers, where memcheck must
 report 0 errors on the same replays."""
+
 from __future__ import annotations
 
 import pytest
 import torch
 
-INT32_MAX = 2 ** 31 - 1
+from deep_gemm_sm120.core.arith import ceil_div
+
+INT32_MAX = 2**31 - 1
 
 
 def _capture(fn):
@@ -32,6 +35,7 @@ def _replay(graph, *outs: torch.Tensor, fill: float = float("nan")) -> None:
 
 # ---------------------------------------------------------------- paged MQA logits
 
+
 def paged_reference(q_deq, deq, table, lens_2d, w, max_len, num_blocks):
     """fp64 paged logits with the documented reading of bad entries: a length is clamped to [0, what the table
     row covers]; keys in a block whose table entry names no block are -inf."""
@@ -44,11 +48,11 @@ def paged_reference(q_deq, deq, table, lens_2d, w, max_len, num_blocks):
         L = max(lims)
         if L == 0:
             continue
-        entries = table[b, :-(-L // block_kv)].long()
+        entries = table[b, : ceil_div(L, block_kv)].long()
         named = (entries >= 0) & (entries < num_blocks)
         kv = deq[entries.clamp(0, num_blocks - 1)].reshape(-1, d_)[:L]
         score = torch.einsum("thd,kd->thk", q_deq[b], kv).relu()
-        s = (score * w[b * n_:(b + 1) * n_].double()[:, :, None]).sum(1)
+        s = (score * w[b * n_ : (b + 1) * n_].double()[:, :, None]).sum(1)
         s[:, ~named.repeat_interleave(block_kv)[:L]] = float("-inf")
         for t in range(n_):
             lim = min(lims[t], max_len)
@@ -57,9 +61,10 @@ def paged_reference(q_deq, deq, table, lens_2d, w, max_len, num_blocks):
 
 
 def paged_case(corrupt: str, two_d: bool = False, block_kv: int = 64, next_n: int = 2, h: int = 32, d: int = 128):
+    from workloads.mqa import paged_cache
+
     import deep_gemm_sm120 as dg
     from deep_gemm_sm120.testing import calc_diff
-    from workloads.mqa import paged_cache
 
     lens0 = [300, 129, 64, 500]
     cache, table, deq = paged_cache(lens0, block_kv, d, False, 11)
@@ -79,13 +84,13 @@ def paged_case(corrupt: str, two_d: bool = False, block_kv: int = 64, next_n: in
     if corrupt == "table past the cache":
         table[0, 1], table[3, 0] = num_blocks + 5, INT32_MAX
     elif corrupt == "negative table entries":
-        table[1, 0], table[3, 4] = -1, -(2 ** 31)
+        table[1, 0], table[3, 4] = -1, -(2**31)
     elif corrupt == "length past its table row":
         ctx.view(-1)[0] = max_len + 1000
         ctx.view(-1)[-1] = INT32_MAX
     elif corrupt == "negative lengths":
         ctx.view(-1)[1] = -5
-        ctx.view(-1)[2] = -(2 ** 31)
+        ctx.view(-1)[2] = -(2**31)
     else:
         raise ValueError(corrupt)
     # the documented reading: lengths clamped to [0, max_len] first; 1-D per-query limits follow from them
@@ -105,8 +110,9 @@ def paged_case(corrupt: str, two_d: bool = False, block_kv: int = 64, next_n: in
 def paged_garbage_schedule():
     """A schedule that is not get_paged_mqa_logits_metadata's (random entries): which rows it covers is not
     defined, but nothing is read or written outside the buffers (memcheck) and nothing hangs."""
-    import deep_gemm_sm120 as dg
     from workloads.mqa import paged_cache
+
+    import deep_gemm_sm120 as dg
 
     lens0 = [300, 129, 64]
     cache, table, _ = paged_cache(lens0, 64, 128, False, 3)
@@ -115,7 +121,7 @@ def paged_garbage_schedule():
     lens = torch.tensor(lens0, dtype=torch.int32, device="cuda")
     meta = dg.get_paged_mqa_logits_metadata(lens, 64, 8)
     gen = torch.Generator(device="cuda").manual_seed(5)
-    meta.copy_(torch.randint(-2 ** 31, 2 ** 31 - 1, meta.shape, device="cuda", generator=gen, dtype=torch.int64).int())
+    meta.copy_(torch.randint(-(2**31), 2**31 - 1, meta.shape, device="cuda", generator=gen, dtype=torch.int64).int())
     out = dg.fp8_paged_mqa_logits(q8, cache, w, lens, table, meta, table.shape[1] * 64, clean_logits=True)
     torch.cuda.synchronize()
     assert out.shape == (3, table.shape[1] * 64)
@@ -123,11 +129,13 @@ def paged_garbage_schedule():
 
 # ---------------------------------------------------------------- dense MQA logits, compressed rows
 
+
 def dense_compressed_case():
+    from test_mqa_logits_gpu import reference
+    from workloads.mqa import dense_case
+
     import deep_gemm_sm120 as dg
     from deep_gemm_sm120.testing import calc_diff
-    from workloads.mqa import dense_case
-    from test_mqa_logits_gpu import reference
 
     s, sk = 96, 700
     q, kv, kv_sf, w, ks, ke = dense_case(s, sk, 32, 128, "window", 4)
@@ -137,18 +145,18 @@ def dense_compressed_case():
         return dg.fp8_fp4_mqa_logits((q, None), (kv, kv_sf), w, ks, ke, clean_logits=False, max_seqlen_k=max_k)
 
     graph, out = _capture(step)
-    ks[0], ke[0] = -50, 40                 # starts before the first key
-    ks[1], ke[1] = 600, INT32_MAX          # ends past the last key
-    ks[2], ke[2] = 0, sk                   # longer than max_seqlen_k: the first columns kept
-    ks[3], ke[3] = 500, 100                # empty
-    ks[4], ke[4] = -(2 ** 31), -(2 ** 31) + 5
+    ks[0], ke[0] = -50, 40  # starts before the first key
+    ks[1], ke[1] = 600, INT32_MAX  # ends past the last key
+    ks[2], ke[2] = 0, sk  # longer than max_seqlen_k: the first columns kept
+    ks[3], ke[3] = 500, 100  # empty
+    ks[4], ke[4] = -(2**31), -(2**31) + 5
     _replay(graph, out)
     ks_c, ke_c = ks.clamp(0, sk), ke.clamp(0, sk)
     ref, inside = reference(q, kv, kv_sf, w, ks_c, torch.maximum(ke_c, ks_c))
     for i in range(s):
         n = min(max(int(ke_c[i] - ks_c[i]), 0), max_k)
         if n:
-            a, b = out[i, :n].double(), ref[i, int(ks_c[i]):int(ks_c[i]) + n]
+            a, b = out[i, :n].double(), ref[i, int(ks_c[i]) : int(ks_c[i]) + n]
             assert not torch.isnan(a).any(), f"row {i}: columns left unwritten"
             assert calc_diff(a, b) < 1e-6 or torch.equal(a, b), f"row {i}"
 
@@ -169,7 +177,7 @@ def _replay_with_bad_ids(run, d, bad: dict[int, int], reference, tol: float) -> 
     lay = torch.arange(BLOCKS, device="cuda", dtype=torch.int32).repeat_interleave(128) % GROUPS
     graph, _ = _capture(lambda: run(lay))
     for blk, gid in bad.items():
-        lay[blk * 128:(blk + 1) * 128] = gid
+        lay[blk * 128 : (blk + 1) * 128] = gid
     _replay(graph, d, fill=SENTINEL)
     for blk in range(BLOCKS):
         rows, g = slice(blk * 128, blk * 128 + 128), int(lay[blk * 128])
@@ -187,16 +195,21 @@ def grouped_contiguous_case():
     a = torch.randn(BLOCKS * 128, 512, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(GROUPS, 256, 512, device="cuda", dtype=torch.bfloat16)
     d = torch.empty(BLOCKS * 128, 256, device="cuda", dtype=torch.bfloat16)
-    _replay_with_bad_ids(lambda lay: dg.m_grouped_bf16_gemm_nt_contiguous(a, b, d, lay), d,
-                         {1: GROUPS + 4, 3: -(2 ** 31), 5: INT32_MAX},
-                         lambda rows, g: a[rows].double() @ b[g].double().T, 1e-5)
+    _replay_with_bad_ids(
+        lambda lay: dg.m_grouped_bf16_gemm_nt_contiguous(a, b, d, lay),
+        d,
+        {1: GROUPS + 4, 3: -(2**31), 5: INT32_MAX},
+        lambda rows, g: a[rows].double() @ b[g].double().T,
+        1e-5,
+    )
 
 
 def grouped_block_scaled_case():
     """The block-scaled M-grouped GEMM (MXFP8) on corrupted per-row ids: skipped blocks keep d's values (its scale
     loads follow the group id, so an unchecked id would read outside sfb)."""
-    import deep_gemm_sm120 as dg
     from workloads.block_scaled import quantize_side
+
+    import deep_gemm_sm120 as dg
 
     gen = torch.Generator(device="cuda").manual_seed(28)
     a, sfa, deq_a = quantize_side("e4m3", BLOCKS * 128, 512, gen)
@@ -206,9 +219,13 @@ def grouped_block_scaled_case():
     sfa = dg.transform_sf_into_required_layout(sfa, BLOCKS * 128, 512, recipe, is_sfa=True)
     sfb = dg.transform_sf_into_required_layout(sfb, 256, 512, recipe, num_groups=GROUPS)
     d = torch.empty(BLOCKS * 128, 256, device="cuda", dtype=torch.bfloat16)
-    _replay_with_bad_ids(lambda lay: dg.m_grouped_fp8_fp4_gemm_nt_contiguous((a, sfa), (b, sfb), d, lay,
-                                                                               recipe=recipe), d,
-                         {0: -2, 2: GROUPS, 4: INT32_MAX}, lambda rows, g: deq_a[rows] @ parts[g][2].T, 1e-3)
+    _replay_with_bad_ids(
+        lambda lay: dg.m_grouped_fp8_fp4_gemm_nt_contiguous((a, sfa), (b, sfb), d, lay, recipe=recipe),
+        d,
+        {0: -2, 2: GROUPS, 4: INT32_MAX},
+        lambda rows, g: deq_a[rows] @ parts[g][2].T,
+        1e-3,
+    )
 
 
 def grouped_masked_case():
@@ -222,7 +239,7 @@ def grouped_masked_case():
     d = torch.full((G, M, N), SENTINEL, device="cuda", dtype=torch.bfloat16)
     masked = torch.tensor([10, 20, 30, 40], dtype=torch.int32, device="cuda")
     graph, _ = _capture(lambda: dg.m_grouped_bf16_gemm_nt_masked(a, b, d, masked, expected_m=32))
-    masked.copy_(torch.tensor([INT32_MAX, -1, M + 1, -(2 ** 31)], dtype=torch.int32))
+    masked.copy_(torch.tensor([INT32_MAX, -1, M + 1, -(2**31)], dtype=torch.int32))
     _replay(graph, d, fill=SENTINEL)
     for g, rows in enumerate([M, 0, M, 0]):
         assert bool((d[g, rows:] == SENTINEL).all()), f"group {g}: rows past {rows} written"
@@ -232,14 +249,16 @@ def grouped_masked_case():
 
 # ---------------------------------------------------------------- gated delta rule, varlen
 
+
 def gdr_varlen_case(overlap: bool | None = None):
     """cu_seqlens read as its running maximum clamped to [0, T]: [0, 40, 20, 300, -5, 73] with T = 73 is
     [0, 40, 40, 73, 73, 73]: sequences of 40, 0, 33, 0, 0 tokens. overlap True / False forces the prep grid beside
     the recurrence (cu' and the sequences' first chunks published through flags) or before it; None: the plan's."""
-    import deep_gemm_sm120 as dg
-    from deep_gemm_sm120.families.gated_delta_rule import api
     from gdr_reference import naive_recurrence, relative_l2
     from test_gated_delta_rule_gpu import BOUND, make_inputs
+
+    import deep_gemm_sm120 as dg
+    from deep_gemm_sm120.families.gated_delta_rule import api
 
     t_total, n = 73, 5
     cu = torch.tensor([0, 10, 30, 50, 60, 73], dtype=torch.int32, device="cuda")
@@ -247,8 +266,11 @@ def gdr_varlen_case(overlap: bool | None = None):
     with pytest.MonkeyPatch.context() as mp:
         if overlap is not None:
             mp.setattr(api, "choose_overlap", lambda *a: 3 if overlap and a[2] else 0)
-        graph, out = _capture(lambda: dg.chunk_gated_delta_rule(*args, initial_state=init, output_final_state=True,
-                                                                cu_seqlens=cu, chunk_size=32))
+        graph, out = _capture(
+            lambda: dg.chunk_gated_delta_rule(
+                *args, initial_state=init, output_final_state=True, cu_seqlens=cu, chunk_size=32
+            )
+        )
     cu.copy_(torch.tensor([0, 40, 20, 300, -5, 73], dtype=torch.int32))
     _replay(graph, *out)
     effective = torch.tensor([0, 40, 40, 73, 73, 73], dtype=torch.int32, device="cuda")
@@ -259,6 +281,7 @@ def gdr_varlen_case(overlap: bool | None = None):
 
 
 # ---------------------------------------------------------------- sparse MQA logits and their slot tables
+
 
 def _as_kernel_reads(meta: torch.Tensor, total_rows: int) -> torch.Tensor:
     """The slot table as the logits kernel reads it: an entry whose rows leave the KV is (0, 0), i.e. -inf."""
@@ -280,9 +303,10 @@ def sparse_contiguous_case():
     """Indices negative, huge or past the KV; ks / ke negative, past the KV, reversed, at the int32 limits: the
     slot table is the torch builder's (entries it cannot place are (0, 0)) and the kernel drops every slot whose
     rows leave the KV (-inf)."""
+    from workloads.mqa import sparse_case
+
     import deep_gemm_sm120 as dg
     from deep_gemm_sm120.families.sparse_mqa_logits.metadata import metadata_contiguous
-    from workloads.mqa import sparse_case
 
     block, n = 16, 500
     c = sparse_case(24, n, 32, 128, "mxfp8", block, 6, seed=28)
@@ -295,24 +319,26 @@ def sparse_contiguous_case():
     graph, (meta, out) = _capture(step)
     idx, ks, ke = c["idx"], c["ks"], c["ke"]
     ks[:4], ke[:4] = 0, n
-    idx[0, 0], idx[1, :], idx[2, 1], idx[3, 0] = -1, INT32_MAX, n // block + 3, -(2 ** 31)
-    ks[4], ke[4] = -40, 60                          # starts before the KV
-    ks[5], ke[5] = 450, INT32_MAX                   # ends past it
-    ks[6], ke[6] = 300, 100                         # reversed: empty
-    ks[7], ke[7] = -(2 ** 31), -(2 ** 31) + 5
+    idx[0, 0], idx[1, :], idx[2, 1], idx[3, 0] = -1, INT32_MAX, n // block + 3, -(2**31)
+    ks[4], ke[4] = -40, 60  # starts before the KV
+    ks[5], ke[5] = 450, INT32_MAX  # ends past it
+    ks[6], ke[6] = 300, 100  # reversed: empty
+    ks[7], ke[7] = -(2**31), -(2**31) + 5
     ks[8], ke[8] = INT32_MAX - 3, INT32_MAX
     idx[5] = torch.arange(28, 34, device="cuda", dtype=torch.int32)  # blocks around the KV's end
     _replay(graph, out)
-    _check_sparse("sparse contiguous", meta, metadata_contiguous(ks, ke, idx, block), out, c["q_deq"], c["kv_deq"],
-                  c["w"], block)
+    _check_sparse(
+        "sparse contiguous", meta, metadata_contiguous(ks, ke, idx, block), out, c["q_deq"], c["kv_deq"], c["w"], block
+    )
 
 
 def sparse_paged_case():
     """Block-table entries negative, past the cache, at INT32_MAX or large enough that their first row would wrap
     int32 (2^26 + 1 pages of 64 rows); context lengths negative or INT32_MAX; indices negative or huge."""
+    from workloads.mqa import sparse_paged_case as make
+
     import deep_gemm_sm120 as dg
     from deep_gemm_sm120.families.sparse_mqa_logits.metadata import metadata_paged
-    from workloads.mqa import sparse_paged_case as make
 
     block, page_kv = 16, 64
     c = make(16, 32, 128, "mxfp8", block, num_max=8, page_kv=page_kv, seed=28)
@@ -326,20 +352,30 @@ def sparse_paged_case():
 
     graph, (meta, out) = _capture(step)
     for r in (2, 3, 4, 5):
-        lens[r], idx[r, 0] = 200, 0                 # slot 0 reads page column 0
-    table[2, 0], table[3, :], table[4, 0], table[5, 0] = num_pages + 3, -1, 2 ** 26 + 1, INT32_MAX
-    lens[6], lens[7], lens[8] = INT32_MAX, -5, -(2 ** 31)
+        lens[r], idx[r, 0] = 200, 0  # slot 0 reads page column 0
+    table[2, 0], table[3, :], table[4, 0], table[5, 0] = num_pages + 3, -1, 2**26 + 1, INT32_MAX
+    lens[6], lens[7], lens[8] = INT32_MAX, -5, -(2**31)
     idx[9, 0], idx[10, :] = -3, INT32_MAX
     _replay(graph, out)
     assert meta[4, 0].tolist() == [0, 0], "a page whose first row wraps int32 must name no page"
-    _check_sparse("sparse paged", meta, metadata_paged(lens, table, idx, page_kv, block), out, c["q_deq"],
-                  c["pages_deq"].reshape(-1, c["pages_deq"].shape[-1]), c["w"], block)
+    _check_sparse(
+        "sparse paged",
+        meta,
+        metadata_paged(lens, table, idx, page_kv, block),
+        out,
+        c["q_deq"],
+        c["pages_deq"].reshape(-1, c["pages_deq"].shape[-1]),
+        c["w"],
+        block,
+    )
 
 
 CASES = [
-    *((f"paged {c}{' 2-D' if two else ''}", lambda c=c, two=two: paged_case(c, two))
-      for c in ("table past the cache", "negative table entries", "length past its table row", "negative lengths")
-      for two in (False, True)),
+    *(
+        (f"paged {c}{' 2-D' if two else ''}", lambda c=c, two=two: paged_case(c, two))
+        for c in ("table past the cache", "negative table entries", "length past its table row", "negative lengths")
+        for two in (False, True)
+    ),
     ("paged garbage schedule", paged_garbage_schedule),
     ("dense compressed ks/ke", dense_compressed_case),
     ("m-grouped contiguous ids", grouped_contiguous_case),

@@ -1,4 +1,5 @@
 """Real git repositories for check_vendor tests: a canonical repo with releases, and forks of it."""
+
 from __future__ import annotations
 
 import io
@@ -13,20 +14,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 
-from vendorkit.cli import main as cv_main  # noqa: E402
+from vendorkit.cli import main as cv_main
 
 PREFIX = "deep_gemm/include/deep_gemm"
 
 V1 = {
     "common/sm120_tma.cuh": b"#pragma once\n// tma v1\nstruct Tma { int x; };\n",
     "common/sm120_utils.cuh": b"#pragma once\ninline int add(int a, int b) { return a + b; }\n",
-    "mma/sm120.cuh": b"#pragma once\n#include \"../common/sm120_utils.cuh\"\n// mma atoms\n",
-    "impls/sm120_bf16_gemm.cuh": b"#pragma once\n#include \"../mma/sm120.cuh\"\nvoid gemm_v1();\n",
+    "mma/sm120.cuh": b'#pragma once\n#include "../common/sm120_utils.cuh"\n// mma atoms\n',
+    "impls/sm120_bf16_gemm.cuh": b'#pragma once\n#include "../mma/sm120.cuh"\nvoid gemm_v1();\n',
     "impls/sm120_old_kernel.cuh": b"#pragma once\nvoid old_kernel();\n",
 }
 # v0.2.0 edits one file, drops one, adds one
 V2 = dict(V1)
-V2["impls/sm120_bf16_gemm.cuh"] = b"#pragma once\n#include \"../mma/sm120.cuh\"\nvoid gemm_v2(int stages);\n"
+V2["impls/sm120_bf16_gemm.cuh"] = b'#pragma once\n#include "../mma/sm120.cuh"\nvoid gemm_v2(int stages);\n'
 del V2["impls/sm120_old_kernel.cuh"]
 V2["scheduler/sm120_gemm.cuh"] = b"#pragma once\nstruct Scheduler { int tile; };\n"
 
@@ -92,11 +93,14 @@ def make_canonical(tmp: Path) -> Path:
 def make_fork(tmp: Path, files: dict[str, bytes], name: str = "fork", prefix: str = PREFIX) -> Path:
     """A directory laid out like a DeepGEMM fork, with its own non-vendored files beside ours."""
     fork = tmp / name
-    write_tree(fork, {
-        "setup.py": b"# fork's own\n",
-        f"{prefix}/common/utils.cuh": b"// fork's own header\n",
-        f"{prefix}/impls/sm90_fp8_gemm_1d1d.cuh": b"// fork's own kernel\n",
-    })
+    write_tree(
+        fork,
+        {
+            "setup.py": b"# fork's own\n",
+            f"{prefix}/common/utils.cuh": b"// fork's own header\n",
+            f"{prefix}/impls/sm90_fp8_gemm_1d1d.cuh": b"// fork's own kernel\n",
+        },
+    )
     write_tree(fork / prefix, files)
     return fork
 

@@ -7,12 +7,13 @@
 
 Needs only the standard library (PyYAML is used when installed; requests for github: and pypi: forks). See docs/vendoring.md.
 """
+
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from vendorkit.cli import main  # noqa: E402
+from vendorkit.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(standalone=True))

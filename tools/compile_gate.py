@@ -15,6 +15,7 @@ headers. nvcc and nvdisasm are found as the JIT finds them (core/toolchain.py).
 Exit: 0 all pass, 1 a check failed, 3 bad arguments or no usable toolchain (the JSON's exit_code says the same).
 Stdlib only.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,6 +30,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 import host_decls
+
 from vendorkit.argparsing import UsageParser
 from vendorkit.errors import UsageError
 
@@ -41,8 +43,16 @@ _toolchain = host_decls.load("core.toolchain")
 _progress = host_decls.load("core.progress")
 SMEM_LIMIT = _limits.SMEM_LIMIT
 Toolchain = _toolchain.Toolchain
-ALLOWED_SYSTEM_INCLUDES = {"cuda.h", "cuda_bf16.h", "cuda_fp16.h", "cuda_fp8.h", "cuda_fp4.h", "cstdint", "cstddef",
-                           "type_traits"}
+ALLOWED_SYSTEM_INCLUDES = {
+    "cuda.h",
+    "cuda_bf16.h",
+    "cuda_fp16.h",
+    "cuda_fp8.h",
+    "cuda_fp4.h",
+    "cstdint",
+    "cstddef",
+    "type_traits",
+}
 # griddepcontrol.wait: a family that declares PDL must wait before touching global memory
 PDL_WAIT_OPCODE = "ACQBULK"
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 3
@@ -51,10 +61,10 @@ _SASS_OP = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_
 
 @dataclass
 class Result:
-    kind: str          # header | kernel
+    kind: str  # header | kernel
     name: str
     target: str
-    toolchain: str     # version
+    toolchain: str  # version
     verdict: str = "pass"
     regs: int | None = None
     smem: int | None = None
@@ -68,6 +78,7 @@ class Result:
 
 
 # ---------------------------------------------------------------- parsing (pure, unit-tested)
+
 
 def parse_ptxas(log: str) -> dict:
     """Resources of the (single) entry function in a `-Xptxas -v` log."""
@@ -87,8 +98,9 @@ def sass_opcodes(sass: str) -> list[str]:
     return _SASS_OP.findall(sass)
 
 
-def check_opcodes(opcodes: list[str], required: tuple[str, ...],
-                  forbidden_patterns: tuple[str, ...] = ()) -> tuple[list[str], list[str]]:
+def check_opcodes(
+    opcodes: list[str], required: tuple[str, ...], forbidden_patterns: tuple[str, ...] = ()
+) -> tuple[list[str], list[str]]:
     """(missing required opcode prefixes, forbidden opcodes present)."""
     pats = [re.compile(p) for p in forbidden_patterns]
     missing = [r for r in required if not any(op.startswith(r) for op in opcodes)]
@@ -111,6 +123,7 @@ def include_problems(path: str, text: str) -> list[str]:
 
 # ---------------------------------------------------------------- toolchains (core/toolchain.py, shared with the JIT)
 
+
 def discover_toolchains(explicit: list[str]) -> list[Toolchain]:
     """Explicit --nvcc paths, else every distinct CUDA version found (system, CUDA wheels, $DG_SM120_NVCC)."""
     return _toolchain.discover(tuple(explicit))
@@ -118,7 +131,10 @@ def discover_toolchains(explicit: list[str]) -> list[Toolchain]:
 
 # ---------------------------------------------------------------- running
 
-def compile_source(tc: Toolchain, source: str, target: str, workdir: str, include_dir: str | None) -> tuple[bool, str, str]:
+
+def compile_source(
+    tc: Toolchain, source: str, target: str, workdir: str, include_dir: str | None
+) -> tuple[bool, str, str]:
     """(ok, log, cubin path) for one translation unit."""
     src = os.path.join(workdir, "tu.cu")
     with open(src, "w") as fh:
@@ -138,7 +154,7 @@ class KernelJob:
     family: str
     source: str
     dynamic_smem: int
-    rules: object        # core.registry.GateRules
+    rules: object  # core.registry.GateRules
     pdl: bool
 
 
@@ -171,8 +187,9 @@ def check_kernel(tc: Toolchain, job: KernelJob, target: str, include_dir: str = 
             r.problems.append(f"nvdisasm failed: {_last_error(p.stderr)}")
         else:
             required = rules.required_for(target) + ((PDL_WAIT_OPCODE,) if job.pdl else ())
-            r.missing_opcodes, r.forbidden_opcodes = check_opcodes(sass_opcodes(p.stdout), required,
-                                                                   rules.forbidden_for(target))
+            r.missing_opcodes, r.forbidden_opcodes = check_opcodes(
+                sass_opcodes(p.stdout), required, rules.forbidden_for(target)
+            )
             if r.missing_opcodes:
                 r.problems.append("missing opcodes: " + ", ".join(r.missing_opcodes))
             if r.forbidden_opcodes:
@@ -247,12 +264,19 @@ def smoke_work(tc: Toolchain, targets: tuple[str, ...], families: tuple[str, ...
     return work
 
 
-def run_gate(toolchains: list[Toolchain], targets: tuple[str, ...], quick: bool, jobs: int, log=print,
-             families: tuple[str, ...] | None = None, progress: bool | None = None, smoke: bool = False) \
-        -> list[Result]:
+def run_gate(
+    toolchains: list[Toolchain],
+    targets: tuple[str, ...],
+    quick: bool,
+    jobs: int,
+    log=print,
+    families: tuple[str, ...] | None = None,
+    progress: bool | None = None,
+    smoke: bool = False,
+) -> list[Result]:
     work = []
     kernels = [] if smoke else kernel_jobs(quick, families)
-    for tc in ([] if smoke else toolchains):
+    for tc in [] if smoke else toolchains:
         for t in targets:
             if families is None:
                 work += [("header", tc, h, t) for h in headers()]
@@ -262,8 +286,10 @@ def run_gate(toolchains: list[Toolchain], targets: tuple[str, ...], quick: bool,
     results: list[Result] = []
     bar = _progress.Progress(len(work), "compile gate", enabled=progress)
     with cf.ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
-        futs = [ex.submit(check_header, tc, item, t) if kind == "header" else ex.submit(check_kernel, tc, item, t)
-                for kind, tc, item, t in work]
+        futs = [
+            ex.submit(check_header, tc, item, t) if kind == "header" else ex.submit(check_kernel, tc, item, t)
+            for kind, tc, item, t in work
+        ]
         for f in cf.as_completed(futs):
             r = f.result()
             results.append(r)
@@ -281,9 +307,11 @@ def table(results: list[Result]) -> str:
         if r.kind != "kernel":
             continue
         spill = (r.spill_stores or 0) + (r.spill_loads or 0)
-        rows.append(f"{r.name:<44} {r.target:<8} {r.toolchain:<9} {r.regs if r.regs is not None else '-':>4} "
-                    f"{r.smem if r.smem is not None else '-':>7} {spill:>6} {r.stack if r.stack is not None else '-':>5}  "
-                    f"{r.verdict}")
+        rows.append(
+            f"{r.name:<44} {r.target:<8} {r.toolchain:<9} {r.regs if r.regs is not None else '-':>4} "
+            f"{r.smem if r.smem is not None else '-':>7} {spill:>6} {r.stack if r.stack is not None else '-':>5}  "
+            f"{r.verdict}"
+        )
     hdr = [r for r in results if r.kind == "header"]
     bad = [r for r in hdr if r.verdict != "pass"]
     rows.append(f"headers: {len(hdr) - len(bad)}/{len(hdr)} header x target x toolchain compiles pass")
@@ -291,23 +319,37 @@ def table(results: list[Result]) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = UsageParser(prog="compile_gate.py", description=(
-        "SM120 compile gate: every device-layer header on its own and every kernel instantiation the host can "
-        "choose, for sm_120a / sm_120f / sm_121a / sm_90a, under one or more CUDA toolchains (ptxas resources, "
-        "no spills or local memory, the SASS opcodes each family requires and forbids)."),
+    ap = UsageParser(
+        prog="compile_gate.py",
+        description=(
+            "SM120 compile gate: every device-layer header on its own and every kernel instantiation the host can "
+            "choose, for sm_120a / sm_120f / sm_121a / sm_90a, under one or more CUDA toolchains (ptxas resources, "
+            "no spills or local memory, the SASS opcodes each family requires and forbids)."
+        ),
         epilog="Exit: 0 all pass, 1 a check failed, 3 bad arguments or no usable toolchain (the JSON's exit_code "
-               "says the same).")
+        "says the same).",
+    )
     ap.add_argument("--nvcc", action="append", default=[], help="toolchain nvcc (repeatable); default: discover")
     ap.add_argument("--targets", default=",".join(TARGETS), help="comma-separated targets (default: %(default)s)")
     ap.add_argument("--quick", action="store_true", help="one instantiation per tile configuration (headers still all)")
-    ap.add_argument("--smoke", action="store_true", help="each family's first instantiation on every target and "
-                                                         "each header once, first toolchain only (the default "
-                                                         "test run)")
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="each family's first instantiation on every target and "
+        "each header once, first toolchain only (the default "
+        "test run)",
+    )
     ap.add_argument("--families", help="comma-separated family names (default: all; headers are then skipped)")
-    ap.add_argument("--list", action="store_true", help="print the kernel instantiations and exit (no toolchain needed)")
+    ap.add_argument(
+        "--list", action="store_true", help="print the kernel instantiations and exit (no toolchain needed)"
+    )
     ap.add_argument("--json", help="write results here (its exit_code is the process's)")
-    ap.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                    help="a progress line on stderr (default: when stderr is a terminal)")
+    ap.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="a progress line on stderr (default: when stderr is a terminal)",
+    )
     ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 2, help="parallel nvcc processes")
     return ap
 
@@ -335,19 +377,23 @@ def main(argv: list[str] | None = None) -> int:
         kernels = kernel_jobs(a.quick, families)  # unknown families are a usage error before any compile
         if a.list:
             if a.smoke:
-                kernels = list({w[2].name: w[2] for w in smoke_work(None, targets, families)
-                                if w[0] == "kernel"}.values())
+                kernels = list(
+                    {w[2].name: w[2] for w in smoke_work(None, targets, families) if w[0] == "kernel"}.values()
+                )
             for job in kernels:
                 print(f"{job.family:<20} {job.name}  smem {job.dynamic_smem} B")
             return EXIT_OK
         tcs = discover_toolchains(a.nvcc)
         if not tcs:
-            raise UsageError("no CUDA toolchain found: install CUDA >= 13.0 or the nvidia-cuda-nvcc wheels, or pass "
-                             "--nvcc PATH")
+            raise UsageError(
+                "no CUDA toolchain found: install CUDA >= 13.0 or the nvidia-cuda-nvcc wheels, or pass --nvcc PATH"
+            )
         old = [t for t in tcs if t.major_minor < _toolchain.MIN_VERSION]
         if old:
-            raise UsageError(f"CUDA {old[0].version} at {old[0].nvcc} is older than 13.0, which the device layer "
-                             f"requires (drop it or pass --nvcc)")
+            raise UsageError(
+                f"CUDA {old[0].version} at {old[0].nvcc} is older than 13.0, which the device layer "
+                f"requires (drop it or pass --nvcc)"
+            )
         blind = [t for t in tcs if t.nvdisasm is None]
         if blind:
             raise UsageError(f"CUDA {blind[0].version} ({blind[0].nvcc}): {_toolchain.nvdisasm_hint(blind[0].version)}")
@@ -368,8 +414,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"note: toolchain CUDA {v} has {n} failing check(s)")
     print(f"compile gate: {len(results) - len(failed)}/{len(results)} checks pass in {time.perf_counter() - t0:.0f} s")
     code = EXIT_FAIL if failed else EXIT_OK
-    _write_json(a.json, {"schema_version": 2, "exit_code": code, "toolchains": [asdict(t) for t in tcs],
-                         "results": [asdict(r) for r in results]})
+    _write_json(
+        a.json,
+        {
+            "schema_version": 2,
+            "exit_code": code,
+            "toolchains": [asdict(t) for t in tcs],
+            "results": [asdict(r) for r in results],
+        },
+    )
     return code
 
 

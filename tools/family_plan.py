@@ -8,11 +8,13 @@
 Used by .github/workflows/ci.yml's GPU job and tools/qualify_h200.sh. Stdlib only (the registry is read by path,
 without torch). Exit 3 on bad arguments.
 """
+
 from __future__ import annotations
 
 import sys
 
 import host_decls
+
 from vendorkit.argparsing import UsageParser
 from vendorkit.errors import UsageError
 
@@ -20,8 +22,10 @@ from vendorkit.errors import UsageError
 def plan(what: str) -> list[str]:
     reg = host_decls.registry()
     if what == "families":
-        return [f.name + (" (service)" if f.service else "") for f in (*reg.user_families,
-                                                                        *(f for f in reg.families if f.service))]
+        return [
+            f.name + (" (service)" if f.service else "")
+            for f in (*reg.user_families, *(f for f in reg.families if f.service))
+        ]
     attr = {"sanitizers": "sanitizers", "benchmarks": "benchmarks"}[what]
     return list(dict.fromkeys(x for f in reg.families for x in getattr(f, attr)))
 

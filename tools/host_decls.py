@@ -1,6 +1,7 @@
 """The host package's torch-free declarations (deep_gemm_sm120/core and the family declarations), loaded by
 file path under a private package name: tools/ never imports `deep_gemm_sm120` itself, which needs torch.
 Stdlib only, like every tool."""
+
 from __future__ import annotations
 
 import importlib

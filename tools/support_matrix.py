@@ -7,12 +7,14 @@
 
 Exit: 0 ok, 1 stale, 3 usage error. Stdlib only (the registry is loaded by path, without torch).
 """
+
 from __future__ import annotations
 
 import os
 import sys
 
 import host_decls
+
 from vendorkit.argparsing import UsageParser
 from vendorkit.errors import UsageError
 
@@ -39,8 +41,10 @@ def render() -> str:
             rows.append(f"| {name} | {_cell(op.operands)} | {_cell(op.output)} | {_cell(op.notes)} |")
     fams = ["", "| kernel family | kind | header | instantiations | PDL |", "|---|---|---|---|---|"]
     for fam in reg.families:
-        fams.append(f"| `{fam.name}` | {'service' if fam.service else 'family'} | `device_layer/{fam.header}` | "
-                    f"{len(fam.specs())} | {'waits on griddepcontrol' if fam.pdl else 'no'} |")
+        fams.append(
+            f"| `{fam.name}` | {'service' if fam.service else 'family'} | `device_layer/{fam.header}` | "
+            f"{len(fam.specs())} | {'waits on griddepcontrol' if fam.pdl else 'no'} |"
+        )
     return "\n".join([BEGIN, *rows, *fams, END])
 
 

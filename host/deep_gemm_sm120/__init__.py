@@ -3,6 +3,7 @@
 Importing this package never initializes CUDA and works without a GPU, driver or toolkit. The kernel entry
 points are the ops the family registry declares (families/<family>/), exported here under DeepGEMM's names.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -15,10 +16,17 @@ from .device import get_num_sms, set_num_sms
 from .launch import get_pdl, set_pdl
 from .scale_layout import transform_sf_into_required_layout
 from .support import is_supported, supported_ops, why_unsupported
-from .utils import (ceil_to_ue8m0, get_mk_alignment_for_contiguous_layout, get_mn_major_tma_aligned_packed_ue8m0_tensor,
-                    get_mn_major_tma_aligned_tensor, pack_ue8m0_to_int, per_block_cast_to_fp8, per_token_cast_to_fp4,
-                    per_token_cast_to_fp8)
-from .version import __version__  # noqa: F401 - the package version (version.py: one source)
+from .utils import (
+    ceil_to_ue8m0,
+    get_mk_alignment_for_contiguous_layout,
+    get_mn_major_tma_aligned_packed_ue8m0_tensor,
+    get_mn_major_tma_aligned_tensor,
+    pack_ue8m0_to_int,
+    per_block_cast_to_fp8,
+    per_token_cast_to_fp4,
+    per_token_cast_to_fp8,
+)
+from .version import __version__
 
 
 def _bind_names() -> dict[str, object]:
@@ -33,8 +41,9 @@ def _bind_names() -> dict[str, object]:
                 continue
             fn = next((getattr(m, decl.name) for m in modules if hasattr(m, decl.name)), None)
             if fn is None and not decl.refused:
-                raise ImportError(f"family {fam.name} declares {decl.name}, which its API modules {fam.api_modules} "
-                                  f"do not define")
+                raise ImportError(
+                    f"family {fam.name} declares {decl.name}, which its API modules {fam.api_modules} do not define"
+                )
             found[decl.name] = fn if fn is not None else make_refusal(decl.name, decl.does)
     for name in reg.names:
         target = name
@@ -49,8 +58,9 @@ OPS = tuple(n for n, (_, decl) in registry().names.items() if not registry().res
 globals().update({n: NAMES[n] for n in OPS})
 
 
-def precompile(specs=None, targets=None, *, families=None, shapes=None, jobs: int | None = None,
-               progress: bool | None = None) -> int:
+def precompile(
+    specs=None, targets=None, *, families=None, shapes=None, jobs: int | None = None, progress: bool | None = None
+) -> int:
     """Warm the JIT disk cache without a GPU; returns the number of (kernel, target) pairs compiled or found.
 
     specs: explicit instantiations; else every kernel of `families` (names, default all) or, with `shapes`, only
@@ -61,8 +71,11 @@ def precompile(specs=None, targets=None, *, families=None, shapes=None, jobs: in
     from . import jit
 
     if specs is None:
-        specs = _shape_specs(shapes, families) if shapes is not None else registry().specs(
-            tuple(families) if families is not None else None)
+        specs = (
+            _shape_specs(shapes, families)
+            if shapes is not None
+            else registry().specs(tuple(families) if families is not None else None)
+        )
     targets = tuple(targets) if targets is not None else arch.RELEASE_TARGETS
     bad = [t for t in targets if t not in arch.RELEASE_TARGETS + tuple(arch.EMULATION_TARGETS.values())]
     if bad:
@@ -89,8 +102,27 @@ def _shape_specs(shapes, families) -> list:
     return out
 
 
-__all__ = [*OPS, "transform_sf_into_required_layout", "get_mk_alignment_for_contiguous_layout",
-           "per_token_cast_to_fp8", "per_block_cast_to_fp8", "per_token_cast_to_fp4", "ceil_to_ue8m0",
-           "pack_ue8m0_to_int", "get_mn_major_tma_aligned_tensor", "get_mn_major_tma_aligned_packed_ue8m0_tensor",
-           "get_num_sms", "set_num_sms", "get_pdl", "set_pdl", "is_supported", "why_unsupported", "supported_ops",
-           "precompile", "arch", "testing", "utils", "__version__"]
+__all__ = [
+    "transform_sf_into_required_layout",
+    "get_mk_alignment_for_contiguous_layout",
+    "per_token_cast_to_fp8",
+    "per_block_cast_to_fp8",
+    "per_token_cast_to_fp4",
+    "ceil_to_ue8m0",
+    "pack_ue8m0_to_int",
+    "get_mn_major_tma_aligned_tensor",
+    "get_mn_major_tma_aligned_packed_ue8m0_tensor",
+    "get_num_sms",
+    "set_num_sms",
+    "get_pdl",
+    "set_pdl",
+    "is_supported",
+    "why_unsupported",
+    "supported_ops",
+    "precompile",
+    "arch",
+    "testing",
+    "utils",
+    "__version__",
+]
+__all__.extend(OPS)

@@ -1,8 +1,9 @@
 """Which compile target a device gets, and whether SM120 kernels may run on it (emulation)."""
+
 from __future__ import annotations
 
 import os
-from functools import lru_cache
+from functools import cache
 
 EMULATE_ENV = "DG_SM120_EMULATE"
 SM120_TARGETS = {(12, 0): "sm_120a", (12, 1): "sm_121a"}
@@ -24,13 +25,15 @@ def target_for_capability(cap: tuple[int, int], emulate: bool) -> str:
     arch = f"sm_{cap[0]}{cap[1]}"
     if emulate:
         raise NotImplementedError(
-            f"deep_gemm_sm120: no emulation path for {arch}; emulation is qualified on sm_90 only")
+            f"deep_gemm_sm120: no emulation path for {arch}; emulation is qualified on sm_90 only"
+        )
     raise NotImplementedError(
         f"deep_gemm_sm120 kernels target SM120 (compute capability 12.x); this device is {arch}. "
-        f"Set {EMULATE_ENV}=1 to run them through the sm_90 emulation (for qualification, not speed).")
+        f"Set {EMULATE_ENV}=1 to run them through the sm_90 emulation (for qualification, not speed)."
+    )
 
 
-@lru_cache(maxsize=None)
+@cache
 def device_capability(index: int) -> tuple[int, int]:
     import torch
 

@@ -8,11 +8,13 @@ expert's weights for another expert's tokens, so the host checks the layout befo
 reduction and one sync) unless told not to: `check_layout=False`, or automatically while a CUDA graph is being
 captured (a sync is illegal there).
 """
+
 from __future__ import annotations
 
 import torch
 
 from .arch import target_for_device
+from .core.arith import round_up
 from .core.limits import MK_ALIGNMENT_FOR_CONTIGUOUS_LAYOUT, TMA_ALIGN
 from .core.rules import dtype_name, require_dtype
 
@@ -41,8 +43,9 @@ def tma_operand(name: str, t: torch.Tensor) -> tuple[int | None, int]:
     rows, cols = t.shape
     s0, s1 = t.stride()
     if s1 != 1 and cols > 1:
-        raise ValueError(f"{name} must be row-major with a contiguous last dimension (stride(1) == 1), "
-                         f"got strides {(s0, s1)}")
+        raise ValueError(
+            f"{name} must be row-major with a contiguous last dimension (stride(1) == 1), got strides {(s0, s1)}"
+        )
     elem = t.element_size()
     if rows > 1 and s0 < cols:
         raise ValueError(f"{name} rows overlap (stride(0) = {s0} < {cols} columns)")
@@ -50,14 +53,15 @@ def tma_operand(name: str, t: torch.Tensor) -> tuple[int | None, int]:
         raise ValueError(f"{name} data pointer must be {TMA_ALIGN}-byte aligned for TMA, got {t.data_ptr():#x}")
     if rows > 1:
         return s0, s0 * elem
-    return None, -(-cols * elem // TMA_ALIGN) * TMA_ALIGN
+    return None, round_up(cols * elem, TMA_ALIGN)
 
 
 def output_row_stride(name: str, t: torch.Tensor) -> int:
     """Row-major output written by the epilogue: unit inner stride, 16-byte aligned base."""
     if t.stride(1) != 1 and t.shape[1] > 1:
-        raise ValueError(f"{name} must have a contiguous last dimension (stride(1) == 1), got strides "
-                         f"{tuple(t.stride())}")
+        raise ValueError(
+            f"{name} must have a contiguous last dimension (stride(1) == 1), got strides {tuple(t.stride())}"
+        )
     if t.shape[0] > 1 and t.stride(0) < t.shape[1]:
         raise ValueError(f"{name} rows overlap (stride(0) = {t.stride(0)} < {t.shape[1]} columns)")
     if t.data_ptr() % TMA_ALIGN:
@@ -86,8 +90,9 @@ def rows_view(name: str, t: torch.Tensor) -> torch.Tensor:
     if s2 != 1 and c > 1:
         raise ValueError(f"{name} must have a contiguous last dimension, got strides {(s0, s1, s2)}")
     if g > 1 and s0 != r * s1:
-        raise ValueError(f"{name} groups must be stacked densely (stride(0) == {r} * stride(1)), "
-                         f"got strides {(s0, s1, s2)}")
+        raise ValueError(
+            f"{name} groups must be stacked densely (stride(0) == {r} * stride(1)), got strides {(s0, s1, s2)}"
+        )
     return t.view(g * r, c) if t.is_contiguous() else t.as_strided((g * r, c), (s1, s2))
 
 
@@ -98,18 +103,22 @@ def check_contiguous_layout(layout: torch.Tensor, m: int, num_groups: int, psum:
         blocks = layout.view(-1, align)
         first = blocks[:, :1]
         bad_range = (blocks < -1) | (blocks >= num_groups)
-        mixed = (blocks != first) & (blocks != -1)          # two groups in one block
-        late_start = (first == -1) & (blocks != -1)          # padding before real rows
+        mixed = (blocks != first) & (blocks != -1)  # two groups in one block
+        late_start = (first == -1) & (blocks != -1)  # padding before real rows
         bad = (bad_range | mixed | late_start).any(dim=1)
         if bool(bad.any()):
             i = int(bad.nonzero()[0, 0])
             row = i * align
             if bool(bad_range[i].any()):
-                raise ValueError(f"grouped_layout rows {row}..{row + align - 1} hold a group id outside "
-                                 f"[-1, {num_groups}) (b has {num_groups} groups)")
-            raise ValueError(f"grouped_layout rows {row}..{row + align - 1} mix groups or start with padding: "
-                             f"each group must start at a multiple of get_mk_alignment_for_contiguous_layout() "
-                             f"= {align} rows, with -1 padding only after a group's rows")
+                raise ValueError(
+                    f"grouped_layout rows {row}..{row + align - 1} hold a group id outside "
+                    f"[-1, {num_groups}) (b has {num_groups} groups)"
+                )
+            raise ValueError(
+                f"grouped_layout rows {row}..{row + align - 1} mix groups or start with padding: "
+                f"each group must start at a multiple of get_mk_alignment_for_contiguous_layout() "
+                f"= {align} rows, with -1 padding only after a group's rows"
+            )
         return
     ends = layout.long()
     prev = torch.cat([ends.new_zeros(1), ends[:-1]])
@@ -117,9 +126,11 @@ def check_contiguous_layout(layout: torch.Tensor, m: int, num_groups: int, psum:
     bad = (ends < prev) | ((ends < starts) & (ends != prev)) | (ends > m)
     if bool(bad.any()):
         g = int(bad.nonzero()[0, 0])
-        raise ValueError(f"grouped_layout (psum) entry {g} = {int(ends[g])} is not a valid group end: ends must "
-                         f"not decrease, each non-empty group starts at the previous end rounded up to {align}, "
-                         f"and the last end is <= M = {m}")
+        raise ValueError(
+            f"grouped_layout (psum) entry {g} = {int(ends[g])} is not a valid group end: ends must "
+            f"not decrease, each non-empty group starts at the previous end rounded up to {align}, "
+            f"and the last end is <= M = {m}"
+        )
 
 
 def require_contiguous_layout_shape(grouped_layout: torch.Tensor, m: int, groups: int, psum: bool) -> None:
@@ -133,8 +144,9 @@ def require_contiguous_layout_shape(grouped_layout: torch.Tensor, m: int, groups
         raise ValueError("grouped_layout must be contiguous")
 
 
-def maybe_check_contiguous_layout(check: bool | None, grouped_layout: torch.Tensor, m: int, groups: int,
-                                  psum: bool) -> None:
+def maybe_check_contiguous_layout(
+    check: bool | None, grouped_layout: torch.Tensor, m: int, groups: int, psum: bool
+) -> None:
     """The layout contract check (one device reduction + sync), skipped while a CUDA graph is captured unless
     `check` forces it either way."""
     if check is None:
@@ -149,10 +161,11 @@ def device_of(**tensors: torch.Tensor) -> int:
     devs = {name: t.device for name, t in tensors.items()}
     for name, dev in devs.items():
         if dev.type != "cuda":
-            from .device import NO_GPU  # noqa: PLC0415 - the error path only
+            from .device import NO_GPU
 
-            raise ValueError(f"{name} must be on a CUDA device, got {dev}"
-                             + ("" if torch.cuda.is_available() else f"; {NO_GPU}"))
+            raise ValueError(
+                f"{name} must be on a CUDA device, got {dev}" + ("" if torch.cuda.is_available() else f"; {NO_GPU}")
+            )
     first = next(iter(devs.values()))
     if any(dev != first for dev in devs.values()):
         listing = ", ".join(f"{n}={d}" for n, d in devs.items())

@@ -1,7 +1,8 @@
 """SM count control and per-device facts, cached so the hot path does not query the driver."""
+
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 _num_sms: int | None = None
 
@@ -17,7 +18,7 @@ def require_gpu(what: str) -> None:
         raise NotImplementedError(f"{what}: {NO_GPU}")
 
 
-@lru_cache(maxsize=None)
+@cache
 def device_sm_count(index: int) -> int:
     import torch
 

@@ -3,6 +3,7 @@
 decided in one place, keywords.py `epilogue()`: `Identity` is no epilogue, `Alpha(x)` is the `alpha`
 keyword (honoured where the GEMM scales its result), the FP8-output and stochastic-rounding epilogues refuse
 by name: SM120 kernels have no fused output quantization or stochastic rounding."""
+
 from __future__ import annotations
 
 import torch
@@ -10,6 +11,7 @@ import torch
 
 class Epilogue:
     """Base of every epilogue object; `kind` names it in messages."""
+
     kind = "epilogue"
 
     def __repr__(self) -> str:
@@ -32,6 +34,7 @@ class Alpha(Epilogue):
 
 class FP8Quantization(Epilogue):
     """Cast the result to FP8 with per-block scales written to `sfd` (not provided on SM120)."""
+
     kind = "FP8Quantization"
 
     def __init__(self, sfd: torch.Tensor) -> None:
@@ -40,10 +43,12 @@ class FP8Quantization(Epilogue):
 
 class FP8CastWithClamp(Epilogue):
     """sgl-deep-gemm's FP8 output epilogue, optionally clamping first (not provided on SM120)."""
+
     kind = "FP8CastWithClamp"
 
-    def __init__(self, sfd: torch.Tensor, clamp_value: float | None = None,
-                 clamped_count: torch.Tensor | None = None) -> None:
+    def __init__(
+        self, sfd: torch.Tensor, clamp_value: float | None = None, clamped_count: torch.Tensor | None = None
+    ) -> None:
         self.sfd, self.clamp_value, self.clamped_count = sfd, clamp_value, clamped_count
 
 

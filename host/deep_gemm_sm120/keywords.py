@@ -1,10 +1,12 @@
 """DeepGEMM's shared keywords, written once and used by every family's API: what each means on SM120 kernels
 (honoured, accepted without effect, or refused by name), and DeepGEMM's argument forms (scale pairs, recipes)
 turned into the ones the kernels take. The compat table states them (core/names.py's keyword texts)."""
+
 from __future__ import annotations
 
 import torch
 
+from .core.arith import ceil_div
 from .core.rules import dtype_name
 
 
@@ -21,20 +23,21 @@ def epilogue(name: str, value, alpha_=None, scales: bool = False):
             raise ValueError(f"{name}: alpha={alpha_!r} and epilogue=Alpha({value.alpha!r}) disagree")
         alpha_ = value.alpha
     elif value is not None and not isinstance(value, Identity):
-        raise NotImplementedError(f"{name}(epilogue={value.kind}) is not supported: deep_gemm_sm120 kernels have "
-                                  f"no fused output quantization or stochastic rounding (Identity and Alpha are)")
+        raise NotImplementedError(
+            f"{name}(epilogue={value.kind}) is not supported: deep_gemm_sm120 kernels have "
+            f"no fused output quantization or stochastic rounding (Identity and Alpha are)"
+        )
     if not scales and alpha_ is not None and alpha_ != 1:
-        raise NotImplementedError(f"{name}(alpha={alpha_!r}): this kernel computes its result without a scale; "
-                                  f"only alpha None or 1")
+        raise NotImplementedError(
+            f"{name}(alpha={alpha_!r}): this kernel computes its result without a scale; only alpha None or 1"
+        )
     return alpha_
 
 
-def gemm(name: str, compiled_dims_, epilogue_, alpha_=None, scales: bool = False,
-         disable_ue8m0_cast: bool = False):
+def gemm(name: str, compiled_dims_, epilogue_, alpha_=None, scales: bool = False, disable_ue8m0_cast: bool = False):
     """A GEMM's shared keywords in one call: `compiled_dims` (a str, no effect), `disable_ue8m0_cast` (a bool,
     see ue8m0_cast), `epilogue` and `alpha` (see epilogue). Returns the alpha to apply (None: none given)."""
-    if epilogue_ is None and type(compiled_dims_) is str and disable_ue8m0_cast is False and (
-            alpha_ is None or scales):
+    if epilogue_ is None and type(compiled_dims_) is str and disable_ue8m0_cast is False and (alpha_ is None or scales):
         return alpha_  # the common call: nothing to resolve
     compiled_dims(name, compiled_dims_)
     ue8m0_cast(name, disable_ue8m0_cast)
@@ -74,7 +77,7 @@ def pair(name: str, x, fp4_names: tuple[str, ...]):
     fp4 = dtype_name(x.dtype) in fp4_names
     k = x.shape[-1] * (2 if fp4 else 1)
     gran = 32 if fp4 else 128
-    return x, torch.ones(*x.shape[:-1], -(-k // gran), dtype=torch.float32, device=x.device)  # 2**0: exact
+    return x, torch.ones(*x.shape[:-1], ceil_div(k, gran), dtype=torch.float32, device=x.device)  # 2**0: exact
 
 
 def recipe(name: str, recipe_, recipe_a, recipe_b, a, b, fp4_names: tuple[str, ...]):
@@ -84,8 +87,10 @@ def recipe(name: str, recipe_, recipe_a, recipe_b, a, b, fp4_names: tuple[str, .
     if recipe_ is not None:
         raise ValueError(f"{name}: pass recipe or recipe_a/recipe_b, not both")
     if recipe_a is None or recipe_b is None or len(recipe_a) != 2 or len(recipe_b) != 2:
-        raise ValueError(f"{name}: recipe_a and recipe_b are (gran_mn, gran_k) pairs, given together; got "
-                         f"{recipe_a!r} and {recipe_b!r}")
+        raise ValueError(
+            f"{name}: recipe_a and recipe_b are (gran_mn, gran_k) pairs, given together; got "
+            f"{recipe_a!r} and {recipe_b!r}"
+        )
     (ma, ka), (nb, kb) = recipe_a, recipe_b
     if ka == kb:
         return (ma, nb, ka)
@@ -95,8 +100,10 @@ def recipe(name: str, recipe_, recipe_a, recipe_b, a, b, fp4_names: tuple[str, .
         if g4 != 32:
             raise NotImplementedError(f"{name}: the packed FP4 operand of a mixed GEMM takes 1x32 scales, got 1x{g4}")
         return (ma, nb, g8)
-    raise NotImplementedError(f"{name}: a and b scale granularities differ (recipe_a {recipe_a}, recipe_b "
-                              f"{recipe_b}); SM120 kernels use one K granularity for both")
+    raise NotImplementedError(
+        f"{name}: a and b scale granularities differ (recipe_a {recipe_a}, recipe_b "
+        f"{recipe_b}); SM120 kernels use one K granularity for both"
+    )
 
 
 def zero_psum_padding(d: torch.Tensor, ends: torch.Tensor, align_rows: int) -> None:

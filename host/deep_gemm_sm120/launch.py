@@ -1,5 +1,6 @@
 """The launch entry every family's API ends in, with the switches that shape it: programmatic dependent launch
 (PDL) and DeepGEMM's compile mode."""
+
 from __future__ import annotations
 
 import os
@@ -12,6 +13,7 @@ PDL_ENV = "DG_SM120_PDL"
 class Launcher:
     """Launch state shared by every family: the raw launch entry and stream getter (bound on first use, so
     importing stays free of CUDA) and the PDL switch (None until the first launch reads the environment)."""
+
     __slots__ = ("launch", "stream", "pdl", "compile_mode")
 
     def __init__(self) -> None:
@@ -20,7 +22,7 @@ class Launcher:
         self.pdl: bool | None = None
         self.compile_mode = 0
 
-    def bind(self) -> "Launcher":
+    def bind(self) -> Launcher:
         self.launch, self.stream = runtime.launcher(), runtime.current_stream_fn()
         return self
 
@@ -48,9 +50,11 @@ def set_pdl(enabled: bool) -> None:
     BOUND.pdl = enabled
 
 
-COMPILE_MODES = {0: "compile (JIT, on first use of a configuration) and launch",
-                 1: "compile only: every check runs and each kernel is built and loaded into the JIT cache, but no "
-                    "kernel is launched (outputs are left as they are): warm-up without GPU work"}
+COMPILE_MODES = {
+    0: "compile (JIT, on first use of a configuration) and launch",
+    1: "compile only: every check runs and each kernel is built and loaded into the JIT cache, but no "
+    "kernel is launched (outputs are left as they are): warm-up without GPU work",
+}
 
 
 def _skip_launch(*args) -> None:
@@ -75,18 +79,30 @@ def set_compile_mode(mode: int) -> None:
         BOUND.launch = BOUND.stream = None
 
 
-def launch(kernel, grid: int | tuple[int, int, int], params: bytes, tmaps: bytes, index: int,
-           smem: int | None = None) -> None:
+def launch(
+    kernel, grid: int | tuple[int, int, int], params: bytes, tmaps: bytes, index: int, smem: int | None = None
+) -> None:
     """Launch a jit.LoadedKernel on the current stream of device `index` (PDL when the family waits on
     griddepcontrol and the switch is on). Every entry point launches through here."""
     b = BOUND if BOUND.launch is not None else bound()
     gx, gy, gz = (grid, 1, 1) if isinstance(grid, int) else grid
     pdl = kernel.pdl and (b.pdl if b.pdl is not None else get_pdl())
-    b.launch(kernel.handle, gx, gy, gz, kernel.threads, kernel.smem_bytes if smem is None else smem,
-             b.stream(index), pdl, params, tmaps)
+    b.launch(
+        kernel.handle,
+        gx,
+        gy,
+        gz,
+        kernel.threads,
+        kernel.smem_bytes if smem is None else smem,
+        b.stream(index),
+        pdl,
+        params,
+        tmaps,
+    )
 
 
 # ---------------------------------------------------------------- calls validated once per signature
+
 
 def tensor_key(t) -> tuple:
     """What an entry point's checks read of a tensor besides its values and its address: dtype, shape, strides,
@@ -99,6 +115,7 @@ def tensor_key(t) -> tuple:
 class CallCache:
     """Signature -> what the checks and the plan of a call with that signature produced (checks run once per
     signature). Bounded: cleared when full, so a server seeing endless shapes holds at most `limit` entries."""
+
     __slots__ = ("entries", "limit")
 
     def __init__(self, limit: int = 4096) -> None:

@@ -6,9 +6,12 @@ MMAs take UE8M0 (power-of-two) scales for FP8 and MXFP4: FP32 scales are either 
 two explicitly (`ceil_to_ue8m0`, lossy by design: values shrink by up to 2x before quantization, never
 overflow) or rejected (`require_ue8m0`) -- never passed through.
 """
+
 from __future__ import annotations
 
 import torch
+
+from .core.arith import round_up
 
 FP8_E4M3_MAX = 448.0
 E2M1_MAX = 6.0
@@ -49,8 +52,10 @@ def require_ue8m0(name: str, sf: torch.Tensor) -> None:
     """Reject FP32 scales that are not powers of two (they would be silently reinterpreted otherwise)."""
     _require_float(name, sf)
     if not bool(is_ue8m0(sf).all()):
-        raise ValueError(f"{name} holds FP32 scales that are not powers of two; SM120 block-scaled MMAs take "
-                         f"UE8M0 scales: convert them explicitly with ceil_to_ue8m0 (rounds up, lossy) first")
+        raise ValueError(
+            f"{name} holds FP32 scales that are not powers of two; SM120 block-scaled MMAs take "
+            f"UE8M0 scales: convert them explicitly with ceil_to_ue8m0 (rounds up, lossy) first"
+        )
 
 
 def ue8m0_exponent_bytes(sf: torch.Tensor) -> torch.Tensor:
@@ -101,18 +106,24 @@ def _require_gran(gran_k) -> int:
     return gran_k
 
 
-def per_token_cast_to_fp8(x: torch.Tensor, use_ue8m0: bool = True, gran_k: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
+def per_token_cast_to_fp8(
+    x: torch.Tensor, use_ue8m0: bool = True, gran_k: int = 128
+) -> tuple[torch.Tensor, torch.Tensor]:
     """x [M, K] -> (e4m3 [M, K], fp32 scales [M, ceil(K/gran_k)]): one scale per token and gran_k channels.
     use_ue8m0=False keeps the exact amax/448 scales (SM120's kernels then refuse them: round first)."""
     return _cast_fp8(x, 1, _require_gran(gran_k), use_ue8m0)
 
 
-def per_block_cast_to_fp8(x: torch.Tensor, use_ue8m0: bool = True, gran_k: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
+def per_block_cast_to_fp8(
+    x: torch.Tensor, use_ue8m0: bool = True, gran_k: int = 128
+) -> tuple[torch.Tensor, torch.Tensor]:
     """x [N, K] -> (e4m3 [N, K], fp32 scales [ceil(N/gran_k), ceil(K/gran_k)]): one scale per square block."""
     return _cast_fp8(x, _require_gran(gran_k), gran_k, use_ue8m0)
 
 
-def per_channel_cast_to_fp8(x: torch.Tensor, use_ue8m0: bool = True, gran_k: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
+def per_channel_cast_to_fp8(
+    x: torch.Tensor, use_ue8m0: bool = True, gran_k: int = 128
+) -> tuple[torch.Tensor, torch.Tensor]:
     """x [K, N] -> (e4m3 [K, N], fp32 scales [ceil(K/gran_k), N]): one scale per channel and gran_k rows."""
     return _cast_fp8(x, _require_gran(gran_k), 1, use_ue8m0)
 
@@ -173,13 +184,14 @@ def per_token_cast_to_fp4(x: torch.Tensor, kind: str = "mxfp4") -> tuple[torch.T
     else:
         global_scale = (x.abs().max().float() / (E2M1_MAX * FP8_E4M3_MAX)).clamp_min(1e-30)
         scale = (amax / E2M1_MAX / global_scale).clamp(max=FP8_E4M3_MAX).to(torch.float8_e4m3fn)
-        effective = scale.float().clamp_min(2.0 ** -9) * global_scale  # all-zero blocks stay zero
+        effective = scale.float().clamp_min(2.0**-9) * global_scale  # all-zero blocks stay zero
     codes = e2m1_codes(x.float() / _expand(effective, 1, block, m, k))
     return pack_e2m1(codes), scale, global_scale
 
 
-def dequantize_fp4(packed: torch.Tensor, scale: torch.Tensor, global_scale: torch.Tensor | float = 1.0,
-                   kind: str = "mxfp4") -> torch.Tensor:
+def dequantize_fp4(
+    packed: torch.Tensor, scale: torch.Tensor, global_scale: torch.Tensor | float = 1.0, kind: str = "mxfp4"
+) -> torch.Tensor:
     block = 32 if kind == "mxfp4" else 16
     values = e2m1_decode(unpack_e2m1(packed))
     m, k = values.shape
@@ -192,7 +204,7 @@ def get_mn_major_tma_aligned_tensor(x: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"expected [MN, K'] or [G, MN, K'], got shape {tuple(x.shape)}")
     mn, kk = x.shape[-2:]
     align = max(1, 16 // x.element_size())
-    aligned = -(-mn // align) * align
+    aligned = round_up(mn, align)
     out = torch.empty((*x.shape[:-2], kk, aligned), dtype=x.dtype, device=x.device).transpose(-1, -2)
     out = out[..., :mn, :]
     out.copy_(x)

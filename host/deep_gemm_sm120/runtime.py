@@ -1,12 +1,13 @@
 """Access to the compiled pybind11 runtime (`_C`). Importing this never loads libcuda."""
+
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 from .core.params import ParamList
 
 
-@lru_cache(maxsize=None)
+@cache
 def _ext():
     try:
         from . import _C

@@ -13,10 +13,12 @@ Accepted inputs:
   torch.float8_e4m3fn   UE4M3 (NVFP4 only); must be non-negative and finite.
   int32                 already packed (the output of transform_sf_into_required_layout); checked, not copied.
 """
+
 from __future__ import annotations
 
 import torch
 
+from .core.arith import ceil_div, round_up
 from .quant import ue8m0_exponent_bytes
 
 _E8M0 = getattr(torch, "float8_e8m0fnu", None)
@@ -24,7 +26,7 @@ _E8M0 = getattr(torch, "float8_e8m0fnu", None)
 
 def sf_words(k: int, gran_k: int) -> int:
     """Packed int32 words per row for K elements at one scale per gran_k."""
-    return -(-(-(-k // gran_k)) // 4)
+    return ceil_div(ceil_div(k, gran_k), 4)
 
 
 def sf_format(sf: torch.Tensor) -> str:
@@ -35,8 +37,10 @@ def sf_format(sf: torch.Tensor) -> str:
         return "ue4m3"
     if sf.dtype == torch.float32 or (_E8M0 is not None and sf.dtype == _E8M0):
         return "ue8m0"
-    raise TypeError(f"scale factors must be float32 (powers of two), float8_e8m0fnu, float8_e4m3fn (NVFP4) or "
-                    f"packed int32, got {sf.dtype}")
+    raise TypeError(
+        f"scale factors must be float32 (powers of two), float8_e8m0fnu, float8_e4m3fn (NVFP4) or "
+        f"packed int32, got {sf.dtype}"
+    )
 
 
 def scale_bytes(sf: torch.Tensor) -> torch.Tensor:
@@ -47,9 +51,11 @@ def scale_bytes(sf: torch.Tensor) -> torch.Tensor:
     if fmt == "packed":
         raise TypeError("scale_bytes takes unpacked scales, got packed int32")
     if sf.is_cuda and torch.cuda.is_current_stream_capturing():
-        raise ValueError("unpacked scale factors cannot be checked while a CUDA graph is captured (their values "
-                         "are read on the host): pack them outside the capture with transform_sf_into_required_layout "
-                         "and pass the int32 result")
+        raise ValueError(
+            "unpacked scale factors cannot be checked while a CUDA graph is captured (their values "
+            "are read on the host): pack them outside the capture with transform_sf_into_required_layout "
+            "and pass the int32 result"
+        )
     if sf.dtype == torch.float32:
         return ue8m0_exponent_bytes(sf)  # raises unless every value is a power of two
     raw = sf.contiguous().view(torch.uint8)
@@ -75,7 +81,7 @@ def pack_scale_bytes(b: torch.Tensor) -> torch.Tensor:
 def mn_major(x: torch.Tensor) -> torch.Tensor:
     """Same values, stored MN-major with the word stride padded to a multiple of 4 words (16 bytes)."""
     mn, words = x.shape[-2:]
-    aligned = -(-mn // 4) * 4
+    aligned = round_up(mn, 4)
     out = torch.empty((*x.shape[:-2], words, aligned), dtype=x.dtype, device=x.device).transpose(-1, -2)
     out = out[..., :mn, :]
     out.copy_(x)
@@ -89,8 +95,10 @@ def check_packed(name: str, sf: torch.Tensor, shape: tuple[int, ...]) -> tuple[i
         raise ValueError(f"{name} (packed int32) must be {what} = {shape}, got {tuple(sf.shape)}")
     mn, words = shape[-2:]
     if mn > 1 and sf.stride(-2) != 1:
-        raise ValueError(f"{name} (packed int32) must be MN-major (stride 1 along MN; use "
-                         f"transform_sf_into_required_layout), got strides {tuple(sf.stride())}")
+        raise ValueError(
+            f"{name} (packed int32) must be MN-major (stride 1 along MN; use "
+            f"transform_sf_into_required_layout), got strides {tuple(sf.stride())}"
+        )
     pack_stride = sf.stride(-1) if words > 1 else max(mn, 1)
     if words > 1 and pack_stride < mn:
         raise ValueError(f"{name} words overlap (stride {pack_stride} < MN = {mn})")
@@ -102,8 +110,14 @@ def check_packed(name: str, sf: torch.Tensor, shape: tuple[int, ...]) -> tuple[i
     return pack_stride, group_stride
 
 
-def pack_sf(sf: torch.Tensor, mn: int, k: int, recipe: tuple[int, ...] | None = None,
-            num_groups: int | None = None, is_sfa: bool = False) -> torch.Tensor:
+def pack_sf(
+    sf: torch.Tensor,
+    mn: int,
+    k: int,
+    recipe: tuple[int, ...] | None = None,
+    num_groups: int | None = None,
+    is_sfa: bool = False,
+) -> torch.Tensor:
     """Scales of one operand -> the packed MN-major int32 layout (see the module docstring).
 
     sf: [(G,) ceil(MN / gran_mn), ceil(K / gran_k)] unpacked scales, or already packed int32 (then only checked).
@@ -113,8 +127,9 @@ def pack_sf(sf: torch.Tensor, mn: int, k: int, recipe: tuple[int, ...] | None = 
         raise TypeError(f"sf must be a torch.Tensor, got {type(sf).__name__}")
     grouped = num_groups is not None
     if sf.dim() != (3 if grouped else 2):
-        raise ValueError(f"sf must be {'[G, MN, K blocks]' if grouped else '[MN, K blocks]'}, got shape "
-                         f"{tuple(sf.shape)}")
+        raise ValueError(
+            f"sf must be {'[G, MN, K blocks]' if grouped else '[MN, K blocks]'}, got shape {tuple(sf.shape)}"
+        )
     if grouped and sf.shape[0] != num_groups:
         raise ValueError(f"sf has {sf.shape[0]} groups, expected {num_groups}")
     fmt = sf_format(sf)
@@ -133,26 +148,41 @@ def pack_sf(sf: torch.Tensor, mn: int, k: int, recipe: tuple[int, ...] | None = 
         return sf
     cols = sf.shape[-1]
     if gran_k is None:
-        grans = [g for g in (128, 32, 16) if -(-k // g) == cols]
+        grans = [g for g in (128, 32, 16) if ceil_div(k, g) == cols]
         if len(grans) != 1:
             raise ValueError(f"cannot tell the K granularity of sf with {cols} columns for K = {k}: pass recipe")
         gran_k = grans[0]
-    if cols != -(-k // gran_k) or sf.shape[-2] != -(-mn // gran_mn):
-        raise ValueError(f"sf must be [{'G, ' if grouped else ''}ceil(MN/{gran_mn}), ceil(K/{gran_k})] = "
-                         f"{(*lead, -(-mn // gran_mn), -(-k // gran_k))}, got {tuple(sf.shape)}")
+    if cols != ceil_div(k, gran_k) or sf.shape[-2] != ceil_div(mn, gran_mn):
+        raise ValueError(
+            f"sf must be [{'G, ' if grouped else ''}ceil(MN/{gran_mn}), ceil(K/{gran_k})] = "
+            f"{(*lead, ceil_div(mn, gran_mn), ceil_div(k, gran_k))}, got {tuple(sf.shape)}"
+        )
     b = scale_bytes(sf)
     if gran_mn > 1:
         b = b.repeat_interleave(gran_mn, dim=-2)[..., :mn, :]
     return mn_major(pack_scale_bytes(b))
 
 
-__all__ = ["transform_sf_into_required_layout", "sf_words", "sf_format", "scale_bytes", "pack_scale_bytes",
-           "check_packed"]
+__all__ = [
+    "transform_sf_into_required_layout",
+    "sf_words",
+    "sf_format",
+    "scale_bytes",
+    "pack_scale_bytes",
+    "check_packed",
+]
 
 
-def transform_sf_into_required_layout(sf: torch.Tensor, mn: int, k: int, recipe, num_groups: int | None = None,
-                                      is_sfa: bool | None = None, disable_ue8m0_cast: bool = False,
-                                      psum_layout=None) -> torch.Tensor:
+def transform_sf_into_required_layout(
+    sf: torch.Tensor,
+    mn: int,
+    k: int,
+    recipe,
+    num_groups: int | None = None,
+    is_sfa: bool | None = None,
+    disable_ue8m0_cast: bool = False,
+    psum_layout=None,
+) -> torch.Tensor:
     """DeepGEMM's name and signature for pack_sf: `recipe` as (gran_m, gran_n, gran_k) or (gran_mn, gran_k);
     `is_sfa=None` means False; `disable_ue8m0_cast` as for the GEMMs (either way the scales must be powers of
     two); `psum_layout` other than None: NotImplementedError (SM120 scale layouts are per row)."""

@@ -1,6 +1,7 @@
 """`is_supported` / `why_unsupported`: whether a call would run, answered from the same rule functions the API
 calls (each op's rule in its family declaration), without raising and without touching CUDA unless a device
 is given. Shapes are those of contiguous operands."""
+
 from __future__ import annotations
 
 import difflib
@@ -30,8 +31,10 @@ def why_unsupported(op: str, **kw) -> str | None:
         accepted = _keywords(decl.rule)
         unknown = sorted(set(kw) - set(accepted) - set(_ARCH_KEYS))
         if unknown:
-            return (f"unknown keyword(s) {', '.join(unknown)} for {op}; it answers for "
-                    f"{', '.join(accepted + list(_ARCH_KEYS))}")
+            return (
+                f"unknown keyword(s) {', '.join(unknown)} for {op}; it answers for "
+                f"{', '.join(accepted + list(_ARCH_KEYS))}"
+            )
         args = {key: v for key, v in kw.items() if key not in _ARCH_KEYS}
         for key in list(args):
             if key.endswith("dtype") and args[key] is not None:
@@ -45,7 +48,7 @@ def why_unsupported(op: str, **kw) -> str | None:
         if cap is not None:
             target_for_capability(tuple(cap), emulation_requested())
         return None
-    except Exception as e:  # noqa: BLE001 - the contract is "answers without raising"
+    except Exception as e:
         return f"{type(e).__name__}: {e}"
 
 

@@ -1,5 +1,6 @@
 """Numeric helpers in DeepGEMM's conventions (`deep_gemm.testing` is this module): calc_diff and the small
 helpers DeepGEMM's tests use. Test inputs and fixtures live in the repository's tests/, not here."""
+
 from __future__ import annotations
 
 import torch
@@ -27,8 +28,11 @@ def count_bytes(*tensors) -> int:
 
 def assert_bitwise_equal(x: torch.Tensor, y: torch.Tensor, label: str = "") -> None:
     """Same shape, dtype and bytes (NaNs with equal payloads compare equal, unlike torch.equal)."""
-    same = x.shape == y.shape and x.dtype == y.dtype and torch.equal(
-        x.contiguous().view(-1).view(torch.uint8), y.contiguous().view(-1).view(torch.uint8))
+    same = (
+        x.shape == y.shape
+        and x.dtype == y.dtype
+        and torch.equal(x.contiguous().view(-1).view(torch.uint8), y.contiguous().view(-1).view(torch.uint8))
+    )
     if not same:
         raise AssertionError(f"{label or 'tensors'} are not bitwise equal")
 

@@ -1,4 +1,5 @@
 """The adversarial suite's shared canonical repository (helpers: tests/vendor_helpers.py, fsaudit.py)."""
+
 from __future__ import annotations
 
 import sys
@@ -9,7 +10,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from vendor_helpers import make_canonical  # noqa: E402
+from vendor_helpers import make_canonical
 
 
 @pytest.fixture(scope="package")

@@ -1,6 +1,7 @@
 """Kernel-level audit of "nothing outside the fork is touched": inotify watches on every directory of the
 outside tree report any open, read, listing, write, chmod, create, rename or delete there, whoever does it and
 through whatever path (a symlink included). Linux only; Python's audit hook adds path-based opens."""
+
 from __future__ import annotations
 
 import ctypes
@@ -15,9 +16,20 @@ IN_ALL = 0x00000FFF  # access, modify, attrib, close (both), open, moved from/to
 IN_NONBLOCK = os.O_NONBLOCK
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
-NAMES = {0x1: "access", 0x2: "modify", 0x4: "attrib", 0x8: "close-write", 0x10: "close", 0x20: "open",
-         0x40: "moved-from", 0x80: "moved-to", 0x100: "create", 0x200: "delete", 0x400: "delete-self",
-         0x800: "move-self"}
+NAMES = {
+    0x1: "access",
+    0x2: "modify",
+    0x4: "attrib",
+    0x8: "close-write",
+    0x10: "close",
+    0x20: "open",
+    0x40: "moved-from",
+    0x80: "moved-to",
+    0x100: "create",
+    0x200: "delete",
+    0x400: "delete-self",
+    0x800: "move-self",
+}
 
 
 def available() -> bool:
@@ -61,7 +73,7 @@ class OutsideWatch:
             pos = 0
             while pos < len(buf):
                 wd, mask, _, n = struct.unpack_from("iIII", buf, pos)
-                name = buf[pos + 16: pos + 16 + n].rstrip(b"\0").decode(errors="replace")
+                name = buf[pos + 16 : pos + 16 + n].rstrip(b"\0").decode(errors="replace")
                 pos += 16 + n
                 if mask & 0x8000:  # IN_IGNORED: the watch went away
                     continue

@@ -1,4 +1,5 @@
 """Functions that misbehave, run by vendorkit.isolate in a child process (tests/adversarial/test_isolation.py)."""
+
 from __future__ import annotations
 
 import ctypes

@@ -1,5 +1,6 @@
 """Wheels and sdists are read as an installer places their members, and hostile sizes stay bounded: a 2 GiB member,
 a tar bomb, a 1 GB header, a highly compressible member, an oversized download."""
+
 from __future__ import annotations
 
 import io
@@ -14,7 +15,6 @@ import zlib
 from pathlib import Path
 
 import pytest
-
 from vendor_helpers import PREFIX, ROOT, V2, by_path, make_fork, run_cv, run_json
 
 OWN = {"deep_gemm/__init__.py": b"# the package\n"}
@@ -50,16 +50,18 @@ def _measured(canon: Path, target: Path, *extra: str) -> tuple[int, dict, float,
 
 def _measured_spec(canon: Path, target: str, *extra: str) -> tuple[int, dict, float, int]:
     """check_vendor in its own process: (exit code, JSON report, seconds, peak RSS in bytes)."""
-    code = ("import resource, runpy, sys\n"
-            f"sys.argv = ['check_vendor.py'] + {json.dumps(['--repo', str(canon), '--fork', str(target), '--format', 'json', *extra])}\n"
-            "try:\n    runpy.run_path(sys.argv[0] if False else %r, run_name='__main__')\n"
-            "except SystemExit as e:\n    rc = e.code\n"
-            "peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
-            "try:  # VmHWM: this image's own peak (ru_maxrss can carry the forking parent's over exec)\n"
-            "    peak = int(next(l for l in open('/proc/self/status') if l.startswith('VmHWM')).split()[1])\n"
-            "except (OSError, StopIteration):\n    pass\n"
-            "sys.stderr.write('MAXRSS %%d\\n' %% peak)\n"
-            "sys.exit(rc)\n") % str(ROOT / "tools/check_vendor.py")
+    code = (
+        "import resource, runpy, sys\n"
+        f"sys.argv = ['check_vendor.py'] + {json.dumps(['--repo', str(canon), '--fork', str(target), '--format', 'json', *extra])}\n"
+        "try:\n    runpy.run_path(sys.argv[0] if False else %r, run_name='__main__')\n"
+        "except SystemExit as e:\n    rc = e.code\n"
+        "peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "try:  # VmHWM: this image's own peak (ru_maxrss can carry the forking parent's over exec)\n"
+        "    peak = int(next(l for l in open('/proc/self/status') if l.startswith('VmHWM')).split()[1])\n"
+        "except (OSError, StopIteration):\n    pass\n"
+        "sys.stderr.write('MAXRSS %%d\\n' %% peak)\n"
+        "sys.exit(rc)\n"
+    ) % str(ROOT / "tools/check_vendor.py")
     t0 = time.perf_counter()
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     took = time.perf_counter() - t0
@@ -69,22 +71,29 @@ def _measured_spec(canon: Path, target: str, *extra: str) -> tuple[int, dict, fl
 
 # ---------------------------------------------------------------- names, as pip resolves them
 
+
 def test_a_name_walking_through_dotdot_is_checked_where_pip_puts_it(canon, tmp_path):
-    whl = _wheel(tmp_path / "w-1.0-py3-none-any.whl", _layer(),
-                 [(f"{PREFIX}/common/../common/sm120_walks.cuh", b"// installed next to the layer\n")])
+    whl = _wheel(
+        tmp_path / "w-1.0-py3-none-any.whl",
+        _layer(),
+        [(f"{PREFIX}/common/../common/sm120_walks.cuh", b"// installed next to the layer\n")],
+    )
     code, doc = _check(canon, whl)
     f = by_path(doc)["common/sm120_walks.cuh"]
     assert code == 1 and doc["verdict"] == "drifted" and f["status"] == "extra"
     assert any("installs as deep_gemm/include/deep_gemm/common/sm120_walks.cuh" in n for n in doc["notes"])
 
 
-@pytest.mark.parametrize("name, why", [
-    ("../../evil/sm120_x.cuh", "climbs out of the package"),
-    (f"{PREFIX}/../../../../sm120_x.cuh", "climbs out of the package"),
-    ("/etc/sm120_x.cuh", "absolute"),
-    ("C:/Windows/sm120_x.cuh", "drive letter"),
-    (f"{PREFIX}\\..\\..\\sm120_x.cuh", "backslash"),
-])
+@pytest.mark.parametrize(
+    "name, why",
+    [
+        ("../../evil/sm120_x.cuh", "climbs out of the package"),
+        (f"{PREFIX}/../../../../sm120_x.cuh", "climbs out of the package"),
+        ("/etc/sm120_x.cuh", "absolute"),
+        ("C:/Windows/sm120_x.cuh", "drive letter"),
+        (f"{PREFIX}\\..\\..\\sm120_x.cuh", "backslash"),
+    ],
+)
 def test_a_name_that_leaves_the_package_is_an_unsafe_member(canon, tmp_path, name, why):
     whl = _wheel(tmp_path / "w-1.0-py3-none-any.whl", _layer(), [(name, b"// planted\n")])
     code, doc = _check(canon, whl)
@@ -97,8 +106,10 @@ def test_a_name_that_leaves_the_package_is_an_unsafe_member(canon, tmp_path, nam
 
 def test_duplicate_members_are_reported_even_when_the_last_one_matches(canon, tmp_path):
     rel = "common/sm120_tma.cuh"
-    raw = [(f"{PREFIX}/{rel}", b"// the first copy, which an installer overwrites\n"),
-           (f"{PREFIX}/mma/../{rel}", V2[rel])]
+    raw = [
+        (f"{PREFIX}/{rel}", b"// the first copy, which an installer overwrites\n"),
+        (f"{PREFIX}/mma/../{rel}", V2[rel]),
+    ]
     whl = _wheel(tmp_path / "w-1.0-py3-none-any.whl", {k: v for k, v in _layer().items() if not k.endswith(rel)}, raw)
     code, doc = _check(canon, whl)
     f = by_path(doc)[rel]
@@ -127,6 +138,7 @@ def test_a_tar_hardlink_is_a_hardlink(canon, tmp_path):
 
 
 # ---------------------------------------------------------------- sizes
+
 
 def _zeros_deflate(n_mib: int) -> tuple[bytes, bytes]:
     """(one raw deflate block that decodes to 1 MiB of zeros, an empty final block): n copies of the first then
@@ -192,7 +204,11 @@ def test_a_tar_bomb_stops_at_the_stream_cap(canon, tmp_path):
     zeros = b"\0" * (1 << 20)
     for _ in range(2048):
         crc = zlib.crc32(zeros, crc)
-    gz = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff" + body + struct.pack("<II", crc, (len(head) + (2 << 30)) % (1 << 32))
+    gz = (
+        b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
+        + body
+        + struct.pack("<II", crc, (len(head) + (2 << 30)) % (1 << 32))
+    )
     sdist = tmp_path / "bomb-1.0.tar.gz"
     sdist.write_bytes(gz)
     code, doc, took, rss = _measured(canon, sdist)
@@ -240,8 +256,11 @@ def test_a_download_over_the_cap_is_not_kept(canon, tmp_path, monkeypatch):
     assert code == 2 and "larger than 1,024 bytes" in err and "not read further" in err
 
 
-@pytest.mark.parametrize("data", [b"\x1f\x8b\x08", b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff\x03\x00",
-                                  b"PK\x03\x04" + b"\0" * 10], ids=["gzip-3", "gzip-empty", "zip-cut"])
+@pytest.mark.parametrize(
+    "data",
+    [b"\x1f\x8b\x08", b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff\x03\x00", b"PK\x03\x04" + b"\0" * 10],
+    ids=["gzip-3", "gzip-empty", "zip-cut"],
+)
 def test_archives_cut_short_are_exit_2(canon, tmp_path, data):
     """Found by tests/fuzz: tarfile raised TypeError on a gzip header cut after three bytes."""
     target = tmp_path / "cut-1.0.tar.gz"
@@ -278,9 +297,9 @@ def _old_gnu_sparse_header(name: str) -> bytes:
     buf = bytearray(ti.tobuf(format=tarfile.GNU_FORMAT)[:512])
     buf[156:157] = b"S"
     for i in range(4):
-        buf[386 + 24 * i: 410 + 24 * i] = b"%011o\0" % 1 * 2
-    buf[482] = 1                       # "isextended"
-    buf[483:495] = b"%011o\0" % 4      # realsize
+        buf[386 + 24 * i : 410 + 24 * i] = b"%011o\0" % 1 * 2
+    buf[482] = 1  # "isextended"
+    buf[483:495] = b"%011o\0" % 4  # realsize
     buf[148:156] = b" " * 8
     buf[148:156] = b"%06o\0 " % sum(buf)
     return bytes(buf)
@@ -290,7 +309,7 @@ def test_an_old_gnu_sparse_member_is_refused_before_its_map_is_read(canon, tmp_p
     """Found by red team 2: 38 KB of bzip2 holding one sparse header and 900 MiB of extension blocks; tarfile
     collected every block into one list (62 s, 2.7 GB) before the member was seen."""
     ext = bytearray(b"%011o\0" % 1 * 42 + b"\0" * 8)
-    ext[504] = 1                       # every block says another follows
+    ext[504] = 1  # every block says another follows
     c = zlib.compressobj(9, zlib.DEFLATED, 31)
     parts = [c.compress(_old_gnu_sparse_header(f"pkg-1.0/{PREFIX}/mma/sm120.cuh"))]
     chunk = bytes(ext) * 2048
@@ -303,11 +322,15 @@ def test_an_old_gnu_sparse_member_is_refused_before_its_map_is_read(canon, tmp_p
     assert rss < 256 << 20 and took < 30, (rss, took)
 
 
-@pytest.mark.parametrize("headers", [
-    {"GNU.sparse.major": "1", "GNU.sparse.minor": "0", "GNU.sparse.realsize": "4"},
-    {"GNU.sparse.map": "0,1", "GNU.sparse.realsize": "4"},
-    {"GNU.sparse.size": "4", "GNU.sparse.numblocks": "1", "GNU.sparse.offset": "0", "GNU.sparse.numbytes": "1"},
-], ids=["1.0", "0.1", "0.0"])
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"GNU.sparse.major": "1", "GNU.sparse.minor": "0", "GNU.sparse.realsize": "4"},
+        {"GNU.sparse.map": "0,1", "GNU.sparse.realsize": "4"},
+        {"GNU.sparse.size": "4", "GNU.sparse.numblocks": "1", "GNU.sparse.offset": "0", "GNU.sparse.numbytes": "1"},
+    ],
+    ids=["1.0", "0.1", "0.0"],
+)
 def test_a_pax_sparse_member_is_refused(canon, tmp_path, headers):
     """The pax forms of a sparse file: 1.0 reads its map from the member's data, as many blocks as it declares."""
     ti = tarfile.TarInfo(f"pkg-1.0/{PREFIX}/mma/sm120.cuh")
@@ -332,14 +355,20 @@ def test_an_xz_stream_declaring_a_gigabyte_dictionary_is_not_decoded(canon, tmp_
         ti = tarfile.TarInfo("pkg-1.0/f.bin")
         ti.size = len(data)
         t.addfile(ti, io.BytesIO(data))
-    raw = bytearray(lzma.compress(buf.getvalue(), format=lzma.FORMAT_XZ, check=lzma.CHECK_NONE,
-                                  filters=[{"id": lzma.FILTER_LZMA2, "preset": 1, "dict_size": 1 << 20}]))
-    size = (raw[12] + 1) * 4           # the block header: its filter flags hold the dictionary size byte
-    hdr = raw[12:12 + size]
+    raw = bytearray(
+        lzma.compress(
+            buf.getvalue(),
+            format=lzma.FORMAT_XZ,
+            check=lzma.CHECK_NONE,
+            filters=[{"id": lzma.FILTER_LZMA2, "preset": 1, "dict_size": 1 << 20}],
+        )
+    )
+    size = (raw[12] + 1) * 4  # the block header: its filter flags hold the dictionary size byte
+    hdr = raw[12 : 12 + size]
     at = hdr.find(b"\x21\x01")
-    hdr[at + 2] = 38                   # 1 GiB
+    hdr[at + 2] = 38  # 1 GiB
     hdr[-4:] = struct.pack("<I", zlib.crc32(bytes(hdr[:-4])))
-    raw[12:12 + size] = hdr
+    raw[12 : 12 + size] = hdr
     sdist = tmp_path / "pkg-1.0.tar.xz"
     sdist.write_bytes(bytes(raw))
     code, doc, took, rss = _measured(canon, sdist, "--prefix", PREFIX)

@@ -2,6 +2,7 @@
 offline verifier) may open, list, write, chmod, rename or remove anything outside the fork. Each layout runs every
 command under a kernel-level audit (inotify on the outside tree) and a snapshot of the outside tree; refused syncs
 must also leave the fork exactly as it was."""
+
 from __future__ import annotations
 
 import json
@@ -11,9 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 import fsaudit
+import pytest
 from fsaudit import snapshot
 from vendor_helpers import PREFIX, V2, make_fork, run_cv
 
@@ -135,10 +135,15 @@ LAYOUTS = {
 
 def _commands(canon: Path, fork: Path) -> list[list[str]]:
     base = ["--repo", str(canon), "--fork", str(fork), "--prefix", PREFIX]
-    return [base, base + ["--format", "json"], base + ["--format", "markdown"], base + ["--sync", "--dry-run"],
-            base + ["--sync"], base + ["--sync", "--force"],
-            ["pin", "--repo", str(canon), "--fork", str(fork), "--prefix", PREFIX, "common/sm120_tma.cuh",
-             "--reason", "x"]]
+    return [
+        base,
+        base + ["--format", "json"],
+        base + ["--format", "markdown"],
+        base + ["--sync", "--dry-run"],
+        base + ["--sync"],
+        base + ["--sync", "--force"],
+        ["pin", "--repo", str(canon), "--fork", str(fork), "--prefix", PREFIX, "common/sm120_tma.cuh", "--reason", "x"],
+    ]
 
 
 @pytest.mark.parametrize("dirfd", [True, False], ids=["dirfd", "lstat-fallback"])
@@ -191,10 +196,12 @@ def test_subdir_link_dry_run_prints_the_refusals_the_real_run_makes(canon, tmp_p
     base = ["--repo", str(canon), "--fork", str(fork), "--prefix", PREFIX, "--sync"]
     _, dry, _ = run_cv(*base, "--dry-run")
     code, real, _ = run_cv(*base)
-    plan = lambda s: [ln.strip() for ln in s.splitlines() if ln.startswith("  ")]  # noqa: E731
+    plan = lambda s: [ln.strip() for ln in s.splitlines() if ln.startswith("  ")]
     assert code == 1 and plan(dry) == plan(real)
-    assert "refuse   deep_gemm/include/deep_gemm/common/sm120_tma.cuh  (cannot write: " \
-           "deep_gemm/include/deep_gemm/common is a symlink (not followed))" in dry
+    assert (
+        "refuse   deep_gemm/include/deep_gemm/common/sm120_tma.cuh  (cannot write: "
+        "deep_gemm/include/deep_gemm/common is a symlink (not followed))" in dry
+    )
     writes = [ln.split()[1] for ln in plan(dry) if ln.startswith("write ")]
     assert writes == [f"{PREFIX}/{VERIFY}", f"{PREFIX}/{STAMP}"]  # planned, and refused with the rest
 

@@ -2,15 +2,14 @@
 a program (promisor remotes, uploadpack, fsmonitor, hooks, filters, textconv, include.path, protocol allows),
 replace refs never change the view, attributes are resolved (eol) or refused (filter, ident, encodings), and a
 broken object database is exit 2 with a reason, never a traceback."""
+
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-
 from vendor_helpers import PREFIX, V2, by_path, commit_all, git, init_repo, run_cv, run_json, write_tree
 
 MARK = "PWNED"
@@ -39,7 +38,7 @@ def _hostile_config(repo: Path, marker: Path, remote: Path) -> None:
 \thooksPath = {hooks}
 \tsshCommand = {cmd}
 \taskPass = {cmd}
-\tattributesFile = {repo / '.git' / 'evil-attributes'}
+\tattributesFile = {repo / ".git" / "evil-attributes"}
 [remote "origin"]
 \turl = file://{remote}
 \tpromisor = true
@@ -55,7 +54,7 @@ def _hostile_config(repo: Path, marker: Path, remote: Path) -> None:
 [diff "evil"]
 \ttextconv = {cmd}
 [include]
-\tpath = {repo / '.git' / 'included.config'}
+\tpath = {repo / ".git" / "included.config"}
 [protocol]
 \tallow = always
 """)
@@ -94,9 +93,22 @@ def test_a_hostile_repository_configuration_never_runs_anything(canon, tmp_path,
 
     code, doc = run_json("--repo", str(canon), "--fork", f"git:{repo}@main")
     assert code == 0 and doc["verdict"] == "in-sync", doc
-    for argv in (["provenance", f"git:{repo}@main"],
-                 ["import-manifest", "--from-git", f"{repo}@main", "--upstream", "probe", "--prefix", PREFIX,
-                  "--tag", "v1.0.0", "--repo", str(tmp_path / "nowhere")]):
+    for argv in (
+        ["provenance", f"git:{repo}@main"],
+        [
+            "import-manifest",
+            "--from-git",
+            f"{repo}@main",
+            "--upstream",
+            "probe",
+            "--prefix",
+            PREFIX,
+            "--tag",
+            "v1.0.0",
+            "--repo",
+            str(tmp_path / "nowhere"),
+        ],
+    ):
         run_cv(*argv)
     assert not marker.exists() and not _touched(no_git_on_forks, repo)
 
@@ -133,7 +145,7 @@ ATTRIBUTE_SETS = [
     {"": "[attr]win text eol=crlf\n/deep_gemm/**/sm120_*.cuh win\n"},
     {"": "*.cuh crlf\n", PREFIX: "*.cuh eol=crlf\nmma/* -text\n"},
     {"": "*.cuh binary\n"},
-    {"": "common/*.cuh eol=crlf\n"},           # a slash anchors the pattern at the root: matches nothing here
+    {"": "common/*.cuh eol=crlf\n"},  # a slash anchors the pattern at the root: matches nothing here
     {PREFIX + "/common": "sm120_t?a.cuh eol=crlf\n"},
 ]
 
@@ -172,8 +184,10 @@ def test_a_filter_driver_makes_the_checkout_the_cloners_and_is_refused_as_drift(
     code, doc = run_json("--repo", str(canon), "--fork", f"git:{repo}@main")
     rows = [f for f in doc["files"] if f["path"].endswith(".cuh")]
     assert code == 1 and doc["verdict"] == "drifted" and not marker.exists()
-    assert rows and all(f["status"] == "changed" and f["diagnosis"] == "checkout-attributes" and
-                        "filter driver 'evil'" in f["detail"] for f in rows), rows
+    assert rows and all(
+        f["status"] == "changed" and f["diagnosis"] == "checkout-attributes" and "filter driver 'evil'" in f["detail"]
+        for f in rows
+    ), rows
 
 
 @pytest.mark.parametrize("attr", ["*.cuh ident", "*.cuh working-tree-encoding=UTF-16LE"])
@@ -264,8 +278,9 @@ def _flip_byte(path: Path, at: int) -> None:
     path.write_bytes(bytes(data))
 
 
-@pytest.mark.parametrize("damage", ["missing-tree", "corrupt-loose", "truncated-pack", "corrupt-pack",
-                                    "bad-ref", "alternates"])
+@pytest.mark.parametrize(
+    "damage", ["missing-tree", "corrupt-loose", "truncated-pack", "corrupt-pack", "bad-ref", "alternates"]
+)
 def test_a_broken_object_database_is_exit_2_with_a_reason(canon, tmp_path, damage):
     repo = _repo(tmp_path)
     objects = repo / ".git" / "objects"
@@ -324,14 +339,22 @@ def test_a_tree_reusing_one_subtree_is_stopped_by_the_entries_budget(canon, tmp_
     repo = init_repo(tmp_path / "fan")
     (tmp_path / "x").write_bytes(b"x\n")
     blob = git(repo, "hash-object", "-w", str(tmp_path / "x")).strip()
-    leaf = subprocess.run(["git", "-C", str(repo), "mktree"], input="".join(
-        f"100644 blob {blob}\tsm120_f{i:04d}.cuh\n" for i in range(200)), capture_output=True, text=True,
-        check=True).stdout.strip()
+    leaf = subprocess.run(
+        ["git", "-C", str(repo), "mktree"],
+        input="".join(f"100644 blob {blob}\tsm120_f{i:04d}.cuh\n" for i in range(200)),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     t = leaf
     for _ in range(3):
-        t = subprocess.run(["git", "-C", str(repo), "mktree"], input="".join(
-            f"040000 tree {t}\td{i:03d}\n" for i in range(100)), capture_output=True, text=True,
-            check=True).stdout.strip()
+        t = subprocess.run(
+            ["git", "-C", str(repo), "mktree"],
+            input="".join(f"040000 tree {t}\td{i:03d}\n" for i in range(100)),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     c = git(repo, "commit-tree", t, "-m", "fan").strip()
     git(repo, "update-ref", "refs/heads/main", c)
     for prefix in (["--prefix", "d000"], []):
@@ -343,8 +366,16 @@ def test_a_tree_reusing_one_subtree_is_stopped_by_the_entries_budget(canon, tmp_
 def _raw_tree(repo: Path, entries: list[tuple[str, str, str]]) -> str:
     """A tree object written as given (duplicates and order unchecked), as a hostile fork can push one."""
     raw = b"".join(m.encode() + b" " + n.encode() + b"\0" + bytes.fromhex(o) for m, n, o in entries)
-    return subprocess.run(["git", "-C", str(repo), "hash-object", "-w", "-t", "tree", "--literally", "--stdin"],
-                          input=raw, capture_output=True, check=True).stdout.decode().strip()
+    return (
+        subprocess.run(
+            ["git", "-C", str(repo), "hash-object", "-w", "-t", "tree", "--literally", "--stdin"],
+            input=raw,
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .strip()
+    )
 
 
 @pytest.mark.parametrize("prefix", [["--prefix", PREFIX], []], ids=["prefix", "detected"])
@@ -358,8 +389,9 @@ def test_a_directory_listed_twice_on_the_way_to_the_prefix_is_unsafe(canon, tmp_
     first = _raw_tree(repo, [("100644", ".gitattributes", attrs)])
     second = git(repo, "rev-parse", "main:deep_gemm").strip()
     setup = git(repo, "rev-parse", "main:setup.py").strip()
-    root = _raw_tree(repo, [("40000", "deep_gemm", first), ("40000", "deep_gemm", second),
-                            ("100644", "setup.py", setup)])
+    root = _raw_tree(
+        repo, [("40000", "deep_gemm", first), ("40000", "deep_gemm", second), ("100644", "setup.py", setup)]
+    )
     git(repo, "update-ref", "refs/heads/dup", git(repo, "commit-tree", root, "-m", "dup").strip())
     code, doc = run_json("--repo", str(canon), "--fork", f"git:{repo}@dup", *prefix)
     unsafe = [f for f in doc["files"] if f["status"] == "unsafe"]

@@ -3,6 +3,7 @@ Root-Is-Purelib, executable bits, directories); where installers would disagree 
 one path, another `*.data` directory, `__pycache__`, unknown schemes) the view reports it; shadowing resolves as
 pip resolves it (checked against pip itself); case-folding and normalization twins of a released file are drift
 in every kind of source."""
+
 from __future__ import annotations
 
 import hashlib
@@ -17,7 +18,6 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from vendor_helpers import PREFIX, V2, by_path, make_fork, run_json
 
 installer = pytest.importorskip("installer")  # in the test extras
@@ -35,8 +35,11 @@ def _wheel(members: list[tuple[str, bytes, int]], purelib: bool = True, extra_in
             info.compress_type = zipfile.ZIP_DEFLATED
             z.writestr(info, data)
         info_dir = f"{DIST}.dist-info"
-        z.writestr(f"{info_dir}/WHEEL", f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: "
-                                        f"{'true' if purelib else 'false'}\nTag: py3-none-any\n")
+        z.writestr(
+            f"{info_dir}/WHEEL",
+            f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: "
+            f"{'true' if purelib else 'false'}\nTag: py3-none-any\n",
+        )
         z.writestr(f"{info_dir}/METADATA", "Metadata-Version: 2.1\nName: pkg\nVersion: 1.0\n")
         for d in extra_infos:
             z.writestr(f"{d}/METADATA", "x")
@@ -52,8 +55,13 @@ def _installed(whl: Path, tmp: Path) -> dict[str, tuple[str, bool]]:
     from installer.sources import WheelFile
 
     site = tmp / "site"
-    schemes = {"purelib": str(site), "platlib": str(site), "headers": str(tmp / "inc"),
-               "scripts": str(tmp / "bin"), "data": str(tmp / "data")}
+    schemes = {
+        "purelib": str(site),
+        "platlib": str(site),
+        "headers": str(tmp / "inc"),
+        "scripts": str(tmp / "bin"),
+        "data": str(tmp / "data"),
+    }
     with WheelFile.open(str(whl)) as source:
         install(source, SchemeDictionaryDestination(schemes, sys.executable, "posix"), {})
     out = {}
@@ -72,16 +80,29 @@ def _view(whl: Path):
 
 def _seen(view) -> dict[str, tuple[str, bool]]:
     listing, _ = view.list_under("")
-    return {p: (view.digest_of(f), f.mode == "100755") for p, f in listing.items()
-            if f.kind == "file" and not p.endswith(".dist-info/RECORD")}
+    return {
+        p: (view.digest_of(f), f.mode == "100755")
+        for p, f in listing.items()
+        if f.kind == "file" and not p.endswith(".dist-info/RECORD")
+    }
 
 
 LAYER = f"{PREFIX}/common"
 TARGETS = [f"{LAYER}/sm120_a.cuh", f"{LAYER}/sm120_b.cuh", "pkg/__init__.py", "pkg/sub/x.py", "pkg/tool.sh"]
-PLACES = ["", f"{DIST}.data/purelib/", f"{DIST}.data/platlib/", f"{DIST}.data/headers/", f"{DIST}.data/data/",
-          f"{DIST}.data/scripts/"]
-member = st.tuples(st.sampled_from(PLACES), st.sampled_from(TARGETS), st.binary(max_size=64),
-                   st.sampled_from([stat.S_IFREG | 0o644, stat.S_IFREG | 0o755, 0o755, 0]))
+PLACES = [
+    "",
+    f"{DIST}.data/purelib/",
+    f"{DIST}.data/platlib/",
+    f"{DIST}.data/headers/",
+    f"{DIST}.data/data/",
+    f"{DIST}.data/scripts/",
+]
+member = st.tuples(
+    st.sampled_from(PLACES),
+    st.sampled_from(TARGETS),
+    st.binary(max_size=64),
+    st.sampled_from([stat.S_IFREG | 0o644, stat.S_IFREG | 0o755, 0o755, 0]),
+)
 
 
 @settings(max_examples=EXAMPLES * 3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -96,8 +117,12 @@ def test_the_view_is_what_pypa_installer_installs(tmp_path_factory, members, pur
         installed = _installed(whl, tmp)
     except (FileExistsError, installer.exceptions.InstallerError) as e:  # pypa/installer refuses this wheel
         listing, _ = view.list_under("")
-        assert any(f.duplicate for f in listing.values()) or view._unsafe or view._disputed or any(
-            "pypa/installer refuses" in n for n in view.notes), (rows, e)
+        assert (
+            any(f.duplicate for f in listing.values())
+            or view._unsafe
+            or view._disputed
+            or any("pypa/installer refuses" in n for n in view.notes)
+        ), (rows, e)
         return
     assert _seen(view) == installed, rows
     assert not view._disputed and not any(f.duplicate for f in view.list_under("")[0].values())
@@ -114,9 +139,25 @@ def test_a_data_member_shadowing_a_released_header_is_seen_as_pip_installs_it(ca
     whl = tmp_path / f"{DIST}-py3-none-any.whl"
     whl.write_bytes(_wheel(rows))
     target = tmp_path / "pip-target"
-    p = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--no-compile",
-                        "--disable-pip-version-check", "--target", str(target), str(whl)], capture_output=True,
-                       text=True, timeout=300)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            "--no-compile",
+            "--disable-pip-version-check",
+            "--target",
+            str(target),
+            str(whl),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr
     assert (target / PREFIX / rel).read_bytes() == drifted  # what pip really installs
     code, doc = run_json("--repo", str(canon), "--fork", str(whl))
@@ -125,12 +166,15 @@ def test_a_data_member_shadowing_a_released_header_is_seen_as_pip_installs_it(ca
     assert f["actual"] == hashlib.sha256(drifted).hexdigest() and f"{DIST}.data/purelib" in f["detail"]
 
 
-@pytest.mark.parametrize("name, why", [
-    (f"{DIST}.data/evil/{PREFIX}/common/sm120_tma.cuh", "unknown scheme 'evil'"),
-    (f"{DIST}.data/sm120_x.cuh", "not under a scheme directory"),
-    (f"other-9.data/purelib/{PREFIX}/common/sm120_tma.cuh", "installers disagree"),
-    (f"{PREFIX}/__pycache__/sm120_x.cuh", "__pycache__"),
-])
+@pytest.mark.parametrize(
+    "name, why",
+    [
+        (f"{DIST}.data/evil/{PREFIX}/common/sm120_tma.cuh", "unknown scheme 'evil'"),
+        (f"{DIST}.data/sm120_x.cuh", "not under a scheme directory"),
+        (f"other-9.data/purelib/{PREFIX}/common/sm120_tma.cuh", "installers disagree"),
+        (f"{PREFIX}/__pycache__/sm120_x.cuh", "__pycache__"),
+    ],
+)
 def test_members_installers_refuse_or_place_differently_are_findings(canon, tmp_path, name, why):
     rows = [(f"{PREFIX}/{k}", v, stat.S_IFREG | 0o644) for k, v in V2.items()]
     rows.append((name, b"// elsewhere\n", stat.S_IFREG | 0o644))
@@ -193,8 +237,11 @@ def test_a_unicode_path_extra_field_naming_a_released_file_is_drift(canon, tmp_p
     assert code == 1 and doc["verdict"] == "drifted" and found, doc["files"]
 
 
-@pytest.mark.parametrize("alias", ["mma/sm120.cuh.", "mma/sm120.cuh ", "mma/sm120.cuh::$DATA", "mma/sm120\u200c.cuh"],
-                         ids=["trailing-dot", "trailing-space", "ntfs-data-stream", "zero-width-non-joiner"])
+@pytest.mark.parametrize(
+    "alias",
+    ["mma/sm120.cuh.", "mma/sm120.cuh ", "mma/sm120.cuh::$DATA", "mma/sm120\u200c.cuh"],
+    ids=["trailing-dot", "trailing-space", "ntfs-data-stream", "zero-width-non-joiner"],
+)
 def test_windows_and_hfs_aliases_of_a_released_file_are_drift(canon, tmp_path, alias):
     """Found by the red team: Windows strips trailing dots and spaces and takes `::$DATA` as the file itself; HFS+
     ignores format characters; each is the released file there."""

@@ -1,5 +1,6 @@
 """The watcher checks each downstream in a child process under resource limits: whatever one downstream makes the
 reader do ends that child only; it is `unknown` with a one-line reason and the run goes on for the rest."""
+
 from __future__ import annotations
 
 import json
@@ -8,9 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from vendor_helpers import PREFIX, V2
-from watch_helpers import config, entry, gh, remote_fork, watch  # noqa: F401
+from watch_helpers import config, entry, remote_fork, watch
 
 HERE = str(Path(__file__).resolve().parent)
 posix_only = pytest.mark.skipif(os.name != "posix", reason="resource limits are POSIX rlimits")
@@ -29,15 +29,18 @@ def test_an_answer_comes_back_as_data():
 
 
 @posix_only
-@pytest.mark.parametrize("fn, why", [
-    ("hog", "Cannot allocate memory"),         # the address-space limit: an allocation fails in the child
-    ("spin", "over its CPU limit"),
-    ("crash", "crashed (segmentation fault)"),
-    ("chatter", "answered more than"),
-    ("sleep", "still running after"),
-    ("files", "OSError"),                      # open files: EMFILE in the child
-    ("disk", "File too large"),                # the file size limit: EFBIG (Python ignores SIGXFSZ)
-])
+@pytest.mark.parametrize(
+    "fn, why",
+    [
+        ("hog", "Cannot allocate memory"),  # the address-space limit: an allocation fails in the child
+        ("spin", "over its CPU limit"),
+        ("crash", "crashed (segmentation fault)"),
+        ("chatter", "answered more than"),
+        ("sleep", "still running after"),
+        ("files", "OSError"),  # open files: EMFILE in the child
+        ("disk", "File too large"),  # the file size limit: EFBIG (Python ignores SIGXFSZ)
+    ],
+)
 def test_a_misbehaving_check_ends_its_child_only(fn, why):
     from vendorkit import isolate
 
@@ -68,8 +71,12 @@ def test_one_hostile_downstream_is_unknown_and_the_run_goes_on(canon, gh, tmp_pa
     index.page = (b"<html>" + b" " * 10_000, {})
     index.trickle = 0.5
     try:
-        cfg = config(tmp_path, entry("fine", "org/deep"), entry("hostile", "org/hostile"),
-                     {"name": "slow", "pypi": "slow-pkg", "track": "latest"})
+        cfg = config(
+            tmp_path,
+            entry("fine", "org/deep"),
+            entry("hostile", "org/hostile"),
+            {"name": "slow", "pypi": "slow-pkg", "track": "latest"},
+        )
         t0 = time.monotonic()
         code, doc, out = watch(canon, gh, cfg, tmp_path, "--index-url", index.url, "--child-seconds", "6")
         took = time.monotonic() - t0
@@ -79,8 +86,9 @@ def test_one_hostile_downstream_is_unknown_and_the_run_goes_on(canon, gh, tmp_pa
     assert verdicts == {"fine": "in-sync", "hostile": "drifted", "slow": "unknown"}, verdicts
     slow = next(d for d in doc["downstreams"] if d["name"] == "slow")
     assert "still running after 6 s" in slow["report"]["errors"][0]
-    hostile_files = {f["path"]: f for f in next(d for d in doc["downstreams"] if d["name"] == "hostile")["report"][
-        "files"]}
+    hostile_files = {
+        f["path"]: f for f in next(d for d in doc["downstreams"] if d["name"] == "hostile")["report"]["files"]
+    }
     assert hostile_files[".sm120-vendor.json"]["diagnosis"] == "invalid-stamp"
     assert code == 1 and took < 60
     json.dumps(doc)

@@ -2,6 +2,7 @@
 write is rendered by cmark-gfm (the parser GitHub uses) and the HTML is inspected. Generated hostile names (a
 marker plus markdown, HTML, mention, reference and link syntax) must appear only inside <code> or <pre>, and
 the HTML holds only the elements the reports themselves use: no link, image, raw HTML or mention from a fork."""
+
 from __future__ import annotations
 
 import html.parser
@@ -11,18 +12,66 @@ import re
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from vendor_helpers import PREFIX, V2, make_fork, run_cv
 
 cmarkgfm = pytest.importorskip("cmarkgfm")  # in the test extras; a missing one is a broken install, not a pass
-from cmarkgfm.cmark import Options  # noqa: E402
+from cmarkgfm.cmark import Options
 
 MARK = "ZQX"
-ALLOWED = {"h1", "h2", "h3", "h4", "p", "strong", "em", "code", "pre", "table", "thead", "tbody", "tr", "th", "td", "ul", "li",
-           "details", "summary", "br", "hr"}
-PIECES = ["@octocat", "#12", "GH-3", "org/repo#4", "[x](https://evil.example)", "![i](http://evil/i.png)",
-          "<img src=x>", "<b>", "</code>", "<!--", "-->", "https://evil.example", "www.evil.example", "`", "``",
-          "|", "\\", "\\|", "*", "_", "~~", "<details>", "&lt;", "&#64;", " ", "\t", "\n", "\u202e", "\u2028"]
+ALLOWED = {
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "p",
+    "strong",
+    "em",
+    "code",
+    "pre",
+    "table",
+    "thead",
+    "tbody",
+    "tr",
+    "th",
+    "td",
+    "ul",
+    "li",
+    "details",
+    "summary",
+    "br",
+    "hr",
+}
+PIECES = [
+    "@octocat",
+    "#12",
+    "GH-3",
+    "org/repo#4",
+    "[x](https://evil.example)",
+    "![i](http://evil/i.png)",
+    "<img src=x>",
+    "<b>",
+    "</code>",
+    "<!--",
+    "-->",
+    "https://evil.example",
+    "www.evil.example",
+    "`",
+    "``",
+    "|",
+    "\\",
+    "\\|",
+    "*",
+    "_",
+    "~~",
+    "<details>",
+    "&lt;",
+    "&#64;",
+    " ",
+    "\t",
+    "\n",
+    "\u202e",
+    "\u2028",
+]
 EXAMPLES = int(os.environ.get("SM120_FUZZ_EXAMPLES", "20"))
 
 
@@ -103,8 +152,13 @@ def test_watcher_issue_body_and_summary_render_inert(canon, tmp_path_factory, ho
     rep = Report(mode="fork", target=ds.source, tag=ms.latest.tag, prefix=PREFIX, digest_kind="sha256")
     Comparator(LocalFork(str(fork)), ms, ms.latest, PREFIX, want_diff=True).run(rep)
     index = load_index(str(canon))
-    res = watch.ForkResult(ds, rep, commit="0" * 40, ms=ms, provenance=[
-        (f.path, index.matches(f.path, f.actual)) for f in rep.files if f.actual])
+    res = watch.ForkResult(
+        ds,
+        rep,
+        commit="0" * 40,
+        ms=ms,
+        provenance=[(f.path, index.matches(f.path, f.actual)) for f in rep.files if f.actual],
+    )
     for md in (watch.issue_body(res, ms), watch.summary_markdown([res], lambda s: s)):
         assert MARK in md
         _assert_rendered_inert(md)

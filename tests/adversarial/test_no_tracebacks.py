@@ -1,5 +1,6 @@
 """Every reader, fed malformed input through the real command line (its own process, budgets and address-space cap
 applied): a documented exit code and a one-line reason, never a traceback, a segfault or a hang."""
+
 from __future__ import annotations
 
 import io
@@ -11,7 +12,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from vendor_helpers import PREFIX, ROOT, V2, commit_all, init_repo, make_fork, run_cv
 
 CLI = str(ROOT / "tools" / "check_vendor.py")
@@ -39,8 +39,9 @@ def test_a_stamp_of_200000_brackets(canon, tmp_path):
     _assert_clean(p, (1,))
     assert "invalid-stamp" in p.stdout
     _assert_clean(_cli("pin", "--repo", str(canon), "--fork", str(fork), "mma/sm120.cuh", "--reason", "x"), (3,))
-    v = subprocess.run([sys.executable, str(fork / PREFIX / ".sm120-vendor-verify.py")], capture_output=True,
-                       text=True, timeout=60)
+    v = subprocess.run(
+        [sys.executable, str(fork / PREFIX / ".sm120-vendor-verify.py")], capture_output=True, text=True, timeout=60
+    )
     _assert_clean(v, (1,))
 
 
@@ -51,18 +52,25 @@ def test_corrupt_deflate_data_in_a_member(canon, tmp_path):
             z.writestr(f"{PREFIX}/{rel}", data * 50)
     data = bytearray(buf.getvalue())
     first = data.find(b"PK\x03\x04")
-    name_len = int.from_bytes(data[first + 26: first + 28], "little")
+    name_len = int.from_bytes(data[first + 26 : first + 28], "little")
     start = first + 30 + name_len
-    data[start + 2: start + 12] = b"\xff" * 10  # the member's deflate stream, broken
+    data[start + 2 : start + 12] = b"\xff" * 10  # the member's deflate stream, broken
     whl = tmp_path / "bad-1.0-py3-none-any.whl"
     whl.write_bytes(bytes(data))
     p = _cli("--repo", str(canon), "--fork", str(whl))
     _assert_clean(p, (1, 2))
 
 
-@pytest.mark.parametrize("text", ["[" * 100_000, "- " * 100_000 + "x", "a:\n" + "  " * 20_000 + "b: 1\n",
-                                  "schema: 1\ntag: v9.9.9\nsize: " + "9" * 5000 + "\n"],
-                         ids=["flow", "block-sequence", "indented", "huge-int"])  # short ids: PYTEST_CURRENT_TEST
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[" * 100_000,
+        "- " * 100_000 + "x",
+        "a:\n" + "  " * 20_000 + "b: 1\n",
+        "schema: 1\ntag: v9.9.9\nsize: " + "9" * 5000 + "\n",
+    ],
+    ids=["flow", "block-sequence", "indented", "huge-int"],
+)  # short ids: PYTEST_CURRENT_TEST
 def test_yaml_nested_deep_or_with_huge_numbers(canon, tmp_path, text):
     """libyaml's C loader overflows its stack (a segfault) on the first; int() refuses 5,000 digits."""
     doc = tmp_path / "v9.9.9.yaml"
@@ -89,9 +97,11 @@ def test_a_git_tree_entry_naming_a_missing_object(canon, tmp_path):
 
     tree = git(fork, "rev-parse", f"HEAD:{PREFIX}/mma").strip()
     (fork / ".git" / "objects" / tree[:2] / tree[2:]).unlink()
-    for argv in (["--fork", f"git:{fork}@main"], ["provenance", f"git:{fork}@main"],
-                 ["import-manifest", "--from-git", f"{fork}@main", "--upstream", "probe", "--prefix", PREFIX,
-                  "--tag", "v1.0.0"]):
+    for argv in (
+        ["--fork", f"git:{fork}@main"],
+        ["provenance", f"git:{fork}@main"],
+        ["import-manifest", "--from-git", f"{fork}@main", "--upstream", "probe", "--prefix", PREFIX, "--tag", "v1.0.0"],
+    ):
         p = _cli(*argv, "--repo", str(canon))
         _assert_clean(p, (2,))
         assert f"object {tree} is not in" in p.stderr + p.stdout

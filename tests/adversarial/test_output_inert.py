@@ -1,5 +1,6 @@
 """Fork-controlled text is inert in every output: a file name cannot forge a report line, drive the terminal,
 break out of a markdown code span (mentions, links, images, HTML) or take over another downstream's issue."""
+
 from __future__ import annotations
 
 import json
@@ -7,7 +8,7 @@ import os
 import re
 
 from vendor_helpers import PREFIX, V2, make_fork, run_cv
-from watch_helpers import config, entry, gh, remote_fork, watch  # noqa: F401
+from watch_helpers import config, entry, remote_fork, watch
 
 HOSTILE = [
     "sm120_a.cuh\nverdict: in-sync (5 ok)",
@@ -29,9 +30,9 @@ def _code_spans_removed(line: str) -> str:
         if m is None:
             out.append(line[i:])
             break
-        out.append(line[i:m.start()])
+        out.append(line[i : m.start()])
         n = len(m.group())
-        close = next((c for c in re.finditer(r"`+", line[m.end():]) if len(c.group()) == n), None)
+        close = next((c for c in re.finditer(r"`+", line[m.end() :]) if len(c.group()) == n), None)
         if close is None:
             out.append(m.group())
             i = m.end()

@@ -2,6 +2,7 @@
 pip (23 to 25, on some common interpreter and platform) downloads a drifted file while a naive reading would pick
 another; the check must read, and flag, the drifted one. Cases from the second red team, checked there against
 pip itself on Python 3.10 to 3.13."""
+
 from __future__ import annotations
 
 import hashlib
@@ -9,7 +10,6 @@ import io
 import zipfile
 
 import pytest
-
 from vendor_helpers import PREFIX, V2, run_json
 
 DRIFTED = dict(V2, **{"mma/sm120.cuh": b"// a release's own edit\n"})
@@ -32,7 +32,6 @@ def _sdist(files, top: str) -> bytes:
 GOOD, EVIL = _wheel(V2), _wheel(DRIFTED)
 
 
-
 def _a(path: str, data: bytes, **attrs) -> str:
     extra = "".join(f' {k.replace("_", "-")}="{v}"' for k, v in attrs.items())
     sha = hashlib.sha256(data).hexdigest()
@@ -53,43 +52,86 @@ CASES = {
     # a name quoted twice: pip's Link.filename unquotes twice
     "double-quoted": ([("pkg-3%252E0-py3-none-any.whl", EVIL, {}), ("pkg-2.0-py3-none-any.whl", GOOD, {})], None),
     # only some micro releases satisfy it: 3.12.1 does
-    "requires-python-micro": ([("pkg-3.0-py3-none-any.whl", EVIL, {"data_requires_python": "&gt;=3.12.1,&lt;3.12.50"}),
-                               ("pkg-2.0-py3-none-any.whl", GOOD, {})], None),
+    "requires-python-micro": (
+        [
+            ("pkg-3.0-py3-none-any.whl", EVIL, {"data_requires_python": "&gt;=3.12.1,&lt;3.12.50"}),
+            ("pkg-2.0-py3-none-any.whl", GOOD, {}),
+        ],
+        None,
+    ),
     # an invalid specifier is ignored by pip
-    "requires-python-invalid": ([("pkg-3.0-py3-none-any.whl", EVIL, {"data_requires_python": "~=3"}),
-                                 ("pkg-2.0-py3-none-any.whl", GOOD, {})], None),
+    "requires-python-invalid": (
+        [("pkg-3.0-py3-none-any.whl", EVIL, {"data_requires_python": "~=3"}), ("pkg-2.0-py3-none-any.whl", GOOD, {})],
+        None,
+    ),
     # a trailing comma is fine for packaging: >=3.99 excludes every Python, pip installs 2.0
-    "requires-python-trailing-comma": ([("pkg-3.0-py3-none-any.whl", GOOD, {"data_requires_python": "&gt;=3.99,"}),
-                                        ("pkg-2.0-py3-none-any.whl", EVIL, {})], None),
+    "requires-python-trailing-comma": (
+        [
+            ("pkg-3.0-py3-none-any.whl", GOOD, {"data_requires_python": "&gt;=3.99,"}),
+            ("pkg-2.0-py3-none-any.whl", EVIL, {}),
+        ],
+        None,
+    ),
     # ==1.0 matches 1.0+local (PEP 440)
     "local-version": ([("pkg-1.0+evil-py3-none-any.whl", EVIL, {}), ("pkg-1.0-py3-none-any.whl", GOOD, {})], "1.0"),
     # a wheel needing glibc 2.99 / macOS 99 installs nowhere common: pip falls back to 2.0
-    "future-glibc-macos": ([("pkg-3.0-py3-none-manylinux_2_99_x86_64.macosx_99_0_arm64.whl", GOOD, {}),
-                            ("pkg-2.0-py3-none-any.whl", EVIL, {})], None),
+    "future-glibc-macos": (
+        [
+            ("pkg-3.0-py3-none-manylinux_2_99_x86_64.macosx_99_0_arm64.whl", GOOD, {}),
+            ("pkg-2.0-py3-none-any.whl", EVIL, {}),
+        ],
+        None,
+    ),
     # macOS x86-64 takes fat32
-    "mac-fat32": ([("pkg-3.0-py3-none-macosx_10_9_fat32.whl", EVIL, {}), ("pkg-2.0-py3-none-any.whl", GOOD, {})],
-                  None),
+    "mac-fat32": ([("pkg-3.0-py3-none-macosx_10_9_fat32.whl", EVIL, {}), ("pkg-2.0-py3-none-any.whl", GOOD, {})], None),
     # free-threaded CPython cannot use abi3 wheels: there pip installs 2.0
-    "free-threaded": ([("pkg-3.0-cp38-abi3-manylinux_2_17_x86_64.macosx_11_0_arm64.win_amd64.win32.whl", GOOD, {}),
-                       ("pkg-2.0-py3-none-any.whl", EVIL, {})], None),
+    "free-threaded": (
+        [
+            ("pkg-3.0-cp38-abi3-manylinux_2_17_x86_64.macosx_11_0_arm64.win_amd64.win32.whl", GOOD, {}),
+            ("pkg-2.0-py3-none-any.whl", EVIL, {}),
+        ],
+        None,
+    ),
     # Platforms and Pythons outside the common set, named by the files themselves: pip there installs 3.0
-    "newer-glibc": ([("pkg-3.0-cp312-cp312-manylinux_2_41_x86_64.whl", EVIL, {}),
-                     ("pkg-2.0-py3-none-any.whl", GOOD, {})], None),
-    "another-arch": ([("pkg-3.0-py3-none-manylinux_2_17_riscv64.whl", EVIL, {}),
-                      ("pkg-2.0-py3-none-any.whl", GOOD, {})], None),
+    "newer-glibc": (
+        [("pkg-3.0-cp312-cp312-manylinux_2_41_x86_64.whl", EVIL, {}), ("pkg-2.0-py3-none-any.whl", GOOD, {})],
+        None,
+    ),
+    "another-arch": (
+        [("pkg-3.0-py3-none-manylinux_2_17_riscv64.whl", EVIL, {}), ("pkg-2.0-py3-none-any.whl", GOOD, {})],
+        None,
+    ),
     "windows-arm64": ([("pkg-3.0-py3-none-win_arm64.whl", EVIL, {}), ("pkg-2.0-py3-none-any.whl", GOOD, {})], None),
-    "a-platform-of-no-known-family": ([("pkg-3.0-py3-none-ios_13_0_arm64_iphoneos.whl", EVIL, {}),
-                                       ("pkg-2.0-py3-none-any.whl", GOOD, {})], None),
-    "a-newer-python-tag": ([("pkg-3.0-cp316-cp316-manylinux_2_17_x86_64.whl", EVIL, {}),
-                            ("pkg-2.0-py3-none-any.whl", GOOD, {})], None),
-    "a-newer-python-required": ([("pkg-3.0-py3-none-any.whl", EVIL, {"data_requires_python": "&gt;=3.16"}),
-                                 ("pkg-2.0-py3-none-any.whl", GOOD, {})], None),
-    "an-older-python-only": ([("pkg-3.0-py3-none-any.whl", EVIL, {"data_requires_python": "&lt;3.7"}),
-                              ("pkg-2.0-py3-none-any.whl", GOOD, {})], None),
-    "an-older-macos": ([("pkg-1.5-py3-none-macosx_10_9_x86_64.whl", EVIL, {}),
-                        ("pkg-2.0-py3-none-macosx_10_14_x86_64.whl", GOOD, {})], None),
-    "pypy": ([("pkg-3.0-pp310-pypy310_pp73-manylinux_2_17_x86_64.whl", EVIL, {}),
-              ("pkg-2.0-py3-none-any.whl", GOOD, {})], None),
+    "a-platform-of-no-known-family": (
+        [("pkg-3.0-py3-none-ios_13_0_arm64_iphoneos.whl", EVIL, {}), ("pkg-2.0-py3-none-any.whl", GOOD, {})],
+        None,
+    ),
+    "a-newer-python-tag": (
+        [("pkg-3.0-cp316-cp316-manylinux_2_17_x86_64.whl", EVIL, {}), ("pkg-2.0-py3-none-any.whl", GOOD, {})],
+        None,
+    ),
+    "a-newer-python-required": (
+        [
+            ("pkg-3.0-py3-none-any.whl", EVIL, {"data_requires_python": "&gt;=3.16"}),
+            ("pkg-2.0-py3-none-any.whl", GOOD, {}),
+        ],
+        None,
+    ),
+    "an-older-python-only": (
+        [
+            ("pkg-3.0-py3-none-any.whl", EVIL, {"data_requires_python": "&lt;3.7"}),
+            ("pkg-2.0-py3-none-any.whl", GOOD, {}),
+        ],
+        None,
+    ),
+    "an-older-macos": (
+        [("pkg-1.5-py3-none-macosx_10_9_x86_64.whl", EVIL, {}), ("pkg-2.0-py3-none-macosx_10_14_x86_64.whl", GOOD, {})],
+        None,
+    ),
+    "pypy": (
+        [("pkg-3.0-pp310-pypy310_pp73-manylinux_2_17_x86_64.whl", EVIL, {}), ("pkg-2.0-py3-none-any.whl", GOOD, {})],
+        None,
+    ),
 }
 
 
@@ -100,8 +142,10 @@ def test_the_file_pip_installs_is_checked(canon, index, case):
     files, pinned = CASES[case]
     for path, data, _ in files:
         index.raw["/raw/" + unquote(unquote(path))] = data
-    index.page = (("<html><body>" + "".join(_a(p, d, **a) for p, d, a in files) + "</body></html>").encode(),
-                  {"Content-Type": "text/html"})
+    index.page = (
+        ("<html><body>" + "".join(_a(p, d, **a) for p, d, a in files) + "</body></html>").encode(),
+        {"Content-Type": "text/html"},
+    )
     spec = "pypi:pkg" + (f"=={pinned}" if pinned else "")
     code, doc = run_json("--repo", str(canon), "--fork", spec, "--index-url", index.url)
     assert code == 1 and doc["verdict"] == "drifted", (case, doc.get("errors"), doc.get("distributions"))
@@ -113,11 +157,19 @@ def test_an_egg_fragment_gives_an_sdist_its_version(canon, index):
     index.raw["/raw/pkg-0.1.tar.gz"] = evil
     index.raw["/raw/pkg-2.0-py3-none-any.whl"] = GOOD
     sha = hashlib.sha256(evil).hexdigest()
-    index.page = ((f'<a href="/raw/pkg-0.1.tar.gz#sha256={sha}&egg=pkg-9.0">pkg-0.1.tar.gz</a>' +
-                   _a("pkg-2.0-py3-none-any.whl", GOOD)).encode(), {"Content-Type": "text/html"})
+    index.page = (
+        (
+            f'<a href="/raw/pkg-0.1.tar.gz#sha256={sha}&egg=pkg-9.0">pkg-0.1.tar.gz</a>'
+            + _a("pkg-2.0-py3-none-any.whl", GOOD)
+        ).encode(),
+        {"Content-Type": "text/html"},
+    )
     code, doc = run_json("--repo", str(canon), "--fork", "pypi:pkg", "--index-url", index.url)
-    assert code == 1 and doc["distributions"][0]["file"] == "pkg-0.1.tar.gz" and \
-        doc["distributions"][0]["version"] == "9.0"
+    assert (
+        code == 1
+        and doc["distributions"][0]["file"] == "pkg-0.1.tar.gz"
+        and doc["distributions"][0]["version"] == "9.0"
+    )
 
 
 def test_a_local_find_links_page_may_name_local_files(canon, index, monkeypatch, tmp_path):
@@ -142,8 +194,9 @@ def test_where_names_the_platform_and_python_a_file_is_installed_on(canon, index
         index.add("pkg", "x", fn, data)
     code, doc = run_json("--repo", str(canon), "--fork", "pypi:pkg", "--index-url", index.url)
     where = {d["file"]: d["chosen_for"] for d in doc["distributions"]}
-    assert code == 1 and where["pkg-3.0-cp312-cp312-manylinux_2_41_riscv64.whl"] == \
-        "linux-riscv64 glibc 2.41+ (py3.12)", where
+    assert (
+        code == 1 and where["pkg-3.0-cp312-cp312-manylinux_2_41_riscv64.whl"] == "linux-riscv64 glibc 2.41+ (py3.12)"
+    ), where
 
 
 def test_a_page_naming_thousands_of_platforms_is_refused_before_any_download(canon, index):

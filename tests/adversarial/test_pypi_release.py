@@ -1,6 +1,7 @@
 """`pypi:` is checked as pip installs it: every file of the release (a pure wheel in sync does not hide a drifted
 platform wheel), each downloaded and checked against the index's sha256 (a server whose range answers are not its
 downloads cannot certify a drifted wheel), and the index's server cannot stall a run or blow up its memory."""
+
 from __future__ import annotations
 
 import io
@@ -10,7 +11,6 @@ import zipfile
 import zlib
 
 import pytest
-
 from test_archives_and_limits import _measured_spec
 from vendor_helpers import PREFIX, V2, run_cv, run_json
 
@@ -22,7 +22,6 @@ def _wheel(files: dict[str, bytes]) -> bytes:
         for rel, data in files.items():
             z.writestr(f"{PREFIX}/{rel}", data)
     return buf.getvalue()
-
 
 
 DRIFTED = dict(V2, **{"mma/sm120.cuh": b"// a platform build's own edit\n"})
@@ -76,8 +75,9 @@ def test_a_page_served_one_byte_at_a_time_hits_the_request_deadline(canon, index
     index.page = (b"<html>" + b" " * 200, {})
     index.trickle = 0.25  # 50 s for the page
     t0 = time.monotonic()
-    code, _, err = run_cv("--repo", str(canon), "--fork", "pypi:pkg", "--index-url", index.url,
-                          "--budget", "request_seconds=2")
+    code, _, err = run_cv(
+        "--repo", str(canon), "--fork", "pypi:pkg", "--index-url", index.url, "--budget", "request_seconds=2"
+    )
     assert code == 2 and "seconds for one network request" in err and "--budget request_seconds=N" in err
     assert time.monotonic() - t0 < 10
 
@@ -88,20 +88,23 @@ def test_a_zip_directory_claiming_gigabytes_is_refused_on_range_reads(canon, ind
     data = bytearray(_wheel(V2))
     eocd = data.rfind(b"PK\x05\x06")
     struct.pack_into("<I", data, eocd + 12, 1_400_000_000)  # size of the central directory
-    struct.pack_into("<I", data, eocd + 16, 0)              # ... starting at offset 0
+    struct.pack_into("<I", data, eocd + 16, 0)  # ... starting at offset 0
     index.add("pkg", "1.0", "pkg-1.0-py3-none-any.whl", bytes(data))
     code, doc, took, rss = _measured_spec(canon, "pypi:pkg==1.0", "--index-url", index.url, "--range-reads")
     assert code == 2 and rss < 256 << 20 and took < 30, (doc, rss, took)
 
 
-@pytest.mark.parametrize("page", [
-    b'{"meta": {"api-version": "1.1"}, "files": [{"filename": "pkg-1.0-py3-none-any.whl", "url": "../../files/'
-    b'pkg-1.0-py3-none-any.whl", "hashes": ["sha256", "0"]}]}',
-    b'{"files": {"not": "a list"}}',
-    b'{"files": [1, "x", null, {"filename": 5}]}',
-    b"[" * 100_000,
-    b'{"files": [{"filename": "pkg-1.0-py3-none-any.whl", "url": "javascript:alert(1)"}]}',
-])
+@pytest.mark.parametrize(
+    "page",
+    [
+        b'{"meta": {"api-version": "1.1"}, "files": [{"filename": "pkg-1.0-py3-none-any.whl", "url": "../../files/'
+        b'pkg-1.0-py3-none-any.whl", "hashes": ["sha256", "0"]}]}',
+        b'{"files": {"not": "a list"}}',
+        b'{"files": [1, "x", null, {"filename": 5}]}',
+        b"[" * 100_000,
+        b'{"files": [{"filename": "pkg-1.0-py3-none-any.whl", "url": "javascript:alert(1)"}]}',
+    ],
+)
 def test_malformed_index_pages_never_end_in_a_traceback(canon, index, page):
     index.add("pkg", "1.0", "pkg-1.0-py3-none-any.whl", _wheel(V2))
     index.page = (page, {"Content-Type": "application/vnd.pypi.simple.v1+json"})
@@ -110,6 +113,7 @@ def test_malformed_index_pages_never_end_in_a_traceback(canon, index, page):
 
 
 # ---------------------------------------------------------------- which files pip installs (the red team's A-series)
+
 
 def _page(index, anchors: list[str], base: str = "") -> None:
     body = "<!DOCTYPE html><html><head>" + base + "</head><body>" + "".join(anchors) + "</body></html>"
@@ -130,8 +134,9 @@ def _check(canon, index, spec="pypi:pkg", *extra):
     return run_json("--repo", str(canon), "--fork", spec, "--index-url", index.url, *extra)
 
 
-@pytest.mark.parametrize("case", ["anchor-text", "query-string", "long-build-tag", "bare-yanked",
-                                  "content-type-parameter"])
+@pytest.mark.parametrize(
+    "case", ["anchor-text", "query-string", "long-build-tag", "bare-yanked", "content-type-parameter"]
+)
 def test_files_are_named_and_kept_as_pip_does(canon, index, case):
     """pip names a file from its URL's path (never the anchor text), keeps a URL's query out of the name, takes any
     build tag, does not count a bare `data-yanked` (no value) as yanked, and reads `text/html; ...` as HTML."""
@@ -153,19 +158,30 @@ def test_a_json_page_names_files_by_url(canon, index):
     import json as _json
 
     index.add("pkg", "2.0", "pkg-2.0-py3-none-any.whl", EVIL)
-    doc = {"meta": {"api-version": "1.1"}, "files": [
-        {"filename": "README.tar.gz", "url": "../../files/pkg-2.0-py3-none-any.whl",
-         "hashes": {"sha256": _sha(EVIL)}}]}
+    doc = {
+        "meta": {"api-version": "1.1"},
+        "files": [
+            {
+                "filename": "README.tar.gz",
+                "url": "../../files/pkg-2.0-py3-none-any.whl",
+                "hashes": {"sha256": _sha(EVIL)},
+            }
+        ],
+    }
     index.page = (_json.dumps(doc).encode(), {"Content-Type": "application/vnd.pypi.simple.v1+json"})
     code, doc = _check(canon, index)
     assert code == 1 and doc["distributions"][0]["file"] == "pkg-2.0-py3-none-any.whl"
 
 
-@pytest.mark.parametrize("evil, good", [
-    ("pkg-1.0_1-py3-none-any.whl", "pkg-1.0-py3-none-any.whl"),      # 1.0_1 is 1.0.post1 to pip: newer
-    ("pkg-1.0.0-cp312-cp312-manylinux_2_28_x86_64.whl", "pkg-1.0-py3-none-any.whl"),  # 1.0.0 == 1.0
-    ("pkg-1.0-2.tar.gz", "pkg-1.0-py3-none-any.whl"),                 # an sdist of 1.0.post2
-], ids=["underscore", "equal-versions", "sdist-dash"])
+@pytest.mark.parametrize(
+    "evil, good",
+    [
+        ("pkg-1.0_1-py3-none-any.whl", "pkg-1.0-py3-none-any.whl"),  # 1.0_1 is 1.0.post1 to pip: newer
+        ("pkg-1.0.0-cp312-cp312-manylinux_2_28_x86_64.whl", "pkg-1.0-py3-none-any.whl"),  # 1.0.0 == 1.0
+        ("pkg-1.0-2.tar.gz", "pkg-1.0-py3-none-any.whl"),  # an sdist of 1.0.post2
+    ],
+    ids=["underscore", "equal-versions", "sdist-dash"],
+)
 def test_versions_are_read_as_pip_reads_them(canon, index, evil, good):
     from test_vendor_archives import layer, sdist_bytes
 
@@ -182,13 +198,20 @@ def test_where_the_newest_release_installs_nowhere_pip_falls_back(canon, index):
     too, for the Python that would install it."""
     import json as _json
 
-    files = [("pkg-3.0-py3-none-any.whl", GOOD, ">=3.99"), ("pkg-2.0-cp311-cp311-win32.whl", EVIL, None),
-             ("pkg-1.0-py3-none-any.whl", EVIL, None)]
+    files = [
+        ("pkg-3.0-py3-none-any.whl", GOOD, ">=3.99"),
+        ("pkg-2.0-cp311-cp311-win32.whl", EVIL, None),
+        ("pkg-1.0-py3-none-any.whl", EVIL, None),
+    ]
     for fn, data, _ in files:
         index.add("pkg", "x", fn, data)
-    doc = {"meta": {"api-version": "1.1"}, "files": [
-        {"filename": fn, "url": f"../../files/{fn}", "hashes": {"sha256": _sha(d)}, "requires-python": rp}
-        for fn, d, rp in files]}
+    doc = {
+        "meta": {"api-version": "1.1"},
+        "files": [
+            {"filename": fn, "url": f"../../files/{fn}", "hashes": {"sha256": _sha(d)}, "requires-python": rp}
+            for fn, d, rp in files
+        ],
+    }
     index.page = (_json.dumps(doc).encode(), {"Content-Type": "application/vnd.pypi.simple.v1+json"})
     code, doc = _check(canon, index)
     seen = {d["file"]: d for d in doc["distributions"]}
@@ -231,8 +254,7 @@ def test_a_find_links_directory_pip_reads_is_read(canon, index, monkeypatch, tmp
 
 def test_a_base_href_is_resolved_as_pip_resolves_it(canon, index):
     index.add("pkg", "1.0", "pkg-1.0-py3-none-any.whl", EVIL)
-    _page(index, ['<a href="pkg-1.0-py3-none-any.whl">pkg-1.0-py3-none-any.whl</a>'],
-          base='<base href="/files/">')
+    _page(index, ['<a href="pkg-1.0-py3-none-any.whl">pkg-1.0-py3-none-any.whl</a>'], base='<base href="/files/">')
     code, doc = _check(canon, index)
     assert code == 1 and doc["verdict"] == "drifted"
 

@@ -1,5 +1,6 @@
 """vendorkit.safefs, the one module through which every tool touches a fork: with directory descriptors (POSIX)
 and with the lstat-per-component fallback used where dir_fd is missing."""
+
 from __future__ import annotations
 
 import os

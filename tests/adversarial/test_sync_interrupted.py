@@ -1,6 +1,7 @@
 """--sync is all or nothing even when the process is stopped: SIGINT, SIGTERM or SIGHUP at any step undoes every
 change; `kill -9` between any two steps leaves a journal from which the next --sync restores the fork (and a
 plain check refuses to certify a fork in that state)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -13,7 +14,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from fsaudit import snapshot
 from vendor_helpers import PREFIX, ROOT, V1, make_fork, run_cv, run_json
 
@@ -41,9 +41,14 @@ def _copy(template: Path, tmp: Path, name: str) -> Path:
 
 def _normal(snap: dict) -> dict:
     """A snapshot with the backup directory's time stamp taken out (it names the moment of the sync)."""
-    return {("BACKUP" + k[k.index("/", len(".sm120-sync-backup/")):] if k.startswith(".sm120-sync-backup/") and
-             k.count("/") > 1 else ("BACKUP" if k.startswith(".sm120-sync-backup/") else k)): v
-            for k, v in snap.items()}
+    return {
+        (
+            "BACKUP" + k[k.index("/", len(".sm120-sync-backup/")) :]
+            if k.startswith(".sm120-sync-backup/") and k.count("/") > 1
+            else ("BACKUP" if k.startswith(".sm120-sync-backup/") else k)
+        ): v
+        for k, v in snap.items()
+    }
 
 
 CHILD = """
@@ -100,8 +105,9 @@ def test_kill_9_between_any_two_steps_is_restored_by_the_next_sync(canon, plan, 
         assert len(_journals(fork)) == 1, at
         code, _, err = run_cv("--repo", str(canon), "--fork", str(fork))
         assert code == 2 and "interrupted --sync" in err, (at, err)
-        committed = any(json.loads(ln).get("op") == "commit" for ln in _journals(fork)[0].read_text().splitlines()
-                        if ln.strip())
+        committed = any(
+            json.loads(ln).get("op") == "commit" for ln in _journals(fork)[0].read_text().splitlines() if ln.strip()
+        )
         with ForkRoot(str(fork)) as fs:
             lines = transaction.recover(fs)
         assert lines and not _journals(fork)
@@ -141,17 +147,29 @@ def _planted(records: list[dict]) -> bytes:
     return b"".join(json.dumps(r).encode() + b"\n" for r in records)
 
 
-@pytest.mark.parametrize("journal", [
-    b"not json\n",
-    _planted([{"journal": 2, "pid": 1, "fork": "/", "mac": "0" * 64},
-              {"op": "aside", "path": "a", "aside": "../../etc/passwd", "mac": "0" * 64}]),
-    # well-formed records, as a killed sync would leave them, aimed at files the sync never touches: the
-    # repository's metadata, the fork's own setup.py, a script's mode
-    _planted([{"journal": 1, "pid": 1},
-              {"op": "write", "path": ".git/HEAD", "sha256": hashlib.sha256(b"ref: refs/heads/main\n").hexdigest()},
-              {"op": "write", "path": "setup.py", "sha256": hashlib.sha256(b"# fork's own\n").hexdigest()},
-              {"op": "chmod", "path": "build.sh", "old": 0o755}]),
-], ids=["garbage", "unsafe", "well-formed"])
+@pytest.mark.parametrize(
+    "journal",
+    [
+        b"not json\n",
+        _planted(
+            [
+                {"journal": 2, "pid": 1, "fork": "/", "mac": "0" * 64},
+                {"op": "aside", "path": "a", "aside": "../../etc/passwd", "mac": "0" * 64},
+            ]
+        ),
+        # well-formed records, as a killed sync would leave them, aimed at files the sync never touches: the
+        # repository's metadata, the fork's own setup.py, a script's mode
+        _planted(
+            [
+                {"journal": 1, "pid": 1},
+                {"op": "write", "path": ".git/HEAD", "sha256": hashlib.sha256(b"ref: refs/heads/main\n").hexdigest()},
+                {"op": "write", "path": "setup.py", "sha256": hashlib.sha256(b"# fork's own\n").hexdigest()},
+                {"op": "chmod", "path": "build.sh", "old": 0o755},
+            ]
+        ),
+    ],
+    ids=["garbage", "unsafe", "well-formed"],
+)
 def test_a_planted_journal_is_never_replayed_and_blocks_nothing(canon, tmp_path, journal):
     from vendor_helpers import commit_all, init_repo
 

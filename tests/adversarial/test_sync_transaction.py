@@ -1,11 +1,11 @@
 """--sync is all or nothing: the dry run prints the plan the real run carries out; a failure at any step (disk
 full, a file changed by someone else meanwhile) leaves the fork exactly as it was."""
+
 from __future__ import annotations
 
 import errno
 
 import pytest
-
 from fsaudit import snapshot
 from vendor_helpers import PREFIX, V1, V2, make_fork, run_cv
 
@@ -100,8 +100,9 @@ def test_released_bytes_missing_from_the_checkout_stop_before_any_write(canon, t
     fork = _stale_fork(tmp_path)
     before = snapshot(fork)
     real = CanonicalStore.get
-    monkeypatch.setattr(CanonicalStore, "get", lambda self, e: None if e.path.startswith("scheduler/") else
-                        real(self, e))
+    monkeypatch.setattr(
+        CanonicalStore, "get", lambda self, e: None if e.path.startswith("scheduler/") else real(self, e)
+    )
     code, _, err = run_cv("--repo", str(canon), "--fork", str(fork), "--sync")
     assert code == 2 and "not available in this checkout; nothing was written" in err
     assert snapshot(fork) == before

@@ -1,5 +1,6 @@
 """The offline verifier cannot be swapped or fooled through the stamp: check_vendor compares it with the bytes the
 release ships, and the verifier carries the release's digests itself."""
+
 from __future__ import annotations
 
 import hashlib
@@ -8,9 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 import fsaudit
+import pytest
 from vendor_helpers import PREFIX, ROOT, V1, V2, by_path, make_fork, run_cv, run_json
 
 STAMP = ".sm120-vendor.json"
@@ -25,8 +25,9 @@ def _synced(canon: Path, tmp_path: Path, files=V2, *extra: str) -> Path:
 
 
 def _verify(fork: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-I", str(fork / PREFIX / VERIFY), *args], capture_output=True, text=True,
-                          cwd=fork, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-I", str(fork / PREFIX / VERIFY), *args], capture_output=True, text=True, cwd=fork, timeout=60
+    )
 
 
 def _release(canon: Path, tag: str):
@@ -39,7 +40,7 @@ def test_vendored_verifier_is_self_contained_and_carries_the_release(canon, tmp_
     fork = _synced(canon, tmp_path)
     text = (fork / PREFIX / VERIFY).read_text()
     assert "from vendorkit" not in text and "import vendorkit" not in text
-    baked = json.loads(next(ln for ln in text.splitlines() if ln.startswith("_RELEASE = "))[len("_RELEASE = "):])
+    baked = json.loads(next(ln for ln in text.splitlines() if ln.startswith("_RELEASE = "))[len("_RELEASE = ") :])
     rel = _release(canon, "v0.2.0")
     assert baked == {"tag": "v0.2.0", "tree_sha256": rel.tree_sha256, "files": {e.path: e.sha256 for e in rel.files}}
     p = _verify(fork)
@@ -58,9 +59,11 @@ def test_a_swapped_verifier_is_drift_for_check_vendor(canon, tmp_path):
     code, out, err = run_cv("--repo", str(canon), "--fork", str(fork), "--sync")
     assert code == 0, out + err
     assert (fork / PREFIX / VERIFY).read_bytes() == __import__("vendorkit.verifier_gen").verifier_gen.build(
-        _release(canon, "v0.2.0"))
+        _release(canon, "v0.2.0")
+    )
     assert [b.read_text() for b in (fork / ".sm120-sync-backup").rglob(VERIFY)] == [
-        "print('verdict: in-sync'); raise SystemExit(0)\n"]
+        "print('verdict: in-sync'); raise SystemExit(0)\n"
+    ]
 
 
 def test_a_stamp_forged_to_bless_drift_is_caught_offline(canon, tmp_path):
@@ -116,8 +119,14 @@ def test_a_forged_patch_is_shown_as_a_patch_never_as_ok(canon, tmp_path):
     (fork / PREFIX / "mma/sm120.cuh").write_bytes(edited)
     doc = json.loads((fork / PREFIX / STAMP).read_text())
     base = next(f["sha256"] for f in doc["files"] if f["path"] == "mma/sm120.cuh")
-    doc["patches"] = [{"path": "mma/sm120.cuh", "base_sha256": base, "patched_sha256": hashlib.sha256(edited).hexdigest(),
-                       "reason": "declared in the stamp"}]
+    doc["patches"] = [
+        {
+            "path": "mma/sm120.cuh",
+            "base_sha256": base,
+            "patched_sha256": hashlib.sha256(edited).hexdigest(),
+            "reason": "declared in the stamp",
+        }
+    ]
     (fork / PREFIX / STAMP).write_text(json.dumps(doc))
     p = _verify(fork)
     assert p.returncode == 0 and "patched  mma/sm120.cuh  declared in the stamp" in p.stdout
@@ -148,12 +157,17 @@ def test_legacy_verifier_digests_are_the_ones_git_history_holds():
 
     if not (ROOT / ".git").exists():
         pytest.skip("not a git checkout: the template's history is not here (the digests are checked in CI)")
-    log = subprocess.run(["git", "-C", str(ROOT), "log", "--format=%H", "--", "tools/sm120_vendor_verify.py"],
-                         capture_output=True, text=True, check=True).stdout.split()
+    log = subprocess.run(
+        ["git", "-C", str(ROOT), "log", "--format=%H", "--", "tools/sm120_vendor_verify.py"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     unbaked = []
     for commit in log:
-        data = subprocess.run(["git", "-C", str(ROOT), "show", f"{commit}:tools/sm120_vendor_verify.py"],
-                              capture_output=True, check=True).stdout
+        data = subprocess.run(
+            ["git", "-C", str(ROOT), "show", f"{commit}:tools/sm120_vendor_verify.py"], capture_output=True, check=True
+        ).stdout
         if b"_RELEASE = None" not in data:
             unbaked.append(hashlib.sha256(data).hexdigest())
     assert unbaked and set(unbaked) == set(verifier_gen.LEGACY)
@@ -189,8 +203,10 @@ def test_modules_planted_beside_the_verifier_are_never_imported(canon, tmp_path,
     fork = _synced(canon, tmp_path)
     (fork / PREFIX / "mma/sm120.cuh").write_bytes(b"// drifted\n")
     marker = tmp_path / "IMPORTED"
-    forge = (f"open({str(marker)!r}, 'a').write(__name__ + '\\n')\n"
-             "import sys\nprint('verdict: in-sync (v0.2.0)'); sys.exit(0)\n")
+    forge = (
+        f"open({str(marker)!r}, 'a').write(__name__ + '\\n')\n"
+        "import sys\nprint('verdict: in-sync (v0.2.0)'); sys.exit(0)\n"
+    )
     where = fork / PREFIX if how != "cwd" else fork
     for name in PLANTED:
         (where / f"{name}.py").write_text(forge)
@@ -209,16 +225,26 @@ def test_modules_planted_beside_the_verifier_are_never_imported(canon, tmp_path,
 def test_python_files_beside_the_verifier_are_drift_for_check_vendor(canon, tmp_path):
     fork = _synced(canon, tmp_path)
     assert run_cv("--repo", str(canon), "--fork", str(fork))[0] == 0
-    for rel in ("hashlib.py", "_json.cpython-311-x86_64-linux-gnu.so", "__pycache__/re.cpython-311.pyc",
-                "evil.pth", "json/__init__.py"):
+    for rel in (
+        "hashlib.py",
+        "_json.cpython-311-x86_64-linux-gnu.so",
+        "__pycache__/re.cpython-311.pyc",
+        "evil.pth",
+        "json/__init__.py",
+    ):
         (fork / PREFIX / rel).parent.mkdir(parents=True, exist_ok=True)
         (fork / PREFIX / rel).write_bytes(b"print('planted')\n")
     (fork / PREFIX / "common" / "helper.py").write_bytes(b"# a fork's own script, not importable by the verifier\n")
     code, doc = run_json("--repo", str(canon), "--fork", str(fork))
     flagged = {f["path"] for f in doc["files"] if f["diagnosis"] == "beside-verifier"}
     assert code == 1 and doc["verdict"] == "drifted"
-    assert flagged == {"hashlib.py", "_json.cpython-311-x86_64-linux-gnu.so", "__pycache__/re.cpython-311.pyc",
-                       "evil.pth", "json/__init__.py"}
+    assert flagged == {
+        "hashlib.py",
+        "_json.cpython-311-x86_64-linux-gnu.so",
+        "__pycache__/re.cpython-311.pyc",
+        "evil.pth",
+        "json/__init__.py",
+    }
     assert by_path(doc)["common/helper.py"]["status"] == "foreign"
 
 
@@ -241,8 +267,10 @@ def _template_at(commit: str, where: Path) -> str | None:
     out.mkdir(parents=True, exist_ok=True)
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "tools"], capture_output=True, check=True)
     subprocess.run(["tar", "-x", "-C", str(out)], input=archive.stdout, check=True)
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); from vendorkit import verifier_gen as v\n"
-            "sys.stdout.write(v._template())\n")
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); from vendorkit import verifier_gen as v\n"
+        "sys.stdout.write(v._template())\n"
+    )
     p = subprocess.run([sys.executable, "-c", code, str(out / "tools")], capture_output=True, text=True)
     return p.stdout if p.returncode == 0 and "_RELEASE = None\n" in p.stdout else None
 
@@ -254,8 +282,9 @@ def test_a_verifier_written_by_an_earlier_baked_template_is_an_older_verifier(ca
         pytest.skip("not a git checkout: the old template's files are not here (checked in CI)")
     old = _template_at("6416b30", tmp_path / "old")
     rel = _release(canon, "v0.2.0")
-    baked = json.dumps({"tag": rel.tag, "tree_sha256": rel.tree_sha256, "files": {e.path: e.sha256 for e in rel.files}},
-                       sort_keys=True)
+    baked = json.dumps(
+        {"tag": rel.tag, "tree_sha256": rel.tree_sha256, "files": {e.path: e.sha256 for e in rel.files}}, sort_keys=True
+    )
     fork = _synced(canon, tmp_path)
     (fork / PREFIX / VERIFY).write_text(old.replace("_RELEASE = None\n", f"_RELEASE = {baked}\n"))
     code, doc = run_json("--repo", str(canon), "--fork", str(fork))
@@ -272,10 +301,15 @@ def test_every_earlier_baked_template_is_known(tmp_path):
 
     if not (ROOT / ".git").exists():
         pytest.skip("not a git checkout (checked in CI)")
-    sources = ["tools/sm120_vendor_verify.py", "tools/vendorkit/verifier_gen.py"] + \
-        [f"tools/vendorkit/{n}.py" for n in verifier_gen.INLINED]
-    log = subprocess.run(["git", "-C", str(ROOT), "log", "--format=%h", "c464b40^..HEAD", "--", *sources],
-                         capture_output=True, text=True, check=True).stdout.split()
+    sources = ["tools/sm120_vendor_verify.py", "tools/vendorkit/verifier_gen.py"] + [
+        f"tools/vendorkit/{n}.py" for n in verifier_gen.INLINED
+    ]
+    log = subprocess.run(
+        ["git", "-C", str(ROOT), "log", "--format=%h", "c464b40^..HEAD", "--", *sources],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     current = verifier_gen.template_digest(verifier_gen._template())
     seen = {verifier_gen.template_digest(t) for c in log if (t := _template_at(c, tmp_path))}
     assert seen - {current} <= set(verifier_gen.LEGACY_TEMPLATES), seen - {current} - set(verifier_gen.LEGACY_TEMPLATES)

@@ -1,4 +1,5 @@
 """The watcher's smaller promises and the report's wording, as issue 24 found them broken."""
+
 from __future__ import annotations
 
 import io
@@ -6,7 +7,7 @@ import zipfile
 
 from fake_servers import FakePyPI
 from vendor_helpers import PREFIX, V2, by_path, commit_all, make_fork, run_json, write_tree
-from watch_helpers import config, entry, gh, remote_fork, watch  # noqa: F401
+from watch_helpers import config, entry, remote_fork, watch
 
 ISSUES = ["--issues", "--repo", "us/deep_gemm_sm120"]
 

@@ -1,23 +1,27 @@
 """Names, tags and digests are matched whole (`fullmatch`), never with `$`, which also matches before a trailing
 newline: a tag "0.1.9\\n" or a name "x\\n" is refused everywhere."""
+
 from __future__ import annotations
 
 import ast
 import json
 import re
-from pathlib import Path
 
 import pytest
-
 from vendor_helpers import ROOT, run_cv
 
 
 def _patterns(tree: ast.AST):
     """(line, pattern text, flags given?) of every literal pattern passed to a re function or re.compile."""
     for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and isinstance(node.func.value, ast.Name) and node.func.value.id == "re"
-                and node.func.attr in ("compile", "match", "search", "fullmatch") and node.args):
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "re"
+            and node.func.attr in ("compile", "match", "search", "fullmatch")
+            and node.args
+        ):
             continue
         arg = node.args[0]
         if isinstance(arg, ast.Constant) and isinstance(arg.value, (str, bytes)):
@@ -42,8 +46,9 @@ def test_a_tag_with_a_trailing_newline_is_refused(canon, tmp_path, tag):
 
     assert not versions.is_tag(tag) and not versions.is_lineage_tag(tag)
     vendor = tmp_path / "VENDOR-sm120.json"
-    vendor.write_text(json.dumps({"upstream": "x", "tag": tag, "files": {
-        "deep_gemm/include/deep_gemm/common/sm120_a.cuh": "0" * 64}}))
+    vendor.write_text(
+        json.dumps({"upstream": "x", "tag": tag, "files": {"deep_gemm/include/deep_gemm/common/sm120_a.cuh": "0" * 64}})
+    )
     code, _, err = run_cv("import-manifest", str(vendor), "--upstream", "probe", "--repo", str(canon))
     assert code == 3 and "is not a version" in err
     assert not (canon / "vendor_manifests" / "upstreams" / "probe").exists()
@@ -59,8 +64,14 @@ def test_watcher_config_values_are_matched_whole(canon, tmp_path, field, value):
     from vendorkit.errors import UsageError
     from vendorkit.manifest import ManifestSet
 
-    entry = {"name": "ok", "repo": "org/DeepGEMM", "ref": "main", "prefix": "deep_gemm", "track": "latest",
-             field: value}
+    entry = {
+        "name": "ok",
+        "repo": "org/DeepGEMM",
+        "ref": "main",
+        "prefix": "deep_gemm",
+        "track": "latest",
+        field: value,
+    }
     cfg = tmp_path / "ds.yaml"
     cfg.write_text(yaml.safe_dump({"downstreams": [entry]}))
     ms = ManifestSet.load_dir(str(canon / "vendor_manifests"))

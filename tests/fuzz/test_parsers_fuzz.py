@@ -5,6 +5,7 @@ property is always the same: a typed result or a typed error (exit 2 or 3), neve
 
 `SM120_FUZZ_EXAMPLES` sets the examples per target: a small number in the default test command, thousands in
 the CI job `fuzz` (.github/workflows/ci.yml). Every finding becomes a regression test in tests/adversarial."""
+
 from __future__ import annotations
 
 import io
@@ -24,14 +25,39 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from vendorkit.errors import VendorError  # noqa: E402
+from vendorkit.errors import VendorError
 
 EXAMPLES = int(os.environ.get("SM120_FUZZ_EXAMPLES", "40"))
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=EXAMPLES <= 100,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                       HealthCheck.data_too_large])
-TOKENS = [b"\0", b"\xff", b"\n", b"\r\n", b"[", b"{", b"}", b"]", b'"', b"\\", b"9" * 40, b"-1", b"/", b"..",
-          b"PK\x03\x04", b"PK\x05\x06", b"\x78\x9c", b"\xff\xff\xff\xff", b"  - ", b": ", b"\t", b"#"]
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=EXAMPLES <= 100,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+TOKENS = [
+    b"\0",
+    b"\xff",
+    b"\n",
+    b"\r\n",
+    b"[",
+    b"{",
+    b"}",
+    b"]",
+    b'"',
+    b"\\",
+    b"9" * 40,
+    b"-1",
+    b"/",
+    b"..",
+    b"PK\x03\x04",
+    b"PK\x05\x06",
+    b"\x78\x9c",
+    b"\xff\xff\xff\xff",
+    b"  - ",
+    b": ",
+    b"\t",
+    b"#",
+]
 
 
 @st.composite
@@ -47,12 +73,12 @@ def mutated(draw, seed: bytes):
         if op == "flip":
             data[at] ^= 1 << draw(st.integers(0, 7))
         elif op == "cut":
-            del data[at: at + draw(st.integers(1, 64))]
+            del data[at : at + draw(st.integers(1, 64))]
         elif op == "insert":
             data[at:at] = draw(st.sampled_from(TOKENS)) * draw(st.integers(1, 4))
         elif op == "dup":
             n = draw(st.integers(1, 256))
-            data[at:at] = data[at: at + n] * draw(st.integers(1, 8))
+            data[at:at] = data[at : at + n] * draw(st.integers(1, 8))
         elif op == "truncate":
             del data[at:]
         else:
@@ -69,6 +95,7 @@ def _typed(fn, *args):
 
 
 # ---------------------------------------------------------------- manifests
+
 
 def _manifest_text() -> str:
     from vendorkit.manifest import ManifestSet, dump_manifest
@@ -87,8 +114,11 @@ def test_fuzz_release_manifest(data):
     _typed(parse_manifest, data.decode("utf-8", "replace"), "fuzz.yaml")
 
 
-SEED_LINEAGE = (ROOT / "vendor_manifests/upstreams/deepgemm-sm120/v0.1.5.json").read_bytes() if (
-    ROOT / "vendor_manifests/upstreams/deepgemm-sm120/v0.1.5.json").exists() else b"{}"
+SEED_LINEAGE = (
+    (ROOT / "vendor_manifests/upstreams/deepgemm-sm120/v0.1.5.json").read_bytes()
+    if (ROOT / "vendor_manifests/upstreams/deepgemm-sm120/v0.1.5.json").exists()
+    else b"{}"
+)
 
 
 @FUZZ
@@ -102,14 +132,22 @@ def test_fuzz_lineage_manifest(data):
 
 # ---------------------------------------------------------------- stamps
 
+
 def _stamp_seed() -> bytes:
     from vendorkit.manifest import ManifestSet
     from vendorkit.stamp import stamp_text
 
     m = ManifestSet.load_dir(str(ROOT / "vendor_manifests")).latest
     doc = json.loads(stamp_text(m))
-    doc["patches"] = [{"path": m.files[0].path, "base_sha256": m.files[0].sha256, "patched_sha256": "0" * 64,
-                       "reason": "fuzz", "upstream": "https://x"}]
+    doc["patches"] = [
+        {
+            "path": m.files[0].path,
+            "base_sha256": m.files[0].sha256,
+            "patched_sha256": "0" * 64,
+            "reason": "fuzz",
+            "upstream": "https://x",
+        }
+    ]
     return json.dumps(doc).encode()
 
 
@@ -134,6 +172,7 @@ def test_fuzz_stamp(data):
 
 
 # ---------------------------------------------------------------- archives
+
 
 def _zip_seed() -> bytes:
     from vendor_helpers import PREFIX, V2
@@ -185,6 +224,7 @@ def test_fuzz_sdist(data):
 
 # ---------------------------------------------------------------- index pages
 
+
 class _Raw:
     def __init__(self, data: bytes):
         self._data = io.BytesIO(data)
@@ -212,13 +252,27 @@ class _Session:
         return _Resp(self.data, self.ctype)
 
 
-SEED_JSON = json.dumps({"meta": {"api-version": "1.1"}, "name": "pkg", "files": [
-    {"filename": "pkg-1.0-py3-none-any.whl", "url": "../../files/pkg-1.0-py3-none-any.whl",
-     "hashes": {"sha256": "0" * 64}, "yanked": False},
-    {"filename": "pkg-1.1.tar.gz", "url": "https://files.example/pkg-1.1.tar.gz", "hashes": {}}]}).encode()
-SEED_HTML = (b'<!DOCTYPE html><html><body><a href="../../files/pkg-1.0-py3-none-any.whl#sha256=' + b"0" * 64 +
-             b'" data-yanked>pkg-1.0-py3-none-any.whl</a><br/><a href="/x/pkg-1.1.tar.gz">pkg-1.1.tar.gz</a>'
-             b"</body></html>")
+SEED_JSON = json.dumps(
+    {
+        "meta": {"api-version": "1.1"},
+        "name": "pkg",
+        "files": [
+            {
+                "filename": "pkg-1.0-py3-none-any.whl",
+                "url": "../../files/pkg-1.0-py3-none-any.whl",
+                "hashes": {"sha256": "0" * 64},
+                "yanked": False,
+            },
+            {"filename": "pkg-1.1.tar.gz", "url": "https://files.example/pkg-1.1.tar.gz", "hashes": {}},
+        ],
+    }
+).encode()
+SEED_HTML = (
+    b'<!DOCTYPE html><html><body><a href="../../files/pkg-1.0-py3-none-any.whl#sha256='
+    + b"0" * 64
+    + b'" data-yanked>pkg-1.0-py3-none-any.whl</a><br/><a href="/x/pkg-1.1.tar.gz">pkg-1.1.tar.gz</a>'
+    b"</body></html>"
+)
 
 
 @FUZZ
@@ -234,6 +288,7 @@ def test_fuzz_index_pages(data, html):
 
 
 # ---------------------------------------------------------------- git object databases
+
 
 @pytest.fixture(scope="module")
 def git_seed(tmp_path_factory) -> Path:
@@ -254,8 +309,12 @@ def git_seed(tmp_path_factory) -> Path:
 
 def _git_files(repo: Path) -> list[Path]:
     g = repo / ".git"
-    return sorted(p for p in g.rglob("*") if p.is_file() and (p.suffix in (".pack", ".idx") or "objects/" in str(p)
-                                                              or p.name in ("packed-refs", "HEAD", "main")))
+    return sorted(
+        p
+        for p in g.rglob("*")
+        if p.is_file()
+        and (p.suffix in (".pack", ".idx") or "objects/" in str(p) or p.name in ("packed-refs", "HEAD", "main"))
+    )
 
 
 @FUZZ
@@ -284,9 +343,12 @@ def test_fuzz_git_objects(git_seed, tmp_path_factory, pick, seed):
 
 # ---------------------------------------------------------------- the diff
 
+
 @FUZZ
-@given(a=st.lists(st.sampled_from(["a\n", "b\n", "\n", "}\n"]), max_size=60),
-       b=st.lists(st.sampled_from(["a\n", "b\n", "\n", "c\n"]), max_size=60))
+@given(
+    a=st.lists(st.sampled_from(["a\n", "b\n", "\n", "}\n"]), max_size=60),
+    b=st.lists(st.sampled_from(["a\n", "b\n", "\n", "c\n"]), max_size=60),
+)
 def test_fuzz_diff_is_an_edit_script(a, b):
     from vendorkit import diagnose
 
@@ -306,21 +368,39 @@ _ARCHES = ("x86_64", "aarch64", "riscv64")
 _TAG = st.one_of(
     st.builds(lambda a, b, arch: f"manylinux_{a}_{b}_{arch}", st.just(2), st.integers(0, 60), st.sampled_from(_ARCHES)),
     st.builds(lambda b, arch: f"musllinux_1_{b}_{arch}", st.integers(0, 4), st.sampled_from(_ARCHES)),
-    st.builds(lambda a, b, arch: f"macosx_{a}_{b}_{arch}", st.integers(10, 20), st.integers(0, 15),
-              st.sampled_from(("x86_64", "arm64", "universal2", "intel"))),
-    st.sampled_from(("win_amd64", "win32", "win_arm64", "linux_x86_64", "any", "ios_13_0_arm64_iphoneos")))
-_PY = st.one_of(st.builds(lambda m: f"cp3{m}-cp3{m}", st.integers(5, 30)),
-                st.builds(lambda m: f"cp3{m}-abi3", st.integers(2, 30)),
-                st.builds(lambda m: f"py3{m}-none", st.integers(0, 30)), st.just("py3-none"))
-_SPEC = st.one_of(st.none(), st.builds(lambda op, m: f"{op}3.{m}", st.sampled_from((">=", "<", "!=", "==", "<=")),
-                                       st.integers(0, 30)))
+    st.builds(
+        lambda a, b, arch: f"macosx_{a}_{b}_{arch}",
+        st.integers(10, 20),
+        st.integers(0, 15),
+        st.sampled_from(("x86_64", "arm64", "universal2", "intel")),
+    ),
+    st.sampled_from(("win_amd64", "win32", "win_arm64", "linux_x86_64", "any", "ios_13_0_arm64_iphoneos")),
+)
+_PY = st.one_of(
+    st.builds(lambda m: f"cp3{m}-cp3{m}", st.integers(5, 30)),
+    st.builds(lambda m: f"cp3{m}-abi3", st.integers(2, 30)),
+    st.builds(lambda m: f"py3{m}-none", st.integers(0, 30)),
+    st.just("py3-none"),
+)
+_SPEC = st.one_of(
+    st.none(), st.builds(lambda op, m: f"{op}3.{m}", st.sampled_from((">=", "<", "!=", "==", "<=")), st.integers(0, 30))
+)
 _FILE = st.tuples(st.integers(0, 6), st.booleans(), _PY, _TAG, _SPEC, st.booleans())
-_REAL_ENV = st.tuples(st.integers(0, 40), st.booleans(), st.one_of(
-    st.builds(lambda arch, b: f"linux-{arch} glibc2.{b}", st.sampled_from(_ARCHES), st.integers(0, 70)),
-    st.builds(lambda arch, b: f"linux-{arch} musl1.{b}", st.sampled_from(_ARCHES), st.integers(0, 6)),
-    st.builds(lambda arch, a, b: f"macos-{arch} {a}.{b}", st.sampled_from(("x86_64", "arm64")), st.integers(10, 25),
-              st.integers(0, 15)),
-    st.sampled_from(("win-amd64", "win32", "win-arm64", "tag ios_13_0_arm64_iphoneos"))))
+_REAL_ENV = st.tuples(
+    st.integers(0, 40),
+    st.booleans(),
+    st.one_of(
+        st.builds(lambda arch, b: f"linux-{arch} glibc2.{b}", st.sampled_from(_ARCHES), st.integers(0, 70)),
+        st.builds(lambda arch, b: f"linux-{arch} musl1.{b}", st.sampled_from(_ARCHES), st.integers(0, 6)),
+        st.builds(
+            lambda arch, a, b: f"macos-{arch} {a}.{b}",
+            st.sampled_from(("x86_64", "arm64")),
+            st.integers(10, 25),
+            st.integers(0, 15),
+        ),
+        st.sampled_from(("win-amd64", "win32", "win-arm64", "tag ios_13_0_arm64_iphoneos")),
+    ),
+)
 
 
 @FUZZ
@@ -333,8 +413,10 @@ def test_no_environment_installs_a_version_the_check_skips(files, env):
 
     from vendorkit import pip_select as ps
 
-    dists = [SimpleNamespace(filename=f"pkg-{v}.0{'rc1' if pre else ''}-{py}-{tag}.whl", yanked=yanked,
-                             requires_python=spec) for v, pre, py, tag, spec, yanked in files]
+    dists = [
+        SimpleNamespace(filename=f"pkg-{v}.0{'rc1' if pre else ''}-{py}-{tag}.whl", yanked=yanked, requires_python=spec)
+        for v, pre, py, tag, spec, yanked in files
+    ]
     minor, threaded, platform = env
     threaded = threaded and minor >= 13
     infos = [(d, ps.parse_filename(d.filename, "pkg")) for d in dists]

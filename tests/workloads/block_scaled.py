@@ -4,18 +4,20 @@ benchmarks.
 Inputs are built with deliberately *adversarial* scales: every row / 128-row block and every K block gets its
 own magnitude (a span of about 2^-12 .. 2^12), so a scale applied to the wrong row, column or K block moves
 the result far beyond the tolerances."""
+
 from __future__ import annotations
 
 import torch
 
 from deep_gemm_sm120 import quant
+from deep_gemm_sm120.core.arith import ceil_div
 
 
 def adversarial(rows: int, k: int, block_k: int, gen: torch.Generator, block_rows: int = 1) -> torch.Tensor:
     """Gaussian values whose magnitude changes per (block of rows, block of K), on the generator's device."""
     device = gen.device
     x = torch.randn(rows, k, device=device, generator=gen)
-    br, bk = -(-rows // block_rows), -(-k // block_k)
+    br, bk = ceil_div(rows, block_rows), ceil_div(k, block_k)
     exps = torch.randint(-12, 13, (br, bk), device=device, generator=gen).float()
     mag = torch.pow(2.0, exps).repeat_interleave(block_rows, 0).repeat_interleave(block_k, 1)[:rows, :k]
     return x * mag
@@ -50,13 +52,18 @@ def fp4_operands(m: int, n: int, k: int, gen: torch.Generator, kind: str):
     xa, xb = adversarial(m, k, block, gen), adversarial(n, k, block, gen)
     a, sfa, ga = quant.per_token_cast_to_fp4(xa, kind)
     b, sfb, gb = quant.per_token_cast_to_fp4(xb, kind)
-    ref = (quant.dequantize_fp4(a, sfa, 1.0, kind).double() @ quant.dequantize_fp4(b, sfb, 1.0, kind).double().T)
+    ref = quant.dequantize_fp4(a, sfa, 1.0, kind).double() @ quant.dequantize_fp4(b, sfb, 1.0, kind).double().T
     alpha = float(ga) * float(gb)
     return (a, sfa), (b, sfb), alpha, ref * alpha
 
 
-SIDES = {"mxfp8": ("e4m3", "e4m3"), "mxfp4": ("mxfp4", "mxfp4"), "nvfp4": ("nvfp4", "nvfp4"),
-         "e4m3_e2m1": ("e4m3", "mxfp4"), "e2m1_e4m3": ("mxfp4", "e4m3")}
+SIDES = {
+    "mxfp8": ("e4m3", "e4m3"),
+    "mxfp4": ("mxfp4", "mxfp4"),
+    "nvfp4": ("nvfp4", "nvfp4"),
+    "e4m3_e2m1": ("e4m3", "mxfp4"),
+    "e2m1_e4m3": ("mxfp4", "e4m3"),
+}
 
 
 def quantize_side(fmt: str, rows: int, k: int, gen: torch.Generator, gran: int = 128, block_rows: int = 1):
@@ -77,7 +84,7 @@ def einsum_operands(x: torch.Tensor, y: torch.Tensor):
     xq, sx = quant.per_token_cast_to_fp8(x.reshape(-1, r).float())
     xq, sx = xq.view(bs, h, r), sx.view(bs, h, -1)
     yq = torch.empty(y.shape, device=y.device, dtype=torch.float8_e4m3fn)
-    sy = torch.empty(y.shape[0], -(-y.shape[1] // 128), -(-r // 128), device=y.device)
+    sy = torch.empty(y.shape[0], ceil_div(y.shape[1], 128), ceil_div(r, 128), device=y.device)
     for i in range(y.shape[0]):
         yq[i], sy[i] = quant.per_block_cast_to_fp8(y[i].float())
     return (xq, sx), (yq, sy)

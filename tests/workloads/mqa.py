@@ -2,9 +2,12 @@
 shuffled paged FP8 / MXFP4 KV cache, and sparse (contiguous and paged) cases with their index lists. Sparse index
 semantics (valid slots, the token grid, the output mask) are defined here once and used by the float64 reference
 in tests/sparse_mqa_reference.py (docs/sparse_mqa_logits.md)."""
+
 from __future__ import annotations
 
 import torch
+
+from deep_gemm_sm120.core.arith import ceil_div
 
 
 def _device() -> torch.device:
@@ -24,13 +27,13 @@ def dense_case(s, sk, h, d, pattern="causal", seed=0):
     kv = (kv_f / kv_sf[:, None]).to(torch.float8_e4m3fn)
     w = torch.randn(s, h, device=_device(), generator=g)
     i = torch.arange(s, device=_device())
-    if pattern == "causal":      # query i sees keys [0, sk - s + i + 1)
+    if pattern == "causal":  # query i sees keys [0, sk - s + i + 1)
         ks, ke = torch.zeros_like(i), (sk - s + i + 1).clamp(0, sk)
-    elif pattern == "window":    # sliding windows that start and end mid-tile, some empty
-        ke = ((i * 37) % (sk + 1))
+    elif pattern == "window":  # sliding windows that start and end mid-tile, some empty
+        ke = (i * 37) % (sk + 1)
         ks = (ke - 300).clamp_min(0)
-        ks[::7] = ke[::7]        # empty ranges
-    else:                        # everything
+        ks[::7] = ke[::7]  # empty ranges
+    else:  # everything
         ks, ke = torch.zeros_like(i), torch.full_like(i, sk)
     return q, kv, kv_sf, w, ks.int(), ke.int()
 
@@ -41,10 +44,13 @@ def paged_cache(lens: list[int], block_kv: int, d: int, fp4: bool, seed: int):
     from deep_gemm_sm120.quant import dequantize_fp4, pack_ue8m0_to_int, per_token_cast_to_fp4
 
     g = torch.Generator(device=_device()).manual_seed(seed)
-    nblk = [max(1, -(-n // block_kv)) for n in lens]
+    nblk = [max(1, ceil_div(n, block_kv)) for n in lens]
     total = sum(nblk) + 3
-    x = torch.randn(total * block_kv, d, device=_device(), generator=g) * torch.rand(total * block_kv, 1, device=_device(),
-                                                                                    generator=g) * 3
+    x = (
+        torch.randn(total * block_kv, d, device=_device(), generator=g)
+        * torch.rand(total * block_kv, 1, device=_device(), generator=g)
+        * 3
+    )
     if fp4:
         vals, sf, _ = per_token_cast_to_fp4(x, "mxfp4")
         deq = dequantize_fp4(vals, sf).double()
@@ -58,13 +64,13 @@ def paged_cache(lens: list[int], block_kv: int, d: int, fp4: bool, seed: int):
         scales = sf.view(torch.uint8).view(total, block_kv * 4)
         row = d
     fused = torch.empty(total, block_kv * (row + 4), dtype=torch.uint8, device=_device())
-    fused[:, :block_kv * row] = vals.reshape(total, block_kv * row)
-    fused[:, block_kv * row:] = scales
+    fused[:, : block_kv * row] = vals.reshape(total, block_kv * row)
+    fused[:, block_kv * row :] = scales
     perm = torch.randperm(total, generator=torch.Generator().manual_seed(seed)).tolist()
     table = torch.zeros(len(lens), max(nblk) + 2, dtype=torch.int32)
     k = 0
     for b, n in enumerate(nblk):
-        table[b, :n] = torch.tensor(perm[k:k + n])
+        table[b, :n] = torch.tensor(perm[k : k + n])
         k += n
     return fused.view(total, block_kv, 1, row + 4), table.cuda(), deq.view(total, block_kv, d)
 
@@ -115,18 +121,32 @@ def sparse_case(s, n, h, d, fmt, block, num_max, seed=0, unaligned=True, ranges=
     idx = sparse_indices(ks, ke, block, num_max, seed)
     w = torch.randn(s, h, device=_device(), generator=g).to(torch.bfloat16)
     ks_t, ke_t = (torch.tensor(x, dtype=torch.int32, device=_device()) for x in (ks, ke))
-    return dict(q=q, q_deq=q_deq, kv=(kvv, kvs), kv_deq=kv_deq, w=w, ks=ks_t, ke=ke_t, idx=idx.cuda(), n=n,
-                block=block, num_max=num_max, fmt=fmt)
+    return dict(
+        q=q,
+        q_deq=q_deq,
+        kv=(kvv, kvs),
+        kv_deq=kv_deq,
+        w=w,
+        ks=ks_t,
+        ke=ke_t,
+        idx=idx.cuda(),
+        n=n,
+        block=block,
+        num_max=num_max,
+        fmt=fmt,
+    )
 
 
 def run_sparse(c, unaligned=True):
     import deep_gemm_sm120 as dg
 
     qk = c["q"][0].dtype
-    meta = dg.get_sparse_mqa_logits_metadata(c["ks"], c["ke"], c["n"], c["idx"], qk, c["block"],
-                                             use_unaligned_ks=unaligned)
-    return dg.fp8_fp4_sparse_mqa_logits(c["q"], c["kv"], c["w"], meta, c["num_max"], c["block"],
-                                        use_unaligned_ks=unaligned)
+    meta = dg.get_sparse_mqa_logits_metadata(
+        c["ks"], c["ke"], c["n"], c["idx"], qk, c["block"], use_unaligned_ks=unaligned
+    )
+    return dg.fp8_fp4_sparse_mqa_logits(
+        c["q"], c["kv"], c["w"], meta, c["num_max"], c["block"], use_unaligned_ks=unaligned
+    )
 
 
 def sparse_paged_case(s, h, d, fmt, block, num_max, page_kv=64, seed=0, lens=None):
@@ -139,20 +159,30 @@ def sparse_paged_case(s, h, d, fmt, block, num_max, page_kv=64, seed=0, lens=Non
     lens[0] = 0
     if s > 1:
         lens[1] = 1
-    max_pages = max(1, -(-max(lens) // page_kv))
+    max_pages = max(1, ceil_div(max(lens), page_kv))
     num_pages = s * max_pages // 2 + max_pages + 3
     table = torch.stack([torch.randperm(num_pages, generator=cpu)[:max_pages] for _ in range(s)]).int()
     rows = num_pages * page_kv
     vals, sf, deq = mx_quantize(varied_rows(rows, d, g), fmt)
     rb = vals.shape[1]
     cache = torch.empty(num_pages, page_kv * (rb + 4), dtype=torch.uint8, device=_device())
-    cache[:, :page_kv * rb] = vals.view(torch.uint8).reshape(num_pages, page_kv * rb)
-    cache[:, page_kv * rb:] = sf.view(torch.uint8).reshape(num_pages, page_kv * 4)
+    cache[:, : page_kv * rb] = vals.view(torch.uint8).reshape(num_pages, page_kv * rb)
+    cache[:, page_kv * rb :] = sf.view(torch.uint8).reshape(num_pages, page_kv * 4)
     idx = sparse_indices([0] * s, lens, block, num_max, seed)
     w = torch.randn(s, h, device=_device(), generator=g).to(torch.bfloat16)
-    return dict(q=(q[0].unsqueeze(1), q[1].unsqueeze(1)), q_deq=q_deq, cache=cache.view(num_pages, page_kv, 1, rb + 4),
-                pages_deq=deq.view(num_pages, page_kv, d), w=w, lens=torch.tensor(lens, dtype=torch.int32,
-                device=_device()), table=table.cuda(), idx=idx.cuda(), block=block, num_max=num_max, page_kv=page_kv)
+    return dict(
+        q=(q[0].unsqueeze(1), q[1].unsqueeze(1)),
+        q_deq=q_deq,
+        cache=cache.view(num_pages, page_kv, 1, rb + 4),
+        pages_deq=deq.view(num_pages, page_kv, d),
+        w=w,
+        lens=torch.tensor(lens, dtype=torch.int32, device=_device()),
+        table=table.cuda(),
+        idx=idx.cuda(),
+        block=block,
+        num_max=num_max,
+        page_kv=page_kv,
+    )
 
 
 def run_sparse_paged(c):
@@ -160,16 +190,16 @@ def run_sparse_paged(c):
 
     s = c["idx"].shape[0]
     req = torch.arange(s, dtype=torch.int32, device=_device())
-    meta = dg.get_paged_sparse_mqa_logits_metadata(c["lens"], c["table"], req, c["page_kv"], c["idx"],
-                                                   c["q"][0].dtype, c["block"])
+    meta = dg.get_paged_sparse_mqa_logits_metadata(
+        c["lens"], c["table"], req, c["page_kv"], c["idx"], c["q"][0].dtype, c["block"]
+    )
     return dg.fp8_fp4_paged_sparse_mqa_logits(c["q"], c["cache"], c["w"], meta, c["num_max"], c["block"])
 
 
 def valid_slots(ks: torch.Tensor, ke: torch.Tensor, num_max_sparse_blocks: int, sparse_block_kv: int) -> torch.Tensor:
     """n_r per row: the leading entries of a row's index list that are real blocks (the rest is padding)."""
     span = (ke.long() - ks.long()).clamp_min(0)
-    return torch.minimum((span + sparse_block_kv - 1) // sparse_block_kv,
-                         torch.full_like(span, num_max_sparse_blocks))
+    return torch.minimum((span + sparse_block_kv - 1) // sparse_block_kv, torch.full_like(span, num_max_sparse_blocks))
 
 
 def token_grid(indices: torch.Tensor, ks: torch.Tensor, sparse_block_kv: int) -> torch.Tensor:
@@ -180,8 +210,9 @@ def token_grid(indices: torch.Tensor, ks: torch.Tensor, sparse_block_kv: int) ->
     return (indices.long()[:, :, None] * sparse_block_kv + offset[:, None, None] + o).flatten(1)
 
 
-def output_mask(indices: torch.Tensor, ks: torch.Tensor, ke: torch.Tensor, sparse_block_kv: int
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+def output_mask(
+    indices: torch.Tensor, ks: torch.Tensor, ke: torch.Tensor, sparse_block_kv: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(tokens, valid): the token grid and which of its columns are scores."""
     rows, slots = indices.shape
     tokens = token_grid(indices, ks, sparse_block_kv)
@@ -191,15 +222,16 @@ def output_mask(indices: torch.Tensor, ks: torch.Tensor, ke: torch.Tensor, spars
     return tokens, valid
 
 
-def sparse_indices(ks: list[int], ke: list[int], sparse_block_kv: int, num_max_sparse_blocks: int, seed: int = 0
-                 ) -> torch.Tensor:
+def sparse_indices(
+    ks: list[int], ke: list[int], sparse_block_kv: int, num_max_sparse_blocks: int, seed: int = 0
+) -> torch.Tensor:
     """A valid index tensor: per row, n_r distinct increasing blocks of the row's range (all of them when they fit,
     else a random choice), padded by repeating the last (0 for an empty row), as DeepGEMM's callers build it."""
     gen = torch.Generator().manual_seed(seed)
     rows = []
     for s, e in zip(ks, ke):
         first = s // sparse_block_kv
-        available = -(-max(0, e - s) // sparse_block_kv)
+        available = ceil_div(max(0, e - s), sparse_block_kv)
         n = min(available, num_max_sparse_blocks)
         if n == available:
             blocks = list(range(first, first + available))

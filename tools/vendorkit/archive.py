@@ -11,6 +11,7 @@ members are reported, never followed. Zip members are streamed on demand; a tar 
 hashing members as they pass. Every member listed and every byte read or decompressed is drawn from the run
 budget (vendorkit.budget); a member over the size or ratio cap is a `too-large` finding, never read.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -22,7 +23,8 @@ import struct
 import tarfile
 import zipfile
 import zlib
-from typing import BinaryIO, Iterator
+from collections.abc import Iterator
+from typing import BinaryIO
 
 from . import budget, wheel_layout
 from .errors import CannotCheck, UsageError
@@ -30,15 +32,42 @@ from .forkview import ForkFile, link_escapes
 from .limits import ARCHIVE_MAX_BYTES, DIAGNOSE_MAX_BYTES, MEMBER_MAX_BYTES, MEMBER_MAX_RATIO, RATIO_FLOOR_BYTES
 from .manifest import is_our_name
 
-ARCHIVE_SUFFIXES = (".whl", ".zip", ".tar.gz", ".tgz", ".tar", ".tar.bz2", ".tbz", ".tar.xz", ".txz", ".tlz",
-                    ".tar.lz", ".tar.lzma")  # what pip installs from
+ARCHIVE_SUFFIXES = (
+    ".whl",
+    ".zip",
+    ".tar.gz",
+    ".tgz",
+    ".tar",
+    ".tar.bz2",
+    ".tbz",
+    ".tar.xz",
+    ".txz",
+    ".tlz",
+    ".tar.lz",
+    ".tar.lzma",
+)  # what pip installs from
 _PYPI = re.compile(r"pypi:([A-Za-z0-9][A-Za-z0-9._-]*)(?:==([A-Za-z0-9.+!_-]+))?")
 _KEEP_BYTES = 64 << 20  # tar: small members kept for diagnosis, in total
 # what zipfile and tarfile raise on damaged or crafted archives: zlib.error on corrupt deflate data, TypeError on
 # a gzip header cut after 3 bytes (found by tests/fuzz), struct.error on short records, ...
-_READ_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, tarfile.TarError, EOFError, OSError, ValueError,
-                NotImplementedError, zlib.error, KeyError, RuntimeError, IndexError, struct.error, OverflowError,
-                TypeError, AttributeError, lzma.LZMAError)
+_READ_ERRORS = (
+    zipfile.BadZipFile,
+    zipfile.LargeZipFile,
+    tarfile.TarError,
+    EOFError,
+    OSError,
+    ValueError,
+    NotImplementedError,
+    zlib.error,
+    KeyError,
+    RuntimeError,
+    IndexError,
+    struct.error,
+    OverflowError,
+    TypeError,
+    AttributeError,
+    lzma.LZMAError,
+)
 
 
 XZ_MEMLIMIT = 128 << 20  # an xz stream's decoder memory: preset 9 (xz -9e) needs 65 MiB; a header may declare GiBs
@@ -55,11 +84,17 @@ class _BoundedTarInfo(tarfile.TarInfo):
     the run budget."""
 
     def _proc_member(self, tarfile_):
-        if self.type in (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE,
-                         tarfile.SOLARIS_XHDTYPE):
+        if self.type in (
+            tarfile.GNUTYPE_LONGNAME,
+            tarfile.GNUTYPE_LONGLINK,
+            tarfile.XHDTYPE,
+            tarfile.XGLTYPE,
+            tarfile.SOLARIS_XHDTYPE,
+        ):
             if self.size > EXTENDED_HEADER_MAX:
-                raise _HeaderTooLarge(f"an extended header of {self.size:,} bytes, over the "
-                                      f"{EXTENDED_HEADER_MAX:,}-byte cap (not read)")
+                raise _HeaderTooLarge(
+                    f"an extended header of {self.size:,} bytes, over the {EXTENDED_HEADER_MAX:,}-byte cap (not read)"
+                )
             budget.current().take(self.size, "tar extended headers")
         return super()._proc_member(tarfile_)
 
@@ -86,9 +121,15 @@ class _Inflating:
         self.pending = self._raw(6)
         magic = self.pending
         self.zlib = magic[:2] == b"\x1f\x8b"
-        self.new = (lambda: zlib.decompressobj(16 + zlib.MAX_WBITS)) if self.zlib else \
-            bz2.BZ2Decompressor if magic[:3] == b"BZh" else \
-            (lambda: lzma.LZMADecompressor(memlimit=XZ_MEMLIMIT)) if magic[:6] == b"\xfd7zXZ\x00" else None
+        self.new = (
+            (lambda: zlib.decompressobj(16 + zlib.MAX_WBITS))
+            if self.zlib
+            else bz2.BZ2Decompressor
+            if magic[:3] == b"BZh"
+            else (lambda: lzma.LZMADecompressor(memlimit=XZ_MEMLIMIT))
+            if magic[:6] == b"\xfd7zXZ\x00"
+            else None
+        )
         self.d = self.new() if self.new else None
 
     def _raw(self, n: int) -> bytes:
@@ -121,8 +162,10 @@ class _Inflating:
             try:
                 out = self.d.decompress((self.d.unconsumed_tail + data) if self.zlib else data, self.STEP)
             except lzma.LZMAError as e:  # a header declaring a dictionary over the memlimit, or damage
-                raise CannotCheck(f"{self.label}: the xz stream is not read ({e}; its decoder may use at most "
-                                  f"{XZ_MEMLIMIT >> 20} MiB)") from None
+                raise CannotCheck(
+                    f"{self.label}: the xz stream is not read ({e}; its decoder may use at most "
+                    f"{XZ_MEMLIMIT >> 20} MiB)"
+                ) from None
             if out:
                 return out
 
@@ -135,12 +178,14 @@ class _Inflating:
                     break
                 self.total += len(self.buf)
                 if self.total > ARCHIVE_MAX_BYTES:
-                    raise CannotCheck(f"{self.label}: the tar stream runs past {ARCHIVE_MAX_BYTES >> 20} MiB "
-                                      f"uncompressed; not checked")
+                    raise CannotCheck(
+                        f"{self.label}: the tar stream runs past {ARCHIVE_MAX_BYTES >> 20} MiB "
+                        f"uncompressed; not checked"
+                    )
                 if self.d is not None:
                     budget.current().take(len(self.buf), self.label)
             take = len(self.buf) - self.off if want < 0 else min(want, len(self.buf) - self.off)
-            out.append(self.buf[self.off: self.off + take])
+            out.append(self.buf[self.off : self.off + take])
             self.off += take
             want = want - take if want > 0 else want
         return b"".join(out)
@@ -160,8 +205,8 @@ def _other_name(info) -> str | None:
     header = info.orig_filename.split("\0", 1)[0].replace(os.sep, "/")
     extra, pos, found = info.extra, 0, None
     while pos + 4 <= len(extra):
-        tp, ln = struct.unpack("<HH", extra[pos:pos + 4])
-        data = extra[pos + 4: pos + 4 + ln]
+        tp, ln = struct.unpack("<HH", extra[pos : pos + 4])
+        data = extra[pos + 4 : pos + 4 + ln]
         if tp == 0x7075 and len(data) >= 5:
             version, crc = struct.unpack("<BL", data[:5])
             raw = info.orig_filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437", "replace")
@@ -197,12 +242,12 @@ class ArchiveFork:
         self.label = label
         self.notes: list[str] = []
         self.wheel = label.lower().endswith(".whl") if wheel is None else wheel
-        self._unsafe: list[tuple[str, str]] = []     # (raw member name, why)
+        self._unsafe: list[tuple[str, str]] = []  # (raw member name, why)
         self._disputed: list[tuple[str, str, str]] = []  # (raw member name, where pip puts it, why)
         self._files: dict[str, ForkFile] = {}
-        self._members: dict[str, object] = {}        # path -> ZipInfo (zip only)
+        self._members: dict[str, object] = {}  # path -> ZipInfo (zip only)
         self._digests: dict[str, str] = {}
-        self._bytes: dict[str, bytes] = {}           # tar: small interesting members
+        self._bytes: dict[str, bytes] = {}  # tar: small interesting members
         self._zip = None
         self._source = source if hasattr(source, "close") else None
         self.budget = budget.current()
@@ -239,8 +284,10 @@ class ArchiveFork:
         if size > MEMBER_MAX_BYTES:
             return f"a member of {size:,} bytes, over the {MEMBER_MAX_BYTES >> 20} MiB member cap (not read)"
         if compressed is not None and size > RATIO_FLOOR_BYTES and size > MEMBER_MAX_RATIO * max(compressed, 1):
-            return (f"a member of {size:,} bytes compressed {size // max(compressed, 1):,}:1, over the "
-                    f"{MEMBER_MAX_RATIO}:1 ratio cap (not read)")
+            return (
+                f"a member of {size:,} bytes compressed {size // max(compressed, 1):,}:1, over the "
+                f"{MEMBER_MAX_RATIO}:1 ratio cap (not read)"
+            )
         return None
 
     def _zip_file(self, info, name: str) -> ForkFile:
@@ -259,10 +306,17 @@ class ArchiveFork:
             self.budget.path(info.filename)
             other = _other_name(info)
             if other is not None:
-                self._disputed.append((info.filename, other, (
-                    f"zipfile reads this member's name differently by Python version: {info.filename!r} here, "
-                    f"{other!r} elsewhere (an Info-ZIP Unicode Path field, which Python 3.12 and later honour): "
-                    f"where pip installs it depends on the Python running pip")))
+                self._disputed.append(
+                    (
+                        info.filename,
+                        other,
+                        (
+                            f"zipfile reads this member's name differently by Python version: {info.filename!r} here, "
+                            f"{other!r} elsewhere (an Info-ZIP Unicode Path field, which Python 3.12 and later honour): "
+                            f"where pip installs it depends on the Python running pip"
+                        ),
+                    )
+                )
         if self.wheel:
             layout = wheel_layout.lay_out([i.filename for i in infos])
             self.notes += layout.notes
@@ -273,8 +327,10 @@ class ArchiveFork:
                 info = last[names[-1]]
                 dup = None
                 if len(names) > 1:
-                    dup = (f"{len(names)} members install to this path ({', '.join(names)}): pip keeps the last "
-                           f"one (checked), pypa/installer refuses the wheel")
+                    dup = (
+                        f"{len(names)} members install to this path ({', '.join(names)}): pip keeps the last "
+                        f"one (checked), pypa/installer refuses the wheel"
+                    )
                 self._add(path, names[-1], self._zip_file(info, names[-1]), dup)
                 self._members[path] = info
             return
@@ -314,19 +370,32 @@ class ArchiveFork:
                 self.budget.entry(self.label)
                 self.budget.path(m.name)
                 if m.offset_data + max(m.size, 0) > ARCHIVE_MAX_BYTES:  # reaching what follows inflates it all
-                    raise CannotCheck(f"{self.label}: the tar stream runs past {ARCHIVE_MAX_BYTES >> 20} MiB "
-                                      f"uncompressed; not checked")
+                    raise CannotCheck(
+                        f"{self.label}: the tar stream runs past {ARCHIVE_MAX_BYTES >> 20} MiB "
+                        f"uncompressed; not checked"
+                    )
                 self.budget.take(512 + len(m.name) + len(m.linkname), self.label)  # the header blocks
                 self.budget.check_time(self.label)
                 if m.isdir():
                     continue
                 if m.issym() or m.islnk():
                     kind = "symlink" if m.issym() else "hardlink"
-                    f = ForkFile(m.name, kind, "120000" if m.issym() else "", len(m.linkname), m.linkname,
-                                 escapes=link_escapes(m.name, m.linkname) if m.issym() else False)
+                    f = ForkFile(
+                        m.name,
+                        kind,
+                        "120000" if m.issym() else "",
+                        len(m.linkname),
+                        m.linkname,
+                        escapes=link_escapes(m.name, m.linkname) if m.issym() else False,
+                    )
                 elif m.isfile():
-                    f = ForkFile(m.name, "file", "100755" if m.mode & 0o100 else "100644", m.size,
-                                 too_large=self._size_cap(m.size, None))
+                    f = ForkFile(
+                        m.name,
+                        "file",
+                        "100755" if m.mode & 0o100 else "100644",
+                        m.size,
+                        too_large=self._size_cap(m.size, None),
+                    )
                 else:
                     f = ForkFile(m.name, "other", "", 0)
                 path, unsafe = install_path(m.name)
@@ -340,8 +409,10 @@ class ArchiveFork:
                     self.budget.take(max(m.size, 0), self.label)  # skipped, but inflated to reach the next member
                     continue
                 fh = tar.extractfile(m)
-                h, keep = hashlib.sha256(), _interesting(path) and m.size <= DIAGNOSE_MAX_BYTES and \
-                    kept + m.size <= _KEEP_BYTES
+                h, keep = (
+                    hashlib.sha256(),
+                    _interesting(path) and m.size <= DIAGNOSE_MAX_BYTES and kept + m.size <= _KEEP_BYTES,
+                )
                 chunks = []
                 for chunk in iter(lambda: fh.read(1 << 20), b""):
                     self.budget.take(len(chunk), self.label)
@@ -359,16 +430,19 @@ class ArchiveFork:
         from .compare import FileResult
 
         pre = f"{prefix}/" if prefix else ""
-        out = [FileResult(raw, "unsafe", diagnosis="unsafe-member", detail=why, fork_path=raw)
-               for raw, why in self._unsafe]
-        out += [FileResult(raw, "unsafe", diagnosis="unsafe-member", detail=why, fork_path=raw)
-                for raw, where, why in self._disputed
-                if any(n.startswith(pre) or is_our_name(n) for n in (where, raw))]
+        out = [
+            FileResult(raw, "unsafe", diagnosis="unsafe-member", detail=why, fork_path=raw) for raw, why in self._unsafe
+        ]
+        out += [
+            FileResult(raw, "unsafe", diagnosis="unsafe-member", detail=why, fork_path=raw)
+            for raw, where, why in self._disputed
+            if any(n.startswith(pre) or is_our_name(n) for n in (where, raw))
+        ]
         return out
 
     def list_under(self, prefix: str) -> tuple[dict[str, ForkFile], dict[str, str]]:
         pre = f"{prefix}/" if prefix else ""
-        return {p[len(pre):]: f for p, f in self._files.items() if p.startswith(pre)}, {}
+        return {p[len(pre) :]: f for p, f in self._files.items() if p.startswith(pre)}, {}
 
     def iter_paths(self) -> Iterator[str]:
         return iter(list(self._files))

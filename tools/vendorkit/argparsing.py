@@ -1,5 +1,6 @@
 """One exit-code contract for every tool here: a usage error exits 3 (argparse alone would exit 2, which the
 drift tools document as "could not check")."""
+
 from __future__ import annotations
 
 import argparse

@@ -14,6 +14,7 @@ killer.
 The limits are set with `--budget KEY=VALUE` (sizes take K, M, G suffixes; seconds a plain number); the keys and
 their defaults are in docs/vendoring.md ("Limits") and `describe_limits()`.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -28,13 +29,13 @@ _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 @dataclass(frozen=True)
 class Limits:
-    bytes: int = 8 << 30            # bytes read from sources plus bytes decompressed, over the whole run
-    entries: int = 300_000          # archive members, git tree entries, directory entries listed
-    name: int = 4096                # characters in one fork-relative path
-    depth: int = 128                # components in one fork-relative path
-    seconds: float = 900.0          # wall time of the run
+    bytes: int = 8 << 30  # bytes read from sources plus bytes decompressed, over the whole run
+    entries: int = 300_000  # archive members, git tree entries, directory entries listed
+    name: int = 4096  # characters in one fork-relative path
+    depth: int = 128  # components in one fork-relative path
+    seconds: float = 900.0  # wall time of the run
     request_seconds: float = 300.0  # one network request, its whole body included
-    memory: int = 3 << 30           # address space of the process (entry points) and buffers held
+    memory: int = 3 << 30  # address space of the process (entry points) and buffers held
 
     DESCRIBE = {
         "bytes": "bytes read and decompressed",
@@ -50,8 +51,9 @@ class Limits:
 def describe_limits() -> str:
     """One line per budget key, for --help and the docs."""
     d = Limits()
-    return "; ".join(f"{f.name} ({Limits.DESCRIBE[f.name]}, default {_show(f.name, getattr(d, f.name))})"
-                     for f in fields(Limits))
+    return "; ".join(
+        f"{f.name} ({Limits.DESCRIBE[f.name]}, default {_show(f.name, getattr(d, f.name))})" for f in fields(Limits)
+    )
 
 
 def _show(key: str, value) -> str:
@@ -85,8 +87,7 @@ class BudgetExceeded(CannotCheck):
 
     def __init__(self, key: str, detail: str):
         self.key = key
-        super().__init__(f"budget exhausted: {Limits.DESCRIBE[key]} ({detail}); a larger budget: "
-                         f"--budget {key}=N")
+        super().__init__(f"budget exhausted: {Limits.DESCRIBE[key]} ({detail}); a larger budget: --budget {key}=N")
 
 
 @dataclass

@@ -1,4 +1,5 @@
 """Canonical bytes of any released file: from the working tree when unchanged, else from git."""
+
 from __future__ import annotations
 
 import os
@@ -65,6 +66,11 @@ class SourceStore:
         return data if data is not None and sha256_bytes(data) == e.sha256 else None
 
     def why_missing(self) -> str:
-        return ("the lineage was imported from hashes only: pass --bytes-from SOURCE (a checkout, git:DIR@REF, "
-                "github:OWNER/REPO@REF or a wheel that has these bytes)") if self.view is None else \
-            "--bytes-from does not hold these bytes at the lineage's paths"
+        return (
+            (
+                "the lineage was imported from hashes only: pass --bytes-from SOURCE (a checkout, git:DIR@REF, "
+                "github:OWNER/REPO@REF or a wheel that has these bytes)"
+            )
+            if self.view is None
+            else "--bytes-from does not hold these bytes at the lineage's paths"
+        )

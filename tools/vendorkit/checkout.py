@@ -12,6 +12,7 @@ the view. The fork's repository, its configuration, hooks and object database ar
 blob contents, which git parses in every clone anyway. Each git process runs under the run budget's memory and
 time. A `filter` attribute is reported: what it does depends on the cloner's configuration.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,17 +26,37 @@ from . import budget
 from .errors import CannotCheck
 from .safefs import ForkRoot, NotRegular, UnsafePath
 
-CONFIG = ("core.autocrlf=false", "core.eol=lf", "core.symlinks=true", "core.hooksPath=/dev/null",
-          "core.fsmonitor=false", "core.attributesFile=/dev/null", "core.protectNTFS=true", "protocol.allow=never",
-          "core.safecrlf=false", "advice.detachedHead=false", "gc.auto=0", "init.defaultBranch=sm120")
+CONFIG = (
+    "core.autocrlf=false",
+    "core.eol=lf",
+    "core.symlinks=true",
+    "core.hooksPath=/dev/null",
+    "core.fsmonitor=false",
+    "core.attributesFile=/dev/null",
+    "core.protectNTFS=true",
+    "protocol.allow=never",
+    "core.safecrlf=false",
+    "advice.detachedHead=false",
+    "gc.auto=0",
+    "init.defaultBranch=sm120",
+)
 ATTRS = ("text", "eol", "crlf", "filter", "ident", "working-tree-encoding")
 
 
 def _env(home: str) -> dict:
     keep = {k: v for k, v in os.environ.items() if k in ("PATH", "SYSTEMROOT", "TMPDIR", "TEMP", "TMP")}
-    return {**keep, "HOME": home, "XDG_CONFIG_HOME": home, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
-            "GIT_ATTR_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0", "GIT_NO_REPLACE_OBJECTS": "1", "LC_ALL": "C",
-            "GIT_OPTIONAL_LOCKS": "0"}
+    return {
+        **keep,
+        "HOME": home,
+        "XDG_CONFIG_HOME": home,
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_ATTR_NOSYSTEM": "1",
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_NO_REPLACE_OBJECTS": "1",
+        "LC_ALL": "C",
+        "GIT_OPTIONAL_LOCKS": "0",
+    }
 
 
 def _quote(path: str) -> str:
@@ -52,8 +73,9 @@ class Sandbox:
 
     def __init__(self, files: dict[str, tuple[str, bytes]]):
         if shutil.which("git") is None:
-            raise CannotCheck("this tree has .gitattributes, and git is needed to know what a checkout of it writes "
-                              "(install git)")
+            raise CannotCheck(
+                "this tree has .gitattributes, and git is needed to know what a checkout of it writes (install git)"
+            )
         self.tmp = tempfile.mkdtemp(prefix="sm120-checkout-")
         self.repo = os.path.join(self.tmp, "r")
         self.env = _env(self.tmp)
@@ -67,7 +89,7 @@ class Sandbox:
     def close(self) -> None:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
-    def __enter__(self) -> "Sandbox":
+    def __enter__(self) -> Sandbox:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -85,8 +107,9 @@ class Sandbox:
 
             kw["preexec_fn"] = _set_limits(ChildLimits(memory=b.limits.memory, cpu_seconds=int(left) + 1))
         try:
-            p = subprocess.run(cmd, cwd=cwd or self.repo, input=stdin, env=self.env, capture_output=True,
-                               timeout=left, **kw)
+            p = subprocess.run(
+                cmd, cwd=cwd or self.repo, input=stdin, env=self.env, capture_output=True, timeout=left, **kw
+            )
         except subprocess.TimeoutExpired:
             raise budget.BudgetExceeded("seconds", "while git checked the tree out") from None
         if p.returncode != 0:
@@ -96,10 +119,10 @@ class Sandbox:
 
     def _fast_import(self, files: dict[str, tuple[str, bytes]]) -> None:
         stream = []
-        for i, (path, (mode, data)) in enumerate(sorted(files.items()), 1):
+        for i, (_path, (_mode, data)) in enumerate(sorted(files.items()), 1):
             stream += [b"blob\nmark :%d\ndata %d\n" % (i, len(data)), data, b"\n"]
         stream.append(b"commit refs/heads/sm120\ncommitter sm120 <sm120@invalid> 0 +0000\ndata 0\n")
-        for i, (path, (mode, data)) in enumerate(sorted(files.items()), 1):
+        for i, (path, (mode, _data)) in enumerate(sorted(files.items()), 1):
             stream.append(f"M {mode} :{i} {_quote(path)}\n".encode())
         stream.append(b"\n")
         self._git("fast-import", "--quiet", stdin=b"".join(stream))
@@ -110,12 +133,13 @@ class Sandbox:
     def attributes(self, paths: list[str]) -> dict[str, dict[str, str]]:
         """path -> {attribute: value} of the set ones (git check-attr, from the commit's .gitattributes)."""
         self._git("read-tree", "sm120")
-        out = self._git("check-attr", "--cached", "-z", "--stdin", *ATTRS,
-                        stdin=b"".join(os.fsencode(p) + b"\0" for p in paths))
+        out = self._git(
+            "check-attr", "--cached", "-z", "--stdin", *ATTRS, stdin=b"".join(os.fsencode(p) + b"\0" for p in paths)
+        )
         parts = out.split(b"\0")
         found: dict[str, dict[str, str]] = {p: {} for p in paths}
         for i in range(0, len(parts) - 2, 3):
-            path, attr, value = (os.fsdecode(x) for x in parts[i:i + 3])
+            path, attr, value = (os.fsdecode(x) for x in parts[i : i + 3])
             if value != "unspecified" and path in found:
                 found[path][attr] = value
         return found
@@ -153,8 +177,9 @@ def on_the_way(attr_files: list[str], prefix: str) -> list[str]:
     return out
 
 
-def checkout_bytes(files: dict[str, tuple[str, bytes]], wanted: list[str]) -> tuple[dict[str, tuple[str, bytes]],
-                                                                                      dict[str, str]]:
+def checkout_bytes(
+    files: dict[str, tuple[str, bytes]], wanted: list[str]
+) -> tuple[dict[str, tuple[str, bytes]], dict[str, str]]:
     """({path: (kind, bytes)} a checkout of `files` writes for each wanted path, {path: filter driver} for the
     wanted files that name a filter)."""
     b = budget.current()

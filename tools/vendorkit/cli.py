@@ -1,4 +1,5 @@
 """Argument parsing and orchestration for tools/check_vendor.py."""
+
 from __future__ import annotations
 
 import argparse
@@ -6,8 +7,8 @@ import json
 import os
 import sys
 
-from .argparsing import UsageParser as _Parser
 from . import budget, inert
+from .argparsing import UsageParser as _Parser
 from .errors import EXIT_CANNOT_CHECK, EXIT_USAGE, CannotCheck, UsageError, VendorError
 
 FORMATS = ("text", "json", "markdown")
@@ -34,21 +35,34 @@ SYNOPSIS = """
 
 
 def _add_budget(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--budget", action="append", metavar="KEY=VALUE", default=[],
-                   help="raise or lower one limit of the run's budget (repeatable): " + budget.describe_limits())
+    p.add_argument(
+        "--budget",
+        action="append",
+        metavar="KEY=VALUE",
+        default=[],
+        help="raise or lower one limit of the run's budget (repeatable): " + budget.describe_limits(),
+    )
 
 
 def _add_ranges(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--range-reads", action="store_true",
-                   help="pypi: read wheels in place with HTTP range requests instead of downloading them; the "
-                        "index's sha256 is then not checked, and the report says so (unverified)")
+    p.add_argument(
+        "--range-reads",
+        action="store_true",
+        help="pypi: read wheels in place with HTTP range requests instead of downloading them; the "
+        "index's sha256 is then not checked, and the report says so (unverified)",
+    )
 
 
 def _check_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="check_vendor.py", usage=SYNOPSIS, description=(
-        "Verify that a fork's copy of device_layer/ is byte-identical to a release (or, with no --fork, "
-        "self-check this checkout). Exit: 0 in-sync, 1 stale/drifted/not-vendored, 2 could not check, "
-        "3 usage/config."))
+    p = _Parser(
+        prog="check_vendor.py",
+        usage=SYNOPSIS,
+        description=(
+            "Verify that a fork's copy of device_layer/ is byte-identical to a release (or, with no --fork, "
+            "self-check this checkout). Exit: 0 in-sync, 1 stale/drifted/not-vendored, 2 could not check, "
+            "3 usage/config."
+        ),
+    )
     p.add_argument("--fork", help="local path, github:OWNER/REPO@REF, a wheel or sdist, or pypi:NAME==VERSION")
     p.add_argument("--prefix", help="where the fork keeps the device layer (auto-detected when omitted)")
     g = p.add_mutually_exclusive_group()
@@ -58,34 +72,54 @@ def _check_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true", help="files the stamp does not own (foreign) are drift")
     p.add_argument("--sync", action="store_true", help="write the tag's files into the fork, then re-verify")
     p.add_argument("--dry-run", action="store_true", help="with --sync: print the actions only")
-    p.add_argument("--force", action="store_true",
-                   help="with --sync: overwrite the fork's own edits too, after copying them to "
-                        ".sm120-sync-backup/<time>/")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="with --sync: overwrite the fork's own edits too, after copying them to .sm120-sync-backup/<time>/",
+    )
     p.add_argument("--drop-patches", action="store_true", help="with --sync: replace files carrying pinned patches")
     p.add_argument("--no-diff", action="store_true", help="skip content diagnosis and diffs")
-    p.add_argument("--diff-lines", type=int, default=None, metavar="N",
-                   help="lines of each diff to show, in every format (default 200)")
-    p.add_argument("--full-diffs", action="store_true", help="show whole diffs (files over the 1 MiB diagnosis "
-                                                                  "cap still get none)")
-    p.add_argument("--diff", action="store_true", help="accepted for compatibility: changed files of github: "
-                                                        "forks are now always diagnosed from their contents")
+    p.add_argument(
+        "--diff-lines",
+        type=int,
+        default=None,
+        metavar="N",
+        help="lines of each diff to show, in every format (default 200)",
+    )
+    p.add_argument(
+        "--full-diffs", action="store_true", help="show whole diffs (files over the 1 MiB diagnosis cap still get none)"
+    )
+    p.add_argument(
+        "--diff",
+        action="store_true",
+        help="accepted for compatibility: changed files of github: forks are now always diagnosed from their contents",
+    )
     p.add_argument("--verbose", "-v", action="store_true", help="list ok files too (text format)")
     p.add_argument("--repo", default=_default_repo(), help="canonical checkout (default: this script's)")
     p.add_argument("--api-url", default=None, help="GitHub API base URL for github: forks")
     p.add_argument("--index-url", default=None, help="package index for pypi: forks (default: pip's, see docs)")
-    p.add_argument("--upstream", metavar="NAME", default=None,
-                   help="compare with an imported upstream lineage instead of our releases")
-    p.add_argument("--bytes-from", metavar="SOURCE", default=None,
-                   help="with --upstream: a source holding the lineage's bytes, for --sync and diffs (checkout, "
-                        "git:DIR@REF, ...)")
+    p.add_argument(
+        "--upstream",
+        metavar="NAME",
+        default=None,
+        help="compare with an imported upstream lineage instead of our releases",
+    )
+    p.add_argument(
+        "--bytes-from",
+        metavar="SOURCE",
+        default=None,
+        help="with --upstream: a source holding the lineage's bytes, for --sync and diffs (checkout, git:DIR@REF, ...)",
+    )
     _add_ranges(p)
     _add_budget(p)
     return p
 
 
 def _release_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="check_vendor.py release",
-                description="Write vendor_manifests/vX.Y.Z.yaml from the committed device_layer/.")
+    p = _Parser(
+        prog="check_vendor.py release",
+        description="Write vendor_manifests/vX.Y.Z.yaml from the committed device_layer/.",
+    )
     p.add_argument("version", help="new release tag, vMAJOR.MINOR.PATCH")
     p.add_argument("--repo", default=_default_repo())
     p.add_argument("--date", default=None, help="created date (YYYY-MM-DD); default today (UTC)")
@@ -93,16 +127,24 @@ def _release_parser() -> argparse.ArgumentParser:
 
 
 def _pin_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="check_vendor.py pin", description=(
-        "Record a reviewed local edit of a vendored file in the fork's stamp: from then on its exact bytes "
-        "report `patched` (exit 0) instead of drift, until the release changes the file."))
+    p = _Parser(
+        prog="check_vendor.py pin",
+        description=(
+            "Record a reviewed local edit of a vendored file in the fork's stamp: from then on its exact bytes "
+            "report `patched` (exit 0) instead of drift, until the release changes the file."
+        ),
+    )
     p.add_argument("file", help="the file, relative to the vendor root (or to the fork)")
     p.add_argument("--fork", required=True, help="local fork path")
     p.add_argument("--prefix", help="vendor root inside the fork (auto-detected when omitted)")
     p.add_argument("--reason", required=True, help="why the fork carries this edit")
     p.add_argument("--upstream", default=None, help="URL of the upstream issue or pull request")
-    p.add_argument("--lineage", default=None, metavar="NAME",
-                   help="the fork vendors an imported upstream lineage (its stamp names it)")
+    p.add_argument(
+        "--lineage",
+        default=None,
+        metavar="NAME",
+        help="the fork vendors an imported upstream lineage (its stamp names it)",
+    )
     p.add_argument("--repo", default=_default_repo())
     _add_budget(p)
     return p
@@ -119,8 +161,10 @@ def _run_release(argv: list[str]) -> int:
     a = _release_parser().parse_args(argv)
     dest = release(a.repo, a.version, a.date)
     rel = os.path.relpath(dest, a.repo)
-    _emit(f"wrote {rel}\nnext: git add {rel} && git commit -m 'release {a.version}' && git tag {a.version} && "
-          f"git push origin HEAD {a.version}\n")
+    _emit(
+        f"wrote {rel}\nnext: git add {rel} && git commit -m 'release {a.version}' && git tag {a.version} && "
+        f"git push origin HEAD {a.version}\n"
+    )
     return 0
 
 
@@ -143,8 +187,7 @@ def _canonical(a, ms):
     if getattr(a, "bytes_from", None):
         from .sources import open_source
 
-        if "://" not in a.bytes_from and ":" not in a.bytes_from.split("/", 1)[0] and \
-                not os.path.exists(a.bytes_from):
+        if "://" not in a.bytes_from and ":" not in a.bytes_from.split("/", 1)[0] and not os.path.exists(a.bytes_from):
             raise CannotCheck(f"--bytes-from {a.bytes_from}: no such file or directory")
         return SourceStore(open_source(a.bytes_from, a.api_url, a.index_url, single=True), ms)
     if ms.lineage is not None:
@@ -205,11 +248,14 @@ def _run_check(argv: list[str]) -> int:
         raise UsageError("--full-diffs and --diff-lines exclude each other")
     diff_lines = None if a.full_diffs else DEFAULT_DIFF_LINES if a.diff_lines is None else a.diff_lines
     if not os.path.isdir(os.path.join(a.repo, "vendor_manifests")) or not os.path.isdir(
-            os.path.join(a.repo, "device_layer")):
+        os.path.join(a.repo, "device_layer")
+    ):
         raise UsageError(f"--repo {a.repo}: not a deep_gemm_sm120 checkout (no device_layer/ and vendor_manifests/)")
     if a.bytes_from and not a.upstream:
-        raise UsageError("--bytes-from goes with --upstream NAME (a lineage imported from hashes only); our own "
-                         "releases' bytes come from this checkout")
+        raise UsageError(
+            "--bytes-from goes with --upstream NAME (a lineage imported from hashes only); our own "
+            "releases' bytes come from this checkout"
+        )
     ms = _manifests(a)
     if a.fork is None:
         if a.sync or a.prefix or a.upstream or a.bytes_from or a.range_reads:
@@ -223,22 +269,23 @@ def _run_check(argv: list[str]) -> int:
         return report.exit_code
 
     from .compare import Comparator, Report
-
     from .sources import open_source
 
     tag = ms.resolve(a.tag)
     if a.range_reads and not a.fork.startswith("pypi:"):
         raise UsageError("--range-reads goes with a pypi: fork")
-    if a.sync and (a.fork.startswith(("pypi:", "github:", "git:")) or a.fork.lower().endswith(
-            (".whl", ".zip", ".tar.gz", ".tgz"))):
+    if a.sync and (
+        a.fork.startswith(("pypi:", "github:", "git:")) or a.fork.lower().endswith((".whl", ".zip", ".tar.gz", ".tgz"))
+    ):
         raise UsageError("--sync works on local forks only")
     view = open_source(a.fork, a.api_url, a.index_url, sha256=not ms.has_blob_ids, ranges=a.range_reads)
     store = _canonical(a, ms)
     if hasattr(view, "parts"):  # a pypi: release: every file of it
         from .distributions import check_release
 
-        report = check_release(view, ms, tag, _given_prefix(a), canonical=store.get, want_diff=not a.no_diff,
-                               strict=a.strict)
+        report = check_release(
+            view, ms, tag, _given_prefix(a), canonical=store.get, want_diff=not a.no_diff, strict=a.strict
+        )
         _emit(render(report, a.format, a.verbose, diff_lines))
         return report.exit_code
     with _locked(a, view):
@@ -246,10 +293,12 @@ def _run_check(argv: list[str]) -> int:
         prefix = _resolve_prefix(a, view, ms)
 
         def compare(v=view):
-            rep = Report(mode="fork", target=v.label, tag=tag.tag, prefix=prefix, digest_kind=v.digest_kind,
-                         lineage=ms.lineage)
-            return Comparator(v, ms, tag, prefix, canonical=store.get, want_diff=not a.no_diff,
-                              strict=a.strict).run(rep)
+            rep = Report(
+                mode="fork", target=v.label, tag=tag.tag, prefix=prefix, digest_kind=v.digest_kind, lineage=ms.lineage
+            )
+            return Comparator(v, ms, tag, prefix, canonical=store.get, want_diff=not a.no_diff, strict=a.strict).run(
+                rep
+            )
 
         report = compare()
         if a.sync:
@@ -283,8 +332,10 @@ def _journal_first(a, view):
     if not left:
         return view
     if not a.sync or a.dry_run:
-        raise CannotCheck(f"an interrupted --sync left {left[0]} at the fork root: the fork may be between two "
-                          f"releases; run --sync (without --dry-run) to restore it first")
+        raise CannotCheck(
+            f"an interrupted --sync left {left[0]} at the fork root: the fork may be between two "
+            f"releases; run --sync (without --dry-run) to restore it first"
+        )
     out = _emit if a.format == "text" else sys.stderr.write
     for line in transaction.recover(view.fs) or []:
         out(inert.text(line) + "\n")
@@ -301,8 +352,11 @@ def _sync(a, view, ms, tag, prefix, store, compare, report):
     if not isinstance(view, LocalFork):
         raise UsageError("--sync works on local forks only")
     if report.verdict == "unknown":
-        raise CannotCheck("cannot sync a fork that could not be checked: " + "; ".join(
-            f"{f.path}: {f.detail}" for f in report.files if f.status == "error") or "; ".join(report.errors))
+        raise CannotCheck(
+            "cannot sync a fork that could not be checked: "
+            + "; ".join(f"{f.path}: {f.detail}" for f in report.files if f.status == "error")
+            or "; ".join(report.errors)
+        )
     actions = sync.plan(report, ms, tag, force=a.force, drop_patches=a.drop_patches)
     actions, backup_root = sync.preflight(actions, view, tag, store.get)
     out = _emit if a.format == "text" else sys.stderr.write  # keep stdout parseable
@@ -343,7 +397,7 @@ def _run_pin(argv: list[str]) -> int:
     prefix = _resolve_prefix(a, view, ms)
     rel = a.file.replace(os.sep, "/")
     if prefix and rel.startswith(prefix + "/"):
-        rel = rel[len(prefix) + 1:]
+        rel = rel[len(prefix) + 1 :]
     fs = view.fs
     stamp_rel = f"{prefix}/{STAMP}" if prefix else STAMP
     try:
@@ -374,8 +428,9 @@ def _run_pin(argv: list[str]) -> int:
     if a.upstream:
         entry["upstream"] = a.upstream
     patches.append(entry)
-    text = verifier.make_stamp(doc["tag"], info.owned, patches, (doc.get("verifier") or {}).get("sha256"),
-                               doc.get("lineage"))
+    text = verifier.make_stamp(
+        doc["tag"], info.owned, patches, (doc.get("verifier") or {}).get("sha256"), doc.get("lineage")
+    )
     try:
         fs.write_atomic(stamp_rel, text.encode(), 0o644)
     except (OSError, UnsafePath) as e:
@@ -385,20 +440,31 @@ def _run_pin(argv: list[str]) -> int:
 
 
 def _import_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="check_vendor.py import-manifest", description=(
-        "Store the manifest of another canonical source as an immutable release of an upstream lineage "
-        "(vendor_manifests/upstreams/NAME/TAG.json): from a VENDOR-sm120.json, one of our manifests, or a "
-        "tree (a directory, git:DIR@REF, github:OWNER/REPO@REF, a wheel or sdist; --prefix and --tag needed)."))
+    p = _Parser(
+        prog="check_vendor.py import-manifest",
+        description=(
+            "Store the manifest of another canonical source as an immutable release of an upstream lineage "
+            "(vendor_manifests/upstreams/NAME/TAG.json): from a VENDOR-sm120.json, one of our manifests, or a "
+            "tree (a directory, git:DIR@REF, github:OWNER/REPO@REF, a wheel or sdist; --prefix and --tag needed)."
+        ),
+    )
     p.add_argument("source", nargs="?", help="VENDOR-sm120.json, vX.Y.Z.yaml, or a source as --fork takes")
     p.add_argument("--from-git", metavar="DIR@REF", help="a ref of a local git repository (same as git:DIR@REF)")
     p.add_argument("--upstream", metavar="NAME", required=True, help="the lineage's name (a directory name)")
     p.add_argument("--prefix", help="the upstream's vendor root (detected from a VENDOR-sm120.json's paths)")
     p.add_argument("--tag", help="the release's tag (a VENDOR-sm120.json or manifest names its own)")
-    p.add_argument("--origin", default=None, help="where the hashes come from, recorded in the manifest instead "
-                                                   "of the default description (for a file: its repository, commit "
-                                                   "and path)")
-    p.add_argument("--all-files", action="store_true",
-                   help="from a tree: every file under --prefix (default: the sm120_*-named ones)")
+    p.add_argument(
+        "--origin",
+        default=None,
+        help="where the hashes come from, recorded in the manifest instead "
+        "of the default description (for a file: its repository, commit "
+        "and path)",
+    )
+    p.add_argument(
+        "--all-files",
+        action="store_true",
+        help="from a tree: every file under --prefix (default: the sm120_*-named ones)",
+    )
     p.add_argument("--date", default=None, help="imported date (YYYY-MM-DD); default today (UTC)")
     p.add_argument("--repo", default=_default_repo())
     p.add_argument("--api-url", default=None, help="GitHub API base URL for github: sources")
@@ -418,18 +484,28 @@ def _run_import(argv: list[str]) -> int:
     if a.origin:
         m.origin = a.origin
     dest = lineage.write(a.repo, m)
-    _emit(f"wrote {os.path.relpath(dest, a.repo)}: {m.label}, {len(m.files)} files under "
-          f"{inert.text(m.root or '.')} ({inert.text(m.origin)})\n")
+    _emit(
+        f"wrote {os.path.relpath(dest, a.repo)}: {m.label}, {len(m.files)} files under "
+        f"{inert.text(m.root or '.')} ({inert.text(m.origin)})\n"
+    )
     return 0
 
 
 def _provenance_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="check_vendor.py provenance", description=(
-        "For each vendored file of each source, which known releases (ours and every imported upstream "
-        "lineage) have exactly those bytes. Exit: 0 every file matches a release, 1 some file matches none, "
-        "2 a source could not be read, 3 usage error."))
-    p.add_argument("sources", nargs="+", metavar="SOURCE",
-                   help="directories, git:DIR@REF, github:OWNER/REPO@REF, wheels, sdists, pypi:NAME[==VERSION]")
+    p = _Parser(
+        prog="check_vendor.py provenance",
+        description=(
+            "For each vendored file of each source, which known releases (ours and every imported upstream "
+            "lineage) have exactly those bytes. Exit: 0 every file matches a release, 1 some file matches none, "
+            "2 a source could not be read, 3 usage error."
+        ),
+    )
+    p.add_argument(
+        "sources",
+        nargs="+",
+        metavar="SOURCE",
+        help="directories, git:DIR@REF, github:OWNER/REPO@REF, wheels, sdists, pypi:NAME[==VERSION]",
+    )
     p.add_argument("--prefix", help="the vendor root in every source (detected per source when omitted)")
     p.add_argument("--format", choices=FORMATS, default="text")
     p.add_argument("--repo", default=_default_repo())
@@ -453,8 +529,13 @@ def _fail(code: int, message: str, fmt: str | None) -> int:
     """Report a failure on stderr, and in the requested machine / CI format too: a JSON report's exit_code is
     ours, and a markdown job summary is never empty."""
     if fmt == "json":
-        _emit(json.dumps(inert.json_safe({"schema_version": 2, "verdict": "unknown", "exit_code": code,
-                                          "errors": [message]}), indent=2) + "\n")
+        _emit(
+            json.dumps(
+                inert.json_safe({"schema_version": 2, "verdict": "unknown", "exit_code": code, "errors": [message]}),
+                indent=2,
+            )
+            + "\n"
+        )
     elif fmt == "markdown":
         from .render import error_markdown
 
@@ -510,12 +591,16 @@ def main(argv: list[str] | None = None, standalone: bool = False) -> int:
     except KeyboardInterrupt:
         return _fail(EXIT_CANNOT_CHECK, "interrupted", fmt)
     except MemoryError:
-        return _fail(EXIT_CANNOT_CHECK, "budget exhausted: memory (an input needed more than --budget memory "
-                                        "allows)", fmt)
+        return _fail(
+            EXIT_CANNOT_CHECK, "budget exhausted: memory (an input needed more than --budget memory allows)", fmt
+        )
     except RecursionError:
         return _fail(EXIT_CANNOT_CHECK, "an input is nested too deeply to read", fmt)
     except OSError as e:  # anything the views did not already classify
         return _fail(EXIT_CANNOT_CHECK, str(e) or type(e).__name__, fmt)
-    except Exception as e:  # noqa: BLE001 - hostile input must never end in a traceback: exit 2, one line
-        return _fail(EXIT_CANNOT_CHECK, f"unexpected {type(e).__name__} while checking: {e} (a check_vendor bug: "
-                                        f"please report it with the input)", fmt)
+    except Exception as e:
+        return _fail(
+            EXIT_CANNOT_CHECK,
+            f"unexpected {type(e).__name__} while checking: {e} (a check_vendor bug: please report it with the input)",
+            fmt,
+        )

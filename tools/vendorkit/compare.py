@@ -1,13 +1,15 @@
 """The comparison engine: one fork view + the release manifests (+ the fork's stamp, when --sync wrote one)
 -> per-file statuses and a verdict."""
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from . import diagnose, verifier_gen
 from .errors import EXIT_CANNOT_CHECK, EXIT_DRIFT, EXIT_OK, CannotCheck, UsageError
-from .forkview import ForkFile, ForkView, join_path as _join
+from .forkview import ForkFile, ForkView
+from .forkview import join_path as _join
 from .hashing import sha256_bytes
 from .limits import DIAGNOSE_MAX_BYTES, MEMBER_MAX_BYTES, STAMP_MAX_BYTES
 from .manifest import FileEntry, Manifest, ManifestSet, fold, folds_to_itself
@@ -18,29 +20,41 @@ STATUSES = ("ok", "missing", "changed", "extra", "renamed", "mode", "patched", "
 REPLACED_BELOW = 0.35
 IN_SYNC_STATUSES = ("ok", "patched", "foreign")
 # findings that no release explains: a fork showing one is drifted, never merely stale
-UNSTALE = ("unsafe-member", "duplicate-member", "invalid-stamp", "too-large", "hardlink", "checkout-attributes",
-           "case-twin", "beside-verifier")
-_BESIDE = ("importable by Python from the directory of the offline verifier: an interpreter that does not isolate "
-           "itself (python without -I, or a verifier older than this check_vendor) imports it in place of the "
-           "standard library module it names")
-_TWIN = ("on file systems that ignore case or Unicode normalization (macOS, Windows) {} and this path are one "
-         "file: which bytes land there depends on the order of writing")
+UNSTALE = (
+    "unsafe-member",
+    "duplicate-member",
+    "invalid-stamp",
+    "too-large",
+    "hardlink",
+    "checkout-attributes",
+    "case-twin",
+    "beside-verifier",
+)
+_BESIDE = (
+    "importable by Python from the directory of the offline verifier: an interpreter that does not isolate "
+    "itself (python without -I, or a verifier older than this check_vendor) imports it in place of the "
+    "standard library module it names"
+)
+_TWIN = (
+    "on file systems that ignore case or Unicode normalization (macOS, Windows) {} and this path are one "
+    "file: which bytes land there depends on the order of writing"
+)
 
 
 @dataclass
 class FileResult:
-    path: str                       # path relative to the prefix (the canonical path)
+    path: str  # path relative to the prefix (the canonical path)
     status: str
     diagnosis: str | None = None
     detail: str | None = None
-    expected: str | None = None     # digest from the manifest
-    actual: str | None = None       # digest found in the fork
-    fork_path: str | None = None    # where in the fork the file is (or was looked for)
-    diff: str | None = None         # unified diff (renderers cap it at --diff-lines unless --full-diffs)
+    expected: str | None = None  # digest from the manifest
+    actual: str | None = None  # digest found in the fork
+    fork_path: str | None = None  # where in the fork the file is (or was looked for)
+    diff: str | None = None  # unified diff (renderers cap it at --diff-lines unless --full-diffs)
     similarity: float | None = None  # changed content: difflib ratio against the release (0..1)
-    patch: dict | None = None       # patched: the pinned patch (reason, upstream)
-    drift: bool = True              # foreign files count only when they shadow a released path or --strict
-    dist: str | None = None         # the file of a multi-file release (a pypi: wheel or sdist) this is from
+    patch: dict | None = None  # patched: the pinned patch (reason, upstream)
+    drift: bool = True  # foreign files count only when they shadow a released path or --strict
+    dist: str | None = None  # the file of a multi-file release (a pypi: wheel or sdist) this is from
 
     def __post_init__(self) -> None:
         if self.status == "ok":  # an identical file is never drift
@@ -52,8 +66,8 @@ class FileResult:
 
 @dataclass
 class Report:
-    mode: str                       # "fork" or "self"
-    target: str                     # fork label or repo path
+    mode: str  # "fork" or "self"
+    target: str  # fork label or repo path
     tag: str | None
     prefix: str | None
     digest_kind: str
@@ -62,8 +76,8 @@ class Report:
     files: list[FileResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
-    stamp: dict | None = None       # {"tag", "owned", "patches", "problems"} when the fork has one
-    lineage: str | None = None      # the upstream lineage compared with (None: our releases)
+    stamp: dict | None = None  # {"tag", "owned", "patches", "problems"} when the fork has one
+    lineage: str | None = None  # the upstream lineage compared with (None: our releases)
     owned: frozenset = frozenset()  # paths a trustworthy stamp owns (--sync may overwrite them, with a backup)
     distributions: list | None = None  # a multi-file release: what each file is and its verdict
 
@@ -76,13 +90,24 @@ class Report:
         return EXIT_CANNOT_CHECK
 
     @classmethod
-    def from_dict(cls, d: dict, owned=()) -> "Report":
+    def from_dict(cls, d: dict, owned=()) -> Report:
         """The report a JSON document (render.to_json) describes; `owned`: the paths its stamp owns."""
         fields = set(FileResult.__dataclass_fields__)
-        r = cls(mode=d["mode"], target=d["target"], tag=d["tag"], prefix=d["prefix"], digest_kind=d["digest"],
-                verdict=d["verdict"], stale_tag=d["stale_tag"], notes=list(d["notes"]), errors=list(d["errors"]),
-                stamp=d["stamp"], lineage=d["lineage"], owned=frozenset(owned),
-                distributions=d.get("distributions"))
+        r = cls(
+            mode=d["mode"],
+            target=d["target"],
+            tag=d["tag"],
+            prefix=d["prefix"],
+            digest_kind=d["digest"],
+            verdict=d["verdict"],
+            stale_tag=d["stale_tag"],
+            notes=list(d["notes"]),
+            errors=list(d["errors"]),
+            stamp=d["stamp"],
+            lineage=d["lineage"],
+            owned=frozenset(owned),
+            distributions=d.get("distributions"),
+        )
         r.files = [FileResult(**{k: v for k, v in f.items() if k in fields}) for f in d["files"]]
         return r
 
@@ -118,8 +143,9 @@ def detect_prefix(paths, released: set[str], ignore: tuple[str, ...] = ()) -> st
     if not found:
         raise UsageError("no released device-layer file found in the fork: pass --prefix DIR")
     if len(found) > 1:
-        cands = ", ".join(f"{p or '.'} ({len(s)} files)" for p, s in
-                          sorted(found.items(), key=lambda kv: (-len(kv[1]), kv[0])))
+        cands = ", ".join(
+            f"{p or '.'} ({len(s)} files)" for p, s in sorted(found.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+        )
         raise AmbiguousPrefix(f"ambiguous prefix: released files appear under {cands}; pass --prefix DIR")
     return next(iter(found))
 
@@ -129,16 +155,27 @@ def _matches(tags: list[str], checked: Manifest, ms: ManifestSet) -> tuple[str, 
     older = [ms.label(t) for t in tags if ms.by_tag[t].version < checked.version]
     newer = [ms.label(t) for t in tags if ms.by_tag[t].version > checked.version]
     if older:
-        return f"matches {older[-1]} (older)", f"identical to the file released in {', '.join(older)}: not yet " \
-                                                f"updated to {checked.label}"
-    return f"matches {newer[0]} (newer)", f"identical to the file released in {', '.join(newer)}, newer than " \
-                                          f"{checked.label}"
+        return (
+            f"matches {older[-1]} (older)",
+            f"identical to the file released in {', '.join(older)}: not yet updated to {checked.label}",
+        )
+    return (
+        f"matches {newer[0]} (newer)",
+        f"identical to the file released in {', '.join(newer)}, newer than {checked.label}",
+    )
 
 
 class Comparator:
-    def __init__(self, view: ForkView, manifests: ManifestSet, tag: Manifest, prefix: str,
-                 canonical: Callable[[FileEntry], bytes | None] | None = None, want_diff: bool = True,
-                 strict: bool = False):
+    def __init__(
+        self,
+        view: ForkView,
+        manifests: ManifestSet,
+        tag: Manifest,
+        prefix: str,
+        canonical: Callable[[FileEntry], bytes | None] | None = None,
+        want_diff: bool = True,
+        strict: bool = False,
+    ):
         self.view = view
         self.ms = manifests
         self.tag = tag
@@ -194,8 +231,11 @@ class Comparator:
             top, _, rest = rel.partition("/")
             if rel == VERIFIER:
                 continue
-            if (not rest and top.endswith(suffixes)) or top == "__pycache__" or (
-                    rest.startswith("__init__.") and "/" not in rest):
+            if (
+                (not rest and top.endswith(suffixes))
+                or top == "__pycache__"
+                or (rest.startswith("__init__.") and "/" not in rest)
+            ):
                 out.add(rel)
         return out
 
@@ -207,8 +247,15 @@ class Comparator:
         data = self.view.fetch(f, DIAGNOSE_MAX_BYTES)
         return sha256_bytes(data) if data is not None else None
 
-    def _diagnose_changed(self, rel: str, entry: FileEntry, f: ForkFile, actual: str | None,
-                          canon: bytes | None = None, what: str = "the release") -> FileResult:
+    def _diagnose_changed(
+        self,
+        rel: str,
+        entry: FileEntry,
+        f: ForkFile,
+        actual: str | None,
+        canon: bytes | None = None,
+        what: str = "the release",
+    ) -> FileResult:
         r = FileResult(rel, "changed", expected=entry.digest(self.kind), actual=actual, fork_path=f.path)
         if f.kind == "symlink" and entry.mode != "120000":
             where = "outside the fork, not followed" if f.escapes else "not followed"
@@ -216,7 +263,10 @@ class Comparator:
             r.diagnosis, r.detail = "symlink", f"is a symlink{to} ({where})"
             return r
         if f.kind == "hardlink":
-            r.diagnosis, r.detail = "hardlink", f"is a hard link to {f.target} (an installer writes that member's bytes)"
+            r.diagnosis, r.detail = (
+                "hardlink",
+                f"is a hard link to {f.target} (an installer writes that member's bytes)",
+            )
             return r
         if f.kind == "other":
             r.diagnosis, r.detail = "not-a-file", "is not a regular file"
@@ -233,8 +283,10 @@ class Comparator:
             r.detail = "content differs"
             return r
         if max(f.size, entry.size or 0) > DIAGNOSE_MAX_BYTES:
-            r.detail = (f"content differs ({f.size:,} bytes, {what} {entry.size or 0:,}; over the "
-                        f"{DIAGNOSE_MAX_BYTES >> 20} MiB diagnosis cap: no diff)")
+            r.detail = (
+                f"content differs ({f.size:,} bytes, {what} {entry.size or 0:,}; over the "
+                f"{DIAGNOSE_MAX_BYTES >> 20} MiB diagnosis cap: no diff)"
+            )
             return r
         if canon is None and self.canonical is not None:
             canon = self.canonical(entry)
@@ -253,8 +305,10 @@ class Comparator:
             sim, ops = diagnose.compare(canon, fork_bytes)
         except diagnose.OverWorkCap:
             mine, theirs = fork_bytes.count(b"\n"), canon.count(b"\n")
-            r.detail = (f"content differs ({mine:,} lines, {what} {theirs:,}; too different to compare within "
-                        f"the diagnosis work cap: no similarity or diff)")
+            r.detail = (
+                f"content differs ({mine:,} lines, {what} {theirs:,}; too different to compare within "
+                f"the diagnosis work cap: no similarity or diff)"
+            )
             return r
         r.similarity = round(sim.ratio, 3)
         if sim.ratio < REPLACED_BELOW and sim.kept < 0.5:  # not just our file with a lot added to it
@@ -287,36 +341,72 @@ class Comparator:
         expected = verifier_gen.digest(release, self.kind)
         fork_path = _join(self.prefix, VERIFIER)
         if f is None:
-            return FileResult(VERIFIER, "missing", detail=f"the offline verifier --sync writes for {release.tag}",
-                              expected=expected, fork_path=fork_path)
-        entry = FileEntry(VERIFIER, verifier_gen.digest(release, "sha256"), verifier_gen.digest(release, "git"),
-                          len(verifier_gen.build(release)), "100755")
+            return FileResult(
+                VERIFIER,
+                "missing",
+                detail=f"the offline verifier --sync writes for {release.tag}",
+                expected=expected,
+                fork_path=fork_path,
+            )
+        entry = FileEntry(
+            VERIFIER,
+            verifier_gen.digest(release, "sha256"),
+            verifier_gen.digest(release, "git"),
+            len(verifier_gen.build(release)),
+            "100755",
+        )
         actual = None if f.kind != "file" or f.too_large else self.view.digest_of(f)
         if actual == expected:
             if f.mode != entry.mode:
-                return FileResult(VERIFIER, "mode", detail=f"mode {f.mode}, expected {entry.mode}",
-                                  expected=expected, actual=actual, fork_path=fork_path)
+                return FileResult(
+                    VERIFIER,
+                    "mode",
+                    detail=f"mode {f.mode}, expected {entry.mode}",
+                    expected=expected,
+                    actual=actual,
+                    fork_path=fork_path,
+                )
             return FileResult(VERIFIER, "ok", expected=expected, actual=actual, fork_path=fork_path)
         if actual is not None:
             sha = self._sha256(f, actual)
             older = [m.tag for m in self.ms.manifests if verifier_gen.digest(m, self.kind) == actual]
             if older:
                 diag, detail = _matches(older, release, self.ms)
-                return FileResult(VERIFIER, "changed", diagnosis=diag, detail=f"{detail} (the verifier)",
-                                  expected=expected, actual=actual, fork_path=fork_path)
+                return FileResult(
+                    VERIFIER,
+                    "changed",
+                    diagnosis=diag,
+                    detail=f"{detail} (the verifier)",
+                    expected=expected,
+                    actual=actual,
+                    fork_path=fork_path,
+                )
             if sha in verifier_gen.LEGACY:
-                return FileResult(VERIFIER, "changed", diagnosis="older-verifier",
-                                  detail=f"written by {verifier_gen.LEGACY[sha]}, which trusts any stamp that adds "
-                                         f"up; --sync replaces it", expected=expected, actual=actual,
-                                  fork_path=fork_path)
+                return FileResult(
+                    VERIFIER,
+                    "changed",
+                    diagnosis="older-verifier",
+                    detail=f"written by {verifier_gen.LEGACY[sha]}, which trusts any stamp that adds "
+                    f"up; --sync replaces it",
+                    expected=expected,
+                    actual=actual,
+                    fork_path=fork_path,
+                )
             data = self.view.fetch(f, DIAGNOSE_MAX_BYTES) if f.size <= DIAGNOSE_MAX_BYTES else None
             who = verifier_gen.older(data) if data is not None else None
             if who is not None:
-                return FileResult(VERIFIER, "changed", diagnosis="older-verifier",
-                                  detail=f"written by {who}; --sync replaces it", expected=expected, actual=actual,
-                                  fork_path=fork_path)
-        r = self._diagnose_changed(VERIFIER, entry, f, actual, verifier_gen.build(release),
-                                   f"the verifier of {release.tag}")
+                return FileResult(
+                    VERIFIER,
+                    "changed",
+                    diagnosis="older-verifier",
+                    detail=f"written by {who}; --sync replaces it",
+                    expected=expected,
+                    actual=actual,
+                    fork_path=fork_path,
+                )
+        r = self._diagnose_changed(
+            VERIFIER, entry, f, actual, verifier_gen.build(release), f"the verifier of {release.tag}"
+        )
         if r.diagnosis in ("content", "replaced"):
             r.detail = f"not the verifier --sync writes for {release.tag} (edited or replaced): " + r.detail
         return r
@@ -352,16 +442,28 @@ class Comparator:
             if not stamp.problems:
                 report.owned = frozenset(stamp.owned)
             if stamp.problems:  # one finding; the JSON's stamp.problems keeps them apart
-                results.append(FileResult(STAMP, "changed", diagnosis="invalid-stamp",
-                                          detail="; ".join(stamp.problems), fork_path=_join(self.prefix, STAMP)))
-        elif (named := sum(1 for rel in listing if self.ms.named_like(rel))) and \
-                not self._vendors_our_layer(listing, errors) and not errors:
+                results.append(
+                    FileResult(
+                        STAMP,
+                        "changed",
+                        diagnosis="invalid-stamp",
+                        detail="; ".join(stamp.problems),
+                        fork_path=_join(self.prefix, STAMP),
+                    )
+                )
+        elif (
+            (named := sum(1 for rel in listing if self.ms.named_like(rel)))
+            and not self._vendors_our_layer(listing, errors)
+            and not errors
+        ):
             # SM120-named files, none of them ours: the fork carries its own headers. (Only the fork's other files
             # under the prefix: a first vendoring, every file missing, which --sync writes.)
             report.verdict = "not-vendored"
-            report.notes.append(f"does not vendor this layer: none of the {named} device-layer-named files under "
-                                f"{self.prefix or '.'} equals a file of any release (its own SM120 headers?); "
-                                f"--sync would replace them and refuses to")
+            report.notes.append(
+                f"does not vendor this layer: none of the {named} device-layer-named files under "
+                f"{self.prefix or '.'} equals a file of any release (its own SM120 headers?); "
+                f"--sync would replace them and refuses to"
+            )
             self.want_diff = False
         try:
             verifier = self._verifier_result(listing.get(VERIFIER), stamp)
@@ -377,32 +479,68 @@ class Comparator:
                 missing.append(entry)
                 continue
             pinned = stamp is not None and any(p.get("path") == entry.path for p in stamp.doc["patches"])
-            actual = self._digest(f, errors, entry.path) if f.kind in ("file", "symlink") and not f.too_large \
-                and (pinned or self._could_match(entry.path, f)) else None
+            actual = (
+                self._digest(f, errors, entry.path)
+                if f.kind in ("file", "symlink") and not f.too_large and (pinned or self._could_match(entry.path, f))
+                else None
+            )
             if actual is None and any(e.path == entry.path for e in errors):
                 continue
             ours_digests[entry.path] = (actual, f.mode)  # None: bytes no release has (or not a file)
             expected = entry.digest(self.kind)
             if entry.path in twins:
-                results.append(FileResult(entry.path, "changed", diagnosis="case-twin",
-                                          detail=_TWIN.format(", ".join(twins[entry.path])), expected=expected,
-                                          actual=actual, fork_path=fork_path))
+                results.append(
+                    FileResult(
+                        entry.path,
+                        "changed",
+                        diagnosis="case-twin",
+                        detail=_TWIN.format(", ".join(twins[entry.path])),
+                        expected=expected,
+                        actual=actual,
+                        fork_path=fork_path,
+                    )
+                )
                 continue
             if f.checkout:  # git: what a checkout writes depends on the cloner (a filter, ident, an encoding)
-                results.append(FileResult(entry.path, "changed", diagnosis="checkout-attributes", detail=f.checkout,
-                                          expected=expected, actual=actual, fork_path=fork_path))
+                results.append(
+                    FileResult(
+                        entry.path,
+                        "changed",
+                        diagnosis="checkout-attributes",
+                        detail=f.checkout,
+                        expected=expected,
+                        actual=actual,
+                        fork_path=fork_path,
+                    )
+                )
                 continue
             if actual == expected and (f.kind == "symlink") == (entry.mode == "120000") and not f.duplicate:
                 if not entry.mode_matches(f.mode):
-                    results.append(FileResult(entry.path, "mode", detail=f"mode {f.mode}, expected {entry.mode}",
-                                              expected=expected, actual=actual, fork_path=fork_path))
+                    results.append(
+                        FileResult(
+                            entry.path,
+                            "mode",
+                            detail=f"mode {f.mode}, expected {entry.mode}",
+                            expected=expected,
+                            actual=actual,
+                            fork_path=fork_path,
+                        )
+                    )
                 else:
-                    results.append(FileResult(entry.path, "ok", expected=expected, actual=actual,
-                                              fork_path=fork_path))
+                    results.append(FileResult(entry.path, "ok", expected=expected, actual=actual, fork_path=fork_path))
                 continue
             if f.duplicate:
-                results.append(FileResult(entry.path, "changed", diagnosis="duplicate-member", detail=f.duplicate,
-                                          expected=expected, actual=actual, fork_path=fork_path))
+                results.append(
+                    FileResult(
+                        entry.path,
+                        "changed",
+                        diagnosis="duplicate-member",
+                        detail=f.duplicate,
+                        expected=expected,
+                        actual=actual,
+                        fork_path=fork_path,
+                    )
+                )
                 continue
             patch = None
             if stamp is not None and stamp.doc["patches"] and f.kind == "file" and actual is not None:
@@ -410,9 +548,19 @@ class Comparator:
                 patch = stamp.patch_for(entry.path, sha, entry.sha256) if sha else None
             if patch is not None:
                 why = patch["reason"] + (f" ({patch['upstream']})" if patch.get("upstream") else "")
-                results.append(FileResult(entry.path, "patched", diagnosis="pinned patch", detail=why,
-                                          expected=expected, actual=actual, fork_path=fork_path, patch=patch,
-                                          drift=False))
+                results.append(
+                    FileResult(
+                        entry.path,
+                        "patched",
+                        diagnosis="pinned patch",
+                        detail=why,
+                        expected=expected,
+                        actual=actual,
+                        fork_path=fork_path,
+                        patch=patch,
+                        drift=False,
+                    )
+                )
             else:
                 results.append(self._diagnose_changed(entry.path, entry, f, actual))
 
@@ -433,25 +581,47 @@ class Comparator:
                 rel = by_digest.get(entry.digest(self.kind))
                 if rel is not None and rel not in consumed:
                     consumed.add(rel)
-                    results.append(FileResult(entry.path, "renamed", detail=f"same bytes at {_join(self.prefix, rel)}",
-                                              expected=entry.digest(self.kind), actual=entry.digest(self.kind),
-                                              fork_path=_join(self.prefix, rel)))
+                    results.append(
+                        FileResult(
+                            entry.path,
+                            "renamed",
+                            detail=f"same bytes at {_join(self.prefix, rel)}",
+                            expected=entry.digest(self.kind),
+                            actual=entry.digest(self.kind),
+                            fork_path=_join(self.prefix, rel),
+                        )
+                    )
                 elif entry.path in getattr(self.view, "dirs", ()):
-                    results.append(FileResult(entry.path, "changed", diagnosis="not-a-file",
-                                              detail="is a directory (a file belongs here)",
-                                              expected=entry.digest(self.kind),
-                                              fork_path=_join(self.prefix, entry.path)))
+                    results.append(
+                        FileResult(
+                            entry.path,
+                            "changed",
+                            diagnosis="not-a-file",
+                            detail="is a directory (a file belongs here)",
+                            expected=entry.digest(self.kind),
+                            fork_path=_join(self.prefix, entry.path),
+                        )
+                    )
                 else:
-                    results.append(FileResult(entry.path, "missing", detail=_blocked_detail(entry.path, blocked),
-                                              expected=entry.digest(self.kind),
-                                              fork_path=_join(self.prefix, entry.path)))
+                    results.append(
+                        FileResult(
+                            entry.path,
+                            "missing",
+                            detail=_blocked_detail(entry.path, blocked),
+                            expected=entry.digest(self.kind),
+                            fork_path=_join(self.prefix, entry.path),
+                        )
+                    )
 
         for rel, f in sorted(others.items()):
             if rel in consumed:
                 continue
             if rel in beside:
-                results.append(FileResult(rel, "extra", diagnosis="beside-verifier", detail=_BESIDE,
-                                          fork_path=_join(self.prefix, rel)))
+                results.append(
+                    FileResult(
+                        rel, "extra", diagnosis="beside-verifier", detail=_BESIDE, fork_path=_join(self.prefix, rel)
+                    )
+                )
                 continue
             if stamp is None and not (rel in released or self.ms.named_like(rel)):
                 continue  # without a stamp only files that look like ours are considered
@@ -459,35 +629,63 @@ class Comparator:
             # a digest only where it can say something: foreign files, sizes no release has at a released path and
             # files over the member cap elsewhere are never read
             wanted = not foreign and (self._could_match(rel, f) if rel in released else f.size <= MEMBER_MAX_BYTES)
-            actual = self._digest(f, errors, rel) if f.kind in ("file", "symlink") and not f.too_large and wanted \
-                else None
+            actual = (
+                self._digest(f, errors, rel) if f.kind in ("file", "symlink") and not f.too_large and wanted else None
+            )
             if rel in twins:
-                results.append(FileResult(rel, "extra", diagnosis="case-twin",
-                                          detail=_TWIN.format(", ".join(twins[rel])), actual=actual,
-                                          fork_path=_join(self.prefix, rel)))
+                results.append(
+                    FileResult(
+                        rel,
+                        "extra",
+                        diagnosis="case-twin",
+                        detail=_TWIN.format(", ".join(twins[rel])),
+                        actual=actual,
+                        fork_path=_join(self.prefix, rel),
+                    )
+                )
                 continue
             if not foreign:  # foreign files never decide whether the fork is stale (a None digest: no release's)
                 ours_digests[rel] = (actual, f.mode)
             shipped = [m.label for m in self.ms.manifests if rel in m.by_path]
-            link = (f"; symlink to {f.target}" + (" (outside the fork)" if f.escapes else "")
-                    if f.kind == "symlink" else "") + (f"; {f.too_large}" if f.too_large else "")
+            link = (
+                f"; symlink to {f.target}" + (" (outside the fork)" if f.escapes else "") if f.kind == "symlink" else ""
+            ) + (f"; {f.too_large}" if f.too_large else "")
             if stamp is not None and rel not in stamp.owned:
                 if shipped:
-                    results.append(FileResult(rel, "extra", detail=f"not owned by the stamp, at a path "
-                                              f"{', '.join(shipped)} shipped (shadows a released file){link}",
-                                              actual=actual, fork_path=_join(self.prefix, rel)))
+                    results.append(
+                        FileResult(
+                            rel,
+                            "extra",
+                            detail=f"not owned by the stamp, at a path "
+                            f"{', '.join(shipped)} shipped (shadows a released file){link}",
+                            actual=actual,
+                            fork_path=_join(self.prefix, rel),
+                        )
+                    )
                 else:
-                    detail = "not written by --sync (the stamp does not own it)" + (
-                        "; --strict counts it as drift" if self.strict else "") + link
-                    results.append(FileResult(rel, "foreign", detail=detail, actual=actual,
-                                              fork_path=_join(self.prefix, rel), drift=self.strict))
+                    detail = (
+                        "not written by --sync (the stamp does not own it)"
+                        + ("; --strict counts it as drift" if self.strict else "")
+                        + link
+                    )
+                    results.append(
+                        FileResult(
+                            rel,
+                            "foreign",
+                            detail=detail,
+                            actual=actual,
+                            fork_path=_join(self.prefix, rel),
+                            drift=self.strict,
+                        )
+                    )
                 continue
             if shipped:
                 detail = f"shipped by {', '.join(shipped)}; not in {self.tag.label}"
             else:
                 detail = "named like a device-layer file (sm120_*) but no release ships it"
-            results.append(FileResult(rel, "extra", detail=detail + link, actual=actual,
-                                      fork_path=_join(self.prefix, rel)))
+            results.append(
+                FileResult(rel, "extra", detail=detail + link, actual=actual, fork_path=_join(self.prefix, rel))
+            )
 
         results.extend(errors)
         results.sort(key=lambda r: (r.path, r.status))
@@ -495,8 +693,10 @@ class Comparator:
         if report.verdict != "not-vendored" or errors:
             report.verdict, report.stale_tag = self._verdict(results, ours_digests)
         if report.verdict == "stale":
-            report.notes.append(f"the fork is identical to {self.ms.label(report.stale_tag)}; "
-                                f"run with --sync to move it to {self.tag.label}")
+            report.notes.append(
+                f"the fork is identical to {self.ms.label(report.stale_tag)}; "
+                f"run with --sync to move it to {self.tag.label}"
+            )
         return report
 
     def _verdict(self, results: list[FileResult], ours: dict[str, tuple[str, str]]) -> tuple[str, str | None]:

@@ -1,4 +1,5 @@
 """Why a vendored file differs: cosmetic (BOM, line endings, whitespace) or real content."""
+
 from __future__ import annotations
 
 import math
@@ -51,15 +52,18 @@ def percent(ratio: float) -> str:
 
 @dataclass(frozen=True)
 class Similarity:
-    ratio: float        # 2 * shared lines / all lines: 0 unrelated .. 1 identical
-    kept: float         # share of the release's lines the fork still has, in order
-    lines: int          # the release's line count
+    ratio: float  # 2 * shared lines / all lines: 0 unrelated .. 1 identical
+    kept: float  # share of the release's lines the fork still has, in order
+    lines: int  # the release's line count
     removed: int | None = None  # release lines not in the fork (None: not computed, files too unrelated)
     added: int | None = None
 
     def describe(self) -> str:
-        counts = "" if self.removed is None else \
-            f"{self.removed} of {self.lines} lines removed or changed, {self.added} added; "
+        counts = (
+            ""
+            if self.removed is None
+            else f"{self.removed} of {self.lines} lines removed or changed, {self.added} added; "
+        )
         return f"{counts}{percent(self.ratio)} % similar"
 
 
@@ -113,7 +117,7 @@ def _lcs_pairs(x: list[int], y: list[int], cap: int) -> list[tuple[int, int, int
     work = 0
     found = None
     for d in range(n + m + 1):
-        trace.append(v[offset - d:offset + d + 2] if d else [])
+        trace.append(v[offset - d : offset + d + 2] if d else [])
         for k in range(-d, d + 1, 2):
             if k == -d or (k != d and v[offset + k - 1] < v[offset + k + 1]):
                 i = v[offset + k + 1]
@@ -191,8 +195,9 @@ def _span(start: int, stop: int) -> str:
     return f"{start if not length else start + 1},{length}"
 
 
-def unified_diff(canon: bytes, fork: bytes, canon_name: str, fork_name: str, context: int = 3,
-                 ops: list | None = None) -> str:
+def unified_diff(
+    canon: bytes, fork: bytes, canon_name: str, fork_name: str, context: int = 3, ops: list | None = None
+) -> str:
     """The whole diff (both files are under the diagnosis size cap); renderers cap what they show. `ops`: the
     edit script compare() found, when it did. OverWorkCap when it cannot be found within the work cap."""
     a, b = _lines(canon), _lines(fork)
@@ -230,6 +235,10 @@ def capped(diff: str, max_lines: int | None) -> tuple[str, int]:
     None keeps every line."""
     lines = diff.splitlines(keepends=True)
     keep = lines if max_lines is None else lines[:max_lines]
-    out = "".join(ln if len(ln) <= DIFF_LINE_CHARS else
-                  ln[:DIFF_LINE_CHARS] + f" ... ({len(ln) - DIFF_LINE_CHARS:,} more characters)\n" for ln in keep)
+    out = "".join(
+        ln
+        if len(ln) <= DIFF_LINE_CHARS
+        else ln[:DIFF_LINE_CHARS] + f" ... ({len(ln) - DIFF_LINE_CHARS:,} more characters)\n"
+        for ln in keep
+    )
     return out, len(lines) - len(keep)

@@ -1,4 +1,5 @@
 """Typed failures that map onto check_vendor's documented exit codes."""
+
 from __future__ import annotations
 
 EXIT_OK = 0

@@ -4,13 +4,15 @@ A view lists entries under a prefix and yields one digest per file. The local vi
 sha256; a remote view (GitHub trees) hands out git blob ids, so the engine compares whichever
 digest the view declares in `digest_kind`.
 """
+
 from __future__ import annotations
 
 import os
 import re
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator, Protocol
+from typing import Protocol
 
 from . import budget
 from .errors import CannotCheck
@@ -20,17 +22,17 @@ from .safefs import ForkRoot, UnsafePath
 
 @dataclass(slots=True)  # a listing can hold hundreds of thousands of them
 class ForkFile:
-    path: str                 # POSIX path relative to the fork root
-    kind: str                 # "file" | "symlink" | "hardlink" (tar) | "other"
-    mode: str                 # git-style: 100644, 100755, 120000, or "" for other
+    path: str  # POSIX path relative to the fork root
+    kind: str  # "file" | "symlink" | "hardlink" (tar) | "other"
+    mode: str  # git-style: 100644, 100755, 120000, or "" for other
     size: int
     target: str | None = None  # symlink target, as stored in the link
-    escapes: bool = False      # symlink that resolves outside the fork root
+    escapes: bool = False  # symlink that resolves outside the fork root
     digest: str | None = None  # filled lazily (local) or from the listing (remote)
     too_large: str | None = None  # why an archive member is not read (size or compression-ratio cap)
     duplicate: str | None = None  # several archive members install to this path (detail)
-    checkout: str | None = None   # git: why a checkout's bytes cannot be known (a filter driver)
-    oid: str | None = None        # git: the blob's id (what the tree names)
+    checkout: str | None = None  # git: why a checkout's bytes cannot be known (a filter driver)
+    oid: str | None = None  # git: the blob's id (what the tree names)
 
 
 class ForkView(Protocol):
@@ -81,8 +83,9 @@ class LocalFork:
                 target = self.fs.readlink(rel)
             except OSError:
                 target = ""
-            return ForkFile(rel, "symlink", "120000", len(os.fsencode(target)), target, link_escapes(rel, target,
-                                                                                                  self.root))
+            return ForkFile(
+                rel, "symlink", "120000", len(os.fsencode(target)), target, link_escapes(rel, target, self.root)
+            )
         if stat.S_ISREG(st.st_mode):
             mode = "100755" if st.st_mode & stat.S_IXUSR else "100644"
             return ForkFile(rel, "file", mode, st.st_size)
@@ -111,14 +114,14 @@ class LocalFork:
         def skip(p: str) -> bool:  # descend everything but the prefix's .git; remember each directory
             b.entry(p)
             b.path(p)
-            self.dirs.add(p[len(pre):])
+            self.dirs.add(p[len(pre) :])
             return p == pre + ".git"
 
         try:
             for path, st in self.fs.walk(prefix, skip=skip):
                 b.entry(path)
                 b.path(path)
-                rel = path[len(pre):]
+                rel = path[len(pre) :]
                 if stat.S_ISLNK(st.st_mode):
                     blocked[rel] = f"under {path}, a symlinked directory"
                 files[rel] = self._entry(path, st)

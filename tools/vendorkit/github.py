@@ -8,13 +8,15 @@
   `x-ratelimit-remaining` are honoured when the wait fits in `max_wait`, otherwise the call fails with
   `CannotCheck` (the fork becomes `unknown`, never `drifted`).
 """
+
 from __future__ import annotations
 
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from . import net
 from .errors import CannotCheck, UsageError
@@ -30,9 +32,9 @@ class NotFound(CannotCheck):
 
 @dataclass
 class Counters:
-    requests: int = 0        # HTTP requests sent
-    not_modified: int = 0    # 304 answers (free of quota)
-    writes: int = 0          # POST/PATCH calls
+    requests: int = 0  # HTTP requests sent
+    not_modified: int = 0  # 304 answers (free of quota)
+    writes: int = 0  # POST/PATCH calls
 
     @property
     def counted(self) -> int:
@@ -42,11 +44,12 @@ class Counters:
 @dataclass
 class EtagStore:
     """ETag + body per URL, persisted as JSON between runs (e.g. through an Actions cache)."""
+
     path: str | None = None
     entries: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, path: str | None) -> "EtagStore":
+    def load(cls, path: str | None) -> EtagStore:
         store = cls(path)
         if path and os.path.exists(path):
             try:
@@ -68,9 +71,17 @@ class EtagStore:
 
 
 class GitHubClient:
-    def __init__(self, api_url: str | None = None, token: str | None = None, etags: EtagStore | None = None,
-                 max_retries: int = 3, max_wait: float = 60.0, timeout: float = 30.0, backoff: float = 1.0,
-                 sleep: Callable[[float], None] = time.sleep):
+    def __init__(
+        self,
+        api_url: str | None = None,
+        token: str | None = None,
+        etags: EtagStore | None = None,
+        max_retries: int = 3,
+        max_wait: float = 60.0,
+        timeout: float = 30.0,
+        backoff: float = 1.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
         try:
             import requests
         except ImportError:
@@ -86,8 +97,9 @@ class GitHubClient:
         self.sleep = sleep
         self.counters = Counters()
         self.session = requests.Session()
-        self.session.headers.update({"Accept": "application/vnd.github+json", "User-Agent": USER_AGENT,
-                                     "X-GitHub-Api-Version": "2022-11-28"})
+        self.session.headers.update(
+            {"Accept": "application/vnd.github+json", "User-Agent": USER_AGENT, "X-GitHub-Api-Version": "2022-11-28"}
+        )
         if self._token:
             self.session.headers["Authorization"] = f"Bearer {self._token}"
 
@@ -113,8 +125,15 @@ class GitHubClient:
                     return self.max_wait + 1
         return None
 
-    def request(self, method: str, path: str, params: dict | None = None, body: Any = None,
-                conditional: bool = True, slim: Callable[[Any], Any] | None = None) -> tuple[int, Any, Any]:
+    def request(
+        self,
+        method: str,
+        path: str,
+        params: dict | None = None,
+        body: Any = None,
+        conditional: bool = True,
+        slim: Callable[[Any], Any] | None = None,
+    ) -> tuple[int, Any, Any]:
         """(status, parsed JSON body, response). 304 answers return the stored body with status 200.
         `slim` reduces a body to what the caller needs before it is returned and stored with its ETag."""
         url = self._url(path)
@@ -129,8 +148,17 @@ class GitHubClient:
                 self.counters.requests += 1
                 if method != "GET":
                     self.counters.writes += 1
-                resp = net.request(self.session, method, url, params=params, json_body=body, headers=headers,
-                                   cap=API_MAX_BYTES, what=f"{method} {url}", read_timeout=self.timeout)
+                resp = net.request(
+                    self.session,
+                    method,
+                    url,
+                    params=params,
+                    json_body=body,
+                    headers=headers,
+                    cap=API_MAX_BYTES,
+                    what=f"{method} {url}",
+                    read_timeout=self.timeout,
+                )
             except self._requests.RequestException as e:
                 if attempt < self.max_retries:
                     self.sleep(delay)
@@ -145,8 +173,9 @@ class GitHubClient:
                 if wait <= self.max_wait and attempt < self.max_retries:
                     self.sleep(wait)
                     continue
-                raise CannotCheck(f"rate limited on {method} {url} (would wait {wait:.0f} s, "
-                                  f"bound {self.max_wait:.0f} s)")
+                raise CannotCheck(
+                    f"rate limited on {method} {url} (would wait {wait:.0f} s, bound {self.max_wait:.0f} s)"
+                )
             if resp.status_code >= 500:
                 if attempt < self.max_retries:
                     self.sleep(delay)
@@ -177,8 +206,9 @@ class GitHubClient:
             return resp.status_code, data, resp
         raise CannotCheck(f"giving up on {method} {url}")  # pragma: no cover - loop always returns or raises
 
-    def get(self, path: str, params: dict | None = None, conditional: bool = True,
-            slim: Callable[[Any], Any] | None = None) -> Any:
+    def get(
+        self, path: str, params: dict | None = None, conditional: bool = True, slim: Callable[[Any], Any] | None = None
+    ) -> Any:
         return self.request("GET", path, params=params, conditional=conditional, slim=slim)[1]
 
     def paginate(self, path: str, params: dict | None = None) -> list:

@@ -12,6 +12,7 @@ Every file is opened through safefs (no link is followed inside the repository);
 drawn from the run budget; declared sizes are checked against the caller's cap before anything is inflated, and
 inflation is bounded by the declared size; delta chains are resolved iteratively with a depth cap.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -28,8 +29,8 @@ from .safefs import ForkRoot, NotRegular, UnsafePath
 
 TYPES = {1: "commit", 2: "tree", 3: "blob", 4: "tag"}
 OFS_DELTA, REF_DELTA = 6, 7
-MAX_DELTA_CHAIN = 10_000      # git itself caps --depth at 4095
-MAX_REF_DELTA = 64          # deltas whose base is named by id, nested (a cycle of them is an error, not a hang)
+MAX_DELTA_CHAIN = 10_000  # git itself caps --depth at 4095
+MAX_REF_DELTA = 64  # deltas whose base is named by id, nested (a cycle of them is an error, not a hang)
 MAX_SYMREF = 8
 MAX_PEEL = 16
 READ = 1 << 16
@@ -59,8 +60,10 @@ def locate_git_dir(path: str) -> str:
         if stat.S_ISDIR(st.st_mode):
             return dot
         if stat.S_ISREG(st.st_mode):
-            raise CannotCheck(f"{dot} is a file (a linked work tree or a submodule, pointing elsewhere): pass the "
-                              f"repository that holds the objects")
+            raise CannotCheck(
+                f"{dot} is a file (a linked work tree or a submodule, pointing elsewhere): pass the "
+                f"repository that holds the objects"
+            )
         raise CannotCheck(f"{dot} is a symlink or not a directory (not followed)")
     if all(os.path.exists(os.path.join(path, p)) for p in ("HEAD", "objects", "refs")):
         return path  # a bare repository
@@ -69,12 +72,12 @@ def locate_git_dir(path: str) -> str:
 
 @dataclass
 class _Pack:
-    name: str          # objects/pack/pack-<hash> (no suffix)
+    name: str  # objects/pack/pack-<hash> (no suffix)
     count: int
-    version: int       # index version: 1 or 2
+    version: int  # index version: 1 or 2
     fanout: tuple
-    idx: object        # open file of the .idx
-    pack: object       # open file of the .pack
+    idx: object  # open file of the .idx
+    pack: object  # open file of the .pack
     pack_size: int
 
 
@@ -90,9 +93,11 @@ class Repository:
             raise CannotCheck(f"cannot open {self.git_dir}: {e.strerror or e}") from None
         self.budget = budget.current()
         if self._exists("objects/info/alternates") and self._read("objects/info/alternates", 1 << 16).strip():
-            raise CannotCheck(f"{self.path} borrows objects from another repository (objects/info/alternates), "
-                              f"which is not followed: pass a repository that holds its own objects "
-                              f"(git repack -a -d there)")
+            raise CannotCheck(
+                f"{self.path} borrows objects from another repository (objects/info/alternates), "
+                f"which is not followed: pass a repository that holds its own objects "
+                f"(git repack -a -d there)"
+            )
         self._packs: list[_Pack] | None = None
         self._cache: dict[str, tuple[str, bytes]] = {}
         self._cache_bytes = 0
@@ -174,8 +179,13 @@ class Repository:
         if spec == "HEAD" or spec.startswith("refs/"):
             oid = self._ref(spec)
         else:
-            for cand in (f"refs/{spec}", f"refs/tags/{spec}", f"refs/heads/{spec}", f"refs/remotes/{spec}",
-                         f"refs/remotes/{spec}/HEAD"):
+            for cand in (
+                f"refs/{spec}",
+                f"refs/tags/{spec}",
+                f"refs/heads/{spec}",
+                f"refs/remotes/{spec}",
+                f"refs/remotes/{spec}/HEAD",
+            ):
                 oid = self._ref(cand)
                 if oid is not None:
                     break
@@ -216,8 +226,9 @@ class Repository:
         if self._packs is None:
             self._packs = []
             try:
-                names = sorted(n for n, st in self.fs.list_dir("objects/pack")
-                               if n.endswith(".idx") and stat.S_ISREG(st.st_mode))
+                names = sorted(
+                    n for n, st in self.fs.list_dir("objects/pack") if n.endswith(".idx") and stat.S_ISREG(st.st_mode)
+                )
             except (FileNotFoundError, UnsafePath):
                 names = []
             for n in names:
@@ -484,7 +495,7 @@ class Repository:
         elif kind == REF_DELTA:
             if len(head) < i + 20:
                 _cannot(f"{p.name}.pack: truncated at {off}")
-            base = head[i:i + 20].hex()
+            base = head[i : i + 20].hex()
             i += 20
         elif kind not in TYPES:
             _cannot(f"{p.name}.pack: unknown object type {kind} at {off}")
@@ -565,10 +576,10 @@ class Repository:
             nul = data.find(b"\0", sp + 1) if sp > 0 else -1
             if sp < 0 or nul < 0 or nul + 21 > n or not re.fullmatch(rb"[0-7]{5,6}", data[i:sp]):
                 _cannot(f"tree {tree}: malformed entry at byte {i}")
-            name = os.fsdecode(data[sp + 1:nul])
+            name = os.fsdecode(data[sp + 1 : nul])
             if not name:
                 _cannot(f"tree {tree}: an entry with an empty name")
-            out.append((data[i:sp].decode(), name, data[nul + 1:nul + 21].hex()))
+            out.append((data[i:sp].decode(), name, data[nul + 1 : nul + 21].hex()))
             i = nul + 21
         return out
 
@@ -639,11 +650,11 @@ def _apply_delta(base: bytes, delta: bytes, cap: int, what: str) -> bytes:
             size = size or 0x10000
             if off + size > len(base):
                 _cannot(f"object {what}: a delta copies past its base")
-            out += base[off:off + size]
+            out += base[off : off + size]
         elif c:  # insert the next c bytes
             if pos + c > n:
                 _cannot(f"object {what}: truncated delta")
-            out += delta[pos:pos + c]
+            out += delta[pos : pos + c]
             pos += c
         else:
             _cannot(f"object {what}: a delta with a reserved opcode")

@@ -8,12 +8,13 @@ asked of git in a sandbox of our own (vendorkit.checkout); a file whose checkout
 reported as such, never certified. Tree entries a checkout refuses or misplaces are `unsafe` findings. A clone
 has none of the repository's own `info/attributes`, so it plays no part.
 """
+
 from __future__ import annotations
 
 import hashlib
 import os
 import re
-from typing import Iterator
+from collections.abc import Iterator
 
 from . import checkout
 from .archive import install_path
@@ -32,8 +33,9 @@ def is_git_spec(spec: str) -> bool:
 def parse_spec(spec: str) -> tuple[str, str]:
     m = _SPEC.fullmatch(spec)
     if not m:
-        raise UsageError(f"bad git source {spec!r}: expected git:DIR@REF (a local repository and a branch, tag "
-                         f"or commit)")
+        raise UsageError(
+            f"bad git source {spec!r}: expected git:DIR@REF (a local repository and a branch, tag or commit)"
+        )
     return m.group(1), m.group(2)
 
 
@@ -62,7 +64,7 @@ class GitRefFork:
         self.tree = self.git.commit_tree(self.commit)
         self.label = f"git:{self.repo}@{ref} ({self.commit[:12]})"
         self._unsafe: dict[str, str] = {}
-        self._bytes: dict[str, bytes] = {}    # path -> the checkout's bytes, where attributes apply
+        self._bytes: dict[str, bytes] = {}  # path -> the checkout's bytes, where attributes apply
         self._digests: dict[tuple, tuple[str, int]] = {}  # (blob id, kind) -> (sha256, size): blobs shared by paths
 
     # ------------------------------------------------------------ walking
@@ -108,7 +110,7 @@ class GitRefFork:
         if tree is not None:
             for path, mode, oid in self._entries(tree, prefix):
                 kind, m = _kind(mode)
-                out[path[len(pre):]] = ForkFile(path, kind, m, 0, oid=oid)
+                out[path[len(pre) :]] = ForkFile(path, kind, m, 0, oid=oid)
                 if path.rsplit("/", 1)[-1] == ".gitattributes" and kind in ("file", "symlink"):
                     attrs.append((path, mode, oid))
         for f in out.values():
@@ -139,8 +141,10 @@ class GitRefFork:
             self._bytes[path] = data
             f.size = len(data)
             if path in filters:
-                f.checkout = (f"a checkout runs the filter driver {filters[path]!r} on it (gitattributes filter="
-                              f"{filters[path]}): its bytes depend on the cloner's configuration")
+                f.checkout = (
+                    f"a checkout runs the filter driver {filters[path]!r} on it (gitattributes filter="
+                    f"{filters[path]}): its bytes depend on the cloner's configuration"
+                )
 
     def _blob(self, f: ForkFile) -> bytes:
         return self.git.read(f.oid, MEMBER_MAX_BYTES, want="blob")[1]
@@ -149,8 +153,10 @@ class GitRefFork:
     def findings(self, prefix: str) -> list:
         from .compare import FileResult
 
-        return [FileResult(raw, "unsafe", diagnosis="unsafe-member", detail=f"tree entry: {why}", fork_path=raw)
-                for raw, why in sorted(self._unsafe.items())]
+        return [
+            FileResult(raw, "unsafe", diagnosis="unsafe-member", detail=f"tree entry: {why}", fork_path=raw)
+            for raw, why in sorted(self._unsafe.items())
+        ]
 
     def _data(self, f: ForkFile) -> bytes:
         data = self._bytes.get(f.path)

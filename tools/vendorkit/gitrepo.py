@@ -1,4 +1,5 @@
 """Thin, read-mostly access to a git checkout through the git CLI."""
+
 from __future__ import annotations
 
 import shutil
@@ -26,8 +27,7 @@ class GitRepo:
 
     def run(self, *args: str, stdin: bytes | None = None, check: bool = True) -> bytes:
         try:
-            p = subprocess.run(["git", "-C", self.root, *args], input=stdin,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            p = subprocess.run(["git", "-C", self.root, *args], input=stdin, capture_output=True)
         except FileNotFoundError:
             raise CannotCheck("git is not installed") from None
         if check and p.returncode != 0:
@@ -74,7 +74,7 @@ class GitRepo:
             if len(header) < 3 or header[1] != "blob":
                 raise CannotCheck(f"git object {oid} is missing or not a blob")
             size = int(header[2])
-            blobs[oid] = out[nl + 1: nl + 1 + size]
+            blobs[oid] = out[nl + 1 : nl + 1 + size]
             pos = nl + 1 + size + 1
         return blobs
 
@@ -88,6 +88,7 @@ class GitRepo:
         return commits[0] if commits else None
 
     def show(self, rev: str, path: str) -> bytes | None:
-        out = subprocess.run(["git", "-C", self.root, "show", f"{rev}:{path}"],
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        out = subprocess.run(
+            ["git", "-C", self.root, "show", f"{rev}:{path}"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        )
         return out.stdout if out.returncode == 0 else None

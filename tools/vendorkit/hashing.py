@@ -1,8 +1,10 @@
 """Digests used in manifests: sha256, git blob ids and the tree digest."""
+
 from __future__ import annotations
 
 import hashlib
-from typing import BinaryIO, Iterable
+from collections.abc import Iterable
+from typing import BinaryIO
 
 CHUNK = 1 << 20
 

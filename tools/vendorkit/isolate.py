@@ -8,6 +8,7 @@ Limits (POSIX, set in the child before it runs anything): address space (the bud
 files, and the size of any file it writes (temporary downloads included); the parent adds a wall-clock timeout
 and a cap on the answer's size. Elsewhere the child runs without rlimits, under the timeout and the cap alone.
 """
+
 from __future__ import annotations
 
 import json
@@ -43,8 +44,12 @@ def _set_limits(lim: ChildLimits):
     def apply() -> None:  # runs in the child between fork and exec
         import resource
 
-        for what, value in ((resource.RLIMIT_AS, lim.memory), (resource.RLIMIT_CPU, lim.cpu_seconds),
-                            (resource.RLIMIT_NOFILE, lim.open_files), (resource.RLIMIT_FSIZE, lim.file_bytes)):
+        for what, value in (
+            (resource.RLIMIT_AS, lim.memory),
+            (resource.RLIMIT_CPU, lim.cpu_seconds),
+            (resource.RLIMIT_NOFILE, lim.open_files),
+            (resource.RLIMIT_FSIZE, lim.file_bytes),
+        ):
             soft, hard = resource.getrlimit(what)
             want = value if hard == resource.RLIM_INFINITY else min(value, hard)
             try:
@@ -60,29 +65,35 @@ def _describe_end(code: int, lim: ChildLimits) -> str:
     if code < 0:
         sig = -code
         name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
-        hint = {signal.SIGKILL: "killed (the memory limit, or the timeout)",
-                signal.SIGXCPU: f"over its CPU limit ({lim.cpu_seconds} s)",
-                getattr(signal, "SIGXFSZ", -1): f"over its file size limit ({lim.file_bytes:,} bytes)",
-                signal.SIGSEGV: "crashed (segmentation fault)"}.get(sig, "ended by a signal")
+        hint = {
+            signal.SIGKILL: "killed (the memory limit, or the timeout)",
+            signal.SIGXCPU: f"over its CPU limit ({lim.cpu_seconds} s)",
+            getattr(signal, "SIGXFSZ", -1): f"over its file size limit ({lim.file_bytes:,} bytes)",
+            signal.SIGSEGV: "crashed (segmentation fault)",
+        }.get(sig, "ended by a signal")
         return f"{hint}: {name}"
     return f"exited with status {code} and no answer"
 
 
-def run(function: str, payload: dict, lim: ChildLimits = ChildLimits(), path: tuple[str, ...] = ()) -> dict:
+def run(function: str, payload: dict, lim: ChildLimits | None = None, path: tuple[str, ...] = ()) -> dict:
     """`function(payload) -> dict` (a dotted name: `vendorkit.watch.child_check`) in a child process; its dict
     back. `path`: directories the child looks for the function's module in, before tools/. ChildFailed when the
-    child ends without an answer."""
+    child ends without an answer. `lim`: default ChildLimits()."""
+    lim = lim if lim is not None else ChildLimits()
     module, _, fn = function.rpartition(".")
-    boot = ("import importlib, json, sys\n"
-            f"sys.path[:0] = {[*path, TOOLS]!r}\n"
-            f"f = getattr(importlib.import_module({module!r}), {fn!r})\n"
-            "from vendorkit.isolate import answer\n"
-            "answer(f, json.loads(sys.stdin.buffer.read()))\n")
+    boot = (
+        "import importlib, json, sys\n"
+        f"sys.path[:0] = {[*path, TOOLS]!r}\n"
+        f"f = getattr(importlib.import_module({module!r}), {fn!r})\n"
+        "from vendorkit.isolate import answer\n"
+        "answer(f, json.loads(sys.stdin.buffer.read()))\n"
+    )
     kwargs = {}
     if os.name == "posix":
         kwargs["preexec_fn"] = _set_limits(lim)
-    proc = subprocess.Popen([sys.executable, "-c", boot], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, **kwargs)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", boot], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, **kwargs
+    )
     try:
         proc.stdin.write(json.dumps(payload).encode())
         proc.stdin.close()
@@ -147,9 +158,9 @@ def answer(fn, payload: dict) -> None:
     raised."""
     try:
         result = fn(payload)
-    except BaseException as e:  # noqa: BLE001 - the parent reports it as this downstream's failure
+    except BaseException as e:
         sys.stdout.write(json.dumps({"answer": {"failed": f"{type(e).__name__}: {e}"}}))
         sys.stdout.flush()
-        raise SystemExit(0)
+        raise SystemExit(0) from None
     sys.stdout.write(json.dumps({"answer": result}))
     sys.stdout.flush()

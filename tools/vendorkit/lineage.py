@@ -9,6 +9,7 @@ A lineage manifest is data, hashes only:
 Blob ids, sizes and modes are there when the import read a tree (git, github:, an archive), absent when it read a
 `VENDOR-sm120.json`. JSON, so that reading one needs only the standard library.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -59,8 +60,10 @@ def parse(text: str, where: str, expect_lineage: str | None = None, expect_tag: 
         raise ManifestError(f"{where}: not valid JSON ({e})") from None
     if not isinstance(raw, dict) or set(raw) != _KEYS:
         got = set(raw) if isinstance(raw, dict) else set()
-        raise ManifestError(f"{where}: a lineage manifest has exactly the keys {sorted(_KEYS)} "
-                            f"(missing {sorted(_KEYS - got)}, unknown {sorted(got - _KEYS)})")
+        raise ManifestError(
+            f"{where}: a lineage manifest has exactly the keys {sorted(_KEYS)} "
+            f"(missing {sorted(_KEYS - got)}, unknown {sorted(got - _KEYS)})"
+        )
     if raw["schema"] != SCHEMA:
         raise ManifestError(f"{where}: unsupported schema {raw['schema']!r}")
     for key in ("lineage", "tag", "root", "origin", "imported", "tree_sha256"):
@@ -97,8 +100,17 @@ def parse(text: str, where: str, expect_lineage: str | None = None, expect_tag: 
         raise ManifestError(f"{where}: file paths must be unique and sorted")
     if raw["tree_sha256"] != tree_sha256((f.path, f.sha256) for f in files):
         raise ManifestError(f"{where}: tree_sha256 does not match the listed files")
-    return Manifest(tag=raw["tag"], created=raw["imported"], tree_sha256=raw["tree_sha256"], files=files,
-                    requires={}, root=raw["root"], source=where, lineage=raw["lineage"], origin=raw["origin"])
+    return Manifest(
+        tag=raw["tag"],
+        created=raw["imported"],
+        tree_sha256=raw["tree_sha256"],
+        files=files,
+        requires={},
+        root=raw["root"],
+        source=where,
+        lineage=raw["lineage"],
+        origin=raw["origin"],
+    )
 
 
 def dump(m: Manifest) -> str:
@@ -112,8 +124,16 @@ def dump(m: Manifest) -> str:
         if e.mode:
             d["mode"] = e.mode
         files.append(d)
-    doc = {"schema": SCHEMA, "lineage": m.lineage, "tag": m.tag, "root": m.root, "origin": m.origin,
-           "imported": m.created, "tree_sha256": m.tree_sha256, "files": files}
+    doc = {
+        "schema": SCHEMA,
+        "lineage": m.lineage,
+        "tag": m.tag,
+        "root": m.root,
+        "origin": m.origin,
+        "imported": m.created,
+        "tree_sha256": m.tree_sha256,
+        "files": files,
+    }
     return json.dumps(doc, indent=1) + "\n"
 
 
@@ -121,8 +141,10 @@ def load(repo_root: str, name: str) -> ManifestSet:
     d = lineage_dir(repo_root, name)
     if not os.path.isdir(d):
         known = ", ".join(names(repo_root)) or "none"
-        raise UsageError(f"unknown upstream lineage {name!r}: imported lineages are {known} "
-                         f"(python tools/check_vendor.py import-manifest ... --upstream NAME)")
+        raise UsageError(
+            f"unknown upstream lineage {name!r}: imported lineages are {known} "
+            f"(python tools/check_vendor.py import-manifest ... --upstream NAME)"
+        )
     out = []
     for fn in sorted(os.listdir(d)):
         if not fn.endswith(".json"):
@@ -147,8 +169,9 @@ def detect_root(paths: list[str]) -> str:
     return "/".join(common)
 
 
-def build(name: str, tag: str, root: str, origin: str, entries: list[FileEntry], imported: str | None = None) \
-        -> Manifest:
+def build(
+    name: str, tag: str, root: str, origin: str, entries: list[FileEntry], imported: str | None = None
+) -> Manifest:
     check_name(name)
     if not is_lineage_tag(tag):
         raise UsageError(f"tag {tag!r} is not a version (v0.1.4, 2.8.1, 1.0rc1, ...)")
@@ -157,9 +180,16 @@ def build(name: str, tag: str, root: str, origin: str, entries: list[FileEntry],
     entries = sorted(entries, key=lambda e: e.path)
     for e in entries:
         check_safe_path(e.path, "imported path")
-    return Manifest(tag=tag, created=imported or _dt.datetime.now(_dt.timezone.utc).date().isoformat(),
-                    tree_sha256=tree_sha256((e.path, e.sha256) for e in entries), files=entries, requires={},
-                    root=root, lineage=name, origin=origin)
+    return Manifest(
+        tag=tag,
+        created=imported or _dt.datetime.now(_dt.timezone.utc).date().isoformat(),
+        tree_sha256=tree_sha256((e.path, e.sha256) for e in entries),
+        files=entries,
+        requires={},
+        root=root,
+        lineage=name,
+        origin=origin,
+    )
 
 
 def from_vendor_json(text: str, where: str, prefix: str | None) -> tuple[str, str, str, list[FileEntry]]:
@@ -201,8 +231,16 @@ def write(repo_root: str, m: Manifest) -> str:
     return dest
 
 
-def import_source(spec: str, name: str, prefix: str | None, tag: str | None, date: str | None,
-                  api_url: str | None = None, index_url: str | None = None, all_files: bool = False) -> Manifest:
+def import_source(
+    spec: str,
+    name: str,
+    prefix: str | None,
+    tag: str | None,
+    date: str | None,
+    api_url: str | None = None,
+    index_url: str | None = None,
+    all_files: bool = False,
+) -> Manifest:
     """The lineage manifest `import-manifest` stores for `spec`: a VENDOR-sm120.json, one of our manifests, or a
     tree source (files named like the layer, `sm120_*`, under --prefix; every file there with all_files)."""
     check_name(name)
@@ -215,8 +253,14 @@ def import_source(spec: str, name: str, prefix: str | None, tag: str | None, dat
 
         with open(spec, encoding="utf-8") as fh:
             m = parse_manifest(fh.read(), spec)
-        return build(name, tag or m.tag, m.root, f"deep_gemm_sm120-format manifest {os.path.basename(spec)} "
-                     f"(its tag {m.tag})", m.files, date)
+        return build(
+            name,
+            tag or m.tag,
+            m.root,
+            f"deep_gemm_sm120-format manifest {os.path.basename(spec)} (its tag {m.tag})",
+            m.files,
+            date,
+        )
     if prefix is None or tag is None:
         raise UsageError("importing from a tree needs --prefix (the upstream's vendor root) and --tag")
     from .hashing import git_blob_sha1, sha256_bytes

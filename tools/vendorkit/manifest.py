@@ -1,17 +1,19 @@
 """The release manifest (schema 1): model, validation, loading and deterministic writing."""
+
 from __future__ import annotations
 
 import os
 import posixpath
 import re
 import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
+from . import manifest_text, safefs, yamlio
 from .errors import CannotCheck, ManifestError, UsageError
 from .hashing import tree_sha256
 from .versions import is_tag, parse_tag, sort_key
-from . import manifest_text, safefs, yamlio
 
 SCHEMA = 1
 ROOT = "device_layer"
@@ -49,8 +51,12 @@ def fold(path: str) -> str:
 
 def folds_to_itself(path: str) -> bool:
     """A quick `fold(path) == path` for the common case (lowercase ASCII, nothing Windows strips)."""
-    return path.isascii() and path.islower() and ":" not in path and not any(
-        part.endswith((".", " ")) for part in path.split("/"))
+    return (
+        path.isascii()
+        and path.islower()
+        and ":" not in path
+        and not any(part.endswith((".", " ")) for part in path.split("/"))
+    )
 
 
 def check_safe_path(path: Any, where: str) -> str:
@@ -71,7 +77,7 @@ def check_safe_path(path: Any, where: str) -> str:
 class FileEntry:
     path: str
     sha256: str
-    git_blob_sha1: str | None   # None, like size and mode, in lineages imported from hashes only
+    git_blob_sha1: str | None  # None, like size and mode, in lineages imported from hashes only
     size: int | None
     mode: str | None
 
@@ -91,9 +97,9 @@ class Manifest:
     requires: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_REQUIRES))
     root: str = ROOT
     schema: int = SCHEMA
-    source: str | None = None   # file it was loaded from
+    source: str | None = None  # file it was loaded from
     lineage: str | None = None  # None: a deep_gemm_sm120 release; else an imported upstream (vendorkit.lineage)
-    origin: str | None = None   # lineages: where the hashes came from
+    origin: str | None = None  # lineages: where the hashes came from
 
     def __post_init__(self) -> None:
         self.by_path = {f.path: f for f in self.files}
@@ -174,8 +180,7 @@ def parse_manifest(text: str, where: str, expect_tag: str | None = None) -> Mani
         raise ManifestError(f"{where}: tree_sha256 must be 64 lowercase hex digits")
     if ts != tree_sha256((f.path, f.sha256) for f in files):
         raise ManifestError(f"{where}: tree_sha256 does not match the listed files")
-    return Manifest(tag=tag, created=created, tree_sha256=ts, files=files,
-                    requires=raw["requires"], source=where)
+    return Manifest(tag=tag, created=created, tree_sha256=ts, files=files, requires=raw["requires"], source=where)
 
 
 def dump_manifest(m: Manifest) -> str:
@@ -204,8 +209,7 @@ def dump_manifest(m: Manifest) -> str:
 
 def build_manifest(tag: str, created: str, files: Iterable[FileEntry]) -> Manifest:
     files = sorted(files, key=lambda f: f.path)
-    return Manifest(tag=tag, created=created, files=files,
-                    tree_sha256=tree_sha256((f.path, f.sha256) for f in files))
+    return Manifest(tag=tag, created=created, files=files, tree_sha256=tree_sha256((f.path, f.sha256) for f in files))
 
 
 class ManifestSet:
@@ -246,7 +250,7 @@ class ManifestSet:
         return self._folded
 
     @classmethod
-    def load_dir(cls, directory: str) -> "ManifestSet":
+    def load_dir(cls, directory: str) -> ManifestSet:
         try:
             names = sorted(os.listdir(directory))
         except FileNotFoundError:

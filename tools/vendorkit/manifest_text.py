@@ -1,5 +1,6 @@
 """The stdlib reader of the manifest format we write (so verifying needs no PyYAML). Its one implementation
 lives in tools/sm120_vendor_verify.py, the single-file verifier forks vendor; this adapts its errors."""
+
 from __future__ import annotations
 
 import os
@@ -8,7 +9,7 @@ import sys
 from .errors import ManifestError
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import sm120_vendor_verify as _verify  # noqa: E402
+import sm120_vendor_verify as _verify
 
 
 def parse(text: str, where: str) -> dict:

@@ -11,6 +11,7 @@ Every request is read here, never by requests' own conveniences (`.content`, `.j
 Transport failures stay requests' exceptions (callers retry or report them); a cap or deadline is BudgetExceeded
 or CannotCheck (exit 2).
 """
+
 from __future__ import annotations
 
 import json
@@ -28,10 +29,10 @@ CHUNK = 64 << 10
 @dataclass
 class Response:
     status_code: int
-    headers: Any          # requests' case-insensitive headers
+    headers: Any  # requests' case-insensitive headers
     url: str
-    content: bytes        # decoded body (empty when it went to a sink, or for HEAD)
-    size: int = 0         # body bytes delivered (decoded), to the sink too
+    content: bytes  # decoded body (empty when it went to a sink, or for HEAD)
+    size: int = 0  # body bytes delivered (decoded), to the sink too
 
     def json(self):
         """The body as JSON; ValueError (also for nesting too deep to parse) otherwise."""
@@ -70,8 +71,9 @@ class _Decoder:
     def __init__(self, encoding: str, what: str):
         enc = [e.strip().lower() for e in encoding.split(",") if e.strip() and e.strip().lower() != "identity"]
         if len(enc) > 1 or (enc and enc[0] not in ("gzip", "x-gzip", "deflate")):
-            raise CannotCheck(f"{what}: the server answered with Content-Encoding {encoding!r} (only gzip and "
-                              f"deflate are read)")
+            raise CannotCheck(
+                f"{what}: the server answered with Content-Encoding {encoding!r} (only gzip and deflate are read)"
+            )
         self.kind = enc[0] if enc else None
         self._z = None
         if self.kind in ("gzip", "x-gzip"):
@@ -98,18 +100,38 @@ class _Decoder:
                 return
 
 
-def request(http, method: str, url: str, *, cap: int, what: str, headers: dict | None = None,
-            params: dict | None = None, json_body: Any = None, sink: BinaryIO | None = None,
-            decode: bool = True, allow_redirects: bool = True, connect_timeout: float = 15.0,
-            read_timeout: float = 60.0) -> Response:
+def request(
+    http,
+    method: str,
+    url: str,
+    *,
+    cap: int,
+    what: str,
+    headers: dict | None = None,
+    params: dict | None = None,
+    json_body: Any = None,
+    sink: BinaryIO | None = None,
+    decode: bool = True,
+    allow_redirects: bool = True,
+    connect_timeout: float = 15.0,
+    read_timeout: float = 60.0,
+) -> Response:
     """One HTTP request through a requests session, read under the run's budget (see the module docstring).
     `cap`: largest body accepted (decoded bytes); `sink`: write the body there instead of keeping it; `decode`:
     decode a Content-Encoding (False: the raw bytes, as pip downloads files)."""
     b = budget.current()
     deadline, key = b.request_deadline()
     hdrs = {"Accept-Encoding": "gzip, deflate" if decode else "identity", **(headers or {})}
-    r = http.request(method, url, params=params, json=json_body, headers=hdrs, stream=True,
-                     timeout=(connect_timeout, read_timeout), allow_redirects=allow_redirects)
+    r = http.request(
+        method,
+        url,
+        params=params,
+        json=json_body,
+        headers=hdrs,
+        stream=True,
+        timeout=(connect_timeout, read_timeout),
+        allow_redirects=allow_redirects,
+    )
     try:
         out: list[bytes] = []
         size = 0

@@ -30,6 +30,7 @@ pip's rules, as pip 23-25 apply them (pip/_internal/index/package_finder.py, mod
 - among candidates: a pinned version keeps that version (a public one also matches its local versions, PEP 440);
   pre-releases only when nothing else is left; files that are not yanked before yanked ones; the highest version.
 """
+
 from __future__ import annotations
 
 import functools
@@ -37,7 +38,6 @@ import re
 from dataclasses import dataclass
 
 from .errors import CannotCheck
-
 from .versions import is_prerelease, pep440_key
 
 PYTHONS = tuple((m, False) for m in range(8, 15)) + ((13, True), (14, True))  # (minor, free-threaded)
@@ -45,20 +45,40 @@ GLIBC = ((2, 17), (2, 28), (2, 31), (2, 35), (2, 39))
 MUSL = ((1, 1), (1, 2))
 MACOS_ARM = ((11, 0), (12, 0), (13, 0), (14, 0), (15, 0))
 MACOS_X86 = ((10, 15),) + MACOS_ARM
-PLATFORMS = tuple([f"linux-x86_64 glibc{a}.{b}" for a, b in GLIBC] + [f"linux-aarch64 glibc{a}.{b}" for a, b in GLIBC]
-                  + [f"linux-x86_64 musl{a}.{b}" for a, b in MUSL] + [f"macos-arm64 {a}.{b}" for a, b in MACOS_ARM]
-                  + [f"macos-x86_64 {a}.{b}" for a, b in MACOS_X86] + ["win-amd64", "win32"])
-SDIST_EXTENSIONS = (".tar.gz", ".tgz", ".tar", ".zip", ".tar.bz2", ".tbz", ".tar.xz", ".txz", ".tlz", ".tar.lz",
-                    ".tar.lzma")
-_WHEEL = re.compile(r"(?P<name>[^\s-]+?)-(?P<ver>[^\s-]*?)(?:-(?P<build>\d[^-]*?))?-(?P<py>[^\s-]+?)-(?P<abi>[^\s-]+?)"
-                    r"-(?P<plat>[^\s-]+?)\.whl")
+PLATFORMS = tuple(
+    [f"linux-x86_64 glibc{a}.{b}" for a, b in GLIBC]
+    + [f"linux-aarch64 glibc{a}.{b}" for a, b in GLIBC]
+    + [f"linux-x86_64 musl{a}.{b}" for a, b in MUSL]
+    + [f"macos-arm64 {a}.{b}" for a, b in MACOS_ARM]
+    + [f"macos-x86_64 {a}.{b}" for a, b in MACOS_X86]
+    + ["win-amd64", "win32"]
+)
+SDIST_EXTENSIONS = (
+    ".tar.gz",
+    ".tgz",
+    ".tar",
+    ".zip",
+    ".tar.bz2",
+    ".tbz",
+    ".tar.xz",
+    ".txz",
+    ".tlz",
+    ".tar.lz",
+    ".tar.lzma",
+)
+_WHEEL = re.compile(
+    r"(?P<name>[^\s-]+?)-(?P<ver>[^\s-]*?)(?:-(?P<build>\d[^-]*?))?-(?P<py>[^\s-]+?)-(?P<abi>[^\s-]+?)"
+    r"-(?P<plat>[^\s-]+?)\.whl"
+)
 _PY_SUFFIX = re.compile(r"-py([123]\.?[0-9]?)\Z")
 _LEGACY_MANYLINUX = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
-_MAC_ARCHES = {"arm64": {"arm64", "universal2"},
-               "x86_64": {"x86_64", "intel", "fat64", "fat32", "universal2", "universal"}}
+_MAC_ARCHES = {
+    "arm64": {"arm64", "universal2"},
+    "x86_64": {"x86_64", "intel", "fat64", "fat32", "universal2", "universal"},
+}
 _WINDOWS = {"win-amd64": "win_amd64", "win32": "win32", "win-arm64": "win_arm64"}
-MAX_ENVIRONMENTS = 4096   # platforms x Pythons: a page naming thousands of levels is refused, not enumerated
-MAX_WORK = 4_000_000      # environments x files compared
+MAX_ENVIRONMENTS = 4096  # platforms x Pythons: a page naming thousands of levels is refused, not enumerated
+MAX_WORK = 4_000_000  # environments x files compared
 MAX_MINOR = 200
 
 
@@ -69,10 +89,11 @@ def canonical(name: str) -> str:
 @dataclass(frozen=True)
 class FileInfo:
     """What pip reads from a file name: the project, the version, and (wheels) the tag triples."""
+
     project: str
     version: str
-    tags: tuple[tuple[str, str, str], ...] | None   # None: an sdist
-    py_only: str | None = None                      # an sdist's -pyX.Y suffix
+    tags: tuple[tuple[str, str, str], ...] | None  # None: an sdist
+    py_only: str | None = None  # an sdist's -pyX.Y suffix
 
 
 def parse_filename(filename: str, project: str, egg: str | None = None, url_path: str = "") -> FileInfo | None:
@@ -83,8 +104,12 @@ def parse_filename(filename: str, project: str, egg: str | None = None, url_path
         m = _WHEEL.fullmatch(filename)
         if not m or canonical(m.group("name").replace("_", "-")) != want:
             return None
-        tags = tuple((py.lower(), abi.lower(), plat.lower()) for py in m.group("py").split(".")
-                     for abi in m.group("abi").split(".") for plat in m.group("plat").split("."))
+        tags = tuple(
+            (py.lower(), abi.lower(), plat.lower())
+            for py in m.group("py").split(".")
+            for abi in m.group("abi").split(".")
+            for plat in m.group("plat").split(".")
+        )
         return FileInfo(want, m.group("ver").replace("_", "-"), tags)
     ext = next((e for e in SDIST_EXTENSIONS if filename.endswith(e)), None)
     if ext is None or (ext == ".zip" and "macosx10" in url_path):
@@ -92,7 +117,7 @@ def parse_filename(filename: str, project: str, egg: str | None = None, url_path
     stem = egg if egg is not None else filename[: -len(ext)]
     for i, c in enumerate(stem):  # the first '-' whose prefix is the project's name
         if c == "-" and canonical(stem[:i]) == want:
-            version = stem[i + 1:]
+            version = stem[i + 1 :]
             if not version:
                 return None
             m = _PY_SUFFIX.search(version)
@@ -122,8 +147,9 @@ def _platform_ok(plat: str, platform: str) -> bool:
             return True
         m = re.fullmatch(r"(manylinux1|manylinux2010|manylinux2014)_" + re.escape(arch), plat)
         if m:  # pip maps manylinux1 / 2010 on x86-64 and i686 only, manylinux2014 on every arch
-            return _LEGACY_MANYLINUX[m.group(1)] <= have and (arch in ("x86_64", "i686") or
-                                                               m.group(1) == "manylinux2014")
+            return _LEGACY_MANYLINUX[m.group(1)] <= have and (
+                arch in ("x86_64", "i686") or m.group(1) == "manylinux2014"
+            )
         m = re.fullmatch(r"manylinux_(\d+)_(\d+)_" + re.escape(arch), plat)
         return bool(m and (int(m.group(1)), int(m.group(2))) <= have)
     if family.startswith("macos-"):
@@ -186,8 +212,13 @@ def _clauses(spec: str) -> list[tuple[str, str]] | None:
         wild = v.endswith(".*")
         base = v[:-2] if wild else v
         key = pep440_key(base)
-        if key is None or base != base.strip() or (wild and op not in ("==", "!=")) or (
-                "+" in base and op not in ("==", "!=")) or (wild and "+" in base):
+        if (
+            key is None
+            or base != base.strip()
+            or (wild and op not in ("==", "!="))
+            or ("+" in base and op not in ("==", "!="))
+            or (wild and "+" in base)
+        ):
             return None
         if op == "~=" and len(_release(base) or ()) < 2:  # "~=3" is invalid: at least two release numbers
             return None
@@ -239,6 +270,7 @@ def _clause(op: str, value: str, py: tuple[int, int, int]) -> bool:
 
 
 # ---------------------------------------------------------------- pip's choice
+
 
 def pinned_match(version: str, pinned: str) -> bool:
     """PEP 440 `==pinned`: a public version also matches the same version with any local label."""
@@ -303,8 +335,10 @@ def environments(infos: list) -> tuple[list[str], list[tuple[int, bool]]]:
     minors = sorted({n for m in minors for n in (m - 1, m, m + 1) if 0 <= n <= MAX_MINOR})
     pythons = [(m, False) for m in minors] + [(m, True) for m in minors if m >= 13]
     if len(platforms) * len(pythons) > MAX_ENVIRONMENTS:
-        raise CannotCheck(f"the project's files name {len(platforms):,} platforms and {len(pythons)} Pythons, "
-                          f"over the {MAX_ENVIRONMENTS:,} environments pip's choice is taken in; not checked")
+        raise CannotCheck(
+            f"the project's files name {len(platforms):,} platforms and {len(pythons)} Pythons, "
+            f"over the {MAX_ENVIRONMENTS:,} environments pip's choice is taken in; not checked"
+        )
     return list(platforms), pythons
 
 
@@ -313,6 +347,7 @@ class Choice:
     """pip's choice: {PEP 440 key of a version it installs somewhere: the environments (`platform|py3.N`, or
     `interpreter|TAG` for an interpreter of no kind modelled here) that install it}, and the environments
     considered (for `where`)."""
+
     versions: dict[tuple, list[str]]
     platforms: list[str]
     pythons: list[tuple[int, bool]]
@@ -333,22 +368,24 @@ def _best(cands: list, pinned: str | None) -> tuple:
 def choose(files: list, project: str, pinned: str | None) -> Choice:
     """pip's choice among `files` (objects with `.filename`, `.yanked`, `.requires_python`, `.egg`, `.url_path`)
     of `project`, in every environment that can choose differently (see the module's docstring)."""
-    infos = [(f, parse_filename(f.filename, project, getattr(f, "egg", None), getattr(f, "url_path", "")))
-             for f in files]
+    infos = [
+        (f, parse_filename(f.filename, project, getattr(f, "egg", None), getattr(f, "url_path", ""))) for f in files
+    ]
     infos = [(f, i) for f, i in infos if i is not None and pep440_key(i.version) is not None]
     if pinned is not None:
         infos = [(f, i) for f, i in infos if pinned_match(i.version, pinned)]
     platforms, pythons = environments(infos)
     if len(platforms) * len(pythons) * len(infos) > MAX_WORK:
-        raise CannotCheck(f"{len(infos):,} files in {len(platforms) * len(pythons):,} environments: over the "
-                          f"{MAX_WORK:,} comparisons pip's choice is taken with; not checked")
+        raise CannotCheck(
+            f"{len(infos):,} files in {len(platforms) * len(pythons):,} environments: over the "
+            f"{MAX_WORK:,} comparisons pip's choice is taken with; not checked"
+        )
     chosen: dict[tuple, list[str]] = {}
     for platform in platforms:
         for minor, threaded in pythons:
             cands = [(f, i) for f, i in infos if compatible(i, f.requires_python, minor, threaded, platform)]
             if cands:
-                chosen.setdefault(_best(cands, pinned), []).append(
-                    f"{platform}|py3.{minor}{'t' if threaded else ''}")
+                chosen.setdefault(_best(cands, pinned), []).append(f"{platform}|py3.{minor}{'t' if threaded else ''}")
     # Interpreters modelled nowhere here (PyPy's pp310, GraalPy, ...): for each one a wheel names, the version
     # it would take among the wheels naming it, conservatively (its pure wheels are chosen above already).
     others: dict[str, list] = {}
@@ -407,16 +444,28 @@ def describe(envs: list[str], platforms=PLATFORMS, pythons=PYTHONS) -> str:
                 while j + 1 < len(every) and every[j + 1] in have:
                     j += 1
                 lo, hi = every[i], every[j]
-                out.append(f"3.{lo}{t}+" if j == len(every) - 1 and j > i else
-                           f"3.{lo}{t}" if lo == hi else f"3.{lo}{t}-3.{hi}{t}")
+                out.append(
+                    f"3.{lo}{t}+"
+                    if j == len(every) - 1 and j > i
+                    else f"3.{lo}{t}"
+                    if lo == hi
+                    else f"3.{lo}{t}-3.{hi}{t}"
+                )
                 i = j + 1
         return "py" + ", ".join(out)
 
     parts = []
     for fam in levels:
         lv = levels[fam]
-        word = "musl " if "musl" in fam else "glibc " if fam.startswith("linux") else "macOS " \
-            if fam.startswith("macos") else ""
+        word = (
+            "musl "
+            if "musl" in fam
+            else "glibc "
+            if fam.startswith("linux")
+            else "macOS "
+            if fam.startswith("macos")
+            else ""
+        )
         low = min(lv, key=_level_key)
         if fam == "tag":
             where = "platform " + ", ".join(sorted(lv))

@@ -6,6 +6,7 @@ one canonical source.
 JSON (schema_version 1): {"schema_version": 1, "sources": [{"source": <as given>, "label", "prefix", "error",
 "files": [{"path": <relative to the vendor root>, "sha256", "matches": ["<lineage>@<tag>", ...]}]}], "exit_code"}.
 """
+
 from __future__ import annotations
 
 import json
@@ -92,8 +93,7 @@ def _read(res: SourceResult, view, index: Index, prefix: str | None) -> None:
         sha = view.digest_of(f)
         res.files.append({"path": rel, "sha256": sha, "matches": index.matches(rel, sha)})
     for raw_finding in getattr(view, "findings", lambda p: [])(res.prefix):
-        res.files.append({"path": raw_finding.path, "sha256": None, "matches": [],
-                          "finding": raw_finding.diagnosis})
+        res.files.append({"path": raw_finding.path, "sha256": None, "matches": [], "finding": raw_finding.diagnosis})
 
 
 def _guarded(res: SourceResult, fn) -> None:
@@ -105,8 +105,9 @@ def _guarded(res: SourceResult, fn) -> None:
         res.error, res.error_code = str(e) or type(e).__name__, EXIT_CANNOT_CHECK
 
 
-def _one(spec: str, index: Index, prefix: str | None, api_url: str | None, index_url: str | None,
-         ranges: bool = False) -> list[SourceResult]:
+def _one(
+    spec: str, index: Index, prefix: str | None, api_url: str | None, index_url: str | None, ranges: bool = False
+) -> list[SourceResult]:
     """One result per tree: a source, or each file of a pypi: release."""
     from .sources import open_source
 
@@ -146,13 +147,20 @@ def _one(spec: str, index: Index, prefix: str | None, api_url: str | None, index
     return out or [res]
 
 
-def run(repo: str, specs: list[str], prefix: str | None = None, api_url: str | None = None,
-        index_url: str | None = None, ranges: bool = False) -> Result:
+def run(
+    repo: str,
+    specs: list[str],
+    prefix: str | None = None,
+    api_url: str | None = None,
+    index_url: str | None = None,
+    ranges: bool = False,
+) -> Result:
     index = load_index(repo)
     return Result([r for s in specs for r in _one(s, index, prefix, api_url, index_url, ranges)])
 
 
 # ---------------------------------------------------------------- rendering
+
 
 def _compact(matches: list[str]) -> str:
     """`deepgemm-sm120@v0.1.0,v0.1.1` for matches of one lineage; lineages separated by `; `."""
@@ -189,8 +197,11 @@ def to_text(result: Result) -> str:
         for r in cells:
             out.append("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
     unmatched = sum(1 for s in result.sources for f in s.files if not f["matches"])
-    out.append(f"exit {result.exit_code}: {unmatched} file(s) match no known release" if result.exit_code in
-               (EXIT_OK, EXIT_DRIFT) else f"exit {result.exit_code}: a source could not be checked")
+    out.append(
+        f"exit {result.exit_code}: {unmatched} file(s) match no known release"
+        if result.exit_code in (EXIT_OK, EXIT_DRIFT)
+        else f"exit {result.exit_code}: a source could not be checked"
+    )
     return "\n".join(out) + "\n"
 
 
@@ -198,9 +209,11 @@ def to_markdown(result: Result) -> str:
     c = inert.md_code
     out = ["### provenance of vendored files", ""]
     for i, s in enumerate(result.sources):
-        out.append(f"- [{i + 1}] {c(s.label or s.source, False)}"
-                   + (f" (vendor root {c(s.prefix or '.', False)})" if s.prefix is not None else "")
-                   + (f": could not check: {c(s.error, False)}" if s.error else ""))
+        out.append(
+            f"- [{i + 1}] {c(s.label or s.source, False)}"
+            + (f" (vendor root {c(s.prefix or '.', False)})" if s.prefix is not None else "")
+            + (f": could not check: {c(s.error, False)}" if s.error else "")
+        )
     heads, rows = _table(result)
     if rows:
         out += ["", "| file | " + " | ".join(heads) + " |", "|---|" + "---|" * len(heads)]
@@ -209,9 +222,14 @@ def to_markdown(result: Result) -> str:
 
 
 def to_json(result: Result) -> str:
-    doc = {"schema_version": SCHEMA_VERSION, "exit_code": result.exit_code, "sources": [
-        {"source": s.source, "label": s.label, "prefix": s.prefix, "error": s.error, "files": s.files}
-        for s in result.sources]}
+    doc = {
+        "schema_version": SCHEMA_VERSION,
+        "exit_code": result.exit_code,
+        "sources": [
+            {"source": s.source, "label": s.label, "prefix": s.prefix, "error": s.error, "files": s.files}
+            for s in result.sources
+        ],
+    }
     return json.dumps(inert.json_safe(doc), indent=2) + "\n"
 
 

@@ -16,6 +16,7 @@
   such a check is labelled unverified in every report; it is never the default.
 All HTTP goes through vendorkit.net: total deadlines, size caps, bounded decoding, the run budget.
 """
+
 from __future__ import annotations
 
 import configparser
@@ -27,8 +28,8 @@ import re
 import sys
 import tempfile
 import urllib.parse
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 from . import budget, net, pip_select
 from .errors import CannotCheck, UsageError
@@ -37,7 +38,7 @@ from .versions import pep440_key
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
-PAGE_MAX_BYTES = 64 << 20   # a project page (decoded)
+PAGE_MAX_BYTES = 64 << 20  # a project page (decoded)
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -55,8 +56,10 @@ def _pip_config() -> dict[str, str]:
     files = [os.path.join(d, "pip", "pip.conf") for d in xdg_dirs] + ["/etc/pip.conf"]
     if not (env_file and os.path.exists(env_file)):
         home = os.path.expanduser("~")
-        files += [os.path.join(home, ".pip", "pip.conf"),
-                  os.path.join(os.environ.get("XDG_CONFIG_HOME", os.path.join(home, ".config")), "pip", "pip.conf")]
+        files += [
+            os.path.join(home, ".pip", "pip.conf"),
+            os.path.join(os.environ.get("XDG_CONFIG_HOME", os.path.join(home, ".config")), "pip", "pip.conf"),
+        ]
     files.append(os.path.join(sys.prefix, "pip.conf"))
     if env_file:
         files.append(env_file)
@@ -84,10 +87,13 @@ def index_urls(explicit: str | None = None) -> list[str]:
         urls = [explicit]
     else:
         conf = _pip_config()
-        no_index = (os.environ.get("PIP_NO_INDEX") or conf.get("no-index") or "").lower() in (
-            "1", "true", "yes", "on")
-        main = os.environ.get("PIP_INDEX_URL") or conf.get("index-url") or os.environ.get("SM120_PYPI_INDEX") or \
-            DEFAULT_INDEX
+        no_index = (os.environ.get("PIP_NO_INDEX") or conf.get("no-index") or "").lower() in ("1", "true", "yes", "on")
+        main = (
+            os.environ.get("PIP_INDEX_URL")
+            or conf.get("index-url")
+            or os.environ.get("SM120_PYPI_INDEX")
+            or DEFAULT_INDEX
+        )
         extra = (os.environ.get("PIP_EXTRA_INDEX_URL") or conf.get("extra-index-url") or "").split()
         links = (os.environ.get("PIP_FIND_LINKS") or conf.get("find-links") or "").split()
         urls = ([] if no_index else [main] + extra) + [f"find-links:{u}" for u in links]
@@ -104,17 +110,17 @@ def index_url(explicit: str | None = None) -> str:
 
 @dataclass
 class Dist:
-    filename: str                 # from the URL's path, as pip names a file (never the anchor text or a JSON key)
+    filename: str  # from the URL's path, as pip names a file (never the anchor text or a JSON key)
     url: str
     version: str
     sha256: str | None
     yanked: bool
-    integrity: str = "not read"   # after opening: "sha256 verified", "no sha256 from the index", "range reads (...)"
+    integrity: str = "not read"  # after opening: "sha256 verified", "no sha256 from the index", "range reads (...)"
     requires_python: str | None = None
-    hashes: dict | None = None    # every hash the index gives that pip could check: {algorithm: hex}
-    chosen_for: str = ""          # where pip installs this file's version (vendorkit.pip_select.describe)
-    egg: str | None = None        # the link's #egg= fragment, which pip reads an sdist's version from
-    url_path: str = ""            # the URL's path, unquoted (pip skips a .zip whose path holds "macosx10")
+    hashes: dict | None = None  # every hash the index gives that pip could check: {algorithm: hex}
+    chosen_for: str = ""  # where pip installs this file's version (vendorkit.pip_select.describe)
+    egg: str | None = None  # the link's #egg= fragment, which pip reads an sdist's version from
+    url_path: str = ""  # the URL's path, unquoted (pip skips a .zip whose path holds "macosx10")
 
     @property
     def platforms(self) -> str:
@@ -240,8 +246,11 @@ def _find_links(name: str, location: str, session) -> list[Dist]:
             version = _version_of(name, fn)
             if version is not None and os.path.isfile(os.path.join(path, fn)):
                 full = os.path.join(os.path.abspath(path), fn)
-                out.append(Dist(fn, "file:" + urllib.request.pathname2url(full), version, None, False, hashes={},
-                                url_path=full))
+                out.append(
+                    Dist(
+                        fn, "file:" + urllib.request.pathname2url(full), version, None, False, hashes={}, url_path=full
+                    )
+                )
         return out
     return _page_files(name, location, location, session) if os.path.isfile(path) else []
 
@@ -249,7 +258,7 @@ def _find_links(name: str, location: str, session) -> list[Dist]:
 def project_files(name: str, index: str, session=None) -> list[Dist]:
     """Every file of `name` an index (or a find-links location) lists, read as pip reads the page."""
     if index.startswith("find-links:"):
-        return _find_links(name, index[len("find-links:"):], session)
+        return _find_links(name, index[len("find-links:") :], session)
     return _page_files(name, index, f"{index}/{normalize(name)}/", session)
 
 
@@ -263,8 +272,9 @@ def _page_files(name: str, index: str, page: str, session) -> list[Dist]:
     else:
         http = _session(session)
         try:
-            r = net.request(http, "GET", page, headers={"Accept": ACCEPT}, cap=PAGE_MAX_BYTES,
-                            what=f"pypi:{name}: the index page")
+            r = net.request(
+                http, "GET", page, headers={"Accept": ACCEPT}, cap=PAGE_MAX_BYTES, what=f"pypi:{name}: the index page"
+            )
         except requests.RequestException as e:
             raise CannotCheck(f"pypi:{name}: {type(e).__name__} on {page}") from None
     if r.status_code == 404:
@@ -292,8 +302,10 @@ def _page_files(name: str, index: str, page: str, session) -> list[Dist]:
             except ValueError:
                 pass
     else:
-        raise CannotCheck(f"pypi:{name}: the index answered Content-Type {r.headers.get('Content-Type')!r}, "
-                          f"which pip does not read as an index page")
+        raise CannotCheck(
+            f"pypi:{name}: the index answered Content-Type {r.headers.get('Content-Type')!r}, "
+            f"which pip does not read as an index page"
+        )
     out: list[Dist] = []
     for href, hashes, yanked, rp in entries:
         try:
@@ -313,8 +325,19 @@ def _page_files(name: str, index: str, page: str, session) -> list[Dist]:
             continue
         given = {k: str(v).lower() for k, v in hashes.items() if k in _HASHES and isinstance(v, str)}
         sha = given.get("sha256") if _HEX64.fullmatch(given.get("sha256", "")) else None
-        out.append(Dist(filename, url.split("#")[0], info.version, sha, yanked, requires_python=rp, hashes=given,
-                        egg=egg.group(1) if egg else None, url_path=path))
+        out.append(
+            Dist(
+                filename,
+                url.split("#")[0],
+                info.version,
+                sha,
+                yanked,
+                requires_python=rp,
+                hashes=given,
+                egg=egg.group(1) if egg else None,
+                url_path=path,
+            )
+        )
     return out
 
 
@@ -337,8 +360,9 @@ def release(name: str, version: str | None, indexes: list[str] | str, session=No
     chosen = choice.versions
     if not chosen:
         if version is not None:
-            raise CannotCheck(f"pypi:{name}=={version}: not on the index (it lists no such version, or none pip "
-                              f"could install)")
+            raise CannotCheck(
+                f"pypi:{name}=={version}: not on the index (it lists no such version, or none pip could install)"
+            )
         live = [f for f in files if pep440_key(f.version) is not None]
         if not live:
             raise CannotCheck(f"pypi:{name}: the index lists no installable release")
@@ -347,8 +371,11 @@ def release(name: str, version: str | None, indexes: list[str] | str, session=No
     out: list[Dist] = []
     for key in sorted(chosen, reverse=True):
         for d in sorted((f for f in files if pep440_key(f.version) == key), key=lambda d: d.filename):
-            d.chosen_for = choice.where(key) if chosen[key] != ["no common platform"] else \
-                "no common platform (the newest release)"
+            d.chosen_for = (
+                choice.where(key)
+                if chosen[key] != ["no common platform"]
+                else "no common platform (the newest release)"
+            )
             out.append(d)
     versions = list(dict.fromkeys(d.version for d in out))
     return (versions[0] if len(versions) == 1 else " and ".join(versions)), out
@@ -390,8 +417,15 @@ class RangeFile:
 
             lo, hi = i * self.BLOCK, min(self.size, (i + 1) * self.BLOCK) - 1
             try:
-                r = net.request(self.http, "GET", self.url, headers={"Range": f"bytes={lo}-{hi}"},
-                                cap=self.BLOCK, what=f"bytes {lo}-{hi} of {self.url}", decode=False)
+                r = net.request(
+                    self.http,
+                    "GET",
+                    self.url,
+                    headers={"Range": f"bytes={lo}-{hi}"},
+                    cap=self.BLOCK,
+                    what=f"bytes {lo}-{hi} of {self.url}",
+                    decode=False,
+                )
             except requests.RequestException as e:
                 raise OSError(f"range request {lo}-{hi}: {type(e).__name__}") from None
             if r.status_code != 206 or len(r.content) != hi - lo + 1:
@@ -406,14 +440,16 @@ class RangeFile:
     def read(self, n: int = -1) -> bytes:
         end = self.size if n is None or n < 0 else min(self.size, self.pos + n)
         if end - self.pos > self.MAX_READ:
-            raise OSError(f"a read of {end - self.pos:,} bytes at offset {self.pos:,}, over the "
-                          f"{self.MAX_READ >> 20} MiB one range read takes (a crafted zip directory?)")
+            raise OSError(
+                f"a read of {end - self.pos:,} bytes at offset {self.pos:,}, over the "
+                f"{self.MAX_READ >> 20} MiB one range read takes (a crafted zip directory?)"
+            )
         out = []
         while self.pos < end:
             i = self.pos // self.BLOCK
             block = self._block(i)
             off = self.pos - i * self.BLOCK
-            take = block[off: off + end - self.pos]
+            take = block[off : off + end - self.pos]
             if not take:
                 break
             out.append(take)
@@ -429,11 +465,15 @@ def _probe_ranges(http, url: str):
     asks), else None; nothing of the file is transferred here."""
     try:
         r = net.request(http, "HEAD", url, cap=0, what=f"HEAD {url}")
-    except Exception:  # noqa: BLE001 - any failure here means "no ranges"; the download reports real errors
+    except Exception:
         return None
     size = r.headers.get("Content-Length", "")
-    if r.status_code != 200 or r.headers.get("Accept-Ranges", "").lower() != "bytes" or not size.isdigit() \
-            or len(size) > 15:
+    if (
+        r.status_code != 200
+        or r.headers.get("Accept-Ranges", "").lower() != "bytes"
+        or not size.isdigit()
+        or len(size) > 15
+    ):
         return None
     return RangeFile(http, r.url or url, int(size))
 
@@ -470,8 +510,9 @@ def download(dist: Dist, label: str, session=None):
                     if sink.n > ARCHIVE_MAX_BYTES:
                         raise CannotCheck(f"{label}: larger than {ARCHIVE_MAX_BYTES:,} bytes; not read further")
         else:
-            r = net.request(http, "GET", dist.url, cap=ARCHIVE_MAX_BYTES, what=f"{label}: the download",
-                            sink=sink, decode=False)
+            r = net.request(
+                http, "GET", dist.url, cap=ARCHIVE_MAX_BYTES, what=f"{label}: the download", sink=sink, decode=False
+            )
             if r.status_code != 200:
                 raise CannotCheck(f"{label}: download answered {r.status_code}")
         if sink.tty:
@@ -490,10 +531,14 @@ def download(dist: Dist, label: str, session=None):
         h = sink.h if alg == "sha256" else _rehash(out, alg)
         if h.hexdigest() != want:
             out.close()
-            raise CannotCheck(f"{label}: the downloaded file does not match the index's {alg} (truncated or "
-                              f"replaced in transit?)")
-    dist.integrity = "sha256 verified" if "sha256" in given else \
-        (f"{', '.join(sorted(given))} verified" if given else "no hash from the index (unverified)")
+            raise CannotCheck(
+                f"{label}: the downloaded file does not match the index's {alg} (truncated or replaced in transit?)"
+            )
+    dist.integrity = (
+        "sha256 verified"
+        if "sha256" in given
+        else (f"{', '.join(sorted(given))} verified" if given else "no hash from the index (unverified)")
+    )
     out.seek(0)
     return out
 
@@ -555,6 +600,8 @@ class ReleaseView:
         """The one file of a release that has exactly one (for sources that must be one tree)."""
         if len(self.dists) != 1:
             names = ", ".join(d.filename for d in self.dists)
-            raise UsageError(f"{self.label} has {len(self.dists)} files ({names}): name one, e.g. download it "
-                             f"and pass the wheel's path")
+            raise UsageError(
+                f"{self.label} has {len(self.dists)} files ({names}): name one, e.g. download it "
+                f"and pass the wheel's path"
+            )
         return self.open(self.dists[0])

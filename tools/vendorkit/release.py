@@ -1,4 +1,5 @@
 """`check_vendor.py release vX.Y.Z`: write a manifest from the committed device_layer/."""
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -21,7 +22,7 @@ def committed_entries(git: GitRepo, rev: str = "HEAD") -> list[FileEntry]:
         data = blobs[t.oid]
         if git_blob_sha1(data) != t.oid:  # guards our blob-id computation against git's
             raise UsageError(f"internal: blob id mismatch for {t.path}")
-        out.append(FileEntry(t.path[len(ROOT) + 1:], sha256_bytes(data), t.oid, len(data), t.mode))
+        out.append(FileEntry(t.path[len(ROOT) + 1 :], sha256_bytes(data), t.oid, len(data), t.mode))
     return out
 
 
@@ -38,7 +39,9 @@ def release(repo_root: str, tag: str, created: str | None = None) -> str:
     mdir = os.path.join(repo_root, MANIFEST_DIR)
     dest = os.path.join(mdir, f"{tag}.yaml")
     if os.path.exists(dest):
-        raise UsageError(f"refusing to release: {MANIFEST_DIR}/{tag}.yaml already exists (released manifests never change)")
+        raise UsageError(
+            f"refusing to release: {MANIFEST_DIR}/{tag}.yaml already exists (released manifests never change)"
+        )
     ms = ManifestSet.load_dir(mdir)
     if ms.latest is not None and version <= ms.latest.version:
         raise UsageError(f"refusing to release {tag}: it is not greater than the latest release {ms.latest.tag}")
@@ -48,8 +51,9 @@ def release(repo_root: str, tag: str, created: str | None = None) -> str:
     misnamed = [e.path for e in entries if not is_our_name(e.path)]
     if misnamed:
         raise UsageError(f"refusing to release: files not named sm120_*: {', '.join(misnamed)}")
-    if ms.latest is not None and {(e.path, e.sha256, e.mode) for e in entries} == \
-            {(e.path, e.sha256, e.mode) for e in ms.latest.files}:
+    if ms.latest is not None and {(e.path, e.sha256, e.mode) for e in entries} == {
+        (e.path, e.sha256, e.mode) for e in ms.latest.files
+    }:
         raise UsageError(f"refusing to release {tag}: {ROOT}/ is identical to {ms.latest.tag}")
     created = created or _dt.datetime.now(_dt.timezone.utc).date().isoformat()
     text = dump_manifest(build_manifest(tag, created, entries))

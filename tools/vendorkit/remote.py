@@ -4,20 +4,21 @@ Cost: one (conditional) commit lookup and one (conditional) recursive tree read.
 ids straight from the tree, so nothing is downloaded unless a diff is asked for. A truncated recursive
 tree is completed by walking only the subtrees along the prefix.
 """
+
 from __future__ import annotations
 
 import base64
 import hashlib
 import os
 import re
-from typing import Iterator
+from collections.abc import Iterator
 
 from . import checkout
-from .errors import CannotCheck, UsageError
 from .archive import install_path
-from .hashing import git_blob_sha1
+from .errors import CannotCheck, UsageError
 from .forkview import ForkFile
 from .github import GitHubClient, NotFound
+from .hashing import git_blob_sha1
 
 _SPEC = re.compile(r"github:([A-Za-z0-9][A-Za-z0-9-]*)/([A-Za-z0-9._-]+)(?:@(.+))?")
 REPO_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*/[A-Za-z0-9._-]+")
@@ -41,16 +42,25 @@ def _slim_commit(data):
 def _tree_entry(e: dict) -> dict:
     """One tree entry with the types git gives it; a TypeError (an "unexpected answer") otherwise."""
     out = {"path": e["path"], "mode": e["mode"], "type": e["type"], "sha": e["sha"], "size": e.get("size", 0) or 0}
-    if not (isinstance(out["path"], str) and isinstance(out["mode"], str) and out["type"] in ("blob", "tree", "commit")
-            and isinstance(out["sha"], str) and _OID.fullmatch(out["sha"]) and isinstance(out["size"], int)
-            and out["size"] >= 0):
+    if not (
+        isinstance(out["path"], str)
+        and isinstance(out["mode"], str)
+        and out["type"] in ("blob", "tree", "commit")
+        and isinstance(out["sha"], str)
+        and _OID.fullmatch(out["sha"])
+        and isinstance(out["size"], int)
+        and out["size"] >= 0
+    ):
         raise TypeError("malformed tree entry")
     return out
 
 
 def _slim_tree(data):
-    return {"sha": data["sha"], "truncated": bool(data.get("truncated")),
-            "tree": [_tree_entry(e) for e in data["tree"]]}
+    return {
+        "sha": data["sha"],
+        "truncated": bool(data.get("truncated")),
+        "tree": [_tree_entry(e) for e in data["tree"]],
+    }
 
 
 def _entry(path: str, e: dict) -> ForkFile | None:
@@ -64,8 +74,9 @@ def _entry(path: str, e: dict) -> ForkFile | None:
 
 
 class RemoteFork:
-    def __init__(self, client: GitHubClient, owner: str, repo: str, ref: str, want_blobs: bool = False,
-                 sha256: bool = False):
+    def __init__(
+        self, client: GitHubClient, owner: str, repo: str, ref: str, want_blobs: bool = False, sha256: bool = False
+    ):
         """`sha256`: hand out sha256 digests, fetching each compared blob (for lineages without blob ids);
         by default the tree's git blob ids, so an in-sync fork costs two requests and downloads nothing."""
         self.client, self.owner, self.repo, self.ref = client, owner, repo, ref
@@ -77,7 +88,9 @@ class RemoteFork:
         try:
             c = client.get(f"{base}/commits/{ref}", slim=_slim_commit)
         except NotFound:
-            raise CannotCheck(f"{owner}/{repo}@{ref}: repository or ref not found (or not visible to the token)") from None
+            raise CannotCheck(
+                f"{owner}/{repo}@{ref}: repository or ref not found (or not visible to the token)"
+            ) from None
         self.commit_sha, self.tree_sha = c["sha"], c["tree"]
         root = client.get(f"{base}/git/trees/{self.tree_sha}", params={"recursive": "1"}, slim=_slim_tree)
         self.truncated = root["truncated"]
@@ -86,7 +99,7 @@ class RemoteFork:
         self._unsafe: dict[str, str] = {}
         self._sha256: dict[str, str] = {}
         self._checkout: dict[str, bytes] = {}  # path -> what a checkout writes, where .gitattributes change it
-        self._blob_ids: dict[str, str] = {}    # path -> its blob's id, where the digest became the checkout's
+        self._blob_ids: dict[str, str] = {}  # path -> its blob's id, where the digest became the checkout's
         self._add(root["tree"], "")
 
     def _add(self, entries: list[dict], base: str) -> None:
@@ -105,8 +118,10 @@ class RemoteFork:
     def findings(self, prefix: str) -> list:
         from .compare import FileResult
 
-        return [FileResult(raw, "unsafe", diagnosis="unsafe-member", detail=f"tree entry: {why}", fork_path=raw)
-                for raw, why in sorted(self._unsafe.items())]
+        return [
+            FileResult(raw, "unsafe", diagnosis="unsafe-member", detail=f"tree entry: {why}", fork_path=raw)
+            for raw, why in sorted(self._unsafe.items())
+        ]
 
     def _tree(self, sha: str, recursive: bool) -> dict:
         params = {"recursive": "1"} if recursive else None
@@ -132,15 +147,16 @@ class RemoteFork:
                 continue
             level = self._tree(sha, recursive=False)  # still too big: descend one level at a time
             self._add([e for e in level["tree"] if e["type"] != "tree"], base)
-            stack += [(e["sha"], f"{base}/{e['path']}" if base else e["path"])
-                      for e in level["tree"] if e["type"] == "tree"]
+            stack += [
+                (e["sha"], f"{base}/{e['path']}" if base else e["path"]) for e in level["tree"] if e["type"] == "tree"
+            ]
 
     def list_under(self, prefix: str) -> tuple[dict[str, ForkFile], dict[str, str]]:
         if self.truncated:
             self._complete_under(prefix)
             self.truncated = False
         pre = f"{prefix}/" if prefix else ""
-        out = {p[len(pre):]: f for p, f in self._files.items() if p.startswith(pre)}
+        out = {p[len(pre) :]: f for p, f in self._files.items() if p.startswith(pre)}
         attrs = checkout.on_the_way(checkout.needs_git(self._files), prefix)
         if attrs:
             self._check_out(out, attrs)
@@ -150,8 +166,11 @@ class RemoteFork:
         """Files whose checkout the tree's .gitattributes change get the digest of what a checkout writes
         (vendorkit.checkout): the attribute files are fetched (a request each), then only the files that have
         conversion attributes, and checked out in a sandbox."""
-        files = {p: (self._files[p].mode, self._blob_bytes(self._files[p])) for p in attrs
-                 if self._files[p].kind in ("file", "symlink")}
+        files = {
+            p: (self._files[p].mode, self._blob_bytes(self._files[p]))
+            for p in attrs
+            if self._files[p].kind in ("file", "symlink")
+        }
         paths = [f.path for f in listing.values() if f.kind in ("file", "symlink") and f.path not in files]
         if not files or not paths:
             return
@@ -173,13 +192,17 @@ class RemoteFork:
             if kind != f.kind:
                 f.kind = kind
             if p in filters:
-                f.checkout = (f"a checkout runs the filter driver {filters[p]!r} on it (gitattributes filter="
-                              f"{filters[p]}): its bytes depend on the cloner's configuration")
+                f.checkout = (
+                    f"a checkout runs the filter driver {filters[p]!r} on it (gitattributes filter="
+                    f"{filters[p]}): its bytes depend on the cloner's configuration"
+                )
 
     def iter_paths(self) -> Iterator[str]:
         if self.truncated:
-            raise CannotCheck(f"{self.label}: the recursive tree listing is truncated; pass --prefix so only "
-                              f"the device-layer subtree is read")
+            raise CannotCheck(
+                f"{self.label}: the recursive tree listing is truncated; pass --prefix so only "
+                f"the device-layer subtree is read"
+            )
         return iter(list(self._files))
 
     def digest_of(self, f: ForkFile) -> str:
@@ -225,8 +248,13 @@ class RemoteFork:
         return blob
 
 
-def open_remote_fork(spec: str, api_url: str | None = None, want_blobs: bool = False,
-                     client: GitHubClient | None = None, sha256: bool = False) -> RemoteFork:
+def open_remote_fork(
+    spec: str,
+    api_url: str | None = None,
+    want_blobs: bool = False,
+    client: GitHubClient | None = None,
+    sha256: bool = False,
+) -> RemoteFork:
     owner, repo, ref = parse_spec(spec)
     client = client or GitHubClient(api_url or os.environ.get("GITHUB_API_URL"), os.environ.get("GITHUB_TOKEN"))
     return RemoteFork(client, owner, repo, ref, want_blobs, sha256)

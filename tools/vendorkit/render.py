@@ -5,6 +5,7 @@ goes through vendorkit.inert: text output escapes control and invisible characte
 only inside code spans or fenced blocks, JSON escapes through the encoder. Diffs are capped at --diff-lines in
 every format (lines cut at limits.DIFF_LINE_CHARS) unless --full-diffs lifts the line cap.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,18 +32,24 @@ def _stamp_line(r: Report, q) -> str | None:
     if r.stamp.get("problems"):
         return "stamp: not trustworthy (see invalid-stamp): its ownership and pinned patches are ignored"
     n = len(r.stamp["patches"])
-    return (f"stamp: written for {q(r.stamp['tag'])}, owns {r.stamp['owned']} files"
-            + (f", {n} pinned patch{'es' if n != 1 else ''}" if n else ""))
+    return f"stamp: written for {q(r.stamp['tag'])}, owns {r.stamp['owned']} files" + (
+        f", {n} pinned patch{'es' if n != 1 else ''}" if n else ""
+    )
 
 
 def to_text(r: Report, verbose: bool = False, diff_lines: int | None = DEFAULT_DIFF_LINES) -> str:
     t = inert.text
-    head = (f"self-check of {t(r.target)} against {r.tag or 'no release'}" if r.mode == "self" else
-            f"fork {t(r.target)} (prefix {t(r.prefix or '.')}) against {_against(r)}")
+    head = (
+        f"self-check of {t(r.target)} against {r.tag or 'no release'}"
+        if r.mode == "self"
+        else f"fork {t(r.target)} (prefix {t(r.prefix or '.')}) against {_against(r)}"
+    )
     out = [f"check_vendor: {head}"]
     for d in r.distributions or []:
-        out.append(f"  file {t(d['file'])} ({t(d['platforms'])}; {t(d['integrity'])}; vendor root "
-                   f"{t(d['prefix'] or '.')}): {d['verdict']}")
+        out.append(
+            f"  file {t(d['file'])} ({t(d['platforms'])}; {t(d['integrity'])}; vendor root "
+            f"{t(d['prefix'] or '.')}): {d['verdict']}"
+        )
     if _stamp_line(r, t):
         out.append(_stamp_line(r, t))
     for f in r.files:
@@ -100,15 +107,19 @@ def to_json(r: Report, diff_lines: int | None = DEFAULT_DIFF_LINES) -> str:
 def to_markdown(r: Report, diff_lines: int | None = DEFAULT_DIFF_LINES) -> str:
     c = inert.md_code
     verdict = r.verdict + (f" (identical to `{r.stale_tag}`)" if r.stale_tag else "")
-    head = (f"self-check of {c(r.target, False)} against {r.tag or 'no release'}" if r.mode == "self" else
-            f"fork {c(r.target, False)} (prefix {c(r.prefix or '.', False)}) against {_against(r)}")
+    head = (
+        f"self-check of {c(r.target, False)} against {r.tag or 'no release'}"
+        if r.mode == "self"
+        else f"fork {c(r.target, False)} (prefix {c(r.prefix or '.', False)}) against {_against(r)}"
+    )
     out = [f"### check_vendor: {head}", "", f"**Verdict: {verdict}** — {_summary(r)}", ""]
     if _stamp_line(r, lambda s: c(s, False)):
         out += [_stamp_line(r, lambda s: c(s, False)), ""]
     if r.distributions:
         out += ["| file | platforms | integrity | verdict |", "|---|---|---|---|"]
-        out += [f"| {c(d['file'])} | {c(d['platforms'])} | {c(d['integrity'])} | {d['verdict']} |"
-                for d in r.distributions]
+        out += [
+            f"| {c(d['file'])} | {c(d['platforms'])} | {c(d['integrity'])} | {d['verdict']} |" for d in r.distributions
+        ]
         out.append("")
     rows = [f for f in r.files if f.status != "ok"]
     if rows and r.distributions:
@@ -122,8 +133,11 @@ def to_markdown(r: Report, diff_lines: int | None = DEFAULT_DIFF_LINES) -> str:
         for f in rows:
             if f.diff and diff_lines != 0:
                 shown, cut = capped(f.diff, diff_lines)
-                out += [f"<details><summary>diff of <code>{inert.html(f.path)}</code></summary>", "",
-                        *inert.md_fence(shown.rstrip("\n"), "diff")]
+                out += [
+                    f"<details><summary>diff of <code>{inert.html(f.path)}</code></summary>",
+                    "",
+                    *inert.md_fence(shown.rstrip("\n"), "diff"),
+                ]
                 if cut:
                     out.append(f"... diff truncated: {cut} more lines")
                 out += ["</details>", ""]

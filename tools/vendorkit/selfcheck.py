@@ -4,6 +4,7 @@ Integrity: every manifest equals device_layer/ at the commit that added it, and 
 itself is byte-identical to what that commit added. Together these make a released manifest
 impossible to edit, or to write from uncommitted files, without the check failing.
 """
+
 from __future__ import annotations
 
 import os
@@ -38,8 +39,10 @@ def history_problems(repo_root: str, ms: ManifestSet) -> tuple[list[str], list[s
         have = {(e.path, e.sha256, e.git_blob_sha1, e.size, e.mode) for e in committed_entries(git, added)}
         if want != have:
             diff = sorted({p[0] for p in want ^ have})
-            problems.append(f"{rel} does not match {ROOT}/ at commit {added[:12]} that added it "
-                            f"(differs at: {', '.join(diff[:8])}{' ...' if len(diff) > 8 else ''})")
+            problems.append(
+                f"{rel} does not match {ROOT}/ at commit {added[:12]} that added it "
+                f"(differs at: {', '.join(diff[:8])}{' ...' if len(diff) > 8 else ''})"
+            )
     return problems, notes
 
 
@@ -58,8 +61,9 @@ def lineage_problems(repo_root: str, git: GitRepo | None) -> tuple[list[str], li
         except VendorError as e:
             problems.append(str(e))
             continue
-        notes.append(f"upstream lineage {name}: {len(ms.manifests)} manifest(s), "
-                     f"{', '.join(m.tag for m in ms.manifests)}")
+        notes.append(
+            f"upstream lineage {name}: {len(ms.manifests)} manifest(s), {', '.join(m.tag for m in ms.manifests)}"
+        )
         if git is None:
             continue
         for m in ms.manifests:
@@ -95,10 +99,8 @@ def _working_tree(repo_root: str) -> dict[str, tuple[str, str, str]]:
 
 def self_check(repo_root: str, ms: ManifestSet) -> Report:
     latest = ms.latest
-    r = Report(mode="self", target=repo_root, tag=latest.tag if latest else None,
-               prefix=ROOT, digest_kind="sha256")
-    r.notes.append(f"{len(ms.manifests)} manifest(s) validated: "
-                   + (", ".join(m.tag for m in ms.manifests) or "none"))
+    r = Report(mode="self", target=repo_root, tag=latest.tag if latest else None, prefix=ROOT, digest_kind="sha256")
+    r.notes.append(f"{len(ms.manifests)} manifest(s) validated: " + (", ".join(m.tag for m in ms.manifests) or "none"))
     git = GitRepo(repo_root)
     if git.is_repo():
         problems, notes = history_problems(repo_root, ms)
@@ -116,17 +118,33 @@ def self_check(repo_root: str, ms: ManifestSet) -> Report:
     for path in sorted(set(tree) | set(released)):
         e, have = released.get(path), tree.get(path)
         if e is None:
-            r.files.append(FileResult(path, "extra", detail="unreleased: new since "
-                                      + (latest.tag if latest else "the first release"), actual=have[0]))
+            r.files.append(
+                FileResult(
+                    path,
+                    "extra",
+                    detail="unreleased: new since " + (latest.tag if latest else "the first release"),
+                    actual=have[0],
+                )
+            )
         elif have is None:
-            r.files.append(FileResult(path, "missing", detail=f"unreleased: removed since {latest.tag}",
-                                      expected=e.sha256))
+            r.files.append(
+                FileResult(path, "missing", detail=f"unreleased: removed since {latest.tag}", expected=e.sha256)
+            )
         elif have[0] != e.sha256:
-            r.files.append(FileResult(path, "changed", diagnosis="unreleased",
-                                      detail=f"changed since {latest.tag}", expected=e.sha256, actual=have[0]))
+            r.files.append(
+                FileResult(
+                    path,
+                    "changed",
+                    diagnosis="unreleased",
+                    detail=f"changed since {latest.tag}",
+                    expected=e.sha256,
+                    actual=have[0],
+                )
+            )
         elif have[2] != e.mode:
-            r.files.append(FileResult(path, "mode", detail=f"mode {have[2]}, released {e.mode}",
-                                      expected=e.sha256, actual=have[0]))
+            r.files.append(
+                FileResult(path, "mode", detail=f"mode {have[2]}, released {e.mode}", expected=e.sha256, actual=have[0])
+            )
         else:
             r.files.append(FileResult(path, "ok", expected=e.sha256, actual=have[0]))
     if r.errors:
@@ -136,6 +154,7 @@ def self_check(repo_root: str, ms: ManifestSet) -> Report:
     else:
         r.verdict = "unreleased"
         n = sum(f.status != "ok" for f in r.files)
-        r.notes.append(f"{n} unreleased change(s) in {ROOT}/ since "
-                       + (latest.tag if latest else "the start (no release yet)"))
+        r.notes.append(
+            f"{n} unreleased change(s) in {ROOT}/ since " + (latest.tag if latest else "the start (no release yet)")
+        )
     return r

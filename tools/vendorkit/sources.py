@@ -1,10 +1,17 @@
 """Every kind of source the tools read, behind one call: a directory, `git:DIR@REF`, `github:OWNER/REPO@REF`, a
 wheel or sdist, `pypi:NAME[==VERSION]`. Each comes back as a fork view (vendorkit.forkview's protocol)."""
+
 from __future__ import annotations
 
 
-def open_source(spec: str, api_url: str | None = None, index_url: str | None = None, sha256: bool = False,
-                ranges: bool = False, single: bool = False):
+def open_source(
+    spec: str,
+    api_url: str | None = None,
+    index_url: str | None = None,
+    sha256: bool = False,
+    ranges: bool = False,
+    single: bool = False,
+):
     """The view of `spec`. `sha256`: a github: source hands out sha256 digests (one blob request per file
     compared) instead of git blob ids, for lineages imported from hashes only. A `pypi:` release is every file of
     it (a vendorkit.pypi.ReleaseView), read with range requests when `ranges`; `single`: the one file of a release

@@ -1,6 +1,7 @@
 """The fork's stamp (`.sm120-vendor.json` in its vendor root): what --sync wrote, which files it owns, and
 pinned local patches. Parsing and validation are tools/sm120_vendor_verify.py's (the verifier forks vendor);
 this adds the manifest lookups check_vendor has."""
+
 from __future__ import annotations
 
 import os
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 from .manifest import Manifest, ManifestSet
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import sm120_vendor_verify as verifier  # noqa: E402
+import sm120_vendor_verify as verifier
 
 STAMP, VERIFIER = verifier.STAMP, verifier.VERIFIER
 BACKUP_DIR = verifier.BACKUP_DIR  # --force / owned-edit backups, at the fork root; never part of the layer
@@ -19,8 +20,8 @@ BACKUP_DIR = verifier.BACKUP_DIR  # --force / owned-edit backups, at the fork ro
 @dataclass
 class StampInfo:
     doc: dict
-    owned: dict[str, str]          # safe paths -> sha256
-    problems: list[str]            # each one is a drift finding (a stamp that cannot be trusted)
+    owned: dict[str, str]  # safe paths -> sha256
+    problems: list[str]  # each one is a drift finding (a stamp that cannot be trusted)
 
     def patch_for(self, path: str, actual_sha256: str, base_sha256: str) -> dict | None:
         p = verifier.patch_for(self.doc, path, actual_sha256, base_sha256)
@@ -29,13 +30,20 @@ class StampInfo:
     def summary(self) -> dict:
         """What reports show of the stamp: only the documented keys, so a stamp cannot add fields (a second
         `verdict`) to a report."""
-        return {"tag": str(self.doc["tag"]), "owned": len(self.owned),
-                "patches": [_documented(p) for p in self.doc["patches"]], "problems": self.problems}
+        return {
+            "tag": str(self.doc["tag"]),
+            "owned": len(self.owned),
+            "patches": [_documented(p) for p in self.doc["patches"]],
+            "problems": self.problems,
+        }
 
 
 def _documented(patch: dict) -> dict:
-    return {k: patch[k] for k in ("path", "base_sha256", "patched_sha256", "reason", "upstream")
-            if isinstance(patch.get(k), str)}
+    return {
+        k: patch[k]
+        for k in ("path", "base_sha256", "patched_sha256", "reason", "upstream")
+        if isinstance(patch.get(k), str)
+    }
 
 
 def unusable_stamp(problem: str) -> StampInfo:
@@ -54,8 +62,10 @@ def read_stamp(data: bytes | None, ms: ManifestSet, where: str) -> StampInfo:
         return unusable_stamp(str(e))
     m = ms.by_tag.get(doc["tag"])
     if doc.get("lineage") != ms.lineage:
-        problems = [f"the stamp was written for {doc.get('lineage') or 'deep_gemm_sm120'}'s releases, checked "
-                    f"against {ms.name}'s"] + verifier.validate(doc)
+        problems = [
+            f"the stamp was written for {doc.get('lineage') or 'deep_gemm_sm120'}'s releases, checked "
+            f"against {ms.name}'s"
+        ] + verifier.validate(doc)
     elif m is None:
         problems = [f"the stamp names {doc['tag']}, which is not a release of {ms.name}"]
         problems += verifier.validate(doc)
@@ -70,5 +80,6 @@ def stamp_text(tag: Manifest, patches: list[dict] | None = None) -> str:
     the sha256 of the verifier generated for that release."""
     from . import verifier_gen
 
-    return verifier.make_stamp(tag.tag, {e.path: e.sha256 for e in tag.files}, patches,
-                               verifier_gen.digest(tag, "sha256"), tag.lineage)
+    return verifier.make_stamp(
+        tag.tag, {e.path: e.sha256 for e in tag.files}, patches, verifier_gen.digest(tag, "sha256"), tag.lineage
+    )

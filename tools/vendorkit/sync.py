@@ -14,13 +14,14 @@ apply()     carries the plan out as one journaled transaction (vendorkit.transac
             journal lets the next --sync restore the fork: it ends as it was or as the release, never in between.
 All file system access goes through safefs.ForkRoot.
 """
+
 from __future__ import annotations
 
 import os
 import stat
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from . import transaction, verifier_gen
 from .compare import Report
@@ -29,26 +30,26 @@ from .forkview import LocalFork
 from .hashing import sha256_bytes
 from .manifest import FileEntry, Manifest, ManifestSet
 from .safefs import ForkRoot, UnsafePath
-from .transaction import ABSENT, OTHER, state
 from .stamp import BACKUP_DIR, STAMP, VERIFIER, stamp_text
-
+from .transaction import ABSENT, OTHER, state
 
 
 @dataclass
 class Action:
-    verb: str                  # write | chmod | delete | keep | refuse
-    path: str                  # fork-relative path
+    verb: str  # write | chmod | delete | keep | refuse
+    path: str  # fork-relative path
     why: str
-    backup: bool = False       # copy the fork's bytes to the backup directory first
+    backup: bool = False  # copy the fork's bytes to the backup directory first
     expect: str | None = None  # what the comparison saw there (ABSENT, OTHER or a sha256); None: not known
-    mode: str = "100644"       # write / chmod: the git mode to leave
+    mode: str = "100644"  # write / chmod: the git mode to leave
     data: bytes | None = None  # write: the bytes (loaded by preflight for release files)
     entry: FileEntry | None = None
     backup_unless: frozenset = frozenset()  # no backup when the old bytes have one of these sha256 digests
 
 
-def plan(report: Report, ms: ManifestSet, tag: Manifest, force: bool = False,
-         drop_patches: bool = False) -> list[Action]:
+def plan(
+    report: Report, ms: ManifestSet, tag: Manifest, force: bool = False, drop_patches: bool = False
+) -> list[Action]:
     acts: list[Action] = []
     prefix = report.prefix or ""
     join = (lambda rel: f"{prefix}/{rel}") if prefix else (lambda rel: rel)
@@ -67,39 +68,79 @@ def plan(report: Report, ms: ManifestSet, tag: Manifest, force: bool = False,
             acts.append(Action("write", path, "missing", expect=ABSENT, entry=entry))
         elif f.status == "renamed":
             acts.append(Action("write", path, f"missing; {f.detail}", expect=ABSENT, entry=entry))
-            acts.append(Action("delete", f.fork_path, f"renamed copy of {f.path} (same bytes as the release)",
-                               expect=f.actual if report.digest_kind == "sha256" else None))
+            acts.append(
+                Action(
+                    "delete",
+                    f.fork_path,
+                    f"renamed copy of {f.path} (same bytes as the release)",
+                    expect=f.actual if report.digest_kind == "sha256" else None,
+                )
+            )
         elif f.status == "changed":
             released = (f.diagnosis or "").startswith("matches ")
             why = "changed" + (f" ({f.diagnosis})" if f.diagnosis else "")
             if released and not not_vendored:
-                acts.append(Action("write", path, why + ": a released version, nothing of the fork's is lost",
-                                   expect=here, entry=entry))
+                acts.append(
+                    Action(
+                        "write",
+                        path,
+                        why + ": a released version, nothing of the fork's is lost",
+                        expect=here,
+                        entry=entry,
+                    )
+                )
             elif f.path in pinned and drop_patches:
-                acts.append(Action("write", path, "pinned patch dropped (--drop-patches)", backup=True, expect=here,
-                                   entry=entry))
+                acts.append(
+                    Action(
+                        "write", path, "pinned patch dropped (--drop-patches)", backup=True, expect=here, entry=entry
+                    )
+                )
             elif f.path in pinned:
                 again = entry is not None and pinned[f.path]["base_sha256"] == entry.sha256
-                acts.append(Action("refuse", path, f"{why}: edited again after it was pinned; pin it again, or pass "
-                                                   f"--drop-patches" if again else
-                                   f"{why}: pinned against another release's bytes, and {tag.tag} changes the "
-                                   f"file; re-apply the edit and pin it again, or pass --drop-patches"))
+                acts.append(
+                    Action(
+                        "refuse",
+                        path,
+                        f"{why}: edited again after it was pinned; pin it again, or pass --drop-patches"
+                        if again
+                        else f"{why}: pinned against another release's bytes, and {tag.tag} changes the "
+                        f"file; re-apply the edit and pin it again, or pass --drop-patches",
+                    )
+                )
             elif f.path in report.owned and not not_vendored:
-                acts.append(Action("write", path, why + ": owned by the stamp; the edit is backed up first",
-                                   backup=True, expect=here, entry=entry))
+                acts.append(
+                    Action(
+                        "write",
+                        path,
+                        why + ": owned by the stamp; the edit is backed up first",
+                        backup=True,
+                        expect=here,
+                        entry=entry,
+                    )
+                )
             elif force:
                 acts.append(Action("write", path, why + " (--force)", backup=True, expect=here, entry=entry))
             else:
                 acts.append(Action("refuse", path, why + ": the fork's own bytes"))
         elif f.status == "patched":
             if drop_patches:
-                acts.append(Action("write", path, "pinned patch dropped (--drop-patches)", backup=True, expect=here,
-                                   entry=entry))
+                acts.append(
+                    Action(
+                        "write", path, "pinned patch dropped (--drop-patches)", backup=True, expect=here, entry=entry
+                    )
+                )
             else:
                 acts.append(Action("keep", path, f"pinned patch ({f.detail})"))
         elif f.status == "mode":
-            acts.append(Action("chmod", path, f.detail or "mode", expect=here,
-                               mode=entry.mode if entry and entry.mode else "100644"))
+            acts.append(
+                Action(
+                    "chmod",
+                    path,
+                    f.detail or "mode",
+                    expect=here,
+                    mode=entry.mode if entry and entry.mode else "100644",
+                )
+            )
         elif f.status == "extra":
             owners = ms.releases_with(f.path, f.actual or "", report.digest_kind)
             dropped = [m.tag for m in ms.manifests if f.path in m.by_path]
@@ -115,20 +156,42 @@ def plan(report: Report, ms: ManifestSet, tag: Manifest, force: bool = False,
             acts.append(Action("refuse", path, f"could not be read: {f.detail}"))
     if not_vendored and not force:
         return [a for a in acts if a.verb in ("keep", "refuse")] + [
-            Action("refuse", prefix or ".", "the fork does not vendor this layer (no file equals a release): "
-                                            "syncing would replace its own headers")]
+            Action(
+                "refuse",
+                prefix or ".",
+                "the fork does not vendor this layer (no file equals a release): syncing would replace its own headers",
+            )
+        ]
     written = {a.path for a in acts if a.verb == "write"}
-    kept = [p for p in patches if join(p["path"]) not in written and p["path"] in tag.by_path
-            and tag.by_path[p["path"]].sha256 == p.get("base_sha256")]
+    kept = [
+        p
+        for p in patches
+        if join(p["path"]) not in written
+        and p["path"] in tag.by_path
+        and tag.by_path[p["path"]].sha256 == p.get("base_sha256")
+    ]
     stamp_bad = any(f.path == STAMP for f in report.files)
     # the verifier's old bytes are backed up unless they are a verifier some check_vendor wrote
     known = {verifier_gen.digest(m, "sha256") for m in ms.manifests} | set(verifier_gen.LEGACY)
-    known |= {f.actual for f in report.files if f.path == VERIFIER and f.diagnosis == "older-verifier"
-              and f.actual and report.digest_kind == "sha256"}
-    acts.append(Action("write", join(VERIFIER), f"the offline verifier for {tag.tag}", backup=True,
-                       mode="100755", data=verifier_gen.build(tag), backup_unless=frozenset(known)))
-    acts.append(Action("write", join(STAMP), f"stamp for {tag.tag}", backup=stamp_bad,
-                       data=stamp_text(tag, kept).encode()))
+    known |= {
+        f.actual
+        for f in report.files
+        if f.path == VERIFIER and f.diagnosis == "older-verifier" and f.actual and report.digest_kind == "sha256"
+    }
+    acts.append(
+        Action(
+            "write",
+            join(VERIFIER),
+            f"the offline verifier for {tag.tag}",
+            backup=True,
+            mode="100755",
+            data=verifier_gen.build(tag),
+            backup_unless=frozenset(known),
+        )
+    )
+    acts.append(
+        Action("write", join(STAMP), f"stamp for {tag.tag}", backup=stamp_bad, data=stamp_text(tag, kept).encode())
+    )
     return acts
 
 
@@ -142,26 +205,35 @@ def how_to_proceed(fork_label: str, refused: list[Action], has_stamp: bool) -> l
     lines = [f"nothing was written ({len(refused)} refused). To proceed:"]
     whys = " ".join(a.why for a in refused)
     if "pinned" in whys:
-        lines.append("  a pinned file: pin the current bytes again (python tools/check_vendor.py pin --fork "
-                     f"{fork_label} PATH --reason TEXT), or replace it with --sync --drop-patches")
+        lines.append(
+            "  a pinned file: pin the current bytes again (python tools/check_vendor.py pin --fork "
+            f"{fork_label} PATH --reason TEXT), or replace it with --sync --drop-patches"
+        )
     if "the fork's own bytes" in whys and "does not vendor" not in whys:  # nothing to pin in a foreign layer
         if has_stamp:
-            lines.append(f"  keep a reviewed edit:  python tools/check_vendor.py pin --fork {fork_label} PATH "
-                         "--reason TEXT [--upstream URL]")
+            lines.append(
+                f"  keep a reviewed edit:  python tools/check_vendor.py pin --fork {fork_label} PATH "
+                "--reason TEXT [--upstream URL]"
+            )
         else:
-            lines.append("  keep a reviewed edit: pinning needs the stamp --sync writes, so run --sync --force "
-                         "(it backs the edit up), re-apply it and pin it: python tools/check_vendor.py pin "
-                         f"--fork {fork_label} PATH --reason TEXT")
+            lines.append(
+                "  keep a reviewed edit: pinning needs the stamp --sync writes, so run --sync --force "
+                "(it backs the edit up), re-apply it and pin it: python tools/check_vendor.py pin "
+                f"--fork {fork_label} PATH --reason TEXT"
+            )
     if "the fork's own bytes" in whys or "does not vendor" in whys:
         lead = "or overwrite" if len(lines) > 1 else "overwrite"
         lines.append(f"  {lead}:  --sync --force (copies the fork's bytes to {BACKUP_DIR}/<time>/ first)")
     if "not followed" in whys or "where a file belongs" in whys or "changed while" in whys:
-        lines.append("  a link or a directory in the way: replace it with a real directory (or remove it) in the "
-                     "fork and run again; --sync never writes through a link")
+        lines.append(
+            "  a link or a directory in the way: replace it with a real directory (or remove it) in the "
+            "fork and run again; --sync never writes through a link"
+        )
     return lines
 
 
 # ---------------------------------------------------------------- preflight: the whole plan, checked
+
 
 def _backup_root(fs: ForkRoot) -> str:
     when = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
@@ -172,8 +244,9 @@ def _backup_root(fs: ForkRoot) -> str:
     return name
 
 
-def preflight(acts: list[Action], fork: LocalFork, tag: Manifest,
-              canonical: Callable[[FileEntry], bytes | None]) -> tuple[list[Action], str | None]:
+def preflight(
+    acts: list[Action], fork: LocalFork, tag: Manifest, canonical: Callable[[FileEntry], bytes | None]
+) -> tuple[list[Action], str | None]:
     """(the plan with every unsafe step turned into a refusal and every byte to write loaded, the backup
     directory it would use). CannotCheck when release bytes are unavailable or a file changed since the
     comparison read it."""
@@ -207,9 +280,10 @@ def preflight(acts: list[Action], fork: LocalFork, tag: Manifest,
             data = canonical(a.entry)
             if data is None or sha256_bytes(data) != a.entry.sha256:
                 why = getattr(getattr(canonical, "__self__", None), "why_missing", lambda: "")()
-                raise CannotCheck(f"the released bytes of {a.path} ({tag.label}) are not available "
-                                  f"{'in this checkout' if not why else ''}; nothing was written"
-                                  + (f" ({why})" if why else ""))
+                raise CannotCheck(
+                    f"the released bytes of {a.path} ({tag.label}) are not available "
+                    f"{'in this checkout' if not why else ''}; nothing was written" + (f" ({why})" if why else "")
+                )
             a.data, a.mode = data, a.entry.mode or "100644"
         if a.verb == "write" and now == sha256_bytes(a.data) and (st is None or _mode(st) == a.mode):
             out.append(Action("keep", a.path, "already " + ("the stamp" if a.path.endswith(STAMP) else "up to date")))
@@ -220,8 +294,9 @@ def preflight(acts: list[Action], fork: LocalFork, tag: Manifest,
             if backup_root is None:
                 bad = fs.check_dir(BACKUP_DIR)
                 if bad is not None:
-                    out.append(Action("refuse", a.path, f"cannot back it up: {bad.component} is {bad.why} "
-                                                        f"(not followed)"))
+                    out.append(
+                        Action("refuse", a.path, f"cannot back it up: {bad.component} is {bad.why} (not followed)")
+                    )
                     continue
                 backup_root = _backup_root(fs)
         out.append(a)
@@ -236,8 +311,15 @@ def _mode(st: os.stat_result) -> str:
 
 # ---------------------------------------------------------------- apply: a transaction
 
-def apply(acts: list[Action], fork: LocalFork, prefix: str, backup_root: str | None,
-          log: Callable[[str], None], header: dict | None = None) -> None:
+
+def apply(
+    acts: list[Action],
+    fork: LocalFork,
+    prefix: str,
+    backup_root: str | None,
+    log: Callable[[str], None],
+    header: dict | None = None,
+) -> None:
     """Carry out a preflighted plan with no refusals as one journaled transaction (vendorkit.transaction). On any
     failure or signal every step is undone and CannotCheck says what happened (and, should undoing fail too,
     what is left where)."""

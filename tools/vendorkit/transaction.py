@@ -22,6 +22,7 @@ Journals are named `.sm120-sync-journal-<random>` at the fork root; one that doe
 never replayed and never blocks a check or a sync. Even a verified journal is replayed only record by record as
 this module writes them (known operations, safe paths, its own aside names), never through a link.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -34,7 +35,7 @@ import signal
 import stat
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from .errors import CannotCheck
 from .safefs import ForkRoot, UnsafePath, safe_relative
@@ -79,6 +80,7 @@ def state(fs: ForkRoot, rel: str) -> str:
 
 # ---------------------------------------------------------------- the journal
 
+
 def state_dir() -> str:
     env = os.environ.get("SM120_STATE_DIR")
     if env:
@@ -108,8 +110,10 @@ def journal_key(create: bool) -> bytes | None:
     except FileExistsError:
         pass  # made meanwhile by another sync
     except OSError as e:
-        raise CannotCheck(f"cannot make the journal key {path} ({e.strerror or e}): --sync needs it to journal "
-                          f"its steps (set SM120_STATE_DIR to a writable directory)") from None
+        raise CannotCheck(
+            f"cannot make the journal key {path} ({e.strerror or e}): --sync needs it to journal "
+            f"its steps (set SM120_STATE_DIR to a writable directory)"
+        ) from None
     return journal_key(create=False)
 
 
@@ -175,17 +179,26 @@ def read_journal(fs: ForkRoot, name: str) -> tuple[dict, list[dict]] | None:
             r = json.loads(ln)
         except (ValueError, RecursionError):
             return None
-        if not isinstance(r, dict) or not isinstance(r.get("mac"), str) or \
-                not hmac.compare_digest(r["mac"], _mac(key, prev, r)):
+        if (
+            not isinstance(r, dict)
+            or not isinstance(r.get("mac"), str)
+            or not hmac.compare_digest(r["mac"], _mac(key, prev, r))
+        ):
             return None
         prev = r.pop("mac")
         recs.append(r)
-    if not recs or recs[0].get("journal") != 2 or not isinstance(recs[0].get("pid"), int) or \
-            recs[0].get("fork") != _real(fs):
+    if (
+        not recs
+        or recs[0].get("journal") != 2
+        or not isinstance(recs[0].get("pid"), int)
+        or recs[0].get("fork") != _real(fs)
+    ):
         return None
     if not all(_valid(r) for r in recs[1:]):
-        raise CannotCheck(f"{name} verifies but holds a record this check_vendor never writes: not replayed; "
-                          f"inspect the fork and remove it by hand")
+        raise CannotCheck(
+            f"{name} verifies but holds a record this check_vendor never writes: not replayed; "
+            f"inspect the fork and remove it by hand"
+        )
     return recs[0], recs[1:]
 
 
@@ -206,11 +219,17 @@ def _valid(r) -> bool:
         return set(r) == {"op", "path"}
     if op == "aside":
         a = r.get("aside")
-        return set(r) == {"op", "path", "aside"} and isinstance(a, str) and safe_relative(a) and bool(
-            _ASIDE.fullmatch(a)) and a.rpartition("/")[0] == path.rpartition("/")[0]
+        return (
+            set(r) == {"op", "path", "aside"}
+            and isinstance(a, str)
+            and safe_relative(a)
+            and bool(_ASIDE.fullmatch(a))
+            and a.rpartition("/")[0] == path.rpartition("/")[0]
+        )
     if op == "write":
-        return set(r) == {"op", "path", "sha256"} and isinstance(r["sha256"], str) and bool(_HEX64.fullmatch(
-            r["sha256"]))
+        return (
+            set(r) == {"op", "path", "sha256"} and isinstance(r["sha256"], str) and bool(_HEX64.fullmatch(r["sha256"]))
+        )
     if op == "symlink":
         return set(r) == {"op", "path", "target"} and isinstance(r["target"], str)
     if op == "chmod":
@@ -285,21 +304,29 @@ def _recover_one(fs: ForkRoot, name: str) -> list[str]:
     with deferred_signals():
         if any(r["op"] == "commit" for r in records):
             left = _drop_asides(fs, records)
-            done = [f"  recover  an interrupted sync (pid {header['pid']}) had committed: its "
-                    f"{sum(r['op'] == 'aside' for r in records)} set-aside entries are dropped"]
+            done = [
+                f"  recover  an interrupted sync (pid {header['pid']}) had committed: its "
+                f"{sum(r['op'] == 'aside' for r in records)} set-aside entries are dropped"
+            ]
             done += [f"  note     could not remove {a}; delete it by hand" for a in left]
         else:
             failed = undo(fs, records, header["pid"])
             if failed:
-                raise CannotCheck(f"restoring the fork from {name} failed at: " + "; ".join(failed) +
-                                  f"; the journal is kept, run --sync again once the cause is fixed")
-            done = [f"  recover  an interrupted sync (pid {header['pid']}): {len(records)} logged step(s) undone; "
-                    f"the fork is as it was before it"]
+                raise CannotCheck(
+                    f"restoring the fork from {name} failed at: "
+                    + "; ".join(failed)
+                    + "; the journal is kept, run --sync again once the cause is fixed"
+                )
+            done = [
+                f"  recover  an interrupted sync (pid {header['pid']}): {len(records)} logged step(s) undone; "
+                f"the fork is as it was before it"
+            ]
         fs.unlink(name)
     return done
 
 
 # ---------------------------------------------------------------- one sync at a time
+
 
 @contextlib.contextmanager
 def fork_lock(fs: ForkRoot, exclusive: bool):
@@ -313,23 +340,29 @@ def fork_lock(fs: ForkRoot, exclusive: bool):
         yield
         return
     # the directory this run reads (a descriptor of its own on it: the lock outlives a reopened ForkRoot)
-    fd = os.dup(fs._root.fd) if fs._root.fd is not None else \
-        os.open(fs.path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+    fd = (
+        os.dup(fs._root.fd)
+        if fs._root.fd is not None
+        else os.open(fs.path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+    )
     try:
         try:
             fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
         except BlockingIOError:
             pids = [h["pid"] for h, _ in filter(None, (read_journal(fs, n) for n in journals(fs)))]
             who = f" (pid {', '.join(map(str, pids))})" if pids else ""
-            raise CannotCheck(f"another check_vendor run is syncing or checking this fork{who}; --sync again "
-                              f"when it has finished" if exclusive else
-                              f"a --sync of this fork is running{who}; check again when it has finished") from None
+            raise CannotCheck(
+                f"another check_vendor run is syncing or checking this fork{who}; --sync again when it has finished"
+                if exclusive
+                else f"a --sync of this fork is running{who}; check again when it has finished"
+            ) from None
         yield
     finally:
         os.close(fd)  # closing the only descriptor of this open file releases the lock
 
 
 # ---------------------------------------------------------------- signals
+
 
 class _Guard:
     def __init__(self):
@@ -367,6 +400,7 @@ def deferred_signals():
 
 
 # ---------------------------------------------------------------- the transaction
+
 
 class Transaction:
     """Journaled steps: each replaced or deleted entry is renamed aside in its own directory (and checked against
@@ -453,9 +487,10 @@ def run(fs: ForkRoot, header: dict, steps: Callable[[Transaction], None]) -> lis
             why = getattr(e, "strerror", None) or str(e) or type(e).__name__
             if failed:
                 journal.fh.close()
-                raise CannotCheck(f"{why}; undoing it failed too, so the fork is between states ({'; '.join(failed)}"
-                                  f"); {journal.name} is kept: fix the cause and run --sync again to restore it") \
-                    from None
+                raise CannotCheck(
+                    f"{why}; undoing it failed too, so the fork is between states ({'; '.join(failed)}"
+                    f"); {journal.name} is kept: fix the cause and run --sync again to restore it"
+                ) from None
             journal.remove()
             raise _Failed(why, e) from None
         except BaseException:  # anything else (an internal error, memory): undone too, then re-raised

@@ -5,6 +5,7 @@ template, the release manifest), so check_vendor compares a fork's verifier with
 A verifier an earlier check_vendor wrote is recognised as such (`older-verifier`, replaced by --sync without a
 backup): the unbaked ones of 2026-11-30 by their digest (LEGACY), the baked ones by the digest of their template,
 their `_RELEASE` line put back to `_RELEASE = None` (LEGACY_TEMPLATES)."""
+
 from __future__ import annotations
 
 import functools
@@ -35,18 +36,18 @@ LEGACY = {
 _UNISOLATED = ", whose verifier imports modules found beside it (a planted hashlib.py decides it) and ignores modes"
 _LINKED = ", whose verifier run through a symlinked path imports modules found beside it"
 LEGACY_TEMPLATES = {
-    "463c78b4455596681173a5f3b596eaa748fe1df594536e75549786edc431fdea":
-        "check_vendor of 2026-12-01 (c464b40)" + _UNISOLATED,
-    "8d6d265f2406ada846ee6c27f6d801ed48dcdd6af46a21e65799a5d9a8b89d9a":
-        "check_vendor of 2026-12-01 (b4338cd)" + _UNISOLATED,
-    "3209998d37e04146a223b1cb3b848ab9e7934d155cd3e999217e59429fd62cbe":
-        "check_vendor of 2026-12-01 (a44df92)" + _UNISOLATED,
-    "106af379be1a3d5fa040f5eda739ff9918a5ae06d9ef8a9a7e970944b14fa098":
-        "check_vendor of 2026-12-01 (6416b30)" + _UNISOLATED,
-    "717004581df13a8494238f82055f87ee85306fdc56f7a9dc7bdeec0a94f3bb8e":
-        "check_vendor of 2026-12-02 (6ed4cc4)" + _LINKED,
-    "a65218f52710095539fd8c76e2b6bbe7f6c9c584bd7350acc3614684f636edbb":
-        "check_vendor of 2026-12-02 (9487992)" + _LINKED,
+    "463c78b4455596681173a5f3b596eaa748fe1df594536e75549786edc431fdea": "check_vendor of 2026-12-01 (c464b40)"
+    + _UNISOLATED,
+    "8d6d265f2406ada846ee6c27f6d801ed48dcdd6af46a21e65799a5d9a8b89d9a": "check_vendor of 2026-12-01 (b4338cd)"
+    + _UNISOLATED,
+    "3209998d37e04146a223b1cb3b848ab9e7934d155cd3e999217e59429fd62cbe": "check_vendor of 2026-12-01 (a44df92)"
+    + _UNISOLATED,
+    "106af379be1a3d5fa040f5eda739ff9918a5ae06d9ef8a9a7e970944b14fa098": "check_vendor of 2026-12-01 (6416b30)"
+    + _UNISOLATED,
+    "717004581df13a8494238f82055f87ee85306fdc56f7a9dc7bdeec0a94f3bb8e": "check_vendor of 2026-12-02 (6ed4cc4)"
+    + _LINKED,
+    "a65218f52710095539fd8c76e2b6bbe7f6c9c584bd7350acc3614684f636edbb": "check_vendor of 2026-12-02 (9487992)"
+    + _LINKED,
 }
 
 
@@ -62,12 +63,14 @@ def _module_body(src: str, name: str) -> str:
 def inline(template: str, modules: dict[str, str]) -> str:
     """The verifier template with each `# >>> inline vendorkit.NAME` block replaced by that module's source: a
     pure function of the sources, so the template of any earlier commit can be rebuilt from its files."""
+
     def one(m: re.Match) -> str:
         name = m.group(1)
         body = _module_body(modules[name], name)
         if name == "inert":  # the template calls inert.text(...): give the inlined functions that namespace
             body += "\n\nclass inert:  # noqa: N801 - the module's name in the template\n" + "".join(
-                f"    {fn} = staticmethod({fn})\n" for fn in ("text", "md_code", "html", "json_safe"))
+                f"    {fn} = staticmethod({fn})\n" for fn in ("text", "md_code", "html", "json_safe")
+            )
         return f"# ---- inlined from deep_gemm_sm120 tools/vendorkit/{name}.py\n{body}# ---- end of {name}.py\n"
 
     out, n = _BLOCK.subn(one, template)
@@ -76,7 +79,7 @@ def inline(template: str, modules: dict[str, str]) -> str:
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _template() -> str:
     def read(path: str) -> str:
         with open(path, encoding="utf-8") as fh:
@@ -89,7 +92,7 @@ def template_digest(template: str) -> str:
     return hashlib.sha256(template.encode("utf-8")).hexdigest()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _build(tag: str, tree: str, files: tuple, modes: tuple, lineage: str | None) -> bytes:
     doc = {"tag": tag, "tree_sha256": tree, "files": dict(files)}
     if modes:  # paths whose git mode is not 100644
@@ -102,8 +105,13 @@ def _build(tag: str, tree: str, files: tuple, modes: tuple, lineage: str | None)
 
 def build(m: Manifest) -> bytes:
     """The verifier --sync writes for release `m` (of our lineage or an upstream's)."""
-    return _build(m.tag, m.tree_sha256, tuple((e.path, e.sha256) for e in m.files),
-                  tuple((e.path, e.mode) for e in m.files if e.mode not in (None, "100644")), m.lineage)
+    return _build(
+        m.tag,
+        m.tree_sha256,
+        tuple((e.path, e.sha256) for e in m.files),
+        tuple((e.path, e.mode) for e in m.files if e.mode not in (None, "100644")),
+        m.lineage,
+    )
 
 
 def digest(m: Manifest, kind: str) -> str:

@@ -1,4 +1,5 @@
 """Release tags are `vMAJOR.MINOR.PATCH` and compare as integer tuples, never as strings."""
+
 from __future__ import annotations
 
 import re
@@ -39,9 +40,12 @@ def is_lineage_tag(tag: str) -> bool:
     return bool(_LOOSE.fullmatch(tag)) and len(tag) <= 64
 
 
-_PEP440 = re.compile(r"\s*v?(?:(\d+)!)?(\d+(?:\.\d+)*)(?:[-_.]?(a|alpha|b|beta|c|rc|pre|preview)[-_.]?(\d*))?"
-                     r"(?:(?:-(\d+))|(?:[-_.]?(post|rev|r)[-_.]?(\d*)))?(?:[-_.]?(dev)[-_.]?(\d*))?"
-                     r"(?:\+([a-z0-9]+(?:[-_.][a-z0-9]+)*))?\s*", re.I)
+_PEP440 = re.compile(
+    r"\s*v?(?:(\d+)!)?(\d+(?:\.\d+)*)(?:[-_.]?(a|alpha|b|beta|c|rc|pre|preview)[-_.]?(\d*))?"
+    r"(?:(?:-(\d+))|(?:[-_.]?(post|rev|r)[-_.]?(\d*)))?(?:[-_.]?(dev)[-_.]?(\d*))?"
+    r"(?:\+([a-z0-9]+(?:[-_.][a-z0-9]+)*))?\s*",
+    re.I,
+)
 _PRE = {"a": 0, "alpha": 0, "b": 1, "beta": 1, "c": 2, "rc": 2, "pre": 2, "preview": 2}
 
 
@@ -55,8 +59,11 @@ def pep440_key(version: str) -> tuple | None:
     release = tuple(int(x) for x in rel.split("."))
     while len(release) > 1 and release[-1] == 0:
         release = release[:-1]
-    pre = (_PRE[pre_l.lower()], int(pre_n or 0)) if pre_l else ((-1, 0) if dev_l and not post_l and
-                                                                 post_implicit is None else (3, 0))
+    pre = (
+        (_PRE[pre_l.lower()], int(pre_n or 0))
+        if pre_l
+        else ((-1, 0) if dev_l and not post_l and post_implicit is None else (3, 0))
+    )
     post = int(post_implicit) if post_implicit is not None else (int(post_n or 0) if post_l else -1)
     dev = int(dev_n or 0) if dev_l else float("inf")
     loc = tuple((0, int(p)) if p.isdigit() else (-1, p) for p in re.split(r"[-_.]", local.lower())) if local else ()

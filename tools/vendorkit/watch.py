@@ -1,5 +1,6 @@
 """Downstream drift watcher: config, remote checks (GitHub forks and PyPI packages), one self-maintaining
 issue per downstream, reports."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,10 +34,10 @@ WATCH_SCHEMA_VERSION = 3  # 3: a PyPI downstream lists every file of its release
 @dataclass(frozen=True)
 class Downstream:
     name: str
-    repo: str | None            # OWNER/NAME of a GitHub fork, or None for a PyPI package
+    repo: str | None  # OWNER/NAME of a GitHub fork, or None for a PyPI package
     ref: str | None
-    prefix: str | None          # None: auto-detected (PyPI packages only)
-    track: str                  # "latest" or a release tag
+    prefix: str | None  # None: auto-detected (PyPI packages only)
+    track: str  # "latest" or a release tag
     package: str | None = None  # PyPI project name
     version: str | None = None  # pinned package version; None: the newest release on each run
     lineage: str | None = None  # the upstream lineage it vendors (vendor_manifests/upstreams/NAME); None: ours
@@ -54,9 +55,11 @@ def _check_entry(d: dict, where: str, manifests) -> None:
     else:
         unknown, missing = set(d) - _GITHUB_KEYS - _GITHUB_OPTIONAL, _GITHUB_KEYS - set(d)
     if unknown or missing:
-        raise UsageError(f"{where}: unknown keys {sorted(unknown)}, missing keys {sorted(missing)} (a GitHub "
-                         f"fork has {sorted(_GITHUB_KEYS)} and optionally {sorted(_GITHUB_OPTIONAL)}; a PyPI "
-                         f"package has {sorted(_PYPI_KEYS)} and optionally {sorted(_PYPI_OPTIONAL)})")
+        raise UsageError(
+            f"{where}: unknown keys {sorted(unknown)}, missing keys {sorted(missing)} (a GitHub "
+            f"fork has {sorted(_GITHUB_KEYS)} and optionally {sorted(_GITHUB_OPTIONAL)}; a PyPI "
+            f"package has {sorted(_PYPI_KEYS)} and optionally {sorted(_PYPI_OPTIONAL)})"
+        )
     if not all(isinstance(v, str) and v for v in d.values()):
         raise UsageError(f"{where}: every value must be a non-empty string")
     if "pypi" in d:
@@ -116,8 +119,18 @@ def load_config(path: str, ms: ManifestSet, repo_root: str | None = None) -> lis
             raise UsageError(f"{where}: name {d['name']!r} must be unique and use letters, digits, . _ -")
         names.add(d["name"])
         prefix = d["prefix"].strip("/") if "prefix" in d else None
-        out.append(Downstream(d["name"], d.get("repo"), d.get("ref"), prefix, d["track"], d.get("pypi"),
-                              d.get("version"), d.get("lineage")))
+        out.append(
+            Downstream(
+                d["name"],
+                d.get("repo"),
+                d.get("ref"),
+                prefix,
+                d["track"],
+                d.get("pypi"),
+                d.get("version"),
+                d.get("lineage"),
+            )
+        )
     return out
 
 
@@ -130,20 +143,24 @@ class ForkResult:
     counted: int = 0
     issue_action: str = "-"
     extra: dict = field(default_factory=dict)
-    ms: ManifestSet | None = None          # the lineage the downstream is compared with
+    ms: ManifestSet | None = None  # the lineage the downstream is compared with
     provenance: list[tuple[str, list[str]]] = field(default_factory=list)  # (file, releases with its bytes)
 
 
-def check_one(client: GitHubClient, ms: ManifestSet, ds: Downstream, index_url: str | None = None,
-              index=None) -> ForkResult:
+def check_one(
+    client: GitHubClient, ms: ManifestSet, ds: Downstream, index_url: str | None = None, index=None
+) -> ForkResult:
     """`ms`: the downstream's lineage; `index` (vendorkit.provenance.Index): every known release of every
     lineage, to say which one each vendored file matches."""
     res = _check_package(ms, ds, index_url) if ds.package else _check_fork(client, ms, ds)
     res.ms = ms
     if index is not None:
         kind = res.report.digest_kind
-        res.provenance = [(f.path, index.matches(f.path, f.actual, kind)) for f in res.report.files
-                          if f.actual and f.status not in ("foreign", "unsafe") and index.named_like(f.path)]
+        res.provenance = [
+            (f.path, index.matches(f.path, f.actual, kind))
+            for f in res.report.files
+            if f.actual and f.status not in ("foreign", "unsafe") and index.named_like(f.path)
+        ]
     return res
 
 
@@ -153,8 +170,9 @@ def _check_fork(client: GitHubClient, ms: ManifestSet, ds: Downstream) -> ForkRe
     owner, repo = ds.repo.split("/")
     # a lineage without git blob ids is compared by sha256: each compared blob is fetched (and cached)
     view_kind = "git_blob_sha1" if ms.has_blob_ids else "sha256"
-    report = Report(mode="fork", target=ds.source, tag=tag.tag, prefix=ds.prefix, digest_kind=view_kind,
-                    lineage=ms.lineage)
+    report = Report(
+        mode="fork", target=ds.source, tag=tag.tag, prefix=ds.prefix, digest_kind=view_kind, lineage=ms.lineage
+    )
     res = ForkResult(ds, report)
     try:
         view = RemoteFork(client, owner, repo, ds.ref, sha256=not ms.has_blob_ids)
@@ -177,8 +195,9 @@ def _check_package(ms: ManifestSet, ds: Downstream, index_url: str | None) -> Fo
     from .distributions import check_release
 
     tag = ms.resolve(None if ds.track == "latest" else ds.track)
-    report = Report(mode="fork", target=ds.source, tag=tag.tag, prefix=ds.prefix, digest_kind="sha256",
-                    lineage=ms.lineage)
+    report = Report(
+        mode="fork", target=ds.source, tag=tag.tag, prefix=ds.prefix, digest_kind="sha256", lineage=ms.lineage
+    )
     res = ForkResult(ds, report)
     try:
         spec = f"pypi:{ds.package}" + (f"=={ds.version}" if ds.version else "")
@@ -207,41 +226,83 @@ def child_check(p: dict) -> dict:
     ms = ManifestSet.load_dir(os.path.join(root, "vendor_manifests"))
     ds = Downstream(**p["downstream"])
     etags = EtagStore(None, dict(p["etags"]))
-    client = GitHubClient(p["api_url"], os.environ.get("GITHUB_TOKEN"), etags, max_wait=p["max_wait"],
-                          max_retries=p["retries"], backoff=p["backoff"])
+    client = GitHubClient(
+        p["api_url"],
+        os.environ.get("GITHUB_TOKEN"),
+        etags,
+        max_wait=p["max_wait"],
+        max_retries=p["retries"],
+        backoff=p["backoff"],
+    )
     with budget.use(budget.Budget(budget.parse_limits(p["budget"]))):
         res = check_one(client, manifests_loader(ms, root)(ds.lineage), ds, p["index_url"], load_index(root))
-    return {"report": json.loads(to_json(res.report, None)), "owned": sorted(res.report.owned),
-            "commit": res.commit, "requests": res.requests, "counted": res.counted, "extra": res.extra,
-            "provenance": res.provenance,
-            "etags": {k: v for k, v in etags.entries.items() if p["etags"].get(k) != v}}
+    return {
+        "report": json.loads(to_json(res.report, None)),
+        "owned": sorted(res.report.owned),
+        "commit": res.commit,
+        "requests": res.requests,
+        "counted": res.counted,
+        "extra": res.extra,
+        "provenance": res.provenance,
+        "etags": {k: v for k, v in etags.entries.items() if p["etags"].get(k) != v},
+    }
 
 
-def check_isolated(client: GitHubClient, ms: ManifestSet, ds: Downstream, repo_root: str,
-                   index_url: str | None = None, budget_specs: list[str] | None = None, limits=None) -> ForkResult:
+def check_isolated(
+    client: GitHubClient,
+    ms: ManifestSet,
+    ds: Downstream,
+    repo_root: str,
+    index_url: str | None = None,
+    budget_specs: list[str] | None = None,
+    limits=None,
+) -> ForkResult:
     """check_one in a child process under resource limits: whatever the downstream does to the reader ends the
     child only, and is this downstream's `unknown`."""
     from . import isolate
 
     mine = f"/repos/{ds.repo}/" if ds.repo else None
-    payload = {"downstream": dataclasses.asdict(ds), "repo_root": repo_root, "api_url": client.api,
-               "index_url": index_url, "max_wait": client.max_wait, "retries": client.max_retries,
-               "backoff": client.backoff, "budget": list(budget_specs or []),
-               "etags": {k: v for k, v in client.etags.entries.items()
-                         if k.startswith("blob-sha256:") or (mine and mine in k)}}
+    payload = {
+        "downstream": dataclasses.asdict(ds),
+        "repo_root": repo_root,
+        "api_url": client.api,
+        "index_url": index_url,
+        "max_wait": client.max_wait,
+        "retries": client.max_retries,
+        "backoff": client.backoff,
+        "budget": list(budget_specs or []),
+        "etags": {
+            k: v for k, v in client.etags.entries.items() if k.startswith("blob-sha256:") or (mine and mine in k)
+        },
+    }
     try:
         ans = isolate.run("vendorkit.watch.child_check", payload, limits or isolate.ChildLimits())
     except isolate.ChildFailed as e:
         ans = {"failed": f"the check {e}"}
     if "failed" in ans:
         tag = ms.resolve(None if ds.track == "latest" else ds.track)
-        report = Report(mode="fork", target=ds.source, tag=tag.tag, prefix=ds.prefix, digest_kind="sha256",
-                        lineage=ms.lineage, verdict="unknown", errors=[client.scrub(str(ans["failed"]))])
+        report = Report(
+            mode="fork",
+            target=ds.source,
+            tag=tag.tag,
+            prefix=ds.prefix,
+            digest_kind="sha256",
+            lineage=ms.lineage,
+            verdict="unknown",
+            errors=[client.scrub(str(ans["failed"]))],
+        )
         return ForkResult(ds, report, ms=ms)
     client.etags.entries.update(ans["etags"])
-    res = ForkResult(ds, Report.from_dict(ans["report"], ans["owned"]), commit=ans["commit"],
-                     requests=ans["requests"], counted=ans["counted"], extra=ans["extra"], ms=ms,
-                     provenance=[(p, list(m)) for p, m in ans["provenance"]])
+    res = ForkResult(
+        ds,
+        Report.from_dict(ans["report"], ans["owned"]),
+        commit=ans["commit"],
+        requests=ans["requests"],
+        counted=ans["counted"],
+        extra=ans["extra"],
+        ms=ms,
+        provenance=[(p, list(m)) for p, m in ans["provenance"]],
+    )
     return res
 
 
@@ -274,9 +335,12 @@ def how_to_fix(res: ForkResult, ms: ManifestSet) -> list[str]:
     ds, r = res.downstream, res.report
     ms = res.ms or ms
     if r.verdict == "not-vendored":
-        return ["None of its device-layer-named files equals a file of any release: it carries SM120 headers of "
-                "its own, so there is no `--sync` recommendation. If it is meant to vendor this layer, review "
-                "its headers against the release first.", ""]
+        return [
+            "None of its device-layer-named files equals a file of any release: it carries SM120 headers of "
+            "its own, so there is no `--sync` recommendation. If it is meant to vendor this layer, review "
+            "its headers against the release first.",
+            "",
+        ]
     tag = ms.by_tag[r.tag]
     refused = sync.refusals(sync.plan(r, ms, tag))
     checkout = "the source checkout this package is built from" if ds.package else "a local checkout of the fork"
@@ -287,11 +351,21 @@ def how_to_fix(res: ForkResult, ms: ManifestSet) -> list[str]:
         upstream += " --bytes-from SOURCE_WITH_ITS_BYTES"
     cmd = f"python tools/check_vendor.py --fork PATH/TO/{name}{prefix}{upstream} --tag {r.tag} --sync --dry-run"
     if refused:
-        return [f"`--sync` would refuse {len(refused)} file(s) that hold the fork's own bytes, so it is not "
-                f"recommended as is:", ""] + [f"- {inert.md_code(a.path, False)}" for a in refused] + [
-            "", f"In {checkout}, review each: pin a reviewed edit (`python tools/check_vendor.py pin --fork PATH "
+        return (
+            [
+                f"`--sync` would refuse {len(refused)} file(s) that hold the fork's own bytes, so it is not "
+                f"recommended as is:",
+                "",
+            ]
+            + [f"- {inert.md_code(a.path, False)}" for a in refused]
+            + [
+                "",
+                f"In {checkout}, review each: pin a reviewed edit (`python tools/check_vendor.py pin --fork PATH "
                 f"FILE --reason TEXT`) or overwrite it with `--sync --force` (which keeps a backup copy); "
-                f"{inert.md_code(cmd, False)} lists the plan.", ""]
+                f"{inert.md_code(cmd, False)} lists the plan.",
+                "",
+            ]
+        )
     lines = [f"To fix it from {checkout}:", "", *inert.md_fence(f"{cmd}   # then without --dry-run", "bash"), ""]
     if ds.package:
         lines += ["then publish a new release of the package.", ""]
@@ -301,8 +375,15 @@ def how_to_fix(res: ForkResult, ms: ManifestSet) -> list[str]:
 def findings_digest(r: Report) -> str:
     """A digest of what the issue reports (verdict, tag, prefix, each file's status and digests), not of where it
     was read: a new commit of the downstream with the same findings leaves the issue as it is."""
-    facts = [r.verdict, r.tag, r.prefix, r.stale_tag, sorted(r.notes), (r.stamp or {}).get("tag"),
-             [(f.path, f.status, f.diagnosis, f.detail, f.expected, f.actual, f.fork_path) for f in r.files]]
+    facts = [
+        r.verdict,
+        r.tag,
+        r.prefix,
+        r.stale_tag,
+        sorted(r.notes),
+        (r.stamp or {}).get("tag"),
+        [(f.path, f.status, f.diagnosis, f.detail, f.expected, f.actual, f.fork_path) for f in r.files],
+    ]
     return hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
@@ -320,10 +401,17 @@ def provenance_section(res: ForkResult) -> list[str]:
 
     rows = [f"| {c(path)} | {c(_compact(m)) if m else '**none**'} |" for path, m in res.provenance]
     none = sum(1 for _, m in res.provenance if not m)
-    return ["#### Which release each vendored file matches", "",
-            f"{len(res.provenance) - none} of {len(res.provenance)} files equal a file of a known release "
-            f"(ours or an imported upstream lineage); {none} match none.", "",
-            "| file | releases with these bytes |", "|---|---|", *rows, ""]
+    return [
+        "#### Which release each vendored file matches",
+        "",
+        f"{len(res.provenance) - none} of {len(res.provenance)} files equal a file of a known release "
+        f"(ours or an imported upstream lineage); {none} match none.",
+        "",
+        "| file | releases with these bytes |",
+        "|---|---|",
+        *rows,
+        "",
+    ]
 
 
 def issue_body(res: ForkResult, ms: ManifestSet, report_url: str | None = None) -> str:
@@ -333,25 +421,37 @@ def issue_body(res: ForkResult, ms: ManifestSet, report_url: str | None = None) 
     c = inert.md_code
     if ds.package:
         files = res.extra.get("files") or []
-        what = f"{c(_where(res), False)} (file{'s' if len(files) != 1 else ''} " \
-               f"{', '.join(c(f, False) for f in files)})"
+        what = f"{c(_where(res), False)} (file{'s' if len(files) != 1 else ''} {', '.join(c(f, False) for f in files)})"
     else:
         what = f"{c(f'{ds.repo}@{ds.ref}', False)} (findings as of commit {c(res.commit, False)})"
     if r.verdict == "not-vendored":
-        opening = (f"{what} carries SM120 device-layer headers under {c(r.prefix or '.', False)}, but none of them "
-                   f"equals a file of any deep_gemm_sm120 release (checked against {c(r.tag, False)}).")
+        opening = (
+            f"{what} carries SM120 device-layer headers under {c(r.prefix or '.', False)}, but none of them "
+            f"equals a file of any deep_gemm_sm120 release (checked against {c(r.tag, False)})."
+        )
     else:
-        opening = (f"{what} vendors the SM120 device layer under {c(r.prefix or '.', False)} and tracks "
-                   f"{c(ds.track, False)} (= {c(ms.label(r.tag), False)}).")
-    head = [marker(ds), f"<!-- findings {findings_digest(r)} -->", opening, "",
-            *how_to_fix(res, ms),
-            *provenance_section(res),
-            "This issue is maintained by `tools/watch_downstreams.py`: it is edited in place when the findings "
-            "change (not on every new commit) and closed when the downstream is back in sync.", ""]
+        opening = (
+            f"{what} vendors the SM120 device layer under {c(r.prefix or '.', False)} and tracks "
+            f"{c(ds.track, False)} (= {c(ms.label(r.tag), False)})."
+        )
+    head = [
+        marker(ds),
+        f"<!-- findings {findings_digest(r)} -->",
+        opening,
+        "",
+        *how_to_fix(res, ms),
+        *provenance_section(res),
+        "This issue is maintained by `tools/watch_downstreams.py`: it is edited in place when the findings "
+        "change (not on every new commit) and closed when the downstream is back in sync.",
+        "",
+    ]
     body = "\n".join(head) + to_markdown(r)
     if len(body) > BODY_LIMIT:
-        pointer = "\n\n…truncated: the full report is " + (f"at {report_url}" if report_url else
-                                                             "in the drift-watch run's artifact") + ".\n"
+        pointer = (
+            "\n\n…truncated: the full report is "
+            + (f"at {report_url}" if report_url else "in the drift-watch run's artifact")
+            + ".\n"
+        )
         # cut at a line end: every code span lies within one line, so none is left open
         body = body[: body.rfind("\n", 0, BODY_LIMIT - len(pointer))] + pointer
     return body
@@ -364,57 +464,80 @@ def run_url() -> str | None:
     return None
 
 
-def reconcile_issues(client: GitHubClient, repo: str | None, results: list[ForkResult], ms: ManifestSet,
-                     dry_run: bool = False) -> None:
+def reconcile_issues(
+    client: GitHubClient, repo: str | None, results: list[ForkResult], ms: ManifestSet, dry_run: bool = False
+) -> None:
     """Create, edit, reopen or close one issue per downstream; no write when nothing changed. dry_run: only
     record what would be done (reading the existing issues when `repo` is given)."""
     if repo is not None and not REPO_NAME.fullmatch(repo):
         raise UsageError(f"--repo {repo!r} is not OWNER/NAME")
-    issues = [] if repo is None else [
-        i for i in client.paginate(f"/repos/{repo}/issues", {"labels": LABEL, "state": "all"})
-        if "pull_request" not in i]
+    issues = (
+        []
+        if repo is None
+        else [
+            i
+            for i in client.paginate(f"/repos/{repo}/issues", {"labels": LABEL, "state": "all"})
+            if "pull_request" not in i
+        ]
+    )
     url = run_url()
     if dry_run:
         client = _DryRun()
     for res in results:
         mk = marker(res.downstream)
         # the marker must be the body's first line: a fork cannot plant it through a file name shown further down
-        mine = sorted((i for i in issues if (i.get("body") or "").split("\n", 1)[0].strip() == mk),
-                      key=lambda i: (i.get("state") != "open", -int(i["number"])))
+        mine = sorted(
+            (i for i in issues if (i.get("body") or "").split("\n", 1)[0].strip() == mk),
+            key=lambda i: (i.get("state") != "open", -int(i["number"])),
+        )
         current = mine[0] if mine else None
         verdict = res.report.verdict
         if verdict in FAILING_VERDICTS:
             title, body = issue_title(res), issue_body(res, ms, url)
             if current is None:
-                _, made, _ = client.request("POST", f"/repos/{repo}/issues",
-                                            body={"title": title, "body": body, "labels": [LABEL]})
+                _, made, _ = client.request(
+                    "POST", f"/repos/{repo}/issues", body={"title": title, "body": body, "labels": [LABEL]}
+                )
                 res.issue_action = f"created #{made['number']}"
             elif current["state"] != "open":
-                client.request("PATCH", f"/repos/{repo}/issues/{current['number']}",
-                               body={"state": "open", "title": title, "body": body})
+                client.request(
+                    "PATCH",
+                    f"/repos/{repo}/issues/{current['number']}",
+                    body={"state": "open", "title": title, "body": body},
+                )
                 res.issue_action = f"reopened #{current['number']}"
             elif _findings_line(current.get("body")) != _findings_line(body) or current.get("title") != title:
-                client.request("PATCH", f"/repos/{repo}/issues/{current['number']}",
-                               body={"title": title, "body": body})
+                client.request(
+                    "PATCH", f"/repos/{repo}/issues/{current['number']}", body={"title": title, "body": body}
+                )
                 res.issue_action = f"updated #{current['number']}"
             else:
                 res.issue_action = f"unchanged #{current['number']}"
         elif verdict == "in-sync":
             if current is not None and current["state"] == "open":
                 n = current["number"]
-                client.request("POST", f"/repos/{repo}/issues/{n}/comments",
-                               body={"body": f"{inert.md_code(_where(res), False)} ("
-                                             f"{'version' if res.downstream.package else 'commit'} "
-                                             f"{inert.md_code(res.commit, False)}) is back in sync with "
-                                             f"{inert.md_code(res.report.tag, False)}. Closing."})
+                client.request(
+                    "POST",
+                    f"/repos/{repo}/issues/{n}/comments",
+                    body={
+                        "body": f"{inert.md_code(_where(res), False)} ("
+                        f"{'version' if res.downstream.package else 'commit'} "
+                        f"{inert.md_code(res.commit, False)}) is back in sync with "
+                        f"{inert.md_code(res.report.tag, False)}. Closing."
+                    },
+                )
                 client.request("PATCH", f"/repos/{repo}/issues/{n}", body={"state": "closed"})
                 res.issue_action = f"closed #{n}"
         else:
             res.issue_action = f"untouched #{current['number']}" if current else "-"
         if dry_run:
             verb, _, num = res.issue_action.partition(" ")
-            would = {"created": "would create an issue", "reopened": f"would reopen {num}",
-                     "updated": f"would update {num}", "closed": f"would close {num}"}
+            would = {
+                "created": "would create an issue",
+                "reopened": f"would reopen {num}",
+                "updated": f"would update {num}",
+                "closed": f"would close {num}",
+            }
             res.issue_action = would.get(verb, res.issue_action)
 
 
@@ -435,14 +558,19 @@ def exit_code(results: list[ForkResult]) -> int:
 
 
 def summary_markdown(results: list[ForkResult], scrub) -> str:
-    lines = ["# Downstream drift report", "",
-             "| downstream | source | commit / version | tag | verdict | requests (counted) | issue |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "# Downstream drift report",
+        "",
+        "| downstream | source | commit / version | tag | verdict | requests (counted) | issue |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in results:
         ds, rep = r.downstream, r.report
         verdict = rep.verdict + (f" ({rep.stale_tag})" if rep.stale_tag else "")
-        lines.append(f"| {ds.name} | {inert.md_code(ds.source)} | {inert.md_code((r.commit or '-')[:20])} | {rep.tag} | {verdict} | "
-                     f"{r.requests} ({r.counted}) | {r.issue_action} |")
+        lines.append(
+            f"| {ds.name} | {inert.md_code(ds.source)} | {inert.md_code((r.commit or '-')[:20])} | {rep.tag} | {verdict} | "
+            f"{r.requests} ({r.counted}) | {r.issue_action} |"
+        )
     lines.append("")
     for r in results:
         if r.report.verdict != "in-sync":
@@ -453,10 +581,26 @@ def summary_markdown(results: list[ForkResult], scrub) -> str:
 def summary_json(results: list[ForkResult], scrub) -> str:
     from .render import to_json
 
-    doc = {"schema_version": WATCH_SCHEMA_VERSION, "exit_code": exit_code(results), "downstreams": [
-        {"name": r.downstream.name, "source": r.downstream.source, "repo": r.downstream.repo,
-         "ref": r.downstream.ref, "package": r.downstream.package, "version": r.extra.get("version"),
-         "files": r.extra.get("files"), "commit": r.commit, "track": r.downstream.track, "requests": r.requests,
-         "counted_requests": r.counted, "issue": r.issue_action, "report": json.loads(to_json(r.report))}
-        for r in results]}
+    doc = {
+        "schema_version": WATCH_SCHEMA_VERSION,
+        "exit_code": exit_code(results),
+        "downstreams": [
+            {
+                "name": r.downstream.name,
+                "source": r.downstream.source,
+                "repo": r.downstream.repo,
+                "ref": r.downstream.ref,
+                "package": r.downstream.package,
+                "version": r.extra.get("version"),
+                "files": r.extra.get("files"),
+                "commit": r.commit,
+                "track": r.downstream.track,
+                "requests": r.requests,
+                "counted_requests": r.counted,
+                "issue": r.issue_action,
+                "report": json.loads(to_json(r.report)),
+            }
+            for r in results
+        ],
+    }
     return scrub(json.dumps(inert.json_safe(doc), indent=2) + "\n")

@@ -15,6 +15,7 @@ Members where the two installers disagree are findings when they land under the 
 assumes purelib and platlib are one directory; where a platform splits them (lib vs lib64), a package spread
 over both is imported from whichever comes first on sys.path.
 """
+
 from __future__ import annotations
 
 import posixpath
@@ -37,14 +38,16 @@ def install_path(name: str) -> tuple[str | None, str | None]:
         return None, "its name starts with a drive letter: on Windows it would be written outside the package"
     norm = posixpath.normpath(name)
     if norm == ".." or norm.startswith("../"):
-        return None, "its name climbs out of the package with '..': pip refuses the package, other tools write " \
-                     "outside it"
+        return (
+            None,
+            "its name climbs out of the package with '..': pip refuses the package, other tools write outside it",
+        )
     return (None, None) if norm in (".", "") else (norm, None)
 
 
 @dataclass
 class Layout:
-    site: dict[str, list[str]] = field(default_factory=dict)   # site-packages path -> members written there, in order
+    site: dict[str, list[str]] = field(default_factory=dict)  # site-packages path -> members written there, in order
     elsewhere: list[tuple[str, str, str]] = field(default_factory=list)  # (member, scheme, path in the scheme)
     refused: list[tuple[str, str]] = field(default_factory=list)  # (member, why pip refuses the wheel)
     disputed: list[tuple[str, str, str]] = field(default_factory=list)  # (member, where pip puts it, why)
@@ -73,8 +76,10 @@ def lay_out(names: list[str]) -> Layout:
     infos = sorted(t for t in tops if t.endswith(".dist-info"))
     own_data = infos[0][: -len(".dist-info")] + ".data" if len(infos) == 1 else None
     if len(infos) != 1:
-        out.notes.append(f"pip refuses this wheel ({len(infos)} .dist-info directories, one expected); its members "
-                         f"are checked where pip would put them")
+        out.notes.append(
+            f"pip refuses this wheel ({len(infos)} .dist-info directories, one expected); its members "
+            f"are checked where pip would put them"
+        )
     root, data = [], []
     for n in names:
         if n.endswith("/"):
@@ -91,14 +96,22 @@ def lay_out(names: list[str]) -> Layout:
                 continue
             if scheme not in SITE_SCHEMES:
                 if any(e[1:] == (scheme, path) for e in out.elsewhere):
-                    out.notes.append(f"pypa/installer refuses this wheel: several members install to {path} in "
-                                     f"the {scheme} scheme (pip keeps the last; outside site-packages, not checked)")
+                    out.notes.append(
+                        f"pypa/installer refuses this wheel: several members install to {path} in "
+                        f"the {scheme} scheme (pip keeps the last; outside site-packages, not checked)"
+                    )
                 out.elsewhere.append((n, scheme, path))
                 continue
             if own_data is not None and first != own_data:
-                out.disputed.append((n, path, f"installers disagree: pip installs it at {path} ({first} taken as a "
-                                              f"data directory), pypa/installer at {n} (the wheel's data "
-                                              f"directory is {own_data})"))
+                out.disputed.append(
+                    (
+                        n,
+                        path,
+                        f"installers disagree: pip installs it at {path} ({first} taken as a "
+                        f"data directory), pypa/installer at {n} (the wheel's data "
+                        f"directory is {own_data})",
+                    )
+                )
         else:
             path, why = install_path(n)
             if why:
@@ -107,7 +120,12 @@ def lay_out(names: list[str]) -> Layout:
             if path is None:
                 continue
         if "__pycache__" in path.split("/")[:-1]:
-            out.disputed.append((n, path, "installers disagree: pip installs a member of a __pycache__ "
-                                          "directory, pypa/installer skips it"))
+            out.disputed.append(
+                (
+                    n,
+                    path,
+                    "installers disagree: pip installs a member of a __pycache__ directory, pypa/installer skips it",
+                )
+            )
         out.site.setdefault(path, []).append(n)
     return out

@@ -1,14 +1,13 @@
 """PyYAML access: safe loading only, with the C loader when the wheel has it. Imported lazily: the manifests we
 write are read by a strict stdlib reader first, so most runs never load PyYAML."""
+
 from __future__ import annotations
 
 from typing import Any
 
 from .errors import UsageError
 
-PYYAML_MISSING = (
-    "check_vendor needs PyYAML: install it with `python -m pip install pyyaml` and run again"
-)
+PYYAML_MISSING = "check_vendor needs PyYAML: install it with `python -m pip install pyyaml` and run again"
 _yaml: Any = None
 
 
@@ -40,7 +39,7 @@ def safe_load(text: str) -> Any:
     error like any other."""
     y = require_yaml()
     try:
-        return y.load(text, Loader=y.SafeLoader)  # noqa: S506 - SafeLoader only
+        return y.load(text, Loader=y.SafeLoader)
     except RecursionError:
         raise y.YAMLError("nested too deeply") from None
     except (ValueError, TypeError, OverflowError) as e:  # constructors on crafted scalars (a 5,000-digit int)

@@ -12,19 +12,22 @@ Reach it as `deep_gemm` without patching a stack: set DG_SM120_AS_DEEP_GEMM=1 (a
 still wins) or =force, or call `deep_gemm_sm120.compat.install()`. DeepGEMM's DG_JIT_* variables are honoured when
 they are used, not only at import (core/envvars.py).
 """
+
 from __future__ import annotations
 
 import torch
 
 from .. import NAMES as _FAMILY_NAMES
-from .. import epilogue, launch as _launch, testing, utils
+from .. import epilogue, testing, utils  # noqa: F401 - deep_gemm.epilogue, .testing, .utils
+from .. import launch as _launch
 from ..core.names import NOT_PROVIDED, NOT_YET, OUT_OF_SCOPE
 from ..core.registry import registry
 from ..device import get_num_sms, set_num_sms  # noqa: F401 - DeepGEMM names
 from ..scale_layout import transform_sf_into_required_layout  # noqa: F401 - DeepGEMM name
 from ..testing import calc_diff  # noqa: F401 - DeepGEMM name
-from ..utils import *  # noqa: F401,F403 - deep_gemm re-exports its utils at top level
+from ..utils import *  # noqa: F403 - deep_gemm re-exports its utils at top level
 from .refusals import declared_refusal
+from .surface import GENERIC as _GENERIC
 
 # The DeepGEMM API level this surface follows: names, positional orders and keywords of DeepGEMM 2.8.1 (the copy
 # vLLM 0.33 bundles), plus sgl-deep-gemm 0.2.5's extra names. `__implementation__` says whose kernels run.
@@ -46,6 +49,7 @@ globals().update({n: _FAMILY_NAMES[n] for n, (_, decl) in registry().names.items
 
 # ---------------------------------------------------------------- cuBLAS(Lt) names, through torch
 
+
 def _cublas(layout: str):
     name = f"cublaslt_gemm_{layout}"
 
@@ -57,11 +61,14 @@ def _cublas(layout: str):
         if c is not None:
             out = out + c
         d.copy_(out)
+
     gemm.__name__ = gemm.__qualname__ = name
     return gemm
 
 
-cublaslt_gemm_nt, cublaslt_gemm_nn, cublaslt_gemm_tn, cublaslt_gemm_tt = (_cublas(lay) for lay in ("nt", "nn", "tn", "tt"))
+cublaslt_gemm_nt, cublaslt_gemm_nn, cublaslt_gemm_tn, cublaslt_gemm_tt = (
+    _cublas(lay) for lay in ("nt", "nn", "tn", "tt")
+)
 
 
 def cublaslt_nvfp4_gemm_nt(a, b, d, c=None):
@@ -78,9 +85,12 @@ def batched_symm(a, b, d):
 
 # ---------------------------------------------------------------- modules and names with no SM120 kernel
 
-from . import legacy, locality_domain, mega  # noqa: E402 - DeepGEMM's submodules, as attributes
-from .locality_domain import destroy_localizer, is_localization_available, is_localized  # noqa: E402,F401
-from .surface import GENERIC as _GENERIC  # noqa: E402
+from . import legacy, locality_domain, mega  # noqa: E402, F401 - DeepGEMM's submodules, as attributes
+from .locality_domain import (  # noqa: E402, F401 - DeepGEMM names
+    destroy_localizer,
+    is_localization_available,
+    is_localized,
+)
 
 
 def _bind_refusals() -> None:
@@ -133,7 +143,22 @@ def shutdown() -> None:
 
 
 _MODULES = ("utils", "testing", "epilogue", "legacy", "locality_domain", "mega")
-__all__ = [n for n in dir() if not n.startswith("_") and n not in ("annotations", "torch", "registry", "surface",
-                                                                   "refusals", "declared_refusal", "NOT_PROVIDED",
-                                                                   "NOT_YET", "OUT_OF_SCOPE", *_MODULES)]
+__all__ = [
+    n
+    for n in dir()
+    if not n.startswith("_")
+    and n
+    not in (
+        "annotations",
+        "torch",
+        "registry",
+        "surface",
+        "refusals",
+        "declared_refusal",
+        "NOT_PROVIDED",
+        "NOT_YET",
+        "OUT_OF_SCOPE",
+        *_MODULES,
+    )
+]
 __all__ += list(_MODULES)

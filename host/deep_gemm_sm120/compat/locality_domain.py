@@ -2,6 +2,7 @@
 multi-die datacenter GPUs). An SM120 GPU is a single domain with no partitions: the questions are answered
 (`is_localization_available()` and `is_localized(t)` are False, `destroy_localizer()` / `release_mlopart()` have
 nothing to release); whatever would place memory in a partition refuses with NotImplementedError."""
+
 from __future__ import annotations
 
 from ..core.names import make_refusal as refusal
@@ -25,8 +26,17 @@ def release_mlopart() -> None:
     """No partition was created: a no-op."""
 
 
-REFUSED = ("get_num_locality_domains", "get_granularity", "empty", "empty_per_domain", "get_sm_locality_domains",
-           "get_balanced_sm_locality_domains", "localize", "localize_rows")
+REFUSED = (
+    "get_num_locality_domains",
+    "get_granularity",
+    "empty",
+    "empty_per_domain",
+    "get_sm_locality_domains",
+    "get_balanced_sm_locality_domains",
+    "localize",
+    "localize_rows",
+)
 globals().update({n: refusal(n, _WHY) for n in REFUSED})
 
-__all__ = ["is_localization_available", "is_localized", "destroy_localizer", "release_mlopart", *REFUSED]
+__all__ = ["is_localization_available", "is_localized", "destroy_localizer", "release_mlopart"]
+__all__.extend(REFUSED)

@@ -1,5 +1,6 @@
 """Refusals under DeepGEMM's names the compat table declares (compat/surface.py): one object per name, so
 `deep_gemm.X is deep_gemm.mega.X` holds as in DeepGEMM."""
+
 from __future__ import annotations
 
 from ..core.names import make_refusal

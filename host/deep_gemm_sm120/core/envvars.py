@@ -2,6 +2,7 @@
 at import: serving stacks set DeepGEMM's variables after `import deep_gemm`, and that must still count.
 
 Each setting has our name and DeepGEMM's names; ours wins when both are set. Stdlib only."""
+
 from __future__ import annotations
 
 import os

@@ -1,12 +1,11 @@
 """The wave model the GEMM families plan with (pure, torch-free): tiles per wave on a persistent grid, and the
 plan a dense launch carries."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
+from .arith import ceil_div
 
 
 def wave_cost(block_m: int, block_n: int, m: int, n: int, num_sms: int, efficiency: float) -> float:
@@ -18,9 +17,11 @@ def wave_cost(block_m: int, block_n: int, m: int, n: int, num_sms: int, efficien
 def fewest_waves(configs, efficiency: dict, groups: int, m: int, n: int, num_sms: int):
     """The tile configuration that gives `groups` independent m x n problems the least critical-path work
     (waves x tile area / efficiency); min() keeps the first, i.e. largest, of equals."""
+
     def cost(c) -> float:
         tiles = groups * ceil_div(m, c.block_m) * ceil_div(n, c.block_n)
         return ceil_div(tiles, num_sms) * c.block_m * c.block_n / efficiency[c.block_m * c.block_n]
+
     return min(configs, key=cost)
 
 
@@ -28,6 +29,7 @@ def fewest_waves(configs, efficiency: dict, groups: int, m: int, n: int, num_sms
 class WarpTile:
     """The tile shape every mma.sync GEMM of the device layer shares: warps_m x warps_n math warps plus one
     128-thread producer warpgroup, `stages` pipeline stages each with a full/empty mbarrier pair."""
+
     block_m: int
     block_n: int
     stages: int
@@ -54,7 +56,7 @@ class WarpTile:
 class DensePlan:
     config: object
     splits: int
-    tiles: int           # output tiles in kernel space (after swap-AB)
+    tiles: int  # output tiles in kernel space (after swap-AB)
     swap_ab: bool = False
 
     def grid(self, num_sms: int) -> int:

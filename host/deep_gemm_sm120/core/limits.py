@@ -1,4 +1,5 @@
 """Hardware and layout facts, one home each (the device headers carry their C++ twins; tests pin them equal)."""
+
 from __future__ import annotations
 
 # SM120 per-block shared memory, dynamic + static (99 KiB opt-in). Twin: sm120::kMaxSmemPerBlock in

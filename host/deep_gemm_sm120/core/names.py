@@ -9,10 +9,11 @@ A family's declaration lists every public name it answers for, in one tuple (`Fa
 The package root binds every supported name, `import deep_gemm` (deep_gemm_sm120.compat) binds the DeepGEMM ones
 (the same objects), and docs/deep_gemm_compat.md is generated from them: nothing lists them anywhere else.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 SUPPORTED, NOT_YET, OUT_OF_SCOPE, NOT_PROVIDED = "supported", "not yet", "out of scope", "not provided"
 STATUSES = (SUPPORTED, NOT_YET, OUT_OF_SCOPE, NOT_PROVIDED)
@@ -24,6 +25,7 @@ class Name:
     """One public name. `does`: what it runs (supported) or why it is refused (the refusal's message).
     `keywords`: how DeepGEMM's keywords are honoured. `alias_of`: the name whose object this is. `deepgemm`:
     one of DeepGEMM's names (False: ours only, absent from `import deep_gemm`)."""
+
     name: str
     status: str = SUPPORTED
     does: str = ""
@@ -48,6 +50,7 @@ class Op(Name):
     the API raises for them; `operands` / `output` / `notes` are its support-matrix row; `signature` is how the
     support matrix shows it (a test holds it to the API function's); `plan_specs(num_sms=..., **shape)` gives
     the kernels a call of that shape launches (precompile(shapes=))."""
+
     rule: Callable[..., None]
     operands: str
     output: str
@@ -59,8 +62,10 @@ class Op(Name):
 def make_refusal(name: str, message: str):
     """A callable under `name` that refuses with NotImplementedError naming itself and why. A class name
     (SymmBuffer, NVFP4SymmBuffer) gets a class whose construction refuses, so isinstance checks still work."""
+
     def refuse(*args, **kwargs):
         raise NotImplementedError(f"{name}: {message}")
+
     if name[:1].isupper():
         return type(name, (), {"__init__": lambda self, *a, **k: refuse(), "__doc__": f"Not provided: {message}"})
     refuse.__name__ = refuse.__qualname__ = name
@@ -81,10 +86,15 @@ BLOCK_SCALED_KEYWORDS = (
     "`recipe` / `recipe_a` / `recipe_b` honoured; `alpha=None` means 1; `disable_ue8m0_cast` either way requires "
     "power-of-two FP32 scales (others raise `ValueError`: never reinterpreted); `compiled_dims` accepted (JIT hint, "
     "no effect on results); `epilogue`: None / `Identity()`, `Alpha(x)` (= `alpha=x`); the FP8-output and "
-    "stochastic-rounding epilogues: `NotImplementedError`")
-BF16_KEYWORDS = ("`compiled_dims` accepted (no effect); `alpha` None or 1 only; `epilogue`: None / `Identity()` / "
-                 "`Alpha(1)`, others NotImplementedError")
+    "stochastic-rounding epilogues: `NotImplementedError`"
+)
+BF16_KEYWORDS = (
+    "`compiled_dims` accepted (no effect); `alpha` None or 1 only; `epilogue`: None / `Identity()` / "
+    "`Alpha(1)`, others NotImplementedError"
+)
 EPILOGUE_IDENTITY = "`epilogue`: Identity/None, Alpha(1); others NotImplementedError"
-M_CONTIGUOUS_KEYWORDS = ("`use_psum_layout` honoured; `ensure_zero_padding=True` zeroes d's psum padding rows "
-                         "(per-row layouts: -1 rows are never written); `expected_m_for_psum_layout` accepted "
-                         "(tile hint)")
+M_CONTIGUOUS_KEYWORDS = (
+    "`use_psum_layout` honoured; `ensure_zero_padding=True` zeroes d's psum padding rows "
+    "(per-row layouts: -1 rows are never written); `expected_m_for_psum_layout` accepted "
+    "(tile hint)"
+)

@@ -9,18 +9,25 @@ out the parameter constant bank: each parameter at the next multiple of its alig
 Tensor maps (CUtensorMap, 128 bytes, aligned to 128 by CUDA 13's cuda.h) are left as zeros here and encoded
 into their slot by the C++ runtime, which needs libcuda for that.
 """
+
 from __future__ import annotations
 
-import keyword
+import operator
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 TMAP = "CUtensorMap"
 # base C++ type -> (struct code, size, alignment)
 _SCALARS = {
-    "uint32_t": ("I", 4, 4), "int32_t": ("i", 4, 4), "uint64_t": ("Q", 8, 8), "int64_t": ("q", 8, 8),
-    "float": ("f", 4, 4), "bool": ("?", 1, 1), "uint16_t": ("H", 2, 2), "uint8_t": ("B", 1, 1),
+    "uint32_t": ("I", 4, 4),
+    "int32_t": ("i", 4, 4),
+    "uint64_t": ("Q", 8, 8),
+    "int64_t": ("q", 8, 8),
+    "float": ("f", 4, 4),
+    "bool": ("?", 1, 1),
+    "uint16_t": ("H", 2, 2),
+    "uint8_t": ("B", 1, 1),
 }
 _POINTER = ("Q", 8, 8)
 _TMAP_LAYOUT = (None, 128, 128)
@@ -38,8 +45,9 @@ def kind_of(ctype: str) -> str:
         return "ptr"
     t = t.replace("std::", "")
     if t not in _SCALARS:
-        raise ValueError(f"unsupported kernel parameter type {ctype!r} (pointers, tensor maps and "
-                         f"{', '.join(_SCALARS)} are allowed)")
+        raise ValueError(
+            f"unsupported kernel parameter type {ctype!r} (pointers, tensor maps and {', '.join(_SCALARS)} are allowed)"
+        )
     return t
 
 
@@ -47,6 +55,7 @@ def kind_of(ctype: str) -> str:
 class Param:
     """One kernel parameter. `ctype` is the C++ type as the explicit instantiation spells it; it may hold
     `{placeholders}` filled from the spec (e.g. "{out}*" for a pointer to the output type)."""
+
     name: str
     ctype: str
 
@@ -68,18 +77,22 @@ class _AnyType(dict):
 
 
 def _keyword_packer(names: tuple[str, ...], pack: Callable[..., bytes]) -> Callable[..., bytes]:
-    """`def pack(*, a, b, ...): return struct_pack(a, b, ...)`, generated once per list: Python itself then
-    rejects a missing or misspelled argument, at a third of the cost of a **kwargs version (this runs on
-    every launch)."""
-    for n in names:
-        if not n.isidentifier() or keyword.iskeyword(n) or n.startswith("_"):
-            raise ValueError(f"kernel parameter name {n!r} is not a plain identifier")
-    if not names:
-        return lambda: pack()
-    args = ", ".join(names)
-    namespace = {"_pack": pack}
-    exec(f"def pack(*, {args}):\n    return _pack({args})\n", namespace)  # noqa: S102 - names checked above
-    return namespace["pack"]
+    """`pack(**values)`: every name exactly once, packed in declaration order. The count is checked first and a
+    missing name surfaces as the getter's KeyError, so a well-formed call costs one len() and one itemgetter
+    (this runs on every launch); the error names what is missing or unknown."""
+    count = len(names)
+    get = operator.itemgetter(*names) if count > 1 else (lambda v: (v[names[0]],)) if count else (lambda v: ())
+
+    def keyword_pack(**values) -> bytes:
+        if len(values) == count:
+            try:
+                return pack(*get(values))
+            except KeyError:
+                pass
+        missing, unknown = sorted(set(names) - set(values)), sorted(set(values) - set(names))
+        raise TypeError(f"kernel parameters: missing {missing}, unknown {unknown} (expected {list(names)})")
+
+    return keyword_pack
 
 
 class ParamList:
@@ -101,19 +114,16 @@ class ParamList:
             layout.append((p.name, off, size, align))
             fmt.append(f"{size}x" if code is None else code)
             off += size
-        self.layout = tuple(layout)       # (name, offset, size, alignment) in declaration order
-        self.size = off                   # bytes of the parameter buffer (the cubin's CBANK_PARAM_SIZE)
+        self.layout = tuple(layout)  # (name, offset, size, alignment) in declaration order
+        self.size = off  # bytes of the parameter buffer (the cubin's CBANK_PARAM_SIZE)
         self.tmaps = tuple(p.name for p in params if p.kind == "tmap")
         self.values = tuple(p.name for p in params if p.kind != "tmap")
         self.offsets = {name: o for name, o, _, _ in layout}
         self._struct = struct.Struct("".join(fmt))
         assert self._struct.size == self.size, (self._struct.size, self.size)
-        self.pack = _keyword_packer(self.values, self._struct.pack)
-
-    def pack(self, **values) -> bytes:  # replaced per instance by the generated keyword-only packer
-        """The launch buffer from keyword values: every non-tensor-map parameter, by name (a missing or unknown
-        name is a TypeError naming it)."""
-        raise NotImplementedError
+        # the launch buffer from keyword values: every non-tensor-map parameter, by name (a missing or unknown
+        # name is a TypeError naming it)
+        self.pack: Callable[..., bytes] = _keyword_packer(self.values, self._struct.pack)
 
     def unpack(self, buf: bytes) -> dict:
         """{name: value} of a packed buffer (tensor-map slots omitted): tests decode launches with it."""

@@ -1,5 +1,6 @@
 """Progress for long compile runs (precompile, the compile gate): one self-overwriting line on a terminal,
 silence otherwise (logs and CI stay clean). Stdlib only."""
+
 from __future__ import annotations
 
 import sys
@@ -11,8 +12,14 @@ class Progress:
     """`enabled`: True / False force it; None: a line per item on a terminal, and with `milestones` also off a
     terminal, but only every tenth of the work (or minute), so that a log shows a long run is alive."""
 
-    def __init__(self, total: int, label: str, enabled: bool | None = None, stream: TextIO | None = None,
-                 milestones: bool = False):
+    def __init__(
+        self,
+        total: int,
+        label: str,
+        enabled: bool | None = None,
+        stream: TextIO | None = None,
+        milestones: bool = False,
+    ):
         self.stream = stream or sys.stderr
         self._tty = self.stream.isatty()
         self.enabled = (self._tty or milestones) if enabled is None else enabled

@@ -4,21 +4,23 @@ the compile gate's instantiations and SASS rules, is_supported, the package expo
 
 A family package is discovered by being there: adding one edits no list anywhere else.
 """
+
 from __future__ import annotations
 
 import importlib
 import os
 import pkgutil
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import lru_cache
-from typing import Callable, ClassVar
+from functools import cache
+from typing import ClassVar
 
 from .limits import SMEM_LIMIT
 from .names import Name, Op
 from .params import ParamList
 
-TARGET_CLASSES = ("sm120", "sm90")   # native SM120 targets; the sm_90a qualification build
+TARGET_CLASSES = ("sm120", "sm90")  # native SM120 targets; the sm_90a qualification build
 # Forbidden in every kernel on every target: local memory traffic and the emulated-TMA call.
 FORBIDDEN_EVERYWHERE = (r"^LDL(\.|$)", r"^STL(\.|$)", r"^CALL\.ABS\.NOINC")
 
@@ -30,7 +32,8 @@ def target_class(target: str) -> str:
 @dataclass(frozen=True)
 class GateRules:
     """What the compile gate demands of one instantiation's SASS, per target class."""
-    required: dict[str, tuple[str, ...]]                     # opcode prefixes that must appear
+
+    required: dict[str, tuple[str, ...]]  # opcode prefixes that must appear
     forbidden: dict[str, tuple[str, ...]] = field(default_factory=dict)  # extra regexes that must not match
     # The sm_90a build is the qualification emulation of SM120-only atoms: its spills and local memory are
     # reported, not failed (the SM120 builds must stay spill-free).
@@ -63,7 +66,8 @@ class KernelSpec:
     and from the spec's `config` (a core.gemm tile) unless `block_threads()` / `shared_bytes()` say otherwise.
     They take no part in equality: two specs are one kernel when their template arguments agree. `FAMILY` is
     set when the family declares itself."""
-    FAMILY: ClassVar["Family"]
+
+    FAMILY: ClassVar[Family]
     name: str = field(init=False, compare=False)
     threads: int = field(init=False, compare=False)
     smem_bytes: int = field(init=False, compare=False)
@@ -99,9 +103,11 @@ class KernelSpec:
     def source(self) -> str:
         fam = type(self).FAMILY
         types = ",\n    ".join(fam.params.instantiation_types(**self.type_subst()))
-        return (f'#include "{fam.header}"\n'
-                "// One instantiation per translation unit; the runtime finds it as the module's only kernel.\n"
-                f"template __global__ void {fam.kernel}<{', '.join(self.template_args())}>(\n    {types});\n")
+        return (
+            f'#include "{fam.header}"\n'
+            "// One instantiation per translation unit; the runtime finds it as the module's only kernel.\n"
+            f"template __global__ void {fam.kernel}<{', '.join(self.template_args())}>(\n    {types});\n"
+        )
 
 
 def _no_key(spec) -> tuple:
@@ -111,22 +117,22 @@ def _no_key(spec) -> tuple:
 @dataclass(frozen=True)
 class Family:
     name: str
-    params: ParamList                            # the kernel's parameters, written once
-    specs: Callable[[], list]                    # every instantiation the host API can launch
-    gate: Callable[[object], GateRules]          # SASS rules of one instantiation
-    pdl: bool                                    # waits on griddepcontrol before touching global memory
+    params: ParamList  # the kernel's parameters, written once
+    specs: Callable[[], list]  # every instantiation the host API can launch
+    gate: Callable[[object], GateRules]  # SASS rules of one instantiation
+    pdl: bool  # waits on griddepcontrol before touching global memory
     # relative to device_layer/ (absolute: a family kept outside); default impls/sm120_<name>.cuh
     header: str = ""
-    kernel: str = ""                             # qualified template name; default sm120::sm120_<name>_kernel
-    spec_type: type | None = None                # default: the type of specs()[0]
+    kernel: str = ""  # qualified template name; default sm120::sm120_<name>_kernel
+    spec_type: type | None = None  # default: the type of specs()[0]
     quick_key: Callable[[object], tuple] = _no_key  # equal keys share resources (gate --quick); default: one
     # Every public name the family answers for, once (core/names.py): its ops, aliases and refusals.
     names: tuple[Name, ...] = ()
-    api_modules: tuple[str, ...] = ("api",)      # modules of the family package that define those names
+    api_modules: tuple[str, ...] = ("api",)  # modules of the family package that define those names
     # A service kernel: GPU work families need and users never call; no names. One used by a single family is
     # declared in that family's package and listed in its `services`; a shared one lives in services/.
     service: bool = False
-    services: tuple["Family", ...] = ()
+    services: tuple[Family, ...] = ()
     # Qualification: compute-sanitizer drivers (tests/sanitize_<x>.py) and benchmarks (benchmarks/bench_<x>.py)
     # covering this family; CI and tools/qualify_h200.sh run what the families declare (tools/family_plan.py).
     sanitizers: tuple[str, ...] = ()
@@ -153,7 +159,7 @@ class Family:
 @dataclass(frozen=True)
 class Registry:
     families: tuple[Family, ...]
-    packages: dict[str, str]                     # family name -> package (module) name
+    packages: dict[str, str]  # family name -> package (module) name
 
     @property
     def by_name(self) -> dict[str, Family]:
@@ -231,7 +237,7 @@ def extra_family_dirs() -> list[str]:
     return [d for d in os.environ.get(FAMILY_PATH_ENV, "").split(os.pathsep) if d]
 
 
-@lru_cache(maxsize=None)
+@cache
 def registry() -> Registry:
     """Import every package under `families/` (and DG_SM120_FAMILY_PATH) and `services/` and collect its FAMILY
     (validated once)."""

@@ -7,13 +7,23 @@ The error-type rule, everywhere in the package:
   NotImplementedError  something DeepGEMM's contract allows that we do not (yet) support, or an architecture
                        that is not SM120.
 """
+
 from __future__ import annotations
 
 from .limits import TMA_ALIGN
 
 # Spellings is_supported accepts for dtypes, besides torch dtypes themselves.
-_DTYPE_ALIASES = {"bf16": "bfloat16", "fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16",
-                  "e4m3": "float8_e4m3fn", "fp8": "float8_e4m3fn", "e8m0": "float8_e8m0fnu", "int": "int32"}
+_DTYPE_ALIASES = {
+    "bf16": "bfloat16",
+    "fp32": "float32",
+    "float": "float32",
+    "fp16": "float16",
+    "half": "float16",
+    "e4m3": "float8_e4m3fn",
+    "fp8": "float8_e4m3fn",
+    "e8m0": "float8_e8m0fnu",
+    "int": "int32",
+}
 
 
 _NAMES: dict = {}  # dtype (or spelling) -> name: str(torch.dtype) costs a microsecond on every call otherwise
@@ -28,7 +38,7 @@ def dtype_name(dtype) -> str:
     if dtype is None:
         raise TypeError("dtype must be given")
     name = str(dtype)
-    name = name[len("torch."):] if name.startswith("torch.") else name
+    name = name[len("torch.") :] if name.startswith("torch.") else name
     name = _DTYPE_ALIASES.get(name, name)
     try:
         _NAMES[dtype] = name
@@ -65,12 +75,15 @@ def require_dim(name: str, value) -> int:
 def require_contiguous_m(m: int, alignment: int) -> None:
     """M-grouped contiguous layouts (per-row group ids) pad every group to the layout alignment."""
     if m % alignment:
-        raise ValueError(f"M = {m} must be a multiple of get_mk_alignment_for_contiguous_layout() = {alignment} "
-                         f"(pad each group with -1 rows)")
+        raise ValueError(
+            f"M = {m} must be a multiple of get_mk_alignment_for_contiguous_layout() = {alignment} "
+            f"(pad each group with -1 rows)"
+        )
 
 
-def require_tma_rows(operand: str, inner: int, elem_bytes: int, stride: int | None = None,
-                     rows: int | None = None) -> None:
+def require_tma_rows(
+    operand: str, inner: int, elem_bytes: int, stride: int | None = None, rows: int | None = None
+) -> None:
     """An operand TMA reads as rows of `inner` elements: the row stride (`stride` elements, or `inner` for a
     contiguous tensor) must be a multiple of 16 bytes. A single row has no stride to check (the host encodes a
     padded one)."""
@@ -79,5 +92,7 @@ def require_tma_rows(operand: str, inner: int, elem_bytes: int, stride: int | No
     stride = inner if stride is None else stride
     if (stride * elem_bytes) % TMA_ALIGN:
         per = TMA_ALIGN // elem_bytes if elem_bytes <= TMA_ALIGN else 1
-        raise ValueError(f"{operand} row stride must be a multiple of {TMA_ALIGN} bytes for TMA (got "
-                         f"{stride * elem_bytes} bytes: the last dimension must be a multiple of {per})")
+        raise ValueError(
+            f"{operand} row stride must be a multiple of {TMA_ALIGN} bytes for TMA (got "
+            f"{stride * elem_bytes} bytes: the last dimension must be a multiple of {per})"
+        )

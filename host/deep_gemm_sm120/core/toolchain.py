@@ -4,6 +4,7 @@ One home for the JIT (which uses the first suitable nvcc) and the compile gate (
 it finds). Looks, in order, at $DG_SM120_NVCC, $CUDA_HOME / $CUDA_PATH, PATH, /usr/local/cuda and the CUDA
 wheels (`nvidia-cuda-nvcc`, `nvidia-cuda-nvdisasm`: site-packages/nvidia/cu13/bin) of this interpreter.
 """
+
 from __future__ import annotations
 
 import os
@@ -13,7 +14,7 @@ import site
 import subprocess
 import sys
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 NVCC_ENV = "DG_SM120_NVCC"
 NVDISASM_ENV = "DG_SM120_NVDISASM"
@@ -25,8 +26,8 @@ BASE_FLAGS = ("-std=c++17", "-O3", "--expt-relaxed-constexpr", "-Xptxas", "-v")
 @dataclass(frozen=True)
 class Toolchain:
     nvcc: str
-    version: str             # e.g. "13.0.88"
-    nvdisasm: str | None     # None: SASS cannot be read with this toolchain
+    version: str  # e.g. "13.0.88"
+    nvdisasm: str | None  # None: SASS cannot be read with this toolchain
 
     @property
     def major_minor(self) -> tuple[int, int]:
@@ -65,9 +66,9 @@ def nvcc_candidates() -> list[str]:
     return [c for c in out if c]
 
 
-@lru_cache(maxsize=None)
+@cache
 def nvcc_version(path: str) -> str | None:
-    """"13.0.88" from `nvcc --version`, or None if it is not a working nvcc."""
+    """ "13.0.88" from `nvcc --version`, or None if it is not a working nvcc."""
     try:
         p = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
@@ -88,8 +89,10 @@ def find_nvdisasm(nvcc: str | None = None) -> str | None:
 
 def nvdisasm_hint(version: str | None = None) -> str:
     pin = f"=={version}" if version else ""
-    return (f"nvdisasm not found: install it with `python -m pip install nvidia-cuda-nvdisasm{pin}`, point "
-            f"{NVDISASM_ENV} at one, or build a whole pinned toolchain with `bash tools/toolchain_venv.sh VERSION DIR`")
+    return (
+        f"nvdisasm not found: install it with `python -m pip install nvidia-cuda-nvdisasm{pin}`, point "
+        f"{NVDISASM_ENV} at one, or build a whole pinned toolchain with `bash tools/toolchain_venv.sh VERSION DIR`"
+    )
 
 
 def toolchain_at(nvcc: str) -> Toolchain | None:
@@ -101,7 +104,7 @@ def toolchain_at(nvcc: str) -> Toolchain | None:
 def discover(explicit: tuple[str, ...] = ()) -> list[Toolchain]:
     """The toolchains at `explicit` nvcc paths, else every distinct CUDA version found (compile gate)."""
     out: list[Toolchain] = []
-    for c in (explicit or nvcc_candidates()):
+    for c in explicit or nvcc_candidates():
         if not _executable(c):
             continue
         tc = toolchain_at(c)
@@ -118,7 +121,7 @@ def find_toolchain() -> Toolchain:
     return _find_toolchain(envvars.nvcc(), os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", ""))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _find_toolchain(nvcc_env: str, cuda_home: str, cuda_path: str) -> Toolchain:
     older = []
     for c in nvcc_candidates():
@@ -131,17 +134,20 @@ def _find_toolchain(nvcc_env: str, cuda_home: str, cuda_path: str) -> Toolchain:
             return tc
         older.append(f"{c} (CUDA {tc.version})")
     found = f"; found only {', '.join(older)}" if older else ""
-    raise RuntimeError(f"no CUDA >= 13.0 nvcc found{found}: install a CUDA 13 toolkit or the nvidia-cuda-nvcc "
-                       f"wheels (see SM120_FACTS / README), or set {NVCC_ENV}")
+    raise RuntimeError(
+        f"no CUDA >= 13.0 nvcc found{found}: install a CUDA 13 toolkit or the nvidia-cuda-nvcc "
+        f"wheels (see SM120_FACTS / README), or set {NVCC_ENV}"
+    )
 
 
 def gencode(target: str) -> list[str]:
     """`-gencode` (never `--gpu-architecture` alone, reported to lose block scaling on sm_120)."""
-    arch = target[len("sm_"):]
+    arch = target[len("sm_") :]
     return ["-gencode", f"arch=compute_{arch},code=sm_{arch}"]
 
 
-def compile_command(nvcc: str, src: str, out: str, target: str, include_dir: str | None,
-                    extra: tuple[str, ...] = ()) -> list[str]:
+def compile_command(
+    nvcc: str, src: str, out: str, target: str, include_dir: str | None, extra: tuple[str, ...] = ()
+) -> list[str]:
     inc = [f"-I{include_dir}"] if include_dir else []
     return [nvcc, "-cubin", *BASE_FLAGS, *gencode(target), *inc, *extra, "-o", out, src]

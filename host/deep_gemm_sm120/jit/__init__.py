@@ -1,4 +1,5 @@
 """JIT: generated source -> nvcc -> cubin cache -> loaded kernel handle."""
+
 from __future__ import annotations
 
 import concurrent.futures as cf
@@ -10,9 +11,8 @@ import threading
 import time
 from dataclasses import dataclass
 
-from ..core import toolchain
+from ..core import envvars, toolchain
 from ..core.progress import Progress
-from ..core import envvars
 from . import cache as _cache
 from .device_layer import device_layer_dir, tree_digest
 
@@ -30,7 +30,7 @@ class LoadedKernel:
     threads: int
     smem_bytes: int
     name: str
-    pdl: bool          # the kernel waits on griddepcontrol: it may be launched with PDL
+    pdl: bool  # the kernel waits on griddepcontrol: it may be launched with PDL
 
 
 _loaded: dict[tuple, LoadedKernel] = {}
@@ -61,8 +61,10 @@ def cubin_for(spec, target: str, cache: _cache.KernelCache | None = None) -> tup
         _count("disk_hits")
         return found
     if _flag(STRICT_ENV):
-        raise RuntimeError(f"{STRICT_ENV}=1 and {spec.name} for {target} is not in the JIT cache "
-                           f"({cache.root}); warm it with deep_gemm_sm120.precompile() first")
+        raise RuntimeError(
+            f"{STRICT_ENV}=1 and {spec.name} for {target} is not in the JIT cache "
+            f"({cache.root}); warm it with deep_gemm_sm120.precompile() first"
+        )
 
     def produce(work: str) -> tuple[str, dict]:
         src = os.path.join(work, "kernel.cu")
@@ -80,8 +82,14 @@ def cubin_for(spec, target: str, cache: _cache.KernelCache | None = None) -> tup
         _count("compile_seconds", dt)
         if envvars.flag(envvars.DEBUG):  # ours or DeepGEMM's, read at each compile
             sys.stderr.write(f"[deep_gemm_sm120 jit] {' '.join(cmd)}\n{log}\n[compiled in {dt:.2f} s]\n")
-        return out, {"name": spec.name, "target": target, "compiler": tc.version, "command": cmd,
-                     "ptxas_log": log, "compile_seconds": round(dt, 3)}
+        return out, {
+            "name": spec.name,
+            "target": target,
+            "compiler": tc.version,
+            "command": cmd,
+            "ptxas_log": log,
+            "compile_seconds": round(dt, 3),
+        }
 
     return cache.build(key, produce)
 
@@ -124,15 +132,17 @@ def precompile(specs, targets, jobs: int | None = None, progress: bool | None = 
             try:
                 f.result()
                 bar.step(f"{s.name} [{t}]")
-            except Exception as e:  # noqa: BLE001 - reported after the others finish
+            except Exception as e:
                 errors.append((s, t, e))
                 bar.step(f"{s.name} [{t}] FAILED")
     bar.close()
     if progress is not False:
         built = int(stats["compiles"] - before["compiles"])
         cached = int(stats["disk_hits"] - before["disk_hits"])
-        sys.stderr.write(f"precompile: {len(work)} kernel/target pairs: {built} built, {cached} cached, "
-                         f"{len(errors)} failed in {time.perf_counter() - t0:.0f} s ({jobs} jobs)\n")
+        sys.stderr.write(
+            f"precompile: {len(work)} kernel/target pairs: {built} built, {cached} cached, "
+            f"{len(errors)} failed in {time.perf_counter() - t0:.0f} s ({jobs} jobs)\n"
+        )
     if errors:
         s, t, e = errors[0]
         raise RuntimeError(f"{len(errors)} of {len(work)} kernels failed to compile; first: {s.name} for {t}: {e}")

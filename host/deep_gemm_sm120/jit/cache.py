@@ -5,6 +5,7 @@ and names the sha256 of kernel.cubin; anything else is moved aside and rebuilt. 
 private temporary directory under <root>/tmp and publish with one rename, so concurrent processes
 compiling the same kernel both succeed and readers never see half-written files.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -13,7 +14,7 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Callable
+from collections.abc import Callable
 
 CACHE_ENV = "DG_SM120_JIT_CACHE_DIR"
 CUBIN = "kernel.cubin"
@@ -28,8 +29,10 @@ def default_root() -> str:
 
 
 def cache_key(tree_digest: str, source: str, flags: list[str], compiler_version: str, target: str) -> str:
-    material = json.dumps({"tree": tree_digest, "source": source, "flags": flags,
-                           "compiler": compiler_version, "target": target}, sort_keys=True)
+    material = json.dumps(
+        {"tree": tree_digest, "source": source, "flags": flags, "compiler": compiler_version, "target": target},
+        sort_keys=True,
+    )
     return hashlib.sha256(material.encode()).hexdigest()
 
 

@@ -1,25 +1,29 @@
 """Where the device-layer headers are, and their tree digest (part of every cache key)."""
+
 from __future__ import annotations
 
 import hashlib
 import os
-from functools import lru_cache
+from functools import cache
 
 ENV = "DG_SM120_DEVICE_LAYER"
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@lru_cache(maxsize=None)
+@cache
 def device_layer_dir() -> str:
-    cands = [os.environ.get(ENV, ""), os.path.join(_PKG, "_device_layer"),
-             os.path.join(os.path.dirname(os.path.dirname(_PKG)), "device_layer")]
+    cands = [
+        os.environ.get(ENV, ""),
+        os.path.join(_PKG, "_device_layer"),
+        os.path.join(os.path.dirname(os.path.dirname(_PKG)), "device_layer"),
+    ]
     for c in cands:
         if c and os.path.isfile(os.path.join(c, "impls", "sm120_bf16_gemm.cuh")):
             return c
     raise FileNotFoundError(f"device_layer/ not found (looked in {', '.join(c for c in cands if c)}); set {ENV}")
 
 
-@lru_cache(maxsize=None)
+@cache
 def tree_digest() -> str:
     """sha256 over "<sha256>  <path>\\n" in path order: the manifests' tree_sha256 formula."""
     root = device_layer_dir()

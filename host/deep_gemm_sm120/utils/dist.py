@@ -1,10 +1,13 @@
 """`deep_gemm.utils.dist`: DeepGEMM 2.8.1's multi-process test scaffolding (NCCL process groups for its MegaMoE
 tests). Not provided: deep_gemm_sm120 has no multi-GPU kernel, so nothing here would have a caller; each name
 refuses with NotImplementedError saying so, rather than half-working."""
+
 from __future__ import annotations
 
-_WHY = ("is DeepGEMM's multi-GPU test scaffolding (MegaMoE, SM100-only upstream); deep_gemm_sm120 has no "
-        "multi-GPU kernel: use torch.distributed directly")
+_WHY = (
+    "is DeepGEMM's multi-GPU test scaffolding (MegaMoE, SM100-only upstream); deep_gemm_sm120 has no "
+    "multi-GPU kernel: use torch.distributed directly"
+)
 
 
 def init_dist(local_rank: int, num_local_ranks: int):

@@ -5,11 +5,14 @@ no sign on a zero code, int8 packing, 1.0 (byte 127) as the padding scale of a p
 These are preparation and test helpers (plain torch, any device), not the kernels' inputs checks: where DeepGEMM
 asserts, these raise TypeError / ValueError naming what was expected. deep_gemm_sm120.quant keeps its own stricter
 helpers (its ceil_to_ue8m0 refuses 0 and out-of-range scales instead of clamping them)."""
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
+
+from ..core.arith import ceil_div, round_up
 
 _E4M3_MAX, _E2M1_MAX = 448.0, 6.0
 _AMAX_FLOOR = 1e-4
@@ -20,12 +23,9 @@ _ROUND_DOWN_AT = (0.25, 1.25, 2.5, 5.0)
 _ROUND_UP_AT = (0.75, 1.75, 3.5)
 
 
-def ceil_div(x: int, y: int) -> int:
-    return -(-x // y)
-
-
 def align(x: int, y: int) -> int:
-    return ceil_div(x, y) * y
+    """DeepGEMM's name for rounding x up to a multiple of y."""
+    return round_up(x, y)
 
 
 def _tensor(name: str, x, floating: bool = True, dims: int | None = None) -> torch.Tensor:
@@ -67,8 +67,9 @@ def pack_ue8m0_to_int(x: torch.Tensor) -> torch.Tensor:
 
 def unpack_ue8m0_from_int(packed_sf: torch.Tensor) -> torch.Tensor:
     """pack_ue8m0_to_int's inverse: [..., K/4] int32 -> [..., K] float32 powers of two."""
-    return (_tensor("packed_sf", packed_sf, floating=False).contiguous().view(torch.uint8).to(torch.int32)
-            << 23).view(torch.float32)
+    return (_tensor("packed_sf", packed_sf, floating=False).contiguous().view(torch.uint8).to(torch.int32) << 23).view(
+        torch.float32
+    )
 
 
 def unpack_e4m3_sf_from_int(packed_sf: torch.Tensor) -> torch.Tensor:
@@ -96,8 +97,9 @@ def _packed_ue8m0(sf: torch.Tensor) -> torch.Tensor:
     return pack_ue8m0_to_int(sf)
 
 
-def per_token_cast_to_fp8(x: torch.Tensor, use_ue8m0: bool, gran_k: int = 128,
-                          use_packed_ue8m0: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def per_token_cast_to_fp8(
+    x: torch.Tensor, use_ue8m0: bool, gran_k: int = 128, use_packed_ue8m0: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
     """x [M, K] -> (e4m3 [M, K], scales [M, ceil(K/gran_k)] float32, or int32 [M, ceil(K/gran_k/4)] packed)."""
     _tensor("x", x, dims=2)
     gran_k = _gran(gran_k)
@@ -134,7 +136,9 @@ def per_block_cast_to_fp8(x: torch.Tensor, use_ue8m0: bool, gran_k: int = 128) -
     return q, sf.view(blocks.shape[0], blocks.shape[2])
 
 
-def per_custom_dims_cast_to_fp8(x: torch.Tensor, dims: Sequence[int], use_ue8m0: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def per_custom_dims_cast_to_fp8(
+    x: torch.Tensor, dims: Sequence[int], use_ue8m0: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
     """One scale per index of the kept `dims` (amax over every other dim); scales squeezed."""
     _tensor("x", x)
     kept = {d % x.dim() for d in dims}
@@ -170,8 +174,9 @@ def _decode_e2m1(codes: torch.Tensor) -> torch.Tensor:
     return torch.where((c & 8) != 0, -mag, mag)
 
 
-def per_token_cast_to_fp4(x: torch.Tensor, use_ue8m0: bool, gran_k: int = 128,
-                          use_packed_ue8m0: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def per_token_cast_to_fp4(
+    x: torch.Tensor, use_ue8m0: bool, gran_k: int = 128, use_packed_ue8m0: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
     """x [M, K] (K even) -> (packed e2m1 int8 [M, K/2], scales amax/6 per (row, gran_k block): float32, or packed
     UE8M0 int32 with use_packed_ue8m0)."""
     _tensor("x", x, dims=2)
@@ -184,13 +189,18 @@ def per_token_cast_to_fp4(x: torch.Tensor, use_ue8m0: bool, gran_k: int = 128,
     blocks = _pad_cols(x, gran_k).view(m, -1, gran_k)
     sf = _scales(blocks.abs().float().amax(dim=2).clamp_min(_AMAX_FLOOR), _E2M1_MAX, use_ue8m0)
     codes = _e2m1_codes(blocks * (1.0 / sf.unsqueeze(2))).view(m, -1)
-    packed = _pack_nibbles(codes)[:, :k // 2].contiguous()
+    packed = _pack_nibbles(codes)[:, : k // 2].contiguous()
     return packed, (_packed_ue8m0(sf) if use_packed_ue8m0 else sf)
 
 
-def per_token_cast_to_nvfp4(x: torch.Tensor, gran_k: int = 16, use_packed_e4m3: bool = False,
-                            global_scale: float | None = None, *,
-                            use_packed_ue4m3: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def per_token_cast_to_nvfp4(
+    x: torch.Tensor,
+    gran_k: int = 16,
+    use_packed_e4m3: bool = False,
+    global_scale: float | None = None,
+    *,
+    use_packed_ue4m3: bool | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """x [M, K] (K % (4 gran_k) == 0) -> (packed e2m1 int8 [M, K/2], UE4M3 block scales e4m3(amax / 6 /
     global_scale), >= 2**-9, as float32 [M, K/gran_k], or 4 bytes per int32 with use_packed_e4m3). Dequantize
     with value * scale (* global_scale when given). DeepGEMM 2.8.1's results; sgl-deep-gemm's spelling
@@ -204,7 +214,7 @@ def per_token_cast_to_nvfp4(x: torch.Tensor, gran_k: int = 16, use_packed_e4m3: 
         raise ValueError(f"K must be a multiple of 4 * gran_k = {4 * gran_k}, got {k}")
     blocks = x.float().view(m, k // gran_k, gran_k)
     inverse_global = 1.0 if global_scale is None else 1.0 / global_scale
-    sf_e4m3 = (blocks.abs().amax(dim=2) * (1.0 / 6.0) * inverse_global).clamp_min(2.0 ** -9).to(torch.float8_e4m3fn)
+    sf_e4m3 = (blocks.abs().amax(dim=2) * (1.0 / 6.0) * inverse_global).clamp_min(2.0**-9).to(torch.float8_e4m3fn)
     sf = sf_e4m3.float()
     divisor = sf if global_scale is None else sf * global_scale
     packed = _pack_nibbles(_e2m1_codes(blocks / divisor.unsqueeze(2)).view(m, k)).contiguous()
@@ -267,8 +277,9 @@ def _per_column(sf: torch.Tensor, k: int, gran_k: int) -> torch.Tensor:
     return sf[:, torch.arange(k, device=sf.device) // gran_k]
 
 
-def cast_back_from_fp4(packed: torch.Tensor, sf: torch.Tensor, gran_k: int = 128,
-                       use_packed_ue8m0: bool = False) -> torch.Tensor:
+def cast_back_from_fp4(
+    packed: torch.Tensor, sf: torch.Tensor, gran_k: int = 128, use_packed_ue8m0: bool = False
+) -> torch.Tensor:
     """packed e2m1 [M, K/2] and scales per (row, gran_k block) -> float32 [M, K]."""
     _tensor("packed", packed, floating=False, dims=2)
     values = _decode_e2m1(_unpack_nibbles(packed))
@@ -276,16 +287,33 @@ def cast_back_from_fp4(packed: torch.Tensor, sf: torch.Tensor, gran_k: int = 128
     return values * _per_column(scales, values.shape[1], _gran(gran_k))
 
 
-def cast_back_from_fp8(x_fp8: torch.Tensor, sf: torch.Tensor, gran_k: int = 128,
-                       use_packed_ue8m0: bool = False) -> torch.Tensor:
+def cast_back_from_fp8(
+    x_fp8: torch.Tensor, sf: torch.Tensor, gran_k: int = 128, use_packed_ue8m0: bool = False
+) -> torch.Tensor:
     """e4m3 [M, K] and scales per (row, gran_k block) -> float32 [M, K]."""
     _tensor("x_fp8", x_fp8, dims=2)
     scales = unpack_ue8m0_from_int(sf) if use_packed_ue8m0 else sf
     return x_fp8.float() * _per_column(scales, x_fp8.shape[1], _gran(gran_k))
 
 
-__all__ = ["ceil_div", "align", "ceil_to_ue8m0", "pack_ue8m0_to_int", "per_token_cast_to_fp8",
-           "per_channel_cast_to_fp8", "per_block_cast_to_fp8", "per_custom_dims_cast_to_fp8", "per_token_cast_to_fp4",
-           "per_token_cast_to_nvfp4", "unpack_e4m3_sf_from_int", "cast_to_ue4m3", "pack_ue4m3_to_int",
-           "unpack_ue4m3_from_int", "transform_ue4m3_sf_into_required_layout", "transpose_packed_fp4", "unpack_ue8m0_from_int",
-           "cast_back_from_fp4", "cast_back_from_fp8"]
+__all__ = [
+    "ceil_div",
+    "align",
+    "ceil_to_ue8m0",
+    "pack_ue8m0_to_int",
+    "per_token_cast_to_fp8",
+    "per_channel_cast_to_fp8",
+    "per_block_cast_to_fp8",
+    "per_custom_dims_cast_to_fp8",
+    "per_token_cast_to_fp4",
+    "per_token_cast_to_nvfp4",
+    "unpack_e4m3_sf_from_int",
+    "cast_to_ue4m3",
+    "pack_ue4m3_to_int",
+    "unpack_ue4m3_from_int",
+    "transform_ue4m3_sf_into_required_layout",
+    "transpose_packed_fp4",
+    "unpack_ue8m0_from_int",
+    "cast_back_from_fp4",
+    "cast_back_from_fp8",
+]

@@ -1,6 +1,7 @@
 """`deep_gemm.utils.mlopart`: DeepGEMM 2.8.1's memory locality partitions (a driver feature of multi-die
 datacenter GPUs, behind its localization helpers). An SM120 GPU is one locality domain: `is_available` answers
 False, and what would allocate in a partition raises MLOPartUnavailable, the exception DeepGEMM's callers catch."""
+
 from __future__ import annotations
 
 NUM_LOCALITY_DOMAINS = 2  # DeepGEMM's constant, kept for callers that read it

@@ -1,6 +1,7 @@
 """`deep_gemm.utils.nvfp4`: DeepGEMM 2.8.1's NVFP4 preparation helpers (its MegaMoE reference): per-16 UE4M3 block
 scales under a caller-chosen tensor-wide scale, packed four per int32. Same results as DeepGEMM's on the same
 input (see math.py for the e2m1 rounding)."""
+
 from __future__ import annotations
 
 import math as _math
@@ -22,7 +23,7 @@ def per_token_cast_to_nvfp4(x: torch.Tensor, global_scale: float = 1.0) -> tuple
         raise ValueError(f"global_scale must be a positive finite number, got {global_scale!r}")
     m, k = x.shape
     blocks = x.float().reshape(m, k // _BLOCK, _BLOCK)
-    sf = (blocks.abs().amax(-1) / (6.0 * global_scale)).clamp(2.0 ** -9, 448).to(torch.float8_e4m3fn)
+    sf = (blocks.abs().amax(-1) / (6.0 * global_scale)).clamp(2.0**-9, 448).to(torch.float8_e4m3fn)
     codes = _e2m1_codes(blocks / (sf.float().unsqueeze(-1) * global_scale)).reshape(m, k)
     return _pack_nibbles(codes).contiguous(), sf.view(torch.int32).contiguous()
 

@@ -9,6 +9,7 @@ A call is checked once per signature (dtypes, shapes, strides, devices, the 16-b
 addresses: launch.tensor_key): the first call with a signature runs every check, which raise the typed error
 naming what was expected, and plans the launch; later ones only encode the new addresses and launch.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ _RULES = {lay: dense_rule(lay) for lay in ("nt", "nn", "tn", "tt")}
 @dataclass(frozen=True)
 class _Call:
     """What the checks and the plan of one call signature produced."""
+
     target: str
     index: int
     m: int
@@ -46,7 +48,7 @@ class _Call:
     ldb: int
     ldd: int
     ldc: int
-    kernel: object = None      # None: nothing to launch (an empty output or an empty reduction)
+    kernel: object = None  # None: nothing to launch (an empty output or an empty reduction)
     grid: int = 0
     block_m: int = 0
     block_n: int = 0
@@ -85,9 +87,17 @@ def _prepare(layout: str, a, b, d, c) -> _Call:
         require_tensor("c", c)
         tensors["c"] = c
     (lda, lda_b), (ldb, ldb_b) = tma_operand("a", a), tma_operand("b", b)
-    _RULES[layout](m=m, n=n, k=k, a_dtype=dtype_name(a.dtype), b_dtype=dtype_name(b.dtype),
-                   out_dtype=dtype_name(d.dtype), c_dtype=dtype_name(c.dtype) if c is not None else None,
-                   lda=lda, ldb=ldb)
+    _RULES[layout](
+        m=m,
+        n=n,
+        k=k,
+        a_dtype=dtype_name(a.dtype),
+        b_dtype=dtype_name(b.dtype),
+        out_dtype=dtype_name(d.dtype),
+        c_dtype=dtype_name(c.dtype) if c is not None else None,
+        lda=lda,
+        ldb=ldb,
+    )
     if c is not None and tuple(c.shape) != (m, n):
         raise ValueError(f"c must be [M, N] = ({m}, {n}), got {tuple(c.shape)}")
     ldd = output_row_stride("d", d)
@@ -101,11 +111,27 @@ def _prepare(layout: str, a, b, d, c) -> _Call:
     cfg, splits = p.config, p.splits
     # split-K slices write fp32 partials (no C); the reduce kernel adds them in order, then C
     out = _OUT[d.dtype]
-    spec = Bf16GemmSpec(cfg, "fp32" if splits > 1 else out, c is not None and splits == 1, p.swap_ab, "normal",
-                        layout)
+    spec = Bf16GemmSpec(cfg, "fp32" if splits > 1 else out, c is not None and splits == 1, p.swap_ab, "normal", layout)
     reduce = SplitK(out, c is not None, target, index, num_sms) if splits > 1 else None
-    return _Call(target, index, m, n, k, lda_b, ldb_b, ldd, ldc, jit.get_kernel(spec, target, index),
-                 p.grid(num_sms), cfg.block_m, cfg.block_n, cfg.block_k, p.swap_ab, splits, reduce)
+    return _Call(
+        target,
+        index,
+        m,
+        n,
+        k,
+        lda_b,
+        ldb_b,
+        ldd,
+        ldc,
+        jit.get_kernel(spec, target, index),
+        p.grid(num_sms),
+        cfg.block_m,
+        cfg.block_n,
+        cfg.block_k,
+        p.swap_ab,
+        splits,
+        reduce,
+    )
 
 
 def _operand_map(offset: int, ptr: int, rows: int, k: int, stride: int, box_rows: int, box_k: int, mn: bool) -> bytes:
@@ -116,14 +142,42 @@ def _operand_map(offset: int, ptr: int, rows: int, k: int, stride: int, box_rows
     return tma_2d(offset, _BF16_CODE, ptr, k, rows, stride, box_k, box_rows, box_k * 2)
 
 
-def _operand_maps(p1: int, rows1: int, ld1: int, box1: int, mn1: bool, p2: int, rows2: int, ld2: int, box2: int,
-                  mn2: bool, k: int, box_k: int) -> bytes:
+def _operand_maps(
+    p1: int,
+    rows1: int,
+    ld1: int,
+    box1: int,
+    mn1: bool,
+    p2: int,
+    rows2: int,
+    ld2: int,
+    box2: int,
+    mn2: bool,
+    k: int,
+    box_k: int,
+) -> bytes:
     """Both operand maps (kernel order) in one pack: _operand_map's layouts."""
     sw = box_k * 2
-    return tma_2d_pair(_OFF_A, _BF16_CODE, p1, rows1 if mn1 else k, k if mn1 else rows1, ld1, 64 if mn1 else box_k,
-                       box_k if mn1 else box1, 128 if mn1 else sw,
-                       _OFF_B, _BF16_CODE, p2, rows2 if mn2 else k, k if mn2 else rows2, ld2, 64 if mn2 else box_k,
-                       box_k if mn2 else box2, 128 if mn2 else sw)
+    return tma_2d_pair(
+        _OFF_A,
+        _BF16_CODE,
+        p1,
+        rows1 if mn1 else k,
+        k if mn1 else rows1,
+        ld1,
+        64 if mn1 else box_k,
+        box_k if mn1 else box1,
+        128 if mn1 else sw,
+        _OFF_B,
+        _BF16_CODE,
+        p2,
+        rows2 if mn2 else k,
+        k if mn2 else rows2,
+        ld2,
+        64 if mn2 else box_k,
+        box_k if mn2 else box2,
+        128 if mn2 else sw,
+    )
 
 
 def _gemm(layout: str, a, b, d, c) -> None:
@@ -164,14 +218,18 @@ def _dense(layout: str, doc: str):
     def gemm(a, b, d, c=None, compiled_dims="", alpha=None, epilogue=None) -> None:
         keywords.gemm(name, compiled_dims, epilogue, alpha)
         _gemm(layout, a, b, d, c)
+
     gemm.__name__ = gemm.__qualname__ = name
-    gemm.__doc__ = doc + ("\n\nDeepGEMM's signature: `compiled_dims` is accepted (no effect), `alpha` None or 1, "
-                          "`epilogue` None / Identity() / Alpha(1).")
+    gemm.__doc__ = doc + (
+        "\n\nDeepGEMM's signature: `compiled_dims` is accepted (no effect), `alpha` None or 1, "
+        "`epilogue` None / Identity() / Alpha(1)."
+    )
     return gemm
 
 
-bf16_gemm_nt = _dense("nt", "d = c + a @ b.T with a [M, K], b [N, K] (c optional, may alias d); written into the "
-                            "preallocated d.")
+bf16_gemm_nt = _dense(
+    "nt", "d = c + a @ b.T with a [M, K], b [N, K] (c optional, may alias d); written into the preallocated d."
+)
 bf16_gemm_nn = _dense("nn", "d = c + a @ b with a [M, K], b [K, N].")
 bf16_gemm_tn = _dense("tn", "d = c + a.T @ b with a [K, M], b [K, N] (e.g. weight gradients).")
 bf16_gemm_tt = _dense("tt", "d = c + a.T @ b.T with a [K, M], b [N, K].")

@@ -9,6 +9,7 @@ Operands are read through 3-D TMA maps (the batch or head is dim 2), so any stri
 the last is a multiple of 16 bytes work without copies: e.g. b = y[:, :, :r] of a padded buffer. The batch
 reduction runs the K loop over (batch, K block) pairs and splits it across CTAs when the output is small (fp32
 slices, added in a fixed order); the per-head products are one launch over all heads."""
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -19,6 +20,7 @@ from ... import jit, keywords
 from ...arch import target_of
 from ...batched import batched_map, check_batched_operand
 from ...checks import device_of, require_tensor, write_empty_reduction
+from ...core.arith import ceil_div
 from ...core.rules import dtype_name
 from ...device import num_sms_for
 from ...launch import launch
@@ -49,8 +51,7 @@ def _map_mn_major(offset: int, t: torch.Tensor, box_k: int) -> bytes:
 @lru_cache(maxsize=1024)
 def _batched_kernel(layout: str, groups: int, rows: int, cols: int, index: int, num_sms: int, target: str):
     cfg = batched_config(groups, rows, cols, num_sms)
-    return jit.get_kernel(Bf16GemmSpec(cfg, "bf16", False, False, "batched", layout), target,
-                          index), cfg
+    return jit.get_kernel(Bf16GemmSpec(cfg, "bf16", False, False, "batched", layout), target, index), cfg
 
 
 @lru_cache(maxsize=1024)
@@ -69,10 +70,18 @@ def _bmk_bnk_mn(a, b, d, c) -> None:
     bs, m, k = a.shape
     bs_b, n, k_b = b.shape
     if bs_b != bs or k_b != k:
-        raise ValueError(f"a is [B, M, K] = {tuple(a.shape)} and b is [B, N, K] = {tuple(b.shape)}: B and K "
-                         f"must agree")
-    einsum_rule("bmk,bnk->mn", b=bs, m=m, n=n, k=k, a_dtype=dtype_name(a.dtype), b_dtype=dtype_name(b.dtype),
-                out_dtype=dtype_name(d.dtype), c_dtype=dtype_name(c.dtype) if c is not None else None)
+        raise ValueError(f"a is [B, M, K] = {tuple(a.shape)} and b is [B, N, K] = {tuple(b.shape)}: B and K must agree")
+    einsum_rule(
+        "bmk,bnk->mn",
+        b=bs,
+        m=m,
+        n=n,
+        k=k,
+        a_dtype=dtype_name(a.dtype),
+        b_dtype=dtype_name(b.dtype),
+        out_dtype=dtype_name(d.dtype),
+        c_dtype=dtype_name(c.dtype) if c is not None else None,
+    )
     if tuple(d.shape) != (m, n):
         raise ValueError(f"d must be [M, N] = ({m}, {n}), got {tuple(d.shape)}")
     if c is not None and (tuple(c.shape) != (m, n) or c.stride() != d.stride()):
@@ -95,20 +104,55 @@ def _bmk_bnk_mn(a, b, d, c) -> None:
         raise ValueError("d's row stride must fit 32 bits")
     num_sms = num_sms_for(index)
     k_total = batch_k_total(bs, k)
-    kern, p, reduce = _reduce_kernel(m_bucket(m), n, k_total, "fp32" if d.dtype == torch.float32 else "bf16",
-                                     c is not None, index, num_sms, target_of(index))
+    kern, p, reduce = _reduce_kernel(
+        m_bucket(m),
+        n,
+        k_total,
+        "fp32" if d.dtype == torch.float32 else "bf16",
+        c is not None,
+        index,
+        num_sms,
+        target_of(index),
+    )
     cfg = p.config
-    tmaps = (_map_k_major(_OFF_A, a, 1, 0, cfg.block_m, cfg.block_k)
-             + _map_k_major(_OFF_B, b, 1, 0, cfg.block_n, cfg.block_k))
+    tmaps = _map_k_major(_OFF_A, a, 1, 0, cfg.block_m, cfg.block_k) + _map_k_major(
+        _OFF_B, b, 1, 0, cfg.block_n, cfg.block_k
+    )
     pc = c.data_ptr() if c is not None else 0
     if reduce is None:
-        params = PARAMS.pack(d=d.data_ptr(), c=pc, layout=0, aux=0, m=m, n=n, k=k, ldd=ldd, ldc=ldd,
-                             num_groups=bs, psum_layout=0, num_splits=1, split_stride=0)
+        params = PARAMS.pack(
+            d=d.data_ptr(),
+            c=pc,
+            layout=0,
+            aux=0,
+            m=m,
+            n=n,
+            k=k,
+            ldd=ldd,
+            ldc=ldd,
+            num_groups=bs,
+            psum_layout=0,
+            num_splits=1,
+            split_stride=0,
+        )
         launch(kern, p.grid(num_sms), params, tmaps, index)
         return
     ws = SplitK.workspace(p.splits, m, n, d.device)
-    params = PARAMS.pack(d=ws.data_ptr(), c=0, layout=0, aux=0, m=m, n=n, k=k, ldd=n, ldc=0, num_groups=bs,
-                         psum_layout=0, num_splits=p.splits, split_stride=m * n)
+    params = PARAMS.pack(
+        d=ws.data_ptr(),
+        c=0,
+        layout=0,
+        aux=0,
+        m=m,
+        n=n,
+        k=k,
+        ldd=n,
+        ldc=0,
+        num_groups=bs,
+        psum_layout=0,
+        num_splits=p.splits,
+        split_stride=m * n,
+    )
     launch(kern, p.grid(num_sms), params, tmaps, index)
     reduce.reduce(ws.data_ptr(), d.data_ptr(), pc, m, n, ldd, ldd, p.splits, index)
 
@@ -123,10 +167,19 @@ def _per_head(expr: str, a, b, d) -> None:
     hb, dd, r = b.shape
     want = (bs, h, dd) if bhd else (bs, h, r)
     if hb != h or ka != (r if bhd else dd):
-        raise ValueError(f"einsum {expr!r}: a {tuple(a.shape)} and b {tuple(b.shape)} disagree on h or the "
-                         f"contracted dimension")
-    einsum_rule(expr, b=bs, h=h, r=r, d=dd, a_dtype=dtype_name(a.dtype), b_dtype=dtype_name(b.dtype),
-                out_dtype=dtype_name(d.dtype))
+        raise ValueError(
+            f"einsum {expr!r}: a {tuple(a.shape)} and b {tuple(b.shape)} disagree on h or the contracted dimension"
+        )
+    einsum_rule(
+        expr,
+        b=bs,
+        h=h,
+        r=r,
+        d=dd,
+        a_dtype=dtype_name(a.dtype),
+        b_dtype=dtype_name(b.dtype),
+        out_dtype=dtype_name(d.dtype),
+    )
     if tuple(d.shape) != want:
         raise ValueError(f"d must be {want}, got {tuple(d.shape)}")
     if d.stride(2) != 1 and want[2] > 1:
@@ -147,14 +200,35 @@ def _per_head(expr: str, a, b, d) -> None:
     kern, cfg = _batched_kernel("nt" if bhd else "nn", h, m, n, index, num_sms, target_of(index))
     tmaps = _map_k_major(_OFF_A, a, 0, 1, cfg.block_m, cfg.block_k)
     tmaps += _map_k_major(_OFF_B, b, 1, 0, cfg.block_n, cfg.block_k) if bhd else _map_mn_major(_OFF_B, b, cfg.block_k)
-    params = PARAMS.pack(d=d.data_ptr(), c=0, layout=0, aux=0, m=m, n=n, k=k, ldd=d.stride(0) if m > 1 else n,
-                         ldc=0, num_groups=h, psum_layout=0, num_splits=1, split_stride=d.stride(1))
-    tiles = h * -(-m // cfg.block_m) * -(-n // cfg.block_n)
+    params = PARAMS.pack(
+        d=d.data_ptr(),
+        c=0,
+        layout=0,
+        aux=0,
+        m=m,
+        n=n,
+        k=k,
+        ldd=d.stride(0) if m > 1 else n,
+        ldc=0,
+        num_groups=h,
+        psum_layout=0,
+        num_splits=1,
+        split_stride=d.stride(1),
+    )
+    tiles = h * ceil_div(m, cfg.block_m) * ceil_div(n, cfg.block_n)
     launch(kern, min(num_sms, tiles), params, tmaps, index)
 
 
-def einsum(expr: str, a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Tensor | None = None,
-           epilogue=None, *, use_cublaslt: bool = False) -> None:
+def einsum(
+    expr: str,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    d: torch.Tensor,
+    c: torch.Tensor | None = None,
+    epilogue=None,
+    *,
+    use_cublaslt: bool = False,
+) -> None:
     """DeepGEMM's einsum for the expressions in EINSUM_EXPRS (see the module doc); writes d in place. DeepGEMM
     2.8.1's order; sgl-deep-gemm's `use_cublaslt` (keyword only) computes with torch.einsum (cuBLAS) instead,
     DeepGEMM's comparison path."""

@@ -1,5 +1,6 @@
 """M-grouped (MoE: contiguous and masked) and K-grouped (expert weight gradients) BF16 GEMMs, with DeepGEMM's
 signatures. The grouped-layout contract and its check are shared with the block-scaled family (checks.py)."""
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -8,8 +9,18 @@ import torch
 
 from ... import jit, keywords
 from ...arch import target_of
-from ...checks import (device_of, maybe_check_contiguous_layout, output_row_stride, require_contiguous_layout_shape,
-                       require_int32, require_shape, require_tensor, rows_view, tma_operand)
+from ...checks import (
+    device_of,
+    maybe_check_contiguous_layout,
+    output_row_stride,
+    require_contiguous_layout_shape,
+    require_int32,
+    require_shape,
+    require_tensor,
+    rows_view,
+    tma_operand,
+)
+from ...core.arith import ceil_div
 from ...core.rules import dtype_name
 from ...device import num_sms_for
 from ...launch import launch
@@ -28,15 +39,17 @@ def _kernel(gemm_type: str, cfg, with_c: bool, index: int, target: str) -> jit.L
     return jit.get_kernel(Bf16GemmSpec(cfg, out, with_c, False, gemm_type, layout), target, index)
 
 
-def _launch(gemm_type: str, cfg, tiles: int, index: int, a2, rows_a: int, b2, rows_b: int, with_c: bool,
-            **values) -> None:
+def _launch(
+    gemm_type: str, cfg, tiles: int, index: int, a2, rows_a: int, b2, rows_b: int, with_c: bool, **values
+) -> None:
     """Two K-major operands (MN-major for K-grouped) and the kernel's arguments by name (values["k"] is the
     K extent both descriptors span)."""
     kern = _kernel(gemm_type, cfg, with_c, index, target_of(index))
     mn, k = gemm_type == "k_contiguous", values["k"]
     (_, lda), (_, ldb) = tma_operand("a", a2), tma_operand("b", b2)
-    tmaps = (_operand_map(_OFF_A, a2.data_ptr(), rows_a, k, lda, cfg.block_m, cfg.block_k, mn)
-             + _operand_map(_OFF_B, b2.data_ptr(), rows_b, k, ldb, cfg.block_n, cfg.block_k, mn))
+    tmaps = _operand_map(_OFF_A, a2.data_ptr(), rows_a, k, lda, cfg.block_m, cfg.block_k, mn) + _operand_map(
+        _OFF_B, b2.data_ptr(), rows_b, k, ldb, cfg.block_n, cfg.block_k, mn
+    )
     launch(kern, min(num_sms_for(index), max(tiles, 1)), PARAMS.pack(**values), tmaps, index)
 
 
@@ -46,11 +59,19 @@ def _require_bf16_operands(a, b, d, index_name: str, index) -> None:
     require_int32(index_name, index)
 
 
-def m_grouped_bf16_gemm_nt_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor,
-                                      grouped_layout: torch.Tensor, compiled_dims: str = "nk",
-                                      use_psum_layout: bool = False, ensure_zero_padding: bool = True,
-                                      expected_m_for_psum_layout: int | None = None, epilogue=None, *,
-                                      check_layout: bool | None = None) -> None:
+def m_grouped_bf16_gemm_nt_contiguous(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    d: torch.Tensor,
+    grouped_layout: torch.Tensor,
+    compiled_dims: str = "nk",
+    use_psum_layout: bool = False,
+    ensure_zero_padding: bool = True,
+    expected_m_for_psum_layout: int | None = None,
+    epilogue=None,
+    *,
+    check_layout: bool | None = None,
+) -> None:
     """d[r] = a[r] @ b[g(r)].T for rows r of group g(r); padding rows of d are left untouched.
 
     a: [M, K] bf16, rows sorted by group; b: [G, N, K] bf16; d: [M, N] bf16.
@@ -71,8 +92,16 @@ def m_grouped_bf16_gemm_nt_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch
     if kb != k:
         raise ValueError(f"a is [M, K] = {tuple(a.shape)} and b is [G, N, K] = {tuple(b.shape)}: K must agree")
     require_shape("d", d, (m, n), "[M, N]")
-    m_grouped_contiguous_rule(m=m, n=n, k=k, num_groups=g, a_dtype=dtype_name(a.dtype), b_dtype=dtype_name(b.dtype),
-                              out_dtype=dtype_name(d.dtype), use_psum_layout=use_psum_layout)
+    m_grouped_contiguous_rule(
+        m=m,
+        n=n,
+        k=k,
+        num_groups=g,
+        a_dtype=dtype_name(a.dtype),
+        b_dtype=dtype_name(b.dtype),
+        out_dtype=dtype_name(d.dtype),
+        use_psum_layout=use_psum_layout,
+    )
     require_contiguous_layout_shape(grouped_layout, m, g, use_psum_layout)
     ldd = output_row_stride("d", d)
     index = device_of(a=a, b=b, d=d, grouped_layout=grouped_layout)
@@ -80,22 +109,53 @@ def m_grouped_bf16_gemm_nt_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch
     if m == 0 or n == 0 or g == 0:
         return
     cfg = grouped_config(m)
-    tiles = -(-m // cfg.block_m) * -(-n // cfg.block_n)
-    _launch("m_contiguous", cfg, tiles, index, a, m, rows_view("b", b), g * n, False, d=d.data_ptr(), c=0,
-            layout=grouped_layout.data_ptr(), aux=0, m=m, n=n, k=k, ldd=ldd, ldc=0, num_groups=g,
-            psum_layout=int(use_psum_layout), num_splits=1, split_stride=0)
+    tiles = ceil_div(m, cfg.block_m) * ceil_div(n, cfg.block_n)
+    _launch(
+        "m_contiguous",
+        cfg,
+        tiles,
+        index,
+        a,
+        m,
+        rows_view("b", b),
+        g * n,
+        False,
+        d=d.data_ptr(),
+        c=0,
+        layout=grouped_layout.data_ptr(),
+        aux=0,
+        m=m,
+        n=n,
+        k=k,
+        ldd=ldd,
+        ldc=0,
+        num_groups=g,
+        psum_layout=int(use_psum_layout),
+        num_splits=1,
+        split_stride=0,
+    )
     if zero and use_psum_layout:
         keywords.zero_psum_padding(d, grouped_layout, get_mk_alignment_for_contiguous_layout())
 
 
-def m_grouped_bf16_gemm_nn_contiguous(a, b, d, grouped_layout, compiled_dims="nk", use_psum_layout=False,
-                                      ensure_zero_padding=True, epilogue=None):
-    raise NotImplementedError("m_grouped_bf16_gemm_nn_contiguous: M-grouped BF16 takes b as [G, N, K] (K-major) "
-                              "only; use m_grouped_bf16_gemm_nt_contiguous")
+def m_grouped_bf16_gemm_nn_contiguous(
+    a, b, d, grouped_layout, compiled_dims="nk", use_psum_layout=False, ensure_zero_padding=True, epilogue=None
+):
+    raise NotImplementedError(
+        "m_grouped_bf16_gemm_nn_contiguous: M-grouped BF16 takes b as [G, N, K] (K-major) "
+        "only; use m_grouped_bf16_gemm_nt_contiguous"
+    )
 
 
-def m_grouped_bf16_gemm_nt_masked(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, masked_m: torch.Tensor,
-                                  expected_m: int, compiled_dims: str = "nk", epilogue=None) -> None:
+def m_grouped_bf16_gemm_nt_masked(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    d: torch.Tensor,
+    masked_m: torch.Tensor,
+    expected_m: int,
+    compiled_dims: str = "nk",
+    epilogue=None,
+) -> None:
     """d[g, :masked_m[g]] = a[g, :masked_m[g]] @ b[g].T; rows past masked_m[g] are left untouched.
 
     a: [G, M, K] bf16; b: [G, N, K] bf16; d: [G, M, N] bf16; masked_m: int32 [G] on the device (read by the
@@ -112,24 +172,62 @@ def m_grouped_bf16_gemm_nt_masked(a: torch.Tensor, b: torch.Tensor, d: torch.Ten
     n = b.shape[1]
     require_shape("d", d, (g, m, n), "[G, M, N]")
     require_shape("masked_m", masked_m, (g,), "[G]")
-    m_grouped_masked_rule(num_groups=g, m=m, n=n, k=k, expected_m=expected_m, a_dtype=dtype_name(a.dtype),
-                          b_dtype=dtype_name(b.dtype), out_dtype=dtype_name(d.dtype))
+    m_grouped_masked_rule(
+        num_groups=g,
+        m=m,
+        n=n,
+        k=k,
+        expected_m=expected_m,
+        a_dtype=dtype_name(a.dtype),
+        b_dtype=dtype_name(b.dtype),
+        out_dtype=dtype_name(d.dtype),
+    )
     index = device_of(a=a, b=b, d=d, masked_m=masked_m)
     if g == 0 or m == 0 or n == 0:
         return
     a2, b2, d2 = rows_view("a", a), rows_view("b", b), rows_view("d", d)
     ldd = output_row_stride("d", d2)
     cfg = grouped_config(max(expected_m, 1))
-    tiles = g * -(-m // cfg.block_m) * -(-n // cfg.block_n)
-    _launch("m_masked", cfg, tiles, index, a2, g * m, b2, g * n, False, d=d2.data_ptr(), c=0,
-            layout=masked_m.data_ptr(), aux=0, m=m, n=n, k=k, ldd=ldd, ldc=0, num_groups=g, psum_layout=0,
-            num_splits=1, split_stride=0)
+    tiles = g * ceil_div(m, cfg.block_m) * ceil_div(n, cfg.block_n)
+    _launch(
+        "m_masked",
+        cfg,
+        tiles,
+        index,
+        a2,
+        g * m,
+        b2,
+        g * n,
+        False,
+        d=d2.data_ptr(),
+        c=0,
+        layout=masked_m.data_ptr(),
+        aux=0,
+        m=m,
+        n=n,
+        k=k,
+        ldd=ldd,
+        ldc=0,
+        num_groups=g,
+        psum_layout=0,
+        num_splits=1,
+        split_stride=0,
+    )
 
 
-def k_grouped_bf16_gemm_tn_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, ks_cpu=None,
-                                      grouped_layout: torch.Tensor | None = None, c: torch.Tensor | None = None,
-                                      compiled_dims: str = "mn", use_psum_layout: bool = False, epilogue=None, *,
-                                      ks=None) -> None:
+def k_grouped_bf16_gemm_tn_contiguous(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    d: torch.Tensor,
+    ks_cpu=None,
+    grouped_layout: torch.Tensor | None = None,
+    c: torch.Tensor | None = None,
+    compiled_dims: str = "mn",
+    use_psum_layout: bool = False,
+    epilogue=None,
+    *,
+    ks=None,
+) -> None:
     """d[g] = c[g] + a_g.T @ b_g for every group g (weight gradients of MoE experts), DeepGEMM 2.8.1's order.
 
     a: [sum(ks), M] bf16 and b: [sum(ks), N] bf16 hold the groups' K rows back to back (a_g = rows
@@ -147,19 +245,24 @@ def k_grouped_bf16_gemm_tn_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch
     if keywords.flag(name, "use_psum_layout", use_psum_layout):
         raise NotImplementedError(f"{name}(use_psum_layout=True) is not supported: pass the per-group K as ks_cpu")
     if ks is None:
-        raise NotImplementedError(f"{name}: ks_cpu=None (K split only on the device) is not supported; pass the "
-                                  f"per-group K as CPU ints")
+        raise NotImplementedError(
+            f"{name}: ks_cpu=None (K split only on the device) is not supported; pass the per-group K as CPU ints"
+        )
     if grouped_layout is not None:  # DeepGEMM's device copy of ks: refuse anything else (e.g. c passed here)
         if not isinstance(grouped_layout, torch.Tensor) or grouped_layout.dtype != torch.int32:
-            raise TypeError(f"{name}: grouped_layout (5th argument) is DeepGEMM's int32 [G] copy of ks, got "
-                            f"{getattr(grouped_layout, 'dtype', type(grouped_layout).__name__)}; c is the 6th argument")
+            raise TypeError(
+                f"{name}: grouped_layout (5th argument) is DeepGEMM's int32 [G] copy of ks, got "
+                f"{getattr(grouped_layout, 'dtype', type(grouped_layout).__name__)}; c is the 6th argument"
+            )
         if tuple(grouped_layout.shape) != (len(ks),):
             raise ValueError(f"{name}: grouped_layout must be [G] = ({len(ks)},), got {tuple(grouped_layout.shape)}")
     for name, t in (("a", a), ("b", b), ("d", d)):
         require_tensor(name, t)
     if a.dim() != 2 or b.dim() != 2 or d.dim() != 3:
-        raise ValueError(f"a must be [sum K, M], b [sum K, N] and d [G, M, N], got {tuple(a.shape)}, "
-                         f"{tuple(b.shape)} and {tuple(d.shape)}")
+        raise ValueError(
+            f"a must be [sum K, M], b [sum K, N] and d [G, M, N], got {tuple(a.shape)}, "
+            f"{tuple(b.shape)} and {tuple(d.shape)}"
+        )
     try:
         ks = [int(x) for x in ks]
     except (TypeError, ValueError):
@@ -170,15 +273,25 @@ def k_grouped_bf16_gemm_tn_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch
     g = len(ks)
     n = b.shape[1]
     if b.shape[0] != total_k or sum(ks) != total_k:
-        raise ValueError(f"a is [sum K, M] = {tuple(a.shape)}, b is [sum K, N] = {tuple(b.shape)} and sum(ks) = "
-                         f"{sum(ks)}: the K extents must agree")
+        raise ValueError(
+            f"a is [sum K, M] = {tuple(a.shape)}, b is [sum K, N] = {tuple(b.shape)} and sum(ks) = "
+            f"{sum(ks)}: the K extents must agree"
+        )
     require_shape("d", d, (g, m, n), "[G, M, N]")
     tensors = {"a": a, "b": b, "d": d}
     if c is not None:
         require_tensor("c", c)
         tensors["c"] = c
-    k_grouped_rule(m=m, n=n, k=total_k, num_groups=g, a_dtype=dtype_name(a.dtype), b_dtype=dtype_name(b.dtype),
-                   out_dtype=dtype_name(d.dtype), c_dtype=dtype_name(c.dtype) if c is not None else None)
+    k_grouped_rule(
+        m=m,
+        n=n,
+        k=total_k,
+        num_groups=g,
+        a_dtype=dtype_name(a.dtype),
+        b_dtype=dtype_name(b.dtype),
+        out_dtype=dtype_name(d.dtype),
+        c_dtype=dtype_name(c.dtype) if c is not None else None,
+    )
     if c is not None:
         require_shape("c", c, (g, m, n), "[G, M, N]")
     index = device_of(**tensors)
@@ -196,14 +309,38 @@ def k_grouped_bf16_gemm_tn_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch
         return
     (_, lda), (_, ldb) = tma_operand("a", a), tma_operand("b", b)
     cfg = k_grouped_config(m, n)
-    grid = min(num_sms_for(index), g * -(-m // cfg.block_m) * -(-n // cfg.block_n))
+    grid = min(num_sms_for(index), g * ceil_div(m, cfg.block_m) * ceil_div(n, cfg.block_n))
     # per (CTA, group) descriptor slots, and the kernel's aux block: bases, row strides, slots
     slots = torch.empty(grid * g * 2 * 128, dtype=torch.uint8, device=d.device)
     # Small metadata goes through pinned host memory with stream-ordered copies: no sync, and legal inside
     # CUDA-graph capture (a replay re-sends the same ks, so capture with the ks the replays will use).
     ks_dev = torch.tensor(ks, dtype=torch.int32).pin_memory().to(d.device, non_blocking=True)
-    aux = torch.tensor([a.data_ptr(), b.data_ptr(), lda, ldb, slots.data_ptr()],
-                       dtype=torch.int64).pin_memory().to(d.device, non_blocking=True)
-    _launch("k_contiguous", cfg, grid, index, a, m, b, n, c is not None, d=d2.data_ptr(),
-            c=c2.data_ptr() if c2 is not None else 0, layout=ks_dev.data_ptr(), aux=aux.data_ptr(), m=m, n=n,
-            k=total_k, ldd=ldd, ldc=ldc, num_groups=g, psum_layout=0, num_splits=1, split_stride=0)
+    aux = (
+        torch.tensor([a.data_ptr(), b.data_ptr(), lda, ldb, slots.data_ptr()], dtype=torch.int64)
+        .pin_memory()
+        .to(d.device, non_blocking=True)
+    )
+    _launch(
+        "k_contiguous",
+        cfg,
+        grid,
+        index,
+        a,
+        m,
+        b,
+        n,
+        c is not None,
+        d=d2.data_ptr(),
+        c=c2.data_ptr() if c2 is not None else 0,
+        layout=ks_dev.data_ptr(),
+        aux=aux.data_ptr(),
+        m=m,
+        n=n,
+        k=total_k,
+        ldd=ldd,
+        ldc=ldc,
+        num_groups=g,
+        psum_layout=0,
+        num_splits=1,
+        split_stride=0,
+    )

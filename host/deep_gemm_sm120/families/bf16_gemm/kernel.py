@@ -1,27 +1,44 @@
 """The BF16 GEMM kernel (impls/sm120_bf16_gemm.cuh): its parameters, tile configurations, the instantiations
 the API can launch, and the SASS the compile gate demands of them."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...core.arith import round_up
 from ...core.gemm import WarpTile
 from ...core.params import Param, ParamList
 from ...core.registry import GateRules, KernelSpec
 
 PARAMS = ParamList(
-    Param("tmap_a", "CUtensorMap"), Param("tmap_b", "CUtensorMap"),
-    Param("d", "{out}*"), Param("c", "const {out}*"), Param("layout", "const int32_t*"),
+    Param("tmap_a", "CUtensorMap"),
+    Param("tmap_b", "CUtensorMap"),
+    Param("d", "{out}*"),
+    Param("c", "const {out}*"),
+    Param("layout", "const int32_t*"),
     Param("aux", "const uint64_t*"),
-    Param("m", "uint32_t"), Param("n", "uint32_t"), Param("k", "uint32_t"), Param("ldd", "uint32_t"),
-    Param("ldc", "uint32_t"), Param("num_groups", "uint32_t"), Param("psum_layout", "uint32_t"),
-    Param("num_splits", "uint32_t"), Param("split_stride", "uint32_t"),
+    Param("m", "uint32_t"),
+    Param("n", "uint32_t"),
+    Param("k", "uint32_t"),
+    Param("ldd", "uint32_t"),
+    Param("ldc", "uint32_t"),
+    Param("num_groups", "uint32_t"),
+    Param("psum_layout", "uint32_t"),
+    Param("num_splits", "uint32_t"),
+    Param("split_stride", "uint32_t"),
 )
 
 OUT_DTYPES = ("bf16", "fp32")
 CXX_OUT = {"bf16": "sm120::bf16", "fp32": "float"}
-GEMM_TYPES = {"normal": "kNormal", "m_contiguous": "kMGroupedContiguous", "m_masked": "kMGroupedMasked",
-              "k_contiguous": "kKGroupedContiguous", "batched": "kBatched", "batch_reduce": "kBatchReduce"}
-LAYOUTS = ("nt", "nn", "tn", "tt")   # DeepGEMM naming: a [M,K] "n" or [K,M] "t"; then b [K,N] "n" or [N,K] "t"
+GEMM_TYPES = {
+    "normal": "kNormal",
+    "m_contiguous": "kMGroupedContiguous",
+    "m_masked": "kMGroupedMasked",
+    "k_contiguous": "kKGroupedContiguous",
+    "batched": "kBatched",
+    "batch_reduce": "kBatchReduce",
+}
+LAYOUTS = ("nt", "nn", "tn", "tt")  # DeepGEMM naming: a [M,K] "n" or [K,M] "t"; then b [K,N] "n" or [N,K] "t"
 
 
 @dataclass(frozen=True)
@@ -40,6 +57,7 @@ class Bf16GemmConfig(WarpTile):
 @dataclass(frozen=True)
 class Bf16GemmSpec(KernelSpec):
     """One kernel instantiation: what the JIT compiles and the compile gate checks."""
+
     config: Bf16GemmConfig
     out_dtype: str = "bf16"
     with_c: bool = False
@@ -48,13 +66,15 @@ class Bf16GemmSpec(KernelSpec):
     layout: str = "nt"
 
     def kernel_name(self) -> str:
-        return (f"bf16_gemm_nt_{self.config.name}_{self.out_dtype}{'_c' if self.with_c else ''}"
-                f"{'_swap' if self.swap_ab else ''}{'' if self.gemm_type == 'normal' else '_' + self.gemm_type}"
-                f"{'' if self.layout == 'nt' else '_' + self.layout}")
+        return (
+            f"bf16_gemm_nt_{self.config.name}_{self.out_dtype}{'_c' if self.with_c else ''}"
+            f"{'_swap' if self.swap_ab else ''}{'' if self.gemm_type == 'normal' else '_' + self.gemm_type}"
+            f"{'' if self.layout == 'nt' else '_' + self.layout}"
+        )
 
     def shared_bytes(self) -> int:
         if self.gemm_type == "k_contiguous":  # + two 128-byte tensor-map copies for tensormap.replace
-            return -(-self.config.smem_bytes // 128) * 128 + 256
+            return round_up(self.config.smem_bytes, 128) + 256
         return self.config.smem_bytes
 
     @property
@@ -65,9 +85,21 @@ class Bf16GemmSpec(KernelSpec):
 
     def template_args(self) -> list[str]:
         c, b = self.config, lambda x: "true" if x else "false"
-        return [str(c.block_m), str(c.block_n), str(c.block_k), str(c.stages), str(c.warps_m), str(c.warps_n),
-                str(c.group_n), CXX_OUT[self.out_dtype], b(self.with_c), b(self.swap_ab),
-                f"sm120::GemmType::{GEMM_TYPES[self.gemm_type]}", b(self.mn_major[0]), b(self.mn_major[1])]
+        return [
+            str(c.block_m),
+            str(c.block_n),
+            str(c.block_k),
+            str(c.stages),
+            str(c.warps_m),
+            str(c.warps_n),
+            str(c.group_n),
+            CXX_OUT[self.out_dtype],
+            b(self.with_c),
+            b(self.swap_ab),
+            f"sm120::GemmType::{GEMM_TYPES[self.gemm_type]}",
+            b(self.mn_major[0]),
+            b(self.mn_major[1]),
+        ]
 
     def type_subst(self) -> dict[str, str]:
         return {"out": CXX_OUT[self.out_dtype]}
@@ -111,14 +143,24 @@ def specs() -> list[Bf16GemmSpec]:
     plain = [S(cfg, out, c) for cfg in DENSE_CONFIGS for out in OUT_DTYPES for c in (False, True)]
     swap = [S(cfg, out, c, True) for cfg in SWAP_CONFIGS for out in OUT_DTYPES for c in (False, True)]
     grouped = [S(cfg, "bf16", False, False, t) for cfg in GROUPED_CONFIGS for t in ("m_contiguous", "m_masked")]
-    layouts = [S(cfg, out, c, False, "normal", lay) for lay in ("nn", "tn", "tt") for cfg in LAYOUT_CONFIGS
-               for out in OUT_DTYPES for c in (False, True)]
-    swap_nn = [S(cfg, out, c, True, "normal", "nn") for cfg in SWAP_CONFIGS for out in OUT_DTYPES
-               for c in (False, True)]
+    layouts = [
+        S(cfg, out, c, False, "normal", lay)
+        for lay in ("nn", "tn", "tt")
+        for cfg in LAYOUT_CONFIGS
+        for out in OUT_DTYPES
+        for c in (False, True)
+    ]
+    swap_nn = [
+        S(cfg, out, c, True, "normal", "nn") for cfg in SWAP_CONFIGS for out in OUT_DTYPES for c in (False, True)
+    ]
     k_grouped = [S(cfg, "fp32", c, False, "k_contiguous", "tn") for cfg in K_GROUPED_CONFIGS for c in (False, True)]
     batched = [S(cfg, "bf16", False, False, "batched", lay) for cfg in BATCHED_CONFIGS for lay in ("nt", "nn")]
-    batch_reduce = [S(cfg, out, c, False, "batch_reduce") for cfg in BATCH_REDUCE_CONFIGS for out in OUT_DTYPES
-                    for c in (False, True)]
+    batch_reduce = [
+        S(cfg, out, c, False, "batch_reduce")
+        for cfg in BATCH_REDUCE_CONFIGS
+        for out in OUT_DTYPES
+        for c in (False, True)
+    ]
     return plain + swap + grouped + layouts + swap_nn + k_grouped + batched + batch_reduce
 
 

@@ -1,5 +1,6 @@
 """How a BF16 call is planned (pure, bucketed): the tile, swap-AB and split-K of a dense GEMM, the tiles of the
 grouped and batched forms, and the kernels a call of a given shape launches (precompile(shapes=...))."""
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -8,10 +9,23 @@ from ...core import splitk
 from ...core.gemm import DensePlan, ceil_div, fewest_waves, wave_cost
 from ...core.rules import dtype_name
 from ...services.split_k_reduce import SplitKReduceSpec
-from .kernel import (BATCH_REDUCE_CONFIGS, BATCHED_CONFIGS, DENSE_CONFIGS, GROUPED_CONFIGS, GROUPED_SMALL_M,
-                     K_GROUPED_CONFIGS, K_GROUPED_SMALL_MN, LAYOUT_CONFIGS, SWAP_AB_MAX_M, SWAP_CONFIGS,
-                     TILE_EFFICIENCY, Bf16GemmConfig, Bf16GemmSpec)
+from .kernel import (
+    BATCH_REDUCE_CONFIGS,
+    BATCHED_CONFIGS,
+    DENSE_CONFIGS,
+    GROUPED_CONFIGS,
+    GROUPED_SMALL_M,
+    K_GROUPED_CONFIGS,
+    K_GROUPED_SMALL_MN,
+    LAYOUT_CONFIGS,
+    SWAP_AB_MAX_M,
+    SWAP_CONFIGS,
+    TILE_EFFICIENCY,
+    Bf16GemmConfig,
+    Bf16GemmSpec,
+)
 from .rules import EINSUM_EXPRS
+
 
 def m_bucket(m: int) -> int:
     """The plan depends on M only through this: 16 / 32 (swap-AB widths), else M rounded up to 64 (every
@@ -21,8 +35,10 @@ def m_bucket(m: int) -> int:
 
 
 def choose_config(m: int, n: int, num_sms: int, layout: str = "nt") -> Bf16GemmConfig:
-    return min(DENSE_CONFIGS if layout == "nt" else LAYOUT_CONFIGS,
-               key=lambda c: wave_cost(c.block_m, c.block_n, m, n, num_sms, TILE_EFFICIENCY[c.block_m * c.block_n]))
+    return min(
+        DENSE_CONFIGS if layout == "nt" else LAYOUT_CONFIGS,
+        key=lambda c: wave_cost(c.block_m, c.block_n, m, n, num_sms, TILE_EFFICIENCY[c.block_m * c.block_n]),
+    )
 
 
 @lru_cache(maxsize=4096)
@@ -71,6 +87,7 @@ def batch_reduce_plan(m: int, n: int, k_total: int, num_sms: int) -> DensePlan:
 
 # ---------------------------------------------------------------- what a call of a given shape launches
 
+
 def _out(out_dtype) -> str:
     return "fp32" if out_dtype is not None and dtype_name(out_dtype) == "float32" else "bf16"
 
@@ -79,9 +96,11 @@ def dense_specs(layout: str):
     def plan_specs(m: int, n: int, k: int, num_sms: int, out_dtype=None, with_c: bool = False) -> list:
         p = dense_plan(m_bucket(m), n, k, num_sms, layout)
         out = _out(out_dtype)
-        main = Bf16GemmSpec(p.config, "fp32" if p.splits > 1 else out, with_c and p.splits == 1, p.swap_ab,
-                            "normal", layout)
+        main = Bf16GemmSpec(
+            p.config, "fp32" if p.splits > 1 else out, with_c and p.splits == 1, p.swap_ab, "normal", layout
+        )
         return [main] + ([SplitKReduceSpec(out, with_c)] if p.splits > 1 else [])
+
     return plan_specs
 
 
@@ -89,19 +108,40 @@ def m_grouped_specs(gemm_type: str):
     def plan_specs(num_sms: int, m: int | None = None, expected_m: int | None = None, **_shape) -> list:
         hint = (m if gemm_type == "m_contiguous" else expected_m) or 1
         return [Bf16GemmSpec(grouped_config(hint), "bf16", False, False, gemm_type)]
+
     return plan_specs
 
 
-def einsum_specs(expr: str, num_sms: int, b: int = 1, m: int = 1, n: int = 1, k: int = 1, h: int = 1, r: int = 1,
-                 d: int = 1, out_dtype=None, with_c: bool = False, **_shape) -> list:
+def einsum_specs(
+    expr: str,
+    num_sms: int,
+    b: int = 1,
+    m: int = 1,
+    n: int = 1,
+    k: int = 1,
+    h: int = 1,
+    r: int = 1,
+    d: int = 1,
+    out_dtype=None,
+    with_c: bool = False,
+    **_shape,
+) -> list:
     if EINSUM_EXPRS[expr] == "batch_reduce":
         p = batch_reduce_plan(m_bucket(m), n, batch_k_total(b, k), num_sms)
         out = _out(out_dtype)
         main = Bf16GemmSpec(p.config, "fp32" if p.splits > 1 else out, with_c and p.splits == 1, False, "batch_reduce")
         return [main] + ([SplitKReduceSpec(out, with_c)] if p.splits > 1 else [])
     rows, cols = (b, d) if expr == "bhr,hdr->bhd" else (b, r)
-    return [Bf16GemmSpec(batched_config(h, rows, cols, num_sms), "bf16", False, False, "batched",
-                         "nt" if expr == "bhr,hdr->bhd" else "nn")]
+    return [
+        Bf16GemmSpec(
+            batched_config(h, rows, cols, num_sms),
+            "bf16",
+            False,
+            False,
+            "batched",
+            "nt" if expr == "bhr,hdr->bhd" else "nn",
+        )
+    ]
 
 
 def k_grouped_specs(m: int, n: int, num_sms: int, with_c: bool = False, **_shape) -> list:

@@ -1,5 +1,6 @@
 """Shape and dtype rules of the BF16 ops, on plain values: the API and is_supported call the same functions, so
 both raise (or answer) alike."""
+
 from __future__ import annotations
 
 from ...core.limits import MK_ALIGNMENT_FOR_CONTIGUOUS_LAYOUT
@@ -28,9 +29,18 @@ def _common(dtypes: tuple, out_dtype, c_dtype, out_allowed=_OUT_NAMES, **dims) -
 def dense_rule(layout: str):
     a_mn, b_mn = layout[0] == "t", layout[1] == "n"
 
-    def rule(m: int | None = None, n: int | None = None, k: int | None = None, ab_dtype: str | None = None,
-             a_dtype: str | None = None, b_dtype: str | None = None, out_dtype: str | None = None,
-             c_dtype: str | None = None, lda: int | None = None, ldb: int | None = None) -> None:
+    def rule(
+        m: int | None = None,
+        n: int | None = None,
+        k: int | None = None,
+        ab_dtype: str | None = None,
+        a_dtype: str | None = None,
+        b_dtype: str | None = None,
+        out_dtype: str | None = None,
+        c_dtype: str | None = None,
+        lda: int | None = None,
+        ldb: int | None = None,
+    ) -> None:
         """lda / ldb: row strides (elements) of a and b as stored; None for contiguous."""
         _common((ab_dtype, a_dtype, b_dtype), out_dtype, c_dtype, m=m, n=n, k=k)
         if k == 0 or m == 0 or n == 0:
@@ -40,13 +50,21 @@ def dense_rule(layout: str):
             require_tma_rows("a", a_inner, 2, lda, a_rows)
         if b_inner is not None:
             require_tma_rows("b", b_inner, 2, ldb, b_rows)
+
     return rule
 
 
-def m_grouped_contiguous_rule(m: int | None = None, n: int | None = None, k: int | None = None,
-                              num_groups: int | None = None, ab_dtype: str | None = None,
-                              a_dtype: str | None = None, b_dtype: str | None = None, out_dtype: str | None = None,
-                              use_psum_layout: bool = False) -> None:
+def m_grouped_contiguous_rule(
+    m: int | None = None,
+    n: int | None = None,
+    k: int | None = None,
+    num_groups: int | None = None,
+    ab_dtype: str | None = None,
+    a_dtype: str | None = None,
+    b_dtype: str | None = None,
+    out_dtype: str | None = None,
+    use_psum_layout: bool = False,
+) -> None:
     _common((ab_dtype, a_dtype, b_dtype), out_dtype, None, ("bfloat16",), m=m, n=n, k=k, num_groups=num_groups)
     if m is not None and not use_psum_layout:
         require_contiguous_m(m, MK_ALIGNMENT_FOR_CONTIGUOUS_LAYOUT)
@@ -61,34 +79,59 @@ def _grouped_k(k, *others) -> None:
     require_tma_rows("a and b", k, 2)
 
 
-def m_grouped_masked_rule(num_groups: int | None = None, m: int | None = None, n: int | None = None,
-                          k: int | None = None, expected_m: int | None = None, ab_dtype: str | None = None,
-                          a_dtype: str | None = None, b_dtype: str | None = None,
-                          out_dtype: str | None = None) -> None:
+def m_grouped_masked_rule(
+    num_groups: int | None = None,
+    m: int | None = None,
+    n: int | None = None,
+    k: int | None = None,
+    expected_m: int | None = None,
+    ab_dtype: str | None = None,
+    a_dtype: str | None = None,
+    b_dtype: str | None = None,
+    out_dtype: str | None = None,
+) -> None:
     _common((ab_dtype, a_dtype, b_dtype), out_dtype, None, ("bfloat16",), num_groups=num_groups, m=m, n=n, k=k)
-    if expected_m is not None and (not isinstance(expected_m, int) or isinstance(expected_m, bool)
-                                   or expected_m < 0):
+    if expected_m is not None and (not isinstance(expected_m, int) or isinstance(expected_m, bool) or expected_m < 0):
         raise TypeError(f"expected_m must be a non-negative int, got {expected_m!r}")
     _grouped_k(k, num_groups, m, n)
 
 
-def k_grouped_rule(m: int | None = None, n: int | None = None, k: int | None = None,
-                   num_groups: int | None = None, ab_dtype: str | None = None, a_dtype: str | None = None,
-                   b_dtype: str | None = None, out_dtype: str | None = None, c_dtype: str | None = None) -> None:
+def k_grouped_rule(
+    m: int | None = None,
+    n: int | None = None,
+    k: int | None = None,
+    num_groups: int | None = None,
+    ab_dtype: str | None = None,
+    a_dtype: str | None = None,
+    b_dtype: str | None = None,
+    out_dtype: str | None = None,
+    c_dtype: str | None = None,
+) -> None:
     """k: the total K over all groups (sum of ks)."""
     _common((ab_dtype, a_dtype, b_dtype), out_dtype, c_dtype, ("float32",), m=m, n=n, k=k, num_groups=num_groups)
     if k == 0 or num_groups == 0 or m == 0 or n == 0:
         return
     if m is not None:
-        require_tma_rows("a", m, 2, None, k)   # a [sum K, M]: MN-major rows of M
+        require_tma_rows("a", m, 2, None, k)  # a [sum K, M]: MN-major rows of M
     if n is not None:
         require_tma_rows("b", n, 2, None, k)
 
 
-def einsum_rule(expr: str | None = None, b: int | None = None, m: int | None = None, n: int | None = None,
-                k: int | None = None, h: int | None = None, r: int | None = None, d: int | None = None,
-                a_dtype: str | None = None, b_dtype: str | None = None, out_dtype: str | None = None,
-                c_dtype: str | None = None, c_is_d: bool | None = None) -> None:
+def einsum_rule(
+    expr: str | None = None,
+    b: int | None = None,
+    m: int | None = None,
+    n: int | None = None,
+    k: int | None = None,
+    h: int | None = None,
+    r: int | None = None,
+    d: int | None = None,
+    a_dtype: str | None = None,
+    b_dtype: str | None = None,
+    out_dtype: str | None = None,
+    c_dtype: str | None = None,
+    c_is_d: bool | None = None,
+) -> None:
     """DeepGEMM's einsum: `bmk,bnk->mn` (b, m, n, k), `bhr,hdr->bhd` and `bhd,hdr->bhr` (b, h, r, d); runtime
     shapes. Operand strides: every stride but the last a multiple of 16 bytes (the API checks them)."""
     if expr is not None and expr not in EINSUM_EXPRS:

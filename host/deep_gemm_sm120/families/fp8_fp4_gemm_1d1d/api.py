@@ -12,6 +12,7 @@ kernel's layout (transform_sf_into_required_layout). Unpacked scales are convert
 ops, and a device sync for the power-of-two check); pass packed int32 scales on hot paths and inside CUDA
 graphs.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,8 +22,19 @@ import torch
 
 from ... import jit, keywords
 from ...arch import target_of
-from ...checks import (device_of, maybe_check_contiguous_layout, output_row_stride, require_contiguous_layout_shape,
-                       require_int32, require_shape, require_tensor, rows_view, tma_operand, write_empty_reduction)
+from ...checks import (
+    device_of,
+    maybe_check_contiguous_layout,
+    output_row_stride,
+    require_contiguous_layout_shape,
+    require_int32,
+    require_shape,
+    require_tensor,
+    rows_view,
+    tma_operand,
+    write_empty_reduction,
+)
+from ...core.arith import ceil_div
 from ...core.rules import dtype_name
 from ...core.tma import DTYPE, tma_2d_pair
 from ...device import num_sms_for
@@ -64,15 +76,17 @@ def _kind(a: torch.Tensor, b: torch.Tensor, sfa: torch.Tensor, sfb: torch.Tensor
     if a.dtype == fp8 and _is_fp4(b) or _is_fp4(a) and b.dtype == fp8:
         fp4_sf = sfb if a.dtype == fp8 else sfa
         if sf_format(fp4_sf) == "ue4m3":
-            raise NotImplementedError("mixed FP8 x FP4 GEMMs take MXFP4 (UE8M0 1x32) scales on the FP4 side, "
-                                      "not NVFP4 (UE4M3)")
+            raise NotImplementedError(
+                "mixed FP8 x FP4 GEMMs take MXFP4 (UE8M0 1x32) scales on the FP4 side, not NVFP4 (UE4M3)"
+            )
         return "e4m3_e2m1" if a.dtype == fp8 else "e2m1_e4m3"
     if _is_fp4(a) and _is_fp4(b):
         fmts = {sf_format(sfa), sf_format(sfb)}
         if fmts == {"packed"}:
             if recipe is None:
-                raise ValueError("FP4 operands with packed int32 scales need recipe=(1, 1, 32) (MXFP4) or "
-                                 "(1, 1, 16) (NVFP4)")
+                raise ValueError(
+                    "FP4 operands with packed int32 scales need recipe=(1, 1, 32) (MXFP4) or (1, 1, 16) (NVFP4)"
+                )
             return "nvfp4" if recipe[2] == 16 else "mxfp4"
         fmts.discard("packed")
         if fmts == {"ue4m3"}:
@@ -80,23 +94,27 @@ def _kind(a: torch.Tensor, b: torch.Tensor, sfa: torch.Tensor, sfb: torch.Tensor
         if fmts == {"ue8m0"}:
             return "mxfp4"
         raise TypeError("a's and b's FP4 scales must both be UE8M0 (MXFP4) or both UE4M3 (NVFP4)")
-    raise TypeError(f"a and b must be float8_e4m3fn or packed FP4 (uint8 / int8 / float4_e2m1fn_x2), got {a.dtype} "
-                    f"and {b.dtype}")
+    raise TypeError(
+        f"a and b must be float8_e4m3fn or packed FP4 (uint8 / int8 / float4_e2m1fn_x2), got {a.dtype} and {b.dtype}"
+    )
 
 
 def _operand_gran(name: str, sf: torch.Tensor, k: int, allowed: tuple[int, ...], recipe_gran: int | None) -> int:
     """K elements per scale of one operand: the recipe's, else the only granularity its scale shape fits."""
     if recipe_gran is not None:
         if recipe_gran not in allowed:
-            raise NotImplementedError(f"{name} scales cover {' or '.join(map(str, allowed))} K elements; the recipe "
-                                      f"asks for {recipe_gran}")
+            raise NotImplementedError(
+                f"{name} scales cover {' or '.join(map(str, allowed))} K elements; the recipe asks for {recipe_gran}"
+            )
         return recipe_gran
     cols = sf.shape[-1]
-    count = (lambda g: sf_words(k, g)) if sf.dtype == torch.int32 else (lambda g: -(-k // g))
+    count = (lambda g: sf_words(k, g)) if sf.dtype == torch.int32 else (lambda g: ceil_div(k, g))
     cands = [g for g in allowed if count(g) == cols]
     if not cands:
-        raise ValueError(f"{name} with {cols} columns fits no granularity for K = {k} (expected "
-                         f"{', '.join(f'{-(-k // g)} (1x{g})' for g in allowed)} unpacked columns)")
+        raise ValueError(
+            f"{name} with {cols} columns fits no granularity for K = {k} (expected "
+            f"{', '.join(f'{ceil_div(k, g)} (1x{g})' for g in allowed)} unpacked columns)"
+        )
     if len(cands) > 1:
         raise ValueError(f"the K granularity of {name} is ambiguous for K = {k}: pass recipe")
     return cands[0]
@@ -120,16 +138,19 @@ def _grans(kind: str, k: int, recipe, sfa: torch.Tensor, sfb: torch.Tensor) -> t
     return ga, gb
 
 
-def _prepare_sf(name: str, sf: torch.Tensor, mn: int, k: int, gran_k: int, groups: int | None,
-                is_sfa: bool) -> tuple[torch.Tensor, int, int]:
+def _prepare_sf(
+    name: str, sf: torch.Tensor, mn: int, k: int, gran_k: int, groups: int | None, is_sfa: bool
+) -> tuple[torch.Tensor, int, int]:
     """(packed int32 scales, word stride, group stride) for one operand."""
     lead = () if groups is None else (groups,)
     if sf.dtype == torch.int32:
         ps, gs = check_packed(name, sf, (*lead, mn, sf_words(k, gran_k)))
         return sf, ps, gs
     if sf.dim() != len(lead) + 2:
-        raise ValueError(f"{name} must be {'[G, rows, K blocks]' if groups is not None else '[rows, K blocks]'}, "
-                         f"got shape {tuple(sf.shape)}")
+        raise ValueError(
+            f"{name} must be {'[G, rows, K blocks]' if groups is not None else '[rows, K blocks]'}, "
+            f"got shape {tuple(sf.shape)}"
+        )
     rows = sf.shape[-2]
     # A: one scale per row. B: per row, or 128x128 blocks (DeepSeek weights).
     gran_mn = 1 if rows == mn or is_sfa else 128
@@ -169,21 +190,41 @@ def _check_out(d, c, shape: tuple[int, ...]) -> None:
         require_tensor("c", c)
 
 
-def _operand_maps(a2: torch.Tensor, rows_a: int, lda: int, b2: torch.Tensor, rows_b: int, ldb: int, cfg,
-                  row_bytes) -> bytes:
+def _operand_maps(
+    a2: torch.Tensor, rows_a: int, lda: int, b2: torch.Tensor, rows_b: int, ldb: int, cfg, row_bytes
+) -> bytes:
     """Byte operands (e4m3 or packed e2m1) as [rows, K bytes] with row strides lda / ldb bytes, boxes of one
     swizzle span along K (128 bytes, or 64 for the packed side of mixed operands); scale words are read by the
     kernel through plain pointers."""
     ra, rb = row_bytes
     ka, kb = a2.shape[1] * a2.element_size(), b2.shape[1] * b2.element_size()
-    return tma_2d_pair(_OFF_A, _U8, a2.data_ptr(), ka, rows_a, lda, ra, cfg.block_m, ra,
-                       _OFF_B, _U8, b2.data_ptr(), kb, rows_b, ldb, rb, cfg.block_n, rb)
+    return tma_2d_pair(
+        _OFF_A,
+        _U8,
+        a2.data_ptr(),
+        ka,
+        rows_a,
+        lda,
+        ra,
+        cfg.block_m,
+        ra,
+        _OFF_B,
+        _U8,
+        b2.data_ptr(),
+        kb,
+        rows_b,
+        ldb,
+        rb,
+        cfg.block_n,
+        rb,
+    )
 
 
 @dataclass(frozen=True)
 class _Dense:
     """What the checks and the plan of one dense call signature produced (scales: packed int32 ones are used
     as they are; others are packed on every call, a value-dependent conversion)."""
+
     target: str
     index: int
     m: int
@@ -194,9 +235,9 @@ class _Dense:
     ldb: int
     ldd: int
     ldc: int
-    sfa_stride: int            # packed scales: their word stride; -1: pack on every call
+    sfa_stride: int  # packed scales: their word stride; -1: pack on every call
     sfb_stride: int
-    kernel: object = None      # None: nothing to launch (an empty output or an empty reduction)
+    kernel: object = None  # None: nothing to launch (an empty output or an empty reduction)
     grid: int = 0
     config: object = None
     splits: int = 1
@@ -219,8 +260,17 @@ def _prepare_dense(a, sfa, b, sfb, d, c, recipe) -> _Dense:
         raise ValueError(f"a {tuple(a.shape)} and b {tuple(b.shape)} must agree on K")
     _check_out(d, c, (m, n))
     (lda, lda_bytes), (ldb, ldb_bytes) = tma_operand("a", a), tma_operand("b", b)
-    dense_rule(m=m, n=n, k=k, a_dtype=dtype_name(a.dtype), b_dtype=dtype_name(b.dtype), out_dtype=dtype_name(d.dtype),
-               c_dtype=dtype_name(c.dtype) if c is not None else None, lda=lda, ldb=ldb)
+    dense_rule(
+        m=m,
+        n=n,
+        k=k,
+        a_dtype=dtype_name(a.dtype),
+        b_dtype=dtype_name(b.dtype),
+        out_dtype=dtype_name(d.dtype),
+        c_dtype=dtype_name(c.dtype) if c is not None else None,
+        lda=lda,
+        ldb=ldb,
+    )
     if c is not None:
         require_shape("c", c, (m, n), "[M, N]")
     ldd = output_row_stride("d", d)
@@ -231,15 +281,33 @@ def _prepare_dense(a, sfa, b, sfb, d, c, recipe) -> _Dense:
     if m == 0 or n == 0 or k == 0:
         return _Dense(target, index, m, n, k, grans, lda_bytes, ldb_bytes, ldd, ldc, -1, -1)
     strides = []
-    for name, sf, mn, g, is_a in (("sfa", sfa, m, grans[0], True), ("sfb", sfb, n, grans[1], False)):
+    for name, sf, mn, g in (("sfa", sfa, m, grans[0]), ("sfb", sfb, n, grans[1])):
         strides.append(check_packed(name, sf, (mn, sf_words(k, g)))[0] if sf.dtype == torch.int32 else -1)
     num_sms = num_sms_for(index)
     p = dense_plan(m_bucket(m), n, k, num_sms, kind)
     out = _OUT[d.dtype]
     spec = spec_for(p.config, kind, grans, "fp32" if p.splits > 1 else out, c is not None and p.splits == 1)
     reduce = SplitK(out, c is not None, target, index, num_sms) if p.splits > 1 else None
-    return _Dense(target, index, m, n, k, grans, lda_bytes, ldb_bytes, ldd, ldc, strides[0], strides[1],
-                  jit.get_kernel(spec, target, index), p.grid(num_sms), p.config, p.splits, reduce, spec.row_bytes)
+    return _Dense(
+        target,
+        index,
+        m,
+        n,
+        k,
+        grans,
+        lda_bytes,
+        ldb_bytes,
+        ldd,
+        ldc,
+        strides[0],
+        strides[1],
+        jit.get_kernel(spec, target, index),
+        p.grid(num_sms),
+        p.config,
+        p.splits,
+        reduce,
+        spec.row_bytes,
+    )
 
 
 def _scales(name: str, sf: torch.Tensor, stride: int, mn: int, k: int, gran: int, is_sfa: bool) -> tuple[int, int]:
@@ -250,9 +318,19 @@ def _scales(name: str, sf: torch.Tensor, stride: int, mn: int, k: int, gran: int
     return packed.data_ptr(), ps
 
 
-def fp8_fp4_gemm_nt(a, b, d: torch.Tensor, c: torch.Tensor | None = None, recipe=None, recipe_a=None,
-                    recipe_b=None, compiled_dims: str = "", disable_ue8m0_cast: bool = False, alpha=None,
-                    epilogue=None) -> None:
+def fp8_fp4_gemm_nt(
+    a,
+    b,
+    d: torch.Tensor,
+    c: torch.Tensor | None = None,
+    recipe=None,
+    recipe_a=None,
+    recipe_b=None,
+    compiled_dims: str = "",
+    disable_ue8m0_cast: bool = False,
+    alpha=None,
+    epilogue=None,
+) -> None:
     """d = alpha * (a[0] * a[1]) @ (b[0] * b[1]).T (+ c) for a = (a, sfa) [M, K], b = (b, sfb) [N, K] (FP4: K/2
     bytes); a bare tensor means unit scales. d/c: [M, N] bf16 or fp32 (c optional, may alias d). recipe:
     DeepGEMM's (gran_m, gran_n, gran_k), or per operand recipe_a / recipe_b (gran_mn, gran_k). DeepGEMM's
@@ -266,8 +344,15 @@ def fp8_fp4_gemm_nt(a, b, d: torch.Tensor, c: torch.Tensor | None = None, recipe
     b, sfb = _pair("b", keywords.pair("b", b, FP4))
     recipe = keywords.recipe(name, recipe, recipe_a, recipe_b, a, b, FP4)
     try:
-        key = (tensor_key(a), tensor_key(sfa), tensor_key(b), tensor_key(sfb), tensor_key(d),
-               None if c is None else tensor_key(c), None if recipe is None else tuple(recipe))
+        key = (
+            tensor_key(a),
+            tensor_key(sfa),
+            tensor_key(b),
+            tensor_key(sfb),
+            tensor_key(d),
+            None if c is None else tensor_key(c),
+            None if recipe is None else tuple(recipe),
+        )
     except (AttributeError, TypeError):  # not tensors, or an unhashable recipe: the checks decide
         key = None
     call = _DENSE.get(key) if key is not None else None
@@ -288,18 +373,56 @@ def fp8_fp4_gemm_nt(a, b, d: torch.Tensor, c: torch.Tensor | None = None, recipe
     if splits > 1:  # fp32 slices [splits, M, N]; the reduce kernel adds them in order, then C
         ws = SplitK.workspace(splits, m, n, d.device)
         out_ptr, out_ld, c_ptr, c_ld, split_stride = ws.data_ptr(), n, 0, 0, m * n
-    launch(call.kernel, call.grid, _pack(sfa_ptr, sfb_ptr, out_ptr, c_ptr, 0, m, n, k, out_ld, c_ld, 1, 0, splits,
-                                         split_stride, sfa_ps, 0, sfb_ps, 0, alpha),
-           _operand_maps(a, m, call.lda, b, n, call.ldb, call.config, call.row_bytes), index)
+    launch(
+        call.kernel,
+        call.grid,
+        _pack(
+            sfa_ptr,
+            sfb_ptr,
+            out_ptr,
+            c_ptr,
+            0,
+            m,
+            n,
+            k,
+            out_ld,
+            c_ld,
+            1,
+            0,
+            splits,
+            split_stride,
+            sfa_ps,
+            0,
+            sfb_ps,
+            0,
+            alpha,
+        ),
+        _operand_maps(a, m, call.lda, b, n, call.ldb, call.config, call.row_bytes),
+        index,
+    )
     if splits > 1:
         call.reduce.reduce(out_ptr, pd, pc, m, n, call.ldd, call.ldc, splits, index)
 
 
 def _not_nt(name: str):
-    def refuse(a, b, d, c=None, recipe=None, recipe_a=None, recipe_b=None, compiled_dims="",
-               disable_ue8m0_cast=False, alpha=None, epilogue=None):
-        raise NotImplementedError(f"{name}: the SM120 block-scaled kernel reads K-major operands only; call "
-                                  f"fp8_fp4_gemm_nt with contiguous transposes of the MN-major operand(s)")
+    def refuse(
+        a,
+        b,
+        d,
+        c=None,
+        recipe=None,
+        recipe_a=None,
+        recipe_b=None,
+        compiled_dims="",
+        disable_ue8m0_cast=False,
+        alpha=None,
+        epilogue=None,
+    ):
+        raise NotImplementedError(
+            f"{name}: the SM120 block-scaled kernel reads K-major operands only; call "
+            f"fp8_fp4_gemm_nt with contiguous transposes of the MN-major operand(s)"
+        )
+
     refuse.__name__ = refuse.__qualname__ = name
     return refuse
 
@@ -307,12 +430,15 @@ def _not_nt(name: str):
 fp8_fp4_gemm_nn, fp8_fp4_gemm_tn, fp8_fp4_gemm_tt = (_not_nt(f"fp8_fp4_gemm_{lay}") for lay in ("nn", "tn", "tt"))
 
 
-def _grouped_scales(grans: tuple[int, int], sfa: torch.Tensor, sfb: torch.Tensor, m: int, n: int, k: int,
-                    groups: int, masked: bool) -> tuple:
+def _grouped_scales(
+    grans: tuple[int, int], sfa: torch.Tensor, sfb: torch.Tensor, m: int, n: int, k: int, groups: int, masked: bool
+) -> tuple:
     """Packed scales of an M-grouped call: b's scales are per group, a's only when masked.
     Returns ((sfa, word stride, group stride), (sfb, ...))."""
-    return (_prepare_sf("sfa", sfa, m, k, grans[0], groups if masked else None, True),
-            _prepare_sf("sfb", sfb, n, k, grans[1], groups, False))
+    return (
+        _prepare_sf("sfa", sfa, m, k, grans[0], groups if masked else None, True),
+        _prepare_sf("sfb", sfb, n, k, grans[1], groups, False),
+    )
 
 
 @lru_cache(maxsize=256)
@@ -321,24 +447,78 @@ def _grouped_kernel(kind: str, grans: tuple[int, int], gemm_type: str, cfg, inde
     return jit.get_kernel(spec, target, index), spec.row_bytes
 
 
-def _grouped_launch(kind, grans, gemm_type, cfg, tiles, index, a2, rows_a, b2, rows_b, sfa, sfb, d_ptr, layout_ptr,
-                    m, n, k, ldd, groups, psum, alpha) -> None:
+def _grouped_launch(
+    kind,
+    grans,
+    gemm_type,
+    cfg,
+    tiles,
+    index,
+    a2,
+    rows_a,
+    b2,
+    rows_b,
+    sfa,
+    sfb,
+    d_ptr,
+    layout_ptr,
+    m,
+    n,
+    k,
+    ldd,
+    groups,
+    psum,
+    alpha,
+) -> None:
     kern, row_bytes = _grouped_kernel(kind, grans, gemm_type, cfg, index, target_of(index))
     (sfa_p, sfa_ps, sfa_gs), (sfb_p, sfb_ps, sfb_gs) = sfa, sfb
-    launch(kern, min(num_sms_for(index), max(tiles, 1)),
-           PARAMS.pack(sfa=sfa_p.data_ptr(), sfb=sfb_p.data_ptr(), d=d_ptr, c=0, layout=layout_ptr, m=m, n=n, k=k,
-                       ldd=ldd, ldc=0, num_groups=groups, psum_layout=int(psum), num_splits=1, split_stride=0,
-                       sfa_pack_stride=sfa_ps, sfa_group_stride=sfa_gs, sfb_pack_stride=sfb_ps,
-                       sfb_group_stride=sfb_gs, alpha=alpha),
-           _operand_maps(a2, rows_a, tma_operand("a", a2)[1], b2, rows_b, tma_operand("b", b2)[1], cfg, row_bytes),
-           index)
+    launch(
+        kern,
+        min(num_sms_for(index), max(tiles, 1)),
+        PARAMS.pack(
+            sfa=sfa_p.data_ptr(),
+            sfb=sfb_p.data_ptr(),
+            d=d_ptr,
+            c=0,
+            layout=layout_ptr,
+            m=m,
+            n=n,
+            k=k,
+            ldd=ldd,
+            ldc=0,
+            num_groups=groups,
+            psum_layout=int(psum),
+            num_splits=1,
+            split_stride=0,
+            sfa_pack_stride=sfa_ps,
+            sfa_group_stride=sfa_gs,
+            sfb_pack_stride=sfb_ps,
+            sfb_group_stride=sfb_gs,
+            alpha=alpha,
+        ),
+        _operand_maps(a2, rows_a, tma_operand("a", a2)[1], b2, rows_b, tma_operand("b", b2)[1], cfg, row_bytes),
+        index,
+    )
 
 
-def m_grouped_fp8_fp4_gemm_nt_contiguous(a, b, d: torch.Tensor, grouped_layout: torch.Tensor, recipe=None,
-                                         recipe_a=None, recipe_b=None, compiled_dims: str = "nk",
-                                         disable_ue8m0_cast: bool = False, use_psum_layout: bool = False,
-                                         ensure_zero_padding: bool = True, expected_m_for_psum_layout=None,
-                                         epilogue=None, *, check_layout: bool | None = None, alpha=None) -> None:
+def m_grouped_fp8_fp4_gemm_nt_contiguous(
+    a,
+    b,
+    d: torch.Tensor,
+    grouped_layout: torch.Tensor,
+    recipe=None,
+    recipe_a=None,
+    recipe_b=None,
+    compiled_dims: str = "nk",
+    disable_ue8m0_cast: bool = False,
+    use_psum_layout: bool = False,
+    ensure_zero_padding: bool = True,
+    expected_m_for_psum_layout=None,
+    epilogue=None,
+    *,
+    check_layout: bool | None = None,
+    alpha=None,
+) -> None:
     """d[r] = alpha * a[r] @ b[g(r)].T for the rows r of group g(r) (MoE, tokens sorted by expert).
 
     a = (a [M, K], sfa); b = (b [G, N, K], sfb [G, ...]); d [M, N] bf16. FP4: K/2 bytes per row.
@@ -362,8 +542,16 @@ def m_grouped_fp8_fp4_gemm_nt_contiguous(a, b, d: torch.Tensor, grouped_layout: 
     if _k_of(b) != k:
         raise ValueError(f"a {tuple(a.shape)} and b {tuple(b.shape)} must agree on K")
     _check_out(d, None, (m, n))
-    m_grouped_contiguous_rule(m=m, n=n, k=k, num_groups=g, a_dtype=dtype_name(a.dtype), b_dtype=dtype_name(b.dtype),
-                              out_dtype=dtype_name(d.dtype), use_psum_layout=use_psum_layout)
+    m_grouped_contiguous_rule(
+        m=m,
+        n=n,
+        k=k,
+        num_groups=g,
+        a_dtype=dtype_name(a.dtype),
+        b_dtype=dtype_name(b.dtype),
+        out_dtype=dtype_name(d.dtype),
+        use_psum_layout=use_psum_layout,
+    )
     require_contiguous_layout_shape(grouped_layout, m, g, use_psum_layout)
     alpha = 1.0 if alpha is None else _alpha(alpha)
     ldd = output_row_stride("d", d)
@@ -374,23 +562,69 @@ def m_grouped_fp8_fp4_gemm_nt_contiguous(a, b, d: torch.Tensor, grouped_layout: 
         return
     sfa_t, sfb_t = _grouped_scales(grans, sfa, sfb, m, n, k, g, masked=False)
     cfg = grouped_config(m)
-    tiles = -(-m // cfg.block_m) * -(-n // cfg.block_n)
-    _grouped_launch(kind, grans, "m_contiguous", cfg, tiles, index, a, m, rows_view("b", b), g * n, sfa_t, sfb_t,
-                    d.data_ptr(), grouped_layout.data_ptr(), m, n, k, ldd, g, use_psum_layout, alpha)
+    tiles = ceil_div(m, cfg.block_m) * ceil_div(n, cfg.block_n)
+    _grouped_launch(
+        kind,
+        grans,
+        "m_contiguous",
+        cfg,
+        tiles,
+        index,
+        a,
+        m,
+        rows_view("b", b),
+        g * n,
+        sfa_t,
+        sfb_t,
+        d.data_ptr(),
+        grouped_layout.data_ptr(),
+        m,
+        n,
+        k,
+        ldd,
+        g,
+        use_psum_layout,
+        alpha,
+    )
     if zero and use_psum_layout:
         keywords.zero_psum_padding(d, grouped_layout, get_mk_alignment_for_contiguous_layout())
 
 
-def m_grouped_fp8_fp4_gemm_nn_contiguous(a, b, d, grouped_layout, recipe=None, recipe_a=None, recipe_b=None,
-                                         compiled_dims="nk", disable_ue8m0_cast=False, use_psum_layout=False,
-                                         ensure_zero_padding=True, epilogue=None):
-    raise NotImplementedError("m_grouped_fp8_fp4_gemm_nn_contiguous: the SM120 block-scaled kernel takes b as "
-                              "[G, N, K] (K-major) only; use m_grouped_fp8_fp4_gemm_nt_contiguous")
+def m_grouped_fp8_fp4_gemm_nn_contiguous(
+    a,
+    b,
+    d,
+    grouped_layout,
+    recipe=None,
+    recipe_a=None,
+    recipe_b=None,
+    compiled_dims="nk",
+    disable_ue8m0_cast=False,
+    use_psum_layout=False,
+    ensure_zero_padding=True,
+    epilogue=None,
+):
+    raise NotImplementedError(
+        "m_grouped_fp8_fp4_gemm_nn_contiguous: the SM120 block-scaled kernel takes b as "
+        "[G, N, K] (K-major) only; use m_grouped_fp8_fp4_gemm_nt_contiguous"
+    )
 
 
-def m_grouped_fp8_fp4_gemm_nt_masked(a, b, d: torch.Tensor, masked_m: torch.Tensor, expected_m: int,
-                                     recipe=None, recipe_a=None, recipe_b=None, compiled_dims: str = "nk",
-                                     disable_ue8m0_cast: bool = False, epilogue=None, *, alpha=None) -> None:
+def m_grouped_fp8_fp4_gemm_nt_masked(
+    a,
+    b,
+    d: torch.Tensor,
+    masked_m: torch.Tensor,
+    expected_m: int,
+    recipe=None,
+    recipe_a=None,
+    recipe_b=None,
+    compiled_dims: str = "nk",
+    disable_ue8m0_cast: bool = False,
+    epilogue=None,
+    *,
+    alpha=None,
+) -> None:
     """d[g, :masked_m[g]] = alpha * a[g, :masked_m[g]] @ b[g].T; rows past masked_m[g] stay untouched.
 
     a = (a [G, M, K], sfa [G, ...]); b = (b [G, N, K], sfb [G, ...]); d [G, M, N] bf16; masked_m int32 [G] on
@@ -411,8 +645,16 @@ def m_grouped_fp8_fp4_gemm_nt_masked(a, b, d: torch.Tensor, masked_m: torch.Tens
         raise ValueError(f"a {tuple(a.shape)} and b {tuple(b.shape)} must agree on G and K")
     _check_out(d, None, (g, m, n))
     require_shape("masked_m", masked_m, (g,), "[G]")
-    m_grouped_masked_rule(num_groups=g, m=m, n=n, k=k, expected_m=expected_m, a_dtype=dtype_name(a.dtype),
-                          b_dtype=dtype_name(b.dtype), out_dtype=dtype_name(d.dtype))
+    m_grouped_masked_rule(
+        num_groups=g,
+        m=m,
+        n=n,
+        k=k,
+        expected_m=expected_m,
+        a_dtype=dtype_name(a.dtype),
+        b_dtype=dtype_name(b.dtype),
+        out_dtype=dtype_name(d.dtype),
+    )
     alpha = 1.0 if alpha is None else _alpha(alpha)
     grans = _grans(kind, k, recipe, sfa, sfb) if g and m and n else None
     index = device_of(a=a, b=b, sfa=sfa, sfb=sfb, d=d, masked_m=masked_m)
@@ -422,24 +664,70 @@ def m_grouped_fp8_fp4_gemm_nt_masked(a, b, d: torch.Tensor, masked_m: torch.Tens
     a2, b2, d2 = rows_view("a", a), rows_view("b", b), rows_view("d", d)
     ldd = output_row_stride("d", d2)
     cfg = grouped_config(max(expected_m, 1))
-    tiles = g * -(-m // cfg.block_m) * -(-n // cfg.block_n)
-    _grouped_launch(kind, grans, "m_masked", cfg, tiles, index, a2, g * m, b2, g * n, sfa_t, sfb_t, d2.data_ptr(),
-                    masked_m.data_ptr(), m, n, k, ldd, g, False, alpha)
+    tiles = g * ceil_div(m, cfg.block_m) * ceil_div(n, cfg.block_n)
+    _grouped_launch(
+        kind,
+        grans,
+        "m_masked",
+        cfg,
+        tiles,
+        index,
+        a2,
+        g * m,
+        b2,
+        g * n,
+        sfa_t,
+        sfb_t,
+        d2.data_ptr(),
+        masked_m.data_ptr(),
+        m,
+        n,
+        k,
+        ldd,
+        g,
+        False,
+        alpha,
+    )
 
 
 _NO_K_GROUPED = "deep_gemm_sm120 has no block-scaled K-grouped GEMM (k_grouped_bf16_gemm_tn_contiguous covers BF16)"
 
 
-def k_grouped_fp8_gemm_tn_contiguous(a, b, d, ks_cpu, grouped_layout, c=None, recipe=(1, 1, 128), compiled_dims="mn",
-                                     use_psum_layout=False, epilogue=None, *, use_padded_sf_layout=False):
+def k_grouped_fp8_gemm_tn_contiguous(
+    a,
+    b,
+    d,
+    ks_cpu,
+    grouped_layout,
+    c=None,
+    recipe=(1, 1, 128),
+    compiled_dims="mn",
+    use_psum_layout=False,
+    epilogue=None,
+    *,
+    use_padded_sf_layout=False,
+):
     raise NotImplementedError(f"k_grouped_fp8_gemm_tn_contiguous: {_NO_K_GROUPED}")
 
 
-def k_grouped_fp8_gemm_nt_contiguous(a, b, d, ks_cpu, grouped_layout, c=None, recipe=(1, 1, 128), compiled_dims="mn",
-                                     use_psum_layout=False, epilogue=None, *, use_padded_sf_layout=False):
+def k_grouped_fp8_gemm_nt_contiguous(
+    a,
+    b,
+    d,
+    ks_cpu,
+    grouped_layout,
+    c=None,
+    recipe=(1, 1, 128),
+    compiled_dims="mn",
+    use_psum_layout=False,
+    epilogue=None,
+    *,
+    use_padded_sf_layout=False,
+):
     raise NotImplementedError(f"k_grouped_fp8_gemm_nt_contiguous: {_NO_K_GROUPED}")
 
 
-def k_grouped_fp4_gemm_nt_contiguous(a, b, d, ks_cpu, grouped_layout, c=None, recipe=(1, 1, 32), compiled_dims="mn",
-                                     use_psum_layout=False, epilogue=None):
+def k_grouped_fp4_gemm_nt_contiguous(
+    a, b, d, ks_cpu, grouped_layout, c=None, recipe=(1, 1, 32), compiled_dims="mn", use_psum_layout=False, epilogue=None
+):
     raise NotImplementedError(f"k_grouped_fp4_gemm_nt_contiguous: {_NO_K_GROUPED}")

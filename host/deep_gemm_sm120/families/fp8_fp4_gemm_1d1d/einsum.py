@@ -14,6 +14,7 @@ d bf16 or fp32 [b, h, d]; c optional with d's dtype and strides.
 One launch over all heads: x and y are read through 3-D TMA maps (head = dim 2, any 16-byte-multiple strides),
 the scales are packed per head (each 128x128 block repeated over its 128 rows: exact), and the block-scaled MMA
 (`QMMA.SF`, kind::mxf8f6f4) multiplies with the scales in the instruction. Runtime shapes."""
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -24,6 +25,7 @@ from ... import jit, keywords
 from ...arch import target_of
 from ...batched import batched_map, check_batched_operand
 from ...checks import device_of, require_tensor, write_empty_reduction
+from ...core.arith import ceil_div
 from ...core.rules import dtype_name
 from ...device import num_sms_for
 from ...launch import launch
@@ -49,16 +51,25 @@ def _map(offset: int, t: torch.Tensor, rows_dim: int, batch_dim: int, box_rows: 
     return batched_map(offset, "uint8", t, -1, rows_dim, batch_dim, (128, box_rows), 128)
 
 
-def fp8_einsum(expr: str, a, b, d: torch.Tensor, c: torch.Tensor | None = None, recipe=(1, 128, 128),
-               epilogue=None, use_128x4_sfd_layout: bool = False) -> None:
+def fp8_einsum(
+    expr: str,
+    a,
+    b,
+    d: torch.Tensor,
+    c: torch.Tensor | None = None,
+    recipe=(1, 128, 128),
+    epilogue=None,
+    use_128x4_sfd_layout: bool = False,
+) -> None:
     """DeepGEMM 2.8.1's fp8_einsum for `bhr,hdr->bhd` (see the module doc); writes d in place. `d` a tensor:
     BF16 / FP32 output. `d` as (d, sfd) or an FP8 epilogue asks for FP8 output with scales in sfd (128x4 blocks
     with use_128x4_sfd_layout): not provided (NotImplementedError)."""
     name = "fp8_einsum"
     keywords.flag(name, "use_128x4_sfd_layout", use_128x4_sfd_layout)
     if isinstance(d, (tuple, list)):
-        raise NotImplementedError(f"{name}(d=(d, sfd)): FP8 output with scale factors is not provided; SM120 "
-                                  f"einsum writes BF16 or FP32 d")
+        raise NotImplementedError(
+            f"{name}(d=(d, sfd)): FP8 output with scale factors is not provided; SM120 einsum writes BF16 or FP32 d"
+        )
     keywords.epilogue(name, epilogue)
     if not isinstance(expr, str):
         raise TypeError(f"expr must be a str, got {type(expr).__name__}")
@@ -68,8 +79,14 @@ def fp8_einsum(expr: str, a, b, d: torch.Tensor, c: torch.Tensor | None = None, 
     require_tensor("d", d)
     if c is not None:
         require_tensor("c", c)
-    fp8_einsum_rule(expr=norm, recipe=recipe, a_dtype=dtype_name(x.dtype), b_dtype=dtype_name(y.dtype),
-                    out_dtype=dtype_name(d.dtype), c_dtype=dtype_name(c.dtype) if c is not None else None)
+    fp8_einsum_rule(
+        expr=norm,
+        recipe=recipe,
+        a_dtype=dtype_name(x.dtype),
+        b_dtype=dtype_name(y.dtype),
+        out_dtype=dtype_name(d.dtype),
+        c_dtype=dtype_name(c.dtype) if c is not None else None,
+    )
     for name, t, what in (("a", x, "[b, h, r]"), ("b", y, "[h, d, r]"), ("d", d, "[b, h, d]")):
         if t.dim() != 3:
             raise ValueError(f"{name} must be 3-D {what}, got shape {tuple(t.shape)}")
@@ -86,8 +103,9 @@ def fp8_einsum(expr: str, a, b, d: torch.Tensor, c: torch.Tensor | None = None, 
         raise ValueError(f"d must have a contiguous last dimension, got strides {tuple(d.stride())}")
     packed_x = sfx.dtype == torch.int32
     if sfx.dim() != 3 or tuple(sfx.shape[:2]) != ((h, bs) if packed_x else (bs, h)):
-        raise ValueError(f"a's scales must be [b, h, ceil(r / 128)] = {(bs, h, -(-r // 128))}, got "
-                         f"{tuple(sfx.shape)}")
+        raise ValueError(
+            f"a's scales must be [b, h, ceil(r / 128)] = {(bs, h, ceil_div(r, 128))}, got {tuple(sfx.shape)}"
+        )
     if sfy.dim() != 3 or sfy.shape[0] != h:
         raise ValueError(f"b's scales must be [h, ceil(d / 128), ceil(r / 128)], got {tuple(sfy.shape)}")
     if bs and h and dd and r:
@@ -108,12 +126,28 @@ def fp8_einsum(expr: str, a, b, d: torch.Tensor, c: torch.Tensor | None = None, 
     kern, cfg = _kernel(h, bs, dd, _OUT[d.dtype], c is not None, index, num_sms, target_of(index))
     tmaps = _map(_OFF_A, x, 0, 1, cfg.block_m) + _map(_OFF_B, y, 1, 0, cfg.block_n)
     ldd = d.stride(0) if bs > 1 else dd
-    params = PARAMS.pack(sfa=sfa_p.data_ptr(), sfb=sfb_p.data_ptr(), d=d.data_ptr(),
-                         c=c.data_ptr() if c is not None else 0, layout=0, m=bs, n=dd, k=r, ldd=ldd,
-                         ldc=ldd if c is not None else 0, num_groups=h, psum_layout=0, num_splits=1,
-                         split_stride=d.stride(1), sfa_pack_stride=sfa_ps, sfa_group_stride=sfa_gs,
-                         sfb_pack_stride=sfb_ps, sfb_group_stride=sfb_gs, alpha=1.0)
-    tiles = h * -(-bs // cfg.block_m) * -(-dd // cfg.block_n)
+    params = PARAMS.pack(
+        sfa=sfa_p.data_ptr(),
+        sfb=sfb_p.data_ptr(),
+        d=d.data_ptr(),
+        c=c.data_ptr() if c is not None else 0,
+        layout=0,
+        m=bs,
+        n=dd,
+        k=r,
+        ldd=ldd,
+        ldc=ldd if c is not None else 0,
+        num_groups=h,
+        psum_layout=0,
+        num_splits=1,
+        split_stride=d.stride(1),
+        sfa_pack_stride=sfa_ps,
+        sfa_group_stride=sfa_gs,
+        sfb_pack_stride=sfb_ps,
+        sfb_group_stride=sfb_gs,
+        alpha=1.0,
+    )
+    tiles = h * ceil_div(bs, cfg.block_m) * ceil_div(dd, cfg.block_n)
     launch(kern, min(num_sms, tiles), params, tmaps, index)
 
 

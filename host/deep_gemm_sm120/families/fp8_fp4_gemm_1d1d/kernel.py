@@ -1,5 +1,6 @@
 """The block-scaled GEMM kernel (impls/sm120_fp8_fp4_gemm_1d1d.cuh): parameters, scale kinds, tiles, the
 instantiations the API can launch, and the SASS the compile gate demands of them."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -9,30 +10,46 @@ from ...core.params import Param, ParamList
 from ...core.registry import GateRules, KernelSpec
 
 PARAMS = ParamList(
-    Param("tmap_a", "CUtensorMap"), Param("tmap_b", "CUtensorMap"),
-    Param("sfa", "const uint32_t*"), Param("sfb", "const uint32_t*"),
-    Param("d", "{out}*"), Param("c", "const {out}*"), Param("layout", "const int32_t*"),
-    Param("m", "uint32_t"), Param("n", "uint32_t"), Param("k", "uint32_t"), Param("ldd", "uint32_t"),
-    Param("ldc", "uint32_t"), Param("num_groups", "uint32_t"), Param("psum_layout", "uint32_t"),
-    Param("num_splits", "uint32_t"), Param("split_stride", "uint32_t"),
-    Param("sfa_pack_stride", "uint32_t"), Param("sfa_group_stride", "uint32_t"),
-    Param("sfb_pack_stride", "uint32_t"), Param("sfb_group_stride", "uint32_t"),
+    Param("tmap_a", "CUtensorMap"),
+    Param("tmap_b", "CUtensorMap"),
+    Param("sfa", "const uint32_t*"),
+    Param("sfb", "const uint32_t*"),
+    Param("d", "{out}*"),
+    Param("c", "const {out}*"),
+    Param("layout", "const int32_t*"),
+    Param("m", "uint32_t"),
+    Param("n", "uint32_t"),
+    Param("k", "uint32_t"),
+    Param("ldd", "uint32_t"),
+    Param("ldc", "uint32_t"),
+    Param("num_groups", "uint32_t"),
+    Param("psum_layout", "uint32_t"),
+    Param("num_splits", "uint32_t"),
+    Param("split_stride", "uint32_t"),
+    Param("sfa_pack_stride", "uint32_t"),
+    Param("sfa_group_stride", "uint32_t"),
+    Param("sfb_pack_stride", "uint32_t"),
+    Param("sfb_group_stride", "uint32_t"),
     Param("alpha", "float"),
 )
 
 OUT_DTYPES = ("bf16", "fp32")
 CXX_OUT = {"bf16": "sm120::bf16", "fp32": "float"}
-GEMM_TYPES = {"normal": "kNormal", "m_contiguous": "kMGroupedContiguous", "m_masked": "kMGroupedMasked",
-              "batched": "kBatched"}
+GEMM_TYPES = {
+    "normal": "kNormal",
+    "m_contiguous": "kMGroupedContiguous",
+    "m_masked": "kMGroupedMasked",
+    "batched": "kBatched",
+}
 
 
 @dataclass(frozen=True)
 class ScaleKind:
-    cxx: str                        # sm120::ScaleKind enumerator
-    elems_per_stage: int            # K elements per 128-byte stage row
-    grans: tuple[int, ...]          # scale granularities along K (of the e4m3 side for mixed kinds)
-    row_bytes: tuple[int, int]      # stage row bytes of A and of B
-    sass: str                       # the SM120 MMA the gate requires
+    cxx: str  # sm120::ScaleKind enumerator
+    elems_per_stage: int  # K elements per 128-byte stage row
+    grans: tuple[int, ...]  # scale granularities along K (of the e4m3 side for mixed kinds)
+    row_bytes: tuple[int, int]  # stage row bytes of A and of B
+    sass: str  # the SM120 MMA the gate requires
 
 
 SCALE_KINDS = {
@@ -67,18 +84,22 @@ class BlockScaledGemmConfig(WarpTile):
 class BlockScaledGemmSpec(KernelSpec):
     config: BlockScaledGemmConfig
     kind: str = "mxfp8"
-    gran_k: int = 128     # K elements per scale of A (and of B unless gran_k_b is given)
+    gran_k: int = 128  # K elements per scale of A (and of B unless gran_k_b is given)
     out_dtype: str = "bf16"
     with_c: bool = False
     gemm_type: str = "normal"
-    gran_k_b: int = 0     # mixed operands: K elements per scale of B (0: same as A)
+    gran_k_b: int = 0  # mixed operands: K elements per scale of B (0: same as A)
 
     def __post_init__(self) -> None:
         grans = SCALE_KINDS[self.kind].grans if self.kind in SCALE_KINDS else ()
         if self.gran_k not in grans or (self.gran_k_b and (self.kind not in MIXED_KINDS or self.gran_k_b not in grans)):
             raise ValueError(f"unsupported block-scaled kind/granularity {self.kind}/{self.gran_k}")
-        if (self.kind == "e4m3_e2m1" and self.grans[1] != FP4_SIDE_GRAN
-                or self.kind == "e2m1_e4m3" and self.grans[0] != FP4_SIDE_GRAN):
+        if (
+            self.kind == "e4m3_e2m1"
+            and self.grans[1] != FP4_SIDE_GRAN
+            or self.kind == "e2m1_e4m3"
+            and self.grans[0] != FP4_SIDE_GRAN
+        ):
             raise ValueError(f"the e2m1 operand of {self.kind} takes 1x32 scales, got {self.grans}")
         super().__post_init__()
 
@@ -88,8 +109,10 @@ class BlockScaledGemmSpec(KernelSpec):
 
     def kernel_name(self) -> str:
         g = f"g{self.gran_k}" + (f"x{self.gran_k_b}" if self.gran_k_b else "")
-        return (f"fp8_fp4_gemm_1d1d_{self.kind}_{g}_{self.config.name}_{self.out_dtype}"
-                f"{'_c' if self.with_c else ''}{'' if self.gemm_type == 'normal' else '_' + self.gemm_type}")
+        return (
+            f"fp8_fp4_gemm_1d1d_{self.kind}_{g}_{self.config.name}_{self.out_dtype}"
+            f"{'_c' if self.with_c else ''}{'' if self.gemm_type == 'normal' else '_' + self.gemm_type}"
+        )
 
     @property
     def row_bytes(self) -> tuple[int, int]:
@@ -102,10 +125,20 @@ class BlockScaledGemmSpec(KernelSpec):
 
     def template_args(self) -> list[str]:
         c = self.config
-        return [f"sm120::ScaleKind::{SCALE_KINDS[self.kind].cxx}", str(self.grans[0]), str(self.grans[1]),
-                str(c.block_m), str(c.block_n), str(c.stages), str(c.warps_m), str(c.warps_n), str(c.group_n),
-                CXX_OUT[self.out_dtype], "true" if self.with_c else "false",
-                f"sm120::GemmType::{GEMM_TYPES[self.gemm_type]}"]
+        return [
+            f"sm120::ScaleKind::{SCALE_KINDS[self.kind].cxx}",
+            str(self.grans[0]),
+            str(self.grans[1]),
+            str(c.block_m),
+            str(c.block_n),
+            str(c.stages),
+            str(c.warps_m),
+            str(c.warps_n),
+            str(c.group_n),
+            CXX_OUT[self.out_dtype],
+            "true" if self.with_c else "false",
+            f"sm120::GemmType::{GEMM_TYPES[self.gemm_type]}",
+        ]
 
     def type_subst(self) -> dict[str, str]:
         return {"out": CXX_OUT[self.out_dtype]}
@@ -130,6 +163,8 @@ def kind_config(cfg: BlockScaledGemmConfig, kind: str) -> BlockScaledGemmConfig:
     if kind in MIXED_KINDS and (cfg.block_m, cfg.block_n) == (128, 128):
         return replace(cfg, stages=MIXED_DEEP_STAGES)
     return cfg
+
+
 TILE_EFFICIENCY = {128 * 128: 1.0, 128 * 64: 0.82, 64 * 64: 0.65}
 
 
@@ -143,26 +178,39 @@ def kind_grans() -> list[tuple[str, int, int]]:
 
 def specs() -> list[BlockScaledGemmSpec]:
     S = BlockScaledGemmSpec
-    dense = [S(kind_config(cfg, kind), kind, g, out, c, gran_k_b=gb) for kind, g, gb in kind_grans()
-             for cfg in DENSE_CONFIGS
-             for out in OUT_DTYPES for c in (False, True)]
-    grouped = [S(kind_config(cfg, kind), kind, g, "bf16", False, t, gb) for kind, g, gb in kind_grans()
-               for cfg in GROUPED_CONFIGS
-               for t in ("m_contiguous", "m_masked")]
+    dense = [
+        S(kind_config(cfg, kind), kind, g, out, c, gran_k_b=gb)
+        for kind, g, gb in kind_grans()
+        for cfg in DENSE_CONFIGS
+        for out in OUT_DTYPES
+        for c in (False, True)
+    ]
+    grouped = [
+        S(kind_config(cfg, kind), kind, g, "bf16", False, t, gb)
+        for kind, g, gb in kind_grans()
+        for cfg in GROUPED_CONFIGS
+        for t in ("m_contiguous", "m_masked")
+    ]
     # fp8_einsum bhr,hdr->bhd: DeepSeek's recipe (1x128 activations, 128x128 weights as per-row 1x128)
-    batched = [S(cfg, "mxfp8", 128, out, c, "batched") for cfg in DENSE_CONFIGS for out in OUT_DTYPES
-               for c in (False, True)]
+    batched = [
+        S(cfg, "mxfp8", 128, out, c, "batched") for cfg in DENSE_CONFIGS for out in OUT_DTYPES for c in (False, True)
+    ]
     return dense + grouped + batched
 
 
-def spec_for(cfg: BlockScaledGemmConfig, kind: str, grans: tuple[int, int], out: str, with_c: bool,
-             gemm_type: str = "normal") -> BlockScaledGemmSpec:
-    return BlockScaledGemmSpec(kind_config(cfg, kind), kind, grans[0], out, with_c, gemm_type,
-                               grans[1] if kind in MIXED_KINDS else 0)
+def spec_for(
+    cfg: BlockScaledGemmConfig, kind: str, grans: tuple[int, int], out: str, with_c: bool, gemm_type: str = "normal"
+) -> BlockScaledGemmSpec:
+    return BlockScaledGemmSpec(
+        kind_config(cfg, kind), kind, grans[0], out, with_c, gemm_type, grans[1] if kind in MIXED_KINDS else 0
+    )
 
 
 def gate(spec: BlockScaledGemmSpec) -> GateRules:
     # SM120: the full-rate block-scaled MMA and never an unscaled FP8/FP4 one (half rate on GeForce).
     # sm_90a: the emulation (unscaled e4m3 MMAs, lowered to f16 HMMA), whose spills are reported, not failed.
-    return GateRules(required={"sm120": (SCALE_KINDS[spec.kind].sass, "UTMALDG"), "sm90": ("HMMA.16816.F32", "UTMALDG")},
-                     forbidden={"sm120": (r"^(QMMA\.16832|OMMA\.16864)",)}, emulation_spills_allowed=True)
+    return GateRules(
+        required={"sm120": (SCALE_KINDS[spec.kind].sass, "UTMALDG"), "sm90": ("HMMA.16816.F32", "UTMALDG")},
+        forbidden={"sm120": (r"^(QMMA\.16832|OMMA\.16864)",)},
+        emulation_spills_allowed=True,
+    )

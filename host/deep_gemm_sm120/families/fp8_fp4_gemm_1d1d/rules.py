@@ -1,12 +1,13 @@
 """Shape and dtype rules of the block-scaled ops, on plain values: the API and is_supported call the same
 functions, so both raise (or answer) alike."""
+
 from __future__ import annotations
 
 from ...core.limits import MK_ALIGNMENT_FOR_CONTIGUOUS_LAYOUT
 from ...core.rules import require_contiguous_m, require_dim, require_dtype, require_tma_rows, show
 
 FP8 = "float8_e4m3fn"
-FP4 = ("uint8", "int8", "float4_e2m1fn_x2")   # packed e2m1, two per byte (even K in the low nibble)
+FP4 = ("uint8", "int8", "float4_e2m1fn_x2")  # packed e2m1, two per byte (even K in the low nibble)
 _OPERANDS = (FP8, *FP4)
 
 
@@ -14,13 +15,21 @@ def operand_kind(a_dtype: str | None, b_dtype: str | None) -> tuple[bool | None,
     """(a is packed FP4, b is packed FP4), None where unspecified; TypeError outside FP8 / FP4."""
     for what, dt in (("a", a_dtype), ("b", b_dtype)):
         if dt is not None and dt not in _OPERANDS:
-            raise TypeError(f"a and b must be float8_e4m3fn or packed FP4 (uint8 / int8 / float4_e2m1fn_x2), "
-                            f"got {what} = {show(dt)}")
+            raise TypeError(
+                f"a and b must be float8_e4m3fn or packed FP4 (uint8 / int8 / float4_e2m1fn_x2), "
+                f"got {what} = {show(dt)}"
+            )
     return (None if a_dtype is None else a_dtype in FP4), (None if b_dtype is None else b_dtype in FP4)
 
 
-def _check_k(k: int | None, fp4: tuple[bool | None, bool | None], lda: int | None = None,
-             ldb: int | None = None, m: int | None = None, n: int | None = None) -> None:
+def _check_k(
+    k: int | None,
+    fp4: tuple[bool | None, bool | None],
+    lda: int | None = None,
+    ldb: int | None = None,
+    m: int | None = None,
+    n: int | None = None,
+) -> None:
     """K-major byte rows: K (FP8) or K/2 (packed FP4) bytes per row, 16-byte TMA rows on both sides."""
     if k is None or k == 0:
         return
@@ -35,9 +44,18 @@ def _dtypes(ab_dtype, a_dtype, b_dtype) -> tuple[str | None, str | None]:
     return (a_dtype if a_dtype is not None else ab_dtype), (b_dtype if b_dtype is not None else ab_dtype)
 
 
-def dense_rule(m: int | None = None, n: int | None = None, k: int | None = None, ab_dtype: str | None = None,
-               a_dtype: str | None = None, b_dtype: str | None = None, out_dtype: str | None = None,
-               c_dtype: str | None = None, lda: int | None = None, ldb: int | None = None) -> None:
+def dense_rule(
+    m: int | None = None,
+    n: int | None = None,
+    k: int | None = None,
+    ab_dtype: str | None = None,
+    a_dtype: str | None = None,
+    b_dtype: str | None = None,
+    out_dtype: str | None = None,
+    c_dtype: str | None = None,
+    lda: int | None = None,
+    ldb: int | None = None,
+) -> None:
     """k counts elements (packed FP4: two per byte); lda / ldb: row strides in bytes as stored."""
     fp4 = operand_kind(*_dtypes(ab_dtype, a_dtype, b_dtype))
     require_dtype("d", out_dtype, ("bfloat16", "float32"))
@@ -59,10 +77,17 @@ def _grouped(k, fp4, *others) -> None:
     _check_k(k, fp4)
 
 
-def m_grouped_contiguous_rule(m: int | None = None, n: int | None = None, k: int | None = None,
-                              num_groups: int | None = None, ab_dtype: str | None = None,
-                              a_dtype: str | None = None, b_dtype: str | None = None, out_dtype: str | None = None,
-                              use_psum_layout: bool = False) -> None:
+def m_grouped_contiguous_rule(
+    m: int | None = None,
+    n: int | None = None,
+    k: int | None = None,
+    num_groups: int | None = None,
+    ab_dtype: str | None = None,
+    a_dtype: str | None = None,
+    b_dtype: str | None = None,
+    out_dtype: str | None = None,
+    use_psum_layout: bool = False,
+) -> None:
     fp4 = operand_kind(*_dtypes(ab_dtype, a_dtype, b_dtype))
     require_dtype("d", out_dtype, ("bfloat16",))
     for name, v in (("m", m), ("n", n), ("k", k), ("num_groups", num_groups)):
@@ -73,36 +98,51 @@ def m_grouped_contiguous_rule(m: int | None = None, n: int | None = None, k: int
     _grouped(k, fp4, m, n, num_groups)
 
 
-def m_grouped_masked_rule(num_groups: int | None = None, m: int | None = None, n: int | None = None,
-                          k: int | None = None, expected_m: int | None = None, ab_dtype: str | None = None,
-                          a_dtype: str | None = None, b_dtype: str | None = None,
-                          out_dtype: str | None = None) -> None:
+def m_grouped_masked_rule(
+    num_groups: int | None = None,
+    m: int | None = None,
+    n: int | None = None,
+    k: int | None = None,
+    expected_m: int | None = None,
+    ab_dtype: str | None = None,
+    a_dtype: str | None = None,
+    b_dtype: str | None = None,
+    out_dtype: str | None = None,
+) -> None:
     fp4 = operand_kind(*_dtypes(ab_dtype, a_dtype, b_dtype))
     require_dtype("d", out_dtype, ("bfloat16",))
     for name, v in (("num_groups", num_groups), ("m", m), ("n", n), ("k", k)):
         if v is not None:
             require_dim(name, v)
-    if expected_m is not None and (not isinstance(expected_m, int) or isinstance(expected_m, bool)
-                                   or expected_m < 0):
+    if expected_m is not None and (not isinstance(expected_m, int) or isinstance(expected_m, bool) or expected_m < 0):
         raise TypeError(f"expected_m must be a non-negative int, got {expected_m!r}")
     _grouped(k, fp4, num_groups, m, n)
-
 
 
 FP8_EINSUM_EXPRS = ("bhr,hdr->bhd",)
 FP8_EINSUM_RECIPE = (1, 128, 128)
 
 
-def fp8_einsum_rule(expr: str | None = None, b: int | None = None, h: int | None = None, r: int | None = None,
-                    d: int | None = None, a_dtype: str | None = None, b_dtype: str | None = None,
-                    out_dtype: str | None = None, c_dtype: str | None = None, recipe=None) -> None:
+def fp8_einsum_rule(
+    expr: str | None = None,
+    b: int | None = None,
+    h: int | None = None,
+    r: int | None = None,
+    d: int | None = None,
+    a_dtype: str | None = None,
+    b_dtype: str | None = None,
+    out_dtype: str | None = None,
+    c_dtype: str | None = None,
+    recipe=None,
+) -> None:
     """fp8_einsum: `bhr,hdr->bhd` with e4m3 x [b,h,r] (1x128 scales) and y [h,d,r] (128x128 scales)."""
     if expr is not None and expr not in FP8_EINSUM_EXPRS:
-        raise NotImplementedError(f"fp8_einsum expression {expr!r} is not supported; supported: "
-                                  f"{list(FP8_EINSUM_EXPRS)} (DeepGEMM runs its other two on SM100 only)")
+        raise NotImplementedError(
+            f"fp8_einsum expression {expr!r} is not supported; supported: "
+            f"{list(FP8_EINSUM_EXPRS)} (DeepGEMM runs its other two on SM100 only)"
+        )
     if recipe is not None and tuple(recipe) != FP8_EINSUM_RECIPE:
-        raise NotImplementedError(f"fp8_einsum recipe {tuple(recipe)} is not supported; supported: "
-                                  f"{FP8_EINSUM_RECIPE}")
+        raise NotImplementedError(f"fp8_einsum recipe {tuple(recipe)} is not supported; supported: {FP8_EINSUM_RECIPE}")
     require_dtype("a", a_dtype, ("float8_e4m3fn",))
     require_dtype("b", b_dtype, ("float8_e4m3fn",))
     require_dtype("d", out_dtype, ("bfloat16", "float32"))

@@ -3,6 +3,7 @@ recurrence kernel (impls/sm120_gated_delta_rule_fwd.cuh) and the public op chunk
 the family's prep kernel (prep.py, a service kernel) first. This module is the declaration (torch-free): the
 kernel is kernel.py's, the plan plan.py's, the rule rules.py's, the entry points api.py and contract.py (FLA's
 names, not DeepGEMM's)."""
+
 from __future__ import annotations
 
 from ...core.names import Name, Op
@@ -22,14 +23,18 @@ FAMILY = Family(
     quick_key=lambda s: (s.chunk, s.vslice, s.ksplit),
     pdl=True,
     names=(
-        Op("chunk_gated_delta_rule", deepgemm=False, rule=gdr_rule,
-           operands="q, k [B,T,H,128], v [B,T,HV,128] bf16/fp16; g fp32 [B,T,HV]; beta [B,T,HV]",
-           output="(o [B,T,HV,128] in v's dtype, final_state fp32 [N,HV,128,128] or None)",
-           notes="FLA's forward semantics; varlen (cu_seqlens), initial state, in-kernel q/k l2norm; chunk 16/32/64 "
-                 "(default 32); forward only (backward raises NotImplementedError)",
-           signature="chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, "
-                     "output_final_state=False, cu_seqlens=None, use_qk_l2norm_in_kernel=False, chunk_size=None)",
-           plan_specs=plan_specs),
+        Op(
+            "chunk_gated_delta_rule",
+            deepgemm=False,
+            rule=gdr_rule,
+            operands="q, k [B,T,H,128], v [B,T,HV,128] bf16/fp16; g fp32 [B,T,HV]; beta [B,T,HV]",
+            output="(o [B,T,HV,128] in v's dtype, final_state fp32 [N,HV,128,128] or None)",
+            notes="FLA's forward semantics; varlen (cu_seqlens), initial state, in-kernel q/k l2norm; chunk 16/32/64 "
+            "(default 32); forward only (backward raises NotImplementedError)",
+            signature="chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, "
+            "output_final_state=False, cu_seqlens=None, use_qk_l2norm_in_kernel=False, chunk_size=None)",
+            plan_specs=plan_specs,
+        ),
         Name("chunk_gated_delta_rule_bwd", does="the backward: NotImplementedError (forward only)", deepgemm=False),
         Name("default_chunk_size", does="the chunk size chunk_gated_delta_rule uses on a device", deepgemm=False),
     ),

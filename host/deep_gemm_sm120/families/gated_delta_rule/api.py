@@ -5,6 +5,7 @@ Two kernels on the current stream, graph-capturable: the prep kernel (per chunk 
 (per sequence, value head and V slice: the state in registers, chunk after chunk, and o). The intermediates live
 in a per-call scratch of 3 * C * 2 + 16 bytes per token and value head.
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -13,49 +14,97 @@ import torch
 
 from ... import jit
 from ...arch import target_of
+from ...checks import device_of
+from ...core.arith import ceil_div
 from ...core.tma import tma_request
 from ...device import num_sms_for
-from ...checks import device_of
 from ...launch import get_pdl, launch
+from .contract import (
+    OTHER_CHUNK,
+    NoBackward,
+    check_arguments,
+    check_cu_seqlens_values,
+    chunk_gated_delta_rule_bwd,
+    default_chunk_size,
+)
 from .kernel import HEAD_DIM, PARAMS, GdrFwdSpec
 from .plan import choose_overlap, choose_plan, recurrence_ctas
-from .prep import PARAMS as PREP_PARAMS, GdrPrepSpec, persistent_teams
-from .contract import (OTHER_CHUNK, NoBackward, check_arguments, check_cu_seqlens_values, chunk_gated_delta_rule_bwd,
-                       default_chunk_size)
+from .prep import PARAMS as PREP_PARAMS
+from .prep import GdrPrepSpec, persistent_teams
 
 __all__ = ["chunk_gated_delta_rule", "chunk_gated_delta_rule_bwd", "default_chunk_size"]
 
 _ELEM = {torch.bfloat16: ("bf16", "bfloat16"), torch.float16: ("fp16", "float16")}
-_OFF = {name: PARAMS.offsets[name] for name in ("tmap_q", "tmap_k", "tmap_v", "tmap_tw", "tmap_tu", "tmap_attn",
-                                                "tmap_gate")}
+_OFF = {
+    name: PARAMS.offsets[name]
+    for name in ("tmap_q", "tmap_k", "tmap_v", "tmap_tw", "tmap_tu", "tmap_attn", "tmap_gate")
+}
 
 
 @lru_cache(maxsize=64)
 def _kernels(chunk: int, vslice: int, ksplit: int, persistent: bool, elem: str, index: int, target: str):
-    return (jit.get_kernel(GdrPrepSpec(chunk, elem, persistent), target, index),
-            jit.get_kernel(GdrFwdSpec(chunk, vslice, elem, ksplit), target, index))
+    return (
+        jit.get_kernel(GdrPrepSpec(chunk, elem, persistent), target, index),
+        jit.get_kernel(GdrFwdSpec(chunk, vslice, elem, ksplit), target, index),
+    )
 
 
-def _map(name: str, dtype: str, t: torch.Tensor, inner: int, heads: int, tokens: int, box_inner: int, chunk: int,
-         elem_bytes: int) -> bytes:
+def _map(
+    name: str,
+    dtype: str,
+    t: torch.Tensor,
+    inner: int,
+    heads: int,
+    tokens: int,
+    box_inner: int,
+    chunk: int,
+    elem_bytes: int,
+) -> bytes:
     """A [tokens][heads][inner] tensor read in boxes of (box_inner, 1 head, chunk tokens)."""
     swizzle = box_inner * elem_bytes if box_inner * elem_bytes in (32, 64, 128) else 0
-    return tma_request(_OFF[name], dtype, t.data_ptr(), (inner, heads, tokens),
-                       (inner * elem_bytes, heads * inner * elem_bytes), (box_inner, 1, chunk), swizzle)
+    return tma_request(
+        _OFF[name],
+        dtype,
+        t.data_ptr(),
+        (inner, heads, tokens),
+        (inner * elem_bytes, heads * inner * elem_bytes),
+        (box_inner, 1, chunk),
+        swizzle,
+    )
 
 
-def chunk_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
-                           scale: float | None = None, initial_state: torch.Tensor | None = None,
-                           output_final_state: bool = False, cu_seqlens: torch.Tensor | None = None,
-                           use_qk_l2norm_in_kernel: bool = False, chunk_size: int | None = None):
+def chunk_gated_delta_rule(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None = None,
+    initial_state: torch.Tensor | None = None,
+    output_final_state: bool = False,
+    cu_seqlens: torch.Tensor | None = None,
+    use_qk_l2norm_in_kernel: bool = False,
+    chunk_size: int | None = None,
+):
     """q, k [B, T, H, 128]; v [B, T, HV, 128] (HV a multiple of H, bf16 or fp16); g fp32 [B, T, HV] (log decay);
     beta [B, T, HV]; initial_state fp32 [N, HV, 128, 128]; cu_seqlens [N + 1] (B = 1). Returns (o [B, T, HV, 128]
     in v's dtype, final_state fp32 [N, HV, 128, 128] or None). chunk_size: 16, 32 or 64 (default:
     default_chunk_size(), 32 on SM120). Forward only: a backward through the result raises NotImplementedError."""
     on_cuda = isinstance(q, torch.Tensor) and q.is_cuda
-    p = check_arguments(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
-                        use_qk_l2norm_in_kernel, chunk_size,
-                        default_chunk=default_chunk_size(q.device) if on_cuda else OTHER_CHUNK)
+    p = check_arguments(
+        q,
+        k,
+        v,
+        g,
+        beta,
+        scale,
+        initial_state,
+        output_final_state,
+        cu_seqlens,
+        use_qk_l2norm_in_kernel,
+        chunk_size,
+        default_chunk=default_chunk_size(q.device) if on_cuda else OTHER_CHUNK,
+    )
     extra = {"initial_state": initial_state} if initial_state is not None else {}
     if cu_seqlens is not None:
         extra["cu_seqlens"] = cu_seqlens
@@ -85,35 +134,64 @@ def chunk_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g:
         sms = num_sms_for(index)
         vslice, ksplit = choose_plan(n, hv, sms, c)
         fwd_ctas = recurrence_ctas(n, hv, vslice)
-        slots = -(-t // c) + n if cu is not None else n * -(-t // c)
+        slots = ceil_div(t, c) + n if cu is not None else n * ceil_div(t, c)
         # few recurrence CTAs: a persistent prep grid beside it, the recurrence waiting on per-chunk flags (both
         # families launch with PDL when the switch is on)
         overlap = choose_overlap(fwd_ctas, sms, get_pdl())
         prep, fwd = _kernels(c, vslice, ksplit, overlap > 0, elem, index, target_of(index))
-        overlap = min(overlap, -(-slots * hv // persistent_teams(c)))  # no CTA without an item
+        overlap = min(overlap, ceil_div(slots * hv, persistent_teams(c)))  # no CTA without an item
         ready = torch.zeros(1 + slots * hv, dtype=torch.int32, device=dev) if overlap else None
-        launch(prep, overlap or slots * hv,
-               PREP_PARAMS.pack(q=q.data_ptr(), k=k.data_ptr(), g=g.data_ptr(), beta=beta.data_ptr(),
-                                cu_seqlens=0 if cu is None else cu.data_ptr(), tw=tw.data_ptr(), tu=tu.data_ptr(),
-                                attn=attn.data_ptr(), gates=gates.data_ptr(), num_seqs=n, seq_len=t, value_heads=hv,
-                                group=hv // h, scale=p.scale, beta_fp32=int(beta.dtype == torch.float32),
-                                l2norm=int(use_qk_l2norm_in_kernel),
-                                cu_effective=0 if cu_eff is None else cu_eff.data_ptr(),
-                                ready=0 if ready is None else ready.data_ptr()),
-               b"", index)
-        tmaps = (_map("tmap_q", tma_dtype, q, HEAD_DIM, h, tokens, 64, c, 2)
-                 + _map("tmap_k", tma_dtype, k, HEAD_DIM, h, tokens, 64, c, 2)
-                 + _map("tmap_v", tma_dtype, v, HEAD_DIM, hv, tokens, min(vslice, 64), c, 2)
-                 + _map("tmap_tw", tma_dtype, tw, c, hv, tokens, c, c, 2)
-                 + _map("tmap_tu", tma_dtype, tu, c, hv, tokens, c, c, 2)
-                 + _map("tmap_attn", tma_dtype, attn, c, hv, tokens, c, c, 2)
-                 + _map("tmap_gate", "float32", gates, 4, hv, tokens, 4, c, 4))
-        launch(fwd, fwd_ctas,
-               PARAMS.pack(initial_state=0 if init is None else init.data_ptr(),
-                           final_state=0 if final is None else final.data_ptr(), o=o.data_ptr(),
-                           cu_seqlens=0 if cu_eff is None else cu_eff.data_ptr(), seq_len=t, value_heads=hv,
-                           group=hv // h, ready=0 if ready is None else ready.data_ptr()),
-               tmaps, index)
+        launch(
+            prep,
+            overlap or slots * hv,
+            PREP_PARAMS.pack(
+                q=q.data_ptr(),
+                k=k.data_ptr(),
+                g=g.data_ptr(),
+                beta=beta.data_ptr(),
+                cu_seqlens=0 if cu is None else cu.data_ptr(),
+                tw=tw.data_ptr(),
+                tu=tu.data_ptr(),
+                attn=attn.data_ptr(),
+                gates=gates.data_ptr(),
+                num_seqs=n,
+                seq_len=t,
+                value_heads=hv,
+                group=hv // h,
+                scale=p.scale,
+                beta_fp32=int(beta.dtype == torch.float32),
+                l2norm=int(use_qk_l2norm_in_kernel),
+                cu_effective=0 if cu_eff is None else cu_eff.data_ptr(),
+                ready=0 if ready is None else ready.data_ptr(),
+            ),
+            b"",
+            index,
+        )
+        tmaps = (
+            _map("tmap_q", tma_dtype, q, HEAD_DIM, h, tokens, 64, c, 2)
+            + _map("tmap_k", tma_dtype, k, HEAD_DIM, h, tokens, 64, c, 2)
+            + _map("tmap_v", tma_dtype, v, HEAD_DIM, hv, tokens, min(vslice, 64), c, 2)
+            + _map("tmap_tw", tma_dtype, tw, c, hv, tokens, c, c, 2)
+            + _map("tmap_tu", tma_dtype, tu, c, hv, tokens, c, c, 2)
+            + _map("tmap_attn", tma_dtype, attn, c, hv, tokens, c, c, 2)
+            + _map("tmap_gate", "float32", gates, 4, hv, tokens, 4, c, 4)
+        )
+        launch(
+            fwd,
+            fwd_ctas,
+            PARAMS.pack(
+                initial_state=0 if init is None else init.data_ptr(),
+                final_state=0 if final is None else final.data_ptr(),
+                o=o.data_ptr(),
+                cu_seqlens=0 if cu_eff is None else cu_eff.data_ptr(),
+                seq_len=t,
+                value_heads=hv,
+                group=hv // h,
+                ready=0 if ready is None else ready.data_ptr(),
+            ),
+            tmaps,
+            index,
+        )
 
     inputs = [x for x in (q, k, v, g, beta, initial_state) if x is not None]
     if torch.is_grad_enabled() and any(x.requires_grad for x in inputs):

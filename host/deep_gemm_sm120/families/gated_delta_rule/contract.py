@@ -1,6 +1,7 @@
 """chunk_gated_delta_rule's argument contract, torch-level but device-free: shapes, the sequence layout and the
 chunk size, with the typed errors the API raises (dtypes and head dims through the op's rule, `gdr_rule`, which
 is_supported calls too). The API launches the kernels on the `GdrProblem` this returns."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,7 +11,6 @@ import torch
 from ...arch import device_capability
 from ...core.rules import dtype_name
 from .kernel import OTHER_CHUNK, SM120_CHUNK
-from .prep import CHUNKS as CHUNK_SIZES
 from .rules import gdr_rule
 
 
@@ -45,15 +45,31 @@ def _tensor(name: str, t) -> torch.Tensor:
     return t
 
 
-def check_arguments(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
-                    use_qk_l2norm_in_kernel=False, chunk_size=None, default_chunk: int = OTHER_CHUNK) -> GdrProblem:
+def check_arguments(
+    q,
+    k,
+    v,
+    g,
+    beta,
+    scale=None,
+    initial_state=None,
+    output_final_state=False,
+    cu_seqlens=None,
+    use_qk_l2norm_in_kernel=False,
+    chunk_size=None,
+    default_chunk: int = OTHER_CHUNK,
+) -> GdrProblem:
     """TypeError for a dtype or Python type outside the contract, ValueError for shapes and values,
     NotImplementedError for what FLA accepts and we do not (yet): head dims other than 128, other chunk sizes."""
     for name, t in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta)):
         _tensor(name, t)
-    gdr_rule(dtype=dtype_name(q.dtype), beta_dtype=dtype_name(beta.dtype), g_dtype=dtype_name(g.dtype),
-             initial_state_dtype=None if not isinstance(initial_state, torch.Tensor) else dtype_name(initial_state.dtype),
-             chunk_size=chunk_size)
+    gdr_rule(
+        dtype=dtype_name(q.dtype),
+        beta_dtype=dtype_name(beta.dtype),
+        g_dtype=dtype_name(g.dtype),
+        initial_state_dtype=None if not isinstance(initial_state, torch.Tensor) else dtype_name(initial_state.dtype),
+        chunk_size=chunk_size,
+    )
     for name, t in (("k", k), ("v", v)):
         if t.dtype != q.dtype:
             raise TypeError(f"{name} must have q's dtype {q.dtype}, got {t.dtype}")
@@ -86,12 +102,13 @@ def check_arguments(q, k, v, g, beta, scale=None, initial_state=None, output_fin
     if initial_state is not None:
         _tensor("initial_state", initial_state)
         if tuple(initial_state.shape) != (n, hv, dk, dv):
-            raise ValueError(f"initial_state must be [N, HV, K, V] = {(n, hv, dk, dv)}, got "
-                             f"{tuple(initial_state.shape)}")
+            raise ValueError(
+                f"initial_state must be [N, HV, K, V] = {(n, hv, dk, dv)}, got {tuple(initial_state.shape)}"
+            )
     if chunk_size is None:
         chunk_size = default_chunk
     if scale is None:
-        scale = dk ** -0.5
+        scale = dk**-0.5
     elif not isinstance(scale, (int, float)) or isinstance(scale, bool):
         raise TypeError(f"scale must be None or a float, got {type(scale).__name__}")
     return GdrProblem(b, t, h, hv, dk, dv, n, chunk_size, float(scale), varlen)
@@ -101,14 +118,19 @@ def check_cu_seqlens_values(cu_seqlens: torch.Tensor, seq_len: int) -> None:
     """Offsets start at 0, never decrease and end at T (one reduction and a sync; callers skip it while a CUDA
     graph is captured)."""
     if int(cu_seqlens[0]) != 0 or int(cu_seqlens[-1]) != seq_len or bool((cu_seqlens[1:] < cu_seqlens[:-1]).any()):
-        raise ValueError(f"cu_seqlens must start at 0, never decrease and end at T = {seq_len}, got "
-                         f"{cu_seqlens.tolist() if cu_seqlens.numel() <= 16 else '...'}")
+        raise ValueError(
+            f"cu_seqlens must start at 0, never decrease and end at T = {seq_len}, got "
+            f"{cu_seqlens.tolist() if cu_seqlens.numel() <= 16 else '...'}"
+        )
 
 
 class NoBackward(torch.autograd.Function):
     """Marks the forward's outputs as differentiable so autograd reaches backward, which says what is missing."""
-    MESSAGE = ("chunk_gated_delta_rule has no backward in deep_gemm_sm120: the SM120 kernels are forward only "
-               "(use FLA's backward on other GPUs, or run the forward under torch.no_grad())")
+
+    MESSAGE = (
+        "chunk_gated_delta_rule has no backward in deep_gemm_sm120: the SM120 kernels are forward only "
+        "(use FLA's backward on other GPUs, or run the forward under torch.no_grad())"
+    )
 
     @staticmethod
     def forward(ctx, o: torch.Tensor, *inputs: torch.Tensor) -> torch.Tensor:

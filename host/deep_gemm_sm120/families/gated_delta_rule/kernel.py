@@ -1,5 +1,6 @@
 """The gated-delta-rule recurrence kernel (impls/sm120_gated_delta_rule_fwd.cuh): parameters, the stage geometry,
 the (V slice, K split) plans it is built for, its instantiations and the SASS the gate demands."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,12 +11,21 @@ from ...core.registry import GateRules, KernelSpec
 from .prep import CHUNKS, CXX_ELEM, HEAD_DIM, align_up, hmma
 
 PARAMS = ParamList(
-    Param("tmap_q", "CUtensorMap"), Param("tmap_k", "CUtensorMap"), Param("tmap_v", "CUtensorMap"),
-    Param("tmap_tw", "CUtensorMap"), Param("tmap_tu", "CUtensorMap"), Param("tmap_attn", "CUtensorMap"),
+    Param("tmap_q", "CUtensorMap"),
+    Param("tmap_k", "CUtensorMap"),
+    Param("tmap_v", "CUtensorMap"),
+    Param("tmap_tw", "CUtensorMap"),
+    Param("tmap_tu", "CUtensorMap"),
+    Param("tmap_attn", "CUtensorMap"),
     Param("tmap_gate", "CUtensorMap"),
-    Param("initial_state", "const float*"), Param("final_state", "float*"), Param("o", "{elem}*"),
-    Param("cu_seqlens", "const int32_t*"), Param("seq_len", "uint32_t"), Param("value_heads", "uint32_t"),
-    Param("group", "uint32_t"), Param("ready", "const int32_t*"),
+    Param("initial_state", "const float*"),
+    Param("final_state", "float*"),
+    Param("o", "{elem}*"),
+    Param("cu_seqlens", "const int32_t*"),
+    Param("seq_len", "uint32_t"),
+    Param("value_heads", "uint32_t"),
+    Param("group", "uint32_t"),
+    Param("ready", "const int32_t*"),
 )
 V_SLICES = (16, 32, 64, 128)
 MAX_STAGES = 2
@@ -63,8 +73,9 @@ class GdrFwdSpec(KernelSpec):
         return (self.vslice // 16 * self.ksplit + 1) * 32
 
     def shared_bytes(self) -> int:
-        return self.stages * (stage_bytes(self.chunk, self.vslice) + 16) + out_bytes(self.chunk, self.vslice,
-                                                                                      self.ksplit)
+        return self.stages * (stage_bytes(self.chunk, self.vslice) + 16) + out_bytes(
+            self.chunk, self.vslice, self.ksplit
+        )
 
     def template_args(self) -> list[str]:
         return [str(self.chunk), str(self.vslice), str(self.ksplit), str(self.stages), CXX_ELEM[self.elem]]
@@ -88,7 +99,7 @@ def specs() -> list[GdrFwdSpec]:
     return [GdrFwdSpec(c, vs, e, ks) for c in CHUNKS for vs, ks in plans(c) for e in CXX_ELEM]
 
 
-
-
 def gate(spec: GdrFwdSpec) -> GateRules:
-    return GateRules(required={"sm120": (hmma(spec.elem), "LDSM", "UTMALDG"), "sm90": (hmma(spec.elem), "LDSM", "UTMALDG")})
+    return GateRules(
+        required={"sm120": (hmma(spec.elem), "LDSM", "UTMALDG"), "sm90": (hmma(spec.elem), "LDSM", "UTMALDG")}
+    )

@@ -1,9 +1,11 @@
 """How a gated-delta-rule call is planned (pure): the V slice and K split of the recurrence, whether the prep runs
 beside it, and the kernels a call of a given shape launches."""
+
 from __future__ import annotations
 
 from .kernel import ELEM_DTYPES, HEAD_DIM, SM120_CHUNK, V_SLICES, GdrFwdSpec, plans
 from .prep import GdrPrepSpec
+
 
 def choose_plan(num_seqs: int, value_heads: int, num_sms: int, chunk: int) -> tuple[int, int]:
     """(V slice, K split). The V slice: the widest that still gives every other SM a CTA (wider slices share each
@@ -33,8 +35,9 @@ def choose_overlap(recurrence_ctas: int, num_sms: int, pdl: bool) -> int:
     return num_sms - recurrence_ctas
 
 
-def plan_specs(num_sms: int, dtype=None, chunk_size: int | None = None, num_seqs: int = 1, value_heads: int = 1,
-               **_shape) -> list:
+def plan_specs(
+    num_sms: int, dtype=None, chunk_size: int | None = None, num_seqs: int = 1, value_heads: int = 1, **_shape
+) -> list:
     elem = ELEM_DTYPES.get(str(dtype).replace("torch.", ""), "bf16")
     chunk = chunk_size or SM120_CHUNK
     vs, ks = choose_plan(num_seqs, value_heads, num_sms, chunk)

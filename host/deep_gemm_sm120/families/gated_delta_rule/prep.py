@@ -1,20 +1,34 @@
 """Gated delta rule, stage 1 (impls/sm120_gated_delta_rule_prep.cuh): each chunk's WY factors Tw, Tu, the decayed
 causal q.k products and the per-token gates, in parallel over chunks and value heads. A service kernel of this
 family only: chunk_gated_delta_rule launches it before (or, overlapped, beside) the recurrence."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...core.arith import round_up
 from ...core.limits import SMEM_LIMIT
 from ...core.params import Param, ParamList
 from ...core.registry import Family, GateRules, KernelSpec
 
 PARAMS = ParamList(
-    Param("q", "const {elem}*"), Param("k", "const {elem}*"), Param("g", "const float*"),
-    Param("beta", "const void*"), Param("cu_seqlens", "const int32_t*"), Param("tw", "{elem}*"), Param("tu", "{elem}*"),
-    Param("attn", "{elem}*"), Param("gates", "float*"), Param("num_seqs", "uint32_t"), Param("seq_len", "uint32_t"),
-    Param("value_heads", "uint32_t"), Param("group", "uint32_t"), Param("scale", "float"),
-    Param("beta_fp32", "uint32_t"), Param("l2norm", "uint32_t"), Param("cu_effective", "int32_t*"),
+    Param("q", "const {elem}*"),
+    Param("k", "const {elem}*"),
+    Param("g", "const float*"),
+    Param("beta", "const void*"),
+    Param("cu_seqlens", "const int32_t*"),
+    Param("tw", "{elem}*"),
+    Param("tu", "{elem}*"),
+    Param("attn", "{elem}*"),
+    Param("gates", "float*"),
+    Param("num_seqs", "uint32_t"),
+    Param("seq_len", "uint32_t"),
+    Param("value_heads", "uint32_t"),
+    Param("group", "uint32_t"),
+    Param("scale", "float"),
+    Param("beta_fp32", "uint32_t"),
+    Param("l2norm", "uint32_t"),
+    Param("cu_effective", "int32_t*"),
     Param("ready", "int32_t*"),
 )
 CXX_ELEM = {"bf16": "sm120::bf16", "fp16": "sm120::fp16"}
@@ -24,7 +38,7 @@ HEAD_DIM = 128
 
 
 def align_up(x: int, a: int) -> int:
-    return -(-x // a) * a
+    return round_up(x, a)
 
 
 def persistent_teams(chunk: int) -> int:
@@ -48,8 +62,8 @@ def prep_smem_bytes(chunk: int) -> int:
 class GdrPrepSpec(KernelSpec):
     chunk: int = 32
     elem: str = "bf16"
-    persistent: bool = False   # the overlapped launch's grid: walks the items, publishes each in `ready`
-    team_count: int = 0        # persistent: items a CTA works on at once (0: persistent_teams(chunk))
+    persistent: bool = False  # the overlapped launch's grid: walks the items, publishes each in `ready`
+    team_count: int = 0  # persistent: items a CTA works on at once (0: persistent_teams(chunk))
 
     def kernel_name(self) -> str:
         kind = f"_persistent_t{self.teams}" if self.persistent else ""

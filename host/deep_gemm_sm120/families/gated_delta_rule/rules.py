@@ -1,13 +1,23 @@
 """The shape and dtype rule of chunk_gated_delta_rule, on plain values: the API and is_supported call it."""
+
 from __future__ import annotations
 
 from ...core.rules import require_dim, require_dtype
 from .kernel import ELEM_DTYPES, HEAD_DIMS
 from .prep import CHUNKS
 
-def gdr_rule(dtype: str | None = None, beta_dtype: str | None = None, g_dtype: str | None = None,
-             initial_state_dtype: str | None = None, heads: int | None = None, value_heads: int | None = None,
-             head_dim: int | None = None, value_dim: int | None = None, chunk_size: int | None = None) -> None:
+
+def gdr_rule(
+    dtype: str | None = None,
+    beta_dtype: str | None = None,
+    g_dtype: str | None = None,
+    initial_state_dtype: str | None = None,
+    heads: int | None = None,
+    value_heads: int | None = None,
+    head_dim: int | None = None,
+    value_dim: int | None = None,
+    chunk_size: int | None = None,
+) -> None:
     """q / k / v bf16 or fp16 (one dtype), g fp32, beta q's dtype or fp32, initial_state fp32; HV a positive
     multiple of H; K = V = 128 (NotImplementedError otherwise); chunk_size 16 / 32 / 64 or None (the device's
     default_chunk_size())."""

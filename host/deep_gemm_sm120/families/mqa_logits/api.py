@@ -6,6 +6,7 @@
 Returns a view of a buffer whose row stride is padded to 1024 bytes, as DeepGEMM does: [S, SK] (-inf outside
 [ks, ke) when clean_logits) or, with max_seqlen_k > 0, compressed [S, max_seqlen_k] (column c = key ks[i] + c).
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -15,6 +16,7 @@ import torch
 from ... import jit
 from ...arch import target_of
 from ...checks import device_of, require_int32, require_tensor
+from ...core.arith import ceil_div, round_up
 from ...core.rules import dtype_name
 from ...core.tma import tma_request
 from ...launch import launch
@@ -41,8 +43,10 @@ def _check_ranges(ks: torch.Tensor, ke: torch.Tensor, seq_len_kv: int, max_seqle
     if bool(bad.any()):
         i = int(bad.nonzero()[0, 0])
         extra = f" and cu_seq_len_k_end - cu_seq_len_k_start <= max_seqlen_k = {max_seqlen_k}" if max_seqlen_k else ""
-        raise ValueError(f"query {i}: need 0 <= cu_seq_len_k_start <= cu_seq_len_k_end <= {seq_len_kv}{extra}, got "
-                         f"[{int(ks[i])}, {int(ke[i])})")
+        raise ValueError(
+            f"query {i}: need 0 <= cu_seq_len_k_start <= cu_seq_len_k_end <= {seq_len_kv}{extra}, got "
+            f"[{int(ks[i])}, {int(ke[i])})"
+        )
 
 
 def _row_bytes(t: torch.Tensor) -> int:
@@ -64,11 +68,15 @@ def _forms(max_seqlen_k, schedule_meta, clean_logits):
         elif schedule_meta is None:
             max_seqlen_k = 0
         else:
-            raise TypeError(f"mqa_logits: after a bool clean_logits, the 7th argument is max_seqlen_k (an int), "
-                            f"got {type(schedule_meta).__name__}")
+            raise TypeError(
+                f"mqa_logits: after a bool clean_logits, the 7th argument is max_seqlen_k (an int), "
+                f"got {type(schedule_meta).__name__}"
+            )
     elif not isinstance(max_seqlen_k, int):
-        raise TypeError(f"mqa_logits: the 6th argument is max_seqlen_k (an int) or DeepGEMM main's clean_logits "
-                        f"(a bool), got {type(max_seqlen_k).__name__}")
+        raise TypeError(
+            f"mqa_logits: the 6th argument is max_seqlen_k (an int) or DeepGEMM main's clean_logits "
+            f"(a bool), got {type(max_seqlen_k).__name__}"
+        )
     if clean_logits is not None and not isinstance(clean_logits, bool):
         raise TypeError(f"clean_logits must be a bool, got {type(clean_logits).__name__}")
     if clean_logits is None:  # compressed logits ([S, max_seqlen_k]) are never cleaned: the default follows
@@ -78,13 +86,30 @@ def _forms(max_seqlen_k, schedule_meta, clean_logits):
     return clean_logits, max_seqlen_k
 
 
-def fp8_mqa_logits(q: torch.Tensor, kv, weights: torch.Tensor, cu_seq_len_k_start: torch.Tensor,
-                   cu_seq_len_k_end: torch.Tensor, max_seqlen_k: int = 0, schedule_meta=None, *,
-                   clean_logits: bool | None = None, logits_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def fp8_mqa_logits(
+    q: torch.Tensor,
+    kv,
+    weights: torch.Tensor,
+    cu_seq_len_k_start: torch.Tensor,
+    cu_seq_len_k_end: torch.Tensor,
+    max_seqlen_k: int = 0,
+    schedule_meta=None,
+    *,
+    clean_logits: bool | None = None,
+    logits_dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
     """The FP8 form of fp8_fp4_mqa_logits: q a tensor [S, H, D] e4m3."""
-    return fp8_fp4_mqa_logits(q if isinstance(q, (tuple, list)) else (q, None), kv, weights, cu_seq_len_k_start,
-                              cu_seq_len_k_end, max_seqlen_k, schedule_meta, clean_logits=clean_logits,
-                              logits_dtype=logits_dtype)
+    return fp8_fp4_mqa_logits(
+        q if isinstance(q, (tuple, list)) else (q, None),
+        kv,
+        weights,
+        cu_seq_len_k_start,
+        cu_seq_len_k_end,
+        max_seqlen_k,
+        schedule_meta,
+        clean_logits=clean_logits,
+        logits_dtype=logits_dtype,
+    )
 
 
 def get_mqa_logits_metadata(cu_seq_len_k_start, cu_seq_len_k_end, num_kv_tokens, num_heads) -> torch.Tensor:
@@ -101,9 +126,18 @@ def get_mqa_logits_metadata(cu_seq_len_k_start, cu_seq_len_k_end, num_kv_tokens,
     return torch.empty(0, dtype=torch.int32, device=cu_seq_len_k_start.device)
 
 
-def fp8_fp4_mqa_logits(q, kv, weights: torch.Tensor, cu_seq_len_k_start: torch.Tensor,
-                       cu_seq_len_k_end: torch.Tensor, max_seqlen_k: int = 0, schedule_meta=None, *,
-                       clean_logits: bool | None = None, logits_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def fp8_fp4_mqa_logits(
+    q,
+    kv,
+    weights: torch.Tensor,
+    cu_seq_len_k_start: torch.Tensor,
+    cu_seq_len_k_end: torch.Tensor,
+    max_seqlen_k: int = 0,
+    schedule_meta=None,
+    *,
+    clean_logits: bool | None = None,
+    logits_dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
     """FP8: q = (q [S, H, D] e4m3, None), kv = (kv [SK, D] e4m3, kv_sf fp32 [SK]).
     FP4: q = (q [S, H, D/2] packed e2m1, q_sf int32 [S, H]), kv = (kv [SK, D/2], kv_sf int32 [SK]) with packed
     UE8M0 1x32 scales. weights fp32 [S, H]; cu_seq_len_k_start / _end int32 [S]. clean_logits: -inf outside
@@ -117,20 +151,33 @@ def fp8_fp4_mqa_logits(q, kv, weights: torch.Tensor, cu_seq_len_k_start: torch.T
     qv, q_sf = q
     kvv, kv_sf = kv
     fp4 = q_sf is not None
-    for name, t in (("q", qv), ("kv", kvv), ("kv scales", kv_sf), ("weights", weights)) + \
-            ((("q scales", q_sf),) if fp4 else ()):
+    for name, t in (("q", qv), ("kv", kvv), ("kv scales", kv_sf), ("weights", weights)) + (
+        (("q scales", q_sf),) if fp4 else ()
+    ):
         require_tensor(name, t)
-    ks, ke = require_int32("cu_seq_len_k_start", cu_seq_len_k_start), require_int32("cu_seq_len_k_end", cu_seq_len_k_end)
+    ks, ke = (
+        require_int32("cu_seq_len_k_start", cu_seq_len_k_start),
+        require_int32("cu_seq_len_k_end", cu_seq_len_k_end),
+    )
     if not isinstance(logits_dtype, torch.dtype):
         raise TypeError(f"logits_dtype must be a torch.dtype, got {type(logits_dtype).__name__}")
     if qv.dim() != 3:
         raise ValueError(f"q must be [S, H, D{'/2' if fp4 else ''}], got shape {tuple(qv.shape)}")
     seq_len, heads, row_bytes = qv.shape[0], qv.shape[1], _row_bytes(qv)
     head_dim = 2 * row_bytes if fp4 else row_bytes
-    mqa_logits_rule(heads=heads, head_dim=head_dim, q_dtype=dtype_name(qv.dtype), kv_dtype=dtype_name(kvv.dtype),
-                    q_sf_dtype=dtype_name(q_sf.dtype) if fp4 else None, kv_sf_dtype=dtype_name(kv_sf.dtype),
-                    weights_dtype=dtype_name(weights.dtype), logits_dtype=dtype_name(logits_dtype),
-                    clean_logits=bool(clean_logits), max_seqlen_k=max_seqlen_k, fp4=fp4)
+    mqa_logits_rule(
+        heads=heads,
+        head_dim=head_dim,
+        q_dtype=dtype_name(qv.dtype),
+        kv_dtype=dtype_name(kvv.dtype),
+        q_sf_dtype=dtype_name(q_sf.dtype) if fp4 else None,
+        kv_sf_dtype=dtype_name(kv_sf.dtype),
+        weights_dtype=dtype_name(weights.dtype),
+        logits_dtype=dtype_name(logits_dtype),
+        clean_logits=bool(clean_logits),
+        max_seqlen_k=max_seqlen_k,
+        fp4=fp4,
+    )
     if kvv.dim() != 2 or _row_bytes(kvv) != row_bytes:
         raise ValueError(f"kv must be [SK, {'D/2' if fp4 else 'D'} = {qv.shape[-1]}], got shape {tuple(kvv.shape)}")
     seq_len_kv = kvv.shape[0]
@@ -139,8 +186,10 @@ def fp8_fp4_mqa_logits(q, kv, weights: torch.Tensor, cu_seq_len_k_start: torch.T
     if fp4 and tuple(q_sf.shape) != (seq_len, heads):
         raise ValueError(f"q scales must be [S, H] = ({seq_len}, {heads}), got {tuple(q_sf.shape)}")
     if tuple(weights.shape) != (seq_len, heads) or (weights.stride(1) != 1 and heads > 1):
-        raise ValueError(f"weights must be [S, H] = ({seq_len}, {heads}) with stride(1) == 1, got shape "
-                         f"{tuple(weights.shape)} strides {tuple(weights.stride())}")
+        raise ValueError(
+            f"weights must be [S, H] = ({seq_len}, {heads}) with stride(1) == 1, got shape "
+            f"{tuple(weights.shape)} strides {tuple(weights.stride())}"
+        )
     for name, t in (("cu_seq_len_k_start", ks), ("cu_seq_len_k_end", ke)):
         if tuple(t.shape) != (seq_len,) or not t.is_contiguous():
             raise ValueError(f"{name} must be a contiguous [S] = ({seq_len},) tensor, got {tuple(t.shape)}")
@@ -152,20 +201,36 @@ def fp8_fp4_mqa_logits(q, kv, weights: torch.Tensor, cu_seq_len_k_start: torch.T
     elem = 4 if logits_dtype == torch.float32 else 2
     stride = logits_row_stride(seq_len_kv, max_seqlen_k, elem)
     block_q = ROWS // heads
-    buf = torch.empty(-(-max(seq_len, 1) // block_q) * block_q, stride, dtype=logits_dtype, device=qv.device)
-    out = buf[:seq_len, :(max_seqlen_k or seq_len_kv)]
+    buf = torch.empty(round_up(max(seq_len, 1), block_q), stride, dtype=logits_dtype, device=qv.device)
+    out = buf[:seq_len, : (max_seqlen_k or seq_len_kv)]
     if seq_len == 0:
         return out
     _check_ranges(ks, ke, seq_len_kv, max_seqlen_k)
     mode = "compressed" if max_seqlen_k else ("clean" if clean_logits else "plain")
     kern = _kernel(heads, head_dim, _LOGIT[logits_dtype], mode, fp4, index, target_of(index))
-    tmaps = (tma_request(_OFF_Q, "uint8", qv.data_ptr(), (row_bytes, seq_len * heads), (row_bytes,),
-                         (row_bytes, ROWS), row_bytes)
-             + tma_request(_OFF_KV, "uint8", kvv.data_ptr(), (row_bytes, max(seq_len_kv, 1)), (row_bytes,),
-                           (row_bytes, BLOCK_KV), row_bytes))
-    params = PARAMS.pack(kv_scale=0 if fp4 else kv_sf.data_ptr(), q_sf=q_sf.data_ptr() if fp4 else 0,
-                         kv_sf=kv_sf.data_ptr() if fp4 else 0, weights=weights.data_ptr(), ks=ks.data_ptr(),
-                         ke=ke.data_ptr(), logits=buf.data_ptr(), seq_len=seq_len, seq_len_kv=seq_len_kv,
-                         ld_weights=weights.stride(0) if seq_len > 1 else heads, ld_logits=stride)
-    launch(kern, -(-seq_len // block_q), params, tmaps, index)
+    tmaps = tma_request(
+        _OFF_Q, "uint8", qv.data_ptr(), (row_bytes, seq_len * heads), (row_bytes,), (row_bytes, ROWS), row_bytes
+    ) + tma_request(
+        _OFF_KV,
+        "uint8",
+        kvv.data_ptr(),
+        (row_bytes, max(seq_len_kv, 1)),
+        (row_bytes,),
+        (row_bytes, BLOCK_KV),
+        row_bytes,
+    )
+    params = PARAMS.pack(
+        kv_scale=0 if fp4 else kv_sf.data_ptr(),
+        q_sf=q_sf.data_ptr() if fp4 else 0,
+        kv_sf=kv_sf.data_ptr() if fp4 else 0,
+        weights=weights.data_ptr(),
+        ks=ks.data_ptr(),
+        ke=ke.data_ptr(),
+        logits=buf.data_ptr(),
+        seq_len=seq_len,
+        seq_len_kv=seq_len_kv,
+        ld_weights=weights.stride(0) if seq_len > 1 else heads,
+        ld_logits=stride,
+    )
+    launch(kern, ceil_div(seq_len, block_q), params, tmaps, index)
     return out

@@ -4,6 +4,7 @@ For batch b, query t < next_n and key j < limit(b, t) (context_lens[b, t] for 2-
 context_lens[b] - next_n + t + 1): logits[b * next_n + t, j] = sum_h w * relu(score); -inf from the limit to
 max_context_len when clean_logits (otherwise only inside the processed chunks). Returns a view of a buffer whose
 row stride is padded to 1024 bytes. schedule_meta comes from get_paged_mqa_logits_metadata (same block_kv)."""
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -31,8 +32,7 @@ def _kernel(heads: int, head_dim: int, block_kv: int, logit: str, clean: bool, f
     return jit.get_kernel(spec, target, index)
 
 
-def _check_block_table(block_table: torch.Tensor, num_blocks: int, context_lens: torch.Tensor,
-                       block_kv: int) -> None:
+def _check_block_table(block_table: torch.Tensor, num_blocks: int, context_lens: torch.Tensor, block_kv: int) -> None:
     """Every entry a valid block index, and no context longer than its table row covers (one reduction each and
     a sync; skipped while a graph is captured, where the caller vouches for them). Entries past a batch's
     context are never read, but must still name a block: pad tables with 0."""
@@ -41,19 +41,31 @@ def _check_block_table(block_table: torch.Tensor, num_blocks: int, context_lens:
     bad = (block_table < 0) | (block_table >= num_blocks)
     if bool(bad.any()):
         b, i = (int(x) for x in bad.nonzero()[0])
-        raise ValueError(f"block_table[{b}, {i}] = {int(block_table[b, i])} is not a block of the cache "
-                         f"(0 <= index < {num_blocks})")
+        raise ValueError(
+            f"block_table[{b}, {i}] = {int(block_table[b, i])} is not a block of the cache (0 <= index < {num_blocks})"
+        )
     covered = block_table.shape[1] * block_kv
     longest = int(context_lens.max()) if context_lens.numel() else 0
     if longest > covered:
-        raise ValueError(f"a context of {longest} tokens exceeds what a block_table row covers "
-                         f"({block_table.shape[1]} blocks x {block_kv} = {covered} tokens)")
+        raise ValueError(
+            f"a context of {longest} tokens exceeds what a block_table row covers "
+            f"({block_table.shape[1]} blocks x {block_kv} = {covered} tokens)"
+        )
 
 
-def fp8_fp4_paged_mqa_logits(q, kv_cache: torch.Tensor, weights: torch.Tensor, context_lens: torch.Tensor,
-                             block_table: torch.Tensor, schedule_meta: torch.Tensor, max_context_len: int,
-                             indices: torch.Tensor | None = None, *, clean_logits: bool = False,
-                             logits_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def fp8_fp4_paged_mqa_logits(
+    q,
+    kv_cache: torch.Tensor,
+    weights: torch.Tensor,
+    context_lens: torch.Tensor,
+    block_table: torch.Tensor,
+    schedule_meta: torch.Tensor,
+    max_context_len: int,
+    indices: torch.Tensor | None = None,
+    *,
+    clean_logits: bool = False,
+    logits_dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
     """q = (q [B, next_n, H, D] e4m3, None) or (packed e2m1 [B, next_n, H, D/2], int32 [B, next_n, H]); a bare
     tensor is the FP8 form. kv_cache uint8 [num_blocks, block_kv, 1, D + 4] (FP4: D/2 + 4); weights fp32
     [B * next_n, H]; context_lens int32 [B] or [B, next_n]; block_table int32 [B, max_blocks]. DeepGEMM 2.8.1's
@@ -66,8 +78,9 @@ def fp8_fp4_paged_mqa_logits(q, kv_cache: torch.Tensor, weights: torch.Tensor, c
         raise TypeError(f"q must be a (values, scale factors or None) pair, got {type(q).__name__}")
     qv, q_sf = q
     fp4 = q_sf is not None
-    for name, t in (("q", qv), ("kv_cache", kv_cache), ("weights", weights), ("schedule_meta", schedule_meta)) + \
-            ((("q scales", q_sf),) if fp4 else ()):
+    for name, t in (("q", qv), ("kv_cache", kv_cache), ("weights", weights), ("schedule_meta", schedule_meta)) + (
+        (("q scales", q_sf),) if fp4 else ()
+    ):
         require_tensor(name, t)
     require_int32("context_lens", context_lens)
     require_int32("block_table", block_table)
@@ -84,24 +97,43 @@ def fp8_fp4_paged_mqa_logits(q, kv_cache: torch.Tensor, weights: torch.Tensor, c
     if kv_cache.dim() != 4:
         raise ValueError(f"kv_cache must be [num_blocks, block_kv, 1, D + 4], got shape {tuple(kv_cache.shape)}")
     num_blocks, block_kv = kv_cache.shape[:2]
-    paged_rule(batch=batch, next_n=next_n, heads=heads, head_dim=head_dim, block_kv=block_kv,
-               q_dtype=dtype_name(qv.dtype), q_sf_dtype=dtype_name(q_sf.dtype) if fp4 else None,
-               kv_cache_dtype=dtype_name(kv_cache.dtype), weights_dtype=dtype_name(weights.dtype),
-               logits_dtype=dtype_name(logits_dtype), max_context_len=max_context_len, fp4=fp4, indices=indices)
-    if tuple(kv_cache.shape[2:]) != (1, row_bytes + 4) or kv_cache.stride(3) != 1 or \
-            kv_cache.stride(1) != row_bytes + 4:
-        raise ValueError(f"kv_cache must be [num_blocks, block_kv, 1, {row_bytes + 4}] with rows of {row_bytes + 4} "
-                         f"bytes, got shape {tuple(kv_cache.shape)} strides {tuple(kv_cache.stride())}")
+    paged_rule(
+        batch=batch,
+        next_n=next_n,
+        heads=heads,
+        head_dim=head_dim,
+        block_kv=block_kv,
+        q_dtype=dtype_name(qv.dtype),
+        q_sf_dtype=dtype_name(q_sf.dtype) if fp4 else None,
+        kv_cache_dtype=dtype_name(kv_cache.dtype),
+        weights_dtype=dtype_name(weights.dtype),
+        logits_dtype=dtype_name(logits_dtype),
+        max_context_len=max_context_len,
+        fp4=fp4,
+        indices=indices,
+    )
+    if (
+        tuple(kv_cache.shape[2:]) != (1, row_bytes + 4)
+        or kv_cache.stride(3) != 1
+        or kv_cache.stride(1) != row_bytes + 4
+    ):
+        raise ValueError(
+            f"kv_cache must be [num_blocks, block_kv, 1, {row_bytes + 4}] with rows of {row_bytes + 4} "
+            f"bytes, got shape {tuple(kv_cache.shape)} strides {tuple(kv_cache.stride())}"
+        )
     if kv_cache.stride(0) % 16 or kv_cache.data_ptr() % 16:
         raise ValueError(f"kv_cache blocks must start 16-byte aligned (stride(0) = {kv_cache.stride(0)} bytes)")
     if fp4 and (tuple(q_sf.shape) != (batch, next_n, heads) or not q_sf.is_contiguous()):
-        raise ValueError(f"q scales must be contiguous [B, next_n, H] = {(batch, next_n, heads)}, got "
-                         f"{tuple(q_sf.shape)}")
+        raise ValueError(
+            f"q scales must be contiguous [B, next_n, H] = {(batch, next_n, heads)}, got {tuple(q_sf.shape)}"
+        )
     if not qv.is_contiguous():
         raise ValueError("q must be contiguous")
     if tuple(weights.shape) != (batch * next_n, heads) or (weights.stride(1) != 1 and heads > 1):
-        raise ValueError(f"weights must be [B * next_n, H] = ({batch * next_n}, {heads}) with stride(1) == 1, got "
-                         f"{tuple(weights.shape)}")
+        raise ValueError(
+            f"weights must be [B * next_n, H] = ({batch * next_n}, {heads}) with stride(1) == 1, got "
+            f"{tuple(weights.shape)}"
+        )
     if context_lens.dim() == 1:
         ctx_2d = False
         ok = tuple(context_lens.shape) == (batch,)
@@ -109,49 +141,101 @@ def fp8_fp4_paged_mqa_logits(q, kv_cache: torch.Tensor, weights: torch.Tensor, c
         ctx_2d = True
         ok = tuple(context_lens.shape) == (batch, next_n)
     if not ok or not context_lens.is_contiguous():
-        raise ValueError(f"context_lens must be contiguous [B] or [B, next_n] = ({batch}, {next_n}), got "
-                         f"{tuple(context_lens.shape)}")
-    if block_table.dim() != 2 or block_table.shape[0] != batch or (block_table.stride(1) != 1
-                                                                   and block_table.shape[1] > 1):
-        raise ValueError(f"block_table must be [B = {batch}, max_blocks] with stride(1) == 1, got "
-                         f"{tuple(block_table.shape)}")
-    if schedule_meta.dim() != 2 or schedule_meta.shape[1] != 2 or schedule_meta.shape[0] < 2 or \
-            not schedule_meta.is_contiguous():
-        raise ValueError(f"schedule_meta must be contiguous [num_sms + 1, 2] from get_paged_mqa_logits_metadata, got "
-                         f"{tuple(schedule_meta.shape)}")
-    tensors = dict(q=qv, kv_cache=kv_cache, weights=weights, context_lens=context_lens, block_table=block_table,
-                   schedule_meta=schedule_meta)
+        raise ValueError(
+            f"context_lens must be contiguous [B] or [B, next_n] = ({batch}, {next_n}), got {tuple(context_lens.shape)}"
+        )
+    if (
+        block_table.dim() != 2
+        or block_table.shape[0] != batch
+        or (block_table.stride(1) != 1 and block_table.shape[1] > 1)
+    ):
+        raise ValueError(
+            f"block_table must be [B = {batch}, max_blocks] with stride(1) == 1, got {tuple(block_table.shape)}"
+        )
+    if (
+        schedule_meta.dim() != 2
+        or schedule_meta.shape[1] != 2
+        or schedule_meta.shape[0] < 2
+        or not schedule_meta.is_contiguous()
+    ):
+        raise ValueError(
+            f"schedule_meta must be contiguous [num_sms + 1, 2] from get_paged_mqa_logits_metadata, got "
+            f"{tuple(schedule_meta.shape)}"
+        )
+    tensors = dict(
+        q=qv,
+        kv_cache=kv_cache,
+        weights=weights,
+        context_lens=context_lens,
+        block_table=block_table,
+        schedule_meta=schedule_meta,
+    )
     index = device_of(**tensors, **({"q_sf": q_sf} if fp4 else {}))
     elem = 4 if logits_dtype == torch.float32 else 2
     per = LOGIT_ALIGN_BYTES // elem
     stride = max(ceil_div(max_context_len, per) * per, per)
     buf = torch.empty(max(batch * next_n, 1), stride, dtype=logits_dtype, device=qv.device)
-    out = buf[:batch * next_n, :max_context_len]
+    out = buf[: batch * next_n, :max_context_len]
     if batch == 0:
         return out
     _check_block_table(block_table, num_blocks, context_lens, block_kv)
     kern = _kernel(heads, head_dim, block_kv, _LOGIT[logits_dtype], bool(clean_logits), fp4, index, target_of(index))
     rows = batch * next_n * heads
-    tmaps = (tma_request(_OFF_Q, "uint8", qv.data_ptr(), (row_bytes, rows), (row_bytes,), (row_bytes, ROWS),
-                         row_bytes)
-             + tma_request(_OFF_KV, "uint8", kv_cache.data_ptr(), (row_bytes, block_kv, num_blocks),
-                           (row_bytes, kv_cache.stride(0)), (row_bytes, block_kv, 1), row_bytes))
-    params = PARAMS.pack(kv_cache=kv_cache.data_ptr(), q_sf=q_sf.data_ptr() if fp4 else 0,
-                         weights=weights.data_ptr(), context_lens=context_lens.data_ptr(),
-                         block_table=block_table.data_ptr(), schedule_meta=schedule_meta.data_ptr(),
-                         logits=buf.data_ptr(), kv_block_stride=kv_cache.stride(0), next_n=next_n,
-                         ctx_ld=next_n if ctx_2d else 1, ctx_2d=int(ctx_2d),
-                         bt_ld=block_table.stride(0) if block_table.shape[0] > 1 else block_table.shape[1],
-                         ld_weights=weights.stride(0) if weights.shape[0] > 1 else heads, ld_logits=stride,
-                         max_context_len=max_context_len, num_batches=batch, bt_cols=block_table.shape[1],
-                         num_blocks=num_blocks)
+    tmaps = tma_request(
+        _OFF_Q, "uint8", qv.data_ptr(), (row_bytes, rows), (row_bytes,), (row_bytes, ROWS), row_bytes
+    ) + tma_request(
+        _OFF_KV,
+        "uint8",
+        kv_cache.data_ptr(),
+        (row_bytes, block_kv, num_blocks),
+        (row_bytes, kv_cache.stride(0)),
+        (row_bytes, block_kv, 1),
+        row_bytes,
+    )
+    params = PARAMS.pack(
+        kv_cache=kv_cache.data_ptr(),
+        q_sf=q_sf.data_ptr() if fp4 else 0,
+        weights=weights.data_ptr(),
+        context_lens=context_lens.data_ptr(),
+        block_table=block_table.data_ptr(),
+        schedule_meta=schedule_meta.data_ptr(),
+        logits=buf.data_ptr(),
+        kv_block_stride=kv_cache.stride(0),
+        next_n=next_n,
+        ctx_ld=next_n if ctx_2d else 1,
+        ctx_2d=int(ctx_2d),
+        bt_ld=block_table.stride(0) if block_table.shape[0] > 1 else block_table.shape[1],
+        ld_weights=weights.stride(0) if weights.shape[0] > 1 else heads,
+        ld_logits=stride,
+        max_context_len=max_context_len,
+        num_batches=batch,
+        bt_cols=block_table.shape[1],
+        num_blocks=num_blocks,
+    )
     launch(kern, (schedule_meta.shape[0] - 1, ceil_div(next_n * heads, ROWS), 1), params, tmaps, index)
     return out
 
 
-def fp8_paged_mqa_logits(q: torch.Tensor, kv_cache: torch.Tensor, weights: torch.Tensor, context_lens: torch.Tensor,
-                         block_table: torch.Tensor, schedule_meta: torch.Tensor, max_context_len: int,
-                         clean_logits: bool = False, logits_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def fp8_paged_mqa_logits(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    weights: torch.Tensor,
+    context_lens: torch.Tensor,
+    block_table: torch.Tensor,
+    schedule_meta: torch.Tensor,
+    max_context_len: int,
+    clean_logits: bool = False,
+    logits_dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
     """The FP8 form of fp8_fp4_paged_mqa_logits (q a tensor [B, next_n, H, D] e4m3), DeepGEMM's older order."""
-    return fp8_fp4_paged_mqa_logits((q, None), kv_cache, weights, context_lens, block_table, schedule_meta,
-                                    max_context_len, clean_logits=clean_logits, logits_dtype=logits_dtype)
+    return fp8_fp4_paged_mqa_logits(
+        (q, None),
+        kv_cache,
+        weights,
+        context_lens,
+        block_table,
+        schedule_meta,
+        max_context_len,
+        clean_logits=clean_logits,
+        logits_dtype=logits_dtype,
+    )

@@ -1,5 +1,6 @@
 """The paged MQA-logits kernel (impls/sm120_paged_mqa_logits.cuh): parameters and instantiations (the q-tile /
 KV-ring geometry is the dense kernel's), and the kernels a call launches."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,15 +11,29 @@ from ..mqa_logits.kernel import CXX_LOGIT, FP4_HEAD_DIMS, HEAD_DIMS, HEADS, MqaS
 from .schedule import BLOCK_KVS, PagedMetadataSpec, chunk_keys
 
 PARAMS = ParamList(
-    Param("tmap_q", "CUtensorMap"), Param("tmap_kv", "CUtensorMap"),
-    Param("kv_cache", "const uint8_t*"), Param("q_sf", "const uint32_t*"), Param("weights", "const float*"),
-    Param("context_lens", "const int32_t*"), Param("block_table", "const int32_t*"),
-    Param("schedule_meta", "const int32_t*"), Param("logits", "{logit}*"),
-    Param("kv_block_stride", "uint32_t"), Param("next_n", "uint32_t"), Param("ctx_ld", "uint32_t"),
-    Param("ctx_2d", "uint32_t"), Param("bt_ld", "uint32_t"), Param("ld_weights", "uint32_t"),
-    Param("ld_logits", "uint32_t"), Param("max_context_len", "uint32_t"), Param("num_batches", "uint32_t"),
-    Param("bt_cols", "uint32_t"), Param("num_blocks", "uint32_t"),
+    Param("tmap_q", "CUtensorMap"),
+    Param("tmap_kv", "CUtensorMap"),
+    Param("kv_cache", "const uint8_t*"),
+    Param("q_sf", "const uint32_t*"),
+    Param("weights", "const float*"),
+    Param("context_lens", "const int32_t*"),
+    Param("block_table", "const int32_t*"),
+    Param("schedule_meta", "const int32_t*"),
+    Param("logits", "{logit}*"),
+    Param("kv_block_stride", "uint32_t"),
+    Param("next_n", "uint32_t"),
+    Param("ctx_ld", "uint32_t"),
+    Param("ctx_2d", "uint32_t"),
+    Param("bt_ld", "uint32_t"),
+    Param("ld_weights", "uint32_t"),
+    Param("ld_logits", "uint32_t"),
+    Param("max_context_len", "uint32_t"),
+    Param("num_batches", "uint32_t"),
+    Param("bt_cols", "uint32_t"),
+    Param("num_blocks", "uint32_t"),
 )
+
+
 @dataclass(frozen=True)
 class PagedMqaLogitsSpec(MqaSpecGeometry, KernelSpec):
     heads: int = 64
@@ -27,29 +42,52 @@ class PagedMqaLogitsSpec(MqaSpecGeometry, KernelSpec):
     logit_dtype: str = "fp32"
     clean: bool = False
     fp4: bool = False
-    barriers = 2   # + q_full / q_empty
+    barriers = 2  # + q_full / q_empty
 
     @property
     def tile_keys(self) -> int:
         return chunk_keys(self.block_kv)
 
     def kernel_name(self) -> str:
-        return (f"{'fp4' if self.fp4 else 'fp8'}_paged_mqa_logits_h{self.heads}_d{self.head_dim}_b{self.block_kv}_"
-                f"s{self.stages}_{self.logit_dtype}{'_clean' if self.clean else ''}")
+        return (
+            f"{'fp4' if self.fp4 else 'fp8'}_paged_mqa_logits_h{self.heads}_d{self.head_dim}_b{self.block_kv}_"
+            f"s{self.stages}_{self.logit_dtype}{'_clean' if self.clean else ''}"
+        )
 
     def template_args(self) -> list[str]:
-        b = lambda x: "true" if x else "false"  # noqa: E731
-        return [str(self.heads), str(self.head_dim), str(self.block_kv), str(self.stages), b(self.fp4),
-                CXX_LOGIT[self.logit_dtype], b(self.clean)]
+        b = lambda x: "true" if x else "false"
+        return [
+            str(self.heads),
+            str(self.head_dim),
+            str(self.block_kv),
+            str(self.stages),
+            b(self.fp4),
+            CXX_LOGIT[self.logit_dtype],
+            b(self.clean),
+        ]
 
 
 def specs() -> list[PagedMqaLogitsSpec]:
-    return [PagedMqaLogitsSpec(h, d, bkv, t, clean, fp4) for fp4 in (False, True) for h in HEADS
-            for d in (FP4_HEAD_DIMS if fp4 else HEAD_DIMS) for bkv in BLOCK_KVS for t in CXX_LOGIT
-            for clean in (False, True)]
+    return [
+        PagedMqaLogitsSpec(h, d, bkv, t, clean, fp4)
+        for fp4 in (False, True)
+        for h in HEADS
+        for d in (FP4_HEAD_DIMS if fp4 else HEAD_DIMS)
+        for bkv in BLOCK_KVS
+        for t in CXX_LOGIT
+        for clean in (False, True)
+    ]
 
 
-def plan_specs(num_sms: int, heads: int = 64, head_dim: int = 128, block_kv: int = 64, logits_dtype=None,
-               clean_logits: bool = False, fp4: bool = False, **_shape) -> list:
+def plan_specs(
+    num_sms: int,
+    heads: int = 64,
+    head_dim: int = 128,
+    block_kv: int = 64,
+    logits_dtype=None,
+    clean_logits: bool = False,
+    fp4: bool = False,
+    **_shape,
+) -> list:
     t = "bf16" if logits_dtype is not None and "bfloat16" in str(logits_dtype) else "fp32"
     return [PagedMqaLogitsSpec(heads, head_dim, block_kv, t, clean_logits, fp4), PagedMetadataSpec()]

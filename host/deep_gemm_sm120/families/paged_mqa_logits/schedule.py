@@ -1,6 +1,7 @@
 """The paged MQA-logits scheduler (scheduler/sm120_paged_mqa_logits.cuh), a service kernel of this family only:
 the one CTA behind get_paged_mqa_logits_metadata (metadata.py) that splits the (batch, chunk) work evenly over
 SMs on the GPU (graph-capturable)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,8 +10,13 @@ from ...core.params import Param, ParamList
 from ...core.registry import Family, GateRules, KernelSpec
 
 PARAMS = ParamList(
-    Param("context_lens", "const int32_t*"), Param("num_batches", "uint32_t"), Param("next_n", "uint32_t"),
-    Param("ld", "uint32_t"), Param("chunk_keys", "uint32_t"), Param("num_sms", "uint32_t"), Param("meta", "int32_t*"),
+    Param("context_lens", "const int32_t*"),
+    Param("num_batches", "uint32_t"),
+    Param("next_n", "uint32_t"),
+    Param("ld", "uint32_t"),
+    Param("chunk_keys", "uint32_t"),
+    Param("num_sms", "uint32_t"),
+    Param("meta", "int32_t*"),
 )
 THREADS = 1024
 BLOCK_KVS = (32, 64, 128)

@@ -5,6 +5,7 @@ one kernel serves both forms: the contiguous KV is a single page of N rows.
 
 Output: bf16 [S, num_max_sparse_blocks * sparse_block_kv]; column s * B + o is the score of the slot's o-th token,
 -inf wherever it is not a score (padding slots, tokens past the row's range). Every element is written."""
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -13,13 +14,13 @@ import torch
 
 from ... import jit
 from ...arch import target_of
+from ...checks import device_of, require_int32
 from ...core.gemm import ceil_div
 from ...core.tma import tma_request
 from ...device import get_num_sms
-from ...checks import device_of, require_int32
 from ...launch import launch
-from .kernel import PARAMS, TILE_KEYS, SparseMqaLogitsSpec, tiles_per_cta
 from .contract import SparseProblem, check_paged_sparse_call, check_sparse_call
+from .kernel import PARAMS, TILE_KEYS, SparseMqaLogitsSpec, tiles_per_cta
 
 _OFF_Q, _OFF_KV = PARAMS.offsets["tmap_q"], PARAMS.offsets["tmap_kv"]
 
@@ -33,42 +34,75 @@ def _check_metadata(metadata, p: SparseProblem) -> torch.Tensor:
     require_int32("metadata", metadata)
     want = (p.rows, p.num_max_sparse_blocks, 2)
     if tuple(metadata.shape) != want or not metadata.is_contiguous():
-        raise ValueError(f"metadata must be the contiguous int32 {list(want)} slot table of the metadata function "
-                         f"(same rows and num_max_sparse_blocks), got {tuple(metadata.shape)}")
+        raise ValueError(
+            f"metadata must be the contiguous int32 {list(want)} slot table of the metadata function "
+            f"(same rows and num_max_sparse_blocks), got {tuple(metadata.shape)}"
+        )
     return metadata
 
 
 def _tma_rows(name: str, t: torch.Tensor, row_bytes: int) -> None:
     """TMA reads rows of `row_bytes` at a 16-byte aligned address and row stride."""
     if t.stride(-1) != 1 or (t.shape[0] > 1 and (t.stride(0) * t.element_size()) % 16) or t.data_ptr() % 16:
-        raise ValueError(f"{name} rows must be dense ({row_bytes} bytes, unit last stride) and start 16-byte aligned "
-                         f"with a row stride a multiple of 16 bytes, got strides {tuple(t.stride())}")
+        raise ValueError(
+            f"{name} rows must be dense ({row_bytes} bytes, unit last stride) and start 16-byte aligned "
+            f"with a row stride a multiple of 16 bytes, got strides {tuple(t.stride())}"
+        )
 
 
-def _launch(p: SparseProblem, qv: torch.Tensor, q_sf: torch.Tensor, weights: torch.Tensor, metadata: torch.Tensor,
-            kv_rows: torch.Tensor, kv_sf_address: int, page_rows: int, pages: int, row_stride: int, page_stride: int,
-            sf_page_stride: int, index: int) -> torch.Tensor:
+def _launch(
+    p: SparseProblem,
+    qv: torch.Tensor,
+    q_sf: torch.Tensor,
+    weights: torch.Tensor,
+    metadata: torch.Tensor,
+    kv_rows: torch.Tensor,
+    kv_sf_address: int,
+    page_rows: int,
+    pages: int,
+    row_stride: int,
+    page_stride: int,
+    sf_page_stride: int,
+    index: int,
+) -> torch.Tensor:
     """kv_rows: the value rows' base tensor (for its address); rows of a page are row_stride bytes apart, pages
     page_stride bytes apart; scale words at kv_sf_address + page * sf_page_stride + 4 * row."""
     cols = p.num_max_sparse_blocks * p.sparse_block_kv
     out = torch.empty(p.rows, cols, dtype=torch.bfloat16, device=qv.device)
     if p.rows == 0:
         return out
-    if page_rows * pages == 0:   # no KV rows: nothing can be a score
+    if page_rows * pages == 0:  # no KV rows: nothing can be a score
         return out.fill_(float("-inf"))
     row_bytes = p.head_dim // 2 if p.fmt == "mxfp4" else p.head_dim
     kern = _kernel(p.heads, p.head_dim, p.fmt == "mxfp4", index, target_of(index))
     tpc = tiles_per_cta(p.rows, p.num_max_sparse_blocks, p.sparse_block_kv, get_num_sms())
     groups = ceil_div(ceil_div(cols, TILE_KEYS), tpc)
-    tmaps = (tma_request(_OFF_Q, "uint8", qv.data_ptr(), (row_bytes, p.rows * p.heads), (row_bytes,),
-                         (row_bytes, p.heads), row_bytes)
-             + tma_request(_OFF_KV, "uint8", kv_rows.data_ptr(), (row_bytes, page_rows, pages),
-                           (row_stride, page_stride), (row_bytes, p.sparse_block_kv, 1), row_bytes))
-    params = PARAMS.pack(q_sf=q_sf.data_ptr(), kv_sf=kv_sf_address, weights=weights.data_ptr(),
-                         metadata=metadata.data_ptr(), logits=out.data_ptr(), num_slots=p.num_max_sparse_blocks,
-                         block_log2=p.sparse_block_kv.bit_length() - 1, page_rows=page_rows,
-                         total_rows=page_rows * pages, sf_page_stride=sf_page_stride, tiles_per_cta=tpc,
-                         ld_weights=weights.stride(0) if p.rows > 1 else p.heads, ld_logits=cols)
+    tmaps = tma_request(
+        _OFF_Q, "uint8", qv.data_ptr(), (row_bytes, p.rows * p.heads), (row_bytes,), (row_bytes, p.heads), row_bytes
+    ) + tma_request(
+        _OFF_KV,
+        "uint8",
+        kv_rows.data_ptr(),
+        (row_bytes, page_rows, pages),
+        (row_stride, page_stride),
+        (row_bytes, p.sparse_block_kv, 1),
+        row_bytes,
+    )
+    params = PARAMS.pack(
+        q_sf=q_sf.data_ptr(),
+        kv_sf=kv_sf_address,
+        weights=weights.data_ptr(),
+        metadata=metadata.data_ptr(),
+        logits=out.data_ptr(),
+        num_slots=p.num_max_sparse_blocks,
+        block_log2=p.sparse_block_kv.bit_length() - 1,
+        page_rows=page_rows,
+        total_rows=page_rows * pages,
+        sf_page_stride=sf_page_stride,
+        tiles_per_cta=tpc,
+        ld_weights=weights.stride(0) if p.rows > 1 else p.heads,
+        ld_logits=cols,
+    )
     launch(kern, (p.rows, groups, 1), params, tmaps, index)
     return out
 
@@ -80,8 +114,15 @@ def _q_operands(q) -> tuple[torch.Tensor, torch.Tensor]:
     return qv, q_sf
 
 
-def fp8_fp4_sparse_mqa_logits(q, kv, weights: torch.Tensor, metadata: torch.Tensor, num_max_sparse_blocks: int,
-                              sparse_block_kv: int, use_unaligned_ks: bool = False) -> torch.Tensor:
+def fp8_fp4_sparse_mqa_logits(
+    q,
+    kv,
+    weights: torch.Tensor,
+    metadata: torch.Tensor,
+    num_max_sparse_blocks: int,
+    sparse_block_kv: int,
+    use_unaligned_ks: bool = False,
+) -> torch.Tensor:
     """q = (values [S, H, D] e4m3 | packed e2m1 [S, H, D/2], int32 packed UE8M0 [S, H]); kv = (values [N, D] |
     [N, D/2] of q's format, int32 [N]); weights bf16 [S, H]; metadata from get_sparse_mqa_logits_metadata with
     the same num_max_sparse_blocks and sparse_block_kv (it already holds each row's ks alignment, so
@@ -100,12 +141,17 @@ def fp8_fp4_sparse_mqa_logits(q, kv, weights: torch.Tensor, metadata: torch.Tens
     n = kvv.shape[0]
     stride = kvv.stride(0) * kvv.element_size() if n > 1 else row_bytes
     # One page of all N rows (a padded row stride is fine); the page step is never taken but must be valid.
-    return _launch(p, qv, q_sf, weights, metadata, kvv, kv_sf.data_ptr(), n, 1, stride, stride * max(n, 1), 0,
-                   index)
+    return _launch(p, qv, q_sf, weights, metadata, kvv, kv_sf.data_ptr(), n, 1, stride, stride * max(n, 1), 0, index)
 
 
-def fp8_fp4_paged_sparse_mqa_logits(q, kv_cache: torch.Tensor, weights: torch.Tensor, metadata: torch.Tensor,
-                                    num_max_sparse_blocks: int, sparse_block_kv: int) -> torch.Tensor:
+def fp8_fp4_paged_sparse_mqa_logits(
+    q,
+    kv_cache: torch.Tensor,
+    weights: torch.Tensor,
+    metadata: torch.Tensor,
+    num_max_sparse_blocks: int,
+    sparse_block_kv: int,
+) -> torch.Tensor:
     """q = (values [S, 1, H, D] | [S, 1, H, D/2], int32 [S, 1, H]); kv_cache uint8 [num_pages, page_kv, 1,
     D(/2) + 4] (a page's value rows, then its scale words); weights bf16 [S, H]; metadata from
     get_paged_sparse_mqa_logits_metadata (same page_kv, blocks and num_max_sparse_blocks)."""
@@ -115,9 +161,23 @@ def fp8_fp4_paged_sparse_mqa_logits(q, kv_cache: torch.Tensor, weights: torch.Te
     pages, page_kv, _, row = kv_cache.shape
     row_bytes = row - 4
     if kv_cache.stride(3) != 1 or kv_cache.stride(1) != row or kv_cache.stride(0) % 16 or kv_cache.data_ptr() % 16:
-        raise ValueError(f"kv_cache pages must be dense ([page_kv, 1, {row}] bytes each) and start 16-byte aligned, "
-                         f"got strides {tuple(kv_cache.stride())}")
+        raise ValueError(
+            f"kv_cache pages must be dense ([page_kv, 1, {row}] bytes each) and start 16-byte aligned, "
+            f"got strides {tuple(kv_cache.stride())}"
+        )
     index = device_of(q=qv, q_sf=q_sf, kv_cache=kv_cache, weights=weights, metadata=metadata)
-    return _launch(p, qv, q_sf, weights, metadata, kv_cache, kv_cache.data_ptr() + page_kv * row_bytes, page_kv,
-                   pages, row_bytes, kv_cache.stride(0), kv_cache.stride(0), index)
-
+    return _launch(
+        p,
+        qv,
+        q_sf,
+        weights,
+        metadata,
+        kv_cache,
+        kv_cache.data_ptr() + page_kv * row_bytes,
+        page_kv,
+        pages,
+        row_bytes,
+        kv_cache.stride(0),
+        kv_cache.stride(0),
+        index,
+    )

@@ -1,6 +1,7 @@
 """The sparse MQA-logits kernel (impls/sm120_sparse_mqa_logits.cuh): parameters, instantiations (the register
 geometry: heads x head dim x format; the sparse block and page size are runtime parameters), and how a call is
 split over CTAs."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,20 +11,29 @@ from ...core.params import Param, ParamList
 from ...core.registry import KernelSpec
 
 PARAMS = ParamList(
-    Param("tmap_q", "CUtensorMap"), Param("tmap_kv", "CUtensorMap"),
-    Param("q_sf", "const uint32_t*"), Param("kv_sf", "const uint8_t*"), Param("weights", "const sm120::bf16*"),
-    Param("metadata", "const int32_t*"), Param("logits", "sm120::bf16*"),
-    Param("num_slots", "uint32_t"), Param("block_log2", "uint32_t"), Param("page_rows", "uint32_t"),
-    Param("total_rows", "uint32_t"), Param("sf_page_stride", "uint32_t"), Param("tiles_per_cta", "uint32_t"), Param("ld_weights", "uint32_t"),
+    Param("tmap_q", "CUtensorMap"),
+    Param("tmap_kv", "CUtensorMap"),
+    Param("q_sf", "const uint32_t*"),
+    Param("kv_sf", "const uint8_t*"),
+    Param("weights", "const sm120::bf16*"),
+    Param("metadata", "const int32_t*"),
+    Param("logits", "sm120::bf16*"),
+    Param("num_slots", "uint32_t"),
+    Param("block_log2", "uint32_t"),
+    Param("page_rows", "uint32_t"),
+    Param("total_rows", "uint32_t"),
+    Param("sf_page_stride", "uint32_t"),
+    Param("tiles_per_cta", "uint32_t"),
+    Param("ld_weights", "uint32_t"),
     Param("ld_logits", "uint32_t"),
 )
 HEADS = (16, 32, 64)
 HEAD_DIMS = {"mxfp8": (64, 128), "mxfp4": (128,)}
 SPARSE_BLOCKS = (8, 16, 32)
-TILE_KEYS = 64          # keys per pipeline stage (8, 4 or 2 sparse blocks)
-STAGES = 4              # 4 x 8 KiB at D = 128 MXFP8: two CTAs per SM within 99 KiB
-MAX_TILES_PER_CTA = 8   # 512 keys of one row per CTA at most
-SCALE_BYTES = 4         # packed UE8M0: one int32 per KV row
+TILE_KEYS = 64  # keys per pipeline stage (8, 4 or 2 sparse blocks)
+STAGES = 4  # 4 x 8 KiB at D = 128 MXFP8: two CTAs per SM within 99 KiB
+MAX_TILES_PER_CTA = 8  # 512 keys of one row per CTA at most
+SCALE_BYTES = 4  # packed UE8M0: one int32 per KV row
 
 
 @dataclass(frozen=True)
@@ -44,7 +54,7 @@ class SparseMqaLogitsSpec(KernelSpec):
         return (self.heads + self.stages * TILE_KEYS) * self.row_bytes + 8 * (2 * self.stages + 1)
 
     def block_threads(self) -> int:
-        return 4 * 32 + 32   # four math warps and the producer warp
+        return 4 * 32 + 32  # four math warps and the producer warp
 
     def kernel_name(self) -> str:
         return f"{'mxfp4' if self.fp4 else 'mxfp8'}_sparse_mqa_logits_h{self.heads}_d{self.head_dim}_s{self.stages}"

@@ -10,6 +10,7 @@ CUDA tensors: one launch of the slot-table kernel (scheduler/sm120_sparse_mqa_lo
 sparse_mqa_logits_metadata), graph-capturable. CPU tensors: the same table from torch ops (metadata_contiguous /
 metadata_paged below, which are also the kernel's reference in the GPU tests).
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -18,14 +19,14 @@ import torch
 
 from ... import jit
 from ...arch import target_of
-from ...core.gemm import ceil_div
 from ...checks import device_of
+from ...core.gemm import ceil_div
 from ...launch import launch
+from .contract import check_indices, fmt_of
 from .rules import geometry_rule
 from .slots import PARAMS, THREADS, SparseMetadataSpec
-from .contract import check_indices, fmt_of
 
-INT32_MAX = 2 ** 31 - 1
+INT32_MAX = 2**31 - 1
 
 
 def valid_slots(ks: torch.Tensor, ke: torch.Tensor, num_max_sparse_blocks: int, sparse_block_kv: int) -> torch.Tensor:
@@ -38,7 +39,9 @@ def _table(first_row: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
     return torch.stack((torch.where(count > 0, first_row, torch.zeros_like(first_row)), count), -1).to(torch.int32)
 
 
-def metadata_contiguous(ks: torch.Tensor, ke: torch.Tensor, indices: torch.Tensor, sparse_block_kv: int) -> torch.Tensor:
+def metadata_contiguous(
+    ks: torch.Tensor, ke: torch.Tensor, indices: torch.Tensor, sparse_block_kv: int
+) -> torch.Tensor:
     b = indices.long()
     slots = b.shape[1]
     n = valid_slots(ks, ke, slots, sparse_block_kv)
@@ -48,8 +51,9 @@ def metadata_contiguous(ks: torch.Tensor, ke: torch.Tensor, indices: torch.Tenso
     return _table(t0, torch.where(ok, count, torch.zeros_like(count)))
 
 
-def metadata_paged(context_lens: torch.Tensor, block_table: torch.Tensor, indices: torch.Tensor, page_kv: int,
-                   sparse_block_kv: int) -> torch.Tensor:
+def metadata_paged(
+    context_lens: torch.Tensor, block_table: torch.Tensor, indices: torch.Tensor, page_kv: int, sparse_block_kv: int
+) -> torch.Tensor:
     b = indices.long()
     slots = b.shape[1]
     n = valid_slots(torch.zeros_like(context_lens), context_lens, slots, sparse_block_kv)
@@ -59,8 +63,13 @@ def metadata_paged(context_lens: torch.Tensor, block_table: torch.Tensor, indice
     page = block_table.long().gather(1, col.clamp(0, block_table.shape[1] - 1))
     first = page * page_kv + t0 % page_kv
     # a page whose rows do not fit in int32 names no page (its row would wrap)
-    ok = ((torch.arange(slots, device=b.device)[None, :] < n[:, None]) & (b >= 0) & (col < block_table.shape[1])
-          & (page >= 0) & (first + count <= INT32_MAX))
+    ok = (
+        (torch.arange(slots, device=b.device)[None, :] < n[:, None])
+        & (b >= 0)
+        & (col < block_table.shape[1])
+        & (page >= 0)
+        & (first + count <= INT32_MAX)
+    )
     return _table(first, torch.where(ok, count, torch.zeros_like(count)))
 
 
@@ -74,25 +83,41 @@ def _rows(t: torch.Tensor) -> torch.Tensor:
     return t if t.shape[-1] <= 1 or t.stride(-1) == 1 else t.contiguous()
 
 
-def metadata_on_device(ks: torch.Tensor | None, ke: torch.Tensor, indices: torch.Tensor, sparse_block_kv: int,
-                       block_table: torch.Tensor | None = None, page_kv: int = 1) -> torch.Tensor:
+def metadata_on_device(
+    ks: torch.Tensor | None,
+    ke: torch.Tensor,
+    indices: torch.Tensor,
+    sparse_block_kv: int,
+    block_table: torch.Tensor | None = None,
+    page_kv: int = 1,
+) -> torch.Tensor:
     """The slot table by the kernel: contiguous (ks, ke) or paged (ke = context lengths, block_table, page_kv)."""
     rows, slots = indices.shape
     meta = torch.empty(rows, slots, 2, dtype=torch.int32, device=indices.device)
-    tensors = {"cu_seq_len_k_end" if block_table is None else "context_lens": ke,
-               "sparse_kv_block_indices": indices, **({"cu_seq_len_k_start": ks} if block_table is None
-                                                        else {"block_table": block_table})}
+    tensors = {
+        "cu_seq_len_k_end" if block_table is None else "context_lens": ke,
+        "sparse_kv_block_indices": indices,
+        **({"cu_seq_len_k_start": ks} if block_table is None else {"block_table": block_table}),
+    }
     index = device_of(**tensors)
     if rows * slots == 0:
         return meta
     idx = _rows(indices)
     bt = _rows(block_table) if block_table is not None else None
-    params = PARAMS.pack(ks=ks.contiguous().data_ptr() if ks is not None else 0, ke=ke.contiguous().data_ptr(),
-                         block_table=bt.data_ptr() if bt is not None else 0, indices=idx.data_ptr(),
-                         meta=meta.data_ptr(), rows=rows, num_slots=slots,
-                         block_log2=sparse_block_kv.bit_length() - 1, page_kv=page_kv,
-                         max_pages=bt.shape[1] if bt is not None else 0,
-                         bt_ld=bt.stride(0) if bt is not None else 0, idx_ld=idx.stride(0))
+    params = PARAMS.pack(
+        ks=ks.contiguous().data_ptr() if ks is not None else 0,
+        ke=ke.contiguous().data_ptr(),
+        block_table=bt.data_ptr() if bt is not None else 0,
+        indices=idx.data_ptr(),
+        meta=meta.data_ptr(),
+        rows=rows,
+        num_slots=slots,
+        block_log2=sparse_block_kv.bit_length() - 1,
+        page_kv=page_kv,
+        max_pages=bt.shape[1] if bt is not None else 0,
+        bt_ld=bt.stride(0) if bt is not None else 0,
+        idx_ld=idx.stride(0),
+    )
     launch(_kernel(index, target_of(index)), ceil_div(rows * slots, THREADS), params, b"", index)
     return meta
 
@@ -114,9 +139,15 @@ def _block(sparse_block_kv) -> int:
     return sparse_block_kv
 
 
-def get_sparse_mqa_logits_metadata(cu_seq_len_k_start: torch.Tensor, cu_seq_len_k_end: torch.Tensor,
-                                   num_kv_tokens: int, sparse_kv_block_indices: torch.Tensor, qk_dtype,
-                                   sparse_block_kv: int, use_unaligned_ks: bool = False) -> torch.Tensor:
+def get_sparse_mqa_logits_metadata(
+    cu_seq_len_k_start: torch.Tensor,
+    cu_seq_len_k_end: torch.Tensor,
+    num_kv_tokens: int,
+    sparse_kv_block_indices: torch.Tensor,
+    qk_dtype,
+    sparse_block_kv: int,
+    use_unaligned_ks: bool = False,
+) -> torch.Tensor:
     """The slot table of fp8_fp4_sparse_mqa_logits. ks / ke int32 [S] within [0, num_kv_tokens]; indices int32
     [S, num_max_sparse_blocks]; ks % sparse_block_kv == 0 unless use_unaligned_ks (both checked outside graph
     capture, where they cost a synchronization)."""
@@ -134,19 +165,27 @@ def get_sparse_mqa_logits_metadata(cu_seq_len_k_start: torch.Tensor, cu_seq_len_
         bad = (ks < 0) | (ke < ks) | (ke > num_kv_tokens)
         if bool(bad.any()):
             i = int(bad.nonzero()[0, 0])
-            raise ValueError(f"row {i}: need 0 <= ks <= ke <= num_kv_tokens = {num_kv_tokens}, got "
-                             f"[{int(ks[i])}, {int(ke[i])})")
+            raise ValueError(
+                f"row {i}: need 0 <= ks <= ke <= num_kv_tokens = {num_kv_tokens}, got [{int(ks[i])}, {int(ke[i])})"
+            )
         if not use_unaligned_ks and bool((ks % block != 0).any()):
-            raise ValueError(f"cu_seq_len_k_start must be multiples of sparse_block_kv = {block} unless "
-                             f"use_unaligned_ks=True")
+            raise ValueError(
+                f"cu_seq_len_k_start must be multiples of sparse_block_kv = {block} unless use_unaligned_ks=True"
+            )
     if sparse_kv_block_indices.is_cuda:
         return metadata_on_device(ks, ke, sparse_kv_block_indices, block)
     return metadata_contiguous(ks, ke, sparse_kv_block_indices, block)
 
 
-def get_paged_sparse_mqa_logits_metadata(context_lens: torch.Tensor, block_table: torch.Tensor,
-                                         indices: torch.Tensor, page_kv: int, sparse_kv_block_indices: torch.Tensor,
-                                         qk_dtype, sparse_block_kv: int) -> torch.Tensor:
+def get_paged_sparse_mqa_logits_metadata(
+    context_lens: torch.Tensor,
+    block_table: torch.Tensor,
+    indices: torch.Tensor,
+    page_kv: int,
+    sparse_kv_block_indices: torch.Tensor,
+    qk_dtype,
+    sparse_block_kv: int,
+) -> torch.Tensor:
     """The slot table of fp8_fp4_paged_sparse_mqa_logits. context_lens int32 [S] (per query token), block_table
     int32 [S, max_pages] (each row its request's pages), indices int32 [S] (request of each row; the table rows
     already carry it, so it is only checked), page_kv a multiple of sparse_block_kv."""
@@ -157,8 +196,10 @@ def get_paged_sparse_mqa_logits_metadata(context_lens: torch.Tensor, block_table
     ctx = _int32_vector("context_lens", context_lens, rows)
     _int32_vector("indices", indices, rows)
     if not isinstance(block_table, torch.Tensor) or block_table.dtype != torch.int32:
-        raise TypeError(f"block_table must be an int32 torch.Tensor, got "
-                        f"{getattr(block_table, 'dtype', type(block_table).__name__)}")
+        raise TypeError(
+            f"block_table must be an int32 torch.Tensor, got "
+            f"{getattr(block_table, 'dtype', type(block_table).__name__)}"
+        )
     if block_table.dim() != 2 or block_table.shape[0] != rows or block_table.shape[1] < 1:
         raise ValueError(f"block_table must be [S = {rows}, max_pages >= 1], got {tuple(block_table.shape)}")
     if not isinstance(page_kv, int) or isinstance(page_kv, bool) or page_kv < 1 or page_kv % block:

@@ -2,6 +2,7 @@
 a service kernel of this family only: one thread per (row, slot), one launch, graph-capturable. The public entry
 points are get_sparse_mqa_logits_metadata / get_paged_sparse_mqa_logits_metadata (metadata.py), which run it for
 CUDA tensors (and the same semantics as torch ops for CPU tensors)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,10 +11,18 @@ from ...core.params import Param, ParamList
 from ...core.registry import Family, GateRules, KernelSpec
 
 PARAMS = ParamList(
-    Param("ks", "const int32_t*"), Param("ke", "const int32_t*"), Param("block_table", "const int32_t*"),
-    Param("indices", "const int32_t*"), Param("meta", "int32_t*"), Param("rows", "uint32_t"),
-    Param("num_slots", "uint32_t"), Param("block_log2", "uint32_t"), Param("page_kv", "uint32_t"),
-    Param("max_pages", "uint32_t"), Param("bt_ld", "uint32_t"), Param("idx_ld", "uint32_t"),
+    Param("ks", "const int32_t*"),
+    Param("ke", "const int32_t*"),
+    Param("block_table", "const int32_t*"),
+    Param("indices", "const int32_t*"),
+    Param("meta", "int32_t*"),
+    Param("rows", "uint32_t"),
+    Param("num_slots", "uint32_t"),
+    Param("block_log2", "uint32_t"),
+    Param("page_kv", "uint32_t"),
+    Param("max_pages", "uint32_t"),
+    Param("bt_ld", "uint32_t"),
+    Param("idx_ld", "uint32_t"),
 )
 THREADS = 256
 

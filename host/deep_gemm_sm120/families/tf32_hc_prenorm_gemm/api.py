@@ -7,6 +7,7 @@ a is bf16 [M, K] and b fp32 [N, K] (N <= 32), both K-major. With num_splits = S,
 blocks % S splits one block longer; a split without blocks is zeros) and the caller adds them. Without
 num_splits, d is [M, N] and sqr_sum [M]: the full sums, deterministic (any internal K split is reduced in a
 fixed order)."""
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -15,10 +16,11 @@ import torch
 
 from ... import jit
 from ...arch import target_of
+from ...checks import device_of, require_2d, require_tensor, tma_operand
+from ...core.arith import ceil_div, round_up
 from ...core.rules import dtype_name
 from ...core.tma import DTYPE, tma_2d
 from ...device import num_sms_for
-from ...checks import device_of, require_2d, require_tensor, tma_operand
 from ...launch import launch
 from ...services.split_k_reduce.launch import SplitK
 from .kernel import PARAMS
@@ -42,9 +44,18 @@ def _validate(a, b, d, sqr_sum, num_splits) -> tuple:
         raise ValueError(f"a is [M, K] = {tuple(a.shape)} and b is [N, K] = {tuple(b.shape)}: K must agree")
     split = num_splits is not None and not isinstance(num_splits, bool) and isinstance(num_splits, int)
     want_d, want_s = ((num_splits, m, n), (num_splits, m)) if split else ((m, n), (m,))
-    hc_prenorm_rule(m=m, n=n, k=k, a_dtype=dtype_name(a.dtype), b_dtype=dtype_name(b.dtype), d_dtype=dtype_name(d.dtype),
-          sqr_sum_dtype=dtype_name(sqr_sum.dtype), num_splits=num_splits,
-          lda=a.stride(0) if m > 1 else None, ldb=b.stride(0) if n > 1 else None)
+    hc_prenorm_rule(
+        m=m,
+        n=n,
+        k=k,
+        a_dtype=dtype_name(a.dtype),
+        b_dtype=dtype_name(b.dtype),
+        d_dtype=dtype_name(d.dtype),
+        sqr_sum_dtype=dtype_name(sqr_sum.dtype),
+        num_splits=num_splits,
+        lda=a.stride(0) if m > 1 else None,
+        ldb=b.stride(0) if n > 1 else None,
+    )
     if tuple(d.shape) != want_d:
         raise ValueError(f"d must be {'[S, M, N]' if split else '[M, N]'} = {want_d}, got {tuple(d.shape)}")
     if tuple(sqr_sum.shape) != want_s:
@@ -74,29 +85,35 @@ def _plan(mb: int, n: int, k: int, num_splits, index: int, num_sms: int, target:
     kern = jit.get_kernel(p.spec, target, index)
     reduce = None
     if p.reduce_d is not None:
-        reduce = (SplitK("fp32", False, target, index, num_sms, p.reduce_d.warp_per_element),
-                  SplitK("fp32", False, target, index, num_sms, p.reduce_s.warp_per_element))
+        reduce = (
+            SplitK("fp32", False, target, index, num_sms, p.reduce_d.warp_per_element),
+            SplitK("fp32", False, target, index, num_sms, p.reduce_s.warp_per_element),
+        )
     return kern, p.spec.block_m, p.spec.n_pad, p.splits, reduce
 
 
-def tf32_hc_prenorm_gemm(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, sqr_sum: torch.Tensor,
-                         num_splits: int | None = None) -> None:
+def tf32_hc_prenorm_gemm(
+    a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, sqr_sum: torch.Tensor, num_splits: int | None = None
+) -> None:
     """d = a.float() @ b.T and sqr_sum = a.float().square().sum(-1), written into d and sqr_sum (see module doc)."""
     m, n, k, lda, ldb, ldd, d_split, index = _validate(a, b, d, sqr_sum, num_splits)
     if m == 0:
         return
-    kern, block_m, n_pad, splits, reduce = _plan(m_bucket(m), n, k, num_splits, index, num_sms_for(index),
-                                                 target_of(index))
-    m_blocks = -(-m // block_m)
-    tmaps = (tma_2d(_OFF_A, DTYPE["bfloat16"], a.data_ptr(), k, m, lda, 64, block_m, 128)
-             + tma_2d(_OFF_B, DTYPE["float32"], b.data_ptr(), k, n, ldb, 32, n_pad, 128))
+    kern, block_m, n_pad, splits, reduce = _plan(
+        m_bucket(m), n, k, num_splits, index, num_sms_for(index), target_of(index)
+    )
+    m_blocks = ceil_div(m, block_m)
+    tmaps = tma_2d(_OFF_A, DTYPE["bfloat16"], a.data_ptr(), k, m, lda, 64, block_m, 128) + tma_2d(
+        _OFF_B, DTYPE["float32"], b.data_ptr(), k, n, ldb, 32, n_pad, 128
+    )
     if reduce is None:
-        launch(kern, (m_blocks, splits, 1), _pack(d.data_ptr(), sqr_sum.data_ptr(), m, n, k, ldd, d_split, m),
-               tmaps, index)
+        launch(
+            kern, (m_blocks, splits, 1), _pack(d.data_ptr(), sqr_sum.data_ptr(), m, n, k, ldd, d_split, m), tmaps, index
+        )
         return
     # Internal K splits: fp32 slices [S, M, N] then [S, M] (16-byte aligned for the reduce's vector loads),
     # added in split order into d and sqr_sum.
-    d_elems = -(-splits * m * n // 4) * 4
+    d_elems = round_up(splits * m * n, 4)
     ws = torch.empty(d_elems + splits * m, dtype=torch.float32, device=d.device)
     w_d, w_s = ws.data_ptr(), ws.data_ptr() + d_elems * 4
     launch(kern, (m_blocks, splits, 1), _pack(w_d, w_s, m, n, k, n, m * n, m), tmaps, index)

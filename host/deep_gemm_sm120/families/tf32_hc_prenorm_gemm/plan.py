@@ -1,5 +1,6 @@
 """How a pre-norm call is split (pure, bucketed): M blocks, internal K splits and their fixed-order reduction,
 and the kernels a call of a given shape launches."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ CTAS_PER_SM = 4
 class HcPlan:
     spec: HcPrenormSpec
     m_blocks: int
-    splits: int                              # grid.y
+    splits: int  # grid.y
     reduce_d: SplitKReduceSpec | None = None  # num_splits=None with internal splits: d's slices, added in order
     reduce_s: SplitKReduceSpec | None = None  # and sqr_sum's
 
@@ -40,12 +41,18 @@ def plan(m: int, n: int, k: int, num_sms: int, num_splits: int | None) -> HcPlan
     if num_splits is not None:
         return HcPlan(spec, m_blocks, num_splits)
     k_blocks = ceil_div(k, BLOCK_K)
-    splits = max(1, min(ceil_div(CTAS_PER_SM * num_sms, m_blocks), k_blocks // MIN_BLOCKS_PER_SPLIT,
-                        MAX_INTERNAL_SPLITS))
+    splits = max(
+        1, min(ceil_div(CTAS_PER_SM * num_sms, m_blocks), k_blocks // MIN_BLOCKS_PER_SPLIT, MAX_INTERNAL_SPLITS)
+    )
     if splits == 1:
         return HcPlan(spec, m_blocks, 1)
-    return HcPlan(spec, m_blocks, splits, SplitKReduceSpec("fp32", False, warp_per_element(m, n, splits)),
-                  SplitKReduceSpec("fp32", False, warp_per_element(1, m, splits)))
+    return HcPlan(
+        spec,
+        m_blocks,
+        splits,
+        SplitKReduceSpec("fp32", False, warp_per_element(m, n, splits)),
+        SplitKReduceSpec("fp32", False, warp_per_element(1, m, splits)),
+    )
 
 
 def plan_specs(m: int, n: int, k: int, num_sms: int, num_splits: int | None = None, **_shape) -> list:

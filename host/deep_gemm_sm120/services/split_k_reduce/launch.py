@@ -1,5 +1,6 @@
 """Split-K on the host, shared by the GEMM families: the fp32 workspace the slices write, and the launch of
 the reduce kernel that adds them into D (+ C) in a fixed order. The plan itself is core/splitk.py."""
+
 from __future__ import annotations
 
 import torch
@@ -13,6 +14,7 @@ _pack = PARAMS.packer()
 
 class SplitK:
     """The reduce step of one plan, launched after the sliced GEMM on the same stream."""
+
     __slots__ = ("kernel", "num_sms", "warp_per_element")
 
     def __init__(self, out: str, with_c: bool, target: str, index: int, num_sms: int, warp_per_element: bool = False):
@@ -25,6 +27,13 @@ class SplitK:
         """[splits, M, N] fp32 slices; the stream-ordered caching allocator keeps it alive for both launches."""
         return torch.empty(splits * m * n, dtype=torch.float32, device=device)
 
-    def reduce(self, ws_ptr: int, d_ptr: int, c_ptr: int, m: int, n: int, ldd: int, ldc: int, splits: int,
-               index: int) -> None:
-        launch(self.kernel, grid(m, n, self.num_sms, self.warp_per_element), _pack(ws_ptr, d_ptr, c_ptr, m, n, ldd, ldc, splits), b"", index)
+    def reduce(
+        self, ws_ptr: int, d_ptr: int, c_ptr: int, m: int, n: int, ldd: int, ldc: int, splits: int, index: int
+    ) -> None:
+        launch(
+            self.kernel,
+            grid(m, n, self.num_sms, self.warp_per_element),
+            _pack(ws_ptr, d_ptr, c_ptr, m, n, ldd, ldc, splits),
+            b"",
+            index,
+        )
