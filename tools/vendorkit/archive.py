@@ -14,6 +14,7 @@ budget (vendorkit.budget); a member over the size or ratio cap is a `too-large` 
 
 from __future__ import annotations
 
+import bz2
 import hashlib
 import lzma
 import os
@@ -115,8 +116,6 @@ class _Inflating:
     STEP = 1 << 20
 
     def __init__(self, raw, label: str):
-        import bz2
-
         self.raw, self.label, self.total, self.buf, self.off = raw, label, 0, b"", 0
         self.pending = self._raw(6)
         magic = self.pending
@@ -139,7 +138,11 @@ class _Inflating:
 
     def _buffered(self) -> bool:
         """Whether the decompressor still holds input it has not turned into output."""
-        return bool(self.d.unconsumed_tail) if self.zlib else not self.d.needs_input
+        d = self.d
+        if isinstance(d, (bz2.BZ2Decompressor, lzma.LZMADecompressor)):
+            return not d.needs_input
+        assert d is not None  # _more() returns before asking, for a plain tar
+        return bool(d.unconsumed_tail)  # zlib: what decompress() left over past max_length
 
     def _more(self) -> bytes:
         """The next decoded piece, at most STEP bytes (b"" at the end)."""
@@ -153,14 +156,19 @@ class _Inflating:
                     self.pending = self._raw(1 << 16)
                     if not self.pending:
                         return b""
+                assert self.new is not None  # self.d was made by self.new (it stays None without one)
                 self.d = self.new()
             if not self.pending and not self._buffered():
                 self.pending = self._raw(1 << 16)
                 if not self.pending:
                     return b""  # cut short: tarfile reports the truncated stream
             data, self.pending = self.pending, b""
+            d = self.d
             try:
-                out = self.d.decompress((self.d.unconsumed_tail + data) if self.zlib else data, self.STEP)
+                if isinstance(d, (bz2.BZ2Decompressor, lzma.LZMADecompressor)):
+                    out = d.decompress(data, self.STEP)
+                else:  # zlib hands back what it did not consume: it is fed again, first
+                    out = d.decompress(d.unconsumed_tail + data, self.STEP)
             except lzma.LZMAError as e:  # a header declaring a dictionary over the memlimit, or damage
                 raise CannotCheck(
                     f"{self.label}: the xz stream is not read ({e}; its decoder may use at most "
@@ -245,10 +253,10 @@ class ArchiveFork:
         self._unsafe: list[tuple[str, str]] = []  # (raw member name, why)
         self._disputed: list[tuple[str, str, str]] = []  # (raw member name, where pip puts it, why)
         self._files: dict[str, ForkFile] = {}
-        self._members: dict[str, object] = {}  # path -> ZipInfo (zip only)
+        self._members: dict[str, zipfile.ZipInfo] = {}  # path -> ZipInfo (zip only)
         self._digests: dict[str, str] = {}
         self._bytes: dict[str, bytes] = {}  # tar: small interesting members
-        self._zip = None
+        self._zip: zipfile.ZipFile | None = None
         self._source = source if hasattr(source, "close") else None
         self.budget = budget.current()
         try:
@@ -299,8 +307,13 @@ class ArchiveFork:
         exe = bool(mode and stat.S_ISREG(mode) and mode & 0o111)  # pip's zip_item_is_executable
         return ForkFile(name, "file", "100755" if exe else "100644", info.file_size, too_large=cap)
 
+    def _zipfile(self) -> zipfile.ZipFile:
+        """The zip being read: its listing and members are read only when the fork is one."""
+        assert self._zip is not None  # callers: _list_zip, once it is open; reads, which return first for a tar
+        return self._zip
+
     def _list_zip(self) -> None:
-        infos = self._zip.infolist()
+        infos = self._zipfile().infolist()
         for info in infos:
             self.budget.entry(self.label)
             self.budget.path(info.filename)
@@ -338,17 +351,17 @@ class ArchiveFork:
         for info in infos:
             if info.is_dir():
                 continue
-            path, unsafe = install_path(info.filename)
+            where, unsafe = install_path(info.filename)
             if unsafe:
                 self._unsafe.append((info.filename, unsafe))
                 continue
-            if path is None:
+            if where is None:
                 continue
-            self._add(path, info.filename, self._zip_file(info, info.filename), _duplicate(seen, path))
-            self._members[path] = info
+            self._add(where, info.filename, self._zip_file(info, info.filename), _duplicate(seen, where))
+            self._members[where] = info
 
     def _zip_read(self, info, limit: int | None = None) -> bytes:
-        with self._zip.open(info) as fh:
+        with self._zipfile().open(info) as fh:
             data = fh.read(limit + 1 if limit is not None else -1)
         self.budget.take(len(data), self.label)
         return data
@@ -409,6 +422,7 @@ class ArchiveFork:
                     self.budget.take(max(m.size, 0), self.label)  # skipped, but inflated to reach the next member
                     continue
                 fh = tar.extractfile(m)
+                assert fh is not None  # m.isfile() (f.kind == "file"): tarfile gives every regular member a reader
                 h, keep = (
                     hashlib.sha256(),
                     _interesting(path) and m.size <= DIAGNOSE_MAX_BYTES and kept + m.size <= _KEEP_BYTES,
@@ -451,7 +465,7 @@ class ArchiveFork:
     def _open_member(self, f: ForkFile):
         """A stream of a zip member's bytes (never beyond its declared size: zipfile stops there)."""
         try:
-            return self._zip.open(self._members[f.path])
+            return self._zipfile().open(self._members[f.path])
         except _READ_ERRORS as e:
             raise CannotCheck(f"{self.label}: cannot read {f.path} ({type(e).__name__}: {e})") from None
 

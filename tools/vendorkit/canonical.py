@@ -35,7 +35,7 @@ class CanonicalStore:
             return data
         if self._git_ok is None:
             self._git_ok = self.git.is_repo()
-        if not self._git_ok:
+        if not self._git_ok or e.git_blob_sha1 is None:  # (None: an entry of hashes only names no blob)
             return None
         try:
             data = self.git.cat_blobs([e.git_blob_sha1])[e.git_blob_sha1]

@@ -408,6 +408,7 @@ class Comparator:
             VERIFIER, entry, f, actual, verifier_gen.build(release), f"the verifier of {release.tag}"
         )
         if r.diagnosis in ("content", "replaced"):
+            assert r.detail is not None  # _diagnose_changed says how the content differs whenever it does
             r.detail = f"not the verifier --sync writes for {release.tag} (edited or replaced): " + r.detail
         return r
 
@@ -430,7 +431,7 @@ class Comparator:
         results: list[FileResult] = []
         errors: list[FileResult] = []
         missing: list[FileEntry] = []
-        ours_digests: dict[str, tuple[str, str]] = {}  # rel -> (digest, mode) for stale detection
+        ours_digests: dict[str, tuple[str | None, str]] = {}  # rel -> (digest, mode) for stale detection
         results.extend(getattr(self.view, "findings", lambda prefix: [])(self.prefix))
         report.notes.extend(getattr(self.view, "notes", []))
 
@@ -578,17 +579,18 @@ class Comparator:
                     if d is not None:
                         by_digest.setdefault(d, rel)
             for entry in missing:
-                rel = by_digest.get(entry.digest(self.kind))
-                if rel is not None and rel not in consumed:
-                    consumed.add(rel)
+                want = entry.digest(self.kind)
+                moved = by_digest.get(want) if want is not None else None
+                if moved is not None and moved not in consumed:
+                    consumed.add(moved)
                     results.append(
                         FileResult(
                             entry.path,
                             "renamed",
-                            detail=f"same bytes at {_join(self.prefix, rel)}",
+                            detail=f"same bytes at {_join(self.prefix, moved)}",
                             expected=entry.digest(self.kind),
                             actual=entry.digest(self.kind),
-                            fork_path=_join(self.prefix, rel),
+                            fork_path=_join(self.prefix, moved),
                         )
                     )
                 elif entry.path in getattr(self.view, "dirs", ()):
@@ -693,13 +695,14 @@ class Comparator:
         if report.verdict != "not-vendored" or errors:
             report.verdict, report.stale_tag = self._verdict(results, ours_digests)
         if report.verdict == "stale":
+            assert report.stale_tag is not None  # _verdict names the release whenever it says stale
             report.notes.append(
                 f"the fork is identical to {self.ms.label(report.stale_tag)}; "
                 f"run with --sync to move it to {self.tag.label}"
             )
         return report
 
-    def _verdict(self, results: list[FileResult], ours: dict[str, tuple[str, str]]) -> tuple[str, str | None]:
+    def _verdict(self, results: list[FileResult], ours: dict[str, tuple[str | None, str]]) -> tuple[str, str | None]:
         if any(r.status == "error" for r in results):
             return "unknown", None
         if all(r.status in IN_SYNC_STATUSES and not (r.status == "foreign" and r.drift) for r in results):

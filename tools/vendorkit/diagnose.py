@@ -136,6 +136,7 @@ def _lcs_pairs(x: list[int], y: list[int], cap: int) -> list[tuple[int, int, int
             raise OverWorkCap()
         if found is not None:
             break
+    assert found is not None  # the search ends by round n + m: no edit script is longer than n + m
     runs: list[tuple[int, int, int]] = []
     i, j = n, m
     for d in range(found, 0, -1):

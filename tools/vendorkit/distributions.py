@@ -10,8 +10,13 @@ drifted, else `unknown`.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .compare import AmbiguousPrefix, Comparator, Report, detect_prefix
 from .errors import CannotCheck, UsageError
+
+if TYPE_CHECKING:
+    from .pypi import Dist
 
 
 def _verdict(reports: list[Report]) -> tuple[str, str | None]:
@@ -31,7 +36,7 @@ def check_release(
     view, ms, tag, prefix: str | None, canonical=None, want_diff: bool = True, strict: bool = False
 ) -> Report:
     """One report for every file of `view` (a vendorkit.pypi.ReleaseView)."""
-    parts: list[tuple[object, Report]] = []
+    parts: list[tuple[Dist, Report]] = []
     found: dict[str, str] = {}
     pending = []
     for dist, part in view.parts():
@@ -90,7 +95,7 @@ def check_release(
     return merge(view.label, tag, ms, parts)
 
 
-def merge(label: str, tag, ms, parts: list[tuple[object, Report]]) -> Report:
+def merge(label: str, tag, ms, parts: list[tuple[Dist, Report]]) -> Report:
     if not parts:
         raise CannotCheck(f"{label}: the release has no files to check")
     roots = {r.prefix for _, r in parts}

@@ -214,7 +214,8 @@ class GitHubClient:
     def paginate(self, path: str, params: dict | None = None) -> list:
         """Follow `Link: rel="next"` pages (never conditional: lists change)."""
         out: list = []
-        url, p = path, dict(params or {}, per_page=100)
+        url = path
+        p: dict[str, Any] | None = dict(params or {}, per_page=100)  # the next pages' links carry their own
         for _ in range(100):
             _, data, resp = self.request("GET", url, params=p, conditional=False)
             out.extend(data or [])

@@ -22,6 +22,7 @@ import stat
 import struct
 import zlib
 from dataclasses import dataclass
+from typing import BinaryIO, NoReturn
 
 from . import budget
 from .errors import CannotCheck, UsageError
@@ -42,7 +43,7 @@ class GitFormatError(CannotCheck):
     """The repository's files are not what git writes (corrupt, truncated, or crafted)."""
 
 
-def _cannot(msg: str):
+def _cannot(msg: str) -> NoReturn:
     raise GitFormatError(msg)
 
 
@@ -76,8 +77,8 @@ class _Pack:
     count: int
     version: int  # index version: 1 or 2
     fanout: tuple
-    idx: object  # open file of the .idx
-    pack: object  # open file of the .pack
+    idx: BinaryIO  # open file of the .idx
+    pack: BinaryIO  # open file of the .pack
     pack_size: int
 
 
@@ -336,8 +337,8 @@ class Repository:
     def header(self, oid: str, _depth: int = 0) -> tuple[str, int]:
         """(type, size) of an object, inflating only its first bytes (no delta is applied)."""
         if oid in self._cache:
-            kind, data = self._cache[oid]
-            return kind, len(data)
+            cached_kind, cached = self._cache[oid]
+            return cached_kind, len(cached)
         if _depth > MAX_REF_DELTA:
             _cannot(f"object {oid}: deltas against objects named by id nest more than {MAX_REF_DELTA} deep")
         loose = self._loose_name(oid)
@@ -377,8 +378,10 @@ class Repository:
             if kind in TYPES:
                 return TYPES[kind]
             if kind == OFS_DELTA:
+                assert isinstance(base, int)  # _pack_entry: an OFS_DELTA's base is its offset
                 off = base
             else:
+                assert isinstance(base, str)  # _pack_entry: a REF_DELTA's base is its object id
                 return self.header(base, depth + 1)[0]
         _cannot(f"{p.name}: a delta chain longer than {MAX_DELTA_CHAIN}")
 
@@ -458,11 +461,11 @@ class Repository:
                         break
                 if z.eof:
                     break
-        if size is None or len(out) != size:
+        if kind is None or size is None or len(out) != size:  # (kind and size are read together)
             _cannot(f"loose object {oid}: truncated")
         return kind, bytes(out)
 
-    def _pack_entry(self, p: _Pack, off: int) -> tuple[int, int, object, int]:
+    def _pack_entry(self, p: _Pack, off: int) -> tuple[int, int, int | str | None, int]:
         """(type code, size, base (offset for OFS_DELTA, oid for REF_DELTA, else None), offset of the data)."""
         p.pack.seek(off)
         head = p.pack.read(32)
@@ -476,7 +479,7 @@ class Repository:
             c = head[i]
             size |= (c & 0x7F) << shift
             shift, i = shift + 7, i + 1
-        base = None
+        base: int | str | None = None
         if kind == OFS_DELTA:
             if i >= len(head):
                 _cannot(f"{p.name}.pack: bad delta offset at {off}")
@@ -550,13 +553,15 @@ class Repository:
                 raise CannotCheck(f"object {oid}: a delta of {size:,} bytes, over the cap (not read)")
             chain.append((data_off, size))
             if kind == OFS_DELTA:
+                assert isinstance(base, int)  # _pack_entry: an OFS_DELTA's base is its offset
                 off = base
             else:  # the base is named by id: anywhere in the repository (a thin pack's, or a loose object)
+                assert isinstance(base, str)  # _pack_entry: a REF_DELTA's base is its object id
                 base_obj = self.read(base, cap, _depth=depth + 1)
                 break
         else:
             _cannot(f"{p.name}: a delta chain longer than {MAX_DELTA_CHAIN}")
-        kind, data = base_obj
+        base_kind, data = base_obj
         self.budget.hold(len(data), oid)
         try:
             for data_off, size in reversed(chain):
@@ -564,7 +569,7 @@ class Repository:
                 data = _apply_delta(data, delta, cap, oid)
         finally:
             self.budget.release(len(base_obj[1]))
-        return kind, data
+        return base_kind, data
 
     # ------------------------------------------------------------ trees
     def tree_entries(self, tree: str) -> list[tuple[str, str, str]]:

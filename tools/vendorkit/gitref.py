@@ -115,7 +115,7 @@ class GitRefFork:
                     attrs.append((path, mode, oid))
         for f in out.values():
             if f.kind in ("file", "symlink"):
-                kind, size = self.git.header(f.oid)
+                kind, size = self.git.header(_oid(f))
                 if kind != "blob":
                     raise CannotCheck(f"{self.label}: {f.path} names a {kind}, not a blob")
                 f.size = size
@@ -147,7 +147,7 @@ class GitRefFork:
                 )
 
     def _blob(self, f: ForkFile) -> bytes:
-        return self.git.read(f.oid, MEMBER_MAX_BYTES, want="blob")[1]
+        return self.git.read(_oid(f), MEMBER_MAX_BYTES, want="blob")[1]
 
     # ------------------------------------------------------------ the view
     def findings(self, prefix: str) -> list:
@@ -186,3 +186,8 @@ class GitRefFork:
 
 def _tree_mode(f: ForkFile) -> str:
     return "120000" if f.kind == "symlink" else f.mode
+
+
+def _oid(f: ForkFile) -> str:
+    assert f.oid is not None  # every file list_under() hands out carries the blob id its tree names
+    return f.oid

@@ -94,6 +94,7 @@ def run(function: str, payload: dict, lim: ChildLimits | None = None, path: tupl
     proc = subprocess.Popen(
         [sys.executable, "-c", boot], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, **kwargs
     )
+    assert proc.stdin is not None and proc.stdout is not None  # both are PIPEs: Popen made them
     try:
         proc.stdin.write(json.dumps(payload).encode())
         proc.stdin.close()

@@ -35,7 +35,7 @@ _FILE_OPTIONAL = {"git_blob_sha1", "size", "mode"}
 _LAYER_DIRS = {"common", "impls", "mma", "scheduler", "layout", "tile", "epilogue"}
 
 
-def check_name(name: str) -> str:
+def check_name(name: object) -> str:
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise UsageError(f"lineage name {name!r}: use lowercase letters, digits, '.', '_' and '-' (a directory name)")
     return name
@@ -116,7 +116,7 @@ def parse(text: str, where: str, expect_lineage: str | None = None, expect_tag: 
 def dump(m: Manifest) -> str:
     files = []
     for e in m.files:
-        d = {"path": e.path, "sha256": e.sha256}
+        d: dict[str, str | int] = {"path": e.path, "sha256": e.sha256}
         if e.git_blob_sha1:
             d["git_blob_sha1"] = e.git_blob_sha1
         if e.size is not None:
@@ -217,7 +217,7 @@ def from_vendor_json(text: str, where: str, prefix: str | None) -> tuple[str, st
 
 def write(repo_root: str, m: Manifest) -> str:
     """Store an imported manifest; never over an existing one (imported manifests are immutable like releases)."""
-    d = lineage_dir(repo_root, m.lineage)
+    d = lineage_dir(repo_root, check_name(m.lineage))  # (an imported manifest's; ours have none)
     dest = os.path.join(d, f"{m.tag}.json")
     if os.path.exists(dest):
         raise UsageError(f"{os.path.relpath(dest, repo_root)} already exists: imported manifests never change")

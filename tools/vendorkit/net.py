@@ -18,12 +18,18 @@ import json
 import time
 import zlib
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any, Protocol
 
 from . import budget
 from .errors import CannotCheck
 
 CHUNK = 64 << 10
+
+
+class Sink(Protocol):
+    """Where a body can go instead of memory: a binary file, or anything else that takes its pieces."""
+
+    def write(self, data: bytes, /) -> object: ...
 
 
 @dataclass
@@ -110,7 +116,7 @@ def request(
     headers: dict | None = None,
     params: dict | None = None,
     json_body: Any = None,
-    sink: BinaryIO | None = None,
+    sink: Sink | None = None,
     decode: bool = True,
     allow_redirects: bool = True,
     connect_timeout: float = 15.0,

@@ -332,8 +332,8 @@ def environments(infos: list) -> tuple[list[str], list[tuple[int, bool]]]:
             minors.add(min(int(i.py_only.replace(".", "")[1:]), MAX_MINOR))
         minors |= _minors_named(getattr(f, "requires_python", None))
     # a verdict on a minor changes only at a minor some file names: that one and its neighbours represent all
-    minors = sorted({n for m in minors for n in (m - 1, m, m + 1) if 0 <= n <= MAX_MINOR})
-    pythons = [(m, False) for m in minors] + [(m, True) for m in minors if m >= 13]
+    around = sorted({n for m in minors for n in (m - 1, m, m + 1) if 0 <= n <= MAX_MINOR})
+    pythons = [(m, False) for m in around] + [(m, True) for m in around if m >= 13]
     if len(platforms) * len(pythons) > MAX_ENVIRONMENTS:
         raise CannotCheck(
             f"the project's files name {len(platforms):,} platforms and {len(pythons)} Pythons, "
@@ -362,16 +362,22 @@ def _best(cands: list, pinned: str | None) -> tuple:
     finals = [(f, i) for f, i in cands if not is_prerelease(i.version)]
     pool = finals if finals and not (pinned and is_prerelease(pinned)) else cands
     pool = [(f, i) for f, i in pool if not f.yanked] or pool
-    return max(pep440_key(i.version) for _, i in pool)
+    return max(_key(i) for _, i in pool)
+
+
+def _key(info: FileInfo) -> tuple:
+    key = pep440_key(info.version)
+    assert key is not None  # choose() keeps only the files whose version PEP 440 accepts
+    return key
 
 
 def choose(files: list, project: str, pinned: str | None) -> Choice:
     """pip's choice among `files` (objects with `.filename`, `.yanked`, `.requires_python`, `.egg`, `.url_path`)
     of `project`, in every environment that can choose differently (see the module's docstring)."""
-    infos = [
+    parsed = [
         (f, parse_filename(f.filename, project, getattr(f, "egg", None), getattr(f, "url_path", ""))) for f in files
     ]
-    infos = [(f, i) for f, i in infos if i is not None and pep440_key(i.version) is not None]
+    infos = [(f, i) for f, i in parsed if i is not None and pep440_key(i.version) is not None]
     if pinned is not None:
         infos = [(f, i) for f, i in infos if pinned_match(i.version, pinned)]
     platforms, pythons = environments(infos)

@@ -142,7 +142,7 @@ def _version_of(project: str, filename: str) -> str | None:
 class _Links(html.parser.HTMLParser):
     """pip's reading of a PEP 503 page: every anchor's attributes, and the first <base href>."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
         self.anchors: list[dict] = []
         self.base: str | None = None
@@ -363,10 +363,10 @@ def release(name: str, version: str | None, indexes: list[str] | str, session=No
             raise CannotCheck(
                 f"pypi:{name}=={version}: not on the index (it lists no such version, or none pip could install)"
             )
-        live = [f for f in files if pep440_key(f.version) is not None]
+        live = [k for k in (pep440_key(f.version) for f in files) if k is not None]
         if not live:
             raise CannotCheck(f"pypi:{name}: the index lists no installable release")
-        newest = max(pep440_key(f.version) for f in live)  # pip installs none of it on a common platform
+        newest = max(live)  # pip installs none of it on a common platform
         chosen = {newest: ["no common platform"]}
     out: list[Dist] = []
     for key in sorted(chosen, reverse=True):

@@ -12,6 +12,7 @@ import hashlib
 import os
 import re
 from collections.abc import Iterator
+from typing import overload
 
 from . import checkout
 from .archive import install_path
@@ -99,14 +100,15 @@ class RemoteFork:
         self._unsafe: dict[str, str] = {}
         self._sha256: dict[str, str] = {}
         self._checkout: dict[str, bytes] = {}  # path -> what a checkout writes, where .gitattributes change it
-        self._blob_ids: dict[str, str] = {}  # path -> its blob's id, where the digest became the checkout's
+        self._blob_ids: dict[str, str | None] = {}  # path -> its blob's id, where the digest became the checkout's
         self._add(root["tree"], "")
 
     def _add(self, entries: list[dict], base: str) -> None:
         for e in entries:
             raw = f"{base}/{e['path']}" if base else e["path"]
             path, unsafe = install_path(raw) if isinstance(raw, str) else (None, "not a string")
-            if unsafe or path != raw:  # git never stores such names; a server that sends them is not git
+            # git never stores such names; a server that sends them is not git (no path: "." or "")
+            if unsafe or path is None or path != raw:
                 self._unsafe[str(raw)] = unsafe or f"not a canonical path (would be {path})"
                 continue
             if e["type"] == "tree":
@@ -235,7 +237,12 @@ class RemoteFork:
             return self._checkout[f.path]
         return self._blob_bytes(f, limit)
 
+    @overload
+    def _blob_bytes(self, f: ForkFile, limit: None = None) -> bytes: ...
+    @overload
+    def _blob_bytes(self, f: ForkFile, limit: int | None) -> bytes | None: ...
     def _blob_bytes(self, f: ForkFile, limit: int | None = None) -> bytes | None:
+        """The blob's bytes; None when they are more than `limit` (never without a limit)."""
         data = self.client.get(f"{self._base}/git/blobs/{self._blob_ids.get(f.path, f.digest)}", conditional=False)
         if not isinstance(data, dict) or data.get("encoding") != "base64":
             raise CannotCheck(f"unexpected blob encoding for {f.path}")

@@ -22,7 +22,7 @@ def _summary(r: Report) -> str:
     return ", ".join(f"{v} {k}" for k, v in c.items()) or "no files"
 
 
-def _against(r: Report) -> str:
+def _against(r: Report) -> str | None:
     return r.tag if r.lineage is None else f"{r.lineage}@{r.tag} (upstream lineage)"
 
 
@@ -50,8 +50,9 @@ def to_text(r: Report, verbose: bool = False, diff_lines: int | None = DEFAULT_D
             f"  file {t(d['file'])} ({t(d['platforms'])}; {t(d['integrity'])}; vendor root "
             f"{t(d['prefix'] or '.')}): {d['verdict']}"
         )
-    if _stamp_line(r, t):
-        out.append(_stamp_line(r, t))
+    stamp = _stamp_line(r, t)
+    if stamp:
+        out.append(stamp)
     for f in r.files:
         if f.status == "ok" and not verbose:
             continue
@@ -113,8 +114,9 @@ def to_markdown(r: Report, diff_lines: int | None = DEFAULT_DIFF_LINES) -> str:
         else f"fork {c(r.target, False)} (prefix {c(r.prefix or '.', False)}) against {_against(r)}"
     )
     out = [f"### check_vendor: {head}", "", f"**Verdict: {verdict}** — {_summary(r)}", ""]
-    if _stamp_line(r, lambda s: c(s, False)):
-        out += [_stamp_line(r, lambda s: c(s, False)), ""]
+    stamp = _stamp_line(r, lambda s: c(s, False))
+    if stamp:
+        out += [stamp, ""]
     if r.distributions:
         out += ["| file | platforms | integrity | verdict |", "|---|---|---|---|"]
         out += [

@@ -68,6 +68,7 @@ def lineage_problems(repo_root: str, git: GitRepo | None) -> tuple[list[str], li
             continue
         for m in ms.manifests:
             rel = m.source
+            assert rel is not None  # lineage.load reads each manifest from its file (source: that file)
             added = git.first_commit_adding(rel)
             if added is None:
                 notes.append(f"{rel} is not committed yet (a new import)")
@@ -118,6 +119,7 @@ def self_check(repo_root: str, ms: ManifestSet) -> Report:
     for path in sorted(set(tree) | set(released)):
         e, have = released.get(path), tree.get(path)
         if e is None:
+            assert have is not None  # a path the release does not have is the tree's
             r.files.append(
                 FileResult(
                     path,
@@ -126,7 +128,9 @@ def self_check(repo_root: str, ms: ManifestSet) -> Report:
                     actual=have[0],
                 )
             )
-        elif have is None:
+            continue
+        assert latest is not None  # e is a file of the latest release
+        if have is None:
             r.files.append(
                 FileResult(path, "missing", detail=f"unreleased: removed since {latest.tag}", expected=e.sha256)
             )

@@ -67,6 +67,7 @@ def plan(
         if f.status == "missing":
             acts.append(Action("write", path, "missing", expect=ABSENT, entry=entry))
         elif f.status == "renamed":
+            assert f.fork_path is not None  # a renamed file's result says where its copy is (compare)
             acts.append(Action("write", path, f"missing; {f.detail}", expect=ABSENT, entry=entry))
             acts.append(
                 Action(
@@ -277,6 +278,7 @@ def preflight(
             raise CannotCheck(f"{a.path} disappeared while it was being checked; nothing was written, run again")
         a.expect = now
         if a.verb == "write" and a.data is None:
+            assert a.entry is not None  # plan() gives each write of released bytes (no data of its own) its entry
             data = canonical(a.entry)
             if data is None or sha256_bytes(data) != a.entry.sha256:
                 why = getattr(getattr(canonical, "__self__", None), "why_missing", lambda: "")()
@@ -285,7 +287,12 @@ def preflight(
                     f"{'in this checkout' if not why else ''}; nothing was written" + (f" ({why})" if why else "")
                 )
             a.data, a.mode = data, a.entry.mode or "100644"
-        if a.verb == "write" and now == sha256_bytes(a.data) and (st is None or _mode(st) == a.mode):
+        if (
+            a.verb == "write"
+            and a.data is not None  # (loaded just above)
+            and now == sha256_bytes(a.data)
+            and (st is None or _mode(st) == a.mode)
+        ):
             out.append(Action("keep", a.path, "already " + ("the stamp" if a.path.endswith(STAMP) else "up to date")))
             continue
         if a.backup and (now in (ABSENT, OTHER) or now in a.backup_unless):  # a FIFO or device holds no bytes
@@ -336,6 +343,7 @@ def apply(
                 continue
             backup_to = f"{backup_root}/{a.path}" if a.backup and backup_root else None
             if a.verb == "write":
+                assert a.data is not None  # preflight() loads the bytes of every write it keeps
                 tx.write(a.path, a.data, a.mode, a.expect, backup_to)
                 if backup_to:
                     done.append(f"  backup   {a.path} -> {backup_to}")

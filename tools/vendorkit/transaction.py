@@ -126,7 +126,13 @@ class Journal:
     """The write-ahead record of one sync's steps, each record MAC-chained to the ones before it."""
 
     def __init__(self, fs: ForkRoot, header: dict):
-        self.fs, self.key, self.prev = fs, journal_key(create=True), ""
+        key = journal_key(create=True)
+        if key is None:  # made, then gone before it was read back (removed by something else)
+            raise CannotCheck(
+                f"the journal key {os.path.join(state_dir(), KEY_NAME)} disappeared as it was made: --sync needs "
+                f"it to journal its steps"
+            )
+        self.fs, self.key, self.prev = fs, key, ""
         self.name = f"{JOURNAL}-{os.urandom(6).hex()}"
         self.fh = fs.create_exclusive(self.name, 0o600)
         self.records: list[dict] = []
@@ -202,9 +208,20 @@ def read_journal(fs: ForkRoot, name: str) -> tuple[dict, list[dict]] | None:
     return recs[0], recs[1:]
 
 
+def _pending(fs: ForkRoot) -> list[tuple[str, dict, list[dict]]]:
+    """(name, header, step records) of each journal of an interrupted sync of this fork that this user's
+    check_vendor wrote."""
+    out = []
+    for n in journals(fs):
+        got = read_journal(fs, n)
+        if got is not None:
+            out.append((n, *got))
+    return out
+
+
 def pending(fs: ForkRoot) -> list[str]:
     """Journals of interrupted syncs of this fork that this user's check_vendor wrote."""
-    return [n for n in journals(fs) if read_journal(fs, n) is not None]
+    return [n for n, _, _ in _pending(fs)]
 
 
 def _valid(r) -> bool:
@@ -213,7 +230,7 @@ def _valid(r) -> bool:
     op, path = r["op"], r.get("path")
     if op == "commit":
         return set(r) == {"op"}
-    if not safe_relative(path):
+    if not isinstance(path, str) or not safe_relative(path):  # (safe_relative refuses a non-string too)
         return False
     if op == "mkdir":
         return set(r) == {"op", "path"}
@@ -294,13 +311,12 @@ def recover(fs: ForkRoot) -> list[str] | None:
     undo every step; after it, drop the asides. Lines saying what was done; CannotCheck when an undo step fails
     (the journal then stays for another attempt). Journals that are not ours are left alone."""
     done: list[str] = []
-    for name in pending(fs):
-        done += _recover_one(fs, name)
+    for name, header, records in _pending(fs):
+        done += _recover_one(fs, name, header, records)
     return done or None
 
 
-def _recover_one(fs: ForkRoot, name: str) -> list[str]:
-    header, records = read_journal(fs, name)
+def _recover_one(fs: ForkRoot, name: str, header: dict, records: list[dict]) -> list[str]:
     with deferred_signals():
         if any(r["op"] == "commit" for r in records):
             left = _drop_asides(fs, records)
@@ -365,7 +381,7 @@ def fork_lock(fs: ForkRoot, exclusive: bool):
 
 
 class _Guard:
-    def __init__(self):
+    def __init__(self) -> None:
         self.deferred: int | None = None
         self.raising = True
 
@@ -447,6 +463,8 @@ class Transaction:
         if backup_to and aside is not None:
             self._dirs(backup_to.rpartition("/")[0])
             st = self.fs.lstat(aside)
+            if st is None:  # set aside a moment ago
+                raise Changed(f"{rel} changed during the sync")
             if stat.S_ISLNK(st.st_mode):
                 self._put(backup_to, os.fsencode(self.fs.readlink(aside)), "120000")
             else:
@@ -461,7 +479,10 @@ class Transaction:
     def chmod(self, rel: str, mode: str, expect: str | None) -> None:
         if expect is not None and state(self.fs, rel) != expect:
             raise Changed(f"{rel} changed during the sync")
-        old = self.fs.lstat(rel).st_mode & 0o7777
+        st = self.fs.lstat(rel)
+        if st is None:
+            raise Changed(f"{rel} disappeared during the sync")
+        old = st.st_mode & 0o7777
         self.journal.record(op="chmod", path=rel, old=0o755 if old & stat.S_IXUSR else 0o644)
         self.fs.chmod(rel, 0o755 if mode == "100755" else 0o644)
 

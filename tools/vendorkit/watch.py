@@ -10,6 +10,7 @@ import os
 import re
 import shlex
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from . import inert, yamlio
 from .compare import Comparator, Report
@@ -87,7 +88,7 @@ def manifests_loader(ms: ManifestSet, repo_root: str | None):
     cache: dict[str | None, ManifestSet] = {None: ms}
 
     def get(name: str | None) -> ManifestSet:
-        if name not in cache:
+        if name is not None and name not in cache:  # (None, ours, is always there)
             from . import lineage
 
             if repo_root is None:
@@ -165,6 +166,8 @@ def check_one(
 
 
 def _check_fork(client: GitHubClient, ms: ManifestSet, ds: Downstream) -> ForkResult:
+    # a GitHub fork's entry names its repo, ref and prefix (_check_entry requires all three)
+    assert ds.repo is not None and ds.ref is not None and ds.prefix is not None
     before_req, before_304 = client.counters.requests, client.counters.not_modified
     tag = ms.resolve(None if ds.track == "latest" else ds.track)
     owner, repo = ds.repo.split("/")
@@ -341,10 +344,15 @@ def how_to_fix(res: ForkResult, ms: ManifestSet) -> list[str]:
             "its headers against the release first.",
             "",
         ]
+    assert r.tag is not None  # a downstream is checked against a release (check_one)
     tag = ms.by_tag[r.tag]
     refused = sync.refusals(sync.plan(r, ms, tag))
     checkout = "the source checkout this package is built from" if ds.package else "a local checkout of the fork"
-    name = ds.package if ds.package else ds.repo.split("/")[1]
+    if ds.package:
+        name = ds.package
+    else:
+        assert ds.repo is not None  # a GitHub fork's entry names its repo (_check_entry)
+        name = ds.repo.split("/")[1]
     prefix = f" --prefix {shlex.quote(r.prefix)}" if r.prefix else ""  # a package's prefix is read from it: quoted
     upstream = f" --upstream {ms.lineage}" if ms.lineage else ""
     if ms.lineage and not ms.has_blob_ids:
@@ -430,6 +438,7 @@ def issue_body(res: ForkResult, ms: ManifestSet, report_url: str | None = None) 
             f"equals a file of any deep_gemm_sm120 release (checked against {c(r.tag, False)})."
         )
     else:
+        assert r.tag is not None  # a downstream is checked against a release (check_one)
         opening = (
             f"{what} vendors the SM120 device layer under {c(r.prefix or '.', False)} and tracks "
             f"{c(ds.track, False)} (= {c(ms.label(r.tag), False)})."
@@ -481,8 +490,7 @@ def reconcile_issues(
         ]
     )
     url = run_url()
-    if dry_run:
-        client = _DryRun()
+    writer: _IssueWriter = _DryRun() if dry_run else client
     for res in results:
         mk = marker(res.downstream)
         # the marker must be the body's first line: a fork cannot plant it through a file name shown further down
@@ -495,19 +503,19 @@ def reconcile_issues(
         if verdict in FAILING_VERDICTS:
             title, body = issue_title(res), issue_body(res, ms, url)
             if current is None:
-                _, made, _ = client.request(
+                _, made, _ = writer.request(
                     "POST", f"/repos/{repo}/issues", body={"title": title, "body": body, "labels": [LABEL]}
                 )
                 res.issue_action = f"created #{made['number']}"
             elif current["state"] != "open":
-                client.request(
+                writer.request(
                     "PATCH",
                     f"/repos/{repo}/issues/{current['number']}",
                     body={"state": "open", "title": title, "body": body},
                 )
                 res.issue_action = f"reopened #{current['number']}"
             elif _findings_line(current.get("body")) != _findings_line(body) or current.get("title") != title:
-                client.request(
+                writer.request(
                     "PATCH", f"/repos/{repo}/issues/{current['number']}", body={"title": title, "body": body}
                 )
                 res.issue_action = f"updated #{current['number']}"
@@ -516,7 +524,7 @@ def reconcile_issues(
         elif verdict == "in-sync":
             if current is not None and current["state"] == "open":
                 n = current["number"]
-                client.request(
+                writer.request(
                     "POST",
                     f"/repos/{repo}/issues/{n}/comments",
                     body={
@@ -526,7 +534,7 @@ def reconcile_issues(
                         f"{inert.md_code(res.report.tag, False)}. Closing."
                     },
                 )
-                client.request("PATCH", f"/repos/{repo}/issues/{n}", body={"state": "closed"})
+                writer.request("PATCH", f"/repos/{repo}/issues/{n}", body={"state": "closed"})
                 res.issue_action = f"closed #{n}"
         else:
             res.issue_action = f"untouched #{current['number']}" if current else "-"
@@ -539,6 +547,12 @@ def reconcile_issues(
                 "closed": f"would close {num}",
             }
             res.issue_action = would.get(verb, res.issue_action)
+
+
+class _IssueWriter(Protocol):
+    """What reconcile_issues writes issues through: the GitHub client, or _DryRun."""
+
+    def request(self, method: str, path: str, *, body: Any = None) -> tuple[int, Any, Any]: ...
 
 
 class _DryRun:

@@ -54,19 +54,19 @@ class Layout:
     notes: list[str] = field(default_factory=list)
 
 
-def _data_target(name: str) -> tuple[str | None, str | None, str | None]:
-    """(scheme, path in it, None) of a data member, or (None, None, why pip refuses it)."""
+def _data_target(name: str) -> tuple[str, str] | str:
+    """(scheme, path in it) of a data member, or why pip refuses it."""
     norm = posixpath.normpath(name)
     parts = norm.split("/", 2)
     if len(parts) < 3:
-        return None, None, "a .data member not under a scheme directory (.data/<scheme>/<path>): pip refuses the wheel"
+        return "a .data member not under a scheme directory (.data/<scheme>/<path>): pip refuses the wheel"
     _, scheme, sub = parts
     if scheme not in SITE_SCHEMES + OTHER_SCHEMES:
-        return None, None, f"a .data member under an unknown scheme {scheme!r}: pip refuses the wheel"
+        return f"a .data member under an unknown scheme {scheme!r}: pip refuses the wheel"
     path, unsafe = install_path(sub)
     if unsafe or path is None:
-        return None, None, unsafe or "an empty path"
-    return scheme, path, None
+        return unsafe or "an empty path"
+    return scheme, path
 
 
 def lay_out(names: list[str]) -> Layout:
@@ -80,7 +80,8 @@ def lay_out(names: list[str]) -> Layout:
             f"pip refuses this wheel ({len(infos)} .dist-info directories, one expected); its members "
             f"are checked where pip would put them"
         )
-    root, data = [], []
+    root: list[str] = []
+    data: list[str] = []
     for n in names:
         if n.endswith("/"):
             continue  # a directory entry: nothing is written
@@ -89,11 +90,13 @@ def lay_out(names: list[str]) -> Layout:
     order = root + [n for n in data if n not in set(scripts)] + scripts
     for n in order:
         first = n.split("/", 1)[0]
+        path: str | None
         if first.endswith(".data"):
-            scheme, path, why = _data_target(n)
-            if why:
-                out.refused.append((n, why))
+            target = _data_target(n)
+            if isinstance(target, str):  # why pip refuses it
+                out.refused.append((n, target))
                 continue
+            scheme, path = target
             if scheme not in SITE_SCHEMES:
                 if any(e[1:] == (scheme, path) for e in out.elsewhere):
                     out.notes.append(

@@ -81,10 +81,10 @@ class KernelSpec:
         raise NotImplementedError
 
     def block_threads(self) -> int:
-        return self.config.threads  # type: ignore[attr-defined]
+        return self.config.threads  # type: ignore[attr-defined]  # subclasses with a `config` field (a core.gemm tile) use this; others override it
 
     def shared_bytes(self) -> int:
-        return self.config.smem_bytes  # type: ignore[attr-defined]
+        return self.config.smem_bytes  # type: ignore[attr-defined]  # subclasses with a `config` field (a core.gemm tile) use this; others override it
 
     def template_args(self) -> list[str]:
         raise NotImplementedError
@@ -124,7 +124,7 @@ class Family:
     # relative to device_layer/ (absolute: a family kept outside); default impls/sm120_<name>.cuh
     header: str = ""
     kernel: str = ""  # qualified template name; default sm120::sm120_<name>_kernel
-    spec_type: type | None = None  # default: the type of specs()[0]
+    spec_type: type[KernelSpec] | None = None  # default: the type of specs()[0]
     quick_key: Callable[[object], tuple] = _no_key  # equal keys share resources (gate --quick); default: one
     # Every public name the family answers for, once (core/names.py): its ops, aliases and refusals.
     names: tuple[Name, ...] = ()
@@ -142,8 +142,9 @@ class Family:
         # conventions fill what a declaration leaves out (frozen: set once, here)
         object.__setattr__(self, "header", self.header or f"impls/sm120_{self.name}.cuh")
         object.__setattr__(self, "kernel", self.kernel or f"sm120::sm120_{self.name}_kernel")
-        object.__setattr__(self, "spec_type", self.spec_type or type(self.specs()[0]))
-        self.spec_type.FAMILY = self
+        spec_type = self.spec_type or type(self.specs()[0])
+        object.__setattr__(self, "spec_type", spec_type)
+        spec_type.FAMILY = self
         if os.path.isabs(self.header) and not os.path.isfile(self.header):
             raise ValueError(f"{self.name}: header {self.header} does not exist")
         if self.service and self.names:
@@ -217,9 +218,11 @@ def _validate(reg: Registry) -> None:
         if isinstance(decl, Op) and decl.refused:
             raise ValueError(f"{fam.name}: op {decl.name} is declared {decl.status}; an op is supported")
     for fam in reg.families:
+        spec_type = fam.spec_type
+        assert spec_type is not None  # Family.__post_init__ fills it
         for spec in fam.specs():
-            if not isinstance(spec, fam.spec_type):
-                raise TypeError(f"{fam.name}: spec {spec!r} is not a {fam.spec_type.__name__}")
+            if not isinstance(spec, spec_type):
+                raise TypeError(f"{fam.name}: spec {spec!r} is not a {spec_type.__name__}")
             rules = fam.gate(spec)
             if not isinstance(rules, GateRules):
                 raise TypeError(f"{fam.name}: gate({spec.name}) must return GateRules, got {rules!r}")
