@@ -17,8 +17,6 @@ import sys
 
 import torch
 
-from deep_gemm_sm120.core.arith import ceil_div
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from harness import bench, finish, start
@@ -36,6 +34,8 @@ SHAPES = [  # (label, M, N, K): DeepSeek-V3 projections at decode and prefill si
 
 
 def roofline(kind: str, m: int, n: int, k: int, gran: int) -> dict:
+    from deep_gemm_sm120.core.arith import ceil_div  # after start(): it imports the package
+
     ea, eb = BYTES_PER_ELEM[kind]
     scale_bytes = (m + n) * ceil_div(k, gran)
     traffic = (m * ea + n * eb) * k + scale_bytes + m * n * 2  # operands + scales + bf16 D, each once

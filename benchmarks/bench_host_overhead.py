@@ -37,6 +37,14 @@ def per_call_us(fn, calls: int = 5000, rounds: int = 10) -> tuple[float, float]:
     return min(samples) * 1e6, statistics.median(samples) * 1e6
 
 
+def _cast(fn, x):
+    """DeepGEMM's casts take `use_ue8m0`; checkouts before deep_gemm_sm120 0.8.5 took none."""
+    try:
+        return fn(x, use_ue8m0=True)
+    except TypeError:
+        return fn(x)
+
+
 def cases():
     import deep_gemm_sm120 as dg
 
@@ -49,8 +57,8 @@ def cases():
     am, bm, dm = torch.randn(g, 64, 128, **bf), torch.randn(g, 128, 128, **bf), torch.empty(g, 64, 128, **bf)
     masked = torch.full((g,), 64, device="cuda", dtype=torch.int32)
     yield "m_grouped_bf16_gemm_nt_masked 4x64x128x128", lambda: dg.m_grouped_bf16_gemm_nt_masked(am, bm, dm, masked, 64)
-    x8, sx = dg.per_token_cast_to_fp8(torch.randn(64, 256, device="cuda"))
-    w8, sw = dg.per_block_cast_to_fp8(torch.randn(128, 256, device="cuda"))
+    x8, sx = _cast(dg.per_token_cast_to_fp8, torch.randn(64, 256, device="cuda"))
+    w8, sw = _cast(dg.per_block_cast_to_fp8, torch.randn(128, 256, device="cuda"))
     sxp = dg.transform_sf_into_required_layout(sx, 64, 256, (1, 128, 128), is_sfa=True)
     swp = dg.transform_sf_into_required_layout(sw, 128, 256, (1, 128, 128))
     d8 = torch.empty(64, 128, **bf)

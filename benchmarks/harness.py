@@ -24,8 +24,6 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
-from deep_gemm_sm120.core.arith import ceil_div
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 T = TypeVar("T")
@@ -102,6 +100,8 @@ def bench(fn: Callable[[], Any], iters: int, warmup: int = 3, replays: int = 5) 
 
 def copies_for(bytes_per_call: int, l2_bytes: int | None = None, limit: int = 16) -> int:
     """How many input sets make `limit`-bounded rotation cover three times the L2 cache."""
+    from deep_gemm_sm120.core.arith import ceil_div  # after start(): it imports the package
+
     if l2_bytes is None:
         l2_bytes = torch.cuda.get_device_properties(0).L2_cache_size
     return max(1, min(limit, ceil_div(3 * l2_bytes, max(1, bytes_per_call))))

@@ -57,8 +57,9 @@ def _pair(name: str, x) -> tuple[torch.Tensor, torch.Tensor]:
     if not isinstance(x, (tuple, list)) or len(x) != 2:
         raise TypeError(f"{name} must be a (tensor, scale factors) pair, got {type(x).__name__}")
     t, sf = x
-    require_tensor(name, t)
-    require_tensor(f"{name}'s scale factors", sf)
+    if not (isinstance(t, torch.Tensor) and isinstance(sf, torch.Tensor)):  # the error names which one
+        require_tensor(name, t)
+        require_tensor(f"{name}'s scale factors", sf)
     return t, sf
 
 
@@ -310,12 +311,14 @@ def _prepare_dense(a, sfa, b, sfb, d, c, recipe) -> _Dense:
     )
 
 
-def _scales(name: str, sf: torch.Tensor, stride: int, mn: int, k: int, gran: int, is_sfa: bool) -> tuple[int, int]:
-    """(address, word stride) of an operand's packed scales: as given when packed, else packed now."""
+def _scales(name: str, sf: torch.Tensor, stride: int, mn: int, k: int, gran: int, is_sfa: bool) -> tuple:
+    """(tensor, word stride) of an operand's packed scales: as given when packed, else packed now. The caller
+    holds the tensor until the launch is enqueued: a packed copy freed before that could be handed to the next
+    allocation (the other operand's scales) and overwritten ahead of the GEMM in stream order."""
     if stride >= 0:
-        return sf.data_ptr(), stride
+        return sf, stride
     packed, ps, _ = _prepare_sf(name, sf, mn, k, gran, None, is_sfa)
-    return packed.data_ptr(), ps
+    return packed, ps
 
 
 def fp8_fp4_gemm_nt(
@@ -365,8 +368,8 @@ def fp8_fp4_gemm_nt(
         if m and n:  # K = 0: d = c
             write_empty_reduction(d, c)
         return
-    sfa_ptr, sfa_ps = _scales("sfa", sfa, call.sfa_stride, m, k, call.grans[0], True)
-    sfb_ptr, sfb_ps = _scales("sfb", sfb, call.sfb_stride, n, k, call.grans[1], False)
+    sfa_p, sfa_ps = _scales("sfa", sfa, call.sfa_stride, m, k, call.grans[0], True)
+    sfb_p, sfb_ps = _scales("sfb", sfb, call.sfb_stride, n, k, call.grans[1], False)
     splits, pd = call.splits, d.data_ptr()
     pc = c.data_ptr() if c is not None else 0
     out_ptr, out_ld, c_ptr, c_ld, split_stride = pd, call.ldd, pc, call.ldc, 0
@@ -377,8 +380,8 @@ def fp8_fp4_gemm_nt(
         call.kernel,
         call.grid,
         _pack(
-            sfa_ptr,
-            sfb_ptr,
+            sfa_p.data_ptr(),
+            sfb_p.data_ptr(),
             out_ptr,
             c_ptr,
             0,

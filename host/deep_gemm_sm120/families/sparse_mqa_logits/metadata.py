@@ -104,9 +104,12 @@ def metadata_on_device(
         return meta
     idx = _rows(indices)
     bt = _rows(block_table) if block_table is not None else None
+    # contiguous copies live until the launch is enqueued: freed earlier, one could be handed to the next
+    # allocation and overwritten ahead of the kernel
+    ks_c, ke_c = (ks.contiguous() if ks is not None else None), ke.contiguous()
     params = PARAMS.pack(
-        ks=ks.contiguous().data_ptr() if ks is not None else 0,
-        ke=ke.contiguous().data_ptr(),
+        ks=ks_c.data_ptr() if ks_c is not None else 0,
+        ke=ke_c.data_ptr(),
         block_table=bt.data_ptr() if bt is not None else 0,
         indices=idx.data_ptr(),
         meta=meta.data_ptr(),
