@@ -13,6 +13,19 @@ sys.path.insert(0, str(_HERE))
 sys.path.insert(0, str(_HERE.parent / "host"))
 
 
+@pytest.fixture(autouse=True)
+def _fresh_device_targets():
+    """Each test reads DG_SM120_EMULATE afresh (the package fixes a device's target at its first call); nothing
+    is imported for tests that never load the package."""
+    arch = sys.modules.get("deep_gemm_sm120.arch")
+    if arch is not None:
+        arch.reset_targets()
+    yield
+    arch = sys.modules.get("deep_gemm_sm120.arch")
+    if arch is not None:
+        arch.reset_targets()
+
+
 def pytest_runtest_setup(item):
     """requires_sm120: skip unless the GPU is SM120 (12.x). Checked when the test runs, so collection never
     touches CUDA; without a GPU nothing is initialized."""

@@ -288,3 +288,23 @@ def test_empty_reduction_writes_c_or_zeros():
     assert torch.equal(d, c)
     write_empty_reduction(c, c)  # c is d: left as it is
     assert torch.equal(c, torch.arange(6.0).view(2, 3))
+
+
+def test_a_device_keeps_the_target_its_first_call_chose(monkeypatch):
+    """DG_SM120_EMULATE is read until a call on the device succeeds (a refusal is not remembered); afterwards
+    the device keeps its target (no environment read per call) until reset_targets()."""
+    from deep_gemm_sm120 import arch
+
+    monkeypatch.setattr(arch, "device_capability", lambda i: (9, 0))
+    monkeypatch.delenv("DG_SM120_EMULATE", raising=False)
+    arch.reset_targets()
+    for _ in range(2):  # refused, and refused again: nothing memoized
+        with pytest.raises(NotImplementedError, match="sm_90"):
+            arch.target_of(0)
+    monkeypatch.setenv("DG_SM120_EMULATE", "1")
+    assert arch.target_of(0) == "sm_90a"
+    monkeypatch.delenv("DG_SM120_EMULATE")
+    assert arch.target_of(0) == "sm_90a"  # fixed for the process
+    arch.reset_targets()
+    with pytest.raises(NotImplementedError, match="DG_SM120_EMULATE=1"):
+        arch.target_of(0)

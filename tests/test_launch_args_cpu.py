@@ -91,8 +91,8 @@ def recorded(monkeypatch):
         for c in caches:
             c.cache_clear()
         for calls in (bf16_api._CALLS, fp8_api._DENSE):  # calls checked and planned once per signature
-            calls.entries.clear()
-        arch._native.clear()
+            calls.clear()
+        arch.reset_targets()
 
     clear()
     yield launches

@@ -212,11 +212,11 @@ def test_plan_caches_are_bounded():
         assert cached.cache_info().maxsize is not None
     for calls in (bf16_api._CALLS, fp8_api._DENSE):  # per-signature call caches: cleared when full
         assert calls.limit <= 4096
-        calls.entries.clear()
+        calls.clear()
         for i in range(calls.limit + 5):
             calls.put(i, i)
-        assert len(calls.entries) <= calls.limit
-        calls.entries.clear()
+        assert len(calls) <= calls.limit
+        calls.clear()
 
 
 def test_precompile_filters_and_runs_in_parallel(monkeypatch):

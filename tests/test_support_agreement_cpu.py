@@ -201,7 +201,7 @@ def test_the_checks_of_a_call_depend_only_on_its_signature(monkeypatch):
     monkeypatch.setattr(api, "num_sms_for", lambda i: 132)
     monkeypatch.setattr(jit, "get_kernel", lambda spec, target, dev: spec.name)
     monkeypatch.setattr(api, "SplitK", lambda *a: "reduce")
-    arch._native.clear()
+    arch.reset_targets()
     big = _z(130, 140)
     store = _z(4 * 130 * 140 + 8)
     variants = {
@@ -229,6 +229,6 @@ def test_the_checks_of_a_call_depend_only_on_its_signature(monkeypatch):
         except (TypeError, ValueError, NotImplementedError) as e:
             got = f"{type(e).__name__}: {e}"
         outcomes.setdefault(key, set()).add(got)
-    arch._native.clear()
+    arch.reset_targets()
     assert all(len(v) == 1 for v in outcomes.values()), [v for v in outcomes.values() if len(v) > 1][:3]
     assert sum(1 for v in outcomes.values() if not next(iter(v)).startswith(("TypeError", "ValueError"))) > 30

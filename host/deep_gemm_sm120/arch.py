@@ -44,17 +44,20 @@ def target_for_device(index: int) -> str:
     return target_for_capability(device_capability(index), emulation_requested())
 
 
-_native: dict[int, str] = {}  # device index -> its SM120 target (the variable cannot change it)
+_targets: dict[int, str] = {}  # device index -> the target its first kernel call chose
 
 
 def target_of(index: int) -> str:
-    """target_for_device(index), memoized for SM120 devices, whose target DG_SM120_EMULATE cannot change. On any
-    other device (the qualification emulation) the variable is read on every call, so setting or clearing it
-    takes effect at once; the kernel and plan caches take the target itself as their key."""
-    t = _native.get(index)
-    if t is not None:
-        return t
-    t = target_for_device(index)
-    if device_capability(index) in SM120_TARGETS:
-        _native[index] = t
+    """target_for_device(index), fixed for the process once a device has one: DG_SM120_EMULATE is read until a
+    call on the device succeeds (a refusal is not remembered, so setting the variable after one takes effect),
+    and clearing it later keeps that device on the emulation path. A hit is one dict lookup (os.environ.get
+    costs ~0.7 us, a share of a cached call); reset_targets() forgets the choices."""
+    t = _targets.get(index)
+    if t is None:
+        t = _targets[index] = target_for_device(index)
     return t
+
+
+def reset_targets() -> None:
+    """Forget every device's target: the next call reads DG_SM120_EMULATE again (tests switch it per test)."""
+    _targets.clear()

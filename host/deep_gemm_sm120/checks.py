@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from .arch import target_for_device
+from .arch import target_of
 from .core.arith import round_up
 from .core.limits import MK_ALIGNMENT_FOR_CONTIGUOUS_LAYOUT, TMA_ALIGN
 from .core.rules import dtype_name, require_dtype
@@ -171,5 +171,5 @@ def device_of(**tensors: torch.Tensor) -> int:
         listing = ", ".join(f"{n}={d}" for n, d in devs.items())
         raise ValueError(f"all tensors must be on one CUDA device, got {listing}")
     index = first.index if first.index is not None else torch.cuda.current_device()
-    target_for_device(index)
+    target_of(index)
     return index

@@ -112,20 +112,18 @@ def tensor_key(t) -> tuple:
     return (t.dtype, t.shape, t.stride(), t.get_device(), t.data_ptr() & 15)
 
 
-class CallCache:
+class CallCache(dict):
     """Signature -> what the checks and the plan of a call with that signature produced (checks run once per
-    signature). Bounded: cleared when full, so a server seeing endless shapes holds at most `limit` entries."""
+    signature). A dict (a hit is one C-level `get`), bounded by `put`: cleared when full, so a server seeing
+    endless shapes holds at most `limit` entries."""
 
-    __slots__ = ("entries", "limit")
+    __slots__ = ("limit",)
 
     def __init__(self, limit: int = 4096) -> None:
-        self.entries: dict = {}
+        super().__init__()
         self.limit = limit
 
-    def get(self, key):
-        return self.entries.get(key)
-
     def put(self, key, value) -> None:
-        if len(self.entries) >= self.limit:
-            self.entries.clear()
-        self.entries[key] = value
+        if len(self) >= self.limit:
+            self.clear()
+        self[key] = value
