@@ -77,16 +77,19 @@ def present() -> str | None:
 
 def explain(value: str | None = None) -> str:
     """One line: which DeepGEMM `import deep_gemm` resolves to under the variable's value, and why."""
-    m, other = mode(value), present()
+    raw = os.environ.get(ENV) if value is None else value
+    m, other = mode(raw), present()
+    # the variable as the user wrote it (=0, =yes, ...), not as it was read
+    said = f"{ENV} is unset" if raw is None or not raw.strip() else f"{ENV}={raw.strip()}"
     if m is None:
-        return f"{ENV} is unset: `import deep_gemm` is not ours" + (
+        return f"{said}: `import deep_gemm` is not ours" + (
             f"; the DeepGEMM present is {other}" if other else "; no DeepGEMM is present"
         )
     if m == "force":
-        return f"{ENV}=force: `import deep_gemm` gives deep_gemm_sm120" + (f" (shadowing {other})" if other else "")
+        return f"{said}: `import deep_gemm` gives deep_gemm_sm120" + (f" (shadowing {other})" if other else "")
     if other:
-        return f"{ENV}=1: `import deep_gemm` is not ours: a DeepGEMM is present ({other}); use =force to take over"
-    return f"{ENV}=1: `import deep_gemm` gives deep_gemm_sm120 (no other DeepGEMM is present)"
+        return f"{said}: `import deep_gemm` is not ours: a DeepGEMM is present ({other}); use =force to take over"
+    return f"{said}: `import deep_gemm` gives deep_gemm_sm120 (no other DeepGEMM is present)"
 
 
 class DeepGemmFinder(importlib.abc.MetaPathFinder):

@@ -207,3 +207,9 @@ def test_block_scaled_specs_and_heuristics():
         assert cfg in cfgs and splits >= 1
     assert choose_block_scaled_plan(16, 256, 16384, 170, "mxfp8")[1] > 1  # few tiles, long K: split
     assert choose_block_scaled_plan(4096, 4096, 16384, 170, "mxfp8")[1] == 1
+
+
+def test_an_unknown_fp4_kind_is_a_bad_value():
+    """A kind string outside the two formats is a wrong value (ValueError), not an unsupported feature."""
+    with pytest.raises(ValueError, match=r"'mxfp4' or 'nvfp4', got 'fp4x'"):
+        quant.per_token_cast_to_fp4(torch.randn(4, 64), "fp4x")

@@ -494,3 +494,13 @@ def test_wheel_ships_the_hook(tmp_path):
     assert (tmp_path / "deep_gemm_sm120_compat.pth").read_text().startswith("import os;")
     assert (tmp_path / "_deep_gemm_sm120_hook.py").is_file()
     assert (tmp_path / "deep_gemm_sm120" / "compat" / "__init__.py").is_file()
+
+
+def test_the_hook_explains_the_variable_as_written():
+    """`python -m _deep_gemm_sm120_hook` repeats the value the user set (=0 is not "unset", =yes is not "=1")."""
+    import _deep_gemm_sm120_hook as hook
+
+    assert hook.explain("0").startswith("DG_SM120_AS_DEEP_GEMM=0: `import deep_gemm` is not ours")
+    assert hook.explain("yes").startswith("DG_SM120_AS_DEEP_GEMM=yes: `import deep_gemm`")
+    assert hook.explain("Force").startswith("DG_SM120_AS_DEEP_GEMM=Force: `import deep_gemm` gives deep_gemm_sm120")
+    assert hook.explain("").startswith("DG_SM120_AS_DEEP_GEMM is unset:")

@@ -222,3 +222,17 @@ def test_host_design_names_only_paths_that_exist():
     for name in names:
         name = name.strip("./") if name.startswith("./") else name
         assert (ROOT / name).exists() or (package / name).exists(), f"docs/host_design.md names {name}"
+
+
+def test_the_docs_agree_on_what_the_tools_need_and_what_ci_runs():
+    """Two contradictions a newcomer found: the tools' own docstrings said PyYAML is required where vendoring.md
+    (and the no-yaml tests) say the standard library is enough; ci.md said the test job runs the quick compile
+    gate, which README marks as not in it."""
+    for path in ("tools/check_vendor.py", "tools/vendorkit/__init__.py", "docs/vendoring.md"):
+        text = (ROOT / path).read_text()
+        assert "PyYAML is used when installed" in text, path
+        assert not re.search(r"standard library and PyYAML|PyYAML (is )?required", text), path
+    readme_not_in_ci = [c.text for c in commands(ROOT / "README.md") if "not in CI's test job" in c.text]
+    assert any("--quick" in t for t in readme_not_in_ci)
+    tests_row = next(ln for ln in (ROOT / "docs/ci.md").read_text().splitlines() if ln.startswith("| `tests` |"))
+    assert "quick" not in tests_row and "--smoke" in tests_row, tests_row

@@ -12,6 +12,7 @@ import ast
 import importlib.util
 import inspect
 import json
+import os
 import subprocess
 import sys
 import types
@@ -41,13 +42,19 @@ def vllm_sources():
     return folder / "vllm" / "third_party" / "deep_gemm"
 
 
-def _run(stack_name: str, folder: Path, tmp_path: Path) -> dict:
+def _run(stack_name: str, folder: Path, tmp_path: Path, our_cache_dir: str | None = None) -> dict:
+    """The harness in a child, with the tester's own DG_SM120_JIT_CACHE_DIR out of the way (it would win over
+    the DG_JIT_CACHE_DIR the stack sets, as documented) unless `our_cache_dir` sets it."""
+    env = {k: v for k, v in os.environ.items() if k != "DG_SM120_JIT_CACHE_DIR"}
+    if our_cache_dir is not None:
+        env["DG_SM120_JIT_CACHE_DIR"] = our_cache_dir
     p = subprocess.run(
         [sys.executable, str(HERE / "ecosystem_harness.py"), stack_name, str(folder), str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=300,
         cwd=tmp_path,
+        env=env,
     )
     assert p.returncode == 0, p.stderr[-4000:]
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -68,6 +75,8 @@ def test_their_wrapper_detects_resolves_and_binds(stack, tmp_path):
     else:  # SGLang sets DG_JIT_CACHE_DIR when its wrapper is imported, after our compat module was
         assert report["jit_cache_dir"] == str(tmp_path / "deep_gemm_sm120")
         assert report["compile_mode_api"]
+        ours = str(tmp_path / "ours")  # our own variable, when a user exports it, wins over the stack's
+        assert _run(name, folder, tmp_path, our_cache_dir=ours)["jit_cache_dir"] == ours
 
 
 def test_deepgemm_281_positional_orders(vllm_sources):

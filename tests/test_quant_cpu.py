@@ -101,7 +101,7 @@ def test_fp4_casts(kind, block):
     assert bool(((deq - x).abs() <= block_amax * (1.0 / 6 + 1.0 / 16) + 1e-6).all())
     with pytest.raises(ValueError, match="multiple of"):
         quant.per_token_cast_to_fp4(torch.randn(4, block + 2), kind)
-    with pytest.raises(NotImplementedError, match="not supported"):
+    with pytest.raises(ValueError, match="'mxfp4' or 'nvfp4', got 'fp6'"):  # not an FP4 kind: a bad value
         quant.per_token_cast_to_fp4(x, "fp6")
 
 

@@ -262,6 +262,12 @@ def test_precompile_filters_and_runs_in_parallel(monkeypatch):
         dg.precompile(families=["nope"])
     with pytest.raises(ValueError, match="'op'"):
         dg.precompile(shapes=[{"m": 1}])
+    seen.clear()  # a shape the op refuses builds nothing: the call's own typed error, naming the shape
+    with pytest.raises(ValueError, match=r"refused by bf16_gemm_nt: .*multiple of 16 bytes"):
+        dg.precompile(shapes=[{"op": "bf16_gemm_nt", "m": 1, "n": 7168, "k": 100}], targets=["sm_120a"])
+    with pytest.raises(TypeError, match="refused by fp8_gemm_nt"):
+        dg.precompile(shapes=[{"op": "fp8_gemm_nt", "k": 7168, "ab_dtype": "bfloat16"}], targets=["sm_120a"])
+    assert seen == []
     with pytest.raises(ValueError, match="unknown targets"):
         dg.precompile(families=["split_k_reduce"], targets=["sm_80"])
 

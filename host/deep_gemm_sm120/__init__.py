@@ -7,6 +7,7 @@ points are the ops the family registry declares (families/<family>/), exported h
 from __future__ import annotations
 
 import importlib
+import inspect
 
 from . import arch, testing, utils
 from .core.limits import SM120_PART_SMS
@@ -83,6 +84,19 @@ def precompile(
     return jit.precompile(list(dict.fromkeys(specs)), targets, jobs=jobs, progress=progress)
 
 
+def _check_shape(name: str, op, shape: dict) -> None:
+    """The op's own rule on the shape's keywords it answers for: a shape the call would refuse is refused here
+    with the same typed error, instead of building kernels nobody can launch."""
+    from .core.rules import dtype_name
+
+    accepted = inspect.signature(op.rule).parameters
+    args = {k: dtype_name(v) if k.endswith("dtype") and v is not None else v for k, v in shape.items() if k in accepted}
+    try:
+        op.rule(**args)
+    except (TypeError, ValueError, NotImplementedError) as e:
+        raise type(e)(f"precompile: shape {dict(op=name, **shape)} is refused by {name}: {e}") from e
+
+
 def _shape_specs(shapes, families) -> list:
     ops = registry().ops
     out = []
@@ -96,6 +110,7 @@ def _shape_specs(shapes, families) -> list:
             continue
         if op.plan_specs is None:
             raise NotImplementedError(f"{name} cannot be planned from a shape; pass specs= or families=")
+        _check_shape(name, op, shape)
         sms = [shape.pop("num_sms")] if "num_sms" in shape else sorted(set(SM120_PART_SMS.values()))
         for num_sms in sms:
             out += op.plan_specs(num_sms=num_sms, **shape)

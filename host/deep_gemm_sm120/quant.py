@@ -171,7 +171,7 @@ def per_token_cast_to_fp4(x: torch.Tensor, kind: str = "mxfp4") -> tuple[torch.T
     if x.dim() != 2:
         raise ValueError(f"x must be 2-D [M, K], got shape {tuple(x.shape)}")
     if kind not in ("mxfp4", "nvfp4"):
-        raise NotImplementedError(f"FP4 kind {kind!r} is not supported (mxfp4 or nvfp4)")
+        raise ValueError(f"FP4 kind must be 'mxfp4' or 'nvfp4', got {kind!r}")
     block = 32 if kind == "mxfp4" else 16
     m, k = x.shape
     if k % block:

@@ -127,3 +127,16 @@ def test_a_failure_after_a_backup_removes_the_backup_too(canon, tmp_path, monkey
     code, _, err = run_cv("--repo", str(canon), "--fork", str(fork), "--sync")
     assert code == 2 and "every change was undone" in err
     assert snapshot(fork) == before and not (fork / ".sm120-sync-backup").exists()
+
+
+def test_a_journal_key_that_vanishes_as_it_is_made_stops_the_sync_before_any_write(canon, tmp_path, monkeypatch):
+    """Another process removing the state directory between the key's creation and its read: a clear error, exit
+    2, and the fork untouched (before, the MAC of the first record failed with a TypeError)."""
+    import vendorkit.transaction as transaction
+
+    fork = _stale_fork(tmp_path)
+    before = snapshot(fork)
+    monkeypatch.setattr(transaction, "journal_key", lambda create=False: None)
+    code, out, err = run_cv("--repo", str(canon), "--fork", str(fork), "--sync")
+    assert code == 2 and "journal key" in err and "Traceback" not in err, out + err
+    assert snapshot(fork) == before
