@@ -273,3 +273,26 @@ def test_benchmark_config_launcher_matches_the_api(recorded, monkeypatch):
     run()
     api, direct = recorded
     assert plan.splits == 1 and api == direct
+
+
+@pytest.mark.parametrize("op", ["bf16", "fp8"])
+def test_set_num_sms_reaches_a_cached_call(recorded, monkeypatch, op):
+    """A call signature's plan is cached, and the plan reads num_sms: set_num_sms after the first call must
+    change the next call's grid (and split-K), as if nothing were cached."""
+    monkeypatch.setattr(device, "_num_sms", None)  # restored after the test
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    m, n, k = 4096, 7168, 2304
+    if op == "bf16":
+        args = (_z(m, k), _z(n, k), _z(m, n))
+        call = dg.bf16_gemm_nt
+    else:
+        sfa = dg.transform_sf_into_required_layout(torch.ones(m, 18), m, k, (1, 128, 128), is_sfa=True)
+        sfb = dg.transform_sf_into_required_layout(torch.ones(56, 18), n, k, (1, 128, 128))
+        args = ((_fp8(m, k), sfa), (_fp8(n, k), sfb), _z(m, n))
+        call = fp8_api.fp8_fp4_gemm_nt
+    call(*args)
+    dg.set_num_sms(20)
+    call(*args)
+    first, second = recorded
+    assert first.grid[0] == SMS and second.grid[0] == 20

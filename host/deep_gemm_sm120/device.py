@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from functools import cache
 
+from .launch import forget_calls
+
 _num_sms: int | None = None
 
 NO_GPU = "no CUDA GPU was found (torch.cuda.is_available() is False): deep_gemm_sm120's kernels need an SM120 GPU"
@@ -37,6 +39,7 @@ def set_num_sms(num_sms: int) -> None:
         raise ValueError(f"num_sms must be in [1, {limit}] on this device, got {num_sms}")
     global _num_sms
     _num_sms = num_sms
+    forget_calls()  # cached calls hold grids planned for the previous count
 
 
 def get_num_sms() -> int:

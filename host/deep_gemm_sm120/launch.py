@@ -103,6 +103,8 @@ def launch(
 
 # ---------------------------------------------------------------- calls validated once per signature
 
+_CACHES: list[CallCache] = []  # every CallCache (module-level ones, made at import)
+
 
 def tensor_key(t) -> tuple:
     """What an entry point's checks read of a tensor besides its values and its address: dtype, shape, strides,
@@ -115,15 +117,24 @@ def tensor_key(t) -> tuple:
 class CallCache(dict):
     """Signature -> what the checks and the plan of a call with that signature produced (checks run once per
     signature). A dict (a hit is one C-level `get`), bounded by `put`: cleared when full, so a server seeing
-    endless shapes holds at most `limit` entries."""
+    endless shapes holds at most `limit` entries. A plan also reads what no key holds (num_sms): whatever
+    changes that calls forget_calls()."""
 
     __slots__ = ("limit",)
 
     def __init__(self, limit: int = 4096) -> None:
         super().__init__()
         self.limit = limit
+        _CACHES.append(self)
 
     def put(self, key, value) -> None:
         if len(self) >= self.limit:
             self.clear()
         self[key] = value
+
+
+def forget_calls() -> None:
+    """Empty every CallCache: the next call of each signature checks and plans again (set_num_sms changes the
+    grids and split-K of plans no key tells apart)."""
+    for calls in _CACHES:
+        calls.clear()
