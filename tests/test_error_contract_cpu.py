@@ -52,6 +52,11 @@ CASES = [
     ),
     ("not a tensor", TypeError, lambda: dg.bf16_gemm_nt([[1.0]], _z(4, 8), _z(4, 4))),
     (
+        "einsum's cuBLAS path, d not a tensor",
+        TypeError,
+        lambda: dg.einsum("bmk,bnk->mn", _z(1, 4, 8), _z(1, 4, 8), None, use_cublaslt=True),
+    ),
+    (
         "bf16 operands to fp8",
         TypeError,
         lambda: dg.fp8_gemm_nt((_z(4, 128), _ones_sf(4, 1)), (_z(4, 128), _ones_sf(1, 1)), _z(4, 4)),
@@ -88,6 +93,11 @@ CASES = [
     ("K rows off 16 bytes", ValueError, lambda: dg.bf16_gemm_nt(_z(4, 12), _z(4, 12), _z(4, 4))),
     ("transposed operand", ValueError, lambda: dg.bf16_gemm_nt(_z(64, 64).T[:, :8], _z(4, 8), _z(64, 4))),
     ("CPU tensors", ValueError, lambda: dg.bf16_gemm_nt(_z(4, 8), _z(4, 8), _z(4, 4))),
+    (
+        "0-d bare operand (unit scales)",
+        ValueError,
+        lambda: dg.fp8_fp4_gemm_nt(torch.zeros((), dtype=FP8), (_z(4, 128, dtype=FP8), _ones_sf(4, 1)), _z(4, 4)),
+    ),
     (
         "unaligned contiguous M",
         ValueError,

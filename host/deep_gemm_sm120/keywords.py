@@ -74,6 +74,8 @@ def pair(name: str, x, fp4_names: tuple[str, ...]):
         return tuple(x)
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a (tensor, scale factors) pair or a tensor, got {type(x).__name__}")
+    if x.dim() == 0:  # no K dimension to size the scales by (x.shape[-1] would be an IndexError)
+        raise ValueError(f"{name} must be [..., K], got a 0-d tensor")
     fp4 = dtype_name(x.dtype) in fp4_names
     k = x.shape[-1] * (2 if fp4 else 1)
     gran = 32 if fp4 else 128

@@ -234,6 +234,7 @@ def einsum(
     DeepGEMM's comparison path."""
     keywords.epilogue("einsum", epilogue)
     if use_cublaslt:
+        require_tensor("d", d)  # d.copy_ below would be an AttributeError
         if c is not None:
             raise ValueError("einsum: use_cublaslt takes no c (DeepGEMM's contract)")
         d.copy_(torch.einsum(expr, a, b))
