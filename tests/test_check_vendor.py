@@ -242,8 +242,10 @@ def test_tampered_digest_exit_3(canon, tmp_path):
     repo = _canon_copy(canon, tmp_path)
     text = (repo / "vendor_manifests/v0.2.0.yaml").read_text()
     _bad_manifest(repo, text.replace("v0.2.0", "v0.3.0").replace("size: ", "size: 1", 1))
-    code, _, err = run_cv("--repo", str(repo))
-    assert code == 0 or code == 3  # size alone is not in the tree digest; make the digest lie instead
+    code, out, err = run_cv("--repo", str(repo))
+    # size alone is not in the tree digest: the manifest parses, and a manifest no `release` wrote is not
+    # chained; make the digest lie instead
+    assert code == 1 and "not chained yet: v0.3.0" in out + err
     first_sha = text.split('sha256: "')[1][:64]
     _bad_manifest(repo, text.replace("v0.2.0", "v0.3.0").replace(first_sha, "0" * 64))
     code, _, err = run_cv("--repo", str(repo))

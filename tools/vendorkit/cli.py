@@ -26,7 +26,8 @@ SYNOPSIS = """
                   [--sync [--dry-run] [--force] [--drop-patches]] [--range-reads]
                   [--upstream NAME [--bytes-from SOURCE]] [--budget KEY=VALUE ...]
   check_vendor.py pin --fork PATH FILE --reason TEXT [--upstream URL] [--prefix DIR] [--lineage NAME]
-  check_vendor.py release vX.Y.Z [--date YYYY-MM-DD]
+  check_vendor.py release vX.Y.Z [--date YYYY-MM-DD] [--sign-key PATH]
+  check_vendor.py sign vX.Y.Z --key PATH
   check_vendor.py import-manifest (VENDOR.json | MANIFEST.yaml | SOURCE | --from-git DIR@REF) --upstream NAME
                   [--prefix DIR] [--tag TAG] [--all-files] [--origin TEXT] [--date YYYY-MM-DD]
   check_vendor.py provenance SOURCE [SOURCE ...] [--prefix DIR] [--format text|json|markdown] [--range-reads]
@@ -123,6 +124,26 @@ def _release_parser() -> argparse.ArgumentParser:
     p.add_argument("version", help="new release tag, vMAJOR.MINOR.PATCH")
     p.add_argument("--repo", default=_default_repo())
     p.add_argument("--date", default=None, help="created date (YYYY-MM-DD); default today (UTC)")
+    p.add_argument(
+        "--sign-key",
+        default=None,
+        metavar="PATH",
+        help="an ed25519 OpenSSH private key: also write vendor_manifests/signatures/vX.Y.Z.yaml.sig",
+    )
+    return p
+
+
+def _sign_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="check_vendor.py sign",
+        description=(
+            "Sign a released manifest's exact bytes (ssh-keygen -Y sign, namespace deep_gemm_sm120-release) into "
+            "vendor_manifests/signatures/vX.Y.Z.yaml.sig; the release workflow runs it for every tag."
+        ),
+    )
+    p.add_argument("version", help="a released tag, vMAJOR.MINOR.PATCH")
+    p.add_argument("--key", required=True, metavar="PATH", help="the ed25519 OpenSSH private key (never committed)")
+    p.add_argument("--repo", default=_default_repo())
     return p
 
 
@@ -159,12 +180,21 @@ def _run_release(argv: list[str]) -> int:
     from .release import release
 
     a = _release_parser().parse_args(argv)
-    dest = release(a.repo, a.version, a.date)
-    rel = os.path.relpath(dest, a.repo)
+    written = [os.path.relpath(p, a.repo) for p in release(a.repo, a.version, a.date, a.sign_key)]
     _emit(
-        f"wrote {rel}\nnext: git add {rel} && git commit -m 'release {a.version}' && git tag {a.version} && "
+        "".join(f"wrote {rel}\n" for rel in written)
+        + f"next: git add {' '.join(written)} && git commit -m 'release {a.version}' && git tag {a.version} && "
         f"git push origin HEAD {a.version}\n"
     )
+    return 0
+
+
+def _run_sign(argv: list[str]) -> int:
+    from .release import sign_release
+
+    a = _sign_parser().parse_args(argv)
+    rel = os.path.relpath(sign_release(a.repo, a.version, a.key), a.repo)
+    _emit(f"wrote {rel}\nnext: git add {rel} && git commit -m 'sign {a.version}'\n")
     return 0
 
 
@@ -566,6 +596,8 @@ def _requested_budget(argv: list[str]) -> list[str]:
 def _dispatch(argv: list[str]) -> int:
     if argv and argv[0] == "release":
         return _run_release(argv[1:])
+    if argv and argv[0] == "sign":
+        return _run_sign(argv[1:])
     if argv and argv[0] == "pin":
         return _run_pin(argv[1:])
     if argv and argv[0] == "import-manifest":

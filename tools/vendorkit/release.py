@@ -6,6 +6,7 @@ import datetime as _dt
 import os
 import tempfile
 
+from . import chain, signing
 from .errors import UsageError
 from .gitrepo import GitRepo
 from .hashing import git_blob_sha1, sha256_bytes
@@ -26,7 +27,8 @@ def committed_entries(git: GitRepo, rev: str = "HEAD") -> list[FileEntry]:
     return out
 
 
-def release(repo_root: str, tag: str, created: str | None = None) -> str:
+def release(repo_root: str, tag: str, created: str | None = None, sign_key: str | None = None) -> list[str]:
+    """Write the manifest, append its chain line and, given a key, sign it; the paths written."""
     parse_tag(tag)  # vMAJOR.MINOR.PATCH only
     version = sort_key(tag)
     git = GitRepo(repo_root)
@@ -63,4 +65,30 @@ def release(repo_root: str, tag: str, created: str | None = None) -> str:
         fh.write(text)
     os.chmod(tmp, 0o644)
     os.replace(tmp, dest)
-    return dest
+    chain.append(mdir, tag)
+    written = [dest, os.path.join(mdir, chain.CHAIN_NAME)]
+    if sign_key is not None:
+        written.append(sign_release(repo_root, tag, sign_key))
+    return written
+
+
+def sign_release(repo_root: str, tag: str, key_path: str) -> str:
+    """Sign a released (chained) manifest; refuses to replace a signature (append-only) or sign an unchained one."""
+    parse_tag(tag)
+    mdir = os.path.join(repo_root, MANIFEST_DIR)
+    manifest = os.path.join(mdir, f"{tag}.yaml")
+    if not os.path.exists(manifest):
+        raise UsageError(f"no release {tag}: {MANIFEST_DIR}/{tag}.yaml does not exist")
+    links = {link.tag: link for link in chain.read(mdir) or []}
+    if tag not in links or links[tag].manifest_sha256 != chain.manifest_digest(mdir, tag):
+        raise UsageError(f"refusing to sign {tag}: {MANIFEST_DIR}/{chain.CHAIN_NAME} does not chain these bytes")
+    out = signing.signature_path(mdir, tag)
+    if os.path.exists(out):
+        raise UsageError(
+            f"refusing to sign {tag}: {os.path.relpath(out, repo_root)} exists (signatures are never replaced)"
+        )
+    try:
+        signing.sign(manifest, key_path, out)
+    except RuntimeError as e:
+        raise UsageError(str(e)) from None
+    return out

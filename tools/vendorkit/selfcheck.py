@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+from . import chain, signing
 from .compare import FileResult, Report
 from .errors import CannotCheck
 from .gitrepo import GitRepo
@@ -98,6 +99,42 @@ def _working_tree(repo_root: str) -> dict[str, tuple[str, str, str]]:
     return out
 
 
+def chain_and_signatures(repo_root: str, ms: ManifestSet) -> tuple[list[str], list[str]]:
+    """(problems, notes): the release chain holds every manifest's exact bytes in order, and each release's
+    signature is good, by an allowed key valid on its date, not revoked; releases without one are listed."""
+    mdir = os.path.join(repo_root, MANIFEST_DIR)
+    tags = [m.tag for m in ms.manifests]
+    problems = chain.problems(mdir, tags)
+    notes = []
+    links = [] if problems else chain.read(mdir) or []
+    if links:
+        notes.append(f"chain: {len(links)} release(s) linked, {links[-1].tag} at {links[-1].position[:16]}")
+    unsigned, unchecked = [], []
+    for m in ms.manifests:
+        with open(os.path.join(mdir, f"{m.tag}.yaml"), "rb") as fh:
+            data = fh.read()
+        v = signing.verify(
+            data,
+            signing.signature_path(mdir, m.tag),
+            os.path.join(mdir, signing.ALLOWED),
+            os.path.join(mdir, signing.REVOKED),
+            m.created,
+        )
+        if v.status == signing.UNSIGNED:
+            unsigned.append(m.tag)
+        elif v.status == signing.COULD_NOT_CHECK:
+            unchecked.append(m.tag)
+        elif v.status != signing.OK:
+            problems.append(f"{MANIFEST_DIR}/{signing.SIG_DIR}/{m.tag}.yaml.sig: {v.status}: {v.detail}")
+    signed = len(tags) - len(unsigned) - len(unchecked)
+    notes.append(f"signatures: {signed} of {len(tags)} release(s) signed and verified")
+    if unsigned:
+        notes.append("unsigned: " + ", ".join(unsigned))
+    if unchecked:
+        notes.append("signature not checked (no ssh-keygen): " + ", ".join(unchecked))
+    return problems, notes
+
+
 def self_check(repo_root: str, ms: ManifestSet) -> Report:
     latest = ms.latest
     r = Report(mode="self", target=repo_root, tag=latest.tag if latest else None, prefix=ROOT, digest_kind="sha256")
@@ -110,6 +147,9 @@ def self_check(repo_root: str, ms: ManifestSet) -> Report:
     else:
         r.notes.append("not a git checkout: manifest history not verified")
     problems, notes = lineage_problems(repo_root, git if git.is_repo() else None)
+    r.errors.extend(problems)
+    r.notes.extend(notes)
+    problems, notes = chain_and_signatures(repo_root, ms)
     r.errors.extend(problems)
     r.notes.extend(notes)
     tree = _working_tree(repo_root)
