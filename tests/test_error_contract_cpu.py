@@ -41,6 +41,12 @@ CASES = [
         lambda: dg.k_grouped_bf16_gemm_tn_contiguous(_z(8, 8), _z(8, 8), _z(1, 8, 8), [8]),
     ),
     (
+        "ks_cpu a string",  # iterable: "64" must not become [6, 4]
+        TypeError,
+        lambda: dg.k_grouped_bf16_gemm_tn_contiguous(_z(64, 8), _z(64, 8), _z(1, 8, 8, dtype=F32), "64"),
+    ),
+    ("scale factors a list", TypeError, lambda: dg.get_mn_major_tma_aligned_tensor([1.0])),
+    (
         "int64 masked_m",
         TypeError,
         lambda: dg.m_grouped_bf16_gemm_nt_masked(_z(1, 8, 8), _z(1, 8, 8), _z(1, 8, 8), _z(1, dtype=torch.int64), 8),

@@ -111,7 +111,7 @@ def tensor_key(t) -> tuple:
     device and the address's 16-byte alignment class. Two calls whose tensors agree on these pass or fail the
     checks alike (AttributeError for something that is not a tensor: the caller then runs the checks, which
     name what was expected)."""
-    return (t.dtype, t.shape, t.stride(), t.get_device(), t.data_ptr() & 15)
+    return (t.dtype, t.shape, t.stride(), t.device, t.data_ptr() & 15)  # the device itself: mps:0 is not cuda:0
 
 
 class CallCache(dict):

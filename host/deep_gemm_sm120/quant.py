@@ -200,6 +200,8 @@ def dequantize_fp4(
 
 def get_mn_major_tma_aligned_tensor(x: torch.Tensor) -> torch.Tensor:
     """Same values and shape [..., MN, K'], stored MN-major with the MN stride padded to 16 bytes (TMA)."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"expected a tensor of scale factors, got {type(x).__name__}")
     if x.dim() not in (2, 3):
         raise ValueError(f"expected [MN, K'] or [G, MN, K'], got shape {tuple(x.shape)}")
     mn, kk = x.shape[-2:]

@@ -241,6 +241,8 @@ def k_grouped_bf16_gemm_tn_contiguous(
     if ks is not None and ks_cpu is not None:
         raise TypeError(f"{name}: pass the per-group K once (ks_cpu, or sgl-deep-gemm's ks)")
     ks = ks_cpu if ks is None else ks
+    if isinstance(ks, (str, bytes)):  # iterable, but "64" is not the K list [64]
+        raise TypeError(f"{name}: the per-group K is a sequence of ints, got {type(ks).__name__}")
     keywords.gemm(name, compiled_dims, epilogue)
     if keywords.flag(name, "use_psum_layout", use_psum_layout):
         raise NotImplementedError(f"{name}(use_psum_layout=True) is not supported: pass the per-group K as ks_cpu")
