@@ -246,3 +246,15 @@ def test_a_mangled_signature_file_is_bad_never_a_crash(canon, tmp_path, mangle):
     path = Path(signing.signature_path(str(canon / MDIR), "v0.2.0"))
     path.write_bytes(mangle(path.read_bytes()))
     assert _verdict(canon).status == signing.BAD_SIGNATURE
+
+
+def test_a_chain_rewritten_in_a_commit_is_caught_even_when_its_links_hold(canon):
+    """Re-creating the whole file (here: another header, every link recomputed, so parse() accepts it) is not an
+    append: the self-check compares every committed version with the next."""
+    path = canon / MDIR / chain.CHAIN_NAME
+    body = b"".join(ln for ln in path.read_bytes().splitlines(keepends=True) if not ln.startswith(b"#"))
+    path.write_bytes(b"# another header\n" + body)
+    chain.parse(path.read_bytes())  # still a valid chain
+    commit_all(canon, "rewrite the chain")
+    code, text = _self_check(canon)
+    assert code != 0 and "rewritten in commit" in text and "append-only" in text

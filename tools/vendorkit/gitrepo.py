@@ -87,6 +87,10 @@ class GitRepo:
         commits = out.decode().split()
         return commits[0] if commits else None
 
+    def commits_touching(self, path: str) -> list[str]:
+        """Every commit that changed `path`, oldest first."""
+        return self.run("log", "--format=%H", "--reverse", "--", path).decode().split()
+
     def show(self, rev: str, path: str) -> bytes | None:
         out = subprocess.run(
             ["git", "-C", self.root, "show", f"{rev}:{path}"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL

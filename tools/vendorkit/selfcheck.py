@@ -99,6 +99,28 @@ def _working_tree(repo_root: str) -> dict[str, tuple[str, str, str]]:
     return out
 
 
+def chain_history_problems(git: GitRepo) -> list[str]:
+    """chain.txt only ever grew: each committed version is a prefix of every later one and of the file as it is
+    (a line rewritten or removed in a commit would pass the link check if every later line were redone too)."""
+    rel = f"{MANIFEST_DIR}/{chain.CHAIN_NAME}"
+    try:
+        with open(os.path.join(git.root, rel), "rb") as fh:
+            now = fh.read(chain.MAX_BYTES + 1)
+    except FileNotFoundError:
+        return []
+    before = b""
+    for commit in git.commits_touching(rel):
+        data = git.show(commit, rel)
+        if data is None:  # deleted in that commit
+            return [f"{rel} was deleted in commit {commit[:12]} (the chain is append-only)"]
+        if not data.startswith(before):
+            return [f"{rel} was rewritten in commit {commit[:12]}, not appended to (the chain is append-only)"]
+        before = data
+    if not now.startswith(before):
+        return [f"{rel} differs from its last commit other than by appended lines (the chain is append-only)"]
+    return []
+
+
 def chain_and_signatures(repo_root: str, ms: ManifestSet) -> tuple[list[str], list[str]]:
     """(problems, notes): the release chain holds every manifest's exact bytes in order, and each release's
     signature is good, by an allowed key valid on its date, not revoked; releases without one are listed."""
@@ -106,6 +128,9 @@ def chain_and_signatures(repo_root: str, ms: ManifestSet) -> tuple[list[str], li
     tags = [m.tag for m in ms.manifests]
     problems = chain.problems(mdir, tags)
     notes = []
+    git = GitRepo(repo_root)
+    if git.is_repo():
+        problems += chain_history_problems(git)
     links = [] if problems else chain.read(mdir) or []
     if links:
         notes.append(f"chain: {len(links)} release(s) linked, {links[-1].tag} at {links[-1].position[:16]}")
