@@ -88,3 +88,24 @@ def test_gpu_job_contract():
     assert sorted(family_plan.plan("benchmarks")) == benches
     labels = yaml.safe_load((ROOT / ".github/actionlint.yaml").read_text())["self-hosted-runner"]["labels"]
     assert labels == ["cuda"] and "--labels cuda" in (ROOT / "docs/ci.md").read_text()
+
+
+def test_sign_release_contract():
+    """The signing workflow: every tag and a dispatch, the key only from the secret through the environment (never
+    interpolated into a script), written to a private temporary file that is removed, the tag checked before
+    use, the self-check run on the signed tree, and the signature proposed as a pull request."""
+    text = (ROOT / ".github/workflows/sign-release.yml").read_text()
+    wf = yaml.safe_load(text)
+    triggers = wf[True] if True in wf else wf["on"]
+    assert triggers["push"] == {"tags": ["v*.*.*"]} and "workflow_dispatch" in triggers
+    assert wf["permissions"] == {"contents": "write", "pull-requests": "write"}
+    steps = wf["jobs"]["sign"]["steps"]
+    sign = next(s for s in steps if s.get("id") == "sign")
+    assert sign["env"]["SIGNING_KEY"] == "${{ secrets.SM120_RELEASE_SIGNING_KEY }}"
+    assert "${{" not in sign["run"]  # expressions only in env: nothing a tag name holds reaches the shell
+    assert "umask 077" in sign["run"] and "trap" in sign["run"] and "set -euo pipefail" in sign["run"]
+    assert "^v[0-9]+\\.[0-9]+\\.[0-9]+$" in sign["run"]
+    assert "check_vendor.py sign" in sign["run"] and "python tools/check_vendor.py  #" in sign["run"]
+    assert text.count("SM120_RELEASE_SIGNING_KEY }}") == 1
+    pr = steps[steps.index(sign) + 1]
+    assert pr["if"] == "steps.sign.outputs.signed == '1'" and "gh pr create" in pr["run"] and "${{" not in pr["run"]
