@@ -97,6 +97,12 @@ def test_deepgemm_281_positional_orders(vllm_sources):
             continue  # a two-form entry point (mqa_logits): bound by test_compat_cpu
         theirs = [a.arg for a in node.args.args]
         assert [p.name for p in params if p.kind == p.POSITIONAL_OR_KEYWORD] == theirs, node.name
+        # and the same string defaults (compiled_dims='nk' / 'mn', ...): what introspecting tools show
+        defaults = dict(zip(theirs[len(theirs) - len(node.args.defaults) :], node.args.defaults))
+        ours_by_name = {p.name: p for p in params}
+        for arg, default in defaults.items():
+            if isinstance(default, ast.Constant) and isinstance(default.value, str):
+                assert ours_by_name[arg].default == default.value, f"{node.name}({arg}=...)"
         compared.append(node.name)
     assert len(compared) >= 25, compared
 

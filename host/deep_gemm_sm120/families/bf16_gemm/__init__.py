@@ -35,7 +35,8 @@ FAMILY = Family(
                 operands=_LAYOUT_TEXT[lay][0] + " bf16",
                 output="bf16 or fp32",
                 notes=_LAYOUT_TEXT[lay][1],
-                signature=f"bf16_gemm_{lay}(a, b, d, c=None, compiled_dims='', alpha=None, epilogue=None)",
+                signature=f"bf16_gemm_{lay}(a, b, d, c=None, compiled_dims='{'mn' if lay[0] == 't' else 'nk'}', "
+                "alpha=None, epilogue=None)",
                 plan_specs=plan.dense_specs(lay),
             )
             for lay in LAYOUTS

@@ -214,8 +214,9 @@ def _gemm(layout: str, a, b, d, c) -> None:
 
 def _dense(layout: str, doc: str):
     name = f"bf16_gemm_{layout}"
+    dims = "mn" if layout[0] == "t" else "nk"  # DeepGEMM's defaults (no effect here)
 
-    def gemm(a, b, d, c=None, compiled_dims="", alpha=None, epilogue=None) -> None:
+    def gemm(a, b, d, c=None, compiled_dims=dims, alpha=None, epilogue=None) -> None:
         keywords.gemm(name, compiled_dims, epilogue, alpha)
         _gemm(layout, a, b, d, c)
 

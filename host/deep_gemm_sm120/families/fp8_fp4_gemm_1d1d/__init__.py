@@ -31,7 +31,7 @@ FAMILY = Family(
             notes="`QMMA.SF` / `OMMA.SF` (block-scaled, full rate); split-K; C may alias D; K % 16 (FP8) or % 32 "
             "(FP4); NVFP4 per-tensor scales via `alpha`; NVFP4 scales on a mixed operand: `NotImplementedError`",
             signature="fp8_fp4_gemm_nt(a, b, d, c=None, recipe=None, recipe_a=None, recipe_b=None, "
-            "compiled_dims='', disable_ue8m0_cast=False, alpha=None, epilogue=None)",
+            "compiled_dims='nk', disable_ue8m0_cast=False, alpha=None, epilogue=None)",
             plan_specs=plan.dense_specs,
         ),
         alias("fp8_gemm_nt", "fp8_fp4_gemm_nt"),

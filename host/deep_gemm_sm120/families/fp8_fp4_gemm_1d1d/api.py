@@ -329,7 +329,7 @@ def fp8_fp4_gemm_nt(
     recipe=None,
     recipe_a=None,
     recipe_b=None,
-    compiled_dims: str = "",
+    compiled_dims: str = "nk",
     disable_ue8m0_cast: bool = False,
     alpha=None,
     epilogue=None,
@@ -408,6 +408,8 @@ def fp8_fp4_gemm_nt(
 
 
 def _not_nt(name: str):
+    dims = "mn" if name.endswith(("_tn", "_tt")) else "nk"  # DeepGEMM's defaults
+
     def refuse(
         a,
         b,
@@ -416,7 +418,7 @@ def _not_nt(name: str):
         recipe=None,
         recipe_a=None,
         recipe_b=None,
-        compiled_dims="",
+        compiled_dims=dims,
         disable_ue8m0_cast=False,
         alpha=None,
         epilogue=None,
