@@ -7,6 +7,19 @@ from dataclasses import dataclass
 
 from .arith import ceil_div
 
+# what the GEMM kernels (and the split-K reduce) are instantiated with: output types and their C++ names, and the
+# GemmType enumerators of scheduler/sm120_gemm.cuh by the name the host uses
+OUT_DTYPES = ("bf16", "fp32")
+CXX_OUT = {"bf16": "sm120::bf16", "fp32": "float"}
+GEMM_TYPES = {
+    "normal": "kNormal",
+    "m_contiguous": "kMGroupedContiguous",
+    "m_masked": "kMGroupedMasked",
+    "k_contiguous": "kKGroupedContiguous",
+    "batched": "kBatched",
+    "batch_reduce": "kBatchReduce",
+}
+
 
 def wave_cost(block_m: int, block_n: int, m: int, n: int, num_sms: int, efficiency: float) -> float:
     """Waves x tile work / main-loop efficiency: the critical path of a persistent launch."""

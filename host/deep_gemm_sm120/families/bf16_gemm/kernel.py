@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...core.arith import round_up
-from ...core.gemm import WarpTile
+from ...core.gemm import CXX_OUT, GEMM_TYPES, OUT_DTYPES, WarpTile
 from ...core.params import Param, ParamList
 from ...core.registry import GateRules, KernelSpec
 
@@ -28,16 +28,6 @@ PARAMS = ParamList(
     Param("split_stride", "uint32_t"),
 )
 
-OUT_DTYPES = ("bf16", "fp32")
-CXX_OUT = {"bf16": "sm120::bf16", "fp32": "float"}
-GEMM_TYPES = {
-    "normal": "kNormal",
-    "m_contiguous": "kMGroupedContiguous",
-    "m_masked": "kMGroupedMasked",
-    "k_contiguous": "kKGroupedContiguous",
-    "batched": "kBatched",
-    "batch_reduce": "kBatchReduce",
-}
 LAYOUTS = ("nt", "nn", "tn", "tt")  # DeepGEMM naming: a [M,K] "n" or [K,M] "t"; then b [K,N] "n" or [N,K] "t"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ...core.gemm import WarpTile
+from ...core.gemm import CXX_OUT, GEMM_TYPES, OUT_DTYPES, WarpTile
 from ...core.params import Param, ParamList
 from ...core.registry import GateRules, KernelSpec
 
@@ -32,15 +32,6 @@ PARAMS = ParamList(
     Param("sfb_group_stride", "uint32_t"),
     Param("alpha", "float"),
 )
-
-OUT_DTYPES = ("bf16", "fp32")
-CXX_OUT = {"bf16": "sm120::bf16", "fp32": "float"}
-GEMM_TYPES = {
-    "normal": "kNormal",
-    "m_contiguous": "kMGroupedContiguous",
-    "m_masked": "kMGroupedMasked",
-    "batched": "kBatched",
-}
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...core.arith import ceil_div
+from ...core.gemm import CXX_OUT
 from ...core.params import Param, ParamList
 from ...core.registry import Family, GateRules, KernelSpec
 
@@ -19,7 +20,6 @@ PARAMS = ParamList(
     Param("ldc", "uint32_t"),
     Param("num_splits", "uint32_t"),
 )
-CXX_OUT = {"bf16": "sm120::bf16", "fp32": "float"}
 THREADS = 256  # sm120::kSplitKReduceThreads
 
 
