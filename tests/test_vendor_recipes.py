@@ -131,7 +131,13 @@ def test_documented_synopsis_is_the_tools_and_lists_every_flag():
     assert block.strip() == "\n".join(line[2:] for line in cli.SYNOPSIS.splitlines()[1:]).strip()
     assert "usage: usage:" not in cli._check_parser().format_help()
     flags = set()
-    for parser in (cli._check_parser(), cli._pin_parser(), cli._release_parser(), cli._sign_parser()):
+    for parser in (
+        cli._check_parser(),
+        cli._pin_parser(),
+        cli._release_parser(),
+        cli._sign_parser(),
+        cli._rotate_parser(),
+    ):
         for action in parser._actions:
             flags.update(o for o in action.option_strings if o.startswith("--") and o != "--help")
     table = _section("## Synopsis")

@@ -78,7 +78,10 @@ def test_sync_writes_stamp_of_every_owned_file(canon, tmp_path):
     release = ManifestSet.load_dir(str(canon / "vendor_manifests")).by_tag["v0.2.0"]
     assert (fork / PREFIX / VERIFY).read_bytes() == verifier_gen.build(release)
     code, doc = check(canon, fork)
-    assert code == 0 and doc["stamp"] == {"tag": "v0.2.0", "owned": len(V2), "patches": [], "problems": []}
+    pin = {"tag": "v0.2.0", "manifest_sha256": sha(manifest.encode()), "chain_length": 2, "signer": None}
+    pin["chain_head"] = release.chain[1] if release.chain else None
+    assert code == 0 and doc["stamp"] == {"tag": "v0.2.0", "owned": len(V2), "patches": [], "problems": [], "pin": pin}
+    assert doc["trust"]["status"] == "unsigned" and not doc["trust"]["finding"]
     # the verifier is an owned file like the headers; the stamp is never a status of its own unless invalid
     assert STAMP not in by_path(doc) and by_path(doc)[VERIFY]["status"] == "ok"
 

@@ -7,12 +7,14 @@ below), so it recognises the release's bytes without trusting the stamp: a stamp
 a stamp that is a symlink, or a missing stamp is a finding. The stamp contributes only the fork's pinned patches
 (reported as `patched`, with their reason), and those only when it agrees with the release. In the fork's CI:
 
-    python deep_gemm/include/deep_gemm/.sm120-vendor-verify.py [--manifest vX.Y.Z.yaml] [--strict]
-                                                               [--format text|json]
+    python deep_gemm/include/deep_gemm/.sm120-vendor-verify.py [--manifest vX.Y.Z.yaml] [--chain chain.txt]
+        [--require-signed] [--skip-signature] [--strict] [--format text|json]
 
 checks each released file (`ok`, `patched`, `changed`, `mode`, `missing`), lists files the release does not ship
 (`foreign`; drift only with --strict) and, given a release manifest, checks that it is the release this file
-carries. Nothing below the vendor root is followed: links are reported, never read through. What this proves,
+carries. Its trust line says whether the stamp pins this release, whether the pinned signature verifies over the
+manifest text carried here (ssh-keygen), and, given the latest release chain, whether that chain extends the pin
+(`rollback`, `history-rewritten`). Nothing below the vendor root is followed: links are reported, never read through. What this proves,
 and what only check_vendor against a manifest proves, is in deep_gemm_sm120's docs/vendoring.md.
 Exit: 0 in sync, 1 drifted, 2 could not read the files, 3 usage error or unreadable manifest.
 
@@ -66,6 +68,9 @@ from vendorkit.safefs import ForkRoot, NotRegular, UnsafePath, safe_relative  # 
 # >>> inline vendorkit.inert
 from vendorkit import inert  # noqa: E402
 # <<< inline vendorkit.inert
+# >>> inline vendorkit.trust
+from vendorkit import trust  # noqa: E402
+# <<< inline vendorkit.trust
 
 STAMP = ".sm120-vendor.json"
 VERIFIER = ".sm120-vendor-verify.py"
@@ -76,7 +81,8 @@ MAX_DEPTH = 128  # directories deeper below the vendor root than this: exit 2 (a
 EXIT_OK, EXIT_DRIFT, EXIT_CANNOT_CHECK, EXIT_USAGE = 0, 1, 2, 3
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 # The release this copy verifies: {"tag", "tree_sha256", "files": {path: sha256}, "modes": {path: mode}} (modes:
-# the files whose git mode is not 100644); check_vendor --sync writes it.
+# the files whose git mode is not 100644) and, for a chained release, "manifest" (its manifest's exact text),
+# "chain_length" and "chain_head" (its place in the release chain); check_vendor --sync writes it.
 _RELEASE = None
 
 
@@ -173,6 +179,8 @@ def parse_stamp(text: str, where: str = STAMP) -> dict:
     if v is not None and not (isinstance(v, dict) and v.get("path") == VERIFIER and isinstance(v.get("sha256"), str)
                               and _HEX64.fullmatch(v["sha256"])):
         raise VerifyError(f"{where}: 'verifier' must be {{path: {VERIFIER}, sha256}}")
+    if "pin" in doc:
+        _check_pin_shape(doc["pin"], where)
     for i, p in enumerate(doc["patches"]):
         if not isinstance(p, dict) or not all(isinstance(p.get(k), str) for k in
                                               ("path", "base_sha256", "patched_sha256", "reason")):
@@ -181,10 +189,34 @@ def parse_stamp(text: str, where: str = STAMP) -> dict:
     return doc
 
 
+def _check_pin_shape(pin, where: str) -> None:
+    """The pin --sync records: {tag, manifest_sha256, chain_length, chain_head, signer: null | {principal, key},
+    signature: null | armored SSHSIG}; VerifyError (the stamp cannot be used) for any other shape."""
+    ok = (isinstance(pin, dict) and set(pin) == PIN_KEYS and isinstance(pin["tag"], str)
+          and trust.tag_key(pin["tag"]) is not None
+          and isinstance(pin["manifest_sha256"], str) and _HEX64.fullmatch(pin["manifest_sha256"])
+          and isinstance(pin["chain_head"], str) and _HEX64.fullmatch(pin["chain_head"])
+          and type(pin["chain_length"]) is int and 1 <= pin["chain_length"] <= 1 << 20)
+    signer, sig = (pin.get("signer"), pin.get("signature")) if isinstance(pin, dict) else (None, None)
+    if ok and signer is not None:
+        ok = (isinstance(signer, dict) and set(signer) == {"principal", "key"} and isinstance(signer["principal"], str)
+              and isinstance(signer["key"], str) and isinstance(sig, str) and len(sig) <= trust.SIG_MAX_BYTES)
+        try:
+            ok = ok and bool(trust.key_blob(signer["key"]))
+        except trust.TrustError:
+            ok = False
+    elif ok:
+        ok = sig is None
+    if not ok:
+        raise VerifyError(f"{where}: 'pin' must be {{tag, manifest_sha256, chain_length, chain_head, signer, "
+                          f"signature}} as --sync writes it")
+
+
 def make_stamp(tag: str, files: dict[str, str], patches: list[dict] | None = None,
-               verifier_sha256: str | None = None, lineage: str | None = None) -> str:
+               verifier_sha256: str | None = None, lineage: str | None = None, pin: dict | None = None) -> str:
     """The stamp --sync writes: files = {path: sha256} of the release files it owns (sorted); `lineage` names an
-    upstream lineage's release (absent for deep_gemm_sm120's own)."""
+    upstream lineage's release (absent for deep_gemm_sm120's own); `pin` the release's place in the chain and
+    its signer, which later checks hold the releases they are shown to (docs/vendoring.md, "Forks pin")."""
     doc = {"schema": STAMP_SCHEMA, "tool": "deep_gemm_sm120 tools/check_vendor.py", "tag": tag,
            "tree_sha256": tree_sha256(files.items()),
            "files": [{"path": p, "sha256": s} for p, s in sorted(files.items())],
@@ -193,10 +225,13 @@ def make_stamp(tag: str, files: dict[str, str], patches: list[dict] | None = Non
         doc["verifier"] = {"path": VERIFIER, "sha256": verifier_sha256}
     if lineage:
         doc["lineage"] = lineage
+    if pin is not None:
+        doc["pin"] = pin
     return json.dumps(doc, indent=1) + "\n"
 
 
-STAMP_KEYS = {"schema", "tool", "tag", "tree_sha256", "files", "patches", "verifier", "lineage"}
+STAMP_KEYS = {"schema", "tool", "tag", "tree_sha256", "files", "patches", "verifier", "lineage", "pin"}
+PIN_KEYS = {"tag", "manifest_sha256", "chain_length", "chain_head", "signer", "signature"}
 FILE_KEYS = {"path", "sha256"}
 PATCH_KEYS = {"path", "base_sha256", "patched_sha256", "reason", "upstream"}
 
@@ -211,6 +246,8 @@ def validate(doc: dict, manifest_files: dict[str, str] | None = None, manifest_t
         sorted({k for p in doc["patches"] for k in p} - PATCH_KEYS)
     if extra:
         problems.append(f"stamp has keys --sync never writes: {', '.join(repr(k) for k in extra[:8])}")
+    if doc.get("pin") is not None and doc["pin"]["tag"] != doc["tag"]:
+        problems.append(f"stamp pins {doc['pin']['tag']} but names {doc['tag']}")
     if any(not isinstance(p.get("upstream", ""), str) for p in doc["patches"]):
         problems.append("a patch's upstream is not a string")
     files = {}
@@ -324,8 +361,69 @@ def _name(doc: dict) -> str:
     return f"{doc['lineage']}@{doc['tag']}" if doc.get("lineage") else doc["tag"]
 
 
-def verify(root: str, release: dict | None = None, manifest_path: str | None = None, strict: bool = False) -> dict:
-    """{verdict, exit_code, tag, files: [{path, status, detail}], problems} for the vendor root `root`."""
+def read_chain(path: str) -> list:
+    """The release chain file a caller passes (`--chain`, e.g. the latest vendor_manifests/chain.txt), checked as
+    a chain (exit 3 when it is not one)."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(trust.CHAIN_MAX_BYTES + 1)
+    except OSError as e:
+        raise VerifyError(f"cannot read {path}: {e.strerror or e}") from None
+    try:
+        return trust.chain_links(data, path)
+    except trust.TrustError as e:
+        raise VerifyError(str(e)) from None
+
+
+def release_trust(release: dict, stamp: dict | None, links: list | None = None, check_signature: bool = True,
+                  require_signed: bool = False) -> tuple[dict, list[str]]:
+    """(trust, problems): whether the release this copy carries is the one the stamp pinned, signed by the pinned
+    signer (ssh-keygen checks the signature the stamp holds over the manifest text baked in here), and, given the
+    latest chain, whether that chain extends the pin. trust = {status, detail, signer}; status is trusted,
+    unsigned, bad-signature, unknown-signer, revoked-signer, rollback, history-rewritten or could-not-check."""
+    def out(status: str, detail: str, signer: str | None = None) -> dict:
+        return {"status": status, "detail": detail, "signer": signer}
+
+    if "chain_head" not in release:
+        return out(trust.UNSIGNED, "this verifier carries no place in the release chain (written before it, or "
+                                   "unbaked): re-run --sync"), (
+            ["unsigned: no chained release (--require-signed)"] if require_signed else [])
+    text = release["manifest"].encode("utf-8")
+    want = {"tag": release["tag"], "manifest_sha256": hashlib.sha256(text).hexdigest(),
+            "chain_length": release["chain_length"], "chain_head": release["chain_head"]}
+    parsed = parse_manifest_text(release["manifest"], "the baked manifest")
+    if {f["path"]: f["sha256"] for f in parsed.get("files", [])} != release["files"]:
+        return out(trust.BAD_SIGNATURE, "the baked manifest does not list the baked digests (edited)"), [
+            "the verifier's baked release is not one manifest (edited by hand?)"]
+    pin = (stamp or {}).get("pin")
+    if pin is None or {k: pin[k] for k in want} != want:
+        return out(trust.HISTORY_REWRITTEN, "the stamp pins no release or another one than this verifier carries"), [
+            "the stamp's pin is not the release this verifier carries"]
+    problems = []
+    if links is not None:
+        found = trust.check_pin(pin, links, release["tag"], want["manifest_sha256"])
+        if found is not None:
+            return out(*found), [f"{found[0]}: {found[1]}"]
+    signer = pin["signer"]
+    if signer is None:
+        result = out(trust.UNSIGNED, "the release was not signed when it was vendored")
+        return result, (["unsigned: the release was not signed (--require-signed)"] if require_signed else [])
+    who = f"{signer['principal']} ({trust.fingerprint(trust.key_blob(signer['key']))})"
+    if not check_signature:
+        return out(trust.COULD_NOT_CHECK, "signature not checked (--skip-signature)", who), problems
+    status, detail = trust.verify_with_key(text, pin["signature"].encode("ascii", "replace"),
+                                           trust.key_blob(signer["key"]), trust.RELEASE_NAMESPACE)
+    if status == trust.COULD_NOT_CHECK:
+        raise VerifyError(f"cannot check the release signature: {detail}; pass --skip-signature to check the "
+                          f"files alone", EXIT_CANNOT_CHECK)
+    if status != trust.TRUSTED:
+        problems.append(f"{status}: {detail}")
+    return out(status, detail, who), problems
+
+
+def verify(root: str, release: dict | None = None, manifest_path: str | None = None, strict: bool = False,
+           chain_path: str | None = None, check_signature: bool = True, require_signed: bool = False) -> dict:
+    """{verdict, exit_code, tag, files: [{path, status, detail}], problems, trust} for the vendor root `root`."""
     release = release or _RELEASE
     given = release_from_manifest(manifest_path) if manifest_path else None
     if release is None:
@@ -333,7 +431,9 @@ def verify(root: str, release: dict | None = None, manifest_path: str | None = N
             raise VerifyError("this copy of the verifier carries no release: pass --manifest vX.Y.Z.yaml")
         release = given
     problems = []
-    if given is not None and given != release:
+    links = read_chain(chain_path) if chain_path else None
+    if given is not None and {k: given.get(k) for k in ("tag", "tree_sha256", "files", "modes")} != {
+            k: release.get(k) for k in ("tag", "tree_sha256", "files", "modes")}:
         problems.append(f"the manifest given ({given['tag']}) is not the release this verifier checks "
                         f"({release['tag']}); re-run --sync, or pass the manifest of {release['tag']}")
     try:
@@ -342,6 +442,7 @@ def verify(root: str, release: dict | None = None, manifest_path: str | None = N
         raise VerifyError(f"cannot open the vendor root {root}: {e.strerror or e}", EXIT_CANNOT_CHECK) from None
     with fs:
         stamp, why = _read_stamp(fs)
+        pinned = stamp
         if stamp is not None:
             found = validate(stamp, release["files"], release["tree_sha256"], release["tag"])
             if stamp.get("lineage") != release.get("lineage"):
@@ -351,6 +452,13 @@ def verify(root: str, release: dict | None = None, manifest_path: str | None = N
                 stamp = None  # an untrustworthy stamp pins nothing
         else:
             problems.append(why)
+        if release.get("lineage"):
+            trusted = {"status": trust.UNSIGNED, "detail": "an upstream lineage's release (not signed by us)",
+                       "signer": None}
+        else:
+            trusted, found = release_trust(release, pinned, links, check_signature,
+                                           require_signed)
+            problems += found
         modes = release.get("modes") or {}
         results = [_file_status(fs, path, sha, stamp, modes.get(path, "100644"))
                    for path, sha in sorted(release["files"].items())]
@@ -373,7 +481,8 @@ def verify(root: str, release: dict | None = None, manifest_path: str | None = N
            or (strict and r["status"] == "foreign")]
     verdict = "drifted" if problems or bad else "in-sync"
     return {"schema_version": 2, "tag": _name(release), "verdict": verdict,
-            "exit_code": EXIT_DRIFT if verdict == "drifted" else EXIT_OK, "problems": problems, "files": results}
+            "exit_code": EXIT_DRIFT if verdict == "drifted" else EXIT_OK, "problems": problems, "files": results,
+            "trust": trusted}
 
 
 def main(argv=None) -> int:
@@ -382,13 +491,18 @@ def main(argv=None) -> int:
     ap.add_argument("--manifest", help="deep_gemm_sm120 release manifest (vX.Y.Z.yaml): check it is the release "
                                        "this verifier carries (required for a copy that carries none)")
     ap.add_argument("--strict", action="store_true", help="files the release does not ship are drift")
+    ap.add_argument("--chain", help="the latest release chain (deep_gemm_sm120's vendor_manifests/chain.txt): check "
+                                    "it extends the release the stamp pinned (rollback, history-rewritten)")
+    ap.add_argument("--require-signed", action="store_true", help="an unsigned release is drift")
+    ap.add_argument("--skip-signature", action="store_true",
+                    help="do not run ssh-keygen on the pinned signature (reported could-not-check)")
     ap.add_argument("--format", choices=("text", "json"), default="text")
     try:
         a = ap.parse_args(argv)
     except SystemExit as e:  # argparse: usage errors exit 3 here, like every deep_gemm_sm120 tool
         return EXIT_USAGE if e.code else EXIT_OK
     try:
-        report = verify(a.root, None, a.manifest, a.strict)
+        report = verify(a.root, None, a.manifest, a.strict, a.chain, not a.skip_signature, a.require_signed)
     except VerifyError as e:
         if a.format == "json":
             print(json.dumps(inert.json_safe({"schema_version": 2, "verdict": "unknown",
@@ -404,6 +518,8 @@ def main(argv=None) -> int:
                                                                        if r["detail"] else ""))
         for p in report["problems"]:
             print(f"  stamp    {inert.text(p)}")
+        t = report["trust"]
+        print(f"trust: {t['status']}: {inert.text(t['detail'])}")
         print(f"verdict: {report['verdict']} ({report['tag']})")
     return report["exit_code"]
 

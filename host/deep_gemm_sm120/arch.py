@@ -37,7 +37,8 @@ def target_for_capability(cap: tuple[int, int], emulate: bool) -> str:
 def device_capability(index: int) -> tuple[int, int]:
     import torch
 
-    return tuple(torch.cuda.get_device_capability(index))
+    major, minor = torch.cuda.get_device_capability(index)
+    return int(major), int(minor)
 
 
 def target_for_device(index: int) -> str:

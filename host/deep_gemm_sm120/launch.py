@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import Any
 
 from . import runtime
 
@@ -17,8 +19,8 @@ class Launcher:
     __slots__ = ("launch", "stream", "pdl", "compile_mode")
 
     def __init__(self) -> None:
-        self.launch = None
-        self.stream = None
+        self.launch: Callable[..., Any] | None = None
+        self.stream: Callable[[int], int] | None = None
         self.pdl: bool | None = None
         self.compile_mode = 0
 
@@ -87,14 +89,14 @@ def launch(
     b = BOUND if BOUND.launch is not None else bound()
     gx, gy, gz = (grid, 1, 1) if isinstance(grid, int) else grid
     pdl = kernel.pdl and (b.pdl if b.pdl is not None else get_pdl())
-    b.launch(
+    b.launch(  # type: ignore[misc]  # bound() set both entries; no check on the hot path
         kernel.handle,
         gx,
         gy,
         gz,
         kernel.threads,
         kernel.smem_bytes if smem is None else smem,
-        b.stream(index),
+        b.stream(index),  # type: ignore[misc]  # likewise
         pdl,
         params,
         tmaps,

@@ -42,7 +42,15 @@ def test_vendored_verifier_is_self_contained_and_carries_the_release(canon, tmp_
     assert "from vendorkit" not in text and "import vendorkit" not in text
     baked = json.loads(next(ln for ln in text.splitlines() if ln.startswith("_RELEASE = "))[len("_RELEASE = ") :])
     rel = _release(canon, "v0.2.0")
-    assert baked == {"tag": "v0.2.0", "tree_sha256": rel.tree_sha256, "files": {e.path: e.sha256 for e in rel.files}}
+    assert rel.chain is not None and rel.text is not None
+    assert baked == {
+        "tag": "v0.2.0",
+        "tree_sha256": rel.tree_sha256,
+        "files": {e.path: e.sha256 for e in rel.files},
+        "manifest": (canon / "vendor_manifests" / "v0.2.0.yaml").read_text(),
+        "chain_length": 2,
+        "chain_head": rel.chain[1],
+    }
     p = _verify(fork)
     assert p.returncode == 0 and "verdict: in-sync (v0.2.0)" in p.stdout
 

@@ -16,20 +16,19 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 from dataclasses import dataclass
 
+from . import trust
 from .errors import ManifestError
-from .versions import is_tag, sort_key
+from .versions import sort_key
 
 CHAIN_NAME = "chain.txt"
-GENESIS = "0" * 64
-MAX_BYTES = 1 << 20  # ~10,000 releases
+GENESIS = trust.GENESIS
+MAX_BYTES = trust.CHAIN_MAX_BYTES
 HEADER = (
     "# deep_gemm_sm120 release chain (docs/vendoring.md): append-only; each line is a release tag, the sha256 of\n"
     "# vendor_manifests/<tag>.yaml's bytes and the sha256 of the previous line (newline included)\n"
 )
-_LINE = re.compile(r"(v\d+\.\d+\.\d+) ([0-9a-f]{64}) ([0-9a-f]{64})")
 
 
 @dataclass(frozen=True)
@@ -50,37 +49,14 @@ def line_for(tag: str, manifest_sha256: str, prev: str) -> bytes:
 
 
 def parse(data: bytes, where: str = CHAIN_NAME) -> list[Link]:
-    """Links of a chain file, checked as a chain: strict line format, tags strictly increasing, each `prev` the
-    digest of the line before. ManifestError naming the first broken line otherwise."""
-    if len(data) > MAX_BYTES:
-        raise ManifestError(f"{where}: {len(data):,} bytes, over the {MAX_BYTES:,}-byte limit")
+    """Links of a chain file, checked as a chain (vendorkit.trust.chain_links, which the offline verifier shares):
+    strict line format, tags strictly increasing, each `prev` the digest of the line before. ManifestError naming
+    the first broken line otherwise."""
     try:
-        text = data.decode("ascii")
-    except UnicodeDecodeError:
-        raise ManifestError(f"{where}: not ASCII") from None
-    if text and not text.endswith("\n"):
-        raise ManifestError(f"{where}: the last line has no newline (a truncated file?)")
-    links: list[Link] = []
-    prev = GENESIS
-    for n, raw in enumerate(text.splitlines(keepends=True), 1):
-        if raw.startswith("#"):
-            if links:
-                raise ManifestError(f"{where}:{n}: comments only before the first release")
-            continue
-        m = _LINE.fullmatch(raw[:-1])
-        if m is None or not is_tag(m.group(1)):
-            raise ManifestError(f"{where}:{n}: not `vX.Y.Z <sha256> <sha256>`")
-        tag, digest, link = m.groups()
-        if links and sort_key(tag) <= sort_key(links[-1].tag):
-            raise ManifestError(f"{where}:{n}: {tag} does not come after {links[-1].tag}")
-        if link != prev:
-            raise ManifestError(
-                f"{where}:{n}: {tag} links to {link[:12]}..., but the line before it hashes to {prev[:12]}... "
-                f"(a line before it was rewritten, removed or reordered)"
-            )
-        links.append(Link(tag, digest, link, raw.encode()))
-        prev = links[-1].position
-    return links
+        raw = trust.chain_links(data, where)
+    except trust.TrustError as e:
+        raise ManifestError(str(e)) from None
+    return [Link(tag, digest, prev, line_for(tag, digest, prev)) for tag, digest, prev, _ in raw]
 
 
 def read(manifest_dir: str) -> list[Link] | None:

@@ -23,11 +23,12 @@ SYNOPSIS = """
   check_vendor.py --fork PATH|git:DIR@REF|github:OWNER/REPO@REF|WHEEL|SDIST|pypi:NAME[==VERSION]
                   [--prefix DIR] [--tag vX.Y.Z | --latest] [--format text|json|markdown]
                   [--strict] [--no-diff] [--diff-lines N | --full-diffs] [-v] [--api-url URL] [--index-url URL]
-                  [--sync [--dry-run] [--force] [--drop-patches]] [--range-reads]
+                  [--sync [--dry-run] [--force] [--drop-patches] [--repin]] [--require-signed] [--range-reads]
                   [--upstream NAME [--bytes-from SOURCE]] [--budget KEY=VALUE ...]
   check_vendor.py pin --fork PATH FILE --reason TEXT [--upstream URL] [--prefix DIR] [--lineage NAME]
   check_vendor.py release vX.Y.Z [--date YYYY-MM-DD] [--sign-key PATH]
   check_vendor.py sign vX.Y.Z --key PATH
+  check_vendor.py rotate --key OLD --new-key NEW.pub --from YYYY-MM-DD [--principal NAME]
   check_vendor.py import-manifest (VENDOR.json | MANIFEST.yaml | SOURCE | --from-git DIR@REF) --upstream NAME
                   [--prefix DIR] [--tag TAG] [--all-files] [--origin TEXT] [--date YYYY-MM-DD]
   check_vendor.py provenance SOURCE [SOURCE ...] [--prefix DIR] [--format text|json|markdown] [--range-reads]
@@ -79,6 +80,17 @@ def _check_parser() -> argparse.ArgumentParser:
         help="with --sync: overwrite the fork's own edits too, after copying them to .sm120-sync-backup/<time>/",
     )
     p.add_argument("--drop-patches", action="store_true", help="with --sync: replace files carrying pinned patches")
+    p.add_argument(
+        "--require-signed",
+        action="store_true",
+        help="an unsigned release (or one whose signature cannot be checked) is drift, also without a pinned signer",
+    )
+    p.add_argument(
+        "--repin",
+        action="store_true",
+        help="with --sync: pin the release afresh (trust on first use) when it does not extend the stamp's pin; "
+        "only after checking the new signer or history out of band",
+    )
     p.add_argument("--no-diff", action="store_true", help="skip content diagnosis and diffs")
     p.add_argument(
         "--diff-lines",
@@ -147,6 +159,22 @@ def _sign_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _rotate_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="check_vendor.py rotate",
+        description=(
+            "Rotate the release key: write a statement signed by the old key that the new key signs releases "
+            "created from --from on (vendor_manifests/rotations/), and update allowed_signers to match."
+        ),
+    )
+    p.add_argument("--key", required=True, metavar="PATH", help="the old ed25519 OpenSSH private key")
+    p.add_argument("--new-key", required=True, metavar="PUB", help="the new key's public key file (KEY.pub)")
+    p.add_argument("--from", dest="start", required=True, metavar="YYYY-MM-DD", help="first release date it signs")
+    p.add_argument("--principal", default="releases@deep_gemm_sm120", help="the signer's name in allowed_signers")
+    p.add_argument("--repo", default=_default_repo())
+    return p
+
+
 def _pin_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="check_vendor.py pin",
@@ -195,6 +223,15 @@ def _run_sign(argv: list[str]) -> int:
     a = _sign_parser().parse_args(argv)
     rel = os.path.relpath(sign_release(a.repo, a.version, a.key), a.repo)
     _emit(f"wrote {rel}\nnext: git add {rel} && git commit -m 'sign {a.version}'\n")
+    return 0
+
+
+def _run_rotate(argv: list[str]) -> int:
+    from .release import rotate
+
+    a = _rotate_parser().parse_args(argv)
+    written = [os.path.relpath(p, a.repo) for p in rotate(a.repo, a.key, a.new_key, a.start, a.principal)]
+    _emit("".join(f"wrote {rel}\n" for rel in written) + f"next: git add {' '.join(written)} && git commit\n")
     return 0
 
 
@@ -267,8 +304,8 @@ def _run_check(argv: list[str]) -> int:
     a = _check_parser().parse_args(argv)
     if a.dry_run and not a.sync:
         raise UsageError("--dry-run goes with --sync")
-    if (a.force or a.drop_patches) and not a.sync:
-        raise UsageError("--force and --drop-patches go with --sync")
+    if (a.force or a.drop_patches or a.repin) and not a.sync:
+        raise UsageError("--force, --drop-patches and --repin go with --sync")
     if a.diff_lines is not None and a.diff_lines < 0:
         raise UsageError("--diff-lines must be >= 0")
     from .diagnose import DEFAULT_DIFF_LINES
@@ -316,6 +353,7 @@ def _run_check(argv: list[str]) -> int:
         report = check_release(
             view, ms, tag, _given_prefix(a), canonical=store.get, want_diff=not a.no_diff, strict=a.strict
         )
+        report = _with_trust(a, ms, tag, report)
         _emit(render(report, a.format, a.verbose, diff_lines))
         return report.exit_code
     with _locked(a, view):
@@ -333,8 +371,18 @@ def _run_check(argv: list[str]) -> int:
         report = compare()
         if a.sync:
             report = _sync(a, view, ms, tag, prefix, store, compare, report)
+        if report.trust is None:
+            report = _with_trust(a, ms, tag, report)
     _emit(render(report, a.format, a.verbose, diff_lines))
     return report.exit_code
+
+
+def _with_trust(a, ms, tag, report):
+    """The report with what it proves about the manifest (vendorkit.forktrust), against the stamp's pin."""
+    from . import forktrust
+
+    pin = (report.stamp or {}).get("pin")
+    return forktrust.settle(report, forktrust.evaluate(ms, tag, pin, a.require_signed), pin)
 
 
 def _locked(a, view):
@@ -387,13 +435,26 @@ def _sync(a, view, ms, tag, prefix, store, compare, report):
             + "; ".join(f"{f.path}: {f.detail}" for f in report.files if f.status == "error")
             or "; ".join(report.errors)
         )
-    actions = sync.plan(report, ms, tag, force=a.force, drop_patches=a.drop_patches)
-    actions, backup_root = sync.preflight(actions, view, tag, store.get)
     out = _emit if a.format == "text" else sys.stderr.write  # keep stdout parseable
 
     def emit(line: str) -> None:
         out(inert.text(line) + "\n")
 
+    from . import forktrust
+
+    old_pin = (report.stamp or {}).get("pin")
+    t = forktrust.evaluate(ms, tag, None if a.repin else old_pin, a.require_signed)
+    if t is not None and (t.finding or t.blocking):
+        emit(f"sync {view.label} -> {tag.tag}: refused, nothing written")
+        emit(f"  refuse   {tag.tag}  ({t.status}: {t.detail})")
+        if old_pin is not None and not a.repin:
+            emit(
+                "  the release does not extend what the fork pinned; if you checked the new signer or history "
+                "out of band, pass --repin"
+            )
+        return forktrust.settle(report, t, old_pin)
+    actions = sync.plan(report, ms, tag, force=a.force, drop_patches=a.drop_patches, pin=forktrust.pin_for(tag, t))
+    actions, backup_root = sync.preflight(actions, view, tag, store.get)
     emit(f"sync {'(dry run) ' if a.dry_run else ''}{view.label} -> {tag.tag}:")
     refused = sync.refusals(actions)
     if a.dry_run or refused:
@@ -402,7 +463,7 @@ def _sync(a, view, ms, tag, prefix, store, compare, report):
         if refused:
             for line in sync.how_to_proceed(a.fork, refused, bool(report.owned)):
                 emit(line)
-        return report
+        return forktrust.settle(report, t, old_pin)
     sync.apply(actions, view, prefix, backup_root, emit, header={"tag": tag.label, "prefix": prefix})
     view.fs.close()
     view = LocalFork(view.root)
@@ -459,7 +520,7 @@ def _run_pin(argv: list[str]) -> int:
         entry["upstream"] = a.upstream
     patches.append(entry)
     text = verifier.make_stamp(
-        doc["tag"], info.owned, patches, (doc.get("verifier") or {}).get("sha256"), doc.get("lineage")
+        doc["tag"], info.owned, patches, (doc.get("verifier") or {}).get("sha256"), doc.get("lineage"), doc.get("pin")
     )
     try:
         fs.write_atomic(stamp_rel, text.encode(), 0o644)
@@ -598,6 +659,8 @@ def _dispatch(argv: list[str]) -> int:
         return _run_release(argv[1:])
     if argv and argv[0] == "sign":
         return _run_sign(argv[1:])
+    if argv and argv[0] == "rotate":
+        return _run_rotate(argv[1:])
     if argv and argv[0] == "pin":
         return _run_pin(argv[1:])
     if argv and argv[0] == "import-manifest":

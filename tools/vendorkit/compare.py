@@ -80,12 +80,13 @@ class Report:
     lineage: str | None = None  # the upstream lineage compared with (None: our releases)
     owned: frozenset = frozenset()  # paths a trustworthy stamp owns (--sync may overwrite them, with a backup)
     distributions: list | None = None  # a multi-file release: what each file is and its verdict
+    trust: dict | None = None  # {"status", "detail", "finding", "signer", "pin"}: vendorkit.forktrust
 
     @property
     def exit_code(self) -> int:
         if self.verdict in ("in-sync", "released", "unreleased"):
             return EXIT_OK
-        if self.verdict in ("stale", "drifted", "invalid", "not-vendored"):
+        if self.verdict in ("stale", "drifted", "invalid", "not-vendored", "untrusted"):
             return EXIT_DRIFT
         return EXIT_CANNOT_CHECK
 
@@ -107,6 +108,7 @@ class Report:
             lineage=d["lineage"],
             owned=frozenset(owned),
             distributions=d.get("distributions"),
+            trust=d.get("trust"),
         )
         r.files = [FileResult(**{k: v for k, v in f.items() if k in fields}) for f in d["files"]]
         return r

@@ -100,6 +100,8 @@ class Manifest:
     source: str | None = None  # file it was loaded from
     lineage: str | None = None  # None: a deep_gemm_sm120 release; else an imported upstream (vendorkit.lineage)
     origin: str | None = None  # lineages: where the hashes came from
+    text: str | None = field(default=None, repr=False, compare=False)  # the exact bytes it was loaded from
+    chain: tuple[int, str] | None = None  # (chain length up to it, its line's digest) when chain.txt holds it
 
     def __post_init__(self) -> None:
         self.by_path = {f.path: f for f in self.files}
@@ -212,6 +214,23 @@ def build_manifest(tag: str, created: str, files: Iterable[FileEntry]) -> Manife
     return Manifest(tag=tag, created=created, files=files, tree_sha256=tree_sha256((f.path, f.sha256) for f in files))
 
 
+def _attach_chain(directory: str, manifests: list[Manifest]) -> None:
+    """Give each manifest its chain position when chain.txt holds its exact bytes (a broken or missing chain
+    attaches nothing: the self-check reports it, and a fork check then has no position to compare)."""
+    from . import chain
+    from .hashing import sha256_bytes
+
+    try:
+        links = chain.read(directory) or []
+    except (ManifestError, OSError):
+        return
+    by_tag = {m.tag: m for m in manifests}
+    for i, link in enumerate(links, 1):
+        m = by_tag.get(link.tag)
+        if m is not None and m.text is not None and sha256_bytes(m.text.encode("utf-8")) == link.manifest_sha256:
+            m.chain = (i, link.position)
+
+
 class ManifestSet:
     """Every manifest of one lineage (ours in vendor_manifests/, an upstream's in vendor_manifests/upstreams/NAME/),
     oldest first; all validated on load."""
@@ -220,6 +239,7 @@ class ManifestSet:
         self.manifests = sorted(manifests, key=lambda m: m.version)
         self.by_tag = {m.tag: m for m in self.manifests}
         self.lineage = lineage
+        self.directory: str | None = None  # where load_dir read them (release signatures and the chain live there)
 
     @property
     def name(self) -> str:
@@ -266,12 +286,17 @@ class ManifestSet:
             if not is_tag(tag):
                 raise ManifestError(f"{where}: file name is not a release tag (vMAJOR.MINOR.PATCH.yaml)")
             try:
-                with open(os.path.join(directory, name), encoding="utf-8") as fh:
-                    text = fh.read()
+                with open(os.path.join(directory, name), "rb") as fh:
+                    text = fh.read().decode("utf-8")  # bytes, so the text is exactly what the chain hashes
             except (OSError, UnicodeDecodeError) as e:
                 raise CannotCheck(f"cannot read {where}: {e}") from None
-            out.append(parse_manifest(text, where, expect_tag=tag))
-        return cls(out)
+            m = parse_manifest(text, where, expect_tag=tag)
+            m.text = text
+            out.append(m)
+        _attach_chain(directory, out)
+        ms = cls(out)
+        ms.directory = directory
+        return ms
 
     @property
     def latest(self) -> Manifest | None:

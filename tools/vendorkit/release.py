@@ -92,3 +92,55 @@ def sign_release(repo_root: str, tag: str, key_path: str) -> str:
     except RuntimeError as e:
         raise UsageError(str(e)) from None
     return out
+
+
+def _yyyymmdd(date: str) -> str:
+    return date.replace("-", "")
+
+
+def rotate(repo_root: str, old_key_path: str, new_public_path: str, start: str, principal: str) -> list[str]:
+    """Rotate the release key: a statement, signed by the old key, that the new key signs releases created on or
+    after `start`; allowed_signers then ends the old key's validity the day before and lists the new key from
+    that day (a fork that pinned the old key follows the statement, vendorkit.forktrust). The paths written."""
+    from . import forktrust, trust
+
+    mdir = os.path.join(repo_root, MANIFEST_DIR)
+    try:
+        old = trust.key_blob(signing.public_key(old_key_path))
+        with open(new_public_path, encoding="ascii") as fh:
+            new = trust.key_blob(fh.read().strip())
+        text = trust.rotation_text(principal, old, new, start)
+    except (RuntimeError, OSError, UnicodeDecodeError, trust.TrustError) as e:
+        raise UsageError(f"cannot rotate: {e}") from None
+    allowed_path = os.path.join(mdir, signing.ALLOWED)
+    with open(allowed_path, encoding="ascii") as fh:
+        lines = fh.read().splitlines(keepends=True)
+    listed = [i for i, line in enumerate(lines) if trust.key_line(old).split()[1] in line.split()]
+    if not listed:
+        raise UsageError(f"cannot rotate: the old key {trust.fingerprint(old)} is not in {signing.ALLOWED}")
+    if trust.fingerprint(old) in forktrust.revoked(mdir):
+        raise UsageError(f"cannot rotate: {trust.fingerprint(old)} is revoked (a revoked key vouches for nothing)")
+    good, _ = forktrust.rotations(mdir)
+    if any(o == old for _, o, _, _ in good):
+        raise UsageError(f"cannot rotate: {trust.fingerprint(old)} was already rotated (a key rotates once)")
+    rdir = os.path.join(mdir, forktrust.ROTATIONS)
+    os.makedirs(rdir, exist_ok=True)
+    name = f"{start}-{trust.fingerprint(new)[7:19].replace('/', '_').replace('+', '-')}.txt"
+    out = os.path.join(rdir, name)
+    if os.path.exists(out):
+        raise UsageError(f"cannot rotate: {os.path.relpath(out, repo_root)} exists")
+    with open(out, "wb") as fh:
+        fh.write(text)
+    try:
+        signing.sign(out, old_key_path, out + ".sig", trust.ROTATION_NAMESPACE)
+    except RuntimeError as e:
+        os.unlink(out)
+        raise UsageError(str(e)) from None
+    before = _yyyymmdd(start)
+    for i in listed:  # the old key signs nothing created on or after the rotation
+        if "valid-before=" not in lines[i]:
+            lines[i] = lines[i].replace(' namespaces="', f' valid-before="{before}",namespaces="', 1)
+    lines.append(f'{principal} namespaces="{signing.NAMESPACE}",valid-after="{before}" {trust.key_line(new)}\n')
+    with open(allowed_path, "w", encoding="ascii") as fh:
+        fh.writelines(lines)
+    return [out, out + ".sig", allowed_path]

@@ -37,6 +37,15 @@ def _stamp_line(r: Report, q) -> str | None:
     )
 
 
+def _trust_line(r: Report) -> str | None:
+    t = r.trust
+    if not t:
+        return None
+    pin = t.get("pin")
+    pinned = f"; pinned {pin['tag']} (release {pin['chain_length']}, {pin['chain_head'][:16]})" if pin else ""
+    return f"trust: {t['status']}: {t['detail']}{pinned}"
+
+
 def to_text(r: Report, verbose: bool = False, diff_lines: int | None = DEFAULT_DIFF_LINES) -> str:
     t = inert.text
     head = (
@@ -67,6 +76,9 @@ def to_text(r: Report, verbose: bool = False, diff_lines: int | None = DEFAULT_D
             out.extend("      " + t(ln) for ln in shown.rstrip("\n").split("\n"))
             if cut:
                 out.append(f"      ... diff truncated: {cut} more lines (--diff-lines N, --full-diffs)")
+    trust = _trust_line(r)
+    if trust:
+        out.append(t(trust))
     out += [f"note: {t(n)}" for n in r.notes]
     out += [f"error: {t(e)}" for e in r.errors]
     verdict = r.verdict + (f" (identical to {r.stale_tag})" if r.stale_tag else "")
@@ -101,6 +113,7 @@ def to_json(r: Report, diff_lines: int | None = DEFAULT_DIFF_LINES) -> str:
         "errors": r.errors,
         "stamp": r.stamp,
         "distributions": r.distributions,
+        "trust": r.trust,
     }
     return json.dumps(inert.json_safe(doc), indent=2, sort_keys=False) + "\n"
 
@@ -143,6 +156,9 @@ def to_markdown(r: Report, diff_lines: int | None = DEFAULT_DIFF_LINES) -> str:
                 if cut:
                     out.append(f"... diff truncated: {cut} more lines")
                 out += ["</details>", ""]
+    trust = _trust_line(r)
+    if trust:
+        out += [f"- {c(trust, False)}"]
     out += [f"- note: {c(n, False)}" for n in r.notes]
     out += [f"- error: {c(e, False)}" for e in r.errors]
     return "\n".join(out).rstrip("\n") + "\n"

@@ -151,6 +151,12 @@ def chain_and_signatures(repo_root: str, ms: ManifestSet) -> tuple[list[str], li
             unchecked.append(m.tag)
         elif v.status != signing.OK:
             problems.append(f"{MANIFEST_DIR}/{signing.SIG_DIR}/{m.tag}.yaml.sig: {v.status}: {v.detail}")
+    from . import forktrust, trust
+
+    good, found = forktrust.rotations(mdir)
+    problems += found
+    for _, old, new, start in good:
+        notes.append(f"key rotation: {trust.fingerprint(old)} -> {trust.fingerprint(new)} from {start}")
     signed = len(tags) - len(unsigned) - len(unchecked)
     notes.append(f"signatures: {signed} of {len(tags)} release(s) signed and verified")
     if unsigned:

@@ -19,7 +19,9 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 
-NAMESPACE = "deep_gemm_sm120-release"
+from . import trust
+
+NAMESPACE = trust.RELEASE_NAMESPACE
 SIG_DIR = "signatures"
 ALLOWED = "allowed_signers"
 REVOKED = "revoked_keys"
@@ -69,14 +71,24 @@ def _read_bounded(path: str, limit: int) -> bytes | None:
     return data
 
 
-def sign(manifest_path: str, key_path: str, out_path: str) -> None:
-    """Sign a manifest's bytes with the private key at key_path (never copied anywhere) into out_path."""
+def public_key(key_path: str) -> str:
+    """The public key line of an OpenSSH private key (ssh-keygen -y)."""
+    if ssh_keygen() is None:
+        raise RuntimeError("ssh-keygen is not installed: signing needs OpenSSH >= 8.2")
+    p = _run(["-y", "-f", key_path])
+    if p.returncode != 0:
+        raise RuntimeError(f"ssh-keygen -y could not read {key_path}: {p.stderr.decode(errors='replace').strip()}")
+    return p.stdout.decode("ascii", "replace").strip()
+
+
+def sign(manifest_path: str, key_path: str, out_path: str, namespace: str = NAMESPACE) -> None:
+    """Sign a file's bytes with the private key at key_path (never copied anywhere) into out_path."""
     if ssh_keygen() is None:
         raise RuntimeError("ssh-keygen is not installed: signing needs OpenSSH >= 8.2")
     with tempfile.TemporaryDirectory(prefix="sm120-sign-") as tmp:
         work = os.path.join(tmp, "manifest")
         shutil.copyfile(manifest_path, work)
-        p = _run(["-Y", "sign", "-f", key_path, "-n", NAMESPACE, work])
+        p = _run(["-Y", "sign", "-f", key_path, "-n", namespace, work])
         if p.returncode != 0:
             raise RuntimeError(f"ssh-keygen -Y sign failed: {p.stderr.decode(errors='replace').strip()}")
         os.makedirs(os.path.dirname(out_path), exist_ok=True)

@@ -35,7 +35,15 @@ class StampInfo:
             "owned": len(self.owned),
             "patches": [_documented(p) for p in self.doc["patches"]],
             "problems": self.problems,
+            "pin": self.pin(),
         }
+
+    def pin(self) -> dict | None:
+        """The release --sync pinned (its shape checked by parse_stamp), without the signature's bytes."""
+        p = self.doc.get("pin")
+        if not isinstance(p, dict):
+            return None
+        return {k: p[k] for k in ("tag", "manifest_sha256", "chain_length", "chain_head", "signer")}
 
 
 def _documented(patch: dict) -> dict:
@@ -75,11 +83,11 @@ def read_stamp(data: bytes | None, ms: ManifestSet, where: str) -> StampInfo:
     return StampInfo(doc, owned, problems)
 
 
-def stamp_text(tag: Manifest, patches: list[dict] | None = None) -> str:
+def stamp_text(tag: Manifest, patches: list[dict] | None = None, pin: dict | None = None) -> str:
     """The stamp --sync writes for manifest `tag` (every released file owned), keeping pinned patches; it records
-    the sha256 of the verifier generated for that release."""
+    the sha256 of the verifier generated for that release and the pin (vendorkit.forktrust.pin_for)."""
     from . import verifier_gen
 
     return verifier.make_stamp(
-        tag.tag, {e.path: e.sha256 for e in tag.files}, patches, verifier_gen.digest(tag, "sha256"), tag.lineage
+        tag.tag, {e.path: e.sha256 for e in tag.files}, patches, verifier_gen.digest(tag, "sha256"), tag.lineage, pin
     )

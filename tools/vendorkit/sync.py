@@ -48,7 +48,12 @@ class Action:
 
 
 def plan(
-    report: Report, ms: ManifestSet, tag: Manifest, force: bool = False, drop_patches: bool = False
+    report: Report,
+    ms: ManifestSet,
+    tag: Manifest,
+    force: bool = False,
+    drop_patches: bool = False,
+    pin: dict | None = None,
 ) -> list[Action]:
     acts: list[Action] = []
     prefix = report.prefix or ""
@@ -191,7 +196,7 @@ def plan(
         )
     )
     acts.append(
-        Action("write", join(STAMP), f"stamp for {tag.tag}", backup=stamp_bad, data=stamp_text(tag, kept).encode())
+        Action("write", join(STAMP), f"stamp for {tag.tag}", backup=stamp_bad, data=stamp_text(tag, kept, pin).encode())
     )
     return acts
 

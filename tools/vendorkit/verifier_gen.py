@@ -19,7 +19,7 @@ from .manifest import Manifest
 
 TOOLS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEMPLATE = os.path.join(TOOLS, "sm120_vendor_verify.py")
-INLINED = ("safefs", "inert")
+INLINED = ("safefs", "inert", "trust")
 _BLOCK = re.compile(r"^# >>> inline vendorkit\.(\w+)\n.*?^# <<< inline vendorkit\.\1\n", re.M | re.S)
 _RELEASE_LINE = "_RELEASE = None\n"
 _BAKED_LINE = re.compile(rb"^_RELEASE = .*$", re.M)
@@ -35,6 +35,7 @@ LEGACY = {
 # lacks; a fork carrying one is told to re-sync (the bytes --sync writes changed).
 _UNISOLATED = ", whose verifier imports modules found beside it (a planted hashlib.py decides it) and ignores modes"
 _LINKED = ", whose verifier run through a symlinked path imports modules found beside it"
+_UNPINNED = ", whose verifier checks neither the release's signature nor its place in the release chain"
 LEGACY_TEMPLATES = {
     "463c78b4455596681173a5f3b596eaa748fe1df594536e75549786edc431fdea": "check_vendor of 2026-12-01 (c464b40)"
     + _UNISOLATED,
@@ -48,6 +49,8 @@ LEGACY_TEMPLATES = {
     + _LINKED,
     "a65218f52710095539fd8c76e2b6bbe7f6c9c584bd7350acc3614684f636edbb": "check_vendor of 2026-12-02 (9487992)"
     + _LINKED,
+    "7f19560b53ac1c9a9582a2ba059ca115c67a024ddfcad535e3c5e11a24720e94": "check_vendor of 2026-12-02 (e35f13a)"
+    + _UNPINNED,
 }
 
 
@@ -58,6 +61,17 @@ def _module_body(src: str, name: str) -> str:
     if not sep:
         raise RuntimeError(f"vendorkit/{name}.py must start with a docstring and the __future__ import")
     return body.strip("\n") + "\n"
+
+
+_PUBLIC = re.compile(r"^(?:(def|class) ([A-Za-z]\w*)|([A-Z][A-Z0-9_]*) = )", re.M)
+
+
+def _public_names(body: str) -> list[tuple[str, str]]:
+    """(kind, name) of the functions, classes and constants a module body defines at top level, in order."""
+    return [
+        ("def", m.group(2)) if m.group(1) == "def" else ("value", m.group(2) or m.group(3))
+        for m in _PUBLIC.finditer(body)
+    ]
 
 
 def inline(template: str, modules: dict[str, str]) -> str:
@@ -71,10 +85,15 @@ def inline(template: str, modules: dict[str, str]) -> str:
             body += "\n\nclass inert:  # noqa: N801 - the module's name in the template\n" + "".join(
                 f"    {fn} = staticmethod({fn})\n" for fn in ("text", "md_code", "html", "json_safe")
             )
+        elif name == "trust":  # likewise trust.X, for every public name the module defines
+            body += "\n\nclass trust:  # noqa: N801 - the module's name in the template\n" + "".join(
+                f"    {n} = staticmethod({n})\n" if kind == "def" else f"    {n} = {n}\n"
+                for kind, n in _public_names(body)
+            )
         return f"# ---- inlined from deep_gemm_sm120 tools/vendorkit/{name}.py\n{body}# ---- end of {name}.py\n"
 
     out, n = _BLOCK.subn(one, template)
-    if n != 2 or out.count(_RELEASE_LINE) != 1:
+    if n != len(modules) or out.count(_RELEASE_LINE) != 1:
         raise RuntimeError("tools/sm120_vendor_verify.py lost its inline markers or its _RELEASE line")
     return out
 
@@ -93,8 +112,12 @@ def template_digest(template: str) -> str:
 
 
 @functools.cache
-def _build(tag: str, tree: str, files: tuple, modes: tuple, lineage: str | None) -> bytes:
-    doc = {"tag": tag, "tree_sha256": tree, "files": dict(files)}
+def _build(
+    tag: str, tree: str, files: tuple, modes: tuple, lineage: str | None, text: str | None, chain: tuple | None
+) -> bytes:
+    doc: dict = {"tag": tag, "tree_sha256": tree, "files": dict(files)}
+    if chain is not None and text is not None:  # a chained release: its exact manifest and place in the chain
+        doc.update(manifest=text, chain_length=chain[0], chain_head=chain[1])
     if modes:  # paths whose git mode is not 100644
         doc["modes"] = dict(modes)
     if lineage:  # our own releases' verifiers carry no lineage key
@@ -111,6 +134,8 @@ def build(m: Manifest) -> bytes:
         tuple((e.path, e.sha256) for e in m.files),
         tuple((e.path, e.mode) for e in m.files if e.mode not in (None, "100644")),
         m.lineage,
+        m.text if m.lineage is None else None,
+        m.chain if m.lineage is None else None,
     )
 
 

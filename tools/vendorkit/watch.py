@@ -165,6 +165,14 @@ def check_one(
     return res
 
 
+def _with_trust(ms: ManifestSet, tag, report: Report) -> Report:
+    """What the downstream's stamp pinned, held against our chain and signatures (vendorkit.forktrust)."""
+    from . import forktrust
+
+    pin = (report.stamp or {}).get("pin")
+    return forktrust.settle(report, forktrust.evaluate(ms, tag, pin), pin)
+
+
 def _check_fork(client: GitHubClient, ms: ManifestSet, ds: Downstream) -> ForkResult:
     # a GitHub fork's entry names its repo, ref and prefix (_check_entry requires all three)
     assert ds.repo is not None and ds.ref is not None and ds.prefix is not None
@@ -181,6 +189,7 @@ def _check_fork(client: GitHubClient, ms: ManifestSet, ds: Downstream) -> ForkRe
         view = RemoteFork(client, owner, repo, ds.ref, sha256=not ms.has_blob_ids)
         res.commit = view.commit_sha
         Comparator(view, ms, tag, ds.prefix, canonical=None, want_diff=False).run(report)
+        _with_trust(ms, tag, report)
     except CannotCheck as e:
         report.verdict = "unknown"
         report.errors.append(client.scrub(str(e)))
@@ -209,7 +218,9 @@ def _check_package(ms: ManifestSet, ds: Downstream, index_url: str | None) -> Fo
         shas = _hashlib.sha256("".join(f"{d.filename}:{d.sha256}\n" for d in view.dists).encode()).hexdigest()
         res.commit = f"{view.version}:{shas[:12]}"
         res.extra = {"version": view.version, "files": [d.filename for d in view.dists]}
-        res.report = report = check_release(view, ms, tag, ds.prefix, canonical=None, want_diff=False)
+        res.report = report = _with_trust(
+            ms, tag, check_release(view, ms, tag, ds.prefix, canonical=None, want_diff=False)
+        )
     except (CannotCheck, UsageError) as e:  # no layer found in the package: it cannot be checked as configured
         report.verdict = "unknown"
         report.errors.append(str(e))

@@ -144,6 +144,6 @@ def precompile(specs, targets, jobs: int | None = None, progress: bool | None = 
             f"{len(errors)} failed in {time.perf_counter() - t0:.0f} s ({jobs} jobs)\n"
         )
     if errors:
-        s, t, e = errors[0]
-        raise RuntimeError(f"{len(errors)} of {len(work)} kernels failed to compile; first: {s.name} for {t}: {e}")
+        s, t, first = errors[0]
+        raise RuntimeError(f"{len(errors)} of {len(work)} kernels failed to compile; first: {s.name} for {t}: {first}")
     return len(work)
