@@ -434,6 +434,130 @@ def test_rotation_statements_are_parsed_strictly(tmp_path):
             trust.parse_rotation(bad)
     with pytest.raises(trust.TrustError):
         trust.rotation_text("p", a, a, "2026-12-10")  # a key to itself
-    assert trust.key_on(a, [(a, b, "2026-12-10")], "2026-12-09")[0] == a
-    assert trust.key_on(a, [(a, b, "2026-12-10")], "2026-12-10")[0] == b
-    assert trust.key_on(b, [(a, b, "2026-12-10")], "2026-12-11")[0] == b  # a rotation from another key: not followed
+    assert trust.walk(a, [(a, b, "2026-12-10")], "2026-12-09")[0] == a
+    assert trust.walk(a, [(a, b, "2026-12-10")], "2026-12-10")[0] == b
+    assert trust.walk(b, [(a, b, "2026-12-10")], "2026-12-11")[0] == b  # a rotation from another key: not followed
+
+
+# ---------------------------------------------------------------- red-team round 1 (each break a test)
+
+
+def _release_deeper(canon: Path, tag: str, date: str) -> None:
+    """A release listing the fork's files one directory deeper (include/deep_gemm/...): auto-detection by
+    released paths alone would then take the fork's copy for `deep_gemm/` and never read the stamp (and pin)."""
+    from vendor_helpers import V2, write_tree
+
+    shutil.rmtree(canon / "device_layer")
+    write_tree(canon / "device_layer" / "include/deep_gemm", V2)
+    commit_all(canon, "deeper")
+    code, out, err = run_cv("release", tag, "--repo", str(canon), "--date", date)
+    assert code == 0, out + err
+    commit_all(canon, f"release {tag}")
+
+
+def test_releases_one_directory_deeper_cannot_move_the_check_off_the_stamp(signed):
+    canon, _, tmp = signed
+    fork = _fork_at(canon, tmp, "v0.2.0")
+    _release_deeper(canon, "v0.3.0", "2026-12-04")  # unsigned, by a host without the pinned key
+    code, doc = _check(canon, fork)
+    assert doc["prefix"] == PREFIX and code == 1 and _trust(doc) == ("unsigned", True)
+    before = (fork / PREFIX / STAMP).read_bytes()
+    code, out = _sync(canon, fork, "v0.3.0")
+    assert code == 1 and "refuse   v0.3.0  (unsigned" in out
+    assert (fork / PREFIX / STAMP).read_bytes() == before and not (fork / "deep_gemm" / STAMP).exists()
+
+
+def test_a_second_stamp_or_released_files_outside_the_stamp_are_ambiguous(signed):
+    canon, _, tmp = signed
+    fork = _fork_at(canon, tmp, "v0.2.0")
+    (fork / "vendor2").mkdir()
+    shutil.copyfile(fork / PREFIX / STAMP, fork / "vendor2" / STAMP)
+    code, out, err = run_cv("--repo", str(canon), "--fork", str(fork))
+    assert code == 3 and "stamps (.sm120-vendor.json) under" in err and "vendor2" in err
+    (fork / "vendor2" / STAMP).unlink()
+    shutil.copytree(fork / PREFIX / "common", fork / "vendor2" / "common")
+    code, out, err = run_cv("--repo", str(canon), "--fork", str(fork))
+    assert code == 3 and "(the stamp)" in err and "vendor2" in err
+
+
+def test_a_manifest_with_a_character_outside_the_bmp_bakes_into_a_working_verifier(tmp_path):
+    canon = make_canonical(tmp_path)
+    m = canon / MDIR / "v0.2.0.yaml"
+    m.write_bytes("# release notes: \U0001f642\n".encode() + m.read_bytes())
+    (canon / MDIR / "chain.txt").unlink()
+    for tag in ("v0.1.0", "v0.2.0"):
+        chain.append(str(canon / MDIR), tag)
+    commit_all(canon, "a comment")
+    fork = _fork_at(canon, tmp_path, "v0.2.0")
+    p = _verify(fork, "--chain", str(canon / MDIR / "chain.txt"))
+    assert p.returncode == 0 and "trust: unsigned" in p.stdout, p.stdout + p.stderr
+    assert "\U0001f642" in (fork / PREFIX / VERIFY).read_text(encoding="utf-8")
+
+
+def test_the_strict_manifest_reader_is_linear_on_hostile_lines():
+    import time
+
+    from vendorkit import manifest_text
+    from vendorkit.errors import ManifestError
+
+    for line in ("tag: a" + " " * 400_000 + "#", "tag: a" + " b" * 200_000 + "#"):
+        t0 = time.perf_counter()
+        with pytest.raises(ManifestError):
+            manifest_text.parse(line + "\n", "hostile.yaml")
+        assert time.perf_counter() - t0 < 2.0  # quadratic backtracking took minutes at this size
+
+
+def test_a_self_signed_rotation_to_the_pinned_key_cannot_rename_the_signer(signed):
+    canon, a, tmp = signed
+    fork = _fork_at(canon, tmp, "v0.1.0")
+    c, pub_c = _key(tmp, "c")
+    rdir = canon / MDIR / "rotations"
+    rdir.mkdir()
+    stmt = rdir / "2026-11-01-x.txt"
+    pub_a = (tmp / "keys/a.pub").read_text()
+    stmt.write_bytes(
+        trust.rotation_text("maintainer-approved", trust.key_blob(pub_c), trust.key_blob(pub_a), "2026-11-01")
+    )
+    signing.sign(str(stmt), str(c), str(stmt) + ".sig", trust.ROTATION_NAMESPACE)  # a good statement, by C
+    code, doc = _check(canon, fork)
+    assert _trust(doc) == ("trusted", False) and doc["trust"]["signer"].startswith("releases@deep_gemm_sm120 ")
+    code, out = _sync(canon, fork, "v0.2.0")
+    assert code == 0 and _stamp(fork)["pin"]["signer"]["principal"] == "releases@deep_gemm_sm120"
+
+
+def test_a_backdated_release_after_the_pin_is_a_rollback(signed):
+    canon, _, tmp = signed
+    fork = _fork_at(canon, tmp, "v0.2.0")  # created 2026-12-02
+    _release_deeper(canon, "v0.3.0", "2026-12-03")
+    m = canon / MDIR / "v0.3.0.yaml"
+    m.write_text(m.read_text().replace("created: 2026-12-03", "created: 2026-12-01"))
+    text = (canon / MDIR / "chain.txt").read_bytes()
+    (canon / MDIR / "chain.txt").write_bytes(text[: text.rindex(b"\nv0.3.0 ") + 1])
+    chain.append(str(canon / MDIR), "v0.3.0")
+    code, doc = _check(canon, fork, "--prefix", PREFIX)
+    assert code == 1 and _trust(doc) == ("rollback", True) and "backdated" in doc["trust"]["detail"]
+    code, out, _ = run_cv("--repo", str(canon))
+    assert code == 1 and "v0.3.0.yaml is dated 2026-12-01, before v0.2.0" in out
+    (canon / "device_layer/include/deep_gemm/common/sm120_new.cuh").write_text("#pragma once\n")
+    commit_all(canon, "a new header")
+    code, out, err = run_cv("release", "v0.4.0", "--repo", str(canon), "--date", "2026-11-30")
+    assert code == 3 and "refusing to release v0.4.0 dated 2026-11-30" in err
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--from", "2026-13-45"), "is not a date"),
+        (("--from", "2026-12-\u0661\u0662"), "is not a date"),
+        (("--from", "2026-12-10", "--principal", "a b"), "--principal"),
+        (("--from", "2026-12-10", "--principal", "r\u00e9leases"), "--principal"),
+    ],
+)
+def test_rotate_refuses_impossible_dates_and_principals(signed, args, message):
+    canon, a, tmp = signed
+    _key(tmp, "b")
+    code, out, err = run_cv(
+        "rotate", "--key", str(a), "--new-key", str(tmp / "keys/b.pub"), *args, "--repo", str(canon)
+    )
+    assert code == 3 and message in err, out + err
+    assert not (canon / MDIR / "rotations").exists()

@@ -14,8 +14,9 @@ checks each released file (`ok`, `patched`, `changed`, `mode`, `missing`), lists
 (`foreign`; drift only with --strict) and, given a release manifest, checks that it is the release this file
 carries. Its trust line says whether the stamp pins this release, whether the pinned signature verifies over the
 manifest text carried here (ssh-keygen), and, given the latest release chain, whether that chain extends the pin
-(`rollback`, `history-rewritten`). Nothing below the vendor root is followed: links are reported, never read through. What this proves,
-and what only check_vendor against a manifest proves, is in deep_gemm_sm120's docs/vendoring.md.
+(`rollback`, `history-rewritten`). Nothing below the vendor root is followed: links are reported, never read
+through. What this proves, and what only check_vendor against a manifest proves, is in deep_gemm_sm120's
+docs/vendoring.md.
 Exit: 0 in sync, 1 drifted, 2 could not read the files, 3 usage error or unreadable manifest.
 
 Run as a script, it first isolates itself as `python -I` would (below, before any import that could be looked
@@ -111,7 +112,8 @@ def tree_sha256(entries) -> str:
 
 # ---------------------------------------------------------------- the manifest format (strict reader)
 
-_SCALAR = re.compile(r'(schema|tag|root|created|tree_sha256): (?:"([^"\\]*)"|([^"{}\[\],#\s][^{}\[\],#]*?))\s*')
+# a bare value ends in a non-space, so the trailing \s* has one way to match (no quadratic backtracking)
+_SCALAR = re.compile(r'(schema|tag|root|created|tree_sha256): (?:"([^"\\]*)"|([^"{}\[\],#\s](?:[^{}\[\],#]*[^{}\[\],#\s])?))\s*')
 _REQUIRES = re.compile(r'requires: \{cuda: "([^"\\]*)", targets: \[([A-Za-z0-9_, ]*)\]\}\s*')
 _FILE = re.compile(r'  - \{path: "([^"\\]*)", sha256: "([^"\\]*)", git_blob_sha1: "([^"\\]*)", '
                    r'size: (\d{1,15}), mode: "([^"\\]*)"\}\s*')

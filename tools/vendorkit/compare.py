@@ -125,23 +125,48 @@ class AmbiguousPrefix(UsageError):
 
 
 def detect_prefix(paths, released: set[str], ignore: tuple[str, ...] = ()) -> str:
-    """Locate the device layer inside a fork from where released paths appear; two or more places are ambiguous
-    (exit 3, naming them). `ignore`: fork-relative directories to skip, which only the caller decides (this
-    checkout, when it lives inside the fork: the CI recipe's .sm120/). Nothing the fork holds is a reason to
-    skip a candidate: a planted `vendor_manifests/` beside a copy does not make it "a checkout of this
-    repository", so it cannot make the detection pick a decoy."""
+    """Locate the device layer inside a fork: where its stamp is, else where released paths appear; two or more
+    places are ambiguous (exit 3, naming them). A stamp anchors the detection, so releases that list the same
+    files one directory deeper or shallower cannot move the check away from the stamp (and its pin); released
+    files outside the stamp's directory are a second copy (ambiguous). `ignore`: fork-relative directories to
+    skip, which only the caller decides (this checkout, when it lives inside the fork: the CI recipe's .sm120/).
+    Nothing the fork holds is a reason to skip a candidate: a planted `vendor_manifests/` beside a copy does not
+    make it "a checkout of this repository", so it cannot make the detection pick a decoy."""
     found: dict[str, set[str]] = {}
+    stamps: set[str] = set()
+    outside: dict[str, list[str]] = {}  # released-looking files by the directory they would be vendored under
     ignore = (*ignore, BACKUP_DIR)
     names = {r.rsplit("/", 1)[-1] for r in released}
     for p in paths:
-        if p.rsplit("/", 1)[-1] not in names or any(p == d or p.startswith(d + "/") for d in ignore if d):
+        base = p.rsplit("/", 1)[-1]
+        if any(p == d or p.startswith(d + "/") for d in ignore if d):
+            continue
+        if base == STAMP:
+            stamps.add(p.rsplit("/", 1)[0] if "/" in p else "")
+            continue
+        if base not in names:
             continue
         parts = p.split("/")
         for i in range(len(parts)):  # longest released suffix wins
             suffix = "/".join(parts[i:])
             if suffix in released:
                 found.setdefault("/".join(parts[:i]), set()).add(suffix)
+                outside.setdefault("/".join(parts[:i]), []).append(p)
                 break
+    if len(stamps) > 1:
+        raise AmbiguousPrefix(
+            f"ambiguous prefix: stamps ({STAMP}) under {', '.join(d or '.' for d in sorted(stamps))}; pass --prefix DIR"
+        )
+    if stamps:
+        (anchor,) = stamps
+        under = (lambda p: p.startswith(anchor + "/")) if anchor else (lambda p: True)
+        others = sorted({c for c, ps in outside.items() for p in ps if not under(p)})
+        if others:
+            cands = ", ".join(
+                [f"{anchor or '.'} (the stamp)"] + [f"{c or '.'} ({len(found[c])} files)" for c in others]
+            )
+            raise AmbiguousPrefix(f"ambiguous prefix: released files appear under {cands}; pass --prefix DIR")
+        return anchor
     if not found:
         raise UsageError("no released device-layer file found in the fork: pass --prefix DIR")
     if len(found) > 1:

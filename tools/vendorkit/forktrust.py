@@ -126,6 +126,14 @@ def evaluate(ms: ManifestSet, tag: Manifest, pin: dict | None, require_signed: b
         found = trust.check_pin(pin, links, tag.tag, sha)
         if found is not None:
             return Trust(found[0], found[1], True)
+        pinned_release = ms.by_tag.get(pin["tag"])  # chained at the pin, so its bytes are the pinned ones
+        if pinned_release is not None and tag.created < pinned_release.created:
+            return Trust(
+                trust.ROLLBACK,
+                f"{tag.tag} is dated {tag.created}, before {pin['tag']} ({pinned_release.created}), which the fork "
+                f"pinned: a backdated release (a key rotated out since could sign it)",
+                True,
+            )
     elif links is not None:
         found = trust.check_pin({"tag": links[0][0], "chain_length": 1, "chain_head": links[0][3]}, links, tag.tag, sha)
         if found is not None:
@@ -138,13 +146,14 @@ def evaluate(ms: ManifestSet, tag: Manifest, pin: dict | None, require_signed: b
             return Trust(trust.UNSIGNED, f"{tag.tag} has no signature, but the fork pinned {signer['principal']}", True)
         pinned = trust.key_blob(signer["key"])
         good, _ = rotations(mdir)
-        key, walked = trust.key_on(pinned, [(o, n, s) for _, o, n, s in good], tag.created)
+        key, followed = trust.walk(pinned, [(o, n, s, p) for p, o, n, s in good], tag.created)
         status, detail = trust.verify_with_key(data, sig, key, trust.RELEASE_NAMESPACE, revoked(mdir))
         if status == trust.UNKNOWN_SIGNER:
-            via = f" (rotated {' -> '.join(walked)})" if len(walked) > 1 else ""
+            walked = [trust.fingerprint(pinned)] + [trust.fingerprint(r[1]) for r in followed]
+            via = f" (rotated {' -> '.join(walked)})" if followed else ""
             detail += f": a release of {tag.created} must be signed by the pinned key{via}"
         if status == trust.TRUSTED:
-            principal = next((p for p, _, n, _ in good if n == key), signer["principal"])
+            principal = followed[-1][3] if followed else signer["principal"]  # named by a statement it followed
             return Trust(status, detail, False, {"principal": principal, "key": trust.key_line(key)}, sig)
         return Trust(status, detail, status in FINDINGS, blocking=status == trust.COULD_NOT_CHECK)
     if sig is None:

@@ -19,6 +19,7 @@ SCHEMA = 1
 ROOT = "device_layer"
 MANIFEST_DIR = "vendor_manifests"
 MODES = ("100644", "100755", "120000")
+MAX_MANIFEST_BYTES = 16 << 20  # a 1,000-file manifest is ~200 KB
 DEFAULT_REQUIRES = {"cuda": ">=13.0", "targets": ["sm_120a", "sm_120f", "sm_121a"]}
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -287,7 +288,10 @@ class ManifestSet:
                 raise ManifestError(f"{where}: file name is not a release tag (vMAJOR.MINOR.PATCH.yaml)")
             try:
                 with open(os.path.join(directory, name), "rb") as fh:
-                    text = fh.read().decode("utf-8")  # bytes, so the text is exactly what the chain hashes
+                    data = fh.read(MAX_MANIFEST_BYTES + 1)
+                if len(data) > MAX_MANIFEST_BYTES:
+                    raise ManifestError(f"{where}: over {MAX_MANIFEST_BYTES >> 20} MiB (not read)")
+                text = data.decode("utf-8")  # bytes, so the text is exactly what the chain hashes
             except (OSError, UnicodeDecodeError) as e:
                 raise CannotCheck(f"cannot read {where}: {e}") from None
             m = parse_manifest(text, where, expect_tag=tag)

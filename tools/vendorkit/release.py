@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import re
 import tempfile
 
 from . import chain, signing
@@ -58,6 +59,9 @@ def release(repo_root: str, tag: str, created: str | None = None, sign_key: str 
     }:
         raise UsageError(f"refusing to release {tag}: {ROOT}/ is identical to {ms.latest.tag}")
     created = created or _dt.datetime.now(_dt.timezone.utc).date().isoformat()
+    _check_date(created, "--date")
+    if ms.latest is not None and created < ms.latest.created:
+        raise UsageError(f"refusing to release {tag} dated {created}: {ms.latest.tag} is dated {ms.latest.created}")
     text = dump_manifest(build_manifest(tag, created, entries))
     os.makedirs(mdir, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=mdir, prefix=".release-")
@@ -98,6 +102,18 @@ def _yyyymmdd(date: str) -> str:
     return date.replace("-", "")
 
 
+def _check_date(date: str, what: str) -> None:
+    try:
+        ok = len(date) == 10 and _dt.date.fromisoformat(date).isoformat() == date
+    except ValueError:
+        ok = False
+    if not ok:
+        raise UsageError(f"{what} {date!r} is not a date (YYYY-MM-DD)")
+
+
+_PRINCIPAL = re.compile(r"[A-Za-z0-9_.@+-]{1,128}")
+
+
 def rotate(repo_root: str, old_key_path: str, new_public_path: str, start: str, principal: str) -> list[str]:
     """Rotate the release key: a statement, signed by the old key, that the new key signs releases created on or
     after `start`; allowed_signers then ends the old key's validity the day before and lists the new key from
@@ -105,6 +121,9 @@ def rotate(repo_root: str, old_key_path: str, new_public_path: str, start: str, 
     from . import forktrust, trust
 
     mdir = os.path.join(repo_root, MANIFEST_DIR)
+    _check_date(start, "--from")
+    if not _PRINCIPAL.fullmatch(principal):
+        raise UsageError(f"--principal {principal!r}: letters, digits and _ . @ + - only (1 to 128)")
     try:
         old = trust.key_blob(signing.public_key(old_key_path))
         with open(new_public_path, encoding="ascii") as fh:

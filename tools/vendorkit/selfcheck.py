@@ -151,6 +151,11 @@ def chain_and_signatures(repo_root: str, ms: ManifestSet) -> tuple[list[str], li
             unchecked.append(m.tag)
         elif v.status != signing.OK:
             problems.append(f"{MANIFEST_DIR}/{signing.SIG_DIR}/{m.tag}.yaml.sig: {v.status}: {v.detail}")
+    for before, after in zip(ms.manifests, ms.manifests[1:]):
+        if after.created < before.created:  # a backdated release could be signed by a key rotated out since
+            problems.append(
+                f"{MANIFEST_DIR}/{after.tag}.yaml is dated {after.created}, before {before.tag} ({before.created})"
+            )
     from . import forktrust, trust
 
     good, found = forktrust.rotations(mdir)

@@ -9,7 +9,7 @@ no other vendorkit module). Three things, each checkable offline:
   signer is named without running anything), the cryptography left to `ssh-keygen -Y verify` against a
   temporary allowed-signers file holding only the expected key;
 - key-rotation statements: a new release key is trusted from a date on because the old key signed a statement
-  saying so; key_on() walks them from a pinned key to the key that must have signed a release of a given date.
+  saying so; walk() follows them from a pinned key to the key that must have signed a release of a given date.
 """
 
 from __future__ import annotations
@@ -271,13 +271,13 @@ def rotation_text(principal: str, old: bytes, new: bytes, start: str) -> bytes:
     ).encode("ascii")
 
 
-def key_on(pinned: bytes, rotations: list[tuple[bytes, bytes, str]], created: str) -> tuple[bytes, list[str]]:
-    """The key that must have signed a release of date `created`, starting from the pinned key and following
-    verified rotations (old, new, from) in date order whose old key is the current one and which took effect on
-    or before that date; with the fingerprints walked."""
-    key, walked = pinned, [fingerprint(pinned)]
-    for old, new, start in sorted(rotations, key=lambda r: r[2]):
-        if old == key and start <= created:
-            key = new
-            walked.append(fingerprint(new))
-    return key, walked
+def walk(pinned: bytes, rotations: list, created: str) -> tuple[bytes, list]:
+    """(the key that must have signed a release of date `created`, the rotations followed to it): start from the
+    pinned key and follow verified rotations (old, new, from, ...) in date order whose old key is the current one
+    and which took effect on or before that date."""
+    key, followed = pinned, []
+    for r in sorted(rotations, key=lambda r: r[2]):
+        if r[0] == key and r[2] <= created:
+            key = r[1]
+            followed.append(r)
+    return key, followed

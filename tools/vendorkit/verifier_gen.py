@@ -51,6 +51,8 @@ LEGACY_TEMPLATES = {
     + _LINKED,
     "7f19560b53ac1c9a9582a2ba059ca115c67a024ddfcad535e3c5e11a24720e94": "check_vendor of 2026-12-02 (e35f13a)"
     + _UNPINNED,
+    "bbf676bb805f906eb52d31f896e51294daaf2c07343a621080eb9569ab562fca": "check_vendor of 2026-12-04 (b96b11b)"
+    + ", whose verifier's manifest reader is quadratic on a hostile line and fails on text outside the BMP",
 }
 
 
@@ -122,7 +124,9 @@ def _build(
         doc["modes"] = dict(modes)
     if lineage:  # our own releases' verifiers carry no lineage key
         doc["lineage"] = lineage
-    baked = json.dumps(doc, sort_keys=True)
+    # not ASCII-escaped: JSON spells a character outside the BMP as a surrogate pair, which a Python literal
+    # reads as two lone surrogates (the baked manifest text would no longer be its bytes)
+    baked = json.dumps(doc, sort_keys=True, ensure_ascii=False)
     return _template().replace(_RELEASE_LINE, f"_RELEASE = {baked}\n").encode("utf-8")
 
 
