@@ -561,3 +561,127 @@ def test_rotate_refuses_impossible_dates_and_principals(signed, args, message):
     )
     assert code == 3 and message in err, out + err
     assert not (canon / MDIR / "rotations").exists()
+
+
+# ---------------------------------------------------------------- red-team round 2 (each break a test)
+
+
+def test_the_watcher_counts_an_untrusted_downstream_as_failing():
+    from vendorkit import watch
+    from vendorkit.compare import Report
+
+    report = Report(mode="fork", target="github:o/r@main", tag="v0.2.0", prefix=PREFIX, digest_kind="sha256")
+    report.verdict, report.trust = "untrusted", {"status": "rollback"}
+    ds = watch.Downstream(name="o/r", repo="o/r", ref="main", prefix=PREFIX, track="latest")
+    res = watch.ForkResult(ds, report)
+    assert watch.exit_code([res]) == 1 and "untrusted" in watch.FAILING_VERDICTS
+    assert "(rollback)" in watch.issue_title(res)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        ".git/hooks/sm120_pre.cuh",
+        ".GIT/config",
+        ".github/workflows/sm120_x.yml",
+        "a/.gitattributes",
+        "x/.sm120-vendor.json",
+        ".sm120-vendor-verify.py",
+        ".sm120-sync-backup/sm120_a.cuh",
+        ".sm120-sync-journal-x/sm120_a.cuh",
+    ],
+)
+def test_a_manifest_never_ships_what_git_or_check_vendor_reads(path):
+    from vendorkit.errors import ManifestError
+    from vendorkit.manifest import FileEntry, build_manifest, dump_manifest, parse_manifest
+
+    m = build_manifest("v0.3.0", "2026-12-04", [FileEntry(path, "0" * 64, "0" * 40, 1, "100644")])
+    with pytest.raises(ManifestError, match="a release never ships"):
+        parse_manifest(dump_manifest(m), "v0.3.0.yaml")
+
+
+def test_our_manifests_hold_only_sm120_files(tmp_path):
+    from vendorkit.errors import ManifestError
+    from vendorkit.manifest import FileEntry, ManifestSet, build_manifest, dump_manifest
+
+    canon = make_canonical(tmp_path)
+    m = build_manifest("v0.3.0", "2026-12-04", [FileEntry("common/hook.sh", "0" * 64, "0" * 40, 1, "100755")])
+    (canon / MDIR / "v0.3.0.yaml").write_text(dump_manifest(m))
+    with pytest.raises(ManifestError, match="files not named sm120_"):
+        ManifestSet.load_dir(str(canon / MDIR))
+    code, out, err = run_cv("--repo", str(canon))
+    assert code == 3 and "not named sm120_" in err
+
+
+def test_a_root_layout_fork_with_this_checkout_inside_is_left_alone(signed):
+    from vendor_helpers import V2, git, write_tree
+
+    canon, _, tmp = signed
+    fork = tmp / "rootfork"
+    write_tree(fork, {"README.md": b"fork\n", **V2})
+    subprocess.run(["git", "clone", "-q", str(canon), str(fork / ".sm120")], check=True)
+    co = fork / ".sm120"
+    code, out, err = run_cv("--repo", str(co), "--fork", str(fork), "--tag", "v0.2.0", "--sync")
+    assert code == 0, out + err
+    (fork / "scheduler/sm120_gemm.cuh").unlink()  # the checkout has the same bytes under .sm120/device_layer/
+    code, out, err = run_cv("--repo", str(co), "--fork", str(fork), "--sync")
+    assert code == 0 and "delete" not in out, out + err
+    assert (co / "device_layer/scheduler/sm120_gemm.cuh").exists() and git(co, "status", "--porcelain").strip() == ""
+    code, doc = run_json("--repo", str(co), "--fork", str(fork), "--strict")
+    assert not any(f["path"].startswith(".sm120/") for f in doc["files"])
+
+
+def test_a_backdated_release_between_the_pin_and_the_head_is_a_rollback(signed):
+    canon, a, tmp = signed
+    fork = _fork_at(canon, tmp, "v0.2.0")
+    _release_deeper(canon, "v0.3.0", "2026-12-11")
+    (canon / "device_layer/include/deep_gemm/common/sm120_new.cuh").write_text("#pragma once\n")
+    commit_all(canon, "a new header")
+    code, out, err = run_cv("release", "v0.4.0", "--repo", str(canon), "--date", "2026-12-11")
+    assert code == 0, out + err
+    m = canon / MDIR / "v0.4.0.yaml"  # the holder of a retired key backdates the next release
+    m.write_text(m.read_text().replace("created: 2026-12-11", "created: 2026-12-05"))
+    text = (canon / MDIR / "chain.txt").read_bytes()
+    (canon / MDIR / "chain.txt").write_bytes(text[: text.rindex(b"\nv0.4.0 ") + 1])
+    chain.append(str(canon / MDIR), "v0.4.0")
+    _sign(canon, "v0.3.0", a)
+    _sign(canon, "v0.4.0", a)
+    code, doc = _check(canon, fork, "--prefix", PREFIX)
+    assert code == 1 and _trust(doc) == ("rollback", True) and "v0.4.0 is dated 2026-12-05" in doc["trust"]["detail"]
+
+
+def test_repin_keeps_a_pin_the_release_extends_and_names_what_it_drops(signed):
+    canon, a, tmp = signed
+    fork = _fork_at(canon, tmp, "v0.1.0")
+    _allow(canon)  # the host no longer lists A: the pin still proves v0.2.0
+    code, out = _sync(canon, fork, "v0.2.0", "--repin")
+    assert code == 0 and "pinning it afresh" not in out, out
+    assert _stamp(fork)["pin"]["signer"]["key"].split()[1] == (tmp / "keys/a.pub").read_text().split()[1]
+    (canon / MDIR / "signatures/v0.2.0.yaml.sig").unlink()
+    fork2 = tmp / "second"
+    shutil.copytree(fork, fork2)
+    code, out = _sync(canon, fork2, "v0.1.0")
+    assert code == 1 and "to move the fork back on purpose, pass --repin" in out
+
+
+def test_require_signed_holds_for_a_lineage_too(tmp_path):
+    from vendorkit import forktrust
+    from vendorkit.manifest import ManifestSet
+
+    canon = make_canonical(tmp_path)
+    ms = ManifestSet.load_dir(str(canon / MDIR))
+    ms.lineage = "upstream"
+    t = forktrust.evaluate(ms, ms.latest, None, require_signed=True)
+    assert t is not None and t.status == "unsigned" and t.finding
+    assert not forktrust.evaluate(ms, ms.latest, None).finding
+
+
+def test_a_non_ascii_pinned_signature_is_an_invalid_stamp_for_both_tools(signed):
+    canon, _, tmp = signed
+    fork = _fork_at(canon, tmp, "v0.2.0")
+    stamp = _stamp(fork)
+    stamp["pin"]["signature"] = stamp["pin"]["signature"].replace("A", "\u00c5", 1)
+    (fork / PREFIX / STAMP).write_text(json.dumps(stamp))
+    code, doc = _check(canon, fork)
+    assert code == 1 and any(f.get("diagnosis") == "invalid-stamp" for f in doc["files"])
+    assert _verify(fork).returncode == 1

@@ -202,7 +202,8 @@ def _check_pin_shape(pin, where: str) -> None:
     signer, sig = (pin.get("signer"), pin.get("signature")) if isinstance(pin, dict) else (None, None)
     if ok and signer is not None:
         ok = (isinstance(signer, dict) and set(signer) == {"principal", "key"} and isinstance(signer["principal"], str)
-              and isinstance(signer["key"], str) and isinstance(sig, str) and len(sig) <= trust.SIG_MAX_BYTES)
+              and isinstance(signer["key"], str) and isinstance(sig, str) and sig.isascii()
+              and len(sig) <= trust.SIG_MAX_BYTES)
         try:
             ok = ok and bool(trust.key_blob(signer["key"]))
         except trust.TrustError:
@@ -387,6 +388,8 @@ def release_trust(release: dict, stamp: dict | None, links: list | None = None, 
         return {"status": status, "detail": detail, "signer": signer}
 
     if "chain_head" not in release:
+        if links is not None:
+            raise VerifyError("--chain needs the verifier --sync writes (it carries the release's place in the chain)")
         return out(trust.UNSIGNED, "this verifier carries no place in the release chain (written before it, or "
                                    "unbaked): re-run --sync"), (
             ["unsigned: no chained release (--require-signed)"] if require_signed else [])
@@ -457,6 +460,10 @@ def verify(root: str, release: dict | None = None, manifest_path: str | None = N
         if release.get("lineage"):
             trusted = {"status": trust.UNSIGNED, "detail": "an upstream lineage's release (not signed by us)",
                        "signer": None}
+            if require_signed:
+                problems.append("unsigned: an upstream lineage's release (--require-signed)")
+            if links is not None:
+                raise VerifyError("--chain checks deep_gemm_sm120's own releases; this copy carries a lineage's")
         else:
             trusted, found = release_trust(release, pinned, links, check_signature,
                                            require_signed)

@@ -359,14 +359,15 @@ def _run_check(argv: list[str]) -> int:
     with _locked(a, view):
         view = _journal_first(a, view)
         prefix = _resolve_prefix(a, view, ms)
+        own = _own_checkout(a, view)
 
         def compare(v=view):
             rep = Report(
                 mode="fork", target=v.label, tag=tag.tag, prefix=prefix, digest_kind=v.digest_kind, lineage=ms.lineage
             )
-            return Comparator(v, ms, tag, prefix, canonical=store.get, want_diff=not a.no_diff, strict=a.strict).run(
-                rep
-            )
+            return Comparator(
+                v, ms, tag, prefix, canonical=store.get, want_diff=not a.no_diff, strict=a.strict, ignore=own
+            ).run(rep)
 
         report = compare()
         if a.sync:
@@ -443,15 +444,23 @@ def _sync(a, view, ms, tag, prefix, store, compare, report):
     from . import forktrust
 
     old_pin = (report.stamp or {}).get("pin")
-    t = forktrust.evaluate(ms, tag, None if a.repin else old_pin, a.require_signed)
+    t = forktrust.evaluate(ms, tag, old_pin, a.require_signed)
+    if t is not None and (t.finding or t.blocking) and a.repin and old_pin is not None:
+        emit(f"repin {tag.tag}: {t.status} against the old pin ({t.detail}); pinning it afresh (--repin)")
+        t = forktrust.evaluate(ms, tag, None, a.require_signed)
+        if t is not None and not (t.finding or t.blocking) and old_pin.get("signer") and t.signer is None:
+            emit(f"  note: {tag.tag} is unsigned: the new pin names no signer, so later checks verify no signature")
     if t is not None and (t.finding or t.blocking):
         emit(f"sync {view.label} -> {tag.tag}: refused, nothing written")
         emit(f"  refuse   {tag.tag}  ({t.status}: {t.detail})")
         if old_pin is not None and not a.repin:
-            emit(
-                "  the release does not extend what the fork pinned; if you checked the new signer or history "
-                "out of band, pass --repin"
+            why = (
+                "the release comes before what the fork pinned; to move the fork back on purpose"
+                if t.status == "rollback"
+                else "the release does not extend what the fork pinned; if you checked the new signer or history "
+                "out of band"
             )
+            emit(f"  {why}, pass --repin")
         return forktrust.settle(report, t, old_pin)
     actions = sync.plan(report, ms, tag, force=a.force, drop_patches=a.drop_patches, pin=forktrust.pin_for(tag, t))
     actions, backup_root = sync.preflight(actions, view, tag, store.get)

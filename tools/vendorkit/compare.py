@@ -202,8 +202,10 @@ class Comparator:
         canonical: Callable[[FileEntry], bytes | None] | None = None,
         want_diff: bool = True,
         strict: bool = False,
+        ignore: tuple[str, ...] = (),
     ):
         self.view = view
+        self.ignore = ignore  # fork-relative directories that are not the fork's (this checkout, inside it)
         self.ms = manifests
         self.tag = tag
         self.prefix = prefix
@@ -455,6 +457,13 @@ class Comparator:
         listing, blocked = self.view.list_under(self.prefix)
         if not self.prefix:  # the vendor root is the fork root: sync backups are not part of the layer
             listing = {p: f for p, f in listing.items() if not p.startswith(BACKUP_DIR + "/")}
+        inner = [
+            d if not self.prefix else d[len(self.prefix) + 1 :]
+            for d in self.ignore
+            if d and (not self.prefix or d.startswith(self.prefix + "/"))
+        ]
+        if inner:  # this checkout inside the vendor root (the CI recipe's .sm120/ at a root layout): not the fork's
+            listing = {p: f for p, f in listing.items() if not any(p == d or p.startswith(d + "/") for d in inner)}
         results: list[FileResult] = []
         errors: list[FileResult] = []
         missing: list[FileEntry] = []

@@ -110,11 +110,35 @@ def _links(mdir: str) -> list[tuple[str, str, str, str]] | None:
     return [(link.tag, link.manifest_sha256, link.prev, link.position) for link in links] if links else None
 
 
+def _dates_from_pin(ms: ManifestSet, links: list, pin: dict, tag: Manifest) -> tuple[str, str] | None:
+    """Release dates never decrease along the chain from the pinned release to `tag` (a backdated release could be
+    signed by a key rotated out since): each release there must be here, chained with its bytes, and dated no
+    earlier than the one before it."""
+    tags = [link[0] for link in links]
+    start, end = pin["chain_length"] - 1, tags.index(tag.tag)
+    before = None
+    for i in range(start, end + 1):
+        m = ms.by_tag.get(tags[i])
+        if m is None or m.chain is None or m.chain[1] != links[i][3]:
+            return trust.HISTORY_REWRITTEN, f"{tags[i]}, chained after the pinned {pin['tag']}, has no manifest here"
+        if before is not None and m.created < before.created:
+            return trust.ROLLBACK, (
+                f"{m.tag} is dated {m.created}, before {before.tag} ({before.created}) which it follows in the "
+                f"chain: a backdated release (a key rotated out since could sign it)"
+            )
+        before = m
+    return None
+
+
 def evaluate(ms: ManifestSet, tag: Manifest, pin: dict | None, require_signed: bool = False) -> Trust | None:
     """The trust of manifest `tag` for a fork whose stamp pinned `pin` (None: not pinned); None for an upstream
     lineage (not ours to sign) or a manifest set not read from a directory."""
     mdir = getattr(ms, "directory", None)
-    if ms.lineage is not None or mdir is None or tag.text is None:
+    if ms.lineage is not None:
+        return Trust(
+            trust.UNSIGNED, f"{ms.name}'s releases are an upstream lineage's (not signed by us)", require_signed
+        )
+    if mdir is None or tag.text is None:
         return None
     data = tag.text.encode("utf-8")
     sha = hashlib.sha256(data).hexdigest()
@@ -126,14 +150,9 @@ def evaluate(ms: ManifestSet, tag: Manifest, pin: dict | None, require_signed: b
         found = trust.check_pin(pin, links, tag.tag, sha)
         if found is not None:
             return Trust(found[0], found[1], True)
-        pinned_release = ms.by_tag.get(pin["tag"])  # chained at the pin, so its bytes are the pinned ones
-        if pinned_release is not None and tag.created < pinned_release.created:
-            return Trust(
-                trust.ROLLBACK,
-                f"{tag.tag} is dated {tag.created}, before {pin['tag']} ({pinned_release.created}), which the fork "
-                f"pinned: a backdated release (a key rotated out since could sign it)",
-                True,
-            )
+        found = _dates_from_pin(ms, links or [], pin, tag)
+        if found is not None:
+            return Trust(found[0], found[1], True)
     elif links is not None:
         found = trust.check_pin({"tag": links[0][0], "chain_length": 1, "chain_head": links[0][3]}, links, tag.tag, sha)
         if found is not None:

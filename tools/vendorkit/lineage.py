@@ -20,7 +20,7 @@ import re
 
 from .errors import ManifestError, UsageError
 from .hashing import tree_sha256
-from .manifest import MANIFEST_DIR, MODES, FileEntry, Manifest, ManifestSet, check_safe_path
+from .manifest import MANIFEST_DIR, MODES, FileEntry, Manifest, ManifestSet, check_release_path, check_safe_path
 from .versions import is_lineage_tag
 
 UPSTREAMS = "upstreams"
@@ -84,7 +84,7 @@ def parse(text: str, where: str, expect_lineage: str | None = None, expect_tag: 
         w = f"{where}: files[{i}]"
         if not isinstance(f, dict) or not _FILE_KEYS <= set(f) <= _FILE_KEYS | _FILE_OPTIONAL:
             raise ManifestError(f"{w}: expected {{path, sha256}} and optionally git_blob_sha1, size, mode")
-        path = check_safe_path(f["path"], w)
+        path = check_release_path(f["path"], w)
         if not isinstance(f["sha256"], str) or not _HEX64.fullmatch(f["sha256"]):
             raise ManifestError(f"{w} ({path}): sha256 must be 64 lowercase hex digits")
         blob, size, mode = f.get("git_blob_sha1"), f.get("size"), f.get("mode")

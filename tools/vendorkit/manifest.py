@@ -60,6 +60,30 @@ def folds_to_itself(path: str) -> bool:
     )
 
 
+# Names a release may not ship at any depth: what --sync writes beside the layer (the stamp, the verifier, its
+# backups and journal; vendorkit.stamp holds the same names) and anything git reads as its own (.git, .gitattributes,
+# .gitmodules, .github): a root-layout fork would otherwise get a hook, a filter or a workflow from a manifest.
+RESERVED_NAMES = (".sm120-vendor.json", ".sm120-vendor-verify.py", ".sm120-sync-backup")
+
+
+def reserved_part(path: str) -> str | None:
+    """The first component of `path` a release may not ship, or None."""
+    for part in path.split("/"):
+        low = fold(part) if not folds_to_itself(part) else part
+        if low.startswith(".git") or low in RESERVED_NAMES or low.startswith(".sm120-sync-journal"):
+            return part
+    return None
+
+
+def check_release_path(path: Any, where: str) -> str:
+    """A path a release may ship: safe (check_safe_path) and no reserved component (reserved_part)."""
+    path = check_safe_path(path, where)
+    bad = reserved_part(path)
+    if bad is not None:
+        raise ManifestError(f"{where} ({path}): a release never ships {bad!r} (reserved for git and check_vendor)")
+    return path
+
+
 def check_safe_path(path: Any, where: str) -> str:
     """Manifest paths obey safefs's rule (relative POSIX, no `..`, `.`, empty parts, backslashes, NULs or drive
     letters); the message says which part of it a path breaks."""
@@ -125,7 +149,7 @@ def _entry(raw: Any, i: int, where: str) -> FileEntry:
     if keys != _FILE_KEYS:
         missing, unknown = _FILE_KEYS - keys, keys - _FILE_KEYS
         raise ManifestError(f"{w}: missing keys {sorted(missing)}, unknown keys {sorted(unknown)}")
-    path = check_safe_path(raw["path"], w)
+    path = check_release_path(raw["path"], w)
     if not isinstance(raw["sha256"], str) or not _HEX64.fullmatch(raw["sha256"]):
         raise ManifestError(f"{w} ({path}): sha256 must be 64 lowercase hex digits")
     if not isinstance(raw["git_blob_sha1"], str) or not _HEX40.fullmatch(raw["git_blob_sha1"]):
@@ -295,6 +319,9 @@ class ManifestSet:
             except (OSError, UnicodeDecodeError) as e:
                 raise CannotCheck(f"cannot read {where}: {e}") from None
             m = parse_manifest(text, where, expect_tag=tag)
+            misnamed = [e.path for e in m.files if not is_our_name(e.path)]
+            if misnamed:  # `release` writes only sm120_* files: anything else was not cut by it
+                raise ManifestError(f"{where}: files not named sm120_*: {', '.join(misnamed[:5])}")
             m.text = text
             out.append(m)
         _attach_chain(directory, out)

@@ -53,6 +53,8 @@ LEGACY_TEMPLATES = {
     + _UNPINNED,
     "bbf676bb805f906eb52d31f896e51294daaf2c07343a621080eb9569ab562fca": "check_vendor of 2026-12-04 (b96b11b)"
     + ", whose verifier's manifest reader is quadratic on a hostile line and fails on text outside the BMP",
+    "209dd64ab373eba8e23f51830b0b726bce7afe2cef9a299051f8944a1df6fdfa": "check_vendor of 2026-12-04 (c0dea63)"
+    + ", whose verifier accepts a non-ASCII pinned signature and ignores --chain where it cannot check it",
 }
 
 

@@ -28,7 +28,7 @@ _PYPI_KEYS, _PYPI_OPTIONAL = {"name", "pypi", "track"}, {"version", "prefix", "l
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _PACKAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _VERSION = re.compile(r"[A-Za-z0-9.+!_-]+")
-FAILING_VERDICTS = ("drifted", "stale", "not-vendored")
+FAILING_VERDICTS = ("drifted", "stale", "not-vendored", "untrusted")
 WATCH_SCHEMA_VERSION = 3  # 3: a PyPI downstream lists every file of its release (files); reports: check_vendor's 2
 
 
@@ -339,6 +339,9 @@ def issue_title(res: ForkResult) -> str:
         return f"Vendored SM120 device layer is stale in {_where(res)} ({label(r.stale_tag)}, latest {label(r.tag)})"
     if r.verdict == "not-vendored":
         return f"{_where(res)} does not vendor the SM120 device layer"
+    if r.verdict == "untrusted":
+        status = (r.trust or {}).get("status", "untrusted")
+        return f"Vendored SM120 device layer in {_where(res)} pins a release our history does not extend ({status})"
     return f"Vendored SM120 device layer drifted in {_where(res)}"
 
 
