@@ -25,7 +25,7 @@ NAMESPACE = trust.RELEASE_NAMESPACE
 SIG_DIR = "signatures"
 ALLOWED = "allowed_signers"
 REVOKED = "revoked_keys"
-MAX_SIG_BYTES = 16 << 10  # an ed25519 SSHSIG is ~300 bytes armored
+MAX_SIG_BYTES = trust.SIG_MAX_BYTES
 MAX_LIST_BYTES = 256 << 10
 OK, UNSIGNED, BAD_SIGNATURE, UNKNOWN_SIGNER, REVOKED_SIGNER, COULD_NOT_CHECK = (
     "signed",
@@ -35,7 +35,6 @@ OK, UNSIGNED, BAD_SIGNATURE, UNKNOWN_SIGNER, REVOKED_SIGNER, COULD_NOT_CHECK = (
     "revoked-signer",
     "could-not-check",
 )
-_ARMOR = re.compile(rb"-----BEGIN SSH SIGNATURE-----\n(?:[A-Za-z0-9+/=]{1,76}\n){1,200}-----END SSH SIGNATURE-----\n?")
 _FINGERPRINT = re.compile(r"\bSHA256:[A-Za-z0-9+/]{43}\b")
 
 
@@ -112,8 +111,10 @@ def verify(data: bytes, sig_path: str, allowed_path: str, revoked_path: str, cre
         return Verdict(UNSIGNED, "no signature")
     if len(sig) > MAX_SIG_BYTES:
         return Verdict(BAD_SIGNATURE, f"the signature file is over {MAX_SIG_BYTES:,} bytes")
-    if _ARMOR.fullmatch(sig) is None:
-        return Verdict(BAD_SIGNATURE, "the signature file is not one armored SSH signature")
+    try:  # the envelope (one armored ed25519 SSHSIG) is trust's to parse; ssh-keygen checks the cryptography
+        trust.parse_signature(sig)
+    except trust.TrustError as e:
+        return Verdict(BAD_SIGNATURE, str(e))
     if ssh_keygen() is None:
         return Verdict(COULD_NOT_CHECK, "ssh-keygen is not installed (OpenSSH >= 8.2 checks release signatures)")
     with tempfile.TemporaryDirectory(prefix="sm120-verify-") as tmp:
