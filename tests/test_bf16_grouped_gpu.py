@@ -94,6 +94,45 @@ def test_masked(sm120_or_emulation):
                 assert calc_diff(d[g, :mm], a[g, :mm].double() @ b[g].double().T) <= 1e-5
 
 
+def test_masked_cached_calls_equal_fresh_ones_and_keep_the_checks(sm120_or_emulation):
+    """The masked call's fast path (one check per signature) against a fresh check of every call: new addresses with
+    the same signature give bitwise the same output, a changed stride or expected_m type is checked again, and a
+    call that fails its checks is never cached."""
+    import deep_gemm_sm120 as dg
+    from deep_gemm_sm120.families.bf16_gemm import grouped
+
+    G, M, N, K = 3, 128, 256, 512
+    masked = torch.tensor([128, 7, 0], dtype=torch.int32, device="cuda")
+
+    def run(seed, fresh):
+        gen = torch.Generator(device="cuda").manual_seed(seed)
+        a = torch.randn(G, M, K, device="cuda", dtype=torch.bfloat16, generator=gen)
+        b = torch.randn(G, N, K, device="cuda", dtype=torch.bfloat16, generator=gen)
+        d = torch.full((G, M, N), SENTINEL, device="cuda", dtype=torch.bfloat16)
+        if fresh:
+            grouped._MASKED.clear()
+        dg.m_grouped_bf16_gemm_nt_masked(a, b, d, masked, expected_m=64)
+        return d
+
+    for seed in range(3):  # each: a cached call with new addresses, then the same data checked afresh
+        cached = run(seed, fresh=False)
+        assert torch.equal(cached, run(seed, fresh=True))
+    a = torch.randn(G, M, K, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(G, N, K, device="cuda", dtype=torch.bfloat16)
+    d = torch.empty(G, M, N, device="cuda", dtype=torch.bfloat16)
+    dg.m_grouped_bf16_gemm_nt_masked(a, b, d, masked, expected_m=64)
+    with pytest.raises(TypeError):  # the same tensors, a float expected_m: not the cached int signature
+        dg.m_grouped_bf16_gemm_nt_masked(a, b, d, masked, expected_m=64.0)
+    strided = torch.empty(G, M, 2 * N, device="cuda", dtype=torch.bfloat16)[:, :, :N]  # another stride of d
+    dg.m_grouped_bf16_gemm_nt_masked(a, b, strided, masked, expected_m=64)
+    torch.cuda.synchronize()
+    assert torch.equal(strided[0], d[0])
+    before = len(grouped._MASKED)
+    with pytest.raises(TypeError):
+        dg.m_grouped_bf16_gemm_nt_masked(a.float(), b, d, masked, expected_m=64)
+    assert len(grouped._MASKED) == before
+
+
 def test_masked_graph_replay_follows_device_masks(sm120_or_emulation, monkeypatch):
     import deep_gemm_sm120 as dg
     from deep_gemm_sm120.testing import calc_diff

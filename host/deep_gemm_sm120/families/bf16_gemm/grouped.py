@@ -3,6 +3,7 @@ signatures. The grouped-layout contract and its check are shared with the block-
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 
 import torch
@@ -23,14 +24,15 @@ from ...checks import (
 from ...core.arith import ceil_div
 from ...core.rules import dtype_name
 from ...device import num_sms_for
-from ...launch import launch
+from ...launch import CallCache, launch, tensor_key
 from ...utils.layout import get_mk_alignment_for_contiguous_layout
-from .api import _operand_map
+from .api import _operand_map, _operand_maps
 from .kernel import PARAMS, Bf16GemmSpec
 from .plan import grouped_config, k_grouped_config
 from .rules import k_grouped_rule, m_grouped_contiguous_rule, m_grouped_masked_rule
 
 _OFF_A, _OFF_B = PARAMS.offsets["tmap_a"], PARAMS.offsets["tmap_b"]
+_pack = PARAMS.packer()  # d, c, layout, aux, m, n, k, ldd, ldc, num_groups, psum_layout, num_splits, split_stride
 
 
 @lru_cache(maxsize=256)
@@ -147,22 +149,31 @@ def m_grouped_bf16_gemm_nn_contiguous(
     )
 
 
-def m_grouped_bf16_gemm_nt_masked(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    d: torch.Tensor,
-    masked_m: torch.Tensor,
-    expected_m: int,
-    compiled_dims: str = "nk",
-    epilogue=None,
-) -> None:
-    """d[g, :masked_m[g]] = a[g, :masked_m[g]] @ b[g].T; rows past masked_m[g] are left untouched.
+@dataclass(frozen=True)
+class _MaskedCall:
+    """What the checks and the plan of one masked call signature produced (kernel None: nothing to launch)."""
 
-    a: [G, M, K] bf16; b: [G, N, K] bf16; d: [G, M, N] bf16; masked_m: int32 [G] on the device (read by the
-    kernel, never by the host: CUDA-graph safe, no sync, no allocation). expected_m: typical rows per
-    group, used only to pick the tile size.
-    """
-    keywords.gemm("m_grouped_bf16_gemm_nt_masked", compiled_dims, epilogue)
+    target: str
+    index: int
+    kernel: object
+    grid: int
+    g: int
+    m: int
+    n: int
+    k: int
+    lda: int
+    ldb: int
+    ldd: int
+    block_m: int
+    block_n: int
+    block_k: int
+
+
+_MASKED = CallCache()
+
+
+def _prepare_masked(a, b, d, masked_m, expected_m) -> _MaskedCall:
+    """Every check of a masked call (each raises the typed error naming what was expected), then its plan."""
     _require_bf16_operands(a, b, d, "masked_m", masked_m)
     if a.dim() != 3 or b.dim() != 3:
         raise ValueError(f"a must be [G, M, K] and b [G, N, K], got {tuple(a.shape)} and {tuple(b.shape)}")
@@ -183,36 +194,67 @@ def m_grouped_bf16_gemm_nt_masked(
         out_dtype=dtype_name(d.dtype),
     )
     index = device_of(a=a, b=b, d=d, masked_m=masked_m)
+    target = target_of(index)
     if g == 0 or m == 0 or n == 0:
-        return
+        return _MaskedCall(target, index, None, 0, g, m, n, k, 0, 0, 0, 0, 0, 0)
     a2, b2, d2 = rows_view("a", a), rows_view("b", b), rows_view("d", d)
-    ldd = output_row_stride("d", d2)
+    (_, lda), (_, ldb) = tma_operand("a", a2), tma_operand("b", b2)
     cfg = grouped_config(max(expected_m, 1))
     tiles = g * ceil_div(m, cfg.block_m) * ceil_div(n, cfg.block_n)
-    _launch(
-        "m_masked",
-        cfg,
-        tiles,
+    kern = _kernel("m_masked", cfg, False, index, target)
+    grid = min(num_sms_for(index), max(tiles, 1))
+    return _MaskedCall(
+        target,
         index,
-        a2,
-        g * m,
-        b2,
-        g * n,
-        False,
-        d=d2.data_ptr(),
-        c=0,
-        layout=masked_m.data_ptr(),
-        aux=0,
-        m=m,
-        n=n,
-        k=k,
-        ldd=ldd,
-        ldc=0,
-        num_groups=g,
-        psum_layout=0,
-        num_splits=1,
-        split_stride=0,
+        kern,
+        grid,
+        g,
+        m,
+        n,
+        k,
+        lda,
+        ldb,
+        output_row_stride("d", d2),
+        cfg.block_m,
+        cfg.block_n,
+        cfg.block_k,
     )
+
+
+def m_grouped_bf16_gemm_nt_masked(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    d: torch.Tensor,
+    masked_m: torch.Tensor,
+    expected_m: int,
+    compiled_dims: str = "nk",
+    epilogue=None,
+) -> None:
+    """d[g, :masked_m[g]] = a[g, :masked_m[g]] @ b[g].T; rows past masked_m[g] are left untouched.
+
+    a: [G, M, K] bf16; b: [G, N, K] bf16; d: [G, M, N] bf16; masked_m: int32 [G] on the device (read by the
+    kernel, never by the host: CUDA-graph safe, no sync, no allocation). expected_m: typical rows per
+    group, used only to pick the tile size. Checked once per call signature (launch.tensor_key of every tensor,
+    and expected_m with its type); later calls encode the new addresses and launch.
+    """
+    keywords.gemm("m_grouped_bf16_gemm_nt_masked", compiled_dims, epilogue)
+    try:
+        key = (tensor_key(a), tensor_key(b), tensor_key(d), tensor_key(masked_m), type(expected_m), expected_m)
+        call = _MASKED.get(key)
+    except (AttributeError, TypeError):  # not tensors, or an unhashable expected_m: the checks name it
+        key, call = None, None
+    if call is None or target_of(call.index) != call.target:
+        call = _prepare_masked(a, b, d, masked_m, expected_m)
+        if key is not None:
+            _MASKED.put(key, call)
+    if call.kernel is None:
+        return
+    tmaps = _operand_maps(
+        a.data_ptr(), call.g * call.m, call.lda, call.block_m, False,
+        b.data_ptr(), call.g * call.n, call.ldb, call.block_n, False, call.k, call.block_k,
+    )  # fmt: skip
+    params = _pack(d.data_ptr(), 0, masked_m.data_ptr(), 0, call.m, call.n, call.k, call.ldd, 0, call.g, 0, 1, 0)
+    launch(call.kernel, call.grid, params, tmaps, call.index)
 
 
 def k_grouped_bf16_gemm_tn_contiguous(
