@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from vendor_helpers import PREFIX, V1, commit_all, make_canonical, make_fork, run_cv, run_json
+from vendor_helpers import PREFIX, V1, commit_all, make_canonical, make_fork, run_cv, run_json, ssh_key
 
 from vendorkit import chain, signing, trust
 
@@ -25,13 +25,6 @@ pytestmark = pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="ssh-
 MDIR = "vendor_manifests"
 STAMP = ".sm120-vendor.json"
 VERIFY = ".sm120-vendor-verify.py"
-
-
-def _key(tmp: Path, name: str) -> tuple[Path, str]:
-    path = tmp / "keys" / name
-    path.parent.mkdir(exist_ok=True)
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(path)], check=True)
-    return path, (path.parent / f"{name}.pub").read_text().strip()
 
 
 def _allow(repo: Path, *pubs: str) -> None:
@@ -51,7 +44,7 @@ def _sign(repo: Path, tag: str, key: Path) -> None:
 def signed(tmp_path):
     """(canonical repo with v0.1.0 and v0.2.0 signed by key A, A's private key path, tmp)."""
     canon = make_canonical(tmp_path)
-    a, pub = _key(tmp_path, "a")
+    a, pub = ssh_key(tmp_path, "a")
     _allow(canon, pub)
     _sign(canon, "v0.1.0", a)
     _sign(canon, "v0.2.0", a)
@@ -145,7 +138,7 @@ def _verify(fork: Path, *args: str, env: dict | None = None) -> subprocess.Compl
 def test_a_release_signed_by_another_key_is_an_unknown_signer_and_sync_refuses(signed):
     canon, _, tmp = signed
     fork = _fork_at(canon, tmp, "v0.1.0")
-    b, pub_b = _key(tmp, "b")
+    b, pub_b = ssh_key(tmp, "b")
     _allow(canon, (tmp / "keys/a.pub").read_text().strip(), pub_b)  # the host lists the attacker's key too
     _sign(canon, "v0.2.0", b)
     code, doc = _check(canon, fork)
@@ -292,7 +285,7 @@ def _rewrite_history(canon: Path, key: Path) -> None:
 def test_a_rewritten_middle_release_re_signed_by_another_key_is_history_rewritten(signed):
     canon, _, tmp = signed
     fork = _fork_at(canon, tmp, "v0.1.0")
-    c, pub_c = _key(tmp, "c")
+    c, pub_c = ssh_key(tmp, "c")
     _allow(canon, pub_c)
     _rewrite_history(canon, c)
     code, doc = _check(canon, fork)
@@ -356,7 +349,7 @@ def _rotate(canon: Path, old: Path, new_pub: Path, start: str) -> tuple[int, str
 def test_a_rotation_signed_by_the_pinned_key_carries_the_trust(signed):
     canon, a, tmp = signed
     fork = _fork_at(canon, tmp, "v0.1.0")
-    b, _ = _key(tmp, "b")
+    b, _ = ssh_key(tmp, "b")
     code, out = _rotate(canon, a, tmp / "keys/b.pub", "2026-12-02")
     assert code == 0, out
     _sign(canon, "v0.2.0", b)
@@ -371,7 +364,7 @@ def test_a_rotation_signed_by_the_pinned_key_carries_the_trust(signed):
 def test_a_rotated_in_key_used_before_its_rotation_is_an_unknown_signer(signed):
     canon, a, tmp = signed
     fork = _fork_at(canon, tmp, "v0.1.0")
-    b, _ = _key(tmp, "b")
+    b, _ = ssh_key(tmp, "b")
     code, out = _rotate(canon, a, tmp / "keys/b.pub", "2026-12-03")  # after v0.2.0's date (2026-12-02)
     assert code == 0, out
     _sign(canon, "v0.2.0", b)
@@ -382,7 +375,7 @@ def test_a_rotated_in_key_used_before_its_rotation_is_an_unknown_signer(signed):
 def test_a_rotation_not_signed_by_the_old_key_is_not_followed(signed):
     canon, a, tmp = signed
     fork = _fork_at(canon, tmp, "v0.1.0")
-    b, _ = _key(tmp, "b")
+    b, _ = ssh_key(tmp, "b")
     code, out = _rotate(canon, a, tmp / "keys/b.pub", "2026-12-02")
     assert code == 0, out
     (stmt,) = (canon / MDIR / "rotations").glob("*.txt")
@@ -397,8 +390,8 @@ def test_a_rotation_not_signed_by_the_old_key_is_not_followed(signed):
 
 def test_rotate_refuses_an_unlisted_or_revoked_old_key(signed):
     canon, a, tmp = signed
-    _key(tmp, "b")
-    x, _ = _key(tmp, "x")
+    ssh_key(tmp, "b")
+    x, _ = ssh_key(tmp, "x")
     code, out = _rotate(canon, x, tmp / "keys/b.pub", "2026-12-05")
     assert code == 3 and "not in allowed_signers" in out
     (canon / MDIR / signing.REVOKED).write_text((tmp / "keys/a.pub").read_text())
@@ -424,8 +417,8 @@ def test_signature_envelopes_are_parsed_strictly(signed):
 
 
 def test_rotation_statements_are_parsed_strictly(tmp_path):
-    _, pub_a = _key(tmp_path, "a")
-    _, pub_b = _key(tmp_path, "b")
+    _, pub_a = ssh_key(tmp_path, "a")
+    _, pub_b = ssh_key(tmp_path, "b")
     a, b = trust.key_blob(pub_a), trust.key_blob(pub_b)
     text = trust.rotation_text("releases@deep_gemm_sm120", a, b, "2026-12-10")
     assert trust.parse_rotation(text) == ("releases@deep_gemm_sm120", a, b, "2026-12-10")
@@ -510,7 +503,7 @@ def test_the_strict_manifest_reader_is_linear_on_hostile_lines():
 def test_a_self_signed_rotation_to_the_pinned_key_cannot_rename_the_signer(signed):
     canon, a, tmp = signed
     fork = _fork_at(canon, tmp, "v0.1.0")
-    c, pub_c = _key(tmp, "c")
+    c, pub_c = ssh_key(tmp, "c")
     rdir = canon / MDIR / "rotations"
     rdir.mkdir()
     stmt = rdir / "2026-11-01-x.txt"
@@ -555,7 +548,7 @@ def test_a_backdated_release_after_the_pin_is_a_rollback(signed):
 )
 def test_rotate_refuses_impossible_dates_and_principals(signed, args, message):
     canon, a, tmp = signed
-    _key(tmp, "b")
+    ssh_key(tmp, "b")
     code, out, err = run_cv(
         "rotate", "--key", str(a), "--new-key", str(tmp / "keys/b.pub"), *args, "--repo", str(canon)
     )

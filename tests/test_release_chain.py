@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
-from vendor_helpers import ROOT, commit_all, make_canonical, run_cv
+from vendor_helpers import ROOT, commit_all, make_canonical, run_cv, ssh_key
 
 from vendorkit import chain, signing
 from vendorkit.errors import ManifestError
@@ -24,14 +23,6 @@ MDIR = "vendor_manifests"
 @pytest.fixture()
 def canon(tmp_path) -> Path:
     return make_canonical(tmp_path)
-
-
-def _key(tmp: Path, name: str) -> tuple[Path, str]:
-    """A throwaway ed25519 key pair: (private key path, public key line)."""
-    path = tmp / "keys" / name
-    path.parent.mkdir(exist_ok=True)
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(path)], check=True)
-    return path, (path.parent / f"{name}.pub").read_text().strip()
 
 
 def _allow(repo: Path, *entries: tuple[str, str]) -> None:
@@ -144,7 +135,7 @@ def test_a_chain_naming_a_release_that_does_not_exist_is_reported(canon):
 
 @needs_ssh_keygen
 def test_release_signs_and_the_self_check_verifies(canon, tmp_path):
-    key, pub = _key(tmp_path, "k1")
+    key, pub = ssh_key(tmp_path, "k1")
     _allow(canon, (pub, 'valid-after="20261101"'))
     (canon / "device_layer/mma/sm120.cuh").write_bytes(b"// v3\n")
     commit_all(canon, "v3")
@@ -159,7 +150,7 @@ def test_release_signs_and_the_self_check_verifies(canon, tmp_path):
 
 
 def _signed(canon: Path, tmp_path: Path, tag: str = "v0.2.0", allowed_opts: str = 'valid-after="20261101"'):
-    key, pub = _key(tmp_path, "k1")
+    key, pub = ssh_key(tmp_path, "k1")
     _allow(canon, (pub, allowed_opts))
     assert run_cv("sign", tag, "--repo", str(canon), "--key", str(key))[0] == 0
     return key, pub
@@ -187,7 +178,7 @@ def test_a_good_signature_verifies(canon, tmp_path):
 @needs_ssh_keygen
 def test_a_key_not_allowed_is_an_unknown_signer(canon, tmp_path):
     _signed(canon, tmp_path)
-    _, other = _key(tmp_path, "k2")
+    _, other = ssh_key(tmp_path, "k2")
     _allow(canon, (other, ""))  # the signing key is no longer listed
     assert _verdict(canon).status == signing.UNKNOWN_SIGNER
     code, text = _self_check(canon)

@@ -105,6 +105,14 @@ def make_fork(tmp: Path, files: dict[str, bytes], name: str = "fork", prefix: st
     return fork
 
 
+def ssh_key(tmp: Path, name: str) -> tuple[Path, str]:
+    """A throwaway ed25519 key pair made at test time (never committed): (private key path, public key line)."""
+    path = tmp / "keys" / name
+    path.parent.mkdir(exist_ok=True)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(path)], check=True)
+    return path, (path.parent / f"{name}.pub").read_text().strip()
+
+
 def by_path(doc: dict) -> dict[str, dict]:
     return {f["path"]: f for f in doc["files"]}
 

@@ -379,11 +379,9 @@ def _run_check(argv: list[str]) -> int:
 
 
 def _with_trust(a, ms, tag, report):
-    """The report with what it proves about the manifest (vendorkit.forktrust), against the stamp's pin."""
     from . import forktrust
 
-    pin = (report.stamp or {}).get("pin")
-    return forktrust.settle(report, forktrust.evaluate(ms, tag, pin, a.require_signed), pin)
+    return forktrust.apply(report, ms, tag, a.require_signed)
 
 
 def _locked(a, view):

@@ -55,24 +55,9 @@ class Trust:
         return {"status": self.status, "detail": self.detail, "finding": self.finding, "signer": signer, "pin": shown}
 
 
-def _read(path: str, limit: int) -> bytes | None:
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(limit + 1)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-
-
 def revoked(mdir: str) -> frozenset:
-    """Fingerprints of the public keys vendor_manifests/revoked_keys lists (malformed lines are the self-check's)."""
-    data = _read(os.path.join(mdir, signing.REVOKED), signing.MAX_LIST_BYTES) or b""
-    out = set()
-    for line in data.decode("ascii", "replace").splitlines():
-        try:
-            out.add(trust.fingerprint(trust.key_blob(line.strip())))
-        except trust.TrustError:
-            continue
-    return frozenset(out)
+    """Fingerprints of the keys vendor_manifests/revoked_keys lists."""
+    return signing.revoked_fingerprints(os.path.join(mdir, signing.REVOKED))
 
 
 def rotations(mdir: str) -> tuple[list[tuple[str, bytes, bytes, str]], list[str]]:
@@ -86,13 +71,13 @@ def rotations(mdir: str) -> tuple[list[tuple[str, bytes, bytes, str]], list[str]
     good, problems = [], []
     for name in names[:1000]:
         rel = f"vendor_manifests/{ROTATIONS}/{name}"
-        data = _read(os.path.join(where, name), trust.ROTATION_MAX_BYTES) or b""
+        data = signing.read_bounded(os.path.join(where, name), trust.ROTATION_MAX_BYTES) or b""
         try:
             principal, old, new, start = trust.parse_rotation(data)
         except trust.TrustError as e:
             problems.append(f"{rel}: {e}")
             continue
-        sig = _read(os.path.join(where, name + ".sig"), trust.SIG_MAX_BYTES)
+        sig = signing.read_bounded(os.path.join(where, name + ".sig"), trust.SIG_MAX_BYTES)
         if sig is None:
             problems.append(f"{rel}: no signature by the old key ({name}.sig)")
             continue
@@ -158,7 +143,7 @@ def evaluate(ms: ManifestSet, tag: Manifest, pin: dict | None, require_signed: b
         if found is not None:
             return Trust(found[0], found[1], True)
     sig_path = signing.signature_path(mdir, tag.tag)
-    sig = _read(sig_path, trust.SIG_MAX_BYTES)
+    sig = signing.read_bounded(sig_path, trust.SIG_MAX_BYTES)
     signer = (pin or {}).get("signer")
     if signer is not None:
         if sig is None:
@@ -205,6 +190,13 @@ def pin_for(tag: Manifest, t: Trust | None) -> dict | None:
         "signer": t.signer if good else None,
         "signature": t.signature.decode("ascii") if good and t.signature is not None else None,
     }
+
+
+def apply(report: Report, ms: ManifestSet, tag: Manifest, require_signed: bool = False) -> Report:
+    """The report with what it proves about manifest `tag`, held against the pin of the stamp it found: what every
+    fork check (check_vendor --fork, a pypi: release, the watcher) ends with."""
+    pin = (report.stamp or {}).get("pin")
+    return settle(report, evaluate(ms, tag, pin, require_signed), pin)
 
 
 def settle(report: Report, t: Trust | None, pin: dict | None) -> Report:

@@ -61,13 +61,13 @@ def _run(args: list[str], stdin: bytes | None = None) -> subprocess.CompletedPro
     return subprocess.run([exe, *args], input=stdin, capture_output=True, env=env, timeout=60, check=False)
 
 
-def _read_bounded(path: str, limit: int) -> bytes | None:
+def read_bounded(path: str, limit: int) -> bytes | None:
+    """At most limit + 1 bytes of a file of this checkout (one more tells the caller it is over); None when absent."""
     try:
         with open(path, "rb") as fh:
-            data = fh.read(limit + 1)
-    except FileNotFoundError:
+            return fh.read(limit + 1)
+    except (FileNotFoundError, NotADirectoryError):
         return None
-    return data
 
 
 def public_key(key_path: str) -> str:
@@ -95,18 +95,23 @@ def sign(manifest_path: str, key_path: str, out_path: str, namespace: str = NAME
         os.chmod(out_path, 0o644)
 
 
-def _revoked_fingerprints(revoked_path: str) -> set[str]:
-    data = _read_bounded(revoked_path, MAX_LIST_BYTES)
-    if not data or len(data) > MAX_LIST_BYTES:
-        return set()
-    p = _run(["-l", "-f", revoked_path])
-    return set(_FINGERPRINT.findall(p.stdout.decode(errors="replace"))) if p.returncode == 0 else set()
+def revoked_fingerprints(revoked_path: str) -> frozenset:
+    """Fingerprints of the ed25519 public keys a revoked_keys file lists, one per line (only ed25519 keys can sign
+    a release; other lines are skipped). Read up to MAX_LIST_BYTES: a revocation only ever takes trust away."""
+    data = (read_bounded(revoked_path, MAX_LIST_BYTES) or b"")[:MAX_LIST_BYTES]
+    out = set()
+    for line in data.decode("ascii", "replace").splitlines():
+        try:
+            out.add(trust.fingerprint(trust.key_blob(line.strip())))
+        except trust.TrustError:
+            continue
+    return frozenset(out)
 
 
 def verify(data: bytes, sig_path: str, allowed_path: str, revoked_path: str, created: str) -> Verdict:
     """Whether the signature at sig_path is a good NAMESPACE signature of `data` by a key allowed_signers lets
     sign on the release date `created` (YYYY-MM-DD) and revoked_keys does not list."""
-    sig = _read_bounded(sig_path, MAX_SIG_BYTES)
+    sig = read_bounded(sig_path, MAX_SIG_BYTES)
     if sig is None:
         return Verdict(UNSIGNED, "no signature")
     if len(sig) > MAX_SIG_BYTES:
@@ -127,9 +132,9 @@ def verify(data: bytes, sig_path: str, allowed_path: str, revoked_path: str, cre
             return Verdict(BAD_SIGNATURE, f"not a signature of these bytes ({why[-1] if why else 'ssh-keygen failed'})")
         found = _FINGERPRINT.findall(p.stdout.decode(errors="replace"))
         fingerprint = found[0] if found else None
-        if fingerprint is not None and fingerprint in _revoked_fingerprints(revoked_path):
+        if fingerprint is not None and fingerprint in revoked_fingerprints(revoked_path):
             return Verdict(REVOKED_SIGNER, f"signed by revoked key {fingerprint}", fingerprint=fingerprint)
-        allowed = _read_bounded(allowed_path, MAX_LIST_BYTES)
+        allowed = read_bounded(allowed_path, MAX_LIST_BYTES)
         if not allowed or len(allowed) > MAX_LIST_BYTES:
             return Verdict(UNKNOWN_SIGNER, "no allowed signers are listed", fingerprint=fingerprint)
         when = "-Overify-time=" + created.replace("-", "")

@@ -12,7 +12,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from . import inert, yamlio
+from . import forktrust, inert, yamlio
 from .compare import Comparator, Report
 from .errors import CannotCheck, UsageError
 from .github import GitHubClient
@@ -165,14 +165,6 @@ def check_one(
     return res
 
 
-def _with_trust(ms: ManifestSet, tag, report: Report) -> Report:
-    """What the downstream's stamp pinned, held against our chain and signatures (vendorkit.forktrust)."""
-    from . import forktrust
-
-    pin = (report.stamp or {}).get("pin")
-    return forktrust.settle(report, forktrust.evaluate(ms, tag, pin), pin)
-
-
 def _check_fork(client: GitHubClient, ms: ManifestSet, ds: Downstream) -> ForkResult:
     # a GitHub fork's entry names its repo, ref and prefix (_check_entry requires all three)
     assert ds.repo is not None and ds.ref is not None and ds.prefix is not None
@@ -189,7 +181,7 @@ def _check_fork(client: GitHubClient, ms: ManifestSet, ds: Downstream) -> ForkRe
         view = RemoteFork(client, owner, repo, ds.ref, sha256=not ms.has_blob_ids)
         res.commit = view.commit_sha
         Comparator(view, ms, tag, ds.prefix, canonical=None, want_diff=False).run(report)
-        _with_trust(ms, tag, report)
+        forktrust.apply(report, ms, tag)
     except CannotCheck as e:
         report.verdict = "unknown"
         report.errors.append(client.scrub(str(e)))
@@ -218,9 +210,8 @@ def _check_package(ms: ManifestSet, ds: Downstream, index_url: str | None) -> Fo
         shas = _hashlib.sha256("".join(f"{d.filename}:{d.sha256}\n" for d in view.dists).encode()).hexdigest()
         res.commit = f"{view.version}:{shas[:12]}"
         res.extra = {"version": view.version, "files": [d.filename for d in view.dists]}
-        res.report = report = _with_trust(
-            ms, tag, check_release(view, ms, tag, ds.prefix, canonical=None, want_diff=False)
-        )
+        report = check_release(view, ms, tag, ds.prefix, canonical=None, want_diff=False)
+        res.report = report = forktrust.apply(report, ms, tag)
     except (CannotCheck, UsageError) as e:  # no layer found in the package: it cannot be checked as configured
         report.verdict = "unknown"
         report.errors.append(str(e))
