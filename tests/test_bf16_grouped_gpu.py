@@ -110,7 +110,7 @@ def test_masked_cached_calls_equal_fresh_ones_and_keep_the_checks(sm120_or_emula
         b = torch.randn(G, N, K, device="cuda", dtype=torch.bfloat16, generator=gen)
         d = torch.full((G, M, N), SENTINEL, device="cuda", dtype=torch.bfloat16)
         if fresh:
-            grouped._MASKED.clear()
+            grouped._GROUPED.clear()
         dg.m_grouped_bf16_gemm_nt_masked(a, b, d, masked, expected_m=64)
         return d
 
@@ -127,10 +127,10 @@ def test_masked_cached_calls_equal_fresh_ones_and_keep_the_checks(sm120_or_emula
     dg.m_grouped_bf16_gemm_nt_masked(a, b, strided, masked, expected_m=64)
     torch.cuda.synchronize()
     assert torch.equal(strided[0], d[0])
-    before = len(grouped._MASKED)
+    before = len(grouped._GROUPED)
     with pytest.raises(TypeError):
         dg.m_grouped_bf16_gemm_nt_masked(a.float(), b, d, masked, expected_m=64)
-    assert len(grouped._MASKED) == before
+    assert len(grouped._GROUPED) == before
 
 
 def test_masked_graph_replay_follows_device_masks(sm120_or_emulation, monkeypatch):

@@ -210,7 +210,12 @@ def test_plan_caches_are_bounded():
 
     for cached in (fp8_api._grouped_kernel,):
         assert cached.cache_info().maxsize is not None
-    for calls in (bf16_api._CALLS, fp8_api._DENSE):  # per-signature call caches: cleared when full
+    from deep_gemm_sm120.families.bf16_gemm import grouped as bf16_grouped
+    from deep_gemm_sm120.launch import _CACHES
+
+    every = (bf16_api._CALLS, bf16_grouped._GROUPED, fp8_api._DENSE, fp8_api._M_GROUPED)
+    assert set(map(id, every)) <= set(map(id, _CACHES))  # forget_calls() reaches each
+    for calls in _CACHES:  # per-signature call caches: cleared when full
         assert calls.limit <= 4096
         calls.clear()
         for i in range(calls.limit + 5):

@@ -61,31 +61,33 @@ def _require_bf16_operands(a, b, d, index_name: str, index) -> None:
     require_int32(index_name, index)
 
 
-def m_grouped_bf16_gemm_nt_contiguous(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    d: torch.Tensor,
-    grouped_layout: torch.Tensor,
-    compiled_dims: str = "nk",
-    use_psum_layout: bool = False,
-    ensure_zero_padding: bool = True,
-    expected_m_for_psum_layout: int | None = None,
-    epilogue=None,
-    *,
-    check_layout: bool | None = None,
-) -> None:
-    """d[r] = a[r] @ b[g(r)].T for rows r of group g(r); padding rows of d are left untouched.
+@dataclass(frozen=True)
+class _GroupedCall:
+    """What the checks and the plan of one M-grouped call signature (contiguous or masked) produced (kernel
+    None: nothing to launch)."""
 
-    a: [M, K] bf16, rows sorted by group; b: [G, N, K] bf16; d: [M, N] bf16.
-    grouped_layout: int32 [M] group id per row (-1 = padding), or with use_psum_layout int32 [G] group ends.
-    ensure_zero_padding (psum layout): rows between a group's end and the next group's aligned start become 0.
-    expected_m_for_psum_layout: a tile hint, accepted. check_layout (ours, keyword only): None = validate the
-    layout unless a CUDA graph is being captured; True/False force it on/off.
-    """
-    name = "m_grouped_bf16_gemm_nt_contiguous"
-    keywords.gemm(name, compiled_dims, epilogue)
-    use_psum_layout = keywords.flag(name, "use_psum_layout", use_psum_layout)
-    zero = keywords.flag(name, "ensure_zero_padding", ensure_zero_padding)
+    target: str
+    index: int
+    kernel: object
+    grid: int
+    g: int
+    m: int
+    n: int
+    k: int
+    lda: int
+    ldb: int
+    ldd: int
+    block_m: int
+    block_n: int
+    block_k: int
+
+
+_GROUPED = CallCache()  # contiguous and masked calls; keys start with 0 / 1
+
+
+def _prepare_contiguous(a, b, d, grouped_layout, use_psum_layout: bool) -> _GroupedCall:
+    """Every check of a contiguous call that its signature decides (each raises the typed error naming what
+    was expected), then its plan. The layout's values are checked per call."""
     _require_bf16_operands(a, b, d, "grouped_layout", grouped_layout)
     if a.dim() != 2 or b.dim() != 3:
         raise ValueError(f"a must be [M, K] and b [G, N, K], got {tuple(a.shape)} and {tuple(b.shape)}")
@@ -107,35 +109,64 @@ def m_grouped_bf16_gemm_nt_contiguous(
     require_contiguous_layout_shape(grouped_layout, m, g, use_psum_layout)
     ldd = output_row_stride("d", d)
     index = device_of(a=a, b=b, d=d, grouped_layout=grouped_layout)
-    maybe_check_contiguous_layout(check_layout, grouped_layout, m, g, use_psum_layout)
+    target = target_of(index)
     if m == 0 or n == 0 or g == 0:
-        return
+        return _GroupedCall(target, index, None, 0, g, m, n, k, 0, 0, 0, 0, 0, 0)
+    (_, lda), (_, ldb) = tma_operand("a", a), tma_operand("b", rows_view("b", b))
     cfg = grouped_config(m)
     tiles = ceil_div(m, cfg.block_m) * ceil_div(n, cfg.block_n)
-    _launch(
-        "m_contiguous",
-        cfg,
-        tiles,
-        index,
-        a,
-        m,
-        rows_view("b", b),
-        g * n,
-        False,
-        d=d.data_ptr(),
-        c=0,
-        layout=grouped_layout.data_ptr(),
-        aux=0,
-        m=m,
-        n=n,
-        k=k,
-        ldd=ldd,
-        ldc=0,
-        num_groups=g,
-        psum_layout=int(use_psum_layout),
-        num_splits=1,
-        split_stride=0,
-    )
+    kern = _kernel("m_contiguous", cfg, False, index, target)
+    grid = min(num_sms_for(index), max(tiles, 1))
+    return _GroupedCall(target, index, kern, grid, g, m, n, k, lda, ldb, ldd, cfg.block_m, cfg.block_n, cfg.block_k)
+
+
+def m_grouped_bf16_gemm_nt_contiguous(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    d: torch.Tensor,
+    grouped_layout: torch.Tensor,
+    compiled_dims: str = "nk",
+    use_psum_layout: bool = False,
+    ensure_zero_padding: bool = True,
+    expected_m_for_psum_layout: int | None = None,
+    epilogue=None,
+    *,
+    check_layout: bool | None = None,
+) -> None:
+    """d[r] = a[r] @ b[g(r)].T for rows r of group g(r); padding rows of d are left untouched.
+
+    a: [M, K] bf16, rows sorted by group; b: [G, N, K] bf16; d: [M, N] bf16.
+    grouped_layout: int32 [M] group id per row (-1 = padding), or with use_psum_layout int32 [G] group ends.
+    ensure_zero_padding (psum layout): rows between a group's end and the next group's aligned start become 0.
+    expected_m_for_psum_layout: a tile hint, accepted. check_layout (ours, keyword only): None = validate the
+    layout unless a CUDA graph is being captured; True/False force it on/off. Checked once per call signature;
+    the layout's values (unless check_layout=False) on every call.
+    """
+    name = "m_grouped_bf16_gemm_nt_contiguous"
+    keywords.gemm(name, compiled_dims, epilogue)
+    use_psum_layout = keywords.flag(name, "use_psum_layout", use_psum_layout)
+    zero = keywords.flag(name, "ensure_zero_padding", ensure_zero_padding)
+    try:
+        key = (0, tensor_key(a), tensor_key(b), tensor_key(d), tensor_key(grouped_layout), use_psum_layout)
+        call = _GROUPED.get(key)
+    except AttributeError:  # not tensors: the checks name what was expected
+        key, call = None, None
+    if call is None or target_of(call.index) != call.target:
+        call = _prepare_contiguous(a, b, d, grouped_layout, use_psum_layout)
+        if key is not None:
+            _GROUPED.put(key, call)
+    maybe_check_contiguous_layout(check_layout, grouped_layout, call.m, call.g, use_psum_layout)
+    if call.kernel is None:
+        return
+    tmaps = _operand_maps(
+        a.data_ptr(), call.m, call.lda, call.block_m, False,
+        b.data_ptr(), call.g * call.n, call.ldb, call.block_n, False, call.k, call.block_k,
+    )  # fmt: skip
+    params = _pack(
+        d.data_ptr(), 0, grouped_layout.data_ptr(), 0, call.m, call.n, call.k, call.ldd, 0, call.g,
+        int(use_psum_layout), 1, 0,
+    )  # fmt: skip
+    launch(call.kernel, call.grid, params, tmaps, call.index)
     if zero and use_psum_layout:
         keywords.zero_psum_padding(d, grouped_layout, get_mk_alignment_for_contiguous_layout())
 
@@ -149,30 +180,7 @@ def m_grouped_bf16_gemm_nn_contiguous(
     )
 
 
-@dataclass(frozen=True)
-class _MaskedCall:
-    """What the checks and the plan of one masked call signature produced (kernel None: nothing to launch)."""
-
-    target: str
-    index: int
-    kernel: object
-    grid: int
-    g: int
-    m: int
-    n: int
-    k: int
-    lda: int
-    ldb: int
-    ldd: int
-    block_m: int
-    block_n: int
-    block_k: int
-
-
-_MASKED = CallCache()
-
-
-def _prepare_masked(a, b, d, masked_m, expected_m) -> _MaskedCall:
+def _prepare_masked(a, b, d, masked_m, expected_m) -> _GroupedCall:
     """Every check of a masked call (each raises the typed error naming what was expected), then its plan."""
     _require_bf16_operands(a, b, d, "masked_m", masked_m)
     if a.dim() != 3 or b.dim() != 3:
@@ -196,14 +204,14 @@ def _prepare_masked(a, b, d, masked_m, expected_m) -> _MaskedCall:
     index = device_of(a=a, b=b, d=d, masked_m=masked_m)
     target = target_of(index)
     if g == 0 or m == 0 or n == 0:
-        return _MaskedCall(target, index, None, 0, g, m, n, k, 0, 0, 0, 0, 0, 0)
+        return _GroupedCall(target, index, None, 0, g, m, n, k, 0, 0, 0, 0, 0, 0)
     a2, b2, d2 = rows_view("a", a), rows_view("b", b), rows_view("d", d)
     (_, lda), (_, ldb) = tma_operand("a", a2), tma_operand("b", b2)
     cfg = grouped_config(max(expected_m, 1))
     tiles = g * ceil_div(m, cfg.block_m) * ceil_div(n, cfg.block_n)
     kern = _kernel("m_masked", cfg, False, index, target)
     grid = min(num_sms_for(index), max(tiles, 1))
-    return _MaskedCall(
+    return _GroupedCall(
         target,
         index,
         kern,
@@ -239,14 +247,14 @@ def m_grouped_bf16_gemm_nt_masked(
     """
     keywords.gemm("m_grouped_bf16_gemm_nt_masked", compiled_dims, epilogue)
     try:
-        key = (tensor_key(a), tensor_key(b), tensor_key(d), tensor_key(masked_m), type(expected_m), expected_m)
-        call = _MASKED.get(key)
+        key = (1, tensor_key(a), tensor_key(b), tensor_key(d), tensor_key(masked_m), type(expected_m), expected_m)
+        call = _GROUPED.get(key)
     except (AttributeError, TypeError):  # not tensors, or an unhashable expected_m: the checks name it
         key, call = None, None
     if call is None or target_of(call.index) != call.target:
         call = _prepare_masked(a, b, d, masked_m, expected_m)
         if key is not None:
-            _MASKED.put(key, call)
+            _GROUPED.put(key, call)
     if call.kernel is None:
         return
     tmaps = _operand_maps(

@@ -192,33 +192,16 @@ def _check_out(d, c, shape: tuple[int, ...]) -> None:
 
 
 def _operand_maps(
-    a2: torch.Tensor, rows_a: int, lda: int, b2: torch.Tensor, rows_b: int, ldb: int, cfg, row_bytes
+    pa: int, ka: int, rows_a: int, lda: int, pb: int, kb: int, rows_b: int, ldb: int, cfg, row_bytes
 ) -> bytes:
-    """Byte operands (e4m3 or packed e2m1) as [rows, K bytes] with row strides lda / ldb bytes, boxes of one
-    swizzle span along K (128 bytes, or 64 for the packed side of mixed operands); scale words are read by the
-    kernel through plain pointers."""
+    """Byte operands (e4m3 or packed e2m1) at addresses pa / pb as [rows, K bytes ka / kb] with row strides
+    lda / ldb bytes, boxes of one swizzle span along K (128 bytes, or 64 for the packed side of mixed operands);
+    scale words are read by the kernel through plain pointers."""
     ra, rb = row_bytes
-    ka, kb = a2.shape[1] * a2.element_size(), b2.shape[1] * b2.element_size()
     return tma_2d_pair(
-        _OFF_A,
-        _U8,
-        a2.data_ptr(),
-        ka,
-        rows_a,
-        lda,
-        ra,
-        cfg.block_m,
-        ra,
-        _OFF_B,
-        _U8,
-        b2.data_ptr(),
-        kb,
-        rows_b,
-        ldb,
-        rb,
-        cfg.block_n,
-        rb,
-    )
+        _OFF_A, _U8, pa, ka, rows_a, lda, ra, cfg.block_m, ra,
+        _OFF_B, _U8, pb, kb, rows_b, ldb, rb, cfg.block_n, rb,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -244,6 +227,8 @@ class _Dense:
     splits: int = 1
     reduce: SplitK | None = None
     row_bytes: tuple = (0, 0)
+    ka: int = 0  # K bytes per row of each operand
+    kb: int = 0
 
 
 _DENSE = CallCache()
@@ -308,6 +293,8 @@ def _prepare_dense(a, sfa, b, sfb, d, c, recipe) -> _Dense:
         p.splits,
         reduce,
         spec.row_bytes,
+        a.shape[1] * a.element_size(),
+        b.shape[1] * b.element_size(),
     )
 
 
@@ -400,7 +387,9 @@ def fp8_fp4_gemm_nt(
             0,
             alpha,
         ),
-        _operand_maps(a, m, call.lda, b, n, call.ldb, call.config, call.row_bytes),
+        _operand_maps(
+            a.data_ptr(), call.ka, m, call.lda, b.data_ptr(), call.kb, n, call.ldb, call.config, call.row_bytes
+        ),
         index,
     )
     if splits > 1:
@@ -435,75 +424,184 @@ def _not_nt(name: str):
 fp8_fp4_gemm_nn, fp8_fp4_gemm_tn, fp8_fp4_gemm_tt = (_not_nt(f"fp8_fp4_gemm_{lay}") for lay in ("nn", "tn", "tt"))
 
 
-def _grouped_scales(
-    grans: tuple[int, int], sfa: torch.Tensor, sfb: torch.Tensor, m: int, n: int, k: int, groups: int, masked: bool
-) -> tuple:
-    """Packed scales of an M-grouped call: b's scales are per group, a's only when masked.
-    Returns ((sfa, word stride, group stride), (sfb, ...))."""
-    return (
-        _prepare_sf("sfa", sfa, m, k, grans[0], groups if masked else None, True),
-        _prepare_sf("sfb", sfb, n, k, grans[1], groups, False),
-    )
-
-
 @lru_cache(maxsize=256)
 def _grouped_kernel(kind: str, grans: tuple[int, int], gemm_type: str, cfg, index: int, target: str):
     spec = spec_for(cfg, kind, grans, "bf16", False, gemm_type)
     return jit.get_kernel(spec, target, index), spec.row_bytes
 
 
-def _grouped_launch(
-    kind,
+@dataclass(frozen=True)
+class _Grouped:
+    """What the checks and the plan of one M-grouped call signature produced (masked or contiguous). Scales:
+    packed int32 ones are used as given with the strides checked here; others are packed on every call."""
+
+    target: str
+    index: int
+    g: int
+    m: int
+    n: int
+    k: int
+    kernel: object = None  # None: nothing to launch (an empty problem)
+    grid: int = 0
+    kind: str = ""
+    grans: tuple = (0, 0)
+    rows_a: int = 0
+    rows_b: int = 0
+    ka: int = 0  # K bytes per row of each operand
+    kb: int = 0
+    lda: int = 0  # row strides in bytes
+    ldb: int = 0
+    ldd: int = 0
+    config: object = None
+    row_bytes: tuple = (0, 0)
+    sfa: tuple | None = None  # packed scales: (word stride, group stride); None: pack on every call
+    sfb: tuple | None = None
+
+
+_M_GROUPED = CallCache()
+
+
+def _grouped_plan(
+    masked: bool,
+    kind: str,
     grans,
-    gemm_type,
-    cfg,
-    tiles,
-    index,
     a2,
-    rows_a,
+    rows_a: int,
     b2,
-    rows_b,
+    rows_b: int,
     sfa,
     sfb,
-    d_ptr,
-    layout_ptr,
-    m,
-    n,
-    k,
-    ldd,
-    groups,
-    psum,
-    alpha,
-) -> None:
-    kern, row_bytes = _grouped_kernel(kind, grans, gemm_type, cfg, index, target_of(index))
-    (sfa_p, sfa_ps, sfa_gs), (sfb_p, sfb_ps, sfb_gs) = sfa, sfb
-    launch(
+    ldd: int,
+    g: int,
+    m: int,
+    n: int,
+    k: int,
+    tile_m: int,
+    index: int,
+    target: str,
+) -> _Grouped:
+    """The plan of a checked M-grouped call: tile, kernel, grid, descriptor extents and packed-scale strides."""
+    lead = g if masked else None
+    strides = []
+    for name, sf, mn, gran, groups in (("sfa", sfa, m, grans[0], lead), ("sfb", sfb, n, grans[1], g)):
+        shape = (*(() if groups is None else (groups,)), mn, sf_words(k, gran))
+        strides.append(check_packed(name, sf, shape) if sf.dtype == torch.int32 else None)
+    cfg = grouped_config(tile_m)
+    tiles = (g if masked else 1) * ceil_div(m, cfg.block_m) * ceil_div(n, cfg.block_n)
+    kern, row_bytes = _grouped_kernel(kind, grans, "m_masked" if masked else "m_contiguous", cfg, index, target)
+    (_, lda), (_, ldb) = tma_operand("a", a2), tma_operand("b", b2)
+    return _Grouped(
+        target,
+        index,
+        g,
+        m,
+        n,
+        k,
         kern,
         min(num_sms_for(index), max(tiles, 1)),
-        PARAMS.pack(
-            sfa=sfa_p.data_ptr(),
-            sfb=sfb_p.data_ptr(),
-            d=d_ptr,
-            c=0,
-            layout=layout_ptr,
-            m=m,
-            n=n,
-            k=k,
-            ldd=ldd,
-            ldc=0,
-            num_groups=groups,
-            psum_layout=int(psum),
-            num_splits=1,
-            split_stride=0,
-            sfa_pack_stride=sfa_ps,
-            sfa_group_stride=sfa_gs,
-            sfb_pack_stride=sfb_ps,
-            sfb_group_stride=sfb_gs,
-            alpha=alpha,
-        ),
-        _operand_maps(a2, rows_a, tma_operand("a", a2)[1], b2, rows_b, tma_operand("b", b2)[1], cfg, row_bytes),
-        index,
+        kind,
+        grans,
+        rows_a,
+        rows_b,
+        a2.shape[1] * a2.element_size(),
+        b2.shape[1] * b2.element_size(),
+        lda,
+        ldb,
+        ldd,
+        cfg,
+        row_bytes,
+        strides[0],
+        strides[1],
     )
+
+
+def _grouped_launch(
+    call: _Grouped, masked: bool, a, sfa, b, sfb, d_ptr: int, layout_ptr: int, psum: bool, alpha: float
+) -> None:
+    """Launch a planned M-grouped call with this call's addresses; unpacked scales are packed here (held in
+    locals until the launch is enqueued)."""
+    m, n, k, g = call.m, call.n, call.k, call.g
+    if call.sfa is not None:
+        sfa_p, (sfa_ps, sfa_gs) = sfa, call.sfa
+    else:
+        sfa_p, sfa_ps, sfa_gs = _prepare_sf("sfa", sfa, m, k, call.grans[0], g if masked else None, True)
+    if call.sfb is not None:
+        sfb_p, (sfb_ps, sfb_gs) = sfb, call.sfb
+    else:
+        sfb_p, sfb_ps, sfb_gs = _prepare_sf("sfb", sfb, n, k, call.grans[1], g, False)
+    launch(
+        call.kernel,
+        call.grid,
+        _pack(
+            sfa_p.data_ptr(),
+            sfb_p.data_ptr(),
+            d_ptr,
+            0,
+            layout_ptr,
+            m,
+            n,
+            k,
+            call.ldd,
+            0,
+            g,
+            int(psum),
+            1,
+            0,
+            sfa_ps,
+            sfa_gs,
+            sfb_ps,
+            sfb_gs,
+            alpha,
+        ),
+        _operand_maps(
+            a.data_ptr(),
+            call.ka,
+            call.rows_a,
+            call.lda,
+            b.data_ptr(),
+            call.kb,
+            call.rows_b,
+            call.ldb,
+            call.config,
+            call.row_bytes,
+        ),
+        call.index,
+    )
+
+
+def _prepare_contiguous(a, sfa, b, sfb, d, grouped_layout, recipe, use_psum_layout: bool, alpha) -> _Grouped:
+    """Every check of a contiguous call that its signature decides (each raises the typed error naming what
+    was expected), in the documented order, then its plan. The layout's values are checked per call."""
+    kind = _kind(a, b, sfa, sfb, recipe)
+    require_int32("grouped_layout", grouped_layout)
+    if a.dim() != 2 or b.dim() != 3:
+        raise ValueError(f"a must be [M, K] and b [G, N, K], got {tuple(a.shape)} and {tuple(b.shape)}")
+    m, k = a.shape[0], _k_of(a)
+    g, n = b.shape[:2]
+    if _k_of(b) != k:
+        raise ValueError(f"a {tuple(a.shape)} and b {tuple(b.shape)} must agree on K")
+    _check_out(d, None, (m, n))
+    m_grouped_contiguous_rule(
+        m=m,
+        n=n,
+        k=k,
+        num_groups=g,
+        a_dtype=dtype_name(a.dtype),
+        b_dtype=dtype_name(b.dtype),
+        out_dtype=dtype_name(d.dtype),
+        use_psum_layout=use_psum_layout,
+    )
+    require_contiguous_layout_shape(grouped_layout, m, g, use_psum_layout)
+    if alpha is not None:  # a value, checked again per call; here so errors come in the documented order
+        _alpha(alpha)
+    ldd = output_row_stride("d", d)
+    grans = _grans(kind, k, recipe, sfa, sfb) if m and n and g else None
+    index = device_of(a=a, b=b, sfa=sfa, sfb=sfb, d=d, grouped_layout=grouped_layout)
+    target = target_of(index)
+    if m == 0 or n == 0 or g == 0:
+        return _Grouped(target, index, g, m, n, k)
+    b2 = rows_view("b", b)
+    return _grouped_plan(False, kind, grans, a, m, b2, g * n, sfa, sfb, ldd, g, m, n, k, m, index, target)
 
 
 def m_grouped_fp8_fp4_gemm_nt_contiguous(
@@ -531,66 +629,41 @@ def m_grouped_fp8_fp4_gemm_nt_contiguous(
     every group starts at a multiple of get_mk_alignment_for_contiguous_layout() rows (checked, as for BF16).
     DeepGEMM's signature and keywords as for fp8_fp4_gemm_nt; ensure_zero_padding (psum layout) zeroes the rows
     between a group's end and the next group's aligned start. Ours, keyword only: check_layout (None: check
-    unless capturing a CUDA graph) and alpha."""
+    unless capturing a CUDA graph) and alpha. Checked once per call signature; the layout's values (unless
+    check_layout=False) and unpacked scales are checked on every call."""
     name = "m_grouped_fp8_fp4_gemm_nt_contiguous"
     alpha = keywords.gemm(name, compiled_dims, epilogue, alpha, True, disable_ue8m0_cast)
     use_psum_layout = keywords.flag(name, "use_psum_layout", use_psum_layout)
     zero = keywords.flag(name, "ensure_zero_padding", ensure_zero_padding)
     a, b = keywords.pair("a", a, FP4), keywords.pair("b", b, FP4)
     recipe = keywords.recipe(name, recipe, recipe_a, recipe_b, a[0], b[0], FP4)
-    a, sfa, b, sfb, kind = _operands(a, b, recipe)
-    require_int32("grouped_layout", grouped_layout)
-    if a.dim() != 2 or b.dim() != 3:
-        raise ValueError(f"a must be [M, K] and b [G, N, K], got {tuple(a.shape)} and {tuple(b.shape)}")
-    m, k = a.shape[0], _k_of(a)
-    g, n = b.shape[:2]
-    if _k_of(b) != k:
-        raise ValueError(f"a {tuple(a.shape)} and b {tuple(b.shape)} must agree on K")
-    _check_out(d, None, (m, n))
-    m_grouped_contiguous_rule(
-        m=m,
-        n=n,
-        k=k,
-        num_groups=g,
-        a_dtype=dtype_name(a.dtype),
-        b_dtype=dtype_name(b.dtype),
-        out_dtype=dtype_name(d.dtype),
-        use_psum_layout=use_psum_layout,
-    )
-    require_contiguous_layout_shape(grouped_layout, m, g, use_psum_layout)
+    a, sfa = _pair("a", a)
+    b, sfb = _pair("b", b)
+    try:
+        key = (
+            0,
+            tensor_key(a),
+            tensor_key(sfa),
+            tensor_key(b),
+            tensor_key(sfb),
+            tensor_key(d),
+            tensor_key(grouped_layout),
+            None if recipe is None else tuple(recipe),
+            use_psum_layout,
+        )
+        call = _M_GROUPED.get(key)
+    except (AttributeError, TypeError):  # not tensors, or an unhashable recipe: the checks name it
+        key, call = None, None
+    if call is None or target_of(call.index) != call.target:
+        sf_format(sfa), sf_format(sfb)  # TypeError for scale dtypes outside the contract, before any device work
+        call = _prepare_contiguous(a, sfa, b, sfb, d, grouped_layout, recipe, use_psum_layout, alpha)
+        if key is not None:
+            _M_GROUPED.put(key, call)
     alpha = 1.0 if alpha is None else _alpha(alpha)
-    ldd = output_row_stride("d", d)
-    grans = _grans(kind, k, recipe, sfa, sfb) if m and n and g else None
-    index = device_of(a=a, b=b, sfa=sfa, sfb=sfb, d=d, grouped_layout=grouped_layout)
-    maybe_check_contiguous_layout(check_layout, grouped_layout, m, g, use_psum_layout)
-    if m == 0 or n == 0 or g == 0:
+    maybe_check_contiguous_layout(check_layout, grouped_layout, call.m, call.g, use_psum_layout)
+    if call.kernel is None:
         return
-    sfa_t, sfb_t = _grouped_scales(grans, sfa, sfb, m, n, k, g, masked=False)
-    cfg = grouped_config(m)
-    tiles = ceil_div(m, cfg.block_m) * ceil_div(n, cfg.block_n)
-    _grouped_launch(
-        kind,
-        grans,
-        "m_contiguous",
-        cfg,
-        tiles,
-        index,
-        a,
-        m,
-        rows_view("b", b),
-        g * n,
-        sfa_t,
-        sfb_t,
-        d.data_ptr(),
-        grouped_layout.data_ptr(),
-        m,
-        n,
-        k,
-        ldd,
-        g,
-        use_psum_layout,
-        alpha,
-    )
+    _grouped_launch(call, False, a, sfa, b, sfb, d.data_ptr(), grouped_layout.data_ptr(), use_psum_layout, alpha)
     if zero and use_psum_layout:
         keywords.zero_psum_padding(d, grouped_layout, get_mk_alignment_for_contiguous_layout())
 
@@ -615,31 +688,10 @@ def m_grouped_fp8_fp4_gemm_nn_contiguous(
     )
 
 
-def m_grouped_fp8_fp4_gemm_nt_masked(
-    a,
-    b,
-    d: torch.Tensor,
-    masked_m: torch.Tensor,
-    expected_m: int,
-    recipe=None,
-    recipe_a=None,
-    recipe_b=None,
-    compiled_dims: str = "nk",
-    disable_ue8m0_cast: bool = False,
-    epilogue=None,
-    *,
-    alpha=None,
-) -> None:
-    """d[g, :masked_m[g]] = alpha * a[g, :masked_m[g]] @ b[g].T; rows past masked_m[g] stay untouched.
-
-    a = (a [G, M, K], sfa [G, ...]); b = (b [G, N, K], sfb [G, ...]); d [G, M, N] bf16; masked_m int32 [G] on
-    the device (read only by the kernel: graph-safe with packed scales). expected_m picks the tile size.
-    DeepGEMM's signature and keywords as for fp8_fp4_gemm_nt; alpha (ours) keyword only."""
-    name = "m_grouped_fp8_fp4_gemm_nt_masked"
-    alpha = keywords.gemm(name, compiled_dims, epilogue, alpha, True, disable_ue8m0_cast)
-    a, b = keywords.pair("a", a, FP4), keywords.pair("b", b, FP4)
-    recipe = keywords.recipe(name, recipe, recipe_a, recipe_b, a[0], b[0], FP4)
-    a, sfa, b, sfb, kind = _operands(a, b, recipe)
+def _prepare_masked(a, sfa, b, sfb, d, masked_m, expected_m, recipe, alpha) -> _Grouped:
+    """Every check of a masked call (each raises the typed error naming what was expected), in the documented
+    order, then its plan."""
+    kind = _kind(a, b, sfa, sfb, recipe)
     require_int32("masked_m", masked_m)
     if a.dim() != 3 or b.dim() != 3:
         raise ValueError(f"a must be [G, M, K] and b [G, N, K], got {tuple(a.shape)} and {tuple(b.shape)}")
@@ -660,39 +712,72 @@ def m_grouped_fp8_fp4_gemm_nt_masked(
         b_dtype=dtype_name(b.dtype),
         out_dtype=dtype_name(d.dtype),
     )
-    alpha = 1.0 if alpha is None else _alpha(alpha)
+    if alpha is not None:  # a value, checked again per call; here so errors come in the documented order
+        _alpha(alpha)
     grans = _grans(kind, k, recipe, sfa, sfb) if g and m and n else None
     index = device_of(a=a, b=b, sfa=sfa, sfb=sfb, d=d, masked_m=masked_m)
+    target = target_of(index)
     if g == 0 or m == 0 or n == 0:
-        return
-    sfa_t, sfb_t = _grouped_scales(grans, sfa, sfb, m, n, k, g, masked=True)
+        return _Grouped(target, index, g, m, n, k)
     a2, b2, d2 = rows_view("a", a), rows_view("b", b), rows_view("d", d)
     ldd = output_row_stride("d", d2)
-    cfg = grouped_config(max(expected_m, 1))
-    tiles = g * ceil_div(m, cfg.block_m) * ceil_div(n, cfg.block_n)
-    _grouped_launch(
-        kind,
-        grans,
-        "m_masked",
-        cfg,
-        tiles,
-        index,
-        a2,
-        g * m,
-        b2,
-        g * n,
-        sfa_t,
-        sfb_t,
-        d2.data_ptr(),
-        masked_m.data_ptr(),
-        m,
-        n,
-        k,
-        ldd,
-        g,
-        False,
-        alpha,
+    return _grouped_plan(
+        True, kind, grans, a2, g * m, b2, g * n, sfa, sfb, ldd, g, m, n, k, max(expected_m, 1), index, target
     )
+
+
+def m_grouped_fp8_fp4_gemm_nt_masked(
+    a,
+    b,
+    d: torch.Tensor,
+    masked_m: torch.Tensor,
+    expected_m: int,
+    recipe=None,
+    recipe_a=None,
+    recipe_b=None,
+    compiled_dims: str = "nk",
+    disable_ue8m0_cast: bool = False,
+    epilogue=None,
+    *,
+    alpha=None,
+) -> None:
+    """d[g, :masked_m[g]] = alpha * a[g, :masked_m[g]] @ b[g].T; rows past masked_m[g] stay untouched.
+
+    a = (a [G, M, K], sfa [G, ...]); b = (b [G, N, K], sfb [G, ...]); d [G, M, N] bf16; masked_m int32 [G] on
+    the device (read only by the kernel: graph-safe with packed scales). expected_m picks the tile size.
+    DeepGEMM's signature and keywords as for fp8_fp4_gemm_nt; alpha (ours) keyword only. Checked once per call
+    signature (expected_m with its type); unpacked scales are packed and checked on every call."""
+    name = "m_grouped_fp8_fp4_gemm_nt_masked"
+    alpha = keywords.gemm(name, compiled_dims, epilogue, alpha, True, disable_ue8m0_cast)
+    a, b = keywords.pair("a", a, FP4), keywords.pair("b", b, FP4)
+    recipe = keywords.recipe(name, recipe, recipe_a, recipe_b, a[0], b[0], FP4)
+    a, sfa = _pair("a", a)
+    b, sfb = _pair("b", b)
+    try:
+        key = (
+            1,
+            tensor_key(a),
+            tensor_key(sfa),
+            tensor_key(b),
+            tensor_key(sfb),
+            tensor_key(d),
+            tensor_key(masked_m),
+            None if recipe is None else tuple(recipe),
+            type(expected_m),
+            expected_m,
+        )
+        call = _M_GROUPED.get(key)
+    except (AttributeError, TypeError):  # not tensors, or an unhashable recipe or expected_m: the checks name it
+        key, call = None, None
+    if call is None or target_of(call.index) != call.target:
+        sf_format(sfa), sf_format(sfb)  # TypeError for scale dtypes outside the contract, before any device work
+        call = _prepare_masked(a, sfa, b, sfb, d, masked_m, expected_m, recipe, alpha)
+        if key is not None:
+            _M_GROUPED.put(key, call)
+    alpha = 1.0 if alpha is None else _alpha(alpha)
+    if call.kernel is None:
+        return
+    _grouped_launch(call, True, a, sfa, b, sfb, d.data_ptr(), masked_m.data_ptr(), False, alpha)
 
 
 _NO_K_GROUPED = "deep_gemm_sm120 has no block-scaled K-grouped GEMM (k_grouped_bf16_gemm_tn_contiguous covers BF16)"

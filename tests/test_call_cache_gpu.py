@@ -1,0 +1,374 @@
+"""The per-signature call caches (launch.CallCache) against the checks they skip: randomized calls of every entry
+point that caches, each compared through both paths. A call that hits the cache (new addresses, new data, the
+signature seen before) must give bitwise the output of the same call checked afresh (launch.forget_calls()
+first); a signature that differs in one stride is checked again and computes its own answer; an illegal call
+raises the same exception (type and message) with a warm cache as with a cold one, and is never cached.
+
+DG_SM120_CACHE_SECONDS (default 30) bounds each entry point's time and DG_SM120_CACHE_CASES (default 40) its
+cases; DG_SM120_CACHE_SEED (default 43) picks the sequence. A failure prints its case, so it replays alone."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Callable
+
+import pytest
+import torch
+from gpu_helpers import contiguous_layout, requires_cuda
+
+pytestmark = [pytest.mark.cuda, pytest.mark.emulation, requires_cuda]
+
+SECONDS = float(os.environ.get("DG_SM120_CACHE_SECONDS", "30"))
+CASES = int(os.environ.get("DG_SM120_CACHE_CASES", "40"))
+SEED = int(os.environ.get("DG_SM120_CACHE_SEED", "43"))
+SENTINEL = -7.0
+
+# A case: make(seed) -> fresh tensors of one fixed signature filled from seed (allocated anew each time, so
+# addresses differ while earlier ones are alive); run(tensors) -> the outputs; a list of illegal variants
+# (callables built from a set of tensors) that must raise.
+Make = Callable[[int], dict]
+Run = Callable[[dict], tuple]
+
+
+def _entries() -> int:
+    from deep_gemm_sm120.launch import _CACHES
+
+    return sum(len(c) for c in _CACHES)
+
+
+def _cold(run: Run, t: dict) -> tuple:
+    from deep_gemm_sm120.launch import forget_calls
+
+    forget_calls()
+    out = run(t)
+    torch.cuda.synchronize()
+    return out
+
+
+def _raised(fn) -> tuple[type, str] | None:
+    try:
+        fn()
+    except Exception as e:  # the comparison is the point: whatever is raised, both paths must agree
+        return type(e), str(e)
+    return None
+
+
+def _strided(t: torch.Tensor, pad: int) -> torch.Tensor:
+    """t's values in a buffer with `pad` more elements per row (another row stride, same shape)."""
+    if pad == 0:
+        return t
+    buf = torch.zeros(*t.shape[:-1], t.shape[-1] + pad, dtype=t.dtype, device=t.device)
+    buf[..., : t.shape[-1]] = t
+    return buf[..., : t.shape[-1]]
+
+
+def _check(label: str, make: Make, run: Run, illegal: list[Callable[[dict], object]], restrided: Make | None) -> None:
+    warm = make(1)
+    first = _cold(run, warm)  # checks and caches this signature
+    before = _entries()
+    fresh = make(2)
+    fast = run(fresh)  # new data at new addresses, the same signature: a hit
+    torch.cuda.synchronize()
+    assert _entries() == before, f"{label}: a call with a seen signature was not served from the cache"
+    again = make(2)
+    slow = _cold(run, again)
+    for i, (x, y) in enumerate(zip(fast, slow)):
+        assert torch.equal(x, y), f"{label}: output {i} of the cached call differs from the checked one"
+    untouched = all(bool((x == SENTINEL).all()) for x in fast)  # nothing to compute (empty groups or masks)
+    assert untouched or any(not torch.equal(x, y) for x, y in zip(first, fast)), (
+        f"{label}: different inputs gave equal outputs (the case does not tell stale addresses apart)"
+    )
+    if restrided is not None:  # one stride changed: checked again (a new entry), its own correct answer
+        run(warm)  # the cache holds the original signature
+        before = _entries()
+        other = restrided(2)
+        got = run(other)
+        torch.cuda.synchronize()
+        assert _entries() == before + 1, f"{label}: a changed stride was served from the old signature's entry"
+        want = _cold(run, restrided(2))
+        for i, (x, y) in enumerate(zip(got, want)):
+            assert torch.equal(x, y), f"{label}: output {i} with a changed stride differs from the checked one"
+        for i, (x, y) in enumerate(zip(got, slow)):
+            assert torch.equal(x, y), f"{label}: output {i} with a changed stride differs from the dense layout's"
+    for j, bad in enumerate(illegal):
+        t = make(3)
+        run(warm)  # warm: the legal signature is cached
+        before = _entries()
+        hot = _raised(lambda: bad(t))
+        assert _entries() == before, f"{label}: illegal variant {j} was cached"
+        from deep_gemm_sm120.launch import forget_calls
+
+        forget_calls()
+        cold = _raised(lambda: bad(t))
+        assert hot is not None, f"{label}: illegal variant {j} did not raise"
+        assert hot == cold, f"{label}: illegal variant {j} raised {hot} with a warm cache, {cold} with a cold one"
+
+
+def _drive(name: str, case) -> None:
+    rng = random.Random(f"{SEED}-{name}")
+    start, done = time.monotonic(), 0
+    while done < CASES and time.monotonic() - start < SECONDS:
+        label, make, run, illegal, restrided = case(rng)
+        _check(f"{name} seed {SEED} case {done} ({label})", make, run, illegal, restrided)
+        done += 1
+    assert done >= 3, f"{name}: only {done} cases in {SECONDS} s"
+    print(f"{name}: {done} cases in {time.monotonic() - start:.0f} s")
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator(device="cuda").manual_seed(seed)
+
+
+def _dim(rng: random.Random, choices=(1, 7, 64, 100, 128, 200, 256), align: int = 1) -> int:
+    x = rng.choice(choices)
+    return max(align, -(-x // align) * align)
+
+
+# ---------------------------------------------------------------- BF16 dense
+
+
+def _bf16_dense(rng: random.Random):
+    import deep_gemm_sm120 as dg
+
+    layout = rng.choice(["nt", "nn", "tn", "tt"])
+    m, n = _dim(rng), _dim(rng, align=8)
+    k = rng.choice([64, 128, 256, 4096]) if m <= 8 and rng.random() < 0.5 else _dim(rng, (64, 128, 192, 320), 8)
+    out = rng.choice([torch.bfloat16, torch.float32])
+    with_c = out == torch.float32 and rng.random() < 0.6
+    alias = with_c and rng.random() < 0.5
+    pad = rng.choice([0, 0, 8, 64])
+    fn = getattr(dg, f"bf16_gemm_{layout}")
+    a_shape = (k, m) if layout[0] == "t" else (m, k)
+    b_shape = (k, n) if layout[1] == "n" else (n, k)
+
+    def make(seed: int, pad_a: int = pad) -> dict:
+        g = _gen(seed)
+        a = _strided(torch.randn(*a_shape, device="cuda", dtype=torch.bfloat16, generator=g), pad_a)
+        b = torch.randn(*b_shape, device="cuda", dtype=torch.bfloat16, generator=g)
+        d = torch.full((m, n), SENTINEL, device="cuda", dtype=out)
+        c = torch.randn(m, n, device="cuda", generator=g) if with_c else None
+        if alias:
+            d.copy_(c)
+            c = d
+        return dict(a=a, b=b, d=d, c=c)
+
+    def run(t: dict) -> tuple:
+        fn(t["a"], t["b"], t["d"], c=t["c"])
+        return (t["d"],)
+
+    illegal = [
+        lambda t: fn(t["a"].float(), t["b"], t["d"], c=t["c"]),
+        lambda t: fn(t["a"], t["b"], t["d"][:, : max(n - 8, 1)], c=t["c"]),
+        lambda t: fn(t["a"], t["b"][1:] if b_shape[0] > 1 else t["b"].view(-1)[1:], t["d"], c=t["c"]),
+    ]
+    label = f"bf16_gemm_{layout} m={m} n={n} k={k} out={out} c={with_c} alias={alias} pad={pad}"
+    return label, make, run, illegal, (lambda seed: make(seed, pad + 8)) if a_shape[0] > 1 else None
+
+
+def test_bf16_dense_cached_equals_checked(sm120_or_emulation):
+    _drive("bf16 dense", _bf16_dense)
+
+
+# ---------------------------------------------------------------- BF16 M-grouped
+
+
+def _bf16_grouped(rng: random.Random):
+    import deep_gemm_sm120 as dg
+
+    g, n, k = rng.randint(1, 4), _dim(rng, (64, 128, 256), 64), _dim(rng, (64, 128, 256), 64)
+    if rng.random() < 0.5:  # masked
+        m = rng.choice([16, 64, 128, 200])
+        expected = rng.choice([1, m // 2 + 1, m])
+
+        def make(seed: int, pad_d: int = 0) -> dict:
+            gen = _gen(seed)
+            a = torch.randn(g, m, k, device="cuda", dtype=torch.bfloat16, generator=gen)
+            b = torch.randn(g, n, k, device="cuda", dtype=torch.bfloat16, generator=gen)
+            d = _strided(torch.full((g, m, n), SENTINEL, device="cuda", dtype=torch.bfloat16), pad_d)
+            masks = torch.randint(0, m + 1, (g,), generator=torch.Generator().manual_seed(seed)).int().cuda()
+            return dict(a=a, b=b, d=d, masked=masks)
+
+        def run(t: dict) -> tuple:
+            dg.m_grouped_bf16_gemm_nt_masked(t["a"], t["b"], t["d"], t["masked"], expected)
+            return (t["d"],)
+
+        illegal = [
+            lambda t: dg.m_grouped_bf16_gemm_nt_masked(t["a"], t["b"], t["d"], t["masked"].long(), expected),
+            lambda t: dg.m_grouped_bf16_gemm_nt_masked(t["a"], t["b"], t["d"], t["masked"], float(expected)),
+            lambda t: dg.m_grouped_bf16_gemm_nt_masked(t["a"], t["b"][:, :, :-8], t["d"], t["masked"], expected),
+        ]
+        return f"masked g={g} m={m} n={n} k={k} expected_m={expected}", make, run, illegal, None  # d's stride: dense
+    sizes = [rng.choice([0, 1, 100, 128, 300]) for _ in range(g)]
+    psum = rng.random() < 0.5
+    check = rng.choice([None, False])
+
+    def make(seed: int) -> dict:
+        gen = _gen(seed)
+        per_row, ends = contiguous_layout(sizes)
+        rows = per_row.numel()
+        a = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16, generator=gen)
+        b = torch.randn(g, n, k, device="cuda", dtype=torch.bfloat16, generator=gen)
+        d = torch.full((rows, n), SENTINEL, device="cuda", dtype=torch.bfloat16)
+        return dict(a=a, b=b, d=d, layout=ends if psum else per_row)
+
+    def run(t: dict) -> tuple:
+        dg.m_grouped_bf16_gemm_nt_contiguous(
+            t["a"], t["b"], t["d"], t["layout"], use_psum_layout=psum, check_layout=check
+        )
+        return (t["d"],)
+
+    def bad_layout(t: dict) -> None:  # a value error, checked per call unless check_layout=False
+        bad = t["layout"].clone()
+        if psum:
+            bad[-1] = t["d"].shape[0] + 1  # the last group ends past M
+        else:
+            bad[0] = g + 5  # no such group
+        dg.m_grouped_bf16_gemm_nt_contiguous(t["a"], t["b"], t["d"], bad, use_psum_layout=psum, check_layout=True)
+
+    illegal = [
+        lambda t: dg.m_grouped_bf16_gemm_nt_contiguous(
+            t["a"], t["b"].float(), t["d"], t["layout"], use_psum_layout=psum
+        ),
+        lambda t: dg.m_grouped_bf16_gemm_nt_contiguous(
+            t["a"][:, :-8], t["b"], t["d"], t["layout"], use_psum_layout=psum
+        ),
+    ]
+    if sum(sizes):
+        illegal.append(bad_layout)
+    label = f"contiguous sizes={sizes} n={n} k={k} psum={psum} check_layout={check}"
+    return label, make, run, illegal, None
+
+
+def test_bf16_grouped_cached_equals_checked(sm120_or_emulation):
+    _drive("bf16 m-grouped", _bf16_grouped)
+
+
+# ---------------------------------------------------------------- block-scaled (FP8 / FP4)
+
+
+def _pow2(shape, gen: torch.Generator) -> torch.Tensor:
+    return torch.exp2(torch.randint(-3, 4, shape, device="cuda", generator=gen).float())
+
+
+def _side(kind: str, lead: tuple, rows: int, k: int, gen: torch.Generator, block_rows: int = 1):
+    """(values, unpacked scales) of one operand: e4m3 with 1x128 (or 128x128 when block_rows) UE8M0 scales, or
+    packed e2m1 with MXFP4 (1x32 UE8M0) / NVFP4 (1x16 UE4M3) scales."""
+    if kind == "mxfp8":
+        x = torch.randn(*lead, rows, k, device="cuda", generator=gen).to(torch.float8_e4m3fn)
+        srows = -(-rows // block_rows)
+        return x, _pow2((*lead, srows, -(-k // 128)), gen)
+    x = torch.randint(0, 256, (*lead, rows, k // 2), device="cuda", generator=gen, dtype=torch.uint8)
+    if kind == "mxfp4":
+        return x, _pow2((*lead, rows, k // 32), gen)
+    sf = (torch.rand(*lead, rows, k // 16, device="cuda", generator=gen) * 4 + 0.25).to(torch.float8_e4m3fn)
+    return x, sf
+
+
+_RECIPE = {"mxfp8": (1, 128, 128), "mxfp4": (1, 1, 32), "nvfp4": (1, 1, 16)}
+
+
+def _block_scaled(rng: random.Random):
+    import deep_gemm_sm120 as dg
+
+    kind = rng.choice(["mxfp8", "mxfp8", "mxfp4", "nvfp4"])
+    form = rng.choice(["dense", "dense", "masked", "contiguous"])
+    packed = kind == "nvfp4" or rng.random() < 0.7  # NVFP4 scales are taken packed or as e4m3
+    recipe = _RECIPE[kind]
+    n, k = _dim(rng, (64, 128, 256), 64), rng.choice([128, 256, 512])
+    alpha = rng.choice([None, 0.5, 3.0]) if kind != "mxfp8" or rng.random() < 0.3 else None
+    gran_b = 128 if kind == "mxfp8" and rng.random() < 0.6 else 1
+
+    def pack(sf, mn, groups, is_sfa):
+        if not packed or sf.dtype != torch.float32:
+            return sf
+        rr = (1, 1 if gran_b == 1 else 128, recipe[2])
+        return dg.transform_sf_into_required_layout(sf, mn, k, rr, groups, is_sfa=is_sfa)
+
+    if form == "dense":
+        m = _dim(rng, (1, 7, 64, 100, 256))
+        out = rng.choice([torch.bfloat16, torch.float32])
+
+        def make(seed: int) -> dict:
+            gen = _gen(seed)
+            a, sfa = _side(kind, (), m, k, gen)
+            b, sfb = _side(kind, (), n, k, gen, gran_b)
+            d = torch.full((m, n), SENTINEL, device="cuda", dtype=out)
+            return dict(a=(a, pack(sfa, m, None, True)), b=(b, pack(sfb, n, None, False)), d=d)
+
+        def run(t: dict) -> tuple:
+            dg.fp8_fp4_gemm_nt(t["a"], t["b"], t["d"], recipe=recipe if packed else None, alpha=alpha)
+            return (t["d"],)
+
+        illegal = [
+            lambda t: dg.fp8_fp4_gemm_nt(t["a"], t["b"], t["d"].half(), recipe=recipe if packed else None),
+            lambda t: dg.fp8_fp4_gemm_nt(t["a"], (t["b"][0], t["b"][1].unsqueeze(0)), t["d"], recipe=recipe),
+            lambda t: dg.fp8_fp4_gemm_nt(t["a"], t["b"], t["d"], recipe=recipe, alpha=torch.ones(())),
+        ]
+        label = f"dense {kind} m={m} n={n} k={k} packed={packed} b blocks={gran_b} out={out} alpha={alpha}"
+        return label, make, run, illegal, None
+    g = rng.randint(1, 3)
+    if form == "masked":
+        m = rng.choice([32, 64, 128])
+        expected = rng.choice([1, m])
+
+        def make(seed: int) -> dict:
+            gen = _gen(seed)
+            a, sfa = _side(kind, (g,), m, k, gen)
+            b, sfb = _side(kind, (g,), n, k, gen, gran_b)
+            d = torch.full((g, m, n), SENTINEL, device="cuda", dtype=torch.bfloat16)
+            masks = torch.randint(0, m + 1, (g,), generator=torch.Generator().manual_seed(seed)).int().cuda()
+            return dict(a=(a, pack(sfa, m, g, True)), b=(b, pack(sfb, n, g, False)), d=d, masked=masks)
+
+        def run(t: dict) -> tuple:
+            dg.m_grouped_fp8_fp4_gemm_nt_masked(
+                t["a"], t["b"], t["d"], t["masked"], expected, recipe=recipe if packed else None, alpha=alpha
+            )
+            return (t["d"],)
+
+        illegal = [
+            lambda t: dg.m_grouped_fp8_fp4_gemm_nt_masked(
+                t["a"], t["b"], t["d"], t["masked"].long(), expected, recipe=recipe
+            ),
+            lambda t: dg.m_grouped_fp8_fp4_gemm_nt_masked(
+                t["a"], t["b"], t["d"][:1], t["masked"], expected, recipe=recipe
+            ),
+            lambda t: dg.m_grouped_fp8_fp4_gemm_nt_masked(
+                t["a"], t["b"], t["d"], t["masked"], str(expected), recipe=recipe
+            ),
+        ]
+        label = f"masked {kind} g={g} m={m} n={n} k={k} packed={packed} expected_m={expected} alpha={alpha}"
+        return label, make, run, illegal, None
+    sizes = [rng.choice([0, 1, 128, 200]) for _ in range(g)]
+    psum = rng.random() < 0.5
+
+    def make(seed: int) -> dict:
+        gen = _gen(seed)
+        per_row, ends = contiguous_layout(sizes)
+        rows = per_row.numel()
+        a, sfa = _side(kind, (), rows, k, gen)
+        b, sfb = _side(kind, (g,), n, k, gen, gran_b)
+        d = torch.full((rows, n), SENTINEL, device="cuda", dtype=torch.bfloat16)
+        return dict(
+            a=(a, pack(sfa, rows, None, True)), b=(b, pack(sfb, n, g, False)), d=d, layout=ends if psum else per_row
+        )
+
+    def run(t: dict) -> tuple:
+        dg.m_grouped_fp8_fp4_gemm_nt_contiguous(
+            t["a"], t["b"], t["d"], t["layout"], recipe=recipe if packed else None, use_psum_layout=psum, alpha=alpha
+        )
+        return (t["d"],)
+
+    illegal = [
+        lambda t: dg.m_grouped_fp8_fp4_gemm_nt_contiguous(t["a"], t["b"], t["d"].float(), t["layout"], recipe=recipe),
+        lambda t: dg.m_grouped_fp8_fp4_gemm_nt_contiguous(
+            t["a"], t["b"], t["d"], t["layout"][:-1], recipe=recipe, use_psum_layout=psum
+        ),
+    ]
+    label = f"contiguous {kind} sizes={sizes} n={n} k={k} packed={packed} psum={psum} alpha={alpha}"
+    return label, make, run, illegal, None
+
+
+def test_block_scaled_cached_equals_checked(sm120_or_emulation):
+    _drive("block-scaled", _block_scaled)
