@@ -74,11 +74,11 @@ def bf16_cases(dg) -> Iterator[Case]:
 
 def grouped_bf16_cases(dg) -> Iterator[Case]:
     bf = dict(device="cuda", dtype=torch.bfloat16)
-    g, rows = 4, 64
+    g, rows = 4, 128  # each group starts at a multiple of get_mk_alignment_for_contiguous_layout() = 128 rows
     ag, bg, dg_ = torch.randn(g * rows, 128, **bf), torch.randn(g, 128, 128, **bf), torch.empty(g * rows, 128, **bf)
     layout = torch.arange(g, device="cuda", dtype=torch.int32).repeat_interleave(rows)
     yield (
-        "m_grouped_bf16_gemm_nt_contiguous 4x64x128x128 check_layout=False",
+        "m_grouped_bf16_gemm_nt_contiguous 4x128x128x128 check_layout=False",
         GEMM,
         lambda: dg.m_grouped_bf16_gemm_nt_contiguous(ag, bg, dg_, layout, check_layout=False),
     )
@@ -150,7 +150,7 @@ def fp8_cases(dg) -> Iterator[Case]:
 
 def grouped_fp8_cases(dg) -> Iterator[Case]:
     bf = dict(device="cuda", dtype=torch.bfloat16)
-    g, rows = 4, 64
+    g, rows = 4, 128
     layout = torch.arange(g, device="cuda", dtype=torch.int32).repeat_interleave(rows)
     masked = torch.full((g,), 64, device="cuda", dtype=torch.int32)
     gx8, gsx = _cast(dg.per_token_cast_to_fp8, torch.randn(g * rows, 256, device="cuda"))
@@ -160,7 +160,7 @@ def grouped_fp8_cases(dg) -> Iterator[Case]:
     gswp = dg.transform_sf_into_required_layout(torch.stack([s for _, s in gw]), 128, 256, (1, 128, 128), g)
     gd8 = torch.empty(g * rows, 128, **bf)
     yield (
-        "m_grouped_fp8_gemm_nt_contiguous 4x64x128x256 packed, check_layout=False",
+        "m_grouped_fp8_gemm_nt_contiguous 4x128x128x256 packed, check_layout=False",
         GEMM,
         lambda: dg.m_grouped_fp8_gemm_nt_contiguous(
             (gx8, gsxp), (gw8, gswp), gd8, layout, recipe=(1, 128, 128), check_layout=False
@@ -170,7 +170,7 @@ def grouped_fp8_cases(dg) -> Iterator[Case]:
     msxp = dg.transform_sf_into_required_layout(gsx.view(g, rows, -1), rows, 256, (1, 128, 128), g, is_sfa=True)
     md8 = torch.empty(g, rows, 128, **bf)
     yield (
-        "m_grouped_fp8_gemm_nt_masked 4x64x128x256 packed",
+        "m_grouped_fp8_gemm_nt_masked 4x128x128x256 packed",
         GEMM,
         lambda: dg.m_grouped_fp8_gemm_nt_masked((mx8, msxp), (gw8, gswp), md8, masked, 64, recipe=(1, 128, 128)),
     )
@@ -311,11 +311,32 @@ FAMILIES = (
 )
 
 
+def profile(name: str, fn: Callable[[], object], calls: int) -> None:
+    """Where the host time of one case goes: cProfile over `calls` calls, the top entries by own time."""
+    import cProfile
+    import pstats
+
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    prof = cProfile.Profile()
+    prof.enable()
+    for i in range(calls):
+        fn()
+        if i % ROUND == ROUND - 1:
+            torch.cuda.synchronize()
+    prof.disable()
+    torch.cuda.synchronize()
+    print(f"==== {name}: {calls} calls")
+    pstats.Stats(prof).sort_stats("tottime").print_stats(14)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json")
     ap.add_argument("--label", default="")
     ap.add_argument("--only", default="", help="run the cases whose name contains this")
+    ap.add_argument("--profile", type=int, default=0, metavar="N", help="cProfile N calls of each case instead")
     args = ap.parse_args()
     if torch.cuda.get_device_capability()[0] != 12:
         os.environ["DG_SM120_EMULATE"] = "1"
@@ -323,11 +344,17 @@ def main() -> int:
 
     bf = dict(device="cuda", dtype=torch.bfloat16)
     ta, tb, td = torch.randn(64, 128, **bf), torch.randn(128, 128, **bf), torch.empty(64, 128, **bf)
-    ref, ref_median = per_call_us(lambda: torch.matmul(ta, tb.T, out=td))
+
+    def matmul() -> tuple[float, float]:
+        return per_call_us(lambda: torch.matmul(ta, tb.T, out=td))
+
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < 2.0:  # the first second of a run is slower (clocks, caches): spend it here
+        matmul()
+    ref, ref_median = matmul()
     label = args.label or dg.__file__
     print(f" > host {label}: {'torch.matmul 64x128x128':<72} min {ref:6.2f} median {ref_median:6.2f} us/call")
     rows: dict[str, dict] = {"torch.matmul 64x128x128": {"min_us": ref, "median_us": ref_median}}
-    missed = []
     for family in FAMILIES:
         try:
             cases = list(family(dg))
@@ -338,21 +365,33 @@ def main() -> int:
         for name, goal, fn in cases:
             if args.only and args.only not in name:
                 continue
+            if args.profile:
+                profile(name, fn, args.profile)
+                continue
             try:
                 best, median = per_call_us(fn)
             except Exception as e:
                 print(f" ! {name}: {type(e).__name__}: {e}")
                 rows[name] = {"error": f"{type(e).__name__}: {e}"}
                 continue
-            ratio = best / ref
-            verdict = "waits on the device" if goal is None else ("ok" if ratio <= goal else f"over {goal}x")
-            if goal is not None and ratio > goal:
-                missed.append(name)
-            rows[name] = {"min_us": best, "median_us": median, "vs_matmul": ratio, "goal": goal, "verdict": verdict}
-            print(
-                f" > host {label}: {name:<72} min {best:6.2f} median {median:6.2f} us/call "
-                f"{ratio:5.2f}x matmul ({verdict})"
-            )
+            rows[name] = {"min_us": best, "median_us": median, "goal": goal}
+            print(f" > host {label}: {name:<72} min {best:6.2f} median {median:6.2f} us/call")
+    end, _ = matmul()  # the reference again at the end; the smaller of the two is the one compared with
+    ref = min(ref, end)
+    print(
+        f" > torch.matmul 64x128x128: {rows['torch.matmul 64x128x128']['min_us']:.2f} at the start, {end:.2f} at the end"
+    )
+    rows["torch.matmul 64x128x128"]["min_us"] = ref
+    missed = []
+    for name, row in rows.items():
+        if "goal" not in row:
+            continue
+        row["vs_matmul"] = ratio = row["min_us"] / ref
+        goal = row["goal"]
+        row["verdict"] = "waits on the device" if goal is None else ("ok" if ratio <= goal else f"over {goal}x")
+        if goal is not None and ratio > goal:
+            missed.append(name)
+        print(f" = {name:<72} {row['min_us']:7.2f} us {ratio:5.2f}x matmul ({row['verdict']})")
     print(f" > {len(missed)} entry points over their goal" + (f": {', '.join(missed)}" if missed else ""))
     if args.json:
         with open(args.json, "w") as fh:

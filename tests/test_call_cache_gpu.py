@@ -18,6 +18,8 @@ import pytest
 import torch
 from gpu_helpers import contiguous_layout, requires_cuda
 
+from deep_gemm_sm120.core.arith import ceil_div, round_up
+
 pytestmark = [pytest.mark.cuda, pytest.mark.emulation, requires_cuda]
 
 SECONDS = float(os.environ.get("DG_SM120_CACHE_SECONDS", "30"))
@@ -123,7 +125,7 @@ def _gen(seed: int) -> torch.Generator:
 
 def _dim(rng: random.Random, choices=(1, 7, 64, 100, 128, 200, 256), align: int = 1) -> int:
     x = rng.choice(choices)
-    return max(align, -(-x // align) * align)
+    return max(align, round_up(x, align))
 
 
 # ---------------------------------------------------------------- BF16 dense
@@ -133,7 +135,7 @@ def _bf16_dense(rng: random.Random):
     import deep_gemm_sm120 as dg
 
     layout = rng.choice(["nt", "nn", "tn", "tt"])
-    m, n = _dim(rng), _dim(rng, align=8)
+    m, n = _dim(rng, align=8 if layout[0] == "t" else 1), _dim(rng, align=8)  # an MN-major A: 16-byte rows
     k = rng.choice([64, 128, 256, 4096]) if m <= 8 and rng.random() < 0.5 else _dim(rng, (64, 128, 192, 320), 8)
     out = rng.choice([torch.bfloat16, torch.float32])
     with_c = out == torch.float32 and rng.random() < 0.6
@@ -257,8 +259,7 @@ def _side(kind: str, lead: tuple, rows: int, k: int, gen: torch.Generator, block
     packed e2m1 with MXFP4 (1x32 UE8M0) / NVFP4 (1x16 UE4M3) scales."""
     if kind == "mxfp8":
         x = torch.randn(*lead, rows, k, device="cuda", generator=gen).to(torch.float8_e4m3fn)
-        srows = -(-rows // block_rows)
-        return x, _pow2((*lead, srows, -(-k // 128)), gen)
+        return x, _pow2((*lead, ceil_div(rows, block_rows), ceil_div(k, 128)), gen)
     x = torch.randint(0, 256, (*lead, rows, k // 2), device="cuda", generator=gen, dtype=torch.uint8)
     if kind == "mxfp4":
         return x, _pow2((*lead, rows, k // 32), gen)
@@ -372,3 +373,93 @@ def _block_scaled(rng: random.Random):
 
 def test_block_scaled_cached_equals_checked(sm120_or_emulation):
     _drive("block-scaled", _block_scaled)
+
+
+# ---------------------------------------------------------------- einsum and the HC pre-norm GEMM
+
+
+def _einsum(rng: random.Random):
+    import deep_gemm_sm120 as dg
+
+    expr = rng.choice(["bmk,bnk->mn", "bhr,hdr->bhd", "bhd,hdr->bhr"])
+    pad = rng.choice([0, 0, 8, 64])
+    if expr == "bmk,bnk->mn":
+        bs, m, n, k = rng.randint(1, 4), _dim(rng), _dim(rng, align=8), _dim(rng, (64, 128, 1024), 8)
+        out = rng.choice([torch.bfloat16, torch.float32])
+        accumulate = out == torch.float32 and rng.random() < 0.5  # c is d: d += ...
+        shapes = ((bs, m, k), (bs, n, k), (m, n))
+    else:
+        bs, h, r, dd = (
+            _dim(rng, (1, 4, 32, 100)),
+            rng.choice([1, 2, 8]),
+            _dim(rng, (64, 128, 512), 64),
+            _dim(rng, (64, 128, 256), 64),
+        )
+        out, accumulate = torch.bfloat16, False
+        a_last = r if expr == "bhr,hdr->bhd" else dd
+        shapes = ((bs, h, a_last), (h, dd, r), (bs, h, dd if expr == "bhr,hdr->bhd" else r))
+
+    def make(seed: int, pad_a: int = pad) -> dict:
+        g = _gen(seed)
+        a = _strided(torch.randn(*shapes[0], device="cuda", dtype=torch.bfloat16, generator=g), pad_a)
+        b = _strided(torch.randn(*shapes[1], device="cuda", dtype=torch.bfloat16, generator=g), pad)
+        d = (
+            torch.randn(*shapes[2], device="cuda", generator=g).to(out)
+            if accumulate
+            else torch.full(shapes[2], SENTINEL, device="cuda", dtype=out)
+        )
+        return dict(a=a, b=b, d=d)
+
+    def run(t: dict) -> tuple:
+        dg.einsum(expr, t["a"], t["b"], t["d"], c=t["d"] if accumulate else None)
+        return (t["d"],)
+
+    illegal = [
+        lambda t: dg.einsum(expr, t["a"].float(), t["b"], t["d"]),
+        lambda t: dg.einsum(expr, t["a"], t["b"][..., :-8], t["d"]),
+        lambda t: dg.einsum(expr.replace("->", " ->"), t["a"], t["b"], t["d"].half()),
+    ]
+    return (
+        f"einsum {expr} shapes={shapes} out={out} accumulate={accumulate} pad={pad}",
+        make,
+        run,
+        illegal,
+        (lambda seed: make(seed, pad + 8)),
+    )
+
+
+def test_einsum_cached_equals_checked(sm120_or_emulation):
+    _drive("einsum", _einsum)
+
+
+def _hc_prenorm(rng: random.Random):
+    import deep_gemm_sm120 as dg
+
+    m, n, k = _dim(rng, (1, 7, 64, 300, 2048)), rng.choice([4, 16, 24, 32]), rng.choice([64, 256, 1024, 4096, 7168])
+    splits = rng.choice([None, None, 1, 4])
+    pad = rng.choice([0, 0, 64])
+    lead = () if splits is None else (splits,)
+
+    def make(seed: int, pad_a: int = pad) -> dict:
+        g = _gen(seed)
+        a = _strided(torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g), pad_a)
+        b = torch.randn(n, k, device="cuda", generator=g)
+        d = torch.full((*lead, m, n), SENTINEL, device="cuda")
+        s = torch.full((*lead, m), SENTINEL, device="cuda")
+        return dict(a=a, b=b, d=d, s=s)
+
+    def run(t: dict) -> tuple:
+        dg.tf32_hc_prenorm_gemm(t["a"], t["b"], t["d"], t["s"], num_splits=splits)
+        return t["d"], t["s"]
+
+    illegal = [
+        lambda t: dg.tf32_hc_prenorm_gemm(t["a"], t["b"].bfloat16(), t["d"], t["s"], num_splits=splits),
+        lambda t: dg.tf32_hc_prenorm_gemm(t["a"], t["b"], t["d"], t["s"], num_splits=float(splits or 1)),
+        lambda t: dg.tf32_hc_prenorm_gemm(t["a"], t["b"], t["d"][..., :-1], t["s"], num_splits=splits),
+    ]
+    label = f"hc_prenorm m={m} n={n} k={k} num_splits={splits} pad={pad}"
+    return label, make, run, illegal, (lambda seed: make(seed, pad + 64)) if m > 1 else None
+
+
+def test_hc_prenorm_cached_equals_checked(sm120_or_emulation):
+    _drive("tf32_hc_prenorm_gemm", _hc_prenorm)

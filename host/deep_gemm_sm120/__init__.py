@@ -10,6 +10,7 @@ import importlib
 import inspect
 
 from . import arch, testing, utils
+from .checks import get_index_checks, set_index_checks
 from .core.limits import SM120_PART_SMS
 from .core.names import make_refusal
 from .core.registry import registry
@@ -131,6 +132,8 @@ __all__ = [
     "set_num_sms",
     "get_pdl",
     "set_pdl",
+    "get_index_checks",
+    "set_index_checks",
     "is_supported",
     "why_unsupported",
     "supported_ops",

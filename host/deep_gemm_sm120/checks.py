@@ -11,6 +11,8 @@ captured (a sync is illegal there).
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from .arch import target_of
@@ -144,13 +146,41 @@ def require_contiguous_layout_shape(grouped_layout: torch.Tensor, m: int, groups
         raise ValueError("grouped_layout must be contiguous")
 
 
+INDEX_CHECKS_ENV = "DG_SM120_INDEX_CHECKS"
+_INDEX_CHECKS: list[bool] = []  # the switch, once read or set ([] until then)
+
+
+def index_checks() -> bool:
+    """Whether the host checks that read index values (a block table, lengths, ranges, a grouped layout; one
+    device sync each) run now: never while a CUDA graph is captured, and not when DG_SM120_INDEX_CHECKS=0 (read
+    at the first check) or set_index_checks(False). The kernels give their documented defined results on any
+    index either way (docs/untrusted_indices.md); the checks turn a bad index into a ValueError naming it."""
+    if not _INDEX_CHECKS:
+        _INDEX_CHECKS.append(os.environ.get(INDEX_CHECKS_ENV, "1").strip().lower() not in ("0", "false", "no", "off"))
+    return _INDEX_CHECKS[0] and not torch.cuda.is_current_stream_capturing()
+
+
+def get_index_checks() -> bool:
+    """The switch of index_checks() (on by default), capture aside."""
+    if not _INDEX_CHECKS:
+        index_checks()
+    return _INDEX_CHECKS[0]
+
+
+def set_index_checks(enabled: bool) -> None:
+    """Turn the host checks of index values on or off for this process (see index_checks)."""
+    if not isinstance(enabled, bool):
+        raise TypeError(f"set_index_checks takes a bool, got {type(enabled).__name__}")
+    _INDEX_CHECKS[:] = [enabled]
+
+
 def maybe_check_contiguous_layout(
     check: bool | None, grouped_layout: torch.Tensor, m: int, groups: int, psum: bool
 ) -> None:
-    """The layout contract check (one device reduction + sync), skipped while a CUDA graph is captured unless
-    `check` forces it either way."""
+    """The layout contract check (one device reduction + sync): `check` forces it on or off; None follows
+    index_checks() (off while a CUDA graph is captured or when index checks are turned off)."""
     if check is None:
-        check = not torch.cuda.is_current_stream_capturing()
+        check = index_checks()
     if check:
         check_contiguous_layout(grouped_layout, m, groups, psum)
 

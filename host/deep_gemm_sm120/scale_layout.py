@@ -110,19 +110,16 @@ def check_packed(name: str, sf: torch.Tensor, shape: tuple[int, ...]) -> tuple[i
     return pack_stride, group_stride
 
 
-def pack_sf(
+def check_unpacked(
     sf: torch.Tensor,
     mn: int,
     k: int,
     recipe: tuple[int, ...] | None = None,
     num_groups: int | None = None,
     is_sfa: bool = False,
-) -> torch.Tensor:
-    """Scales of one operand -> the packed MN-major int32 layout (see the module docstring).
-
-    sf: [(G,) ceil(MN / gran_mn), ceil(K / gran_k)] unpacked scales, or already packed int32 (then only checked).
-    recipe: DeepGEMM's (gran_m, gran_n, gran_k); gran_mn is recipe[0] for A (is_sfa) and recipe[1] for B.
-    When omitted, gran_mn is 1 and gran_k follows from the scale tensor's shape and dtype."""
+) -> tuple[int, int | None]:
+    """pack_sf's checks of everything but the values (type, shape, recipe; packed int32 scales in full).
+    Returns (gran_mn, gran_k), gran_k None for packed scales. Depends only on the signature of the call."""
     if not isinstance(sf, torch.Tensor):
         raise TypeError(f"sf must be a torch.Tensor, got {type(sf).__name__}")
     grouped = num_groups is not None
@@ -145,7 +142,7 @@ def pack_sf(
         if gran_k is None:
             raise ValueError("packed int32 scales carry no granularity: pass recipe")
         check_packed("sf", sf, (*lead, mn, sf_words(k, gran_k)))
-        return sf
+        return gran_mn, None
     cols = sf.shape[-1]
     if gran_k is None:
         grans = [g for g in (128, 32, 16) if ceil_div(k, g) == cols]
@@ -157,7 +154,26 @@ def pack_sf(
             f"sf must be [{'G, ' if grouped else ''}ceil(MN/{gran_mn}), ceil(K/{gran_k})] = "
             f"{(*lead, ceil_div(mn, gran_mn), ceil_div(k, gran_k))}, got {tuple(sf.shape)}"
         )
-    b = scale_bytes(sf)
+    return gran_mn, gran_k
+
+
+def pack_sf(
+    sf: torch.Tensor,
+    mn: int,
+    k: int,
+    recipe: tuple[int, ...] | None = None,
+    num_groups: int | None = None,
+    is_sfa: bool = False,
+) -> torch.Tensor:
+    """Scales of one operand -> the packed MN-major int32 layout (see the module docstring).
+
+    sf: [(G,) ceil(MN / gran_mn), ceil(K / gran_k)] unpacked scales, or already packed int32 (then only checked).
+    recipe: DeepGEMM's (gran_m, gran_n, gran_k); gran_mn is recipe[0] for A (is_sfa) and recipe[1] for B.
+    When omitted, gran_mn is 1 and gran_k follows from the scale tensor's shape and dtype."""
+    gran_mn, gran_k = check_unpacked(sf, mn, k, recipe, num_groups, is_sfa)
+    if gran_k is None:  # packed: checked, used as it is
+        return sf
+    b = scale_bytes(sf)  # the values: exact scale values or ValueError (reads them: a sync)
     if gran_mn > 1:
         b = b.repeat_interleave(gran_mn, dim=-2)[..., :mn, :]
     return mn_major(pack_scale_bytes(b))
@@ -170,6 +186,7 @@ __all__ = [
     "scale_bytes",
     "pack_scale_bytes",
     "check_packed",
+    "check_unpacked",
 ]
 
 

@@ -153,3 +153,18 @@ def tma_2d(
         0,
         0,
     )
+
+
+_ADDRESS = struct.Struct("<Q")
+_ADDRESS_AT = 16  # the address field's byte offset in a record (after four uint32)
+
+
+def with_addresses(requests: bytes, *addresses: int) -> bytes:
+    """`requests` (records built for one call) with each record's address replaced, in order: a cached call's
+    descriptors for this call's tensors, every other field (dims, strides, boxes) as the signature fixed them."""
+    if len(requests) != len(addresses) * RECORD.size:
+        raise ValueError(f"{len(requests) // RECORD.size} tensor-map records, {len(addresses)} addresses")
+    buf = bytearray(requests)
+    for i, addr in enumerate(addresses):
+        _ADDRESS.pack_into(buf, i * RECORD.size + _ADDRESS_AT, addr)
+    return bytes(buf)

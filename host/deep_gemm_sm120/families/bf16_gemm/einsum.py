@@ -12,6 +12,7 @@ slices, added in a fixed order); the per-head products are one launch over all h
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 
 import torch
@@ -22,8 +23,9 @@ from ...batched import batched_map, check_batched_operand
 from ...checks import device_of, require_tensor, write_empty_reduction
 from ...core.arith import ceil_div
 from ...core.rules import dtype_name
+from ...core.tma import with_addresses
 from ...device import num_sms_for
-from ...launch import launch
+from ...launch import CallCache, launch, tensor_key
 from ...services.split_k_reduce.launch import SplitK
 from .kernel import PARAMS, Bf16GemmSpec
 from .plan import batch_k_total, batch_reduce_plan, batched_config, m_bucket
@@ -31,6 +33,20 @@ from .rules import EINSUM_EXPRS, einsum_rule
 
 _OFF_A, _OFF_B = PARAMS.offsets["tmap_a"], PARAMS.offsets["tmap_b"]
 _U32 = 2**32
+_pack = PARAMS.packer()  # d, c, layout, aux, m, n, k, ldd, ldc, num_groups, psum_layout, num_splits, split_stride
+_CALLS = CallCache()  # einsum calls checked once per signature: (expr, tensor_key of each tensor)
+
+
+def _nothing(a, b, d, c) -> None:
+    """An empty output: nothing to write."""
+
+
+def _empty_reduction(a, b, d, c) -> None:
+    write_empty_reduction(d, c)
+
+
+def _zero_d(a, b, d, c) -> None:
+    d.zero_()
 
 
 def _require_3d(name: str, t: torch.Tensor, what: str) -> None:
@@ -62,7 +78,9 @@ def _reduce_kernel(mb: int, n: int, k_total: int, out: str, with_c: bool, index:
     return jit.get_kernel(spec, target, index), p, reduce
 
 
-def _bmk_bnk_mn(a, b, d, c) -> None:
+def _prepare_bmk(a, b, d, c) -> tuple[int, Callable]:
+    """bmk,bnk->mn: every check (each raises the typed error naming what was expected), then what a call of
+    this signature runs, given its tensors."""
     _require_3d("a", a, "[B, M, K]")
     _require_3d("b", b, "[B, N, K]")
     if d.dim() != 2:
@@ -95,10 +113,9 @@ def _bmk_bnk_mn(a, b, d, c) -> None:
         check_batched_operand("b", b)
     index = device_of(**tensors)
     if m == 0 or n == 0:
-        return
+        return index, _nothing
     if bs == 0 or k == 0:
-        write_empty_reduction(d, c)
-        return
+        return index, _empty_reduction
     ldd = d.stride(0) if m > 1 else n
     if ldd >= _U32:
         raise ValueError("d's row stride must fit 32 bits")
@@ -115,50 +132,27 @@ def _bmk_bnk_mn(a, b, d, c) -> None:
         target_of(index),
     )
     cfg = p.config
-    tmaps = _map_k_major(_OFF_A, a, 1, 0, cfg.block_m, cfg.block_k) + _map_k_major(
+    maps = _map_k_major(_OFF_A, a, 1, 0, cfg.block_m, cfg.block_k) + _map_k_major(
         _OFF_B, b, 1, 0, cfg.block_n, cfg.block_k
     )
-    pc = c.data_ptr() if c is not None else 0
-    if reduce is None:
-        params = PARAMS.pack(
-            d=d.data_ptr(),
-            c=pc,
-            layout=0,
-            aux=0,
-            m=m,
-            n=n,
-            k=k,
-            ldd=ldd,
-            ldc=ldd,
-            num_groups=bs,
-            psum_layout=0,
-            num_splits=1,
-            split_stride=0,
-        )
-        launch(kern, p.grid(num_sms), params, tmaps, index)
-        return
-    ws = SplitK.workspace(p.splits, m, n, d.device)
-    params = PARAMS.pack(
-        d=ws.data_ptr(),
-        c=0,
-        layout=0,
-        aux=0,
-        m=m,
-        n=n,
-        k=k,
-        ldd=n,
-        ldc=0,
-        num_groups=bs,
-        psum_layout=0,
-        num_splits=p.splits,
-        split_stride=m * n,
-    )
-    launch(kern, p.grid(num_sms), params, tmaps, index)
-    reduce.reduce(ws.data_ptr(), d.data_ptr(), pc, m, n, ldd, ldd, p.splits, index)
+    grid, splits = p.grid(num_sms), p.splits
+
+    def run(a, b, d, c) -> None:
+        tmaps = with_addresses(maps, a.data_ptr(), b.data_ptr())
+        pc = c.data_ptr() if c is not None else 0
+        if reduce is None:
+            launch(kern, grid, _pack(d.data_ptr(), pc, 0, 0, m, n, k, ldd, ldd, bs, 0, 1, 0), tmaps, index)
+            return
+        ws = SplitK.workspace(splits, m, n, d.device)  # held until both launches are enqueued
+        launch(kern, grid, _pack(ws.data_ptr(), 0, 0, 0, m, n, k, n, 0, bs, 0, splits, m * n), tmaps, index)
+        reduce.reduce(ws.data_ptr(), d.data_ptr(), pc, m, n, ldd, ldd, splits, index)
+
+    return index, run
 
 
-def _per_head(expr: str, a, b, d) -> None:
-    """bhr,hdr->bhd (K = r, N = d, B K-major) or bhd,hdr->bhr (K = d, N = r, B MN-major); M = b, batch = h."""
+def _prepare_per_head(expr: str, a, b, d) -> tuple[int, Callable]:
+    """bhr,hdr->bhd (K = r, N = d, B K-major) or bhd,hdr->bhr (K = d, N = r, B MN-major); M = b, batch = h.
+    Every check, then what a call of this signature runs, given its tensors."""
     bhd = expr == "bhr,hdr->bhd"
     _require_3d("a", a, "[b, h, r]" if bhd else "[b, h, d]")
     _require_3d("b", b, "[h, d, r]")
@@ -189,34 +183,24 @@ def _per_head(expr: str, a, b, d) -> None:
         check_batched_operand("b", b)
     index = device_of(a=a, b=b, d=d)
     if bs == 0 or h == 0 or want[2] == 0:
-        return
+        return index, _nothing
     if ka == 0:
-        d.zero_()
-        return
+        return index, _zero_d
     if max(d.stride(0), d.stride(1)) >= _U32:
         raise ValueError("d's strides must fit 32 bits")
     m, n, k = bs, want[2], ka
     num_sms = num_sms_for(index)
     kern, cfg = _batched_kernel("nt" if bhd else "nn", h, m, n, index, num_sms, target_of(index))
-    tmaps = _map_k_major(_OFF_A, a, 0, 1, cfg.block_m, cfg.block_k)
-    tmaps += _map_k_major(_OFF_B, b, 1, 0, cfg.block_n, cfg.block_k) if bhd else _map_mn_major(_OFF_B, b, cfg.block_k)
-    params = PARAMS.pack(
-        d=d.data_ptr(),
-        c=0,
-        layout=0,
-        aux=0,
-        m=m,
-        n=n,
-        k=k,
-        ldd=d.stride(0) if m > 1 else n,
-        ldc=0,
-        num_groups=h,
-        psum_layout=0,
-        num_splits=1,
-        split_stride=d.stride(1),
-    )
-    tiles = h * ceil_div(m, cfg.block_m) * ceil_div(n, cfg.block_n)
-    launch(kern, min(num_sms, tiles), params, tmaps, index)
+    maps = _map_k_major(_OFF_A, a, 0, 1, cfg.block_m, cfg.block_k)
+    maps += _map_k_major(_OFF_B, b, 1, 0, cfg.block_n, cfg.block_k) if bhd else _map_mn_major(_OFF_B, b, cfg.block_k)
+    ldd, split_stride = d.stride(0) if m > 1 else n, d.stride(1)
+    grid = min(num_sms, h * ceil_div(m, cfg.block_m) * ceil_div(n, cfg.block_n))
+
+    def run(a, b, d, c) -> None:
+        params = _pack(d.data_ptr(), 0, 0, 0, m, n, k, ldd, 0, h, 0, 1, split_stride)
+        launch(kern, grid, params, with_addresses(maps, a.data_ptr(), b.data_ptr()), index)
+
+    return index, run
 
 
 def einsum(
@@ -242,6 +226,20 @@ def einsum(
     if not isinstance(expr, str):
         raise TypeError(f"expr must be a str, got {type(expr).__name__}")
     norm = expr.replace(" ", "")
+    try:
+        key = (norm, tensor_key(a), tensor_key(b), tensor_key(d), None if c is None else tensor_key(c))
+        call = _CALLS.get(key)
+    except AttributeError:  # not tensors: the checks name what was expected
+        key, call = None, None
+    if call is None or target_of(call[1]) != call[0]:
+        call = _prepare(expr, norm, a, b, d, c)
+        if key is not None:
+            _CALLS.put(key, call)
+    call[2](a, b, d, c)
+
+
+def _prepare(expr: str, norm: str, a, b, d, c) -> tuple:
+    """(target, device index, what a call of this signature runs) after every check of the call."""
     if norm not in EINSUM_EXPRS:
         raise NotImplementedError(f"einsum expression {expr!r} is not supported; supported: {sorted(EINSUM_EXPRS)}")
     for name, t in (("a", a), ("b", b), ("d", d)):
@@ -249,8 +247,9 @@ def einsum(
     if c is not None:
         require_tensor("c", c)
     if norm == "bmk,bnk->mn":
-        _bmk_bnk_mn(a, b, d, c)
-        return
-    if c is not None:
+        index, run = _prepare_bmk(a, b, d, c)
+    elif c is not None:
         raise ValueError(f"einsum {expr!r} takes no c (DeepGEMM's contract)")
-    _per_head(norm, a, b, d)
+    else:
+        index, run = _prepare_per_head(norm, a, b, d)
+    return target_of(index), index, run

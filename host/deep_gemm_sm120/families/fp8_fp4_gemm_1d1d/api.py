@@ -39,7 +39,7 @@ from ...core.rules import dtype_name
 from ...core.tma import DTYPE, tma_2d_pair
 from ...device import num_sms_for
 from ...launch import CallCache, launch, tensor_key
-from ...scale_layout import check_packed, pack_sf, sf_format, sf_words
+from ...scale_layout import check_packed, check_unpacked, pack_sf, sf_format, sf_words
 from ...services.split_k_reduce.launch import SplitK
 from ...utils.layout import get_mk_alignment_for_contiguous_layout
 from .kernel import MIXED_KINDS, PARAMS, SCALE_KINDS, spec_for
@@ -139,6 +139,29 @@ def _grans(kind: str, k: int, recipe, sfa: torch.Tensor, sfb: torch.Tensor) -> t
     return ga, gb
 
 
+def _unpacked_recipe(name: str, sf: torch.Tensor, mn: int, gran_k: int, groups: int | None, is_sfa: bool) -> tuple:
+    """The recipe pack_sf reads unpacked scales of one operand with: one scale per row for A; per row or
+    128x128 blocks (DeepSeek weights) for B, told by the row count."""
+    lead = () if groups is None else (groups,)
+    if sf.dim() != len(lead) + 2:
+        raise ValueError(
+            f"{name} must be {'[G, rows, K blocks]' if groups is not None else '[rows, K blocks]'}, "
+            f"got shape {tuple(sf.shape)}"
+        )
+    gran_mn = 1 if sf.shape[-2] == mn or is_sfa else 128
+    return (gran_mn, gran_mn, gran_k)
+
+
+def _check_sf(name: str, sf: torch.Tensor, mn: int, k: int, gran_k: int, groups: int | None, is_sfa: bool):
+    """_prepare_sf's checks that the signature decides. Returns (word stride, group stride) for packed int32
+    scales (used as given), None for unpacked ones (packed, and their values checked, on every call)."""
+    lead = () if groups is None else (groups,)
+    if sf.dtype == torch.int32:
+        return check_packed(name, sf, (*lead, mn, sf_words(k, gran_k)))
+    check_unpacked(sf, mn, k, _unpacked_recipe(name, sf, mn, gran_k, groups, is_sfa), groups, is_sfa)
+    return None
+
+
 def _prepare_sf(
     name: str, sf: torch.Tensor, mn: int, k: int, gran_k: int, groups: int | None, is_sfa: bool
 ) -> tuple[torch.Tensor, int, int]:
@@ -147,16 +170,7 @@ def _prepare_sf(
     if sf.dtype == torch.int32:
         ps, gs = check_packed(name, sf, (*lead, mn, sf_words(k, gran_k)))
         return sf, ps, gs
-    if sf.dim() != len(lead) + 2:
-        raise ValueError(
-            f"{name} must be {'[G, rows, K blocks]' if groups is not None else '[rows, K blocks]'}, "
-            f"got shape {tuple(sf.shape)}"
-        )
-    rows = sf.shape[-2]
-    # A: one scale per row. B: per row, or 128x128 blocks (DeepSeek weights).
-    gran_mn = 1 if rows == mn or is_sfa else 128
-    recipe = (gran_mn, gran_mn, gran_k)
-    packed = pack_sf(sf, mn, k, recipe, groups, is_sfa)
+    packed = pack_sf(sf, mn, k, _unpacked_recipe(name, sf, mn, gran_k, groups, is_sfa), groups, is_sfa)
     ps, gs = check_packed(name, packed, (*lead, mn, sf_words(k, gran_k)))
     return packed, ps, gs
 
@@ -267,8 +281,9 @@ def _prepare_dense(a, sfa, b, sfb, d, c, recipe) -> _Dense:
     if m == 0 or n == 0 or k == 0:
         return _Dense(target, index, m, n, k, grans, lda_bytes, ldb_bytes, ldd, ldc, -1, -1)
     strides = []
-    for name, sf, mn, g in (("sfa", sfa, m, grans[0]), ("sfb", sfb, n, grans[1])):
-        strides.append(check_packed(name, sf, (mn, sf_words(k, g)))[0] if sf.dtype == torch.int32 else -1)
+    for name, sf, mn, g, is_sfa in (("sfa", sfa, m, grans[0], True), ("sfb", sfb, n, grans[1], False)):
+        packed = _check_sf(name, sf, mn, k, g, None, is_sfa)
+        strides.append(-1 if packed is None else packed[0])
     num_sms = num_sms_for(index)
     p = dense_plan(m_bucket(m), n, k, num_sms, kind)
     out = _OUT[d.dtype]
@@ -482,10 +497,10 @@ def _grouped_plan(
 ) -> _Grouped:
     """The plan of a checked M-grouped call: tile, kernel, grid, descriptor extents and packed-scale strides."""
     lead = g if masked else None
-    strides = []
-    for name, sf, mn, gran, groups in (("sfa", sfa, m, grans[0], lead), ("sfb", sfb, n, grans[1], g)):
-        shape = (*(() if groups is None else (groups,)), mn, sf_words(k, gran))
-        strides.append(check_packed(name, sf, shape) if sf.dtype == torch.int32 else None)
+    strides = [
+        _check_sf(name, sf, mn, k, gran, groups, name == "sfa")
+        for name, sf, mn, gran, groups in (("sfa", sfa, m, grans[0], lead), ("sfb", sfb, n, grans[1], g))
+    ]
     cfg = grouped_config(tile_m)
     tiles = (g if masked else 1) * ceil_div(m, cfg.block_m) * ceil_div(n, cfg.block_n)
     kern, row_bytes = _grouped_kernel(kind, grans, "m_masked" if masked else "m_contiguous", cfg, index, target)

@@ -14,7 +14,7 @@ import torch
 
 from ... import jit
 from ...arch import target_of
-from ...checks import device_of
+from ...checks import device_of, index_checks
 from ...core.arith import ceil_div
 from ...core.tma import tma_request
 from ...device import num_sms_for
@@ -109,7 +109,7 @@ def chunk_gated_delta_rule(
     if cu_seqlens is not None:
         extra["cu_seqlens"] = cu_seqlens
     index = device_of(q=q, k=k, v=v, g=g, beta=beta, **extra)
-    if cu_seqlens is not None and not torch.cuda.is_current_stream_capturing():
+    if cu_seqlens is not None and index_checks():
         check_cu_seqlens_values(cu_seqlens, p.seq_len)
 
     b, t, h, hv, n, c = p.batch, p.seq_len, p.heads, p.value_heads, p.num_sequences, p.chunk_size

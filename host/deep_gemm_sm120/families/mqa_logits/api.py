@@ -15,7 +15,7 @@ import torch
 
 from ... import jit
 from ...arch import target_of
-from ...checks import device_of, require_int32, require_tensor
+from ...checks import device_of, index_checks, require_int32, require_tensor
 from ...core.arith import ceil_div, round_up
 from ...core.rules import dtype_name
 from ...core.tma import tma_request
@@ -35,7 +35,7 @@ def _kernel(heads: int, head_dim: int, logit: str, mode: str, fp4: bool, index: 
 def _check_ranges(ks: torch.Tensor, ke: torch.Tensor, seq_len_kv: int, max_seqlen_k: int) -> None:
     """0 <= ks <= ke <= SK for every query and, for compressed rows, ke - ks <= max_seqlen_k (one reduction and a
     sync; skipped while a graph is captured, where the caller vouches for them)."""
-    if torch.cuda.is_current_stream_capturing() or ks.numel() == 0:
+    if not index_checks() or ks.numel() == 0:
         return
     bad = (ks < 0) | (ke < ks) | (ke > seq_len_kv)
     if max_seqlen_k > 0:

@@ -13,7 +13,7 @@ import torch
 
 from ... import jit
 from ...arch import target_of
-from ...checks import device_of, require_int32, require_tensor
+from ...checks import device_of, index_checks, require_int32, require_tensor
 from ...core.gemm import ceil_div
 from ...core.rules import dtype_name
 from ...core.tma import tma_request
@@ -36,7 +36,7 @@ def _check_block_table(block_table: torch.Tensor, num_blocks: int, context_lens:
     """Every entry a valid block index, and no context longer than its table row covers (one reduction each and
     a sync; skipped while a graph is captured, where the caller vouches for them). Entries past a batch's
     context are never read, but must still name a block: pad tables with 0."""
-    if torch.cuda.is_current_stream_capturing() or block_table.numel() == 0:
+    if not index_checks() or block_table.numel() == 0:
         return
     bad = (block_table < 0) | (block_table >= num_blocks)
     if bool(bad.any()):

@@ -19,7 +19,7 @@ import torch
 
 from ... import jit
 from ...arch import target_of
-from ...checks import device_of
+from ...checks import device_of, index_checks
 from ...core.gemm import ceil_div
 from ...launch import launch
 from .contract import check_indices, fmt_of
@@ -164,7 +164,7 @@ def get_sparse_mqa_logits_metadata(
         raise ValueError(f"num_kv_tokens must be a non-negative int, got {num_kv_tokens!r}")
     if not isinstance(use_unaligned_ks, bool):
         raise TypeError(f"use_unaligned_ks must be a bool, got {type(use_unaligned_ks).__name__}")
-    if rows and not (ks.is_cuda and torch.cuda.is_current_stream_capturing()):
+    if rows and (not ks.is_cuda or index_checks()):
         bad = (ks < 0) | (ke < ks) | (ke > num_kv_tokens)
         if bool(bad.any()):
             i = int(bad.nonzero()[0, 0])
