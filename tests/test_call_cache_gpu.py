@@ -463,3 +463,127 @@ def _hc_prenorm(rng: random.Random):
 
 def test_hc_prenorm_cached_equals_checked(sm120_or_emulation):
     _drive("tf32_hc_prenorm_gemm", _hc_prenorm)
+
+
+# ---------------------------------------------------------------- MQA logits (dense prefill, paged decode)
+
+
+def _mqa(rng: random.Random):
+    import deep_gemm_sm120 as dg
+
+    s, sk, h, d = rng.choice([1, 17, 64, 130]), rng.choice([1, 100, 512]), rng.choice([16, 32, 64]), 128
+    compressed = rng.random() < 0.3
+    max_k = rng.choice([16, 64]) if compressed else 0
+
+    def make(seed: int) -> dict:
+        g = _gen(seed)
+        cpu = torch.Generator().manual_seed(seed)
+        q = torch.randn(s, h, d, device="cuda", generator=g).to(torch.float8_e4m3fn)
+        kv = torch.randn(sk, d, device="cuda", generator=g).to(torch.float8_e4m3fn)
+        sf = torch.rand(sk, device="cuda", generator=g) + 0.5
+        w = torch.randn(s, h, device="cuda", generator=g)
+        ke = torch.randint(0, sk + 1, (s,), generator=cpu)
+        span = torch.randint(0, (max_k or sk) + 1, (s,), generator=cpu)
+        ks = (ke - span).clamp_min(0)
+        return dict(q=q, kv=kv, sf=sf, w=w, ks=ks.int().cuda(), ke=ke.int().cuda())
+
+    def run(t: dict) -> tuple:
+        out = dg.fp8_mqa_logits(
+            t["q"], (t["kv"], t["sf"]), t["w"], t["ks"], t["ke"], max_k, clean_logits=not compressed
+        )
+        if compressed:  # columns past a row's range are not written: compare the written ones
+            cols = torch.arange(out.shape[1], device="cuda")
+            out = out.masked_fill(cols[None, :] >= (t["ke"] - t["ks"])[:, None], 0)
+        return (out,)
+
+    def bad_range(t: dict) -> None:
+        ke = t["ke"].clone()
+        ke[0] = sk + 1
+        dg.fp8_mqa_logits(t["q"], (t["kv"], t["sf"]), t["w"], t["ks"], ke, max_k)
+
+    illegal = [
+        bad_range,
+        lambda t: dg.fp8_mqa_logits(t["q"], (t["kv"], t["sf"]), t["w"].half(), t["ks"], t["ke"], max_k),
+        lambda t: dg.fp8_mqa_logits(t["q"], (t["kv"], t["sf"][:-1]), t["w"], t["ks"], t["ke"], max_k),
+        lambda t: dg.fp8_mqa_logits(t["q"], (t["kv"], t["sf"]), t["w"], t["ks"], t["ke"], float(max_k)),
+    ]
+    return f"mqa s={s} sk={sk} h={h} max_seqlen_k={max_k}", make, run, illegal, None
+
+
+def test_mqa_logits_cached_equals_checked(sm120_or_emulation):
+    _drive("fp8_mqa_logits", _mqa)
+
+
+def _paged_mqa(rng: random.Random):
+    from workloads.mqa import paged_cache
+
+    import deep_gemm_sm120 as dg
+
+    batch, next_n, h, block_kv = rng.randint(1, 6), rng.choice([1, 2]), rng.choice([16, 32, 64]), rng.choice([16, 64])
+    lens = [rng.randint(0, 700) for _ in range(batch)]
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+
+    def make(seed: int) -> dict:
+        cache, table, _ = paged_cache(lens, block_kv, 128, False, seed)
+        g = _gen(seed)
+        q = torch.randn(batch, next_n, h, 128, device="cuda", generator=g).to(torch.float8_e4m3fn)
+        w = torch.randn(batch * next_n, h, device="cuda", generator=g)
+        ctx = torch.tensor(lens, dtype=torch.int32, device="cuda")
+        return dict(
+            q=q, cache=cache, w=w, ctx=ctx, table=table, meta=dg.get_paged_mqa_logits_metadata(ctx, block_kv, sms)
+        )
+
+    max_len = (max(lens) // block_kv + 3) * block_kv
+
+    def run(t: dict) -> tuple:
+        out = dg.fp8_paged_mqa_logits(
+            t["q"], t["cache"], t["w"], t["ctx"], t["table"], t["meta"], max_len, clean_logits=True
+        )
+        return (out,)
+
+    def bad_table(t: dict) -> None:
+        table = t["table"].clone()
+        table[0, 0] = t["cache"].shape[0]
+        dg.fp8_paged_mqa_logits(t["q"], t["cache"], t["w"], t["ctx"], table, t["meta"], max_len, clean_logits=True)
+
+    illegal = [
+        bad_table,
+        lambda t: dg.fp8_paged_mqa_logits(t["q"], t["cache"], t["w"], t["ctx"].long(), t["table"], t["meta"], max_len),
+        lambda t: dg.fp8_paged_mqa_logits(t["q"], t["cache"], t["w"][:-1], t["ctx"], t["table"], t["meta"], max_len),
+        lambda t: dg.fp8_paged_mqa_logits(t["q"], t["cache"], t["w"], t["ctx"], t["table"], t["meta"], float(max_len)),
+    ]
+    label = f"paged batch={batch} next_n={next_n} h={h} block_kv={block_kv} lens={lens}"
+    return label, make, run, illegal, None
+
+
+def test_paged_mqa_logits_cached_equals_checked(sm120_or_emulation):
+    _drive("fp8_paged_mqa_logits", _paged_mqa)
+
+
+def test_index_checks_switch_skips_the_syncing_checks(sm120_or_emulation):
+    """set_index_checks(False) (or DG_SM120_INDEX_CHECKS=0) skips the host checks that read index values, on a
+    cached call too; the kernel then gives its documented defined result (docs/untrusted_indices.md: key
+    ranges clamped to [0, SK]) instead of the ValueError."""
+    import deep_gemm_sm120 as dg
+
+    s, sk, h = 8, 64, 16
+    q = torch.randn(s, h, 128, device="cuda").to(torch.float8_e4m3fn)
+    kv = torch.randn(sk, 128, device="cuda").to(torch.float8_e4m3fn)
+    sf, w = torch.ones(sk, device="cuda"), torch.randn(s, h, device="cuda")
+    ks = torch.zeros(s, dtype=torch.int32, device="cuda")
+    ke = torch.full((s,), sk, dtype=torch.int32, device="cuda")
+    want = dg.fp8_mqa_logits(q, (kv, sf), w, ks, ke, clean_logits=True)  # caches the signature
+    bad = ke.clone()
+    bad[3] = sk + 1000
+    assert dg.get_index_checks()
+    with pytest.raises(ValueError, match="query 3"):
+        dg.fp8_mqa_logits(q, (kv, sf), w, ks, bad, clean_logits=True)
+    dg.set_index_checks(False)
+    try:
+        got = dg.fp8_mqa_logits(q, (kv, sf), w, ks, bad, clean_logits=True)
+        torch.cuda.synchronize()
+    finally:
+        dg.set_index_checks(True)
+    assert torch.equal(got, want)  # ke clamped to SK: row 3 is the full row
+    with pytest.raises(TypeError):
+        dg.set_index_checks(0)

@@ -18,12 +18,14 @@ from ...arch import target_of
 from ...checks import device_of, index_checks, require_int32, require_tensor
 from ...core.arith import ceil_div, round_up
 from ...core.rules import dtype_name
-from ...core.tma import tma_request
-from ...launch import launch
+from ...core.tma import tma_request, with_addresses
+from ...launch import CallCache, launch, tensor_key
 from .kernel import BLOCK_KV, PARAMS, ROWS, MqaLogitsSpec, logits_row_stride
 from .rules import mqa_logits_rule
 
 _OFF_Q, _OFF_KV = PARAMS.offsets["tmap_q"], PARAMS.offsets["tmap_kv"]
+_pack = PARAMS.packer()
+_CALLS = CallCache()  # calls checked once per signature
 _LOGIT = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 
 
@@ -126,24 +128,9 @@ def get_mqa_logits_metadata(cu_seq_len_k_start, cu_seq_len_k_end, num_kv_tokens,
     return torch.empty(0, dtype=torch.int32, device=cu_seq_len_k_start.device)
 
 
-def fp8_fp4_mqa_logits(
-    q,
-    kv,
-    weights: torch.Tensor,
-    cu_seq_len_k_start: torch.Tensor,
-    cu_seq_len_k_end: torch.Tensor,
-    max_seqlen_k: int = 0,
-    schedule_meta=None,
-    *,
-    clean_logits: bool | None = None,
-    logits_dtype: torch.dtype = torch.float32,
-) -> torch.Tensor:
-    """FP8: q = (q [S, H, D] e4m3, None), kv = (kv [SK, D] e4m3, kv_sf fp32 [SK]).
-    FP4: q = (q [S, H, D/2] packed e2m1, q_sf int32 [S, H]), kv = (kv [SK, D/2], kv_sf int32 [SK]) with packed
-    UE8M0 1x32 scales. weights fp32 [S, H]; cu_seq_len_k_start / _end int32 [S]. clean_logits: -inf outside
-    [ks, ke) (default: True unless max_seqlen_k > 0). DeepGEMM 2.8.1's order (sgl-deep-gemm's too), and DeepGEMM
-    main's (a bool 6th argument, see _forms); clean_logits and logits_dtype keyword only."""
-    clean_logits, max_seqlen_k = _forms(max_seqlen_k, schedule_meta, clean_logits)
+def _prepare(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits, max_seqlen_k, logits_dtype):
+    """(target, device index, what a call of this signature runs, given its tensors) after every check that the
+    signature decides; the key ranges are values, checked per call (index_checks())."""
     if not isinstance(q, (tuple, list)) or len(q) != 2:
         raise TypeError(f"q must be a (values, scale factors or None) pair, got {type(q).__name__}")
     if not isinstance(kv, (tuple, list)) or len(kv) != 2:
@@ -200,15 +187,17 @@ def fp8_fp4_mqa_logits(
     index = device_of(**tensors, **({"q_sf": q_sf} if fp4 else {}))
     elem = 4 if logits_dtype == torch.float32 else 2
     stride = logits_row_stride(seq_len_kv, max_seqlen_k, elem)
-    block_q = ROWS // heads
-    buf = torch.empty(round_up(max(seq_len, 1), block_q), stride, dtype=logits_dtype, device=qv.device)
-    out = buf[:seq_len, : (max_seqlen_k or seq_len_kv)]
+    rows, cols = round_up(max(seq_len, 1), ROWS // heads), max_seqlen_k or seq_len_kv
+    target = target_of(index)
+
+    def empty(qv, q_sf, kvv, kv_sf, weights, ks, ke) -> torch.Tensor:
+        return torch.empty(rows, stride, dtype=logits_dtype, device=qv.device)[:seq_len, :cols]
+
     if seq_len == 0:
-        return out
-    _check_ranges(ks, ke, seq_len_kv, max_seqlen_k)
+        return target, index, empty
     mode = "compressed" if max_seqlen_k else ("clean" if clean_logits else "plain")
-    kern = _kernel(heads, head_dim, _LOGIT[logits_dtype], mode, fp4, index, target_of(index))
-    tmaps = tma_request(
+    kern = _kernel(heads, head_dim, _LOGIT[logits_dtype], mode, fp4, index, target)
+    maps = tma_request(
         _OFF_Q, "uint8", qv.data_ptr(), (row_bytes, seq_len * heads), (row_bytes,), (row_bytes, ROWS), row_bytes
     ) + tma_request(
         _OFF_KV,
@@ -219,18 +208,72 @@ def fp8_fp4_mqa_logits(
         (row_bytes, BLOCK_KV),
         row_bytes,
     )
-    params = PARAMS.pack(
-        kv_scale=0 if fp4 else kv_sf.data_ptr(),
-        q_sf=q_sf.data_ptr() if fp4 else 0,
-        kv_sf=kv_sf.data_ptr() if fp4 else 0,
-        weights=weights.data_ptr(),
-        ks=ks.data_ptr(),
-        ke=ke.data_ptr(),
-        logits=buf.data_ptr(),
-        seq_len=seq_len,
-        seq_len_kv=seq_len_kv,
-        ld_weights=weights.stride(0) if seq_len > 1 else heads,
-        ld_logits=stride,
-    )
-    launch(kern, ceil_div(seq_len, block_q), params, tmaps, index)
-    return out
+    ld_weights, grid = weights.stride(0) if seq_len > 1 else heads, ceil_div(seq_len, ROWS // heads)
+
+    def run(qv, q_sf, kvv, kv_sf, weights, ks, ke) -> torch.Tensor:
+        buf = torch.empty(rows, stride, dtype=logits_dtype, device=qv.device)
+        _check_ranges(ks, ke, seq_len_kv, max_seqlen_k)
+        params = _pack(
+            0 if fp4 else kv_sf.data_ptr(),
+            q_sf.data_ptr() if fp4 else 0,
+            kv_sf.data_ptr() if fp4 else 0,
+            weights.data_ptr(),
+            ks.data_ptr(),
+            ke.data_ptr(),
+            buf.data_ptr(),
+            seq_len,
+            seq_len_kv,
+            ld_weights,
+            stride,
+        )
+        launch(kern, grid, params, with_addresses(maps, qv.data_ptr(), kvv.data_ptr()), index)
+        return buf[:seq_len, :cols]
+
+    return target, index, run
+
+
+def fp8_fp4_mqa_logits(
+    q,
+    kv,
+    weights: torch.Tensor,
+    cu_seq_len_k_start: torch.Tensor,
+    cu_seq_len_k_end: torch.Tensor,
+    max_seqlen_k: int = 0,
+    schedule_meta=None,
+    *,
+    clean_logits: bool | None = None,
+    logits_dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """FP8: q = (q [S, H, D] e4m3, None), kv = (kv [SK, D] e4m3, kv_sf fp32 [SK]).
+    FP4: q = (q [S, H, D/2] packed e2m1, q_sf int32 [S, H]), kv = (kv [SK, D/2], kv_sf int32 [SK]) with packed
+    UE8M0 1x32 scales. weights fp32 [S, H]; cu_seq_len_k_start / _end int32 [S]. clean_logits: -inf outside
+    [ks, ke) (default: True unless max_seqlen_k > 0). DeepGEMM 2.8.1's order (sgl-deep-gemm's too), and DeepGEMM
+    main's (a bool 6th argument, see _forms); clean_logits and logits_dtype keyword only. Checked once per
+    call signature; the key ranges on every call (index_checks())."""
+    clean_logits, max_seqlen_k = _forms(max_seqlen_k, schedule_meta, clean_logits)
+    try:
+        (qv, q_sf), (kvv, kv_sf) = q, kv
+        key = (
+            tensor_key(qv),
+            None if q_sf is None else tensor_key(q_sf),
+            tensor_key(kvv),
+            tensor_key(kv_sf),
+            tensor_key(weights),
+            tensor_key(cu_seq_len_k_start),
+            tensor_key(cu_seq_len_k_end),
+            type(clean_logits),
+            clean_logits,
+            type(max_seqlen_k),
+            max_seqlen_k,
+            logits_dtype,
+        )
+        call = _CALLS.get(key)
+    except (AttributeError, TypeError, ValueError):  # not pairs of tensors, or unhashable: the checks name it
+        key, call = None, None
+    if call is None or target_of(call[1]) != call[0]:
+        call = _prepare(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits, max_seqlen_k, logits_dtype)
+        if key is not None:
+            _CALLS.put(key, call)
+        qv, q_sf = q
+        kvv, kv_sf = kv
+    return call[2](qv, q_sf, kvv, kv_sf, weights, cu_seq_len_k_start, cu_seq_len_k_end)

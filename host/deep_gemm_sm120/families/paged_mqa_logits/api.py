@@ -16,13 +16,15 @@ from ...arch import target_of
 from ...checks import device_of, index_checks, require_int32, require_tensor
 from ...core.gemm import ceil_div
 from ...core.rules import dtype_name
-from ...core.tma import tma_request
-from ...launch import launch
+from ...core.tma import tma_request, with_addresses
+from ...launch import CallCache, launch, tensor_key
 from ..mqa_logits.kernel import LOGIT_ALIGN_BYTES, ROWS
 from .kernel import PARAMS, PagedMqaLogitsSpec
 from .rules import paged_rule
 
 _OFF_Q, _OFF_KV = PARAMS.offsets["tmap_q"], PARAMS.offsets["tmap_kv"]
+_pack = PARAMS.packer()
+_CALLS = CallCache()  # calls checked once per signature
 _LOGIT = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 
 
@@ -53,25 +55,11 @@ def _check_block_table(block_table: torch.Tensor, num_blocks: int, context_lens:
         )
 
 
-def fp8_fp4_paged_mqa_logits(
-    q,
-    kv_cache: torch.Tensor,
-    weights: torch.Tensor,
-    context_lens: torch.Tensor,
-    block_table: torch.Tensor,
-    schedule_meta: torch.Tensor,
-    max_context_len: int,
-    indices: torch.Tensor | None = None,
-    *,
-    clean_logits: bool = False,
-    logits_dtype: torch.dtype = torch.float32,
-) -> torch.Tensor:
-    """q = (q [B, next_n, H, D] e4m3, None) or (packed e2m1 [B, next_n, H, D/2], int32 [B, next_n, H]); a bare
-    tensor is the FP8 form. kv_cache uint8 [num_blocks, block_kv, 1, D + 4] (FP4: D/2 + 4); weights fp32
-    [B * next_n, H]; context_lens int32 [B] or [B, next_n]; block_table int32 [B, max_blocks]. DeepGEMM 2.8.1's
-    order (`indices`, varlen, SM100-only there: NotImplementedError); as there, columns past a row's context
-    are left uncleaned and the logits are float32 unless asked otherwise (`clean_logits` / `logits_dtype`,
-    keyword only, are ours)."""
+def _prepare(
+    q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len, indices, clean_logits, logits_dtype
+):
+    """(target, device index, what a call of this signature runs, given its tensors) after every check that the
+    signature decides; the block table's values are checked per call (index_checks())."""
     if isinstance(q, torch.Tensor):
         q = (q, None)
     if not isinstance(q, (tuple, list)) or len(q) != 2:
@@ -174,14 +162,17 @@ def fp8_fp4_paged_mqa_logits(
     elem = 4 if logits_dtype == torch.float32 else 2
     per = LOGIT_ALIGN_BYTES // elem
     stride = max(ceil_div(max_context_len, per) * per, per)
-    buf = torch.empty(max(batch * next_n, 1), stride, dtype=logits_dtype, device=qv.device)
-    out = buf[: batch * next_n, :max_context_len]
+    rows_out = batch * next_n
+    target = target_of(index)
+
+    def empty(qv, q_sf, kv_cache, weights, context_lens, block_table, schedule_meta) -> torch.Tensor:
+        return torch.empty(max(rows_out, 1), stride, dtype=logits_dtype, device=qv.device)[:rows_out, :max_context_len]
+
     if batch == 0:
-        return out
-    _check_block_table(block_table, num_blocks, context_lens, block_kv)
-    kern = _kernel(heads, head_dim, block_kv, _LOGIT[logits_dtype], bool(clean_logits), fp4, index, target_of(index))
+        return target, index, empty
+    kern = _kernel(heads, head_dim, block_kv, _LOGIT[logits_dtype], bool(clean_logits), fp4, index, target)
     rows = batch * next_n * heads
-    tmaps = tma_request(
+    maps = tma_request(
         _OFF_Q, "uint8", qv.data_ptr(), (row_bytes, rows), (row_bytes,), (row_bytes, ROWS), row_bytes
     ) + tma_request(
         _OFF_KV,
@@ -192,28 +183,90 @@ def fp8_fp4_paged_mqa_logits(
         (row_bytes, block_kv, 1),
         row_bytes,
     )
-    params = PARAMS.pack(
-        kv_cache=kv_cache.data_ptr(),
-        q_sf=q_sf.data_ptr() if fp4 else 0,
-        weights=weights.data_ptr(),
-        context_lens=context_lens.data_ptr(),
-        block_table=block_table.data_ptr(),
-        schedule_meta=schedule_meta.data_ptr(),
-        logits=buf.data_ptr(),
-        kv_block_stride=kv_cache.stride(0),
-        next_n=next_n,
-        ctx_ld=next_n if ctx_2d else 1,
-        ctx_2d=int(ctx_2d),
-        bt_ld=block_table.stride(0) if block_table.shape[0] > 1 else block_table.shape[1],
-        ld_weights=weights.stride(0) if weights.shape[0] > 1 else heads,
-        ld_logits=stride,
-        max_context_len=max_context_len,
-        num_batches=batch,
-        bt_cols=block_table.shape[1],
-        num_blocks=num_blocks,
-    )
-    launch(kern, (schedule_meta.shape[0] - 1, ceil_div(next_n * heads, ROWS), 1), params, tmaps, index)
-    return out
+    grid = (schedule_meta.shape[0] - 1, ceil_div(next_n * heads, ROWS), 1)
+    kv_stride, ctx_ld = kv_cache.stride(0), next_n if ctx_2d else 1
+    bt_ld = block_table.stride(0) if block_table.shape[0] > 1 else block_table.shape[1]
+    ld_weights, bt_cols = weights.stride(0) if weights.shape[0] > 1 else heads, block_table.shape[1]
+
+    def run(qv, q_sf, kv_cache, weights, context_lens, block_table, schedule_meta) -> torch.Tensor:
+        buf = torch.empty(max(rows_out, 1), stride, dtype=logits_dtype, device=qv.device)
+        _check_block_table(block_table, num_blocks, context_lens, block_kv)
+        params = _pack(
+            kv_cache.data_ptr(),
+            q_sf.data_ptr() if fp4 else 0,
+            weights.data_ptr(),
+            context_lens.data_ptr(),
+            block_table.data_ptr(),
+            schedule_meta.data_ptr(),
+            buf.data_ptr(),
+            kv_stride,
+            next_n,
+            ctx_ld,
+            int(ctx_2d),
+            bt_ld,
+            ld_weights,
+            stride,
+            max_context_len,
+            batch,
+            bt_cols,
+            num_blocks,
+        )
+        launch(kern, grid, params, with_addresses(maps, qv.data_ptr(), kv_cache.data_ptr()), index)
+        return buf[:rows_out, :max_context_len]
+
+    return target, index, run
+
+
+def fp8_fp4_paged_mqa_logits(
+    q,
+    kv_cache: torch.Tensor,
+    weights: torch.Tensor,
+    context_lens: torch.Tensor,
+    block_table: torch.Tensor,
+    schedule_meta: torch.Tensor,
+    max_context_len: int,
+    indices: torch.Tensor | None = None,
+    *,
+    clean_logits: bool = False,
+    logits_dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """q = (q [B, next_n, H, D] e4m3, None) or (packed e2m1 [B, next_n, H, D/2], int32 [B, next_n, H]); a bare
+    tensor is the FP8 form. kv_cache uint8 [num_blocks, block_kv, 1, D + 4] (FP4: D/2 + 4); weights fp32
+    [B * next_n, H]; context_lens int32 [B] or [B, next_n]; block_table int32 [B, max_blocks]. DeepGEMM 2.8.1's
+    order (`indices`, varlen, SM100-only there: NotImplementedError); as there, columns past a row's context
+    are left uncleaned and the logits are float32 unless asked otherwise (`clean_logits` / `logits_dtype`,
+    keyword only, are ours). Checked once per call signature; the block table on every call (index_checks())."""
+    if isinstance(q, torch.Tensor):
+        q = (q, None)
+    try:
+        qv, q_sf = q
+        key = (
+            tensor_key(qv),
+            None if q_sf is None else tensor_key(q_sf),
+            tensor_key(kv_cache),
+            tensor_key(weights),
+            tensor_key(context_lens),
+            tensor_key(block_table),
+            tensor_key(schedule_meta),
+            type(max_context_len),
+            max_context_len,
+            indices is None,
+            type(clean_logits),
+            clean_logits,
+            logits_dtype,
+        )
+        call = _CALLS.get(key) if indices is None else None
+    except (AttributeError, TypeError, ValueError):  # not tensors, or unhashable: the checks name it
+        key, call = None, None
+    if call is None or target_of(call[1]) != call[0]:
+        call = _prepare(
+            q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len, indices, clean_logits,
+            logits_dtype,
+        )  # fmt: skip
+        if key is not None and indices is None:
+            _CALLS.put(key, call)
+        qv, q_sf = q
+    return call[2](qv, q_sf, kv_cache, weights, context_lens, block_table, schedule_meta)
 
 
 def fp8_paged_mqa_logits(
