@@ -333,7 +333,7 @@ def _block_scaled(rng: random.Random):
                 t["a"], t["b"], t["d"], t["masked"].long(), expected, recipe=recipe
             ),
             lambda t: dg.m_grouped_fp8_fp4_gemm_nt_masked(
-                t["a"], t["b"], t["d"][:1], t["masked"], expected, recipe=recipe
+                t["a"], t["b"], t["d"][:, :-1], t["masked"], expected, recipe=recipe
             ),
             lambda t: dg.m_grouped_fp8_fp4_gemm_nt_masked(
                 t["a"], t["b"], t["d"], t["masked"], str(expected), recipe=recipe
@@ -519,7 +519,12 @@ def _paged_mqa(rng: random.Random):
 
     import deep_gemm_sm120 as dg
 
-    batch, next_n, h, block_kv = rng.randint(1, 6), rng.choice([1, 2]), rng.choice([16, 32, 64]), rng.choice([16, 64])
+    batch, next_n, h, block_kv = (
+        rng.randint(1, 6),
+        rng.choice([1, 2]),
+        rng.choice([16, 32, 64]),
+        rng.choice([32, 64, 128]),
+    )
     lens = [rng.randint(0, 700) for _ in range(batch)]
     sms = torch.cuda.get_device_properties(0).multi_processor_count
 

@@ -108,6 +108,14 @@ def recipe(name: str, recipe_, recipe_a, recipe_b, a, b, fp4_names: tuple[str, .
     )
 
 
+def expected_m(name: str, value) -> int:
+    """A masked call's expected_m: DeepGEMM's contract has it as a required int (the tile hint), so None or a
+    non-int is a TypeError here rather than a failed comparison inside the plan."""
+    if type(value) is not int or value < 0:
+        raise TypeError(f"{name}: expected_m must be a non-negative int (typical rows per group), got {value!r}")
+    return value
+
+
 def zero_psum_padding(d: torch.Tensor, ends: torch.Tensor, align_rows: int) -> None:
     """ensure_zero_padding with a psum layout: rows between a group's end and the next group's aligned start,
     and rows past the last end, become 0. Device-side (no sync), so it stays legal in CUDA-graph capture."""

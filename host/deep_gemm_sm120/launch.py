@@ -116,6 +116,23 @@ def tensor_key(t) -> tuple:
     return (t.dtype, t.shape, t.stride(), t.device, t.data_ptr() & 15)  # the device itself: mps:0 is not cuda:0
 
 
+# What building a key may raise: AttributeError (not a tensor), TypeError (unhashable, or recipe_key's refusal),
+# RuntimeError (a tensor without storage: sparse, meta-less fakes). The caller then runs the checks uncached,
+# and they give the typed error.
+KEY_ERRORS = (AttributeError, TypeError, RuntimeError)
+
+
+def recipe_key(recipe) -> tuple | None:
+    """A recipe as a key part. The checks take a tuple or list; one of plain ints keys as its tuple (a list and
+    a tuple are checked alike). Anything else (a deque, an array, an iterator, floats, bools, which would hash
+    like ints) raises TypeError: such a call is checked every time rather than matched to another's entry."""
+    if recipe is None:
+        return None
+    if type(recipe) not in (tuple, list) or any(type(g) is not int for g in recipe):
+        raise TypeError("recipe is not a tuple or list of ints")
+    return tuple(recipe)
+
+
 class CallCache(dict):
     """Signature -> what the checks and the plan of a call with that signature produced (checks run once per
     signature). A dict (a hit is one C-level `get`), bounded by `put`: cleared when full, so a server seeing

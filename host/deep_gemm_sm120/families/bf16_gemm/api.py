@@ -22,7 +22,7 @@ from ...checks import device_of, output_row_stride, require_2d, require_tensor, 
 from ...core.rules import dtype_name
 from ...core.tma import DTYPE, tma_2d, tma_2d_pair
 from ...device import num_sms_for
-from ...launch import CallCache, launch, tensor_key
+from ...launch import KEY_ERRORS, CallCache, launch, tensor_key
 from ...services.split_k_reduce.launch import SplitK
 from .kernel import PARAMS, Bf16GemmSpec
 from .plan import dense_plan, m_bucket
@@ -183,7 +183,7 @@ def _operand_maps(
 def _gemm(layout: str, a, b, d, c) -> None:
     try:
         key = (layout, tensor_key(a), tensor_key(b), tensor_key(d), None if c is None else tensor_key(c))
-    except (AttributeError, TypeError):  # not tensors: _prepare names what was expected
+    except KEY_ERRORS:  # not tensors, or storage-less ones: _prepare names what was expected
         key = None
     call = _CALLS.get(key) if key is not None else None
     if call is None or target_of(call.index) != call.target:

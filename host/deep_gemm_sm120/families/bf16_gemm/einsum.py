@@ -25,7 +25,7 @@ from ...core.arith import ceil_div
 from ...core.rules import dtype_name
 from ...core.tma import with_addresses
 from ...device import num_sms_for
-from ...launch import CallCache, launch, tensor_key
+from ...launch import KEY_ERRORS, CallCache, launch, tensor_key
 from ...services.split_k_reduce.launch import SplitK
 from .kernel import PARAMS, Bf16GemmSpec
 from .plan import batch_k_total, batch_reduce_plan, batched_config, m_bucket
@@ -229,7 +229,7 @@ def einsum(
     try:
         key = (norm, tensor_key(a), tensor_key(b), tensor_key(d), None if c is None else tensor_key(c))
         call = _CALLS.get(key)
-    except AttributeError:  # not tensors: the checks name what was expected
+    except KEY_ERRORS:  # not tensors, or storage-less ones: the checks name what was expected
         key, call = None, None
     if call is None or target_of(call[1]) != call[0]:
         call = _prepare(expr, norm, a, b, d, c)

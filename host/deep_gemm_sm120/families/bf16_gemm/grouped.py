@@ -24,7 +24,7 @@ from ...checks import (
 from ...core.arith import ceil_div
 from ...core.rules import dtype_name
 from ...device import num_sms_for
-from ...launch import CallCache, launch, tensor_key
+from ...launch import KEY_ERRORS, CallCache, launch, tensor_key
 from ...utils.layout import get_mk_alignment_for_contiguous_layout
 from .api import _operand_map, _operand_maps
 from .kernel import PARAMS, Bf16GemmSpec
@@ -149,7 +149,7 @@ def m_grouped_bf16_gemm_nt_contiguous(
     try:
         key = (0, tensor_key(a), tensor_key(b), tensor_key(d), tensor_key(grouped_layout), use_psum_layout)
         call = _GROUPED.get(key)
-    except AttributeError:  # not tensors: the checks name what was expected
+    except KEY_ERRORS:  # not tensors, or storage-less ones: the checks name what was expected
         key, call = None, None
     if call is None or target_of(call.index) != call.target:
         call = _prepare_contiguous(a, b, d, grouped_layout, use_psum_layout)
@@ -196,7 +196,7 @@ def _prepare_masked(a, b, d, masked_m, expected_m) -> _GroupedCall:
         m=m,
         n=n,
         k=k,
-        expected_m=expected_m,
+        expected_m=keywords.expected_m("m_grouped_bf16_gemm_nt_masked", expected_m),
         a_dtype=dtype_name(a.dtype),
         b_dtype=dtype_name(b.dtype),
         out_dtype=dtype_name(d.dtype),
@@ -249,7 +249,7 @@ def m_grouped_bf16_gemm_nt_masked(
     try:
         key = (1, tensor_key(a), tensor_key(b), tensor_key(d), tensor_key(masked_m), type(expected_m), expected_m)
         call = _GROUPED.get(key)
-    except (AttributeError, TypeError):  # not tensors, or an unhashable expected_m: the checks name it
+    except KEY_ERRORS:  # not tensors, storage-less ones, or an unhashable expected_m: the checks name it
         key, call = None, None
     if call is None or target_of(call.index) != call.target:
         call = _prepare_masked(a, b, d, masked_m, expected_m)

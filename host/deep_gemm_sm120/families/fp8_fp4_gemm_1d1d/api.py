@@ -38,7 +38,7 @@ from ...core.arith import ceil_div
 from ...core.rules import dtype_name
 from ...core.tma import DTYPE, tma_2d_pair
 from ...device import num_sms_for
-from ...launch import CallCache, launch, tensor_key
+from ...launch import KEY_ERRORS, CallCache, launch, recipe_key, tensor_key
 from ...scale_layout import check_packed, check_unpacked, pack_sf, sf_format, sf_words
 from ...services.split_k_reduce.launch import SplitK
 from ...utils.layout import get_mk_alignment_for_contiguous_layout
@@ -71,6 +71,7 @@ def _kind(a: torch.Tensor, b: torch.Tensor, sfa: torch.Tensor, sfb: torch.Tensor
     """mxfp8 / mxfp4 / nvfp4 / e4m3_e2m1 / e2m1_e4m3 from operand and scale dtypes (and the recipe for packed
     FP4 scales)."""
     operand_kind(dtype_name(a.dtype), dtype_name(b.dtype))  # the family rule: TypeError outside FP8 / FP4
+    _check_recipe(recipe)
     fp8 = torch.float8_e4m3fn
     if a.dtype == fp8 and b.dtype == fp8:
         return "mxfp8"
@@ -121,11 +122,15 @@ def _operand_gran(name: str, sf: torch.Tensor, k: int, allowed: tuple[int, ...],
     return cands[0]
 
 
+def _check_recipe(recipe) -> None:
+    if recipe is not None and (not isinstance(recipe, (tuple, list)) or len(recipe) != 3):
+        raise ValueError(f"recipe must be (gran_m, gran_n, gran_k), got {recipe!r}")
+
+
 def _grans(kind: str, k: int, recipe, sfa: torch.Tensor, sfb: torch.Tensor) -> tuple[int, int]:
     """(A, B) K granularities. Non-mixed kinds need equal ones; for mixed operands the recipe's gran_k is the
     e4m3 side's and the e2m1 side is 1x32."""
-    if recipe is not None and (not isinstance(recipe, (tuple, list)) or len(recipe) != 3):
-        raise ValueError(f"recipe must be (gran_m, gran_n, gran_k), got {recipe!r}")
+    _check_recipe(recipe)
     rg = int(recipe[2]) if recipe is not None else None
     if kind in MIXED_KINDS:
         a_fp8 = kind == "e4m3_e2m1"
@@ -356,11 +361,11 @@ def fp8_fp4_gemm_nt(
             tensor_key(sfb),
             tensor_key(d),
             None if c is None else tensor_key(c),
-            None if recipe is None else tuple(recipe),
+            recipe_key(recipe),
         )
-    except (AttributeError, TypeError):  # not tensors, or an unhashable recipe: the checks decide
-        key = None
-    call = _DENSE.get(key) if key is not None else None
+        call = _DENSE.get(key)
+    except KEY_ERRORS:  # not tensors, storage-less ones, or a recipe no key holds: checked every time
+        key, call = None, None
     if call is None or target_of(call.index) != call.target:
         call = _prepare_dense(a, sfa, b, sfb, d, c, recipe)
         if key is not None:
@@ -663,11 +668,11 @@ def m_grouped_fp8_fp4_gemm_nt_contiguous(
             tensor_key(sfb),
             tensor_key(d),
             tensor_key(grouped_layout),
-            None if recipe is None else tuple(recipe),
+            recipe_key(recipe),
             use_psum_layout,
         )
         call = _M_GROUPED.get(key)
-    except (AttributeError, TypeError):  # not tensors, or an unhashable recipe: the checks name it
+    except KEY_ERRORS:  # not tensors, storage-less ones, or a recipe no key holds: checked every time
         key, call = None, None
     if call is None or target_of(call.index) != call.target:
         sf_format(sfa), sf_format(sfb)  # TypeError for scale dtypes outside the contract, before any device work
@@ -722,7 +727,7 @@ def _prepare_masked(a, sfa, b, sfb, d, masked_m, expected_m, recipe, alpha) -> _
         m=m,
         n=n,
         k=k,
-        expected_m=expected_m,
+        expected_m=keywords.expected_m("m_grouped_fp8_fp4_gemm_nt_masked", expected_m),
         a_dtype=dtype_name(a.dtype),
         b_dtype=dtype_name(b.dtype),
         out_dtype=dtype_name(d.dtype),
@@ -777,12 +782,12 @@ def m_grouped_fp8_fp4_gemm_nt_masked(
             tensor_key(sfb),
             tensor_key(d),
             tensor_key(masked_m),
-            None if recipe is None else tuple(recipe),
+            recipe_key(recipe),
             type(expected_m),
             expected_m,
         )
         call = _M_GROUPED.get(key)
-    except (AttributeError, TypeError):  # not tensors, or an unhashable recipe or expected_m: the checks name it
+    except KEY_ERRORS:  # not tensors, storage-less ones, or a recipe / expected_m no key holds: checked every time
         key, call = None, None
     if call is None or target_of(call.index) != call.target:
         sf_format(sfa), sf_format(sfb)  # TypeError for scale dtypes outside the contract, before any device work

@@ -19,7 +19,7 @@ from ...checks import device_of, index_checks, require_int32, require_tensor
 from ...core.arith import ceil_div, round_up
 from ...core.rules import dtype_name
 from ...core.tma import tma_request, with_addresses
-from ...launch import CallCache, launch, tensor_key
+from ...launch import KEY_ERRORS, CallCache, launch, tensor_key
 from .kernel import BLOCK_KV, PARAMS, ROWS, MqaLogitsSpec, logits_row_stride
 from .rules import mqa_logits_rule
 
@@ -268,7 +268,7 @@ def fp8_fp4_mqa_logits(
             logits_dtype,
         )
         call = _CALLS.get(key)
-    except (AttributeError, TypeError, ValueError):  # not pairs of tensors, or unhashable: the checks name it
+    except (*KEY_ERRORS, ValueError):  # not pairs of tensors, storage-less, or unhashable: the checks name it
         key, call = None, None
     if call is None or target_of(call[1]) != call[0]:
         call = _prepare(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits, max_seqlen_k, logits_dtype)

@@ -17,7 +17,7 @@ from ...checks import device_of, index_checks, require_int32, require_tensor
 from ...core.gemm import ceil_div
 from ...core.rules import dtype_name
 from ...core.tma import tma_request, with_addresses
-from ...launch import CallCache, launch, tensor_key
+from ...launch import KEY_ERRORS, CallCache, launch, tensor_key
 from ..mqa_logits.kernel import LOGIT_ALIGN_BYTES, ROWS
 from .kernel import PARAMS, PagedMqaLogitsSpec
 from .rules import paged_rule
@@ -256,7 +256,7 @@ def fp8_fp4_paged_mqa_logits(
             logits_dtype,
         )
         call = _CALLS.get(key) if indices is None else None
-    except (AttributeError, TypeError, ValueError):  # not tensors, or unhashable: the checks name it
+    except (*KEY_ERRORS, ValueError):  # not tensors, storage-less, or unhashable: the checks name it
         key, call = None, None
     if call is None or target_of(call[1]) != call[0]:
         call = _prepare(

@@ -21,7 +21,7 @@ from ...core.arith import ceil_div, round_up
 from ...core.rules import dtype_name
 from ...core.tma import DTYPE, tma_2d, with_addresses
 from ...device import num_sms_for
-from ...launch import CallCache, launch, tensor_key
+from ...launch import KEY_ERRORS, CallCache, launch, tensor_key
 from ...services.split_k_reduce.launch import SplitK
 from .kernel import PARAMS
 from .plan import m_bucket, plan
@@ -141,7 +141,7 @@ def tf32_hc_prenorm_gemm(
     try:
         key = (tensor_key(a), tensor_key(b), tensor_key(d), tensor_key(sqr_sum), type(num_splits), num_splits)
         call = _CALLS.get(key)
-    except (AttributeError, TypeError):  # not tensors, or an unhashable num_splits: the checks name it
+    except KEY_ERRORS:  # not tensors, storage-less ones, or an unhashable num_splits: the checks name it
         key, call = None, None
     if call is None or target_of(call[1]) != call[0]:
         call = _prepare(a, b, d, sqr_sum, num_splits)
