@@ -51,6 +51,16 @@ def test_transform_per_row_and_128x128_blocks():
     assert p2.stride() == (1, 4)
 
 
+def test_transform_empty_mn():
+    """Zero rows (an M-grouped contiguous call whose groups are all empty) pack to an empty [0, words] tensor,
+    not a reshape error."""
+    for recipe, k in (((1, 1, 32), 512), ((1, 128, 128), 1024)):
+        cols = ceil_div(k, recipe[2])
+        p = dg.transform_sf_into_required_layout(_pow2((0, cols)), 0, k, recipe, is_sfa=True)
+        assert p.shape == (0, ceil_div(cols, 4)) and p.dtype == torch.int32
+    assert pack_scale_bytes(torch.zeros((0, 5), dtype=torch.uint8)).shape == (0, 2)
+
+
 def test_transform_grouped_and_inference():
     """pack_sf, the scale packing behind DeepGEMM's transform_sf_into_required_layout, infers gran_k from the
     scales' shape when no recipe is given (DeepGEMM's name always takes one)."""

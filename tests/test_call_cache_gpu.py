@@ -363,8 +363,13 @@ def _block_scaled(rng: random.Random):
 
     illegal = [
         lambda t: dg.m_grouped_fp8_fp4_gemm_nt_contiguous(t["a"], t["b"], t["d"].float(), t["layout"], recipe=recipe),
-        lambda t: dg.m_grouped_fp8_fp4_gemm_nt_contiguous(
-            t["a"], t["b"], t["d"], t["layout"][:-1], recipe=recipe, use_psum_layout=psum
+        lambda t: dg.m_grouped_fp8_fp4_gemm_nt_contiguous(  # one entry too many (also when no row is in use)
+            t["a"],
+            t["b"],
+            t["d"],
+            torch.cat([t["layout"], t["layout"].new_zeros(1)]),
+            recipe=recipe,
+            use_psum_layout=psum,
         ),
     ]
     label = f"contiguous {kind} sizes={sizes} n={n} k={k} packed={packed} psum={psum} alpha={alpha}"

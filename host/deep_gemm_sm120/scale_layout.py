@@ -74,7 +74,7 @@ def pack_scale_bytes(b: torch.Tensor) -> torch.Tensor:
     pad = (-w.shape[-1]) % 4
     if pad:
         w = torch.nn.functional.pad(w, (0, pad), value=0)
-    w = w.view(*w.shape[:-1], -1, 4)
+    w = w.view(*w.shape[:-1], w.shape[-1] // 4, 4)  # sizes spelled out: an empty MN leaves -1 ambiguous
     return w[..., 0] | (w[..., 1] << 8) | (w[..., 2] << 16) | (w[..., 3] << 24)
 
 
