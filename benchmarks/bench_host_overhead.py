@@ -336,12 +336,47 @@ def profile(name: str, fn: Callable[[], object], calls: int) -> None:
     pstats.Stats(prof).sort_stats("tottime").print_stats(14)
 
 
+def split(dg, fn: Callable[[], object]) -> dict:
+    """Where a call's time goes: the same call with every launch skipped (compile mode 1: the Python side,
+    checks, keys, packing) and its launches replayed through the runtime's entry with the arguments they had
+    (the C++ side: argument conversion, descriptor lookup or encoding, cuLaunchKernelEx). Replays write the
+    case's own buffers (a split-K workspace is back in torch's pool by then: still mapped, used by nothing)."""
+    from deep_gemm_sm120 import launch as launching
+
+    real = launching.bound().launch
+    calls: list[tuple] = []
+
+    def record(*args):
+        calls.append(args)
+        return real(*args)
+
+    launching.BOUND.launch = record
+    try:
+        fn()
+    finally:
+        launching.BOUND.launch = real
+    torch.cuda.synchronize()
+    launching.set_compile_mode(1)
+    try:
+        py, _ = per_call_us(fn)
+    finally:
+        launching.set_compile_mode(0)
+
+    def replay() -> None:
+        for args in calls:
+            real(*args)
+
+    launch_us = per_call_us(replay)[0] if calls else 0.0
+    return {"python_us": py, "launches": len(calls), "launch_us": launch_us}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json")
     ap.add_argument("--label", default="")
     ap.add_argument("--only", default="", help="run the cases whose name contains this")
     ap.add_argument("--profile", type=int, default=0, metavar="N", help="cProfile N calls of each case instead")
+    ap.add_argument("--split", action="store_true", help="also time each call's Python side and launches apart")
     args = ap.parse_args()
     if torch.cuda.get_device_capability()[0] != 12:
         os.environ["DG_SM120_EMULATE"] = "1"
@@ -381,6 +416,13 @@ def main() -> int:
                 continue
             rows[name] = {"min_us": best, "median_us": median, "goal": None if isinstance(goal, Indexed) else goal}
             print(f" > host {label}: {name:<72} min {best:6.2f} median {median:6.2f} us/call")
+            if args.split:
+                parts = split(dg, fn)
+                rows[name].update(parts)
+                print(
+                    f" > split: {name:<72} python {parts['python_us']:6.2f} us, {parts['launches']} launch(es) "
+                    f"{parts['launch_us']:6.2f} us"
+                )
             if isinstance(goal, Indexed) and hasattr(dg, "set_index_checks"):
                 dg.set_index_checks(False)
                 try:

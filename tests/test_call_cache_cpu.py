@@ -787,3 +787,26 @@ def test_packed_fp4_short_recipe_gets_a_value_error(rig):
     args = (a, b, _t(g, m, n), torch.zeros(g, dtype=torch.int32), 48)
     outcome, _ = rig.record(dg.m_grouped_fp8_fp4_gemm_nt_masked, args, {"recipe": (1, 128)}, {})
     assert outcome[:2] == ("raise", ValueError), outcome
+
+
+def test_an_object_that_looks_like_a_cached_tensor_is_checked(rig):
+    # Regression: a key held (dtype, shape, strides, device, alignment) and nothing of the class, so an object
+    # with those attributes (a shape tuple equals a torch.Size) matched the entry a real tensor made and was
+    # launched on its data_ptr(). tensor_key now holds type(t): the look-alike takes the checked path's TypeError.
+    a, b, d = _t(64, 128), _t(128, 128), _t(64, 128)
+    ok, _ = rig.record(dg.bf16_gemm_nt, (a, b, d), {}, {"a": a, "b": b, "d": d})
+    assert ok[0] == "ok"
+
+    class LooksLikeA:
+        dtype, shape, device = a.dtype, tuple(a.shape), a.device
+
+        def stride(self):
+            return a.stride()
+
+        def data_ptr(self):
+            return a.data_ptr()
+
+    before = rig.entries()
+    outcome, prepares = rig.record(dg.bf16_gemm_nt, (LooksLikeA(), b, d), {}, {})
+    assert outcome[:2] == ("raise", TypeError) and "a must be a torch.Tensor" in outcome[2], outcome
+    assert prepares == 1 and rig.entries() == before

@@ -40,6 +40,44 @@ def test_runtime_extension_loads_without_libcuda():
         runtime.load_kernel(b"\0" * 16, 1024, 0, PARAMS)
 
 
+def test_launch_entry_reads_its_arguments_strictly():
+    """The runtime's launch entry (a METH_FASTCALL function: the hot path of every cached call) checks each
+    argument's type and range before it touches the driver, so these errors need no GPU."""
+    from deep_gemm_sm120 import runtime
+
+    launch = runtime.launcher()
+    good = [0, 1, 1, 1, 128, 0, 0, False, b"", b""]
+
+    def call(i, value):
+        args = list(good)
+        args[i] = value
+        launch(*args)
+
+    with pytest.raises(TypeError, match="takes 10 positional arguments, got 9"):
+        launch(*good[:9])
+    with pytest.raises(TypeError, match="keyword"):
+        launch(*good[:9], tmaps=b"")
+    with pytest.raises(TypeError, match="gy must be an int, got float"):
+        call(2, 1.0)
+    with pytest.raises(TypeError, match="handle must be an int, got bool"):
+        call(0, True)
+    with pytest.raises(ValueError, match=r"block must be in \[0, 4294967295\], got 4294967296"):
+        call(4, 1 << 32)
+    with pytest.raises(ValueError, match=r"smem must be in \[0, 4294967295\]"):
+        call(5, -1)
+    with pytest.raises(ValueError, match=r"handle must be in \[0, 2147483647\]"):
+        call(0, -3)
+    with pytest.raises(TypeError, match="pdl must be a bool, got int"):
+        call(7, 1)
+    with pytest.raises(TypeError, match="params must be bytes, got bytearray"):
+        call(8, bytearray())
+    with pytest.raises(TypeError, match="tmaps must be bytes, got str"):
+        call(9, "")
+    if not runtime._ext().driver_available():  # well-formed arguments reach the driver, which is missing
+        with pytest.raises(RuntimeError, match="libcuda"):
+            launch(*good)
+
+
 def _t(*shape, dtype=torch.bfloat16):
     return torch.zeros(*shape, dtype=dtype)
 

@@ -304,20 +304,12 @@ const CUtensorMap& cached_encode(const TmaRequest& t) {
     return slot.map;
 }
 
-std::string_view bytes_view(const py::bytes& b) {
-    char* data = nullptr;
-    Py_ssize_t len = 0;
-    if (PyBytes_AsStringAndSize(b.ptr(), &data, &len) != 0) throw py::error_already_set();
-    return {data, static_cast<size_t>(len)};
-}
-
 // The one launch entry for every family: grid (x, y, z), block, dynamic smem, stream, PDL, the packed
 // parameters and the tensor-map requests (any number, written into their slots of the buffer).
 void launch(int handle, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t block, uint32_t smem, uint64_t stream,
-            bool pdl, const py::bytes& params, const py::bytes& tmaps) {
+            bool pdl, std::string_view args, std::string_view reqs) {
     const Driver& d = driver();
     const Kernel& k = kernel(handle);
-    const std::string_view args = bytes_view(params), reqs = bytes_view(tmaps);
     if (args.size() != k.param_bytes)
         throw std::invalid_argument("kernel arguments are " + std::to_string(args.size()) + " bytes, the kernel's "
                                     "parameter list packs " + std::to_string(k.param_bytes));
@@ -353,6 +345,78 @@ void launch(int handle, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t block, u
     check(d.cuLaunchKernelEx(&cfg, k.function, ptrs, nullptr), "cuLaunchKernelEx");
 }
 
+// The launch entry as Python sees it: a vectorcall (METH_FASTCALL) function, positional only. It runs once per
+// kernel launch of every cached call, where pybind11's generic argument conversion (ten casters, overload
+// resolution) cost about a microsecond; here each argument is read with one C-API call. Errors keep the types
+// the pybind11 binding had: TypeError for a wrong argument type or count, ValueError for a value the launch
+// refuses, RuntimeError for a driver failure.
+constexpr const char* kLaunchArgs = "(handle, gx, gy, gz, block, smem, stream, pdl, params, tmaps)";
+
+bool read_u64(PyObject* o, const char* what, uint64_t limit, uint64_t& out) {
+    if (!PyLong_Check(o) || PyBool_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "launch%s: %s must be an int, got %s", kLaunchArgs, what, Py_TYPE(o)->tp_name);
+        return false;
+    }
+    const unsigned long long v = PyLong_AsUnsignedLongLong(o);
+    if (v == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {  // negative or past 64 bits
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "launch%s: %s must be in [0, %llu]", kLaunchArgs, what,
+                     static_cast<unsigned long long>(limit));
+        return false;
+    }
+    if (v > limit) {
+        PyErr_Format(PyExc_ValueError, "launch%s: %s must be in [0, %llu], got %llu", kLaunchArgs, what,
+                     static_cast<unsigned long long>(limit), v);
+        return false;
+    }
+    out = v;
+    return true;
+}
+
+bool read_bytes(PyObject* o, const char* what, std::string_view& out) {
+    if (!PyBytes_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "launch%s: %s must be bytes, got %s", kLaunchArgs, what, Py_TYPE(o)->tp_name);
+        return false;
+    }
+    out = {PyBytes_AS_STRING(o), static_cast<size_t>(PyBytes_GET_SIZE(o))};
+    return true;
+}
+
+PyObject* launch_fastcall(PyObject*, PyObject* const* argv, Py_ssize_t nargs) {
+    if (nargs != 10) {
+        PyErr_Format(PyExc_TypeError, "launch%s takes 10 positional arguments, got %zd", kLaunchArgs, nargs);
+        return nullptr;
+    }
+    static const char* names[6] = {"gx", "gy", "gz", "block", "smem", "stream"};
+    uint64_t handle = 0, dims[6];
+    if (!read_u64(argv[0], "handle", INT32_MAX, handle)) return nullptr;
+    for (int i = 0; i < 6; ++i)
+        if (!read_u64(argv[1 + i], names[i], i < 5 ? UINT32_MAX : UINT64_MAX, dims[i])) return nullptr;
+    if (!PyBool_Check(argv[7])) {
+        PyErr_Format(PyExc_TypeError, "launch%s: pdl must be a bool, got %s", kLaunchArgs, Py_TYPE(argv[7])->tp_name);
+        return nullptr;
+    }
+    std::string_view params, tmaps;
+    if (!read_bytes(argv[8], "params", params) || !read_bytes(argv[9], "tmaps", tmaps)) return nullptr;
+    try {  // the bytes objects stay alive: the caller holds them for the call's duration
+        launch(static_cast<int>(handle), static_cast<uint32_t>(dims[0]), static_cast<uint32_t>(dims[1]),
+               static_cast<uint32_t>(dims[2]), static_cast<uint32_t>(dims[3]), static_cast<uint32_t>(dims[4]),
+               dims[5], argv[7] == Py_True, params, tmaps);
+    } catch (const std::invalid_argument& e) {
+        PyErr_SetString(PyExc_ValueError, e.what());
+        return nullptr;
+    } catch (const std::exception& e) {
+        PyErr_SetString(PyExc_RuntimeError, e.what());
+        return nullptr;
+    }
+    Py_RETURN_NONE;
+}
+
+PyMethodDef g_fast_methods[] = {
+    {"launch", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&launch_fastcall)), METH_FASTCALL,
+     "launch(handle, gx, gy, gz, block, smem, stream, pdl, params, tmaps): one kernel launch (positional only)"},
+    {nullptr, nullptr, 0, nullptr}};
+
 bool driver_available() {
     try {
         driver();
@@ -370,6 +434,5 @@ PYBIND11_MODULE(_C, m) {
     m.def("load_kernel", &load_kernel, py::arg("image"), py::arg("smem_bytes"), py::arg("device"),
           py::arg("param_offsets"), py::arg("param_sizes"), py::arg("param_bytes"));
     m.def("kernel_attribute", &kernel_attribute, py::arg("handle"), py::arg("attr"));
-    m.def("launch", &launch, py::arg("handle"), py::arg("gx"), py::arg("gy"), py::arg("gz"), py::arg("block"),
-          py::arg("smem"), py::arg("stream"), py::arg("pdl"), py::arg("params"), py::arg("tmaps"));
+    if (PyModule_AddFunctions(m.ptr(), g_fast_methods) != 0) throw py::error_already_set();
 }

@@ -112,8 +112,10 @@ def tensor_key(t) -> tuple:
     """What an entry point's checks read of a tensor besides its values and its address: dtype, shape, strides,
     device and the address's 16-byte alignment class. Two calls whose tensors agree on these pass or fail the
     checks alike (AttributeError for something that is not a tensor: the caller then runs the checks, which
-    name what was expected)."""
-    return (t.dtype, t.shape, t.stride(), t.device, t.data_ptr() & 15)  # the device itself: mps:0 is not cuda:0
+    name what was expected). The class is part of the key: an object that only looks like a tensor (a shape
+    tuple equals a torch.Size) never matches an entry a checked tensor made."""
+    # the device itself: mps:0 is not cuda:0
+    return (type(t), t.dtype, t.shape, t.stride(), t.device, t.data_ptr() & 15)
 
 
 # What building a key may raise: AttributeError (not a tensor), TypeError (unhashable, or recipe_key's refusal),

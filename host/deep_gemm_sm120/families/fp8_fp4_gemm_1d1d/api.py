@@ -350,9 +350,13 @@ def fp8_fp4_gemm_nt(
     name = "fp8_fp4_gemm_nt"
     alpha = keywords.gemm(name, compiled_dims, epilogue, alpha, True, disable_ue8m0_cast)
     alpha = 1.0 if alpha is None else _alpha(alpha)
-    a, sfa = _pair("a", keywords.pair("a", a, FP4))
-    b, sfb = _pair("b", keywords.pair("b", b, FP4))
-    recipe = keywords.recipe(name, recipe, recipe_a, recipe_b, a, b, FP4)
+    paired = type(a) is tuple and type(b) is tuple and len(a) == 2 and len(b) == 2
+    if paired and recipe_a is None and recipe_b is None:  # the common spelling: what pair/recipe would return
+        (a, sfa), (b, sfb) = a, b  # each part's class is in the key; _pair checks them on a miss
+    else:
+        a, sfa = _pair("a", keywords.pair("a", a, FP4))
+        b, sfb = _pair("b", keywords.pair("b", b, FP4))
+        recipe = keywords.recipe(name, recipe, recipe_a, recipe_b, a, b, FP4)
     try:
         key = (
             tensor_key(a),
@@ -367,6 +371,8 @@ def fp8_fp4_gemm_nt(
     except KEY_ERRORS:  # not tensors, storage-less ones, or a recipe no key holds: checked every time
         key, call = None, None
     if call is None or target_of(call.index) != call.target:
+        a, sfa = _pair("a", (a, sfa))
+        b, sfb = _pair("b", (b, sfb))
         call = _prepare_dense(a, sfa, b, sfb, d, c, recipe)
         if key is not None:
             _DENSE.put(key, call)
@@ -375,8 +381,12 @@ def fp8_fp4_gemm_nt(
         if m and n:  # K = 0: d = c
             write_empty_reduction(d, c)
         return
-    sfa_p, sfa_ps = _scales("sfa", sfa, call.sfa_stride, m, k, call.grans[0], True)
-    sfb_p, sfb_ps = _scales("sfb", sfb, call.sfb_stride, n, k, call.grans[1], False)
+    sfa_p, sfa_ps = (
+        (sfa, call.sfa_stride) if call.sfa_stride >= 0 else _scales("sfa", sfa, -1, m, k, call.grans[0], True)
+    )
+    sfb_p, sfb_ps = (
+        (sfb, call.sfb_stride) if call.sfb_stride >= 0 else _scales("sfb", sfb, -1, n, k, call.grans[1], False)
+    )
     splits, pd = call.splits, d.data_ptr()
     pc = c.data_ptr() if c is not None else 0
     out_ptr, out_ld, c_ptr, c_ld, split_stride = pd, call.ldd, pc, call.ldc, 0
