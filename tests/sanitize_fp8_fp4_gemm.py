@@ -12,7 +12,7 @@ from sanitizer_driver import prepare
 
 prepare()
 
-from workloads.block_scaled import fp4_operands, fp8_operands, quantize_side
+from workloads.block_scaled import fp4_operands, fp8_operands, fp8_operands_fp32, quantize_side
 
 import deep_gemm_sm120 as dg
 from deep_gemm_sm120.testing import calc_diff
@@ -35,6 +35,18 @@ for m, n, k, gran, blocks in [(129, 200, 1040, 128, True), (16, 256, 4096, 128, 
     d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
     dg.fp8_gemm_nt(a, b, d)
     report(f"fp8 g{gran} {(m, n, k)}", d, ref, 1e-3)
+# exact FP32 scales (fp8_fp32): tails, split-K, and a masked call with an empty and a partial group
+for m, n, k in [(129, 200, 1040), (16, 256, 4096)]:
+    a, b, ref = fp8_operands_fp32(m, n, k, gen)
+    d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    dg.fp8_gemm_nt(a, b, d, disable_ue8m0_cast=True)
+    report(f"fp8 fp32 scales {(m, n, k)}", d, ref, 1e-3)
+fp32_parts = [fp8_operands_fp32(64, 136, 640, gen) for _ in range(3)]
+stack = lambda i, j: torch.stack([p[i][j] for p in fp32_parts])
+d = torch.zeros(3, 64, 136, device="cuda", dtype=torch.bfloat16)
+counts = torch.tensor([0, 33, 64], dtype=torch.int32, device="cuda")
+dg.m_grouped_fp8_gemm_nt_masked((stack(0, 0), stack(0, 1)), (stack(1, 0), stack(1, 1)), d, counts, 32)
+report("grouped masked fp8 fp32 scales", d[1, :33], fp32_parts[1][2][:33], 1e-3)
 for kind in ("mxfp4", "nvfp4"):
     a, b, alpha, ref = fp4_operands(100, 192, 1024, gen, kind)
     d = torch.full((100, 192), float("nan"), device="cuda", dtype=torch.float32)

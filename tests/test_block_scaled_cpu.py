@@ -176,8 +176,8 @@ def test_block_scaled_specs_and_heuristics():
         return p.config, p.splits
 
     specs = block_scaled_specs()
-    # 160 GEMM instantiations (dense + M-grouped) and 16 batched ones for fp8_einsum (MXFP8 1x128 only)
-    assert len({s.name for s in specs}) == len(specs) == 176
+    # 180 GEMM instantiations (dense + M-grouped; 20 of them exact FP32 scales) and 16 batched ones for fp8_einsum
+    assert len({s.name for s in specs}) == len(specs) == 196
     batched = [s for s in specs if s.gemm_type == "batched"]
     assert len(batched) == 16 and {(s.kind, s.grans) for s in batched} == {("mxfp8", (128, 128))}
     assert all(s.smem_bytes <= SMEM_LIMIT for s in specs)
@@ -190,6 +190,7 @@ def test_block_scaled_specs_and_heuristics():
         ("e4m3_e2m1", (32, 32)),
         ("e2m1_e4m3", (32, 128)),
         ("e2m1_e4m3", (32, 32)),
+        ("fp8_fp32", (128, 128)),  # e4m3 with exact FP32 scales per 128 K (issue 40)
     }
     mixed = next(s for s in specs if s.kind == "e4m3_e2m1")
     assert mixed.row_bytes == (128, 64) and mixed.smem_bytes < mixed.config.smem_bytes  # 64-byte packed rows

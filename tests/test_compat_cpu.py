@@ -347,8 +347,14 @@ def test_layout_helpers_and_controls():
     assert compat.per_token_cast_to_fp4(x, use_ue8m0=True)[1].shape == (4, 2)  # DeepGEMM's default gran_k 128
     sfp = compat.transform_sf_into_required_layout(torch.ones(4, 2), 4, 256, (1, 128), is_sfa=True)
     assert sfp.dtype == torch.int32
-    with pytest.raises(ValueError, match="powers of two"):
-        compat.transform_sf_into_required_layout(torch.full((4, 2), 3.0), 4, 256, (1, 1, 128), disable_ue8m0_cast=True)
+    with pytest.raises(ValueError, match="powers of two"):  # UE8M0 words cannot hold 3.0
+        compat.transform_sf_into_required_layout(torch.full((4, 2), 3.0), 4, 256, (1, 1, 128))
+    # disable_ue8m0_cast=True keeps FP32 (DeepGEMM's SM90 form): float32, MN-major, the exact kernel's layout
+    exact = compat.transform_sf_into_required_layout(
+        torch.full((4, 2), 3.0), 4, 256, (1, 1, 128), disable_ue8m0_cast=True
+    )
+    assert exact.dtype == torch.float32 and exact.shape == (4, 2) and exact.stride() == (1, 4)
+    assert bool((exact == 3.0).all())
     with pytest.raises(NotImplementedError, match="psum_layout"):
         compat.transform_sf_into_required_layout(torch.ones(4, 2), 4, 256, (1, 128), psum_layout=torch.zeros(1))
     assert compat.get_tma_aligned_size(5, 4) == 8 and compat.get_tma_aligned_size(17, 1) == 32

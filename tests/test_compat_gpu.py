@@ -47,10 +47,13 @@ def test_fp8_gemm_nt_as_vllm_calls_it(deep_gemm):
         deep_gemm.fp8_gemm_nt((xq, xs), (wq, ws), d, None, **kw)
         torch.cuda.synchronize()
         assert deep_gemm.calc_diff(d, ref) < 1e-5, kw
-    bad = xs * 1.5  # not powers of two: never reinterpreted, with or without the cast
+    odd = xs * 1.5  # not powers of two: never rounded; the exact FP32-scale kernel, with or without the flag
+    ref_odd = _dequant(xq, odd, 1, 128) @ _dequant(wq, ws, 128, 128).T
     for flag in (True, False):
-        with pytest.raises(ValueError, match="powers of two"):
-            deep_gemm.fp8_gemm_nt((xq, bad), (wq, ws), d, disable_ue8m0_cast=flag)
+        d = poison_like(torch.empty(m, n, device="cuda", dtype=torch.bfloat16))
+        deep_gemm.fp8_gemm_nt((xq, odd), (wq, ws), d, disable_ue8m0_cast=flag)
+        torch.cuda.synchronize()
+        assert deep_gemm.calc_diff(d, ref_odd) < 1e-5, flag
 
 
 def test_bf16_names(deep_gemm):

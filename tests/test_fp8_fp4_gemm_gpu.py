@@ -221,13 +221,20 @@ def test_m_grouped_masked_and_graph_replay(sm120_or_emulation, kind):
     assert torch.equal(d2, d), "graph replay differs from the eager call"
 
 
-def test_fp32_scales_that_are_not_powers_of_two_are_rejected(sm120_or_emulation):
+def test_fp32_scales_that_are_not_powers_of_two(sm120_or_emulation):
+    """They are never rounded: with float32 scales on both sides the exact FP32-scale kernel takes them
+    (tests/test_fp32_scales_gpu.py has the rest); next to packed UE8M0 scales they are a ValueError."""
+    from workloads.block_scaled import dequant_fp8
+
     import deep_gemm_sm120 as dg
 
     (a, sfa), (b, sfb), _ = fp8_operands(64, 128, 256, _gen(41))
-    d = torch.empty(64, 128, device="cuda", dtype=torch.bfloat16)
+    d = poison_like(torch.empty(64, 128, device="cuda", dtype=torch.bfloat16))
+    dg.fp8_gemm_nt((a, sfa * 1.5), (b, sfb), d)
+    _check(d, dequant_fp8(a, sfa * 1.5, 1, 128) @ dequant_fp8(b, sfb, 128, 128).T, 1e-3, "exact kernel")
+    packed = dg.transform_sf_into_required_layout(sfb, 128, 256, (1, 128, 128))
     with pytest.raises(ValueError, match="powers of two"):
-        dg.fp8_gemm_nt((a, sfa * 1.5), (b, sfb), d)
+        dg.fp8_gemm_nt((a, sfa * 1.5), (b, packed), d, recipe=(1, 128, 128))
 
 
 def test_unpacked_scales_during_capture_raise_a_typed_error(sm120_or_emulation):

@@ -9,6 +9,10 @@
 //   kMxE4M3E2M1 / kMxE2M1E4M3: one operand e4m3, the other packed e2m1; UE8M0 per 32 or 128 K on either
 //           side. kind::mxf8f6f4 1X m16n8k32 (QMMA.SF), which takes e2m1 one code per byte: the packed
 //           operand is widened in registers (see "Mixed operands" below).
+//   kFp8Fp32: A, B e4m3 with FP32 scales per row of A and per column of B for each 128 K (any value, not
+//           only powers of two: DeepSeek V3 / Qwen3.5 FP8 checkpoints as shipped). Each stage (one 128-K block)
+//           runs QMMA.SF with unit scales into its own FP32 partial, which is then added to the accumulator
+//           multiplied by sfa[row] * sfb[col] ("promotion"); no scale is rounded. See "FP32 scales" below.
 //
 // Scale tensors (sfa, sfb): uint32 words, each packing the scales of 4 consecutive K blocks of one row
 // (first block in the lowest byte), stored MN-major: word (g, p, r) at g * group_stride + p * pack_stride + r.
@@ -17,6 +21,11 @@
 // mma/sm120_scale_selectors.cuh (one register serves two m16 tiles / four n8 tiles via thread-id), one
 // stage ahead of their use, straight from global memory (read-only path; the tensors are small and stay in
 // L2), so the smem ring holds only A and B.
+//
+// FP32 scales (kFp8Fp32): sfa / sfb hold floats, [K blocks][rows] MN-major (float k-block stride
+// sfa_pack_stride, group stride sfa_group_stride; likewise for B per column), so a lane's rows are one base
+// pointer plus compile-time offsets. Each lane loads the scales of the accumulator rows (g, g + 8 of each m16
+// tile) and columns (2q, 2q + 1 of each n8 tile) it holds, one stage ahead, as the UE8M0 words are.
 //
 // Pipeline, scheduling, split-K and M-grouping are the BF16 family's (impls/sm120_bf16_gemm.cuh): a TMA
 // producer warpgroup fills kStages 128-byte-per-row stages (128 fp8 or 256 fp4 elements of K), math warps
@@ -54,8 +63,10 @@ SM120_HOST_DEVICE constexpr bool is_mixed(ScaleKind k) {
 // How one operand's scales line up with a stage and its four MMA steps.
 template <ScaleKind kKind, uint32_t kGranK>
 struct StageScales {
-    static constexpr bool kOneByte = kKind == ScaleKind::kMxFp8 || is_mixed(kKind);  // 1X MMAs over 32 K
+    // 1X MMAs over 32 K (e4m3 or one e2m1 code per byte)
+    static constexpr bool kOneByte = kKind == ScaleKind::kMxFp8 || kKind == ScaleKind::kFp8Fp32 || is_mixed(kKind);
     static_assert(!kOneByte || kGranK == 32 || kGranK == 128, "FP8 / mixed scales cover 32 or 128 K");
+    static_assert(kKind != ScaleKind::kFp8Fp32 || kGranK == 128, "FP32 scales cover 128 K (one stage)");
     static_assert(kKind != ScaleKind::kMxFp4 || kGranK == 32, "MXFP4 scales cover 32 K");
     static_assert(kKind != ScaleKind::kNvFp4 || kGranK == 16, "NVFP4 scales cover 16 K");
     static constexpr uint32_t kElemsPerStage = kOneByte ? 128 : 256;
@@ -126,6 +137,60 @@ SM120_DEVICE void scale_sources(const TileInfo& tile, uint32_t g, uint32_t m, ui
         b_ok[w] = j < Cfg::kNI && col < n;
         cols[w] = sfb + (kType == GemmType::kNormal ? 0 : static_cast<size_t>(g) * sfb_group_stride) + col;
     }
+}
+
+// A math lane's FP32 scales (kFp8Fp32) for one tile: the rows g, g + 8 of each of its kMI m16 tiles and the
+// columns 2q, 2q + 1 of each of its kNI n8 tiles, as floats at K block kb. Rows and columns outside the tile
+// read as 0 (their accumulators are never stored; 0 keeps them finite).
+template <typename Cfg, GemmType kType>
+struct Fp32TileScales {
+    static constexpr uint32_t kMI = Cfg::kMI, kNI = Cfg::kNI;
+    const float* a_base;  // row g of the lane's first m16 tile, K block 0
+    const float* b_base;  // column 2q of its first n8 tile, K block 0
+    uint32_t a_local, b_col, m_valid, n, a_stride, b_stride;
+
+    SM120_DEVICE Fp32TileScales(const TileInfo& tile, uint32_t g, uint32_t m, uint32_t n_, uint32_t wm, uint32_t wn,
+                                uint32_t lane, const uint32_t* sfa, const uint32_t* sfb, uint32_t sfa_pack_stride,
+                                uint32_t sfa_group_stride, uint32_t sfb_pack_stride, uint32_t sfb_group_stride)
+        : a_local(wm * Cfg::kWarpM + lane / 4), b_col(tile.n_col + wn * Cfg::kWarpN + 2 * (lane % 4)),
+          m_valid(tile.m_valid), n(n_), a_stride(sfa_pack_stride), b_stride(sfb_pack_stride) {
+        const uint32_t a_row0 = kType == GemmType::kMGroupedMasked ? tile.a_row - g * m : tile.a_row;
+        const bool a_grouped = kType == GemmType::kMGroupedMasked || kType == GemmType::kBatched;
+        a_base = reinterpret_cast<const float*>(sfa) + (a_grouped ? static_cast<size_t>(g) * sfa_group_stride : 0) +
+                 a_row0 + a_local;
+        b_base = reinterpret_cast<const float*>(sfb) +
+                 (kType == GemmType::kNormal ? 0 : static_cast<size_t>(g) * sfb_group_stride) + b_col;
+    }
+
+    SM120_DEVICE void load(uint32_t kb, float (&fa)[kMI][2], float (&fb)[kNI][2]) const {
+        const float* a = a_base + static_cast<size_t>(kb) * a_stride;
+        const float* b = b_base + static_cast<size_t>(kb) * b_stride;
+#pragma unroll
+        for (uint32_t i = 0; i < kMI; ++i)
+#pragma unroll
+            for (uint32_t h = 0; h < 2; ++h)
+                fa[i][h] = a_local + i * 16 + 8 * h < m_valid ? __ldg(a + i * 16 + 8 * h) : 0.0f;
+#pragma unroll
+        for (uint32_t j = 0; j < kNI; ++j)
+#pragma unroll
+            for (uint32_t e = 0; e < 2; ++e) fb[j][e] = b_col + j * 8 + e < n ? __ldg(b + j * 8 + e) : 0.0f;
+    }
+};
+
+// acc += part * sfa[row] * sfb[col] for each accumulator element a lane holds (m16n8 layout: element e of tile
+// (i, j) is row g + 8 * (e / 2), column 2q + e % 2), then part = 0 for the next K block.
+template <uint32_t kMI, uint32_t kNI>
+SM120_DEVICE void promote(float (&acc)[kMI][kNI][4], float (&part)[kMI][kNI][4], const float (&fa)[kMI][2],
+                          const float (&fb)[kNI][2]) {
+#pragma unroll
+    for (uint32_t i = 0; i < kMI; ++i)
+#pragma unroll
+        for (uint32_t j = 0; j < kNI; ++j)
+#pragma unroll
+            for (uint32_t e = 0; e < 4; ++e) {
+                acc[i][j][e] = fmaf(part[i][j][e], fa[i][e / 2] * fb[j][e % 2], acc[i][j][e]);
+                part[i][j][e] = 0.0f;
+            }
 }
 
 // A math lane's fragment reads of one MMA step (32 bytes of K) from a stage. 128-byte rows: ldmatrix as for bf16.
@@ -234,10 +299,12 @@ sm120_fp8_fp4_gemm_1d1d_kernel(const __grid_constant__ CUtensorMap tmap_a, const
     using SA = StageScales<kKind, kGranKA>;
     using SB = StageScales<kKind, kGranKB>;
     constexpr uint32_t kMI = Cfg::kMI, kNI = Cfg::kNI;
+    constexpr bool kFp32 = kKind == ScaleKind::kFp8Fp32;
     constexpr uint32_t kWA = (kMI + 1) / 2;  // scale words per lane: one per pair of m16 tiles ...
     constexpr uint32_t kWB = (kNI + 3) / 4;  // ... and one per four n8 tiles
     constexpr uint32_t kElemsPerStage = SA::kElemsPerStage;
-    using Mainloop = GemmMainloop<Cfg, 4>;  // 32 bytes of K per MMA step
+    constexpr uint32_t kSteps = 4;  // MMA steps per stage: 32 bytes of K each
+    using Mainloop = GemmMainloop<Cfg, kSteps>;
     using Scheduler = GemmTileScheduler<BLOCK_M, BLOCK_N, kElemsPerStage, kGroupN, kType>;
 
     extern __shared__ __align__(1024) uint8_t smem[];
@@ -281,35 +348,59 @@ sm120_fp8_fp4_gemm_1d1d_kernel(const __grid_constant__ CUtensorMap tmap_a, const
         };
         while (sched.next(tile)) {
             const uint32_t g = tile.group < 0 ? 0u : static_cast<uint32_t>(tile.group);
-            const uint32_t* sfa_rows[kWA];
-            const uint32_t* sfb_cols[kWB];
-            bool a_ok[kWA], b_ok[kWB];
-            scale_sources<Cfg, kType>(tile, g, m, n, wm, wn, lane, sfa, sfb, sfa_group_stride, sfb_group_stride,
-                                      sfa_rows, a_ok, sfb_cols, b_ok);
-            uint32_t sa[SA::kWords][kWA], sb[SB::kWords][kWB];            // this K block's
-            uint32_t sa_next[SA::kWords][kWA], sb_next[SB::kWords][kWB];  // the next one's, in flight
-            auto load_scales = [&](uint32_t kb, uint32_t (&wa)[SA::kWords][kWA], uint32_t (&wb)[SB::kWords][kWB]) {
-                load_scale_words<SA>(kb, wa, sfa_rows, a_ok, words_a, sfa_pack_stride);
-                load_scale_words<SB>(kb, wb, sfb_cols, b_ok, words_b, sfb_pack_stride);
-            };
-            auto scales = stage_data([&](uint32_t kb) { load_scales(kb, sa, sb); },
-                                     [&](uint32_t kb) { load_scales(kb, sa_next, sb_next); },
-                                     [&] { assign(sa, sa_next), assign(sb, sb_next); });
             float acc[kMI][kNI][4];
             fill(acc, 0.0f);
-            auto mma_step = [&](auto step, auto buf) {
-                constexpr uint32_t kk = decltype(step)::value;
-                static_for<0, kMI>([&](auto i_c) {
-                    constexpr uint32_t i = decltype(i_c)::value;
-                    static_for<0, kNI>([&](auto j_c) {
-                        constexpr uint32_t j = decltype(j_c)::value;
-                        mma_block_scaled<kKind, SA::byte_of_step(kk), i % 2, SB::byte_of_step(kk), j % 4>(
-                            acc[i][j], af[buf][i], bfr[buf][j], sa[SA::word_of_step(kk)][i / 2],
-                            sb[SB::word_of_step(kk)][j / 4]);
+            if constexpr (kFp32) {
+                const Fp32TileScales<Cfg, kType> src(tile, g, m, n, wm, wn, lane, sfa, sfb, sfa_pack_stride,
+                                                     sfa_group_stride, sfb_pack_stride, sfb_group_stride);
+                float fa[kMI][2], fb[kNI][2];            // this K block's
+                float fa_next[kMI][2], fb_next[kNI][2];  // the next one's, in flight
+                float part[kMI][kNI][4];                 // this K block's unscaled products
+                fill(part, 0.0f);
+                auto scales = stage_data([&](uint32_t kb) { src.load(kb, fa, fb); },
+                                         [&](uint32_t kb) { src.load(kb, fa_next, fb_next); },
+                                         [&] { assign(fa, fa_next), assign(fb, fb_next); });
+                auto mma_step = [&](auto step, auto buf) {
+                    static_for<0, kMI>([&](auto i_c) {
+                        constexpr uint32_t i = decltype(i_c)::value;
+                        static_for<0, kNI>([&](auto j_c) {
+                            constexpr uint32_t j = decltype(j_c)::value;
+                            mma_block_scaled<kKind, 0, 0, 0, 0>(part[i][j], af[buf][i], bfr[buf][j], kUnitScaleWord,
+                                                                kUnitScaleWord);
+                        });
                     });
-                });
-            };
-            ml.consume(st, tile, lane, scales, load_step, mma_step);
+                    if constexpr (decltype(step)::value + 1 == kSteps) promote(acc, part, fa, fb);
+                };
+                ml.consume(st, tile, lane, scales, load_step, mma_step);
+            } else {
+                const uint32_t* sfa_rows[kWA];
+                const uint32_t* sfb_cols[kWB];
+                bool a_ok[kWA], b_ok[kWB];
+                scale_sources<Cfg, kType>(tile, g, m, n, wm, wn, lane, sfa, sfb, sfa_group_stride, sfb_group_stride,
+                                          sfa_rows, a_ok, sfb_cols, b_ok);
+                uint32_t sa[SA::kWords][kWA], sb[SB::kWords][kWB];            // this K block's
+                uint32_t sa_next[SA::kWords][kWA], sb_next[SB::kWords][kWB];  // the next one's, in flight
+                auto load_scales = [&](uint32_t kb, uint32_t (&wa)[SA::kWords][kWA], uint32_t (&wb)[SB::kWords][kWB]) {
+                    load_scale_words<SA>(kb, wa, sfa_rows, a_ok, words_a, sfa_pack_stride);
+                    load_scale_words<SB>(kb, wb, sfb_cols, b_ok, words_b, sfb_pack_stride);
+                };
+                auto scales = stage_data([&](uint32_t kb) { load_scales(kb, sa, sb); },
+                                         [&](uint32_t kb) { load_scales(kb, sa_next, sb_next); },
+                                         [&] { assign(sa, sa_next), assign(sb, sb_next); });
+                auto mma_step = [&](auto step, auto buf) {
+                    constexpr uint32_t kk = decltype(step)::value;
+                    static_for<0, kMI>([&](auto i_c) {
+                        constexpr uint32_t i = decltype(i_c)::value;
+                        static_for<0, kNI>([&](auto j_c) {
+                            constexpr uint32_t j = decltype(j_c)::value;
+                            mma_block_scaled<kKind, SA::byte_of_step(kk), i % 2, SB::byte_of_step(kk), j % 4>(
+                                acc[i][j], af[buf][i], bfr[buf][j], sa[SA::word_of_step(kk)][i / 2],
+                                sb[SB::word_of_step(kk)][j / 4]);
+                        });
+                    });
+                };
+                ml.consume(st, tile, lane, scales, load_step, mma_step);
+            }
 
             const size_t slice = kType == GemmType::kBatched ? static_cast<size_t>(g) : tile.split;
             const OutT* const c_slice = kType == GemmType::kBatched && kWithC ? c + slice * split_stride : c;

@@ -109,12 +109,16 @@ SM120_HOST_DEVICE uint32_t e2m1x4_to_containers(uint32_t codes) {
     return t << 2;
 }
 
+// UE8M0 2^0 in all four bytes: the scale word of an MMA whose block scales are applied outside it (kFp8Fp32).
+constexpr uint32_t kUnitScaleWord = 0x7F7F7F7Fu;
+
 // The atom for a ScaleKind, so kernels can be written once for all of them.
 template <ScaleKind kKind, uint32_t kByteA, uint32_t kTidA, uint32_t kByteB, uint32_t kTidB>
 SM120_DEVICE void mma_block_scaled(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], uint32_t sfa,
                                    uint32_t sfb) {
     using T = F8F6F4Type;
-    if constexpr (kKind == ScaleKind::kMxFp8) mma_mxf8_e4m3_16832<kByteA, kTidA, kByteB, kTidB>(d, a, b, sfa, sfb);
+    if constexpr (kKind == ScaleKind::kMxFp8 || kKind == ScaleKind::kFp8Fp32)  // kFp8Fp32: the caller's unit scales
+        mma_mxf8_e4m3_16832<kByteA, kTidA, kByteB, kTidB>(d, a, b, sfa, sfb);
     else if constexpr (kKind == ScaleKind::kMxFp4) mma_mxf4_16864<kByteA, kTidA, kByteB, kTidB>(d, a, b, sfa, sfb);
     else if constexpr (kKind == ScaleKind::kNvFp4) mma_nvf4_16864<kByteA, kTidA, kByteB, kTidB>(d, a, b, sfa, sfb);
     else if constexpr (kKind == ScaleKind::kMxE4M3E2M1)

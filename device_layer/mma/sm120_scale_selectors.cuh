@@ -35,6 +35,7 @@ enum class ScaleKind : uint32_t {
     kNvFp4 = 2,       // e2m1 x e2m1, kind::mxf4nvf4 scale_vec::4X, UE4M3, one scale per 16 K (m16n8k64)
     kMxE4M3E2M1 = 3,  // e4m3 x e2m1 (one code per byte), kind::mxf8f6f4 scale_vec::1X, UE8M0 per 32 K (m16n8k32)
     kMxE2M1E4M3 = 4,  // e2m1 x e4m3, likewise
+    kFp8Fp32 = 5,     // e4m3 x e4m3 with FP32 scales per 128 K: unit-scale 1X MMAs, promoted in FP32 per K block
 };
 
 // The lane that supplies row `r` of A / column `c` of B for the given thread-id selector.

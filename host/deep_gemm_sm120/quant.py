@@ -48,11 +48,16 @@ def is_ue8m0(x: torch.Tensor) -> torch.Tensor:
     return (bits & 0x007FFFFF == 0) & (x > 0) & torch.isfinite(x) & (bits >> 23 != 0)
 
 
+class NotPowerOfTwo(ValueError):
+    """FP32 scales that UE8M0 cannot hold. The block-scaled GEMMs catch it to take the exact FP32-scale path
+    (e4m3 operands with float32 scales on both sides); elsewhere it is the ValueError it derives from."""
+
+
 def require_ue8m0(name: str, sf: torch.Tensor) -> None:
     """Reject FP32 scales that are not powers of two (they would be silently reinterpreted otherwise)."""
     _require_float(name, sf)
     if not bool(is_ue8m0(sf).all()):
-        raise ValueError(
+        raise NotPowerOfTwo(
             f"{name} holds FP32 scales that are not powers of two; SM120 block-scaled MMAs take "
             f"UE8M0 scales: convert them explicitly with ceil_to_ue8m0 (rounds up, lossy) first"
         )

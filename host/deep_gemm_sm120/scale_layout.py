@@ -12,6 +12,12 @@ Accepted inputs:
   torch.float8_e8m0fnu  UE8M0 bytes as they are.
   torch.float8_e4m3fn   UE4M3 (NVFP4 only); must be non-negative and finite.
   int32                 already packed (the output of transform_sf_into_required_layout); checked, not copied.
+
+Exact FP32 scales (the "fp8_fp32" kernel: e4m3 operands, any FP32 scale per 128 K, applied in FP32 after each
+K block's MMAs): float32 [..., MN, ceil(K / 128)] stored MN-major (stride 1 along MN, the K-block stride a
+multiple of 4 floats: DeepGEMM's "MN-major TMA-aligned" layout), one scale per row; fp32_mn_major makes it
+from any per-row or 128-row-block float32 scales, transform_sf_into_required_layout(..., disable_ue8m0_cast=
+True) likewise. Nothing about the values is checked or rounded.
 """
 
 from __future__ import annotations
@@ -110,6 +116,33 @@ def check_packed(name: str, sf: torch.Tensor, shape: tuple[int, ...]) -> tuple[i
     return pack_stride, group_stride
 
 
+def fp32_direct(sf: torch.Tensor, shape: tuple[int, ...]) -> tuple[int, int] | None:
+    """(K-block stride, group stride) in floats when float32 scales of `shape` ([G,] MN, K blocks; one per row)
+    are already in the exact kernel's layout (MN-major, 4-byte aligned, blocks and groups not overlapping);
+    None when they must be converted (fp32_mn_major) first. Reads no values."""
+    if sf.dtype != torch.float32 or tuple(sf.shape) != shape:
+        return None
+    mn, blocks = shape[-2:]
+    if mn > 1 and sf.stride(-2) != 1:
+        return None
+    block_stride = sf.stride(-1) if blocks > 1 else max(mn, 1)
+    if block_stride < mn or sf.data_ptr() % 4:
+        return None
+    group_stride = sf.stride(0) if len(shape) == 3 else 0
+    if len(shape) == 3 and shape[0] > 1 and group_stride < block_stride * max(blocks - 1, 0) + mn:
+        return None
+    return block_stride, group_stride
+
+
+def fp32_mn_major(sf: torch.Tensor, mn: int, gran_mn: int) -> torch.Tensor:
+    """float32 scales [..., ceil(MN / gran_mn), K blocks] -> one per row, MN-major, K-block stride padded to 4
+    floats (the exact kernel's layout). A copy on the scales' device; no value is read or changed."""
+    x = sf.float()
+    if gran_mn > 1:
+        x = x.repeat_interleave(gran_mn, dim=-2)[..., :mn, :]
+    return mn_major(x)
+
+
 def check_unpacked(
     sf: torch.Tensor,
     mn: int,
@@ -187,6 +220,8 @@ __all__ = [
     "pack_scale_bytes",
     "check_packed",
     "check_unpacked",
+    "fp32_direct",
+    "fp32_mn_major",
 ]
 
 
@@ -201,8 +236,10 @@ def transform_sf_into_required_layout(
     psum_layout=None,
 ) -> torch.Tensor:
     """DeepGEMM's name and signature for pack_sf: `recipe` as (gran_m, gran_n, gran_k) or (gran_mn, gran_k);
-    `is_sfa=None` means False; `disable_ue8m0_cast` as for the GEMMs (either way the scales must be powers of
-    two); `psum_layout` other than None: NotImplementedError (SM120 scale layouts are per row)."""
+    `is_sfa=None` means False; `psum_layout` other than None: NotImplementedError (SM120 scale layouts are per
+    row). float32 scales with `disable_ue8m0_cast=True` stay FP32 (any value): the exact kernel's float32
+    MN-major per-row layout (fp32_mn_major, DeepGEMM's SM90 form), which the FP8 GEMMs use as it is; otherwise
+    they must be powers of two and become packed UE8M0 words."""
     from . import keywords
 
     name = "transform_sf_into_required_layout"
@@ -212,4 +249,9 @@ def transform_sf_into_required_layout(
     if not isinstance(recipe, (tuple, list)) or len(recipe) not in (2, 3):
         raise ValueError(f"{name}: recipe is (gran_m, gran_n, gran_k) or (gran_mn, gran_k), got {recipe!r}")
     full = tuple(recipe) if len(recipe) == 3 else (recipe[0], recipe[0], recipe[1])
+    if disable_ue8m0_cast and isinstance(sf, torch.Tensor) and sf.dtype == torch.float32:
+        gran_mn, gran_k = check_unpacked(sf, mn, k, full, num_groups, bool(is_sfa))
+        if gran_k != 128:
+            raise NotImplementedError(f"{name}: exact FP32 scales cover 128 K elements, the recipe asks for {gran_k}")
+        return fp32_mn_major(sf, mn, gran_mn)
     return pack_sf(sf, mn, k, full, num_groups, bool(is_sfa))

@@ -46,6 +46,18 @@ def fp8_operands(m: int, n: int, k: int, gen: torch.Generator, gran_k: int = 128
     return (a, sfa), (b, sfb), ref
 
 
+def fp8_operands_fp32(m: int, n: int, k: int, gen: torch.Generator, b_blocks: bool = True):
+    """As fp8_operands with DeepSeek's recipe, but with the FP32 scales a checkpoint ships (amax / 448 per 1x128
+    and 128x128 block: not powers of two), adversarial magnitudes as there."""
+    bk_rows = 128 if b_blocks else 1
+    xa = adversarial(m, k, 128, gen)
+    xb = adversarial(n, k, 128, gen, block_rows=bk_rows)
+    a, sfa = quant._cast_fp8(xa, 1, 128, False)
+    b, sfb = quant._cast_fp8(xb, bk_rows, 128, False)
+    ref = dequant_fp8(a, sfa, 1, 128) @ dequant_fp8(b, sfb, bk_rows, 128).T
+    return (a, sfa), (b, sfb), ref
+
+
 def fp4_operands(m: int, n: int, k: int, gen: torch.Generator, kind: str):
     """((a, sfa), (b, sfb), alpha, fp64 reference) with per_token_cast_to_fp4 on both sides."""
     block = 32 if kind == "mxfp4" else 16

@@ -39,7 +39,8 @@ from ...core.rules import dtype_name
 from ...core.tma import DTYPE, tma_2d_pair
 from ...device import num_sms_for
 from ...launch import KEY_ERRORS, CallCache, launch, recipe_key, tensor_key
-from ...scale_layout import check_packed, check_unpacked, pack_sf, sf_format, sf_words
+from ...quant import NotPowerOfTwo
+from ...scale_layout import check_packed, check_unpacked, fp32_direct, fp32_mn_major, pack_sf, sf_format, sf_words
 from ...services.split_k_reduce.launch import SplitK
 from ...utils.layout import get_mk_alignment_for_contiguous_layout
 from .kernel import MIXED_KINDS, PARAMS, SCALE_KINDS, spec_for
@@ -67,14 +68,15 @@ def _is_fp4(t: torch.Tensor) -> bool:
     return t.dtype in _FP4_DTYPES
 
 
-def _kind(a: torch.Tensor, b: torch.Tensor, sfa: torch.Tensor, sfb: torch.Tensor, recipe) -> str:
+def _kind(a: torch.Tensor, b: torch.Tensor, sfa: torch.Tensor, sfb: torch.Tensor, recipe, exact: bool = False) -> str:
     """mxfp8 / mxfp4 / nvfp4 / e4m3_e2m1 / e2m1_e4m3 from operand and scale dtypes (and the recipe for packed
-    FP4 scales)."""
+    FP4 scales); fp8_fp32 (FP32 scales applied exactly) for e4m3 operands whose scales are both float32 when
+    `exact` (disable_ue8m0_cast=True, or FP32 scales found not to be powers of two)."""
     operand_kind(dtype_name(a.dtype), dtype_name(b.dtype))  # the family rule: TypeError outside FP8 / FP4
     _check_recipe(recipe)
     fp8 = torch.float8_e4m3fn
     if a.dtype == fp8 and b.dtype == fp8:
-        return "mxfp8"
+        return "fp8_fp32" if exact and _fp32_pair(sfa, sfb) else "mxfp8"
     if a.dtype == fp8 and _is_fp4(b) or _is_fp4(a) and b.dtype == fp8:
         fp4_sf = sfb if a.dtype == fp8 else sfa
         if sf_format(fp4_sf) == "ue4m3":
@@ -157,10 +159,34 @@ def _unpacked_recipe(name: str, sf: torch.Tensor, mn: int, gran_k: int, groups: 
     return (gran_mn, gran_mn, gran_k)
 
 
-def _check_sf(name: str, sf: torch.Tensor, mn: int, k: int, gran_k: int, groups: int | None, is_sfa: bool):
+def _fp32_pair(sfa, sfb) -> bool:
+    return sfa.dtype == torch.float32 and sfb.dtype == torch.float32
+
+
+def _exact_capable(a, b, sfa, sfb) -> bool:
+    """Whether a call whose FP32 scales are not powers of two can take the exact FP32-scale kernel."""
+    fp8 = torch.float8_e4m3fn
+    return a.dtype == fp8 and b.dtype == fp8 and _fp32_pair(sfa, sfb)
+
+
+def _inexact(e: NotPowerOfTwo) -> ValueError:
+    """The ValueError for FP32 scales UE8M0 cannot hold on a call the exact kernel cannot take."""
+    return ValueError(
+        f"{e}; or take the exact FP32-scale kernel: e4m3 a and b with float32 scales on both sides (one per 128 K)"
+    )
+
+
+def _check_sf(
+    name: str, sf: torch.Tensor, mn: int, k: int, gran_k: int, groups: int | None, is_sfa: bool, exact: bool = False
+):
     """_prepare_sf's checks that the signature decides. Returns (word stride, group stride) for packed int32
-    scales (used as given), None for unpacked ones (packed, and their values checked, on every call)."""
+    scales (used as given), None for unpacked ones (packed, and their values checked, on every call). Exact
+    FP32 scales (`exact`): (float block stride, group stride) when already in the kernel's layout, else None
+    (converted on every call, no value read)."""
     lead = () if groups is None else (groups,)
+    if exact:
+        check_unpacked(sf, mn, k, _unpacked_recipe(name, sf, mn, gran_k, groups, is_sfa), groups, is_sfa)
+        return fp32_direct(sf, (*lead, mn, ceil_div(k, gran_k)))
     if sf.dtype == torch.int32:
         return check_packed(name, sf, (*lead, mn, sf_words(k, gran_k)))
     check_unpacked(sf, mn, k, _unpacked_recipe(name, sf, mn, gran_k, groups, is_sfa), groups, is_sfa)
@@ -168,10 +194,20 @@ def _check_sf(name: str, sf: torch.Tensor, mn: int, k: int, gran_k: int, groups:
 
 
 def _prepare_sf(
-    name: str, sf: torch.Tensor, mn: int, k: int, gran_k: int, groups: int | None, is_sfa: bool
+    name: str, sf: torch.Tensor, mn: int, k: int, gran_k: int, groups: int | None, is_sfa: bool, exact: bool = False
 ) -> tuple[torch.Tensor, int, int]:
-    """(packed int32 scales, word stride, group stride) for one operand."""
+    """(packed int32 scales, word stride, group stride) for one operand; exact FP32 scales: (float32 scales in
+    the kernel's layout, block stride, group stride)."""
     lead = () if groups is None else (groups,)
+    if exact:
+        direct = _check_sf(name, sf, mn, k, gran_k, groups, is_sfa, True)
+        if direct is not None:
+            return sf, *direct
+        gran_mn = _unpacked_recipe(name, sf, mn, gran_k, groups, is_sfa)[0]
+        conv = fp32_mn_major(sf, mn, gran_mn)
+        direct = fp32_direct(conv, (*lead, mn, ceil_div(k, gran_k)))
+        assert direct is not None  # fp32_mn_major writes the layout fp32_direct accepts
+        return conv, *direct
     if sf.dtype == torch.int32:
         ps, gs = check_packed(name, sf, (*lead, mn, sf_words(k, gran_k)))
         return sf, ps, gs
@@ -248,15 +284,16 @@ class _Dense:
     row_bytes: tuple = (0, 0)
     ka: int = 0  # K bytes per row of each operand
     kb: int = 0
+    exact: bool = False  # the fp8_fp32 kernel: scales are float32 in its layout (converted per call if not)
 
 
 _DENSE = CallCache()
 
 
-def _prepare_dense(a, sfa, b, sfb, d, c, recipe) -> _Dense:
+def _prepare_dense(a, sfa, b, sfb, d, c, recipe, exact: bool = False) -> _Dense:
     """Every check of a dense call (each raises the typed error naming what was expected), then its plan."""
     sf_format(sfa), sf_format(sfb)  # TypeError for scale dtypes outside the contract, before any device work
-    kind = _kind(a, b, sfa, sfb, recipe)
+    kind = _kind(a, b, sfa, sfb, recipe, exact)
     if a.dim() != 2 or b.dim() != 2:
         raise ValueError(f"a must be [M, K] and b [N, K], got {tuple(a.shape)} and {tuple(b.shape)}")
     m, n = a.shape[0], b.shape[0]
@@ -287,7 +324,7 @@ def _prepare_dense(a, sfa, b, sfb, d, c, recipe) -> _Dense:
         return _Dense(target, index, m, n, k, grans, lda_bytes, ldb_bytes, ldd, ldc, -1, -1)
     strides = []
     for name, sf, mn, g, is_sfa in (("sfa", sfa, m, grans[0], True), ("sfb", sfb, n, grans[1], False)):
-        packed = _check_sf(name, sf, mn, k, g, None, is_sfa)
+        packed = _check_sf(name, sf, mn, k, g, None, is_sfa, kind == "fp8_fp32")
         strides.append(-1 if packed is None else packed[0])
     num_sms = num_sms_for(index)
     p = dense_plan(m_bucket(m), n, k, num_sms, kind)
@@ -315,16 +352,19 @@ def _prepare_dense(a, sfa, b, sfb, d, c, recipe) -> _Dense:
         spec.row_bytes,
         a.shape[1] * a.element_size(),
         b.shape[1] * b.element_size(),
+        kind == "fp8_fp32",
     )
 
 
-def _scales(name: str, sf: torch.Tensor, stride: int, mn: int, k: int, gran: int, is_sfa: bool) -> tuple:
+def _scales(
+    name: str, sf: torch.Tensor, stride: int, mn: int, k: int, gran: int, is_sfa: bool, exact: bool = False
+) -> tuple:
     """(tensor, word stride) of an operand's packed scales: as given when packed, else packed now. The caller
     holds the tensor until the launch is enqueued: a packed copy freed before that could be handed to the next
     allocation (the other operand's scales) and overwritten ahead of the GEMM in stream order."""
     if stride >= 0:
         return sf, stride
-    packed, ps, _ = _prepare_sf(name, sf, mn, k, gran, None, is_sfa)
+    packed, ps, _ = _prepare_sf(name, sf, mn, k, gran, None, is_sfa, exact)
     return packed, ps
 
 
@@ -350,6 +390,7 @@ def fp8_fp4_gemm_nt(
     name = "fp8_fp4_gemm_nt"
     alpha = keywords.gemm(name, compiled_dims, epilogue, alpha, True, disable_ue8m0_cast)
     alpha = 1.0 if alpha is None else _alpha(alpha)
+    exact = disable_ue8m0_cast is True
     paired = type(a) is tuple and type(b) is tuple and len(a) == 2 and len(b) == 2
     if paired and recipe_a is None and recipe_b is None:  # the common spelling: what pair/recipe would return
         (a, sfa), (b, sfb) = a, b  # each part's class is in the key; _pair checks them on a miss
@@ -366,6 +407,7 @@ def fp8_fp4_gemm_nt(
             tensor_key(d),
             None if c is None else tensor_key(c),
             recipe_key(recipe),
+            exact,
         )
         call = _DENSE.get(key)
     except KEY_ERRORS:  # not tensors, storage-less ones, or a recipe no key holds: checked every time
@@ -373,7 +415,7 @@ def fp8_fp4_gemm_nt(
     if call is None or target_of(call.index) != call.target:
         a, sfa = _pair("a", (a, sfa))
         b, sfb = _pair("b", (b, sfb))
-        call = _prepare_dense(a, sfa, b, sfb, d, c, recipe)
+        call = _prepare_dense(a, sfa, b, sfb, d, c, recipe, exact)
         if key is not None:
             _DENSE.put(key, call)
     m, n, k, index = call.m, call.n, call.k, call.index
@@ -381,12 +423,21 @@ def fp8_fp4_gemm_nt(
         if m and n:  # K = 0: d = c
             write_empty_reduction(d, c)
         return
-    sfa_p, sfa_ps = (
-        (sfa, call.sfa_stride) if call.sfa_stride >= 0 else _scales("sfa", sfa, -1, m, k, call.grans[0], True)
-    )
-    sfb_p, sfb_ps = (
-        (sfb, call.sfb_stride) if call.sfb_stride >= 0 else _scales("sfb", sfb, -1, n, k, call.grans[1], False)
-    )
+    try:
+        sfa_p, sfa_ps = (
+            (sfa, call.sfa_stride)
+            if call.sfa_stride >= 0
+            else _scales("sfa", sfa, -1, m, k, call.grans[0], True, call.exact)
+        )
+        sfb_p, sfb_ps = (
+            (sfb, call.sfb_stride)
+            if call.sfb_stride >= 0
+            else _scales("sfb", sfb, -1, n, k, call.grans[1], False, call.exact)
+        )
+    except NotPowerOfTwo as e:  # FP32 scales UE8M0 cannot hold: the exact kernel, when the operands allow it
+        if call.exact or not _exact_capable(a, b, sfa, sfb):
+            raise _inexact(e) from None
+        return fp8_fp4_gemm_nt((a, sfa), (b, sfb), d, c, recipe=recipe, disable_ue8m0_cast=True, alpha=alpha)
     splits, pd = call.splits, d.data_ptr()
     pc = c.data_ptr() if c is not None else 0
     out_ptr, out_ld, c_ptr, c_ld, split_stride = pd, call.ldd, pc, call.ldc, 0
@@ -513,7 +564,7 @@ def _grouped_plan(
     """The plan of a checked M-grouped call: tile, kernel, grid, descriptor extents and packed-scale strides."""
     lead = g if masked else None
     strides = [
-        _check_sf(name, sf, mn, k, gran, groups, name == "sfa")
+        _check_sf(name, sf, mn, k, gran, groups, name == "sfa", kind == "fp8_fp32")
         for name, sf, mn, gran, groups in (("sfa", sfa, m, grans[0], lead), ("sfb", sfb, n, grans[1], g))
     ]
     cfg = grouped_config(tile_m)
@@ -551,14 +602,15 @@ def _grouped_launch(
     """Launch a planned M-grouped call with this call's addresses; unpacked scales are packed here (held in
     locals until the launch is enqueued)."""
     m, n, k, g = call.m, call.n, call.k, call.g
+    exact = call.kind == "fp8_fp32"
     if call.sfa is not None:
         sfa_p, (sfa_ps, sfa_gs) = sfa, call.sfa
     else:
-        sfa_p, sfa_ps, sfa_gs = _prepare_sf("sfa", sfa, m, k, call.grans[0], g if masked else None, True)
+        sfa_p, sfa_ps, sfa_gs = _prepare_sf("sfa", sfa, m, k, call.grans[0], g if masked else None, True, exact)
     if call.sfb is not None:
         sfb_p, (sfb_ps, sfb_gs) = sfb, call.sfb
     else:
-        sfb_p, sfb_ps, sfb_gs = _prepare_sf("sfb", sfb, n, k, call.grans[1], g, False)
+        sfb_p, sfb_ps, sfb_gs = _prepare_sf("sfb", sfb, n, k, call.grans[1], g, False, exact)
     launch(
         call.kernel,
         call.grid,
@@ -599,10 +651,12 @@ def _grouped_launch(
     )
 
 
-def _prepare_contiguous(a, sfa, b, sfb, d, grouped_layout, recipe, use_psum_layout: bool, alpha) -> _Grouped:
+def _prepare_contiguous(
+    a, sfa, b, sfb, d, grouped_layout, recipe, use_psum_layout: bool, alpha, exact: bool = False
+) -> _Grouped:
     """Every check of a contiguous call that its signature decides (each raises the typed error naming what
     was expected), in the documented order, then its plan. The layout's values are checked per call."""
-    kind = _kind(a, b, sfa, sfb, recipe)
+    kind = _kind(a, b, sfa, sfb, recipe, exact)
     require_int32("grouped_layout", grouped_layout)
     if a.dim() != 2 or b.dim() != 3:
         raise ValueError(f"a must be [M, K] and b [G, N, K], got {tuple(a.shape)} and {tuple(b.shape)}")
@@ -663,6 +717,7 @@ def m_grouped_fp8_fp4_gemm_nt_contiguous(
     check_layout=False) and unpacked scales are checked on every call."""
     name = "m_grouped_fp8_fp4_gemm_nt_contiguous"
     alpha = keywords.gemm(name, compiled_dims, epilogue, alpha, True, disable_ue8m0_cast)
+    exact = disable_ue8m0_cast is True
     use_psum_layout = keywords.flag(name, "use_psum_layout", use_psum_layout)
     zero = keywords.flag(name, "ensure_zero_padding", ensure_zero_padding)
     a, b = keywords.pair("a", a, FP4), keywords.pair("b", b, FP4)
@@ -680,20 +735,38 @@ def m_grouped_fp8_fp4_gemm_nt_contiguous(
             tensor_key(grouped_layout),
             recipe_key(recipe),
             use_psum_layout,
+            exact,
         )
         call = _M_GROUPED.get(key)
     except KEY_ERRORS:  # not tensors, storage-less ones, or a recipe no key holds: checked every time
         key, call = None, None
     if call is None or target_of(call.index) != call.target:
         sf_format(sfa), sf_format(sfb)  # TypeError for scale dtypes outside the contract, before any device work
-        call = _prepare_contiguous(a, sfa, b, sfb, d, grouped_layout, recipe, use_psum_layout, alpha)
+        call = _prepare_contiguous(a, sfa, b, sfb, d, grouped_layout, recipe, use_psum_layout, alpha, exact)
         if key is not None:
             _M_GROUPED.put(key, call)
     alpha = 1.0 if alpha is None else _alpha(alpha)
     maybe_check_contiguous_layout(check_layout, grouped_layout, call.m, call.g, use_psum_layout)
     if call.kernel is None:
         return
-    _grouped_launch(call, False, a, sfa, b, sfb, d.data_ptr(), grouped_layout.data_ptr(), use_psum_layout, alpha)
+    try:
+        _grouped_launch(call, False, a, sfa, b, sfb, d.data_ptr(), grouped_layout.data_ptr(), use_psum_layout, alpha)
+    except NotPowerOfTwo as e:  # FP32 scales UE8M0 cannot hold: the exact kernel, when the operands allow it
+        if exact or not _exact_capable(a, b, sfa, sfb):
+            raise _inexact(e) from None
+        m_grouped_fp8_fp4_gemm_nt_contiguous(
+            (a, sfa),
+            (b, sfb),
+            d,
+            grouped_layout,
+            recipe=recipe,
+            use_psum_layout=use_psum_layout,
+            ensure_zero_padding=zero,
+            disable_ue8m0_cast=True,
+            check_layout=False,  # checked above (or asked not to be)
+            alpha=alpha,
+        )
+        return
     if zero and use_psum_layout:
         keywords.zero_psum_padding(d, grouped_layout, get_mk_alignment_for_contiguous_layout())
 
@@ -718,10 +791,10 @@ def m_grouped_fp8_fp4_gemm_nn_contiguous(
     )
 
 
-def _prepare_masked(a, sfa, b, sfb, d, masked_m, expected_m, recipe, alpha) -> _Grouped:
+def _prepare_masked(a, sfa, b, sfb, d, masked_m, expected_m, recipe, alpha, exact: bool = False) -> _Grouped:
     """Every check of a masked call (each raises the typed error naming what was expected), in the documented
     order, then its plan."""
-    kind = _kind(a, b, sfa, sfb, recipe)
+    kind = _kind(a, b, sfa, sfb, recipe, exact)
     require_int32("masked_m", masked_m)
     if a.dim() != 3 or b.dim() != 3:
         raise ValueError(f"a must be [G, M, K] and b [G, N, K], got {tuple(a.shape)} and {tuple(b.shape)}")
@@ -779,6 +852,7 @@ def m_grouped_fp8_fp4_gemm_nt_masked(
     signature (expected_m with its type); unpacked scales are packed and checked on every call."""
     name = "m_grouped_fp8_fp4_gemm_nt_masked"
     alpha = keywords.gemm(name, compiled_dims, epilogue, alpha, True, disable_ue8m0_cast)
+    exact = disable_ue8m0_cast is True
     a, b = keywords.pair("a", a, FP4), keywords.pair("b", b, FP4)
     recipe = keywords.recipe(name, recipe, recipe_a, recipe_b, a[0], b[0], FP4)
     a, sfa = _pair("a", a)
@@ -795,19 +869,27 @@ def m_grouped_fp8_fp4_gemm_nt_masked(
             recipe_key(recipe),
             type(expected_m),
             expected_m,
+            exact,
         )
         call = _M_GROUPED.get(key)
     except KEY_ERRORS:  # not tensors, storage-less ones, or a recipe / expected_m no key holds: checked every time
         key, call = None, None
     if call is None or target_of(call.index) != call.target:
         sf_format(sfa), sf_format(sfb)  # TypeError for scale dtypes outside the contract, before any device work
-        call = _prepare_masked(a, sfa, b, sfb, d, masked_m, expected_m, recipe, alpha)
+        call = _prepare_masked(a, sfa, b, sfb, d, masked_m, expected_m, recipe, alpha, exact)
         if key is not None:
             _M_GROUPED.put(key, call)
     alpha = 1.0 if alpha is None else _alpha(alpha)
     if call.kernel is None:
         return
-    _grouped_launch(call, True, a, sfa, b, sfb, d.data_ptr(), masked_m.data_ptr(), False, alpha)
+    try:
+        _grouped_launch(call, True, a, sfa, b, sfb, d.data_ptr(), masked_m.data_ptr(), False, alpha)
+    except NotPowerOfTwo as e:  # FP32 scales UE8M0 cannot hold: the exact kernel, when the operands allow it
+        if exact or not _exact_capable(a, b, sfa, sfb):
+            raise _inexact(e) from None
+        m_grouped_fp8_fp4_gemm_nt_masked(
+            (a, sfa), (b, sfb), d, masked_m, expected_m, recipe=recipe, disable_ue8m0_cast=True, alpha=alpha
+        )
 
 
 _NO_K_GROUPED = "deep_gemm_sm120 has no block-scaled K-grouped GEMM (k_grouped_bf16_gemm_tn_contiguous covers BF16)"

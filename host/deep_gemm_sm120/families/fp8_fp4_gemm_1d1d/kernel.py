@@ -53,6 +53,8 @@ SCALE_KINDS = {
     # mixed: e4m3 x packed e2m1 and the reverse; the e2m1 side takes 1x32 UE8M0
     "e4m3_e2m1": ScaleKind("kMxE4M3E2M1", 128, (128, 32), (128, 64), "QMMA.SF.16832.F32.E4M3.E2M1.E8"),
     "e2m1_e4m3": ScaleKind("kMxE2M1E4M3", 128, (128, 32), (64, 128), "QMMA.SF.16832.F32.E2M1.E4M3.E8"),
+    # e4m3 with FP32 scales per 128 K (any value): unit-scale QMMA.SF per K block, promoted in FP32
+    "fp8_fp32": ScaleKind("kFp8Fp32", 128, (128,), (128, 128), "QMMA.SF.16832.F32.E4M3.E4M3.E8"),
 }
 MIXED_KINDS = ("e4m3_e2m1", "e2m1_e4m3")
 FP4_SIDE_GRAN = 32
@@ -161,7 +163,7 @@ TILE_EFFICIENCY = {128 * 128: 1.0, 128 * 64: 0.82, 64 * 64: 0.65}
 
 def kind_grans() -> list[tuple[str, int, int]]:
     """(kind, A granularity, B granularity for mixed kinds else 0) of every instantiated scale recipe."""
-    out = [(kind, g, 0) for kind in ("mxfp8", "mxfp4", "nvfp4") for g in SCALE_KINDS[kind].grans]
+    out = [(kind, g, 0) for kind in ("mxfp8", "mxfp4", "nvfp4", "fp8_fp32") for g in SCALE_KINDS[kind].grans]
     out += [("e4m3_e2m1", g, FP4_SIDE_GRAN) for g in SCALE_KINDS["mxfp8"].grans]
     out += [("e2m1_e4m3", FP4_SIDE_GRAN, g) for g in SCALE_KINDS["mxfp8"].grans]
     return out
