@@ -9,6 +9,12 @@ bookkeeping may move.
 OLD is e.g. a `git worktree` of an earlier commit's device_layer/. Compiles each family's first instantiation and
 the BF16 plans of a few decode and prefill shapes with the first nvcc found (CPU only, no GPU). Exit 1 when a
 work-instruction count differs, 0 otherwise.
+
+    python benchmarks/sass_compare.py --fp32-scales [--targets sm_120a]
+
+instead sets the exact FP32-scale kernel (fp8_fp32) beside the UE8M0 one (mxfp8, 1x128) of the same tile in this
+tree: block-scaled MMAs per K block (the main loop's static count: one stage is one 128-K block) and what the
+promotion adds (FP32 FFMA / FMUL, scale loads). Exit 1 when the MMA counts differ.
 """
 
 from __future__ import annotations
@@ -98,11 +104,38 @@ def kernels() -> list[tuple[str, object]]:
     return out
 
 
+def fp32_scales(targets: list[str], nvdisasm: str) -> int:
+    from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d.kernel import DENSE_CONFIGS, GROUPED_CONFIGS, spec_for
+
+    tree = os.path.join(ROOT, "device_layer")
+    cases = [(cfg, "normal") for cfg in DENSE_CONFIGS] + [(GROUPED_CONFIGS[0], "m_masked")]
+    worst = 0
+    for cfg, gemm_type in cases:
+        for target in targets:
+            counts = {}
+            for kind in ("mxfp8", "fp8_fp32"):
+                lines = sass(spec_for(cfg, kind, (128, 128), "bf16", False, gemm_type), target, tree, nvdisasm)
+                ops = collections.Counter(opcode(x).split(".")[0] for x in lines)
+                counts[kind] = (len(lines), ops)
+            (n_u, u), (n_e, e) = counts["mxfp8"], counts["fp8_fp32"]
+            mma = "QMMA" if "QMMA" in u else "HMMA"
+            same = u[mma] == e[mma]
+            worst = max(worst, 0 if same else 1)
+            print(
+                f"{cfg.name:18} {gemm_type:8} {target:8} {mma} per K block {u[mma]:4} (UE8M0) {e[mma]:4} (FP32 scales)"
+                f"{'' if same else ' DIFFER'}; promotion adds FFMA {e['FFMA'] - u['FFMA']:+4} FMUL "
+                f"{e['FMUL'] - u['FMUL']:+4} LDG {e['LDG'] - u['LDG']:+3}; instructions {n_u} -> {n_e}",
+                flush=True,
+            )
+    return worst
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("old")
+    ap.add_argument("old", nargs="?")
     ap.add_argument("new", nargs="?", default=os.path.join(ROOT, "device_layer"))
     ap.add_argument("--targets", default="sm_90a,sm_120a")
+    ap.add_argument("--fp32-scales", action="store_true", help="the exact FP32-scale kernel beside the UE8M0 one")
     a = ap.parse_args(argv)
     from deep_gemm_sm120.core import toolchain
 
@@ -110,6 +143,10 @@ def main(argv: list[str] | None = None) -> int:
     nvdisasm = tc.nvdisasm or toolchain.find_nvdisasm(tc.nvcc)
     if nvdisasm is None:
         ap.exit(2, "sass_compare.py: no nvdisasm (pip install nvidia-cuda-nvdisasm)\n")
+    if a.fp32_scales:
+        return fp32_scales(a.targets.split(","), nvdisasm)
+    if a.old is None:
+        ap.error("OLD_DEVICE_LAYER is required (or --fp32-scales)")
     old, new = os.path.abspath(a.old), os.path.abspath(a.new)
     worst = 0
     for name, spec in kernels():
