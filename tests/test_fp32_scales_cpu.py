@@ -181,3 +181,16 @@ def test_the_exact_flag_is_part_of_the_signature(rig):  # noqa: F811
     second, prepares = rig.record(dg.fp8_gemm_nt, ((a, sfa), (b, sfb), d), {"disable_ue8m0_cast": True}, {})
     assert prepares == 1 and rig.entries() == before + 1
     assert first[1][0].kernel != second[1][0].kernel
+
+
+def test_precompile_plans_know_the_exact_kernel():
+    from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d.plan import dense_specs, fp8_einsum_specs, grouped_specs
+
+    dense = dense_specs(64, 2112, 7168, 132, kind="fp8_fp32")
+    assert "fp8_fp32_g128" in dense[0].name
+    (masked,) = grouped_specs("m_masked")(132, expected_m=64, kind="fp8_fp32")
+    assert "fp8_fp32_g128" in masked.name and masked.name.endswith("m_masked")
+    (ein,) = fp8_einsum_specs("bhr,hdr->bhd", 132, b=4, h=8, r=512, d=128, kind="fp8_fp32")
+    assert "fp8_fp32_g128" in ein.name and ein.name.endswith("batched")
+    with pytest.raises(ValueError, match="fp8_fp32"):
+        fp8_einsum_specs("bhr,hdr->bhd", 132, kind="mxfp4")

@@ -75,7 +75,7 @@ def _recipe(kind: str, gran_k: int | None, gran_k_b: int | None) -> tuple[int, i
     if kind in ("mxfp4", "nvfp4"):
         g = SCALE_KINDS[kind].grans[0]
         return g, g
-    if kind == "mxfp8":
+    if kind in ("mxfp8", "fp8_fp32"):  # fp8_fp32: FP32 scales per 128 K (the spec refuses others)
         return g8, g8
     return (g8, FP4_SIDE_GRAN) if kind == "e4m3_e2m1" else (FP4_SIDE_GRAN, gran_k_b or 128)
 
