@@ -190,7 +190,6 @@ def test_precompile_plans_know_the_exact_kernel():
     assert "fp8_fp32_g128" in dense[0].name
     (masked,) = grouped_specs("m_masked")(132, expected_m=64, kind="fp8_fp32")
     assert "fp8_fp32_g128" in masked.name and masked.name.endswith("m_masked")
-    (ein,) = fp8_einsum_specs("bhr,hdr->bhd", 132, b=4, h=8, r=512, d=128, kind="fp8_fp32")
-    assert "fp8_fp32_g128" in ein.name and ein.name.endswith("batched")
-    with pytest.raises(ValueError, match="fp8_fp32"):
-        fp8_einsum_specs("bhr,hdr->bhd", 132, kind="mxfp4")
+    # fp8_einsum keeps UE8M0 scales in this release (its exact path waits for its H200 run)
+    (ein,) = fp8_einsum_specs("bhr,hdr->bhd", 132, b=4, h=8, r=512, d=128)
+    assert "mxfp8_g128" in ein.name
