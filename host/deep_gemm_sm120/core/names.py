@@ -83,8 +83,9 @@ def refused(name: str, why: str, status: str = NOT_PROVIDED) -> Name:
 # keyword policies several families' GEMMs share, as the compat table states them (deep_gemm_sm120/keywords.py
 # implements them)
 BLOCK_SCALED_KEYWORDS = (
-    "`recipe` / `recipe_a` / `recipe_b` honoured; `alpha=None` means 1; `disable_ue8m0_cast` either way requires "
-    "power-of-two FP32 scales (others raise `ValueError`: never reinterpreted); `compiled_dims` accepted (JIT hint, "
+    "`recipe` / `recipe_a` / `recipe_b` honoured; `alpha=None` means 1; FP32 scales are never rounded: "
+    "`disable_ue8m0_cast=True`, or FP32 scales that are not powers of two, take the exact FP32-scale kernel (e4m3 "
+    "operands, float32 scales per 128 K on both sides; otherwise `ValueError`); `compiled_dims` accepted (JIT hint, "
     "no effect on results); `epilogue`: None / `Identity()`, `Alpha(x)` (= `alpha=x`); the FP8-output and "
     "stochastic-rounding epilogues: `NotImplementedError`"
 )
