@@ -25,7 +25,8 @@ FAMILY = Family(
             does="fp8_fp4_gemm_nt (FP8, MXFP4, NVFP4, mixed)",
             keywords=BLOCK_SCALED_KEYWORDS,
             rule=rules.dense_rule,
-            operands="e4m3 a [M,K], b [N,K]; UE8M0 scales 1x128 (b: 128x128 or 1x128) or 1x32 (MXFP8); or packed "
+            operands="e4m3 a [M,K], b [N,K]; UE8M0 scales 1x128 (b: 128x128 or 1x128) or 1x32 (MXFP8), or exact "
+            "FP32 scales 1x128 (b: 128x128 or 1x128; docs/fp32_scales.md); or packed "
             "e2m1 [M,K/2], [N,K/2] with MXFP4 (UE8M0 1x32) / NVFP4 (UE4M3 1x16) scales; or mixed e4m3 x e2m1",
             output="bf16 or fp32",
             notes="`QMMA.SF` / `OMMA.SF` (block-scaled, full rate); split-K; C may alias D; K % 16 (FP8) or % 32 "
