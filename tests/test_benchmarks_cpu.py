@@ -91,7 +91,7 @@ def test_json_carries_the_run_identity(tmp_path):
     )
     assert data["date"].endswith("+00:00") and "device" in data and "emulated" in data
     rows = data["rows"]
-    assert len(rows) == 3 * 5 and all(r["roofline_us"] > 0 for r in rows)  # 3 quick shapes x 5 recipes
+    assert len(rows) == 3 * 6 and all(r["roofline_us"] > 0 for r in rows)  # 3 quick shapes x 6 recipes (fp8_fp32 too)
     assert all("emulated_us" not in r for r in rows)  # nothing was timed
 
 

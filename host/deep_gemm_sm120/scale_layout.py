@@ -60,7 +60,8 @@ def scale_bytes(sf: torch.Tensor) -> torch.Tensor:
         raise ValueError(
             "unpacked scale factors cannot be checked while a CUDA graph is captured (their values "
             "are read on the host): pack them outside the capture with transform_sf_into_required_layout "
-            "and pass the int32 result"
+            "and pass the int32 result (e4m3 GEMMs with float32 scales on both sides: disable_ue8m0_cast=True "
+            "takes them exactly and reads no value)"
         )
     if sf.dtype == torch.float32:
         return ue8m0_exponent_bytes(sf)  # raises unless every value is a power of two
