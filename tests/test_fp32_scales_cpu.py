@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_call_cache_cpu import rig  # noqa: F401  (the fixture)
+from test_call_cache_cpu import rig  # noqa: F401 - the rig fixture, used by name
 
 import deep_gemm_sm120 as dg
 from deep_gemm_sm120.core.arith import ceil_div
@@ -96,7 +96,7 @@ def test_transform_keeps_fp32_when_asked():
 
 
 @pytest.mark.parametrize("flag", [False, True])
-def test_dense_fp32_scales_reach_the_exact_kernel(rig, kept, flag):  # noqa: F811
+def test_dense_fp32_scales_reach_the_exact_kernel(rig, kept, flag):  # noqa: F811 - the imported rig fixture, by name
     m, n, k = 70, 200, 384  # N spans two 128-row weight blocks, the second partial
     a, b, d = _fp8(m, k), _fp8(n, k), torch.zeros(m, n, dtype=torch.bfloat16)
     sfa, sfb = _scales(m, 3), _scales(2, 3, seed=1)  # DeepSeek's recipe: 1x128 and 128x128, not powers of two
@@ -109,7 +109,7 @@ def test_dense_fp32_scales_reach_the_exact_kernel(rig, kept, flag):  # noqa: F81
     _check_reads(kept, p["sfb"], p["sfb_pack_stride"], 0, sfb.repeat_interleave(128, 0)[:n])
 
 
-def test_power_of_two_scales_keep_the_ue8m0_kernel_unless_told(rig, kept):  # noqa: F811
+def test_power_of_two_scales_keep_the_ue8m0_kernel_unless_told(rig, kept):  # noqa: F811 - the imported rig fixture, by name
     m, n, k = 64, 128, 256
     a, b, d = _fp8(m, k), _fp8(n, k), torch.zeros(m, n, dtype=torch.bfloat16)
     sfa, sfb = _scales(m, 2, pow2=True), _scales(1, 2, seed=1, pow2=True)
@@ -119,7 +119,7 @@ def test_power_of_two_scales_keep_the_ue8m0_kernel_unless_told(rig, kept):  # no
     assert told[0] == "ok" and "fp8_fp32_g128" in told[1][0].kernel  # no value is read on that path
 
 
-def test_mn_major_scales_are_used_in_place(rig, kept):  # noqa: F811
+def test_mn_major_scales_are_used_in_place(rig, kept):  # noqa: F811 - the imported rig fixture, by name
     """vLLM's activation scales (column-major, TMA-aligned) and pre-transformed weights: no copy."""
     m, n, k = 33, 256, 512
     a, b, d = _fp8(m, k), _fp8(n, k), torch.zeros(m, n, dtype=torch.float32)
@@ -133,7 +133,7 @@ def test_mn_major_scales_are_used_in_place(rig, kept):  # noqa: F811
     assert p["sfa_pack_stride"] == sfa.stride(1) and p["sfb_pack_stride"] == sfb.stride(1)
 
 
-def test_grouped_fp32_scales(rig, kept):  # noqa: F811
+def test_grouped_fp32_scales(rig, kept):  # noqa: F811 - the imported rig fixture, by name
     g, m, n, k = 3, 64, 128, 256
     masked_m = torch.tensor([64, 0, 17], dtype=torch.int32)
     a, b, d = _fp8(g, m, k), _fp8(g, n, k), torch.zeros(g, m, n, dtype=torch.bfloat16)
@@ -156,7 +156,7 @@ def test_grouped_fp32_scales(rig, kept):  # noqa: F811
     _check_reads(kept, p["sfa"], p["sfa_pack_stride"], 0, sfa2)
 
 
-def test_what_the_exact_path_cannot_take(rig):  # noqa: F811
+def test_what_the_exact_path_cannot_take(rig):  # noqa: F811 - the imported rig fixture, by name
     m, n, k = 64, 128, 256
     a, b, d = _fp8(m, k), _fp8(n, k), torch.zeros(m, n, dtype=torch.bfloat16)
     sfb_packed = dg.transform_sf_into_required_layout(torch.ones(1, 2), n, k, (1, 128, 128))
@@ -171,7 +171,7 @@ def test_what_the_exact_path_cannot_take(rig):  # noqa: F811
     assert out[0] == "raise" and out[1] in (ValueError, NotImplementedError) and "128" in out[2], out
 
 
-def test_the_exact_flag_is_part_of_the_signature(rig):  # noqa: F811
+def test_the_exact_flag_is_part_of_the_signature(rig):  # noqa: F811 - the imported rig fixture, by name
     """A cached UE8M0 call and the same tensors with disable_ue8m0_cast=True are two entries, two kernels."""
     m, n, k = 64, 128, 256
     a, b, d = _fp8(m, k), _fp8(n, k), torch.zeros(m, n, dtype=torch.bfloat16)

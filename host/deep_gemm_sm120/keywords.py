@@ -57,8 +57,9 @@ def flag(name: str, keyword: str, value) -> bool:
 
 
 def ue8m0_cast(name: str, disable_ue8m0_cast) -> None:
-    """Either way FP32 scales must already be powers of two: we never reinterpret them (ValueError otherwise,
-    from the scale packing), so True and False compute the same, exact result."""
+    """A bool. FP32 scales are never rounded or reinterpreted either way: True sends e4m3 GEMMs with float32
+    scales on both sides to the exact FP32-scale kernel without reading the values; False checks them and takes
+    the UE8M0 kernel for powers of two, the exact one otherwise (docs/fp32_scales.md)."""
     flag(name, "disable_ue8m0_cast", disable_ue8m0_cast)
 
 

@@ -48,19 +48,23 @@ def is_ue8m0(x: torch.Tensor) -> torch.Tensor:
     return (bits & 0x007FFFFF == 0) & (x > 0) & torch.isfinite(x) & (bits >> 23 != 0)
 
 
-class NotPowerOfTwo(ValueError):
-    """FP32 scales that UE8M0 cannot hold. The block-scaled GEMMs catch it to take the exact FP32-scale path
-    (e4m3 operands with float32 scales on both sides); elsewhere it is the ValueError it derives from."""
+def not_power_of_two(e: BaseException) -> bool:
+    """Whether `e` is require_ue8m0's ValueError: FP32 scales UE8M0 cannot hold. The block-scaled GEMMs then take
+    the exact FP32-scale kernel where the operands allow it. A plain ValueError marked by an attribute, so every
+    public function keeps raising exactly ValueError."""
+    return isinstance(e, ValueError) and getattr(e, "_dg_sm120_not_power_of_two", False)
 
 
 def require_ue8m0(name: str, sf: torch.Tensor) -> None:
     """Reject FP32 scales that are not powers of two (they would be silently reinterpreted otherwise)."""
     _require_float(name, sf)
     if not bool(is_ue8m0(sf).all()):
-        raise NotPowerOfTwo(
+        err = ValueError(
             f"{name} holds FP32 scales that are not powers of two; SM120 block-scaled MMAs take "
             f"UE8M0 scales: convert them explicitly with ceil_to_ue8m0 (rounds up, lossy) first"
         )
+        err._dg_sm120_not_power_of_two = True  # type: ignore[attr-defined]
+        raise err
 
 
 def ue8m0_exponent_bytes(sf: torch.Tensor) -> torch.Tensor:

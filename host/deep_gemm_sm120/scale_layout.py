@@ -7,8 +7,8 @@ UE8M0 (FP8, MXFP4) or UE4M3 (NVFP4). 128x128 weight blocks become one scale per 
 128 times): the kernels only take "1D" per-row scales on both sides.
 
 Accepted inputs:
-  float32               powers of two only (UE8M0); anything else raises: round explicitly with
-                        ceil_to_ue8m0 first (lossy by design) -- FP32 scales are never reinterpreted.
+  float32               powers of two (UE8M0) for this layout; anything else raises here: the FP8 GEMMs take
+                        such scales exactly instead (the float32 layout below), never reinterpreted.
   torch.float8_e8m0fnu  UE8M0 bytes as they are.
   torch.float8_e4m3fn   UE4M3 (NVFP4 only); must be non-negative and finite.
   int32                 already packed (the output of transform_sf_into_required_layout); checked, not copied.
@@ -109,9 +109,11 @@ def check_packed(name: str, sf: torch.Tensor, shape: tuple[int, ...]) -> tuple[i
     pack_stride = sf.stride(-1) if words > 1 else max(mn, 1)
     if words > 1 and pack_stride < mn:
         raise ValueError(f"{name} words overlap (stride {pack_stride} < MN = {mn})")
-    group_stride = sf.stride(0) if len(shape) == 3 else 0
+    group_stride = sf.stride(0) if len(shape) == 3 and shape[0] > 1 else 0  # one group: its stride is never read
     if len(shape) == 3 and shape[0] > 1 and group_stride < pack_stride * max(words - 1, 0) + mn:
         raise ValueError(f"{name} groups overlap (group stride {group_stride})")
+    if max(pack_stride, group_stride) >= 2**32:
+        raise ValueError(f"{name} strides must fit 32 bits, got {tuple(sf.stride())}")
     if sf.data_ptr() % 4:
         raise ValueError(f"{name} data pointer must be 4-byte aligned")
     return pack_stride, group_stride
@@ -129,8 +131,10 @@ def fp32_direct(sf: torch.Tensor, shape: tuple[int, ...]) -> tuple[int, int] | N
     block_stride = sf.stride(-1) if blocks > 1 else max(mn, 1)
     if block_stride < mn or sf.data_ptr() % 4:
         return None
-    group_stride = sf.stride(0) if len(shape) == 3 else 0
+    group_stride = sf.stride(0) if len(shape) == 3 and shape[0] > 1 else 0  # one group: its stride is never read
     if len(shape) == 3 and shape[0] > 1 and group_stride < block_stride * max(blocks - 1, 0) + mn:
+        return None
+    if max(block_stride, group_stride) >= 2**32:  # the kernel's strides are 32-bit: converted instead
         return None
     return block_stride, group_stride
 

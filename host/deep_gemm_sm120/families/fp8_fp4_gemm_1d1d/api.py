@@ -39,7 +39,7 @@ from ...core.rules import dtype_name
 from ...core.tma import DTYPE, tma_2d_pair
 from ...device import num_sms_for
 from ...launch import KEY_ERRORS, CallCache, launch, recipe_key, tensor_key
-from ...quant import NotPowerOfTwo
+from ...quant import not_power_of_two
 from ...scale_layout import check_packed, check_unpacked, fp32_direct, fp32_mn_major, pack_sf, sf_format, sf_words
 from ...services.split_k_reduce.launch import SplitK
 from ...utils.layout import get_mk_alignment_for_contiguous_layout
@@ -134,6 +134,8 @@ def _grans(kind: str, k: int, recipe, sfa: torch.Tensor, sfb: torch.Tensor) -> t
     e4m3 side's and the e2m1 side is 1x32."""
     _check_recipe(recipe)
     rg = int(recipe[2]) if recipe is not None else None
+    if rg is not None and rg <= 0:
+        raise ValueError(f"recipe's gran_k must be a positive number of K elements, got {recipe[2]!r}")
     if kind in MIXED_KINDS:
         a_fp8 = kind == "e4m3_e2m1"
         ga = _operand_gran("sfa", sfa, k, SCALE_KINDS["mxfp8"].grans if a_fp8 else (32,), rg if a_fp8 else None)
@@ -163,13 +165,22 @@ def _fp32_pair(sfa, sfb) -> bool:
     return sfa.dtype == torch.float32 and sfb.dtype == torch.float32
 
 
-def _exact_capable(a, b, sfa, sfb) -> bool:
-    """Whether a call whose FP32 scales are not powers of two can take the exact FP32-scale kernel."""
+def _exact_capable(a, b, sfa, sfb, k: int, recipe) -> bool:
+    """Whether a call whose FP32 scales are not powers of two can take the exact FP32-scale kernel: e4m3
+    operands, float32 scales on both sides, one per 128 K (the recipe's and the scales' shape)."""
     fp8 = torch.float8_e4m3fn
-    return a.dtype == fp8 and b.dtype == fp8 and _fp32_pair(sfa, sfb)
+    blocks = ceil_div(k, 128)
+    return (
+        a.dtype == fp8
+        and b.dtype == fp8
+        and _fp32_pair(sfa, sfb)
+        and (recipe is None or recipe[2] == 128)
+        and sfa.shape[-1] == blocks
+        and sfb.shape[-1] == blocks
+    )
 
 
-def _inexact(e: NotPowerOfTwo) -> ValueError:
+def _inexact(e: ValueError) -> ValueError:
     """The ValueError for FP32 scales UE8M0 cannot hold on a call the exact kernel cannot take."""
     return ValueError(
         f"{e}; or take the exact FP32-scale kernel: e4m3 a and b with float32 scales on both sides (one per 128 K)"
@@ -384,8 +395,8 @@ def fp8_fp4_gemm_nt(
     """d = alpha * (a[0] * a[1]) @ (b[0] * b[1]).T (+ c) for a = (a, sfa) [M, K], b = (b, sfb) [N, K] (FP4: K/2
     bytes); a bare tensor means unit scales. d/c: [M, N] bf16 or fp32 (c optional, may alias d). recipe:
     DeepGEMM's (gran_m, gran_n, gran_k), or per operand recipe_a / recipe_b (gran_mn, gran_k). DeepGEMM's
-    signature: `compiled_dims` accepted (no effect), `disable_ue8m0_cast` either way needs power-of-two FP32
-    scales, `epilogue` None / Identity() / Alpha(x) (= alpha=x). A call is checked once per signature
+    signature: `compiled_dims` accepted (no effect), `disable_ue8m0_cast` (FP32 scales are never rounded:
+    keywords.ue8m0_cast), `epilogue` None / Identity() / Alpha(x) (= alpha=x). A call is checked once per signature
     (launch.tensor_key); later calls with that signature only pack what must be packed and launch."""
     name = "fp8_fp4_gemm_nt"
     alpha = keywords.gemm(name, compiled_dims, epilogue, alpha, True, disable_ue8m0_cast)
@@ -434,8 +445,10 @@ def fp8_fp4_gemm_nt(
             if call.sfb_stride >= 0
             else _scales("sfb", sfb, -1, n, k, call.grans[1], False, call.exact)
         )
-    except NotPowerOfTwo as e:  # FP32 scales UE8M0 cannot hold: the exact kernel, when the operands allow it
-        if call.exact or not _exact_capable(a, b, sfa, sfb):
+    except ValueError as e:  # FP32 scales UE8M0 cannot hold: the exact kernel, when the operands allow it
+        if not not_power_of_two(e):
+            raise
+        if call.exact or not _exact_capable(a, b, sfa, sfb, k, recipe):
             raise _inexact(e) from None
         return fp8_fp4_gemm_nt((a, sfa), (b, sfb), d, c, recipe=recipe, disable_ue8m0_cast=True, alpha=alpha)
     splits, pd = call.splits, d.data_ptr()
@@ -751,8 +764,10 @@ def m_grouped_fp8_fp4_gemm_nt_contiguous(
         return
     try:
         _grouped_launch(call, False, a, sfa, b, sfb, d.data_ptr(), grouped_layout.data_ptr(), use_psum_layout, alpha)
-    except NotPowerOfTwo as e:  # FP32 scales UE8M0 cannot hold: the exact kernel, when the operands allow it
-        if exact or not _exact_capable(a, b, sfa, sfb):
+    except ValueError as e:  # FP32 scales UE8M0 cannot hold: the exact kernel, when the operands allow it
+        if not not_power_of_two(e):
+            raise
+        if exact or not _exact_capable(a, b, sfa, sfb, call.k, recipe):
             raise _inexact(e) from None
         m_grouped_fp8_fp4_gemm_nt_contiguous(
             (a, sfa),
@@ -884,8 +899,10 @@ def m_grouped_fp8_fp4_gemm_nt_masked(
         return
     try:
         _grouped_launch(call, True, a, sfa, b, sfb, d.data_ptr(), masked_m.data_ptr(), False, alpha)
-    except NotPowerOfTwo as e:  # FP32 scales UE8M0 cannot hold: the exact kernel, when the operands allow it
-        if exact or not _exact_capable(a, b, sfa, sfb):
+    except ValueError as e:  # FP32 scales UE8M0 cannot hold: the exact kernel, when the operands allow it
+        if not not_power_of_two(e):
+            raise
+        if exact or not _exact_capable(a, b, sfa, sfb, call.k, recipe):
             raise _inexact(e) from None
         m_grouped_fp8_fp4_gemm_nt_masked(
             (a, sfa), (b, sfb), d, masked_m, expected_m, recipe=recipe, disable_ue8m0_cast=True, alpha=alpha
