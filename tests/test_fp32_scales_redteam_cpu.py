@@ -10,58 +10,12 @@ from __future__ import annotations
 import pytest
 import torch
 from test_call_cache_cpu import rig  # noqa: F401 - the rig fixture, used by name
+from test_fp32_scales_cpu import FP8, _check_reads, _fp8, _scales, kept  # noqa: F401 - kept: a fixture, by name
 
 import deep_gemm_sm120 as dg
 from deep_gemm_sm120.core.arith import ceil_div
 from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d import api as fp8_api
 from deep_gemm_sm120.scale_layout import fp32_direct, fp32_mn_major
-
-FP8 = torch.float8_e4m3fn
-
-
-def _fp8(*shape):
-    return torch.zeros(*shape, dtype=FP8)
-
-
-def _scales(*shape, seed=0, pow2=False):
-    g = torch.Generator().manual_seed(seed)
-    if pow2:
-        return torch.pow(2.0, torch.randint(-8, 8, shape, generator=g).float())
-    return torch.rand(*shape, generator=g) * 3 + 0.01  # almost never a power of two
-
-
-@pytest.fixture()
-def kept(monkeypatch):
-    """Every scale tensor the calls convert, kept alive (so recorded addresses stay theirs)."""
-    out: list[torch.Tensor] = []
-
-    def keep(sf, mn, gran_mn):
-        t = fp32_mn_major(sf, mn, gran_mn)
-        out.append(t)
-        return t
-
-    monkeypatch.setattr(fp8_api, "fp32_mn_major", keep)
-    return out
-
-
-def _read(tensors: list[torch.Tensor], ptr: int, offset: int) -> float:
-    """The float the kernel reads at element `offset` from address `ptr` (inside one of `tensors`' storages)."""
-    for t in tensors:
-        base, size = t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()
-        if base <= ptr < base + size:
-            flat = torch.tensor([], dtype=torch.float32).set_(t.untyped_storage())
-            return float(flat[(ptr - base) // 4 + offset])
-    raise AssertionError(f"address {ptr:#x} is none of the recorded scale tensors")
-
-
-def _check_reads(tensors, ptr, block_stride, group_stride, want: torch.Tensor) -> None:
-    """want: [G?, rows, K blocks] logical per-row scales; every (g, row, kb) read as the kernel reads it."""
-    w = want if want.dim() == 3 else want.unsqueeze(0)
-    for g in range(w.shape[0]):
-        for r in range(w.shape[1]):
-            for kb in range(w.shape[2]):
-                got = _read(tensors, ptr, g * group_stride + kb * block_stride + r)
-                assert got == float(w[g, r, kb]), (g, r, kb, got, float(w[g, r, kb]))
 
 
 def _p(rig):  # noqa: F811 - the imported rig fixture, by name

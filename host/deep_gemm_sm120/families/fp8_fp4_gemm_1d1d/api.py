@@ -187,6 +187,15 @@ def _inexact(e: ValueError) -> ValueError:
     )
 
 
+def _retry_exact(e: ValueError, exact: bool, a, b, sfa, sfb, k: int, recipe) -> None:
+    """After a ValueError from packing a call's scales: returns when they are FP32 scales UE8M0 cannot hold and
+    the exact kernel can take the call (the caller retries with disable_ue8m0_cast=True); raises otherwise."""
+    if not not_power_of_two(e):
+        raise e
+    if exact or not _exact_capable(a, b, sfa, sfb, k, recipe):
+        raise _inexact(e) from None
+
+
 def _check_sf(
     name: str, sf: torch.Tensor, mn: int, k: int, gran_k: int, groups: int | None, is_sfa: bool, exact: bool = False
 ):
@@ -446,10 +455,7 @@ def fp8_fp4_gemm_nt(
             else _scales("sfb", sfb, -1, n, k, call.grans[1], False, call.exact)
         )
     except ValueError as e:  # FP32 scales UE8M0 cannot hold: the exact kernel, when the operands allow it
-        if not not_power_of_two(e):
-            raise
-        if call.exact or not _exact_capable(a, b, sfa, sfb, k, recipe):
-            raise _inexact(e) from None
+        _retry_exact(e, call.exact, a, b, sfa, sfb, k, recipe)
         return fp8_fp4_gemm_nt((a, sfa), (b, sfb), d, c, recipe=recipe, disable_ue8m0_cast=True, alpha=alpha)
     splits, pd = call.splits, d.data_ptr()
     pc = c.data_ptr() if c is not None else 0
@@ -765,10 +771,7 @@ def m_grouped_fp8_fp4_gemm_nt_contiguous(
     try:
         _grouped_launch(call, False, a, sfa, b, sfb, d.data_ptr(), grouped_layout.data_ptr(), use_psum_layout, alpha)
     except ValueError as e:  # FP32 scales UE8M0 cannot hold: the exact kernel, when the operands allow it
-        if not not_power_of_two(e):
-            raise
-        if exact or not _exact_capable(a, b, sfa, sfb, call.k, recipe):
-            raise _inexact(e) from None
+        _retry_exact(e, exact, a, b, sfa, sfb, call.k, recipe)
         m_grouped_fp8_fp4_gemm_nt_contiguous(
             (a, sfa),
             (b, sfb),
@@ -900,10 +903,7 @@ def m_grouped_fp8_fp4_gemm_nt_masked(
     try:
         _grouped_launch(call, True, a, sfa, b, sfb, d.data_ptr(), masked_m.data_ptr(), False, alpha)
     except ValueError as e:  # FP32 scales UE8M0 cannot hold: the exact kernel, when the operands allow it
-        if not not_power_of_two(e):
-            raise
-        if exact or not _exact_capable(a, b, sfa, sfb, call.k, recipe):
-            raise _inexact(e) from None
+        _retry_exact(e, exact, a, b, sfa, sfb, call.k, recipe)
         m_grouped_fp8_fp4_gemm_nt_masked(
             (a, sfa), (b, sfb), d, masked_m, expected_m, recipe=recipe, disable_ue8m0_cast=True, alpha=alpha
         )
