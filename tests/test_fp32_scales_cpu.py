@@ -193,3 +193,29 @@ def test_precompile_plans_know_the_exact_kernel():
     # fp8_einsum keeps UE8M0 scales in this release (its exact path waits for its H200 run)
     (ein,) = fp8_einsum_specs("bhr,hdr->bhd", 132, b=4, h=8, r=512, d=128)
     assert "mxfp8_g128" in ein.name
+
+
+def test_is_supported_knows_the_exact_kernel(rig):  # noqa: F811 - the imported rig fixture, by name
+    """is_supported answers for the scales too (sf_dtype, gran_k, disable_ue8m0_cast), as the API decides."""
+    cap = {"capability": (12, 0)}
+    dense = dict(m=64, n=128, k=256, ab_dtype=FP8, **cap)
+    exact = dict(sf_dtype=torch.float32, disable_ue8m0_cast=True)
+    assert dg.is_supported("fp8_gemm_nt", **dense, gran_k=128, **exact)
+    assert dg.is_supported("fp8_gemm_nt", **dense, gran_k=32, sf_dtype=torch.float32)  # UE8M0 MXFP8 1x32
+    why = dg.why_unsupported("fp8_gemm_nt", **dense, gran_k=32, **exact)
+    assert why.startswith("NotImplementedError") and "128 K" in why
+    for op, shape in (
+        ("m_grouped_fp8_gemm_nt_masked", dict(num_groups=2, m=64, n=128, k=256)),
+        ("m_grouped_fp8_gemm_nt_contiguous", dict(num_groups=2, m=256, n=128, k=256)),
+    ):
+        assert dg.is_supported(op, **shape, ab_dtype=FP8, gran_k=128, **exact, **cap)
+        assert not dg.is_supported(op, **shape, ab_dtype=FP8, gran_k=32, **exact, **cap)
+    assert dg.why_unsupported("fp8_gemm_nt", **dense, sf_dtype=torch.float16).startswith("TypeError")
+    assert dg.why_unsupported("fp8_gemm_nt", **dense, gran_k=0).startswith("ValueError")
+    # the API agrees: the same 1x32 exact call raises NotImplementedError
+    a, b, d = _fp8(64, 256), _fp8(128, 256), torch.zeros(64, 128, dtype=torch.bfloat16)
+    out, _ = rig.record(
+        dg.fp8_gemm_nt, ((a, _scales(64, 8)), (b, _scales(128, 8)), d),
+        {"recipe": (1, 1, 32), "disable_ue8m0_cast": True}, {},
+    )  # fmt: skip
+    assert out[:2] == ("raise", NotImplementedError), out

@@ -44,6 +44,29 @@ def _dtypes(ab_dtype, a_dtype, b_dtype) -> tuple[str | None, str | None]:
     return (a_dtype if a_dtype is not None else ab_dtype), (b_dtype if b_dtype is not None else ab_dtype)
 
 
+SF_DTYPES = ("float32", "float8_e8m0fnu", "float8_e4m3fn", "int32")
+
+
+def _scale_rule(
+    fp4: tuple[bool | None, bool | None], sf_dtype: str | None, gran_k: int | None, disable_ue8m0_cast: bool | None
+) -> None:
+    """What the signature says about the scales (is_supported's sf_dtype / gran_k / disable_ue8m0_cast; the API
+    reads the same from the tensors): e4m3 operands with float32 scales and disable_ue8m0_cast=True take the exact
+    FP32-scale kernel, which covers 128 K per scale (docs/fp32_scales.md). Values are not a signature's: FP32
+    scales that are not powers of two are decided per call."""
+    if sf_dtype is not None and sf_dtype not in SF_DTYPES:
+        raise TypeError(
+            f"scale factors must be float32, float8_e8m0fnu, float8_e4m3fn (NVFP4) or packed int32, got {show(sf_dtype)}"
+        )
+    if gran_k is not None and (not isinstance(gran_k, int) or isinstance(gran_k, bool) or gran_k <= 0):
+        raise ValueError(f"gran_k must be a positive number of K elements, got {gran_k!r}")
+    exact = sf_dtype == "float32" and disable_ue8m0_cast is True and fp4 == (False, False)
+    if exact and gran_k is not None and gran_k != 128:
+        raise NotImplementedError(
+            f"exact FP32 scales (disable_ue8m0_cast=True) cover 128 K elements each, got gran_k = {gran_k}"
+        )
+
+
 def dense_rule(
     m: int | None = None,
     n: int | None = None,
@@ -55,9 +78,14 @@ def dense_rule(
     c_dtype: str | None = None,
     lda: int | None = None,
     ldb: int | None = None,
+    sf_dtype: str | None = None,
+    gran_k: int | None = None,
+    disable_ue8m0_cast: bool | None = None,
 ) -> None:
-    """k counts elements (packed FP4: two per byte); lda / ldb: row strides in bytes as stored."""
+    """k counts elements (packed FP4: two per byte); lda / ldb: row strides in bytes as stored; sf_dtype /
+    gran_k / disable_ue8m0_cast: the scales' (see _scale_rule)."""
     fp4 = operand_kind(*_dtypes(ab_dtype, a_dtype, b_dtype))
+    _scale_rule(fp4, sf_dtype, gran_k, disable_ue8m0_cast)
     require_dtype("d", out_dtype, ("bfloat16", "float32"))
     if c_dtype is not None and out_dtype is not None and c_dtype != out_dtype:
         raise TypeError(f"c must have d's dtype {show(out_dtype)}, got {show(c_dtype)}")
@@ -87,8 +115,12 @@ def m_grouped_contiguous_rule(
     b_dtype: str | None = None,
     out_dtype: str | None = None,
     use_psum_layout: bool = False,
+    sf_dtype: str | None = None,
+    gran_k: int | None = None,
+    disable_ue8m0_cast: bool | None = None,
 ) -> None:
     fp4 = operand_kind(*_dtypes(ab_dtype, a_dtype, b_dtype))
+    _scale_rule(fp4, sf_dtype, gran_k, disable_ue8m0_cast)
     require_dtype("d", out_dtype, ("bfloat16",))
     for name, v in (("m", m), ("n", n), ("k", k), ("num_groups", num_groups)):
         if v is not None:
@@ -108,8 +140,12 @@ def m_grouped_masked_rule(
     a_dtype: str | None = None,
     b_dtype: str | None = None,
     out_dtype: str | None = None,
+    sf_dtype: str | None = None,
+    gran_k: int | None = None,
+    disable_ue8m0_cast: bool | None = None,
 ) -> None:
     fp4 = operand_kind(*_dtypes(ab_dtype, a_dtype, b_dtype))
+    _scale_rule(fp4, sf_dtype, gran_k, disable_ue8m0_cast)
     require_dtype("d", out_dtype, ("bfloat16",))
     for name, v in (("num_groups", num_groups), ("m", m), ("n", n), ("k", k)):
         if v is not None:
