@@ -167,8 +167,8 @@ def rig(monkeypatch):
         monkeypatch.setattr(mod, "device_of", lambda **t: 0)
     for mod, name in _PREPARES:
         monkeypatch.setattr(mod, name, counting(getattr(mod, name)))
-    saved_switch = list(checks._INDEX_CHECKS)
-    checks._INDEX_CHECKS[:] = [True]
+    saved_switch = checks._INDEX_CHECKS.value
+    checks._INDEX_CHECKS.value = True
 
     def clear():
         for c in _KERNEL_CACHES:
@@ -179,7 +179,7 @@ def rig(monkeypatch):
     clear()
     yield r
     clear()
-    checks._INDEX_CHECKS[:] = saved_switch
+    checks._INDEX_CHECKS.value = saved_switch
 
 
 # ---------------------------------------------------------------- tensors

@@ -13,10 +13,10 @@ def fresh_switch(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)  # a CPU build has no streams
 
-    saved = list(checks._INDEX_CHECKS)
-    checks._INDEX_CHECKS.clear()
+    saved = checks._INDEX_CHECKS.value
+    checks._INDEX_CHECKS.value = None  # unread: the next check reads the environment
     yield checks
-    checks._INDEX_CHECKS[:] = saved
+    checks._INDEX_CHECKS.value = saved
 
 
 def _bad_layout() -> torch.Tensor:

@@ -10,7 +10,7 @@ import importlib
 import inspect
 
 from . import arch, testing, utils
-from .checks import get_index_checks, set_index_checks
+from .checks import get_index_checks, get_scale_checks, set_index_checks, set_scale_checks
 from .core.limits import SM120_PART_SMS
 from .core.names import make_refusal
 from .core.registry import registry
@@ -134,6 +134,8 @@ __all__ = [
     "set_pdl",
     "get_index_checks",
     "set_index_checks",
+    "get_scale_checks",
+    "set_scale_checks",
     "is_supported",
     "why_unsupported",
     "supported_ops",

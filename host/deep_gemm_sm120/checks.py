@@ -146,8 +146,41 @@ def require_contiguous_layout_shape(grouped_layout: torch.Tensor, m: int, groups
         raise ValueError("grouped_layout must be contiguous")
 
 
+class _Switch:
+    """A process-wide on/off for host checks that read values (a device sync each): read from its environment
+    variable at first use unless set; off while a CUDA graph is captured."""
+
+    __slots__ = ("env", "default", "value")
+
+    def __init__(self, env: str, default: bool) -> None:
+        self.env, self.default = env, default
+        self.value: bool | None = None
+
+    def get(self) -> bool:
+        if self.value is None:
+            raw = os.environ.get(self.env)
+            word = None if raw is None else raw.strip().lower()
+            if word is None:
+                self.value = self.default
+            elif self.default:  # on unless turned off
+                self.value = word not in ("0", "false", "no", "off")
+            else:  # off unless turned on
+                self.value = word in ("1", "true", "yes", "on")
+        return self.value
+
+    def set(self, name: str, enabled: bool) -> None:
+        if not isinstance(enabled, bool):
+            raise TypeError(f"{name} takes a bool, got {type(enabled).__name__}")
+        self.value = enabled
+
+    def now(self) -> bool:
+        return self.get() and not torch.cuda.is_current_stream_capturing()
+
+
 INDEX_CHECKS_ENV = "DG_SM120_INDEX_CHECKS"
-_INDEX_CHECKS: list[bool] = []  # the switch, once read or set ([] until then)
+SCALE_CHECKS_ENV = "DG_SM120_CHECK_SCALES"
+_INDEX_CHECKS = _Switch(INDEX_CHECKS_ENV, True)
+_SCALE_CHECKS = _Switch(SCALE_CHECKS_ENV, False)
 
 
 def index_checks() -> bool:
@@ -155,23 +188,34 @@ def index_checks() -> bool:
     device sync each) run now: never while a CUDA graph is captured, and not when DG_SM120_INDEX_CHECKS=0 (read
     at the first check) or set_index_checks(False). The kernels give their documented defined results on any
     index either way (docs/untrusted_indices.md); the checks turn a bad index into a ValueError naming it."""
-    if not _INDEX_CHECKS:
-        _INDEX_CHECKS.append(os.environ.get(INDEX_CHECKS_ENV, "1").strip().lower() not in ("0", "false", "no", "off"))
-    return _INDEX_CHECKS[0] and not torch.cuda.is_current_stream_capturing()
+    return _INDEX_CHECKS.now()
 
 
 def get_index_checks() -> bool:
     """The switch of index_checks() (on by default), capture aside."""
-    if not _INDEX_CHECKS:
-        index_checks()
-    return _INDEX_CHECKS[0]
+    return _INDEX_CHECKS.get()
 
 
 def set_index_checks(enabled: bool) -> None:
     """Turn the host checks of index values on or off for this process (see index_checks)."""
-    if not isinstance(enabled, bool):
-        raise TypeError(f"set_index_checks takes a bool, got {type(enabled).__name__}")
-    _INDEX_CHECKS[:] = [enabled]
+    _INDEX_CHECKS.set("set_index_checks", enabled)
+
+
+def scale_checks() -> bool:
+    """Whether packed int32 scales a caller passes are checked for special encodings on every call (UE8M0 0xFF
+    = NaN; UE4M3 NaN and a set sign bit): off by default (it reads the scales: a device sync), on with
+    DG_SM120_CHECK_SCALES=1 or set_scale_checks(True), never while a CUDA graph is captured. Unpacked scales are
+    always checked when they are packed."""
+    return _SCALE_CHECKS.now()
+
+
+def get_scale_checks() -> bool:
+    return _SCALE_CHECKS.get()
+
+
+def set_scale_checks(enabled: bool) -> None:
+    """Turn the packed-scale check on or off for this process (see scale_checks)."""
+    _SCALE_CHECKS.set("set_scale_checks", enabled)
 
 
 def maybe_check_contiguous_layout(

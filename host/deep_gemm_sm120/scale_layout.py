@@ -148,6 +148,24 @@ def fp32_mn_major(sf: torch.Tensor, mn: int, gran_mn: int) -> torch.Tensor:
     return mn_major(x)
 
 
+def check_packed_values(name: str, sf: torch.Tensor, fmt: str) -> None:
+    """Packed int32 scales' bytes against the encodings no scale may hold (reads them: a sync; opt-in, see
+    checks.scale_checks): UE8M0 0xFF (NaN), UE4M3 0x7F / 0xFF (NaN) and a set sign bit. Padding bytes are 0."""
+    if sf.numel() == 0:
+        return
+    b = torch.stack([(sf >> shift) & 0xFF for shift in (0, 8, 16, 24)], dim=-1)
+    bad = (b == 0xFF) if fmt == "ue8m0" else ((b & 0x80) != 0) | ((b & 0x7F) == 0x7F)
+    if not bool(bad.any()):
+        return
+    where = [int(x) for x in bad.nonzero()[0]]
+    value = int(b[tuple(where)])
+    what = "NaN (0xFF)" if fmt == "ue8m0" else ("NaN" if value & 0x7F == 0x7F else "a negative scale")
+    raise ValueError(
+        f"{name} (packed int32, {fmt.upper()}) holds {what}: byte {where[-1]} of word {tuple(where[:-1])} is "
+        f"{value:#04x}"
+    )
+
+
 def check_unpacked(
     sf: torch.Tensor,
     mn: int,
@@ -227,6 +245,7 @@ __all__ = [
     "check_unpacked",
     "fp32_direct",
     "fp32_mn_major",
+    "check_packed_values",
 ]
 
 

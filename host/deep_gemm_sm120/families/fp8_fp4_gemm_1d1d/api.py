@@ -24,6 +24,7 @@ from ... import jit, keywords
 from ...arch import target_of
 from ...checks import (
     device_of,
+    get_scale_checks,
     maybe_check_contiguous_layout,
     output_row_stride,
     require_contiguous_layout_shape,
@@ -31,6 +32,7 @@ from ...checks import (
     require_shape,
     require_tensor,
     rows_view,
+    scale_checks,
     tma_operand,
     write_empty_reduction,
 )
@@ -40,7 +42,16 @@ from ...core.tma import DTYPE, tma_2d_pair
 from ...device import num_sms_for
 from ...launch import KEY_ERRORS, CallCache, launch, recipe_key, tensor_key
 from ...quant import not_power_of_two
-from ...scale_layout import check_packed, check_unpacked, fp32_direct, fp32_mn_major, pack_sf, sf_format, sf_words
+from ...scale_layout import (
+    check_packed,
+    check_packed_values,
+    check_unpacked,
+    fp32_direct,
+    fp32_mn_major,
+    pack_sf,
+    sf_format,
+    sf_words,
+)
 from ...services.split_k_reduce.launch import SplitK
 from ...utils.layout import get_mk_alignment_for_contiguous_layout
 from .kernel import MIXED_KINDS, PARAMS, SCALE_KINDS, spec_for
@@ -187,6 +198,21 @@ def _inexact(e: ValueError) -> ValueError:
     )
 
 
+def _packed_fmt(kind: str) -> str:
+    """The byte encoding of a kind's packed int32 scales ('' for the exact kernel's float32 scales)."""
+    return "" if kind == "fp8_fp32" else ("ue4m3" if kind == "nvfp4" else "ue8m0")
+
+
+def _check_given_packed(kind: str, named: tuple) -> None:
+    """DG_SM120_CHECK_SCALES: the special encodings in the packed scales a call took from the caller as they are
+    (named: (name, tensor, taken as given)); unpacked ones were checked when they were packed."""
+    fmt = _packed_fmt(kind)
+    if fmt and scale_checks():
+        for name, sf, given in named:
+            if given:
+                check_packed_values(name, sf, fmt)
+
+
 def _retry_exact(e: ValueError, exact: bool, a, b, sfa, sfb, k: int, recipe) -> None:
     """After a ValueError from packing a call's scales: returns when they are FP32 scales UE8M0 cannot hold and
     the exact kernel can take the call (the caller retries with disable_ue8m0_cast=True); raises otherwise."""
@@ -305,6 +331,7 @@ class _Dense:
     ka: int = 0  # K bytes per row of each operand
     kb: int = 0
     exact: bool = False  # the fp8_fp32 kernel: scales are float32 in its layout (converted per call if not)
+    kind: str = ""
 
 
 _DENSE = CallCache()
@@ -373,6 +400,7 @@ def _prepare_dense(a, sfa, b, sfb, d, c, recipe, exact: bool = False) -> _Dense:
         a.shape[1] * a.element_size(),
         b.shape[1] * b.element_size(),
         kind == "fp8_fp32",
+        kind,
     )
 
 
@@ -457,6 +485,8 @@ def fp8_fp4_gemm_nt(
     except ValueError as e:  # FP32 scales UE8M0 cannot hold: the exact kernel, when the operands allow it
         _retry_exact(e, call.exact, a, b, sfa, sfb, k, recipe)
         return fp8_fp4_gemm_nt((a, sfa), (b, sfb), d, c, recipe=recipe, disable_ue8m0_cast=True, alpha=alpha)
+    if get_scale_checks():  # opt-in (DG_SM120_CHECK_SCALES): one attribute read on the hot path otherwise
+        _check_given_packed(call.kind, (("sfa", sfa, call.sfa_stride >= 0), ("sfb", sfb, call.sfb_stride >= 0)))
     splits, pd = call.splits, d.data_ptr()
     pc = c.data_ptr() if c is not None else 0
     out_ptr, out_ld, c_ptr, c_ld, split_stride = pd, call.ldd, pc, call.ldc, 0
@@ -622,6 +652,8 @@ def _grouped_launch(
     locals until the launch is enqueued)."""
     m, n, k, g = call.m, call.n, call.k, call.g
     exact = call.kind == "fp8_fp32"
+    if get_scale_checks():  # opt-in (DG_SM120_CHECK_SCALES)
+        _check_given_packed(call.kind, (("sfa", sfa, call.sfa is not None), ("sfb", sfb, call.sfb is not None)))
     if call.sfa is not None:
         sfa_p, (sfa_ps, sfa_gs) = sfa, call.sfa
     else:
