@@ -424,11 +424,12 @@ def main() -> int:
                     f"{parts['launch_us']:6.2f} us"
                 )
             if isinstance(goal, Indexed) and hasattr(dg, "set_index_checks"):
+                was = dg.get_index_checks()
                 dg.set_index_checks(False)
                 try:
                     best, median = per_call_us(fn)
                 finally:
-                    dg.set_index_checks(True)
+                    dg.set_index_checks(was)
                 name += " index checks off"
                 rows[name] = {"min_us": best, "median_us": median, "goal": float(goal)}
                 print(f" > host {label}: {name:<72} min {best:6.2f} median {median:6.2f} us/call")

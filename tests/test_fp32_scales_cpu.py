@@ -91,7 +91,10 @@ def test_transform_keeps_fp32_when_asked():
     w = _scales(2, 2, seed=3)
     tw = dg.transform_sf_into_required_layout(w, 256, 256, (128, 128), disable_ue8m0_cast=True)
     assert torch.equal(tw, w.repeat_interleave(128, 0))
-    with pytest.raises(NotImplementedError, match="128 K"):
+    # FP32 scales per 32 K have no exact kernel: they pack as UE8M0 words, powers of two required, flag or not
+    packed = dg.transform_sf_into_required_layout(_scales(4, 8, pow2=True), 4, 256, (1, 1, 32), disable_ue8m0_cast=True)
+    assert packed.dtype == torch.int32
+    with pytest.raises(ValueError, match="powers of two"):
         dg.transform_sf_into_required_layout(_scales(4, 8), 4, 256, (1, 1, 32), disable_ue8m0_cast=True)
 
 
@@ -201,21 +204,27 @@ def test_is_supported_knows_the_exact_kernel(rig):  # noqa: F811 - the imported 
     dense = dict(m=64, n=128, k=256, ab_dtype=FP8, **cap)
     exact = dict(sf_dtype=torch.float32, disable_ue8m0_cast=True)
     assert dg.is_supported("fp8_gemm_nt", **dense, gran_k=128, **exact)
-    assert dg.is_supported("fp8_gemm_nt", **dense, gran_k=32, sf_dtype=torch.float32)  # UE8M0 MXFP8 1x32
-    why = dg.why_unsupported("fp8_gemm_nt", **dense, gran_k=32, **exact)
-    assert why.startswith("NotImplementedError") and "128 K" in why
+    assert dg.is_supported("fp8_gemm_nt", **dense, gran_k=32, **exact)  # UE8M0 MXFP8 1x32 (powers of two)
+    for bad, kind in ((dict(gran_k=64, **exact), "NotImplementedError"), (dict(sf_dtype=torch.float16), "TypeError"),
+                      (dict(gran_k=0), "ValueError"), (dict(disable_ue8m0_cast=1), "TypeError"),
+                      (dict(sf_dtype=FP8), "TypeError")):  # fmt: skip
+        assert dg.why_unsupported("fp8_gemm_nt", **dense, **bad).startswith(kind), bad
+    fp4 = dict(m=64, n=128, k=256, ab_dtype=torch.uint8, **cap)
+    assert dg.is_supported("fp4_gemm_nt", **fp4, gran_k=16, sf_dtype=FP8)  # NVFP4
+    assert dg.why_unsupported("fp4_gemm_nt", **fp4, gran_k=128).startswith("NotImplementedError")
     for op, shape in (
         ("m_grouped_fp8_gemm_nt_masked", dict(num_groups=2, m=64, n=128, k=256)),
         ("m_grouped_fp8_gemm_nt_contiguous", dict(num_groups=2, m=256, n=128, k=256)),
     ):
         assert dg.is_supported(op, **shape, ab_dtype=FP8, gran_k=128, **exact, **cap)
-        assert not dg.is_supported(op, **shape, ab_dtype=FP8, gran_k=32, **exact, **cap)
-    assert dg.why_unsupported("fp8_gemm_nt", **dense, sf_dtype=torch.float16).startswith("TypeError")
-    assert dg.why_unsupported("fp8_gemm_nt", **dense, gran_k=0).startswith("ValueError")
-    # the API agrees: the same 1x32 exact call raises NotImplementedError
+        assert not dg.is_supported(op, **shape, ab_dtype=FP8, gran_k=64, **exact, **cap)
+    # the API agrees: 1x32 FP32 scales with the flag take the UE8M0 kernel (powers of two), and e4m3 operands
+    # with UE4M3 scales are a TypeError (they used to be read as UE8M0 exponents)
     a, b, d = _fp8(64, 256), _fp8(128, 256), torch.zeros(64, 128, dtype=torch.bfloat16)
-    out, _ = rig.record(
-        dg.fp8_gemm_nt, ((a, _scales(64, 8)), (b, _scales(128, 8)), d),
-        {"recipe": (1, 1, 32), "disable_ue8m0_cast": True}, {},
-    )  # fmt: skip
-    assert out[:2] == ("raise", NotImplementedError), out
+    sf32 = (_scales(64, 8, pow2=True), _scales(128, 8, seed=1, pow2=True))
+    out, _ = rig.record(dg.fp8_gemm_nt, ((a, sf32[0]), (b, sf32[1]), d),
+                        {"recipe": (1, 1, 32), "disable_ue8m0_cast": True}, {})  # fmt: skip
+    assert out[0] == "ok" and "mxfp8_g32" in out[1][0].kernel, out
+    ue4m3 = torch.ones(64, 2).to(FP8)
+    out, _ = rig.record(dg.fp8_gemm_nt, ((a, ue4m3), (b, _scales(1, 2, pow2=True)), d), {}, {})
+    assert out[:2] == ("raise", TypeError) and "UE4M3" in out[2], out

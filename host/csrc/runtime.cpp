@@ -346,10 +346,10 @@ void launch(int handle, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t block, u
 }
 
 // The launch entry as Python sees it: a vectorcall (METH_FASTCALL) function, positional only. It runs once per
-// kernel launch of every cached call, where pybind11's generic argument conversion (ten casters, overload
-// resolution) cost about a microsecond; here each argument is read with one C-API call. Errors keep the types
-// the pybind11 binding had: TypeError for a wrong argument type or count, ValueError for a value the launch
-// refuses, RuntimeError for a driver failure.
+// kernel launch of every cached call; each argument is read with one C-API call instead of pybind11's generic
+// conversion (measured on the H200: 3.2 -> 3.1 us per launch, the rest is cuLaunchKernelEx). Stricter than the
+// pybind11 binding was: TypeError for a wrong argument type or count (keywords, an int for pdl), ValueError for
+// an int out of range or a value the launch refuses, RuntimeError for a driver failure.
 constexpr const char* kLaunchArgs = "(handle, gx, gy, gz, block, smem, stream, pdl, params, tmaps)";
 
 bool read_u64(PyObject* o, const char* what, uint64_t limit, uint64_t& out) {

@@ -37,7 +37,12 @@ def epilogue(name: str, value, alpha_=None, scales: bool = False):
 def gemm(name: str, compiled_dims_, epilogue_, alpha_=None, scales: bool = False, disable_ue8m0_cast: bool = False):
     """A GEMM's shared keywords in one call: `compiled_dims` (a str, no effect), `disable_ue8m0_cast` (a bool,
     see ue8m0_cast), `epilogue` and `alpha` (see epilogue). Returns the alpha to apply (None: none given)."""
-    if epilogue_ is None and type(compiled_dims_) is str and disable_ue8m0_cast is False and (alpha_ is None or scales):
+    if (
+        epilogue_ is None
+        and type(compiled_dims_) is str
+        and type(disable_ue8m0_cast) is bool  # vLLM passes True with FP32 scales: common too
+        and (alpha_ is None or scales)
+    ):
         return alpha_  # the common call: nothing to resolve
     compiled_dims(name, compiled_dims_)
     ue8m0_cast(name, disable_ue8m0_cast)

@@ -15,7 +15,8 @@ Accepted inputs:
 
 Exact FP32 scales (the "fp8_fp32" kernel: e4m3 operands, any FP32 scale per 128 K, applied in FP32 after each
 K block's MMAs): float32 [..., MN, ceil(K / 128)] stored MN-major (stride 1 along MN, the K-block stride a
-multiple of 4 floats: DeepGEMM's "MN-major TMA-aligned" layout), one scale per row; fp32_mn_major makes it
+multiple of 4 floats as fp32_mn_major writes it, DeepGEMM's "MN-major TMA-aligned" layout; any stride of at
+least MN is read in place), one scale per row; fp32_mn_major makes it
 from any per-row or 128-row-block float32 scales, transform_sf_into_required_layout(..., disable_ue8m0_cast=
 True) likewise. Nothing about the values is checked or rounded.
 """
@@ -261,9 +262,9 @@ def transform_sf_into_required_layout(
 ) -> torch.Tensor:
     """DeepGEMM's name and signature for pack_sf: `recipe` as (gran_m, gran_n, gran_k) or (gran_mn, gran_k);
     `is_sfa=None` means False; `psum_layout` other than None: NotImplementedError (SM120 scale layouts are per
-    row). float32 scales with `disable_ue8m0_cast=True` stay FP32 (any value): the exact kernel's float32
-    MN-major per-row layout (fp32_mn_major, DeepGEMM's SM90 form), which the FP8 GEMMs use as it is; otherwise
-    they must be powers of two and become packed UE8M0 words."""
+    row). float32 scales per 128 K with `disable_ue8m0_cast=True` stay FP32 (any value): the exact kernel's
+    float32 MN-major per-row layout (fp32_mn_major, DeepGEMM's SM90 form), which the FP8 GEMMs use as it is;
+    otherwise they must be powers of two and become packed UE8M0 words."""
     from . import keywords
 
     name = "transform_sf_into_required_layout"
@@ -275,7 +276,6 @@ def transform_sf_into_required_layout(
     full = tuple(recipe) if len(recipe) == 3 else (recipe[0], recipe[0], recipe[1])
     if disable_ue8m0_cast and isinstance(sf, torch.Tensor) and sf.dtype == torch.float32:
         gran_mn, gran_k = check_unpacked(sf, mn, k, full, num_groups, bool(is_sfa))
-        if gran_k != 128:
-            raise NotImplementedError(f"{name}: exact FP32 scales cover 128 K elements, the recipe asks for {gran_k}")
-        return fp32_mn_major(sf, mn, gran_mn)
+        if gran_k == 128:  # the exact FP32-scale kernel's layout; other granularities pack as UE8M0 below
+            return fp32_mn_major(sf, mn, gran_mn)
     return pack_sf(sf, mn, k, full, num_groups, bool(is_sfa))

@@ -86,8 +86,14 @@ def _kind(a: torch.Tensor, b: torch.Tensor, sfa: torch.Tensor, sfb: torch.Tensor
     operand_kind(dtype_name(a.dtype), dtype_name(b.dtype))  # the family rule: TypeError outside FP8 / FP4
     _check_recipe(recipe)
     fp8 = torch.float8_e4m3fn
+    for side, t, sf in (("a", a, sfa), ("b", b, sfb)):
+        if t.dtype == fp8 and sf.dtype == fp8:  # UE4M3 bytes would be read as UE8M0 exponents
+            raise TypeError(
+                f"{side} is float8_e4m3fn, whose scales are UE8M0 (float32, float8_e8m0fnu or packed int32); "
+                f"float8_e4m3fn (UE4M3) scales belong to NVFP4 operands"
+            )
     if a.dtype == fp8 and b.dtype == fp8:
-        return "fp8_fp32" if exact and _fp32_pair(sfa, sfb) else "mxfp8"
+        return "fp8_fp32" if exact and _exact_shape(a, sfa, sfb, recipe) else "mxfp8"
     if a.dtype == fp8 and _is_fp4(b) or _is_fp4(a) and b.dtype == fp8:
         fp4_sf = sfb if a.dtype == fp8 else sfa
         if sf_format(fp4_sf) == "ue4m3":
@@ -176,19 +182,25 @@ def _fp32_pair(sfa, sfb) -> bool:
     return sfa.dtype == torch.float32 and sfb.dtype == torch.float32
 
 
-def _exact_capable(a, b, sfa, sfb, k: int, recipe) -> bool:
-    """Whether a call whose FP32 scales are not powers of two can take the exact FP32-scale kernel: e4m3
-    operands, float32 scales on both sides, one per 128 K (the recipe's and the scales' shape)."""
-    fp8 = torch.float8_e4m3fn
-    blocks = ceil_div(k, 128)
+def _exact_shape(a, sfa, sfb, recipe) -> bool:
+    """float32 scales on both sides, one per 128 K (recipe and shapes): what the exact kernel takes. FP32 scales
+    per 32 K (MXFP8) stay on the UE8M0 kernel, powers of two required, with or without disable_ue8m0_cast."""
+    blocks = ceil_div(a.shape[-1], 128)
     return (
-        a.dtype == fp8
-        and b.dtype == fp8
-        and _fp32_pair(sfa, sfb)
+        _fp32_pair(sfa, sfb)
         and (recipe is None or recipe[2] == 128)
+        and sfa.dim() > 0
+        and sfb.dim() > 0
         and sfa.shape[-1] == blocks
         and sfb.shape[-1] == blocks
     )
+
+
+def _exact_capable(a, b, sfa, sfb, recipe) -> bool:
+    """Whether a call whose FP32 scales are not powers of two can take the exact FP32-scale kernel: e4m3
+    operands, float32 scales on both sides, one per 128 K (the recipe's and the scales' shape)."""
+    fp8 = torch.float8_e4m3fn
+    return a.dtype == fp8 and b.dtype == fp8 and _exact_shape(a, sfa, sfb, recipe)
 
 
 def _inexact(e: ValueError) -> ValueError:
@@ -213,12 +225,12 @@ def _check_given_packed(kind: str, named: tuple) -> None:
                 check_packed_values(name, sf, fmt)
 
 
-def _retry_exact(e: ValueError, exact: bool, a, b, sfa, sfb, k: int, recipe) -> None:
+def _retry_exact(e: ValueError, exact: bool, a, b, sfa, sfb, recipe) -> None:
     """After a ValueError from packing a call's scales: returns when they are FP32 scales UE8M0 cannot hold and
     the exact kernel can take the call (the caller retries with disable_ue8m0_cast=True); raises otherwise."""
     if not not_power_of_two(e):
         raise e
-    if exact or not _exact_capable(a, b, sfa, sfb, k, recipe):
+    if exact or not _exact_capable(a, b, sfa, sfb, recipe):
         raise _inexact(e) from None
 
 
@@ -483,9 +495,9 @@ def fp8_fp4_gemm_nt(
             else _scales("sfb", sfb, -1, n, k, call.grans[1], False, call.exact)
         )
     except ValueError as e:  # FP32 scales UE8M0 cannot hold: the exact kernel, when the operands allow it
-        _retry_exact(e, call.exact, a, b, sfa, sfb, k, recipe)
+        _retry_exact(e, call.exact, a, b, sfa, sfb, recipe)
         return fp8_fp4_gemm_nt((a, sfa), (b, sfb), d, c, recipe=recipe, disable_ue8m0_cast=True, alpha=alpha)
-    if get_scale_checks():  # opt-in (DG_SM120_CHECK_SCALES): one attribute read on the hot path otherwise
+    if get_scale_checks():  # opt-in (DG_SM120_CHECK_SCALES): two cheap calls on the hot path when off
         _check_given_packed(call.kind, (("sfa", sfa, call.sfa_stride >= 0), ("sfb", sfb, call.sfb_stride >= 0)))
     splits, pd = call.splits, d.data_ptr()
     pc = c.data_ptr() if c is not None else 0
@@ -803,7 +815,7 @@ def m_grouped_fp8_fp4_gemm_nt_contiguous(
     try:
         _grouped_launch(call, False, a, sfa, b, sfb, d.data_ptr(), grouped_layout.data_ptr(), use_psum_layout, alpha)
     except ValueError as e:  # FP32 scales UE8M0 cannot hold: the exact kernel, when the operands allow it
-        _retry_exact(e, exact, a, b, sfa, sfb, call.k, recipe)
+        _retry_exact(e, exact, a, b, sfa, sfb, recipe)
         m_grouped_fp8_fp4_gemm_nt_contiguous(
             (a, sfa),
             (b, sfb),
@@ -935,7 +947,7 @@ def m_grouped_fp8_fp4_gemm_nt_masked(
     try:
         _grouped_launch(call, True, a, sfa, b, sfb, d.data_ptr(), masked_m.data_ptr(), False, alpha)
     except ValueError as e:  # FP32 scales UE8M0 cannot hold: the exact kernel, when the operands allow it
-        _retry_exact(e, exact, a, b, sfa, sfb, call.k, recipe)
+        _retry_exact(e, exact, a, b, sfa, sfb, recipe)
         m_grouped_fp8_fp4_gemm_nt_masked(
             (a, sfa), (b, sfb), d, masked_m, expected_m, recipe=recipe, disable_ue8m0_cast=True, alpha=alpha
         )

@@ -51,19 +51,30 @@ def _scale_rule(
     fp4: tuple[bool | None, bool | None], sf_dtype: str | None, gran_k: int | None, disable_ue8m0_cast: bool | None
 ) -> None:
     """What the signature says about the scales (is_supported's sf_dtype / gran_k / disable_ue8m0_cast; the API
-    reads the same from the tensors): e4m3 operands with float32 scales and disable_ue8m0_cast=True take the exact
-    FP32-scale kernel, which covers 128 K per scale (docs/fp32_scales.md). Values are not a signature's: FP32
-    scales that are not powers of two are decided per call."""
+    reads the same from the tensors). gran_k: K elements per scale (of the e4m3 side for mixed operands). e4m3
+    operands with float32 scales per 128 K and disable_ue8m0_cast=True take the exact FP32-scale kernel
+    (docs/fp32_scales.md). Values are not a signature's: whether float32 scales are powers of two is per call."""
+    if disable_ue8m0_cast is not None and not isinstance(disable_ue8m0_cast, bool):
+        raise TypeError(f"disable_ue8m0_cast must be a bool, got {type(disable_ue8m0_cast).__name__}")
     if sf_dtype is not None and sf_dtype not in SF_DTYPES:
         raise TypeError(
             f"scale factors must be float32, float8_e8m0fnu, float8_e4m3fn (NVFP4) or packed int32, got {show(sf_dtype)}"
         )
     if gran_k is not None and (not isinstance(gran_k, int) or isinstance(gran_k, bool) or gran_k <= 0):
         raise ValueError(f"gran_k must be a positive number of K elements, got {gran_k!r}")
-    exact = sf_dtype == "float32" and disable_ue8m0_cast is True and fp4 == (False, False)
-    if exact and gran_k is not None and gran_k != 128:
+    if None in fp4:
+        return
+    if not any(fp4) or fp4[0] != fp4[1]:  # an e4m3 side: UE8M0 scales per 128 or 32 K
+        if sf_dtype == "float8_e4m3fn":
+            raise TypeError("float8_e4m3fn operands take UE8M0 scales; float8_e4m3fn (UE4M3) scales are NVFP4's")
+        allowed: tuple[int, ...] = (128, 32)
+    else:  # both packed e2m1: MXFP4 (UE8M0 per 32 K) or NVFP4 (UE4M3 per 16 K)
+        allowed = (
+            (16,) if sf_dtype == "float8_e4m3fn" else (32,) if sf_dtype in ("float32", "float8_e8m0fnu") else (32, 16)
+        )
+    if gran_k is not None and gran_k not in allowed:
         raise NotImplementedError(
-            f"exact FP32 scales (disable_ue8m0_cast=True) cover 128 K elements each, got gran_k = {gran_k}"
+            f"these operands' scales cover {' or '.join(map(str, allowed))} K elements each, got gran_k = {gran_k}"
         )
 
 
