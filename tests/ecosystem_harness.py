@@ -11,6 +11,7 @@ import importlib.abc
 import importlib.util
 import inspect
 import json
+import os
 import sys
 import types
 from pathlib import Path
@@ -88,7 +89,12 @@ class Platform:
 
 def overrides(cache_dir: str) -> dict[str, dict]:
     return {
-        "vllm.envs": {"VLLM_USE_DEEP_GEMM": True, "VLLM_USE_DEEP_GEMM_E8M0": True, "VLLM_CACHE_ROOT": cache_dir},
+        "vllm.envs": {
+            "VLLM_USE_DEEP_GEMM": True,
+            # VLLM_USE_DEEP_GEMM_E8M0=0: vLLM's FLOAT32 scales (the fp32 mode of this harness)
+            "VLLM_USE_DEEP_GEMM_E8M0": os.environ.get("DG_SM120_HARNESS_E8M0", "1") != "0",
+            "VLLM_CACHE_ROOT": cache_dir,
+        },
         "vllm.platforms": {"current_platform": Platform()},
         "vllm.utils.import_utils": {"has_deep_gemm": lambda: importlib.util.find_spec("deep_gemm") is not None},
         "vllm.utils.math_utils": {"cdiv": ceil_div},
@@ -253,6 +259,60 @@ def binds(fn, positional: int | None, keywords: list[str], more: bool) -> str:
 # ---------------------------------------------------------------- the two stacks
 
 
+def fp32_calls(mod) -> dict:
+    """vLLM's own FP8 wrappers (dense, M-grouped contiguous and masked) called as its FP8 linear and fused-MoE
+    layers call them with FLOAT32 scales (1x128 activations, 128x128 weights, amax/448: not powers of two) on CPU
+    tensors: which block-scaled kernel kind each call is planned for (our _kind, observed), and where it stops
+    (the device check: no GPU here)."""
+    import torch
+
+    from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d import api
+
+    seen: list[str] = []
+    real = api._kind
+
+    def spy(*args, **kwargs):
+        kind = real(*args, **kwargs)
+        seen.append(kind)
+        return kind
+
+    api._kind = spy
+    fp8 = torch.float8_e4m3fn
+    g, m, n, k = 2, 128, 256, 512
+    scales = lambda *shape: torch.rand(*shape) * 0.01 + 1e-3
+    a, b = torch.zeros(m, k, dtype=fp8), torch.zeros(n, k, dtype=fp8)
+    ag, bg = torch.zeros(g, m, k, dtype=fp8), torch.zeros(g, n, k, dtype=fp8)
+    cases = {
+        "fp8_gemm_nt": lambda: mod.fp8_gemm_nt(
+            (a, scales(m, k // 128)), (b, scales(n // 128, k // 128)), torch.zeros(m, n, dtype=torch.bfloat16)
+        ),
+        "m_grouped_fp8_gemm_nt_contiguous": lambda: mod.m_grouped_fp8_gemm_nt_contiguous(
+            (a, scales(m, k // 128)),
+            (bg, scales(g, n // 128, k // 128)),
+            torch.zeros(m, n, dtype=torch.bfloat16),
+            torch.zeros(m, dtype=torch.int32),
+        ),
+        "fp8_m_grouped_gemm_nt_masked": lambda: mod.fp8_m_grouped_gemm_nt_masked(
+            (ag, scales(g, m, k // 128)),
+            (bg, scales(g, n // 128, k // 128)),
+            torch.zeros(g, m, n, dtype=torch.bfloat16),
+            torch.zeros(g, dtype=torch.int32),
+            m,
+        ),
+    }
+    out = {}
+    for name, call in cases.items():
+        seen.clear()
+        try:
+            call()
+            error = None
+        except Exception as e:  # reported: the test says which outcome is expected
+            error = f"{type(e).__name__}: {e}"
+        out[name] = {"kinds": list(seen), "error": error}
+    api._kind = real
+    return out
+
+
 def run(stack: str, folder: Path, cache_dir: str) -> dict:
     import torch
 
@@ -279,6 +339,8 @@ def run(stack: str, folder: Path, cache_dir: str) -> dict:
             k for k, v in vars(mod).items() if k.startswith("_") and k.endswith("_impl") and v is None
         )
         receivers = {"_dg", "deep_gemm", "dg"}
+        if os.environ.get("DG_SM120_HARNESS_E8M0") == "0":
+            report["fp32_calls"] = fp32_calls(mod)
     else:
         wrappers = [
             "sglang.srt.layers.deep_gemm_wrapper.configurer",

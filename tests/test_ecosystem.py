@@ -79,6 +79,33 @@ def test_their_wrapper_detects_resolves_and_binds(stack, tmp_path):
         assert _run(name, folder, tmp_path, our_cache_dir=ours)["jit_cache_dir"] == ours
 
 
+def test_vllm_float32_scales_reach_the_exact_kernel(tmp_path):
+    """VLLM_USE_DEEP_GEMM_E8M0=0 (vLLM's FLOAT32 scales, issue 40): its own FP8 linear and fused-MoE wrappers
+    call ours with disable_ue8m0_cast=True, and every call is planned for the exact FP32-scale kernel before the
+    device check stops it (no GPU here; tests/test_fp32_scales_gpu.py checks that kernel's numbers)."""
+    folder, why = wheels.fetch("vllm")
+    if folder is None:
+        pytest.skip(f"the package index is not reachable for vllm=={wheels.PINS['vllm']}: {why}")
+    env = {k: v for k, v in os.environ.items() if k != "DG_SM120_JIT_CACHE_DIR"}
+    env["DG_SM120_HARNESS_E8M0"] = "0"
+    p = subprocess.run(
+        [sys.executable, str(HERE / "ecosystem_harness.py"), "vllm", str(folder), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert p.returncode == 0, p.stderr[-4000:]
+    report = json.loads(p.stdout.strip().splitlines()[-1])
+    assert report["detection"]["is_deep_gemm_e8m0_used"] is False
+    calls = report["fp32_calls"]
+    assert set(calls) == {"fp8_gemm_nt", "m_grouped_fp8_gemm_nt_contiguous", "fp8_m_grouped_gemm_nt_masked"}
+    for name, seen in calls.items():
+        assert seen["kinds"] == ["fp8_fp32"], (name, seen)
+        assert seen["error"] is not None and "cuda" in seen["error"].lower(), (name, seen)  # stopped at the device
+
+
 def test_deepgemm_281_positional_orders(vllm_sources):
     """Every function DeepGEMM 2.8.1's _C.py defines that we bind takes the same positional parameters in the same
     order (extra parameters of ours are keyword-only)."""
