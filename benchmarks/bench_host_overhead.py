@@ -129,6 +129,20 @@ def fp8_cases(dg) -> Iterator[Case]:
         SYNCS,
         lambda: dg.fp8_gemm_nt((x8, sx), (w8, sw), d8),
     )
+    # exact FP32 scales (0.8.6): scales prepared once in the kernel's float32 layout, as vLLM's FLOAT32 mode
+    # passes them (disable_ue8m0_cast=True: no value read)
+    x32, sx32 = _cast(dg.per_token_cast_to_fp8, torch.randn(64, 256, device="cuda"))
+    try:
+        sx32 = dg.transform_sf_into_required_layout(sx32 * 1.5, 64, 256, (1, 128), is_sfa=True, disable_ue8m0_cast=True)
+        sw32 = dg.transform_sf_into_required_layout(sw * 1.5, 128, 256, (128, 128), disable_ue8m0_cast=True)
+        if sx32.dtype == torch.float32:
+            yield (
+                "fp8_gemm_nt 64x128x256 (exact FP32 scales, prepared)",
+                GEMM,
+                lambda: dg.fp8_gemm_nt((x32, sx32), (w8, sw32), d8, disable_ue8m0_cast=True),
+            )
+    except (TypeError, ValueError) as e:  # a checkout before exact FP32 scales
+        print(f" ! exact FP32 scales unavailable: {e}")
     try:
         import deep_gemm_sm120.compat as compat
 
