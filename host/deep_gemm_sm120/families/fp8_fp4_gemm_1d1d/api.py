@@ -264,7 +264,8 @@ def _prepare_sf(
         gran_mn = _unpacked_recipe(name, sf, mn, gran_k, groups, is_sfa)[0]
         conv = fp32_mn_major(sf, mn, gran_mn)
         direct = fp32_direct(conv, (*lead, mn, ceil_div(k, gran_k)))
-        assert direct is not None  # fp32_mn_major writes the layout fp32_direct accepts
+        if direct is None:  # fp32_mn_major's layout, refused only when its strides pass 32 bits
+            raise ValueError(f"{name}: {tuple(conv.shape)} float32 scales need strides past 32 bits")
         return conv, *direct
     if sf.dtype == torch.int32:
         ps, gs = check_packed(name, sf, (*lead, mn, sf_words(k, gran_k)))
