@@ -380,6 +380,90 @@ def test_block_scaled_cached_equals_checked(sm120_or_emulation):
     _drive("block-scaled", _block_scaled)
 
 
+def _exact_fp32(rng: random.Random):
+    """The exact FP32-scale kernel (issue 40): float32 scales that are not powers of two, with
+    disable_ue8m0_cast=True, taken as given (K-major: converted per call) or prepared in the kernel's layout."""
+    import deep_gemm_sm120 as dg
+
+    form = rng.choice(["dense", "masked", "contiguous"])
+    prepared = rng.random() < 0.5
+    n, k = _dim(rng, (64, 128, 200, 256), 8), rng.choice([128, 256, 384])
+    kb = ceil_div(k, 128)
+
+    def scales(gen, *shape):
+        return torch.rand(*shape, device="cuda", generator=gen) * 0.3 + 0.01  # not powers of two
+
+    def values(gen, *shape):
+        return torch.randn(*shape, device="cuda", generator=gen).to(torch.float8_e4m3fn)
+
+    def prep(sf, mn, groups, is_sfa, blocks):
+        if not prepared:
+            return sf
+        rec = (1, 128) if is_sfa else (128 if blocks else 1, 128)
+        return dg.transform_sf_into_required_layout(sf, mn, k, rec, groups, is_sfa=is_sfa, disable_ue8m0_cast=True)
+
+    blocks = rng.random() < 0.6  # 128x128 weight blocks, else per-channel
+    brows = ceil_div(n, 128) if blocks else n
+    if form == "dense":
+        m = _dim(rng, (1, 7, 64, 100, 256))
+
+        def make(seed: int) -> dict:
+            gen = _gen(seed)
+            a, b = values(gen, m, k), values(gen, n, k)
+            sfa, sfb = (
+                prep(scales(gen, m, kb), m, None, True, False),
+                prep(scales(gen, brows, kb), n, None, False, blocks),
+            )
+            return dict(a=(a, sfa), b=(b, sfb), d=torch.full((m, n), SENTINEL, device="cuda", dtype=torch.bfloat16))
+
+        def run(t: dict) -> tuple:
+            dg.fp8_gemm_nt(t["a"], t["b"], t["d"], disable_ue8m0_cast=True)
+            return (t["d"],)
+
+        label = f"exact dense m={m} n={n} k={k} prepared={prepared} blocks={blocks}"
+        illegal = [lambda t: dg.fp8_gemm_nt(t["a"], t["b"], t["d"], recipe=(1, 128, 64), disable_ue8m0_cast=True)]
+        return label, make, run, illegal, None
+    g = rng.randint(1, 3)
+    if form == "masked":
+        m = rng.choice([32, 64, 128])
+
+        def make(seed: int) -> dict:
+            gen = _gen(seed)
+            a, b = values(gen, g, m, k), values(gen, g, n, k)
+            sfa = prep(scales(gen, g, m, kb), m, g, True, False)
+            sfb = prep(scales(gen, g, brows, kb), n, g, False, blocks)
+            masks = torch.randint(0, m + 1, (g,), generator=torch.Generator().manual_seed(seed)).int().cuda()
+            d = torch.full((g, m, n), SENTINEL, device="cuda", dtype=torch.bfloat16)
+            return dict(a=(a, sfa), b=(b, sfb), d=d, masked=masks)
+
+        def run(t: dict) -> tuple:
+            dg.m_grouped_fp8_gemm_nt_masked(t["a"], t["b"], t["d"], t["masked"], m, disable_ue8m0_cast=True)
+            return (t["d"],)
+
+        return f"exact masked g={g} m={m} n={n} k={k} prepared={prepared} blocks={blocks}", make, run, [], None
+    sizes = [rng.choice([0, 1, 128, 200]) for _ in range(g)]
+
+    def make(seed: int) -> dict:
+        gen = _gen(seed)
+        per_row, _ = contiguous_layout(sizes)
+        rows = per_row.numel()
+        a, b = values(gen, rows, k), values(gen, g, n, k)
+        sfa = prep(scales(gen, rows, kb), rows, None, True, False)
+        sfb = prep(scales(gen, g, brows, kb), n, g, False, blocks)
+        d = torch.full((rows, n), SENTINEL, device="cuda", dtype=torch.bfloat16)
+        return dict(a=(a, sfa), b=(b, sfb), d=d, layout=per_row)
+
+    def run(t: dict) -> tuple:
+        dg.m_grouped_fp8_gemm_nt_contiguous(t["a"], t["b"], t["d"], t["layout"], disable_ue8m0_cast=True)
+        return (t["d"],)
+
+    return f"exact contiguous sizes={sizes} n={n} k={k} prepared={prepared} blocks={blocks}", make, run, [], None
+
+
+def test_exact_fp32_cached_equals_checked(sm120_or_emulation):
+    _drive("exact-fp32", _exact_fp32)
+
+
 # ---------------------------------------------------------------- einsum and the HC pre-norm GEMM
 
 
