@@ -5,6 +5,7 @@ any family's API (the hot paths pack positionally) fails here, not first on the 
 
 from __future__ import annotations
 
+import ctypes
 import struct
 from dataclasses import dataclass
 
@@ -197,12 +198,29 @@ def test_bf16_m_grouped(recorded):
     assert masked.maps[0]["dims"] == (k, g * 64) and masked.args["d"] == dm.data_ptr()
 
 
-def test_bf16_k_grouped(recorded):
+def test_bf16_k_grouped(recorded, monkeypatch):
     ks, m, n = [64, 0, 192], 128, 256
     a, b = _z(sum(ks), m), _z(sum(ks), n)
     d = _z(3, m, n, dtype=torch.float32)
+    seen = {}
+    inner = launch.BOUND.launch
+
+    def reading(*args):  # the device-side metadata as the kernel reads it (CPU tensors, alive during the launch)
+        inner(*args)
+        ln = recorded[-1]
+        g = ln.args["num_groups"]
+        seen["ks"] = list(struct.unpack(f"<{g}i", ctypes.string_at(ln.args["layout"], 4 * g)))
+        seen["aux"] = list(struct.unpack("<5q", ctypes.string_at(ln.args["aux"], 40)))
+
+    monkeypatch.setattr(launch.BOUND, "launch", reading)
     dg.k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks, c=d)
     (ln,) = recorded
+    assert seen["ks"] == ks
+    assert seen["aux"][:4] == [a.data_ptr(), b.data_ptr(), m * 2, n * 2] and seen["aux"][4]  # bases, strides, slots
+    for odd in ([64, 0, 192, 0, 7], [1]):  # an odd count: the last int32 pair is half padding
+        a2, b2, d2 = _z(sum(odd), m), _z(sum(odd), n), _z(len(odd), m, n, dtype=torch.float32)
+        dg.k_grouped_bf16_gemm_tn_contiguous(a2, b2, d2, odd)
+        assert seen["ks"] == odd
     assert "k_contiguous" in ln.kernel and ln.args["k"] == 256 and ln.args["num_groups"] == 3
     assert ln.args["d"] == ln.args["c"] == d.data_ptr() and ln.args["ldd"] == ln.args["ldc"] == n
     assert ln.maps[0]["dims"] == (m, 256) and ln.maps[1]["dims"] == (n, 256)  # MN-major [sum K][M], [sum K][N]

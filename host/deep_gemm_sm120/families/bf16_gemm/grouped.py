@@ -319,8 +319,8 @@ def k_grouped_bf16_gemm_tn_contiguous(
         ks = [int(x) for x in ks]
     except (TypeError, ValueError):
         raise TypeError(f"ks must be a sequence of ints, got {ks!r}") from None
-    if any(x < 0 for x in ks):
-        raise ValueError(f"ks must be non-negative, got {ks}")
+    if any(x < 0 or x >= 2**31 for x in ks):  # the kernel reads them as int32
+        raise ValueError(f"ks must be in [0, 2**31), got {ks}")
     total_k, m = a.shape
     g = len(ks)
     n = b.shape[1]
@@ -364,14 +364,16 @@ def k_grouped_bf16_gemm_tn_contiguous(
     grid = min(num_sms_for(index), g * ceil_div(m, cfg.block_m) * ceil_div(n, cfg.block_n))
     # per (CTA, group) descriptor slots, and the kernel's aux block: bases, row strides, slots
     slots = torch.empty(grid * g * 2 * 128, dtype=torch.uint8, device=d.device)
-    # Small metadata goes through pinned host memory with stream-ordered copies: no sync, and legal inside
-    # CUDA-graph capture (a replay re-sends the same ks, so capture with the ks the replays will use).
-    ks_dev = torch.tensor(ks, dtype=torch.int32).pin_memory().to(d.device, non_blocking=True)
-    aux = (
-        torch.tensor([a.data_ptr(), b.data_ptr(), lda, ldb, slots.data_ptr()], dtype=torch.int64)
+    # Small metadata goes through pinned host memory with one stream-ordered copy: no sync, and legal inside
+    # CUDA-graph capture (a replay re-sends the same ks, so capture with the ks the replays will use). One int64
+    # buffer: the aux block (bases, row strides, slots) at 0, then ks as int32 pairs (little-endian) at byte 40.
+    pairs = [x | (y << 32) for x, y in zip(ks[0::2], ks[1::2] + [0])]  # ks < 2**31 (checked above): no sign bit
+    meta = (
+        torch.tensor([a.data_ptr(), b.data_ptr(), lda, ldb, slots.data_ptr(), *pairs], dtype=torch.int64)
         .pin_memory()
         .to(d.device, non_blocking=True)
     )
+    aux, ks_ptr = meta, meta.data_ptr() + 40
     _launch(
         "k_contiguous",
         cfg,
@@ -384,7 +386,7 @@ def k_grouped_bf16_gemm_tn_contiguous(
         c is not None,
         d=d2.data_ptr(),
         c=c2.data_ptr() if c2 is not None else 0,
-        layout=ks_dev.data_ptr(),
+        layout=ks_ptr,
         aux=aux.data_ptr(),
         m=m,
         n=n,
