@@ -320,7 +320,7 @@ def k_grouped_bf16_gemm_tn_contiguous(
     except (TypeError, ValueError):
         raise TypeError(f"ks must be a sequence of ints, got {ks!r}") from None
     if any(x < 0 or x >= 2**31 for x in ks):  # the kernel reads them as int32
-        raise ValueError(f"ks must be in [0, 2**31), got {ks}")
+        raise ValueError(f"ks must be non-negative int32 values (0 <= K < 2**31), got {ks}")
     total_k, m = a.shape
     g = len(ks)
     n = b.shape[1]
