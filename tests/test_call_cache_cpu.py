@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+from test_launch_args_cpu import _decode_maps  # one reading of the runtime's TMA records
 
 import deep_gemm_sm120 as dg
 from deep_gemm_sm120 import arch, checks, device, jit, launch
-from deep_gemm_sm120.core import tma
 from deep_gemm_sm120.core.arith import ceil_div
 from deep_gemm_sm120.families import bf16_gemm, fp8_fp4_gemm_1d1d, tf32_hc_prenorm_gemm
 from deep_gemm_sm120.families.bf16_gemm import api as bf16_api
@@ -63,27 +63,6 @@ class Launch:
     pdl: bool
     args: tuple
     maps: tuple
-
-
-def _decode_maps(buf: bytes) -> list[dict]:
-    out = []
-    for i in range(0, len(buf), tma.RECORD.size):
-        f = tma.RECORD.unpack(buf[i : i + tma.RECORD.size])
-        rank = f[2]
-        out.append(
-            {
-                "offset": f[0],
-                "dtype": f[1],
-                "rank": rank,
-                "swizzle": f[3],
-                "address": f[4],
-                "dims": f[5:10],
-                "strides": f[10:14],
-                "box": f[14:19],
-                "reserved": f[19],
-            }
-        )
-    return out
 
 
 class Rig:

@@ -42,12 +42,13 @@ def vllm_sources():
     return folder / "vllm" / "third_party" / "deep_gemm"
 
 
-def _run(stack_name: str, folder: Path, tmp_path: Path, our_cache_dir: str | None = None) -> dict:
+def _run(stack_name: str, folder: Path, tmp_path: Path, our_cache_dir: str | None = None, **extra_env: str) -> dict:
     """The harness in a child, with the tester's own DG_SM120_JIT_CACHE_DIR out of the way (it would win over
-    the DG_JIT_CACHE_DIR the stack sets, as documented) unless `our_cache_dir` sets it."""
+    the DG_JIT_CACHE_DIR the stack sets, as documented) unless `our_cache_dir` sets it; extra_env on top."""
     env = {k: v for k, v in os.environ.items() if k != "DG_SM120_JIT_CACHE_DIR"}
     if our_cache_dir is not None:
         env["DG_SM120_JIT_CACHE_DIR"] = our_cache_dir
+    env.update(extra_env)
     p = subprocess.run(
         [sys.executable, str(HERE / "ecosystem_harness.py"), stack_name, str(folder), str(tmp_path)],
         capture_output=True,
@@ -86,18 +87,7 @@ def test_vllm_float32_scales_reach_the_exact_kernel(tmp_path):
     folder, why = wheels.fetch("vllm")
     if folder is None:
         pytest.skip(f"the package index is not reachable for vllm=={wheels.PINS['vllm']}: {why}")
-    env = {k: v for k, v in os.environ.items() if k != "DG_SM120_JIT_CACHE_DIR"}
-    env["DG_SM120_HARNESS_E8M0"] = "0"
-    p = subprocess.run(
-        [sys.executable, str(HERE / "ecosystem_harness.py"), "vllm", str(folder), str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-        env=env,
-    )
-    assert p.returncode == 0, p.stderr[-4000:]
-    report = json.loads(p.stdout.strip().splitlines()[-1])
+    report = _run("vllm", folder, tmp_path, DG_SM120_HARNESS_E8M0="0")
     assert report["detection"]["is_deep_gemm_e8m0_used"] is False
     calls = report["fp32_calls"]
     assert set(calls) == {"fp8_gemm_nt", "m_grouped_fp8_gemm_nt_contiguous", "fp8_m_grouped_gemm_nt_masked"}

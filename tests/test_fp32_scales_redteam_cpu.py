@@ -27,6 +27,20 @@ def _p(rig):  # noqa: F811 - the imported rig fixture, by name
 
 # ------------------------------------------------------------------ scale layouts the dense exact kernel reads
 # (name, builder(m_or_n, kb, seed) -> sf view of logical shape [rows, kb])
+def _warm_equals_cold(rig, call):  # noqa: F811 - the imported rig fixture, passed in
+    """call() cold, warm (a hit: no new cache entry) and cold again give one outcome; returns it."""
+    from deep_gemm_sm120 import launch
+
+    launch.forget_calls()
+    cold = call()
+    entries = rig.entries()
+    warm = call()
+    assert rig.entries() == entries
+    launch.forget_calls()
+    assert cold == warm == call(), (cold, warm)
+    return cold
+
+
 def _k_major(r, kb, s):
     return _scales(r, kb, seed=s)
 
@@ -283,7 +297,6 @@ def test_probe_warm_and_cold_agree(rig, variant):  # noqa: F811 - the imported r
     """PASSING PROBE: each call twice cold (caches forgotten) and warm on fresh tensors of one signature:
     the same outcome (kernel, parameters modulo addresses, or error type and message), and a failing exact
     signature is not cached."""
-    from deep_gemm_sm120 import launch
 
     m, n, k = 70, 200, 384
     kw = {}
@@ -315,14 +328,7 @@ def test_probe_warm_and_cold_agree(rig, variant):  # noqa: F811 - the imported r
         names = {"sfa": x[1], "sfb": y[1], "d": d}
         return rig.record(dg.fp8_gemm_nt, (x, y, d), kw, names)[0]
 
-    launch.forget_calls()
-    cold = call()
-    entries = rig.entries()
-    warm = call()
-    assert rig.entries() == entries
-    launch.forget_calls()
-    cold2 = call()
-    assert cold == warm == cold2, (cold, warm)
+    cold = _warm_equals_cold(rig, call)
     if cold[0] == "raise":
         # the exact signature of a failing call is not cached (the UE8M0 one may be: its values fail per call)
         assert not any(key[-1] is True for key in fp8_api._DENSE), list(fp8_api._DENSE)
@@ -451,7 +457,6 @@ def test_regression_nonpositive_recipe_gran_k_is_not_implemented(rig, recipe):  
 def test_probe_grouped_warm_and_cold_agree(rig, entry, variant):  # noqa: F811 - the imported rig fixture, by name
     """PASSING PROBE (except where 1x32_recipe meets the break above: there it checks agreement only): M-grouped
     calls cold, warm on fresh tensors of the same signature, and cold again give the same outcome."""
-    from deep_gemm_sm120 import launch
 
     g, n, k = 3, 200, 384
     kb = ceil_div(k, 128)
@@ -482,13 +487,7 @@ def test_probe_grouped_warm_and_cold_agree(rig, entry, variant):  # noqa: F811 -
         x, y = (a, _fresh(sfa)), (b, _fresh(sfb))
         return rig.record(fn, (x, y, d, *extra), kw, {"sfa": x[1], "sfb": y[1], "d": d})[0]
 
-    launch.forget_calls()
-    cold = call()
-    entries = rig.entries()
-    warm = call()
-    assert rig.entries() == entries
-    launch.forget_calls()
-    assert cold == warm == call(), (cold, warm)
+    cold = _warm_equals_cold(rig, call)
     if variant != "1x32_recipe":
         assert cold[0] == "ok" and "fp8_fp32_g128" in cold[1][0].kernel, cold
 
