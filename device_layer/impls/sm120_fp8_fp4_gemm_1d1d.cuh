@@ -17,8 +17,9 @@
 // Scale tensors (sfa, sfb): uint32 words, each packing the scales of 4 consecutive K blocks of one row
 // (first block in the lowest byte), stored MN-major: word (g, p, r) at g * group_stride + p * pack_stride + r.
 // Because a word's bytes map onto the MMA's byte-id selector, scales go from global memory to the MMA
-// without repacking. Every math lane loads the words it must hold under the selector mapping of
-// mma/sm120_scale_selectors.cuh (one register serves two m16 tiles / four n8 tiles via thread-id), one
+// without repacking. Every math lane loads the words it must hold under the kernel's scale encoding
+// (mma/sm120_scale_selectors.cuh, kEnc: by default one register serves two m16 tiles / four n8 tiles via
+// thread-id; the replicated encoding loads one word per tile and runs every MMA at selector 0), one
 // stage ahead of their use, straight from global memory (read-only path; the tensors are small and stay in
 // L2), so the smem ring holds only A and B.
 //
@@ -109,11 +110,11 @@ SM120_DEVICE void load_scale_words(uint32_t kb, uint32_t (&words)[Side::kWords][
     }
 }
 
-// Where a math lane's scale words for `tile` of group g come from (the selector mapping of
-// mma/sm120_scale_selectors.cuh): word w of A serves m16 tiles 2w (lanes % 4 in {0,1}) and 2w+1 ({2,3}), word w of
-// B n8 tiles 4w .. 4w+3 (lane % 4). Masked / batched kinds read their group's slices; rows and columns outside the
-// tile are not ok (their words load as 0).
-template <typename Cfg, GemmType kType, uint32_t kWA, uint32_t kWB>
+// Where a math lane's scale words for `tile` of group g come from (ScaleLanes of the encoding,
+// mma/sm120_scale_selectors.cuh). Selectors: word w of A serves m16 tiles 2w (lanes % 4 in {0,1}) and 2w+1 ({2,3}),
+// word w of B n8 tiles 4w .. 4w+3 (lane % 4). Replicated: word w serves m16 (n8) tile w alone. Masked / batched
+// kinds read their group's slices; rows and columns outside the tile are not ok (their words load as 0).
+template <typename Cfg, GemmType kType, ScaleEncoding kEnc, uint32_t kWA, uint32_t kWB>
 SM120_DEVICE void scale_sources(const TileInfo& tile, uint32_t g, uint32_t m, uint32_t n, uint32_t wm, uint32_t wn,
                                 uint32_t lane, const uint32_t* sfa, const uint32_t* sfb, uint32_t sfa_group_stride,
                                 uint32_t sfb_group_stride, const uint32_t* (&rows)[kWA], bool (&a_ok)[kWA],
@@ -121,7 +122,7 @@ SM120_DEVICE void scale_sources(const TileInfo& tile, uint32_t g, uint32_t m, ui
     const uint32_t a_row0 = kType == GemmType::kMGroupedMasked ? tile.a_row - g * m : tile.a_row;
 #pragma unroll
     for (uint32_t w = 0; w < kWA; ++w) {
-        const uint32_t i = 2 * w + sfa_thread_id_of_lane(lane);
+        const uint32_t i = ScaleLanes<kEnc>::tile_a(w, lane);
         const uint32_t local = wm * Cfg::kWarpM + i * 16 + sfa_row_of_lane(lane);
         a_ok[w] = i < Cfg::kMI && local < tile.m_valid;
         rows[w] = sfa +
@@ -132,7 +133,7 @@ SM120_DEVICE void scale_sources(const TileInfo& tile, uint32_t g, uint32_t m, ui
     }
 #pragma unroll
     for (uint32_t w = 0; w < kWB; ++w) {
-        const uint32_t j = 4 * w + sfb_thread_id_of_lane(lane);
+        const uint32_t j = ScaleLanes<kEnc>::tile_b(w, lane);
         const uint32_t col = tile.n_col + wn * Cfg::kWarpN + j * 8 + sfb_col_of_lane(lane);
         b_ok[w] = j < Cfg::kNI && col < n;
         cols[w] = sfb + (kType == GemmType::kNormal ? 0 : static_cast<size_t>(g) * sfb_group_stride) + col;
@@ -274,7 +275,8 @@ struct BlockScaledFragments {
 };
 
 template <ScaleKind kKind, uint32_t kGranKA, uint32_t kGranKB, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kStages,
-          uint32_t kWarpsM, uint32_t kWarpsN, uint32_t kGroupN, typename OutT, bool kWithC, GemmType kType>
+          uint32_t kWarpsM, uint32_t kWarpsN, uint32_t kGroupN, typename OutT, bool kWithC, GemmType kType,
+          ScaleEncoding kEnc = ScaleEncoding::kSelectors>
 // clang-format off: a kernel declaration (see .clang-format)
 __global__ void __launch_bounds__(BlockScaledTileConfig<kKind, BLOCK_M, BLOCK_N, kStages, kWarpsM, kWarpsN>::kThreads, 1)
 sm120_fp8_fp4_gemm_1d1d_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
@@ -300,8 +302,9 @@ sm120_fp8_fp4_gemm_1d1d_kernel(const __grid_constant__ CUtensorMap tmap_a, const
     using SB = StageScales<kKind, kGranKB>;
     constexpr uint32_t kMI = Cfg::kMI, kNI = Cfg::kNI;
     constexpr bool kFp32 = kKind == ScaleKind::kFp8Fp32;
-    constexpr uint32_t kWA = (kMI + 1) / 2;  // scale words per lane: one per pair of m16 tiles ...
-    constexpr uint32_t kWB = (kNI + 3) / 4;  // ... and one per four n8 tiles
+    constexpr uint32_t kWA = ScaleLanes<kEnc>::words_a(kMI);  // scale words per lane (selectors: one per pair of
+    constexpr uint32_t kWB = ScaleLanes<kEnc>::words_b(kNI);  // m16 tiles / four n8 tiles; replicated: one per tile)
+    static_assert(!kFp32 || kEnc == ScaleEncoding::kSelectors, "FP32 scales: unit-scale MMAs at selector 0 already");
     constexpr uint32_t kElemsPerStage = SA::kElemsPerStage;
     constexpr uint32_t kSteps = 4;  // MMA steps per stage: 32 bytes of K each
     using Mainloop = GemmMainloop<Cfg, kSteps>;
@@ -376,8 +379,8 @@ sm120_fp8_fp4_gemm_1d1d_kernel(const __grid_constant__ CUtensorMap tmap_a, const
                 const uint32_t* sfa_rows[kWA];
                 const uint32_t* sfb_cols[kWB];
                 bool a_ok[kWA], b_ok[kWB];
-                scale_sources<Cfg, kType>(tile, g, m, n, wm, wn, lane, sfa, sfb, sfa_group_stride, sfb_group_stride,
-                                          sfa_rows, a_ok, sfb_cols, b_ok);
+                scale_sources<Cfg, kType, kEnc>(tile, g, m, n, wm, wn, lane, sfa, sfb, sfa_group_stride,
+                                                sfb_group_stride, sfa_rows, a_ok, sfb_cols, b_ok);
                 uint32_t sa[SA::kWords][kWA], sb[SB::kWords][kWB];            // this K block's
                 uint32_t sa_next[SA::kWords][kWA], sb_next[SB::kWords][kWB];  // the next one's, in flight
                 auto load_scales = [&](uint32_t kb, uint32_t (&wa)[SA::kWords][kWA], uint32_t (&wb)[SB::kWords][kWB]) {
@@ -393,9 +396,8 @@ sm120_fp8_fp4_gemm_1d1d_kernel(const __grid_constant__ CUtensorMap tmap_a, const
                         constexpr uint32_t i = decltype(i_c)::value;
                         static_for<0, kNI>([&](auto j_c) {
                             constexpr uint32_t j = decltype(j_c)::value;
-                            mma_block_scaled<kKind, SA::byte_of_step(kk), i % 2, SB::byte_of_step(kk), j % 4>(
-                                acc[i][j], af[buf][i], bfr[buf][j], sa[SA::word_of_step(kk)][i / 2],
-                                sb[SB::word_of_step(kk)][j / 4]);
+                            mma_tile_scaled<kKind, kEnc, i, j, SA::byte_of_step(kk), SB::byte_of_step(kk)>(
+                                acc[i][j], af[buf][i], bfr[buf][j], sa[SA::word_of_step(kk)], sb[SB::word_of_step(kk)]);
                         });
                     });
                 };

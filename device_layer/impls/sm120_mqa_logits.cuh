@@ -21,11 +21,12 @@
 
 namespace sm120 {
 
-template <uint32_t kHeads, uint32_t kHeadDim, uint32_t BLOCK_KV, uint32_t kStages, bool kFp4>
+template <uint32_t kHeads, uint32_t kHeadDim, uint32_t BLOCK_KV, uint32_t kStages, bool kFp4,
+          ScaleEncoding kEnc = ScaleEncoding::kSelectors>
 struct MqaLogitsConfig {
     static constexpr uint32_t kMathWarps = 4;
     static constexpr uint32_t kThreads = kMathWarps * 32 + 32;  // + the producer warp
-    using Tile = MqaTile<kHeads, kHeadDim, BLOCK_KV / kMathWarps, kFp4>;
+    using Tile = MqaTile<kHeads, kHeadDim, BLOCK_KV / kMathWarps, kFp4, 64, false, kEnc>;
     static constexpr uint32_t kTileQBytes = Tile::kRows * Tile::kRowBytes;
     static constexpr uint32_t kTileKVBytes = BLOCK_KV * Tile::kRowBytes;
     static constexpr uint32_t kSmemBytes = kTileQBytes + kStages * kTileKVBytes + (2 * kStages + 1) * 8;
@@ -33,9 +34,9 @@ struct MqaLogitsConfig {
 };
 
 template <uint32_t kHeads, uint32_t kHeadDim, uint32_t BLOCK_KV, uint32_t kStages, bool kFp4, typename LogitT,
-          bool kClean, bool kCompressed>
+          bool kClean, bool kCompressed, ScaleEncoding kEnc = ScaleEncoding::kSelectors>
 // clang-format off: a kernel declaration (see .clang-format)
-__global__ void __launch_bounds__(MqaLogitsConfig<kHeads, kHeadDim, BLOCK_KV, kStages, kFp4>::kThreads, 1)
+__global__ void __launch_bounds__(MqaLogitsConfig<kHeads, kHeadDim, BLOCK_KV, kStages, kFp4, kEnc>::kThreads, 1)
 sm120_mqa_logits_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_kv,
                         const float* __restrict__ kv_scale, const uint32_t* __restrict__ q_sf,
                         const uint32_t* __restrict__ kv_sf, const float* __restrict__ weights,
@@ -43,7 +44,7 @@ sm120_mqa_logits_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid
                         uint32_t seq_len, uint32_t seq_len_kv, uint32_t ld_weights, uint32_t ld_logits) {
     // clang-format on
     // FP8: kv_scale fp32 [SK], q_sf / kv_sf unused. FP4: q_sf [S * H] and kv_sf [SK] packed words, kv_scale unused.
-    using Cfg = MqaLogitsConfig<kHeads, kHeadDim, BLOCK_KV, kStages, kFp4>;
+    using Cfg = MqaLogitsConfig<kHeads, kHeadDim, BLOCK_KV, kStages, kFp4, kEnc>;
     using Tile = typename Cfg::Tile;
     constexpr uint32_t kMI = Tile::kMI, kNI = Tile::kNI, kQueries = Tile::kQueries;
     static_assert(!(kClean && kCompressed), "compressed logits are never cleaned");
@@ -107,10 +108,13 @@ sm120_mqa_logits_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid
         PipelineState<kStages> st;
         for (uint32_t t = 0; t < num_tiles; ++t, st.advance()) {
             const uint32_t key0 = first_key + t * BLOCK_KV + warp * kWarpKeys;
-            uint32_t kvs = 0;
+            uint32_t kvs[Tile::kKeyWords] = {};
             if constexpr (kFp4) {
-                const uint32_t key = Tile::key_of_scale_lane(key0, lane);
-                kvs = key < seq_len_kv ? __ldg(kv_sf + key) : 0u;
+#pragma unroll
+                for (uint32_t w = 0; w < Tile::kKeyWords; ++w) {
+                    const uint32_t key = Tile::key_of_scale_word(key0, w, lane);
+                    kvs[w] = key < seq_len_kv ? __ldg(kv_sf + key) : 0u;
+                }
             }
             float acc[kMI][kNI][4];
             tile.mma_stage(ring, st, smem_kv, Cfg::kTileKVBytes, warp * kWarpKeys, lane, kvs, acc);

@@ -32,13 +32,14 @@
 
 namespace sm120 {
 
-template <uint32_t kHeads, uint32_t kHeadDim, uint32_t kBlockKV, uint32_t kStages, bool kFp4>
+template <uint32_t kHeads, uint32_t kHeadDim, uint32_t kBlockKV, uint32_t kStages, bool kFp4,
+          ScaleEncoding kEnc = ScaleEncoding::kSelectors>
 struct PagedMqaLogitsConfig {
     static constexpr uint32_t kMathWarps = 4;
     static constexpr uint32_t kThreads = kMathWarps * 32 + 32;
     static constexpr uint32_t kTileKeys = kBlockKV < 64 ? 64 : kBlockKV;
     static constexpr uint32_t kBlocksPerTile = kTileKeys / kBlockKV;
-    using Tile = MqaTile<kHeads, kHeadDim, kTileKeys / kMathWarps, kFp4>;
+    using Tile = MqaTile<kHeads, kHeadDim, kTileKeys / kMathWarps, kFp4, 64, false, kEnc>;
     static constexpr uint32_t kBlockBytes = kBlockKV * Tile::kRowBytes;
     static constexpr uint32_t kTileQBytes = Tile::kRows * Tile::kRowBytes;
     static constexpr uint32_t kTileKVBytes = kTileKeys * Tile::kRowBytes;
@@ -49,9 +50,9 @@ struct PagedMqaLogitsConfig {
 };
 
 template <uint32_t kHeads, uint32_t kHeadDim, uint32_t kBlockKV, uint32_t kStages, bool kFp4, typename LogitT,
-          bool kClean>
+          bool kClean, ScaleEncoding kEnc = ScaleEncoding::kSelectors>
 // clang-format off: a kernel declaration (see .clang-format)
-__global__ void __launch_bounds__(PagedMqaLogitsConfig<kHeads, kHeadDim, kBlockKV, kStages, kFp4>::kThreads, 1)
+__global__ void __launch_bounds__(PagedMqaLogitsConfig<kHeads, kHeadDim, kBlockKV, kStages, kFp4, kEnc>::kThreads, 1)
 sm120_paged_mqa_logits_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_kv,
                               const uint8_t* __restrict__ kv_cache, const uint32_t* __restrict__ q_sf,
                               const float* __restrict__ weights, const int32_t* __restrict__ context_lens,
@@ -61,7 +62,7 @@ sm120_paged_mqa_logits_kernel(const __grid_constant__ CUtensorMap tmap_q, const 
                               uint32_t ld_logits, uint32_t max_context_len, uint32_t num_batches, uint32_t bt_cols,
                               uint32_t num_blocks) {
     // clang-format on
-    using Cfg = PagedMqaLogitsConfig<kHeads, kHeadDim, kBlockKV, kStages, kFp4>;
+    using Cfg = PagedMqaLogitsConfig<kHeads, kHeadDim, kBlockKV, kStages, kFp4, kEnc>;
     using Tile = typename Cfg::Tile;
     constexpr uint32_t kMI = Tile::kMI, kNI = Tile::kNI, kQueries = Tile::kQueries;
     constexpr uint32_t kWarpKeys = Cfg::kTileKeys / Cfg::kMathWarps;
@@ -155,10 +156,14 @@ sm120_paged_mqa_logits_kernel(const __grid_constant__ CUtensorMap tmap_q, const 
             const bool named = block < num_blocks;  // keys of a block the table does not name: -inf
             const uint8_t* scales =
                 any ? kv_cache + static_cast<size_t>(readable(block)) * kv_block_stride + kScaleOffset : nullptr;
-            uint32_t kvs = 0;
+            uint32_t kvs[Tile::kKeyWords] = {};
             if constexpr (kFp4) {
-                const uint32_t key = Tile::key_of_scale_lane(key0, lane);
-                kvs = any && key < walk.len ? __ldg(reinterpret_cast<const uint32_t*>(scales) + key % kBlockKV) : 0u;
+#pragma unroll
+                for (uint32_t w = 0; w < Tile::kKeyWords; ++w) {
+                    const uint32_t key = Tile::key_of_scale_word(key0, w, lane);
+                    kvs[w] =
+                        any && key < walk.len ? __ldg(reinterpret_cast<const uint32_t*>(scales) + key % kBlockKV) : 0u;
+                }
             }
             float acc[kMI][kNI][4];
             tile.mma_stage(ring, st, smem_kv, Cfg::kTileKVBytes, warp * kWarpKeys, lane, kvs, acc);

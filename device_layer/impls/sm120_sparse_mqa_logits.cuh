@@ -27,13 +27,14 @@
 
 namespace sm120 {
 
-template <uint32_t kHeads, uint32_t kHeadDim, uint32_t kStages, bool kFp4>
+template <uint32_t kHeads, uint32_t kHeadDim, uint32_t kStages, bool kFp4,
+          ScaleEncoding kEnc = ScaleEncoding::kSelectors>
 struct SparseMqaLogitsConfig {
     static constexpr uint32_t kMathWarps = 4;
     static constexpr uint32_t kThreads = kMathWarps * 32 + 32;  // + the producer warp
     static constexpr uint32_t kTileKeys = 64;                   // 8, 4 or 2 blocks of 8, 16 or 32 keys
     static constexpr uint32_t kWarpKeys = kTileKeys / kMathWarps;
-    using Tile = MqaTile<kHeads, kHeadDim, kWarpKeys, kFp4, kHeads, !kFp4>;
+    using Tile = MqaTile<kHeads, kHeadDim, kWarpKeys, kFp4, kHeads, !kFp4, kEnc>;
     static constexpr uint32_t kTileQBytes = kHeads * Tile::kRowBytes;
     static constexpr uint32_t kTileKVBytes = kTileKeys * Tile::kRowBytes;
     static constexpr uint32_t kSmemBytes = kTileQBytes + kStages * kTileKVBytes + (2 * kStages + 1) * 8;
@@ -51,9 +52,10 @@ SM120_DEVICE int2 sparse_slot(const int2* __restrict__ row_meta, uint32_t slot, 
     return ok ? m : make_int2(0, 0);
 }
 
-template <uint32_t kHeads, uint32_t kHeadDim, uint32_t kStages, bool kFp4>
+template <uint32_t kHeads, uint32_t kHeadDim, uint32_t kStages, bool kFp4,
+          ScaleEncoding kEnc = ScaleEncoding::kSelectors>
 // clang-format off: a kernel declaration (see .clang-format)
-__global__ void __launch_bounds__(SparseMqaLogitsConfig<kHeads, kHeadDim, kStages, kFp4>::kThreads, 2)
+__global__ void __launch_bounds__(SparseMqaLogitsConfig<kHeads, kHeadDim, kStages, kFp4, kEnc>::kThreads, 2)
 sm120_sparse_mqa_logits_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_kv,
                                const uint32_t* __restrict__ q_sf, const uint8_t* __restrict__ kv_sf,
                                const bf16* __restrict__ weights, const int32_t* __restrict__ metadata,
@@ -62,7 +64,7 @@ sm120_sparse_mqa_logits_kernel(const __grid_constant__ CUtensorMap tmap_q, const
                                uint32_t tiles_per_cta,
                                uint32_t ld_weights, uint32_t ld_logits) {
     // clang-format on
-    using Cfg = SparseMqaLogitsConfig<kHeads, kHeadDim, kStages, kFp4>;
+    using Cfg = SparseMqaLogitsConfig<kHeads, kHeadDim, kStages, kFp4, kEnc>;
     using Tile = typename Cfg::Tile;
     constexpr uint32_t kMI = Tile::kMI, kNI = Tile::kNI, kTileKeys = Cfg::kTileKeys, kWarpKeys = Cfg::kWarpKeys;
 
@@ -127,15 +129,18 @@ sm120_sparse_mqa_logits_kernel(const __grid_constant__ CUtensorMap tmap_q, const
         PipelineState<kStages> st;
         for (uint32_t t = 0; t < num_tiles; ++t, st.advance()) {
             const uint32_t key0 = (first_tile + t) * kTileKeys + warp * kWarpKeys;  // the warp's first column
-            // The key scale word this lane supplies: 0 (2^-127) for a masked key, whose score is never kept.
-            const uint32_t col = Tile::key_of_scale_lane(key0, lane);
-            const int2 m = sparse_slot(row_meta, col >> block_log2, num_slots, total_rows);
-            const uint32_t o = col & (block - 1);
-            uint32_t kvs = 0;
-            if (static_cast<int32_t>(o) < m.y) {
-                const uint32_t p = static_cast<uint32_t>(m.x) + o, page = p / page_rows;
-                kvs = __ldg(reinterpret_cast<const uint32_t*>(kv_sf + static_cast<size_t>(page) * sf_page_stride +
-                                                              4ull * (p - page * page_rows)));
+            // The key scale words this lane supplies: 0 (2^-127) for a masked key, whose score is never kept.
+            uint32_t kvs[Tile::kKeyWords] = {};
+#pragma unroll
+            for (uint32_t w = 0; w < Tile::kKeyWords; ++w) {
+                const uint32_t col = Tile::key_of_scale_word(key0, w, lane);
+                const int2 m = sparse_slot(row_meta, col >> block_log2, num_slots, total_rows);
+                const uint32_t o = col & (block - 1);
+                if (static_cast<int32_t>(o) < m.y) {
+                    const uint32_t p = static_cast<uint32_t>(m.x) + o, page = p / page_rows;
+                    kvs[w] = __ldg(reinterpret_cast<const uint32_t*>(
+                        kv_sf + static_cast<size_t>(page) * sf_page_stride + 4ull * (p - page * page_rows)));
+                }
             }
             float acc[kMI][kNI][4];
             tile.mma_stage(ring, st, smem_kv, Cfg::kTileKVBytes, warp * kWarpKeys, lane, kvs, acc);

@@ -126,4 +126,27 @@ SM120_DEVICE void mma_block_scaled(float (&d)[4], const uint32_t (&a)[4], const 
     else mma_mxf8f6f4_16832<T::kE2M1, T::kE4M3, kByteA, kTidA, kByteB, kTidB>(d, a, b, sfa, sfb);
 }
 
+// Scale bytes one MMA of a kind reads from a register (scale_vec::1X / 2X / 4X).
+SM120_HOST_DEVICE constexpr uint32_t scale_vec(ScaleKind k) {
+    return k == ScaleKind::kMxFp4 ? 2 : (k == ScaleKind::kNvFp4 ? 4 : 1);
+}
+
+// The MMA of m16 tile kI x n8 tile kJ of a warp tile whose scale words the lane holds under encoding kEnc
+// (ScaleLanes in sm120_scale_selectors.cuh), reading the scale bytes at kByteA / kByteB of those words.
+template <ScaleKind kKind, ScaleEncoding kEnc, uint32_t kI, uint32_t kJ, uint32_t kByteA, uint32_t kByteB, uint32_t kWA,
+          uint32_t kWB>
+SM120_DEVICE void mma_tile_scaled(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2],
+                                  const uint32_t (&sa)[kWA], const uint32_t (&sb)[kWB]) {
+    using L = ScaleLanes<kEnc>;
+    static_assert(L::word_a(kI) < kWA && L::word_b(kJ) < kWB, "a scale word per tile the lane serves");
+    if constexpr (kEnc == ScaleEncoding::kSelectors) {
+        mma_block_scaled<kKind, kByteA, L::tid_a(kI), kByteB, L::tid_b(kJ)>(d, a, b, sa[L::word_a(kI)],
+                                                                            sb[L::word_b(kJ)]);
+    } else {
+        constexpr uint32_t kVec = scale_vec(kKind);
+        mma_block_scaled<kKind, 0, 0, 0, 0>(d, a, b, replicate_scale_bytes<kVec>(sa[kI], kByteA),
+                                            replicate_scale_bytes<kVec>(sb[kJ], kByteB));
+    }
+}
+
 }  // namespace sm120

@@ -24,6 +24,15 @@
 // kernel that put a scale into the wrong lane or byte fails the emulated tests as it would on silicon.
 // What emulation cannot prove is that silicon follows this reading of the PTX ISA; see
 // docs/qualification.md.
+//
+// Two encodings (issue 44; chosen per kernel at JIT time, DG_SM120_SCALE_ENCODING):
+//   kSelectors   the mapping above: one register per lane serves two m16 / four n8 tiles through non-zero
+//                thread-id selectors, and byte-id walks K through the packed scale words.
+//   kReplicated  selector 0 for every MMA. Every lane holds the scale word of the row (A: lane / 4 + 8 (lane % 2),
+//                the same in both thread pairs of a quad) or column (B: lane / 4, in all four lanes of a quad) it
+//                would supply at thread-id 0, for each tile separately, and the bytes the MMA reads at byte-id 0
+//                are repeated across the whole register (1X: one byte four times; 2X: a byte pair twice). Nothing
+//                depends on how silicon reads a non-zero selector; this is the layout CUTLASS's SM120 atoms use.
 
 #include "../common/sm120_arch.cuh"
 
@@ -38,6 +47,8 @@ enum class ScaleKind : uint32_t {
     kFp8Fp32 = 5,     // e4m3 x e4m3 with FP32 scales per 128 K: unit-scale 1X MMAs, promoted in FP32 per K block
 };
 
+enum class ScaleEncoding : uint32_t { kSelectors = 0, kReplicated = 1 };
+
 // The lane that supplies row `r` of A / column `c` of B for the given thread-id selector.
 SM120_HOST_DEVICE constexpr uint32_t sfa_lane(uint32_t r, uint32_t thread_id_a) {
     return 4 * (r % 8) + 2 * thread_id_a + r / 8;
@@ -51,11 +62,34 @@ SM120_HOST_DEVICE constexpr uint32_t sfa_thread_id_of_lane(uint32_t lane) { retu
 SM120_HOST_DEVICE constexpr uint32_t sfb_col_of_lane(uint32_t lane) { return lane / 4; }
 SM120_HOST_DEVICE constexpr uint32_t sfb_thread_id_of_lane(uint32_t lane) { return lane % 4; }
 
-// UE8M0: 2^(e - 127); e = 0 is 2^-127 (an fp32 subnormal), e = 255 is NaN.
-SM120_DEVICE float ue8m0_to_float(uint32_t e) {
-    e &= 0xFFu;
-    const uint32_t bits = e == 0xFFu ? 0x7FC00000u : (e == 0 ? 0x00400000u : e << 23);
-    return __uint_as_float(bits);
+// Which scale words a lane holds for a warp tile of kMI m16 x kNI n8 MMA tiles, and which word and thread-id
+// selector the MMA of tile (i, j) takes.
+template <ScaleEncoding kEnc>
+struct ScaleLanes {
+    static constexpr bool kSel = kEnc == ScaleEncoding::kSelectors;
+    SM120_HOST_DEVICE static constexpr uint32_t words_a(uint32_t mi) { return kSel ? (mi + 1) / 2 : mi; }
+    SM120_HOST_DEVICE static constexpr uint32_t words_b(uint32_t ni) { return kSel ? (ni + 3) / 4 : ni; }
+    // the m16 (n8) tile whose rows (column) word w of `lane` carries
+    SM120_HOST_DEVICE static constexpr uint32_t tile_a(uint32_t w, uint32_t lane) {
+        return kSel ? 2 * w + sfa_thread_id_of_lane(lane) : w;
+    }
+    SM120_HOST_DEVICE static constexpr uint32_t tile_b(uint32_t w, uint32_t lane) {
+        return kSel ? 4 * w + sfb_thread_id_of_lane(lane) : w;
+    }
+    SM120_HOST_DEVICE static constexpr uint32_t word_a(uint32_t i) { return kSel ? i / 2 : i; }
+    SM120_HOST_DEVICE static constexpr uint32_t word_b(uint32_t j) { return kSel ? j / 4 : j; }
+    SM120_HOST_DEVICE static constexpr uint32_t tid_a(uint32_t i) { return kSel ? i % 2 : 0; }
+    SM120_HOST_DEVICE static constexpr uint32_t tid_b(uint32_t j) { return kSel ? j % 4 : 0; }
+};
+
+// The register a replicated-encoding MMA gets for the kVec scale bytes at `byte`: those bytes repeated over
+// all four (scale_vec::1X: byte `byte` x4; 2X: bytes byte, byte + 1 twice; 4X: the word as it is).
+template <uint32_t kVec>
+SM120_DEVICE uint32_t replicate_scale_bytes(uint32_t word, uint32_t byte) {
+    static_assert(kVec == 1 || kVec == 2 || kVec == 4, "scale_vec is 1X, 2X or 4X");
+    if constexpr (kVec == 4) return word;
+    else if constexpr (kVec == 2) return __byte_perm(word, 0u, (byte | (byte + 1) << 4) * 0x0101u);
+    else return __byte_perm(word, 0u, byte * 0x1111u);
 }
 
 // UE4M3: e4m3 without the sign bit (bias 7, 3 mantissa bits, subnormals m * 2^-9, 0x7F is NaN).

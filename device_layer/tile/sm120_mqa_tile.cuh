@@ -12,7 +12,9 @@
 // per-key fp32 scale multiplies the product before the ReLU. MXFP8 (kMxFp8, the sparse form): the same atom with
 // the real 1x32 UE8M0 scales, packed one word per q row and per key (lowest block first): k32 step s selects
 // byte-id s. FP4: kind::mxf4 m16n8k64 (OMMA.SF) with packed UE8M0 words, one per q row and per key holding the
-// four 1x32 blocks of D = 128: k64 step s selects byte-id 2s.
+// four 1x32 blocks of D = 128: k64 step s selects byte-id 2s. Scale words are held as the encoding kEnc says
+// (mma/sm120_scale_selectors.cuh): selectors, one q word per two m16 tiles and one key word per four n8 tiles;
+// replicated, one of each per tile, every MMA at selector 0.
 
 #include "../common/sm120_arch.cuh"
 #include "../common/sm120_ldmatrix.cuh"
@@ -32,14 +34,17 @@ SM120_DEVICE T to_logit(float v) {
     else return __float2bfloat16_rn(v);
 }
 
-template <uint32_t kHeads, uint32_t kHeadDim, uint32_t kWarpKeys, bool kFp4, uint32_t kRows_ = 64, bool kMxFp8 = false>
+template <uint32_t kHeads, uint32_t kHeadDim, uint32_t kWarpKeys, bool kFp4, uint32_t kRows_ = 64, bool kMxFp8 = false,
+          ScaleEncoding kEnc = ScaleEncoding::kSelectors>
 struct MqaTile {
+    using Lanes = ScaleLanes<kEnc>;
     static constexpr uint32_t kRows = kRows_;  // M: kRows / kHeads queries x kHeads
     static constexpr uint32_t kQueries = kRows / kHeads;
     static constexpr bool kBlockScaled = kFp4 || kMxFp8;                   // scales inside the MMA
     static constexpr uint32_t kRowBytes = kFp4 ? kHeadDim / 2 : kHeadDim;  // one swizzle span per row
     static constexpr uint32_t kMI = kRows / 16, kNI = kWarpKeys / 8, kKSteps = kRowBytes / 32;  // 32 B per MMA
-    static constexpr uint32_t kScaleWordsA = (kMI + 1) / 2;
+    static constexpr uint32_t kScaleWordsA = Lanes::words_a(kMI);  // q-row scale words per lane
+    static constexpr uint32_t kKeyWords = Lanes::words_b(kNI);     // key scale words per lane
 
     static_assert(kHeads == 16 || kHeads == 32 || kHeads == 64, "heads: 16, 32 or 64");
     static_assert(kHeadDim == 64 || kHeadDim == 128, "head dim: 64 or 128");
@@ -49,7 +54,7 @@ struct MqaTile {
     static_assert(kNI % 2 == 0 && kNI <= 4, "2 or 4 n8 tiles per warp (B fragments in pairs; one FP4 key word)");
 
     uint32_t qf[kKSteps][kMI][4];
-    uint32_t qs[kScaleWordsA];  // block-scaled: q-row scale words, word w for m16 tile 2w + thread-id-a
+    uint32_t qs[kScaleWordsA];  // block-scaled: q-row scale words, word w for m16 tile Lanes::tile_a(w, lane)
 
     // Fragments of the 64 x D q block at q_base (swizzled rows of kRowBytes), once.
     SM120_DEVICE void load_q(uint32_t q_base, uint32_t lane) {
@@ -66,13 +71,13 @@ struct MqaTile {
     SM120_DEVICE void load_q_scales(uint32_t lane, RowWord&& row_word) {
 #pragma unroll
         for (uint32_t w = 0; w < kScaleWordsA; ++w)
-            qs[w] = kBlockScaled && (2 * w + sfa_thread_id_of_lane(lane)) < kMI
-                        ? row_word((2 * w + sfa_thread_id_of_lane(lane)) * 16 + sfa_row_of_lane(lane))
+            qs[w] = kBlockScaled && Lanes::tile_a(w, lane) < kMI
+                        ? row_word(Lanes::tile_a(w, lane) * 16 + sfa_row_of_lane(lane))
                         : 0u;
     }
 
-    // acc = q block x keys [key_row0, key_row0 + kWarpKeys) of the tile at kv_base; kvs: block-scaled key word.
-    SM120_DEVICE void mma(uint32_t kv_base, uint32_t key_row0, uint32_t lane, uint32_t kvs,
+    // acc = q block x keys [key_row0, key_row0 + kWarpKeys) of the tile at kv_base; kvs: block-scaled key words.
+    SM120_DEVICE void mma(uint32_t kv_base, uint32_t key_row0, uint32_t lane, const uint32_t (&kvs)[kKeyWords],
                           float (&acc)[kMI][kNI][4]) const {
         const uint32_t b_row = key_row0 + (lane & 7) + ((lane >> 4) << 3), b_chunk = (lane >> 3) & 1;
         fill(acc, 0.0f);
@@ -88,9 +93,10 @@ struct MqaTile {
                 static_for<0, kNI>([&](auto j_c) {
                     constexpr uint32_t j = decltype(j_c)::value;
                     if constexpr (kFp4)
-                        mma_mxf4_16864<2 * k, i % 2, 2 * k, j % 4>(acc[i][j], qf[k][i], bf[j], qs[i / 2], kvs);
+                        mma_tile_scaled<ScaleKind::kMxFp4, kEnc, i, j, 2 * k, 2 * k>(acc[i][j], qf[k][i], bf[j], qs,
+                                                                                     kvs);
                     else if constexpr (kMxFp8)
-                        mma_mxf8_e4m3_16832<k, i % 2, k, j % 4>(acc[i][j], qf[k][i], bf[j], qs[i / 2], kvs);
+                        mma_tile_scaled<ScaleKind::kMxFp8, kEnc, i, j, k, k>(acc[i][j], qf[k][i], bf[j], qs, kvs);
                     else mma_mxf8_e4m3_16832<0, 0, 0, 0>(acc[i][j], qf[k][i], bf[j], kUnitUe8m0x4, kUnitUe8m0x4);
                 });
             });
@@ -101,16 +107,17 @@ struct MqaTile {
     // the warp's keys [key_row0, key_row0 + kWarpKeys) of it, hand the stage back.
     template <uint32_t kStages>
     SM120_DEVICE void mma_stage(const StageRing<kStages>& ring, PipelineState<kStages> st, const uint8_t* stages,
-                                uint32_t stage_bytes, uint32_t key_row0, uint32_t lane, uint32_t kvs,
-                                float (&acc)[kMI][kNI][4]) const {
+                                uint32_t stage_bytes, uint32_t key_row0, uint32_t lane,
+                                const uint32_t (&kvs)[kKeyWords], float (&acc)[kMI][kNI][4]) const {
         ring.wait_full(st);
         mma(smem_addr(stages + st.stage * stage_bytes), key_row0, lane, kvs, acc);
         ring.release(st, lane);  // every ldmatrix of the stage is done
     }
 
-    // Block-scaled: the key scale word this lane supplies for keys [key0, key0 + kWarpKeys): key key0 + 8 (lane % 4) + lane / 4.
-    SM120_DEVICE static uint32_t key_of_scale_lane(uint32_t key0, uint32_t lane) {
-        return key0 + sfb_thread_id_of_lane(lane) * 8 + sfb_col_of_lane(lane);
+    // Block-scaled: the key whose scale word w of this lane holds, for keys [key0, key0 + kWarpKeys): key
+    // key0 + 8 * (n8 tile) + lane / 4 (selectors: tile 4w + lane % 4; replicated: tile w).
+    SM120_DEVICE static uint32_t key_of_scale_word(uint32_t key0, uint32_t w, uint32_t lane) {
+        return key0 + Lanes::tile_b(w, lane) * 8 + sfb_col_of_lane(lane);
     }
 
     // Query q's sum over its heads of w * relu(acc * s) for the lane's columns 2t, 2t + 1 of n8 tile j, reduced

@@ -17,7 +17,7 @@ FAMILY = Family(
     params=PARAMS,
     specs=specs,
     gate=gate,
-    quick_key=lambda s: (s.config, s.gemm_type, s.kind),
+    quick_key=lambda s: (s.config, s.gemm_type, s.kind, s.encoding),
     pdl=True,
     names=(
         Op(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ...core import encoding as enc
 from ...core.gemm import CXX_OUT, GEMM_TYPES, OUT_DTYPES, WarpTile
 from ...core.params import Param, ParamList
 from ...core.registry import GateRules, KernelSpec
@@ -82,6 +83,7 @@ class BlockScaledGemmSpec(KernelSpec):
     with_c: bool = False
     gemm_type: str = "normal"
     gran_k_b: int = 0  # mixed operands: K elements per scale of B (0: same as A)
+    encoding: str = enc.SELECTORS  # how scales reach the MMA (core/encoding.py)
 
     def __post_init__(self) -> None:
         grans = SCALE_KINDS[self.kind].grans if self.kind in SCALE_KINDS else ()
@@ -94,7 +96,13 @@ class BlockScaledGemmSpec(KernelSpec):
             and self.grans[0] != FP4_SIDE_GRAN
         ):
             raise ValueError(f"the e2m1 operand of {self.kind} takes 1x32 scales, got {self.grans}")
+        enc.check(self)
         super().__post_init__()
+
+    @property
+    def uses_selectors(self) -> bool:
+        """Per-tile scales inside the MMA (FP32 scales run unit-scale MMAs at selector 0 and promote outside)."""
+        return self.kind != "fp8_fp32"
 
     @property
     def grans(self) -> tuple[int, int]:
@@ -105,6 +113,7 @@ class BlockScaledGemmSpec(KernelSpec):
         return (
             f"fp8_fp4_gemm_1d1d_{self.kind}_{g}_{self.config.name}_{self.out_dtype}"
             f"{'_c' if self.with_c else ''}{'' if self.gemm_type == 'normal' else '_' + self.gemm_type}"
+            f"{enc.NAME_SUFFIX[self.encoding]}"
         )
 
     @property
@@ -131,6 +140,7 @@ class BlockScaledGemmSpec(KernelSpec):
             CXX_OUT[self.out_dtype],
             "true" if self.with_c else "false",
             f"sm120::GemmType::{GEMM_TYPES[self.gemm_type]}",
+            *enc.template_tail(self.encoding),
         ]
 
     def type_subst(self) -> dict[str, str]:
@@ -188,7 +198,7 @@ def specs() -> list[BlockScaledGemmSpec]:
     batched = [
         S(cfg, "mxfp8", 128, out, c, "batched") for cfg in DENSE_CONFIGS for out in OUT_DTYPES for c in (False, True)
     ]
-    return dense + grouped + batched
+    return enc.variants(dense + grouped + batched)
 
 
 def spec_for(

@@ -25,7 +25,7 @@ FAMILY = Family(
     params=PARAMS,
     specs=specs,
     gate=lambda spec: gate_rules(spec.fp4),
-    quick_key=lambda s: (s.heads, s.head_dim, s.fp4),
+    quick_key=lambda s: (s.heads, s.head_dim, s.fp4, s.encoding),
     pdl=True,
     names=(
         Op(

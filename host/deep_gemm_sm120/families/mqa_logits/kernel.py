@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...core import encoding as enc
 from ...core.gemm import ceil_div
 from ...core.limits import SMEM_LIMIT
 from ...core.params import Param, ParamList
@@ -77,6 +78,16 @@ class MqaLogitsSpec(MqaSpecGeometry, KernelSpec):
     logit_dtype: str = "fp32"
     mode: str = "clean"
     fp4: bool = False
+    encoding: str = enc.SELECTORS  # FP4: how the packed UE8M0 words reach the MMA (core/encoding.py)
+
+    def __post_init__(self) -> None:
+        enc.check(self)
+        super().__post_init__()
+
+    @property
+    def uses_selectors(self) -> bool:
+        """FP4: per-tile UE8M0 scales; FP8 runs unit scales at selector 0."""
+        return self.fp4
 
     @property
     def tile_keys(self) -> int:
@@ -85,7 +96,7 @@ class MqaLogitsSpec(MqaSpecGeometry, KernelSpec):
     def kernel_name(self) -> str:
         return (
             f"{'fp4' if self.fp4 else 'fp8'}_mqa_logits_h{self.heads}_d{self.head_dim}_kv{BLOCK_KV}_s{self.stages}_"
-            f"{self.logit_dtype}_{self.mode}"
+            f"{self.logit_dtype}_{self.mode}{enc.NAME_SUFFIX[self.encoding]}"
         )
 
     @property
@@ -103,18 +114,21 @@ class MqaLogitsSpec(MqaSpecGeometry, KernelSpec):
             CXX_LOGIT[self.logit_dtype],
             b(self.mode == "clean"),
             b(self.mode == "compressed"),
+            *enc.template_tail(self.encoding),
         ]
 
 
 def specs() -> list[MqaLogitsSpec]:
-    return [
-        MqaLogitsSpec(h, d, t, mode, fp4)
-        for fp4 in (False, True)
-        for h in HEADS
-        for d in (FP4_HEAD_DIMS if fp4 else HEAD_DIMS)
-        for t in CXX_LOGIT
-        for mode in MODES
-    ]
+    return enc.variants(
+        [
+            MqaLogitsSpec(h, d, t, mode, fp4)
+            for fp4 in (False, True)
+            for h in HEADS
+            for d in (FP4_HEAD_DIMS if fp4 else HEAD_DIMS)
+            for t in CXX_LOGIT
+            for mode in MODES
+        ]
+    )
 
 
 def logits_row_stride(seq_len_kv: int, max_seqlen_k: int, elem_bytes: int) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...core import encoding as enc
 from ...core.params import Param, ParamList
 from ...core.registry import KernelSpec
 from ..mqa_logits.kernel import CXX_LOGIT, FP4_HEAD_DIMS, HEAD_DIMS, HEADS, MqaSpecGeometry
@@ -42,7 +43,19 @@ class PagedMqaLogitsSpec(MqaSpecGeometry, KernelSpec):
     logit_dtype: str = "fp32"
     clean: bool = False
     fp4: bool = False
-    barriers = 2  # + q_full / q_empty
+    encoding: str = enc.SELECTORS  # FP4: how the packed UE8M0 words reach the MMA (core/encoding.py)
+    barriers = 2
+
+    def __post_init__(self) -> None:
+        enc.check(self)
+        super().__post_init__()
+
+    @property
+    def uses_selectors(self) -> bool:
+        """FP4: per-tile UE8M0 scales; FP8 runs unit scales at selector 0."""
+        return self.fp4
+
+    # + q_full / q_empty
 
     @property
     def tile_keys(self) -> int:
@@ -51,7 +64,7 @@ class PagedMqaLogitsSpec(MqaSpecGeometry, KernelSpec):
     def kernel_name(self) -> str:
         return (
             f"{'fp4' if self.fp4 else 'fp8'}_paged_mqa_logits_h{self.heads}_d{self.head_dim}_b{self.block_kv}_"
-            f"s{self.stages}_{self.logit_dtype}{'_clean' if self.clean else ''}"
+            f"s{self.stages}_{self.logit_dtype}{'_clean' if self.clean else ''}{enc.NAME_SUFFIX[self.encoding]}"
         )
 
     def template_args(self) -> list[str]:
@@ -64,19 +77,22 @@ class PagedMqaLogitsSpec(MqaSpecGeometry, KernelSpec):
             b(self.fp4),
             CXX_LOGIT[self.logit_dtype],
             b(self.clean),
+            *enc.template_tail(self.encoding),
         ]
 
 
 def specs() -> list[PagedMqaLogitsSpec]:
-    return [
-        PagedMqaLogitsSpec(h, d, bkv, t, clean, fp4)
-        for fp4 in (False, True)
-        for h in HEADS
-        for d in (FP4_HEAD_DIMS if fp4 else HEAD_DIMS)
-        for bkv in BLOCK_KVS
-        for t in CXX_LOGIT
-        for clean in (False, True)
-    ]
+    return enc.variants(
+        [
+            PagedMqaLogitsSpec(h, d, bkv, t, clean, fp4)
+            for fp4 in (False, True)
+            for h in HEADS
+            for d in (FP4_HEAD_DIMS if fp4 else HEAD_DIMS)
+            for bkv in BLOCK_KVS
+            for t in CXX_LOGIT
+            for clean in (False, True)
+        ]
+    )
 
 
 def plan_specs(

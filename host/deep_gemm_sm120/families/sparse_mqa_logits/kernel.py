@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...core import encoding as enc
 from ...core.gemm import ceil_div
 from ...core.params import Param, ParamList
 from ...core.registry import KernelSpec
@@ -41,6 +42,16 @@ class SparseMqaLogitsSpec(KernelSpec):
     heads: int = 64
     head_dim: int = 128
     fp4: bool = False
+    encoding: str = enc.SELECTORS  # how the packed UE8M0 words reach the MMA (core/encoding.py)
+
+    def __post_init__(self) -> None:
+        enc.check(self)
+        super().__post_init__()
+
+    @property
+    def uses_selectors(self) -> bool:
+        """MXFP8 and MXFP4 both take per-tile UE8M0 scales."""
+        return True
 
     @property
     def row_bytes(self) -> int:
@@ -57,14 +68,18 @@ class SparseMqaLogitsSpec(KernelSpec):
         return 4 * 32 + 32  # four math warps and the producer warp
 
     def kernel_name(self) -> str:
-        return f"{'mxfp4' if self.fp4 else 'mxfp8'}_sparse_mqa_logits_h{self.heads}_d{self.head_dim}_s{self.stages}"
+        fmt = "mxfp4" if self.fp4 else "mxfp8"
+        return f"{fmt}_sparse_mqa_logits_h{self.heads}_d{self.head_dim}_s{self.stages}{enc.NAME_SUFFIX[self.encoding]}"
 
     def template_args(self) -> list[str]:
-        return [str(self.heads), str(self.head_dim), str(self.stages), "true" if self.fp4 else "false"]
+        args = [str(self.heads), str(self.head_dim), str(self.stages), "true" if self.fp4 else "false"]
+        return args + enc.template_tail(self.encoding)
 
 
 def specs() -> list[SparseMqaLogitsSpec]:
-    return [SparseMqaLogitsSpec(h, d, fmt == "mxfp4") for fmt, dims in HEAD_DIMS.items() for h in HEADS for d in dims]
+    return enc.variants(
+        [SparseMqaLogitsSpec(h, d, fmt == "mxfp4") for fmt, dims in HEAD_DIMS.items() for h in HEADS for d in dims]
+    )
 
 
 def tiles_per_cta(rows: int, num_slots: int, sparse_block_kv: int, num_sms: int) -> int:
