@@ -23,9 +23,8 @@ from harness import bench, finish, start
 def main() -> int:
     run = start(__doc__.splitlines()[0])  # off SM120: the sm_90a build, where BF16 mma.sync runs natively
     args = run.args
-    from workloads.block_scaled import einsum_operands
-
     import deep_gemm_sm120 as dg
+    from deep_gemm_sm120.selftest.workloads.block_scaled import einsum_operands
 
     iters = 5 if args.quick else 20
     rows = []

@@ -74,9 +74,13 @@ def main() -> int:
     rows = []
     gpu = not args.roofline_only
     if gpu:
-        from workloads.block_scaled import fp4_operands, fp8_operands, fp8_operands_fp32, quantize_side
-
         import deep_gemm_sm120 as dg
+        from deep_gemm_sm120.selftest.workloads.block_scaled import (
+            fp4_operands,
+            fp8_operands,
+            fp8_operands_fp32,
+            quantize_side,
+        )
         from deep_gemm_sm120.testing import calc_diff
 
         gen = torch.Generator(device="cuda").manual_seed(0)

@@ -40,9 +40,8 @@ def torch_dense(q, kv, sf, w, chunk=4096):
 def main() -> int:
     run = start(__doc__.splitlines()[0])
     args = run.args
-    from workloads.mqa import dense_case, paged_cache
-
     import deep_gemm_sm120 as dg
+    from deep_gemm_sm120.selftest.workloads.mqa import dense_case, paged_cache
 
     emulated = run.emulated
     iters = 3 if args.quick else 10

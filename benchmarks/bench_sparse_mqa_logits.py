@@ -44,7 +44,7 @@ def torch_sparse(q_deq, kv_deq, w, tokens, chunk=128):
 
 
 def prefill_case(s: int, n: int, fmt: str, block: int, num_max: int):
-    from workloads.mqa import sparse_case
+    from deep_gemm_sm120.selftest.workloads.mqa import sparse_case
 
     # every row sees a long causal window, so each selects num_max blocks
     ke = [n - s + i + 1 for i in range(s)]
@@ -55,9 +55,8 @@ def prefill_case(s: int, n: int, fmt: str, block: int, num_max: int):
 def main() -> int:
     run = start(__doc__.splitlines()[0])
     args = run.args
-    from workloads.mqa import output_mask, run_sparse, run_sparse_paged, sparse_paged_case
-
     import deep_gemm_sm120 as dg
+    from deep_gemm_sm120.selftest.workloads.mqa import output_mask, run_sparse, run_sparse_paged, sparse_paged_case
 
     emulated = run.emulated
     iters = 3 if args.quick else 10

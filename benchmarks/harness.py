@@ -1,6 +1,6 @@
 """The timing harness every GPU benchmark shares (imports torch and the package, never tests/):
 
-- `start(description)`: the common command line (--quick, --json), the package and tests/workloads on sys.path, DG_SM120_EMULATE=1
+- `start(description)`: the common command line (--quick, --json), the package on sys.path, DG_SM120_EMULATE=1
   off SM120 (so numbers there describe that GPU through the emulation, never SM120 silicon), a device line.
 - `bench(fn, iters)`: median seconds per call of CUDA-graph replays, so host launch cost stays out of kernel times.
 - `Rotation`: enough copies of a call's inputs that consecutive calls do not find them in L2.
@@ -53,10 +53,10 @@ def start(
     if extra:
         extra(ap)
     args = ap.parse_args(argv)
-    # host/ (the package) and tests/ (the workloads the tests and benchmarks share: tests/workloads/)
-    for path in (os.path.join(ROOT, "tests"), os.path.join(ROOT, "host")):
-        if path not in sys.path:
-            sys.path.insert(0, path)
+    # host/: the package, with the workloads the tests, benchmarks and self-test share (selftest/workloads/)
+    path = os.path.join(ROOT, "host")
+    if path not in sys.path:
+        sys.path.insert(0, path)
     if need_gpu(args) and not torch.cuda.is_available():
         ap.exit(2, f"{ap.prog}: needs a CUDA GPU (none found)\n")
     if not torch.cuda.is_available():

@@ -9,7 +9,8 @@ from __future__ import annotations
 import sys
 
 import torch
-from gdr_reference import l2norm, naive_recurrence, relative_l2
+
+from deep_gemm_sm120.selftest.workloads.gdr_reference import l2norm, naive_recurrence, relative_l2
 
 
 def bf(x):

@@ -12,9 +12,8 @@ from sanitizer_driver import prepare
 
 prepare()
 
-from workloads.block_scaled import fp4_operands, fp8_operands, fp8_operands_fp32, quantize_side
-
 import deep_gemm_sm120 as dg
+from deep_gemm_sm120.selftest.workloads.block_scaled import fp4_operands, fp8_operands, fp8_operands_fp32, quantize_side
 from deep_gemm_sm120.testing import calc_diff
 
 failures = 0

@@ -604,9 +604,8 @@ def test_mqa_logits_cached_equals_checked(sm120_or_emulation):
 
 
 def _paged_mqa(rng: random.Random):
-    from workloads.mqa import paged_cache
-
     import deep_gemm_sm120 as dg
+    from deep_gemm_sm120.selftest.workloads.mqa import paged_cache
 
     batch, next_n, h, block_kv = (
         rng.randint(1, 6),

@@ -112,9 +112,10 @@ def test_k_grouped_in_deepgemm_argument_order(deep_gemm):
 def test_paged_sparse_indexer_as_a_serving_stack_calls_it(deep_gemm):
     """DSv4.1's decode indexer through `deep_gemm`: MXFP4 q [rows, 1, H, 64] int8, a [pages, page, 1, 68] cache,
     8-token blocks, per-row block tables built from request tables and request ids."""
-    from sparse_mqa_reference import paged_sparse_mqa_logits
     from test_sparse_mqa_logits_gpu import assert_matches
-    from workloads.mqa import sparse_paged_case
+
+    from deep_gemm_sm120.selftest.workloads.mqa import sparse_paged_case
+    from deep_gemm_sm120.selftest.workloads.sparse_reference import paged_sparse_mqa_logits
 
     c = sparse_paged_case(12, 64, 128, "mxfp4", 8, num_max=16, page_kv=64, seed=3)
     q = (c["q"][0].view(torch.int8), c["q"][1])

@@ -202,7 +202,7 @@ def test_paged_mqa_logits(launches):
         return lambda: paged.run(*args, **kw)
 
     def illegal(rng):
-        from workloads.mqa import paged_cache
+        from deep_gemm_sm120.selftest.workloads.mqa import paged_cache
 
         cache, table, _ = paged_cache([100], 64, 128, False, 1)
         q = torch.zeros(1, 1, 64, 128, device="cuda").to(torch.float8_e4m3fn)
@@ -244,7 +244,7 @@ def test_mqa_logits(launches):
         return lambda: dense.check(*args)
 
     def illegal(rng):
-        from workloads.mqa import dense_case
+        from deep_gemm_sm120.selftest.workloads.mqa import dense_case
 
         q, kv, kv_sf, w, ks, ke = dense_case(8, 64, 16, 64, "causal", 0)
         kind = rng.choice(["ks dtype", "kv shape", "compressed and clean"])
@@ -295,9 +295,9 @@ def test_gated_delta_rule(launches):
 
 def test_block_scaled_gemm(launches):
     from test_fp8_fp4_gemm_gpu import TOL, _check
-    from workloads.block_scaled import fp4_operands, fp8_operands
 
     import deep_gemm_sm120 as dg
+    from deep_gemm_sm120.selftest.workloads.block_scaled import fp4_operands, fp8_operands
 
     def legal(rng):
         kind = rng.choice(["deepseek", "mxfp8", "mxfp4", "nvfp4"])
@@ -364,9 +364,9 @@ def test_tf32_hc_prenorm_gemm(launches):
 
 def test_sparse_mqa_logits(launches):
     from test_sparse_mqa_logits_gpu import assert_matches, reference_contiguous
-    from workloads.mqa import run_sparse, sparse_case
 
     import deep_gemm_sm120 as dg
+    from deep_gemm_sm120.selftest.workloads.mqa import run_sparse, sparse_case
 
     def legal(rng):
         fmt, d = rng.choice([("mxfp8", 128), ("mxfp8", 64), ("mxfp4", 128)])

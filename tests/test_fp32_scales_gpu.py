@@ -9,7 +9,8 @@ import pytest
 import torch
 from gpu_helpers import contiguous_layout, poison_like, requires_cuda
 from test_fp8_fp4_gemm_gpu import _check as fp8_check
-from workloads.block_scaled import dequant_fp8, fp8_operands_fp32
+
+from deep_gemm_sm120.selftest.workloads.block_scaled import dequant_fp8, fp8_operands_fp32
 
 pytestmark = [pytest.mark.cuda, pytest.mark.emulation, requires_cuda]
 TOL = 1e-3  # the FP8 tests' bound (observed far lower: output rounding)

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 from gpu_helpers import poison_like, requires_cuda
-from workloads.block_scaled import einsum_operands
+
+from deep_gemm_sm120.selftest.workloads.block_scaled import einsum_operands
 
 pytestmark = [pytest.mark.cuda, pytest.mark.emulation, requires_cuda]
 

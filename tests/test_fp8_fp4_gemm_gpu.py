@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 from gpu_helpers import contiguous_layout, poison_like, requires_cuda
-from workloads.block_scaled import SIDES, fp4_operands, fp8_operands, quantize_side
+
+from deep_gemm_sm120.selftest.workloads.block_scaled import SIDES, fp4_operands, fp8_operands, quantize_side
 
 pytestmark = [pytest.mark.cuda, pytest.mark.emulation, requires_cuda]
 TOL = {"mxfp8": 1e-3, "mxfp4": 2e-2, "nvfp4": 2e-2, "e4m3_e2m1": 1e-2, "e2m1_e4m3": 1e-2}  # observed: far lower
@@ -224,9 +225,8 @@ def test_m_grouped_masked_and_graph_replay(sm120_or_emulation, kind):
 def test_fp32_scales_that_are_not_powers_of_two(sm120_or_emulation):
     """They are never rounded: with float32 scales on both sides the exact FP32-scale kernel takes them
     (tests/test_fp32_scales_gpu.py has the rest); next to packed UE8M0 scales they are a ValueError."""
-    from workloads.block_scaled import dequant_fp8
-
     import deep_gemm_sm120 as dg
+    from deep_gemm_sm120.selftest.workloads.block_scaled import dequant_fp8
 
     (a, sfa), (b, sfb), _ = fp8_operands(64, 128, 256, _gen(41))
     d = poison_like(torch.empty(64, 128, device="cuda", dtype=torch.bfloat16))

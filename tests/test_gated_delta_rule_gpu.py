@@ -1,5 +1,5 @@
 """chunk_gated_delta_rule on a real GPU (plain bf16 / fp16 mma.sync: the H200 runs the SM120 instruction mix
-natively), against the float64 token recurrence of tests/gdr_reference.py: relative L2 <= 0.01 for o and the
+natively), against the float64 token recurrence of host/deep_gemm_sm120/selftest/workloads/gdr_reference.py: relative L2 <= 0.01 for o and the
 final state; varlen with 1-token and empty sequences; determinism; graph replay; forward-only autograd.
 Every test except the requires_sm120 ones forces chunk_size=32 (SM120's default) unless it names another."""
 
@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from gdr_reference import l2norm, naive_recurrence, relative_l2
 from gpu_helpers import requires_cuda
 
 import deep_gemm_sm120 as dg
+from deep_gemm_sm120.selftest.workloads.gdr_reference import l2norm, naive_recurrence, relative_l2
 
 pytestmark = [pytest.mark.cuda, requires_cuda, pytest.mark.usefixtures("sm120_or_emulation")]
 BOUND = 0.01

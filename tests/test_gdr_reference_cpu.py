@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from gdr_reference import chunked, chunked_lookahead, l2norm, naive_recurrence, relative_l2
+
+from deep_gemm_sm120.selftest.workloads.gdr_reference import (
+    chunked,
+    chunked_lookahead,
+    l2norm,
+    naive_recurrence,
+    relative_l2,
+)
 
 
 def _inputs(b, t, h, hv, dk, dv, seed=0, initial=False, n_seq=None):

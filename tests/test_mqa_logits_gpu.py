@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 from gpu_helpers import requires_cuda
-from workloads.mqa import dense_case
+
+from deep_gemm_sm120.selftest.workloads.mqa import dense_case
 
 pytestmark = [pytest.mark.cuda, pytest.mark.emulation, requires_cuda]
 

@@ -10,7 +10,8 @@ import sys
 import pytest
 import torch
 from gpu_helpers import poison_like, requires_cuda
-from workloads.block_scaled import fp8_operands
+
+from deep_gemm_sm120.selftest.workloads.block_scaled import fp8_operands
 
 pytestmark = [pytest.mark.cuda, pytest.mark.emulation, requires_cuda]
 DOCUMENTED = {"families/fp8_fp4_gemm_1d1d/api.py", "keywords.py", "launch.py", "arch.py", "core/tma.py"}

@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 from gpu_helpers import requires_cuda
-from workloads.mqa import paged_cache
 
 from deep_gemm_sm120.core.arith import ceil_div
+from deep_gemm_sm120.selftest.workloads.mqa import paged_cache
 
 pytestmark = [pytest.mark.cuda, pytest.mark.emulation, requires_cuda]
 

@@ -256,13 +256,25 @@ def test_precompile_filters_and_runs_in_parallel(monkeypatch):
     )
     names = sorted(s for s, _ in seen)
     assert n == len(names) and any("_swap" in s for s in names) and any(s.startswith("split_k_reduce") for s in names)
-    seen.clear()
-    dg.precompile(
-        shapes=[{"op": "fp8_gemm_nt", "m": 4096, "n": 7168, "k": 7168, "kind": "mxfp8", "num_sms": 170}],
-        targets=["sm_120a"],
-        progress=False,
-    )
-    assert len(seen) == 1 and seen[0][0].startswith("fp8_fp4_gemm_1d1d_mxfp8_g128")
+    shape = {"op": "fp8_gemm_nt", "m": 4096, "n": 7168, "k": 7168, "kind": "mxfp8", "num_sms": 170}
+    # block-scaled: the encoding DG_SM120_SCALE_ENCODING names; under auto (the default) both, since the device's
+    # self-test picks one (issue 44)
+    for policy, suffixes in (("", ["", "_rep"]), ("selectors", [""]), ("replicated", ["_rep"])):
+        monkeypatch.setenv("DG_SM120_SCALE_ENCODING", policy)
+        seen.clear()
+        dg.precompile(shapes=[shape], targets=["sm_120a"], progress=False)
+        names = sorted(s for s, _ in seen)
+        base = "fp8_fp4_gemm_1d1d_mxfp8_g128_128x128_s3_w2x4_bf16"
+        assert names == [base + x for x in suffixes], policy
+    monkeypatch.setenv("DG_SM120_SCALE_ENCODING", "sometimes")
+    with pytest.raises(ValueError, match="DG_SM120_SCALE_ENCODING must be one of auto, selectors, replicated"):
+        dg.precompile(shapes=[shape], targets=["sm_120a"], progress=False)
+    monkeypatch.delenv("DG_SM120_SCALE_ENCODING")
+    seen.clear()  # explicit specs are warmed as given
+    from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d.kernel import specs as bs_specs
+
+    dg.precompile(specs=[bs_specs()[0]], targets=["sm_120a"], progress=False)
+    assert [s for s, _ in seen] == [bs_specs()[0].name]
     with pytest.raises(ValueError, match="unknown kernel families"):
         dg.precompile(families=["nope"])
     with pytest.raises(ValueError, match="'op'"):
@@ -310,12 +322,14 @@ def test_services_are_declared_as_such_and_the_root_imports_no_family():
     services = {f.name for f in reg.families if f.service}
     assert services == {
         "split_k_reduce",
+        "scale_probe",  # the self-test's probe of the block-scaled atoms (several families' encodings)
         "paged_mqa_logits_metadata",
         "sparse_mqa_logits_metadata",
         "gated_delta_rule_prep",
     }
     assert all(not f.names for f in reg.families if f.service)
     assert reg.packages["split_k_reduce"].split(".")[-2] == "services"
+    assert reg.packages["scale_probe"].split(".")[-2] == "services"
     owners = {s.name: f.name for f in reg.user_families for s in f.services}
     assert owners == {
         "paged_mqa_logits_metadata": "paged_mqa_logits",

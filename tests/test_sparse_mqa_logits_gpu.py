@@ -1,5 +1,5 @@
 """Sparse and paged-sparse MQA logits on a real GPU (block-scaled MMA emulated on sm_90a): the float64 reference
-of the dequantized MXFP8 / MXFP4 inputs (tests/sparse_mqa_reference.py; inputs from workloads.mqa), exact -inf masks, every element written
+of the dequantized MXFP8 / MXFP4 inputs (host/deep_gemm_sm120/selftest/workloads/sparse_reference.py; inputs from workloads.mqa), exact -inf masks, every element written
 (poisoned buffers), determinism, graph replay with new indices, empty index lists, repeated indices, the last
 partial block, hand-made out-of-range table entries, and every geometry (H 16/32/64, D 64/128, blocks 8/16/32)."""
 
@@ -8,8 +8,13 @@ from __future__ import annotations
 import pytest
 import torch
 from gpu_helpers import requires_cuda
-from sparse_mqa_reference import logits_from_metadata, paged_sparse_mqa_logits, sparse_mqa_logits
-from workloads.mqa import run_sparse, run_sparse_paged, sparse_case, sparse_paged_case
+
+from deep_gemm_sm120.selftest.workloads.mqa import run_sparse, run_sparse_paged, sparse_case, sparse_paged_case
+from deep_gemm_sm120.selftest.workloads.sparse_reference import (
+    logits_from_metadata,
+    paged_sparse_mqa_logits,
+    sparse_mqa_logits,
+)
 
 pytestmark = [pytest.mark.cuda, pytest.mark.emulation, requires_cuda]
 

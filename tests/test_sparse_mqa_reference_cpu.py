@@ -1,4 +1,4 @@
-"""The sparse MQA-logits reference (tests/sparse_mqa_reference.py) against the dense one, on the CPU: every valid
+"""The sparse MQA-logits reference (host/deep_gemm_sm120/selftest/workloads/sparse_reference.py) against the dense one, on the CPU: every valid
 column equals the dense score of its token to float64 rounding (DeepGEMM checks its sparse kernels against its
 dense ones the same way, bitwise),
 the mask is exactly the documented one, and the paged form equals the contiguous form on an identity page map.
@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from sparse_mqa_reference import dense_logits, logits_from_metadata, paged_sparse_mqa_logits, sparse_mqa_logits
-from workloads.mqa import output_mask, sparse_indices, valid_slots
 
 from deep_gemm_sm120.core.arith import ceil_div
 from deep_gemm_sm120.families.sparse_mqa_logits.metadata import metadata_contiguous, metadata_paged
+from deep_gemm_sm120.selftest.workloads.mqa import output_mask, sparse_indices, valid_slots
+from deep_gemm_sm120.selftest.workloads.sparse_reference import (
+    dense_logits,
+    logits_from_metadata,
+    paged_sparse_mqa_logits,
+    sparse_mqa_logits,
+)
 
 
 def _inputs(s: int, n: int, h: int = 4, d: int = 16, seed: int = 0):

@@ -61,9 +61,8 @@ def paged_reference(q_deq, deq, table, lens_2d, w, max_len, num_blocks):
 
 
 def paged_case(corrupt: str, two_d: bool = False, block_kv: int = 64, next_n: int = 2, h: int = 32, d: int = 128):
-    from workloads.mqa import paged_cache
-
     import deep_gemm_sm120 as dg
+    from deep_gemm_sm120.selftest.workloads.mqa import paged_cache
     from deep_gemm_sm120.testing import calc_diff
 
     lens0 = [300, 129, 64, 500]
@@ -110,9 +109,8 @@ def paged_case(corrupt: str, two_d: bool = False, block_kv: int = 64, next_n: in
 def paged_garbage_schedule():
     """A schedule that is not get_paged_mqa_logits_metadata's (random entries): which rows it covers is not
     defined, but nothing is read or written outside the buffers (memcheck) and nothing hangs."""
-    from workloads.mqa import paged_cache
-
     import deep_gemm_sm120 as dg
+    from deep_gemm_sm120.selftest.workloads.mqa import paged_cache
 
     lens0 = [300, 129, 64]
     cache, table, _ = paged_cache(lens0, 64, 128, False, 3)
@@ -132,9 +130,9 @@ def paged_garbage_schedule():
 
 def dense_compressed_case():
     from test_mqa_logits_gpu import reference
-    from workloads.mqa import dense_case
 
     import deep_gemm_sm120 as dg
+    from deep_gemm_sm120.selftest.workloads.mqa import dense_case
     from deep_gemm_sm120.testing import calc_diff
 
     s, sk = 96, 700
@@ -207,9 +205,8 @@ def grouped_contiguous_case():
 def grouped_block_scaled_case():
     """The block-scaled M-grouped GEMM (MXFP8) on corrupted per-row ids: skipped blocks keep d's values (its scale
     loads follow the group id, so an unchecked id would read outside sfb)."""
-    from workloads.block_scaled import quantize_side
-
     import deep_gemm_sm120 as dg
+    from deep_gemm_sm120.selftest.workloads.block_scaled import quantize_side
 
     gen = torch.Generator(device="cuda").manual_seed(28)
     a, sfa, deq_a = quantize_side("e4m3", BLOCKS * 128, 512, gen)
@@ -254,11 +251,11 @@ def gdr_varlen_case(overlap: bool | None = None):
     """cu_seqlens read as its running maximum clamped to [0, T]: [0, 40, 20, 300, -5, 73] with T = 73 is
     [0, 40, 40, 73, 73, 73]: sequences of 40, 0, 33, 0, 0 tokens. overlap True / False forces the prep grid beside
     the recurrence (cu' and the sequences' first chunks published through flags) or before it; None: the plan's."""
-    from gdr_reference import naive_recurrence, relative_l2
     from test_gated_delta_rule_gpu import BOUND, make_inputs
 
     import deep_gemm_sm120 as dg
     from deep_gemm_sm120.families.gated_delta_rule import api
+    from deep_gemm_sm120.selftest.workloads.gdr_reference import naive_recurrence, relative_l2
 
     t_total, n = 73, 5
     cu = torch.tensor([0, 10, 30, 50, 60, 73], dtype=torch.int32, device="cuda")
@@ -291,8 +288,9 @@ def _as_kernel_reads(meta: torch.Tensor, total_rows: int) -> torch.Tensor:
 
 
 def _check_sparse(label, meta, want_meta, out, q_deq, kv_rows, w, block) -> None:
-    from sparse_mqa_reference import logits_from_metadata
     from test_sparse_mqa_logits_gpu import assert_matches
+
+    from deep_gemm_sm120.selftest.workloads.sparse_reference import logits_from_metadata
 
     assert torch.equal(meta, want_meta), f"{label}: the replayed slot table differs from the torch builder's"
     ref = logits_from_metadata(q_deq, kv_rows, w.float(), _as_kernel_reads(meta, kv_rows.shape[0]), block)
@@ -303,10 +301,9 @@ def sparse_contiguous_case():
     """Indices negative, huge or past the KV; ks / ke negative, past the KV, reversed, at the int32 limits: the
     slot table is the torch builder's (entries it cannot place are (0, 0)) and the kernel drops every slot whose
     rows leave the KV (-inf)."""
-    from workloads.mqa import sparse_case
-
     import deep_gemm_sm120 as dg
     from deep_gemm_sm120.families.sparse_mqa_logits.metadata import metadata_contiguous
+    from deep_gemm_sm120.selftest.workloads.mqa import sparse_case
 
     block, n = 16, 500
     c = sparse_case(24, n, 32, 128, "mxfp8", block, 6, seed=28)
@@ -335,10 +332,9 @@ def sparse_contiguous_case():
 def sparse_paged_case():
     """Block-table entries negative, past the cache, at INT32_MAX or large enough that their first row would wrap
     int32 (2^26 + 1 pages of 64 rows); context lengths negative or INT32_MAX; indices negative or huge."""
-    from workloads.mqa import sparse_paged_case as make
-
     import deep_gemm_sm120 as dg
     from deep_gemm_sm120.families.sparse_mqa_logits.metadata import metadata_paged
+    from deep_gemm_sm120.selftest.workloads.mqa import sparse_paged_case as make
 
     block, page_kv = 16, 64
     c = make(16, 32, 128, "mxfp8", block, num_max=8, page_kv=page_kv, seed=28)

@@ -34,7 +34,7 @@ namespace emulation {
 
 constexpr bool kSelectorsIgnored = SM120_EMULATION_SELECTORS_IGNORED != 0;
 // The selector the emulated hardware acts on (the documented one, or 0 under the switch above).
-constexpr uint32_t seen(uint32_t selector) { return kSelectorsIgnored ? 0u : selector; }
+SM120_HOST_DEVICE constexpr uint32_t seen(uint32_t selector) { return kSelectorsIgnored ? 0u : selector; }
 
 SM120_DEVICE uint32_t scale_byte(uint32_t word, uint32_t byte) { return (word >> (8 * byte)) & 0xFFu; }
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import inspect
 
-from . import arch, testing, utils
+from . import arch, selftest, testing, utils
 from .checks import get_index_checks, get_scale_checks, set_index_checks, set_scale_checks
 from .core.limits import SM120_PART_SMS
 from .core.names import make_refusal
@@ -69,14 +69,18 @@ def precompile(
     what those calls launch: dicts like {"op": "bf16_gemm_nt", "m": 1, "n": 7168, "k": 2048,
     "out_dtype": "float32"} (block-scaled ops also take "kind" and "gran_k"), planned for "num_sms" or every
     SM120 part. targets: default the release targets (sm_120a, sm_120f, sm_121a). jobs: parallel nvcc
-    processes (default one per core). progress: a progress line on stderr (default: when it is a terminal)."""
+    processes (default one per core). progress: a progress line on stderr (default: when it is a terminal).
+    Derived block-scaled kernels are built in the scale encoding DG_SM120_SCALE_ENCODING names, or under `auto`
+    (the default) in both, since the device's self-test picks one (docs/block_scaled.md)."""
     from . import jit
+    from .core import encoding
 
-    if specs is None:
-        specs = (
+    if specs is None:  # explicit specs are warmed as given
+        specs = encoding.for_policy(
             _shape_specs(shapes, families)
             if shapes is not None
-            else registry().specs(tuple(families) if families is not None else None)
+            else registry().specs(tuple(families) if families is not None else None),
+            encoding.policy(),
         )
     targets = tuple(targets) if targets is not None else arch.RELEASE_TARGETS
     bad = [t for t in targets if t not in arch.RELEASE_TARGETS + tuple(arch.EMULATION_TARGETS.values())]
@@ -141,6 +145,7 @@ __all__ = [
     "supported_ops",
     "precompile",
     "arch",
+    "selftest",
     "testing",
     "utils",
     "__version__",

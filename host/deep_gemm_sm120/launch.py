@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from functools import lru_cache
 from typing import Any
 
 from . import runtime
@@ -106,6 +107,19 @@ def launch(
 # ---------------------------------------------------------------- calls validated once per signature
 
 _CACHES: list[CallCache] = []  # every CallCache (module-level ones, made at import)
+_MEMOS: list = []  # every kernel_memo'd function
+
+
+def kernel_memo(maxsize: int) -> Callable:
+    """lru_cache for a function that returns loaded kernels, forgotten with the call caches (forget_calls): a
+    kernel chosen under one scale encoding (scale_encoding.forced, reset) is never handed out under another."""
+
+    def wrap(fn: Callable) -> Callable:
+        memo = lru_cache(maxsize=maxsize)(fn)
+        _MEMOS.append(memo)
+        return memo
+
+    return wrap
 
 
 def tensor_key(t) -> tuple:
@@ -159,3 +173,5 @@ def forget_calls() -> None:
     grids and split-K of plans no key tells apart)."""
     for calls in _CACHES:
         calls.clear()
+    for memo in _MEMOS:
+        memo.cache_clear()

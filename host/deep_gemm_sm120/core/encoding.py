@@ -6,7 +6,8 @@ block-scaled MMAs (device_layer/mma/sm120_scale_selectors.cuh has the lane and b
   replicated  selector 0 for every MMA, each scale in every lane and byte the MMA may read (CUTLASS's layout).
 
 A spec carries its encoding as a field. Planners build "selectors" specs; jit.get_kernel turns them into the
-encoding the device's policy picks (encoding_policy.py). Stdlib only: the compile gate imports this.
+encoding the device uses (scale_encoding.py: this variable, or under `auto` the self-test's verdict). Stdlib
+only: the compile gate imports this.
 """
 
 from __future__ import annotations
@@ -71,3 +72,16 @@ def template_tail(encoding: str) -> list[str]:
 def variants(specs: list) -> list:
     """`specs` followed by the replicated form of each that has selectors (a family's specs() lists both)."""
     return [*specs, *(replace(s, encoding=REPLICATED) for s in specs if s.uses_selectors)]
+
+
+def for_policy(specs: list, mode: str) -> list:
+    """What precompile warms under a policy: specs without per-tile scales as they are, and each block-scaled
+    one in the policy's encoding (auto: both, since the device's verdict may pick either), duplicates dropped."""
+    wanted = ENCODINGS if mode == AUTO else (mode,)
+    out = []
+    for s in specs:
+        if not getattr(s, "uses_selectors", False):
+            out.append(s)
+            continue
+        out += [s if s.encoding == e else replace(s, encoding=e) for e in wanted]
+    return list(dict.fromkeys(out))

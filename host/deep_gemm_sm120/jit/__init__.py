@@ -11,7 +11,8 @@ import threading
 import time
 from dataclasses import dataclass
 
-from ..core import envvars, toolchain
+from .. import scale_encoding
+from ..core import encoding, envvars, toolchain
 from ..core.progress import Progress
 from . import cache as _cache
 from .device_layer import device_layer_dir, tree_digest
@@ -48,7 +49,7 @@ def cubin_for(spec, target: str, cache: _cache.KernelCache | None = None) -> tup
     """The cubin for `spec` on `target`, from the disk cache or freshly compiled."""
     cache = cache or _cache.KernelCache()
     tc = toolchain.find_toolchain()
-    source = spec.source()
+    source = encoding.emulation_prelude(target) + spec.source()
     family = getattr(type(spec), "FAMILY", None)  # None: a bare spec (probes, tools) that includes what it needs
     if family is not None and os.path.isabs(family.header):
         # a family kept outside device_layer/: its header's bytes key the cache too
@@ -95,8 +96,10 @@ def cubin_for(spec, target: str, cache: _cache.KernelCache | None = None) -> tup
 
 
 def get_kernel(spec, target: str, device: int) -> LoadedKernel:
-    """Loaded kernel for (spec, target) on `device`; compiled or read from disk at most once per process."""
-    memo_key = (spec, target, device)
+    """Loaded kernel for (spec, target) on `device`; compiled or read from disk at most once per process. A
+    block-scaled spec takes the scale encoding the device uses (scale_encoding.resolve) first."""
+    spec = scale_encoding.resolve(spec, target, device)
+    memo_key = (spec, target, device, encoding.emulation_prelude(target))  # an emulated reading is its own cubin
     k = _loaded.get(memo_key)
     if k is not None:
         return k

@@ -16,7 +16,6 @@ graphs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 import torch
 
@@ -40,7 +39,7 @@ from ...core.arith import ceil_div
 from ...core.rules import dtype_name
 from ...core.tma import DTYPE, tma_2d_pair
 from ...device import num_sms_for
-from ...launch import KEY_ERRORS, CallCache, launch, recipe_key, tensor_key
+from ...launch import KEY_ERRORS, CallCache, kernel_memo, launch, recipe_key, tensor_key
 from ...quant import not_power_of_two
 from ...scale_layout import (
     check_packed,
@@ -567,7 +566,7 @@ def _not_nt(name: str):
 fp8_fp4_gemm_nn, fp8_fp4_gemm_tn, fp8_fp4_gemm_tt = (_not_nt(f"fp8_fp4_gemm_{lay}") for lay in ("nn", "tn", "tt"))
 
 
-@lru_cache(maxsize=256)
+@kernel_memo(maxsize=256)
 def _grouped_kernel(kind: str, grans: tuple[int, int], gemm_type: str, cfg, index: int, target: str):
     spec = spec_for(cfg, kind, grans, "bf16", False, gemm_type)
     return jit.get_kernel(spec, target, index), spec.row_bytes

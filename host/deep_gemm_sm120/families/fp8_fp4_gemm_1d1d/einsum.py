@@ -17,8 +17,6 @@ the scales are packed per head (each 128x128 block repeated over its 128 rows: e
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import torch
 
 from ... import jit, keywords
@@ -28,7 +26,7 @@ from ...checks import device_of, get_scale_checks, require_tensor, write_empty_r
 from ...core.arith import ceil_div
 from ...core.rules import dtype_name
 from ...device import num_sms_for
-from ...launch import launch
+from ...launch import kernel_memo, launch
 from .api import _check_given_packed, _pair, _prepare_sf
 from .kernel import PARAMS, spec_for
 from .plan import batched_config
@@ -39,7 +37,7 @@ _OUT = {torch.bfloat16: "bf16", torch.float32: "fp32"}
 _U32 = 2**32
 
 
-@lru_cache(maxsize=1024)
+@kernel_memo(maxsize=1024)
 def _kernel(h: int, m: int, n: int, out: str, with_c: bool, index: int, num_sms: int, target: str):
     cfg = batched_config(h, m, n, num_sms)
     spec = spec_for(cfg, "mxfp8", (128, 128), out, with_c, "batched")

@@ -105,6 +105,11 @@ class BlockScaledGemmSpec(KernelSpec):
         return self.kind != "fp8_fp32"
 
     @property
+    def scale_kind(self) -> str:
+        """The atom kind whose self-test verdict picks this kernel's encoding (scale_encoding.py)."""
+        return self.kind
+
+    @property
     def grans(self) -> tuple[int, int]:
         return self.gran_k, self.gran_k_b or self.gran_k
 

@@ -9,8 +9,6 @@ Returns a view of a buffer whose row stride is padded to 1024 bytes, as DeepGEMM
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import torch
 
 from ... import jit
@@ -19,7 +17,7 @@ from ...checks import device_of, index_checks, require_int32, require_tensor
 from ...core.arith import ceil_div, round_up
 from ...core.rules import dtype_name
 from ...core.tma import tma_request, with_addresses
-from ...launch import KEY_ERRORS, CallCache, launch, tensor_key
+from ...launch import KEY_ERRORS, CallCache, kernel_memo, launch, tensor_key
 from .kernel import BLOCK_KV, PARAMS, ROWS, MqaLogitsSpec, logits_row_stride
 from .rules import mqa_logits_rule
 
@@ -29,7 +27,7 @@ _CALLS = CallCache()  # calls checked once per signature
 _LOGIT = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 
 
-@lru_cache(maxsize=256)
+@kernel_memo(maxsize=256)
 def _kernel(heads: int, head_dim: int, logit: str, mode: str, fp4: bool, index: int, target: str):
     return jit.get_kernel(MqaLogitsSpec(heads, head_dim, logit, mode, fp4), target, index)
 

@@ -90,6 +90,10 @@ class MqaLogitsSpec(MqaSpecGeometry, KernelSpec):
         return self.fp4
 
     @property
+    def scale_kind(self) -> str:
+        return "mxfp4"
+
+    @property
     def tile_keys(self) -> int:
         return BLOCK_KV
 

@@ -7,8 +7,6 @@ row stride is padded to 1024 bytes. schedule_meta comes from get_paged_mqa_logit
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import torch
 
 from ... import jit
@@ -17,7 +15,7 @@ from ...checks import device_of, index_checks, require_int32, require_tensor
 from ...core.gemm import ceil_div
 from ...core.rules import dtype_name
 from ...core.tma import tma_request, with_addresses
-from ...launch import KEY_ERRORS, CallCache, launch, tensor_key
+from ...launch import KEY_ERRORS, CallCache, kernel_memo, launch, tensor_key
 from ..mqa_logits.kernel import LOGIT_ALIGN_BYTES, ROWS
 from .kernel import PARAMS, PagedMqaLogitsSpec
 from .rules import paged_rule
@@ -28,7 +26,7 @@ _CALLS = CallCache()  # calls checked once per signature
 _LOGIT = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 
 
-@lru_cache(maxsize=256)
+@kernel_memo(maxsize=256)
 def _kernel(heads: int, head_dim: int, block_kv: int, logit: str, clean: bool, fp4: bool, index: int, target: str):
     spec = PagedMqaLogitsSpec(heads, head_dim, block_kv, logit, clean, fp4)
     return jit.get_kernel(spec, target, index)

@@ -44,7 +44,7 @@ class PagedMqaLogitsSpec(MqaSpecGeometry, KernelSpec):
     clean: bool = False
     fp4: bool = False
     encoding: str = enc.SELECTORS  # FP4: how the packed UE8M0 words reach the MMA (core/encoding.py)
-    barriers = 2
+    barriers = 2  # + q_full / q_empty
 
     def __post_init__(self) -> None:
         enc.check(self)
@@ -55,7 +55,9 @@ class PagedMqaLogitsSpec(MqaSpecGeometry, KernelSpec):
         """FP4: per-tile UE8M0 scales; FP8 runs unit scales at selector 0."""
         return self.fp4
 
-    # + q_full / q_empty
+    @property
+    def scale_kind(self) -> str:
+        return "mxfp4"
 
     @property
     def tile_keys(self) -> int:

@@ -8,8 +8,6 @@ Output: bf16 [S, num_max_sparse_blocks * sparse_block_kv]; column s * B + o is t
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import torch
 
 from ... import jit
@@ -18,14 +16,14 @@ from ...checks import device_of, require_int32
 from ...core.gemm import ceil_div
 from ...core.tma import tma_request
 from ...device import get_num_sms
-from ...launch import launch
+from ...launch import kernel_memo, launch
 from .contract import SparseProblem, check_paged_sparse_call, check_sparse_call
 from .kernel import PARAMS, TILE_KEYS, SparseMqaLogitsSpec, tiles_per_cta
 
 _OFF_Q, _OFF_KV = PARAMS.offsets["tmap_q"], PARAMS.offsets["tmap_kv"]
 
 
-@lru_cache(maxsize=64)
+@kernel_memo(maxsize=64)
 def _kernel(heads: int, head_dim: int, fp4: bool, index: int, target: str):
     return jit.get_kernel(SparseMqaLogitsSpec(heads, head_dim, fp4), target, index)
 

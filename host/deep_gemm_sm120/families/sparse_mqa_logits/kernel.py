@@ -54,6 +54,10 @@ class SparseMqaLogitsSpec(KernelSpec):
         return True
 
     @property
+    def scale_kind(self) -> str:
+        return "mxfp4" if self.fp4 else "mxfp8"
+
+    @property
     def row_bytes(self) -> int:
         return self.head_dim // 2 if self.fp4 else self.head_dim
 

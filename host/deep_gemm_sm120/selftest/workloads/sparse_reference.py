@@ -15,7 +15,8 @@ it unspecified; this repository writes -inf there, so `valid` below is also the 
 from __future__ import annotations
 
 import torch
-from workloads.mqa import output_mask
+
+from deep_gemm_sm120.selftest.workloads.mqa import output_mask
 
 
 def _scores(q: torch.Tensor, keys: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """MQA-logits workloads shared by the GPU tests, sanitizer drivers and benchmarks: dense FP8 prefill rows, a
 shuffled paged FP8 / MXFP4 KV cache, and sparse (contiguous and paged) cases with their index lists. Sparse index
 semantics (valid slots, the token grid, the output mask) are defined here once and used by the float64 reference
-in tests/sparse_mqa_reference.py (docs/sparse_mqa_logits.md)."""
+in host/deep_gemm_sm120/selftest/workloads/sparse_reference.py (docs/sparse_mqa_logits.md)."""
 
 from __future__ import annotations
 
