@@ -186,7 +186,10 @@ def reading(case: ProbeCase, vec: int, how: str = "documented") -> tuple[list, l
 @functools.cache
 def _reading_index(case: ProbeCase, vec: int, how: str) -> tuple:
     """reading() as (lane, byte) index tensors: A [16, vec] each, B [8, vec] each."""
-    a, b = reading(case, vec, how)
+    return _index(*reading(case, vec, how))
+
+
+def _index(a: list, b: list) -> tuple:
     ta, tb = torch.tensor(a), torch.tensor(b)
     return (ta[..., 0], ta[..., 1]), (tb[..., 0], tb[..., 1])
 
@@ -205,9 +208,12 @@ def expected_sources(case: ProbeCase, vec: int) -> tuple[list, list]:
     return a, b
 
 
-def reference(inputs: Inputs, case_of: list[ProbeCase], how: str = "documented") -> tuple[torch.Tensor, torch.Tensor]:
+def reference(
+    inputs: Inputs, case_of: list[ProbeCase], how: str = "documented", reading_fn=None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(D [N, 16, 8], sum of |products| [N, 16, 8]) in float64 for each block, decoding the operands with the
-    fragment layouts and the scales from the received registers with `how` (see reading())."""
+    fragment layouts and the scales from the received registers with `how` (see reading()), or with
+    reading_fn(case, vec) -> reading()'s lists (the CPU tests' model of hardware that reads elsewhere)."""
     at = inputs.atom
     pa, pb = at.positions()
     a_fp4, b_fp4 = at.fp4
@@ -226,7 +232,7 @@ def reference(inputs: Inputs, case_of: list[ProbeCase], how: str = "documented")
     for blk, case in enumerate(case_of):
         ra = _bytes(received(inputs.sa[blk], case, case.byte_a, vec))
         rb = _bytes(received(inputs.sb[blk], case, case.byte_b, vec))
-        (la, ya), (lb, yb) = _reading_index(case, vec, how)
+        (la, ya), (lb, yb) = _reading_index(case, vec, how) if reading_fn is None else _index(*reading_fn(case, vec))
         sa_scale[blk] = scale_value(ra[la, ya], at.ue4m3)
         sb_scale[blk] = scale_value(rb[lb, yb], at.ue4m3)
     ks = torch.arange(at.kdim) // chunk
