@@ -2,6 +2,7 @@
 """Block-scaled FP8 / FP4 GEMMs: emulated timings, and an RTX 5090 roofline estimate per shape.
 
     python benchmarks/bench_fp8_fp4_gemm.py [--quick] [--json out.json]        # needs a GPU
+    python benchmarks/bench_fp8_fp4_gemm.py --encodings selectors,replicated   # both scale encodings, same run
     python benchmarks/bench_fp8_fp4_gemm.py --roofline-only                    # CPU only
 
 On a non-SM120 GPU the kernels run through the sm_90 emulation of the block-scaled MMAs (DG_SM120_EMULATE=1
@@ -12,6 +13,7 @@ reported only to show the full kernels run. The roofline is arithmetic, not a me
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -66,7 +68,15 @@ def roofline(kind: str, m: int, n: int, k: int, gran: int) -> dict:
 def main() -> int:
     run = start(
         __doc__.splitlines()[0],
-        lambda ap: ap.add_argument("--roofline-only", action="store_true"),
+        lambda ap: (
+            ap.add_argument("--roofline-only", action="store_true"),
+            ap.add_argument(
+                "--encodings",
+                default="",
+                help="comma-separated scale encodings to time each row in (selectors, replicated; default: the "
+                "one DG_SM120_SCALE_ENCODING / the device's self-test picks)",
+            ),
+        ),
         need_gpu=lambda args: not args.roofline_only,
     )
     args = run.args
@@ -84,6 +94,9 @@ def main() -> int:
         from deep_gemm_sm120.testing import calc_diff
 
         gen = torch.Generator(device="cuda").manual_seed(0)
+    encodings = [e for e in args.encodings.split(",") if e] if gpu else []
+    if gpu:
+        from deep_gemm_sm120 import scale_encoding
     for label, m, n, k in SHAPES[:2] + SHAPES[-1:] if args.quick else SHAPES:
         for kind, gran in kinds:
             row = {
@@ -116,12 +129,23 @@ def main() -> int:
                 pb = (b[0], tf(b[1], n, k, recipe_b, disable_ue8m0_cast=exact))
                 d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
                 fn = lambda: dg.fp8_fp4_gemm_nt(pa, pb, d, recipe=recipe, alpha=alpha, disable_ue8m0_cast=exact)
-                fn()
-                torch.cuda.synchronize()
-                row["calc_diff"] = calc_diff(d, ref)
-                t = bench(fn, iters=3 if args.quick else 10)
-                row["emulated_us"] = t * 1e6
-                row["emulated_tflops"] = 2.0 * m * n * k / t / 1e12
+                # exact FP32 scales run unit scales at selector 0: one encoding only
+                for enc_name in [None] if exact or not encodings else encodings:
+                    with scale_encoding.forced(enc_name) if enc_name else contextlib.nullcontext():
+                        fn()
+                        torch.cuda.synchronize()
+                        diff = calc_diff(d, ref)
+                        t = bench(fn, iters=3 if args.quick else 10)
+                    key = f"_{enc_name}" if enc_name else ""
+                    row[f"calc_diff{key}"] = diff
+                    row[f"emulated_us{key}"] = t * 1e6
+                    row[f"emulated_tflops{key}"] = 2.0 * m * n * k / t / 1e12
+                if encodings and not exact and len(encodings) == 2:
+                    row["replicated_over_selectors"] = row["emulated_us_replicated"] / row["emulated_us_selectors"]
+                first = "" if exact or not encodings else f"_{encodings[0]}"
+                row.setdefault("calc_diff", row[f"calc_diff{first}"])
+                row.setdefault("emulated_us", row[f"emulated_us{first}"])
+                row.setdefault("emulated_tflops", row[f"emulated_tflops{first}"])
             rows.append(row)
             emu = (
                 (
@@ -131,6 +155,8 @@ def main() -> int:
                 if gpu
                 else ""
             )
+            if "replicated_over_selectors" in row:
+                emu += f"  replicated {row['emulated_us_replicated']:9.1f} us ({row['replicated_over_selectors']:.3f}x)"
             print(
                 f"{label:<24} {kind:<9} 1x{gran:<4} M={m:<5} N={n:<6} K={k:<6} RTX 5090 roofline "
                 f"{row['roofline_us']:8.1f} us {row['roofline_tflops']:7.1f} TFLOP/s ({row['bound']}){emu}"

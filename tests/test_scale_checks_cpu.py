@@ -99,9 +99,7 @@ def test_grouped_and_nvfp4_calls(rig, scale_checks_on):  # noqa: F811 - the impo
 def test_unpacked_scales_are_not_read_again(rig, scale_checks_on, monkeypatch):  # noqa: F811 - the rig fixture
     """Unpacked scales are checked when packed (and the exact path's float32 ones are values, not encodings)."""
     seen = []
-    monkeypatch.setattr(
-        "deep_gemm_sm120.families.fp8_fp4_gemm_1d1d.api.check_packed_values", lambda *a: seen.append(a[0])
-    )
+    monkeypatch.setattr("deep_gemm_sm120.scale_layout.check_packed_values", lambda *a: seen.append(a[0]))
     m, n, k = 64, 128, 256
     a, b, d = _fp8(m, k), _fp8(n, k), _t(m, n)
     out, _ = rig.record(dg.fp8_gemm_nt, ((a, torch.ones(m, 2)), (b, torch.ones(1, 2)), d), {}, {})

@@ -144,7 +144,13 @@ def test_selector_failure_falls_back_to_replicated_with_one_warning(sm120_or_emu
     assert jit  # the loaded kernels above came through jit.get_kernel
 
 
-def test_selftest_cli_reports_and_exits_zero(sm120_or_emulation, tmp_path):
+def test_selftest_cli_reports(sm120_or_emulation, tmp_path):
+    """Exit 0 and a passing report on hardware that reads selectors as documented; under the ignored reading
+    (emulation), exit 1, every atom kind on the replicated encoding, its family cases right and the selector
+    ones O(1) wrong: the report tells the two apart."""
+    from deep_gemm_sm120.core import encoding as enc
+
+    ignored = sm120_or_emulation[0] != 12 and enc.emulated_reading() == "ignored"
     out = tmp_path / "report.json"
     env = dict(os.environ, DG_SM120_EMULATE="1" if sm120_or_emulation[0] != 12 else "0", PYTHONPATH="host")
     p = subprocess.run(
@@ -155,9 +161,8 @@ def test_selftest_cli_reports_and_exits_zero(sm120_or_emulation, tmp_path):
         text=True,
         timeout=900,
     )
-    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
+    assert p.returncode == (1 if ignored else 0), p.stdout[-4000:] + p.stderr[-4000:]
     report = json.loads(out.read_text())
-    assert report["verdict"] == "pass" and "self-test: PASS" in p.stdout
     env_info = report["environment"]
     for key in ("gpu", "compute_capability", "driver", "nvcc", "package_version", "device_layer_sha256"):
         assert env_info[key], key
@@ -166,5 +171,13 @@ def test_selftest_cli_reports_and_exits_zero(sm120_or_emulation, tmp_path):
     assert {"tf32_hc_prenorm_gemm", "gated_delta_rule"} <= fams
     assert {r["encoding"] for r in report["families"] if r["kind"]} == {"selectors", "replicated"}
     assert all(r["seconds"] >= 0 for r in report["families"]) and report["seconds"] > 0
+    if ignored:
+        assert report["verdict"] == "fail" and "self-test: FAIL" in p.stdout
+        assert all(row["chosen"] == "replicated" for row in report["atoms"].values())
+        assert all(r["verdict"] == "ok" for r in report["families"] if r["encoding"] != "selectors")
+        assert all(r["verdict"] == "wrong" for r in report["families"] if r["encoding"] == "selectors")
+    else:
+        assert report["verdict"] == "pass" and "self-test: PASS" in p.stdout
+        assert all(row["chosen"] == "selectors" for row in report["atoms"].values())
     if sm120_or_emulation[0] != 12:
         assert "not an SM120 result" in " ".join(report["notes"]) and "EMULATED" in p.stdout

@@ -218,6 +218,16 @@ def set_scale_checks(enabled: bool) -> None:
     _SCALE_CHECKS.set("set_scale_checks", enabled)
 
 
+def check_given_scales(fmt: str, *named: tuple[str, torch.Tensor]) -> None:
+    """When scale_checks(): each (name, packed int32 scale words a caller passed) against the encodings no scale
+    may hold (scale_layout.check_packed_values), a ValueError naming the word and byte."""
+    if scale_checks():
+        from .scale_layout import check_packed_values
+
+        for name, sf in named:
+            check_packed_values(name, sf, fmt)
+
+
 def maybe_check_contiguous_layout(
     check: bool | None, grouped_layout: torch.Tensor, m: int, groups: int, psum: bool
 ) -> None:

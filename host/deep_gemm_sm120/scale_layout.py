@@ -167,6 +167,19 @@ def check_packed_values(name: str, sf: torch.Tensor, fmt: str) -> None:
     )
 
 
+def cache_scale_words(kv_cache: torch.Tensor, rows_per_block: int, row_bytes: int) -> torch.Tensor:
+    """The packed scale words of a paged cache whose blocks hold `rows_per_block` value rows of `row_bytes`, then one
+    int32 word per row (DeepGEMM's FP4 / MXFP8 layouts), as int32 [blocks, rows_per_block] (a copy)."""
+    blocks = kv_cache.shape[0]
+    tail = torch.as_strided(
+        kv_cache,
+        (blocks, rows_per_block * 4),
+        (kv_cache.stride(0), 1),
+        kv_cache.storage_offset() + rows_per_block * row_bytes,
+    )
+    return tail.contiguous().view(torch.int32)
+
+
 def check_unpacked(
     sf: torch.Tensor,
     mn: int,

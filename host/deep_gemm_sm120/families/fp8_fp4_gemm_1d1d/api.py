@@ -22,6 +22,7 @@ import torch
 from ... import jit, keywords
 from ...arch import target_of
 from ...checks import (
+    check_given_scales,
     device_of,
     get_scale_checks,
     maybe_check_contiguous_layout,
@@ -31,7 +32,6 @@ from ...checks import (
     require_shape,
     require_tensor,
     rows_view,
-    scale_checks,
     tma_operand,
     write_empty_reduction,
 )
@@ -43,7 +43,6 @@ from ...launch import KEY_ERRORS, CallCache, kernel_memo, launch, recipe_key, te
 from ...quant import not_power_of_two
 from ...scale_layout import (
     check_packed,
-    check_packed_values,
     check_unpacked,
     fp32_direct,
     fp32_mn_major,
@@ -218,10 +217,8 @@ def _check_given_packed(kind: str, named: tuple) -> None:
     """DG_SM120_CHECK_SCALES: the special encodings in the packed scales a call took from the caller as they are
     (named: (name, tensor, taken as given)); unpacked ones were checked when they were packed."""
     fmt = _packed_fmt(kind)
-    if fmt and scale_checks():
-        for name, sf, given in named:
-            if given:
-                check_packed_values(name, sf, fmt)
+    if fmt:
+        check_given_scales(fmt, *((name, sf) for name, sf, given in named if given))
 
 
 def _retry_exact(e: ValueError, exact: bool, a, b, sfa, sfb, recipe) -> None:

@@ -13,7 +13,7 @@ import torch
 
 from ... import jit
 from ...arch import target_of
-from ...checks import device_of, index_checks, require_int32, require_tensor
+from ...checks import check_given_scales, device_of, get_scale_checks, index_checks, require_int32, require_tensor
 from ...core.arith import ceil_div, round_up
 from ...core.rules import dtype_name
 from ...core.tma import tma_request, with_addresses
@@ -274,4 +274,6 @@ def fp8_fp4_mqa_logits(
             _CALLS.put(key, call)
         qv, q_sf = q
         kvv, kv_sf = kv
+    if q_sf is not None and get_scale_checks():  # opt-in (DG_SM120_CHECK_SCALES): packed UE8M0 taken as given
+        check_given_scales("ue8m0", ("q scales", q_sf), ("kv scales", kv_sf))
     return call[2](qv, q_sf, kvv, kv_sf, weights, cu_seq_len_k_start, cu_seq_len_k_end)

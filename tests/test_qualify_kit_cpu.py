@@ -1,0 +1,75 @@
+"""tools/qualify_sm120.py without a GPU: exit 2 with a message; with the GPU facts and steps faked, one report
+file whose first line says whether it ran on SM120 silicon, every step's verdict, the 15-minute budget shared by
+the steps, exit 1 when a step failed (issue 44's qualification kit)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+
+import qualify_sm120 as kit
+
+
+def test_without_a_gpu_it_cannot_run():
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    p = subprocess.run([sys.executable, "tools/qualify_sm120.py"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert p.returncode == 2 and "could not run: no CUDA GPU was found" in p.stderr and "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize("capability,failing", [((12, 0), None), ((9, 0), "racecheck")])
+def test_the_report(monkeypatch, tmp_path, capability, failing):
+    monkeypatch.setattr(
+        kit, "probe", lambda: {"cuda": True, "gpu": "GPU X", "capability": list(capability), "package": "0.8.7"}
+    )
+    monkeypatch.setattr(kit.shutil, "which", lambda name: "/usr/bin/" + name)
+    calls = []
+
+    def fake_step(name, cmd, env, limit, deadline, parse=None):
+        calls.append((name, cmd, env.get("DG_SM120_EMULATE"), env.get("DG_SM120_SCALE_ENCODING"), limit))
+        assert limit <= kit.BUDGET
+        return {"step": name, "passed": name != failing, "rc": 0 if name != failing else 9}
+
+    monkeypatch.setattr(kit, "step", fake_step)
+    out = tmp_path / "q.json"
+    rc = kit.main(["--out", str(out)])
+    report = json.loads(out.read_text())
+    names = [c[0] for c in calls]
+    assert names == [
+        "selftest",
+        "gpu tests",
+        "gpu tests (replicated)",
+        "requires_sm120 tests",
+        "memcheck",
+        "racecheck",
+        "benchmark",
+    ]
+    assert [c[3] for c in calls].count("replicated") == 1
+    if capability[0] == 12:
+        assert rc == 0 and report["verdict"] == "pass" and report["label"].startswith("SM120 silicon")
+        assert all(c[2] is None for c in calls)
+    else:
+        assert rc == 1 and report["failed_steps"] == ["racecheck"] and report["label"].startswith("NOT SM120")
+        assert all(c[2] == "1" for c in calls)  # the emulation, labelled as such
+    assert report["gpu"] == "GPU X" and report["package_version"] == "0.8.7"
+
+
+def test_a_step_never_outlives_the_budget(monkeypatch):
+    import time
+
+    seen = {}
+
+    def fake_run(cmd, cwd, env, capture_output, text, timeout):
+        seen["timeout"] = timeout
+        raise subprocess.TimeoutExpired(cmd, timeout, output=b"partial \xff", stderr=None)
+
+    monkeypatch.setattr(kit.subprocess, "run", fake_run)
+    row = kit.step("x", ["true"], {}, 240, time.perf_counter() + 50)
+    assert 10 <= seen["timeout"] <= 50 and not row["passed"] and row["rc"] is None
+    assert "partial" in row["output_tail"] and "[stopped after" in row["output_tail"]
