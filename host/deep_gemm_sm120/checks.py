@@ -181,6 +181,9 @@ INDEX_CHECKS_ENV = "DG_SM120_INDEX_CHECKS"
 SCALE_CHECKS_ENV = "DG_SM120_CHECK_SCALES"
 _INDEX_CHECKS = _Switch(INDEX_CHECKS_ENV, True)
 _SCALE_CHECKS = _Switch(SCALE_CHECKS_ENV, False)
+# Cached hot paths read SCALE_CHECKS.value (None until the first get() reads the environment), so a cached call
+# with the check off costs one attribute read and enters no function of this module.
+SCALE_CHECKS = _SCALE_CHECKS
 
 
 def index_checks() -> bool:

@@ -22,6 +22,7 @@ import torch
 from ... import jit, keywords
 from ...arch import target_of
 from ...checks import (
+    SCALE_CHECKS,
     check_given_scales,
     device_of,
     get_scale_checks,
@@ -494,7 +495,8 @@ def fp8_fp4_gemm_nt(
     except ValueError as e:  # FP32 scales UE8M0 cannot hold: the exact kernel, when the operands allow it
         _retry_exact(e, call.exact, a, b, sfa, sfb, recipe)
         return fp8_fp4_gemm_nt((a, sfa), (b, sfb), d, c, recipe=recipe, disable_ue8m0_cast=True, alpha=alpha)
-    if get_scale_checks():  # opt-in (DG_SM120_CHECK_SCALES): two cheap calls on the hot path when off
+    sw = SCALE_CHECKS.value  # opt-in (DG_SM120_CHECK_SCALES): one attribute read on the hot path when off
+    if sw or (sw is None and get_scale_checks()):
         _check_given_packed(call.kind, (("sfa", sfa, call.sfa_stride >= 0), ("sfb", sfb, call.sfb_stride >= 0)))
     splits, pd = call.splits, d.data_ptr()
     pc = c.data_ptr() if c is not None else 0
@@ -661,7 +663,8 @@ def _grouped_launch(
     locals until the launch is enqueued)."""
     m, n, k, g = call.m, call.n, call.k, call.g
     exact = call.kind == "fp8_fp32"
-    if get_scale_checks():  # opt-in (DG_SM120_CHECK_SCALES)
+    sw = SCALE_CHECKS.value  # opt-in (DG_SM120_CHECK_SCALES)
+    if sw or (sw is None and get_scale_checks()):
         _check_given_packed(call.kind, (("sfa", sfa, call.sfa is not None), ("sfb", sfb, call.sfb is not None)))
     if call.sfa is not None:
         sfa_p, (sfa_ps, sfa_gs) = sfa, call.sfa

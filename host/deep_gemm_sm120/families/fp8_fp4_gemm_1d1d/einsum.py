@@ -22,7 +22,7 @@ import torch
 from ... import jit, keywords
 from ...arch import target_of
 from ...batched import batched_map, check_batched_operand
-from ...checks import device_of, get_scale_checks, require_tensor, write_empty_reduction
+from ...checks import SCALE_CHECKS, device_of, get_scale_checks, require_tensor, write_empty_reduction
 from ...core.arith import ceil_div
 from ...core.rules import dtype_name
 from ...device import num_sms_for
@@ -118,7 +118,8 @@ def fp8_einsum(
     if max(d.stride(0), d.stride(1)) >= _U32:
         raise ValueError("d's strides must fit 32 bits")
     # per head: A_h = x[:, h] (rows b), B_h = y[h] (rows d); scales packed as [h, words, rows]
-    if get_scale_checks():  # opt-in (DG_SM120_CHECK_SCALES): packed scales taken as given
+    sw = SCALE_CHECKS.value  # opt-in (DG_SM120_CHECK_SCALES): packed scales taken as given
+    if sw or (sw is None and get_scale_checks()):
         _check_given_packed("mxfp8", (("sfa", sfx, packed_x), ("sfb", sfy, sfy.dtype == torch.int32)))
     sfa_p, sfa_ps, sfa_gs = _prepare_sf("sfa", sfx if packed_x else sfx.permute(1, 0, 2), bs, r, 128, h, True)
     sfb_p, sfb_ps, sfb_gs = _prepare_sf("sfb", sfy, dd, r, 128, h, False)
