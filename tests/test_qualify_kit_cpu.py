@@ -26,7 +26,7 @@ def test_without_a_gpu_it_cannot_run():
 @pytest.mark.parametrize("capability,failing", [((12, 0), None), ((9, 0), "racecheck")])
 def test_the_report(monkeypatch, tmp_path, capability, failing):
     monkeypatch.setattr(
-        kit, "probe", lambda: {"cuda": True, "gpu": "GPU X", "capability": list(capability), "package": "0.8.7"}
+        kit, "probe", lambda env: {"cuda": True, "gpu": "GPU X", "capability": list(capability), "package": "0.8.7"}
     )
     monkeypatch.setattr(kit.shutil, "which", lambda name: "/usr/bin/" + name)
     calls = []

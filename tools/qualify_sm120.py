@@ -46,7 +46,7 @@ GPU_TESTS = [
 BUDGET = 14 * 60  # seconds for every step together: the kit promises under 15 minutes
 
 
-def probe() -> dict:
+def probe(env: dict) -> dict:
     """Facts from a child interpreter (the kit itself never imports torch): GPU, capability, package."""
     code = (
         "import json, torch\n"
@@ -60,7 +60,7 @@ def probe() -> dict:
         "    out['package_error'] = f'{type(e).__name__}: {e}'\n"
         "print(json.dumps(out))\n"
     )
-    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     if p.returncode != 0:
         return {"cuda": False, "error": (p.stdout + p.stderr)[-2000:]}
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -109,11 +109,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-bench", action="store_true")
     ap.add_argument("--no-sanitizers", action="store_true")
     args = ap.parse_args(argv)
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    # the checkout's package first (a plain checkout with the runtime built in place works like an install)
+    host = os.path.join(ROOT, "host")
+    env = dict(
+        os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(filter(None, [host, os.environ.get("PYTHONPATH")]))
+    )
     if args.device is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(args.device)
     t0 = time.perf_counter()
-    facts = probe()
+    facts = probe(env)
     if not facts.get("cuda"):
         print("qualify_sm120: could not run: no CUDA GPU was found", file=sys.stderr)
         return EXIT_COULD_NOT_RUN
