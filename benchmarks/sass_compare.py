@@ -15,6 +15,13 @@ work-instruction count differs, 0 otherwise.
 instead sets the exact FP32-scale kernel (fp8_fp32) beside the UE8M0 one (mxfp8, 1x128) of the same tile in this
 tree: block-scaled MMAs per K block (the main loop's static count: one stage is one 128-K block) and what the
 promotion adds (FP32 FFMA / FMUL, scale loads). Exit 1 when the MMA counts differ.
+
+    python benchmarks/sass_compare.py --encodings [--targets sm_120a]
+
+sets each block-scaled kernel's replicated scale encoding beside its selector one (every GEMM scale kind on every
+dense tile, the FP4 MQA tiles, the sparse MXFP8 / MXFP4 tiles): the same block-scaled MMAs must remain, and it
+reports what the replicated form adds (PRMT byte replication, scale loads, registers, instructions). Exit 1 when
+the MMA counts differ.
 """
 
 from __future__ import annotations
@@ -59,7 +66,7 @@ WORK = (
 _ADDR = re.compile(r"/\*[0-9a-f]{4,}\*/")
 
 
-def sass(spec, target: str, tree: str, nvdisasm: str) -> list[str]:
+def sass(spec, target: str, tree: str, nvdisasm: str, meta: dict | None = None) -> list[str]:
     from deep_gemm_sm120 import jit
     from deep_gemm_sm120.jit import cache as jit_cache
     from deep_gemm_sm120.jit import device_layer
@@ -69,7 +76,9 @@ def sass(spec, target: str, tree: str, nvdisasm: str) -> list[str]:
     device_layer.tree_digest.cache_clear()
     assert device_layer.device_layer_dir() == tree
     with tempfile.TemporaryDirectory() as tmp:
-        cubin, _ = jit.cubin_for(spec, target, jit_cache.KernelCache(tmp))
+        cubin, info = jit.cubin_for(spec, target, jit_cache.KernelCache(tmp))
+        if meta is not None:
+            meta.update(info)
         path = os.path.join(tmp, "k.cubin")
         with open(path, "wb") as fh:
             fh.write(cubin)
@@ -130,12 +139,64 @@ def fp32_scales(targets: list[str], nvdisasm: str) -> int:
     return worst
 
 
+def _registers(meta: dict) -> int:
+    m = re.search(r"Used (\d+) registers", meta.get("ptxas_log", ""))
+    return int(m.group(1)) if m else -1
+
+
+def encodings(targets: list[str], nvdisasm: str) -> int:
+    from dataclasses import replace
+
+    from deep_gemm_sm120.core.registry import registry
+    from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d.kernel import DENSE_CONFIGS, kind_grans, spec_for
+
+    tree = os.path.join(ROOT, "device_layer")
+    cases = [
+        spec_for(cfg, kind, (ga, gb or ga), "bf16", False)
+        for kind, ga, gb in kind_grans()
+        if kind != "fp8_fp32"
+        for cfg in DENSE_CONFIGS
+    ]
+    reg = registry()
+    for fam in ("mqa_logits", "paged_mqa_logits", "sparse_mqa_logits"):
+        seen = set()
+        for s in reg.by_name[fam].specs():
+            key = (s.heads, s.head_dim, getattr(s, "fp4", False))
+            if s.encoding == "selectors" and s.uses_selectors and key not in seen and s.heads == 64:
+                seen.add(key)
+                cases.append(s)
+    worst = 0
+    for spec in cases:
+        for target in targets:
+            row = {}
+            for enc_name in ("selectors", "replicated"):
+                meta: dict = {}
+                lines = sass(replace(spec, encoding=enc_name), target, tree, nvdisasm, meta)
+                row[enc_name] = (
+                    len(lines),
+                    collections.Counter(opcode(x).split(".")[0] for x in lines),
+                    _registers(meta),
+                )
+            (n_s, s_ops, r_s), (n_r, r_ops, r_r) = row["selectors"], row["replicated"]
+            mma = next((m for m in ("QMMA", "OMMA", "HMMA") if s_ops[m]), "HMMA")
+            same = s_ops[mma] == r_ops[mma]
+            worst = max(worst, 0 if same else 1)
+            print(
+                f"{spec.name:62} {target:8} {mma} {s_ops[mma]:4} / {r_ops[mma]:4}{'' if same else ' DIFFER'}; "
+                f"replicated adds PRMT {r_ops['PRMT'] - s_ops['PRMT']:+4} LDG {r_ops['LDG'] - s_ops['LDG']:+3}; "
+                f"registers {r_s} -> {r_r}; instructions {n_s} -> {n_r}",
+                flush=True,
+            )
+    return worst
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("old", nargs="?")
     ap.add_argument("new", nargs="?", default=os.path.join(ROOT, "device_layer"))
     ap.add_argument("--targets", default="sm_90a,sm_120a")
     ap.add_argument("--fp32-scales", action="store_true", help="the exact FP32-scale kernel beside the UE8M0 one")
+    ap.add_argument("--encodings", action="store_true", help="each block-scaled kernel's two scale encodings")
     a = ap.parse_args(argv)
     from deep_gemm_sm120.core import toolchain
 
@@ -145,8 +206,10 @@ def main(argv: list[str] | None = None) -> int:
         ap.exit(2, "sass_compare.py: no nvdisasm (pip install nvidia-cuda-nvdisasm)\n")
     if a.fp32_scales:
         return fp32_scales(a.targets.split(","), nvdisasm)
+    if a.encodings:
+        return encodings(a.targets.split(","), nvdisasm)
     if a.old is None:
-        ap.error("OLD_DEVICE_LAYER is required (or --fp32-scales)")
+        ap.error("OLD_DEVICE_LAYER is required (or --fp32-scales / --encodings)")
     old, new = os.path.abspath(a.old), os.path.abspath(a.new)
     worst = 0
     for name, spec in kernels():
