@@ -213,6 +213,10 @@ def main(argv: list[str] | None = None) -> int:
     old, new = os.path.abspath(a.old), os.path.abspath(a.new)
     worst = 0
     for name, spec in kernels():
+        header = getattr(type(spec), "FAMILY", None) and type(spec).FAMILY.header
+        if header and not os.path.isabs(header) and not os.path.isfile(os.path.join(old, header)):
+            print(f"{name:28} new in {new} (no {header} in {old})", flush=True)
+            continue
         for target in a.targets.split(","):
             before, after = sass(spec, target, old, nvdisasm), sass(spec, target, new, nvdisasm)
             wb, wa = work_counts(before), work_counts(after)

@@ -124,21 +124,30 @@ def apply(m: Mutant, layer: str) -> None:
         fh.write(text.replace(m.old, m.new))
 
 
-def run_tests(nodes: list[tuple[str, dict]], layer: str, cache: str) -> list[bool]:
-    """Whether each (node, env) passes with the device layer at `layer`."""
+PASSED, FAILED, OTHER = "pass", "killed", "error"  # pytest exit 0; 1 (a test failed); anything else
+
+
+def run_tests(nodes: list[tuple[str, dict]], layer: str, cache: str) -> list[str]:
+    """How each (node, env) ends with the device layer at `layer`: pass, killed (a test failed: pytest exit 1),
+    or error (collection or internal errors, no test run, a timeout): an error is never counted as a kill."""
     out = []
     for node, extra in nodes:
         env = dict(os.environ, DG_SM120_DEVICE_LAYER=layer, DG_SM120_JIT_CACHE_DIR=cache, PYTHONUNBUFFERED="1")
         env.update(extra)
-        p = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", "cuda", node],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        out.append(p.returncode == 0)
+        try:
+            p = subprocess.run(
+                [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", "cuda", node],
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+        except subprocess.TimeoutExpired:
+            out.append(f"{OTHER} (timeout)")
+            continue
+        rc = p.returncode
+        out.append(PASSED if rc == 0 else FAILED if rc == 1 else f"{OTHER} (pytest exit {rc})")
     return out
 
 
@@ -164,9 +173,9 @@ def main(argv=None) -> int:
         if not (args.applies or args.cubins):
             nodes = list(dict.fromkeys((n, tuple(sorted(e.items()))) for m in chosen for n, e in m.tests))
             base = run_tests([(n, dict(e)) for n, e in nodes], pristine, cache)
-            for (n, e), ok in zip(nodes, base):
-                print(f"baseline {n} {dict(e) or ''}: {'pass' if ok else 'FAIL'}")
-            if not all(base):
+            for (n, e), how in zip(nodes, base):
+                print(f"baseline {n} {dict(e) or ''}: {how}")
+            if any(how != PASSED for how in base):
                 print("the unmutated device layer fails a selected test: no mutant can be judged")
                 return 1
         for m in chosen:
@@ -183,13 +192,12 @@ def main(argv=None) -> int:
             line = f"MUTANT {m.name:<20} sm_120a cubin: expected {m.sm120a}, got {observed_cubin}; sm_90a live: {live}"
             ok = observed_cubin == m.sm120a and live
             if not args.cubins:
-                passed = run_tests(list(m.tests), layer, cache)
-                killed = [not p for p in passed]
+                ends = run_tests(list(m.tests), layer, cache)
                 line += "; tests: " + ", ".join(
-                    f"{n.split('::')[-1]}{' ' + str(e) if e else ''} {'killed' if k else 'SURVIVED'}"
-                    for (n, e), k in zip(m.tests, killed)
+                    f"{n.split('::')[-1]}{' ' + str(e) if e else ''} {'SURVIVED' if how == PASSED else how}"
+                    for (n, e), how in zip(m.tests, ends)
                 )
-                ok = ok and all(killed)
+                ok = ok and all(how == FAILED for how in ends)
             print(f"{line}  [{'as expected' if ok else 'UNEXPECTED'}] ({m.why})")
             failures += not ok
     finally:

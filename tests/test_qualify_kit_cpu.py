@@ -73,3 +73,32 @@ def test_a_step_never_outlives_the_budget(monkeypatch):
     row = kit.step("x", ["true"], {}, 240, time.perf_counter() + 50)
     assert 10 <= seen["timeout"] <= 50 and not row["passed"] and row["rc"] is None
     assert "partial" in row["output_tail"] and "[stopped after" in row["output_tail"]
+
+
+def test_another_gpu_cannot_run_and_the_device_choice_is_tested(monkeypatch, tmp_path, capsys):
+    """A GPU that is neither SM120 nor the sm_90 of the emulation: exit 2, nothing run. On one it runs, the
+    first steps run with the encoding the device picks (a caller's DG_SM120_SCALE_ENCODING is dropped)."""
+    monkeypatch.setattr(
+        kit, "probe", lambda env: {"cuda": True, "gpu": "A100", "capability": [8, 0], "package": "0.8.7"}
+    )
+    monkeypatch.setattr(kit, "step", lambda *a, **k: pytest.fail("a step ran"))
+    assert kit.main(["--out", str(tmp_path / "q.json")]) == 2
+    assert "is sm 8.0; the kit needs SM120" in capsys.readouterr().err and not (tmp_path / "q.json").exists()
+    monkeypatch.setenv("DG_SM120_SCALE_ENCODING", "selectors")
+    monkeypatch.setattr(
+        kit, "probe", lambda env: {"cuda": True, "gpu": "RTX 5090", "capability": [12, 0], "package": "0.8.7"}
+    )
+    seen = []
+
+    def fake_step(name, cmd, env, limit, deadline, parse=None):
+        seen.append((name, env.get("DG_SM120_SCALE_ENCODING")))
+        return {"step": name, "passed": True}
+
+    monkeypatch.setattr(kit, "step", fake_step)
+    assert kit.main(["--out", str(tmp_path / "q.json"), "--no-bench", "--no-sanitizers"]) == 0
+    assert dict(seen) == {
+        "selftest": None,
+        "gpu tests": None,
+        "gpu tests (replicated)": "replicated",
+        "requires_sm120 tests": None,
+    }

@@ -208,8 +208,11 @@ def test_plan_caches_are_bounded():
     from deep_gemm_sm120.families.bf16_gemm import api as bf16_api
     from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d import api as fp8_api
 
-    for cached in (fp8_api._grouped_kernel,):
-        assert cached.cache_info().maxsize is not None
+    from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d import einsum as fp8_einsum
+    from deep_gemm_sm120.families.mqa_logits import api as mqa_api
+
+    for cached in (fp8_api._grouped_kernel, fp8_einsum._kernel, mqa_api._kernel):  # kernel_memo: bounded
+        assert 0 < cached.maxsize <= 4096
     from deep_gemm_sm120.families.bf16_gemm import grouped as bf16_grouped
     from deep_gemm_sm120.launch import _CACHES
 
@@ -265,7 +268,10 @@ def test_precompile_filters_and_runs_in_parallel(monkeypatch):
         dg.precompile(shapes=[shape], targets=["sm_120a"], progress=False)
         names = sorted(s for s, _ in seen)
         base = "fp8_fp4_gemm_1d1d_mxfp8_g128_128x128_s3_w2x4_bf16"
-        assert names == [base + x for x in suffixes], policy
+        probes = (
+            [f"scale_probe_{k}" for k in ("e2m1_e4m3", "e4m3_e2m1", "mxfp4", "mxfp8", "nvfp4")] if not policy else []
+        )
+        assert names == [base + x for x in suffixes] + probes, policy  # auto also warms what it runs first
     monkeypatch.setenv("DG_SM120_SCALE_ENCODING", "sometimes")
     with pytest.raises(ValueError, match="DG_SM120_SCALE_ENCODING must be one of auto, selectors, replicated"):
         dg.precompile(shapes=[shape], targets=["sm_120a"], progress=False)

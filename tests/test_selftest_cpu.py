@@ -224,20 +224,57 @@ def test_resolve_touches_block_scaled_selector_specs_only(monkeypatch):
     from deep_gemm_sm120.families.bf16_gemm.kernel import specs as bf16_specs
     from deep_gemm_sm120.services.scale_probe import ScaleProbeSpec
 
+    monkeypatch.setattr(scale_encoding, "_verdict", lambda *a, **k: None)  # no verdict known for device 0
     monkeypatch.setenv(enc.ENV, "replicated")
+    scale_encoding.reset()
     s = _spec()
     assert scale_encoding.resolve(s, "sm_120a", 0).name == s.name + "_rep"
     for other in (bf16_specs()[0], ScaleProbeSpec("mxfp8"), _spec("fp8_fp32")):
         assert scale_encoding.resolve(other, "sm_120a", 0) is other
     rep = scale_encoding.resolve(s, "sm_120a", 0)
-    monkeypatch.setenv(enc.ENV, "selectors")
+    monkeypatch.setenv(enc.ENV, "selectors")  # read once per device: the first plan's setting holds
+    assert scale_encoding.resolve(s, "sm_120a", 0) == rep and scale_encoding.policy(0) == "replicated"
+    scale_encoding.reset()  # ... until reset()
     assert scale_encoding.resolve(s, "sm_120a", 0) is s and scale_encoding.resolve(rep, "sm_120a", 0) is rep
     with scale_encoding.forced("replicated"):
         assert scale_encoding.resolve(s, "sm_120a", 0) == rep
+        seen = []  # forcing is this thread's (context's) alone
+        t = threading.Thread(target=lambda: seen.append(scale_encoding.resolve(s, "sm_120a", 0)))
+        t.start()
+        t.join()
+        assert seen == [s]
     assert scale_encoding.resolve(s, "sm_120a", 0) is s
     with pytest.raises(ValueError, match="encoding must be one of"):
         with scale_encoding.forced("auto"):
             pass
+    scale_encoding.reset()
+
+
+def test_nothing_planned_while_forced_is_kept():
+    from deep_gemm_sm120 import launch
+
+    calls = []
+
+    @launch.kernel_memo(maxsize=4)
+    def kernel(x):
+        calls.append(x)
+        return object()
+
+    cache = launch.CallCache(limit=4)
+    first = kernel(1)
+    assert kernel(1) is first and calls == [1]
+    with scale_encoding.forced("replicated"):
+        a, b = kernel(1), kernel(1)  # forgotten on entry, never stored inside
+        assert a is not first and a is not b
+        cache.put("k", "plan")
+        assert "k" not in cache
+    c = kernel(1)
+    assert c is not a and kernel(1) is c  # forgotten on exit, stored again after
+    cache.put("k", "plan")
+    assert cache["k"] == "plan"
+    for i in range(10):  # bounded
+        kernel(100 + i)
+    assert len(launch._MEMOS[-1]) <= 4
 
 
 def test_auto_keeps_selectors_and_the_verdict_on_disk(fake_device, tmp_path):
@@ -281,6 +318,44 @@ def test_auto_falls_back_with_one_warning_and_refuses_when_both_fail(fake_device
         scale_encoding.resolve(_spec("nvfp4"), "sm_120a", 0)
     with pytest.warns(RuntimeWarning, match="mxfp8"):  # the kinds that still pass one encoding keep working
         assert scale_encoding.resolve(_spec("mxfp8"), "sm_120a", 0).encoding == "replicated"
+
+
+def test_an_explicit_setting_a_verdict_refutes_is_refused(fake_device):
+    scale_encoding.record(0, "sm_120a", [simulate(k, how="selectors-as-zero") for k in ATOM_KINDS])
+    scale_encoding.reset()  # a new process: the verdict is on disk
+    os.environ[enc.ENV] = "selectors"
+    try:
+        with pytest.raises(
+            NotImplementedError, match=r"DG_SM120_SCALE_ENCODING=selectors, but .* mxfp8 .*Report: .*atoms-"
+        ):
+            scale_encoding.resolve(_spec(), "sm_120a", 0)
+        scale_encoding.reset()
+        os.environ[enc.ENV] = "replicated"
+        assert scale_encoding.resolve(_spec(), "sm_120a", 0).encoding == "replicated" and fake_device["runs"] == 0
+        with scale_encoding.forced("selectors"):  # the self-test may still run it to judge it
+            assert scale_encoding.resolve(_spec(), "sm_120a", 0).encoding == "selectors"
+    finally:
+        del os.environ[enc.ENV]
+    assert scale_encoding.effective("mxfp8", {"replicated"}) == "replicated"
+
+
+def test_record_forgets_cached_plans_and_a_read_only_cache_is_a_warning(fake_device, monkeypatch, tmp_path):
+    from deep_gemm_sm120 import launch
+
+    cache = launch.CallCache(limit=4)
+    cache.put("k", "a plan made under the old verdict")
+    scale_encoding.record(0, "sm_120a", [simulate(k) for k in ATOM_KINDS])
+    assert "k" not in cache
+    scale_encoding.reset()
+
+    def read_only(path, payload):
+        raise PermissionError(13, "Read-only file system", path)
+
+    monkeypatch.setattr(scale_encoding, "_write", read_only)
+    with pytest.warns(RuntimeWarning, match="could not write the scale-encoding verdict"):
+        monkeypatch.setitem(fake_device, "driver", "other")
+        assert scale_encoding.resolve(_spec(), "sm_120a", 0).encoding == "selectors"
+    assert scale_encoding.resolve(_spec(), "sm_120a", 0).encoding == "selectors" and fake_device["runs"] == 1
 
 
 def test_no_probe_inside_capture_but_a_recorded_verdict_serves(fake_device, monkeypatch):
@@ -365,3 +440,47 @@ def test_summary_says_what_failed():
     assert "self-test: FAIL" in text and "selectors: FAIL, replicated: pass; uses replicated" in text
     assert "matches selectors-as-zero" in text and "more atom cases not ok" in text
     assert "fp8_gemm_nt [selectors]: wrong: calc_diff 9.000e-01" in text and "RuntimeError: boom" in text
+
+
+def test_selftest_refuses_what_it_cannot_run(monkeypatch):
+    """A bad setting or an unknown family is "could not run" (exit 2 from the CLI), never a traceback."""
+    import deep_gemm_sm120.selftest as st
+
+    preflight = st._preflight
+    monkeypatch.setattr(st, "_preflight", lambda device: (0, "sm_120a"))
+    with pytest.raises(
+        st.CouldNotRun, match=r"no self-test cases for families \['fp8_fp4_gemm'\]; the cases cover .*fp8_fp4_gemm_1d1d"
+    ):
+        st.selftest(families=("fp8_fp4_gemm",))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(st, "_target", lambda index: "sm_120a")
+    monkeypatch.setenv(enc.ENV, "both")
+    from deep_gemm_sm120 import runtime
+
+    monkeypatch.setattr(runtime, "_ext", lambda: object())
+    with pytest.raises(st.CouldNotRun, match="DG_SM120_SCALE_ENCODING must be one of"):
+        preflight(None)
+
+
+def test_cache_scale_words_reads_the_blocks_requests_read():
+    from deep_gemm_sm120.scale_layout import cache_scale_words
+
+    blocks, rows, row = 6, 4, 8
+    cache = torch.zeros(blocks, rows * (row + 4), dtype=torch.uint8)
+    words = cache[:, rows * row :].view(torch.int32)
+    words[:] = torch.arange(blocks * rows, dtype=torch.int32).view(blocks, rows) + 1
+    table = torch.tensor([[4, 1, 5], [2, 0, 3]], dtype=torch.int32)
+    lens = torch.tensor([5, 0], dtype=torch.int32)  # request 0 reads blocks 4, 1; request 1 none
+    got = cache_scale_words(cache.view(blocks, rows, 1, row + 4), rows, row, table, lens)
+    want = torch.zeros(blocks, rows, dtype=torch.int32)
+    want[[4, 1]] = words[[4, 1]]
+    assert torch.equal(got, want)
+    lens2d = torch.tensor([[1, 9], [2, 3]], dtype=torch.int32)  # [B, next_n]: a request's longest context
+    got = cache_scale_words(cache.view(blocks, rows, 1, row + 4), rows, row, table, lens2d)
+    want[[5, 2]] = words[[5, 2]]
+    assert torch.equal(got, want)
+    table[0, 1] = 99  # an entry past the cache reads nothing (the index checks refuse it elsewhere)
+    got = cache_scale_words(cache.view(blocks, rows, 1, row + 4), rows, row, table, lens)
+    assert got[1].eq(0).all() and torch.equal(got[4], words[4])

@@ -146,21 +146,25 @@ def test_mqa_and_sparse_check_the_packed_words_they_are_given(sm120_or_emulation
             ValueError, match=r"kv scales \(packed int32, UE8M0\) holds NaN \(0xFF\): byte 2 of word \(17,\)"
         ):
             dg.fp8_fp4_mqa_logits(*args)
-        # paged FP4: the scale words inside the cache
+        # paged FP4: the scale words inside the cache, of the blocks the requests read
         cache, table, _ = paged_cache([100, 30], 64, 128, True, 0)
         words = cache.view(cache.shape[0], -1)[:, 64 * 64 :].view(torch.int32)
-        words[1, 3] = 0xFF
         qf = torch.randn(2 * h, 128, device="cuda", generator=g)
         pq, pqsf, _ = per_token_cast_to_fp4(qf, "mxfp4")
         ctx = torch.tensor([100, 30], dtype=torch.int32, device="cuda")
         meta = dg.get_paged_mqa_logits_metadata(ctx, 64, dg.get_num_sms())
         q_in = (pq.view(2, 1, h, 64), pack_ue8m0_to_int(pqsf).view(2, 1, h))
-        with pytest.raises(
-            ValueError, match=r"kv_cache scales \(packed int32, UE8M0\) holds NaN \(0xFF\): byte 0 of word \(1, 3\)"
-        ):
-            dg.fp8_fp4_paged_mqa_logits(
-                q_in, cache, torch.randn(2, h, device="cuda"), ctx, table, meta, 64 * table.shape[1]
-            )
+        weights = torch.randn(2, h, device="cuda")
+        call = lambda: dg.fp8_fp4_paged_mqa_logits(q_in, cache, weights, ctx, table, meta, 64 * table.shape[1])
+        used = {int(table[0, 0]), int(table[0, 1]), int(table[1, 0])}
+        stale = next(b for b in range(cache.shape[0]) if b not in used)
+        words[stale, 3] = 0xFF  # a pool block no request reads: not an error
+        call()
+        blk = int(table[0, 1])
+        words[blk, 3] = 0xFF
+        msg = rf"kv_cache scales \(packed int32, UE8M0\) holds NaN \(0xFF\): byte 0 of word \({blk}, 3\)"
+        with pytest.raises(ValueError, match=msg):
+            call()
         c = sparse_case(9, 300, 32, 128, "mxfp8", 16, num_max=4)
         c["q"] = (c["q"][0], c["q"][1].clone())
         c["q"][1][2, 5] = c["q"][1][2, 5] | 0xFF

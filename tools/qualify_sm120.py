@@ -125,6 +125,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"qualify_sm120: could not run: {facts.get('package_error')}; run `pip install -e .`", file=sys.stderr)
         return EXIT_COULD_NOT_RUN
     sm120 = facts["capability"][0] == 12
+    if not sm120 and tuple(facts["capability"]) != (9, 0):
+        cap = ".".join(map(str, facts["capability"]))
+        print(
+            f"qualify_sm120: could not run: {facts['gpu']} is sm {cap}; the kit needs SM120 (or sm_90 for the emulation)",
+            file=sys.stderr,
+        )
+        return EXIT_COULD_NOT_RUN
+    env.pop("DG_SM120_SCALE_ENCODING", None)  # the first steps test what the device picks itself
     if not sm120:
         env["DG_SM120_EMULATE"] = "1"
     label = (

@@ -71,17 +71,20 @@ def precompile(
     SM120 part. targets: default the release targets (sm_120a, sm_120f, sm_121a). jobs: parallel nvcc
     processes (default one per core). progress: a progress line on stderr (default: when it is a terminal).
     Derived block-scaled kernels are built in the scale encoding DG_SM120_SCALE_ENCODING names, or under `auto`
-    (the default) in both, since the device's self-test picks one (docs/block_scaled.md)."""
+    (the default) in both, with the scale probe the device's self-test picks one with (docs/block_scaled.md)."""
     from . import jit
     from .core import encoding
 
     if specs is None:  # explicit specs are warmed as given
+        mode = encoding.policy()
         specs = encoding.for_policy(
             _shape_specs(shapes, families)
             if shapes is not None
             else registry().specs(tuple(families) if families is not None else None),
-            encoding.policy(),
+            mode,
         )
+        if mode == encoding.AUTO and any(getattr(s, "uses_selectors", False) for s in specs):
+            specs += registry().by_name["scale_probe"].specs()  # what auto runs before the first of them
     targets = tuple(targets) if targets is not None else arch.RELEASE_TARGETS
     bad = [t for t in targets if t not in arch.RELEASE_TARGETS + tuple(arch.EMULATION_TARGETS.values())]
     if bad:

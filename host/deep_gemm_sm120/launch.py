@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from functools import lru_cache
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from . import runtime
@@ -107,16 +108,35 @@ def launch(
 # ---------------------------------------------------------------- calls validated once per signature
 
 _CACHES: list[CallCache] = []  # every CallCache (module-level ones, made at import)
-_MEMOS: list = []  # every kernel_memo'd function
+_MEMOS: list[dict] = []  # every kernel_memo's store
+# While > 0 (scale_encoding.forced: a self-test thread loads kernels of one encoding on purpose), no plan or kernel
+# is stored, so none made for the forced encoding outlives it and no thread finds another's.
+_FROZEN = [0]
+_frozen_lock = threading.Lock()
 
 
 def kernel_memo(maxsize: int) -> Callable:
-    """lru_cache for a function that returns loaded kernels, forgotten with the call caches (forget_calls): a
-    kernel chosen under one scale encoding (scale_encoding.forced, reset) is never handed out under another."""
+    """Memoize a function that returns loaded kernels (its positional arguments are the key), bounded, forgotten
+    with the call caches (forget_calls) and never stored into while plans are frozen: a kernel chosen under one
+    scale encoding is never handed out under another."""
 
     def wrap(fn: Callable) -> Callable:
-        memo = lru_cache(maxsize=maxsize)(fn)
-        _MEMOS.append(memo)
+        store: dict = {}
+        _MEMOS.append(store)
+
+        def memo(*args):
+            got = store.get(args)
+            if got is None:
+                got = fn(*args)
+                if not _FROZEN[0]:
+                    if len(store) >= maxsize:
+                        store.clear()
+                    store[args] = got
+            return got
+
+        memo.__wrapped__ = fn  # type: ignore[attr-defined]
+        memo.maxsize = maxsize  # type: ignore[attr-defined]
+        memo.__doc__, memo.__name__ = fn.__doc__, fn.__name__
         return memo
 
     return wrap
@@ -163,6 +183,8 @@ class CallCache(dict):
         _CACHES.append(self)
 
     def put(self, key, value) -> None:
+        if _FROZEN[0]:  # plans made while an encoding is forced stay with their call
+            return
         if len(self) >= self.limit:
             self.clear()
         self[key] = value
@@ -173,5 +195,19 @@ def forget_calls() -> None:
     grids and split-K of plans no key tells apart)."""
     for calls in _CACHES:
         calls.clear()
-    for memo in _MEMOS:
-        memo.cache_clear()
+    for store in _MEMOS:
+        store.clear()
+
+
+@contextmanager
+def frozen_plans() -> Iterator[None]:
+    """Forget every plan, store none until the block ends (any thread), then forget again."""
+    with _frozen_lock:
+        _FROZEN[0] += 1
+    forget_calls()
+    try:
+        yield
+    finally:
+        with _frozen_lock:
+            _FROZEN[0] -= 1
+        forget_calls()

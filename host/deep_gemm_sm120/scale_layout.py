@@ -167,9 +167,13 @@ def check_packed_values(name: str, sf: torch.Tensor, fmt: str) -> None:
     )
 
 
-def cache_scale_words(kv_cache: torch.Tensor, rows_per_block: int, row_bytes: int) -> torch.Tensor:
-    """The packed scale words of a paged cache whose blocks hold `rows_per_block` value rows of `row_bytes`, then one
-    int32 word per row (DeepGEMM's FP4 / MXFP8 layouts), as int32 [blocks, rows_per_block] (a copy)."""
+def cache_scale_words(
+    kv_cache: torch.Tensor, rows_per_block: int, row_bytes: int, block_table: torch.Tensor, lens: torch.Tensor
+) -> torch.Tensor:
+    """The packed scale words of a paged cache whose blocks hold `rows_per_block` value rows of `row_bytes`, then
+    one int32 word per row (DeepGEMM's FP4 / MXFP8 layouts), as int32 [blocks, rows_per_block]: the words of the
+    blocks a request reads (block_table row r's first ceil(lens[r] / rows_per_block) entries inside the cache),
+    zero (a valid scale) for every other block, whose stale bytes no kernel reads."""
     blocks = kv_cache.shape[0]
     tail = torch.as_strided(
         kv_cache,
@@ -177,7 +181,16 @@ def cache_scale_words(kv_cache: torch.Tensor, rows_per_block: int, row_bytes: in
         (kv_cache.stride(0), 1),
         kv_cache.storage_offset() + rows_per_block * row_bytes,
     )
-    return tail.contiguous().view(torch.int32)
+    lens = lens.reshape(lens.shape[0], -1).amax(1).clamp_min(0).long()
+    used = (
+        torch.arange(block_table.shape[1], device=block_table.device)
+        < ((lens + rows_per_block - 1) // rows_per_block)[:, None]
+    )
+    ids = block_table[used].long()
+    ids = torch.unique(ids[(ids >= 0) & (ids < blocks)])
+    out = torch.zeros(blocks, rows_per_block * 4, dtype=torch.uint8, device=kv_cache.device)
+    out[ids] = tail[ids]
+    return out.view(torch.int32)
 
 
 def check_unpacked(

@@ -55,6 +55,11 @@ def _preflight(device: int | None) -> tuple[int, str]:
     from ..core import toolchain
 
     try:
+        enc.policy(), enc.emulated_reading()
+    except ValueError as e:
+        raise CouldNotRun(str(e)) from None
+
+    try:
         runtime._ext()
     except RuntimeError as e:
         raise CouldNotRun(str(e)) from None
@@ -77,15 +82,25 @@ def selftest(device: int | None = None, *, families: bool | tuple[str, ...] = Tr
 
     t0 = time.perf_counter()
     index, target = _preflight(device)
+    if families not in (True, False):
+        from .families import CASES
+
+        unknown = sorted(set(families) - {c.family for c in CASES})  # type: ignore[arg-type]
+        if unknown:
+            known = ", ".join(sorted({c.family for c in CASES}))
+            raise CouldNotRun(f"no self-test cases for families {unknown}; the cases cover {known}")
     with torch.cuda.device(index):
         report: dict = {"schema": 1, "environment": environment(index, target), "notes": []}
-        results = run_atoms(index, target)
+        try:
+            results = run_atoms(index, target)
+        except RuntimeError as e:  # the probe did not build or load (a toolchain or driver problem)
+            raise CouldNotRun(f"the scale probe could not run: {e}"[:4000]) from None
         verdict_path = scale_encoding.record(index, target, results)
         report["atom_verdict_file"] = verdict_path
         report["atoms"] = {
             r.kind: {
                 "encodings": {e: r.passes(e) for e in enc.ENCODINGS},
-                "chosen": scale_encoding.choose({e for e in enc.ENCODINGS if r.passes(e)}),
+                "chosen": scale_encoding.effective(r.kind, {e for e in enc.ENCODINGS if r.passes(e)}, index),
                 "table_matches_device": r.table_ok,
                 "seconds": round(r.seconds, 3),
             }

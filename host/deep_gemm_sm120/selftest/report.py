@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import platform
+import re
 import subprocess
 
 
@@ -17,6 +18,18 @@ def driver_version() -> str:
     except (OSError, AttributeError):
         return ""
     return f"{v.value // 1000}.{(v.value % 1000) // 10}"
+
+
+def kernel_module_version() -> str:
+    """The NVIDIA kernel module's version (e.g. "580.159.04") from /proc, or "" elsewhere: the driver build,
+    which cuDriverGetVersion's API level does not tell apart."""
+    try:
+        with open("/proc/driver/nvidia/version", encoding="utf-8", errors="replace") as fh:
+            text = fh.read(4096)
+    except OSError:
+        return ""
+    m = re.search(r"Kernel Module\s+(?:for \S+\s+)?([0-9][0-9.]*)", text)
+    return m.group(1) if m else ""
 
 
 def nvcc_version() -> str:
@@ -59,7 +72,11 @@ def environment(index: int, target: str) -> dict:
         "target": target,
         "emulated": emulated,
         "emulated_selector_reading": enc.emulated_reading() if emulated else None,
-        "driver": {"cuda_api": driver_version(), "nvidia_smi": nvidia_smi_driver()},
+        "driver": {
+            "cuda_api": driver_version(),
+            "kernel_module": kernel_module_version(),
+            "nvidia_smi": nvidia_smi_driver(),
+        },
         "cuda_runtime_of_torch": torch.version.cuda,
         "nvcc": nvcc_version(),
         "torch": torch.__version__,

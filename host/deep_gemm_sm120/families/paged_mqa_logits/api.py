@@ -11,7 +11,15 @@ import torch
 
 from ... import jit
 from ...arch import target_of
-from ...checks import check_given_scales, device_of, get_scale_checks, index_checks, require_int32, require_tensor
+from ...checks import (
+    check_given_scales,
+    device_of,
+    get_scale_checks,
+    index_checks,
+    require_int32,
+    require_tensor,
+    scale_checks,
+)
 from ...core.gemm import ceil_div
 from ...core.rules import dtype_name
 from ...core.tma import tma_request, with_addresses
@@ -265,9 +273,10 @@ def fp8_fp4_paged_mqa_logits(
         if key is not None and indices is None:
             _CALLS.put(key, call)
         qv, q_sf = q
-    if q_sf is not None and get_scale_checks():  # opt-in (DG_SM120_CHECK_SCALES): packed UE8M0 taken as given
+    if q_sf is not None and get_scale_checks() and scale_checks():  # opt-in (DG_SM120_CHECK_SCALES), not captured
         rows, row = kv_cache.shape[1], kv_cache.shape[-1] - 4
-        check_given_scales("ue8m0", ("q scales", q_sf), ("kv_cache scales", cache_scale_words(kv_cache, rows, row)))
+        words = cache_scale_words(kv_cache, rows, row, block_table, context_lens)
+        check_given_scales("ue8m0", ("q scales", q_sf), ("kv_cache scales", words))
     return call[2](qv, q_sf, kv_cache, weights, context_lens, block_table, schedule_meta)
 
 
