@@ -207,7 +207,6 @@ def test_block_scaled_plans_depend_on_m_only_through_its_bucket():
 def test_plan_caches_are_bounded():
     from deep_gemm_sm120.families.bf16_gemm import api as bf16_api
     from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d import api as fp8_api
-
     from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d import einsum as fp8_einsum
     from deep_gemm_sm120.families.mqa_logits import api as mqa_api
 

@@ -136,6 +136,7 @@ def kernel_memo(maxsize: int) -> Callable:
 
         memo.__wrapped__ = fn  # type: ignore[attr-defined]
         memo.maxsize = maxsize  # type: ignore[attr-defined]
+        memo.cache_clear = store.clear  # type: ignore[attr-defined]  # lru_cache's name for it
         memo.__doc__, memo.__name__ = fn.__doc__, fn.__name__
         return memo
 
