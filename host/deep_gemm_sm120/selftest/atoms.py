@@ -633,13 +633,3 @@ def accumulator_to_tile(o: torch.Tensor) -> torch.Tensor:
         d[:, g + 8, 2 * q] = o[:, lane, 2]
         d[:, g + 8, 2 * q + 1] = o[:, lane, 3]
     return d
-
-
-def tile_to_accumulator(d: torch.Tensor) -> torch.Tensor:
-    """The inverse of accumulator_to_tile (the CPU tests' simulated MMA writes what the kernel would)."""
-    n = d.shape[0]
-    o = torch.empty(n, 32, 4, dtype=d.dtype)
-    for lane in range(32):
-        g, q = lane // 4, lane % 4
-        o[:, lane] = torch.stack([d[:, g, 2 * q], d[:, g, 2 * q + 1], d[:, g + 8, 2 * q], d[:, g + 8, 2 * q + 1]], 1)
-    return o
