@@ -121,12 +121,8 @@ def fp32_scales(targets: list[str], nvdisasm: str) -> int:
     worst = 0
     for cfg, gemm_type in cases:
         for target in targets:
-            counts = {}
-            for kind in ("mxfp8", "fp8_fp32"):
-                lines = sass(spec_for(cfg, kind, (128, 128), "bf16", False, gemm_type), target, tree, nvdisasm)
-                ops = collections.Counter(opcode(x).split(".")[0] for x in lines)
-                counts[kind] = (len(lines), ops)
-            (n_u, u), (n_e, e) = counts["mxfp8"], counts["fp8_fp32"]
+            pair = [spec_for(cfg, kind, (128, 128), "bf16", False, gemm_type) for kind in ("mxfp8", "fp8_fp32")]
+            (n_u, u, _), (n_e, e, _) = (opcode_counts(x, target, tree, nvdisasm) for x in pair)
             mma = "QMMA" if "QMMA" in u else "HMMA"
             same = u[mma] == e[mma]
             worst = max(worst, 0 if same else 1)
@@ -137,6 +133,13 @@ def fp32_scales(targets: list[str], nvdisasm: str) -> int:
                 flush=True,
             )
     return worst
+
+
+def opcode_counts(spec, target: str, tree: str, nvdisasm: str) -> tuple[int, collections.Counter, int]:
+    """(instructions, opcode counts by base name, registers ptxas reported) of one kernel."""
+    meta: dict = {}
+    lines = sass(spec, target, tree, nvdisasm, meta)
+    return len(lines), collections.Counter(opcode(x).split(".")[0] for x in lines), _registers(meta)
 
 
 def _registers(meta: dict) -> int:
@@ -168,16 +171,9 @@ def encodings(targets: list[str], nvdisasm: str) -> int:
     worst = 0
     for spec in cases:
         for target in targets:
-            row = {}
-            for enc_name in ("selectors", "replicated"):
-                meta: dict = {}
-                lines = sass(replace(spec, encoding=enc_name), target, tree, nvdisasm, meta)
-                row[enc_name] = (
-                    len(lines),
-                    collections.Counter(opcode(x).split(".")[0] for x in lines),
-                    _registers(meta),
-                )
-            (n_s, s_ops, r_s), (n_r, r_ops, r_r) = row["selectors"], row["replicated"]
+            (n_s, s_ops, r_s), (n_r, r_ops, r_r) = (
+                opcode_counts(replace(spec, encoding=e), target, tree, nvdisasm) for e in ("selectors", "replicated")
+            )
             mma = next((m for m in ("QMMA", "OMMA", "HMMA") if s_ops[m]), "HMMA")
             same = s_ops[mma] == r_ops[mma]
             worst = max(worst, 0 if same else 1)
