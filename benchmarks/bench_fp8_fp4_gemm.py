@@ -13,6 +13,7 @@ reported only to show the full kernels run. The roofline is arithmetic, not a me
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import sys
@@ -65,6 +66,19 @@ def roofline(kind: str, m: int, n: int, k: int, gran: int) -> dict:
     }
 
 
+KINDS = [("mxfp8", 128), ("fp8_fp32", 128), ("mxfp8", 32), ("mxfp4", 32), ("nvfp4", 16), ("e4m3_e2m1", 128)]
+
+
+def kind_list(text: str) -> tuple[str, ...]:
+    """--kinds: comma-separated names out of KINDS (argparse exits 2 naming the known ones otherwise)."""
+    known = sorted({kind for kind, _ in KINDS})
+    wanted = tuple(k for k in text.split(",") if k)
+    unknown = sorted(set(wanted) - set(known))
+    if unknown or not wanted:
+        raise argparse.ArgumentTypeError(f"unknown kinds {unknown or [text]}; known: {known}")
+    return wanted
+
+
 def main() -> int:
     run = start(
         __doc__.splitlines()[0],
@@ -76,11 +90,17 @@ def main() -> int:
                 help="comma-separated scale encodings to time each row in (selectors, replicated; default: the "
                 "one DG_SM120_SCALE_ENCODING / the device's self-test picks)",
             ),
+            ap.add_argument(
+                "--kinds",
+                type=kind_list,
+                default=(),
+                help="comma-separated scale kinds to run (mxfp8, fp8_fp32, mxfp4, nvfp4, e4m3_e2m1; default: all)",
+            ),
         ),
         need_gpu=lambda args: not args.roofline_only,
     )
     args = run.args
-    kinds = [("mxfp8", 128), ("fp8_fp32", 128), ("mxfp8", 32), ("mxfp4", 32), ("nvfp4", 16), ("e4m3_e2m1", 128)]
+    kinds = [(kind, gran) for kind, gran in KINDS if not args.kinds or kind in args.kinds]
     rows = []
     gpu = not args.roofline_only
     if gpu:

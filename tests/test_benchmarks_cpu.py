@@ -95,6 +95,18 @@ def test_json_carries_the_run_identity(tmp_path):
     assert all("emulated_us" not in r for r in rows)  # nothing was timed
 
 
+def test_kinds_select_rows_and_unknown_ones_are_refused(tmp_path):
+    cmd = [sys.executable, str(BENCH / "bench_fp8_fp4_gemm.py"), "--roofline-only", "--quick"]
+    out = tmp_path / "r.json"
+    proc = subprocess.run([*cmd, "--kinds", "fp8_fp32,mxfp8", "--json", str(out)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["kind"], r["gran_k"]) for r in rows[:3]] == [("mxfp8", 128), ("fp8_fp32", 128), ("mxfp8", 32)]
+    assert len(rows) == 3 * 3
+    proc = subprocess.run([*cmd, "--kinds", "fp8,nvfp4"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "unknown kinds ['fp8']" in proc.stderr and "'nvfp4'" in proc.stderr
+
+
 def test_a_gpu_benchmark_without_a_gpu_says_so(tmp_path):
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # no GPU visible, on any machine
     proc = subprocess.run(

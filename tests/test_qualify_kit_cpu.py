@@ -102,3 +102,29 @@ def test_another_gpu_cannot_run_and_the_device_choice_is_tested(monkeypatch, tmp
         "gpu tests (replicated)": "replicated",
         "requires_sm120 tests": None,
     }
+
+
+def test_a_stopped_run_leaves_the_steps_it_finished(monkeypatch, tmp_path):
+    """The report is rewritten after every step: a kit killed in its fourth step (a machine's time limit, a hung
+    driver) still leaves the first three, marked incomplete, and never a half-written file."""
+    monkeypatch.setattr(
+        kit, "probe", lambda env: {"cuda": True, "gpu": "RTX 5090", "capability": [12, 0], "package": "0.8.7"}
+    )
+    out = tmp_path / "q.json"
+    seen = []
+
+    def fake_step(name, cmd, env, limit, deadline, parse=None):
+        if out.exists():
+            seen.append((name, json.loads(out.read_text())))
+        if name == "requires_sm120 tests":
+            raise KeyboardInterrupt  # the run is stopped here
+        return {"step": name, "passed": name != "gpu tests"}
+
+    monkeypatch.setattr(kit, "step", fake_step)
+    with pytest.raises(KeyboardInterrupt):
+        kit.main(["--out", str(out)])
+    report = json.loads(out.read_text())
+    assert report["verdict"] == "incomplete" and report["failed_steps"] == ["gpu tests"]
+    assert [s["step"] for s in report["steps"]] == ["selftest", "gpu tests", "gpu tests (replicated)"]
+    assert [len(r["steps"]) for _, r in seen] == [1, 2, 3]  # written after each step, before the next
+    assert not list(tmp_path.glob("*.tmp"))

@@ -142,20 +142,46 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"qualify_sm120: {label}", flush=True)
     work = tempfile.mkdtemp(prefix="sm120-qual-")
-    steps = []
+    path = os.path.abspath(args.out)
+    report = {
+        "label": label,
+        "sm120": sm120,
+        "verdict": "incomplete",  # until the last step ends: a run that is stopped still leaves its steps
+        "failed_steps": [],
+        "gpu": facts["gpu"],
+        "capability": facts["capability"],
+        "package_version": facts["package"],
+        "commit": _commit(),
+        "host": {"python": platform.python_version(), "platform": platform.platform()},
+        "selftest": None,
+        "steps": [],
+        "seconds": 0.0,
+    }
+    steps = report["steps"]
+
+    def run(row: dict) -> None:
+        steps.append(row)
+        report["failed_steps"] = [s["step"] for s in steps if not s["passed"]]
+        report["seconds"] = round(time.perf_counter() - t0, 1)
+        write_report(path, report)
+
     try:
         deadline = t0 + BUDGET
         st_json = os.path.join(work, "selftest.json")
         cmd = [sys.executable, "-m", "deep_gemm_sm120.selftest", "--json", st_json]
-        steps.append(step("selftest", cmd, env, 240, deadline))
+        row = step("selftest", cmd, env, 240, deadline)
+        if os.path.isfile(st_json):
+            with open(st_json) as fh:
+                report["selftest"] = json.load(fh)
+        run(row)
         tests = GPU_TESTS[:3] if args.quick else GPU_TESTS
         pytest = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-        steps.append(step("gpu tests", [*pytest, "-m", "cuda", *tests], env, 240, deadline, pytest_summary))
+        run(step("gpu tests", [*pytest, "-m", "cuda", *tests], env, 240, deadline, pytest_summary))
         rep = dict(env, DG_SM120_SCALE_ENCODING="replicated")
         sel = [t for t in tests if "selftest" not in t]
-        steps.append(step("gpu tests (replicated)", [*pytest, "-m", "cuda", *sel], rep, 240, deadline, pytest_summary))
+        run(step("gpu tests (replicated)", [*pytest, "-m", "cuda", *sel], rep, 240, deadline, pytest_summary))
         # every test that needs SM120 silicon (skipped, and said so, elsewhere)
-        steps.append(
+        run(
             step(
                 "requires_sm120 tests", [*pytest, "-m", "requires_sm120", "tests/"], env, 120, deadline, pytest_summary
             )
@@ -166,44 +192,35 @@ def main(argv: list[str] | None = None) -> int:
                 if tool == "racecheck":
                     cmd += ["--racecheck-report", "all"]
                 cmd += [sys.executable, "tests/sanitize_fp8_fp4_gemm.py"]  # the block-scaled slice
-                steps.append(step(tool, cmd, env, 150, deadline, sanitizer_summary))
+                run(step(tool, cmd, env, 150, deadline, sanitizer_summary))
         elif not args.no_sanitizers:
-            steps.append({"step": "sanitizers", "passed": True, "skipped": "compute-sanitizer is not on PATH"})
+            run({"step": "sanitizers", "passed": True, "skipped": "compute-sanitizer is not on PATH"})
         if not args.no_bench:
             bench_json = os.path.join(work, "bench.json")
             cmd = [sys.executable, "benchmarks/bench_fp8_fp4_gemm.py", "--quick", "--json", bench_json]
-            steps.append(step("benchmark", [*cmd, "--encodings", "selectors,replicated"], env, 180, deadline))
+            row = step("benchmark", [*cmd, "--encodings", "selectors,replicated"], env, 180, deadline)
             if os.path.isfile(bench_json):
                 with open(bench_json) as fh:
-                    steps[-1]["result"] = json.load(fh)
-        selftest_report = None
-        if os.path.isfile(st_json):
-            with open(st_json) as fh:
-                selftest_report = json.load(fh)
+                    row["result"] = json.load(fh)
+            run(row)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    failed = [s["step"] for s in steps if not s["passed"]]
-    report = {
-        "label": label,
-        "sm120": sm120,
-        "verdict": "fail" if failed else "pass",
-        "failed_steps": failed,
-        "gpu": facts["gpu"],
-        "capability": facts["capability"],
-        "package_version": facts["package"],
-        "commit": _commit(),
-        "host": {"python": platform.python_version(), "platform": platform.platform()},
-        "selftest": selftest_report,
-        "steps": steps,
-        "seconds": round(time.perf_counter() - t0, 1),
-    }
-    path = os.path.abspath(args.out)
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump(report, fh, indent=1)
+    failed = report["failed_steps"]
+    report["verdict"] = "fail" if failed else "pass"
+    report["seconds"] = round(time.perf_counter() - t0, 1)
+    write_report(path, report)
     print(f"qualify_sm120: {report['verdict'].upper()} in {report['seconds']} s; report: {path}")
     if failed:
         print(f"  failed: {', '.join(failed)}")
     return EXIT_FAILED if failed else EXIT_OK
+
+
+def write_report(path: str, report: dict) -> None:
+    """Replace the report file whole (a reader never sees half of one): after every step and at the end."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(report, fh, indent=1)
+    os.replace(tmp, path)
 
 
 def _commit() -> str:

@@ -356,13 +356,17 @@ sm120_fp8_fp4_gemm_1d1d_kernel(const __grid_constant__ CUtensorMap tmap_a, const
             if constexpr (kFp32) {
                 const Fp32TileScales<Cfg, kType> src(tile, g, m, n, wm, wn, lane, sfa, sfb, sfa_pack_stride,
                                                      sfa_group_stride, sfb_pack_stride, sfb_group_stride);
-                float fa[kMI][2], fb[kNI][2];            // this K block's
-                float fa_next[kMI][2], fb_next[kNI][2];  // the next one's, in flight
-                float part[kMI][kNI][4];                 // this K block's unscaled products
+                // One set of scale registers: block kb's are used by its promotion at the stage's last step,
+                // then block kb + 1's are loaded in their place (advance() runs after that step), a whole
+                // stage of MMAs ahead of their use. A second, in-flight set (as the UE8M0 words have) costs
+                // kMI * 2 + kNI * 2 registers, which the 128x128 tile does not have under CUDA 13.3+.
+                float fa[kMI][2], fb[kNI][2];
+                float part[kMI][kNI][4];  // this K block's unscaled products
                 fill(part, 0.0f);
+                uint32_t kb_next = 0;
                 auto scales = stage_data([&](uint32_t kb) { src.load(kb, fa, fb); },
-                                         [&](uint32_t kb) { src.load(kb, fa_next, fb_next); },
-                                         [&] { assign(fa, fa_next), assign(fb, fb_next); });
+                                         [&](uint32_t kb) { kb_next = kb; },
+                                         [&] { src.load(kb_next, fa, fb); });
                 auto mma_step = [&](auto step, auto buf) {
                     static_for<0, kMI>([&](auto i_c) {
                         constexpr uint32_t i = decltype(i_c)::value;
