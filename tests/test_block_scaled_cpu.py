@@ -178,16 +178,20 @@ def test_block_scaled_specs_and_heuristics():
         return p.config, p.splits
 
     specs = block_scaled_specs()
-    # 180 GEMM instantiations (dense + M-grouped; 20 of them exact FP32 scales) and 16 batched ones for fp8_einsum,
-    # each with per-tile scales also in the replicated encoding (issue 44): 196 + 196 - 20 = 372
-    assert len({s.name for s in specs}) == len(specs) == 372
+    # 180 GEMM instantiations (dense + M-grouped; 20 of them exact FP32 scales) and 32 batched ones for fp8_einsum
+    # (16 exact FP32 scales), each with per-tile scales also in the replicated encoding (issue 44):
+    # 212 + 212 - 36 = 388
+    assert len({s.name for s in specs}) == len(specs) == 388
     selectors = [s for s in specs if s.encoding == "selectors"]
     replicated = [s for s in specs if s.encoding == "replicated"]
-    assert len(selectors) == 196 and len(replicated) == 176
+    assert len(selectors) == 212 and len(replicated) == 176
     assert {replace(s, encoding="selectors") for s in replicated} == {s for s in selectors if s.kind != "fp8_fp32"}
     assert all(s.name.endswith("_rep") for s in replicated) and not any(s.kind == "fp8_fp32" for s in replicated)
     batched = [s for s in selectors if s.gemm_type == "batched"]
-    assert len(batched) == 16 and {(s.kind, s.grans) for s in batched} == {("mxfp8", (128, 128))}
+    assert len(batched) == 32 and {(s.kind, s.grans) for s in batched} == {
+        ("mxfp8", (128, 128)),
+        ("fp8_fp32", (128, 128)),
+    }
     assert all(s.smem_bytes <= SMEM_LIMIT for s in specs)
     assert {(s.kind, s.grans) for s in specs} == {
         ("mxfp8", (128, 128)),

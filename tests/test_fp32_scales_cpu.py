@@ -193,9 +193,10 @@ def test_precompile_plans_know_the_exact_kernel():
     assert "fp8_fp32_g128" in dense[0].name
     (masked,) = grouped_specs("m_masked")(132, expected_m=64, kind="fp8_fp32")
     assert "fp8_fp32_g128" in masked.name and masked.name.endswith("m_masked")
-    # fp8_einsum keeps UE8M0 scales in this release (its exact path waits for its H200 run)
-    (ein,) = fp8_einsum_specs("bhr,hdr->bhd", 132, b=4, h=8, r=512, d=128)
-    assert "mxfp8_g128" in ein.name
+    (ein,) = fp8_einsum_specs("bhr,hdr->bhd", 132, b=4, h=8, r=512, d=128, kind="fp8_fp32")
+    assert "fp8_fp32_g128" in ein.name and ein.name.endswith("batched")
+    with pytest.raises(ValueError, match="fp8_fp32"):
+        fp8_einsum_specs("bhr,hdr->bhd", 132, kind="mxfp4")
 
 
 def test_is_supported_knows_the_exact_kernel(rig):  # noqa: F811 - the imported rig fixture, by name
@@ -228,3 +229,24 @@ def test_is_supported_knows_the_exact_kernel(rig):  # noqa: F811 - the imported 
     ue4m3 = torch.ones(64, 2).to(FP8)
     out, _ = rig.record(dg.fp8_gemm_nt, ((a, ue4m3), (b, _scales(1, 2, pow2=True)), d), {}, {})
     assert out[:2] == ("raise", TypeError) and "UE4M3" in out[2], out
+
+
+def test_fp8_einsum_routes_fp32_scales_to_the_exact_kernel(rig, monkeypatch):  # noqa: F811 - the imported rig fixture
+    """fp8_einsum has no disable_ue8m0_cast: float32 scales are read; non-powers of two on both sides take the
+    batched exact kernel (its scales float32 in the kernel's layout), powers of two keep the UE8M0 one, and a
+    non-power of two next to packed UE8M0 words is a ValueError that names the exact path."""
+    from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d import einsum as fp8_einsum_mod
+
+    monkeypatch.setattr(fp8_einsum_mod, "device_of", lambda **t: 0)
+    bs, h, r, dd = 5, 3, 384, 200
+    x, y, z = _fp8(bs, h, r), _fp8(h, dd, r), torch.zeros(bs, h, dd)
+    sx, sy = _scales(bs, h, 3), _scales(h, 2, 3, seed=1)
+    out, _ = rig.record(dg.fp8_einsum, ("bhr,hdr->bhd", (x, sx), (y, sy), z), {}, {"z": z})
+    assert out[0] == "ok" and len(out[1]) == 1 and "fp8_fp32_g128" in out[1][0].kernel, out
+    assert "batched" in out[1][0].kernel
+    sx2, sy2 = _scales(bs, h, 3, pow2=True), _scales(h, 2, 3, seed=1, pow2=True)
+    out, _ = rig.record(dg.fp8_einsum, ("bhr,hdr->bhd", (x, sx2), (y, sy2), z), {}, {"z": z})
+    assert out[0] == "ok" and "mxfp8_g128" in out[1][0].kernel, out
+    sy_packed = dg.transform_sf_into_required_layout(sy2, dd, r, (1, 128, 128), num_groups=h)
+    out, _ = rig.record(dg.fp8_einsum, ("bhr,hdr->bhd", (x, sx), (y, sy_packed), z), {}, {})
+    assert out[:2] == ("raise", ValueError) and "powers of two" in out[2] and "exact" in out[2], out

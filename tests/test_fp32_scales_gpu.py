@@ -10,7 +10,7 @@ import torch
 from gpu_helpers import contiguous_layout, poison_like, requires_cuda
 from test_fp8_fp4_gemm_gpu import _check as fp8_check
 
-from deep_gemm_sm120.selftest.workloads.block_scaled import dequant_fp8, fp8_operands_fp32
+from deep_gemm_sm120.selftest.workloads.block_scaled import dequant_fp8, einsum_operands, fp8_operands_fp32
 
 pytestmark = [pytest.mark.cuda, pytest.mark.emulation, requires_cuda]
 TOL = 1e-3  # the FP8 tests' bound (observed far lower: output rounding)
@@ -150,3 +150,20 @@ def test_pre_transformed_scales_in_a_cuda_graph(sm120_or_emulation):
     d.fill_(float("nan"))
     graph.replay()
     _check(d, dequant_fp8(a2, sfa2, 1, 128) @ dequant_fp8(b, sfb, 128, 128).T, "graph replay, fresh inputs")
+
+
+@pytest.mark.parametrize("bs,h,r,d,with_c", [(33, 4, 1024, 256, False), (7, 2, 640, 200, True)])
+def test_fp8_einsum_fp32_scales(sm120_or_emulation, bs, h, r, d, with_c):
+    import deep_gemm_sm120 as dg
+
+    g = _gen(40 + bs)
+    x = torch.randn(bs, h, r, device="cuda", generator=g)
+    y = torch.randn(h, d, r, device="cuda", generator=g)
+    (xq, sx), (yq, sy) = einsum_operands(x, y, ue8m0=False)
+    c = torch.randn(bs, h, d, device="cuda", dtype=torch.float32, generator=g) if with_c else None
+    z = poison_like(torch.empty(bs, h, d, device="cuda", dtype=torch.float32))
+    dg.fp8_einsum("bhr,hdr->bhd", (xq, sx), (yq, sy), z, c=c)
+    xd = xq.double() * sx.double().repeat_interleave(128, -1)[..., :r]
+    yd = yq.double() * sy.double().repeat_interleave(128, -2)[:, :d].repeat_interleave(128, -1)[..., :r]
+    ref = torch.einsum("bhr,hdr->bhd", xd, yd) + (c.double() if with_c else 0)
+    _check(z, ref, f"fp8_einsum FP32 scales b={bs} h={h} r={r} d={d}", 1e-5)

@@ -90,7 +90,8 @@ FAMILY = Family(
             does="fp8_einsum: bhr,hdr->bhd with recipe (1, 128, 128) (DeepGEMM's other two expressions "
             "are SM100-only there: NotImplementedError)",
             keywords="`c` honoured (d's dtype and strides); unpacked "
-            "UE8M0 scales (float32 powers of two or float8_e8m0fnu); FP8 output (`d` as (d, sfd), "
+            "UE8M0 scales (float32 powers of two or float8_e8m0fnu), or float32 scales that are not powers of two on both "
+            "sides (the exact FP32-scale kernel, since v0.8.8); FP8 output (`d` as (d, sfd), "
             "`use_128x4_sfd_layout`'s subject): NotImplementedError; " + EPILOGUE_IDENTITY,
             rule=rules.fp8_einsum_rule,
             operands="e4m3 x [b,h,r] (1x128 scales), y [h,d,r] (128x128 scales)",

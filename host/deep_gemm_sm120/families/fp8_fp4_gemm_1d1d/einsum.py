@@ -4,9 +4,10 @@
 
 a = (x, sfx): x float8_e4m3fn [b, h, r], sfx [b, h, ceil(r / 128)] (1x128, DeepSeek's activations);
 b = (y, sfy): y float8_e4m3fn [h, d, r], sfy [h, ceil(d / 128), ceil(r / 128)] (128x128 weight blocks) or
-[h, d, ceil(r / 128)]. Scales are UE8M0: float32 powers of two or float8_e8m0fnu (others raise ValueError, as in
-fp8_fp4_gemm_nt), converted on every call (torch ops and a device sync for the power-of-two check). For hot paths
-and CUDA graphs pass them packed once, per head:
+[h, d, ceil(r / 128)]. Scales: UE8M0 (float32 powers of two or float8_e8m0fnu), converted on every call (torch ops
+and a device sync for the power-of-two check); float32 scales that are not powers of two (a checkpoint's FP32
+block scales) take the exact FP32-scale kernel (fp8_fp32: applied in FP32 after each 128-K block, never rounded),
+also converted per call. For hot paths and CUDA graphs pass UE8M0 scales packed once, per head:
     sfx_p = transform_sf_into_required_layout(sfx.transpose(0, 1), b, r, (1, 128, 128), num_groups=h, is_sfa=True)
     sfy_p = transform_sf_into_required_layout(sfy, d, r, (1, 128, 128), num_groups=h)
 d bf16 or fp32 [b, h, d]; c optional with d's dtype and strides.
@@ -27,7 +28,8 @@ from ...core.arith import ceil_div
 from ...core.rules import dtype_name
 from ...device import num_sms_for
 from ...launch import kernel_memo, launch
-from .api import _check_given_packed, _pair, _prepare_sf
+from ...quant import not_power_of_two
+from .api import _check_given_packed, _inexact, _pair, _prepare_sf
 from .kernel import PARAMS, spec_for
 from .plan import batched_config
 from .rules import FP8_EINSUM_EXPRS, fp8_einsum_rule
@@ -38,9 +40,9 @@ _U32 = 2**32
 
 
 @kernel_memo(maxsize=1024)
-def _kernel(h: int, m: int, n: int, out: str, with_c: bool, index: int, num_sms: int, target: str):
+def _kernel(h: int, m: int, n: int, out: str, with_c: bool, index: int, num_sms: int, target: str, kind: str = "mxfp8"):
     cfg = batched_config(h, m, n, num_sms)
-    spec = spec_for(cfg, "mxfp8", (128, 128), out, with_c, "batched")
+    spec = spec_for(cfg, kind, (128, 128), out, with_c, "batched")
     return jit.get_kernel(spec, target, index), cfg
 
 
@@ -121,10 +123,21 @@ def fp8_einsum(
     sw = SCALE_CHECKS.value  # opt-in (DG_SM120_CHECK_SCALES): packed scales taken as given
     if sw or (sw is None and get_scale_checks()):
         _check_given_packed("mxfp8", (("sfa", sfx, packed_x), ("sfb", sfy, sfy.dtype == torch.int32)))
-    sfa_p, sfa_ps, sfa_gs = _prepare_sf("sfa", sfx if packed_x else sfx.permute(1, 0, 2), bs, r, 128, h, True)
-    sfb_p, sfb_ps, sfb_gs = _prepare_sf("sfb", sfy, dd, r, 128, h, False)
+    sfx_h = sfx if packed_x else sfx.permute(1, 0, 2)
+    kind = "mxfp8"
+    try:
+        sfa_p, sfa_ps, sfa_gs = _prepare_sf("sfa", sfx_h, bs, r, 128, h, True)
+        sfb_p, sfb_ps, sfb_gs = _prepare_sf("sfb", sfy, dd, r, 128, h, False)
+    except ValueError as e:  # FP32 scales UE8M0 cannot hold: the exact kernel when both sides are float32
+        if not not_power_of_two(e):
+            raise
+        if not (sfx.dtype == torch.float32 and sfy.dtype == torch.float32):
+            raise _inexact(e) from None
+        kind = "fp8_fp32"
+        sfa_p, sfa_ps, sfa_gs = _prepare_sf("sfa", sfx_h, bs, r, 128, h, True, True)
+        sfb_p, sfb_ps, sfb_gs = _prepare_sf("sfb", sfy, dd, r, 128, h, False, True)
     num_sms = num_sms_for(index)
-    kern, cfg = _kernel(h, bs, dd, _OUT[d.dtype], c is not None, index, num_sms, target_of(index))
+    kern, cfg = _kernel(h, bs, dd, _OUT[d.dtype], c is not None, index, num_sms, target_of(index), kind)
     tmaps = _map(_OFF_A, x, 0, 1, cfg.block_m) + _map(_OFF_B, y, 1, 0, cfg.block_n)
     ldd = d.stride(0) if bs > 1 else dd
     params = PARAMS.pack(

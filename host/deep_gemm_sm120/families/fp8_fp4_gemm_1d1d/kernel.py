@@ -199,9 +199,14 @@ def specs() -> list[BlockScaledGemmSpec]:
         for cfg in GROUPED_CONFIGS
         for t in ("m_contiguous", "m_masked")
     ]
-    # fp8_einsum bhr,hdr->bhd: DeepSeek's recipe (1x128 activations, 128x128 weights as per-row 1x128)
+    # fp8_einsum bhr,hdr->bhd: DeepSeek's recipe (1x128 activations, 128x128 weights as per-row 1x128), with
+    # UE8M0 or exact FP32 scales
     batched = [
-        S(cfg, "mxfp8", 128, out, c, "batched") for cfg in DENSE_CONFIGS for out in OUT_DTYPES for c in (False, True)
+        S(cfg, kind, 128, out, c, "batched")
+        for kind in ("mxfp8", "fp8_fp32")
+        for cfg in DENSE_CONFIGS
+        for out in OUT_DTYPES
+        for c in (False, True)
     ]
     return enc.variants(dense + grouped + batched)
 

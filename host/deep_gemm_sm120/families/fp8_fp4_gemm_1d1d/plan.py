@@ -58,10 +58,13 @@ def fp8_einsum_specs(
     d: int = 1,
     out_dtype=None,
     with_c: bool = False,
+    kind: str = "mxfp8",
     **_shape,
 ) -> list:
     out = "fp32" if out_dtype is not None and dtype_name(out_dtype) == "float32" else "bf16"
-    return [spec_for(batched_config(h, b, d, num_sms), "mxfp8", (128, 128), out, with_c, "batched")]
+    if kind not in ("mxfp8", "fp8_fp32"):
+        raise ValueError(f"fp8_einsum's kind is mxfp8 (UE8M0 scales) or fp8_fp32 (exact FP32 scales), got {kind!r}")
+    return [spec_for(batched_config(h, b, d, num_sms), kind, (128, 128), out, with_c, "batched")]
 
 
 def _recipe(kind: str, gran_k: int | None, gran_k_b: int | None) -> tuple[int, int]:

@@ -89,14 +89,15 @@ def quantize_side(fmt: str, rows: int, k: int, gen: torch.Generator, gran: int =
     return q, sf, quant.dequantize_fp4(q, sf, 1.0, fmt).double()
 
 
-def einsum_operands(x: torch.Tensor, y: torch.Tensor):
+def einsum_operands(x: torch.Tensor, y: torch.Tensor, ue8m0: bool = True):
     """fp8_einsum('bhr,hdr->bhd') operands in DeepGEMM's test recipe: x [B, H, R] per token (1x128), each head of
-    y [H, D, R] per 128x128 block, UE8M0 scales. Returns ((xq, sx), (yq, sy))."""
+    y [H, D, R] per 128x128 block, UE8M0 scales (ue8m0=False: the FP32 amax / 448 scales a checkpoint ships).
+    Returns ((xq, sx), (yq, sy))."""
     bs, h, r = x.shape
-    xq, sx = quant.per_token_cast_to_fp8(x.reshape(-1, r).float())
+    xq, sx = quant.per_token_cast_to_fp8(x.reshape(-1, r).float(), ue8m0)
     xq, sx = xq.view(bs, h, r), sx.view(bs, h, -1)
     yq = torch.empty(y.shape, device=y.device, dtype=torch.float8_e4m3fn)
     sy = torch.empty(y.shape[0], ceil_div(y.shape[1], 128), ceil_div(r, 128), device=y.device)
     for i in range(y.shape[0]):
-        yq[i], sy[i] = quant.per_block_cast_to_fp8(y[i].float())
+        yq[i], sy[i] = quant.per_block_cast_to_fp8(y[i].float(), ue8m0)
     return (xq, sx), (yq, sy)
