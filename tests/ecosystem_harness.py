@@ -259,14 +259,16 @@ def binds(fn, positional: int | None, keywords: list[str], more: bool) -> str:
 # ---------------------------------------------------------------- the two stacks
 
 
-def fp32_calls(mod) -> dict:
+def fp32_calls(mod, device: str = "cpu") -> dict:
     """vLLM's own FP8 wrappers (dense, M-grouped contiguous and masked) called as its FP8 linear and fused-MoE
-    layers call them with FLOAT32 scales (1x128 activations, 128x128 weights, amax/448: not powers of two) on CPU
-    tensors: which block-scaled kernel kind each call is planned for (our _kind, observed), and where it stops
-    (the device check: no GPU here)."""
+    layers call them with FLOAT32 scales (1x128 activations, 128x128 weights, amax/448: not powers of two): which
+    block-scaled kernel kind each call is planned for (our _kind, observed) and where it stops. On the CPU the
+    device check stops every call; with device="cuda" the calls run, on random FP8 operands, and each output's
+    calc_diff against float64 of the dequantized operands is reported (masked: the rows each group holds)."""
     import torch
 
     from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d import api
+    from deep_gemm_sm120.testing import calc_diff
 
     seen: list[str] = []
     real = api._kind
@@ -278,37 +280,71 @@ def fp32_calls(mod) -> dict:
 
     api._kind = spy
     fp8 = torch.float8_e4m3fn
+    gen = torch.Generator(device=device).manual_seed(40)
     g, m, n, k = 2, 128, 256, 512
-    scales = lambda *shape: torch.rand(*shape) * 0.01 + 1e-3
-    a, b = torch.zeros(m, k, dtype=fp8), torch.zeros(n, k, dtype=fp8)
-    ag, bg = torch.zeros(g, m, k, dtype=fp8), torch.zeros(g, n, k, dtype=fp8)
+    scales = lambda *shape: torch.rand(*shape, generator=gen, device=device) * 0.01 + 1e-3
+    values = lambda *shape: (torch.randn(*shape, generator=gen, device=device) * 100).clamp(-448, 448).to(fp8)
+    a, b = values(m, k), values(n, k)
+    ag, bg = values(g, m, k), values(g, n, k)
+    sa, sb, sag, sbg = (
+        scales(m, k // 128),
+        scales(n // 128, k // 128),
+        scales(g, m, k // 128),
+        scales(g, n // 128, k // 128),
+    )
+    ac, sac = values(2 * m, k), scales(2 * m, k // 128)  # contiguous: one 128-row block per group (vLLM aligns)
+    m_indices = (torch.arange(2 * m, device=device) >= m).to(torch.int32)
+    masked_m = torch.tensor([m, 77], dtype=torch.int32, device=device)
+    out_dense = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device=device)
+    out_cont = torch.full((2 * m, n), float("nan"), dtype=torch.bfloat16, device=device)
+    out_masked = torch.full((g, m, n), float("nan"), dtype=torch.bfloat16, device=device)
+
+    def deq(q, sf, block_rows):  # float64 of FP8 values times their 1x128 (block_rows=1) or 128x128 scales
+        s = sf.double().repeat_interleave(128, -1)
+        if block_rows > 1:
+            s = s.repeat_interleave(block_rows, -2)
+        return q.double() * s[..., : q.shape[-2], : q.shape[-1]]
+
+    def dense_ref():
+        return out_dense, deq(a, sa, 1) @ deq(b, sb, 128).T
+
+    def cont_ref():
+        ref = torch.cat(
+            [deq(ac[i * m : (i + 1) * m], sac[i * m : (i + 1) * m], 1) @ deq(bg[i], sbg[i], 128).T for i in range(g)]
+        )
+        return out_cont, ref
+
+    def masked_ref():
+        rows = [int(x) for x in masked_m.tolist()]
+        got = torch.cat([out_masked[i, : rows[i]] for i in range(g)])
+        ref = torch.cat([(deq(ag[i], sag[i], 1) @ deq(bg[i], sbg[i], 128).T)[: rows[i]] for i in range(g)])
+        return got, ref
+
     cases = {
-        "fp8_gemm_nt": lambda: mod.fp8_gemm_nt(
-            (a, scales(m, k // 128)), (b, scales(n // 128, k // 128)), torch.zeros(m, n, dtype=torch.bfloat16)
+        "fp8_gemm_nt": (lambda: mod.fp8_gemm_nt((a, sa), (b, sb), out_dense), dense_ref),
+        "m_grouped_fp8_gemm_nt_contiguous": (
+            lambda: mod.m_grouped_fp8_gemm_nt_contiguous((ac, sac), (bg, sbg), out_cont, m_indices),
+            cont_ref,
         ),
-        "m_grouped_fp8_gemm_nt_contiguous": lambda: mod.m_grouped_fp8_gemm_nt_contiguous(
-            (a, scales(m, k // 128)),
-            (bg, scales(g, n // 128, k // 128)),
-            torch.zeros(m, n, dtype=torch.bfloat16),
-            torch.zeros(m, dtype=torch.int32),
-        ),
-        "fp8_m_grouped_gemm_nt_masked": lambda: mod.fp8_m_grouped_gemm_nt_masked(
-            (ag, scales(g, m, k // 128)),
-            (bg, scales(g, n // 128, k // 128)),
-            torch.zeros(g, m, n, dtype=torch.bfloat16),
-            torch.zeros(g, dtype=torch.int32),
-            m,
+        "fp8_m_grouped_gemm_nt_masked": (
+            lambda: mod.fp8_m_grouped_gemm_nt_masked((ag, sag), (bg, sbg), out_masked, masked_m, m),
+            masked_ref,
         ),
     }
     out = {}
-    for name, call in cases.items():
+    for name, (call, reference) in cases.items():
         seen.clear()
+        row: dict = {}
         try:
             call()
             error = None
+            if device != "cpu":
+                got, ref = reference()
+                row["calc_diff"] = float(calc_diff(got, ref))
+                row["nan"] = bool(torch.isnan(got).any())
         except Exception as e:  # reported: the test says which outcome is expected
             error = f"{type(e).__name__}: {e}"
-        out[name] = {"kinds": list(seen), "error": error}
+        out[name] = {"kinds": list(seen), "error": error, **row}
     api._kind = real
     return out
 
@@ -340,7 +376,7 @@ def run(stack: str, folder: Path, cache_dir: str) -> dict:
         )
         receivers = {"_dg", "deep_gemm", "dg"}
         if os.environ.get("DG_SM120_HARNESS_E8M0") == "0":
-            report["fp32_calls"] = fp32_calls(mod)
+            report["fp32_calls"] = fp32_calls(mod, os.environ.get("DG_SM120_HARNESS_DEVICE", "cpu"))
     else:
         wrappers = [
             "sglang.srt.layers.deep_gemm_wrapper.configurer",
