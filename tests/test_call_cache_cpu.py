@@ -29,6 +29,7 @@ from deep_gemm_sm120.families.bf16_gemm import api as bf16_api
 from deep_gemm_sm120.families.bf16_gemm import einsum as einsum_mod
 from deep_gemm_sm120.families.bf16_gemm import grouped as bf16_grouped
 from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d import api as fp8_api
+from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d import einsum as fp8_einsum_mod
 from deep_gemm_sm120.families.tf32_hc_prenorm_gemm import api as tf32_api
 from deep_gemm_sm120.services import split_k_reduce
 
@@ -43,6 +44,7 @@ _PREPARES = (
     (fp8_api, "_prepare_contiguous"),
     (fp8_api, "_prepare_masked"),
     (einsum_mod, "_prepare"),
+    (fp8_einsum_mod, "_prepare"),
     (tf32_api, "_prepare"),
 )
 _KERNEL_CACHES = (
@@ -50,6 +52,7 @@ _KERNEL_CACHES = (
     fp8_api._grouped_kernel,
     einsum_mod._batched_kernel,
     einsum_mod._reduce_kernel,
+    fp8_einsum_mod._kernel,
     tf32_api._plan,
 )
 
@@ -142,7 +145,7 @@ def rig(monkeypatch):
     monkeypatch.setattr(launch.BOUND, "pdl", True)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: self)
-    for mod in (bf16_api, bf16_grouped, fp8_api, einsum_mod, tf32_api):
+    for mod in (bf16_api, bf16_grouped, fp8_api, einsum_mod, fp8_einsum_mod, tf32_api):
         monkeypatch.setattr(mod, "device_of", lambda **t: 0)
     for mod, name in _PREPARES:
         monkeypatch.setattr(mod, name, counting(getattr(mod, name)))
@@ -406,6 +409,31 @@ def _einsum_cases(rng):
     return out
 
 
+def _fp8_einsum_cases(rng):
+    """bhr,hdr->bhd with packed scales (used as given), unpacked UE8M0 ones (converted per call), weight scales
+    per 128x128 block or per row, bf16 / fp32 d, c."""
+    out = []
+    for form in ("packed", "unpacked", "rows", "packed"):
+        bs, h = rng.choice([1, 7, 33, 130]), rng.randint(1, 4)
+        dd, r = 16 * rng.randint(1, 20), 128 * rng.randint(1, 4)
+        out_dtype = rng.choice([torch.bfloat16, torch.float32])
+        with_c = out_dtype == torch.float32 and rng.random() < 0.5
+
+        def make(bs=bs, h=h, dd=dd, r=r, form=form, out_dtype=out_dtype, with_c=with_c):
+            kb = ceil_div(r, 128)
+            sfx = torch.ones(bs, h, kb)
+            sfy = torch.ones(h, dd, kb) if form == "rows" else torch.ones(h, ceil_div(dd, 128), kb)
+            if form == "packed":
+                sfx = dg.transform_sf_into_required_layout(sfx.transpose(0, 1), bs, r, _R, num_groups=h, is_sfa=True)
+                sfy = dg.transform_sf_into_required_layout(sfy, dd, r, _R, num_groups=h)
+            d = _t(bs, h, dd, dtype=out_dtype)
+            kw = {"c": _t(bs, h, dd, dtype=torch.float32)} if with_c else {}
+            return ("bhr,hdr->bhd", (_fp8(bs, h, r), sfx), (_fp8(h, dd, r), sfy), d), kw
+
+        out.append(_case(f"fp8_einsum_{form}_{bs}x{h}x{dd}x{r}", dg.fp8_einsum, make))
+    return out
+
+
 def _tf32_cases(rng):
     out = []
     for m, n, k, splits in ((rng.randint(1, 300), 24, 64 * rng.randint(1, 8), None), (256, 32, 1024, 3),
@@ -422,7 +450,14 @@ def _tf32_cases(rng):
 
 def _all_cases(seed):
     rng = random.Random(seed)
-    return _bf16_dense_cases(rng) + _bf16_grouped_cases(rng) + _fp8_cases(rng) + _einsum_cases(rng) + _tf32_cases(rng)
+    return (
+        _bf16_dense_cases(rng)
+        + _bf16_grouped_cases(rng)
+        + _fp8_cases(rng)
+        + _einsum_cases(rng)
+        + _fp8_einsum_cases(rng)
+        + _tf32_cases(rng)
+    )
 
 
 # ---------------------------------------------------------------- legal calls: warm == cold
@@ -454,7 +489,7 @@ def test_warm_calls_launch_what_cold_calls_launch(rig, seed):
         launches = _warm_equals_cold(rig, fn, build)
         assert launches, label
         seen.add(fn.__name__)
-    assert len(seen) == 11
+    assert len(seen) == 12
 
 
 def test_the_cases_reach_split_k_and_internal_splits(rig):
@@ -536,6 +571,9 @@ _PY_VARIANTS = {
     "bf16_contig": [("use_psum_layout", 1), ("check_layout", False), ("ensure_zero_padding", "yes")],
     "tf32": [(4, 2.0), (4, True), (4, "2"), (4, 0), (4, 1)],
     "einsum": [(0, "bmk,bnk->nm"), (0, 3), (0, "bhr,hdr->bhd"), (0, "bhd,hdr->bhr"), ("c", None)],
+    "fp8_einsum": [(0, "bhr,hdr->bhr"), (0, 3), (0, "bhr, hdr -> bhd"), ("recipe", [1, 128, 128]),
+                   ("recipe", (1, 1, 128)), ("recipe", "abc"), ("epilogue", "x"), ("use_128x4_sfd_layout", True),
+                   ("use_128x4_sfd_layout", 0), (1, "pair"), (2, ())],
     "bf16": [("alpha", 2), ("compiled_dims", 3), ("epilogue", "x")],
 }  # fmt: skip
 

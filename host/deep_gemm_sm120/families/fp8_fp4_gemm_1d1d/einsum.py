@@ -26,10 +26,11 @@ from ...batched import batched_map, check_batched_operand
 from ...checks import SCALE_CHECKS, device_of, get_scale_checks, require_tensor, write_empty_reduction
 from ...core.arith import ceil_div
 from ...core.rules import dtype_name
+from ...core.tma import with_addresses
 from ...device import num_sms_for
-from ...launch import kernel_memo, launch
+from ...launch import KEY_ERRORS, CallCache, kernel_memo, launch, recipe_key, tensor_key
 from ...quant import not_power_of_two
-from .api import _check_given_packed, _inexact, _pair, _prepare_sf
+from .api import _check_given_packed, _check_sf, _inexact, _pair, _prepare_sf
 from .kernel import PARAMS, spec_for
 from .plan import batched_config
 from .rules import FP8_EINSUM_EXPRS, fp8_einsum_rule
@@ -37,13 +38,16 @@ from .rules import FP8_EINSUM_EXPRS, fp8_einsum_rule
 _OFF_A, _OFF_B = PARAMS.offsets["tmap_a"], PARAMS.offsets["tmap_b"]
 _OUT = {torch.bfloat16: "bf16", torch.float32: "fp32"}
 _U32 = 2**32
+_SEQ = (tuple, list)
+_CALLS = CallCache()  # fp8_einsum calls checked once per signature
+_pack = PARAMS.packer()  # the parameters after the two tensor maps, in declaration order
 
 
 @kernel_memo(maxsize=1024)
 def _kernel(h: int, m: int, n: int, out: str, with_c: bool, index: int, num_sms: int, target: str, kind: str = "mxfp8"):
-    cfg = batched_config(h, m, n, num_sms)
-    spec = spec_for(cfg, kind, (128, 128), out, with_c, "batched")
-    return jit.get_kernel(spec, target, index), cfg
+    """The batched kernel of one kind for a plan (batched_config: the same tiles for either kind)."""
+    spec = spec_for(batched_config(h, m, n, num_sms), kind, (128, 128), out, with_c, "batched")
+    return jit.get_kernel(spec, target, index)
 
 
 def _map(offset: int, t: torch.Tensor, rows_dim: int, batch_dim: int, box_rows: int) -> bytes:
@@ -63,7 +67,37 @@ def fp8_einsum(
 ) -> None:
     """DeepGEMM 2.8.1's fp8_einsum for `bhr,hdr->bhd` (see the module doc); writes d in place. `d` a tensor:
     BF16 / FP32 output. `d` as (d, sfd) or an FP8 epilogue asks for FP8 output with scales in sfd (128x4 blocks
-    with use_128x4_sfd_layout): not provided (NotImplementedError)."""
+    with use_128x4_sfd_layout): not provided (NotImplementedError). Checks run once per signature (the
+    expression, recipe and every tensor's dtype, shape, strides, device and alignment class); what depends on
+    values (unpacked scales' conversion and power-of-two test, the opt-in packed-scale check) runs per call."""
+    try:
+        if epilogue is not None or use_128x4_sfd_layout is not False or type(a) not in _SEQ or type(b) not in _SEQ:
+            raise TypeError("not a signature the cache keys")
+        x, sfx = a
+        y, sfy = b
+        key = (
+            type(expr),
+            expr,
+            recipe_key(recipe),
+            tensor_key(x),
+            tensor_key(sfx),
+            tensor_key(y),
+            tensor_key(sfy),
+            tensor_key(d),
+            None if c is None else tensor_key(c),
+        )
+        call = _CALLS.get(key)
+    except (*KEY_ERRORS, ValueError):  # ValueError: a pair of another length; the checks name what was expected
+        key, call = None, None
+    if call is None or target_of(call[1]) != call[0]:
+        call, (x, sfx, y, sfy) = _prepare(expr, a, b, d, c, recipe, epilogue, use_128x4_sfd_layout)
+        if key is not None:
+            _CALLS.put(key, call)
+    call[2](x, sfx, y, sfy, d, c)
+
+
+def _prepare(expr, a, b, d, c, recipe, epilogue, use_128x4_sfd_layout) -> tuple:
+    """Every check of a call, then ((target, device index, what a call of this signature runs), its operands)."""
     name = "fp8_einsum"
     keywords.flag(name, "use_128x4_sfd_layout", use_128x4_sfd_layout)
     if isinstance(d, (tuple, list)):
@@ -101,7 +135,7 @@ def fp8_einsum(
         raise ValueError("c must have d's shape and strides")
     if d.stride(2) != 1 and dd > 1:
         raise ValueError(f"d must have a contiguous last dimension, got strides {tuple(d.stride())}")
-    packed_x = sfx.dtype == torch.int32
+    packed_x, packed_y = sfx.dtype == torch.int32, sfy.dtype == torch.int32
     if sfx.dim() != 3 or tuple(sfx.shape[:2]) != ((h, bs) if packed_x else (bs, h)):
         raise ValueError(
             f"a's scales must be [b, h, ceil(r / 128)] = {(bs, h, ceil_div(r, 128))}, got {tuple(sfx.shape)}"
@@ -112,57 +146,71 @@ def fp8_einsum(
         check_batched_operand("a", x)
         check_batched_operand("b", y)
     index = device_of(a=x, sfa=sfx, b=y, sfb=sfy, d=d, **({"c": c} if c is not None else {}))
+    operands = (x, sfx, y, sfy)
     if bs == 0 or h == 0 or dd == 0:
-        return
+        return (target_of(index), index, _nothing), operands
     if r == 0:
-        write_empty_reduction(d, c)
-        return
+        return (target_of(index), index, _empty_reduction), operands
     if max(d.stride(0), d.stride(1)) >= _U32:
         raise ValueError("d's strides must fit 32 bits")
-    # per head: A_h = x[:, h] (rows b), B_h = y[h] (rows d); scales packed as [h, words, rows]
-    sw = SCALE_CHECKS.value  # opt-in (DG_SM120_CHECK_SCALES): packed scales taken as given
-    if sw or (sw is None and get_scale_checks()):
-        _check_given_packed("mxfp8", (("sfa", sfx, packed_x), ("sfb", sfy, sfy.dtype == torch.int32)))
-    sfx_h = sfx if packed_x else sfx.permute(1, 0, 2)
-    kind = "mxfp8"
+    # per head: A_h = x[:, h] (rows b), B_h = y[h] (rows d); scales packed as [h, words, rows]. Every scale is
+    # checked here as far as the signature decides: packed int32 ones are then used as given ((word stride,
+    # group stride)), unpacked ones (None) are converted per call.
+    sfa_fixed = _check_sf("sfa", sfx if packed_x else sfx.permute(1, 0, 2), bs, r, 128, h, True)
+    sfb_fixed = _check_sf("sfb", sfy, dd, r, 128, h, False)
+    num_sms = num_sms_for(index)
+    target = target_of(index)
+    out, with_c = _OUT[d.dtype], c is not None
+    cfg = batched_config(h, bs, dd, num_sms)
+    maps = _map(_OFF_A, x, 0, 1, cfg.block_m) + _map(_OFF_B, y, 1, 0, cfg.block_n)
+    ldd = d.stride(0) if bs > 1 else dd
+    ldc, split_stride = ldd if with_c else 0, d.stride(1)
+    grid = min(num_sms, h * ceil_div(bs, cfg.block_m) * ceil_div(dd, cfg.block_n))
+    if packed_x and packed_y:
+        kern = _kernel(h, bs, dd, out, with_c, index, num_sms, target, "mxfp8")
+
+    def run(x, sfx, y, sfy, d, c) -> None:
+        sw = SCALE_CHECKS.value  # opt-in (DG_SM120_CHECK_SCALES): packed scales taken as given
+        if sw or (sw is None and get_scale_checks()):
+            _check_given_packed("mxfp8", (("sfa", sfx, packed_x), ("sfb", sfy, packed_y)))
+        if packed_x and packed_y:
+            k_ = kern
+            (sfa_ps, sfa_gs), (sfb_ps, sfb_gs) = sfa_fixed, sfb_fixed
+            sfa_p, sfb_p = sfx, sfy
+        else:
+            kind, (sfa_p, sfa_ps, sfa_gs), (sfb_p, sfb_ps, sfb_gs) = _scales_per_call(x, sfx, sfy, bs, h, r, dd)
+            k_ = _kernel(h, bs, dd, out, with_c, index, num_sms, target, kind)
+        params = _pack(
+            sfa_p.data_ptr(), sfb_p.data_ptr(), d.data_ptr(), c.data_ptr() if c is not None else 0, 0,
+            bs, dd, r, ldd, ldc, h, 0, 1, split_stride, sfa_ps, sfa_gs, sfb_ps, sfb_gs, 1.0,
+        )  # fmt: skip
+        launch(k_, grid, params, with_addresses(maps, x.data_ptr(), y.data_ptr()), index)
+
+    return (target, index, run), operands
+
+
+def _scales_per_call(x, sfx, sfy, bs: int, h: int, r: int, dd: int) -> tuple:
+    """(kind, (sfa, pack stride, group stride), (sfb, ...)) for scales one or both of which are unpacked: UE8M0
+    (powers of two) packed for the mxfp8 kernel, else float32 on both sides for the exact kernel (a ValueError
+    naming the exact path when the other side is packed or not float32)."""
+    sfx_h = sfx if sfx.dtype == torch.int32 else sfx.permute(1, 0, 2)
     try:
-        sfa_p, sfa_ps, sfa_gs = _prepare_sf("sfa", sfx_h, bs, r, 128, h, True)
-        sfb_p, sfb_ps, sfb_gs = _prepare_sf("sfb", sfy, dd, r, 128, h, False)
+        return "mxfp8", _prepare_sf("sfa", sfx_h, bs, r, 128, h, True), _prepare_sf("sfb", sfy, dd, r, 128, h, False)
     except ValueError as e:  # FP32 scales UE8M0 cannot hold: the exact kernel when both sides are float32
         if not not_power_of_two(e):
             raise
         if not (sfx.dtype == torch.float32 and sfy.dtype == torch.float32):
             raise _inexact(e) from None
-        kind = "fp8_fp32"
-        sfa_p, sfa_ps, sfa_gs = _prepare_sf("sfa", sfx_h, bs, r, 128, h, True, True)
-        sfb_p, sfb_ps, sfb_gs = _prepare_sf("sfb", sfy, dd, r, 128, h, False, True)
-    num_sms = num_sms_for(index)
-    kern, cfg = _kernel(h, bs, dd, _OUT[d.dtype], c is not None, index, num_sms, target_of(index), kind)
-    tmaps = _map(_OFF_A, x, 0, 1, cfg.block_m) + _map(_OFF_B, y, 1, 0, cfg.block_n)
-    ldd = d.stride(0) if bs > 1 else dd
-    params = PARAMS.pack(
-        sfa=sfa_p.data_ptr(),
-        sfb=sfb_p.data_ptr(),
-        d=d.data_ptr(),
-        c=c.data_ptr() if c is not None else 0,
-        layout=0,
-        m=bs,
-        n=dd,
-        k=r,
-        ldd=ldd,
-        ldc=ldd if c is not None else 0,
-        num_groups=h,
-        psum_layout=0,
-        num_splits=1,
-        split_stride=d.stride(1),
-        sfa_pack_stride=sfa_ps,
-        sfa_group_stride=sfa_gs,
-        sfb_pack_stride=sfb_ps,
-        sfb_group_stride=sfb_gs,
-        alpha=1.0,
-    )
-    tiles = h * ceil_div(bs, cfg.block_m) * ceil_div(dd, cfg.block_n)
-    launch(kern, min(num_sms, tiles), params, tmaps, index)
+    exact = (_prepare_sf("sfa", sfx_h, bs, r, 128, h, True, True), _prepare_sf("sfb", sfy, dd, r, 128, h, False, True))
+    return ("fp8_fp32", *exact)
+
+
+def _nothing(x, sfx, y, sfy, d, c) -> None:
+    """An empty output: nothing to write."""
+
+
+def _empty_reduction(x, sfx, y, sfy, d, c) -> None:
+    write_empty_reduction(d, c)
 
 
 __all__ = ["fp8_einsum", "FP8_EINSUM_EXPRS"]
