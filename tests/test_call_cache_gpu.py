@@ -521,6 +521,59 @@ def test_einsum_cached_equals_checked(sm120_or_emulation):
     _drive("einsum", _einsum)
 
 
+def _fp8_einsum(rng: random.Random):
+    import deep_gemm_sm120 as dg
+    from deep_gemm_sm120.selftest.workloads.block_scaled import einsum_operands
+
+    bs, h = _dim(rng, (1, 7, 64, 130)), rng.choice([1, 2, 4])
+    r, dd = _dim(rng, (128, 512, 1024), 128), _dim(rng, (64, 128, 200, 256), 16)
+    form = rng.choice(["packed", "packed", "ue8m0", "fp32"])  # fp32: the exact kernel, routed per call
+    out = rng.choice([torch.bfloat16, torch.float32])
+    with_c = out == torch.float32 and rng.random() < 0.5
+    pad = rng.choice([0, 0, 128])
+
+    def make(seed: int, pad_x: int = pad) -> dict:
+        g = _gen(seed)
+        x = torch.randn(bs, h, r, device="cuda", generator=g)
+        y = torch.randn(h, dd, r, device="cuda", generator=g)
+        (xq, sx), (yq, sy) = einsum_operands(x, y, ue8m0=form != "fp32")
+        if form == "packed":
+            sx = dg.transform_sf_into_required_layout(
+                sx.transpose(0, 1), bs, r, (1, 128, 128), num_groups=h, is_sfa=True
+            )
+            sy = dg.transform_sf_into_required_layout(sy, dd, r, (1, 128, 128), num_groups=h)
+        c = torch.randn(bs, h, dd, device="cuda", generator=g) if with_c else None
+        return dict(
+            x=_strided(xq, pad_x),
+            sx=sx,
+            y=yq,
+            sy=sy,
+            c=c,
+            d=torch.full((bs, h, dd), SENTINEL, device="cuda", dtype=out),
+        )
+
+    def run(t: dict) -> tuple:
+        dg.fp8_einsum("bhr,hdr->bhd", (t["x"], t["sx"]), (t["y"], t["sy"]), t["d"], c=t["c"])
+        return (t["d"],)
+
+    illegal = [
+        lambda t: dg.fp8_einsum("bhr,hdr->bhd", (t["x"], t["sx"]), (t["y"], t["sy"]), t["d"].half()),
+        lambda t: dg.fp8_einsum("bhr,hdr->bhd", (t["x"], t["sx"]), (t["y"][:, :-16], t["sy"]), t["d"]),
+        lambda t: dg.fp8_einsum("bhr,hdr->bhd", (t["x"], t["sx"]), (t["y"], t["sy"]), t["d"], recipe=(1, 1, 128)),
+    ]
+    return (
+        f"fp8_einsum bs={bs} h={h} r={r} d={dd} scales={form} out={out} c={with_c} pad={pad}",
+        make,
+        run,
+        illegal,
+        (lambda seed: make(seed, pad + 128)),
+    )
+
+
+def test_fp8_einsum_cached_equals_checked(sm120_or_emulation):
+    _drive("fp8_einsum", _fp8_einsum)
+
+
 def _hc_prenorm(rng: random.Random):
     import deep_gemm_sm120 as dg
 
