@@ -212,6 +212,14 @@ def einsum_cases(dg) -> Iterator[Case]:
         SYNCS,
         lambda: dg.fp8_einsum("bhr,hdr->bhd", (xq, sxq), (yq, syq), z),
     )
+    # the serving form: scales packed once per head (the cached path)
+    sxp = dg.transform_sf_into_required_layout(sxq.transpose(0, 1), 4, 128, (1, 128, 128), num_groups=8, is_sfa=True)
+    syp = dg.transform_sf_into_required_layout(syq, 128, 128, (1, 128, 128), num_groups=8)
+    yield (
+        "fp8_einsum bhr,hdr->bhd 4x8x128x128 (packed scales)",
+        GEMM,
+        lambda: dg.fp8_einsum("bhr,hdr->bhd", (xq, sxp), (yq, syp), z),
+    )
 
 
 def hc_prenorm_cases(dg) -> Iterator[Case]:
