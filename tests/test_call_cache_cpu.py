@@ -24,12 +24,13 @@ from test_launch_args_cpu import _decode_maps  # one reading of the runtime's TM
 import deep_gemm_sm120 as dg
 from deep_gemm_sm120 import arch, checks, device, jit, launch
 from deep_gemm_sm120.core.arith import ceil_div
-from deep_gemm_sm120.families import bf16_gemm, fp8_fp4_gemm_1d1d, tf32_hc_prenorm_gemm
+from deep_gemm_sm120.families import bf16_gemm, fp8_fp4_gemm_1d1d, sparse_mqa_logits, tf32_hc_prenorm_gemm
 from deep_gemm_sm120.families.bf16_gemm import api as bf16_api
 from deep_gemm_sm120.families.bf16_gemm import einsum as einsum_mod
 from deep_gemm_sm120.families.bf16_gemm import grouped as bf16_grouped
 from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d import api as fp8_api
 from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d import einsum as fp8_einsum_mod
+from deep_gemm_sm120.families.sparse_mqa_logits import api as sparse_api
 from deep_gemm_sm120.families.tf32_hc_prenorm_gemm import api as tf32_api
 from deep_gemm_sm120.services import split_k_reduce
 
@@ -46,6 +47,8 @@ _PREPARES = (
     (einsum_mod, "_prepare"),
     (fp8_einsum_mod, "_prepare"),
     (tf32_api, "_prepare"),
+    (sparse_api, "_prepare_contiguous"),
+    (sparse_api, "_prepare_paged"),
 )
 _KERNEL_CACHES = (
     bf16_grouped._kernel,
@@ -54,6 +57,7 @@ _KERNEL_CACHES = (
     einsum_mod._reduce_kernel,
     fp8_einsum_mod._kernel,
     tf32_api._plan,
+    sparse_api._kernel,
 )
 
 
@@ -111,7 +115,13 @@ def _normalize(launches: list[Launch], names: dict) -> list:
 def rig(monkeypatch):
     families = {
         f.spec_type: f
-        for f in (bf16_gemm.FAMILY, fp8_fp4_gemm_1d1d.FAMILY, tf32_hc_prenorm_gemm.FAMILY, split_k_reduce.FAMILY)
+        for f in (
+            bf16_gemm.FAMILY,
+            fp8_fp4_gemm_1d1d.FAMILY,
+            tf32_hc_prenorm_gemm.FAMILY,
+            split_k_reduce.FAMILY,
+            sparse_mqa_logits.FAMILY,
+        )
     }
     specs: dict[int, object] = {}
     r = Rig()
@@ -145,7 +155,7 @@ def rig(monkeypatch):
     monkeypatch.setattr(launch.BOUND, "pdl", True)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: self)
-    for mod in (bf16_api, bf16_grouped, fp8_api, einsum_mod, fp8_einsum_mod, tf32_api):
+    for mod in (bf16_api, bf16_grouped, fp8_api, einsum_mod, fp8_einsum_mod, tf32_api, sparse_api):
         monkeypatch.setattr(mod, "device_of", lambda **t: 0)
     for mod, name in _PREPARES:
         monkeypatch.setattr(mod, name, counting(getattr(mod, name)))
@@ -434,6 +444,35 @@ def _fp8_einsum_cases(rng):
     return out
 
 
+def _sparse_cases(rng):
+    """Sparse MQA logits over contiguous and paged KV, MXFP8 and MXFP4, with a slot table of the right shape
+    (its values are the kernel's to read)."""
+    out = []
+    u8 = torch.uint8
+    for fmt, paged in (("mxfp8", False), ("mxfp4", False), ("mxfp8", True), ("mxfp4", True)):
+        s, h, nb, blk = rng.choice([1, 5, 64]), rng.choice([16, 32, 64]), rng.randint(1, 8), rng.choice([8, 16, 32])
+        d = 128 if fmt == "mxfp4" else rng.choice([64, 128])
+        cols = d // 2 if fmt == "mxfp4" else d
+        n = rng.choice([1, 300]) if not paged else 0
+        pages = rng.randint(1, 4)
+
+        def make(s=s, h=h, nb=nb, blk=blk, d=d, cols=cols, n=n, pages=pages, fmt=fmt, paged=paged):
+            vals = (lambda *sh: _fp8(*sh)) if fmt == "mxfp8" else (lambda *sh: _t(*sh, dtype=u8))
+            meta = torch.zeros(s, nb, 2, dtype=torch.int32)
+            w = _t(s, h)
+            if paged:
+                q = (vals(s, 1, h, cols), torch.zeros(s, 1, h, dtype=torch.int32))
+                cache = _t(pages, 2 * blk, 1, cols + 4, dtype=u8)
+                return (q, cache, w, meta, nb, blk), {}
+            q = (vals(s, h, cols), torch.zeros(s, h, dtype=torch.int32))
+            kv = (vals(n, cols), torch.zeros(n, dtype=torch.int32))
+            return (q, kv, w, meta, nb, blk), {}
+
+        fn = dg.fp8_fp4_paged_sparse_mqa_logits if paged else dg.fp8_fp4_sparse_mqa_logits
+        out.append(_case(f"sparse_{'paged' if paged else 'dense'}_{fmt}_{s}x{h}x{d}_n{n}", fn, make))
+    return out
+
+
 def _tf32_cases(rng):
     out = []
     for m, n, k, splits in ((rng.randint(1, 300), 24, 64 * rng.randint(1, 8), None), (256, 32, 1024, 3),
@@ -457,6 +496,7 @@ def _all_cases(seed):
         + _einsum_cases(rng)
         + _fp8_einsum_cases(rng)
         + _tf32_cases(rng)
+        + _sparse_cases(rng)
     )
 
 
@@ -489,7 +529,7 @@ def test_warm_calls_launch_what_cold_calls_launch(rig, seed):
         launches = _warm_equals_cold(rig, fn, build)
         assert launches, label
         seen.add(fn.__name__)
-    assert len(seen) == 12
+    assert len(seen) == 14
 
 
 def test_the_cases_reach_split_k_and_internal_splits(rig):
@@ -575,6 +615,8 @@ _PY_VARIANTS = {
                    ("recipe", (1, 1, 128)), ("recipe", "abc"), ("epilogue", "x"), ("use_128x4_sfd_layout", True),
                    ("use_128x4_sfd_layout", 0), (1, "pair"), (2, ())],
     "bf16": [("alpha", 2), ("compiled_dims", 3), ("epilogue", "x")],
+    "sparse_dense": [(4, 2.0), (4, True), (4, 0), (4, "3"), (5, 32.0), (5, 24), (5, True), ("use_unaligned_ks", 1)],
+    "sparse_paged": [(4, 2.0), (4, True), (4, 0), (5, 16.0), (5, 24), (5, 128)],
 }  # fmt: skip
 
 

@@ -574,6 +574,50 @@ def test_fp8_einsum_cached_equals_checked(sm120_or_emulation):
     _drive("fp8_einsum", _fp8_einsum)
 
 
+def _sparse(rng: random.Random):
+    import deep_gemm_sm120 as dg
+    from deep_gemm_sm120.selftest.workloads import mqa
+
+    fmt, d = rng.choice([("mxfp8", 128), ("mxfp8", 64), ("mxfp4", 128)])
+    h, block, num_max = rng.choice([16, 32, 64]), rng.choice([8, 16, 32]), rng.randint(1, 12)
+    s, paged = rng.choice([1, 9, 40]), rng.random() < 0.5
+    n = rng.choice([1, 100, 611])
+
+    def make(seed: int) -> dict:
+        if paged:
+            c = mqa.sparse_paged_case(s, h, d, fmt, block, num_max, page_kv=64, seed=seed, lens=[300] * s)
+            req = torch.arange(s, dtype=torch.int32, device="cuda")
+            meta = dg.get_paged_sparse_mqa_logits_metadata(
+                c["lens"], c["table"], req, c["page_kv"], c["idx"], c["q"][0].dtype, block
+            )
+        else:
+            c = mqa.sparse_case(s, n, h, d, fmt, block, num_max, seed=seed)
+            meta = dg.get_sparse_mqa_logits_metadata(c["ks"], c["ke"], n, c["idx"], c["q"][0].dtype, block, True)
+        return dict(c=c, meta=meta)
+
+    def call(t: dict, **over):
+        c, meta = t["c"], over.get("meta", t["meta"])
+        w, nm = over.get("w", c["w"]), over.get("num_max", num_max)
+        if paged:
+            return dg.fp8_fp4_paged_sparse_mqa_logits(c["q"], c["cache"], w, meta, nm, block)
+        return dg.fp8_fp4_sparse_mqa_logits(c["q"], c["kv"], w, meta, nm, block, use_unaligned_ks=True)
+
+    def run(t: dict) -> tuple:
+        return (call(t),)
+
+    illegal = [
+        lambda t: call(t, w=t["c"]["w"].float()),
+        lambda t: call(t, num_max=num_max + 1),
+        lambda t: call(t, meta=t["meta"][:, :, :1].contiguous()),
+    ]
+    label = f"sparse {'paged' if paged else 'contiguous'} {fmt} d={d} h={h} block={block} num_max={num_max} s={s}"
+    return (label, make, run, illegal, None)
+
+
+def test_sparse_mqa_logits_cached_equals_checked(sm120_or_emulation):
+    _drive("sparse_mqa_logits", _sparse)
+
+
 def _hc_prenorm(rng: random.Random):
     import deep_gemm_sm120 as dg
 

@@ -8,19 +8,24 @@ Output: bf16 [S, num_max_sparse_blocks * sparse_block_kv]; column s * B + o is t
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from ... import jit
 from ...arch import target_of
 from ...checks import check_given_scales, device_of, require_int32
 from ...core.gemm import ceil_div
-from ...core.tma import tma_request
-from ...device import get_num_sms
-from ...launch import kernel_memo, launch
+from ...core.tma import tma_request, with_addresses
+from ...device import num_sms_for
+from ...launch import KEY_ERRORS, CallCache, kernel_memo, launch, tensor_key
 from .contract import SparseProblem, check_paged_sparse_call, check_sparse_call
 from .kernel import PARAMS, TILE_KEYS, SparseMqaLogitsSpec, tiles_per_cta
 
 _OFF_Q, _OFF_KV = PARAMS.offsets["tmap_q"], PARAMS.offsets["tmap_kv"]
+_pack = PARAMS.packer()  # the parameters after the two tensor maps, in declaration order
+_CALLS = CallCache()  # contiguous-KV calls checked once per signature
+_PAGED_CALLS = CallCache()  # paged calls likewise
 
 
 @kernel_memo(maxsize=64)
@@ -48,35 +53,34 @@ def _tma_rows(name: str, t: torch.Tensor, row_bytes: int) -> None:
         )
 
 
-def _launch(
+def _plan(
     p: SparseProblem,
     qv: torch.Tensor,
-    q_sf: torch.Tensor,
-    weights: torch.Tensor,
-    metadata: torch.Tensor,
     kv_rows: torch.Tensor,
-    kv_sf_address: int,
     page_rows: int,
     pages: int,
     row_stride: int,
     page_stride: int,
     sf_page_stride: int,
     index: int,
-) -> torch.Tensor:
-    """kv_rows: the value rows' base tensor (for its address); rows of a page are row_stride bytes apart, pages
+) -> Callable[..., torch.Tensor]:
+    """What a call of this signature runs: run(qv, q_sf, weights, metadata, kv_rows, kv_sf_address) -> logits.
+    kv_rows: the value rows' base tensor (for its address); rows of a page are row_stride bytes apart, pages
     page_stride bytes apart; scale words at kv_sf_address + page * sf_page_stride + 4 * row."""
-    cols = p.num_max_sparse_blocks * p.sparse_block_kv
-    out = torch.empty(p.rows, cols, dtype=torch.bfloat16, device=qv.device)
-    if p.rows == 0:
-        return out
-    if page_rows * pages == 0:  # no KV rows: nothing can be a score
-        return out.fill_(float("-inf"))
+    rows, cols = p.rows, p.num_max_sparse_blocks * p.sparse_block_kv
+    if rows == 0 or page_rows * pages == 0:  # no KV rows: nothing can be a score
+
+        def empty(qv, q_sf, weights, metadata, kv_rows, kv_sf_address) -> torch.Tensor:
+            out = torch.empty(rows, cols, dtype=torch.bfloat16, device=qv.device)
+            return out if rows == 0 else out.fill_(float("-inf"))
+
+        return empty
     row_bytes = p.head_dim // 2 if p.fmt == "mxfp4" else p.head_dim
     kern = _kernel(p.heads, p.head_dim, p.fmt == "mxfp4", index, target_of(index))
-    tpc = tiles_per_cta(p.rows, p.num_max_sparse_blocks, p.sparse_block_kv, get_num_sms())
-    groups = ceil_div(ceil_div(cols, TILE_KEYS), tpc)
-    tmaps = tma_request(
-        _OFF_Q, "uint8", qv.data_ptr(), (row_bytes, p.rows * p.heads), (row_bytes,), (row_bytes, p.heads), row_bytes
+    tpc = tiles_per_cta(rows, p.num_max_sparse_blocks, p.sparse_block_kv, num_sms_for(index))
+    grid = (rows, ceil_div(ceil_div(cols, TILE_KEYS), tpc), 1)
+    maps = tma_request(
+        _OFF_Q, "uint8", qv.data_ptr(), (row_bytes, rows * p.heads), (row_bytes,), (row_bytes, p.heads), row_bytes
     ) + tma_request(
         _OFF_KV,
         "uint8",
@@ -86,23 +90,20 @@ def _launch(
         (row_bytes, p.sparse_block_kv, 1),
         row_bytes,
     )
-    params = PARAMS.pack(
-        q_sf=q_sf.data_ptr(),
-        kv_sf=kv_sf_address,
-        weights=weights.data_ptr(),
-        metadata=metadata.data_ptr(),
-        logits=out.data_ptr(),
-        num_slots=p.num_max_sparse_blocks,
-        block_log2=p.sparse_block_kv.bit_length() - 1,
-        page_rows=page_rows,
-        total_rows=page_rows * pages,
-        sf_page_stride=sf_page_stride,
-        tiles_per_cta=tpc,
-        ld_weights=weights.stride(0) if p.rows > 1 else p.heads,
-        ld_logits=cols,
-    )
-    launch(kern, (p.rows, groups, 1), params, tmaps, index)
-    return out
+    fixed = (p.num_max_sparse_blocks, p.sparse_block_kv.bit_length() - 1, page_rows, page_rows * pages)
+    heads = p.heads
+
+    def run(qv, q_sf, weights, metadata, kv_rows, kv_sf_address) -> torch.Tensor:
+        out = torch.empty(rows, cols, dtype=torch.bfloat16, device=qv.device)
+        ldw = weights.stride(0) if rows > 1 else heads
+        params = _pack(
+            q_sf.data_ptr(), kv_sf_address, weights.data_ptr(), metadata.data_ptr(), out.data_ptr(), *fixed,
+            sf_page_stride, tpc, ldw, cols,
+        )  # fmt: skip
+        launch(kern, grid, params, with_addresses(maps, qv.data_ptr(), kv_rows.data_ptr()), index)
+        return out
+
+    return run
 
 
 def _q_operands(q) -> tuple[torch.Tensor, torch.Tensor]:
@@ -110,6 +111,11 @@ def _q_operands(q) -> tuple[torch.Tensor, torch.Tensor]:
     if not qv.is_contiguous() or not q_sf.is_contiguous():
         raise ValueError("q values and q scales must be contiguous")
     return qv, q_sf
+
+
+def _option_key(num_max_sparse_blocks, sparse_block_kv) -> tuple:
+    """The Python values of a call as key parts, typed (True == 1 and 16.0 == 16 as dict keys)."""
+    return type(num_max_sparse_blocks), num_max_sparse_blocks, type(sparse_block_kv), sparse_block_kv
 
 
 def fp8_fp4_sparse_mqa_logits(
@@ -124,9 +130,36 @@ def fp8_fp4_sparse_mqa_logits(
     """q = (values [S, H, D] e4m3 | packed e2m1 [S, H, D/2], int32 packed UE8M0 [S, H]); kv = (values [N, D] |
     [N, D/2] of q's format, int32 [N]); weights bf16 [S, H]; metadata from get_sparse_mqa_logits_metadata with
     the same num_max_sparse_blocks and sparse_block_kv (it already holds each row's ks alignment, so
-    use_unaligned_ks only has to be a bool here)."""
+    use_unaligned_ks only has to be a bool here). Checked once per call signature (every tensor's dtype, shape,
+    strides, device and alignment class, and the Python values); the opt-in scale check runs per call."""
     if not isinstance(use_unaligned_ks, bool):
         raise TypeError(f"use_unaligned_ks must be a bool, got {type(use_unaligned_ks).__name__}")
+    try:
+        (qv, q_sf), (kvv, kv_sf) = q, kv
+        key = (
+            tensor_key(qv),
+            tensor_key(q_sf),
+            tensor_key(kvv),
+            tensor_key(kv_sf),
+            tensor_key(weights),
+            tensor_key(metadata),
+            *_option_key(num_max_sparse_blocks, sparse_block_kv),
+        )
+        call = _CALLS.get(key)
+    except (*KEY_ERRORS, ValueError):  # not pairs of tensors, storage-less, or unhashable: the checks name it
+        key, call = None, None
+    if call is None or target_of(call[1]) != call[0]:
+        call = _prepare_contiguous(q, kv, weights, metadata, num_max_sparse_blocks, sparse_block_kv)
+        if key is not None:
+            _CALLS.put(key, call)
+        qv, q_sf = q
+        kvv, kv_sf = kv
+    check_given_scales("ue8m0", ("q scales", q_sf), ("kv scales", kv_sf))  # opt-in (DG_SM120_CHECK_SCALES)
+    return call[2](qv, q_sf, weights, metadata, kvv, kv_sf.data_ptr())
+
+
+def _prepare_contiguous(q, kv, weights, metadata, num_max_sparse_blocks, sparse_block_kv) -> tuple:
+    """Every check of a contiguous-KV call, then (target, device index, run)."""
     p = check_sparse_call(q, kv, weights, num_max_sparse_blocks, sparse_block_kv)
     _check_metadata(metadata, p)
     qv, q_sf = _q_operands(q)
@@ -136,11 +169,10 @@ def fp8_fp4_sparse_mqa_logits(
     if not kv_sf.is_contiguous():
         raise ValueError("kv scales must be contiguous")
     index = device_of(q=qv, q_sf=q_sf, kv=kvv, kv_sf=kv_sf, weights=weights, metadata=metadata)
-    check_given_scales("ue8m0", ("q scales", q_sf), ("kv scales", kv_sf))  # opt-in (DG_SM120_CHECK_SCALES)
     n = kvv.shape[0]
     stride = kvv.stride(0) * kvv.element_size() if n > 1 else row_bytes
     # One page of all N rows (a padded row stride is fine); the page step is never taken but must be valid.
-    return _launch(p, qv, q_sf, weights, metadata, kvv, kv_sf.data_ptr(), n, 1, stride, stride * max(n, 1), 0, index)
+    return target_of(index), index, _plan(p, qv, kvv, n, 1, stride, stride * max(n, 1), 0, index)
 
 
 def fp8_fp4_paged_sparse_mqa_logits(
@@ -153,7 +185,34 @@ def fp8_fp4_paged_sparse_mqa_logits(
 ) -> torch.Tensor:
     """q = (values [S, 1, H, D] | [S, 1, H, D/2], int32 [S, 1, H]); kv_cache uint8 [num_pages, page_kv, 1,
     D(/2) + 4] (a page's value rows, then its scale words); weights bf16 [S, H]; metadata from
-    get_paged_sparse_mqa_logits_metadata (same page_kv, blocks and num_max_sparse_blocks)."""
+    get_paged_sparse_mqa_logits_metadata (same page_kv, blocks and num_max_sparse_blocks). Checked once per call
+    signature, as the contiguous form."""
+    try:
+        qv, q_sf = q
+        key = (
+            tensor_key(qv),
+            tensor_key(q_sf),
+            tensor_key(kv_cache),
+            tensor_key(weights),
+            tensor_key(metadata),
+            *_option_key(num_max_sparse_blocks, sparse_block_kv),
+        )
+        call = _PAGED_CALLS.get(key)
+    except (*KEY_ERRORS, ValueError):
+        key, call = None, None
+    if call is None or target_of(call[1]) != call[0]:
+        call = _prepare_paged(q, kv_cache, weights, metadata, num_max_sparse_blocks, sparse_block_kv)
+        if key is not None:
+            _PAGED_CALLS.put(key, call)
+        qv, q_sf = q
+    # opt-in (DG_SM120_CHECK_SCALES): the q words as given. The cache's words are not checked here: which pages a
+    # row reads is in the metadata's slot table, and stale pages of a pool hold bytes no kernel reads.
+    check_given_scales("ue8m0", ("q scales", q_sf))
+    return call[2](qv, q_sf, weights, metadata, kv_cache, kv_cache.data_ptr() + call[3])
+
+
+def _prepare_paged(q, kv_cache, weights, metadata, num_max_sparse_blocks, sparse_block_kv) -> tuple:
+    """Every check of a paged call, then (target, device index, run, scale words' offset in the cache)."""
     p = check_paged_sparse_call(q, kv_cache, weights, num_max_sparse_blocks, sparse_block_kv)
     _check_metadata(metadata, p)
     qv, q_sf = _q_operands(q)
@@ -165,21 +224,6 @@ def fp8_fp4_paged_sparse_mqa_logits(
             f"got strides {tuple(kv_cache.stride())}"
         )
     index = device_of(q=qv, q_sf=q_sf, kv_cache=kv_cache, weights=weights, metadata=metadata)
-    # opt-in (DG_SM120_CHECK_SCALES): the q words as given. The cache's words are not checked here: which pages a
-    # row reads is in the metadata's slot table, and stale pages of a pool hold bytes no kernel reads.
-    check_given_scales("ue8m0", ("q scales", q_sf))
-    return _launch(
-        p,
-        qv,
-        q_sf,
-        weights,
-        metadata,
-        kv_cache,
-        kv_cache.data_ptr() + page_kv * row_bytes,
-        page_kv,
-        pages,
-        row_bytes,
-        kv_cache.stride(0),
-        kv_cache.stride(0),
-        index,
-    )
+    page = kv_cache.stride(0)
+    run = _plan(p, qv, kv_cache, page_kv, pages, row_bytes, page, page, index)
+    return target_of(index), index, run, page_kv * row_bytes
