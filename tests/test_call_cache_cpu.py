@@ -24,12 +24,20 @@ from test_launch_args_cpu import _decode_maps  # one reading of the runtime's TM
 import deep_gemm_sm120 as dg
 from deep_gemm_sm120 import arch, checks, device, jit, launch
 from deep_gemm_sm120.core.arith import ceil_div
-from deep_gemm_sm120.families import bf16_gemm, fp8_fp4_gemm_1d1d, sparse_mqa_logits, tf32_hc_prenorm_gemm
+from deep_gemm_sm120.families import (
+    bf16_gemm,
+    fp8_fp4_gemm_1d1d,
+    gated_delta_rule,
+    sparse_mqa_logits,
+    tf32_hc_prenorm_gemm,
+)
 from deep_gemm_sm120.families.bf16_gemm import api as bf16_api
 from deep_gemm_sm120.families.bf16_gemm import einsum as einsum_mod
 from deep_gemm_sm120.families.bf16_gemm import grouped as bf16_grouped
 from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d import api as fp8_api
 from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d import einsum as fp8_einsum_mod
+from deep_gemm_sm120.families.gated_delta_rule import api as gdr_api
+from deep_gemm_sm120.families.gated_delta_rule.prep import PREP as GDR_PREP
 from deep_gemm_sm120.families.sparse_mqa_logits import api as sparse_api
 from deep_gemm_sm120.families.tf32_hc_prenorm_gemm import api as tf32_api
 from deep_gemm_sm120.services import split_k_reduce
@@ -49,6 +57,7 @@ _PREPARES = (
     (tf32_api, "_prepare"),
     (sparse_api, "_prepare_contiguous"),
     (sparse_api, "_prepare_paged"),
+    (gdr_api, "_prepare"),
 )
 _KERNEL_CACHES = (
     bf16_grouped._kernel,
@@ -58,6 +67,7 @@ _KERNEL_CACHES = (
     fp8_einsum_mod._kernel,
     tf32_api._plan,
     sparse_api._kernel,
+    gdr_api._kernels,
 )
 
 
@@ -121,6 +131,8 @@ def rig(monkeypatch):
             tf32_hc_prenorm_gemm.FAMILY,
             split_k_reduce.FAMILY,
             sparse_mqa_logits.FAMILY,
+            gated_delta_rule.FAMILY,
+            GDR_PREP,
         )
     }
     specs: dict[int, object] = {}
@@ -155,7 +167,7 @@ def rig(monkeypatch):
     monkeypatch.setattr(launch.BOUND, "pdl", True)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: self)
-    for mod in (bf16_api, bf16_grouped, fp8_api, einsum_mod, fp8_einsum_mod, tf32_api, sparse_api):
+    for mod in (bf16_api, bf16_grouped, fp8_api, einsum_mod, fp8_einsum_mod, tf32_api, sparse_api, gdr_api):
         monkeypatch.setattr(mod, "device_of", lambda **t: 0)
     for mod, name in _PREPARES:
         monkeypatch.setattr(mod, name, counting(getattr(mod, name)))
@@ -473,6 +485,30 @@ def _sparse_cases(rng):
     return out
 
 
+def _gdr_cases(rng):
+    """The gated delta rule forward: fixed length and varlen, GVA, initial / final state, l2norm, chunk sizes."""
+    out = []
+    for varlen, init, final, l2, chunk in ((False, False, False, False, None), (True, True, True, True, 32),
+                                           (False, True, True, False, 64), (True, False, True, False, 16)):  # fmt: skip
+        b, t, h = (1 if varlen else rng.randint(1, 3)), rng.choice([1, 40, 200]), rng.choice([1, 2, 4])
+        hv = h * rng.choice([1, 2])
+        n = 3 if varlen else b
+        dt = rng.choice([torch.bfloat16, torch.float16])
+
+        def make(b=b, t=t, h=h, hv=hv, n=n, dt=dt, varlen=varlen, init=init, final=final, l2=l2, chunk=chunk):
+            kw = {"output_final_state": final, "use_qk_l2norm_in_kernel": l2, "chunk_size": chunk}
+            if init:
+                kw["initial_state"] = _t(n, hv, 128, 128, dtype=torch.float32)
+            if varlen:
+                kw["cu_seqlens"] = torch.tensor([0, t // 3, t // 2, t], dtype=torch.int32)
+            args = (_t(b, t, h, 128, dtype=dt), _t(b, t, h, 128, dtype=dt), _t(b, t, hv, 128, dtype=dt),
+                    _t(b, t, hv, dtype=torch.float32), _t(b, t, hv, dtype=dt))  # fmt: skip
+            return args, kw
+
+        out.append(_case(f"gdr_{b}x{t}x{h}x{hv}_varlen{varlen}_c{chunk}", dg.chunk_gated_delta_rule, make))
+    return out
+
+
 def _tf32_cases(rng):
     out = []
     for m, n, k, splits in ((rng.randint(1, 300), 24, 64 * rng.randint(1, 8), None), (256, 32, 1024, 3),
@@ -497,6 +533,7 @@ def _all_cases(seed):
         + _fp8_einsum_cases(rng)
         + _tf32_cases(rng)
         + _sparse_cases(rng)
+        + _gdr_cases(rng)
     )
 
 
@@ -529,7 +566,7 @@ def test_warm_calls_launch_what_cold_calls_launch(rig, seed):
         launches = _warm_equals_cold(rig, fn, build)
         assert launches, label
         seen.add(fn.__name__)
-    assert len(seen) == 14
+    assert len(seen) == 15
 
 
 def test_the_cases_reach_split_k_and_internal_splits(rig):
@@ -616,6 +653,8 @@ _PY_VARIANTS = {
                    ("use_128x4_sfd_layout", 0), (1, "pair"), (2, ())],
     "bf16": [("alpha", 2), ("compiled_dims", 3), ("epilogue", "x")],
     "sparse_dense": [(4, 2.0), (4, True), (4, 0), (4, "3"), (5, 32.0), (5, 24), (5, True), ("use_unaligned_ks", 1)],
+    "gdr": [("scale", 0.5), ("scale", 1), ("scale", True), ("scale", "x"), ("output_final_state", 1),
+            ("use_qk_l2norm_in_kernel", 0), ("chunk_size", 32.0), ("chunk_size", 48), ("chunk_size", True)],
     "sparse_paged": [(4, 2.0), (4, True), (4, 0), (5, 16.0), (5, 24), (5, 128)],
 }  # fmt: skip
 

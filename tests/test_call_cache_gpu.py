@@ -618,6 +618,51 @@ def test_sparse_mqa_logits_cached_equals_checked(sm120_or_emulation):
     _drive("sparse_mqa_logits", _sparse)
 
 
+def _gdr(rng: random.Random):
+    import deep_gemm_sm120 as dg
+
+    varlen = rng.random() < 0.5
+    b, t = (1 if varlen else rng.randint(1, 2)), rng.choice([1, 33, 200])
+    h = rng.choice([1, 2, 4])
+    hv = h * rng.choice([1, 2])
+    n = 3 if varlen else b
+    dt = rng.choice([torch.bfloat16, torch.float16])
+    init, final, l2 = rng.random() < 0.5, rng.random() < 0.5, rng.random() < 0.5
+    chunk = rng.choice([None, 16, 32, 64])
+
+    def make(seed: int) -> dict:
+        gen = _gen(seed)
+        r = lambda *shape, dtype=dt: torch.randn(*shape, device="cuda", generator=gen).to(dtype)
+        t_ = dict(q=r(b, t, h, 128) * 0.1, k=r(b, t, h, 128) * 0.1, v=r(b, t, hv, 128))
+        t_["g"] = -torch.rand(b, t, hv, device="cuda", generator=gen) * 0.1
+        t_["beta"] = torch.rand(b, t, hv, device="cuda", generator=gen).to(dt)
+        t_["init"] = r(n, hv, 128, 128, dtype=torch.float32) * 0.01 if init else None
+        t_["cu"] = torch.tensor([0, t // 3, t // 2, t], dtype=torch.int32, device="cuda") if varlen else None
+        return t_
+
+    def call(t_: dict, **over):
+        kw = dict(initial_state=t_["init"], output_final_state=final, cu_seqlens=t_["cu"],
+                  use_qk_l2norm_in_kernel=l2, chunk_size=chunk)  # fmt: skip
+        kw.update(over)
+        return dg.chunk_gated_delta_rule(t_["q"], t_["k"], t_["v"], t_["g"], t_["beta"], **kw)
+
+    def run(t_: dict) -> tuple:
+        o, fs = call(t_)
+        return (o,) if fs is None else (o, fs)
+
+    illegal = [
+        lambda t_: call(t_, chunk_size=48),
+        lambda t_: dg.chunk_gated_delta_rule(t_["q"], t_["k"], t_["v"], t_["g"].half(), t_["beta"]),
+        lambda t_: call(t_, scale="x"),
+    ]
+    label = f"gdr b={b} t={t} h={h} hv={hv} varlen={varlen} init={init} final={final} l2={l2} chunk={chunk} {dt}"
+    return (label, make, run, illegal, None)
+
+
+def test_gated_delta_rule_cached_equals_checked(sm120_or_emulation):
+    _drive("gated_delta_rule", _gdr)
+
+
 def _hc_prenorm(rng: random.Random):
     import deep_gemm_sm120 as dg
 

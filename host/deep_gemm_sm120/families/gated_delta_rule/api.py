@@ -16,9 +16,9 @@ from ... import jit
 from ...arch import target_of
 from ...checks import device_of, index_checks
 from ...core.arith import ceil_div
-from ...core.tma import tma_request
+from ...core.tma import tma_request, with_addresses
 from ...device import num_sms_for
-from ...launch import get_pdl, launch
+from ...launch import KEY_ERRORS, CallCache, get_pdl, launch, tensor_key
 from .contract import (
     OTHER_CHUNK,
     NoBackward,
@@ -34,6 +34,7 @@ from .prep import GdrPrepSpec, persistent_teams
 
 __all__ = ["chunk_gated_delta_rule", "chunk_gated_delta_rule_bwd", "default_chunk_size"]
 
+_CALLS = CallCache()  # calls checked and planned once per signature
 _ELEM = {torch.bfloat16: ("bf16", "bfloat16"), torch.float16: ("fp16", "float16")}
 _OFF = {
     name: PARAMS.offsets[name]
@@ -52,7 +53,7 @@ def _kernels(chunk: int, vslice: int, ksplit: int, persistent: bool, elem: str, 
 def _map(
     name: str,
     dtype: str,
-    t: torch.Tensor,
+    address: int,
     inner: int,
     heads: int,
     tokens: int,
@@ -60,12 +61,12 @@ def _map(
     chunk: int,
     elem_bytes: int,
 ) -> bytes:
-    """A [tokens][heads][inner] tensor read in boxes of (box_inner, 1 head, chunk tokens)."""
+    """A [tokens][heads][inner] tensor at `address` read in boxes of (box_inner, 1 head, chunk tokens)."""
     swizzle = box_inner * elem_bytes if box_inner * elem_bytes in (32, 64, 128) else 0
     return tma_request(
         _OFF[name],
         dtype,
-        t.data_ptr(),
+        address,
         (inner, heads, tokens),
         (inner * elem_bytes, heads * inner * elem_bytes),
         (box_inner, 1, chunk),
@@ -89,7 +90,60 @@ def chunk_gated_delta_rule(
     """q, k [B, T, H, 128]; v [B, T, HV, 128] (HV a multiple of H, bf16 or fp16); g fp32 [B, T, HV] (log decay);
     beta [B, T, HV]; initial_state fp32 [N, HV, 128, 128]; cu_seqlens [N + 1] (B = 1). Returns (o [B, T, HV, 128]
     in v's dtype, final_state fp32 [N, HV, 128, 128] or None). chunk_size: 16, 32 or 64 (default:
-    default_chunk_size(), 32 on SM120). Forward only: a backward through the result raises NotImplementedError."""
+    default_chunk_size(), 32 on SM120). Forward only: a backward through the result raises NotImplementedError.
+    Checked and planned once per call signature (every tensor's dtype, shape, strides, device and alignment class,
+    the Python values, the PDL switch); cu_seqlens' values are checked per call (index_checks())."""
+    try:
+        key = (
+            tensor_key(q),
+            tensor_key(k),
+            tensor_key(v),
+            tensor_key(g),
+            tensor_key(beta),
+            type(scale),
+            scale,
+            None if initial_state is None else tensor_key(initial_state),
+            type(output_final_state),
+            output_final_state,
+            None if cu_seqlens is None else tensor_key(cu_seqlens),
+            type(use_qk_l2norm_in_kernel),
+            use_qk_l2norm_in_kernel,
+            type(chunk_size),
+            chunk_size,
+            get_pdl(),  # the plan overlaps its two kernels only with PDL
+        )
+        call = _CALLS.get(key)
+    except KEY_ERRORS:  # not tensors, storage-less, or unhashable values: the checks name what was expected
+        key, call = None, None
+    if call is None or target_of(call[1]) != call[0]:
+        call = _prepare(
+            q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, use_qk_l2norm_in_kernel, chunk_size
+        )
+        o, final = call[2](q, k, v, g, beta, initial_state, cu_seqlens)
+        if key is not None:  # after the first run: a call whose cu_seqlens values fail is never cached
+            _CALLS.put(key, call)
+    else:
+        o, final = call[2](q, k, v, g, beta, initial_state, cu_seqlens)
+    if torch.is_grad_enabled() and (
+        q.requires_grad
+        or k.requires_grad
+        or v.requires_grad
+        or g.requires_grad
+        or beta.requires_grad
+        or (initial_state is not None and initial_state.requires_grad)
+    ):
+        inputs = [x for x in (q, k, v, g, beta, initial_state) if x is not None]
+        o = NoBackward.apply(o, *inputs)
+        if final is not None:
+            final = NoBackward.apply(final, *inputs)
+    return o, final
+
+
+def _prepare(
+    q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, use_qk_l2norm_in_kernel, chunk_size
+) -> tuple:
+    """Every check of a call and its plan: (target, device index, run), run(q, k, v, g, beta, initial_state,
+    cu_seqlens) -> (o, final_state or None)."""
     on_cuda = isinstance(q, torch.Tensor) and q.is_cuda
     p = check_arguments(
         q,
@@ -109,19 +163,58 @@ def chunk_gated_delta_rule(
     if cu_seqlens is not None:
         extra["cu_seqlens"] = cu_seqlens
     index = device_of(q=q, k=k, v=v, g=g, beta=beta, **extra)
-    if cu_seqlens is not None and index_checks():
-        check_cu_seqlens_values(cu_seqlens, p.seq_len)
-
+    target = target_of(index)
     b, t, h, hv, n, c = p.batch, p.seq_len, p.heads, p.value_heads, p.num_sequences, p.chunk_size
     elem, tma_dtype = _ELEM[q.dtype]
-    dev = q.device
-    o = torch.empty(b, t, hv, HEAD_DIM, dtype=v.dtype, device=dev)
-    final = torch.empty(n, hv, HEAD_DIM, HEAD_DIM, dtype=torch.float32, device=dev) if output_final_state else None
     tokens = b * t
+
+    def outputs(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        o = torch.empty(b, t, hv, HEAD_DIM, dtype=v.dtype, device=v.device)
+        final = (
+            torch.empty(n, hv, HEAD_DIM, HEAD_DIM, dtype=torch.float32, device=v.device) if output_final_state else None
+        )
+        return o, final
+
     if tokens == 0:
-        if final is not None:
-            final.copy_(initial_state) if initial_state is not None else final.zero_()
-    else:
+
+        def empty(q, k, v, g, beta, initial_state, cu_seqlens):
+            if cu_seqlens is not None and index_checks():
+                check_cu_seqlens_values(cu_seqlens, t)
+            o, final = outputs(v)
+            if final is not None:
+                final.copy_(initial_state) if initial_state is not None else final.zero_()
+            return o, final
+
+        return target, index, empty
+
+    sms = num_sms_for(index)
+    vslice, ksplit = choose_plan(n, hv, sms, c)
+    fwd_ctas = recurrence_ctas(n, hv, vslice)
+    varlen = cu_seqlens is not None
+    slots = ceil_div(t, c) + n if varlen else n * ceil_div(t, c)
+    # few recurrence CTAs: a persistent prep grid beside it, the recurrence waiting on per-chunk flags (both
+    # families launch with PDL when the switch is on)
+    overlap = choose_overlap(fwd_ctas, sms, get_pdl())
+    prep, fwd = _kernels(c, vslice, ksplit, overlap > 0, elem, index, target)
+    overlap = min(overlap, ceil_div(slots * hv, persistent_teams(c)))  # no CTA without an item
+    # tensor maps with placeholder addresses: each call's own are patched in (q, k, v, then its scratch)
+    maps = (
+        _map("tmap_q", tma_dtype, 0, HEAD_DIM, h, tokens, 64, c, 2)
+        + _map("tmap_k", tma_dtype, 0, HEAD_DIM, h, tokens, 64, c, 2)
+        + _map("tmap_v", tma_dtype, 0, HEAD_DIM, hv, tokens, min(vslice, 64), c, 2)
+        + _map("tmap_tw", tma_dtype, 0, c, hv, tokens, c, c, 2)
+        + _map("tmap_tu", tma_dtype, 0, c, hv, tokens, c, c, 2)
+        + _map("tmap_attn", tma_dtype, 0, c, hv, tokens, c, c, 2)
+        + _map("tmap_gate", "float32", 0, 4, hv, tokens, 4, c, 4)
+    )
+    fixed = dict(num_seqs=n, seq_len=t, value_heads=hv, group=hv // h, scale=p.scale)
+    l2norm = int(use_qk_l2norm_in_kernel)
+
+    def run(q, k, v, g, beta, initial_state, cu_seqlens):
+        if cu_seqlens is not None and index_checks():
+            check_cu_seqlens_values(cu_seqlens, t)
+        dev = q.device
+        o, final = outputs(v)
         q, k, v, g, beta = (x.contiguous() for x in (q, k, v, g, beta))
         init = initial_state.contiguous() if initial_state is not None else None
         cu = None if cu_seqlens is None else cu_seqlens.to(torch.int32).contiguous()
@@ -131,15 +224,6 @@ def chunk_gated_delta_rule(
         cu_eff = None if cu is None else torch.empty(2 * (n + 1), dtype=torch.int32, device=dev)
         tw, tu, attn = torch.empty(3, tokens, hv, c, dtype=q.dtype, device=dev).unbind(0)
         gates = torch.empty(tokens, hv, 4, dtype=torch.float32, device=dev)
-        sms = num_sms_for(index)
-        vslice, ksplit = choose_plan(n, hv, sms, c)
-        fwd_ctas = recurrence_ctas(n, hv, vslice)
-        slots = ceil_div(t, c) + n if cu is not None else n * ceil_div(t, c)
-        # few recurrence CTAs: a persistent prep grid beside it, the recurrence waiting on per-chunk flags (both
-        # families launch with PDL when the switch is on)
-        overlap = choose_overlap(fwd_ctas, sms, get_pdl())
-        prep, fwd = _kernels(c, vslice, ksplit, overlap > 0, elem, index, target_of(index))
-        overlap = min(overlap, ceil_div(slots * hv, persistent_teams(c)))  # no CTA without an item
         ready = torch.zeros(1 + slots * hv, dtype=torch.int32, device=dev) if overlap else None
         launch(
             prep,
@@ -154,28 +238,16 @@ def chunk_gated_delta_rule(
                 tu=tu.data_ptr(),
                 attn=attn.data_ptr(),
                 gates=gates.data_ptr(),
-                num_seqs=n,
-                seq_len=t,
-                value_heads=hv,
-                group=hv // h,
-                scale=p.scale,
                 beta_fp32=int(beta.dtype == torch.float32),
-                l2norm=int(use_qk_l2norm_in_kernel),
+                l2norm=l2norm,
                 cu_effective=0 if cu_eff is None else cu_eff.data_ptr(),
                 ready=0 if ready is None else ready.data_ptr(),
+                **fixed,
             ),
             b"",
             index,
         )
-        tmaps = (
-            _map("tmap_q", tma_dtype, q, HEAD_DIM, h, tokens, 64, c, 2)
-            + _map("tmap_k", tma_dtype, k, HEAD_DIM, h, tokens, 64, c, 2)
-            + _map("tmap_v", tma_dtype, v, HEAD_DIM, hv, tokens, min(vslice, 64), c, 2)
-            + _map("tmap_tw", tma_dtype, tw, c, hv, tokens, c, c, 2)
-            + _map("tmap_tu", tma_dtype, tu, c, hv, tokens, c, c, 2)
-            + _map("tmap_attn", tma_dtype, attn, c, hv, tokens, c, c, 2)
-            + _map("tmap_gate", "float32", gates, 4, hv, tokens, 4, c, 4)
-        )
+        addresses = (q, k, v, tw, tu, attn, gates)
         launch(
             fwd,
             fwd_ctas,
@@ -189,13 +261,9 @@ def chunk_gated_delta_rule(
                 group=hv // h,
                 ready=0 if ready is None else ready.data_ptr(),
             ),
-            tmaps,
+            with_addresses(maps, *(x.data_ptr() for x in addresses)),
             index,
         )
+        return o, final
 
-    inputs = [x for x in (q, k, v, g, beta, initial_state) if x is not None]
-    if torch.is_grad_enabled() and any(x.requires_grad for x in inputs):
-        o = NoBackward.apply(o, *inputs)
-        if final is not None:
-            final = NoBackward.apply(final, *inputs)
-    return o, final
+    return target, index, run
