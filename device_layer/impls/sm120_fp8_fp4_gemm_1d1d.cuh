@@ -364,8 +364,7 @@ sm120_fp8_fp4_gemm_1d1d_kernel(const __grid_constant__ CUtensorMap tmap_a, const
                 float part[kMI][kNI][4];  // this K block's unscaled products
                 fill(part, 0.0f);
                 uint32_t kb_next = 0;
-                auto scales = stage_data([&](uint32_t kb) { src.load(kb, fa, fb); },
-                                         [&](uint32_t kb) { kb_next = kb; },
+                auto scales = stage_data([&](uint32_t kb) { src.load(kb, fa, fb); }, [&](uint32_t kb) { kb_next = kb; },
                                          [&] { src.load(kb_next, fa, fb); });
                 auto mma_step = [&](auto step, auto buf) {
                     static_for<0, kMI>([&](auto i_c) {
