@@ -470,16 +470,18 @@ def fp8_fp4_gemm_nt(
         call = _DENSE.get(key)
     except KEY_ERRORS:  # not tensors, storage-less ones, or a recipe no key holds: checked every time
         key, call = None, None
+    store = None  # a new signature's entry, stored once the call succeeded (a failing call leaves none)
     if call is None or target_of(call.index) != call.target:
         a, sfa = _pair("a", (a, sfa))
         b, sfb = _pair("b", (b, sfb))
         call = _prepare_dense(a, sfa, b, sfb, d, c, recipe, exact)
-        if key is not None:
-            _DENSE.put(key, call)
+        store = key
     m, n, k, index = call.m, call.n, call.k, call.index
     if call.kernel is None:
         if m and n:  # K = 0: d = c
             write_empty_reduction(d, c)
+        if store is not None:
+            _DENSE.put(store, call)
         return
     try:
         sfa_p, sfa_ps = (
@@ -494,10 +496,15 @@ def fp8_fp4_gemm_nt(
         )
     except ValueError as e:  # FP32 scales UE8M0 cannot hold: the exact kernel, when the operands allow it
         _retry_exact(e, call.exact, a, b, sfa, sfb, recipe)
-        return fp8_fp4_gemm_nt((a, sfa), (b, sfb), d, c, recipe=recipe, disable_ue8m0_cast=True, alpha=alpha)
+        fp8_fp4_gemm_nt((a, sfa), (b, sfb), d, c, recipe=recipe, disable_ue8m0_cast=True, alpha=alpha)
+        if store is not None:
+            _DENSE.put(store, call)
+        return
     sw = SCALE_CHECKS.value  # opt-in (DG_SM120_CHECK_SCALES): one attribute read on the hot path when off
     if sw or (sw is None and get_scale_checks()):
         _check_given_packed(call.kind, (("sfa", sfa, call.sfa_stride >= 0), ("sfb", sfb, call.sfb_stride >= 0)))
+    if store is not None:
+        _DENSE.put(store, call)
     splits, pd = call.splits, d.data_ptr()
     pc = c.data_ptr() if c is not None else 0
     out_ptr, out_ld, c_ptr, c_ld, split_stride = pd, call.ldd, pc, call.ldc, 0
@@ -803,17 +810,21 @@ def m_grouped_fp8_fp4_gemm_nt_contiguous(
         call = _M_GROUPED.get(key)
     except KEY_ERRORS:  # not tensors, storage-less ones, or a recipe no key holds: checked every time
         key, call = None, None
+    store = None  # a new signature's entry, stored once the call succeeded (a failing call leaves none)
     if call is None or target_of(call.index) != call.target:
         sf_format(sfa), sf_format(sfb)  # TypeError for scale dtypes outside the contract, before any device work
         call = _prepare_contiguous(a, sfa, b, sfb, d, grouped_layout, recipe, use_psum_layout, alpha, exact)
-        if key is not None:
-            _M_GROUPED.put(key, call)
+        store = key
     alpha = 1.0 if alpha is None else _alpha(alpha)
     maybe_check_contiguous_layout(check_layout, grouped_layout, call.m, call.g, use_psum_layout)
     if call.kernel is None:
+        if store is not None:
+            _M_GROUPED.put(store, call)
         return
     try:
         _grouped_launch(call, False, a, sfa, b, sfb, d.data_ptr(), grouped_layout.data_ptr(), use_psum_layout, alpha)
+        if store is not None:
+            _M_GROUPED.put(store, call)
     except ValueError as e:  # FP32 scales UE8M0 cannot hold: the exact kernel, when the operands allow it
         _retry_exact(e, exact, a, b, sfa, sfb, recipe)
         m_grouped_fp8_fp4_gemm_nt_contiguous(
@@ -828,6 +839,8 @@ def m_grouped_fp8_fp4_gemm_nt_contiguous(
             check_layout=False,  # checked above (or asked not to be)
             alpha=alpha,
         )
+        if store is not None:
+            _M_GROUPED.put(store, call)
         return
     if zero and use_psum_layout:
         keywords.zero_psum_padding(d, grouped_layout, get_mk_alignment_for_contiguous_layout())
@@ -936,13 +949,15 @@ def m_grouped_fp8_fp4_gemm_nt_masked(
         call = _M_GROUPED.get(key)
     except KEY_ERRORS:  # not tensors, storage-less ones, or a recipe / expected_m no key holds: checked every time
         key, call = None, None
+    store = None  # a new signature's entry, stored once the call succeeded (a failing call leaves none)
     if call is None or target_of(call.index) != call.target:
         sf_format(sfa), sf_format(sfb)  # TypeError for scale dtypes outside the contract, before any device work
         call = _prepare_masked(a, sfa, b, sfb, d, masked_m, expected_m, recipe, alpha, exact)
-        if key is not None:
-            _M_GROUPED.put(key, call)
+        store = key
     alpha = 1.0 if alpha is None else _alpha(alpha)
     if call.kernel is None:
+        if store is not None:
+            _M_GROUPED.put(store, call)
         return
     try:
         _grouped_launch(call, True, a, sfa, b, sfb, d.data_ptr(), masked_m.data_ptr(), False, alpha)
@@ -951,6 +966,8 @@ def m_grouped_fp8_fp4_gemm_nt_masked(
         m_grouped_fp8_fp4_gemm_nt_masked(
             (a, sfa), (b, sfb), d, masked_m, expected_m, recipe=recipe, disable_ue8m0_cast=True, alpha=alpha
         )
+    if store is not None:
+        _M_GROUPED.put(store, call)
 
 
 _NO_K_GROUPED = "deep_gemm_sm120 has no block-scaled K-grouped GEMM (k_grouped_bf16_gemm_tn_contiguous covers BF16)"

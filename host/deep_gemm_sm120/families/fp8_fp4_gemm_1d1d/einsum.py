@@ -91,8 +91,10 @@ def fp8_einsum(
         key, call = None, None
     if call is None or target_of(call[1]) != call[0]:
         call, (x, sfx, y, sfy) = _prepare(expr, a, b, d, c, recipe, epilogue, use_128x4_sfd_layout)
-        if key is not None:
+        call[2](x, sfx, y, sfy, d, c)
+        if key is not None:  # stored once the call succeeded: one whose scale values fail leaves no entry
             _CALLS.put(key, call)
+        return
     call[2](x, sfx, y, sfy, d, c)
 
 

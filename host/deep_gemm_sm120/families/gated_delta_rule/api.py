@@ -8,8 +8,6 @@ in a per-call scratch of 3 * C * 2 + 16 bytes per token and value head.
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import torch
 
 from ... import jit
@@ -18,7 +16,7 @@ from ...checks import device_of, index_checks
 from ...core.arith import ceil_div
 from ...core.tma import tma_request, with_addresses
 from ...device import num_sms_for
-from ...launch import KEY_ERRORS, CallCache, get_pdl, launch, tensor_key
+from ...launch import KEY_ERRORS, CallCache, get_pdl, kernel_memo, launch, tensor_key
 from .contract import (
     OTHER_CHUNK,
     NoBackward,
@@ -26,6 +24,7 @@ from .contract import (
     check_cu_seqlens_values,
     chunk_gated_delta_rule_bwd,
     default_chunk_size,
+    scale_value,
 )
 from .kernel import HEAD_DIM, PARAMS, GdrFwdSpec
 from .plan import choose_overlap, choose_plan, recurrence_ctas
@@ -42,7 +41,7 @@ _OFF = {
 }
 
 
-@lru_cache(maxsize=64)
+@kernel_memo(maxsize=64)
 def _kernels(chunk: int, vslice: int, ksplit: int, persistent: bool, elem: str, index: int, target: str):
     return (
         jit.get_kernel(GdrPrepSpec(chunk, elem, persistent), target, index),
@@ -119,11 +118,11 @@ def chunk_gated_delta_rule(
         call = _prepare(
             q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, use_qk_l2norm_in_kernel, chunk_size
         )
-        o, final = call[2](q, k, v, g, beta, initial_state, cu_seqlens)
+        o, final = call[2](q, k, v, g, beta, initial_state, cu_seqlens, scale)
         if key is not None:  # after the first run: a call whose cu_seqlens values fail is never cached
             _CALLS.put(key, call)
     else:
-        o, final = call[2](q, k, v, g, beta, initial_state, cu_seqlens)
+        o, final = call[2](q, k, v, g, beta, initial_state, cu_seqlens, scale)
     if torch.is_grad_enabled() and (
         q.requires_grad
         or k.requires_grad
@@ -143,7 +142,8 @@ def _prepare(
     q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, use_qk_l2norm_in_kernel, chunk_size
 ) -> tuple:
     """Every check of a call and its plan: (target, device index, run), run(q, k, v, g, beta, initial_state,
-    cu_seqlens) -> (o, final_state or None)."""
+    cu_seqlens, scale) -> (o, final_state or None). The scale's value is read per call (its type is in the key,
+    its value too, but -0.0 and 0.0 are one key)."""
     on_cuda = isinstance(q, torch.Tensor) and q.is_cuda
     p = check_arguments(
         q,
@@ -177,7 +177,7 @@ def _prepare(
 
     if tokens == 0:
 
-        def empty(q, k, v, g, beta, initial_state, cu_seqlens):
+        def empty(q, k, v, g, beta, initial_state, cu_seqlens, scale):
             if cu_seqlens is not None and index_checks():
                 check_cu_seqlens_values(cu_seqlens, t)
             o, final = outputs(v)
@@ -207,15 +207,19 @@ def _prepare(
         + _map("tmap_attn", tma_dtype, 0, c, hv, tokens, c, c, 2)
         + _map("tmap_gate", "float32", 0, 4, hv, tokens, 4, c, 4)
     )
-    fixed = dict(num_seqs=n, seq_len=t, value_heads=hv, group=hv // h, scale=p.scale)
+    fixed = dict(num_seqs=n, seq_len=t, value_heads=hv, group=hv // h)
     l2norm = int(use_qk_l2norm_in_kernel)
+    # the tensor maps' bases must be 16-byte aligned: a view that starts elsewhere (the alignment class is in the
+    # key) is copied, as a non-contiguous one is
+    unaligned = tuple(x.is_contiguous() and x.data_ptr() % 16 != 0 for x in (q, k, v))
 
-    def run(q, k, v, g, beta, initial_state, cu_seqlens):
+    def run(q, k, v, g, beta, initial_state, cu_seqlens, scale):
         if cu_seqlens is not None and index_checks():
             check_cu_seqlens_values(cu_seqlens, t)
         dev = q.device
         o, final = outputs(v)
-        q, k, v, g, beta = (x.contiguous() for x in (q, k, v, g, beta))
+        q, k, v = (x.clone() if copy else x.contiguous() for x, copy in zip((q, k, v), unaligned))
+        g, beta = g.contiguous(), beta.contiguous()
         init = initial_state.contiguous() if initial_state is not None else None
         cu = None if cu_seqlens is None else cu_seqlens.to(torch.int32).contiguous()
         # cu_seqlens as the kernels read it (clamped running maximum, written by the prep kernel): untrusted
@@ -242,6 +246,7 @@ def _prepare(
                 l2norm=l2norm,
                 cu_effective=0 if cu_eff is None else cu_eff.data_ptr(),
                 ready=0 if ready is None else ready.data_ptr(),
+                scale=scale_value(scale, HEAD_DIM),
                 **fixed,
             ),
             b"",

@@ -107,11 +107,20 @@ def check_arguments(
             )
     if chunk_size is None:
         chunk_size = default_chunk
-    if scale is None:
-        scale = dk**-0.5
-    elif not isinstance(scale, (int, float)) or isinstance(scale, bool):
+    if scale is not None and (not isinstance(scale, (int, float)) or isinstance(scale, bool)):
         raise TypeError(f"scale must be None or a float, got {type(scale).__name__}")
-    return GdrProblem(b, t, h, hv, dk, dv, n, chunk_size, float(scale), varlen)
+    return GdrProblem(b, t, h, hv, dk, dv, n, chunk_size, scale_value(scale, dk), varlen)
+
+
+def scale_value(scale, head_dim: int) -> float:
+    """The scale a call applies (dk ** -0.5 for None), as the float its kernel receives; ValueError for a number
+    no float holds. Called per call too: the cache keys scale by value, and -0.0 == 0.0 there."""
+    if scale is None:
+        return head_dim**-0.5
+    try:
+        return float(scale)
+    except OverflowError:
+        raise ValueError(f"scale must fit a float, got {scale!r}") from None
 
 
 def check_cu_seqlens_values(cu_seqlens: torch.Tensor, seq_len: int) -> None:

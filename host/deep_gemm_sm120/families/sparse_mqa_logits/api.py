@@ -24,6 +24,7 @@ from .kernel import PARAMS, TILE_KEYS, SparseMqaLogitsSpec, tiles_per_cta
 
 _OFF_Q, _OFF_KV = PARAMS.offsets["tmap_q"], PARAMS.offsets["tmap_kv"]
 _pack = PARAMS.packer()  # the parameters after the two tensor maps, in declaration order
+_SEQ = (tuple, list)
 _CALLS = CallCache()  # contiguous-KV calls checked once per signature
 _PAGED_CALLS = CallCache()  # paged calls likewise
 
@@ -110,6 +111,8 @@ def _q_operands(q) -> tuple[torch.Tensor, torch.Tensor]:
     qv, q_sf = q
     if not qv.is_contiguous() or not q_sf.is_contiguous():
         raise ValueError("q values and q scales must be contiguous")
+    if qv.data_ptr() % 16:  # the tensor map's base
+        raise ValueError(f"q values must start 16-byte aligned, got address {qv.data_ptr():#x}")
     return qv, q_sf
 
 
@@ -135,6 +138,8 @@ def fp8_fp4_sparse_mqa_logits(
     if not isinstance(use_unaligned_ks, bool):
         raise TypeError(f"use_unaligned_ks must be a bool, got {type(use_unaligned_ks).__name__}")
     try:
+        if type(q) not in _SEQ or type(kv) not in _SEQ:  # the checks take tuples and lists (an iterator unpacked
+            raise TypeError("not a signature the cache keys")  # here would reach them spent)
         (qv, q_sf), (kvv, kv_sf) = q, kv
         key = (
             tensor_key(qv),
@@ -148,14 +153,16 @@ def fp8_fp4_sparse_mqa_logits(
         call = _CALLS.get(key)
     except (*KEY_ERRORS, ValueError):  # not pairs of tensors, storage-less, or unhashable: the checks name it
         key, call = None, None
-    if call is None or target_of(call[1]) != call[0]:
+    fresh = call is None or target_of(call[1]) != call[0]
+    if fresh:
         call = _prepare_contiguous(q, kv, weights, metadata, num_max_sparse_blocks, sparse_block_kv)
-        if key is not None:
-            _CALLS.put(key, call)
         qv, q_sf = q
         kvv, kv_sf = kv
     check_given_scales("ue8m0", ("q scales", q_sf), ("kv scales", kv_sf))  # opt-in (DG_SM120_CHECK_SCALES)
-    return call[2](qv, q_sf, weights, metadata, kvv, kv_sf.data_ptr())
+    out = call[2](qv, q_sf, weights, metadata, kvv, kv_sf.data_ptr())
+    if fresh and key is not None:  # stored once the call succeeded: a failing call leaves no entry
+        _CALLS.put(key, call)
+    return out
 
 
 def _prepare_contiguous(q, kv, weights, metadata, num_max_sparse_blocks, sparse_block_kv) -> tuple:
@@ -188,6 +195,8 @@ def fp8_fp4_paged_sparse_mqa_logits(
     get_paged_sparse_mqa_logits_metadata (same page_kv, blocks and num_max_sparse_blocks). Checked once per call
     signature, as the contiguous form."""
     try:
+        if type(q) not in _SEQ:
+            raise TypeError("not a signature the cache keys")
         qv, q_sf = q
         key = (
             tensor_key(qv),
@@ -200,15 +209,17 @@ def fp8_fp4_paged_sparse_mqa_logits(
         call = _PAGED_CALLS.get(key)
     except (*KEY_ERRORS, ValueError):
         key, call = None, None
-    if call is None or target_of(call[1]) != call[0]:
+    fresh = call is None or target_of(call[1]) != call[0]
+    if fresh:
         call = _prepare_paged(q, kv_cache, weights, metadata, num_max_sparse_blocks, sparse_block_kv)
-        if key is not None:
-            _PAGED_CALLS.put(key, call)
         qv, q_sf = q
     # opt-in (DG_SM120_CHECK_SCALES): the q words as given. The cache's words are not checked here: which pages a
     # row reads is in the metadata's slot table, and stale pages of a pool hold bytes no kernel reads.
     check_given_scales("ue8m0", ("q scales", q_sf))
-    return call[2](qv, q_sf, weights, metadata, kv_cache, kv_cache.data_ptr() + call[3])
+    out = call[2](qv, q_sf, weights, metadata, kv_cache, kv_cache.data_ptr() + call[3])
+    if fresh and key is not None:
+        _PAGED_CALLS.put(key, call)
+    return out
 
 
 def _prepare_paged(q, kv_cache, weights, metadata, num_max_sparse_blocks, sparse_block_kv) -> tuple:
