@@ -49,6 +49,7 @@ _PREPARES = (
     (bf16_api, "_prepare"),
     (bf16_grouped, "_prepare_contiguous"),
     (bf16_grouped, "_prepare_masked"),
+    (bf16_grouped, "_prepare_k_grouped"),
     (fp8_api, "_prepare_dense"),
     (fp8_api, "_prepare_contiguous"),
     (fp8_api, "_prepare_masked"),
@@ -485,6 +486,33 @@ def _sparse_cases(rng):
     return out
 
 
+def _k_grouped_cases(rng):
+    """K-grouped BF16 (weight gradients): empty groups, c apart or aliasing d, ks as a list or a tuple, sgl's ks."""
+    out = []
+    for with_c, alias, spelling in ((False, False, "ks_cpu"), (True, False, "ks"), (True, True, "tuple")):
+        g, m, n = rng.randint(1, 4), 8 * rng.randint(1, 24), 8 * rng.randint(1, 24)
+        ks = [rng.choice([0, 64, 128, 200]) for _ in range(g)]
+        if sum(ks) == 0:
+            ks[0] = 64
+
+        def make(g=g, m=m, n=n, ks=ks, with_c=with_c, alias=alias, spelling=spelling):
+            total = sum(ks)
+            d = _t(g, m, n, dtype=torch.float32)
+            kw = {}
+            if with_c:
+                kw["c"] = d if alias else _t(g, m, n, dtype=torch.float32)
+            if spelling == "ks":
+                kw["ks"] = list(ks)
+                return (_t(total, m), _t(total, n), d), kw
+            layout = torch.tensor(ks, dtype=torch.int32)
+            per_group = tuple(ks) if spelling == "tuple" else list(ks)
+            return (_t(total, m), _t(total, n), d, per_group, layout), kw
+
+        label = f"k_grouped_{g}x{m}x{n}_{ks}_{spelling}" if spelling != "ks" else f"k_grouped-sgl_{g}x{m}x{n}_{ks}"
+        out.append(_case(label, dg.k_grouped_bf16_gemm_tn_contiguous, make))  # (the sgl spelling: no positional ks)
+    return out
+
+
 def _gdr_cases(rng):
     """The gated delta rule forward: fixed length and varlen, GVA, initial / final state, l2norm, chunk sizes."""
     out = []
@@ -534,6 +562,7 @@ def _all_cases(seed):
         + _tf32_cases(rng)
         + _sparse_cases(rng)
         + _gdr_cases(rng)
+        + _k_grouped_cases(rng)
     )
 
 
@@ -566,7 +595,7 @@ def test_warm_calls_launch_what_cold_calls_launch(rig, seed):
         launches = _warm_equals_cold(rig, fn, build)
         assert launches, label
         seen.add(fn.__name__)
-    assert len(seen) == 15
+    assert len(seen) == 16
 
 
 def test_the_cases_reach_split_k_and_internal_splits(rig):
@@ -653,6 +682,8 @@ _PY_VARIANTS = {
                    ("use_128x4_sfd_layout", 0), (1, "pair"), (2, ())],
     "bf16": [("alpha", 2), ("compiled_dims", 3), ("epilogue", "x")],
     "sparse_dense": [(4, 2.0), (4, True), (4, 0), (4, "3"), (5, 32.0), (5, 24), (5, True), ("use_unaligned_ks", 1)],
+    "k_grouped": [(3, [64]), (3, "64"), (3, None), (3, [-1]), (3, [2**31]), (3, [64.0]), ("use_psum_layout", True),
+                  ("compiled_dims", 3), ("epilogue", "x"), ("ks", [64])],
     "gdr": [("scale", 0.5), ("scale", 1), ("scale", True), ("scale", "x"), ("output_final_state", 1),
             ("use_qk_l2norm_in_kernel", 0), ("chunk_size", 32.0), ("chunk_size", 48), ("chunk_size", True)],
     "sparse_paged": [(4, 2.0), (4, True), (4, 0), (5, 16.0), (5, 24), (5, 128)],

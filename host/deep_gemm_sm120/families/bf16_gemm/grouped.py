@@ -33,26 +33,13 @@ from .rules import k_grouped_rule, m_grouped_contiguous_rule, m_grouped_masked_r
 
 _OFF_A, _OFF_B = PARAMS.offsets["tmap_a"], PARAMS.offsets["tmap_b"]
 _pack = PARAMS.packer()  # d, c, layout, aux, m, n, k, ldd, ldc, num_groups, psum_layout, num_splits, split_stride
+_K_GROUPED = CallCache()  # K-grouped calls checked and planned once per signature
 
 
 @lru_cache(maxsize=256)
 def _kernel(gemm_type: str, cfg, with_c: bool, index: int, target: str) -> jit.LoadedKernel:
     layout, out = ("tn", "fp32") if gemm_type == "k_contiguous" else ("nt", "bf16")
     return jit.get_kernel(Bf16GemmSpec(cfg, out, with_c, False, gemm_type, layout), target, index)
-
-
-def _launch(
-    gemm_type: str, cfg, tiles: int, index: int, a2, rows_a: int, b2, rows_b: int, with_c: bool, **values
-) -> None:
-    """Two K-major operands (MN-major for K-grouped) and the kernel's arguments by name (values["k"] is the
-    K extent both descriptors span)."""
-    kern = _kernel(gemm_type, cfg, with_c, index, target_of(index))
-    mn, k = gemm_type == "k_contiguous", values["k"]
-    (_, lda), (_, ldb) = tma_operand("a", a2), tma_operand("b", b2)
-    tmaps = _operand_map(_OFF_A, a2.data_ptr(), rows_a, k, lda, cfg.block_m, cfg.block_k, mn) + _operand_map(
-        _OFF_B, b2.data_ptr(), rows_b, k, ldb, cfg.block_n, cfg.block_k, mn
-    )
-    launch(kern, min(num_sms_for(index), max(tiles, 1)), PARAMS.pack(**values), tmaps, index)
 
 
 def _require_bf16_operands(a, b, d, index_name: str, index) -> None:
@@ -286,7 +273,46 @@ def k_grouped_bf16_gemm_tn_contiguous(
     keyword). grouped_layout: DeepGEMM's int32 [G] device copy of ks, checked and not needed here. One launch
     for all groups: the kernel rebases its TMA descriptors on the device when the group changes
     (tensormap.replace), so each group's last K block is zero-filled instead of reading the next group's rows.
+    Checked and planned once per signature (the tensors' dtype, shape, strides, device and alignment class, the
+    per-group K, the options); per call, the descriptor slots and the metadata block (the operands' addresses)
+    are made and sent, then the one launch.
     """
+    try:
+        per_group = ks_cpu if ks is None else ks
+        if (
+            (ks is not None and ks_cpu is not None)
+            or type(per_group) not in (list, tuple)
+            or epilogue is not None
+            or type(compiled_dims) is not str
+            or use_psum_layout is not False
+        ):
+            raise TypeError("not a signature the cache keys")
+        ks_key = tuple(per_group)
+        if any(type(x) is not int for x in ks_key):  # numpy ints, bools: checked (and converted) every time
+            raise TypeError("not a signature the cache keys")
+        key = (
+            tensor_key(a),
+            tensor_key(b),
+            tensor_key(d),
+            None if grouped_layout is None else tensor_key(grouped_layout),
+            None if c is None else tensor_key(c),
+            ks_key,
+            compiled_dims,
+        )
+        call = _K_GROUPED.get(key)
+    except KEY_ERRORS:  # not tensors or a K list no key holds: checked every time
+        key, call = None, None
+    if call is None or target_of(call[1]) != call[0]:
+        call = _prepare_k_grouped(a, b, d, ks_cpu, grouped_layout, c, compiled_dims, use_psum_layout, epilogue, ks)
+        call[2](a, b, d, c)
+        if key is not None:  # stored once the call succeeded
+            _K_GROUPED.put(key, call)
+        return
+    call[2](a, b, d, c)
+
+
+def _prepare_k_grouped(a, b, d, ks_cpu, grouped_layout, c, compiled_dims, use_psum_layout, epilogue, ks) -> tuple:
+    """Every check of a K-grouped call, then (target, device index, run(a, b, d, c))."""
     name = "k_grouped_bf16_gemm_tn_contiguous"
     if ks is not None and ks_cpu is not None:
         raise TypeError(f"{name}: pass the per-group K once (ks_cpu, or sgl-deep-gemm's ks)")
@@ -347,54 +373,51 @@ def k_grouped_bf16_gemm_tn_contiguous(
     if c is not None:
         require_shape("c", c, (g, m, n), "[G, M, N]")
     index = device_of(**tensors)
+    target = target_of(index)
     if g == 0 or m == 0 or n == 0:
-        return
+        return target, index, _k_grouped_nothing
     d2 = rows_view("d", d)
     c2 = rows_view("c", c) if c is not None else None
     ldd = output_row_stride("d", d2)
     ldc = output_row_stride("c", c2) if c2 is not None else 0
     if total_k == 0:  # every group empty: nothing for TMA to describe
-        if c is None:
-            d.zero_()
-        elif c.data_ptr() != d.data_ptr():
-            d.copy_(c)
-        return
+        return target, index, _k_grouped_no_k
     (_, lda), (_, ldb) = tma_operand("a", a), tma_operand("b", b)
     cfg = k_grouped_config(m, n)
     grid = min(num_sms_for(index), g * ceil_div(m, cfg.block_m) * ceil_div(n, cfg.block_n))
-    # per (CTA, group) descriptor slots, and the kernel's aux block: bases, row strides, slots
-    slots = torch.empty(grid * g * 2 * 128, dtype=torch.uint8, device=d.device)
-    # Small metadata goes through pinned host memory with one stream-ordered copy: no sync, and legal inside
-    # CUDA-graph capture (a replay re-sends the same ks, so capture with the ks the replays will use). One int64
-    # buffer: the aux block (bases, row strides, slots) at 0, then ks as int32 pairs (little-endian) at byte 40.
+    kern = _kernel("k_contiguous", cfg, c is not None, index, target)
     pairs = [x | (y << 32) for x, y in zip(ks[0::2], ks[1::2] + [0])]  # ks < 2**31 (checked above): no sign bit
-    meta = (
-        torch.tensor([a.data_ptr(), b.data_ptr(), lda, ldb, slots.data_ptr(), *pairs], dtype=torch.int64)
-        .pin_memory()
-        .to(d.device, non_blocking=True)
-    )
-    aux, ks_ptr = meta, meta.data_ptr() + 40
-    _launch(
-        "k_contiguous",
-        cfg,
-        grid,
-        index,
-        a,
-        m,
-        b,
-        n,
-        c is not None,
-        d=d2.data_ptr(),
-        c=c2.data_ptr() if c2 is not None else 0,
-        layout=ks_ptr,
-        aux=aux.data_ptr(),
-        m=m,
-        n=n,
-        k=total_k,
-        ldd=ldd,
-        ldc=ldc,
-        num_groups=g,
-        psum_layout=0,
-        num_splits=1,
-        split_stride=0,
-    )
+    slot_bytes = grid * g * 2 * 128
+    with_c = c is not None
+
+    def run(a, b, d, c) -> None:
+        # per (CTA, group) descriptor slots, and the kernel's aux block: bases, row strides, slots
+        slots = torch.empty(slot_bytes, dtype=torch.uint8, device=d.device)
+        # Small metadata goes through pinned host memory with one stream-ordered copy: no sync, and legal inside
+        # CUDA-graph capture (a replay re-sends the same ks, so capture with the ks the replays will use). One
+        # int64 buffer: the aux block (bases, row strides, slots) at 0, then ks as int32 pairs at byte 40.
+        meta = (
+            torch.tensor([a.data_ptr(), b.data_ptr(), lda, ldb, slots.data_ptr(), *pairs], dtype=torch.int64)
+            .pin_memory()
+            .to(d.device, non_blocking=True)
+        )
+        tmaps = _operand_map(_OFF_A, a.data_ptr(), m, total_k, lda, cfg.block_m, cfg.block_k, True) + _operand_map(
+            _OFF_B, b.data_ptr(), n, total_k, ldb, cfg.block_n, cfg.block_k, True
+        )
+        c_ptr = c.data_ptr() if with_c else 0
+        params = _pack(d.data_ptr(), c_ptr, meta.data_ptr() + 40, meta.data_ptr(), m, n, total_k, ldd, ldc, g, 0, 1, 0)
+        launch(kern, grid, params, tmaps, index)
+
+    return target, index, run
+
+
+def _k_grouped_nothing(a, b, d, c) -> None:
+    """No group, row or column: nothing to write."""
+
+
+def _k_grouped_no_k(a, b, d, c) -> None:
+    """Every group empty: d[g] = c[g] (or 0)."""
+    if c is None:
+        d.zero_()
+    elif c.data_ptr() != d.data_ptr():
+        d.copy_(c)
