@@ -65,7 +65,7 @@ def _chunk_backward(q, k, v, g, beta, h, scale, saved, do, dh_next, dvnew):
     """Stage 3 for one chunk: (dq, dk, dv, dg, dbeta) given the incoming state h, the gradient of the outgoing
     state dh_next and dv' from stage 2."""
     cum, gamma, decay, tail = saved["cum"], saved["gamma"], saved["decay"], saved["tail"]
-    t, kb, vb, w, vnew, qk, kd = saved["t"], saved["kb"], saved["vb"], saved["w"], saved["vnew"], saved["qk"], saved["kd"]
+    t, kb, vb, vnew, qk = saved["t"], saved["kb"], saved["vb"], saved["vnew"], saved["qk"]
     causal, strict, kk = saved["causal"], saved["strict"], saved["kk"]
     last = cum[:, -1]
     dcum = torch.zeros_like(cum)
