@@ -193,6 +193,39 @@ def grouped_fp8_cases(dg) -> Iterator[Case]:
         GEMM,
         lambda: dg.m_grouped_fp8_gemm_nt_masked((mx8, msxp), (gw8, gswp), md8, masked, 64, recipe=(1, 128, 128)),
     )
+    # exact FP32 scales, prepared once (vLLM's FLOAT32 fused-MoE form: disable_ue8m0_cast=True, no value read)
+    try:
+        msx32 = dg.transform_sf_into_required_layout(
+            gsx.view(g, rows, -1) * 1.5, rows, 256, (1, 128), g, is_sfa=True, disable_ue8m0_cast=True
+        )
+        gsw32 = dg.transform_sf_into_required_layout(
+            torch.stack([s for _, s in gw]) * 1.5, 128, 256, (128, 128), g, disable_ue8m0_cast=True
+        )
+        if msx32.dtype == torch.float32:
+            yield (
+                "m_grouped_fp8_gemm_nt_masked 4x128x128x256 (exact FP32 scales, prepared)",
+                GEMM,
+                lambda: dg.m_grouped_fp8_gemm_nt_masked(
+                    (mx8, msx32), (gw8, gsw32), md8, masked, 64, disable_ue8m0_cast=True
+                ),
+            )
+    except (TypeError, ValueError) as e:  # a checkout before exact FP32 scales
+        print(f" ! exact FP32 scales unavailable: {e}")
+    try:
+        import deep_gemm_sm120.compat as compat
+
+        compat.install(force=True)
+        import deep_gemm
+
+        yield (
+            "deep_gemm.m_grouped_fp8_gemm_nt_masked 4x128x128x256 packed",
+            GEMM,
+            lambda: deep_gemm.m_grouped_fp8_gemm_nt_masked(
+                (mx8, msxp), (gw8, gswp), md8, masked, 64, recipe=(1, 128, 128)
+            ),
+        )
+    except Exception as e:  # an old checkout without the surface
+        print(f" ! deep_gemm compat surface unavailable: {e}")
 
 
 def einsum_cases(dg) -> Iterator[Case]:
