@@ -11,7 +11,7 @@ from collections import deque
 
 import pytest
 import torch
-from test_call_cache_cpu import _R, _fp8, _names, _t, rig  # noqa: F401  (rig: the fixture)
+from test_call_cache_cpu import _R, _fp8, _names, _t, rig  # noqa: F401 - the rig fixture, used by name
 
 import deep_gemm_sm120 as dg
 from deep_gemm_sm120 import checks, launch
