@@ -4,8 +4,8 @@ signature seen before) must give bitwise the output of the same call checked afr
 first); a signature that differs in one stride is checked again and computes its own answer; an illegal call
 raises the same exception (type and message) with a warm cache as with a cold one, and is never cached.
 
-DG_SM120_CACHE_SECONDS (default 30) bounds each entry point's time and DG_SM120_CACHE_CASES (default 40) its
-cases; DG_SM120_CACHE_SEED (default 43) picks the sequence. A failure prints its case, so it replays alone."""
+DG_SM120_CACHE_SECONDS (default 30) bounds each entry point's time after its first 3 cases and
+DG_SM120_CACHE_CASES (default 40) its cases; DG_SM120_CACHE_SEED (default 43) picks the sequence. A failure prints its case, so it replays alone."""
 
 from __future__ import annotations
 
@@ -111,11 +111,12 @@ def _check(label: str, make: Make, run: Run, illegal: list[Callable[[dict], obje
 def _drive(name: str, case) -> None:
     rng = random.Random(f"{SEED}-{name}")
     start, done = time.monotonic(), 0
-    while done < CASES and time.monotonic() - start < SECONDS:
+    # at least 3 cases whatever the clock says: a cold JIT cache (emulated block-scaled kernels compile for ~10 s
+    # each) must not turn the time bound into a failure (H200 run 119 lost test_fp8_einsum_... to it, it seems)
+    while done < CASES and (done < 3 or time.monotonic() - start < SECONDS):
         label, make, run, illegal, restrided = case(rng)
         _check(f"{name} seed {SEED} case {done} ({label})", make, run, illegal, restrided)
         done += 1
-    assert done >= 3, f"{name}: only {done} cases in {SECONDS} s"
     print(f"{name}: {done} cases in {time.monotonic() - start:.0f} s")
 
 
