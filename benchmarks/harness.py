@@ -151,7 +151,9 @@ def identity(run: Run) -> dict:
 
 def finish(run: Run, payload: dict) -> int:
     """Write `payload` plus the run's identity to --json (when given); the exit status of a benchmark."""
-    if run.args.json:
-        with open(run.args.json, "w") as fh:
+    if run.args.json:  # whole or not at all: a reader (the qualification kit) never sees half a file
+        tmp = f"{run.args.json}.tmp"
+        with open(tmp, "w") as fh:
             json.dump({**identity(run), **payload}, fh, indent=1)
+        os.replace(tmp, run.args.json)
     return 0

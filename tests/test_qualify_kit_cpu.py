@@ -126,5 +126,7 @@ def test_a_stopped_run_leaves_the_steps_it_finished(monkeypatch, tmp_path):
     report = json.loads(out.read_text())
     assert report["verdict"] == "incomplete" and report["failed_steps"] == ["gpu tests"]
     assert [s["step"] for s in report["steps"]] == ["selftest", "gpu tests", "gpu tests (replicated)"]
-    assert [len(r["steps"]) for _, r in seen] == [1, 2, 3]  # written after each step, before the next
+    # written before the first step (an empty, incomplete report: no stale file survives) and after each step
+    assert [len(r["steps"]) for _, r in seen] == [0, 1, 2, 3]
+    assert all(r["verdict"] == "incomplete" for _, r in seen)
     assert not list(tmp_path.glob("*.tmp"))

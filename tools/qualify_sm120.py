@@ -60,10 +60,16 @@ def probe(env: dict) -> dict:
         "    out['package_error'] = f'{type(e).__name__}: {e}'\n"
         "print(json.dumps(out))\n"
     )
-    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    if p.returncode != 0:
-        return {"cuda": False, "error": (p.stdout + p.stderr)[-2000:]}
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    try:
+        p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:  # a hung driver: the kit could not run
+        return {"cuda": False, "error": "probing the GPU took over 300 s"}
+    if p.returncode == 0:
+        try:
+            return json.loads(p.stdout.strip().splitlines()[-1])
+        except (IndexError, ValueError):
+            pass
+    return {"cuda": False, "error": (p.stdout + p.stderr)[-2000:]}
 
 
 def step(name: str, cmd: list[str], env: dict, limit: int, deadline: float, parse=None) -> dict:
@@ -74,6 +80,8 @@ def step(name: str, cmd: list[str], env: dict, limit: int, deadline: float, pars
         rc, out = p.returncode, p.stdout + p.stderr
     except subprocess.TimeoutExpired as e:
         rc, out = None, f"{_text(e.stdout)}{_text(e.stderr)}\n[stopped after {limit} s]"
+    except OSError as e:  # the command could not start: a failed step, said so
+        rc, out = None, f"could not start {cmd[0]}: {e}"
     row = {"step": name, "command": " ".join(cmd), "rc": rc, "seconds": round(time.perf_counter() - t0, 1)}
     row["passed"] = rc == 0
     row["output_tail"] = out[-TAIL:]
@@ -158,6 +166,12 @@ def main(argv: list[str] | None = None) -> int:
         "seconds": 0.0,
     }
     steps = report["steps"]
+    try:  # the report exists (and says "incomplete") before the first step: a run stopped in it leaves no stale file
+        write_report(path, report)
+    except OSError as e:
+        shutil.rmtree(work, ignore_errors=True)
+        print(f"qualify_sm120: could not run: cannot write the report {path}: {e}", file=sys.stderr)
+        return EXIT_COULD_NOT_RUN
 
     def run(row: dict) -> None:
         steps.append(row)
@@ -170,9 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         st_json = os.path.join(work, "selftest.json")
         cmd = [sys.executable, "-m", "deep_gemm_sm120.selftest", "--json", st_json]
         row = step("selftest", cmd, env, 240, deadline)
-        if os.path.isfile(st_json):
-            with open(st_json) as fh:
-                report["selftest"] = json.load(fh)
+        report["selftest"] = _load_result(st_json, row)
         run(row)
         tests = GPU_TESTS[:3] if args.quick else GPU_TESTS
         pytest = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
@@ -199,9 +211,7 @@ def main(argv: list[str] | None = None) -> int:
             bench_json = os.path.join(work, "bench.json")
             cmd = [sys.executable, "benchmarks/bench_fp8_fp4_gemm.py", "--quick", "--json", bench_json]
             row = step("benchmark", [*cmd, "--encodings", "selectors,replicated"], env, 180, deadline)
-            if os.path.isfile(bench_json):
-                with open(bench_json) as fh:
-                    row["result"] = json.load(fh)
+            row["result"] = _load_result(bench_json, row)
             run(row)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -216,11 +226,33 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def write_report(path: str, report: dict) -> None:
-    """Replace the report file whole (a reader never sees half of one): after every step and at the end."""
+    """Replace the report file whole (a reader never sees half of one): before the first step, after every step
+    and at the end. A failed write leaves no temporary file."""
     tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(report, fh, indent=1)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(report, fh, indent=1)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _load_result(path: str, row: dict):
+    """A step's JSON result (None when it wrote none). One it left unreadable (stopped mid-write) fails the step
+    and says why, instead of stopping the kit."""
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError) as e:
+        row["passed"] = False
+        row["result_error"] = f"{type(e).__name__}: {e}"
+        return None
 
 
 def _commit() -> str:
