@@ -22,37 +22,16 @@ from __future__ import annotations
 
 import torch
 
-from .gdr_reference import _sequences, l2norm
+from .gdr_reference import _sequences, chunk_factors, l2norm
 
 
-def _chunk_forward(q, k, v, g, beta, h, scale):
-    """One chunk of one sequence, every value head at once ([HV, C, K] / [HV, C, V] / [HV, C]; h [HV, K, V]):
-    the quantities the backward reuses, and the outgoing state."""
-    hv, c = g.shape
-    dev = g.device
-    cum = g.cumsum(-1)
-    gamma = cum.exp()
-    decay = (cum[:, :, None] - cum[:, None, :]).exp()
-    strict = torch.tril(torch.ones(c, c, dtype=torch.bool, device=dev), -1)
-    causal = torch.tril(torch.ones(c, c, dtype=torch.bool, device=dev))
-    kk = k @ k.transpose(1, 2)
-    a = (beta[:, :, None] * kk * decay).masked_fill(~strict, 0)
-    eye = torch.eye(c, dtype=torch.float64, device=dev)
-    t = torch.linalg.solve_triangular(eye + a, eye.expand(hv, c, c), upper=False)
-    kb = k * (beta * gamma)[:, :, None]
-    vb = v * beta[:, :, None]
-    w, u = t @ kb, t @ vb
-    vnew = u - w @ h
-    qk = q @ k.transpose(1, 2)
-    m = (qk * decay).masked_fill(~causal, 0)
-    tail = (cum[:, -1:] - cum).exp()  # e^(G_last - G_i)
-    kd = k * tail[:, :, None]
-    h_next = h * cum[:, -1].exp()[:, None, None] + kd.transpose(1, 2) @ vnew
-    saved = dict(
-        cum=cum, gamma=gamma, decay=decay, strict=strict, causal=causal, kk=kk, t=t, kb=kb, vb=vb, w=w, vnew=vnew,
-        qk=qk, m=m, tail=tail, kd=kd,
-    )  # fmt: skip
-    return saved, h_next
+def _chunk_forward(q, k, v, g, beta, h):
+    """One chunk of one sequence, every value head at once (h [HV, K, V]): the factors the backward reuses (with
+    v' = u - w h), and the outgoing state."""
+    f = chunk_factors(q, k, v, g, beta)
+    f["vnew"] = f["u"] - f["w"] @ h
+    h_next = h * f["cum"][:, -1].exp()[:, None, None] + f["kd"].transpose(1, 2) @ f["vnew"]
+    return f, h_next
 
 
 def _decay_grad(dd: torch.Tensor, decay: torch.Tensor) -> torch.Tensor:
@@ -161,7 +140,7 @@ def chunked_backward(
         for c0, c1 in bounds:
             states.append(h)
             sv, h = _chunk_forward(
-                per(qe, c0, c1), per(ke, c0, c1), per(v, c0, c1), per(g, c0, c1), per(beta, c0, c1), h, scale
+                per(qe, c0, c1), per(ke, c0, c1), per(v, c0, c1), per(g, c0, c1), per(beta, c0, c1), h
             )
             saved.append(sv)
         # 2. the reverse state pass: dv' and dh per chunk, last chunk first

@@ -66,6 +66,31 @@ def _over_sequences(q, k, v, g, beta, scale, initial_state, output_final_state, 
     return o, (final if output_final_state else None)
 
 
+def chunk_factors(q, k, v, g, beta) -> dict:
+    """One chunk's factors (every value head at once: q, k [HV, C, K], v [HV, C, V], g, beta [HV, C]) as `chunked`
+    forms them: cum (G), gamma (e^G), decay (e^(G_i - G_j)), the strict / causal masks, kk (K K^T), t ((I + A)^-1),
+    kb / vb (the beta-scaled rows), w, u (the WY factors), qk (Q K^T), m (the causal decayed Q K^T), tail
+    (e^(G_last - G)) and kd (tail * K). The chunk-form references of the backward and of the segment split use them."""
+    hv, c = g.shape
+    dev = g.device
+    cum = g.cumsum(-1)
+    gamma = cum.exp()
+    decay = (cum[:, :, None] - cum[:, None, :]).exp()
+    strict = torch.tril(torch.ones(c, c, dtype=torch.bool, device=dev), -1)
+    causal = torch.tril(torch.ones(c, c, dtype=torch.bool, device=dev))
+    kk = k @ k.transpose(1, 2)
+    a = (beta[:, :, None] * kk * decay).masked_fill(~strict, 0)
+    eye = torch.eye(c, dtype=torch.float64, device=dev)
+    t = torch.linalg.solve_triangular(eye + a, eye.expand(hv, c, c), upper=False)
+    kb, vb = k * (beta * gamma)[:, :, None], v * beta[:, :, None]
+    qk = q @ k.transpose(1, 2)
+    tail = (cum[:, -1:] - cum).exp()
+    return dict(
+        cum=cum, gamma=gamma, decay=decay, strict=strict, causal=causal, kk=kk, t=t, kb=kb, vb=vb, w=t @ kb,
+        u=t @ vb, qk=qk, m=(qk * decay).masked_fill(~causal, 0), tail=tail, kd=k * tail[:, :, None],
+    )  # fmt: skip
+
+
 def naive_recurrence(
     q,
     k,
@@ -110,26 +135,14 @@ def chunked(
     """The chunk-wise (WY) formulation of naive_recurrence, chunks restarting at every sequence start."""
 
     def walk(state, b, s, e, q, k, v, g, beta, scale, o):
-        hv, dev = v.shape[2], v.device
         for c0 in range(s, e, chunk_size):
             c1 = min(c0 + chunk_size, e)
-            qc, kc, vc = q[b, c0:c1].transpose(0, 1), k[b, c0:c1].transpose(0, 1), v[b, c0:c1].transpose(0, 1)
-            gc, bc = g[b, c0:c1].transpose(0, 1), beta[b, c0:c1].transpose(0, 1)  # [HV, C]
-            cum = gc.cumsum(-1)  # 1. local cumsum
-            decay = cum[:, :, None] - cum[:, None, :]  # G_i - G_j
-            c = c1 - c0
-            strict = torch.tril(torch.ones(c, c, dtype=torch.bool, device=dev), -1)
-            causal = torch.tril(torch.ones(c, c, dtype=torch.bool, device=dev))
-            a = (bc[:, :, None] * (kc @ kc.transpose(1, 2)) * decay.exp()).masked_fill(~strict, 0)
-            eye = torch.eye(c, dtype=torch.float64, device=dev)
-            tinv = torch.linalg.solve_triangular(eye + a, eye.expand(hv, c, c), upper=False)  # 2. (I + A)^-1
-            w = tinv @ (kc * (bc * cum.exp())[:, :, None])  # 3. WY
-            u = tinv @ (vc * bc[:, :, None])
-            vnew = u - w @ state  # 4. inter-chunk
-            attn = ((qc @ kc.transpose(1, 2)) * decay.exp()).masked_fill(~causal, 0)
-            o[b, c0:c1] = ((qc * cum.exp()[:, :, None]) @ state * scale + attn @ vnew * scale).transpose(0, 1)
-            last = cum[:, -1:]
-            state = state * last.exp()[:, :, None] + (kc * (last - cum).exp()[:, :, None]).transpose(1, 2) @ vnew
+            qc = q[b, c0:c1].transpose(0, 1)
+            # 1.-3. cumsum, (I + A)^-1, the WY factors
+            f = chunk_factors(qc, *(x[b, c0:c1].transpose(0, 1) for x in (k, v, g, beta)))
+            vnew = f["u"] - f["w"] @ state  # 4. inter-chunk
+            o[b, c0:c1] = ((qc * f["gamma"][:, :, None]) @ state * scale + f["m"] @ vnew * scale).transpose(0, 1)
+            state = state * f["cum"][:, -1].exp()[:, None, None] + f["kd"].transpose(1, 2) @ vnew
         return state
 
     return _over_sequences(

@@ -17,25 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from .gdr_reference import _over_sequences
-
-
-def _chunk_factors(q, k, v, g, beta):
-    """One chunk, every value head: (cum, W, U, Kd, attn) as gdr_reference.chunked forms them ([HV, C, ...])."""
-    hv, c = g.shape
-    dev = g.device
-    cum = g.cumsum(-1)
-    decay = (cum[:, :, None] - cum[:, None, :]).exp()
-    strict = torch.tril(torch.ones(c, c, dtype=torch.bool, device=dev), -1)
-    causal = torch.tril(torch.ones(c, c, dtype=torch.bool, device=dev))
-    a = (beta[:, :, None] * (k @ k.transpose(1, 2)) * decay).masked_fill(~strict, 0)
-    eye = torch.eye(c, dtype=torch.float64, device=dev)
-    t = torch.linalg.solve_triangular(eye + a, eye.expand(hv, c, c), upper=False)
-    w = t @ (k * (beta * cum.exp())[:, :, None])
-    u = t @ (v * beta[:, :, None])
-    kd = k * (cum[:, -1:] - cum).exp()[:, :, None]
-    attn = ((q @ k.transpose(1, 2)) * decay).masked_fill(~causal, 0)
-    return cum, w, u, kd, attn
+from .gdr_reference import _over_sequences, chunk_factors
 
 
 def segment_bounds(start: int, end: int, chunk_size: int, segments: int) -> list[tuple[int, int]]:
@@ -86,9 +68,9 @@ def segmented(
             a_seg, b_seg = eye.clone(), torch.zeros_like(state)
             for c0 in range(r0, r1, chunk_size):
                 c1 = min(c0 + chunk_size, r1)
-                cum, w, u, kd, _ = _chunk_factors(*(per(x, c0, c1) for x in (q, k, v, g, beta)))
-                a_c = cum[:, -1].exp()[:, None, None] * eye - kd.transpose(1, 2) @ w
-                a_seg, b_seg = a_c @ a_seg, a_c @ b_seg + kd.transpose(1, 2) @ u
+                f = chunk_factors(*(per(x, c0, c1) for x in (q, k, v, g, beta)))
+                a_c = f["cum"][:, -1].exp()[:, None, None] * eye - f["kd"].transpose(1, 2) @ f["w"]
+                a_seg, b_seg = a_c @ a_seg, a_c @ b_seg + f["kd"].transpose(1, 2) @ f["u"]
             maps.append((a_seg, b_seg))
         # 2. the combine: each segment's true first state
         firsts, state = combine(maps, state)
@@ -97,10 +79,10 @@ def segmented(
             for c0 in range(r0, r1, chunk_size):
                 c1 = min(c0 + chunk_size, r1)
                 qc = per(q, c0, c1)
-                cum, w, u, kd, attn = _chunk_factors(qc, *(per(x, c0, c1) for x in (k, v, g, beta)))
-                vnew = u - w @ h
-                o[b, c0:c1] = ((qc * cum.exp()[:, :, None]) @ h * scale + attn @ vnew * scale).transpose(0, 1)
-                h = h * cum[:, -1].exp()[:, None, None] + kd.transpose(1, 2) @ vnew
+                f = chunk_factors(qc, *(per(x, c0, c1) for x in (k, v, g, beta)))
+                vnew = f["u"] - f["w"] @ h
+                o[b, c0:c1] = ((qc * f["gamma"][:, :, None]) @ h * scale + f["m"] @ vnew * scale).transpose(0, 1)
+                h = h * f["cum"][:, -1].exp()[:, None, None] + f["kd"].transpose(1, 2) @ vnew
         return state
 
     return _over_sequences(
