@@ -47,6 +47,11 @@ def _run(stack_name: str, folder: Path, tmp_path: Path, our_cache_dir: str | Non
     """The harness in a child, with the tester's own DG_SM120_JIT_CACHE_DIR out of the way (it would win over
     the DG_JIT_CACHE_DIR the stack sets, as documented) unless `our_cache_dir` sets it; extra_env on top."""
     env = {k: v for k, v in os.environ.items() if k != "DG_SM120_JIT_CACHE_DIR"}
+    # the package this process imported, installed or not (a GPU box that builds in place has no install)
+    import deep_gemm_sm120
+
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(deep_gemm_sm120.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
     if our_cache_dir is not None:
         env["DG_SM120_JIT_CACHE_DIR"] = our_cache_dir
     env.update(extra_env)

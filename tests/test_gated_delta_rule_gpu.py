@@ -14,6 +14,17 @@ import deep_gemm_sm120 as dg
 from deep_gemm_sm120.selftest.workloads.gdr_reference import l2norm, naive_recurrence, relative_l2
 
 pytestmark = [pytest.mark.cuda, requires_cuda, pytest.mark.usefixtures("sm120_or_emulation")]
+
+
+@pytest.fixture(autouse=True)
+def fresh_plans():
+    """Tests here patch the planner (choose_plan, choose_overlap, ...): a call signature planned by an earlier test
+    must not be served from the call cache, or the patch would never be asked."""
+    from deep_gemm_sm120.launch import forget_calls
+
+    forget_calls()
+    yield
+    forget_calls()
 BOUND = 0.01
 
 
@@ -114,6 +125,7 @@ def test_overlapped_prep_matches_the_sequential_launch(monkeypatch, chunk, plan,
     """The prep grid beside the recurrence (persistent, flags per chunk; one prep CTA walking every item at the
     extreme) gives bitwise the sequential launch's result: same kernels' arithmetic, only the wait differs."""
     from deep_gemm_sm120.families.gated_delta_rule import api
+    from deep_gemm_sm120.launch import forget_calls
 
     monkeypatch.setattr(api, "choose_plan", lambda *_a: plan)
     if varlen:
@@ -125,6 +137,7 @@ def test_overlapped_prep_matches_the_sequential_launch(monkeypatch, chunk, plan,
     o_seq, f_seq, _, _ = check(args, init, chunk=chunk, cu_seqlens=cu)
     chosen = []
     monkeypatch.setattr(api, "choose_overlap", lambda *a: chosen.append(a) or prep_ctas)
+    forget_calls()  # the same signature, planned anew with the patched choice
     o_ovl, f_ovl, _, _ = check(args, init, chunk=chunk, cu_seqlens=cu)
     assert chosen and chosen[0][2] is True  # PDL on: the overlapped launch was asked for
     assert torch.equal(o_seq, o_ovl) and torch.equal(f_seq, f_ovl)
