@@ -32,10 +32,17 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from harness import bench, finish, start
 
-BT = ((1, 32768), (1, 8192), (2, 4096), (4, 2048), (1, 2048), (16, 512), (64, 128))
-HEADS = ((2, 8), (4, 8), (16, 32), (16, 64), (32, 32))
-# varlen packs (B = 1, cu_seqlens): long and short sequences mixed, and many decode-sized prefill pieces
-PACKS = {"mixed 6": (4096, 1024, 333, 2048, 57, 512), "32 pieces": tuple(100 + (37 * i * i) % 900 for i in range(32))}
+BT = ((1, 65536), (1, 32768), (1, 16384), (1, 8192), (2, 4096), (4, 2048), (1, 2048), (16, 512), (64, 128))
+# few-head rows (issue 42: (2, 4), (4, 4), (8, 8)) beside the many-head ones
+HEADS = ((2, 4), (2, 8), (4, 4), (4, 8), (8, 8), (16, 32), (16, 64), (32, 32))
+# varlen packs (B = 1, cu_seqlens): long and short sequences mixed, many decode-sized prefill pieces, and one long
+# sequence among many short ones (the long one's chain is the whole time unless it is split)
+PACKS = {
+    "mixed 6": (4096, 1024, 333, 2048, 57, 512),
+    "32 pieces": tuple(100 + (37 * i * i) % 900 for i in range(32)),
+    "1 long + 7": (16384,) + (512,) * 7,
+    "1 long + 31": (16384,) + (256,) * 31,
+}
 PACK_HEADS = ((2, 8), (16, 32))
 QUICK = {
     ((1, 32768), (16, 64)),
@@ -44,6 +51,8 @@ QUICK = {
     ((1, 2048), (32, 32)),
     ((1, 32768), (2, 8)),
     ((2, 4096), (4, 8)),
+    ((1, 16384), (8, 8)),  # issue 42's two parity rows: this and 1 x 32768 (2, 8)
+    ((1, 65536), (2, 4)),
 }
 NO_INIT = {((1, 32768), (2, 8)), ((4, 2048), (2, 8)), ((64, 128), (16, 32)), ((1, 8192), (16, 64))}
 
@@ -77,7 +86,25 @@ def overlap_forced(rule):
         api.choose_overlap = planned
 
 
-def case(b: int, t: int, h: int, hv: int, iters: int, fla, lens=None, init: bool = True, ab: bool = False) -> dict:
+@contextlib.contextmanager
+def segments_set(value: str):
+    """DG_SM120_GDR_SEGMENT_CHUNKS for the block (a new value plans anew: it is part of the call's key)."""
+    from deep_gemm_sm120.families.gated_delta_rule.plan import SEGMENT_ENV
+
+    saved = os.environ.get(SEGMENT_ENV)
+    os.environ[SEGMENT_ENV] = value
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ[SEGMENT_ENV]
+        else:
+            os.environ[SEGMENT_ENV] = saved
+
+
+def case(
+    b: int, t: int, h: int, hv: int, iters: int, fla, lens=None, init: bool = True, ab: bool = False, split_ab=False
+) -> dict:
     import deep_gemm_sm120 as dg
 
     q, k, v, g, beta, state, cu = inputs(b, t, h, hv, lens, init)
@@ -95,6 +122,9 @@ def case(b: int, t: int, h: int, hv: int, iters: int, fla, lens=None, init: bool
         if ab:  # the sequential launch (prep grid first), same inputs
             with overlap_forced(lambda _planned: 0):
                 row["ours_c32_sequential_us"] = bench(lambda: ours(32), iters) * 1e6
+        if split_ab:  # whole sequences, same inputs
+            with segments_set("0"):
+                row["ours_c32_unsplit_us"] = bench(lambda: ours(32), iters) * 1e6
         if fla is not None:
             fla_extra = {} if cu is None else {"cu_seqlens": cu.long()}
             fla_call = lambda: fla(q, k, v, g, beta, initial_state=state, output_final_state=True, **fla_extra)
@@ -227,6 +257,15 @@ def main() -> int:
         )
         ap.add_argument("--overlap-ab", action="store_true", help="also time the sequential launch at chunk 32")
         ap.add_argument(
+            "--segments",
+            default="",
+            help="chunks per segment for every call (DG_SM120_GDR_SEGMENT_CHUNKS; 0: never split; default: planned)",
+        )
+        ap.add_argument(
+            "--split-ab", action="store_true", help="also time chunk 32 unsplit (whole sequences) in the same run"
+        )
+        ap.add_argument("--rows", default="", help="only these rows, e.g. '1 x 32768:2/8,1 long + 7:2/8'")
+        ap.add_argument(
             "--overlap-sweep",
             default="",
             help="persistent prep CTA counts to time at chunk 32 where the plan overlaps (tuning)",
@@ -251,9 +290,14 @@ def main() -> int:
         f"{'shape':>10} {'H':>3} {'HV':>3} {'init':>4} {'ours c32 us':>12} {'ours c64 us':>12} {'FLA us':>9} "
         f"{'x c32':>6} {'x c64':>6} {'relL2 vs FLA':>12}"
     )
+    if args.segments:  # for the whole run
+        segments_set(args.segments).__enter__()
+    wanted = {w.strip() for w in args.rows.split(",") if w.strip()}
     rows = []
-    for label, b, t, h, hv, lens, init in grid(args.quick):
-        r = case(b, t, h, hv, iters, fla, lens, init, args.overlap_ab)
+    for label, b, t, h, hv, lens, init in grid(args.quick and not wanted):
+        if wanted and f"{label}:{h}/{hv}" not in wanted:
+            continue
+        r = case(b, t, h, hv, iters, fla, lens, init, args.overlap_ab, args.split_ab)
         r["label"] = label
         rows.append(r)
         print(
@@ -261,7 +305,8 @@ def main() -> int:
             f"{r['ours_c64_us']:12.1f} {r.get('fla_us', float('nan')):9.1f} "
             f"{r.get('speedup_c32', float('nan')):5.2f}x {r.get('speedup_c64', float('nan')):5.2f}x "
             f"{r.get('o_rel_l2_vs_fla', float('nan')):12.2e}"
-            + (f"   sequential c32 {r['ours_c32_sequential_us']:.1f}" if args.overlap_ab else ""),
+            + (f"   sequential c32 {r['ours_c32_sequential_us']:.1f}" if args.overlap_ab else "")
+            + (f"   unsplit c32 {r['ours_c32_unsplit_us']:.1f}" if args.split_ab else ""),
             flush=True,
         )
         if args.profile:

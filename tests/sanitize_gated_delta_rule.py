@@ -1,7 +1,7 @@
 """Driver for compute-sanitizer (memcheck / racecheck): the gated delta rule's two kernels at every chunk size
 and both element types, with partial chunks, grouped value heads, varlen with 1-token and empty sequences,
-initial / final state, the in-kernel l2norm, every K-split recurrence plan and the overlapped launch (a persistent
-prep grid beside the recurrence, per-chunk flags).
+initial / final state, the in-kernel l2norm, every K-split recurrence plan, the overlapped launch (a persistent
+prep grid beside the recurrence, per-chunk flags) and the segmented walk (sequences cut into parallel segments).
 
     compute-sanitizer --tool racecheck python tests/sanitize_gated_delta_rule.py
 Exits non-zero on a numerical failure; the sanitizer reports memory errors and races itself.
@@ -49,6 +49,21 @@ cases += [
         lambda case=(c, p, v, n): patched(gdr.test_overlapped_prep_matches_the_sequential_launch, *case),
     )
     for c, p, v, n in gdr.OVERLAP_CASES[:3]
+]
+# the segmented walk (transition pass, combine, output pass) under every chunk-32 plan, one each at 16 and 64, and
+# a varlen pack of empty, one-segment and many-segment sequences
+import test_gdr_segments_gpu as seg
+
+cases += [
+    (
+        f"segmented c{c} v{v} k{k} varlen",
+        lambda c=c, v=v, k=k: patched(seg.test_every_recurrence_plan_segmented, c, v, k),
+    )
+    for c, v, k in gdr._plans()
+    if c == 32 or (c, v, k) in ((16, 32, 1), (64, 64, 1))
+]
+cases += [
+    ("segmented varlen pack state", lambda: patched(seg.test_varlen_pack_of_empty_short_and_long_sequences, True))
 ]
 import untrusted_indices
 

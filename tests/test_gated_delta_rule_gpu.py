@@ -25,6 +25,8 @@ def fresh_plans():
     forget_calls()
     yield
     forget_calls()
+
+
 BOUND = 0.01
 
 

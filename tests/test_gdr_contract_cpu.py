@@ -146,6 +146,34 @@ def test_recurrence_plans_fit_and_split_only_few_heads():
     assert len(names) == 2  # the split is part of the kernel's name (JIT cache key)
 
 
+def test_segments_only_where_few_pairs_walk_long_chains(monkeypatch):
+    """The split (chunks per segment, 0: whole sequences): only when the (sequence, value head) pairs fill at most
+    half the SMs, never below MIN_SEGMENT_CHUNKS chunks a segment, at least two segments; the knob wins (0: never),
+    a bad knob is a ValueError naming it."""
+    from deep_gemm_sm120.core.arith import ceil_div
+    from deep_gemm_sm120.families.gated_delta_rule.plan import MIN_SEGMENT_CHUNKS, SEGMENT_ENV, choose_segments
+
+    assert choose_segments(1, 8, 1024, 132) == 128  # 8 segments of 128 chunks: 8 pairs x 8 = 64 units
+    assert choose_segments(1, 2, 1024, 132) == 32  # 33 splits -> 32 segments of 32 chunks
+    assert choose_segments(1, 8, 64, 132) == 8  # short: 8 segments of MIN_SEGMENT_CHUNKS
+    assert choose_segments(1, 8, 15, 132) == 0  # fewer than two segments of MIN_SEGMENT_CHUNKS
+    assert choose_segments(4, 8, 1024, 132) == 512  # 32 pairs: 2 segments
+    assert choose_segments(8, 8, 1024, 132) == 0  # 64 pairs: 132 // 128 is one segment
+    assert choose_segments(9, 8, 1024, 132) == 0  # 72 pairs fill more than half: whole sequences
+    assert choose_segments(64, 32, 1024, 132) == 0
+    for n, hv, chunks, sms in ((1, 1, 4096, 188), (2, 4, 300, 84), (1, 16, 2048, 170), (3, 2, 999, 132)):
+        seg = choose_segments(n, hv, chunks, sms)
+        if seg:
+            assert seg >= MIN_SEGMENT_CHUNKS and ceil_div(chunks, seg) >= 2
+            assert n * hv * ceil_div(chunks, seg) <= sms // 2 + n * hv  # about two SMs a unit, at most
+    assert choose_segments(1, 8, 1024, 132, "0") == 0
+    assert choose_segments(64, 32, 1024, 132, "3") == 3  # forced even where the plan would not
+    assert choose_segments(1, 8, 10, 132, "10") == 0  # one segment is no split
+    for bad in ("x", "-2", "1.5"):
+        with pytest.raises(ValueError, match=SEGMENT_ENV):
+            choose_segments(1, 8, 1024, 132, bad)
+
+
 def test_prep_overlaps_the_recurrence_only_where_it_leaves_sms_idle():
     """The persistent prep grid takes the SMs the recurrence leaves idle, only when that is at least half of them
     and PDL lets the recurrence start early; the few-head shapes of issue 29 qualify, many heads do not."""

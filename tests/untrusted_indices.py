@@ -247,14 +247,16 @@ def grouped_masked_case():
 # ---------------------------------------------------------------- gated delta rule, varlen
 
 
-def gdr_varlen_case(overlap: bool | None = None):
+def gdr_varlen_case(overlap: bool | None = None, segment_chunks: int | None = None):
     """cu_seqlens read as its running maximum clamped to [0, T]: [0, 40, 20, 300, -5, 73] with T = 73 is
     [0, 40, 40, 73, 73, 73]: sequences of 40, 0, 33, 0, 0 tokens. overlap True / False forces the prep grid beside
-    the recurrence (cu' and the sequences' first chunks published through flags) or before it; None: the plan's."""
+    the recurrence (cu' and the sequences' first chunks published through flags) or before it; None: the plan's.
+    segment_chunks: each sequence cut into segments of that many chunks (the segmented passes read cu' too)."""
     from test_gated_delta_rule_gpu import BOUND, make_inputs
 
     import deep_gemm_sm120 as dg
     from deep_gemm_sm120.families.gated_delta_rule import api
+    from deep_gemm_sm120.families.gated_delta_rule.plan import SEGMENT_ENV
     from deep_gemm_sm120.selftest.workloads.gdr_reference import naive_recurrence, relative_l2
 
     t_total, n = 73, 5
@@ -263,6 +265,7 @@ def gdr_varlen_case(overlap: bool | None = None):
     with pytest.MonkeyPatch.context() as mp:
         if overlap is not None:
             mp.setattr(api, "choose_overlap", lambda *a: 3 if overlap and a[2] else 0)
+        mp.setenv(SEGMENT_ENV, str(segment_chunks or 0))
         graph, out = _capture(
             lambda: dg.chunk_gated_delta_rule(
                 *args, initial_state=init, output_final_state=True, cu_seqlens=cu, chunk_size=32
@@ -379,6 +382,7 @@ CASES = [
     ("block-scaled m-grouped contiguous ids", grouped_block_scaled_case),
     ("gdr varlen cu_seqlens", gdr_varlen_case),
     ("gdr varlen cu_seqlens, overlapped launch", lambda: gdr_varlen_case(overlap=True)),
+    ("gdr varlen cu_seqlens, segmented", lambda: gdr_varlen_case(segment_chunks=1)),
     ("sparse contiguous indices and ranges", sparse_contiguous_case),
     ("sparse paged table, lengths and indices", sparse_paged_case),
 ]

@@ -110,7 +110,8 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
                                   const __grid_constant__ CUtensorMap tmap_gate, const float* __restrict__ initial_state,
                                   float* __restrict__ final_state, Elem* __restrict__ o,
                                   const int32_t* __restrict__ cu_seqlens, uint32_t seq_len, uint32_t value_heads,
-                                  uint32_t group, const int32_t* ready) {
+                                  uint32_t group, const int32_t* ready, uint32_t segments, uint32_t segment_tokens,
+                                  uint32_t transitions) {
     // clang-format on
     using Cfg = GdrFwdConfig<kChunk, kVSlice, kKSplit, kStages>;
     using E = GdrElem<Elem>;
@@ -124,18 +125,24 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
     const auto ring = StageRing<kStages>::at(s_out + Cfg::kOutBytes + Cfg::kXchBytes);
 
     const uint32_t warp = warp_idx(), lane = lane_idx();
-    const uint32_t slice = blockIdx.x % kSlices, hv = blockIdx.x / kSlices % value_heads;
-    const uint32_t n = blockIdx.x / kSlices / value_heads, h = hv / group;
+    const uint32_t slice = blockIdx.x % kSlices, hv = blockIdx.x / kSlices % value_heads, h = hv / group;
+    const GdrUnit u =
+        gdr_unit(blockIdx.x / kSlices / value_heads, gridDim.x / kSlices / value_heads, segments, transitions);
     uint32_t start, end, first_slot = 0;
     ring.init(Cfg::kMathWarps);
     if (ready == nullptr) {
         pdl_wait_primary();
-        gdr_sequence(cu_seqlens, seq_len, n, start, end);  // cu_seqlens: the prep kernel's clamped cu'
+        gdr_sequence(cu_seqlens, seq_len, u.seq, start, end);  // cu_seqlens: the prep kernel's clamped cu'
     } else {
-        // overlapped with the prep grid: its flags, not its end
-        gdr_sequence_published<C>(cu_seqlens, ready, gridDim.x / kSlices / value_heads, seq_len, n, start, end,
-                                  first_slot);
+        // overlapped with the prep grid (never segmented): its flags, not its end
+        gdr_sequence_published<C>(cu_seqlens, ready, u.num_seqs, seq_len, u.seq, start, end, first_slot);
     }
+    const uint32_t seq_end = end;
+    if (segments != 0) gdr_segment(u.segment, segment_tokens, start, end);
+    // a segment's map is needed only by the segments after it: the last one's state is carried by the output pass
+    if (transitions != 0 && end == seq_end) return;
+    // the transition half: v = 0 and S = I, so the final S is the segment's linear map A (K x K)
+    const bool identity = transitions != 0 && u.half == 1;
     const uint32_t num_chunks = (end - start + C - 1) / C;
 
     if (warp == Cfg::kMathWarps) {
@@ -152,7 +159,7 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
                     flag_wait(gdr_ready_flag(ready, first_slot + c, value_heads, hv));
                     fence_proxy_async_global();
                 }
-                uint64_t* bar = ring.acquire(ps, Cfg::kTxBytes);
+                uint64_t* bar = ring.acquire(ps, identity ? Cfg::kTxBytes - Cfg::kVBytes : Cfg::kTxBytes);
 #pragma unroll
                 for (uint32_t half = 0; half < 2; ++half) {
                     const int32_t col = static_cast<int32_t>(half * kGdrHalfCols);
@@ -162,8 +169,9 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
                 }
 #pragma unroll
                 for (uint32_t b = 0; b < Cfg::kVBoxes; ++b)
-                    tma_load_3d(s + Cfg::kOffV + b * C * Cfg::kVRowBytes, &tmap_v, bar,
-                                static_cast<int32_t>(slice * kVSlice + b * kGdrHalfCols), hvi, t);
+                    if (!identity)
+                        tma_load_3d(s + Cfg::kOffV + b * C * Cfg::kVRowBytes, &tmap_v, bar,
+                                    static_cast<int32_t>(slice * kVSlice + b * kGdrHalfCols), hvi, t);
                 tma_load_3d(s + Cfg::kOffTw, &tmap_tw, bar, 0, hvi, t);
                 tma_load_3d(s + Cfg::kOffTu, &tmap_tu, bar, 0, hvi, t);
                 tma_load_3d(s + Cfg::kOffAttn, &tmap_attn, bar, 0, hvi, t);
@@ -177,14 +185,22 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
     const uint32_t gid = lane >> 2, t4 = lane & 3;
     const uint32_t vg = warp / kKSplit, kq = warp % kKSplit;
     const uint32_t v0 = slice * kVSlice + vg * 16, kt0 = kq * kWarpKT;
-    const size_t state_at = (static_cast<size_t>(n) * value_heads + hv) * kGdrHeadDim * kGdrHeadDim;
+    const size_t state_at = (static_cast<size_t>(u.slot) * value_heads + hv) * kGdrHeadDim * kGdrHeadDim;
+    // segmented output pass: the sequence's final state from its last segment (the first, when it is empty)
+    const bool store_final = final_state != nullptr &&
+                             (segments == 0 || transitions != 0 || (end == seq_end && (start < end || u.segment == 0)));
+    const size_t final_at = segments != 0 && transitions == 0
+                                ? (static_cast<size_t>(u.seq) * value_heads + hv) * kGdrHeadDim * kGdrHeadDim
+                                : state_at;
     float st[kWarpKT][4];  // S^T rows v0 + gid (+8), columns (k) 8 (kt0 + kt) + 2 t4 (+1)
 #pragma unroll
     for (uint32_t kt = 0; kt < kWarpKT; ++kt)
 #pragma unroll
         for (uint32_t e = 0; e < 4; ++e) {
             const uint32_t kd = 8 * (kt0 + kt) + 2 * t4 + e % 2, vd = v0 + gid + 8 * (e / 2);
-            st[kt][e] = initial_state != nullptr ? __ldg(initial_state + state_at + kd * kGdrHeadDim + vd) : 0.0f;
+            st[kt][e] = identity                   ? (kd == vd ? 1.0f : 0.0f)
+                        : initial_state != nullptr ? __ldg(initial_state + state_at + kd * kGdrHeadDim + vd)
+                                                   : 0.0f;
         }
     Elem* s_o = reinterpret_cast<Elem*>(s_out) + vg * C * 16;  // the group's warps write disjoint token pairs
 
@@ -208,6 +224,7 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
         float vp[kNT][4] = {};
 #pragma unroll
         for (uint32_t ks = 0; ks < kNT / 2; ++ks) {
+            if (identity) break;  // v = 0: u = 0
             constexpr uint32_t kChunksPerRow = Cfg::kVRowBytes / 16;
             const uint32_t m = lane / 8, row = 16 * ks + 8 * (m / 2) + lane % 8;
             const uint32_t chunk = 2 * vg + m % 2;  // the group's 16 columns of the slice
@@ -321,7 +338,9 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
         }
         ring.release(ps, lane);  // every read of the stage is done
 
-        // o rows of the warp's token pairs: transpose through the group's staging tile, 16-byte stores
+        // o rows of the warp's token pairs: transpose through the group's staging tile, 16-byte stores (none in the
+        // transition pass)
+        if (o == nullptr) continue;
 #pragma unroll
         for (uint32_t j = 0; j < kNT; ++j) {
             if ((j / 2) % kKSplit != kq) continue;
@@ -340,13 +359,13 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
         __syncwarp();
     }
 
-    if (final_state != nullptr) {
+    if (store_final) {
 #pragma unroll
         for (uint32_t kt = 0; kt < kWarpKT; ++kt)
 #pragma unroll
             for (uint32_t e = 0; e < 4; ++e) {
                 const uint32_t kd = 8 * (kt0 + kt) + 2 * t4 + e % 2, vd = v0 + gid + 8 * (e / 2);
-                final_state[state_at + kd * kGdrHeadDim + vd] = st[kt][e];
+                final_state[final_at + kd * kGdrHeadDim + vd] = st[kt][e];
             }
     }
     if (ready != nullptr) pdl_wait_primary();  // overlapped: the prep grid (whose scratch is freed after us) ends first

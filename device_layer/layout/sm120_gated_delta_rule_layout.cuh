@@ -137,6 +137,27 @@ SM120_DEVICE void gdr_sequence(const Offset* cu_seqlens, uint32_t seq_len, uint3
     }
 }
 
+// What a recurrence CTA walks. Whole sequences (segments == 0): unit = sequence. Segmented (context parallelism
+// inside the GPU, docs/gated_delta_rule.md): unit = (half, segment, sequence) with the sequence fastest; the
+// transition pass (transitions != 0) has two halves, 0 the segment's walk from a zero state (its affine part B),
+// 1 from the identity with v = 0 (its linear part A). `slot` indexes the per-unit states: [half][segment][sequence].
+struct GdrUnit {
+    uint32_t seq, segment, half, slot, num_seqs;
+};
+
+SM120_DEVICE GdrUnit gdr_unit(uint32_t unit, uint32_t units, uint32_t segments, uint32_t transitions) {
+    if (segments == 0) return {unit, 0, 0, unit, units};
+    const uint32_t per_half = transitions != 0 ? units / 2 : units, num_seqs = per_half / segments;
+    const uint32_t half = unit / per_half, in_half = unit % per_half;
+    return {in_half % num_seqs, in_half / num_seqs, half, unit, num_seqs};
+}
+
+// Segment j of a sequence [start, end): `segment_tokens` (whole chunks) each, clipped to the sequence (empty past it).
+SM120_DEVICE void gdr_segment(uint32_t segment, uint32_t segment_tokens, uint32_t& start, uint32_t& end) {
+    const uint32_t s = start + min(segment * segment_tokens, end - start);
+    start = s, end = s + min(segment_tokens, end - s);
+}
+
 // Overlapped launch (few recurrence CTAs): the prep kernel runs beside the recurrence as a persistent grid and
 // publishes its work in `ready` (int32, zeroed by the host): ready[0] once cu' (and the first slots) are written,
 // ready[1 + slot * HV + hv] once chunk slot `slot` of value head hv is. The recurrence waits on these instead of

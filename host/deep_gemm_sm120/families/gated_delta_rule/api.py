@@ -8,6 +8,8 @@ in a per-call scratch of 3 * C * 2 + 16 bytes per token and value head.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from ... import jit
@@ -27,7 +29,7 @@ from .contract import (
     scale_value,
 )
 from .kernel import HEAD_DIM, PARAMS, GdrFwdSpec
-from .plan import choose_overlap, choose_plan, recurrence_ctas
+from .plan import choose_overlap, choose_plan, choose_segments, recurrence_ctas, segment_setting
 from .prep import PARAMS as PREP_PARAMS
 from .prep import GdrPrepSpec, persistent_teams
 
@@ -110,6 +112,7 @@ def chunk_gated_delta_rule(
             type(chunk_size),
             chunk_size,
             get_pdl(),  # the plan overlaps its two kernels only with PDL
+            segment_setting(),  # the measurement knob: a new value plans anew
         )
         call = _CALLS.get(key)
     except KEY_ERRORS:  # not tensors, storage-less, or unhashable values: the checks name what was expected
@@ -136,6 +139,17 @@ def chunk_gated_delta_rule(
         if final is not None:
             final = NoBackward.apply(final, *inputs)
     return o, final
+
+
+@contextlib.contextmanager
+def exact_fp32_matmul():
+    """The combine's float32 products in full float32 even where the caller allows TF32 for its own matmuls."""
+    saved = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved
 
 
 def _prepare(
@@ -188,13 +202,17 @@ def _prepare(
         return target, index, empty
 
     sms = num_sms_for(index)
-    vslice, ksplit = choose_plan(n, hv, sms, c)
-    fwd_ctas = recurrence_ctas(n, hv, vslice)
     varlen = cu_seqlens is not None
+    # few (sequence, value head) pairs on long chains: each sequence cut into segments that run in parallel
+    segment_chunks = choose_segments(n, hv, ceil_div(t, c), sms, segment_setting())
+    segments = ceil_div(ceil_div(t, c), segment_chunks) if segment_chunks else 0
+    units = n * max(1, segments)  # what the recurrence's CTAs walk: sequences, or (segment, sequence) pairs
+    vslice, ksplit = choose_plan(units, hv, sms, c)
+    fwd_ctas = recurrence_ctas(units, hv, vslice)
     slots = ceil_div(t, c) + n if varlen else n * ceil_div(t, c)
     # few recurrence CTAs: a persistent prep grid beside it, the recurrence waiting on per-chunk flags (both
-    # families launch with PDL when the switch is on)
-    overlap = choose_overlap(fwd_ctas, sms, get_pdl())
+    # families launch with PDL when the switch is on); a segmented walk waits for the whole prep
+    overlap = 0 if segments else choose_overlap(fwd_ctas, sms, get_pdl())
     prep, fwd = _kernels(c, vslice, ksplit, overlap > 0, elem, index, target)
     overlap = min(overlap, ceil_div(slots * hv, persistent_teams(c)))  # no CTA without an item
     # tensor maps with placeholder addresses: each call's own are patched in (q, k, v, then its scratch)
@@ -252,23 +270,47 @@ def _prepare(
             b"",
             index,
         )
-        addresses = (q, k, v, tw, tu, attn, gates)
-        launch(
-            fwd,
-            fwd_ctas,
-            PARAMS.pack(
-                initial_state=0 if init is None else init.data_ptr(),
-                final_state=0 if final is None else final.data_ptr(),
-                o=o.data_ptr(),
-                cu_seqlens=0 if cu_eff is None else cu_eff.data_ptr(),
-                seq_len=t,
-                value_heads=hv,
-                group=hv // h,
-                ready=0 if ready is None else ready.data_ptr(),
-            ),
-            with_addresses(maps, *(x.data_ptr() for x in addresses)),
-            index,
-        )
+        addresses = with_addresses(maps, *(x.data_ptr() for x in (q, k, v, tw, tu, attn, gates)))
+
+        def recurrence(ctas: int, init: torch.Tensor | None, final: torch.Tensor | None, o, transitions: int) -> None:
+            launch(
+                fwd,
+                ctas,
+                PARAMS.pack(
+                    initial_state=0 if init is None else init.data_ptr(),
+                    final_state=0 if final is None else final.data_ptr(),
+                    o=0 if o is None else o.data_ptr(),
+                    cu_seqlens=0 if cu_eff is None else cu_eff.data_ptr(),
+                    seq_len=t,
+                    value_heads=hv,
+                    group=hv // h,
+                    ready=0 if ready is None else ready.data_ptr(),
+                    segments=segments,
+                    segment_tokens=segment_chunks * c,
+                    transitions=transitions,
+                ),
+                addresses,
+                index,
+            )
+
+        if not segments:
+            recurrence(fwd_ctas, init, final, o, 0)
+            return o, final
+        # 1. every segment's affine map (A, B) but each sequence's last: [B; A][segment][sequence][hv]
+        maps_ab = torch.empty(2, segments, n * hv, HEAD_DIM, HEAD_DIM, dtype=torch.float32, device=dev)
+        recurrence(2 * fwd_ctas, None, maps_ab, None, 1)
+        # 2. each segment's first state: h_0 the initial state, h_{j+1} = A_j h_j + B_j (past a sequence's last
+        # segment the values are unused: its empty segments read them and store nothing)
+        firsts = torch.empty(segments, n * hv, HEAD_DIM, HEAD_DIM, dtype=torch.float32, device=dev)
+        if init is None:
+            firsts[0].zero_()
+        else:
+            firsts[0].copy_(init.view(n * hv, HEAD_DIM, HEAD_DIM))
+        with exact_fp32_matmul():
+            for j in range(1, segments):
+                torch.baddbmm(maps_ab[0, j - 1], maps_ab[1, j - 1], firsts[j - 1], out=firsts[j])
+        # 3. the chunk walk from each segment's first state: o, and the final state from each sequence's last
+        recurrence(fwd_ctas, firsts, final, o, 0)
         return o, final
 
     return target, index, run

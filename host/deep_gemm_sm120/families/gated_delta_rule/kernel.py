@@ -26,6 +26,9 @@ PARAMS = ParamList(
     Param("value_heads", "uint32_t"),
     Param("group", "uint32_t"),
     Param("ready", "const int32_t*"),
+    Param("segments", "uint32_t"),
+    Param("segment_tokens", "uint32_t"),
+    Param("transitions", "uint32_t"),
 )
 V_SLICES = (16, 32, 64, 128)
 MAX_STAGES = 2

@@ -3,6 +3,9 @@ beside it, and the kernels a call of a given shape launches."""
 
 from __future__ import annotations
 
+import os
+
+from ...core.arith import ceil_div
 from .kernel import ELEM_DTYPES, HEAD_DIM, SM120_CHUNK, V_SLICES, GdrFwdSpec, plans
 from .prep import GdrPrepSpec
 
@@ -18,6 +21,40 @@ def choose_plan(num_seqs: int, value_heads: int, num_sms: int, chunk: int) -> tu
     vs = next((v for v in widest_first if 2 * heads * (HEAD_DIM // v) >= num_sms), V_SLICES[0])
     split = (vs, 2) in built and heads * (HEAD_DIM // 16) * 2 <= 4 * num_sms
     return vs, 2 if split else 1
+
+
+SEGMENT_ENV = "DG_SM120_GDR_SEGMENT_CHUNKS"  # chunks per segment, for measurement (0: never split); unset: planned
+MIN_SEGMENT_CHUNKS = 8  # shorter segments spend more on the extra passes than the shorter chain saves
+
+
+def segment_setting() -> str:
+    """The measurement knob's raw value (part of a call's cache key: a new value plans anew)."""
+    return os.environ.get(SEGMENT_ENV, "")
+
+
+def choose_segments(num_seqs: int, value_heads: int, chunks: int, num_sms: int, setting: str = "") -> int:
+    """Chunks per segment when a sequence's chain is cut into segments that run in parallel (context
+    parallelism inside the GPU; docs/gated_delta_rule.md), 0 to walk whole sequences. `chunks`: the longest
+    sequence's chunk count (varlen: the whole pack's, the most any sequence can hold).
+
+    Splitting costs a transition pass over every segment but a sequence's last (twice the recurrence's work
+    there) and a combine step per segment; it pays where few (sequence, value head) pairs leave SMs idle while
+    each walks a long chain. So: only when the pairs fill at most half the SMs (a varlen pack counts its
+    sequences too, whose lengths the host does not read: a pack of many sequences is never split), into as many
+    segments as give each pair's segments about two SMs' worth, none shorter than MIN_SEGMENT_CHUNKS chunks."""
+    if setting:
+        try:
+            forced = int(setting)
+        except ValueError:
+            raise ValueError(f"{SEGMENT_ENV}={setting!r}: expected a whole number of chunks (0: never split)") from None
+        if forced < 0:
+            raise ValueError(f"{SEGMENT_ENV}={setting!r}: expected a whole number of chunks >= 0 (0: never split)")
+        return forced if 0 < forced < chunks else 0
+    pairs = num_seqs * value_heads
+    if 2 * pairs > num_sms:
+        return 0
+    split = min(num_sms // (2 * pairs), chunks // MIN_SEGMENT_CHUNKS)
+    return ceil_div(chunks, split) if split >= 2 else 0
 
 
 def recurrence_ctas(num_seqs: int, value_heads: int, vslice: int) -> int:
