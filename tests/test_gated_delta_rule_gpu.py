@@ -127,9 +127,11 @@ def test_overlapped_prep_matches_the_sequential_launch(monkeypatch, chunk, plan,
     """The prep grid beside the recurrence (persistent, flags per chunk; one prep CTA walking every item at the
     extreme) gives bitwise the sequential launch's result: same kernels' arithmetic, only the wait differs."""
     from deep_gemm_sm120.families.gated_delta_rule import api
+    from deep_gemm_sm120.families.gated_delta_rule.plan import SEGMENT_ENV
     from deep_gemm_sm120.launch import forget_calls
 
     monkeypatch.setattr(api, "choose_plan", lambda *_a: plan)
+    monkeypatch.setenv(SEGMENT_ENV, "0")  # whole sequences: a segmented walk never overlaps (c16's 19 chunks split)
     if varlen:
         cu = torch.tensor([0, 1, 1, 70, 203, 203, 300], dtype=torch.int32, device="cuda")
         args, init = make_inputs(1, 300, 2, 4, seed=chunk + prep_ctas, state_n=6)
@@ -148,7 +150,9 @@ def test_overlapped_prep_matches_the_sequential_launch(monkeypatch, chunk, plan,
 def test_overlap_follows_the_pdl_switch(monkeypatch):
     """Without PDL the recurrence could not start before the prep grid ends: the plan says sequential."""
     from deep_gemm_sm120.families.gated_delta_rule import api
+    from deep_gemm_sm120.families.gated_delta_rule.plan import SEGMENT_ENV
 
+    monkeypatch.setenv(SEGMENT_ENV, "0")  # whole sequences (a segmented walk never overlaps)
     seen = []
     real = api.choose_overlap
     monkeypatch.setattr(api, "choose_overlap", lambda *a: seen.append(a) or real(*a))
@@ -203,8 +207,10 @@ def test_graph_replay_with_new_inputs(monkeypatch, overlap):
     """Captured, then replayed on new inputs: equal to the eager call. Overlapped, the flags' zero fill is a node
     of the graph, so every replay starts from cleared flags."""
     from deep_gemm_sm120.families.gated_delta_rule import api
+    from deep_gemm_sm120.families.gated_delta_rule.plan import SEGMENT_ENV
 
     monkeypatch.setattr(api, "choose_overlap", lambda *a: 5 if overlap and a[2] else 0)
+    monkeypatch.setenv(SEGMENT_ENV, "0")  # whole sequences (a segmented walk never overlaps)
     lens = [5, 70, 0, 33]
     cu = torch.tensor([0, 5, 75, 75, 108], dtype=torch.int32, device="cuda")
     args, init = make_inputs(1, 108, 4, 8, seed=5, state_n=len(lens))
