@@ -209,3 +209,7 @@ def test_persistent_prep_specs_fit_and_come_with_the_plans_that_overlap():
     many = {s.name for s in plan_specs(132, num_seqs=1, value_heads=64)}
     assert "gated_delta_rule_prep_c32_persistent_t2_bf16" in few and "gated_delta_rule_prep_c32_bf16" in few
     assert not any("persistent" in name for name in many)
+    # a long few-head sequence is walked in segments: no persistent prep, and the segments' (wider) plan
+    long = {s.name for s in plan_specs(132, num_seqs=1, value_heads=8, seq_len=32768)}
+    assert not any("persistent" in name for name in long)
+    assert "gated_delta_rule_fwd_c32_v64_s2_bf16" in long and "gated_delta_rule_fwd_c32_v16_k2_s2_bf16" in few

@@ -73,11 +73,22 @@ def choose_overlap(recurrence_ctas: int, num_sms: int, pdl: bool) -> int:
 
 
 def plan_specs(
-    num_sms: int, dtype=None, chunk_size: int | None = None, num_seqs: int = 1, value_heads: int = 1, **_shape
+    num_sms: int,
+    dtype=None,
+    chunk_size: int | None = None,
+    num_seqs: int = 1,
+    value_heads: int = 1,
+    seq_len: int = 0,
+    **_shape,
 ) -> list:
+    """The kernels a call launches: seq_len (tokens of a sequence, of the pack with varlen; 0: unknown, planned as
+    unsplit) decides whether its walk is segmented, which changes the recurrence's plan."""
     elem = ELEM_DTYPES.get(str(dtype).replace("torch.", ""), "bf16")
     chunk = chunk_size or SM120_CHUNK
-    vs, ks = choose_plan(num_seqs, value_heads, num_sms, chunk)
+    chunks = ceil_div(seq_len, chunk)
+    segment_chunks = choose_segments(num_seqs, value_heads, chunks, num_sms, segment_setting()) if chunks else 0
+    units = num_seqs * (ceil_div(chunks, segment_chunks) if segment_chunks else 1)
+    vs, ks = choose_plan(units, value_heads, num_sms, chunk)
     # the persistent prep too where the launch overlaps (with PDL on, the default; the one-item prep without)
-    overlap = choose_overlap(recurrence_ctas(num_seqs, value_heads, vs), num_sms, True) > 0
+    overlap = not segment_chunks and choose_overlap(recurrence_ctas(units, value_heads, vs), num_sms, True) > 0
     return [GdrPrepSpec(chunk, elem)] + [GdrPrepSpec(chunk, elem, True)] * overlap + [GdrFwdSpec(chunk, vs, elem, ks)]
