@@ -30,16 +30,20 @@ def fresh_plans():
 BOUND = 0.01
 
 
-def make_inputs(b, t, h, hv, dtype=torch.bfloat16, seed=0, normalized=True, beta_fp32=False, state_n=None):
+def make_inputs(
+    b, t, h, hv, dtype=torch.bfloat16, seed=0, normalized=True, beta_fp32=False, state_n=None, decay_shift=0.0
+):
     """FLA's test recipe: l2-normalized q / k (or raw ones for the in-kernel l2norm), g = logsigmoid(N(0, 1)) fp32,
-    beta = sigmoid(N(0, 1)); an fp32 initial state per sequence when state_n is given."""
+    beta = sigmoid(N(0, 1)); an fp32 initial state per sequence when state_n is given. decay_shift: g =
+    logsigmoid(N(shift, 1)), a slow decay (shift 6: about -0.0025 a token) under which a state lives for hundreds of
+    tokens (with FLA's recipe it is gone within a chunk or two)."""
     gen = torch.Generator(device="cuda").manual_seed(seed)
     r = lambda *s: torch.randn(*s, device="cuda", generator=gen)
     q, k = r(b, t, h, 128), r(b, t, h, 128)
     if normalized:
         q, k = l2norm(q), l2norm(k)
     v = r(b, t, hv, 128)
-    g = F.logsigmoid(r(b, t, hv))
+    g = F.logsigmoid(r(b, t, hv) + decay_shift)
     beta = r(b, t, hv).sigmoid()
     init = r(state_n, hv, 128, 128) * 0.1 if state_n else None
     return (q.to(dtype), k.to(dtype), v.to(dtype), g, beta if beta_fp32 else beta.to(dtype)), init

@@ -151,11 +151,25 @@ def test_segments_only_where_few_pairs_walk_long_chains(monkeypatch):
     half the SMs, never below MIN_SEGMENT_CHUNKS chunks a segment, at least two segments; the knob wins (0: never),
     a bad knob is a ValueError naming it."""
     from deep_gemm_sm120.core.arith import ceil_div
-    from deep_gemm_sm120.families.gated_delta_rule.plan import MIN_SEGMENT_CHUNKS, SEGMENT_ENV, choose_segments
+    from deep_gemm_sm120.families.gated_delta_rule.plan import (
+        MAX_SLOTS_PER_SM,
+        MIN_SEGMENT_CHUNKS,
+        SEGMENT_ENV,
+        choose_segments,
+    )
 
     assert choose_segments(1, 8, 1024, 132) == 128  # 8 segments of 128 chunks: 8 pairs x 8 = 64 units
-    assert choose_segments(1, 2, 1024, 132) == 32  # 33 splits -> 32 segments of 32 chunks
-    assert choose_segments(1, 8, 64, 132) == 8  # short: 8 segments of MIN_SEGMENT_CHUNKS
+    assert choose_segments(1, 2, 1024, 132) == 32  # 33 splits capped at sqrt(1024): 32 segments of 32 chunks
+    assert choose_segments(1, 8, 64, 132) == 16  # short: 4 segments of MIN_SEGMENT_CHUNKS
+    assert choose_segments(1, 1, 4096, 188) == 64  # one pair: sqrt(4096) = 64 segments (the combine is a chain)
+    # varlen: sized for an even share of the pack (4 x 2048 tokens: 4 segments of 16 chunks each), and a pack of
+    # many sequences' slots stay bounded (at most MAX_SLOTS_PER_SM units a SM)
+    assert choose_segments(4, 4, 256, 132, varlen=True) == 16
+    assert choose_segments(4, 4, 256, 132) == 64  # fixed length: each 256-chunk sequence in 4 segments
+    for n, hv, chunks in ((2, 1, 8192), (16, 2, 4096), (1, 8, 2048), (33, 2, 1000)):
+        seg = choose_segments(n, hv, chunks, 132, varlen=True)
+        if seg:
+            assert n * hv * ceil_div(chunks, seg) <= MAX_SLOTS_PER_SM * 132
     assert choose_segments(1, 8, 15, 132) == 0  # fewer than two segments of MIN_SEGMENT_CHUNKS
     assert choose_segments(4, 8, 1024, 132) == 512  # 32 pairs: 2 segments
     assert choose_segments(8, 8, 1024, 132) == 0  # 64 pairs: 132 // 128 is one segment
@@ -172,6 +186,58 @@ def test_segments_only_where_few_pairs_walk_long_chains(monkeypatch):
     for bad in ("x", "-2", "1.5"):
         with pytest.raises(ValueError, match=SEGMENT_ENV):
             choose_segments(1, 8, 1024, 132, bad)
+
+
+_EXACT_PROBE = """
+import sys, torch
+from deep_gemm_sm120.families.gated_delta_rule.api import exact_fp32_matmul
+m = torch.backends.cuda.matmul
+setup = sys.argv[1]
+if setup == "new":
+    m.fp32_precision = "tf32"
+elif setup == "global":
+    torch.set_float32_matmul_precision("medium")
+elif setup == "legacy":
+    m.allow_tf32 = True
+def state():
+    out = []
+    for f in (lambda: m.fp32_precision, torch.get_float32_matmul_precision, lambda: m.allow_tf32):
+        try:
+            out.append(f())
+        except RuntimeError:
+            out.append("raises")
+    return out
+before = state()
+with exact_fp32_matmul():
+    inside = m.fp32_precision if hasattr(m, "fp32_precision") else m.allow_tf32
+print(before == state(), inside)
+"""
+
+
+@pytest.mark.parametrize("setup", ["default", "new", "global", "legacy"])
+def test_the_combine_runs_in_full_fp32_and_leaves_the_callers_tf32_setting(setup):
+    """The segmented walk's combine forces full FP32 products with the API the running torch has, and leaves the
+    caller's setting as it was, whichever API set it (mixing torch's legacy and new TF32 APIs raises in torch 2.9+:
+    a segmented call raised for every caller who had used the new one). In a child: the setting is global."""
+    import subprocess
+    import sys
+
+    p = subprocess.run(
+        [sys.executable, "-c", _EXACT_PROBE, setup], capture_output=True, text=True, timeout=120, env=_child_env()
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.split() in (["True", "ieee"], ["True", "False"]), p.stdout
+
+
+def _child_env() -> dict:
+    import os
+
+    import deep_gemm_sm120
+
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(deep_gemm_sm120.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(x for x in (root, env.get("PYTHONPATH", "")) if x)
+    return env
 
 
 def test_prep_overlaps_the_recurrence_only_where_it_leaves_sms_idle():

@@ -143,13 +143,19 @@ def chunk_gated_delta_rule(
 
 @contextlib.contextmanager
 def exact_fp32_matmul():
-    """The combine's float32 products in full float32 even where the caller allows TF32 for its own matmuls."""
-    saved = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
+    """The combine's float32 products in full float32 even where the caller allows TF32 for its own matmuls, and
+    the caller's setting as it was afterwards. Only the API the running torch has: from torch 2.9 the
+    `fp32_precision` switch (reading the legacy `allow_tf32` flag raises once a caller has used the new one), the
+    legacy flag before. Process-global, like the setting itself: a thread matmul-ing in float32 meanwhile runs
+    without TF32 too (a combine kernel of our own, issue 42's next step, removes the switch)."""
+    matmul = torch.backends.cuda.matmul
+    name, exact = ("fp32_precision", "ieee") if hasattr(matmul, "fp32_precision") else ("allow_tf32", False)
+    saved = getattr(matmul, name)
+    setattr(matmul, name, exact)
     try:
         yield
     finally:
-        torch.backends.cuda.matmul.allow_tf32 = saved
+        setattr(matmul, name, saved)
 
 
 def _prepare(
@@ -204,7 +210,7 @@ def _prepare(
     sms = num_sms_for(index)
     varlen = cu_seqlens is not None
     # few (sequence, value head) pairs on long chains: each sequence cut into segments that run in parallel
-    segment_chunks = choose_segments(n, hv, ceil_div(t, c), sms, segment_setting())
+    segment_chunks = choose_segments(n, hv, ceil_div(t, c), sms, segment_setting(), varlen)
     segments = ceil_div(ceil_div(t, c), segment_chunks) if segment_chunks else 0
     units = n * max(1, segments)  # what the recurrence's CTAs walk: sequences, or (segment, sequence) pairs
     vslice, ksplit = choose_plan(units, hv, sms, c)
@@ -297,7 +303,8 @@ def _prepare(
             recurrence(fwd_ctas, init, final, o, 0)
             return o, final
         # 1. every segment's affine map (A, B) but each sequence's last: [B; A][segment][sequence][hv]
-        maps_ab = torch.empty(2, segments, n * hv, HEAD_DIM, HEAD_DIM, dtype=torch.float32, device=dev)
+        # zeroed: a sequence's last segment (and those past its end) are never walked, and the combine reads them
+        maps_ab = torch.zeros(2, segments, n * hv, HEAD_DIM, HEAD_DIM, dtype=torch.float32, device=dev)
         recurrence(2 * fwd_ctas, None, maps_ab, None, 1)
         # 2. each segment's first state: h_0 the initial state, h_{j+1} = A_j h_j + B_j (past a sequence's last
         # segment the values are unused: its empty segments read them and store nothing)

@@ -3,6 +3,7 @@ beside it, and the kernels a call of a given shape launches."""
 
 from __future__ import annotations
 
+import math
 import os
 
 from ...core.arith import ceil_div
@@ -24,7 +25,8 @@ def choose_plan(num_seqs: int, value_heads: int, num_sms: int, chunk: int) -> tu
 
 
 SEGMENT_ENV = "DG_SM120_GDR_SEGMENT_CHUNKS"  # chunks per segment, for measurement (0: never split); unset: planned
-MIN_SEGMENT_CHUNKS = 8  # shorter segments spend more on the extra passes than the shorter chain saves
+MIN_SEGMENT_CHUNKS = 16  # shorter segments spend more on the extra passes than the shorter chain saves (to tune)
+MAX_SLOTS_PER_SM = 4  # (segment slot, sequence, value head) units a SM at most: bounds the maps' memory
 
 
 def segment_setting() -> str:
@@ -32,16 +34,21 @@ def segment_setting() -> str:
     return os.environ.get(SEGMENT_ENV, "")
 
 
-def choose_segments(num_seqs: int, value_heads: int, chunks: int, num_sms: int, setting: str = "") -> int:
+def choose_segments(
+    num_seqs: int, value_heads: int, chunks: int, num_sms: int, setting: str = "", varlen: bool = False
+) -> int:
     """Chunks per segment when a sequence's chain is cut into segments that run in parallel (context
-    parallelism inside the GPU; docs/gated_delta_rule.md), 0 to walk whole sequences. `chunks`: the longest
-    sequence's chunk count (varlen: the whole pack's, the most any sequence can hold).
+    parallelism inside the GPU; docs/gated_delta_rule.md), 0 to walk whole sequences. `chunks`: a sequence's
+    chunk count (varlen: the whole pack's, the most any one sequence can hold).
 
     Splitting costs a transition pass over every segment but a sequence's last (twice the recurrence's work
     there) and a combine step per segment; it pays where few (sequence, value head) pairs leave SMs idle while
-    each walks a long chain. So: only when the pairs fill at most half the SMs (a varlen pack counts its
-    sequences too, whose lengths the host does not read: a pack of many sequences is never split), into as many
-    segments as give each pair's segments about two SMs' worth, none shorter than MIN_SEGMENT_CHUNKS chunks."""
+    each walks a long chain. So: only when the pairs fill at most half the SMs, into as many segments as give
+    each pair's segments about two SMs' worth, at most about sqrt(chunks) of them (the combine's steps are a
+    chain too), none shorter than MIN_SEGMENT_CHUNKS chunks. A varlen pack's lengths are not read on the host:
+    its segments are sized for an even share of the pack (chunks / sequences), so equal sequences split as fixed
+    ones do and a long one among short ones gets more segments, while the slots it may need stay bounded
+    (MAX_SLOTS_PER_SM units a SM)."""
     if setting:
         try:
             forced = int(setting)
@@ -53,8 +60,16 @@ def choose_segments(num_seqs: int, value_heads: int, chunks: int, num_sms: int, 
     pairs = num_seqs * value_heads
     if 2 * pairs > num_sms:
         return 0
-    split = min(num_sms // (2 * pairs), chunks // MIN_SEGMENT_CHUNKS)
-    return ceil_div(chunks, split) if split >= 2 else 0
+    share = ceil_div(chunks, num_seqs) if varlen else chunks  # a sequence's chunks, or its even share of a pack
+    split = min(num_sms // (2 * pairs), share // MIN_SEGMENT_CHUNKS, math.isqrt(share))
+    if split < 2:
+        return 0
+    length = ceil_div(share, split)
+    # every sequence gets ceil(chunks / length) segment slots: bound them (a pack's slots past a short sequence
+    # are empty CTAs and zeroed maps)
+    slots = MAX_SLOTS_PER_SM * num_sms // pairs
+    length = max(length, ceil_div(chunks, max(1, slots)))
+    return length if length < chunks else 0
 
 
 def recurrence_ctas(num_seqs: int, value_heads: int, vslice: int) -> int:
@@ -86,7 +101,11 @@ def plan_specs(
     elem = ELEM_DTYPES.get(str(dtype).replace("torch.", ""), "bf16")
     chunk = chunk_size or SM120_CHUNK
     chunks = ceil_div(seq_len, chunk)
-    segment_chunks = choose_segments(num_seqs, value_heads, chunks, num_sms, segment_setting()) if chunks else 0
+    segment_chunks = (
+        choose_segments(num_seqs, value_heads, chunks, num_sms, segment_setting(), _shape.get("varlen", False))
+        if chunks
+        else 0
+    )
     units = num_seqs * (ceil_div(chunks, segment_chunks) if segment_chunks else 1)
     vs, ks = choose_plan(units, value_heads, num_sms, chunk)
     # the persistent prep too where the launch overlaps (with PDL on, the default; the one-item prep without)
