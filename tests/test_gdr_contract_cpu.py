@@ -188,58 +188,6 @@ def test_segments_only_where_few_pairs_walk_long_chains(monkeypatch):
             choose_segments(1, 8, 1024, 132, bad)
 
 
-_EXACT_PROBE = """
-import sys, torch
-from deep_gemm_sm120.families.gated_delta_rule.api import exact_fp32_matmul
-m = torch.backends.cuda.matmul
-setup = sys.argv[1]
-if setup == "new":
-    m.fp32_precision = "tf32"
-elif setup == "global":
-    torch.set_float32_matmul_precision("medium")
-elif setup == "legacy":
-    m.allow_tf32 = True
-def state():
-    out = []
-    for f in (lambda: m.fp32_precision, torch.get_float32_matmul_precision, lambda: m.allow_tf32):
-        try:
-            out.append(f())
-        except RuntimeError:
-            out.append("raises")
-    return out
-before = state()
-with exact_fp32_matmul():
-    inside = m.fp32_precision if hasattr(m, "fp32_precision") else m.allow_tf32
-print(before == state(), inside)
-"""
-
-
-@pytest.mark.parametrize("setup", ["default", "new", "global", "legacy"])
-def test_the_combine_runs_in_full_fp32_and_leaves_the_callers_tf32_setting(setup):
-    """The segmented walk's combine forces full FP32 products with the API the running torch has, and leaves the
-    caller's setting as it was, whichever API set it (mixing torch's legacy and new TF32 APIs raises in torch 2.9+:
-    a segmented call raised for every caller who had used the new one). In a child: the setting is global."""
-    import subprocess
-    import sys
-
-    p = subprocess.run(
-        [sys.executable, "-c", _EXACT_PROBE, setup], capture_output=True, text=True, timeout=120, env=_child_env()
-    )
-    assert p.returncode == 0, p.stderr[-2000:]
-    assert p.stdout.split() in (["True", "ieee"], ["True", "False"]), p.stdout
-
-
-def _child_env() -> dict:
-    import os
-
-    import deep_gemm_sm120
-
-    env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(deep_gemm_sm120.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(x for x in (root, env.get("PYTHONPATH", "")) if x)
-    return env
-
-
 def test_prep_overlaps_the_recurrence_only_where_it_leaves_sms_idle():
     """The persistent prep grid takes the SMs the recurrence leaves idle, only when that is at least half of them
     and PDL lets the recurrence start early; the few-head shapes of issue 29 qualify, many heads do not."""

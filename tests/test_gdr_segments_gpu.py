@@ -142,16 +142,21 @@ def test_planner_splits_a_few_head_long_sequence(monkeypatch):
 
 
 def test_segmented_is_bitwise_repeatable_and_ignores_the_callers_tf32(monkeypatch):
+    """The combine is our own FP32 kernel: the caller's TF32 choice (either torch API) neither changes the result
+    nor is touched (an earlier combine through torch's matmul had to switch it, and raised for callers of the new
+    API)."""
     monkeypatch.setenv(SEGMENT_ENV, "5")
     args, init = make_inputs(1, 3000, 2, 8, seed=29, state_n=1)
     o1, f1 = run(args, init)
-    saved = torch.backends.cuda.matmul.allow_tf32
+    matmul = torch.backends.cuda.matmul
+    name, on = ("fp32_precision", "tf32") if hasattr(matmul, "fp32_precision") else ("allow_tf32", True)
+    saved = getattr(matmul, name)
     try:
-        torch.backends.cuda.matmul.allow_tf32 = True  # the caller's choice for its own matmuls, not the combine's
+        setattr(matmul, name, on)  # the caller's choice for its own matmuls
         o2, f2 = run(args, init)
+        assert getattr(matmul, name) == on
     finally:
-        torch.backends.cuda.matmul.allow_tf32 = saved
-    assert torch.backends.cuda.matmul.allow_tf32 == saved
+        setattr(matmul, name, saved)
     assert torch.equal(o1, o2) and torch.equal(f1, f2)
 
 

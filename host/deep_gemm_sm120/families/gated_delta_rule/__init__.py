@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ...core.names import Name, Op
 from ...core.registry import Family
+from .combine import COMBINE
 from .kernel import PARAMS, gate, specs
 from .plan import plan_specs
 from .prep import PREP
@@ -39,7 +40,7 @@ FAMILY = Family(
         Name("default_chunk_size", does="the chunk size chunk_gated_delta_rule uses on a device", deepgemm=False),
     ),
     api_modules=("api", "contract"),
-    services=(PREP,),
+    services=(PREP, COMBINE),
     sanitizers=("gated_delta_rule",),
     benchmarks=("gated_delta_rule",),
 )

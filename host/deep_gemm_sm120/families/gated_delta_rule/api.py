@@ -8,8 +8,6 @@ in a per-call scratch of 3 * C * 2 + 16 bytes per token and value head.
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 
 from ... import jit
@@ -19,6 +17,8 @@ from ...core.arith import ceil_div
 from ...core.tma import tma_request, with_addresses
 from ...device import num_sms_for
 from ...launch import KEY_ERRORS, CallCache, get_pdl, kernel_memo, launch, tensor_key
+from .combine import PARAMS as COMBINE_PARAMS
+from .combine import GdrCombineSpec, combine_ctas
 from .contract import (
     OTHER_CHUNK,
     NoBackward,
@@ -49,6 +49,11 @@ def _kernels(chunk: int, vslice: int, ksplit: int, persistent: bool, elem: str, 
         jit.get_kernel(GdrPrepSpec(chunk, elem, persistent), target, index),
         jit.get_kernel(GdrFwdSpec(chunk, vslice, elem, ksplit), target, index),
     )
+
+
+@kernel_memo(maxsize=8)
+def _combine_kernel(index: int, target: str):
+    return jit.get_kernel(GdrCombineSpec(), target, index)
 
 
 def _map(
@@ -141,23 +146,6 @@ def chunk_gated_delta_rule(
     return o, final
 
 
-@contextlib.contextmanager
-def exact_fp32_matmul():
-    """The combine's float32 products in full float32 even where the caller allows TF32 for its own matmuls, and
-    the caller's setting as it was afterwards. Only the API the running torch has: from torch 2.9 the
-    `fp32_precision` switch (reading the legacy `allow_tf32` flag raises once a caller has used the new one), the
-    legacy flag before. Process-global, like the setting itself: a thread matmul-ing in float32 meanwhile runs
-    without TF32 too (a combine kernel of our own, issue 42's next step, removes the switch)."""
-    matmul = torch.backends.cuda.matmul
-    name, exact = ("fp32_precision", "ieee") if hasattr(matmul, "fp32_precision") else ("allow_tf32", False)
-    saved = getattr(matmul, name)
-    setattr(matmul, name, exact)
-    try:
-        yield
-    finally:
-        setattr(matmul, name, saved)
-
-
 def _prepare(
     q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, use_qk_l2norm_in_kernel, chunk_size
 ) -> tuple:
@@ -220,6 +208,7 @@ def _prepare(
     # families launch with PDL when the switch is on); a segmented walk waits for the whole prep
     overlap = 0 if segments else choose_overlap(fwd_ctas, sms, get_pdl())
     prep, fwd = _kernels(c, vslice, ksplit, overlap > 0, elem, index, target)
+    combine = _combine_kernel(index, target) if segments else None
     overlap = min(overlap, ceil_div(slots * hv, persistent_teams(c)))  # no CTA without an item
     # tensor maps with placeholder addresses: each call's own are patched in (q, k, v, then its scratch)
     maps = (
@@ -306,16 +295,24 @@ def _prepare(
         # zeroed: a sequence's last segment (and those past its end) are never walked, and the combine reads them
         maps_ab = torch.zeros(2, segments, n * hv, HEAD_DIM, HEAD_DIM, dtype=torch.float32, device=dev)
         recurrence(2 * fwd_ctas, None, maps_ab, None, 1)
-        # 2. each segment's first state: h_0 the initial state, h_{j+1} = A_j h_j + B_j (past a sequence's last
-        # segment the values are unused: its empty segments read them and store nothing)
+        # 2. each segment's first state: h_0 the initial state, h_{j+1} = A_j h_j + B_j, one launch, plain FP32
+        # (past a sequence's last segment the maps are zero: its empty segments read zeros and store nothing)
         firsts = torch.empty(segments, n * hv, HEAD_DIM, HEAD_DIM, dtype=torch.float32, device=dev)
-        if init is None:
-            firsts[0].zero_()
-        else:
-            firsts[0].copy_(init.view(n * hv, HEAD_DIM, HEAD_DIM))
-        with exact_fp32_matmul():
-            for j in range(1, segments):
-                torch.baddbmm(maps_ab[0, j - 1], maps_ab[1, j - 1], firsts[j - 1], out=firsts[j])
+        if init is not None and init.data_ptr() % 16:
+            init = init.clone()  # the combine reads it in 16-byte loads
+        launch(
+            combine,
+            combine_ctas(n * hv),
+            COMBINE_PARAMS.pack(
+                maps=maps_ab.data_ptr(),
+                initial_state=0 if init is None else init.data_ptr(),
+                firsts=firsts.data_ptr(),
+                segments=segments,
+                pairs=n * hv,
+            ),
+            b"",
+            index,
+        )
         # 3. the chunk walk from each segment's first state: o, and the final state from each sequence's last
         recurrence(fwd_ctas, firsts, final, o, 0)
         return o, final

@@ -7,6 +7,7 @@ import math
 import os
 
 from ...core.arith import ceil_div
+from .combine import GdrCombineSpec
 from .kernel import ELEM_DTYPES, HEAD_DIM, SM120_CHUNK, V_SLICES, GdrFwdSpec, plans
 from .prep import GdrPrepSpec
 
@@ -110,4 +111,10 @@ def plan_specs(
     vs, ks = choose_plan(units, value_heads, num_sms, chunk)
     # the persistent prep too where the launch overlaps (with PDL on, the default; the one-item prep without)
     overlap = not segment_chunks and choose_overlap(recurrence_ctas(units, value_heads, vs), num_sms, True) > 0
-    return [GdrPrepSpec(chunk, elem)] + [GdrPrepSpec(chunk, elem, True)] * overlap + [GdrFwdSpec(chunk, vs, elem, ks)]
+    combine = [GdrCombineSpec()] if segment_chunks else []
+    return (
+        [GdrPrepSpec(chunk, elem)]
+        + [GdrPrepSpec(chunk, elem, True)] * overlap
+        + [GdrFwdSpec(chunk, vs, elem, ks)]
+        + combine
+    )

@@ -1,0 +1,112 @@
+"""The segmented gated-delta-rule walk's host wiring, on the CPU with the launches captured (the GPU half is
+tests/test_gdr_segments_gpu.py): the prep, the transition pass over a doubled grid (no o, the maps as its final
+states), the combine (one launch: the maps, the initial state, every segment's first state) and the output pass
+(from those first states, o and the final state), with the parameters each kernel's slot arithmetic assumes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import deep_gemm_sm120 as dg
+from deep_gemm_sm120 import arch, device, jit, launch
+from deep_gemm_sm120.core.arith import ceil_div
+from deep_gemm_sm120.families.gated_delta_rule import api
+from deep_gemm_sm120.families.gated_delta_rule.plan import SEGMENT_ENV
+
+SMS = 132
+
+
+@pytest.fixture()
+def captured(monkeypatch):
+    specs: dict[int, object] = {}
+    seen: list[tuple[str, int, dict]] = []
+
+    def fake_get_kernel(spec, target, dev):
+        specs[len(specs)] = spec
+        return jit.LoadedKernel(len(specs) - 1, spec.threads, spec.smem_bytes, spec.name, True)
+
+    def fake_launch(handle, gx, gy, gz, block, smem, stream, pdl, params, tmaps):
+        spec = specs[handle]
+        seen.append((spec.name, gx, spec.params.unpack(params)))
+
+    monkeypatch.delenv("DG_SM120_EMULATE", raising=False)
+    monkeypatch.setattr(arch, "device_capability", lambda i: (12, 0))
+    monkeypatch.setattr(device, "device_sm_count", lambda i: SMS)
+    monkeypatch.setattr(device, "_num_sms", None)
+    monkeypatch.setattr(jit, "get_kernel", fake_get_kernel)
+    monkeypatch.setattr(launch.BOUND, "launch", fake_launch)
+    monkeypatch.setattr(launch.BOUND, "stream", lambda i: 1)
+    monkeypatch.setattr(launch.BOUND, "pdl", True)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(api, "device_of", lambda **t: 0)
+    api._kernels.cache_clear()
+    api._combine_kernel.cache_clear()
+    launch.forget_calls()
+    arch.reset_targets()
+    yield seen
+    api._kernels.cache_clear()
+    api._combine_kernel.cache_clear()
+    launch.forget_calls()
+    arch.reset_targets()
+
+
+def _inputs(b, t, h, hv, state_n=None):
+    q = torch.zeros(b, t, h, 128, dtype=torch.bfloat16)
+    v = torch.zeros(b, t, hv, 128, dtype=torch.bfloat16)
+    g, beta = torch.zeros(b, t, hv), torch.zeros(b, t, hv, dtype=torch.bfloat16)
+    init = torch.zeros(state_n, hv, 128, 128) if state_n else None
+    return (q, q.clone(), v, g, beta), init
+
+
+@pytest.mark.parametrize("varlen", [False, True])
+@pytest.mark.parametrize("with_state", [False, True])
+def test_segmented_call_launches_the_three_passes(captured, monkeypatch, varlen, with_state):
+    monkeypatch.setenv(SEGMENT_ENV, "3")
+    n, hv, c = (3, 4, 32) if varlen else (2, 4, 32)
+    t = 700
+    b = 1 if varlen else n
+    args, init = _inputs(b, t, 2, hv, n if with_state else None)
+    cu = torch.tensor([0, 100, 100, 700], dtype=torch.int32) if varlen else None
+    o, final = dg.chunk_gated_delta_rule(
+        *args, initial_state=init, output_final_state=True, cu_seqlens=cu, chunk_size=c
+    )
+    names = [name for name, _, _ in captured]
+    assert names[0].startswith("gated_delta_rule_prep_c32_") and "persistent" not in names[0]
+    assert names[1] == names[3] and names[1].startswith("gated_delta_rule_fwd_c32_")
+    assert names[2] == "gated_delta_rule_combine_c16" and len(names) == 4
+    (_, ctas1, p1), (_, ctas2, p2), (_, ctas3, p3) = captured[1:]
+    segments = ceil_div(ceil_div(t, c), 3)  # segment slots a sequence
+    vslice = int(names[1].split("_v")[1].split("_")[0])
+    units = n * segments * hv * (128 // vslice)
+    # the transition pass: twice the units, from zero (B) and the identity (A), no o, the maps as final states
+    assert ctas1 == 2 * units and p1["transitions"] == 1 and p1["o"] == 0 and p1["initial_state"] == 0
+    assert p1["segments"] == segments and p1["segment_tokens"] == 3 * c
+    # the combine: one CTA per (16 columns, pair), the maps, the caller's initial state, every first state
+    assert ctas2 == n * hv * 8 and p2["maps"] == p1["final_state"] and p2["segments"] == segments
+    assert p2["pairs"] == n * hv and p2["initial_state"] == (init.data_ptr() if with_state else 0)
+    # the output pass: from the first states, o and the final state
+    assert ctas3 == units and p3["transitions"] == 0 and p3["initial_state"] == p2["firsts"]
+    assert p3["o"] == o.data_ptr() and p3["final_state"] == final.data_ptr()
+    assert p3["segments"] == segments and p3["segment_tokens"] == 3 * c
+    assert p1["cu_seqlens"] == p3["cu_seqlens"] and (p1["cu_seqlens"] != 0) == varlen
+
+
+def test_unsplit_call_keeps_its_two_launches(captured, monkeypatch):
+    monkeypatch.setenv(SEGMENT_ENV, "0")
+    args, init = _inputs(1, 700, 2, 4, 1)
+    dg.chunk_gated_delta_rule(*args, initial_state=init, output_final_state=True, chunk_size=32)
+    names = [name for name, _, _ in captured]
+    assert len(names) == 2 and "combine" not in "".join(names)
+    assert captured[1][2]["segments"] == 0 and captured[1][2]["transitions"] == 0
+
+
+def test_a_misaligned_initial_state_reaches_the_combine_aligned(captured, monkeypatch):
+    """The combine reads the initial state in 16-byte loads: a view 4 bytes into its storage is copied."""
+    monkeypatch.setenv(SEGMENT_ENV, "3")
+    args, _ = _inputs(1, 700, 2, 4)
+    init = torch.zeros(4 * 128 * 128 + 1)[1:].view(1, 4, 128, 128)
+    assert init.data_ptr() % 16 == 4
+    dg.chunk_gated_delta_rule(*args, initial_state=init, output_final_state=True, chunk_size=32)
+    p2 = captured[2][2]
+    assert p2["initial_state"] % 16 == 0 and p2["initial_state"] != init.data_ptr()
