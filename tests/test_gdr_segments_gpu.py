@@ -10,7 +10,12 @@ from __future__ import annotations
 import pytest
 import torch
 from gpu_helpers import requires_cuda
-from test_gated_delta_rule_gpu import _plans, check, make_inputs
+from test_gated_delta_rule_gpu import (  # noqa: F401 - fresh_plans: autouse here too
+    _plans,
+    check,
+    fresh_plans,
+    make_inputs,
+)
 
 import deep_gemm_sm120 as dg
 from deep_gemm_sm120.families.gated_delta_rule import api
@@ -18,17 +23,6 @@ from deep_gemm_sm120.families.gated_delta_rule.plan import SEGMENT_ENV
 from deep_gemm_sm120.selftest.workloads.gdr_reference import relative_l2
 
 pytestmark = [pytest.mark.cuda, requires_cuda, pytest.mark.usefixtures("sm120_or_emulation")]
-
-
-@pytest.fixture(autouse=True)
-def fresh_plans():
-    """Tests here patch the planner (choose_plan, choose_overlap, ...): a call signature planned by an earlier test
-    must not be served from the call cache, or the patch would never be asked."""
-    from deep_gemm_sm120.launch import forget_calls
-
-    forget_calls()
-    yield
-    forget_calls()
 
 
 def segments_taken(monkeypatch) -> list[int]:
