@@ -85,6 +85,9 @@ def test_segmented_call_launches_the_three_passes(captured, monkeypatch, varlen,
     # the combine: one CTA per (16 columns, pair), the maps, the caller's initial state, every first state
     assert ctas2 == n * hv * 8 and p2["maps"] == p1["final_state"] and p2["segments"] == segments
     assert p2["pairs"] == n * hv and p2["initial_state"] == (init.data_ptr() if with_state else 0)
+    # ... and how many of them hold tokens, from the sequences as the passes read them (cu', or T per sequence)
+    assert p2["cu_seqlens"] == p1["cu_seqlens"] and p2["seq_len"] == p1["seq_len"] == t
+    assert p2["value_heads"] == hv and p2["segment_tokens"] == 3 * c
     # the output pass: from the first states, o and the final state
     assert ctas3 == units and p3["transitions"] == 0 and p3["initial_state"] == p2["firsts"]
     assert p3["o"] == o.data_ptr() and p3["final_state"] == final.data_ptr()

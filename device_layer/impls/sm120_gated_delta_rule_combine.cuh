@@ -1,7 +1,7 @@
 #pragma once
 // Gated delta rule, segmented walk, the combine between its two passes (docs/gated_delta_rule.md, "Segmented
 // walk"): each segment's first state from the initial one and the segments' affine maps,
-//   h_0 = initial state (or 0),   h_{j+1} = A_j h_j + B_j   (j = 0 .. segments - 2),
+//   h_0 = initial state (or 0),   h_{j+1} = A_j h_j + B_j   (j = 0 .. held - 2: the segments holding tokens),
 // per (sequence, value head) pair: `maps` holds [2][segments][pairs][128][128] fp32, B_j in half 0 ([K][V]) and A_j
 // in half 1 ([K][K], acting on the state's K index, the recurrence's [kd][vd] layout), and `firsts`
 // [segments][pairs][128][128] receives every h_j. A chain of plain FP32 FMAs in a fixed order: no TF32, bitwise
@@ -26,7 +26,9 @@ template <uint32_t kCols>
 // clang-format off: a kernel declaration (see .clang-format)
 __global__ void __launch_bounds__(kCombineThreads, 1)
 sm120_gated_delta_rule_combine_kernel(const float* __restrict__ maps, const float* __restrict__ initial_state,
-                                      float* __restrict__ firsts, uint32_t segments, uint32_t pairs) {
+                                      float* __restrict__ firsts, uint32_t segments, uint32_t pairs,
+                                      const int32_t* __restrict__ cu_seqlens, uint32_t seq_len,
+                                      uint32_t value_heads, uint32_t segment_tokens) {
     // clang-format on
     static_assert(kCols == 16, "two threads of eight columns a row");
     __shared__ __align__(16) float h[kGdrHeadDim][kCols];
@@ -39,6 +41,13 @@ sm120_gated_delta_rule_combine_kernel(const float* __restrict__ maps, const floa
     const float* a_maps = maps + static_cast<size_t>(segments) * seg_stride;
 
     pdl_wait_primary();  // the maps come from the transition pass before this kernel in the stream
+    // only the segments holding tokens of this pair's sequence (one for an empty sequence): the output pass
+    // stores nothing for the others and reads no first state there, and the transition pass left their maps
+    // unwritten
+    uint32_t start, end;
+    gdr_sequence(cu_seqlens, seq_len, pair / value_heads, start, end);
+    const uint32_t held = end > start ? (end - start + segment_tokens - 1) / segment_tokens : 1;
+    const uint32_t steps = held < segments ? held : segments;
     float acc[8];
 #pragma unroll
     for (uint32_t q = 0; q < 2; ++q) {
@@ -54,7 +63,7 @@ sm120_gated_delta_rule_combine_kernel(const float* __restrict__ maps, const floa
             *reinterpret_cast<float4*>(&h[row][c0 + 4 * q]) = v;
             *reinterpret_cast<float4*>(firsts + j * seg_stride + at + 4 * q) = v;
         }
-        if (j + 1 >= segments) break;
+        if (j + 1 >= steps) break;
         __syncthreads();  // every row of h_j is in place
         const float* a_row =
             a_maps + j * seg_stride + static_cast<size_t>(pair) * kCombineTile + static_cast<size_t>(row) * kGdrHeadDim;

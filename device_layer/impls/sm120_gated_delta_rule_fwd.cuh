@@ -141,6 +141,9 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
     if (segments != 0) gdr_segment(u.segment, segment_tokens, start, end);
     // a segment's map is needed only by the segments after it: the last one's state is carried by the output pass
     if (transitions != 0 && end == seq_end) return;
+    // a segment past its sequence's end has nothing to walk, no first state (the combine writes none) and no final
+    // state to store (an empty sequence's is segment 0's)
+    if (segments != 0 && start == end && u.segment != 0) return;
     // the transition half: v = 0 and S = I, so the final S is the segment's linear map A (K x K)
     const bool identity = transitions != 0 && u.half == 1;
     const uint32_t num_chunks = (end - start + C - 1) / C;

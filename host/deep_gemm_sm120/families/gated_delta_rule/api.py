@@ -292,11 +292,11 @@ def _prepare(
             recurrence(fwd_ctas, init, final, o, 0)
             return o, final
         # 1. every segment's affine map (A, B) but each sequence's last: [B; A][segment][sequence][hv]
-        # zeroed: a sequence's last segment (and those past its end) are never walked, and the combine reads them
-        maps_ab = torch.zeros(2, segments, n * hv, HEAD_DIM, HEAD_DIM, dtype=torch.float32, device=dev)
+        # a sequence's last segment and those past its end are not walked, and nothing reads their maps
+        maps_ab = torch.empty(2, segments, n * hv, HEAD_DIM, HEAD_DIM, dtype=torch.float32, device=dev)
         recurrence(2 * fwd_ctas, None, maps_ab, None, 1)
-        # 2. each segment's first state: h_0 the initial state, h_{j+1} = A_j h_j + B_j, one launch, plain FP32
-        # (past a sequence's last segment the maps are zero: its empty segments read zeros and store nothing)
+        # 2. each segment's first state: h_0 the initial state, h_{j+1} = A_j h_j + B_j, one launch, plain FP32,
+        # for the segments that hold tokens of their sequence (from cu', as the passes read it)
         firsts = torch.empty(segments, n * hv, HEAD_DIM, HEAD_DIM, dtype=torch.float32, device=dev)
         if init is not None and init.data_ptr() % 16:
             init = init.clone()  # the combine reads it in 16-byte loads
@@ -309,6 +309,10 @@ def _prepare(
                 firsts=firsts.data_ptr(),
                 segments=segments,
                 pairs=n * hv,
+                cu_seqlens=0 if cu_eff is None else cu_eff.data_ptr(),
+                seq_len=t,
+                value_heads=hv,
+                segment_tokens=segment_chunks * c,
             ),
             b"",
             index,

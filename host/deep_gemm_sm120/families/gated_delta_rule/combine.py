@@ -15,6 +15,10 @@ PARAMS = ParamList(
     Param("firsts", "float*"),
     Param("segments", "uint32_t"),
     Param("pairs", "uint32_t"),
+    Param("cu_seqlens", "const int32_t*"),
+    Param("seq_len", "uint32_t"),
+    Param("value_heads", "uint32_t"),
+    Param("segment_tokens", "uint32_t"),
 )
 COLUMNS = 16  # value columns a CTA carries (kCombineCols)
 THREADS = 256  # two threads a state row
