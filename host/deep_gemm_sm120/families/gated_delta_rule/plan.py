@@ -67,7 +67,7 @@ def choose_segments(
         return 0
     length = ceil_div(share, split)
     # every sequence gets ceil(chunks / length) segment slots: bound them (a pack's slots past a short sequence
-    # are empty CTAs and zeroed maps)
+    # are CTAs that return at once and maps nothing reads)
     slots = MAX_SLOTS_PER_SM * num_sms // pairs
     length = max(length, ceil_div(chunks, max(1, slots)))
     return length if length < chunks else 0
