@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+from launch_stub import stub_gpu
 from test_launch_args_cpu import _decode_maps  # one reading of the runtime's TMA records
 
 import deep_gemm_sm120 as dg
@@ -158,15 +159,7 @@ def rig(monkeypatch):
 
         return wrapper
 
-    monkeypatch.delenv("DG_SM120_EMULATE", raising=False)
-    monkeypatch.setattr(arch, "device_capability", lambda i: (12, 0))
-    monkeypatch.setattr(device, "device_sm_count", lambda i: SMS)
-    monkeypatch.setattr(device, "_num_sms", None)
-    monkeypatch.setattr(jit, "get_kernel", fake_get_kernel)
-    monkeypatch.setattr(launch.BOUND, "launch", fake_launch)
-    monkeypatch.setattr(launch.BOUND, "stream", lambda i: 1234)
-    monkeypatch.setattr(launch.BOUND, "pdl", True)
-    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    stub_gpu(monkeypatch, fake_get_kernel, fake_launch, SMS, 1234)
     monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: self)
     for mod in (bf16_api, bf16_grouped, fp8_api, einsum_mod, fp8_einsum_mod, tf32_api, sparse_api, gdr_api):
         monkeypatch.setattr(mod, "device_of", lambda **t: 0)

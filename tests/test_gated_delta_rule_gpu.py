@@ -215,9 +215,16 @@ def test_graph_replay_with_new_inputs(monkeypatch, overlap):
 
     monkeypatch.setattr(api, "choose_overlap", lambda *a: 5 if overlap and a[2] else 0)
     monkeypatch.setenv(SEGMENT_ENV, "0")  # whole sequences (a segmented walk never overlaps)
-    lens = [5, 70, 0, 33]
-    cu = torch.tensor([0, 5, 75, 75, 108], dtype=torch.int32, device="cuda")
-    args, init = make_inputs(1, 108, 4, 8, seed=5, state_n=len(lens))
+    cu = torch.tensor([0, 5, 75, 75, 108], dtype=torch.int32, device="cuda")  # lengths 5, 70, 0, 33
+    graph_replay_matches_eager((1, 108, 4, 8), cu, seeds=(5, 6, 7))
+
+
+def graph_replay_matches_eager(shape, cu, seeds) -> None:
+    """Capture a call on inputs of `shape` (B, T, H, HV; seeds[0], a state per sequence of cu), then replay it on
+    new inputs (the other seeds; twice: a second replay must not see the first's flags or scratch): bitwise the
+    eager call's o and final state."""
+    n = cu.numel() - 1
+    args, init = make_inputs(*shape, seed=seeds[0], state_n=n)
     static = [x.clone() for x in args] + [init.clone()]
     kw = dict(output_final_state=True, cu_seqlens=cu, chunk_size=32)
     dg.chunk_gated_delta_rule(*static[:5], initial_state=static[5], **kw)  # compile and warm outside capture
@@ -225,8 +232,8 @@ def test_graph_replay_with_new_inputs(monkeypatch, overlap):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = dg.chunk_gated_delta_rule(*static[:5], initial_state=static[5], **kw)
-    for seed in (6, 7):  # twice: the second replay must not see the first one's flags
-        args2, init2 = make_inputs(1, 108, 4, 8, seed=seed, state_n=len(lens))
+    for seed in seeds[1:]:
+        args2, init2 = make_inputs(*shape, seed=seed, state_n=n)
         for dst, src in zip(static, list(args2) + [init2]):
             dst.copy_(src)
         graph.replay()

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from launch_stub import stub_gpu
 
 import deep_gemm_sm120 as dg
-from deep_gemm_sm120 import arch, device, jit, launch
+from deep_gemm_sm120 import arch, jit, launch
 from deep_gemm_sm120.core.arith import ceil_div
 from deep_gemm_sm120.families.gated_delta_rule import api
 from deep_gemm_sm120.families.gated_delta_rule.plan import SEGMENT_ENV
@@ -30,15 +31,7 @@ def captured(monkeypatch):
         spec = specs[handle]
         seen.append((spec.name, gx, spec.params.unpack(params)))
 
-    monkeypatch.delenv("DG_SM120_EMULATE", raising=False)
-    monkeypatch.setattr(arch, "device_capability", lambda i: (12, 0))
-    monkeypatch.setattr(device, "device_sm_count", lambda i: SMS)
-    monkeypatch.setattr(device, "_num_sms", None)
-    monkeypatch.setattr(jit, "get_kernel", fake_get_kernel)
-    monkeypatch.setattr(launch.BOUND, "launch", fake_launch)
-    monkeypatch.setattr(launch.BOUND, "stream", lambda i: 1)
-    monkeypatch.setattr(launch.BOUND, "pdl", True)
-    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    stub_gpu(monkeypatch, fake_get_kernel, fake_launch, SMS, 1)
     monkeypatch.setattr(api, "device_of", lambda **t: 0)
     api._kernels.cache_clear()
     api._combine_kernel.cache_clear()

@@ -14,6 +14,7 @@ from test_gated_delta_rule_gpu import (  # noqa: F401 - fresh_plans: autouse her
     _plans,
     check,
     fresh_plans,
+    graph_replay_matches_eager,
     make_inputs,
 )
 
@@ -157,22 +158,7 @@ def test_segmented_is_bitwise_repeatable_and_ignores_the_callers_tf32(monkeypatc
 def test_segmented_graph_replay_with_new_inputs(monkeypatch):
     monkeypatch.setenv(SEGMENT_ENV, "3")
     cu = torch.tensor([0, 5, 475, 475, 700], dtype=torch.int32, device="cuda")
-    args, init = make_inputs(1, 700, 2, 4, seed=31, state_n=4)
-    static = [x.clone() for x in args] + [init.clone()]
-    kw = dict(output_final_state=True, cu_seqlens=cu, chunk_size=32)
-    dg.chunk_gated_delta_rule(*static[:5], initial_state=static[5], **kw)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = dg.chunk_gated_delta_rule(*static[:5], initial_state=static[5], **kw)
-    for seed in (32, 33):
-        args2, init2 = make_inputs(1, 700, 2, 4, seed=seed, state_n=4)
-        for dst, src in zip(static, list(args2) + [init2]):
-            dst.copy_(src)
-        graph.replay()
-        torch.cuda.synchronize()
-        eager = dg.chunk_gated_delta_rule(*args2, initial_state=init2, **kw)
-        assert torch.equal(out[0], eager[0]) and torch.equal(out[1], eager[1])
+    graph_replay_matches_eager((1, 700, 2, 4), cu, seeds=(31, 32, 33))
 
 
 def test_segmented_without_final_state(monkeypatch):
