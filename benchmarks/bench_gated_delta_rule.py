@@ -290,8 +290,9 @@ def main() -> int:
         f"{'shape':>10} {'H':>3} {'HV':>3} {'init':>4} {'ours c32 us':>12} {'ours c64 us':>12} {'FLA us':>9} "
         f"{'x c32':>6} {'x c64':>6} {'relL2 vs FLA':>12}"
     )
-    if args.segments:  # for the whole run
-        segments_set(args.segments).__enter__()
+    whole_run = contextlib.ExitStack()  # held until main returns: a dropped context manager would undo the knob
+    if args.segments:
+        whole_run.enter_context(segments_set(args.segments))
     wanted = {w.strip() for w in args.rows.split(",") if w.strip()}
     rows = []
     for label, b, t, h, hv, lens, init in grid(args.quick and not wanted):

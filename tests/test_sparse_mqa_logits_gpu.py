@@ -70,6 +70,16 @@ def test_work_split_and_partial_tiles(sm120_or_emulation, rows, num_max, block):
     assert_matches(out, ref, valid, f"rows {rows} num_max {num_max} b{block}")
 
 
+@pytest.mark.parametrize("rows,n", [(9, 1), (40, 4)])
+def test_more_rows_than_kv_tokens(sm120_or_emulation, rows, n):
+    """Rows before the KV's first token see nothing (ks = ke = 0): all -inf, the rest scored as usual."""
+    c = sparse_case(rows, n, 16, 128, "mxfp8", 8, 2, seed=rows)
+    assert c["ke"].tolist()[: rows - n] == [0] * (rows - n)
+    ref, valid = reference_contiguous(c)
+    assert not valid[: rows - n].any()
+    assert_matches(run_sparse(c), ref, valid, f"rows {rows} n {n}")
+
+
 def test_aligned_starts_without_unaligned_flag(sm120_or_emulation):
     c = sparse_case(50, 800, 64, 128, "mxfp4", 16, 12, seed=4, unaligned=False)
     ref, valid = reference_contiguous(c)

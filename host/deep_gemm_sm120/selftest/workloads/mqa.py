@@ -102,12 +102,13 @@ def sparse_q(s: int, h: int, d: int, fmt: str, g: torch.Generator):
 
 def sparse_case(s, n, h, d, fmt, block, num_max, seed=0, unaligned=True, ranges=None):
     """Prefill-like rows: row i sees a causal window ending at n - s + i + 1 of random length (unaligned starts),
-    every 5th row empty, the last rows ending at n (their last block partial when n % block != 0)."""
+    every 5th row empty, the last rows ending at n (their last block partial when n % block != 0); with more rows
+    than tokens (s > n) the first s - n rows see nothing."""
     g = torch.Generator(device=_device()).manual_seed(seed)
     q, q_deq = sparse_q(s, h, d, fmt, g)
     kvv, kvs, kv_deq = mx_quantize(varied_rows(n, d, g), fmt)
     if ranges is None:
-        ke = [min(n, n - s + i + 1) for i in range(s)]
+        ke = [max(0, min(n, n - s + i + 1)) for i in range(s)]
         span = torch.randint(0, n + 1, (s,), generator=torch.Generator().manual_seed(seed)).tolist()
         ks = [max(0, e - sp) for e, sp in zip(ke, span)]
         for i in range(0, s, 5):
