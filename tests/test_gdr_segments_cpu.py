@@ -34,12 +34,12 @@ def captured(monkeypatch):
     stub_gpu(monkeypatch, fake_get_kernel, fake_launch, SMS, 1)
     monkeypatch.setattr(api, "device_of", lambda **t: 0)
     api._kernels.cache_clear()
-    api._combine_kernel.cache_clear()
+    api._segment_kernels.cache_clear()
     launch.forget_calls()
     arch.reset_targets()
     yield seen
     api._kernels.cache_clear()
-    api._combine_kernel.cache_clear()
+    api._segment_kernels.cache_clear()
     launch.forget_calls()
     arch.reset_targets()
 
@@ -66,14 +66,15 @@ def test_segmented_call_launches_the_three_passes(captured, monkeypatch, varlen,
     )
     names = [name for name, _, _ in captured]
     assert names[0].startswith("gated_delta_rule_prep_c32_") and "persistent" not in names[0]
-    assert names[1] == names[3] and names[1].startswith("gated_delta_rule_fwd_c32_")
+    # the transition pass is the recurrence's own instance (kTransitions: no q, attn or o), the output pass the plain
+    assert names[1] == names[3] + "_tr" and names[3].startswith("gated_delta_rule_fwd_c32_")
     assert names[2] == "gated_delta_rule_combine_c16" and len(names) == 4
     (_, ctas1, p1), (_, ctas2, p2), (_, ctas3, p3) = captured[1:]
     segments = ceil_div(ceil_div(t, c), 3)  # segment slots a sequence
-    vslice = int(names[1].split("_v")[1].split("_")[0])
+    vslice = int(names[3].split("_v")[1].split("_")[0])
     units = n * segments * hv * (128 // vslice)
     # the transition pass: twice the units, from zero (B) and the identity (A), no o, the maps as final states
-    assert ctas1 == 2 * units and p1["transitions"] == 1 and p1["o"] == 0 and p1["initial_state"] == 0
+    assert ctas1 == 2 * units and "transitions" not in p1 and p1["o"] == 0 and p1["initial_state"] == 0
     assert p1["segments"] == segments and p1["segment_tokens"] == 3 * c
     # the combine: one CTA per (16 columns, pair), the maps, the caller's initial state, every first state
     assert ctas2 == n * hv * 8 and p2["maps"] == p1["final_state"] and p2["segments"] == segments
@@ -82,7 +83,7 @@ def test_segmented_call_launches_the_three_passes(captured, monkeypatch, varlen,
     assert p2["cu_seqlens"] == p1["cu_seqlens"] and p2["seq_len"] == p1["seq_len"] == t
     assert p2["value_heads"] == hv and p2["segment_tokens"] == 3 * c
     # the output pass: from the first states, o and the final state
-    assert ctas3 == units and p3["transitions"] == 0 and p3["initial_state"] == p2["firsts"]
+    assert ctas3 == units and p3["initial_state"] == p2["firsts"]
     assert p3["o"] == o.data_ptr() and p3["final_state"] == final.data_ptr()
     assert p3["segments"] == segments and p3["segment_tokens"] == 3 * c
     assert p1["cu_seqlens"] == p3["cu_seqlens"] and (p1["cu_seqlens"] != 0) == varlen
@@ -94,7 +95,7 @@ def test_unsplit_call_keeps_its_two_launches(captured, monkeypatch):
     dg.chunk_gated_delta_rule(*args, initial_state=init, output_final_state=True, chunk_size=32)
     names = [name for name, _, _ in captured]
     assert len(names) == 2 and "combine" not in "".join(names)
-    assert captured[1][2]["segments"] == 0 and captured[1][2]["transitions"] == 0
+    assert captured[1][2]["segments"] == 0 and not names[1].endswith("_tr")
 
 
 def test_a_misaligned_initial_state_reaches_the_combine_aligned(captured, monkeypatch):

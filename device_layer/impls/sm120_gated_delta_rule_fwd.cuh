@@ -20,6 +20,9 @@
 // rows may be unwritten, overlapped), and their o rows are not stored.
 // With `ready` (the overlapped launch, few CTAs here) the prep grid runs alongside: the producer waits for each
 // chunk's flag before loading its factors, and the sequence's range comes from the published cu'.
+// Segmented (`segments` != 0, docs/gated_delta_rule.md): a CTA walks one segment of a sequence, from the first
+// state the combine kernel gives it. kTransitions = true is the transition pass (each segment's affine state map:
+// no q, attn or o), an instance of its own so that the plain walk's chunk loop carries none of its branches.
 
 #include <cuda.h>
 #include "../common/sm120_arch.cuh"
@@ -101,7 +104,8 @@ SM120_DEVICE void gdr_pack_a(uint32_t (&a)[4], const float (&x)[C / 8][4], uint3
     a[2] = E::pack(x[2 * ks + 1][0], x[2 * ks + 1][1]), a[3] = E::pack(x[2 * ks + 1][2], x[2 * ks + 1][3]);
 }
 
-template <uint32_t kChunk, uint32_t kVSlice, uint32_t kKSplit, uint32_t kStages, typename Elem>
+template <uint32_t kChunk, uint32_t kVSlice, uint32_t kKSplit, uint32_t kStages, typename Elem,
+          bool kTransitions = false>
 // clang-format off: a kernel declaration (see .clang-format)
 __global__ void __launch_bounds__(GdrFwdConfig<kChunk, kVSlice, kKSplit, kStages>::kThreads, 1)
 sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_k,
@@ -110,8 +114,7 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
                                   const __grid_constant__ CUtensorMap tmap_gate, const float* __restrict__ initial_state,
                                   float* __restrict__ final_state, Elem* __restrict__ o,
                                   const int32_t* __restrict__ cu_seqlens, uint32_t seq_len, uint32_t value_heads,
-                                  uint32_t group, const int32_t* ready, uint32_t segments, uint32_t segment_tokens,
-                                  uint32_t transitions) {
+                                  uint32_t group, const int32_t* ready, uint32_t segments, uint32_t segment_tokens) {
     // clang-format on
     using Cfg = GdrFwdConfig<kChunk, kVSlice, kKSplit, kStages>;
     using E = GdrElem<Elem>;
@@ -127,7 +130,7 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
     const uint32_t warp = warp_idx(), lane = lane_idx();
     const uint32_t slice = blockIdx.x % kSlices, hv = blockIdx.x / kSlices % value_heads, h = hv / group;
     const GdrUnit u =
-        gdr_unit(blockIdx.x / kSlices / value_heads, gridDim.x / kSlices / value_heads, segments, transitions);
+        gdr_unit(blockIdx.x / kSlices / value_heads, gridDim.x / kSlices / value_heads, segments, kTransitions);
     uint32_t start, end, first_slot = 0;
     ring.init(Cfg::kMathWarps);
     if (ready == nullptr) {
@@ -140,12 +143,12 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
     const uint32_t seq_end = end;
     if (segments != 0) gdr_segment(u.segment, segment_tokens, start, end);
     // a segment's map is needed only by the segments after it: the last one's state is carried by the output pass
-    if (transitions != 0 && end == seq_end) return;
+    if (kTransitions && end == seq_end) return;
     // a segment past its sequence's end has nothing to walk, no first state (the combine writes none) and no final
     // state to store (an empty sequence's is segment 0's)
     if (segments != 0 && start == end && u.segment != 0) return;
     // the transition half: v = 0 and S = I, so the final S is the segment's linear map A (K x K)
-    const bool identity = transitions != 0 && u.half == 1;
+    const bool identity = kTransitions && u.half == 1;
     const uint32_t num_chunks = (end - start + C - 1) / C;
 
     if (warp == Cfg::kMathWarps) {
@@ -162,12 +165,15 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
                     flag_wait(gdr_ready_flag(ready, first_slot + c, value_heads, hv));
                     fence_proxy_async_global();
                 }
-                uint64_t* bar = ring.acquire(ps, identity ? Cfg::kTxBytes - Cfg::kVBytes : Cfg::kTxBytes);
+                // the transition pass writes no o: it loads neither q nor attn
+                constexpr uint32_t kTx =
+                    kTransitions ? Cfg::kTxBytes - Cfg::kHeadTileBytes - Cfg::kMatBytes : Cfg::kTxBytes;
+                uint64_t* bar = ring.acquire(ps, identity ? kTx - Cfg::kVBytes : kTx);
 #pragma unroll
                 for (uint32_t half = 0; half < 2; ++half) {
                     const int32_t col = static_cast<int32_t>(half * kGdrHalfCols);
                     const uint32_t off = half * C * kSwizzle128BRowBytes;
-                    tma_load_3d(s + off, &tmap_q, bar, col, static_cast<int32_t>(h), t);
+                    if constexpr (!kTransitions) tma_load_3d(s + off, &tmap_q, bar, col, static_cast<int32_t>(h), t);
                     tma_load_3d(s + Cfg::kOffK + off, &tmap_k, bar, col, static_cast<int32_t>(h), t);
                 }
 #pragma unroll
@@ -177,7 +183,7 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
                                     static_cast<int32_t>(slice * kVSlice + b * kGdrHalfCols), hvi, t);
                 tma_load_3d(s + Cfg::kOffTw, &tmap_tw, bar, 0, hvi, t);
                 tma_load_3d(s + Cfg::kOffTu, &tmap_tu, bar, 0, hvi, t);
-                tma_load_3d(s + Cfg::kOffAttn, &tmap_attn, bar, 0, hvi, t);
+                if constexpr (!kTransitions) tma_load_3d(s + Cfg::kOffAttn, &tmap_attn, bar, 0, hvi, t);
                 tma_load_3d(s + Cfg::kOffGate, &tmap_gate, bar, 0, hvi, t);
             }
         }
@@ -191,8 +197,8 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
     const size_t state_at = (static_cast<size_t>(u.slot) * value_heads + hv) * kGdrHeadDim * kGdrHeadDim;
     // segmented output pass: the sequence's final state from its last segment (the first, when it is empty)
     const bool store_final = final_state != nullptr &&
-                             (segments == 0 || transitions != 0 || (end == seq_end && (start < end || u.segment == 0)));
-    const size_t final_at = segments != 0 && transitions == 0
+                             (segments == 0 || kTransitions || (end == seq_end && (start < end || u.segment == 0)));
+    const size_t final_at = segments != 0 && !kTransitions
                                 ? (static_cast<size_t>(u.seq) * value_heads + hv) * kGdrHeadDim * kGdrHeadDim
                                 : state_at;
     float st[kWarpKT][4];  // S^T rows v0 + gid (+8), columns (k) 8 (kt0 + kt) + 2 t4 (+1)
@@ -245,13 +251,16 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
             for (uint32_t jp = 0; jp < kNT / 2; ++jp) {
                 const uint32_t off =
                     gdr_tile_offset<C>(16 * jp + lane % 8 + 8 * (lane / 16), 2 * (kt0 / 2 + kk) + (lane / 8) % 2);
-                uint32_t bk[4], bq[4];
+                uint32_t bk[4];
                 ldmatrix_x4(smem_addr(s + Cfg::kOffK + off), bk[0], bk[1], bk[2], bk[3]);
-                ldmatrix_x4(smem_addr(s + off), bq[0], bq[1], bq[2], bq[3]);
                 E::mma(x[2 * jp], sa[kk], {bk[0], bk[1]});
                 E::mma(x[2 * jp + 1], sa[kk], {bk[2], bk[3]});
-                E::mma(out[2 * jp], sa[kk], {bq[0], bq[1]});
-                E::mma(out[2 * jp + 1], sa[kk], {bq[2], bq[3]});
+                if constexpr (!kTransitions) {
+                    uint32_t bq[4];
+                    ldmatrix_x4(smem_addr(s + off), bq[0], bq[1], bq[2], bq[3]);
+                    E::mma(out[2 * jp], sa[kk], {bq[0], bq[1]});
+                    E::mma(out[2 * jp + 1], sa[kk], {bq[2], bq[3]});
+                }
             }
         if constexpr (kKSplit > 1) {
             // publish the partials, then add the group's in warp order (identical X in every warp of the group)
@@ -262,7 +271,7 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
 #pragma unroll
                 for (uint32_t e = 0; e < 4; ++e) {
                     mine[(j * 4 + e) * 32 + lane] = x[j][e];
-                    mine[Cfg::kPartFloats + (j * 4 + e) * 32 + lane] = out[j][e];
+                    if constexpr (!kTransitions) mine[Cfg::kPartFloats + (j * 4 + e) * 32 + lane] = out[j][e];
                 }
             named_barrier_sync(1 + vg, kKSplit * 32);
             const float* grp = part + vg * kKSplit * 2 * Cfg::kPartFloats;
@@ -275,7 +284,7 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
 #pragma unroll
                     for (uint32_t w = 0; w < kKSplit; ++w) {
                         sx += grp[w * 2 * Cfg::kPartFloats + (j * 4 + e) * 32 + lane];
-                        if (owned) so += grp[(w * 2 + 1) * Cfg::kPartFloats + (j * 4 + e) * 32 + lane];
+                        if (!kTransitions && owned) so += grp[(w * 2 + 1) * Cfg::kPartFloats + (j * 4 + e) * 32 + lane];
                     }
                     x[j][e] = sx, out[j][e] = owned ? so : 0.0f;
                 }
@@ -288,7 +297,7 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
             for (uint32_t e = 0; e < 2; ++e) {
                 const uint32_t tok = 8 * j + 2 * t4 + e;
                 const float4 gt = gate[tok];
-                out[j][e] *= gt.y, out[j][e + 2] *= gt.y;
+                if constexpr (!kTransitions) out[j][e] *= gt.y, out[j][e + 2] *= gt.y;
                 kf[j][e] = tok < len ? gt.z : 0.0f;
             }
         // v'^T = u^T - X Tw^T
@@ -300,10 +309,10 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
             for (uint32_t r = 0; r < 4; ++r) a[r] ^= 0x80008000u;  // -X: flip both halves' sign bits (exact)
             gdr_mma_lower_t<E, C>(vp, a, ks, s + Cfg::kOffTw, lane);
         }
-        if (ready != nullptr && len < C) {
-            // overlapped, a sequence's last chunk: the tile rows past it belong to the next sequence and may not be
-            // written yet. Their v' columns are zeroed, so o and the state update see 0, never 0 x garbage
-            // (launched after the prep grid, those rows hold the next chunk's finite factors: 0 x finite = 0)
+        if (len < C) {
+            // a sequence's last chunk: the tile rows past it may hold factors nobody wrote (overlapped: the next
+            // sequence's, not yet written; cu_seqlens ending below T: the tokens past its end are in no sequence and
+            // never prepared). Their v' columns are zeroed, so o and the state update see 0, never 0 x garbage
 #pragma unroll
             for (uint32_t j = 0; j < kNT; ++j)
 #pragma unroll
@@ -311,11 +320,13 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
                     if (8 * j + 2 * t4 + e % 2 >= len) vp[j][e] = 0.0f;
         }
         // O += v'^T attn^T, v' as the A operand (the warp's token pairs)
+        if constexpr (!kTransitions) {
 #pragma unroll
-        for (uint32_t ks = 0; ks < kNT / 2; ++ks) {
-            uint32_t a[4];
-            gdr_pack_a<E, C>(a, vp, ks);
-            gdr_mma_lower_t<E, C, kKSplit>(out, a, ks, s + Cfg::kOffAttn, lane, kq);
+            for (uint32_t ks = 0; ks < kNT / 2; ++ks) {
+                uint32_t a[4];
+                gdr_pack_a<E, C>(a, vp, ks);
+                gdr_mma_lower_t<E, C, kKSplit>(out, a, ks, s + Cfg::kOffAttn, lane, kq);
+            }
         }
         // S^T = e^{G_last} S^T + (v'^T diag(kf)) k   (the warp's head-dim part)
         const float decay = __expf(gate[len - 1].x);
@@ -343,7 +354,7 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
 
         // o rows of the warp's token pairs: transpose through the group's staging tile, 16-byte stores (none in the
         // transition pass)
-        if (o == nullptr) continue;
+        if constexpr (kTransitions) continue;
 #pragma unroll
         for (uint32_t j = 0; j < kNT; ++j) {
             if ((j / 2) % kKSplit != kq) continue;

@@ -21,7 +21,7 @@ FAMILY = Family(
     params=PARAMS,
     specs=specs,
     gate=gate,
-    quick_key=lambda s: (s.chunk, s.vslice, s.ksplit),
+    quick_key=lambda s: (s.chunk, s.vslice, s.ksplit, s.transitions),
     pdl=True,
     names=(
         Op(

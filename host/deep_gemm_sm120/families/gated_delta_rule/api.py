@@ -51,9 +51,13 @@ def _kernels(chunk: int, vslice: int, ksplit: int, persistent: bool, elem: str, 
     )
 
 
-@kernel_memo(maxsize=8)
-def _combine_kernel(index: int, target: str):
-    return jit.get_kernel(GdrCombineSpec(), target, index)
+@kernel_memo(maxsize=64)
+def _segment_kernels(chunk: int, vslice: int, ksplit: int, elem: str, index: int, target: str):
+    """The segmented walk's extra kernels: the recurrence's transition-pass instance and the combine."""
+    return (
+        jit.get_kernel(GdrFwdSpec(chunk, vslice, elem, ksplit, True), target, index),
+        jit.get_kernel(GdrCombineSpec(), target, index),
+    )
 
 
 def _map(
@@ -208,7 +212,7 @@ def _prepare(
     # families launch with PDL when the switch is on); a segmented walk waits for the whole prep
     overlap = 0 if segments else choose_overlap(fwd_ctas, sms, get_pdl())
     prep, fwd = _kernels(c, vslice, ksplit, overlap > 0, elem, index, target)
-    combine = _combine_kernel(index, target) if segments else None
+    transition, combine = _segment_kernels(c, vslice, ksplit, elem, index, target) if segments else (None, None)
     overlap = min(overlap, ceil_div(slots * hv, persistent_teams(c)))  # no CTA without an item
     # tensor maps with placeholder addresses: each call's own are patched in (q, k, v, then its scratch)
     maps = (
@@ -267,9 +271,9 @@ def _prepare(
         )
         addresses = with_addresses(maps, *(x.data_ptr() for x in (q, k, v, tw, tu, attn, gates)))
 
-        def recurrence(ctas: int, init: torch.Tensor | None, final: torch.Tensor | None, o, transitions: int) -> None:
+        def recurrence(kernel, ctas: int, init: torch.Tensor | None, final: torch.Tensor | None, o) -> None:
             launch(
-                fwd,
+                kernel,
                 ctas,
                 PARAMS.pack(
                     initial_state=0 if init is None else init.data_ptr(),
@@ -282,19 +286,18 @@ def _prepare(
                     ready=0 if ready is None else ready.data_ptr(),
                     segments=segments,
                     segment_tokens=segment_chunks * c,
-                    transitions=transitions,
                 ),
                 addresses,
                 index,
             )
 
         if not segments:
-            recurrence(fwd_ctas, init, final, o, 0)
+            recurrence(fwd, fwd_ctas, init, final, o)
             return o, final
         # 1. every segment's affine map (A, B) but each sequence's last: [B; A][segment][sequence][hv]
         # a sequence's last segment and those past its end are not walked, and nothing reads their maps
         maps_ab = torch.empty(2, segments, n * hv, HEAD_DIM, HEAD_DIM, dtype=torch.float32, device=dev)
-        recurrence(2 * fwd_ctas, None, maps_ab, None, 1)
+        recurrence(transition, 2 * fwd_ctas, None, maps_ab, None)
         # 2. each segment's first state: h_0 the initial state, h_{j+1} = A_j h_j + B_j, one launch, plain FP32,
         # for the segments that hold tokens of their sequence (from cu', as the passes read it)
         firsts = torch.empty(segments, n * hv, HEAD_DIM, HEAD_DIM, dtype=torch.float32, device=dev)
@@ -318,7 +321,7 @@ def _prepare(
             index,
         )
         # 3. the chunk walk from each segment's first state: o, and the final state from each sequence's last
-        recurrence(fwd_ctas, firsts, final, o, 0)
+        recurrence(fwd, fwd_ctas, firsts, final, o)
         return o, final
 
     return target, index, run

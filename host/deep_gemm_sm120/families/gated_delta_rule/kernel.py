@@ -28,7 +28,6 @@ PARAMS = ParamList(
     Param("ready", "const int32_t*"),
     Param("segments", "uint32_t"),
     Param("segment_tokens", "uint32_t"),
-    Param("transitions", "uint32_t"),
 )
 V_SLICES = (16, 32, 64, 128)
 MAX_STAGES = 2
@@ -63,6 +62,7 @@ class GdrFwdSpec(KernelSpec):
     vslice: int = 64
     elem: str = "bf16"
     ksplit: int = 1
+    transitions: bool = False  # the segmented walk's transition pass (its own instance: no q, attn or o)
 
     @property
     def stages(self) -> int:
@@ -70,7 +70,8 @@ class GdrFwdSpec(KernelSpec):
 
     def kernel_name(self) -> str:
         split = f"_k{self.ksplit}" if self.ksplit > 1 else ""
-        return f"gated_delta_rule_fwd_c{self.chunk}_v{self.vslice}{split}_s{self.stages}_{self.elem}"
+        mode = "_tr" if self.transitions else ""
+        return f"gated_delta_rule_fwd_c{self.chunk}_v{self.vslice}{split}_s{self.stages}_{self.elem}{mode}"
 
     def block_threads(self) -> int:
         return (self.vslice // 16 * self.ksplit + 1) * 32
@@ -81,7 +82,8 @@ class GdrFwdSpec(KernelSpec):
         )
 
     def template_args(self) -> list[str]:
-        return [str(self.chunk), str(self.vslice), str(self.ksplit), str(self.stages), CXX_ELEM[self.elem]]
+        args = [str(self.chunk), str(self.vslice), str(self.ksplit), str(self.stages), CXX_ELEM[self.elem]]
+        return args + ["true"] * self.transitions  # the plain walk keeps the default (v0.8.9's instantiation)
 
     def type_subst(self) -> dict[str, str]:
         return {"elem": CXX_ELEM[self.elem]}
@@ -99,7 +101,9 @@ def plans(chunk: int) -> tuple[tuple[int, int], ...]:
 
 
 def specs() -> list[GdrFwdSpec]:
-    return [GdrFwdSpec(c, vs, e, ks) for c in CHUNKS for vs, ks in plans(c) for e in CXX_ELEM]
+    return [
+        GdrFwdSpec(c, vs, e, ks, tr) for c in CHUNKS for vs, ks in plans(c) for e in CXX_ELEM for tr in (False, True)
+    ]
 
 
 def gate(spec: GdrFwdSpec) -> GateRules:

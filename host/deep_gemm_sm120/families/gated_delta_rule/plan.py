@@ -116,5 +116,6 @@ def plan_specs(
         [GdrPrepSpec(chunk, elem)]
         + [GdrPrepSpec(chunk, elem, True)] * overlap
         + [GdrFwdSpec(chunk, vs, elem, ks)]
+        + [GdrFwdSpec(chunk, vs, elem, ks, True)] * bool(segment_chunks)
         + combine
     )
