@@ -280,14 +280,24 @@ def gdr_varlen_case(overlap: bool | None = None, segment_chunks: int | None = No
     assert eo <= BOUND and ef <= BOUND, f"relative L2: o {eo:.2e}, final state {ef:.2e}"
 
 
+def _nan_empty(real_empty):
+    """torch.empty whose floating-point tensors come filled with NaN: scratch the kernels fail to write, or read
+    where they should not, shows."""
+
+    def empty(*args, **kwargs):
+        t = real_empty(*args, **kwargs)
+        return t.fill_(float("nan")) if t.is_floating_point() else t
+
+    return empty
+
+
 def gdr_cu_seqlens_ending_below_t_case(segment_chunks: int = 0):
     """cu_seqlens ending below T ([0, 40, 50, 60] with T = 73, the host's value check off): tokens 60..72 are in no
-    sequence, so the prep kernel never writes their factors, and the last sequence's last chunk (tokens 32..59 of
-    it, a partial chunk) shares its tile with them. The scratch is poisoned with NaN first (freed blocks of its
-    exact shapes, which the caching allocator hands out again): the recurrence must zero those tokens' v' columns
-    (0 x NaN is NaN in the o and state products), so every sequence's o rows and final state stay exact. The rows
-    past cu_seqlens[-1] belong to no sequence and are not written. Launched after the prep grid (the overlapped
-    launch zeroed those columns already) and segmented."""
+    sequence. They share the last sequence's last (partial) chunk tiles, yet their inputs are NaN and the prep
+    kernel never writes their factors (the scratch comes NaN-filled): the recurrence must keep both out of every
+    product (0 x NaN is NaN), so each sequence's o rows and final state stay exact. The rows past cu_seqlens[-1]
+    belong to no sequence and are not written. Launched after the prep grid (the overlapped launch is another
+    case) and segmented."""
     from test_gated_delta_rule_gpu import BOUND, make_inputs
 
     import deep_gemm_sm120 as dg
@@ -295,37 +305,56 @@ def gdr_cu_seqlens_ending_below_t_case(segment_chunks: int = 0):
     from deep_gemm_sm120.families.gated_delta_rule.plan import SEGMENT_ENV
     from deep_gemm_sm120.selftest.workloads.gdr_reference import naive_recurrence, relative_l2
 
-    t_total, n, hv, c = 73, 3, 4, 32
-    cu = torch.tensor([0, 40, 50, 60], dtype=torch.int32, device="cuda")
-    args, init = make_inputs(1, t_total, 2, hv, seed=13, state_n=n)
+    t_total, n, end = 73, 3, 60
+    cu = torch.tensor([0, 40, 50, end], dtype=torch.int32, device="cuda")
+    args, init = make_inputs(1, t_total, 2, 4, seed=13, state_n=n)
+    ro, rf = naive_recurrence(*args, initial_state=init, output_final_state=True, cu_seqlens=cu)
+    for x in args[:3]:  # q, k, v past the last sequence: padding nobody promised to be finite
+        x[:, end:] = float("nan")
     was = dg.get_index_checks()
     dg.set_index_checks(False)
     try:
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(api, "choose_overlap", lambda *a: 0)
             mp.setenv(SEGMENT_ENV, str(segment_chunks))
-
-            def call():
-                return dg.chunk_gated_delta_rule(
-                    *args, initial_state=init, output_final_state=True, cu_seqlens=cu, chunk_size=c
-                )
-
-            call()  # compiles, and caches the call's plan
-            torch.cuda.synchronize()
-            poison = [
-                torch.full((3, t_total, hv, c), float("nan"), dtype=args[0].dtype, device="cuda"),
-                torch.full((t_total, hv, 4), float("nan"), dtype=torch.float32, device="cuda"),
-            ]
-            torch.cuda.synchronize()
-            del poison
-            o, final = call()
+            mp.setattr(torch, "empty", _nan_empty(torch.empty))
+            o, final = dg.chunk_gated_delta_rule(
+                *args, initial_state=init, output_final_state=True, cu_seqlens=cu, chunk_size=32
+            )
             torch.cuda.synchronize()
     finally:
         dg.set_index_checks(was)
-    ro, rf = naive_recurrence(*args, initial_state=init, output_final_state=True, cu_seqlens=cu)
-    end = int(cu[-1])
-    assert torch.isfinite(o[:, :end]).all() and torch.isfinite(final).all(), "NaN from the unprepared tokens"
+    assert torch.isfinite(o[:, :end]).all() and torch.isfinite(final).all(), "NaN from the tokens past cu_seqlens"
     eo, ef = relative_l2(o[:, :end], ro[:, :end]), relative_l2(final, rf)
+    assert eo <= BOUND and ef <= BOUND, f"relative L2: o {eo:.2e}, final state {ef:.2e}"
+
+
+def gdr_non_finite_neighbour_case(overlap: bool = False):
+    """A pack whose last sequence's inputs are Inf / NaN (an overflowed request): the sequences before it share
+    its first chunk's tiles in their last partial chunk and must come out exact."""
+    from test_gated_delta_rule_gpu import BOUND, make_inputs
+
+    import deep_gemm_sm120 as dg
+    from deep_gemm_sm120.families.gated_delta_rule import api
+    from deep_gemm_sm120.families.gated_delta_rule.plan import SEGMENT_ENV
+    from deep_gemm_sm120.selftest.workloads.gdr_reference import naive_recurrence, relative_l2
+
+    t_total, good = 73, 50
+    cu = torch.tensor([0, 40, good, t_total], dtype=torch.int32, device="cuda")
+    args, init = make_inputs(1, t_total, 2, 4, seed=17, state_n=3)
+    ro, rf = naive_recurrence(*args, initial_state=init, output_final_state=True, cu_seqlens=cu)
+    args[0][:, good:] = float("nan")
+    args[1][:, good:] = float("inf")
+    args[2][:, good:] = float("nan")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(api, "choose_overlap", lambda *a: 3 if overlap and a[2] else 0)
+        mp.setenv(SEGMENT_ENV, "0")
+        o, final = dg.chunk_gated_delta_rule(
+            *args, initial_state=init, output_final_state=True, cu_seqlens=cu, chunk_size=32
+        )
+        torch.cuda.synchronize()
+    assert torch.isfinite(o[:, :good]).all() and torch.isfinite(final[:2]).all(), "the bad sequence leaked"
+    eo, ef = relative_l2(o[:, :good], ro[:, :good]), relative_l2(final[:2], rf[:2])
     assert eo <= BOUND and ef <= BOUND, f"relative L2: o {eo:.2e}, final state {ef:.2e}"
 
 
@@ -434,6 +463,8 @@ CASES = [
     ("gdr varlen cu_seqlens, segmented", lambda: gdr_varlen_case(segment_chunks=1)),
     ("gdr cu_seqlens ending below T", gdr_cu_seqlens_ending_below_t_case),
     ("gdr cu_seqlens ending below T, segmented", lambda: gdr_cu_seqlens_ending_below_t_case(segment_chunks=1)),
+    ("gdr non-finite neighbour", gdr_non_finite_neighbour_case),
+    ("gdr non-finite neighbour, overlapped launch", lambda: gdr_non_finite_neighbour_case(overlap=True)),
     ("sparse contiguous indices and ranges", sparse_contiguous_case),
     ("sparse paged table, lengths and indices", sparse_paged_case),
 ]

@@ -43,6 +43,7 @@ struct GdrFwdConfig {
     static constexpr uint32_t kGroups = kVSlice / 16;  // 16 value columns each
     static constexpr uint32_t kMathWarps = kGroups * kKSplit;
     static constexpr uint32_t kThreads = (kMathWarps + 1) * 32;  // + the producer warp
+    static constexpr uint32_t kTokens = kChunk;                  // a chunk's tokens (rows of every tile)
     static constexpr uint32_t kHeadTileBytes = kChunk * kGdrHeadDim * 2;
     static constexpr uint32_t kVRowBytes = (kVSlice < kGdrHalfCols ? kVSlice : kGdrHalfCols) * 2;
     static constexpr uint32_t kVBoxes = kVSlice * 2 / kVRowBytes;
@@ -102,6 +103,27 @@ template <typename E, uint32_t C>
 SM120_DEVICE void gdr_pack_a(uint32_t (&a)[4], const float (&x)[C / 8][4], uint32_t ks) {
     a[0] = E::pack(x[2 * ks][0], x[2 * ks][1]), a[1] = E::pack(x[2 * ks][2], x[2 * ks][3]);
     a[2] = E::pack(x[2 * ks + 1][0], x[2 * ks + 1][1]), a[3] = E::pack(x[2 * ks + 1][2], x[2 * ks + 1][3]);
+}
+
+// Zero rows [len, C) of a stage's k tile (both 64-column halves) and v slice, 16 bytes a store, the math warps'
+// threads sharing the work. A row of a 128-byte-swizzled tile keeps its bytes within its own 128 bytes, so whole
+// rows are cleared whatever the swizzle.
+template <typename Cfg>
+SM120_DEVICE void gdr_zero_tail_rows(uint8_t* stage, uint32_t len, uint32_t thread) {
+    constexpr uint32_t kC = Cfg::kTokens, kKRow = kSwizzle128BRowBytes / 16, kVRow = Cfg::kVRowBytes / 16;
+    const uint32_t rows = kC - len, k_stores = 2 * rows * kKRow, v_stores = Cfg::kVBoxes * rows * kVRow;
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    for (uint32_t i = thread; i < k_stores + v_stores; i += Cfg::kMathWarps * 32) {
+        uint8_t* at;
+        if (i < k_stores) {
+            const uint32_t half = i / (rows * kKRow), r = len + i / kKRow % rows;
+            at = stage + Cfg::kOffK + half * kC * kSwizzle128BRowBytes + r * kSwizzle128BRowBytes + i % kKRow * 16;
+        } else {
+            const uint32_t j = i - k_stores, box = j / (rows * kVRow), r = len + j / kVRow % rows;
+            at = stage + Cfg::kOffV + box * kC * Cfg::kVRowBytes + r * Cfg::kVRowBytes + j % kVRow * 16;
+        }
+        *reinterpret_cast<uint4*>(at) = zero;
+    }
 }
 
 template <uint32_t kChunk, uint32_t kVSlice, uint32_t kKSplit, uint32_t kStages, typename Elem,
@@ -219,6 +241,13 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
         const uint8_t* s = smem + ps.stage * Cfg::kStageBytes;
         const float4* gate = reinterpret_cast<const float4*>(s + Cfg::kOffGate);
         ring.wait_full(ps);
+        if (len < C) {
+            // a sequence's last chunk: the k and v rows past it are the next sequence's tokens or, past the end of
+            // cu_seqlens, padding, and need not be finite. Their factors are 0 in every product below, but 0 x Inf
+            // is NaN: zero the rows (each warp a share, all of them before any reads the tiles)
+            gdr_zero_tail_rows<Cfg>(smem + ps.stage * Cfg::kStageBytes, len, warp * 32 + lane);
+            named_barrier_sync(1 + Cfg::kGroups, Cfg::kMathWarps * 32);  // after the K split's 1 + group
+        }
 
         // S^T as the A operand (k16 steps over the warp's part of the head dim)
         uint32_t sa[kWarpKT / 2][4];
@@ -354,23 +383,25 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
 
         // o rows of the warp's token pairs: transpose through the group's staging tile, 16-byte stores (none in the
         // transition pass)
-        if constexpr (kTransitions) continue;
+        if constexpr (!kTransitions) {
 #pragma unroll
-        for (uint32_t j = 0; j < kNT; ++j) {
-            if ((j / 2) % kKSplit != kq) continue;
+            for (uint32_t j = 0; j < kNT; ++j) {
+                if ((j / 2) % kKSplit != kq) continue;
 #pragma unroll
-            for (uint32_t e = 0; e < 4; ++e)
-                s_o[(8 * j + 2 * t4 + e % 2) * 16 + gid + 8 * (e / 2)] = static_cast<Elem>(out[j][e]);
+                for (uint32_t e = 0; e < 4; ++e)
+                    s_o[(8 * j + 2 * t4 + e % 2) * 16 + gid + 8 * (e / 2)] = static_cast<Elem>(out[j][e]);
+            }
+            __syncwarp();
+#pragma unroll
+            for (uint32_t np = kq; np < C / 16; np += kKSplit) {
+                const uint32_t row = 16 * np + lane / 2, part = lane % 2;
+                if (row < len)
+                    *reinterpret_cast<uint4*>(o + (static_cast<size_t>(first + row) * value_heads + hv) * kGdrHeadDim +
+                                              v0 + 8 * part) =
+                        *reinterpret_cast<const uint4*>(s_o + row * 16 + 8 * part);
+            }
+            __syncwarp();
         }
-        __syncwarp();
-#pragma unroll
-        for (uint32_t np = kq; np < C / 16; np += kKSplit) {
-            const uint32_t row = 16 * np + lane / 2, part = lane % 2;
-            if (row < len)
-                *reinterpret_cast<uint4*>(o + (static_cast<size_t>(first + row) * value_heads + hv) * kGdrHeadDim + v0 +
-                                          8 * part) = *reinterpret_cast<const uint4*>(s_o + row * 16 + 8 * part);
-        }
-        __syncwarp();
     }
 
     if (store_final) {
