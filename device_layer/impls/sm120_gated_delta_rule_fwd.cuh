@@ -106,24 +106,19 @@ SM120_DEVICE void gdr_pack_a(uint32_t (&a)[4], const float (&x)[C / 8][4], uint3
 }
 
 // Zero rows [len, C) of a stage's k tile (both 64-column halves) and v slice, 16 bytes a store, the math warps'
-// threads sharing the work. A row of a 128-byte-swizzled tile keeps its bytes within its own 128 bytes, so whole
-// rows are cleared whatever the swizzle.
+// threads sharing the work. Each tile is contiguous [box][row][16-byte unit], and a row of a swizzled tile keeps
+// its bytes within its own row, so store i of a tile clears unit i, on row i / units % C, whatever the swizzle.
 template <typename Cfg>
 SM120_DEVICE void gdr_zero_tail_rows(uint8_t* stage, uint32_t len, uint32_t thread) {
     constexpr uint32_t kC = Cfg::kTokens, kKRow = kSwizzle128BRowBytes / 16, kVRow = Cfg::kVRowBytes / 16;
-    const uint32_t rows = kC - len, k_stores = 2 * rows * kKRow, v_stores = Cfg::kVBoxes * rows * kVRow;
+    constexpr uint32_t kStride = Cfg::kMathWarps * 32;
     const uint4 zero = make_uint4(0, 0, 0, 0);
-    for (uint32_t i = thread; i < k_stores + v_stores; i += Cfg::kMathWarps * 32) {
-        uint8_t* at;
-        if (i < k_stores) {
-            const uint32_t half = i / (rows * kKRow), r = len + i / kKRow % rows;
-            at = stage + Cfg::kOffK + half * kC * kSwizzle128BRowBytes + r * kSwizzle128BRowBytes + i % kKRow * 16;
-        } else {
-            const uint32_t j = i - k_stores, box = j / (rows * kVRow), r = len + j / kVRow % rows;
-            at = stage + Cfg::kOffV + box * kC * Cfg::kVRowBytes + r * Cfg::kVRowBytes + j % kVRow * 16;
-        }
-        *reinterpret_cast<uint4*>(at) = zero;
-    }
+#pragma unroll 1
+    for (uint32_t i = thread; i < 2 * kC * kKRow; i += kStride)
+        if (i / kKRow % kC >= len) *reinterpret_cast<uint4*>(stage + Cfg::kOffK + 16 * i) = zero;
+#pragma unroll 1
+    for (uint32_t i = thread; i < Cfg::kVBoxes * kC * kVRow; i += kStride)
+        if (i / kVRow % kC >= len) *reinterpret_cast<uint4*>(stage + Cfg::kOffV + 16 * i) = zero;
 }
 
 template <uint32_t kChunk, uint32_t kVSlice, uint32_t kKSplit, uint32_t kStages, typename Elem,
