@@ -1,6 +1,8 @@
-"""Kernels on untrusted indices: each case captures a CUDA graph with valid inputs (the host checks run then),
-corrupts the index tensors in place the way a stale or corrupt decode step would (negative, past the end, huge,
-decreasing), replays, and compares with the result each op documents for such entries (docs/untrusted_indices.md).
+"""Kernels on untrusted indices: most cases capture a CUDA graph with valid inputs (the host checks run then),
+corrupt the index tensors in place the way a stale or corrupt decode step would (negative, past the end, huge,
+decreasing), replay, and compare with the result each op documents for such entries (docs/untrusted_indices.md);
+the gated delta rule's "below T" and "neighbour" cases call eagerly with the value check off and non-finite
+values where no sequence (or another one) owns the tokens.
 Used by tests/test_untrusted_indices_gpu.py and by the families' compute-sanitizer drivers, where memcheck must
 report 0 errors on the same replays."""
 
