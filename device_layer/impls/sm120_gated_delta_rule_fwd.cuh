@@ -15,9 +15,11 @@
 // The C x C factors are lower triangular, so their products skip the k-steps above the output block.
 // Everything a warp multiplies is in shared memory (TMA ring, a producer warp) or its registers; apart from the
 // K-split exchange (one named barrier per group and chunk) the warps share only the loaded tiles. Tokens past the
-// sequence's end in a chunk's tiles belong to the next sequence (or are TMA zero fill): Tu, Tw and attn are zero
-// above the diagonal, those tokens get factor 0 in the state update (their v' columns are set to zero when the
-// rows may be unwritten, overlapped), and their o rows are not stored.
+// sequence's end in a chunk's tiles belong to the next sequence (or are TMA zero fill, or padding past cu_seqlens'
+// end): Tu, Tw and attn are zero above the diagonal, those tokens get factor 0 in the state update, and their o
+// rows are not stored. Factor 0 does not cancel Inf or NaN, so a sequence's last partial chunk also zeroes those
+// tokens' k and v rows (shared memory) and their v' columns (registers): no other sequence's values, and no
+// unwritten factors, reach its o or state.
 // With `ready` (the overlapped launch, few CTAs here) the prep grid runs alongside: the producer waits for each
 // chunk's flag before loading its factors, and the sequence's range comes from the published cu'.
 // Segmented (`segments` != 0, docs/gated_delta_rule.md): a CTA walks one segment of a sequence, from the first
@@ -66,7 +68,8 @@ struct GdrFwdConfig {
     static_assert(kChunk == 16 || kChunk == 32 || kChunk == 64, "chunk size: 16, 32 or 64");
     static_assert(kVSlice == 16 || kVSlice == 32 || kVSlice == 64 || kVSlice == 128, "V slice: 16, 32, 64 or 128");
     static_assert(kKSplit == 1 || kKSplit == 2, "K split: 1 or 2 warps per 16 value columns");
-    static_assert(kKSplit == 1 || kGroups <= 15, "a named barrier per group (ids 1..15)");
+    static_assert(kGroups + 1 <= 15,
+                  "named barriers: one per group for the K split (1..kGroups), kGroups + 1 for the tail");
     static_assert(kStages >= 1, "at least one stage");
     static_assert(kSmemBytes <= kMaxSmemPerBlock, "shared memory exceeds the SM120 per-block budget (101376 B)");
 };
