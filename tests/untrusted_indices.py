@@ -8,6 +8,8 @@ report 0 errors on the same replays."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -249,6 +251,31 @@ def grouped_masked_case():
 # ---------------------------------------------------------------- gated delta rule, varlen
 
 
+@contextlib.contextmanager
+def _gdr_planned(overlap: bool | None = None, segment_chunks: int = 0, plan: tuple[int, int] | None = None):
+    """The GDR planner patched for one case: overlap True / False forces the prep grid beside the recurrence or
+    before it (None: the plan's), segment_chunks the segment length (0: never split), plan the recurrence's
+    (V slice, K split). Cached calls are forgotten on entry and exit, since neither the overlap choice nor the
+    plan is in a call's key (a signature seen before would keep its old plan). Yields the overlap choices made,
+    so a case can assert that the overlapped launch was asked for."""
+    from deep_gemm_sm120 import launch
+    from deep_gemm_sm120.families.gated_delta_rule import api
+    from deep_gemm_sm120.families.gated_delta_rule.plan import SEGMENT_ENV
+
+    chosen: list[tuple] = []
+    with pytest.MonkeyPatch.context() as mp:
+        if overlap is not None:
+            mp.setattr(api, "choose_overlap", lambda *a: chosen.append(a) or (3 if overlap and a[2] else 0))
+        if plan is not None:
+            mp.setattr(api, "choose_plan", lambda *a: plan)
+        mp.setenv(SEGMENT_ENV, str(segment_chunks))
+        launch.forget_calls()
+        try:
+            yield chosen
+        finally:
+            launch.forget_calls()
+
+
 def gdr_varlen_case(overlap: bool | None = None, segment_chunks: int | None = None):
     """cu_seqlens read as its running maximum clamped to [0, T]: [0, 40, 20, 300, -5, 73] with T = 73 is
     [0, 40, 40, 73, 73, 73]: sequences of 40, 0, 33, 0, 0 tokens. overlap True / False forces the prep grid beside
@@ -257,22 +284,18 @@ def gdr_varlen_case(overlap: bool | None = None, segment_chunks: int | None = No
     from test_gated_delta_rule_gpu import BOUND, make_inputs
 
     import deep_gemm_sm120 as dg
-    from deep_gemm_sm120.families.gated_delta_rule import api
-    from deep_gemm_sm120.families.gated_delta_rule.plan import SEGMENT_ENV
     from deep_gemm_sm120.selftest.workloads.gdr_reference import naive_recurrence, relative_l2
 
     t_total, n = 73, 5
     cu = torch.tensor([0, 10, 30, 50, 60, 73], dtype=torch.int32, device="cuda")
     args, init = make_inputs(1, t_total, 2, 4, seed=9, state_n=n)
-    with pytest.MonkeyPatch.context() as mp:
-        if overlap is not None:
-            mp.setattr(api, "choose_overlap", lambda *a: 3 if overlap and a[2] else 0)
-        mp.setenv(SEGMENT_ENV, str(segment_chunks or 0))
+    with _gdr_planned(overlap, segment_chunks or 0) as chosen:
         graph, out = _capture(
             lambda: dg.chunk_gated_delta_rule(
                 *args, initial_state=init, output_final_state=True, cu_seqlens=cu, chunk_size=32
             )
         )
+    assert not overlap or (chosen and chosen[0][2]), "the overlapped launch was not planned"
     cu.copy_(torch.tensor([0, 40, 20, 300, -5, 73], dtype=torch.int32))
     _replay(graph, *out)
     effective = torch.tensor([0, 40, 40, 73, 73, 73], dtype=torch.int32, device="cuda")
@@ -293,32 +316,27 @@ def _nan_empty(real_empty):
     return empty
 
 
-def gdr_cu_seqlens_ending_below_t_case(segment_chunks: int = 0):
+def gdr_cu_seqlens_ending_below_t_case(segment_chunks: int = 0, overlap: bool = False):
     """cu_seqlens ending below T ([0, 40, 50, 60] with T = 73, the host's value check off): tokens 60..72 are in no
     sequence. They share the last sequence's last (partial) chunk tiles, yet their inputs are NaN and the prep
     kernel never writes their factors (the scratch comes NaN-filled): the recurrence must keep both out of every
     product (0 x NaN is NaN), so each sequence's o rows and final state stay exact. The rows past cu_seqlens[-1]
-    belong to no sequence and are not written. Launched after the prep grid (the overlapped launch is another
-    case) and segmented."""
+    belong to no sequence and are not written. Launched after the prep grid, beside it (overlap) or segmented."""
     from test_gated_delta_rule_gpu import BOUND, make_inputs
 
     import deep_gemm_sm120 as dg
-    from deep_gemm_sm120.families.gated_delta_rule import api
-    from deep_gemm_sm120.families.gated_delta_rule.plan import SEGMENT_ENV
     from deep_gemm_sm120.selftest.workloads.gdr_reference import naive_recurrence, relative_l2
 
     t_total, n, end = 73, 3, 60
     cu = torch.tensor([0, 40, 50, end], dtype=torch.int32, device="cuda")
     args, init = make_inputs(1, t_total, 2, 4, seed=13, state_n=n)
     ro, rf = naive_recurrence(*args, initial_state=init, output_final_state=True, cu_seqlens=cu)
-    for x in args[:3]:  # q, k, v past the last sequence: padding nobody promised to be finite
+    for x in args:  # q, k, v, g, beta past the last sequence: padding nobody promised to be finite
         x[:, end:] = float("nan")
     was = dg.get_index_checks()
     dg.set_index_checks(False)
     try:
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(api, "choose_overlap", lambda *a: 0)
-            mp.setenv(SEGMENT_ENV, str(segment_chunks))
+        with _gdr_planned(overlap, segment_chunks) as chosen, pytest.MonkeyPatch.context() as mp:
             mp.setattr(torch, "empty", _nan_empty(torch.empty))
             o, final = dg.chunk_gated_delta_rule(
                 *args, initial_state=init, output_final_state=True, cu_seqlens=cu, chunk_size=32
@@ -326,38 +344,47 @@ def gdr_cu_seqlens_ending_below_t_case(segment_chunks: int = 0):
             torch.cuda.synchronize()
     finally:
         dg.set_index_checks(was)
+    assert not overlap or (chosen and chosen[0][2]), "the overlapped launch was not planned"
     assert torch.isfinite(o[:, :end]).all() and torch.isfinite(final).all(), "NaN from the tokens past cu_seqlens"
     eo, ef = relative_l2(o[:, :end], ro[:, :end]), relative_l2(final, rf)
     assert eo <= BOUND and ef <= BOUND, f"relative L2: o {eo:.2e}, final state {ef:.2e}"
 
 
-def gdr_non_finite_neighbour_case(overlap: bool = False):
+def gdr_non_finite_neighbour_case(overlap: bool = False, chunk: int = 32, plan: tuple[int, int] | None = None):
     """A pack whose last sequence's inputs are Inf / NaN (an overflowed request): the sequences before it share
-    its first chunk's tiles in their last partial chunk and must come out exact."""
+    its first chunk's tiles in their last partial chunk and must come out exact. plan forces the recurrence's
+    (V slice, K split): the tail rows it zeroes depend on the tile geometry (swizzle width, boxes, barrier id)."""
     from test_gated_delta_rule_gpu import BOUND, make_inputs
 
     import deep_gemm_sm120 as dg
-    from deep_gemm_sm120.families.gated_delta_rule import api
-    from deep_gemm_sm120.families.gated_delta_rule.plan import SEGMENT_ENV
     from deep_gemm_sm120.selftest.workloads.gdr_reference import naive_recurrence, relative_l2
 
     t_total, good = 73, 50
     cu = torch.tensor([0, 40, good, t_total], dtype=torch.int32, device="cuda")
     args, init = make_inputs(1, t_total, 2, 4, seed=17, state_n=3)
     ro, rf = naive_recurrence(*args, initial_state=init, output_final_state=True, cu_seqlens=cu)
-    args[0][:, good:] = float("nan")
-    args[1][:, good:] = float("inf")
-    args[2][:, good:] = float("nan")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(api, "choose_overlap", lambda *a: 3 if overlap and a[2] else 0)
-        mp.setenv(SEGMENT_ENV, "0")
+    for x, bad in zip(args, (float("nan"), float("inf"), float("nan"), float("-inf"), float("nan"))):
+        x[:, good:] = bad  # q, k, v, g, beta
+    with _gdr_planned(overlap, 0, plan) as chosen:
         o, final = dg.chunk_gated_delta_rule(
-            *args, initial_state=init, output_final_state=True, cu_seqlens=cu, chunk_size=32
+            *args, initial_state=init, output_final_state=True, cu_seqlens=cu, chunk_size=chunk
         )
         torch.cuda.synchronize()
-    assert torch.isfinite(o[:, :good]).all() and torch.isfinite(final[:2]).all(), "the bad sequence leaked"
+    label = f"chunk {chunk} plan {plan}"
+    assert not overlap or (chosen and chosen[0][2]), f"{label}: the overlapped launch was not planned"
+    assert torch.isfinite(o[:, :good]).all() and torch.isfinite(final[:2]).all(), f"{label}: the bad sequence leaked"
     eo, ef = relative_l2(o[:, :good], ro[:, :good]), relative_l2(final[:2], rf[:2])
-    assert eo <= BOUND and ef <= BOUND, f"relative L2: o {eo:.2e}, final state {ef:.2e}"
+    assert eo <= BOUND and ef <= BOUND, f"{label}: relative L2: o {eo:.2e}, final state {ef:.2e}"
+
+
+def gdr_non_finite_neighbour_every_plan_case():
+    """The same at every chunk size and every (V slice, K split) the recurrence is built for."""
+    from deep_gemm_sm120.families.gated_delta_rule.kernel import plans
+    from deep_gemm_sm120.families.gated_delta_rule.prep import CHUNKS
+
+    for chunk in CHUNKS:
+        for plan in plans(chunk):
+            gdr_non_finite_neighbour_case(chunk=chunk, plan=plan)
 
 
 # ---------------------------------------------------------------- sparse MQA logits and their slot tables
@@ -467,6 +494,8 @@ CASES = [
     ("gdr cu_seqlens ending below T, segmented", lambda: gdr_cu_seqlens_ending_below_t_case(segment_chunks=1)),
     ("gdr non-finite neighbour", gdr_non_finite_neighbour_case),
     ("gdr non-finite neighbour, overlapped launch", lambda: gdr_non_finite_neighbour_case(overlap=True)),
+    ("gdr non-finite neighbour, every plan", gdr_non_finite_neighbour_every_plan_case),
+    ("gdr cu_seqlens ending below T, overlapped launch", lambda: gdr_cu_seqlens_ending_below_t_case(overlap=True)),
     ("sparse contiguous indices and ranges", sparse_contiguous_case),
     ("sparse paged table, lengths and indices", sparse_paged_case),
 ]
