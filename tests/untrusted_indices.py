@@ -494,7 +494,7 @@ CASES = [
     ("gdr cu_seqlens ending below T, segmented", lambda: gdr_cu_seqlens_ending_below_t_case(segment_chunks=1)),
     ("gdr non-finite neighbour", gdr_non_finite_neighbour_case),
     ("gdr non-finite neighbour, overlapped launch", lambda: gdr_non_finite_neighbour_case(overlap=True)),
-    ("gdr non-finite neighbour, every plan", gdr_non_finite_neighbour_every_plan_case),
+    ("gdr tail rows at every plan", gdr_non_finite_neighbour_every_plan_case),
     ("gdr cu_seqlens ending below T, overlapped launch", lambda: gdr_cu_seqlens_ending_below_t_case(overlap=True)),
     ("sparse contiguous indices and ranges", sparse_contiguous_case),
     ("sparse paged table, lengths and indices", sparse_paged_case),
