@@ -276,15 +276,26 @@ def _gdr_planned(overlap: bool | None = None, segment_chunks: int = 0, plan: tup
             launch.forget_calls()
 
 
+def _gdr_matches(o, final, ro, rf, unfinite: str, label: str = "") -> None:
+    """o and final state finite (else `unfinite`) and within the suite's relative-L2 bound of the reference."""
+    from test_gated_delta_rule_gpu import BOUND
+
+    from deep_gemm_sm120.selftest.workloads.gdr_reference import relative_l2
+
+    assert torch.isfinite(o).all() and torch.isfinite(final).all(), label + unfinite
+    eo, ef = relative_l2(o, ro), relative_l2(final, rf)
+    assert eo <= BOUND and ef <= BOUND, f"{label}relative L2: o {eo:.2e}, final state {ef:.2e}"
+
+
 def gdr_varlen_case(overlap: bool | None = None, segment_chunks: int | None = None):
     """cu_seqlens read as its running maximum clamped to [0, T]: [0, 40, 20, 300, -5, 73] with T = 73 is
     [0, 40, 40, 73, 73, 73]: sequences of 40, 0, 33, 0, 0 tokens. overlap True / False forces the prep grid beside
     the recurrence (cu' and the sequences' first chunks published through flags) or before it; None: the plan's.
     segment_chunks: each sequence cut into segments of that many chunks (the segmented passes read cu' too)."""
-    from test_gated_delta_rule_gpu import BOUND, make_inputs
+    from test_gated_delta_rule_gpu import make_inputs
 
     import deep_gemm_sm120 as dg
-    from deep_gemm_sm120.selftest.workloads.gdr_reference import naive_recurrence, relative_l2
+    from deep_gemm_sm120.selftest.workloads.gdr_reference import naive_recurrence
 
     t_total, n = 73, 5
     cu = torch.tensor([0, 10, 30, 50, 60, 73], dtype=torch.int32, device="cuda")
@@ -300,9 +311,7 @@ def gdr_varlen_case(overlap: bool | None = None, segment_chunks: int | None = No
     _replay(graph, *out)
     effective = torch.tensor([0, 40, 40, 73, 73, 73], dtype=torch.int32, device="cuda")
     ro, rf = naive_recurrence(*args, initial_state=init, output_final_state=True, cu_seqlens=effective)
-    assert torch.isfinite(out[0]).all() and torch.isfinite(out[1]).all(), "tokens or states left unwritten"
-    eo, ef = relative_l2(out[0], ro), relative_l2(out[1], rf)
-    assert eo <= BOUND and ef <= BOUND, f"relative L2: o {eo:.2e}, final state {ef:.2e}"
+    _gdr_matches(out[0], out[1], ro, rf, "tokens or states left unwritten")
 
 
 def _nan_empty(real_empty):
@@ -322,10 +331,10 @@ def gdr_cu_seqlens_ending_below_t_case(segment_chunks: int = 0, overlap: bool = 
     kernel never writes their factors (the scratch comes NaN-filled): the recurrence must keep both out of every
     product (0 x NaN is NaN), so each sequence's o rows and final state stay exact. The rows past cu_seqlens[-1]
     belong to no sequence and are not written. Launched after the prep grid, beside it (overlap) or segmented."""
-    from test_gated_delta_rule_gpu import BOUND, make_inputs
+    from test_gated_delta_rule_gpu import make_inputs
 
     import deep_gemm_sm120 as dg
-    from deep_gemm_sm120.selftest.workloads.gdr_reference import naive_recurrence, relative_l2
+    from deep_gemm_sm120.selftest.workloads.gdr_reference import naive_recurrence
 
     t_total, n, end = 73, 3, 60
     cu = torch.tensor([0, 40, 50, end], dtype=torch.int32, device="cuda")
@@ -345,19 +354,17 @@ def gdr_cu_seqlens_ending_below_t_case(segment_chunks: int = 0, overlap: bool = 
     finally:
         dg.set_index_checks(was)
     assert not overlap or (chosen and chosen[0][2]), "the overlapped launch was not planned"
-    assert torch.isfinite(o[:, :end]).all() and torch.isfinite(final).all(), "NaN from the tokens past cu_seqlens"
-    eo, ef = relative_l2(o[:, :end], ro[:, :end]), relative_l2(final, rf)
-    assert eo <= BOUND and ef <= BOUND, f"relative L2: o {eo:.2e}, final state {ef:.2e}"
+    _gdr_matches(o[:, :end], final, ro[:, :end], rf, "NaN from the tokens past cu_seqlens")
 
 
 def gdr_non_finite_neighbour_case(overlap: bool = False, chunk: int = 32, plan: tuple[int, int] | None = None):
     """A pack whose last sequence's inputs are Inf / NaN (an overflowed request): the sequences before it share
     its first chunk's tiles in their last partial chunk and must come out exact. plan forces the recurrence's
     (V slice, K split): the tail rows it zeroes depend on the tile geometry (swizzle width, boxes, barrier id)."""
-    from test_gated_delta_rule_gpu import BOUND, make_inputs
+    from test_gated_delta_rule_gpu import make_inputs
 
     import deep_gemm_sm120 as dg
-    from deep_gemm_sm120.selftest.workloads.gdr_reference import naive_recurrence, relative_l2
+    from deep_gemm_sm120.selftest.workloads.gdr_reference import naive_recurrence
 
     t_total, good = 73, 50
     cu = torch.tensor([0, 40, good, t_total], dtype=torch.int32, device="cuda")
@@ -372,9 +379,7 @@ def gdr_non_finite_neighbour_case(overlap: bool = False, chunk: int = 32, plan: 
         torch.cuda.synchronize()
     label = f"chunk {chunk} plan {plan}"
     assert not overlap or (chosen and chosen[0][2]), f"{label}: the overlapped launch was not planned"
-    assert torch.isfinite(o[:, :good]).all() and torch.isfinite(final[:2]).all(), f"{label}: the bad sequence leaked"
-    eo, ef = relative_l2(o[:, :good], ro[:, :good]), relative_l2(final[:2], rf[:2])
-    assert eo <= BOUND and ef <= BOUND, f"{label}: relative L2: o {eo:.2e}, final state {ef:.2e}"
+    _gdr_matches(o[:, :good], final[:2], ro[:, :good], rf[:2], "the bad sequence leaked", f"{label}: ")
 
 
 def gdr_non_finite_neighbour_every_plan_case():
