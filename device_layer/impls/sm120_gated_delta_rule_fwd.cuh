@@ -27,6 +27,7 @@
 // no q, attn or o), an instance of its own so that the plain walk's chunk loop carries none of its branches.
 
 #include <cuda.h>
+#include <type_traits>
 #include "../common/sm120_arch.cuh"
 #include "../common/sm120_fence.cuh"
 #include "../common/sm120_flag.cuh"
@@ -233,18 +234,23 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
         }
     Elem* s_o = reinterpret_cast<Elem*>(s_out) + vg * C * 16;  // the group's warps write disjoint token pairs
 
-    PipelineState<kStages> ps;
-    for (uint32_t c = 0; c < num_chunks; ++c, ps.advance()) {
-        const uint32_t first = start + c * C, len = min(C, end - first);
+    // One chunk; kTail (a std::bool_constant) marks a sequence's last, partial chunk, an instance of its own so
+    // that the loop over whole chunks carries none of its branches.
+    auto walk_chunk = [&](uint32_t c, const PipelineState<kStages>& ps, auto tail) {
+        constexpr bool kTail = decltype(tail)::value;
+        const uint32_t first = start + c * C, len = kTail ? end - first : C;
         const uint8_t* s = smem + ps.stage * Cfg::kStageBytes;
         const float4* gate = reinterpret_cast<const float4*>(s + Cfg::kOffGate);
         ring.wait_full(ps);
-        if (len < C) {
-            // a sequence's last chunk: the k and v rows past it are the next sequence's tokens or, past the end of
-            // cu_seqlens, padding, and need not be finite. Their factors are 0 in every product below, but 0 x Inf
-            // is NaN: zero the rows (each warp a share, all of them before any reads the tiles)
-            gdr_zero_tail_rows<Cfg>(smem + ps.stage * Cfg::kStageBytes, len, warp * 32 + lane);
+        if constexpr (kTail) {
+            // the k and v rows past the sequence are the next sequence's tokens or, past the end of cu_seqlens,
+            // padding, and need not be finite. Their factors are 0 in every product below, but 0 x Inf is NaN:
+            // zero the rows, each warp a share, all of them before any reads the tiles. The first barrier is for
+            // racecheck: the stage's previous reads are already ordered before these writes (release, the
+            // producer's wait, TMA, wait_full), a chain through the async proxy that racecheck does not follow.
             named_barrier_sync(1 + Cfg::kGroups, Cfg::kMathWarps * 32);  // after the K split's 1 + group
+            gdr_zero_tail_rows<Cfg>(smem + ps.stage * Cfg::kStageBytes, len, warp * 32 + lane);
+            named_barrier_sync(1 + Cfg::kGroups, Cfg::kMathWarps * 32);
         }
 
         // S^T as the A operand (k16 steps over the warp's part of the head dim)
@@ -325,7 +331,7 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
                 const uint32_t tok = 8 * j + 2 * t4 + e;
                 const float4 gt = gate[tok];
                 if constexpr (!kTransitions) out[j][e] *= gt.y, out[j][e + 2] *= gt.y;
-                kf[j][e] = tok < len ? gt.z : 0.0f;
+                kf[j][e] = !kTail || tok < len ? gt.z : 0.0f;
             }
         // v'^T = u^T - X Tw^T
 #pragma unroll
@@ -336,8 +342,8 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
             for (uint32_t r = 0; r < 4; ++r) a[r] ^= 0x80008000u;  // -X: flip both halves' sign bits (exact)
             gdr_mma_lower_t<E, C>(vp, a, ks, s + Cfg::kOffTw, lane);
         }
-        if (len < C) {
-            // a sequence's last chunk: the tile rows past it may hold factors nobody wrote (overlapped: the next
+        if constexpr (kTail) {
+            // the tile rows past the sequence may hold factors nobody wrote (overlapped: the next
             // sequence's, not yet written; cu_seqlens ending below T: the tokens past its end are in no sequence and
             // never prepared). Their v' columns are zeroed, so o and the state update see 0, never 0 x garbage
 #pragma unroll
@@ -400,7 +406,11 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
             }
             __syncwarp();
         }
-    }
+    };
+    const uint32_t whole_chunks = (end - start) / C;
+    PipelineState<kStages> ps;
+    for (uint32_t c = 0; c < whole_chunks; ++c, ps.advance()) walk_chunk(c, ps, std::false_type{});
+    if (whole_chunks < num_chunks) walk_chunk(whole_chunks, ps, std::true_type{});
 
     if (store_final) {
 #pragma unroll
