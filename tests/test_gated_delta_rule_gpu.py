@@ -1,6 +1,6 @@
 """chunk_gated_delta_rule on a real GPU (plain bf16 / fp16 mma.sync: the H200 runs the SM120 instruction mix
 natively), against the float64 token recurrence of host/deep_gemm_sm120/selftest/workloads/gdr_reference.py: relative L2 <= 0.01 for o and the
-final state; varlen with 1-token and empty sequences; determinism; graph replay; forward-only autograd.
+final state; varlen with 1-token and empty sequences; determinism; graph replay; the backward (autograd) against the float64 chunk-form backward.
 Every test except the requires_sm120 ones forces chunk_size=32 (SM120's default) unless it names another."""
 
 from __future__ import annotations
@@ -253,18 +253,44 @@ def test_no_final_state_and_empty_batch():
     assert o.shape == (2, 0, 4, 128) and torch.equal(final, init)
 
 
-def test_backward_raises_not_implemented():
-    args, _ = make_inputs(1, 40, 4, 4, seed=2)
-    q = args[0].clone().requires_grad_()
-    o, _ = dg.chunk_gated_delta_rule(q, *args[1:], chunk_size=32)
-    assert o.requires_grad
-    with pytest.raises(NotImplementedError, match="forward only"):
-        o.float().sum().backward()
-    with pytest.raises(NotImplementedError, match="forward only"):
-        dg.chunk_gated_delta_rule_bwd()
+@pytest.mark.parametrize("varlen", [False, True])
+def test_backward_matches_the_float64_chunk_backward(varlen):
+    """Autograd through chunk_gated_delta_rule (bf16 inputs; GVA, in-kernel l2norm, initial state, final-state
+    gradient): every gradient against the float64 chunk-form backward on the same inputs. The backward works in
+    fp32 and rounds dq, dk, dv, dbeta to bf16 once; two runs are bitwise equal; under no_grad nothing is kept."""
+    from deep_gemm_sm120.selftest.workloads.gdr_backward_reference import chunked_backward
+
+    b, t = (1, 150) if varlen else (2, 77)
+    cu = torch.tensor([0, 40, 40, 101, 150], dtype=torch.int32, device="cuda") if varlen else None
+    n = 4 if varlen else b
+    args, init = make_inputs(b, t, 2, 4, seed=11, normalized=False, state_n=n)
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    do = torch.randn(b, t, 4, 128, device="cuda", generator=gen).bfloat16()
+    dfs = torch.randn(n, 4, 128, 128, device="cuda", generator=gen)
+
+    def grads():
+        leaves = [x.clone().requires_grad_() for x in (*args, init)]
+        o, final = dg.chunk_gated_delta_rule(
+            *leaves[:5], initial_state=leaves[5], output_final_state=True, cu_seqlens=cu,
+            use_qk_l2norm_in_kernel=True, chunk_size=32,
+        )  # fmt: skip
+        torch.autograd.backward((o, final), (do, dfs))
+        return [x.grad for x in leaves]
+
+    got, again = grads(), grads()
+    ref = chunked_backward(
+        *args, do, dfs, initial_state=init, cu_seqlens=cu, use_qk_l2norm_in_kernel=True, chunk_size=32
+    )
+    for name, mine, twin, r in zip(("dq", "dk", "dv", "dg", "dbeta", "dh0"), got, again, ref):
+        assert torch.equal(mine, twin), f"{name} not bitwise repeatable"
+        assert mine.dtype == (torch.float32 if name in ("dg", "dh0") else torch.bfloat16), name
+        bound = 1e-4 if mine.dtype == torch.float32 else 0.01
+        assert relative_l2(mine, r) <= bound, f"{name}: relative L2 {relative_l2(mine, r):.2e}"
     with torch.no_grad():
-        o, _ = dg.chunk_gated_delta_rule(q, *args[1:], chunk_size=32)
+        o, _ = dg.chunk_gated_delta_rule(args[0].clone().requires_grad_(), *args[1:], chunk_size=32)
     assert not o.requires_grad
+    with pytest.raises(NotImplementedError, match="backpropagate"):
+        dg.chunk_gated_delta_rule_bwd()
 
 
 def test_host_errors_on_the_gpu():

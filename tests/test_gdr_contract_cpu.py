@@ -1,4 +1,4 @@
-"""chunk_gated_delta_rule's argument contract and its forward-only autograd marker, on the CPU."""
+"""chunk_gated_delta_rule's argument contract, on the CPU."""
 
 from __future__ import annotations
 
@@ -6,10 +6,8 @@ import pytest
 import torch
 
 from deep_gemm_sm120.families.gated_delta_rule.contract import (
-    NoBackward,
     check_arguments,
     check_cu_seqlens_values,
-    chunk_gated_delta_rule_bwd,
     default_chunk_size,
 )
 from deep_gemm_sm120.families.gated_delta_rule.prep import CHUNKS as CHUNK_SIZES
@@ -75,15 +73,6 @@ def test_varlen_state_and_chunk_errors():
     with pytest.raises(ValueError, match="never decrease"):
         check_cu_seqlens_values(torch.tensor([0, 20, 10, 33]), 33)
     check_cu_seqlens_values(torch.tensor([0, 0, 33]), 33)
-
-
-def test_backward_says_forward_only_both_ways():
-    x = torch.randn(3, requires_grad=True)
-    o = NoBackward.apply(x * 2, x)
-    with pytest.raises(NotImplementedError, match="forward only"):
-        o.sum().backward()
-    with pytest.raises(NotImplementedError, match="forward only"):
-        chunk_gated_delta_rule_bwd()
 
 
 def test_default_chunk_size_without_a_gpu():

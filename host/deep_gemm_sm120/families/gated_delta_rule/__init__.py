@@ -31,12 +31,17 @@ FAMILY = Family(
             operands="q, k [B,T,H,128], v [B,T,HV,128] bf16/fp16; g fp32 [B,T,HV]; beta [B,T,HV]",
             output="(o [B,T,HV,128] in v's dtype, final_state fp32 [N,HV,128,128] or None)",
             notes="FLA's forward semantics; varlen (cu_seqlens), initial state, in-kernel q/k l2norm; chunk 16/32/64 "
-            "(default 32); forward only (backward raises NotImplementedError)",
+            "(default 32); differentiable (the backward: batched torch operations on the saved inputs; its kernels are "
+            "issue 41's)",
             signature="chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, "
             "output_final_state=False, cu_seqlens=None, use_qk_l2norm_in_kernel=False, chunk_size=None)",
             plan_specs=plan_specs,
         ),
-        Name("chunk_gated_delta_rule_bwd", does="the backward: NotImplementedError (forward only)", deepgemm=False),
+        Name(
+            "chunk_gated_delta_rule_bwd",
+            does="FLA's internal backward signature: NotImplementedError (autograd through chunk_gated_delta_rule)",
+            deepgemm=False,
+        ),
         Name("default_chunk_size", does="the chunk size chunk_gated_delta_rule uses on a device", deepgemm=False),
     ),
     api_modules=("api", "contract"),

@@ -17,11 +17,11 @@ from ...core.arith import ceil_div
 from ...core.tma import tma_request, with_addresses
 from ...device import num_sms_for
 from ...launch import KEY_ERRORS, CallCache, get_pdl, kernel_memo, launch, tensor_key
+from .backward import Differentiable
 from .combine import PARAMS as COMBINE_PARAMS
 from .combine import GdrCombineSpec, combine_ctas
 from .contract import (
     OTHER_CHUNK,
-    NoBackward,
     check_arguments,
     check_cu_seqlens_values,
     chunk_gated_delta_rule_bwd,
@@ -100,7 +100,8 @@ def chunk_gated_delta_rule(
     """q, k [B, T, H, 128]; v [B, T, HV, 128] (HV a multiple of H, bf16 or fp16); g fp32 [B, T, HV] (log decay);
     beta [B, T, HV]; initial_state fp32 [N, HV, 128, 128]; cu_seqlens [N + 1] (B = 1). Returns (o [B, T, HV, 128]
     in v's dtype, final_state fp32 [N, HV, 128, 128] or None). chunk_size: 16, 32 or 64 (default:
-    default_chunk_size(), 32 on SM120). Forward only: a backward through the result raises NotImplementedError.
+    default_chunk_size(), 32 on SM120). Differentiable in q, k, v, g, beta and initial_state (backward.py: torch
+    operations on the saved inputs; the backward kernels are issue 41's).
     Checked and planned once per call signature (every tensor's dtype, shape, strides, device and alignment class,
     the Python values, the PDL switch); cu_seqlens' values are checked per call (index_checks())."""
     try:
@@ -143,10 +144,10 @@ def chunk_gated_delta_rule(
         or beta.requires_grad
         or (initial_state is not None and initial_state.requires_grad)
     ):
-        inputs = [x for x in (q, k, v, g, beta, initial_state) if x is not None]
-        o = NoBackward.apply(o, *inputs)
-        if final is not None:
-            final = NoBackward.apply(final, *inputs)
+        # the backward (backward.py) keeps the inputs and recomputes the rest from them
+        meta = (scale_value(scale, HEAD_DIM), bool(use_qk_l2norm_in_kernel))
+        outs = Differentiable.apply(meta, o, final, q, k, v, g, beta, initial_state, cu_seqlens)
+        o, final = outs if final is not None else (outs, None)
     return o, final
 
 

@@ -133,23 +133,10 @@ def check_cu_seqlens_values(cu_seqlens: torch.Tensor, seq_len: int) -> None:
         )
 
 
-class NoBackward(torch.autograd.Function):
-    """Marks the forward's outputs as differentiable so autograd reaches backward, which says what is missing."""
-
-    MESSAGE = (
-        "chunk_gated_delta_rule has no backward in deep_gemm_sm120: the SM120 kernels are forward only "
-        "(use FLA's backward on other GPUs, or run the forward under torch.no_grad())"
-    )
-
-    @staticmethod
-    def forward(ctx, o: torch.Tensor, *inputs: torch.Tensor) -> torch.Tensor:
-        return o.view_as(o)
-
-    @staticmethod
-    def backward(ctx, *grads):
-        raise NotImplementedError(NoBackward.MESSAGE)
-
-
 def chunk_gated_delta_rule_bwd(*args, **kwargs):
-    """The direct backward entry point some callers import: not provided (forward-only kernels)."""
-    raise NotImplementedError(NoBackward.MESSAGE)
+    """FLA's internal backward entry point (its saved factors, its argument order): not reproduced. Gradients come
+    from autograd through chunk_gated_delta_rule (inputs that require grad, then .backward())."""
+    raise NotImplementedError(
+        "chunk_gated_delta_rule_bwd (FLA's internal backward signature) is not provided by deep_gemm_sm120: "
+        "call chunk_gated_delta_rule on inputs that require grad and backpropagate through its outputs"
+    )

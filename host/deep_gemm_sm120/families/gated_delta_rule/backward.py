@@ -1,0 +1,313 @@
+"""chunk_gated_delta_rule's backward as batched torch operations, on any device (issue 41, its first stage).
+
+The three stages of selftest/workloads/gdr_backward_reference.py (docs/gated_delta_rule.md, "Backward"), with
+every chunk of every sequence in one batch instead of one chunk at a time, so that each stage can later be
+replaced by its kernel without changing what is computed:
+
+  0. the chunk factors of every chunk at once (cumsum, decays, T = (I + A)^-1, the WY factors, M);
+  1. the states h_c at every chunk's start, in one step per chunk position (all sequences together);
+  2. the reverse pass: dv'_c and dh_{c+1}, one step per chunk position, last first;
+  3. the input gradients of every chunk at once, then each value head's dq / dk summed onto its q / k head and
+     passed back through the l2norm.
+
+Work is in fp32 (float64 when the inputs are float64). Stages 1 and 2 keep one [K, V] state a chunk and value head:
+2 x NC x HV x 64 KiB at K = V = 128 (NC chunks), freed when the backward returns. Not graph capturable: the chunk
+layout reads cu_seqlens on the host.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class ChunkLayout:
+    """Where every chunk's tokens are. Chunks are numbered sequence by sequence, each sequence's in order."""
+
+    token: torch.Tensor  # [NC, C] int64: flat token index b * T + t (0 on padding rows)
+    valid: torch.Tensor  # [NC, C] bool: a token of the chunk's sequence
+    last: torch.Tensor  # [NC] int64: the chunk's last valid row
+    steps: tuple[tuple[torch.Tensor, torch.Tensor], ...]  # per chunk position j: (chunk ids, their sequences)
+    num_seqs: int
+
+
+def chunk_layout(
+    batch: int, tokens: int, cu_seqlens: torch.Tensor | None, chunk: int, device: torch.device
+) -> ChunkLayout:
+    """The chunks of B sequences of T tokens, or of cu_seqlens' sequences in row 0 (values read on the host)."""
+    if cu_seqlens is None:
+        bounds = [(b * tokens, (b + 1) * tokens) for b in range(batch)]
+    else:
+        # the forward's reading (layout/sm120_gated_delta_rule_layout.cuh): each offset clamped to [0, T], then
+        # their running maximum, so unchecked offsets (index checks off) give the forward's sequences, never a
+        # read outside row 0
+        cu, high = [], 0
+        for x in cu_seqlens.tolist():
+            high = max(high, min(max(int(x), 0), tokens))
+            cu.append(high)
+        bounds = list(zip(cu[:-1], cu[1:]))
+    starts, ends, seqs, pos = [], [], [], []
+    for n, (s, e) in enumerate(bounds):
+        for j, c0 in enumerate(range(s, e, chunk)):
+            starts.append(c0), ends.append(e), seqs.append(n), pos.append(j)
+    start = torch.tensor(starts, dtype=torch.int64)
+    end = torch.tensor(ends, dtype=torch.int64)
+    token = start[:, None] + torch.arange(chunk, dtype=torch.int64)
+    valid = token < end[:, None]
+    last = torch.minimum(end - start, torch.tensor(chunk)) - 1
+    # the chunks at each position j, all sequences together (one host -> device copy, split into views)
+    position = torch.tensor(pos, dtype=torch.int64)
+    order = torch.sort(position, stable=True).indices
+    counts = torch.bincount(position).tolist() if pos else []
+    seq_of = torch.tensor(seqs, dtype=torch.int64)[order]
+    order_d, seq_d = order.to(device), seq_of.to(device)
+    steps, at = [], 0
+    for count in counts:
+        steps.append((order_d[at : at + count], seq_d[at : at + count]))
+        at += count
+    return ChunkLayout(
+        token=torch.where(valid, token, 0).to(device),
+        valid=valid.to(device),
+        last=last.to(device),
+        steps=tuple(steps),
+        num_seqs=len(bounds),
+    )
+
+
+def _l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    return x / torch.sqrt((x * x).sum(-1, keepdim=True) + eps)
+
+
+def _l2norm_backward(x: torch.Tensor, dy: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """dx of y = x / sqrt(|x|^2 + eps) along the last dimension."""
+    n = torch.sqrt((x * x).sum(-1, keepdim=True) + eps)
+    y = x / n
+    return (dy - y * (y * dy).sum(-1, keepdim=True)) / n
+
+
+def _gather(x: torch.Tensor, layout: ChunkLayout, dtype: torch.dtype) -> torch.Tensor:
+    """[B, T, heads, ...] -> [NC, heads, C, ...] in dtype, rows past a chunk's sequence zero."""
+    nc, c = layout.token.shape
+    flat = x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
+    rows = flat.index_select(0, layout.token.reshape(-1)).to(dtype).view(nc, c, *x.shape[2:])
+    mask = layout.valid.view(nc, c, *([1] * (x.dim() - 2)))
+    return torch.where(mask, rows, torch.zeros((), dtype=dtype, device=rows.device)).movedim(1, 2)
+
+
+def _scatter(y: torch.Tensor, layout: ChunkLayout, batch: int, tokens: int) -> torch.Tensor:
+    """[NC, heads, C, ...] -> [B, T, heads, ...]: the valid rows where they came from (every token is in exactly
+    one chunk, so nothing adds; tokens in no sequence stay 0)."""
+    rows = y.movedim(2, 1)
+    out = torch.zeros(batch * tokens, *rows.shape[2:], dtype=y.dtype, device=y.device)
+    keep = layout.valid.reshape(-1)
+    out[layout.token.reshape(-1)[keep]] = rows.reshape(-1, *rows.shape[2:])[keep]
+    return out.view(batch, tokens, *rows.shape[2:])
+
+
+def _factors(q, k, v, g, beta) -> dict:
+    """Stage 0 for every chunk at once (q, k [NC, HV, C, K], v [NC, HV, C, V], g, beta [NC, HV, C]), as
+    gdr_reference.chunk_factors forms them. Padding rows hold zeros (g = 0 keeps the cumsum flat past the end)."""
+    c = g.shape[-1]
+    dev, dt = g.device, g.dtype
+    cum = g.cumsum(-1)
+    causal = torch.tril(torch.ones(c, c, dtype=torch.bool, device=dev))
+    strict = torch.tril(causal, -1)
+    # e^(G_i - G_j) on and below the diagonal, 0 above (where it could overflow and is never used)
+    diff = cum[..., :, None] - cum[..., None, :]
+    decay = torch.where(causal, diff, torch.tensor(float("-inf"), dtype=dt, device=dev)).exp()
+    gamma = cum.exp()
+    kk = k @ k.transpose(-1, -2)
+    a = torch.where(strict, beta[..., :, None] * kk * decay, torch.zeros((), dtype=dt, device=dev))
+    eye = torch.eye(c, dtype=dt, device=dev).expand_as(a)
+    t = torch.linalg.solve_triangular(eye + a, eye, upper=False, unitriangular=True)
+    kb, vb = k * (beta * gamma)[..., None], v * beta[..., None]
+    qk = q @ k.transpose(-1, -2)
+    last = cum[..., -1]  # padding rows keep the cumsum flat: the last valid token's G
+    tail = (last[..., None] - cum).exp()
+    return dict(
+        cum=cum, gamma=gamma, decay=decay, causal=causal, strict=strict, kk=kk, t=t, kb=kb, vb=vb, w=t @ kb,
+        u=t @ vb, qk=qk, m=torch.where(causal, qk * decay, torch.zeros((), dtype=dt, device=dev)), tail=tail,
+        kd=k * tail[..., None], last=last,
+    )  # fmt: skip
+
+
+def _decay_grad(dd: torch.Tensor, decay: torch.Tensor) -> torch.Tensor:
+    """d cum from d D where D_ij = e^(cum_i - cum_j): row sums minus column sums of dD * D."""
+    x = dd * decay
+    return x.sum(-1) - x.sum(-2)
+
+
+def _states(f: dict, layout: ChunkLayout, h0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stage 1: (h at every chunk's start [NC, HV, K, V], v' [NC, HV, C, V]) from the sequences' first states."""
+    nc = f["w"].shape[0]
+    h = h0.clone()
+    states = torch.empty(nc, *h0.shape[1:], dtype=h0.dtype, device=h0.device)
+    vnew = torch.empty_like(f["u"])
+    for chunks, seqs in layout.steps:
+        hs = h.index_select(0, seqs)
+        states.index_copy_(0, chunks, hs)
+        vn = f["u"].index_select(0, chunks) - f["w"].index_select(0, chunks) @ hs
+        vnew.index_copy_(0, chunks, vn)
+        decay = f["last"].index_select(0, chunks).exp()[..., None, None]
+        h.index_copy_(0, seqs, hs * decay + f["kd"].index_select(0, chunks).transpose(-1, -2) @ vn)
+    return states, vnew
+
+
+def _reverse(
+    f: dict, q: torch.Tensor, do: torch.Tensor, layout: ChunkLayout, dfinal: torch.Tensor, scale: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Stage 2: (dh_{c+1} at every chunk [NC, HV, K, V], dv' [NC, HV, C, V], dh0 [N, HV, K, V])."""
+    dh = dfinal.clone()
+    dh_next = torch.empty(f["w"].shape[0], *dfinal.shape[1:], dtype=dfinal.dtype, device=dfinal.device)
+    dvnew = torch.empty_like(f["u"])
+    for chunks, seqs in reversed(layout.steps):
+        dhn = dh.index_select(0, seqs)
+        dh_next.index_copy_(0, chunks, dhn)
+        doc = do.index_select(0, chunks)
+        dvn = scale * f["m"].index_select(0, chunks).transpose(-1, -2) @ doc + f["kd"].index_select(0, chunks) @ dhn
+        dvnew.index_copy_(0, chunks, dvn)
+        qg = q.index_select(0, chunks) * f["gamma"].index_select(0, chunks)[..., None]
+        decay = f["last"].index_select(0, chunks).exp()[..., None, None]
+        dh_c = scale * qg.transpose(-1, -2) @ doc + decay * dhn - f["w"].index_select(0, chunks).transpose(-1, -2) @ dvn
+        dh.index_copy_(0, seqs, dh_c)
+    return dh_next, dvnew, dh
+
+
+def _chunk_grads(q, k, v, beta, f, h, vnew, do, dh_next, dvnew, scale) -> tuple[torch.Tensor, ...]:
+    """Stage 3 for every chunk at once: (dq, dk, dv, dg, dbeta) in the chunk layout (gdr_backward_reference's
+    _chunk_backward, term for term)."""
+    cum, gamma, decay, tail = f["cum"], f["gamma"], f["decay"], f["tail"]
+    t, kb, vb, qk = f["t"], f["kb"], f["vb"], f["qk"]
+    causal, strict, kk = f["causal"], f["strict"], f["kk"]
+    zero = torch.zeros((), dtype=cum.dtype, device=cum.device)
+    tt = t.transpose(-1, -2)
+    # o = s (Qg h + M v')
+    dm = scale * do @ vnew.transpose(-1, -2)
+    dqk = torch.where(causal, dm * decay, zero)
+    dq = dqk @ k
+    dk = dqk.transpose(-1, -2) @ q
+    dcum = _decay_grad(torch.where(causal, dm * qk, zero), decay)
+    dqg = scale * do @ h.transpose(-1, -2)
+    dq = dq + dqg * gamma[..., None]
+    dcum = dcum + gamma * (dqg * q).sum(-1)
+    # h_next = e^(G_last) h + Kd^T v'
+    dkd = vnew @ dh_next.transpose(-1, -2)
+    dk = dk + dkd * tail[..., None]
+    dtail = (dkd * k).sum(-1) * tail
+    dcum = dcum - dtail
+    dlast = dtail.sum(-1) + f["last"].exp() * (dh_next * h).sum((-1, -2))
+    # v' = U - W h: U = T Vb, W = T Kb
+    dw = -dvnew @ h.transpose(-1, -2)
+    dt = dvnew @ vb.transpose(-1, -2) + dw @ kb.transpose(-1, -2)
+    dvb = tt @ dvnew
+    dkb = tt @ dw
+    dv = dvb * beta[..., None]
+    dbeta = (dvb * v).sum(-1)
+    dkb_k = (dkb * k).sum(-1)
+    dk = dk + dkb * (beta * gamma)[..., None]
+    dbeta = dbeta + dkb_k * gamma
+    dcum = dcum + dkb_k * beta * gamma
+    # T = (I + A)^-1: dA = -T^T dT T^T on A's strictly lower support; A = strict(diag(beta) K K^T * D)
+    da = torch.where(strict, -(tt @ dt @ tt), zero)
+    dbeta = dbeta + (da * kk * decay).sum(-1)
+    dp = da * beta[..., None]
+    dkk = dp * decay
+    dk = dk + (dkk + dkk.transpose(-1, -2)) @ k
+    dcum = dcum + _decay_grad(dp * kk, decay)
+    dcum[..., -1] += dlast  # padding rows keep G flat: the last row's cum is the last valid token's
+    dg = dcum.flip(-1).cumsum(-1).flip(-1)  # cum = cumsum(g): each g_t feeds every cum_i with i >= t
+    return dq, dk, dv, dg, dbeta
+
+
+def chunk_gated_delta_rule_backward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    do: torch.Tensor | None,
+    dfinal: torch.Tensor | None,
+    scale: float,
+    initial_state: torch.Tensor | None,
+    cu_seqlens: torch.Tensor | None,
+    use_qk_l2norm_in_kernel: bool,
+    chunk_size: int = 64,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Gradients of chunk_gated_delta_rule's (o, final_state) given do [B, T, HV, V] and dfinal [N, HV, K, V]
+    (either None: that output unused). Returns (dq, dk, dv, dg, dbeta, dh0) in the inputs' dtypes (dh0 None
+    without an initial state). The arguments are the forward's, already checked by it."""
+    work = torch.float64 if v.dtype == torch.float64 else torch.float32
+    bsz, tokens, heads, kdim = q.shape
+    hv, vdim = v.shape[2], v.shape[3]
+    group = hv // heads
+    layout = chunk_layout(bsz, tokens, cu_seqlens, chunk_size, v.device)
+    n = layout.num_seqs
+    qf, kf = q.to(work), k.to(work)
+    qn, kn = (_l2norm(qf), _l2norm(kf)) if use_qk_l2norm_in_kernel else (qf, kf)
+    # [NC, H, C, K] -> [NC, HV, C, K]: value head hv reads q / k head hv // group
+    qc = _gather(qn, layout, work).repeat_interleave(group, dim=1)
+    kc = _gather(kn, layout, work).repeat_interleave(group, dim=1)
+    vc = _gather(v, layout, work)
+    gc, bc = _gather(g, layout, work), _gather(beta, layout, work)
+    doc = (
+        _gather(do, layout, work)
+        if do is not None
+        else torch.zeros(vc.shape[:-1] + (vdim,), dtype=work, device=v.device)
+    )
+    state_shape = (n, hv, kdim, vdim)
+    h0 = initial_state.to(work) if initial_state is not None else torch.zeros(state_shape, dtype=work, device=v.device)
+    dfs = dfinal.to(work) if dfinal is not None else torch.zeros(state_shape, dtype=work, device=v.device)
+    if qc.shape[0] == 0:  # no token in any sequence: the states pass through unchanged
+        zeros = lambda x: torch.zeros_like(x)
+        dh0 = dfs if initial_state is not None else None
+        return zeros(q), zeros(k), zeros(v), zeros(g), zeros(beta), None if dh0 is None else dh0.to(initial_state.dtype)
+    f = _factors(qc, kc, vc, gc, bc)
+    states, vnew = _states(f, layout, h0)
+    dh_next, dvnew, dh0 = _reverse(f, qc, doc, layout, dfs, scale)
+    dq, dk, dv, dg, dbeta = _chunk_grads(qc, kc, vc, bc, f, states, vnew, doc, dh_next, dvnew, scale)
+    del states, dh_next, f
+    # value heads -> their q / k head, then through the l2norm
+    dq = dq.view(dq.shape[0], heads, group, *dq.shape[2:]).sum(2)
+    dk = dk.view(dk.shape[0], heads, group, *dk.shape[2:]).sum(2)
+    dq, dk = _scatter(dq, layout, bsz, tokens), _scatter(dk, layout, bsz, tokens)
+    if use_qk_l2norm_in_kernel:
+        dq, dk = _l2norm_backward(qf, dq), _l2norm_backward(kf, dk)
+    dv, dg, dbeta = (_scatter(x, layout, bsz, tokens) for x in (dv, dg, dbeta))
+    return (
+        dq.to(q.dtype),
+        dk.to(k.dtype),
+        dv.to(v.dtype),
+        dg.to(g.dtype),
+        dbeta.to(beta.dtype),
+        dh0.to(initial_state.dtype) if initial_state is not None else None,
+    )
+
+
+class Differentiable(torch.autograd.Function):
+    """Attaches the backward to the forward's outputs: forward(ctx, meta, o, final, q, k, v, g, beta,
+    initial_state, cu_seqlens) returns o (and final when not None) as they are, and keeps the inputs; meta is
+    (scale, use_qk_l2norm_in_kernel). The backward recomputes everything else from them."""
+
+    @staticmethod
+    def forward(ctx, meta, o, final, q, k, v, g, beta, initial_state, cu_seqlens):  # type: ignore[override]
+        ctx.meta = meta
+        ctx.has_final = final is not None
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(q, k, v, g, beta, initial_state, cu_seqlens)
+        return (o.view_as(o), final.view_as(final)) if final is not None else o.view_as(o)
+
+    @staticmethod
+    def backward(ctx, *grads):  # type: ignore[override]
+        q, k, v, g, beta, initial_state, cu_seqlens = ctx.saved_tensors
+        scale, l2 = ctx.meta
+        do, dfinal = grads[0], grads[1] if ctx.has_final else None
+        if do is None and dfinal is None:
+            return (None,) * 10
+        dq, dk, dv, dg, dbeta, dh0 = chunk_gated_delta_rule_backward(
+            q, k, v, g, beta, do, dfinal, scale, initial_state, cu_seqlens, l2
+        )
+        need = ctx.needs_input_grad
+        picked = [x if need[i + 3] else None for i, x in enumerate((dq, dk, dv, dg, dbeta, dh0))]
+        return (None, None, None, *picked, None)
