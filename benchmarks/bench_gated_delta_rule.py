@@ -15,7 +15,9 @@ which CUDA builds of torch bring). --sweep times every (V slice, K split) plan a
 choose_plan; docs/gated_delta_rule.md); --max-stages caps the recurrence's TMA stages; --overlap sets the prep
 grid that runs beside the recurrence (off: the sequential launch; N: N persistent prep CTAs wherever the plan
 overlaps); --overlap-ab also times the sequential launch at chunk 32 in the same process, for comparison;
---overlap-sweep N1,N2,... times chunk 32 with each persistent prep CTA count at the rows whose plan overlaps."""
+--overlap-sweep N1,N2,... times chunk 32 with each persistent prep CTA count at the rows whose plan overlaps.
+--backward times forward + backward (every gradient) of ours at chunk 32 and of FLA, eagerly (CUDA events around
+each call: our backward builds its chunk layout on the host), and reports each gradient's distance to FLA's."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import argparse
 import contextlib
 import math
 import os
+import statistics
 import sys
 
 import torch
@@ -137,6 +140,68 @@ def case(
     return row
 
 
+def eager(fn, iters: int, warmup: int = 2) -> float:
+    """Median seconds per call, each call between two CUDA events (for work a graph cannot capture: the
+    backward reads cu_seqlens and builds its chunk layout on the host)."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(begin.elapsed_time(end) / 1e3)
+    return statistics.median(times)
+
+
+def backward_case(b: int, t: int, h: int, hv: int, iters: int, fla, lens=None, init: bool = True) -> dict:
+    """Forward + backward (every input's gradient, the final state's included) of ours at chunk 32 and of FLA,
+    timed eagerly on the same inputs; the relative L2 distance of each gradient to FLA's."""
+    import deep_gemm_sm120 as dg
+
+    q, k, v, g, beta, state, cu = inputs(b, t, h, hv, lens, init)
+    leaves = [x.requires_grad_() for x in (q, k, v, g, beta) + ((state,) if state is not None else ())]
+    do = torch.randn_like(v)
+    n = len(lens) if lens is not None else b
+    dfs = torch.randn(n, hv, 128, 128, device="cuda") * 0.1
+    row = {"b": b, "t": t, "h": h, "hv": hv, "pack": lens, "init": init}
+
+    def step(fn):
+        def run():
+            for x in leaves:
+                x.grad = None
+            o, fs = fn()
+            torch.autograd.backward((o, fs), (do, dfs))
+            return [x.grad for x in leaves]
+
+        return run
+
+    ours = step(
+        lambda: dg.chunk_gated_delta_rule(
+            q, k, v, g, beta, initial_state=state, output_final_state=True, chunk_size=32, cu_seqlens=cu
+        )
+    )
+    row["ours_fwd_bwd_us"] = eager(ours, iters) * 1e6
+    if fla is not None:
+        theirs = step(
+            lambda: fla(
+                q, k, v, g, beta, initial_state=state, output_final_state=True,
+                cu_seqlens=None if cu is None else cu.long(),
+            )
+        )  # fmt: skip
+        row["fla_fwd_bwd_us"] = eager(theirs, iters) * 1e6
+        row["speedup"] = row["fla_fwd_bwd_us"] / row["ours_fwd_bwd_us"]
+        mine, ref = ours(), theirs()
+        row["grad_rel_l2_vs_fla"] = {
+            name: ((a.double() - r.double()).norm() / r.double().norm().clamp_min(1e-30)).item()
+            for name, a, r in zip(("dq", "dk", "dv", "dg", "dbeta", "dh0"), mine, ref)
+        }
+    return row
+
+
 def grid(quick: bool):
     """(label, b, t, h, hv, lens, init) of every row."""
     for b, t in BT:
@@ -241,6 +306,33 @@ def geomean(xs) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
+def backward_main(run, rows_of, wanted: set, iters: int, fla) -> int:
+    """--backward: forward + backward per row, ours against FLA."""
+    print(
+        f"{'shape':>10} {'H':>3} {'HV':>3} {'init':>4} {'ours fwd+bwd us':>16} {'FLA us':>9} {'x':>6}  worst grad relL2"
+    )
+    rows = []
+    for label, b, t, h, hv, lens, init in rows_of:
+        if wanted and f"{label}:{h}/{hv}" not in wanted:
+            continue
+        r = backward_case(b, t, h, hv, iters, fla, lens, init)
+        r["label"] = label
+        rows.append(r)
+        worst = max(r["grad_rel_l2_vs_fla"].items(), key=lambda kv: kv[1]) if fla is not None else ("-", float("nan"))
+        print(
+            f"{label:>10} {h:3} {hv:3} {'yes' if init else 'no':>4} {r['ours_fwd_bwd_us']:16.1f} "
+            f"{r.get('fla_fwd_bwd_us', float('nan')):9.1f} {r.get('speedup', float('nan')):5.2f}x  "
+            f"{worst[0]} {worst[1]:.2e}",
+            flush=True,
+        )
+    summary = {}
+    if fla is not None and rows:
+        xs = [r["speedup"] for r in rows]
+        summary = {"geomean": geomean(xs), "min": min(xs), "below_1": sum(x < 1.0 for x in xs)}
+        print("fwd+bwd over FLA: " + ", ".join(f"{k} {v:.3g}" for k, v in summary.items()))
+    return finish(run, {"fla": fla is not None, "backward": True, "rows": rows, "summary": summary})
+
+
 def main() -> int:
     def flags(ap: argparse.ArgumentParser) -> None:  # --quick: the six shapes of issue 29's table, fewer replays
         ap.add_argument("--profile", action="store_true", help="per-kernel CUDA times (torch.profiler) of each side")
@@ -265,6 +357,9 @@ def main() -> int:
             "--split-ab", action="store_true", help="also time chunk 32 unsplit (whole sequences) in the same run"
         )
         ap.add_argument("--rows", default="", help="only these rows, e.g. '1 x 32768:2/8,1 long + 7:2/8'")
+        ap.add_argument(
+            "--backward", action="store_true", help="forward + backward of ours (chunk 32) and FLA, eager timing"
+        )
         ap.add_argument(
             "--overlap-sweep",
             default="",
@@ -295,6 +390,8 @@ def main() -> int:
         whole_run.enter_context(segments_set(args.segments))
     wanted = {w.strip() for w in args.rows.split(",") if w.strip()}
     rows = []
+    if args.backward:
+        return backward_main(run, grid(args.quick and not wanted), wanted, iters, fla)
     for label, b, t, h, hv, lens, init in grid(args.quick and not wanted):
         if wanted and f"{label}:{h}/{hv}" not in wanted:
             continue
