@@ -135,16 +135,18 @@ def test_no_tokens_pass_the_state_gradient_through():
     assert torch.equal(got[5], dfs)
 
 
-def test_layout_steps_cover_every_chunk_once_in_order():
+def test_layout_makes_every_step_a_slice():
+    """Sequences ranked by chunk count, chunks numbered position by position: step j is the first counts[j] ranks
+    and the next counts[j] chunks, and every token of every sequence is in exactly one chunk."""
     cu = torch.tensor([0, 5, 5, 70, 71])
     lay = chunk_layout(1, 71, cu, 16, torch.device("cpu"))
-    # sequences of 5, 0, 65, 1 tokens: 1 + 0 + 5 + 1 chunks, numbered sequence by sequence
-    assert lay.token.shape == (7, 16) and lay.num_seqs == 4
-    seen = torch.cat([c for c, _ in lay.steps])
-    assert sorted(seen.tolist()) == list(range(7))
-    assert [len(c) for c, _ in lay.steps] == [3, 1, 1, 1, 1]
-    assert lay.steps[0][1].tolist() == [0, 2, 3] and lay.steps[4][1].tolist() == [2]
-    assert int(lay.valid.sum()) == 71 and lay.last.tolist() == [4, 15, 15, 15, 15, 0, 0]
+    # sequences of 5, 0, 65, 1 tokens: 1, 0, 5, 1 chunks
+    assert lay.order.tolist() == [2, 0, 3, 1] and lay.counts == (3, 1, 1, 1, 1) and lay.num_seqs == 4
+    assert lay.token.shape == (7, 16)
+    assert lay.token[0, 0] == 5 and lay.token[1, 0] == 0 and lay.token[2, 0] == 70 and lay.token[3, 0] == 21
+    covered = lay.token[lay.valid]
+    assert sorted(covered.tolist()) == list(range(71))
+    assert lay.valid.sum(1).tolist() == [16, 5, 1, 16, 16, 16, 1]
 
 
 def _function_case(requires):

@@ -11,12 +11,13 @@ replaced by its kernel without changing what is computed:
      passed back through the l2norm.
 
 Work is in fp32 (float64 when the inputs are float64). Stages 1 and 2 keep one [K, V] state a chunk and value head:
-2 x NC x HV x 64 KiB at K = V = 128 (NC chunks), freed when the backward returns. Not graph capturable: the chunk
-layout reads cu_seqlens on the host.
+2 x NC x HV x 64 KiB at K = V = 128 (NC chunks), freed when the backward returns. With cu_seqlens the chunk layout
+reads the offsets on the host (a sync; not graph capturable); a fixed-length layout is built once per shape.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -24,19 +25,36 @@ import torch
 
 @dataclass(frozen=True)
 class ChunkLayout:
-    """Where every chunk's tokens are. Chunks are numbered sequence by sequence, each sequence's in order."""
+    """Where every chunk's tokens are, numbered so that each step of the sequential stages is a slice.
+
+    Sequences are ranked by their chunk count, most first (`order`: the sequence at each rank). Chunks are
+    numbered position by position: every rank's first chunk, then every second chunk, ... At position j the
+    sequences that still have a chunk are ranks 0 .. counts[j] - 1, so a step reads and writes the first counts[j]
+    states and one contiguous range of chunks."""
 
     token: torch.Tensor  # [NC, C] int64: flat token index b * T + t (0 on padding rows)
     valid: torch.Tensor  # [NC, C] bool: a token of the chunk's sequence
-    last: torch.Tensor  # [NC] int64: the chunk's last valid row
-    steps: tuple[tuple[torch.Tensor, torch.Tensor], ...]  # per chunk position j: (chunk ids, their sequences)
+    order: torch.Tensor  # [N] int64: the sequence at each rank
+    counts: tuple[int, ...]  # per chunk position: how many sequences have a chunk there
     num_seqs: int
 
 
 def chunk_layout(
     batch: int, tokens: int, cu_seqlens: torch.Tensor | None, chunk: int, device: torch.device
 ) -> ChunkLayout:
-    """The chunks of B sequences of T tokens, or of cu_seqlens' sequences in row 0 (values read on the host)."""
+    """The chunks of B sequences of T tokens, or of cu_seqlens' sequences in row 0 (values read on the host).
+    Fixed-length layouts are kept (bounded), so a repeated shape copies nothing to the device."""
+    if cu_seqlens is None:
+        return _fixed_layout(batch, tokens, chunk, device)
+    return _layout(batch, tokens, cu_seqlens, chunk, device)
+
+
+@functools.lru_cache(maxsize=32)
+def _fixed_layout(batch: int, tokens: int, chunk: int, device: torch.device) -> ChunkLayout:
+    return _layout(batch, tokens, None, chunk, device)
+
+
+def _layout(batch: int, tokens: int, cu_seqlens: torch.Tensor | None, chunk: int, device: torch.device) -> ChunkLayout:
     if cu_seqlens is None:
         bounds = [(b * tokens, (b + 1) * tokens) for b in range(batch)]
     else:
@@ -48,30 +66,21 @@ def chunk_layout(
             high = max(high, min(max(int(x), 0), tokens))
             cu.append(high)
         bounds = list(zip(cu[:-1], cu[1:]))
-    starts, ends, seqs, pos = [], [], [], []
-    for n, (s, e) in enumerate(bounds):
-        for j, c0 in enumerate(range(s, e, chunk)):
-            starts.append(c0), ends.append(e), seqs.append(n), pos.append(j)
-    start = torch.tensor(starts, dtype=torch.int64)
-    end = torch.tensor(ends, dtype=torch.int64)
-    token = start[:, None] + torch.arange(chunk, dtype=torch.int64)
-    valid = token < end[:, None]
-    last = torch.minimum(end - start, torch.tensor(chunk)) - 1
-    # the chunks at each position j, all sequences together (one host -> device copy, split into views)
-    position = torch.tensor(pos, dtype=torch.int64)
-    order = torch.sort(position, stable=True).indices
-    counts = torch.bincount(position).tolist() if pos else []
-    seq_of = torch.tensor(seqs, dtype=torch.int64)[order]
-    order_d, seq_d = order.to(device), seq_of.to(device)
-    steps, at = [], 0
-    for count in counts:
-        steps.append((order_d[at : at + count], seq_d[at : at + count]))
-        at += count
+    nchunks = [-(-(e - s) // chunk) for s, e in bounds]
+    order = sorted(range(len(bounds)), key=lambda n: -nchunks[n])  # stable: ties keep sequence order
+    counts = [sum(1 for c in nchunks if c > j) for j in range(max(nchunks, default=0))]
+    starts, ends = [], []
+    for j, count in enumerate(counts):
+        for n in order[:count]:
+            s, e = bounds[n]
+            starts.append(s + j * chunk), ends.append(e)
+    token = torch.tensor(starts, dtype=torch.int64)[:, None] + torch.arange(chunk, dtype=torch.int64)
+    valid = token < torch.tensor(ends, dtype=torch.int64)[:, None]
     return ChunkLayout(
         token=torch.where(valid, token, 0).to(device),
         valid=valid.to(device),
-        last=last.to(device),
-        steps=tuple(steps),
+        order=torch.tensor(order, dtype=torch.int64).to(device),
+        counts=tuple(counts),
         num_seqs=len(bounds),
     )
 
@@ -139,39 +148,41 @@ def _decay_grad(dd: torch.Tensor, decay: torch.Tensor) -> torch.Tensor:
     return x.sum(-1) - x.sum(-2)
 
 
-def _states(f: dict, layout: ChunkLayout, h0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Stage 1: (h at every chunk's start [NC, HV, K, V], v' [NC, HV, C, V]) from the sequences' first states."""
-    nc = f["w"].shape[0]
+def _states(f: dict, counts: tuple[int, ...], h0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stage 1: (h at every chunk's start [NC, HV, K, V], v' [NC, HV, C, V]) from the first states, by rank."""
     h = h0.clone()
-    states = torch.empty(nc, *h0.shape[1:], dtype=h0.dtype, device=h0.device)
+    states = torch.empty(f["w"].shape[0], *h0.shape[1:], dtype=h0.dtype, device=h0.device)
     vnew = torch.empty_like(f["u"])
-    for chunks, seqs in layout.steps:
-        hs = h.index_select(0, seqs)
-        states.index_copy_(0, chunks, hs)
-        vn = f["u"].index_select(0, chunks) - f["w"].index_select(0, chunks) @ hs
-        vnew.index_copy_(0, chunks, vn)
-        decay = f["last"].index_select(0, chunks).exp()[..., None, None]
-        h.index_copy_(0, seqs, hs * decay + f["kd"].index_select(0, chunks).transpose(-1, -2) @ vn)
+    kd_t, decay = f["kd"].transpose(-1, -2), f["last"].exp()[..., None, None]
+    at = 0
+    for m in counts:
+        rows, hm = slice(at, at + m), h[:m]
+        states[rows] = hm
+        torch.sub(f["u"][rows], f["w"][rows] @ hm, out=vnew[rows])
+        hm.mul_(decay[rows]).add_(kd_t[rows] @ vnew[rows])
+        at += m
     return states, vnew
 
 
 def _reverse(
-    f: dict, q: torch.Tensor, do: torch.Tensor, layout: ChunkLayout, dfinal: torch.Tensor, scale: float
+    f: dict, q: torch.Tensor, do: torch.Tensor, counts: tuple[int, ...], dfinal: torch.Tensor, scale: float
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Stage 2: (dh_{c+1} at every chunk [NC, HV, K, V], dv' [NC, HV, C, V], dh0 [N, HV, K, V])."""
+    """Stage 2: (dh_{c+1} at every chunk [NC, HV, K, V], dv' [NC, HV, C, V], dh0 by rank [N, HV, K, V])."""
     dh = dfinal.clone()
     dh_next = torch.empty(f["w"].shape[0], *dfinal.shape[1:], dtype=dfinal.dtype, device=dfinal.device)
     dvnew = torch.empty_like(f["u"])
-    for chunks, seqs in reversed(layout.steps):
-        dhn = dh.index_select(0, seqs)
-        dh_next.index_copy_(0, chunks, dhn)
-        doc = do.index_select(0, chunks)
-        dvn = scale * f["m"].index_select(0, chunks).transpose(-1, -2) @ doc + f["kd"].index_select(0, chunks) @ dhn
-        dvnew.index_copy_(0, chunks, dvn)
-        qg = q.index_select(0, chunks) * f["gamma"].index_select(0, chunks)[..., None]
-        decay = f["last"].index_select(0, chunks).exp()[..., None, None]
-        dh_c = scale * qg.transpose(-1, -2) @ doc + decay * dhn - f["w"].index_select(0, chunks).transpose(-1, -2) @ dvn
-        dh.index_copy_(0, seqs, dh_c)
+    m_t, w_t = f["m"].transpose(-1, -2), f["w"].transpose(-1, -2)
+    qg_t = (q * f["gamma"][..., None]).transpose(-1, -2)
+    decay = f["last"].exp()[..., None, None]
+    at = f["w"].shape[0]
+    for m in reversed(counts):
+        at -= m
+        rows, dhm = slice(at, at + m), dh[:m]
+        dh_next[rows] = dhm
+        dvn = dvnew[rows]
+        torch.matmul(m_t[rows], do[rows], out=dvn)
+        dvn.mul_(scale).add_(f["kd"][rows] @ dhm)
+        dhm.mul_(decay[rows]).add_(qg_t[rows] @ do[rows], alpha=scale).sub_(w_t[rows] @ dvn)
     return dh_next, dvnew, dh
 
 
@@ -257,15 +268,18 @@ def chunk_gated_delta_rule_backward(
         else torch.zeros(vc.shape[:-1] + (vdim,), dtype=work, device=v.device)
     )
     state_shape = (n, hv, kdim, vdim)
-    h0 = initial_state.to(work) if initial_state is not None else torch.zeros(state_shape, dtype=work, device=v.device)
-    dfs = dfinal.to(work) if dfinal is not None else torch.zeros(state_shape, dtype=work, device=v.device)
+    # the states by rank (layout.order); dh0 goes back to sequence order at the end
+    zero_states = lambda: torch.zeros(state_shape, dtype=work, device=v.device)
+    h0 = initial_state.to(work).index_select(0, layout.order) if initial_state is not None else zero_states()
+    dfs = dfinal.to(work).index_select(0, layout.order) if dfinal is not None else zero_states()
     if qc.shape[0] == 0:  # no token in any sequence: the states pass through unchanged
         zeros = lambda x: torch.zeros_like(x)
-        dh0 = dfs if initial_state is not None else None
+        dh0 = None if initial_state is None else torch.empty_like(dfs).index_copy_(0, layout.order, dfs)
         return zeros(q), zeros(k), zeros(v), zeros(g), zeros(beta), None if dh0 is None else dh0.to(initial_state.dtype)
     f = _factors(qc, kc, vc, gc, bc)
-    states, vnew = _states(f, layout, h0)
-    dh_next, dvnew, dh0 = _reverse(f, qc, doc, layout, dfs, scale)
+    states, vnew = _states(f, layout.counts, h0)
+    dh_next, dvnew, dh_ranked = _reverse(f, qc, doc, layout.counts, dfs, scale)
+    dh0 = torch.empty_like(dh_ranked).index_copy_(0, layout.order, dh_ranked)
     dq, dk, dv, dg, dbeta = _chunk_grads(qc, kc, vc, bc, f, states, vnew, doc, dh_next, dvnew, scale)
     del states, dh_next, f
     # value heads -> their q / k head, then through the l2norm
