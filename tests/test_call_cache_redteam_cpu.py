@@ -270,15 +270,25 @@ def test_gdr_pdl_switch(rig):  # noqa: F811 - the imported rig fixture
 
 
 def test_gdr_requires_grad(rig):  # noqa: F811 - the imported rig fixture
-    # expected to pass: the autograd wrapper is per call
+    # expected to pass: the autograd wrapper is per call, so a signature cached without grad still gets the
+    # backward (of the inputs it is given), and one cached with grad gives none to a call under no_grad
+    from deep_gemm_sm120.families.gated_delta_rule.backward import chunk_gated_delta_rule_backward
+
     launch.forget_calls()
     a, k = _gdr_args()
     rig.record(dg.chunk_gated_delta_rule, a, k, _names(a, k))
     a, k = _gdr_args(requires_grad=True)
+    with torch.no_grad():
+        a[3].copy_(-a[3].float().abs())  # log decays are <= 0: finite gradients
     o, _ = dg.chunk_gated_delta_rule(*a, **k)
     assert o.requires_grad
-    with pytest.raises(NotImplementedError):
-        o.float().sum().backward()
+    o.float().sum().backward()
+    plain = [x.detach() for x in a]
+    want = chunk_gated_delta_rule_backward(*plain, torch.ones_like(o), None, 128**-0.5, None, None, False)[0]
+    assert torch.isfinite(want).all() and torch.equal(a[0].grad, want)
+    with torch.no_grad():
+        o, _ = dg.chunk_gated_delta_rule(*a, **k)
+    assert not o.requires_grad
 
 
 def test_einsum_packed_nan_words_leave_no_entry(rig):  # noqa: F811 - the imported rig fixture
