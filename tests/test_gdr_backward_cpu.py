@@ -153,16 +153,20 @@ def _function_case(requires):
     q, k, v, g, beta, h0 = _inputs(1, 30, 2, 4, 8, seed=8, n=2)
     cu = torch.tensor([0, 11, 30])
     leaves = [x.clone().requires_grad_(need) for x, need in zip((q, k, v, g, beta, h0), requires)]
-    with torch.no_grad():  # the forward's outputs, as the kernels would give them
-        o, fs = naive_recurrence(*leaves[:5], 0.3, leaves[5], True, cu, True)
-    return leaves, cu, o, fs
+
+    def run(q, k, v, g, beta, h0, cu, final=True):  # the forward's kernels, as the reference gives their outputs
+        return naive_recurrence(q, k, v, g, beta, 0.3, h0, final, cu, True)
+
+    return leaves, cu, run
 
 
 def test_function_attaches_the_backward_to_the_outputs():
     """Differentiable.apply (what chunk_gated_delta_rule does when an input requires grad): the same gradients as
-    autograd through the reference, only for the inputs that asked, and none of its saved inputs copied."""
-    leaves, cu, o, fs = _function_case((True, False, True, True, False, True))
-    out_o, out_fs = Differentiable.apply((0.3, True), o, fs, *leaves, cu)
+    autograd through the reference, only for the inputs that asked."""
+    leaves, cu, run = _function_case((True, False, True, True, False, True))
+    out_o, out_fs = Differentiable.apply((0.3, True), run, *leaves, cu)
+    with torch.no_grad():
+        o, fs = run(*leaves, cu)
     assert out_o.requires_grad and torch.equal(out_o, o) and torch.equal(out_fs, fs)
     gen = torch.Generator().manual_seed(2)
     do, dfs = torch.randn(o.shape, generator=gen, dtype=torch.float64), torch.randn(fs.shape, generator=gen).double()
@@ -176,11 +180,70 @@ def test_function_attaches_the_backward_to_the_outputs():
 
 
 def test_function_without_a_final_state_and_unused_outputs():
-    leaves, cu, o, _ = _function_case((True,) * 6)
-    out = Differentiable.apply((0.3, True), o, None, *leaves, cu)
+    leaves, cu, run = _function_case((True,) * 6)
+    out = Differentiable.apply((0.3, True), lambda *a: run(*a, final=False), *leaves, cu)
     assert isinstance(out, torch.Tensor)
     (out.sum() * 0).backward()  # a zero upstream gradient: zero gradients, not an error
     assert all(torch.count_nonzero(x.grad) == 0 for x in leaves)
+
+
+def test_outputs_may_be_modified_in_place():
+    """The outputs are the forward's own tensors, not views of anything: in-place use works as under no_grad, and
+    the gradients are those of the loss as written."""
+    leaves, cu, run = _function_case((True,) * 6)
+    o, fs = Differentiable.apply((0.3, True), run, *leaves, cu)
+    o.mul_(2)
+    fs.add_(1)
+    (o.sum() + fs.sum()).backward()
+    refs = _autograd(
+        *[x.detach() for x in leaves],
+        torch.full(o.shape, 2.0).double(),
+        torch.ones(fs.shape).double(),
+        0.3,
+        cu,
+        True,
+        True,
+    )
+    for name, leaf, ref in zip(NAMES, leaves, refs):
+        assert _err(leaf.grad, ref) < 1e-10, name
+
+
+def test_first_order_with_create_graph_and_a_clear_second_order_error():
+    leaves, cu, run = _function_case((True,) * 6)
+    o, _ = Differentiable.apply((0.3, True), run, *leaves, cu)
+    grads = torch.autograd.grad(o.pow(2).sum(), leaves, create_graph=True)
+    assert all(x is not None and torch.isfinite(x).all() for x in grads)
+    with pytest.raises(RuntimeError, match="once_differentiable|twice"):
+        grads[0].sum().backward()
+
+
+def test_strongly_negative_decays_keep_dg():
+    """g of -20 a token (e^g underflows fp32 within a chunk): dg stays at fp32 rounding of the float64 result (the
+    terms that are exactly zero are not formed; formed, their rounding was all of dg), and at -100 float64 still
+    matches autograd through the recurrence."""
+    q, k, v, _, beta, h0 = _inputs(1, 150, 2, 4, 16, seed=9)
+    gen = torch.Generator().manual_seed(4)
+    do = torch.randn(1, 150, 4, 16, generator=gen, dtype=torch.float64)
+    dfs = torch.randn(1, 4, 16, 16, generator=gen, dtype=torch.float64)
+    for value in (-5.0, -20.0):
+        g = torch.full((1, 150, 4), value, dtype=torch.float64)
+        ref = chunk_gated_delta_rule_backward(q, k, v, g, beta, do, dfs, 0.25, h0, None, True, 64)
+        f32 = [x.float() for x in (q, k, v, g, beta, do, dfs)]
+        got = chunk_gated_delta_rule_backward(*f32, 0.25, h0.float(), None, True, 64)
+        for name, mine, r in zip(NAMES, got, ref):
+            assert _err(mine, r) < 1e-5, f"g = {value}, {name}: {_err(mine, r):.2e}"
+    g = torch.full((1, 40, 4), -100.0, dtype=torch.float64)
+    refs = _autograd(q[:, :40], k[:, :40], v[:, :40], g, beta[:, :40], h0, do[:, :40], dfs, 0.25, None, True, True)
+    got = chunk_gated_delta_rule_backward(
+        q[:, :40], k[:, :40], v[:, :40], g, beta[:, :40], do[:, :40], dfs, 0.25, h0, None, True, 16
+    )
+    assert _err(got[3], refs[3]) < 1e-8
+
+
+def test_varlen_needs_one_row():
+    q, k, v, g, beta, h0 = _inputs(2, 10, 1, 1, 8, seed=1)
+    with pytest.raises(ValueError, match="batch must be 1"):
+        chunk_gated_delta_rule_backward(q, k, v, g, beta, None, None, 0.3, None, torch.tensor([0, 10]), False, 8)
 
 
 def test_direct_backward_entry_point_names_the_way():

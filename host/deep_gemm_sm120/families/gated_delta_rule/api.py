@@ -131,24 +131,33 @@ def chunk_gated_delta_rule(
         call = _prepare(
             q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, use_qk_l2norm_in_kernel, chunk_size
         )
-        o, final = call[2](q, k, v, g, beta, initial_state, cu_seqlens, scale)
+        o, final = _run(call[2], q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm_in_kernel)
         if key is not None:  # after the first run: a call whose cu_seqlens values fail is never cached
             _CALLS.put(key, call)
-    else:
-        o, final = call[2](q, k, v, g, beta, initial_state, cu_seqlens, scale)
-    if torch.is_grad_enabled() and (
-        q.requires_grad
-        or k.requires_grad
-        or v.requires_grad
-        or g.requires_grad
-        or beta.requires_grad
-        or (initial_state is not None and initial_state.requires_grad)
+        return o, final
+    return _run(call[2], q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm_in_kernel)
+
+
+def _run(run, q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm_in_kernel) -> tuple:
+    """run(...) as it is, or inside the autograd Function that gives it a backward when an input requires grad
+    (backward.py: the inputs are kept, the rest recomputed from them)."""
+    if not (
+        torch.is_grad_enabled()
+        and (
+            q.requires_grad
+            or k.requires_grad
+            or v.requires_grad
+            or g.requires_grad
+            or beta.requires_grad
+            or (initial_state is not None and initial_state.requires_grad)
+        )
     ):
-        # the backward (backward.py) keeps the inputs and recomputes the rest from them
-        meta = (scale_value(scale, HEAD_DIM), bool(use_qk_l2norm_in_kernel))
-        outs = Differentiable.apply(meta, o, final, q, k, v, g, beta, initial_state, cu_seqlens)
-        o, final = outs if final is not None else (outs, None)
-    return o, final
+        return run(q, k, v, g, beta, initial_state, cu_seqlens, scale)
+    meta = (scale_value(scale, HEAD_DIM), bool(use_qk_l2norm_in_kernel))
+    outs = Differentiable.apply(
+        meta, lambda *tensors: run(*tensors, scale), q, k, v, g, beta, initial_state, cu_seqlens
+    )
+    return outs if isinstance(outs, tuple) else (outs, None)
 
 
 def _prepare(

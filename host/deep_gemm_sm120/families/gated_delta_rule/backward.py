@@ -21,6 +21,7 @@ import functools
 from dataclasses import dataclass
 
 import torch
+from torch.autograd.function import once_differentiable
 
 
 @dataclass(frozen=True)
@@ -186,9 +187,11 @@ def _reverse(
     return dh_next, dvnew, dh
 
 
-def _chunk_grads(q, k, v, beta, f, h, vnew, do, dh_next, dvnew, scale) -> tuple[torch.Tensor, ...]:
+def _chunk_grads(q, k, v, beta, f, h, vnew, do, dh_next, dvnew, scale, before_last) -> tuple[torch.Tensor, ...]:
     """Stage 3 for every chunk at once: (dq, dk, dv, dg, dbeta) in the chunk layout (gdr_backward_reference's
-    _chunk_backward, term for term)."""
+    _chunk_backward, term for term, less two that are exactly zero: D's diagonal, always 1, and the last row's
+    e^(G_last - G), always 1. Formed anyway, their parts cancel only up to rounding, and next to a gradient that
+    shrinks like e^g that rounding is all of dg). before_last [NC, 1, C]: rows before the chunk's last token."""
     cum, gamma, decay, tail = f["cum"], f["gamma"], f["decay"], f["tail"]
     t, kb, vb, qk = f["t"], f["kb"], f["vb"], f["qk"]
     causal, strict, kk = f["causal"], f["strict"], f["kk"]
@@ -199,14 +202,14 @@ def _chunk_grads(q, k, v, beta, f, h, vnew, do, dh_next, dvnew, scale) -> tuple[
     dqk = torch.where(causal, dm * decay, zero)
     dq = dqk @ k
     dk = dqk.transpose(-1, -2) @ q
-    dcum = _decay_grad(torch.where(causal, dm * qk, zero), decay)
+    dcum = _decay_grad(torch.where(strict, dm * qk, zero), decay)
     dqg = scale * do @ h.transpose(-1, -2)
     dq = dq + dqg * gamma[..., None]
     dcum = dcum + gamma * (dqg * q).sum(-1)
     # h_next = e^(G_last) h + Kd^T v'
     dkd = vnew @ dh_next.transpose(-1, -2)
     dk = dk + dkd * tail[..., None]
-    dtail = (dkd * k).sum(-1) * tail
+    dtail = torch.where(before_last, (dkd * k).sum(-1) * tail, zero)
     dcum = dcum - dtail
     dlast = dtail.sum(-1) + f["last"].exp() * (dh_next * h).sum((-1, -2))
     # v' = U - W h: U = T Vb, W = T Kb
@@ -251,6 +254,8 @@ def chunk_gated_delta_rule_backward(
     without an initial state). The arguments are the forward's, already checked by it."""
     work = torch.float64 if v.dtype == torch.float64 else torch.float32
     bsz, tokens, heads, kdim = q.shape
+    if cu_seqlens is not None and bsz != 1:
+        raise ValueError(f"with cu_seqlens the batch must be 1 (sequences packed in row 0), got B = {bsz}")
     hv, vdim = v.shape[2], v.shape[3]
     group = hv // heads
     layout = chunk_layout(bsz, tokens, cu_seqlens, chunk_size, v.device)
@@ -280,7 +285,8 @@ def chunk_gated_delta_rule_backward(
     states, vnew = _states(f, layout.counts, h0)
     dh_next, dvnew, dh_ranked = _reverse(f, qc, doc, layout.counts, dfs, scale)
     dh0 = torch.empty_like(dh_ranked).index_copy_(0, layout.order, dh_ranked)
-    dq, dk, dv, dg, dbeta = _chunk_grads(qc, kc, vc, bc, f, states, vnew, doc, dh_next, dvnew, scale)
+    before_last = (torch.arange(chunk_size, device=v.device) < layout.valid.sum(-1, keepdim=True) - 1)[:, None]
+    dq, dk, dv, dg, dbeta = _chunk_grads(qc, kc, vc, bc, f, states, vnew, doc, dh_next, dvnew, scale, before_last)
     del states, dh_next, f
     # value heads -> their q / k head, then through the l2norm
     dq = dq.view(dq.shape[0], heads, group, *dq.shape[2:]).sum(2)
@@ -300,28 +306,32 @@ def chunk_gated_delta_rule_backward(
 
 
 class Differentiable(torch.autograd.Function):
-    """Attaches the backward to the forward's outputs: forward(ctx, meta, o, final, q, k, v, g, beta,
-    initial_state, cu_seqlens) returns o (and final when not None) as they are, and keeps the inputs; meta is
-    (scale, use_qk_l2norm_in_kernel). The backward recomputes everything else from them."""
+    """chunk_gated_delta_rule with its backward: forward(ctx, meta, run, q, k, v, g, beta, initial_state,
+    cu_seqlens) calls run(q, k, v, g, beta, initial_state, cu_seqlens) (the forward's kernels: fresh outputs, so
+    they may be modified in place as without grad), returns o (and final_state when run gives one) and keeps the
+    inputs; meta is (scale, use_qk_l2norm_in_kernel). The backward recomputes everything else from them. Not
+    differentiable twice."""
 
     @staticmethod
-    def forward(ctx, meta, o, final, q, k, v, g, beta, initial_state, cu_seqlens):  # type: ignore[override]
+    def forward(ctx, meta, run, q, k, v, g, beta, initial_state, cu_seqlens):  # type: ignore[override]
+        o, final = run(q, k, v, g, beta, initial_state, cu_seqlens)
         ctx.meta = meta
         ctx.has_final = final is not None
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(q, k, v, g, beta, initial_state, cu_seqlens)
-        return (o.view_as(o), final.view_as(final)) if final is not None else o.view_as(o)
+        return (o, final) if final is not None else o
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, *grads):  # type: ignore[override]
         q, k, v, g, beta, initial_state, cu_seqlens = ctx.saved_tensors
         scale, l2 = ctx.meta
         do, dfinal = grads[0], grads[1] if ctx.has_final else None
         if do is None and dfinal is None:
-            return (None,) * 10
+            return (None,) * 9
         dq, dk, dv, dg, dbeta, dh0 = chunk_gated_delta_rule_backward(
             q, k, v, g, beta, do, dfinal, scale, initial_state, cu_seqlens, l2
         )
         need = ctx.needs_input_grad
-        picked = [x if need[i + 3] else None for i, x in enumerate((dq, dk, dv, dg, dbeta, dh0))]
-        return (None, None, None, *picked, None)
+        picked = [x if need[i + 2] else None for i, x in enumerate((dq, dk, dv, dg, dbeta, dh0))]
+        return (None, None, *picked, None)
