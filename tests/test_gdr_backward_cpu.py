@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_gdr_backward_reference_cpu import _inputs  # the reference backward's inputs (float64)
 
 from deep_gemm_sm120.families.gated_delta_rule import backward as bw
 from deep_gemm_sm120.families.gated_delta_rule.backward import (
@@ -18,17 +19,6 @@ from deep_gemm_sm120.families.gated_delta_rule.contract import chunk_gated_delta
 from deep_gemm_sm120.selftest.workloads.gdr_reference import naive_recurrence
 
 NAMES = ("dq", "dk", "dv", "dg", "dbeta", "dh0")
-
-
-def _inputs(b, t, h, hv, d, seed, n=None, dtype=torch.float64):
-    gen = torch.Generator().manual_seed(seed)
-    r = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float64)
-    q, k = r(b, t, h, d) * 0.5, r(b, t, h, d) * 0.5
-    v = r(b, t, hv, d)
-    g = -torch.rand(b, t, hv, generator=gen, dtype=torch.float64) * 0.3
-    beta = torch.rand(b, t, hv, generator=gen, dtype=torch.float64)
-    h0 = r(n if n is not None else b, hv, d, d) * 0.1
-    return tuple(x.to(dtype) for x in (q, k, v, g, beta, h0))
 
 
 def _autograd(q, k, v, g, beta, h0, do, dfs, scale, cu, l2, init):
