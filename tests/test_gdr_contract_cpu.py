@@ -216,3 +216,14 @@ def test_persistent_prep_specs_fit_and_come_with_the_plans_that_overlap():
     long = {s.name for s in plan_specs(132, num_seqs=1, value_heads=8, seq_len=32768)}
     assert not any("persistent" in name for name in long)
     assert "gated_delta_rule_fwd_c32_v64_s2_bf16" in long and "gated_delta_rule_fwd_c32_v16_k2_s2_bf16" in few
+
+
+def test_int64_offsets_are_clamped_before_narrowing():
+    """Unchecked int64 offsets reach the kernels clamped to [0, T], as documented and as the backward's layout reads
+    them: narrowed first, 2**32 would be 0 and 2**31 + 5 negative."""
+    from deep_gemm_sm120.families.gated_delta_rule.contract import cu_seqlens_int32
+
+    got = cu_seqlens_int32(torch.tensor([0, 2**32, 2**31 + 5, -(2**40), 300]), 300)
+    assert got.dtype == torch.int32 and got.tolist() == [0, 300, 300, 0, 300]
+    same = torch.tensor([0, 7, 3, 400], dtype=torch.int32)  # int32: the kernels clamp; passed through
+    assert cu_seqlens_int32(same, 300).tolist() == [0, 7, 3, 400]

@@ -25,6 +25,7 @@ from .contract import (
     check_arguments,
     check_cu_seqlens_values,
     chunk_gated_delta_rule_bwd,
+    cu_seqlens_int32,
     default_chunk_size,
     scale_value,
 )
@@ -248,7 +249,7 @@ def _prepare(
         q, k, v = (x.clone() if copy else x.contiguous() for x, copy in zip((q, k, v), unaligned))
         g, beta = g.contiguous(), beta.contiguous()
         init = initial_state.contiguous() if initial_state is not None else None
-        cu = None if cu_seqlens is None else cu_seqlens.to(torch.int32).contiguous()
+        cu = None if cu_seqlens is None else cu_seqlens_int32(cu_seqlens, t)
         # cu_seqlens as the kernels read it (clamped running maximum, written by the prep kernel): untrusted
         # offsets never overlap sequences or leave the tokens (docs/untrusted_indices.md); then each sequence's
         # first chunk slot

@@ -133,6 +133,16 @@ def check_cu_seqlens_values(cu_seqlens: torch.Tensor, seq_len: int) -> None:
         )
 
 
+def cu_seqlens_int32(cu_seqlens: torch.Tensor, seq_len: int) -> torch.Tensor:
+    """cu_seqlens as the kernels read it (int32, contiguous). int64 offsets are clamped to [0, T] first: narrowed
+    as they are, 2**32 would read as 0 and 2**31 + 5 as a negative number, so unchecked offsets (index checks
+    off) would not be clamped as documented, and the backward's host layout (which clamps) would disagree with the
+    sequences the kernels walked. int32 offsets need nothing (the kernels clamp them)."""
+    if cu_seqlens.dtype == torch.int64:
+        cu_seqlens = cu_seqlens.clamp(0, seq_len)
+    return cu_seqlens.to(torch.int32).contiguous()
+
+
 def chunk_gated_delta_rule_bwd(*args, **kwargs):
     """FLA's internal backward entry point (its saved factors, its argument order): not reproduced. Gradients come
     from autograd through chunk_gated_delta_rule (inputs that require grad, then .backward())."""
