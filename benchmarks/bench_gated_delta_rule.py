@@ -25,7 +25,6 @@ import argparse
 import contextlib
 import math
 import os
-import statistics
 import sys
 
 import torch
@@ -33,7 +32,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from harness import bench, finish, start
+from harness import bench, bench_eager, finish, start
 
 BT = ((1, 65536), (1, 32768), (1, 16384), (1, 8192), (2, 4096), (4, 2048), (1, 2048), (16, 512), (64, 128))
 # few-head rows (issue 42: (2, 4), (4, 4), (8, 8)) beside the many-head ones
@@ -140,23 +139,6 @@ def case(
     return row
 
 
-def eager(fn, iters: int, warmup: int = 2) -> float:
-    """Median seconds per call, each call between two CUDA events (for work a graph cannot capture: the
-    backward reads cu_seqlens and builds its chunk layout on the host)."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        begin.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(begin.elapsed_time(end) / 1e3)
-    return statistics.median(times)
-
-
 def backward_case(b: int, t: int, h: int, hv: int, iters: int, fla, lens=None, init: bool = True) -> dict:
     """Forward + backward (every input's gradient, the final state's included) of ours at chunk 32 and of FLA,
     timed eagerly on the same inputs; the relative L2 distance of each gradient to FLA's."""
@@ -184,7 +166,7 @@ def backward_case(b: int, t: int, h: int, hv: int, iters: int, fla, lens=None, i
             q, k, v, g, beta, initial_state=state, output_final_state=True, chunk_size=32, cu_seqlens=cu
         )
     )
-    row["ours_fwd_bwd_us"] = eager(ours, iters) * 1e6
+    row["ours_fwd_bwd_us"] = bench_eager(ours, iters) * 1e6
     if fla is not None:
         theirs = step(
             lambda: fla(
@@ -192,7 +174,7 @@ def backward_case(b: int, t: int, h: int, hv: int, iters: int, fla, lens=None, i
                 cu_seqlens=None if cu is None else cu.long(),
             )
         )  # fmt: skip
-        row["fla_fwd_bwd_us"] = eager(theirs, iters) * 1e6
+        row["fla_fwd_bwd_us"] = bench_eager(theirs, iters) * 1e6
         row["speedup"] = row["fla_fwd_bwd_us"] / row["ours_fwd_bwd_us"]
         mine, ref = ours(), theirs()
         row["grad_rel_l2_vs_fla"] = {

@@ -98,6 +98,23 @@ def bench(fn: Callable[[], Any], iters: int, warmup: int = 3, replays: int = 5) 
     return statistics.median(samples) / 1e3
 
 
+def bench_eager(fn: Callable[[], Any], iters: int, warmup: int = 2) -> float:
+    """Median seconds per call, each call between two CUDA events, no graph: for work a graph cannot capture
+    (host reads of device values, host-built index tensors)."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(iters):
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        samples.append(begin.elapsed_time(end))
+    return statistics.median(samples) / 1e3
+
+
 def copies_for(bytes_per_call: int, l2_bytes: int | None = None, limit: int = 16) -> int:
     """How many input sets make `limit`-bounded rotation cover three times the L2 cache."""
     from deep_gemm_sm120.core.arith import ceil_div  # after start(): it imports the package
