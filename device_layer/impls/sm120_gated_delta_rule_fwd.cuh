@@ -125,8 +125,13 @@ SM120_DEVICE void gdr_zero_tail_rows(uint8_t* stage, uint32_t len, uint32_t thre
         if (i / kVRow % kC >= len) *reinterpret_cast<uint4*>(stage + Cfg::kOffV + 16 * i) = zero;
 }
 
+// The backward's states pass (kStates): the output walk that also stores, every kGdrStateTokens tokens of a
+// sequence, the state entering them: states[(slot * HV + hv) * K * K + k * K + v] (fp32, [K][V] as initial_state),
+// slot = state_slots[seq] + state_slots[num_seqs + j] for the j-th such point of sequence seq (the host numbers them).
+constexpr uint32_t kGdrStateTokens = 64;
+
 template <uint32_t kChunk, uint32_t kVSlice, uint32_t kKSplit, uint32_t kStages, typename Elem,
-          bool kTransitions = false>
+          bool kTransitions = false, bool kStates = false>
 // clang-format off: a kernel declaration (see .clang-format)
 __global__ void __launch_bounds__(GdrFwdConfig<kChunk, kVSlice, kKSplit, kStages>::kThreads, 1)
 sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_k,
@@ -135,8 +140,11 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
                                   const __grid_constant__ CUtensorMap tmap_gate, const float* __restrict__ initial_state,
                                   float* __restrict__ final_state, Elem* __restrict__ o,
                                   const int32_t* __restrict__ cu_seqlens, uint32_t seq_len, uint32_t value_heads,
-                                  uint32_t group, const int32_t* ready, uint32_t segments, uint32_t segment_tokens) {
+                                  uint32_t group, const int32_t* ready, uint32_t segments, uint32_t segment_tokens,
+                                  float* __restrict__ states, const int32_t* __restrict__ state_slots) {
     // clang-format on
+    static_assert(!(kTransitions && kStates), "the transition pass stores no states");
+    static_assert(kGdrStateTokens % kChunk == 0, "a state point starts a chunk");
     using Cfg = GdrFwdConfig<kChunk, kVSlice, kKSplit, kStages>;
     using E = GdrElem<Elem>;
     constexpr uint32_t C = kChunk, kNT = C / 8, kKT = kGdrHeadDim / 8;
@@ -161,7 +169,7 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
         // overlapped with the prep grid (never segmented): its flags, not its end
         gdr_sequence_published<C>(cu_seqlens, ready, u.num_seqs, seq_len, u.seq, start, end, first_slot);
     }
-    const uint32_t seq_end = end;
+    const uint32_t seq_start = start, seq_end = end;
     if (segments != 0) gdr_segment(u.segment, segment_tokens, start, end);
     // a segment's map is needed only by the segments after it: the last one's state is carried by the output pass
     if (kTransitions && end == seq_end) return;
@@ -241,6 +249,23 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
         const uint32_t first = start + c * C, len = kTail ? end - first : C;
         const uint8_t* s = smem + ps.stage * Cfg::kStageBytes;
         const float4* gate = reinterpret_cast<const float4*>(s + Cfg::kOffGate);
+        if constexpr (kStates) {
+            // the state entering this chunk, at every kGdrStateTokens-th token of the sequence (segments start on
+            // chunk boundaries of the sequence, so the points are the same whichever unit walks them)
+            if ((first - seq_start) % kGdrStateTokens == 0) {
+                const uint32_t point = (first - seq_start) / kGdrStateTokens;
+                const size_t at =
+                    (static_cast<size_t>(state_slots[u.seq] + state_slots[u.num_seqs + point]) * value_heads + hv) *
+                    kGdrHeadDim * kGdrHeadDim;
+#pragma unroll
+                for (uint32_t kt = 0; kt < kWarpKT; ++kt)
+#pragma unroll
+                    for (uint32_t e = 0; e < 4; ++e) {
+                        const uint32_t kd = 8 * (kt0 + kt) + 2 * t4 + e % 2, vd = v0 + gid + 8 * (e / 2);
+                        states[at + kd * kGdrHeadDim + vd] = st[kt][e];
+                    }
+            }
+        }
         ring.wait_full(ps);
         if constexpr (kTail) {
             // the k and v rows past the sequence are the next sequence's tokens or, past the end of cu_seqlens,

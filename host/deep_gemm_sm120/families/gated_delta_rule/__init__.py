@@ -21,7 +21,7 @@ FAMILY = Family(
     params=PARAMS,
     specs=specs,
     gate=gate,
-    quick_key=lambda s: (s.chunk, s.vslice, s.ksplit, s.transitions),
+    quick_key=lambda s: (s.chunk, s.vslice, s.ksplit, s.transitions, s.states),
     pdl=True,
     names=(
         Op(

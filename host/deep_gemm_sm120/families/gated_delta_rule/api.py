@@ -45,10 +45,12 @@ _OFF = {
 
 
 @kernel_memo(maxsize=64)
-def _kernels(chunk: int, vslice: int, ksplit: int, persistent: bool, elem: str, index: int, target: str):
+def _kernels(
+    chunk: int, vslice: int, ksplit: int, persistent: bool, elem: str, index: int, target: str, states: bool = False
+):
     return (
         jit.get_kernel(GdrPrepSpec(chunk, elem, persistent), target, index),
-        jit.get_kernel(GdrFwdSpec(chunk, vslice, elem, ksplit), target, index),
+        jit.get_kernel(GdrFwdSpec(chunk, vslice, elem, ksplit, False, states), target, index),
     )
 
 
@@ -154,19 +156,62 @@ def _run(run, q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm_
         )
     ):
         return run(q, k, v, g, beta, initial_state, cu_seqlens, scale)
-    meta = (scale_value(scale, HEAD_DIM), bool(use_qk_l2norm_in_kernel))
+    l2 = bool(use_qk_l2norm_in_kernel)
+
+    def states(q, k, v, g, beta, initial_state, cu_seqlens, slots, count):  # stage 1 by the forward's kernels
+        return gdr_states(q, k, v, g, beta, scale, initial_state, cu_seqlens, l2, slots, count)
+
+    meta = (scale_value(scale, HEAD_DIM), l2, states if q.is_cuda else None)
     outs = Differentiable.apply(
         meta, lambda *tensors: run(*tensors, scale), q, k, v, g, beta, initial_state, cu_seqlens
     )
     return outs if isinstance(outs, tuple) else (outs, None)
 
 
+def gdr_states(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None,
+    initial_state: torch.Tensor | None,
+    cu_seqlens: torch.Tensor | None,
+    use_qk_l2norm_in_kernel: bool,
+    slots: torch.Tensor,
+    count: int,
+) -> torch.Tensor:
+    """The backward's states pass (backward.py): the forward's walk (its plan, at the device's default chunk) that
+    also stores the state entering every STATE_TOKENS-th token of each sequence, the j-th of sequence n at slot
+    slots[n] + slots[N + j] of a [count, HV, 128, 128] fp32 tensor (int32 slots on the device). o and the final
+    state are formed and dropped. Planned per call; the call's arguments are the forward's."""
+    call = _prepare(
+        q, k, v, g, beta, scale, initial_state, False, cu_seqlens, use_qk_l2norm_in_kernel, None, states=True
+    )
+    out = torch.empty(count, v.shape[2], HEAD_DIM, HEAD_DIM, dtype=torch.float32, device=v.device)
+    if count:
+        call[2](q, k, v, g, beta, initial_state, cu_seqlens, scale, state_out=(out, slots))
+    return out
+
+
 def _prepare(
-    q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, use_qk_l2norm_in_kernel, chunk_size
+    q,
+    k,
+    v,
+    g,
+    beta,
+    scale,
+    initial_state,
+    output_final_state,
+    cu_seqlens,
+    use_qk_l2norm_in_kernel,
+    chunk_size,
+    states: bool = False,
 ) -> tuple:
     """Every check of a call and its plan: (target, device index, run), run(q, k, v, g, beta, initial_state,
     cu_seqlens, scale) -> (o, final_state or None). The scale's value is read per call (its type is in the key,
-    its value too, but -0.0 and 0.0 are one key)."""
+    its value too, but -0.0 and 0.0 are one key). states: the backward's states pass (gdr_states), whose run also
+    takes state_out = (states, state_slots)."""
     on_cuda = isinstance(q, torch.Tensor) and q.is_cuda
     p = check_arguments(
         q,
@@ -200,7 +245,7 @@ def _prepare(
 
     if tokens == 0:
 
-        def empty(q, k, v, g, beta, initial_state, cu_seqlens, scale):
+        def empty(q, k, v, g, beta, initial_state, cu_seqlens, scale, state_out=None):
             if cu_seqlens is not None and index_checks():
                 check_cu_seqlens_values(cu_seqlens, t)
             o, final = outputs(v)
@@ -222,7 +267,7 @@ def _prepare(
     # few recurrence CTAs: a persistent prep grid beside it, the recurrence waiting on per-chunk flags (both
     # families launch with PDL when the switch is on); a segmented walk waits for the whole prep
     overlap = 0 if segments else choose_overlap(fwd_ctas, sms, get_pdl())
-    prep, fwd = _kernels(c, vslice, ksplit, overlap > 0, elem, index, target)
+    prep, fwd = _kernels(c, vslice, ksplit, overlap > 0, elem, index, target, states)
     transition, combine = _segment_kernels(c, vslice, ksplit, elem, index, target) if segments else (None, None)
     overlap = min(overlap, ceil_div(slots * hv, persistent_teams(c)))  # no CTA without an item
     # tensor maps with placeholder addresses: each call's own are patched in (q, k, v, then its scratch)
@@ -241,7 +286,7 @@ def _prepare(
     # key) is copied, as a non-contiguous one is
     unaligned = tuple(x.is_contiguous() and x.data_ptr() % 16 != 0 for x in (q, k, v))
 
-    def run(q, k, v, g, beta, initial_state, cu_seqlens, scale):
+    def run(q, k, v, g, beta, initial_state, cu_seqlens, scale, state_out=None):
         if cu_seqlens is not None and index_checks():
             check_cu_seqlens_values(cu_seqlens, t)
         dev = q.device
@@ -297,6 +342,8 @@ def _prepare(
                     ready=0 if ready is None else ready.data_ptr(),
                     segments=segments,
                     segment_tokens=segment_chunks * c,
+                    states=0 if state_out is None or kernel is not fwd else state_out[0].data_ptr(),
+                    state_slots=0 if state_out is None or kernel is not fwd else state_out[1].data_ptr(),
                 ),
                 addresses,
                 index,

@@ -18,10 +18,13 @@ reads the offsets on the host (a sync; not graph capturable); a fixed-length lay
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch.autograd.function import once_differentiable
+
+from .kernel import STATE_TOKENS
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,19 @@ def _layout(batch: int, tokens: int, cu_seqlens: torch.Tensor | None, chunk: int
         counts=tuple(counts),
         num_seqs=len(bounds),
     )
+
+
+def state_slots(layout: ChunkLayout) -> torch.Tensor:
+    """The states pass's slot table (int32, on the layout's device): each sequence's rank, then each chunk
+    position's first chunk, so that slot(n, j) = rank(n) + first(j) is the layout's chunk number."""
+    n = layout.order.numel()
+    rank = torch.empty_like(layout.order)
+    rank[layout.order] = torch.arange(n, device=layout.order.device)
+    firsts = [0]
+    for count in layout.counts[:-1]:
+        firsts.append(firsts[-1] + count)
+    first = torch.tensor(firsts if layout.counts else [], dtype=torch.int64).to(layout.order.device)
+    return torch.cat([rank, first]).to(torch.int32)
 
 
 def _l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -248,10 +264,13 @@ def chunk_gated_delta_rule_backward(
     cu_seqlens: torch.Tensor | None,
     use_qk_l2norm_in_kernel: bool,
     chunk_size: int = 64,
+    states_pass: Callable[[torch.Tensor, int], torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Gradients of chunk_gated_delta_rule's (o, final_state) given do [B, T, HV, V] and dfinal [N, HV, K, V]
     (either None: that output unused). Returns (dq, dk, dv, dg, dbeta, dh0) in the inputs' dtypes (dh0 None
-    without an initial state). The arguments are the forward's, already checked by it."""
+    without an initial state). The arguments are the forward's, already checked by it. states_pass(slots, count):
+    stage 1 by the forward's kernels (api.gdr_states: the state entering every 64th token, fp32, at the layout's
+    chunk numbering); None: stage 1 in torch."""
     work = torch.float64 if v.dtype == torch.float64 else torch.float32
     bsz, tokens, heads, kdim = q.shape
     if cu_seqlens is not None and bsz != 1:
@@ -282,7 +301,13 @@ def chunk_gated_delta_rule_backward(
         dh0 = None if initial_state is None else torch.empty_like(dfs).index_copy_(0, layout.order, dfs)
         return zeros(q), zeros(k), zeros(v), zeros(g), zeros(beta), None if dh0 is None else dh0.to(initial_state.dtype)
     f = _factors(qc, kc, vc, gc, bc)
-    states, vnew = _states(f, layout.counts, h0)
+    if states_pass is not None:
+        if chunk_size != STATE_TOKENS:
+            raise ValueError(f"the kernels' states come every {STATE_TOKENS} tokens, not every {chunk_size}")
+        states = states_pass(state_slots(layout), qc.shape[0])
+        vnew = f["u"] - f["w"] @ states
+    else:
+        states, vnew = _states(f, layout.counts, h0)
     dh_next, dvnew, dh_ranked = _reverse(f, qc, doc, layout.counts, dfs, scale)
     dh0 = torch.empty_like(dh_ranked).index_copy_(0, layout.order, dh_ranked)
     before_last = (torch.arange(chunk_size, device=v.device) < layout.valid.sum(-1, keepdim=True) - 1)[:, None]
@@ -309,8 +334,9 @@ class Differentiable(torch.autograd.Function):
     """chunk_gated_delta_rule with its backward: forward(ctx, meta, run, q, k, v, g, beta, initial_state,
     cu_seqlens) calls run(q, k, v, g, beta, initial_state, cu_seqlens) (the forward's kernels: fresh outputs, so
     they may be modified in place as without grad), returns o (and final_state when run gives one) and keeps the
-    inputs; meta is (scale, use_qk_l2norm_in_kernel). The backward recomputes everything else from them. Not
-    differentiable twice."""
+    inputs; meta is (scale, use_qk_l2norm_in_kernel, states): states(q, k, v, g, beta, initial_state,
+    cu_seqlens, slots, count) gives stage 1 from the forward's kernels (api.gdr_states), None computes it in torch.
+    The backward recomputes everything else from the inputs. Not differentiable twice."""
 
     @staticmethod
     def forward(ctx, meta, run, q, k, v, g, beta, initial_state, cu_seqlens):  # type: ignore[override]
@@ -325,12 +351,15 @@ class Differentiable(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, *grads):  # type: ignore[override]
         q, k, v, g, beta, initial_state, cu_seqlens = ctx.saved_tensors
-        scale, l2 = ctx.meta
+        scale, l2, states = ctx.meta
         do, dfinal = grads[0], grads[1] if ctx.has_final else None
         if do is None and dfinal is None:
             return (None,) * 9
+        states_pass = None
+        if states is not None:
+            states_pass = functools.partial(states, q, k, v, g, beta, initial_state, cu_seqlens)
         dq, dk, dv, dg, dbeta, dh0 = chunk_gated_delta_rule_backward(
-            q, k, v, g, beta, do, dfinal, scale, initial_state, cu_seqlens, l2
+            q, k, v, g, beta, do, dfinal, scale, initial_state, cu_seqlens, l2, STATE_TOKENS, states_pass
         )
         need = ctx.needs_input_grad
         picked = [x if need[i + 2] else None for i, x in enumerate((dq, dk, dv, dg, dbeta, dh0))]
