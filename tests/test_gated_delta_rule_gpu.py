@@ -284,13 +284,44 @@ def test_backward_matches_the_float64_chunk_backward(varlen):
     for name, mine, twin, r in zip(("dq", "dk", "dv", "dg", "dbeta", "dh0"), got, again, ref):
         assert torch.equal(mine, twin), f"{name} not bitwise repeatable"
         assert mine.dtype == (torch.float32 if name in ("dg", "dh0") else torch.bfloat16), name
-        bound = 1e-4 if mine.dtype == torch.float32 else 0.01
+        # the states come from the forward's kernels (bf16 MMA operands, as o's): every gradient but dh0 (the
+        # reverse pass does not read them) carries their rounding; the issue's bound is 0.02
+        bound = 1e-4 if name == "dh0" else 0.02
         assert relative_l2(mine, r) <= bound, f"{name}: relative L2 {relative_l2(mine, r):.2e}"
     with torch.no_grad():
         o, _ = dg.chunk_gated_delta_rule(args[0].clone().requires_grad_(), *args[1:], chunk_size=32)
     assert not o.requires_grad
     with pytest.raises(NotImplementedError, match="backpropagate"):
         dg.chunk_gated_delta_rule_bwd()
+
+
+@pytest.mark.parametrize("segment_chunks", ["0", "4"])
+def test_states_pass_matches_the_float64_states(monkeypatch, segment_chunks):
+    """api.gdr_states (the recurrence's states instance): the state entering every 64th token of each sequence, at
+    the backward layout's slots, against the float64 recurrence; whole sequences and segments of 4 chunks (the
+    points of a segment's walk counted from its sequence's start); unwritten slots would stay NaN."""
+    from deep_gemm_sm120.families.gated_delta_rule import api
+    from deep_gemm_sm120.families.gated_delta_rule import backward as bw
+    from deep_gemm_sm120.families.gated_delta_rule.plan import SEGMENT_ENV
+
+    monkeypatch.setenv(SEGMENT_ENV, segment_chunks)
+    t = 520
+    cu = torch.tensor([0, 40, 40, 301, 302, t], dtype=torch.int32, device="cuda")
+    args, init = make_inputs(1, t, 2, 4, seed=5, state_n=5)
+    layout = bw.chunk_layout(1, t, cu, 64, torch.device("cuda"))
+    slots = bw.state_slots(layout)
+    count = layout.token.shape[0]
+    got = api.gdr_states(*args, None, init, cu, False, slots, count)
+    assert got.shape == (count, 4, 128, 128) and torch.isfinite(got).all()
+    bounds = list(zip(cu.tolist()[:-1], cu.tolist()[1:]))
+    for n, (s, e) in enumerate(bounds):
+        for j, t0 in enumerate(range(s, e, 64)):
+            prefix = torch.tensor([0, t0 - s], dtype=torch.int32, device="cuda")
+            _, want = naive_recurrence(
+                *(x[:, s:t0] for x in args), None, init[n : n + 1], True, prefix
+            )  # fmt: skip
+            mine = got[int(slots[n]) + int(slots[len(bounds) + j])]
+            assert relative_l2(mine, want[0]) <= BOUND, f"sequence {n}, point {j}: {relative_l2(mine, want[0]):.2e}"
 
 
 def test_host_errors_on_the_gpu():
