@@ -128,8 +128,6 @@ SM120_DEVICE void gdr_zero_tail_rows(uint8_t* stage, uint32_t len, uint32_t thre
 // The backward's states pass (kStates): the output walk that also stores, every kGdrStateTokens tokens of a
 // sequence, the state entering them: states[(slot * HV + hv) * K * K + k * K + v] (fp32, [K][V] as initial_state),
 // slot = state_slots[seq] + state_slots[num_seqs + j] for the j-th such point of sequence seq (the host numbers them).
-constexpr uint32_t kGdrStateTokens = 64;
-
 template <uint32_t kChunk, uint32_t kVSlice, uint32_t kKSplit, uint32_t kStages, typename Elem,
           bool kTransitions = false, bool kStates = false>
 // clang-format off: a kernel declaration (see .clang-format)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ...core.names import Name, Op
 from ...core.registry import Family
+from .bwd import BWD
 from .combine import COMBINE
 from .kernel import PARAMS, gate, specs
 from .plan import plan_specs
@@ -45,7 +46,7 @@ FAMILY = Family(
         Name("default_chunk_size", does="the chunk size chunk_gated_delta_rule uses on a device", deepgemm=False),
     ),
     api_modules=("api", "contract"),
-    services=(PREP, COMBINE),
+    services=(PREP, COMBINE, BWD),
     sanitizers=("gated_delta_rule",),
     benchmarks=("gated_delta_rule",),
 )
