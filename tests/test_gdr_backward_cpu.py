@@ -154,7 +154,7 @@ def test_function_attaches_the_backward_to_the_outputs():
     """Differentiable.apply (what chunk_gated_delta_rule does when an input requires grad): the same gradients as
     autograd through the reference, only for the inputs that asked."""
     leaves, cu, run = _function_case((True, False, True, True, False, True))
-    out_o, out_fs = Differentiable.apply((0.3, True, None), run, *leaves, cu)
+    out_o, out_fs = Differentiable.apply((0.3, True, None, None), run, *leaves, cu)
     with torch.no_grad():
         o, fs = run(*leaves, cu)
     assert out_o.requires_grad and torch.equal(out_o, o) and torch.equal(out_fs, fs)
@@ -171,7 +171,7 @@ def test_function_attaches_the_backward_to_the_outputs():
 
 def test_function_without_a_final_state_and_unused_outputs():
     leaves, cu, run = _function_case((True,) * 6)
-    out = Differentiable.apply((0.3, True, None), lambda *a: run(*a, final=False), *leaves, cu)
+    out = Differentiable.apply((0.3, True, None, None), lambda *a: run(*a, final=False), *leaves, cu)
     assert isinstance(out, torch.Tensor)
     (out.sum() * 0).backward()  # a zero upstream gradient: zero gradients, not an error
     assert all(torch.count_nonzero(x.grad) == 0 for x in leaves)
@@ -181,7 +181,7 @@ def test_outputs_may_be_modified_in_place():
     """The outputs are the forward's own tensors, not views of anything: in-place use works as under no_grad, and
     the gradients are those of the loss as written."""
     leaves, cu, run = _function_case((True,) * 6)
-    o, fs = Differentiable.apply((0.3, True, None), run, *leaves, cu)
+    o, fs = Differentiable.apply((0.3, True, None, None), run, *leaves, cu)
     o.mul_(2)
     fs.add_(1)
     (o.sum() + fs.sum()).backward()
@@ -200,7 +200,7 @@ def test_outputs_may_be_modified_in_place():
 
 def test_first_order_with_create_graph_and_a_clear_second_order_error():
     leaves, cu, run = _function_case((True,) * 6)
-    o, _ = Differentiable.apply((0.3, True, None), run, *leaves, cu)
+    o, _ = Differentiable.apply((0.3, True, None, None), run, *leaves, cu)
     grads = torch.autograd.grad(o.pow(2).sum(), leaves, create_graph=True)
     assert all(x is not None and torch.isfinite(x).all() for x in grads)
     with pytest.raises(RuntimeError, match="once_differentiable|twice"):
@@ -278,3 +278,51 @@ def test_kernel_states_slots_land_where_the_layout_expects():
         assert _err(mine, ref) < 1e-10, f"{name}: {_err(mine, ref):.2e}"
     with pytest.raises(ValueError, match="every 64 tokens"):
         chunk_gated_delta_rule_backward(q, k, v, g, beta, do, dfs, 0.3, h0, cu, True, 32, states_pass)
+
+
+def _reference_state_grads_pass(q, k, v, g, beta, h0, cu, l2, scale):
+    """What api.gdr_state_grads asks of the kernels, by autograd through the float64 recurrence: the gradient of
+    the state leaving every 64 tokens of each sequence (entering position min(64 (j + 1), len)) at slot
+    slots[n] + slots[N + j], and the initial states' gradient."""
+
+    def grads(do, dfinal, slots, count, want_dh0):
+        bounds = [(int(a), int(b)) for a, b in zip(cu[:-1], cu[1:])]
+        n = len(bounds)
+        out = torch.full((count, v.shape[2], v.shape[3], v.shape[3]), float("nan"), dtype=torch.float64)
+        dh0 = torch.zeros(n, v.shape[2], v.shape[3], v.shape[3], dtype=torch.float64)
+        for seq, (s, e) in enumerate(bounds):
+            for j, p in enumerate([*range(s, e, 64), e]):
+                whole = torch.tensor([0, p - s])
+                with torch.no_grad():
+                    _, at = naive_recurrence(
+                        *(x[:, s:p] for x in (q, k, v, g, beta)), scale, h0[seq : seq + 1], True, whole, l2
+                    )  # fmt: skip
+                at = at.clone().requires_grad_()
+                rest = torch.tensor([0, e - p])
+                o, fs = naive_recurrence(*(x[:, p:e] for x in (q, k, v, g, beta)), scale, at, True, rest, l2)
+                loss = (o * do[:, p:e].double()).sum() + (fs * dfinal[seq : seq + 1]).sum()
+                (grad,) = torch.autograd.grad(loss, at)
+                if j == 0:
+                    dh0[seq] = grad[0]
+                if p > s:  # the stretch ending at p: its index is (p - s - 1) // 64
+                    out[int(slots[seq]) + int(slots[n + (p - s - 1) // 64])] = grad[0]
+        return out, dh0 if want_dh0 else None
+
+    return grads
+
+
+def test_kernel_state_grads_slots_land_where_the_layout_expects():
+    """Both stages by stand-ins for the kernels (float64 autograd, the kernels' slot numbering): autograd's
+    gradients for every input; an unwritten slot would be NaN."""
+    t = 300
+    cu = torch.tensor([0, 70, 70, 200, 201, 300])
+    q, k, v, g, beta, h0 = _inputs(1, t, 1, 2, 8, seed=13, n=5)
+    gen = torch.Generator().manual_seed(5)
+    do = torch.randn(1, t, 2, 8, generator=gen, dtype=torch.float64)
+    dfs = torch.randn(5, 2, 8, 8, generator=gen, dtype=torch.float64)
+    refs = _autograd(q, k, v, g, beta, h0, do, dfs, 0.3, cu, True, True)
+    states_pass = _reference_states_pass(q, k, v, g, beta, h0, cu, True)
+    grads_pass = _reference_state_grads_pass(q, k, v, g, beta, h0, cu, True, 0.3)
+    got = chunk_gated_delta_rule_backward(q, k, v, g, beta, do, dfs, 0.3, h0, cu, True, 64, states_pass, grads_pass)
+    for name, mine, ref in zip(NAMES, got, refs):
+        assert _err(mine, ref) < 1e-10, f"{name}: {_err(mine, ref):.2e}"

@@ -14,10 +14,13 @@ from ... import jit
 from ...arch import target_of
 from ...checks import device_of, index_checks
 from ...core.arith import ceil_div
+from ...core.params import ParamList
 from ...core.tma import tma_request, with_addresses
 from ...device import num_sms_for
 from ...launch import KEY_ERRORS, CallCache, get_pdl, kernel_memo, launch, tensor_key
 from .backward import Differentiable
+from .bwd import PARAMS as BWD_PARAMS
+from .bwd import GdrBwdSpec
 from .combine import PARAMS as COMBINE_PARAMS
 from .combine import GdrCombineSpec, combine_ctas
 from .contract import (
@@ -38,10 +41,6 @@ __all__ = ["chunk_gated_delta_rule", "chunk_gated_delta_rule_bwd", "default_chun
 
 _CALLS = CallCache()  # calls checked and planned once per signature
 _ELEM = {torch.bfloat16: ("bf16", "bfloat16"), torch.float16: ("fp16", "float16")}
-_OFF = {
-    name: PARAMS.offsets[name]
-    for name in ("tmap_q", "tmap_k", "tmap_v", "tmap_tw", "tmap_tu", "tmap_attn", "tmap_gate")
-}
 
 
 @kernel_memo(maxsize=64)
@@ -73,11 +72,13 @@ def _map(
     box_inner: int,
     chunk: int,
     elem_bytes: int,
+    params: ParamList = PARAMS,
 ) -> bytes:
-    """A [tokens][heads][inner] tensor at `address` read in boxes of (box_inner, 1 head, chunk tokens)."""
+    """A [tokens][heads][inner] tensor at `address` read in boxes of (box_inner, 1 head, chunk tokens), for the
+    kernel parameter `name` of `params` (the recurrence's by default)."""
     swizzle = box_inner * elem_bytes if box_inner * elem_bytes in (32, 64, 128) else 0
     return tma_request(
-        _OFF[name],
+        params.offsets[name],
         dtype,
         address,
         (inner, heads, tokens),
@@ -161,7 +162,11 @@ def _run(run, q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm_
     def states(q, k, v, g, beta, initial_state, cu_seqlens, slots, count):  # stage 1 by the forward's kernels
         return gdr_states(q, k, v, g, beta, scale, initial_state, cu_seqlens, l2, slots, count)
 
-    meta = (scale_value(scale, HEAD_DIM), l2, states if q.is_cuda else None)
+    def state_grads(q, k, v, g, beta, cu_seqlens, do, dfinal, slots, count, want_dh0):  # stage 2 by its kernel
+        return gdr_state_grads(q, k, v, g, beta, scale, do, dfinal, cu_seqlens, l2, slots, count, want_dh0)
+
+    on_gpu = q.is_cuda
+    meta = (scale_value(scale, HEAD_DIM), l2, states if on_gpu else None, state_grads if on_gpu else None)
     outs = Differentiable.apply(
         meta, lambda *tensors: run(*tensors, scale), q, k, v, g, beta, initial_state, cu_seqlens
     )
@@ -192,6 +197,89 @@ def gdr_states(
     if count:
         call[2](q, k, v, g, beta, initial_state, cu_seqlens, scale, state_out=(out, slots))
     return out
+
+
+def gdr_state_grads(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None,
+    do: torch.Tensor,
+    dfinal: torch.Tensor | None,
+    cu_seqlens: torch.Tensor | None,
+    use_qk_l2norm_in_kernel: bool,
+    slots: torch.Tensor,
+    count: int,
+    want_dh0: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The backward's reverse state pass (backward.py's stage 2 by the kernels): the prep kernel, then the reverse
+    walk (impls/sm120_gated_delta_rule_bwd.cuh), at the device's default chunk. Returns (dh_next, dh0): the state
+    gradient leaving every STATE_TOKENS tokens of each sequence, the j-th of sequence n at slot slots[n] +
+    slots[N + j] of a [count, HV, 128, 128] fp32 tensor, and the initial state's gradient [N, HV, 128, 128] (None
+    unless want_dh0). The arguments are the forward's, already checked by it; do [B, T, HV, 128] in v's dtype."""
+    p = check_arguments(
+        q, k, v, g, beta, scale, None, False, cu_seqlens, use_qk_l2norm_in_kernel, None,
+        default_chunk=default_chunk_size(q.device),
+    )  # fmt: skip
+    extra = {"cu_seqlens": cu_seqlens} if cu_seqlens is not None else {}
+    index = device_of(q=q, k=k, v=v, g=g, beta=beta, do=do, **extra)
+    target = target_of(index)
+    b, t, h, hv, n, c = p.batch, p.seq_len, p.heads, p.value_heads, p.num_sequences, p.chunk_size
+    elem, tma_dtype = _ELEM[q.dtype]
+    tokens, dev = b * t, q.device
+    dh_next = torch.empty(count, hv, HEAD_DIM, HEAD_DIM, dtype=torch.float32, device=dev)
+    dh0 = torch.empty(n, hv, HEAD_DIM, HEAD_DIM, dtype=torch.float32, device=dev) if want_dh0 else None
+    if tokens == 0:
+        if dh0 is not None:
+            dh0.copy_(dfinal) if dfinal is not None else dh0.zero_()
+        return dh_next, dh0
+    vslice = choose_plan(n, hv, num_sms_for(index), c)[0]  # the forward's slice; the reverse walk has no K split
+    prep = jit.get_kernel(GdrPrepSpec(c, elem, False), target, index)
+    bwd = jit.get_kernel(GdrBwdSpec(c, vslice, elem), target, index)
+    q, k, v, do = (x.contiguous() if x.data_ptr() % 16 == 0 else x.clone() for x in (q, k, v, do))
+    g, beta = g.contiguous(), beta.contiguous()
+    dfinal = None if dfinal is None else dfinal.float().contiguous()
+    cu = None if cu_seqlens is None else cu_seqlens.to(torch.int32).contiguous()
+    slots = slots.to(device=dev, dtype=torch.int32).contiguous()
+    cu_eff = None if cu is None else torch.empty(2 * (n + 1), dtype=torch.int32, device=dev)
+    tw, tu, attn = torch.empty(3, tokens, hv, c, dtype=q.dtype, device=dev).unbind(0)
+    gates = torch.empty(tokens, hv, 4, dtype=torch.float32, device=dev)
+    slots_total = ceil_div(t, c) + n if cu is not None else n * ceil_div(t, c)
+    launch(
+        prep,
+        slots_total * hv,
+        PREP_PARAMS.pack(
+            q=q.data_ptr(), k=k.data_ptr(), g=g.data_ptr(), beta=beta.data_ptr(),
+            cu_seqlens=0 if cu is None else cu.data_ptr(), tw=tw.data_ptr(), tu=tu.data_ptr(),
+            attn=attn.data_ptr(), gates=gates.data_ptr(), beta_fp32=int(beta.dtype == torch.float32),
+            l2norm=int(use_qk_l2norm_in_kernel), cu_effective=0 if cu_eff is None else cu_eff.data_ptr(), ready=0,
+            scale=scale_value(scale, HEAD_DIM), num_seqs=n, seq_len=t, value_heads=hv, group=hv // h,
+        ),
+        b"",
+        index,
+    )  # fmt: skip
+    maps = (
+        _map("tmap_q", tma_dtype, q.data_ptr(), HEAD_DIM, h, tokens, 64, c, 2, BWD_PARAMS)
+        + _map("tmap_k", tma_dtype, k.data_ptr(), HEAD_DIM, h, tokens, 64, c, 2, BWD_PARAMS)
+        + _map("tmap_do", tma_dtype, do.data_ptr(), HEAD_DIM, hv, tokens, min(vslice, 64), c, 2, BWD_PARAMS)
+        + _map("tmap_tw", tma_dtype, tw.data_ptr(), c, hv, tokens, c, c, 2, BWD_PARAMS)
+        + _map("tmap_attn", tma_dtype, attn.data_ptr(), c, hv, tokens, c, c, 2, BWD_PARAMS)
+        + _map("tmap_gate", "float32", gates.data_ptr(), 4, hv, tokens, 4, c, 4, BWD_PARAMS)
+    )
+    launch(
+        bwd,
+        n * hv * (HEAD_DIM // vslice),
+        BWD_PARAMS.pack(
+            dfinal=0 if dfinal is None else dfinal.data_ptr(), dh0=0 if dh0 is None else dh0.data_ptr(),
+            dh_next=dh_next.data_ptr() if count else 0, state_slots=slots.data_ptr(),
+            cu_seqlens=0 if cu_eff is None else cu_eff.data_ptr(), seq_len=t, value_heads=hv, group=hv // h,
+        ),
+        maps,
+        index,
+    )  # fmt: skip
+    return dh_next, dh0
 
 
 def _prepare(

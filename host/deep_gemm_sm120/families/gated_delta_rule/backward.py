@@ -265,12 +265,14 @@ def chunk_gated_delta_rule_backward(
     use_qk_l2norm_in_kernel: bool,
     chunk_size: int = 64,
     states_pass: Callable[[torch.Tensor, int], torch.Tensor] | None = None,
+    state_grads_pass: Callable[..., tuple[torch.Tensor, torch.Tensor | None]] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Gradients of chunk_gated_delta_rule's (o, final_state) given do [B, T, HV, V] and dfinal [N, HV, K, V]
     (either None: that output unused). Returns (dq, dk, dv, dg, dbeta, dh0) in the inputs' dtypes (dh0 None
     without an initial state). The arguments are the forward's, already checked by it. states_pass(slots, count):
     stage 1 by the forward's kernels (api.gdr_states: the state entering every 64th token, fp32, at the layout's
-    chunk numbering); None: stage 1 in torch."""
+    chunk numbering); None: stage 1 in torch. state_grads_pass(do, dfinal, slots, count, want_dh0): stage 2 by
+    the kernels (api.gdr_state_grads: dh' leaving every 64 tokens at the same slots, and dh0); None: in torch."""
     work = torch.float64 if v.dtype == torch.float64 else torch.float32
     bsz, tokens, heads, kdim = q.shape
     if cu_seqlens is not None and bsz != 1:
@@ -308,8 +310,18 @@ def chunk_gated_delta_rule_backward(
         vnew = f["u"] - f["w"] @ states
     else:
         states, vnew = _states(f, layout.counts, h0)
-    dh_next, dvnew, dh_ranked = _reverse(f, qc, doc, layout.counts, dfs, scale)
-    dh0 = torch.empty_like(dh_ranked).index_copy_(0, layout.order, dh_ranked)
+    if state_grads_pass is not None:
+        if chunk_size != STATE_TOKENS:
+            raise ValueError(f"the kernels' state gradients come every {STATE_TOKENS} tokens, not every {chunk_size}")
+        do_in = do if do is not None else torch.zeros_like(v)
+        dh_next, dh0_k = state_grads_pass(
+            do_in.to(v.dtype), dfinal, state_slots(layout), qc.shape[0], initial_state is not None
+        )
+        dvnew = scale * f["m"].transpose(-1, -2) @ doc + f["kd"] @ dh_next
+        dh0 = dh0_k if dh0_k is not None else dfs  # (unused without an initial state)
+    else:
+        dh_next, dvnew, dh_ranked = _reverse(f, qc, doc, layout.counts, dfs, scale)
+        dh0 = torch.empty_like(dh_ranked).index_copy_(0, layout.order, dh_ranked)
     before_last = (torch.arange(chunk_size, device=v.device) < layout.valid.sum(-1, keepdim=True) - 1)[:, None]
     dq, dk, dv, dg, dbeta = _chunk_grads(qc, kc, vc, bc, f, states, vnew, doc, dh_next, dvnew, scale, before_last)
     del states, dh_next, f
@@ -334,8 +346,10 @@ class Differentiable(torch.autograd.Function):
     """chunk_gated_delta_rule with its backward: forward(ctx, meta, run, q, k, v, g, beta, initial_state,
     cu_seqlens) calls run(q, k, v, g, beta, initial_state, cu_seqlens) (the forward's kernels: fresh outputs, so
     they may be modified in place as without grad), returns o (and final_state when run gives one) and keeps the
-    inputs; meta is (scale, use_qk_l2norm_in_kernel, states): states(q, k, v, g, beta, initial_state,
-    cu_seqlens, slots, count) gives stage 1 from the forward's kernels (api.gdr_states), None computes it in torch.
+    inputs; meta is (scale, use_qk_l2norm_in_kernel, states, state_grads): states(q, k, v, g, beta,
+    initial_state, cu_seqlens, slots, count) gives stage 1 from the forward's kernels (api.gdr_states) and
+    state_grads(q, k, v, g, beta, cu_seqlens, do, dfinal, slots, count, want_dh0) stage 2 from the reverse pass
+    kernel (api.gdr_state_grads); None computes that stage in torch.
     The backward recomputes everything else from the inputs. Not differentiable twice."""
 
     @staticmethod
@@ -351,15 +365,18 @@ class Differentiable(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, *grads):  # type: ignore[override]
         q, k, v, g, beta, initial_state, cu_seqlens = ctx.saved_tensors
-        scale, l2, states = ctx.meta
+        scale, l2, states, state_grads = ctx.meta
         do, dfinal = grads[0], grads[1] if ctx.has_final else None
         if do is None and dfinal is None:
             return (None,) * 9
         states_pass = None
         if states is not None:
             states_pass = functools.partial(states, q, k, v, g, beta, initial_state, cu_seqlens)
+        grads_pass = None
+        if state_grads is not None:
+            grads_pass = functools.partial(state_grads, q, k, v, g, beta, cu_seqlens)
         dq, dk, dv, dg, dbeta, dh0 = chunk_gated_delta_rule_backward(
-            q, k, v, g, beta, do, dfinal, scale, initial_state, cu_seqlens, l2, STATE_TOKENS, states_pass
+            q, k, v, g, beta, do, dfinal, scale, initial_state, cu_seqlens, l2, STATE_TOKENS, states_pass, grads_pass
         )
         need = ctx.needs_input_grad
         picked = [x if need[i + 2] else None for i, x in enumerate((dq, dk, dv, dg, dbeta, dh0))]
