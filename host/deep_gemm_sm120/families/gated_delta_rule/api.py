@@ -238,7 +238,9 @@ def gdr_state_grads(
     vslice = choose_plan(n, hv, num_sms_for(index), c)[0]  # the forward's slice; the reverse walk has no K split
     prep = jit.get_kernel(GdrPrepSpec(c, elem, False), target, index)
     bwd = jit.get_kernel(GdrBwdSpec(c, vslice, elem), target, index)
-    q, k, v, do = (x.contiguous() if x.data_ptr() % 16 == 0 else x.clone() for x in (q, k, v, do))
+    # contiguous, then 16-byte aligned bases for the tensor maps (a clone keeps a dense permuted layout: not that)
+    q, k, v, do = (x.contiguous() for x in (q, k, v, do))
+    q, k, v, do = (x.clone() if x.data_ptr() % 16 else x for x in (q, k, v, do))
     g, beta = g.contiguous(), beta.contiguous()
     dfinal = None if dfinal is None else dfinal.float().contiguous()
     cu = None if cu_seqlens is None else cu_seqlens.to(torch.int32).contiguous()
