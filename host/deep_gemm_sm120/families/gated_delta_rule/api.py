@@ -243,7 +243,7 @@ def gdr_state_grads(
     q, k, v, do = (x.clone() if x.data_ptr() % 16 else x for x in (q, k, v, do))
     g, beta = g.contiguous(), beta.contiguous()
     dfinal = None if dfinal is None else dfinal.float().contiguous()
-    cu = None if cu_seqlens is None else cu_seqlens.to(torch.int32).contiguous()
+    cu = None if cu_seqlens is None else cu_seqlens_int32(cu_seqlens, t)
     slots = slots.to(device=dev, dtype=torch.int32).contiguous()
     cu_eff = None if cu is None else torch.empty(2 * (n + 1), dtype=torch.int32, device=dev)
     tw, tu, attn = torch.empty(3, tokens, hv, c, dtype=q.dtype, device=dev).unbind(0)
@@ -377,7 +377,9 @@ def _prepare(
     unaligned = tuple(x.is_contiguous() and x.data_ptr() % 16 != 0 for x in (q, k, v))
 
     def run(q, k, v, g, beta, initial_state, cu_seqlens, scale, state_out=None):
-        if cu_seqlens is not None and index_checks():
+        # (the backward's states pass skips the check: its forward checked the values, or ran with checks off,
+        # and the backward reads them as the kernels do)
+        if cu_seqlens is not None and state_out is None and index_checks():
             check_cu_seqlens_values(cu_seqlens, t)
         dev = q.device
         o, final = outputs(v)

@@ -303,10 +303,11 @@ def chunk_gated_delta_rule_backward(
         dh0 = None if initial_state is None else torch.empty_like(dfs).index_copy_(0, layout.order, dfs)
         return zeros(q), zeros(k), zeros(v), zeros(g), zeros(beta), None if dh0 is None else dh0.to(initial_state.dtype)
     f = _factors(qc, kc, vc, gc, bc)
+    slots = state_slots(layout) if states_pass is not None or state_grads_pass is not None else None
     if states_pass is not None:
         if chunk_size != STATE_TOKENS:
             raise ValueError(f"the kernels' states come every {STATE_TOKENS} tokens, not every {chunk_size}")
-        states = states_pass(state_slots(layout), qc.shape[0])
+        states = states_pass(slots, qc.shape[0])
         vnew = f["u"] - f["w"] @ states
     else:
         states, vnew = _states(f, layout.counts, h0)
@@ -314,9 +315,7 @@ def chunk_gated_delta_rule_backward(
         if chunk_size != STATE_TOKENS:
             raise ValueError(f"the kernels' state gradients come every {STATE_TOKENS} tokens, not every {chunk_size}")
         do_in = do if do is not None else torch.zeros_like(v)
-        dh_next, dh0_k = state_grads_pass(
-            do_in.to(v.dtype), dfinal, state_slots(layout), qc.shape[0], initial_state is not None
-        )
+        dh_next, dh0_k = state_grads_pass(do_in.to(v.dtype), dfinal, slots, qc.shape[0], initial_state is not None)
         dvnew = scale * f["m"].transpose(-1, -2) @ doc + f["kd"] @ dh_next
         dh0 = dh0_k if dh0_k is not None else dfs  # (unused without an initial state)
     else:
