@@ -28,7 +28,7 @@
 #include "../common/sm120_tma.cuh"
 #include "../common/sm120_warp.cuh"
 #include "../layout/sm120_gated_delta_rule_layout.cuh"
-#include "sm120_gated_delta_rule_fwd.cuh"  // gdr_pack_a (the accumulator -> A fragment packing)
+#include "sm120_gated_delta_rule_fwd.cuh"  // gdr_pack_a, gdr_zero_rows_from
 
 namespace sm120 {
 
@@ -73,16 +73,6 @@ SM120_DEVICE void gdr_mma_upper(float (&acc)[C / 8][4], const uint32_t (&a)[4], 
         E::mma(acc[2 * np], a, {b[0], b[1]});
         E::mma(acc[2 * np + 1], a, {b[2], b[3]});
     }
-}
-
-// Zero rows [len, kRows) of a tile stored as [boxes][kRows][kRowUnits 16-byte units] (a swizzled row keeps its
-// units within the row), kStride threads sharing the stores.
-template <uint32_t kRows, uint32_t kRowUnits, uint32_t kUnits, uint32_t kStride>
-SM120_DEVICE void gdr_zero_rows_from(uint8_t* tile, uint32_t len, uint32_t thread) {
-    const uint4 zero = make_uint4(0, 0, 0, 0);
-#pragma unroll 1
-    for (uint32_t i = thread; i < kUnits; i += kStride)
-        if (i / kRowUnits % kRows >= len) *reinterpret_cast<uint4*>(tile + 16 * i) = zero;
 }
 
 template <uint32_t kChunk, uint32_t kVSlice, uint32_t kStages, typename Elem>

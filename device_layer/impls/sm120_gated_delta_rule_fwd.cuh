@@ -109,20 +109,25 @@ SM120_DEVICE void gdr_pack_a(uint32_t (&a)[4], const float (&x)[C / 8][4], uint3
     a[2] = E::pack(x[2 * ks + 1][0], x[2 * ks + 1][1]), a[3] = E::pack(x[2 * ks + 1][2], x[2 * ks + 1][3]);
 }
 
-// Zero rows [len, C) of a stage's k tile (both 64-column halves) and v slice, 16 bytes a store, the math warps'
-// threads sharing the work. Each tile is contiguous [box][row][16-byte unit], and a row of a swizzled tile keeps
-// its bytes within its own row, so store i of a tile clears unit i, on row i / units % C, whatever the swizzle.
+// Zero rows [len, kRows) of a tile stored as [boxes][kRows][kRowUnits 16-byte units] (kUnits in all), kStride
+// threads sharing the stores. A row of a swizzled tile keeps its bytes within its own row, so store i clears unit
+// i, on row i / kRowUnits % kRows, whatever the swizzle.
+template <uint32_t kRows, uint32_t kRowUnits, uint32_t kUnits, uint32_t kStride>
+SM120_DEVICE void gdr_zero_rows_from(uint8_t* tile, uint32_t len, uint32_t thread) {
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+#pragma unroll 1
+    for (uint32_t i = thread; i < kUnits; i += kStride)
+        if (i / kRowUnits % kRows >= len) *reinterpret_cast<uint4*>(tile + 16 * i) = zero;
+}
+
+// Zero rows [len, C) of a stage's k tile (both 64-column halves) and v slice, the math warps' threads sharing the
+// work.
 template <typename Cfg>
 SM120_DEVICE void gdr_zero_tail_rows(uint8_t* stage, uint32_t len, uint32_t thread) {
     constexpr uint32_t kC = Cfg::kTokens, kKRow = kSwizzle128BRowBytes / 16, kVRow = Cfg::kVRowBytes / 16;
     constexpr uint32_t kStride = Cfg::kMathWarps * 32;
-    const uint4 zero = make_uint4(0, 0, 0, 0);
-#pragma unroll 1
-    for (uint32_t i = thread; i < 2 * kC * kKRow; i += kStride)
-        if (i / kKRow % kC >= len) *reinterpret_cast<uint4*>(stage + Cfg::kOffK + 16 * i) = zero;
-#pragma unroll 1
-    for (uint32_t i = thread; i < Cfg::kVBoxes * kC * kVRow; i += kStride)
-        if (i / kVRow % kC >= len) *reinterpret_cast<uint4*>(stage + Cfg::kOffV + 16 * i) = zero;
+    gdr_zero_rows_from<kC, kKRow, 2 * kC * kKRow, kStride>(stage + Cfg::kOffK, len, thread);
+    gdr_zero_rows_from<kC, kVRow, Cfg::kVBoxes * kC * kVRow, kStride>(stage + Cfg::kOffV, len, thread);
 }
 
 // The backward's states pass (kStates): the output walk that also stores, every kGdrStateTokens tokens of a
