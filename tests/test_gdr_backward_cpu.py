@@ -1,7 +1,8 @@
 """chunk_gated_delta_rule's backward (families/gated_delta_rule/backward.py: batched torch stages) on the CPU,
 against torch.autograd through the float64 token recurrence: every input's gradient, fixed length and varlen
 with empty sequences, GVA, l2norm, initial state and final-state gradient, chunk sizes that do not divide the
-sequences; the autograd Function's wiring; offsets that were never checked; float32 work."""
+sequences; the autograd Function's wiring; offsets that were never checked; float32 work; the device-built
+layout the kernel stages use (no host read) against the host one."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from deep_gemm_sm120.families.gated_delta_rule.backward import (
     Differentiable,
     chunk_gated_delta_rule_backward,
     chunk_layout,
+    device_layout,
+    state_slots,
 )
 from deep_gemm_sm120.families.gated_delta_rule.contract import chunk_gated_delta_rule_bwd
 from deep_gemm_sm120.selftest.workloads.gdr_reference import naive_recurrence
@@ -326,3 +329,66 @@ def test_kernel_state_grads_slots_land_where_the_layout_expects():
     got = chunk_gated_delta_rule_backward(q, k, v, g, beta, do, dfs, 0.3, h0, cu, True, 64, states_pass, grads_pass)
     for name, mine, ref in zip(NAMES, got, refs):
         assert _err(mine, ref) < 1e-10, f"{name}: {_err(mine, ref):.2e}"
+
+
+def _random_offsets(rng, t: int) -> torch.Tensor:
+    """Offsets of 0-7 sequences: sorted and starting at 0, or anything (below 0, past T, decreasing)."""
+    n = rng.randint(0, 7)
+    if rng.random() < 0.5:
+        cu = sorted(rng.randint(0, t) for _ in range(n + 1))
+        cu[0] = 0
+    else:
+        cu = [rng.randint(-50, t + 50) for _ in range(n + 1)]
+    return torch.tensor(cu, dtype=rng.choice([torch.int32, torch.int64]))
+
+
+def test_device_layout_numbers_chunks_as_the_host_layout():
+    """device_layout (built without reading the offsets on the host) against chunk_layout on 2000 random calls,
+    checked and unchecked offsets, fixed length too: the same chunks at the same numbers, only invalid padding
+    chunks after them (none for fixed lengths), and the same slot of every (sequence, position)."""
+    import random
+
+    rng = random.Random(7)
+    cpu = torch.device("cpu")
+    for _ in range(2000):
+        c, t = rng.choice([16, 32, 64]), rng.randint(0, 300)
+        if rng.random() < 0.3:
+            b, cu = rng.randint(0, 4), None
+        else:
+            b, cu = 1, _random_offsets(rng, t)
+        host, dev = chunk_layout(b, t, cu, c, cpu), device_layout(b, t, cu, c, cpu)
+        nc, n = host.token.shape[0], host.num_seqs
+        assert dev.num_seqs == n and torch.equal(dev.order, host.order), (b, t, cu, c)
+        assert torch.equal(dev.token[:nc], host.token) and torch.equal(dev.valid[:nc], host.valid), (b, t, cu, c)
+        assert not dev.valid[nc:].any() and not dev.token[nc:].any()
+        assert dev.token.shape[0] == (nc if cu is None else min((t + n * (c - 1)) // c, n * -(-t // c)))
+        slots, positions = state_slots(host), len(host.counts)
+        assert torch.equal(dev.slots[: n + positions], slots[: n + positions])
+
+
+def test_kernel_stages_on_a_padded_layout():
+    """Both stages by the float64 stand-ins on a pack whose offsets leave most chunks as padding (tokens in no
+    sequence, an empty sequence, unchecked offsets): the layout is device_layout's, every unwritten slot holds
+    NaN, and the gradients are still autograd's (the padding never reaches one)."""
+    t = 300
+    for cu in (torch.tensor([0, 10, 10, 75]), torch.tensor([40, 20, 140, 999])):
+        n = cu.numel() - 1
+        seen = cu.clamp(0, t).cummax(0).values  # the sequences the kernels walk
+        q, k, v, g, beta, h0 = _inputs(1, t, 1, 2, 8, seed=14, n=n)
+        gen = torch.Generator().manual_seed(6)
+        do = torch.randn(1, t, 2, 8, generator=gen, dtype=torch.float64)
+        dfs = torch.randn(n, 2, 8, 8, generator=gen, dtype=torch.float64)
+        refs = _autograd(q, k, v, g, beta, h0, do, dfs, 0.3, seen, True, True)
+        states_pass = _reference_states_pass(q, k, v, g, beta, h0, seen, True)
+        grads_pass = _reference_state_grads_pass(q, k, v, g, beta, h0, seen, True, 0.3)
+        counted = []
+
+        def counting(slots, count, *rest):
+            counted.append(count)
+            return states_pass(slots, count)
+
+        got = chunk_gated_delta_rule_backward(q, k, v, g, beta, do, dfs, 0.3, h0, cu, True, 64, counting, grads_pass)
+        assert counted[0] > int(((seen[1:] - seen[:-1] + 63) // 64).sum())  # padding chunks were there
+        for name, mine, ref in zip(NAMES, got, refs):
+            assert torch.isfinite(mine).all(), name
+            assert _err(mine, ref) < 1e-10, f"{name}: {_err(mine, ref):.2e}"

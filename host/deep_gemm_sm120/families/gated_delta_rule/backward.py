@@ -11,8 +11,10 @@ replaced by its kernel without changing what is computed:
      passed back through the l2norm.
 
 Work is in fp32 (float64 when the inputs are float64). Stages 1 and 2 keep one [K, V] state a chunk and value head:
-2 x NC x HV x 64 KiB at K = V = 128 (NC chunks), freed when the backward returns. With cu_seqlens the chunk layout
-reads the offsets on the host (a sync; not graph capturable); a fixed-length layout is built once per shape.
+2 x NC x HV x 64 KiB at K = V = 128 (NC chunks), freed when the backward returns. When stages 1 and 2 run as kernels
+(CUDA) the chunk layout is built on the device from the offsets (device_layout: no host read, so the backward is
+graph capturable, varlen included), sized for the most chunks the offsets can make; the torch stages loop over
+chunk positions and read the offsets on the host (chunk_layout).
 """
 
 from __future__ import annotations
@@ -39,8 +41,9 @@ class ChunkLayout:
     token: torch.Tensor  # [NC, C] int64: flat token index b * T + t (0 on padding rows)
     valid: torch.Tensor  # [NC, C] bool: a token of the chunk's sequence
     order: torch.Tensor  # [N] int64: the sequence at each rank
-    counts: tuple[int, ...]  # per chunk position: how many sequences have a chunk there
+    counts: tuple[int, ...]  # per chunk position: how many sequences have a chunk there (device_layout: none)
     num_seqs: int
+    slots: torch.Tensor | None = None  # device_layout's slot table (state_slots builds the host layout's)
 
 
 def chunk_layout(
@@ -89,9 +92,55 @@ def _layout(batch: int, tokens: int, cu_seqlens: torch.Tensor | None, chunk: int
     )
 
 
+def device_layout(
+    batch: int, tokens: int, cu_seqlens: torch.Tensor | None, chunk: int, device: torch.device
+) -> ChunkLayout:
+    """chunk_layout's numbering built on the device without reading the offsets on the host (every step a device
+    operation whose size follows from the shapes, so it can be captured in a CUDA graph). Its chunk count is the
+    most the offsets can make, floor((T + N (C - 1)) / C) (B sequences of T tokens: exactly B ceil(T / C)); the
+    chunks past the real ones are padding: every row invalid and no slot points at them, and since a chunk's
+    gradients stay within its own rows, what they hold never reaches a gradient. counts is empty: only the kernel
+    stages use this layout (the torch stages loop over chunk positions, which needs the counts on the host).
+    Offsets are read as the forward's kernels read them: clamped to [0, T], then their running maximum."""
+    positions = -(-tokens // chunk)  # the most chunks one sequence can have
+    if cu_seqlens is None:
+        n = batch
+        cu = torch.arange(n + 1, dtype=torch.int64, device=device) * tokens
+        total = n * positions
+    else:
+        n = cu_seqlens.numel() - 1
+        cu = cu_seqlens.to(device=device, dtype=torch.int64).clamp(0, tokens).cummax(0).values
+        total = min((tokens + n * (chunk - 1)) // chunk, n * positions)
+    nchunks = (cu[1:] - cu[:-1] + chunk - 1).div(chunk, rounding_mode="floor")
+    order = torch.sort(-nchunks, stable=True).indices  # most chunks first; ties keep sequence order
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(n, device=device)
+    # per position j: counts[j] sequences have more than j chunks; first[j] chunks come before position j
+    j = torch.arange(positions, device=device)
+    counts = n - torch.searchsorted(torch.sort(nchunks).values, j, right=True)
+    first = counts.cumsum(0) - counts
+    # chunk x: position pos (the last whose first chunk is at most x), rank r there; real while r < counts[pos]
+    x = torch.arange(total, device=device)
+    pos = (torch.searchsorted(first, x, right=True) - 1).clamp(min=0)
+    r = x - first[pos]
+    seq = order[r.clamp(max=n - 1)]
+    token = (cu[seq] + pos * chunk)[:, None] + torch.arange(chunk, device=device)
+    valid = (r < counts[pos])[:, None] & (token < cu[seq + 1][:, None])
+    return ChunkLayout(
+        token=torch.where(valid, token, 0),
+        valid=valid,
+        order=order,
+        counts=(),
+        num_seqs=n,
+        slots=torch.cat([rank, first]).to(torch.int32),
+    )
+
+
 def state_slots(layout: ChunkLayout) -> torch.Tensor:
     """The states pass's slot table (int32, on the layout's device): each sequence's rank, then each chunk
     position's first chunk, so that slot(n, j) = rank(n) + first(j) is the layout's chunk number."""
+    if layout.slots is not None:
+        return layout.slots
     n = layout.order.numel()
     rank = torch.empty_like(layout.order)
     rank[layout.order] = torch.arange(n, device=layout.order.device)
@@ -124,12 +173,14 @@ def _gather(x: torch.Tensor, layout: ChunkLayout, dtype: torch.dtype) -> torch.T
 
 def _scatter(y: torch.Tensor, layout: ChunkLayout, batch: int, tokens: int) -> torch.Tensor:
     """[NC, heads, C, ...] -> [B, T, heads, ...]: the valid rows where they came from (every token is in exactly
-    one chunk, so nothing adds; tokens in no sequence stay 0)."""
+    one chunk, so nothing adds; tokens in no sequence stay 0). Invalid rows go to one extra row that is dropped:
+    no mask selection, whose size would be read on the host (a sync, not capturable)."""
     rows = y.movedim(2, 1)
-    out = torch.zeros(batch * tokens, *rows.shape[2:], dtype=y.dtype, device=y.device)
-    keep = layout.valid.reshape(-1)
-    out[layout.token.reshape(-1)[keep]] = rows.reshape(-1, *rows.shape[2:])[keep]
-    return out.view(batch, tokens, *rows.shape[2:])
+    rows = rows.reshape(-1, *rows.shape[2:])
+    out = torch.zeros(batch * tokens + 1, *rows.shape[1:], dtype=y.dtype, device=y.device)
+    where = torch.where(layout.valid, layout.token, batch * tokens).reshape(-1)
+    out.index_put_((where,), rows)  # valid targets are distinct: which invalid row lands last does not matter
+    return out[:-1].view(batch, tokens, *rows.shape[1:])
 
 
 def _factors(q, k, v, g, beta) -> dict:
@@ -142,7 +193,7 @@ def _factors(q, k, v, g, beta) -> dict:
     strict = torch.tril(causal, -1)
     # e^(G_i - G_j) on and below the diagonal, 0 above (where it could overflow and is never used)
     diff = cum[..., :, None] - cum[..., None, :]
-    decay = torch.where(causal, diff, torch.tensor(float("-inf"), dtype=dt, device=dev)).exp()
+    decay = torch.where(causal, diff, torch.full((), float("-inf"), dtype=dt, device=dev)).exp()
     gamma = cum.exp()
     kk = k @ k.transpose(-1, -2)
     a = torch.where(strict, beta[..., :, None] * kk * decay, torch.zeros((), dtype=dt, device=dev))
@@ -272,14 +323,18 @@ def chunk_gated_delta_rule_backward(
     without an initial state). The arguments are the forward's, already checked by it. states_pass(slots, count):
     stage 1 by the forward's kernels (api.gdr_states: the state entering every 64th token, fp32, at the layout's
     chunk numbering); None: stage 1 in torch. state_grads_pass(do, dfinal, slots, count, want_dh0): stage 2 by
-    the kernels (api.gdr_state_grads: dh' leaving every 64 tokens at the same slots, and dh0); None: in torch."""
+    the kernels (api.gdr_state_grads: dh' leaving every 64 tokens at the same slots, and dh0); None: in torch.
+    With both passes the layout is device_layout's: no host read of cu_seqlens anywhere in the backward."""
     work = torch.float64 if v.dtype == torch.float64 else torch.float32
     bsz, tokens, heads, kdim = q.shape
     if cu_seqlens is not None and bsz != 1:
         raise ValueError(f"with cu_seqlens the batch must be 1 (sequences packed in row 0), got B = {bsz}")
     hv, vdim = v.shape[2], v.shape[3]
     group = hv // heads
-    layout = chunk_layout(bsz, tokens, cu_seqlens, chunk_size, v.device)
+    on_kernels = states_pass is not None and state_grads_pass is not None
+    # both sequential stages by kernels: a layout built on the device (no host read: graph capturable)
+    build = device_layout if on_kernels else chunk_layout
+    layout = build(bsz, tokens, cu_seqlens, chunk_size, v.device)
     n = layout.num_seqs
     qf, kf = q.to(work), k.to(work)
     qn, kn = (_l2norm(qf), _l2norm(kf)) if use_qk_l2norm_in_kernel else (qf, kf)
