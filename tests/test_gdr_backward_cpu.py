@@ -10,6 +10,7 @@ import pytest
 import torch
 from test_gdr_backward_reference_cpu import _inputs  # the reference backward's inputs (float64)
 
+from deep_gemm_sm120.core.arith import ceil_div
 from deep_gemm_sm120.families.gated_delta_rule import backward as bw
 from deep_gemm_sm120.families.gated_delta_rule.backward import (
     Differentiable,
@@ -361,7 +362,7 @@ def test_device_layout_numbers_chunks_as_the_host_layout():
         assert dev.num_seqs == n and torch.equal(dev.order, host.order), (b, t, cu, c)
         assert torch.equal(dev.token[:nc], host.token) and torch.equal(dev.valid[:nc], host.valid), (b, t, cu, c)
         assert not dev.valid[nc:].any() and not dev.token[nc:].any()
-        assert dev.token.shape[0] == (nc if cu is None else min((t + n * (c - 1)) // c, n * -(-t // c)))
+        assert dev.token.shape[0] == (nc if cu is None else min((t + n * (c - 1)) // c, n * ceil_div(t, c)))
         slots, positions = state_slots(host), len(host.counts)
         assert torch.equal(dev.slots[: n + positions], slots[: n + positions])
 

@@ -375,6 +375,11 @@ def _prepare(
     # the tensor maps' bases must be 16-byte aligned: a view that starts elsewhere (the alignment class is in the
     # key) is copied, as a non-contiguous one is
     unaligned = tuple(x.is_contiguous() and x.data_ptr() % 16 != 0 for x in (q, k, v))
+    # the prep's outputs in one scratch allocation, addressed by offset (no tensor per part): Tw, Tu, attn
+    # [T, HV, C] in q's dtype, the gates [T, HV, 4] fp32, then cu' (2 (N + 1) int32) with varlen; every part
+    # starts 16-byte aligned (a multiple of T x HV x 32 bytes before it), as the tensor maps need
+    factor_bytes = tokens * hv * c * q.element_size()
+    scratch_bytes = 3 * factor_bytes + tokens * hv * 16 + (8 * (n + 1) if varlen else 0)
 
     def run(q, k, v, g, beta, initial_state, cu_seqlens, scale, state_out=None):
         # (the backward's states pass skips the check: its forward checked the values, or ran with checks off,
@@ -390,9 +395,10 @@ def _prepare(
         # cu_seqlens as the kernels read it (clamped running maximum, written by the prep kernel): untrusted
         # offsets never overlap sequences or leave the tokens (docs/untrusted_indices.md); then each sequence's
         # first chunk slot
-        cu_eff = None if cu is None else torch.empty(2 * (n + 1), dtype=torch.int32, device=dev)
-        tw, tu, attn = torch.empty(3, tokens, hv, c, dtype=q.dtype, device=dev).unbind(0)
-        gates = torch.empty(tokens, hv, 4, dtype=torch.float32, device=dev)
+        scratch = torch.empty(scratch_bytes, dtype=torch.uint8, device=dev)
+        tw = scratch.data_ptr()
+        tu, attn, gates = tw + factor_bytes, tw + 2 * factor_bytes, tw + 3 * factor_bytes
+        cu_eff = 0 if cu is None else gates + tokens * hv * 16
         ready = torch.zeros(1 + slots * hv, dtype=torch.int32, device=dev) if overlap else None
         launch(
             prep,
@@ -403,13 +409,13 @@ def _prepare(
                 g=g.data_ptr(),
                 beta=beta.data_ptr(),
                 cu_seqlens=0 if cu is None else cu.data_ptr(),
-                tw=tw.data_ptr(),
-                tu=tu.data_ptr(),
-                attn=attn.data_ptr(),
-                gates=gates.data_ptr(),
+                tw=tw,
+                tu=tu,
+                attn=attn,
+                gates=gates,
                 beta_fp32=int(beta.dtype == torch.float32),
                 l2norm=l2norm,
-                cu_effective=0 if cu_eff is None else cu_eff.data_ptr(),
+                cu_effective=cu_eff,
                 ready=0 if ready is None else ready.data_ptr(),
                 scale=scale_value(scale, HEAD_DIM),
                 **fixed,
@@ -417,7 +423,7 @@ def _prepare(
             b"",
             index,
         )
-        addresses = with_addresses(maps, *(x.data_ptr() for x in (q, k, v, tw, tu, attn, gates)))
+        addresses = with_addresses(maps, q.data_ptr(), k.data_ptr(), v.data_ptr(), tw, tu, attn, gates)
 
         def recurrence(kernel, ctas: int, init: torch.Tensor | None, final: torch.Tensor | None, o) -> None:
             launch(
@@ -427,7 +433,7 @@ def _prepare(
                     initial_state=0 if init is None else init.data_ptr(),
                     final_state=0 if final is None else final.data_ptr(),
                     o=0 if o is None else o.data_ptr(),
-                    cu_seqlens=0 if cu_eff is None else cu_eff.data_ptr(),
+                    cu_seqlens=cu_eff,
                     seq_len=t,
                     value_heads=hv,
                     group=hv // h,
@@ -462,7 +468,7 @@ def _prepare(
                 firsts=firsts.data_ptr(),
                 segments=segments,
                 pairs=n * hv,
-                cu_seqlens=0 if cu_eff is None else cu_eff.data_ptr(),
+                cu_seqlens=cu_eff,
                 seq_len=t,
                 value_heads=hv,
                 segment_tokens=segment_chunks * c,

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch.autograd.function import once_differentiable
 
+from ...core.arith import ceil_div
 from .kernel import STATE_TOKENS
 
 
@@ -102,7 +103,7 @@ def device_layout(
     gradients stay within its own rows, what they hold never reaches a gradient. counts is empty: only the kernel
     stages use this layout (the torch stages loop over chunk positions, which needs the counts on the host).
     Offsets are read as the forward's kernels read them: clamped to [0, T], then their running maximum."""
-    positions = -(-tokens // chunk)  # the most chunks one sequence can have
+    positions = ceil_div(tokens, chunk)  # the most chunks one sequence can have
     if cu_seqlens is None:
         n = batch
         cu = torch.arange(n + 1, dtype=torch.int64, device=device) * tokens
