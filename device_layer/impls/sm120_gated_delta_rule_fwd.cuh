@@ -130,9 +130,11 @@ SM120_DEVICE void gdr_zero_tail_rows(uint8_t* stage, uint32_t len, uint32_t thre
     gdr_zero_rows_from<kC, kVRow, Cfg::kVBoxes * kC * kVRow, kStride>(stage + Cfg::kOffV, len, thread);
 }
 
-// The backward's states pass (kStates): the output walk that also stores, every kGdrStateTokens tokens of a
-// sequence, the state entering them: states[(slot * HV + hv) * K * K + k * K + v] (fp32, [K][V] as initial_state),
-// slot = state_slots[seq] + state_slots[num_seqs + j] for the j-th such point of sequence seq (the host numbers them).
+// The backward's states pass (kStates): the walk that stores, every kGdrStateTokens tokens of a sequence, the state
+// entering them: states[(slot * HV + hv) * K * K + k * K + v] (fp32, [K][V] as initial_state), slot =
+// state_slots[seq] + state_slots[num_seqs + j] for the j-th such point of sequence seq (the host numbers them). It
+// forms no o (the backward recomputes what it needs from the states), so like the transition pass it loads
+// neither q nor attn; the final state is stored as the plain walk stores it.
 template <uint32_t kChunk, uint32_t kVSlice, uint32_t kKSplit, uint32_t kStages, typename Elem,
           bool kTransitions = false, bool kStates = false>
 // clang-format off: a kernel declaration (see .clang-format)
@@ -147,6 +149,7 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
                                   float* __restrict__ states, const int32_t* __restrict__ state_slots) {
     // clang-format on
     static_assert(!(kTransitions && kStates), "the transition pass stores no states");
+    constexpr bool kOutput = !kTransitions && !kStates;  // the plain walk: o formed and stored
     static_assert(kGdrStateTokens % kChunk == 0, "a state point starts a chunk");
     using Cfg = GdrFwdConfig<kChunk, kVSlice, kKSplit, kStages>;
     using E = GdrElem<Elem>;
@@ -197,15 +200,14 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
                     flag_wait(gdr_ready_flag(ready, first_slot + c, value_heads, hv));
                     fence_proxy_async_global();
                 }
-                // the transition pass writes no o: it loads neither q nor attn
-                constexpr uint32_t kTx =
-                    kTransitions ? Cfg::kTxBytes - Cfg::kHeadTileBytes - Cfg::kMatBytes : Cfg::kTxBytes;
+                // the transition and states passes write no o: they load neither q nor attn
+                constexpr uint32_t kTx = kOutput ? Cfg::kTxBytes : Cfg::kTxBytes - Cfg::kHeadTileBytes - Cfg::kMatBytes;
                 uint64_t* bar = ring.acquire(ps, identity ? kTx - Cfg::kVBytes : kTx);
 #pragma unroll
                 for (uint32_t half = 0; half < 2; ++half) {
                     const int32_t col = static_cast<int32_t>(half * kGdrHalfCols);
                     const uint32_t off = half * C * kSwizzle128BRowBytes;
-                    if constexpr (!kTransitions) tma_load_3d(s + off, &tmap_q, bar, col, static_cast<int32_t>(h), t);
+                    if constexpr (kOutput) tma_load_3d(s + off, &tmap_q, bar, col, static_cast<int32_t>(h), t);
                     tma_load_3d(s + Cfg::kOffK + off, &tmap_k, bar, col, static_cast<int32_t>(h), t);
                 }
 #pragma unroll
@@ -215,7 +217,7 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
                                     static_cast<int32_t>(slice * kVSlice + b * kGdrHalfCols), hvi, t);
                 tma_load_3d(s + Cfg::kOffTw, &tmap_tw, bar, 0, hvi, t);
                 tma_load_3d(s + Cfg::kOffTu, &tmap_tu, bar, 0, hvi, t);
-                if constexpr (!kTransitions) tma_load_3d(s + Cfg::kOffAttn, &tmap_attn, bar, 0, hvi, t);
+                if constexpr (kOutput) tma_load_3d(s + Cfg::kOffAttn, &tmap_attn, bar, 0, hvi, t);
                 tma_load_3d(s + Cfg::kOffGate, &tmap_gate, bar, 0, hvi, t);
             }
         }
@@ -316,7 +318,7 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
                 ldmatrix_x4(smem_addr(s + Cfg::kOffK + off), bk[0], bk[1], bk[2], bk[3]);
                 E::mma(x[2 * jp], sa[kk], {bk[0], bk[1]});
                 E::mma(x[2 * jp + 1], sa[kk], {bk[2], bk[3]});
-                if constexpr (!kTransitions) {
+                if constexpr (kOutput) {
                     uint32_t bq[4];
                     ldmatrix_x4(smem_addr(s + off), bq[0], bq[1], bq[2], bq[3]);
                     E::mma(out[2 * jp], sa[kk], {bq[0], bq[1]});
@@ -332,7 +334,7 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
 #pragma unroll
                 for (uint32_t e = 0; e < 4; ++e) {
                     mine[(j * 4 + e) * 32 + lane] = x[j][e];
-                    if constexpr (!kTransitions) mine[Cfg::kPartFloats + (j * 4 + e) * 32 + lane] = out[j][e];
+                    if constexpr (kOutput) mine[Cfg::kPartFloats + (j * 4 + e) * 32 + lane] = out[j][e];
                 }
             named_barrier_sync(1 + vg, kKSplit * 32);
             const float* grp = part + vg * kKSplit * 2 * Cfg::kPartFloats;
@@ -345,7 +347,7 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
 #pragma unroll
                     for (uint32_t w = 0; w < kKSplit; ++w) {
                         sx += grp[w * 2 * Cfg::kPartFloats + (j * 4 + e) * 32 + lane];
-                        if (!kTransitions && owned) so += grp[(w * 2 + 1) * Cfg::kPartFloats + (j * 4 + e) * 32 + lane];
+                        if (kOutput && owned) so += grp[(w * 2 + 1) * Cfg::kPartFloats + (j * 4 + e) * 32 + lane];
                     }
                     x[j][e] = sx, out[j][e] = owned ? so : 0.0f;
                 }
@@ -358,7 +360,7 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
             for (uint32_t e = 0; e < 2; ++e) {
                 const uint32_t tok = 8 * j + 2 * t4 + e;
                 const float4 gt = gate[tok];
-                if constexpr (!kTransitions) out[j][e] *= gt.y, out[j][e + 2] *= gt.y;
+                if constexpr (kOutput) out[j][e] *= gt.y, out[j][e + 2] *= gt.y;
                 kf[j][e] = !kTail || tok < len ? gt.z : 0.0f;
             }
         // v'^T = u^T - X Tw^T
@@ -381,7 +383,7 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
                     if (8 * j + 2 * t4 + e % 2 >= len) vp[j][e] = 0.0f;
         }
         // O += v'^T attn^T, v' as the A operand (the warp's token pairs)
-        if constexpr (!kTransitions) {
+        if constexpr (kOutput) {
 #pragma unroll
             for (uint32_t ks = 0; ks < kNT / 2; ++ks) {
                 uint32_t a[4];
@@ -414,8 +416,8 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
         ring.release(ps, lane);  // every read of the stage is done
 
         // o rows of the warp's token pairs: transpose through the group's staging tile, 16-byte stores (none in the
-        // transition pass)
-        if constexpr (!kTransitions) {
+        // transition and states passes)
+        if constexpr (kOutput) {
 #pragma unroll
             for (uint32_t j = 0; j < kNT; ++j) {
                 if ((j / 2) % kKSplit != kq) continue;

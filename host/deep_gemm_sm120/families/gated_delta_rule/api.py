@@ -187,9 +187,10 @@ def gdr_states(
     count: int,
 ) -> torch.Tensor:
     """The backward's states pass (backward.py): the forward's walk (its plan, at the device's default chunk) that
-    also stores the state entering every STATE_TOKENS-th token of each sequence, the j-th of sequence n at slot
-    slots[n] + slots[N + j] of a [count, HV, 128, 128] fp32 tensor (int32 slots on the device). o and the final
-    state are formed and dropped. Planned per call; the call's arguments are the forward's."""
+    stores the state entering every STATE_TOKENS-th token of each sequence, the j-th of sequence n at slot
+    slots[n] + slots[N + j] of a [count, HV, 128, 128] fp32 tensor (int32 slots on the device), and forms no o
+    (the kernel's kStates instance loads neither q nor attn). Planned per call; the call's arguments are the
+    forward's."""
     call = _prepare(
         q, k, v, g, beta, scale, initial_state, False, cu_seqlens, use_qk_l2norm_in_kernel, None, states=True
     )
@@ -326,8 +327,8 @@ def _prepare(
     elem, tma_dtype = _ELEM[q.dtype]
     tokens = b * t
 
-    def outputs(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        o = torch.empty(b, t, hv, HEAD_DIM, dtype=v.dtype, device=v.device)
+    def outputs(v: torch.Tensor, with_o: bool = True) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        o = torch.empty(b, t, hv, HEAD_DIM, dtype=v.dtype, device=v.device) if with_o else None
         final = (
             torch.empty(n, hv, HEAD_DIM, HEAD_DIM, dtype=torch.float32, device=v.device) if output_final_state else None
         )
@@ -387,7 +388,7 @@ def _prepare(
         if cu_seqlens is not None and state_out is None and index_checks():
             check_cu_seqlens_values(cu_seqlens, t)
         dev = q.device
-        o, final = outputs(v)
+        o, final = outputs(v, state_out is None)  # the states pass forms no o
         q, k, v = (x.clone() if copy else x.contiguous() for x, copy in zip((q, k, v), unaligned))
         g, beta = g.contiguous(), beta.contiguous()
         init = initial_state.contiguous() if initial_state is not None else None
