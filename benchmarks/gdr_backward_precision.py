@@ -8,7 +8,8 @@ in fp32, then with the rounding a kernel plan would add, each against the same b
 
 Variants (each adds its rounding to the fp32 backward):
   fp32            the torch stages as they are (the reference of the variants' cost)
-  states bf16     the chunk states h and their gradients dh stored in bf16 (B1 / B2 storing half the bytes)
+  states bf16     the chunk states h and their gradients dh stored in bf16 (B1 / B2 storing half the bytes),
+                  read as the kernel path reads them (v' and dv' recomputed from the stored values)
   operands bf16   stage 3's state products with bf16 operands, fp32 accumulation (the B3 kernel's mma.sync):
                   h, dh, do, v' and dv' rounded before they meet
   both            the two together
@@ -41,28 +42,31 @@ def _bf16(x: torch.Tensor) -> torch.Tensor:
 
 
 @contextlib.contextmanager
-def rounding(states: bool, operands: bool):
-    """Patch the backward's stage functions to round what the variant stores or multiplies in bf16."""
-    saved = (bw._states, bw._reverse, bw._chunk_grads)
-    if states:
-        bw._states = lambda *a: tuple(map(_bf16, saved[0](*a)))  # type: ignore[assignment]
+def bf16_operands():
+    """Stage 3 with its state products' operands rounded to bf16 (h, v', do, dh, dv'), fp32 accumulation."""
+    saved = bw._chunk_grads
 
-        def reverse(*a):
-            dh_next, dvnew, dh0 = saved[1](*a)
-            return _bf16(dh_next), dvnew, dh0
+    def grads(q, k, v, beta, f, h, vnew, do, dh_next, dvnew, scale, before_last):
+        return saved(q, k, v, beta, f, _bf16(h), _bf16(vnew), _bf16(do), _bf16(dh_next), _bf16(dvnew), scale,
+                     before_last)  # fmt: skip
 
-        bw._reverse = reverse  # type: ignore[assignment]
-    if operands:
-
-        def grads(q, k, v, beta, f, h, vnew, do, dh_next, dvnew, scale, before_last):
-            return saved[2](q, k, v, beta, f, _bf16(h), _bf16(vnew), _bf16(do), _bf16(dh_next), _bf16(dvnew), scale,
-                            before_last)  # fmt: skip
-
-        bw._chunk_grads = grads  # type: ignore[assignment]
+    bw._chunk_grads = grads  # type: ignore[assignment]
     try:
         yield
     finally:
-        bw._states, bw._reverse, bw._chunk_grads = saved
+        bw._chunk_grads = saved
+
+
+def stored_states(args) -> tuple:
+    """The fp32 backward's chunk states and state gradients, as its torch stages 1 and 2 form them."""
+    got, saved = {}, (bw._states, bw._reverse)
+    bw._states = lambda *a: got.setdefault("states", saved[0](*a))  # type: ignore[assignment]
+    bw._reverse = lambda *a: got.setdefault("reverse", saved[1](*a))  # type: ignore[assignment]
+    try:
+        bw.chunk_gated_delta_rule_backward(*args)
+    finally:
+        bw._states, bw._reverse = saved
+    return got["states"][0], got["reverse"][0], got["reverse"][2]
 
 
 def inputs(t: int, h: int, hv: int, seed: int, device: str, shift: float):
@@ -78,13 +82,17 @@ def run(t: int, h: int, hv: int, seed: int, device: str, shift: float = 0.0) -> 
     q, k, v, g, beta, h0, do, dfs = inputs(t, h, hv, seed, device, shift)
     wide = [x.double() for x in (q, k, v, g, beta, h0, do, dfs)]
     ref = bw.chunk_gated_delta_rule_backward(*wide[:5], wide[6], wide[7], 128**-0.5, wide[5], None, True)
+    # fp32 work on the bf16 inputs' exact values (the float64 reference sees the same values)
+    args = (*(x.float() for x in (q, k, v, g, beta)), do.float(), dfs, 128**-0.5, h0, None, True)
+    states, dh_next, dh0 = stored_states(args)
+    # h and dh stored in bf16, as the kernel path reads them: v' and dv' recomputed from the stored values
+    # (one sequence of fixed length: the kernels' slots are the torch stages' chunk order, dh0 needs no reorder)
+    passes = (lambda slots, count: _bf16(states), lambda do_, dfinal, slots, count, want: (_bf16(dh_next), dh0))
     out = {}
     for name in VARIANTS:
-        with rounding(name in ("states bf16", "both"), name in ("operands bf16", "both")):
-            # fp32 work on the bf16 inputs' exact values (the float64 reference sees the same values)
-            got = bw.chunk_gated_delta_rule_backward(
-                *(x.float() for x in (q, k, v, g, beta)), do.float(), dfs, 128**-0.5, h0, None, True
-            )
+        stored = passes if name in ("states bf16", "both") else ()
+        with bf16_operands() if name in ("operands bf16", "both") else contextlib.nullcontext():
+            got = bw.chunk_gated_delta_rule_backward(*args, 64, *stored)
         out[name] = {n: float((a.double() - b).norm() / b.norm().clamp_min(1e-300)) for n, a, b in zip(NAMES, got, ref)}
     return out
 

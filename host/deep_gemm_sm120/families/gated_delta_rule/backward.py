@@ -94,13 +94,16 @@ def _layout(batch: int, tokens: int, cu_seqlens: torch.Tensor | None, chunk: int
 
 
 def device_layout(
-    batch: int, tokens: int, cu_seqlens: torch.Tensor | None, chunk: int, device: torch.device
+    batch: int, tokens: int, cu_seqlens: torch.Tensor | None, chunk: int, device: torch.device, exact: bool = False
 ) -> ChunkLayout:
-    """chunk_layout's numbering built on the device without reading the offsets on the host (every step a device
-    operation whose size follows from the shapes, so it can be captured in a CUDA graph). Its chunk count is the
-    most the offsets can make, floor((T + N (C - 1)) / C) (B sequences of T tokens: exactly B ceil(T / C)); the
-    chunks past the real ones are padding: every row invalid and no slot points at them, and since a chunk's
-    gradients stay within its own rows, what they hold never reaches a gradient. counts is empty: only the kernel
+    """chunk_layout's numbering built on the device. exact=False reads nothing on the host (every step a device
+    operation whose size follows from the shapes, so it can be captured in a CUDA graph): its chunk count is the
+    most the offsets can make, floor((T + N (C - 1)) / C). exact=True reads one number, the real chunk count (a
+    sync), and sizes the layout to it: the padded bound can be many times the real count (short sequences, or
+    empty ones padding N), and every stage's memory and work scale with it. Either way the real chunks are
+    numbered alike and come first; chunks past them are padding: every row invalid and no slot points at them,
+    and since a chunk's gradients stay within its own rows, what they hold never reaches a gradient. B sequences
+    of T tokens are exactly B ceil(T / C) chunks, read nothing and pad nothing. counts is empty: only the kernel
     stages use this layout (the torch stages loop over chunk positions, which needs the counts on the host).
     Offsets are read as the forward's kernels read them: clamped to [0, T], then their running maximum."""
     positions = ceil_div(tokens, chunk)  # the most chunks one sequence can have
@@ -113,6 +116,8 @@ def device_layout(
         cu = cu_seqlens.to(device=device, dtype=torch.int64).clamp(0, tokens).cummax(0).values
         total = min((tokens + n * (chunk - 1)) // chunk, n * positions)
     nchunks = (cu[1:] - cu[:-1] + chunk - 1).div(chunk, rounding_mode="floor")
+    if exact and cu_seqlens is not None:
+        total = int(nchunks.sum())  # the one host read
     order = torch.sort(-nchunks, stable=True).indices  # most chunks first; ties keep sequence order
     rank = torch.empty_like(order)
     rank[order] = torch.arange(n, device=device)
@@ -135,6 +140,11 @@ def device_layout(
         num_seqs=n,
         slots=torch.cat([rank, first]).to(torch.int32),
     )
+
+
+def _capturing(x: torch.Tensor) -> bool:
+    """Whether x's device is capturing a CUDA graph now (no host read may happen)."""
+    return x.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
 def state_slots(layout: ChunkLayout) -> torch.Tensor:
@@ -325,17 +335,20 @@ def chunk_gated_delta_rule_backward(
     stage 1 by the forward's kernels (api.gdr_states: the state entering every 64th token, fp32, at the layout's
     chunk numbering); None: stage 1 in torch. state_grads_pass(do, dfinal, slots, count, want_dh0): stage 2 by
     the kernels (api.gdr_state_grads: dh' leaving every 64 tokens at the same slots, and dh0); None: in torch.
-    With both passes the layout is device_layout's: no host read of cu_seqlens anywhere in the backward."""
+    With both passes the layout is device_layout's: while a CUDA graph is captured no host read of cu_seqlens
+    happens anywhere in the backward."""
     work = torch.float64 if v.dtype == torch.float64 else torch.float32
     bsz, tokens, heads, kdim = q.shape
     if cu_seqlens is not None and bsz != 1:
         raise ValueError(f"with cu_seqlens the batch must be 1 (sequences packed in row 0), got B = {bsz}")
     hv, vdim = v.shape[2], v.shape[3]
     group = hv // heads
-    on_kernels = states_pass is not None and state_grads_pass is not None
-    # both sequential stages by kernels: a layout built on the device (no host read: graph capturable)
-    build = device_layout if on_kernels else chunk_layout
-    layout = build(bsz, tokens, cu_seqlens, chunk_size, v.device)
+    if states_pass is not None and state_grads_pass is not None:
+        # both sequential stages by kernels: the layout built on the device, padded to the offsets' bound while a
+        # CUDA graph is captured (no host read), sized to the real chunks otherwise (one read)
+        layout = device_layout(bsz, tokens, cu_seqlens, chunk_size, v.device, exact=not _capturing(v))
+    else:
+        layout = chunk_layout(bsz, tokens, cu_seqlens, chunk_size, v.device)
     n = layout.num_seqs
     qf, kf = q.to(work), k.to(work)
     qn, kn = (_l2norm(qf), _l2norm(kf)) if use_qk_l2norm_in_kernel else (qf, kf)
