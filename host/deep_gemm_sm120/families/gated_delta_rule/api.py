@@ -8,6 +8,8 @@ in a per-call scratch of 3 * C * 2 + 16 bytes per token and value head.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from ... import jit
@@ -173,6 +175,21 @@ def _run(run, q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm_
     return outs if isinstance(outs, tuple) else (outs, None)
 
 
+def _prep_scratch(tokens: int, hv: int, c: int, elem_bytes: int, n: int, varlen: bool) -> tuple[int, Callable]:
+    """The prep's outputs in one scratch allocation, addressed by offset (no tensor per part): Tw, Tu, attn
+    [T, HV, C] in q's dtype, the gates [T, HV, 4] fp32, then cu' (2 (N + 1) int32) with varlen. Every part starts
+    16-byte aligned (a multiple of T x HV x 32 bytes before it), as the tensor maps need. Returns (bytes,
+    addresses(base) -> (tw, tu, attn, gates, cu' or 0))."""
+    factor = tokens * hv * c * elem_bytes
+    gates = 3 * factor
+    cu_eff = gates + tokens * hv * 16
+
+    def addresses(base: int) -> tuple[int, int, int, int, int]:
+        return base, base + factor, base + 2 * factor, base + gates, base + cu_eff if varlen else 0
+
+    return cu_eff + (8 * (n + 1) if varlen else 0), addresses
+
+
 def gdr_states(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -246,18 +263,17 @@ def gdr_state_grads(
     dfinal = None if dfinal is None else dfinal.float().contiguous()
     cu = None if cu_seqlens is None else cu_seqlens_int32(cu_seqlens, t)
     slots = slots.to(device=dev, dtype=torch.int32).contiguous()
-    cu_eff = None if cu is None else torch.empty(2 * (n + 1), dtype=torch.int32, device=dev)
-    tw, tu, attn = torch.empty(3, tokens, hv, c, dtype=q.dtype, device=dev).unbind(0)
-    gates = torch.empty(tokens, hv, 4, dtype=torch.float32, device=dev)
+    scratch_bytes, scratch_parts = _prep_scratch(tokens, hv, c, q.element_size(), n, cu is not None)
+    scratch = torch.empty(scratch_bytes, dtype=torch.uint8, device=dev)
+    tw, tu, attn, gates, cu_eff = scratch_parts(scratch.data_ptr())
     slots_total = ceil_div(t, c) + n if cu is not None else n * ceil_div(t, c)
     launch(
         prep,
         slots_total * hv,
         PREP_PARAMS.pack(
             q=q.data_ptr(), k=k.data_ptr(), g=g.data_ptr(), beta=beta.data_ptr(),
-            cu_seqlens=0 if cu is None else cu.data_ptr(), tw=tw.data_ptr(), tu=tu.data_ptr(),
-            attn=attn.data_ptr(), gates=gates.data_ptr(), beta_fp32=int(beta.dtype == torch.float32),
-            l2norm=int(use_qk_l2norm_in_kernel), cu_effective=0 if cu_eff is None else cu_eff.data_ptr(), ready=0,
+            cu_seqlens=0 if cu is None else cu.data_ptr(), tw=tw, tu=tu, attn=attn, gates=gates,
+            beta_fp32=int(beta.dtype == torch.float32), l2norm=int(use_qk_l2norm_in_kernel), cu_effective=cu_eff, ready=0,
             scale=scale_value(scale, HEAD_DIM), num_seqs=n, seq_len=t, value_heads=hv, group=hv // h,
         ),
         b"",
@@ -267,9 +283,9 @@ def gdr_state_grads(
         _map("tmap_q", tma_dtype, q.data_ptr(), HEAD_DIM, h, tokens, 64, c, 2, BWD_PARAMS)
         + _map("tmap_k", tma_dtype, k.data_ptr(), HEAD_DIM, h, tokens, 64, c, 2, BWD_PARAMS)
         + _map("tmap_do", tma_dtype, do.data_ptr(), HEAD_DIM, hv, tokens, min(vslice, 64), c, 2, BWD_PARAMS)
-        + _map("tmap_tw", tma_dtype, tw.data_ptr(), c, hv, tokens, c, c, 2, BWD_PARAMS)
-        + _map("tmap_attn", tma_dtype, attn.data_ptr(), c, hv, tokens, c, c, 2, BWD_PARAMS)
-        + _map("tmap_gate", "float32", gates.data_ptr(), 4, hv, tokens, 4, c, 4, BWD_PARAMS)
+        + _map("tmap_tw", tma_dtype, tw, c, hv, tokens, c, c, 2, BWD_PARAMS)
+        + _map("tmap_attn", tma_dtype, attn, c, hv, tokens, c, c, 2, BWD_PARAMS)
+        + _map("tmap_gate", "float32", gates, 4, hv, tokens, 4, c, 4, BWD_PARAMS)
     )
     launch(
         bwd,
@@ -277,7 +293,7 @@ def gdr_state_grads(
         BWD_PARAMS.pack(
             dfinal=0 if dfinal is None else dfinal.data_ptr(), dh0=0 if dh0 is None else dh0.data_ptr(),
             dh_next=dh_next.data_ptr() if count else 0, state_slots=slots.data_ptr(),
-            cu_seqlens=0 if cu_eff is None else cu_eff.data_ptr(), seq_len=t, value_heads=hv, group=hv // h,
+            cu_seqlens=cu_eff, seq_len=t, value_heads=hv, group=hv // h,
         ),
         maps,
         index,
@@ -376,11 +392,7 @@ def _prepare(
     # the tensor maps' bases must be 16-byte aligned: a view that starts elsewhere (the alignment class is in the
     # key) is copied, as a non-contiguous one is
     unaligned = tuple(x.is_contiguous() and x.data_ptr() % 16 != 0 for x in (q, k, v))
-    # the prep's outputs in one scratch allocation, addressed by offset (no tensor per part): Tw, Tu, attn
-    # [T, HV, C] in q's dtype, the gates [T, HV, 4] fp32, then cu' (2 (N + 1) int32) with varlen; every part
-    # starts 16-byte aligned (a multiple of T x HV x 32 bytes before it), as the tensor maps need
-    factor_bytes = tokens * hv * c * q.element_size()
-    scratch_bytes = 3 * factor_bytes + tokens * hv * 16 + (8 * (n + 1) if varlen else 0)
+    scratch_bytes, scratch_parts = _prep_scratch(tokens, hv, c, q.element_size(), n, varlen)
 
     def run(q, k, v, g, beta, initial_state, cu_seqlens, scale, state_out=None):
         # (the backward's states pass skips the check: its forward checked the values, or ran with checks off,
@@ -397,9 +409,7 @@ def _prepare(
         # offsets never overlap sequences or leave the tokens (docs/untrusted_indices.md); then each sequence's
         # first chunk slot
         scratch = torch.empty(scratch_bytes, dtype=torch.uint8, device=dev)
-        tw = scratch.data_ptr()
-        tu, attn, gates = tw + factor_bytes, tw + 2 * factor_bytes, tw + 3 * factor_bytes
-        cu_eff = 0 if cu is None else gates + tokens * hv * 16
+        tw, tu, attn, gates, cu_eff = scratch_parts(scratch.data_ptr())
         ready = torch.zeros(1 + slots * hv, dtype=torch.int32, device=dev) if overlap else None
         launch(
             prep,
