@@ -16,8 +16,10 @@ choose_plan; docs/gated_delta_rule.md); --max-stages caps the recurrence's TMA s
 grid that runs beside the recurrence (off: the sequential launch; N: N persistent prep CTAs wherever the plan
 overlaps); --overlap-ab also times the sequential launch at chunk 32 in the same process, for comparison;
 --overlap-sweep N1,N2,... times chunk 32 with each persistent prep CTA count at the rows whose plan overlaps.
---backward times forward + backward (every gradient) of ours at chunk 32 and of FLA, eagerly (CUDA events around
-each call: our backward builds its chunk layout on the host), and reports each gradient's distance to FLA's."""
+--backward times forward + backward (every gradient) of ours at chunk 32 and of FLA, each by CUDA-graph replay
+where its capture succeeds (ours builds its chunk layout on the device, so it captures, varlen included) and
+eagerly otherwise (CUDA events around each call; the row says which), and reports each gradient's distance to
+FLA's."""
 
 from __future__ import annotations
 
@@ -140,8 +142,9 @@ def case(
 
 
 def backward_case(b: int, t: int, h: int, hv: int, iters: int, fla, lens=None, init: bool = True) -> dict:
-    """Forward + backward (every input's gradient, the final state's included) of ours at chunk 32 and of FLA,
-    timed eagerly on the same inputs; the relative L2 distance of each gradient to FLA's."""
+    """Forward + backward (every input's gradient, the final state's included) of ours at chunk 32 and of FLA on
+    the same inputs, each by graph replay where it captures (eager otherwise); the relative L2 distance of each
+    gradient to FLA's."""
     import deep_gemm_sm120 as dg
 
     q, k, v, g, beta, state, cu = inputs(b, t, h, hv, lens, init)
@@ -166,7 +169,7 @@ def backward_case(b: int, t: int, h: int, hv: int, iters: int, fla, lens=None, i
             q, k, v, g, beta, initial_state=state, output_final_state=True, chunk_size=32, cu_seqlens=cu
         )
     )
-    row["ours_fwd_bwd_us"] = bench_eager(ours, iters) * 1e6
+    row["ours_fwd_bwd_us"], row["ours_timing"] = _replay_or_eager(ours, iters)
     if fla is not None:
         theirs = step(
             lambda: fla(
@@ -174,7 +177,7 @@ def backward_case(b: int, t: int, h: int, hv: int, iters: int, fla, lens=None, i
                 cu_seqlens=None if cu is None else cu.long(),
             )
         )  # fmt: skip
-        row["fla_fwd_bwd_us"] = bench_eager(theirs, iters) * 1e6
+        row["fla_fwd_bwd_us"], row["fla_timing"] = _replay_or_eager(theirs, iters)
         row["speedup"] = row["fla_fwd_bwd_us"] / row["ours_fwd_bwd_us"]
         mine, ref = ours(), theirs()
         row["grad_rel_l2_vs_fla"] = {
@@ -182,6 +185,16 @@ def backward_case(b: int, t: int, h: int, hv: int, iters: int, fla, lens=None, i
             for name, a, r in zip(("dq", "dk", "dv", "dg", "dbeta", "dh0"), mine, ref)
         }
     return row
+
+
+def _replay_or_eager(fn, iters: int) -> tuple[float, str]:
+    """(us per call, how it was timed): CUDA-graph replay (harness.bench), or eager CUDA events when the capture
+    fails (a host read inside the call); the failure is named in the second field."""
+    try:
+        return bench(fn, iters) * 1e6, "graph"
+    except RuntimeError as e:
+        torch.cuda.synchronize()
+        return bench_eager(fn, iters) * 1e6, f"eager (capture failed: {str(e).splitlines()[0][:80]})"
 
 
 def grid(quick: bool):
@@ -304,7 +317,8 @@ def backward_main(run, rows_of, wanted: set, iters: int, fla) -> int:
         print(
             f"{label:>10} {h:3} {hv:3} {'yes' if init else 'no':>4} {r['ours_fwd_bwd_us']:16.1f} "
             f"{r.get('fla_fwd_bwd_us', float('nan')):9.1f} {r.get('speedup', float('nan')):5.2f}x  "
-            f"{worst[0]} {worst[1]:.2e}",
+            f"{worst[0]} {worst[1]:.2e}  [{r['ours_timing']}"
+            + (f" / {r['fla_timing']}]" if "fla_timing" in r else "]"),
             flush=True,
         )
     summary = {}

@@ -1,7 +1,8 @@
 """Driver for compute-sanitizer (memcheck / racecheck): the gated delta rule's two kernels at every chunk size
 and both element types, with partial chunks, grouped value heads, varlen with 1-token and empty sequences,
 initial / final state, the in-kernel l2norm, every K-split recurrence plan, the overlapped launch (a persistent
-prep grid beside the recurrence, per-chunk flags) and the segmented walk (sequences cut into parallel segments).
+prep grid beside the recurrence, per-chunk flags), the segmented walk (sequences cut into parallel segments) and
+the backward's kernels (the states instance, the reverse state pass).
 
     compute-sanitizer --tool racecheck python tests/sanitize_gated_delta_rule.py
 Exits non-zero on a numerical failure; the sanitizer reports memory errors and races itself.
@@ -65,6 +66,13 @@ cases += [
 cases += [
     ("segmented varlen pack state", lambda: patched(seg.test_varlen_pack_of_empty_short_and_long_sequences, True))
 ]
+# the backward's kernels (issue 41): the states instance of the recurrence (whole and segmented walks) and the
+# reverse state pass, each checked against float64 inside its test
+cases += [
+    (f"states pass segments {sc}", lambda sc=sc: patched(gdr.test_states_pass_matches_the_float64_states, sc))
+    for sc in ("0", "4")
+]
+cases += [("state grads pass", gdr.test_state_grads_pass_matches_float64_autograd)]
 import untrusted_indices
 
 sys.exit(run_cases(cases + [c for c in untrusted_indices.CASES if c[0].startswith("gdr")]))

@@ -284,13 +284,130 @@ def test_backward_matches_the_float64_chunk_backward(varlen):
     for name, mine, twin, r in zip(("dq", "dk", "dv", "dg", "dbeta", "dh0"), got, again, ref):
         assert torch.equal(mine, twin), f"{name} not bitwise repeatable"
         assert mine.dtype == (torch.float32 if name in ("dg", "dh0") else torch.bfloat16), name
-        bound = 1e-4 if mine.dtype == torch.float32 else 0.01
+        # the states and the state gradients come from the kernels (bf16 MMA operands, as o's): every gradient
+        # carries their rounding; the issue's bound is 0.02
+        bound = 0.02
         assert relative_l2(mine, r) <= bound, f"{name}: relative L2 {relative_l2(mine, r):.2e}"
     with torch.no_grad():
         o, _ = dg.chunk_gated_delta_rule(args[0].clone().requires_grad_(), *args[1:], chunk_size=32)
     assert not o.requires_grad
     with pytest.raises(NotImplementedError, match="backpropagate"):
         dg.chunk_gated_delta_rule_bwd()
+
+
+@pytest.mark.parametrize("varlen", [False, True])
+def test_backward_is_graph_capturable(monkeypatch, varlen):
+    """Forward and backward captured in one CUDA graph (torch.autograd.grad inside the capture; index checks skip
+    themselves while capturing): replays on new inputs, new offsets included, give bitwise the gradients of an
+    eager call on the same (padded) chunk layout, and within 1e-3 those of an eager call on the layout sized to
+    the real chunks (one host read). Nothing in the captured backward reads a value on the host."""
+    from deep_gemm_sm120.families.gated_delta_rule import backward as bw
+
+    t = 150
+    b = 1 if varlen else 2
+    n = 4 if varlen else b
+    args, init = make_inputs(b, t, 2, 4, seed=21, normalized=False, state_n=n)
+    gen = torch.Generator(device="cuda").manual_seed(4)
+    do = torch.randn(b, t, 4, 128, device="cuda", generator=gen).bfloat16()
+    dfs = torch.randn(n, 4, 128, 128, device="cuda", generator=gen)
+    cu = torch.tensor([0, 40, 40, 101, 150], dtype=torch.int32, device="cuda") if varlen else None
+    static = [x.clone().requires_grad_() for x in (*args, init)]
+
+    def step():
+        o, final = dg.chunk_gated_delta_rule(
+            *static[:5], initial_state=static[5], output_final_state=True, cu_seqlens=cu,
+            use_qk_l2norm_in_kernel=True, chunk_size=32,
+        )  # fmt: skip
+        return torch.autograd.grad((o, final), static, (do, dfs))
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):  # warm: kernels compiled and loaded, allocator pools primed
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
+    fresh, fresh_init = make_inputs(b, t, 2, 4, seed=22, normalized=False, state_n=n)
+    with torch.no_grad():
+        for dst, src in zip(static, (*fresh, fresh_init)):
+            dst.copy_(src)
+        if cu is not None:
+            cu.copy_(torch.tensor([0, 7, 90, 90, 150], dtype=torch.int32))
+    graph.replay()
+    torch.cuda.synchronize()
+    exact = step()  # eager: the layout sized to the real chunks
+    with monkeypatch.context() as m:
+        m.setattr(bw, "_capturing", lambda x: True)  # eager on the captured call's padded layout
+        padded = step()
+    for name, mine, ref, near in zip(("dq", "dk", "dv", "dg", "dbeta", "dh0"), captured, padded, exact):
+        assert torch.equal(mine, ref), f"{name}: replay differs from the eager backward on its layout"
+        assert relative_l2(mine, near) <= 1e-3, f"{name}: {relative_l2(mine, near):.2e} from the exact layout's"
+
+
+@pytest.mark.parametrize("segment_chunks", ["0", "4"])
+def test_states_pass_matches_the_float64_states(monkeypatch, segment_chunks):
+    """api.gdr_states (the recurrence's states instance): the state entering every 64th token of each sequence, at
+    the backward layout's slots, against the float64 recurrence; whole sequences and segments of 4 chunks (the
+    points of a segment's walk counted from its sequence's start); unwritten slots would stay NaN."""
+    from deep_gemm_sm120.families.gated_delta_rule import api
+    from deep_gemm_sm120.families.gated_delta_rule import backward as bw
+    from deep_gemm_sm120.families.gated_delta_rule.plan import SEGMENT_ENV
+
+    monkeypatch.setenv(SEGMENT_ENV, segment_chunks)
+    t = 520
+    cu = torch.tensor([0, 40, 40, 301, 302, t], dtype=torch.int32, device="cuda")
+    args, init = make_inputs(1, t, 2, 4, seed=5, state_n=5)
+    layout = bw.chunk_layout(1, t, cu, 64, torch.device("cuda"))
+    slots = bw.state_slots(layout)
+    count = layout.token.shape[0]
+    got = api.gdr_states(*args, None, init, cu, False, slots, count)
+    assert got.shape == (count, 4, 128, 128) and torch.isfinite(got).all()
+    bounds = list(zip(cu.tolist()[:-1], cu.tolist()[1:]))
+    for n, (s, e) in enumerate(bounds):
+        for j, t0 in enumerate(range(s, e, 64)):
+            prefix = torch.tensor([0, t0 - s], dtype=torch.int32, device="cuda")
+            _, want = naive_recurrence(
+                *(x[:, s:t0] for x in args), None, init[n : n + 1], True, prefix
+            )  # fmt: skip
+            mine = got[int(slots[n]) + int(slots[len(bounds) + j])]
+            assert relative_l2(mine, want[0]) <= BOUND, f"sequence {n}, point {j}: {relative_l2(mine, want[0]):.2e}"
+
+
+def test_state_grads_pass_matches_float64_autograd():
+    """api.gdr_state_grads (the reverse pass kernel): the gradient of the state leaving every 64 tokens of each
+    sequence, at the backward layout's slots, and the initial states' gradient, against autograd through the
+    float64 recurrence; varlen with an empty and a 1-token sequence, partial last chunks, GVA, in-kernel l2norm."""
+    from deep_gemm_sm120.families.gated_delta_rule import api
+    from deep_gemm_sm120.families.gated_delta_rule import backward as bw
+
+    t = 300
+    cu = torch.tensor([0, 70, 70, 200, 201, t], dtype=torch.int32, device="cuda")
+    args, init = make_inputs(1, t, 2, 4, seed=6, normalized=False, state_n=5)
+    gen = torch.Generator(device="cuda").manual_seed(8)
+    do = torch.randn(1, t, 4, 128, device="cuda", generator=gen).bfloat16()
+    dfs = torch.randn(5, 4, 128, 128, device="cuda", generator=gen)
+    layout = bw.chunk_layout(1, t, cu, 64, torch.device("cuda"))
+    slots = bw.state_slots(layout)
+    count = layout.token.shape[0]
+    got, dh0 = api.gdr_state_grads(*args, None, do, dfs, cu, True, slots, count, True)
+    bounds = list(zip(cu.tolist()[:-1], cu.tolist()[1:]))
+    for n, (s, e) in enumerate(bounds):
+        for j, p in enumerate([*range(s, e, 64), e]):
+            with torch.no_grad():
+                whole = torch.tensor([0, p - s], dtype=torch.int32, device="cuda")
+                _, at = naive_recurrence(*(x[:, s:p] for x in args), None, init[n : n + 1], True, whole, True)
+            at = at.clone().requires_grad_()
+            rest = torch.tensor([0, e - p], dtype=torch.int32, device="cuda")
+            o, fs = naive_recurrence(*(x[:, p:e] for x in args), None, at, True, rest, True)
+            loss = (o * do[:, p:e].double()).sum() + (fs * dfs[n : n + 1].double()).sum()
+            (want,) = torch.autograd.grad(loss, at)
+            if j == 0:
+                assert relative_l2(dh0[n], want[0]) <= BOUND, f"dh0 of sequence {n}"
+            if p > s:
+                mine = got[int(slots[n]) + int(slots[len(bounds) + (p - s - 1) // 64])]
+                assert relative_l2(mine, want[0]) <= BOUND, f"sequence {n}, stretch ending at {p}"
 
 
 def test_host_errors_on_the_gpu():

@@ -108,6 +108,14 @@ def test_api_and_is_supported_agree():
             value_dim=dim,
             chunk_size=chunk,
         )
+        kw = dict(dtype=dtype, beta_dtype=beta_dtype, g_dtype=torch.float32, heads=h, value_heads=hv)
+        kw.update(head_dim=dim, value_dim=dim, chunk_size=chunk)
+        # the backward covers every call the forward accepts: is_supported answers alike with gradients asked for
+        forward = dg.is_supported("chunk_gated_delta_rule", **kw)
+        assert dg.is_supported("chunk_gated_delta_rule", backward=True, **kw) == forward
+        assert dg.is_supported("chunk_gated_delta_rule", backward=False, **kw) == forward
+    why = dg.why_unsupported("chunk_gated_delta_rule", backward="yes")
+    assert why is not None and "backward must be None or a bool" in why
 
 
 def test_recurrence_plans_fit_and_split_only_few_heads():

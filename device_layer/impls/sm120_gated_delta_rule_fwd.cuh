@@ -109,24 +109,34 @@ SM120_DEVICE void gdr_pack_a(uint32_t (&a)[4], const float (&x)[C / 8][4], uint3
     a[2] = E::pack(x[2 * ks + 1][0], x[2 * ks + 1][1]), a[3] = E::pack(x[2 * ks + 1][2], x[2 * ks + 1][3]);
 }
 
-// Zero rows [len, C) of a stage's k tile (both 64-column halves) and v slice, 16 bytes a store, the math warps'
-// threads sharing the work. Each tile is contiguous [box][row][16-byte unit], and a row of a swizzled tile keeps
-// its bytes within its own row, so store i of a tile clears unit i, on row i / units % C, whatever the swizzle.
+// Zero rows [len, kRows) of a tile stored as [boxes][kRows][kRowUnits 16-byte units] (kUnits in all), kStride
+// threads sharing the stores. A row of a swizzled tile keeps its bytes within its own row, so store i clears unit
+// i, on row i / kRowUnits % kRows, whatever the swizzle.
+template <uint32_t kRows, uint32_t kRowUnits, uint32_t kUnits, uint32_t kStride>
+SM120_DEVICE void gdr_zero_rows_from(uint8_t* tile, uint32_t len, uint32_t thread) {
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+#pragma unroll 1
+    for (uint32_t i = thread; i < kUnits; i += kStride)
+        if (i / kRowUnits % kRows >= len) *reinterpret_cast<uint4*>(tile + 16 * i) = zero;
+}
+
+// Zero rows [len, C) of a stage's k tile (both 64-column halves) and v slice, the math warps' threads sharing the
+// work.
 template <typename Cfg>
 SM120_DEVICE void gdr_zero_tail_rows(uint8_t* stage, uint32_t len, uint32_t thread) {
     constexpr uint32_t kC = Cfg::kTokens, kKRow = kSwizzle128BRowBytes / 16, kVRow = Cfg::kVRowBytes / 16;
     constexpr uint32_t kStride = Cfg::kMathWarps * 32;
-    const uint4 zero = make_uint4(0, 0, 0, 0);
-#pragma unroll 1
-    for (uint32_t i = thread; i < 2 * kC * kKRow; i += kStride)
-        if (i / kKRow % kC >= len) *reinterpret_cast<uint4*>(stage + Cfg::kOffK + 16 * i) = zero;
-#pragma unroll 1
-    for (uint32_t i = thread; i < Cfg::kVBoxes * kC * kVRow; i += kStride)
-        if (i / kVRow % kC >= len) *reinterpret_cast<uint4*>(stage + Cfg::kOffV + 16 * i) = zero;
+    gdr_zero_rows_from<kC, kKRow, 2 * kC * kKRow, kStride>(stage + Cfg::kOffK, len, thread);
+    gdr_zero_rows_from<kC, kVRow, Cfg::kVBoxes * kC * kVRow, kStride>(stage + Cfg::kOffV, len, thread);
 }
 
+// The backward's states pass (kStates): the walk that stores, every kGdrStateTokens tokens of a sequence, the state
+// entering them: states[(slot * HV + hv) * K * K + k * K + v] (fp32, [K][V] as initial_state), slot =
+// state_slots[seq] + state_slots[num_seqs + j] for the j-th such point of sequence seq (the host numbers them). It
+// forms no o (the backward recomputes what it needs from the states), so like the transition pass it loads
+// neither q nor attn; the final state is stored as the plain walk stores it.
 template <uint32_t kChunk, uint32_t kVSlice, uint32_t kKSplit, uint32_t kStages, typename Elem,
-          bool kTransitions = false>
+          bool kTransitions = false, bool kStates = false>
 // clang-format off: a kernel declaration (see .clang-format)
 __global__ void __launch_bounds__(GdrFwdConfig<kChunk, kVSlice, kKSplit, kStages>::kThreads, 1)
 sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_k,
@@ -135,8 +145,12 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
                                   const __grid_constant__ CUtensorMap tmap_gate, const float* __restrict__ initial_state,
                                   float* __restrict__ final_state, Elem* __restrict__ o,
                                   const int32_t* __restrict__ cu_seqlens, uint32_t seq_len, uint32_t value_heads,
-                                  uint32_t group, const int32_t* ready, uint32_t segments, uint32_t segment_tokens) {
+                                  uint32_t group, const int32_t* ready, uint32_t segments, uint32_t segment_tokens,
+                                  float* __restrict__ states, const int32_t* __restrict__ state_slots) {
     // clang-format on
+    static_assert(!(kTransitions && kStates), "the transition pass stores no states");
+    constexpr bool kOutput = !kTransitions && !kStates;  // the plain walk: o formed and stored
+    static_assert(kGdrStateTokens % kChunk == 0, "a state point starts a chunk");
     using Cfg = GdrFwdConfig<kChunk, kVSlice, kKSplit, kStages>;
     using E = GdrElem<Elem>;
     constexpr uint32_t C = kChunk, kNT = C / 8, kKT = kGdrHeadDim / 8;
@@ -161,7 +175,7 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
         // overlapped with the prep grid (never segmented): its flags, not its end
         gdr_sequence_published<C>(cu_seqlens, ready, u.num_seqs, seq_len, u.seq, start, end, first_slot);
     }
-    const uint32_t seq_end = end;
+    const uint32_t seq_start = start, seq_end = end;
     if (segments != 0) gdr_segment(u.segment, segment_tokens, start, end);
     // a segment's map is needed only by the segments after it: the last one's state is carried by the output pass
     if (kTransitions && end == seq_end) return;
@@ -186,15 +200,14 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
                     flag_wait(gdr_ready_flag(ready, first_slot + c, value_heads, hv));
                     fence_proxy_async_global();
                 }
-                // the transition pass writes no o: it loads neither q nor attn
-                constexpr uint32_t kTx =
-                    kTransitions ? Cfg::kTxBytes - Cfg::kHeadTileBytes - Cfg::kMatBytes : Cfg::kTxBytes;
+                // the transition and states passes write no o: they load neither q nor attn
+                constexpr uint32_t kTx = kOutput ? Cfg::kTxBytes : Cfg::kTxBytes - Cfg::kHeadTileBytes - Cfg::kMatBytes;
                 uint64_t* bar = ring.acquire(ps, identity ? kTx - Cfg::kVBytes : kTx);
 #pragma unroll
                 for (uint32_t half = 0; half < 2; ++half) {
                     const int32_t col = static_cast<int32_t>(half * kGdrHalfCols);
                     const uint32_t off = half * C * kSwizzle128BRowBytes;
-                    if constexpr (!kTransitions) tma_load_3d(s + off, &tmap_q, bar, col, static_cast<int32_t>(h), t);
+                    if constexpr (kOutput) tma_load_3d(s + off, &tmap_q, bar, col, static_cast<int32_t>(h), t);
                     tma_load_3d(s + Cfg::kOffK + off, &tmap_k, bar, col, static_cast<int32_t>(h), t);
                 }
 #pragma unroll
@@ -204,7 +217,7 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
                                     static_cast<int32_t>(slice * kVSlice + b * kGdrHalfCols), hvi, t);
                 tma_load_3d(s + Cfg::kOffTw, &tmap_tw, bar, 0, hvi, t);
                 tma_load_3d(s + Cfg::kOffTu, &tmap_tu, bar, 0, hvi, t);
-                if constexpr (!kTransitions) tma_load_3d(s + Cfg::kOffAttn, &tmap_attn, bar, 0, hvi, t);
+                if constexpr (kOutput) tma_load_3d(s + Cfg::kOffAttn, &tmap_attn, bar, 0, hvi, t);
                 tma_load_3d(s + Cfg::kOffGate, &tmap_gate, bar, 0, hvi, t);
             }
         }
@@ -241,6 +254,23 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
         const uint32_t first = start + c * C, len = kTail ? end - first : C;
         const uint8_t* s = smem + ps.stage * Cfg::kStageBytes;
         const float4* gate = reinterpret_cast<const float4*>(s + Cfg::kOffGate);
+        if constexpr (kStates) {
+            // the state entering this chunk, at every kGdrStateTokens-th token of the sequence (segments start on
+            // chunk boundaries of the sequence, so the points are the same whichever unit walks them)
+            if ((first - seq_start) % kGdrStateTokens == 0) {
+                const uint32_t point = (first - seq_start) / kGdrStateTokens;
+                const size_t at =
+                    (static_cast<size_t>(state_slots[u.seq] + state_slots[u.num_seqs + point]) * value_heads + hv) *
+                    kGdrHeadDim * kGdrHeadDim;
+#pragma unroll
+                for (uint32_t kt = 0; kt < kWarpKT; ++kt)
+#pragma unroll
+                    for (uint32_t e = 0; e < 4; ++e) {
+                        const uint32_t kd = 8 * (kt0 + kt) + 2 * t4 + e % 2, vd = v0 + gid + 8 * (e / 2);
+                        states[at + kd * kGdrHeadDim + vd] = st[kt][e];
+                    }
+            }
+        }
         ring.wait_full(ps);
         if constexpr (kTail) {
             // the k and v rows past the sequence are the next sequence's tokens or, past the end of cu_seqlens,
@@ -288,7 +318,7 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
                 ldmatrix_x4(smem_addr(s + Cfg::kOffK + off), bk[0], bk[1], bk[2], bk[3]);
                 E::mma(x[2 * jp], sa[kk], {bk[0], bk[1]});
                 E::mma(x[2 * jp + 1], sa[kk], {bk[2], bk[3]});
-                if constexpr (!kTransitions) {
+                if constexpr (kOutput) {
                     uint32_t bq[4];
                     ldmatrix_x4(smem_addr(s + off), bq[0], bq[1], bq[2], bq[3]);
                     E::mma(out[2 * jp], sa[kk], {bq[0], bq[1]});
@@ -304,7 +334,7 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
 #pragma unroll
                 for (uint32_t e = 0; e < 4; ++e) {
                     mine[(j * 4 + e) * 32 + lane] = x[j][e];
-                    if constexpr (!kTransitions) mine[Cfg::kPartFloats + (j * 4 + e) * 32 + lane] = out[j][e];
+                    if constexpr (kOutput) mine[Cfg::kPartFloats + (j * 4 + e) * 32 + lane] = out[j][e];
                 }
             named_barrier_sync(1 + vg, kKSplit * 32);
             const float* grp = part + vg * kKSplit * 2 * Cfg::kPartFloats;
@@ -317,7 +347,7 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
 #pragma unroll
                     for (uint32_t w = 0; w < kKSplit; ++w) {
                         sx += grp[w * 2 * Cfg::kPartFloats + (j * 4 + e) * 32 + lane];
-                        if (!kTransitions && owned) so += grp[(w * 2 + 1) * Cfg::kPartFloats + (j * 4 + e) * 32 + lane];
+                        if (kOutput && owned) so += grp[(w * 2 + 1) * Cfg::kPartFloats + (j * 4 + e) * 32 + lane];
                     }
                     x[j][e] = sx, out[j][e] = owned ? so : 0.0f;
                 }
@@ -330,7 +360,7 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
             for (uint32_t e = 0; e < 2; ++e) {
                 const uint32_t tok = 8 * j + 2 * t4 + e;
                 const float4 gt = gate[tok];
-                if constexpr (!kTransitions) out[j][e] *= gt.y, out[j][e + 2] *= gt.y;
+                if constexpr (kOutput) out[j][e] *= gt.y, out[j][e + 2] *= gt.y;
                 kf[j][e] = !kTail || tok < len ? gt.z : 0.0f;
             }
         // v'^T = u^T - X Tw^T
@@ -353,7 +383,7 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
                     if (8 * j + 2 * t4 + e % 2 >= len) vp[j][e] = 0.0f;
         }
         // O += v'^T attn^T, v' as the A operand (the warp's token pairs)
-        if constexpr (!kTransitions) {
+        if constexpr (kOutput) {
 #pragma unroll
             for (uint32_t ks = 0; ks < kNT / 2; ++ks) {
                 uint32_t a[4];
@@ -386,8 +416,8 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
         ring.release(ps, lane);  // every read of the stage is done
 
         // o rows of the warp's token pairs: transpose through the group's staging tile, 16-byte stores (none in the
-        // transition pass)
-        if constexpr (!kTransitions) {
+        // transition and states passes)
+        if constexpr (kOutput) {
 #pragma unroll
             for (uint32_t j = 0; j < kNT; ++j) {
                 if ((j / 2) % kKSplit != kq) continue;

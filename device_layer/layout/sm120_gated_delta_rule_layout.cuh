@@ -26,6 +26,9 @@ namespace sm120 {
 constexpr uint32_t kGdrHeadDim = 128;   // K = V = 128
 constexpr uint32_t kGdrHalfCols = 64;   // one 128-byte swizzle row of bf16 / fp16
 constexpr uint32_t kGdrGateFloats = 4;  // (G, q factor, k factor, pad) per token and value head
+// The backward's granularity: the states pass stores the state entering every kGdrStateTokens tokens of a
+// sequence, the reverse pass the state gradient leaving them (the host's chunks of that many tokens)
+constexpr uint32_t kGdrStateTokens = 64;
 
 template <typename Elem>
 struct GdrElem;

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ...core.names import Name, Op
 from ...core.registry import Family
+from .bwd import BWD
 from .combine import COMBINE
 from .kernel import PARAMS, gate, specs
 from .plan import plan_specs
@@ -21,7 +22,7 @@ FAMILY = Family(
     params=PARAMS,
     specs=specs,
     gate=gate,
-    quick_key=lambda s: (s.chunk, s.vslice, s.ksplit, s.transitions),
+    quick_key=lambda s: (s.chunk, s.vslice, s.ksplit, s.transitions, s.states),
     pdl=True,
     names=(
         Op(
@@ -31,8 +32,8 @@ FAMILY = Family(
             operands="q, k [B,T,H,128], v [B,T,HV,128] bf16/fp16; g fp32 [B,T,HV]; beta [B,T,HV]",
             output="(o [B,T,HV,128] in v's dtype, final_state fp32 [N,HV,128,128] or None)",
             notes="FLA's forward semantics; varlen (cu_seqlens), initial state, in-kernel q/k l2norm; chunk 16/32/64 "
-            "(default 32); differentiable (the backward: batched torch operations on the saved inputs; its kernels are "
-            "issue 41's)",
+            "(default 32); differentiable (the backward recomputes from the saved inputs: the states and state "
+            "gradients by kernels on CUDA, the rest batched torch operations; is_supported(..., backward=True))",
             signature="chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, "
             "output_final_state=False, cu_seqlens=None, use_qk_l2norm_in_kernel=False, chunk_size=None)",
             plan_specs=plan_specs,
@@ -45,7 +46,7 @@ FAMILY = Family(
         Name("default_chunk_size", does="the chunk size chunk_gated_delta_rule uses on a device", deepgemm=False),
     ),
     api_modules=("api", "contract"),
-    services=(PREP, COMBINE),
+    services=(PREP, COMBINE, BWD),
     sanitizers=("gated_delta_rule",),
     benchmarks=("gated_delta_rule",),
 )

@@ -8,16 +8,21 @@ in a per-call scratch of 3 * C * 2 + 16 bytes per token and value head.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from ... import jit
 from ...arch import target_of
 from ...checks import device_of, index_checks
 from ...core.arith import ceil_div
+from ...core.params import ParamList
 from ...core.tma import tma_request, with_addresses
 from ...device import num_sms_for
 from ...launch import KEY_ERRORS, CallCache, get_pdl, kernel_memo, launch, tensor_key
 from .backward import Differentiable
+from .bwd import PARAMS as BWD_PARAMS
+from .bwd import GdrBwdSpec
 from .combine import PARAMS as COMBINE_PARAMS
 from .combine import GdrCombineSpec, combine_ctas
 from .contract import (
@@ -38,17 +43,15 @@ __all__ = ["chunk_gated_delta_rule", "chunk_gated_delta_rule_bwd", "default_chun
 
 _CALLS = CallCache()  # calls checked and planned once per signature
 _ELEM = {torch.bfloat16: ("bf16", "bfloat16"), torch.float16: ("fp16", "float16")}
-_OFF = {
-    name: PARAMS.offsets[name]
-    for name in ("tmap_q", "tmap_k", "tmap_v", "tmap_tw", "tmap_tu", "tmap_attn", "tmap_gate")
-}
 
 
 @kernel_memo(maxsize=64)
-def _kernels(chunk: int, vslice: int, ksplit: int, persistent: bool, elem: str, index: int, target: str):
+def _kernels(
+    chunk: int, vslice: int, ksplit: int, persistent: bool, elem: str, index: int, target: str, states: bool = False
+):
     return (
         jit.get_kernel(GdrPrepSpec(chunk, elem, persistent), target, index),
-        jit.get_kernel(GdrFwdSpec(chunk, vslice, elem, ksplit), target, index),
+        jit.get_kernel(GdrFwdSpec(chunk, vslice, elem, ksplit, False, states), target, index),
     )
 
 
@@ -71,11 +74,13 @@ def _map(
     box_inner: int,
     chunk: int,
     elem_bytes: int,
+    params: ParamList = PARAMS,
 ) -> bytes:
-    """A [tokens][heads][inner] tensor at `address` read in boxes of (box_inner, 1 head, chunk tokens)."""
+    """A [tokens][heads][inner] tensor at `address` read in boxes of (box_inner, 1 head, chunk tokens), for the
+    kernel parameter `name` of `params` (the recurrence's by default)."""
     swizzle = box_inner * elem_bytes if box_inner * elem_bytes in (32, 64, 128) else 0
     return tma_request(
-        _OFF[name],
+        params.offsets[name],
         dtype,
         address,
         (inner, heads, tokens),
@@ -154,19 +159,166 @@ def _run(run, q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm_
         )
     ):
         return run(q, k, v, g, beta, initial_state, cu_seqlens, scale)
-    meta = (scale_value(scale, HEAD_DIM), bool(use_qk_l2norm_in_kernel))
+    l2 = bool(use_qk_l2norm_in_kernel)
+
+    def states(q, k, v, g, beta, initial_state, cu_seqlens, slots, count):  # stage 1 by the forward's kernels
+        return gdr_states(q, k, v, g, beta, scale, initial_state, cu_seqlens, l2, slots, count)
+
+    def state_grads(q, k, v, g, beta, cu_seqlens, do, dfinal, slots, count, want_dh0):  # stage 2 by its kernel
+        return gdr_state_grads(q, k, v, g, beta, scale, do, dfinal, cu_seqlens, l2, slots, count, want_dh0)
+
+    on_gpu = q.is_cuda
+    meta = (scale_value(scale, HEAD_DIM), l2, states if on_gpu else None, state_grads if on_gpu else None)
     outs = Differentiable.apply(
         meta, lambda *tensors: run(*tensors, scale), q, k, v, g, beta, initial_state, cu_seqlens
     )
     return outs if isinstance(outs, tuple) else (outs, None)
 
 
+def _prep_scratch(tokens: int, hv: int, c: int, elem_bytes: int, n: int, varlen: bool) -> tuple[int, Callable]:
+    """The prep's outputs in one scratch allocation, addressed by offset (no tensor per part): Tw, Tu, attn
+    [T, HV, C] in q's dtype, the gates [T, HV, 4] fp32, then cu' (2 (N + 1) int32) with varlen. Every part starts
+    16-byte aligned (a multiple of T x HV x 32 bytes before it), as the tensor maps need. Returns (bytes,
+    addresses(base) -> (tw, tu, attn, gates, cu' or 0))."""
+    factor = tokens * hv * c * elem_bytes
+    gates = 3 * factor
+    cu_eff = gates + tokens * hv * 16
+
+    def addresses(base: int) -> tuple[int, int, int, int, int]:
+        return base, base + factor, base + 2 * factor, base + gates, base + cu_eff if varlen else 0
+
+    return cu_eff + (8 * (n + 1) if varlen else 0), addresses
+
+
+def gdr_states(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None,
+    initial_state: torch.Tensor | None,
+    cu_seqlens: torch.Tensor | None,
+    use_qk_l2norm_in_kernel: bool,
+    slots: torch.Tensor,
+    count: int,
+) -> torch.Tensor:
+    """The backward's states pass (backward.py): the forward's walk (its plan, at the device's default chunk) that
+    stores the state entering every STATE_TOKENS-th token of each sequence, the j-th of sequence n at slot
+    slots[n] + slots[N + j] of a [count, HV, 128, 128] fp32 tensor (int32 slots on the device), and forms no o
+    (the kernel's kStates instance loads neither q nor attn). Planned per call; the call's arguments are the
+    forward's."""
+    call = _prepare(
+        q, k, v, g, beta, scale, initial_state, False, cu_seqlens, use_qk_l2norm_in_kernel, None, states=True
+    )
+    out = torch.empty(count, v.shape[2], HEAD_DIM, HEAD_DIM, dtype=torch.float32, device=v.device)
+    if count:
+        call[2](q, k, v, g, beta, initial_state, cu_seqlens, scale, state_out=(out, slots))
+    return out
+
+
+def gdr_state_grads(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None,
+    do: torch.Tensor,
+    dfinal: torch.Tensor | None,
+    cu_seqlens: torch.Tensor | None,
+    use_qk_l2norm_in_kernel: bool,
+    slots: torch.Tensor,
+    count: int,
+    want_dh0: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The backward's reverse state pass (backward.py's stage 2 by the kernels): the prep kernel, then the reverse
+    walk (impls/sm120_gated_delta_rule_bwd.cuh), at the device's default chunk. Returns (dh_next, dh0): the state
+    gradient leaving every STATE_TOKENS tokens of each sequence, the j-th of sequence n at slot slots[n] +
+    slots[N + j] of a [count, HV, 128, 128] fp32 tensor, and the initial state's gradient [N, HV, 128, 128] (None
+    unless want_dh0). The arguments are the forward's, already checked by it; do [B, T, HV, 128] in v's dtype."""
+    p = check_arguments(
+        q, k, v, g, beta, scale, None, False, cu_seqlens, use_qk_l2norm_in_kernel, None,
+        default_chunk=default_chunk_size(q.device),
+    )  # fmt: skip
+    extra = {"cu_seqlens": cu_seqlens} if cu_seqlens is not None else {}
+    index = device_of(q=q, k=k, v=v, g=g, beta=beta, do=do, **extra)
+    target = target_of(index)
+    b, t, h, hv, n, c = p.batch, p.seq_len, p.heads, p.value_heads, p.num_sequences, p.chunk_size
+    elem, tma_dtype = _ELEM[q.dtype]
+    tokens, dev = b * t, q.device
+    dh_next = torch.empty(count, hv, HEAD_DIM, HEAD_DIM, dtype=torch.float32, device=dev)
+    dh0 = torch.empty(n, hv, HEAD_DIM, HEAD_DIM, dtype=torch.float32, device=dev) if want_dh0 else None
+    if tokens == 0:
+        if dh0 is not None:
+            dh0.copy_(dfinal) if dfinal is not None else dh0.zero_()
+        return dh_next, dh0
+    vslice = choose_plan(n, hv, num_sms_for(index), c)[0]  # the forward's slice; the reverse walk has no K split
+    prep = jit.get_kernel(GdrPrepSpec(c, elem, False), target, index)
+    bwd = jit.get_kernel(GdrBwdSpec(c, vslice, elem), target, index)
+    # contiguous, then 16-byte aligned bases for the tensor maps (a clone keeps a dense permuted layout: not that)
+    q, k, v, do = (x.contiguous() for x in (q, k, v, do))
+    q, k, v, do = (x.clone() if x.data_ptr() % 16 else x for x in (q, k, v, do))
+    g, beta = g.contiguous(), beta.contiguous()
+    dfinal = None if dfinal is None else dfinal.float().contiguous()
+    cu = None if cu_seqlens is None else cu_seqlens_int32(cu_seqlens, t)
+    slots = slots.to(device=dev, dtype=torch.int32).contiguous()
+    scratch_bytes, scratch_parts = _prep_scratch(tokens, hv, c, q.element_size(), n, cu is not None)
+    scratch = torch.empty(scratch_bytes, dtype=torch.uint8, device=dev)
+    tw, tu, attn, gates, cu_eff = scratch_parts(scratch.data_ptr())
+    slots_total = ceil_div(t, c) + n if cu is not None else n * ceil_div(t, c)
+    launch(
+        prep,
+        slots_total * hv,
+        PREP_PARAMS.pack(
+            q=q.data_ptr(), k=k.data_ptr(), g=g.data_ptr(), beta=beta.data_ptr(),
+            cu_seqlens=0 if cu is None else cu.data_ptr(), tw=tw, tu=tu, attn=attn, gates=gates,
+            beta_fp32=int(beta.dtype == torch.float32), l2norm=int(use_qk_l2norm_in_kernel), cu_effective=cu_eff, ready=0,
+            scale=scale_value(scale, HEAD_DIM), num_seqs=n, seq_len=t, value_heads=hv, group=hv // h,
+        ),
+        b"",
+        index,
+    )  # fmt: skip
+    maps = (
+        _map("tmap_q", tma_dtype, q.data_ptr(), HEAD_DIM, h, tokens, 64, c, 2, BWD_PARAMS)
+        + _map("tmap_k", tma_dtype, k.data_ptr(), HEAD_DIM, h, tokens, 64, c, 2, BWD_PARAMS)
+        + _map("tmap_do", tma_dtype, do.data_ptr(), HEAD_DIM, hv, tokens, min(vslice, 64), c, 2, BWD_PARAMS)
+        + _map("tmap_tw", tma_dtype, tw, c, hv, tokens, c, c, 2, BWD_PARAMS)
+        + _map("tmap_attn", tma_dtype, attn, c, hv, tokens, c, c, 2, BWD_PARAMS)
+        + _map("tmap_gate", "float32", gates, 4, hv, tokens, 4, c, 4, BWD_PARAMS)
+    )
+    launch(
+        bwd,
+        n * hv * (HEAD_DIM // vslice),
+        BWD_PARAMS.pack(
+            dfinal=0 if dfinal is None else dfinal.data_ptr(), dh0=0 if dh0 is None else dh0.data_ptr(),
+            dh_next=dh_next.data_ptr() if count else 0, state_slots=slots.data_ptr(),
+            cu_seqlens=cu_eff, seq_len=t, value_heads=hv, group=hv // h,
+        ),
+        maps,
+        index,
+    )  # fmt: skip
+    return dh_next, dh0
+
+
 def _prepare(
-    q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, use_qk_l2norm_in_kernel, chunk_size
+    q,
+    k,
+    v,
+    g,
+    beta,
+    scale,
+    initial_state,
+    output_final_state,
+    cu_seqlens,
+    use_qk_l2norm_in_kernel,
+    chunk_size,
+    states: bool = False,
 ) -> tuple:
     """Every check of a call and its plan: (target, device index, run), run(q, k, v, g, beta, initial_state,
     cu_seqlens, scale) -> (o, final_state or None). The scale's value is read per call (its type is in the key,
-    its value too, but -0.0 and 0.0 are one key)."""
+    its value too, but -0.0 and 0.0 are one key). states: the backward's states pass (gdr_states), whose run also
+    takes state_out = (states, state_slots)."""
     on_cuda = isinstance(q, torch.Tensor) and q.is_cuda
     p = check_arguments(
         q,
@@ -191,8 +343,8 @@ def _prepare(
     elem, tma_dtype = _ELEM[q.dtype]
     tokens = b * t
 
-    def outputs(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        o = torch.empty(b, t, hv, HEAD_DIM, dtype=v.dtype, device=v.device)
+    def outputs(v: torch.Tensor, with_o: bool = True) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        o = torch.empty(b, t, hv, HEAD_DIM, dtype=v.dtype, device=v.device) if with_o else None
         final = (
             torch.empty(n, hv, HEAD_DIM, HEAD_DIM, dtype=torch.float32, device=v.device) if output_final_state else None
         )
@@ -200,7 +352,7 @@ def _prepare(
 
     if tokens == 0:
 
-        def empty(q, k, v, g, beta, initial_state, cu_seqlens, scale):
+        def empty(q, k, v, g, beta, initial_state, cu_seqlens, scale, state_out=None):
             if cu_seqlens is not None and index_checks():
                 check_cu_seqlens_values(cu_seqlens, t)
             o, final = outputs(v)
@@ -222,7 +374,7 @@ def _prepare(
     # few recurrence CTAs: a persistent prep grid beside it, the recurrence waiting on per-chunk flags (both
     # families launch with PDL when the switch is on); a segmented walk waits for the whole prep
     overlap = 0 if segments else choose_overlap(fwd_ctas, sms, get_pdl())
-    prep, fwd = _kernels(c, vslice, ksplit, overlap > 0, elem, index, target)
+    prep, fwd = _kernels(c, vslice, ksplit, overlap > 0, elem, index, target, states)
     transition, combine = _segment_kernels(c, vslice, ksplit, elem, index, target) if segments else (None, None)
     overlap = min(overlap, ceil_div(slots * hv, persistent_teams(c)))  # no CTA without an item
     # tensor maps with placeholder addresses: each call's own are patched in (q, k, v, then its scratch)
@@ -240,12 +392,15 @@ def _prepare(
     # the tensor maps' bases must be 16-byte aligned: a view that starts elsewhere (the alignment class is in the
     # key) is copied, as a non-contiguous one is
     unaligned = tuple(x.is_contiguous() and x.data_ptr() % 16 != 0 for x in (q, k, v))
+    scratch_bytes, scratch_parts = _prep_scratch(tokens, hv, c, q.element_size(), n, varlen)
 
-    def run(q, k, v, g, beta, initial_state, cu_seqlens, scale):
-        if cu_seqlens is not None and index_checks():
+    def run(q, k, v, g, beta, initial_state, cu_seqlens, scale, state_out=None):
+        # (the backward's states pass skips the check: its forward checked the values, or ran with checks off,
+        # and the backward reads them as the kernels do)
+        if cu_seqlens is not None and state_out is None and index_checks():
             check_cu_seqlens_values(cu_seqlens, t)
         dev = q.device
-        o, final = outputs(v)
+        o, final = outputs(v, state_out is None)  # the states pass forms no o
         q, k, v = (x.clone() if copy else x.contiguous() for x, copy in zip((q, k, v), unaligned))
         g, beta = g.contiguous(), beta.contiguous()
         init = initial_state.contiguous() if initial_state is not None else None
@@ -253,9 +408,8 @@ def _prepare(
         # cu_seqlens as the kernels read it (clamped running maximum, written by the prep kernel): untrusted
         # offsets never overlap sequences or leave the tokens (docs/untrusted_indices.md); then each sequence's
         # first chunk slot
-        cu_eff = None if cu is None else torch.empty(2 * (n + 1), dtype=torch.int32, device=dev)
-        tw, tu, attn = torch.empty(3, tokens, hv, c, dtype=q.dtype, device=dev).unbind(0)
-        gates = torch.empty(tokens, hv, 4, dtype=torch.float32, device=dev)
+        scratch = torch.empty(scratch_bytes, dtype=torch.uint8, device=dev)
+        tw, tu, attn, gates, cu_eff = scratch_parts(scratch.data_ptr())
         ready = torch.zeros(1 + slots * hv, dtype=torch.int32, device=dev) if overlap else None
         launch(
             prep,
@@ -266,13 +420,13 @@ def _prepare(
                 g=g.data_ptr(),
                 beta=beta.data_ptr(),
                 cu_seqlens=0 if cu is None else cu.data_ptr(),
-                tw=tw.data_ptr(),
-                tu=tu.data_ptr(),
-                attn=attn.data_ptr(),
-                gates=gates.data_ptr(),
+                tw=tw,
+                tu=tu,
+                attn=attn,
+                gates=gates,
                 beta_fp32=int(beta.dtype == torch.float32),
                 l2norm=l2norm,
-                cu_effective=0 if cu_eff is None else cu_eff.data_ptr(),
+                cu_effective=cu_eff,
                 ready=0 if ready is None else ready.data_ptr(),
                 scale=scale_value(scale, HEAD_DIM),
                 **fixed,
@@ -280,7 +434,7 @@ def _prepare(
             b"",
             index,
         )
-        addresses = with_addresses(maps, *(x.data_ptr() for x in (q, k, v, tw, tu, attn, gates)))
+        addresses = with_addresses(maps, q.data_ptr(), k.data_ptr(), v.data_ptr(), tw, tu, attn, gates)
 
         def recurrence(kernel, ctas: int, init: torch.Tensor | None, final: torch.Tensor | None, o) -> None:
             launch(
@@ -290,13 +444,15 @@ def _prepare(
                     initial_state=0 if init is None else init.data_ptr(),
                     final_state=0 if final is None else final.data_ptr(),
                     o=0 if o is None else o.data_ptr(),
-                    cu_seqlens=0 if cu_eff is None else cu_eff.data_ptr(),
+                    cu_seqlens=cu_eff,
                     seq_len=t,
                     value_heads=hv,
                     group=hv // h,
                     ready=0 if ready is None else ready.data_ptr(),
                     segments=segments,
                     segment_tokens=segment_chunks * c,
+                    states=0 if state_out is None or kernel is not fwd else state_out[0].data_ptr(),
+                    state_slots=0 if state_out is None or kernel is not fwd else state_out[1].data_ptr(),
                 ),
                 addresses,
                 index,
@@ -323,7 +479,7 @@ def _prepare(
                 firsts=firsts.data_ptr(),
                 segments=segments,
                 pairs=n * hv,
-                cu_seqlens=0 if cu_eff is None else cu_eff.data_ptr(),
+                cu_seqlens=cu_eff,
                 seq_len=t,
                 value_heads=hv,
                 segment_tokens=segment_chunks * c,

@@ -11,17 +11,23 @@ replaced by its kernel without changing what is computed:
      passed back through the l2norm.
 
 Work is in fp32 (float64 when the inputs are float64). Stages 1 and 2 keep one [K, V] state a chunk and value head:
-2 x NC x HV x 64 KiB at K = V = 128 (NC chunks), freed when the backward returns. With cu_seqlens the chunk layout
-reads the offsets on the host (a sync; not graph capturable); a fixed-length layout is built once per shape.
+2 x NC x HV x 64 KiB at K = V = 128 (NC chunks), freed when the backward returns. When stages 1 and 2 run as kernels
+(CUDA) the chunk layout is built on the device from the offsets (device_layout: no host read, so the backward is
+graph capturable, varlen included), sized for the most chunks the offsets can make; the torch stages loop over
+chunk positions and read the offsets on the host (chunk_layout).
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch.autograd.function import once_differentiable
+
+from ...core.arith import ceil_div
+from .kernel import STATE_TOKENS
 
 
 @dataclass(frozen=True)
@@ -36,8 +42,9 @@ class ChunkLayout:
     token: torch.Tensor  # [NC, C] int64: flat token index b * T + t (0 on padding rows)
     valid: torch.Tensor  # [NC, C] bool: a token of the chunk's sequence
     order: torch.Tensor  # [N] int64: the sequence at each rank
-    counts: tuple[int, ...]  # per chunk position: how many sequences have a chunk there
+    counts: tuple[int, ...]  # per chunk position: how many sequences have a chunk there (device_layout: none)
     num_seqs: int
+    slots: torch.Tensor | None = None  # device_layout's slot table (state_slots builds the host layout's)
 
 
 def chunk_layout(
@@ -86,6 +93,75 @@ def _layout(batch: int, tokens: int, cu_seqlens: torch.Tensor | None, chunk: int
     )
 
 
+def device_layout(
+    batch: int, tokens: int, cu_seqlens: torch.Tensor | None, chunk: int, device: torch.device, exact: bool = False
+) -> ChunkLayout:
+    """chunk_layout's numbering built on the device. exact=False reads nothing on the host (every step a device
+    operation whose size follows from the shapes, so it can be captured in a CUDA graph): its chunk count is the
+    most the offsets can make, floor((T + N (C - 1)) / C). exact=True reads one number, the real chunk count (a
+    sync), and sizes the layout to it: the padded bound can be many times the real count (short sequences, or
+    empty ones padding N), and every stage's memory and work scale with it. Either way the real chunks are
+    numbered alike and come first; chunks past them are padding: every row invalid and no slot points at them,
+    and since a chunk's gradients stay within its own rows, what they hold never reaches a gradient. B sequences
+    of T tokens are exactly B ceil(T / C) chunks, read nothing and pad nothing. counts is empty: only the kernel
+    stages use this layout (the torch stages loop over chunk positions, which needs the counts on the host).
+    Offsets are read as the forward's kernels read them: clamped to [0, T], then their running maximum."""
+    positions = ceil_div(tokens, chunk)  # the most chunks one sequence can have
+    if cu_seqlens is None:
+        n = batch
+        cu = torch.arange(n + 1, dtype=torch.int64, device=device) * tokens
+        total = n * positions
+    else:
+        n = cu_seqlens.numel() - 1
+        cu = cu_seqlens.to(device=device, dtype=torch.int64).clamp(0, tokens).cummax(0).values
+        total = min((tokens + n * (chunk - 1)) // chunk, n * positions)
+    nchunks = (cu[1:] - cu[:-1] + chunk - 1).div(chunk, rounding_mode="floor")
+    if exact and cu_seqlens is not None:
+        total = int(nchunks.sum())  # the one host read
+    order = torch.sort(-nchunks, stable=True).indices  # most chunks first; ties keep sequence order
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(n, device=device)
+    # per position j: counts[j] sequences have more than j chunks; first[j] chunks come before position j
+    j = torch.arange(positions, device=device)
+    counts = n - torch.searchsorted(torch.sort(nchunks).values, j, right=True)
+    first = counts.cumsum(0) - counts
+    # chunk x: position pos (the last whose first chunk is at most x), rank r there; real while r < counts[pos]
+    x = torch.arange(total, device=device)
+    pos = (torch.searchsorted(first, x, right=True) - 1).clamp(min=0)
+    r = x - first[pos]
+    seq = order[r.clamp(max=n - 1)]
+    token = (cu[seq] + pos * chunk)[:, None] + torch.arange(chunk, device=device)
+    valid = (r < counts[pos])[:, None] & (token < cu[seq + 1][:, None])
+    return ChunkLayout(
+        token=torch.where(valid, token, 0),
+        valid=valid,
+        order=order,
+        counts=(),
+        num_seqs=n,
+        slots=torch.cat([rank, first]).to(torch.int32),
+    )
+
+
+def _capturing(x: torch.Tensor) -> bool:
+    """Whether x's device is capturing a CUDA graph now (no host read may happen)."""
+    return x.is_cuda and torch.cuda.is_current_stream_capturing()
+
+
+def state_slots(layout: ChunkLayout) -> torch.Tensor:
+    """The states pass's slot table (int32, on the layout's device): each sequence's rank, then each chunk
+    position's first chunk, so that slot(n, j) = rank(n) + first(j) is the layout's chunk number."""
+    if layout.slots is not None:
+        return layout.slots
+    n = layout.order.numel()
+    rank = torch.empty_like(layout.order)
+    rank[layout.order] = torch.arange(n, device=layout.order.device)
+    firsts = [0]
+    for count in layout.counts[:-1]:
+        firsts.append(firsts[-1] + count)
+    first = torch.tensor(firsts if layout.counts else [], dtype=torch.int64).to(layout.order.device)
+    return torch.cat([rank, first]).to(torch.int32)
+
+
 def _l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     return x / torch.sqrt((x * x).sum(-1, keepdim=True) + eps)
 
@@ -108,12 +184,14 @@ def _gather(x: torch.Tensor, layout: ChunkLayout, dtype: torch.dtype) -> torch.T
 
 def _scatter(y: torch.Tensor, layout: ChunkLayout, batch: int, tokens: int) -> torch.Tensor:
     """[NC, heads, C, ...] -> [B, T, heads, ...]: the valid rows where they came from (every token is in exactly
-    one chunk, so nothing adds; tokens in no sequence stay 0)."""
+    one chunk, so nothing adds; tokens in no sequence stay 0). Invalid rows go to one extra row that is dropped:
+    no mask selection, whose size would be read on the host (a sync, not capturable)."""
     rows = y.movedim(2, 1)
-    out = torch.zeros(batch * tokens, *rows.shape[2:], dtype=y.dtype, device=y.device)
-    keep = layout.valid.reshape(-1)
-    out[layout.token.reshape(-1)[keep]] = rows.reshape(-1, *rows.shape[2:])[keep]
-    return out.view(batch, tokens, *rows.shape[2:])
+    rows = rows.reshape(-1, *rows.shape[2:])
+    out = torch.zeros(batch * tokens + 1, *rows.shape[1:], dtype=y.dtype, device=y.device)
+    where = torch.where(layout.valid, layout.token, batch * tokens).reshape(-1)
+    out.index_put_((where,), rows)  # valid targets are distinct: which invalid row lands last does not matter
+    return out[:-1].view(batch, tokens, *rows.shape[1:])
 
 
 def _factors(q, k, v, g, beta) -> dict:
@@ -126,7 +204,7 @@ def _factors(q, k, v, g, beta) -> dict:
     strict = torch.tril(causal, -1)
     # e^(G_i - G_j) on and below the diagonal, 0 above (where it could overflow and is never used)
     diff = cum[..., :, None] - cum[..., None, :]
-    decay = torch.where(causal, diff, torch.tensor(float("-inf"), dtype=dt, device=dev)).exp()
+    decay = torch.where(causal, diff, torch.full((), float("-inf"), dtype=dt, device=dev)).exp()
     gamma = cum.exp()
     kk = k @ k.transpose(-1, -2)
     a = torch.where(strict, beta[..., :, None] * kk * decay, torch.zeros((), dtype=dt, device=dev))
@@ -248,17 +326,29 @@ def chunk_gated_delta_rule_backward(
     cu_seqlens: torch.Tensor | None,
     use_qk_l2norm_in_kernel: bool,
     chunk_size: int = 64,
+    states_pass: Callable[[torch.Tensor, int], torch.Tensor] | None = None,
+    state_grads_pass: Callable[..., tuple[torch.Tensor, torch.Tensor | None]] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Gradients of chunk_gated_delta_rule's (o, final_state) given do [B, T, HV, V] and dfinal [N, HV, K, V]
     (either None: that output unused). Returns (dq, dk, dv, dg, dbeta, dh0) in the inputs' dtypes (dh0 None
-    without an initial state). The arguments are the forward's, already checked by it."""
+    without an initial state). The arguments are the forward's, already checked by it. states_pass(slots, count):
+    stage 1 by the forward's kernels (api.gdr_states: the state entering every 64th token, fp32, at the layout's
+    chunk numbering); None: stage 1 in torch. state_grads_pass(do, dfinal, slots, count, want_dh0): stage 2 by
+    the kernels (api.gdr_state_grads: dh' leaving every 64 tokens at the same slots, and dh0); None: in torch.
+    With both passes the layout is device_layout's: while a CUDA graph is captured no host read of cu_seqlens
+    happens anywhere in the backward."""
     work = torch.float64 if v.dtype == torch.float64 else torch.float32
     bsz, tokens, heads, kdim = q.shape
     if cu_seqlens is not None and bsz != 1:
         raise ValueError(f"with cu_seqlens the batch must be 1 (sequences packed in row 0), got B = {bsz}")
     hv, vdim = v.shape[2], v.shape[3]
     group = hv // heads
-    layout = chunk_layout(bsz, tokens, cu_seqlens, chunk_size, v.device)
+    if states_pass is not None and state_grads_pass is not None:
+        # both sequential stages by kernels: the layout built on the device, padded to the offsets' bound while a
+        # CUDA graph is captured (no host read), sized to the real chunks otherwise (one read)
+        layout = device_layout(bsz, tokens, cu_seqlens, chunk_size, v.device, exact=not _capturing(v))
+    else:
+        layout = chunk_layout(bsz, tokens, cu_seqlens, chunk_size, v.device)
     n = layout.num_seqs
     qf, kf = q.to(work), k.to(work)
     qn, kn = (_l2norm(qf), _l2norm(kf)) if use_qk_l2norm_in_kernel else (qf, kf)
@@ -282,9 +372,24 @@ def chunk_gated_delta_rule_backward(
         dh0 = None if initial_state is None else torch.empty_like(dfs).index_copy_(0, layout.order, dfs)
         return zeros(q), zeros(k), zeros(v), zeros(g), zeros(beta), None if dh0 is None else dh0.to(initial_state.dtype)
     f = _factors(qc, kc, vc, gc, bc)
-    states, vnew = _states(f, layout.counts, h0)
-    dh_next, dvnew, dh_ranked = _reverse(f, qc, doc, layout.counts, dfs, scale)
-    dh0 = torch.empty_like(dh_ranked).index_copy_(0, layout.order, dh_ranked)
+    slots = state_slots(layout) if states_pass is not None or state_grads_pass is not None else None
+    if states_pass is not None:
+        if chunk_size != STATE_TOKENS:
+            raise ValueError(f"the kernels' states come every {STATE_TOKENS} tokens, not every {chunk_size}")
+        states = states_pass(slots, qc.shape[0])
+        vnew = f["u"] - f["w"] @ states
+    else:
+        states, vnew = _states(f, layout.counts, h0)
+    if state_grads_pass is not None:
+        if chunk_size != STATE_TOKENS:
+            raise ValueError(f"the kernels' state gradients come every {STATE_TOKENS} tokens, not every {chunk_size}")
+        do_in = do if do is not None else torch.zeros_like(v)
+        dh_next, dh0_k = state_grads_pass(do_in.to(v.dtype), dfinal, slots, qc.shape[0], initial_state is not None)
+        dvnew = scale * f["m"].transpose(-1, -2) @ doc + f["kd"] @ dh_next
+        dh0 = dh0_k if dh0_k is not None else dfs  # (unused without an initial state)
+    else:
+        dh_next, dvnew, dh_ranked = _reverse(f, qc, doc, layout.counts, dfs, scale)
+        dh0 = torch.empty_like(dh_ranked).index_copy_(0, layout.order, dh_ranked)
     before_last = (torch.arange(chunk_size, device=v.device) < layout.valid.sum(-1, keepdim=True) - 1)[:, None]
     dq, dk, dv, dg, dbeta = _chunk_grads(qc, kc, vc, bc, f, states, vnew, doc, dh_next, dvnew, scale, before_last)
     del states, dh_next, f
@@ -309,8 +414,11 @@ class Differentiable(torch.autograd.Function):
     """chunk_gated_delta_rule with its backward: forward(ctx, meta, run, q, k, v, g, beta, initial_state,
     cu_seqlens) calls run(q, k, v, g, beta, initial_state, cu_seqlens) (the forward's kernels: fresh outputs, so
     they may be modified in place as without grad), returns o (and final_state when run gives one) and keeps the
-    inputs; meta is (scale, use_qk_l2norm_in_kernel). The backward recomputes everything else from them. Not
-    differentiable twice."""
+    inputs; meta is (scale, use_qk_l2norm_in_kernel, states, state_grads): states(q, k, v, g, beta,
+    initial_state, cu_seqlens, slots, count) gives stage 1 from the forward's kernels (api.gdr_states) and
+    state_grads(q, k, v, g, beta, cu_seqlens, do, dfinal, slots, count, want_dh0) stage 2 from the reverse pass
+    kernel (api.gdr_state_grads); None computes that stage in torch.
+    The backward recomputes everything else from the inputs. Not differentiable twice."""
 
     @staticmethod
     def forward(ctx, meta, run, q, k, v, g, beta, initial_state, cu_seqlens):  # type: ignore[override]
@@ -325,12 +433,18 @@ class Differentiable(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, *grads):  # type: ignore[override]
         q, k, v, g, beta, initial_state, cu_seqlens = ctx.saved_tensors
-        scale, l2 = ctx.meta
+        scale, l2, states, state_grads = ctx.meta
         do, dfinal = grads[0], grads[1] if ctx.has_final else None
         if do is None and dfinal is None:
             return (None,) * 9
+        states_pass = None
+        if states is not None:
+            states_pass = functools.partial(states, q, k, v, g, beta, initial_state, cu_seqlens)
+        grads_pass = None
+        if state_grads is not None:
+            grads_pass = functools.partial(state_grads, q, k, v, g, beta, cu_seqlens)
         dq, dk, dv, dg, dbeta, dh0 = chunk_gated_delta_rule_backward(
-            q, k, v, g, beta, do, dfinal, scale, initial_state, cu_seqlens, l2
+            q, k, v, g, beta, do, dfinal, scale, initial_state, cu_seqlens, l2, STATE_TOKENS, states_pass, grads_pass
         )
         need = ctx.needs_input_grad
         picked = [x if need[i + 2] else None for i, x in enumerate((dq, dk, dv, dg, dbeta, dh0))]

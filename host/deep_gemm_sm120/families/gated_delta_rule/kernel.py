@@ -28,7 +28,10 @@ PARAMS = ParamList(
     Param("ready", "const int32_t*"),
     Param("segments", "uint32_t"),
     Param("segment_tokens", "uint32_t"),
+    Param("states", "float*"),
+    Param("state_slots", "const int32_t*"),
 )
+STATE_TOKENS = 64  # kGdrStateTokens: the states pass stores the state entering every 64th token of a sequence
 V_SLICES = (16, 32, 64, 128)
 MAX_STAGES = 2
 HEAD_DIMS = (HEAD_DIM,)
@@ -63,6 +66,7 @@ class GdrFwdSpec(KernelSpec):
     elem: str = "bf16"
     ksplit: int = 1
     transitions: bool = False  # the segmented walk's transition pass (its own instance: no q, attn or o)
+    states: bool = False  # the backward's states pass (the output walk storing the state every STATE_TOKENS)
 
     @property
     def stages(self) -> int:
@@ -70,7 +74,7 @@ class GdrFwdSpec(KernelSpec):
 
     def kernel_name(self) -> str:
         split = f"_k{self.ksplit}" if self.ksplit > 1 else ""
-        mode = "_tr" if self.transitions else ""
+        mode = "_tr" if self.transitions else "_st" if self.states else ""
         return f"gated_delta_rule_fwd_c{self.chunk}_v{self.vslice}{split}_s{self.stages}_{self.elem}{mode}"
 
     def block_threads(self) -> int:
@@ -83,7 +87,10 @@ class GdrFwdSpec(KernelSpec):
 
     def template_args(self) -> list[str]:
         args = [str(self.chunk), str(self.vslice), str(self.ksplit), str(self.stages), CXX_ELEM[self.elem]]
-        return args + ["true"] * self.transitions  # the plain walk keeps the default (v0.8.9's instantiation)
+        # the plain walk keeps the defaults (v0.8.9's instantiation)
+        if self.states:
+            return args + ["false", "true"]
+        return args + ["true"] * self.transitions
 
     def type_subst(self) -> dict[str, str]:
         return {"elem": CXX_ELEM[self.elem]}
@@ -101,8 +108,9 @@ def plans(chunk: int) -> tuple[tuple[int, int], ...]:
 
 
 def specs() -> list[GdrFwdSpec]:
+    modes = ((False, False), (True, False), (False, True))  # (transitions, states): plain, transition, states
     return [
-        GdrFwdSpec(c, vs, e, ks, tr) for c in CHUNKS for vs, ks in plans(c) for e in CXX_ELEM for tr in (False, True)
+        GdrFwdSpec(c, vs, e, ks, tr, st) for c in CHUNKS for vs, ks in plans(c) for e in CXX_ELEM for tr, st in modes
     ]
 
 

@@ -17,10 +17,15 @@ def gdr_rule(
     head_dim: int | None = None,
     value_dim: int | None = None,
     chunk_size: int | None = None,
+    backward: bool | None = None,
 ) -> None:
     """q / k / v bf16 or fp16 (one dtype), g fp32, beta q's dtype or fp32, initial_state fp32; HV a positive
     multiple of H; K = V = 128 (NotImplementedError otherwise); chunk_size 16 / 32 / 64 or None (the device's
-    default_chunk_size())."""
+    default_chunk_size()). backward: whether gradients are asked for too (inputs that require grad): the backward
+    (backward.py) covers every call the forward accepts, any chunk_size (it works in 64-token chunks), so the
+    answer is the forward's."""
+    if backward is not None and not isinstance(backward, bool):
+        raise TypeError(f"backward must be None or a bool, got {type(backward).__name__}")
     require_dtype("q / k / v", dtype, tuple(ELEM_DTYPES))
     require_dtype("g (log-space decay)", g_dtype, ("float32",))
     require_dtype("beta", beta_dtype, (dtype or "bfloat16", "float32") if dtype else tuple(ELEM_DTYPES) + ("float32",))
