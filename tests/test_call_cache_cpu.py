@@ -143,7 +143,9 @@ def rig(monkeypatch):
     def fake_get_kernel(spec, target, dev):
         assert target == "sm_120a" and dev == 0
         specs[len(specs)] = spec
-        return jit.LoadedKernel(len(specs) - 1, spec.threads, spec.smem_bytes, spec.name, families[type(spec)].pdl)
+        return jit.LoadedKernel(
+            len(specs) - 1, spec.threads, spec.smem_bytes, spec.name, families[type(spec)].pdl, spec.params.pointers
+        )
 
     def fake_launch(handle, gx, gy, gz, block, smem, stream, pdl, params, tmaps):
         spec = specs[handle]

@@ -18,13 +18,14 @@ class Launcher:
     """Launch state shared by every family: the raw launch entry and stream getter (bound on first use, so
     importing stays free of CUDA) and the PDL switch (None until the first launch reads the environment)."""
 
-    __slots__ = ("launch", "stream", "pdl", "compile_mode")
+    __slots__ = ("launch", "stream", "pdl", "compile_mode", "rec")
 
     def __init__(self) -> None:
         self.launch: Callable[..., Any] | None = None
         self.stream: Callable[[int], int] | None = None
         self.pdl: bool | None = None
         self.compile_mode = 0
+        self.rec: list | None = None  # while served() runs a checked call: what launch() launched
 
     def bind(self) -> Launcher:
         self.launch, self.stream = runtime.launcher(), runtime.current_stream_fn()
@@ -91,13 +92,20 @@ def launch(
     b = BOUND if BOUND.launch is not None else bound()
     gx, gy, gz = (grid, 1, 1) if isinstance(grid, int) else grid
     pdl = kernel.pdl and (b.pdl if b.pdl is not None else get_pdl())
+    smem = kernel.smem_bytes if smem is None else smem
+    if b.rec is not None:  # FastCalls.add's record (fast_call.cpp read_record)
+        b.rec.append(
+            None
+            if kernel.pointers is None
+            else (kernel.handle, gx, gy, gz, kernel.threads, smem, index, kernel.pdl, params, tmaps, kernel.pointers)
+        )
     b.launch(  # type: ignore[misc]  # bound() set both entries; no check on the hot path
         kernel.handle,
         gx,
         gy,
         gz,
         kernel.threads,
-        kernel.smem_bytes if smem is None else smem,
+        smem,
         b.stream(index),  # type: ignore[misc]  # likewise
         pdl,
         params,
@@ -192,12 +200,82 @@ class CallCache(dict):
 
 
 def forget_calls() -> None:
-    """Empty every CallCache: the next call of each signature checks and plans again (set_num_sms changes the
-    grids and split-K of plans no key tells apart)."""
+    """Empty every CallCache and FastCalls table: the next call of each signature checks and plans again
+    (set_num_sms changes the grids and split-K of plans no key tells apart)."""
     for calls in _CACHES:
         calls.clear()
     for store in _MEMOS:
         store.clear()
+    for fast in _FASTS:
+        fast.clear()
+
+
+# ---------------------------------------------------------------- calls served in C (host/csrc/fast_call.cpp)
+
+_FASTS: list = []  # every FastCalls table (module-level ones, made at import)
+
+
+class _NoFastCalls:
+    """The stand-in when the runtime extension is not built: nothing is served, every call takes its checked
+    path (which then names the missing extension when it launches)."""
+
+    hits = 0
+
+    def __init__(self, schema: str) -> None:
+        self.schema = schema
+
+    def __call__(self, *args) -> None:
+        return None
+
+    def __len__(self) -> int:
+        return 0
+
+    def add(self, args: tuple, records: list) -> bool:
+        return False
+
+    def clear(self) -> None:
+        pass
+
+
+def fast_calls(schema: str, limit: int = 1024):
+    """A table of calls served in C (host/csrc/fast_call.cpp). `table(*args)` reads the call's signature (what
+    tensor_key reads of every tensor, the value of every plain argument): when the table holds it, it launches what
+    the checked call of that signature launched, with this call's tensor addresses, and returns True. Otherwise it
+    returns the signature as bytes, for the caller's own CallCache key, or None when an argument is not what the
+    schema allows (the checked path then names what is wrong). `schema`: one letter per argument, T a tensor or
+    None, P a (tensor, scales) pair or a bare tensor, V a plain value (None, bool, int, float, str, or a tuple /
+    list of those). A checked call of a new signature fills the table through recording()."""
+    try:
+        fast = runtime._ext().FastCalls(schema, BOUND, limit)
+    except RuntimeError:  # the extension is not built
+        fast = _NoFastCalls(schema)
+    _FASTS.append(fast)
+    return fast
+
+
+@contextmanager
+def recording(fast, args: tuple) -> Iterator[None]:
+    """Record what the checked call in the block launches and keep it in `fast` under the signature of `args` (the
+    arguments the table is called with). Kept only when the block finishes, launched at least once, and every
+    launch can be replayed from args alone (FastCalls.add: each address a launch passes is exactly one of args'
+    tensors; a workspace, a temporary copy or a value check (no_fast) keeps the signature on the checked path)."""
+    b = BOUND
+    outer, rec = b.rec, []
+    b.rec = rec
+    try:
+        yield
+    finally:
+        b.rec = outer
+    if outer is not None:  # a checked call inside another one's: the outer call launched these too
+        outer.extend(rec)
+    if rec and not _FROZEN[0] and None not in rec:
+        fast.add(args, rec)
+
+
+def no_fast() -> None:
+    """Called by a checked call whose work depends on values no signature holds: it is not served in C."""
+    if BOUND.rec is not None:
+        BOUND.rec.append(None)
 
 
 @contextmanager

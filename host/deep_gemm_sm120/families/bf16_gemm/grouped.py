@@ -24,7 +24,7 @@ from ...checks import (
 from ...core.arith import ceil_div
 from ...core.rules import dtype_name
 from ...device import num_sms_for
-from ...launch import KEY_ERRORS, CallCache, launch, tensor_key
+from ...launch import KEY_ERRORS, CallCache, fast_calls, launch, recording, tensor_key
 from ...utils.layout import get_mk_alignment_for_contiguous_layout
 from .api import _operand_map, _operand_maps
 from .kernel import PARAMS, Bf16GemmSpec
@@ -232,16 +232,33 @@ def m_grouped_bf16_gemm_nt_masked(
     group, used only to pick the tile size. Checked once per call signature (launch.tensor_key of every tensor,
     and expected_m with its type); later calls encode the new addresses and launch.
     """
+    sig = _FAST_MASKED(a, b, d, masked_m, expected_m, compiled_dims) if epilogue is None else None
+    if sig is True:  # served in C (launch.fast_calls)
+        return
     keywords.gemm("m_grouped_bf16_gemm_nt_masked", compiled_dims, epilogue)
-    try:
-        key = (1, tensor_key(a), tensor_key(b), tensor_key(d), tensor_key(masked_m), type(expected_m), expected_m)
-        call = _GROUPED.get(key)
-    except KEY_ERRORS:  # not tensors, storage-less ones, or an unhashable expected_m: the checks name it
-        key, call = None, None
+    if sig is not None:
+        key, call = (1, sig), _GROUPED.get((1, sig))
+    else:
+        try:
+            key = (1, tensor_key(a), tensor_key(b), tensor_key(d), tensor_key(masked_m), type(expected_m), expected_m)
+            call = _GROUPED.get(key)
+        except KEY_ERRORS:  # not tensors, storage-less ones, or an unhashable expected_m: the checks name it
+            key, call = None, None
     if call is None or target_of(call.index) != call.target:
         call = _prepare_masked(a, b, d, masked_m, expected_m)
         if key is not None:
             _GROUPED.put(key, call)
+        if sig is not None:  # a new signature: what it launches is kept for the C table
+            with recording(_FAST_MASKED, (a, b, d, masked_m, expected_m, compiled_dims)):
+                _run_masked(call, a, b, d, masked_m)
+            return
+    _run_masked(call, a, b, d, masked_m)
+
+
+_FAST_MASKED = fast_calls("TTTTVV")
+
+
+def _run_masked(call: _GroupedCall, a, b, d, masked_m) -> None:
     if call.kernel is None:
         return
     tmaps = _operand_maps(

@@ -1,0 +1,347 @@
+"""Calls served in C (launch.fast_calls, host/csrc/fast_call.cpp), on a CPU.
+
+The table itself: what a signature reads (and what it refuses to read), which recorded launches it keeps
+(every address exactly one of the call's tensors), how a hit replays them (addresses patched, the launcher's
+entry / stream / PDL read per hit). Then the entry points that use it, through the call-cache rig of
+test_call_cache_cpu.py: a warm call is served in C exactly when its launches can be replayed from its arguments
+(an oracle computed from the cold call's launches), and a served call launches what the checked call launched."""
+
+from __future__ import annotations
+
+import struct
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from test_call_cache_cpu import _all_cases, rig  # noqa: F401 - rig: the call-cache fixture, requested by name
+
+import deep_gemm_sm120 as dg
+from deep_gemm_sm120 import arch, checks, launch
+from deep_gemm_sm120.core.tma import RECORD
+from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d import api as fp8_api
+
+C = pytest.importorskip("deep_gemm_sm120._C", reason="the runtime extension is not built")
+
+
+class Launcher:
+    """What FastCalls reads of launch.BOUND per hit, with a recorder for a launch entry."""
+
+    def __init__(self, pdl=True):
+        self.launches: list[tuple] = []
+        self.streams: list[int] = []
+        self.pdl = pdl
+        self.launch = self._record
+        self.stream = self._stream
+
+    def _record(self, *args):
+        self.launches.append(args)
+
+    def _stream(self, index):
+        self.streams.append(index)
+        return 77 + index
+
+
+def _buf(*ptrs: int, scalar: int = 5) -> bytes:
+    """A parameter buffer: pointers at 0, 8, ... then one uint32 scalar."""
+    return struct.pack(f"<{len(ptrs)}QI4x", *ptrs, scalar)
+
+
+def _maps(*addresses: int) -> bytes:
+    return b"".join(RECORD.pack(0, 9, 2, 128, p, 64, 64, 0, 0, 0, 128, 0, 0, 0, 64, 64, 0, 0, 0, 0) for p in addresses)
+
+
+def _record(params: bytes, tmaps: bytes, pointers: tuple, handle=3, grid=(2, 1, 1), pdl=True, index=0):
+    return (handle, *grid, 128, 4096, index, pdl, params, tmaps, pointers)
+
+
+def _addr(t: torch.Tensor) -> int:
+    return t.data_ptr()
+
+
+# ---------------------------------------------------------------- signatures
+
+
+def test_schema_and_limit_are_checked():
+    with pytest.raises(ValueError, match="one letter per argument"):
+        C.FastCalls("TX", Launcher(), 4)
+    with pytest.raises(ValueError, match="one letter per argument"):
+        C.FastCalls("", Launcher(), 4)
+    with pytest.raises(ValueError, match="limit"):
+        C.FastCalls("T", Launcher(), 0)
+    assert C.FastCalls("TPV", Launcher(), 4).schema == "TPV"
+
+
+def test_a_signature_is_what_tensor_key_reads():
+    table = C.FastCalls("TV", Launcher(), 4)
+    a = torch.zeros(4, 8, dtype=torch.bfloat16)
+    same = torch.ones(4, 8, dtype=torch.bfloat16)  # new storage, same alignment class (64-byte allocations)
+    sig = table(a, 1)
+    assert isinstance(sig, bytes) and sig == table(same, 1)
+    other = [
+        torch.zeros(4, 8, dtype=torch.float16),  # dtype
+        torch.zeros(4, 9, dtype=torch.bfloat16),  # shape
+        torch.zeros(8, 4, dtype=torch.bfloat16).t(),  # strides
+        torch.zeros(40, dtype=torch.bfloat16)[1:33].view(4, 8),  # address alignment class
+        torch.nn.Parameter(torch.zeros(4, 8, dtype=torch.bfloat16)),  # class
+        torch.zeros(1, 4, 8, dtype=torch.bfloat16),  # rank
+    ]
+    sigs = {table(t, 1) for t in other} | {sig}
+    assert len(sigs) == len(other) + 1
+    values = [1, True, 1.0, "1", None, (1,), [1], (1, 2), 2**40, -1.0, 0.0, -0.0]
+    sigs = {table(a, v) for v in values}
+    assert len(sigs) == len(values), "each value (and its type) keys apart"
+
+
+def test_what_a_signature_cannot_read_is_none():
+    table = C.FastCalls("TV", Launcher(), 4)
+    a = torch.zeros(4, 8)
+    assert table(object(), 1) is None  # not a tensor
+    assert table(a, object()) is None  # not a plain value
+    assert table(a, ((1,),)) is None  # nested past one level
+    assert table(a, "x" * 65) is None  # a long string
+    assert table(a, 2**64) is None  # past int64
+    assert table(a, torch.tensor(1.0)) is None  # a tensor where a value goes (its value would be baked in)
+    assert table(a) is None and table(a, 1, 2) is None  # the argument count
+    assert table(a, v=1) is None  # keywords
+    assert table(torch.zeros(4, 8).numpy(), 1) is None  # tensor-like, no stride()
+    pair = C.FastCalls("P", Launcher(), 4)
+    assert isinstance(pair((a, a)), bytes) and isinstance(pair([a, None]), bytes) and isinstance(pair(a), bytes)
+    assert pair((a, 1)) is None
+    assert len({pair((a, a)), pair([a, a]), pair(a)}) == 3
+
+
+def test_classes_and_dtypes_are_bounded():
+    """Each class a signature names is kept alive (its address stays its own); past the bound a new one is not
+    read, so endless tensor subclasses cost checked calls, not memory. A fresh process: the bound is global."""
+    code = textwrap.dedent(
+        """
+        import torch
+        from deep_gemm_sm120 import _C, launch
+        table = _C.FastCalls("T", launch.BOUND, 4)
+        assert isinstance(table(torch.zeros(2)), bytes)
+        got = [table(type(f"T{i}", (torch.Tensor,), {})(torch.zeros(2))) for i in range(1100)]
+        read = sum(isinstance(s, bytes) for s in got)
+        assert 1000 <= read <= 1024 and got[-1] is None, read
+        assert isinstance(table(torch.zeros(2)), bytes)  # torch.Tensor (and float32) were seen before the bound
+        print("ok")
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+# ---------------------------------------------------------------- records and replay
+
+
+def test_a_hit_replays_the_record_with_the_new_addresses():
+    lau = Launcher()
+    table = C.FastCalls("TTTV", lau, 4)
+    a, b, d = torch.zeros(64), torch.zeros(64), torch.zeros(16)
+    params = _buf(_addr(d), 0, scalar=9)  # d, then a null pointer (an absent c)
+    assert table.add((a, b, d, 3), [_record(params, _maps(_addr(a), _addr(b)), (0, 8), index=1)])
+    assert len(table) == 1 and table.hits == 0
+    a2, b2, d2 = torch.zeros(64), torch.zeros(64), torch.zeros(16)
+    assert table(a2, b2, d2, 3) is True and table.hits == 1
+    (got,) = lau.launches
+    handle, gx, gy, gz, block, smem, stream, pdl, p2, m2 = got
+    assert (handle, gx, gy, gz, block, smem, stream, pdl) == (3, 2, 1, 1, 128, 4096, 78, True)
+    assert p2 == _buf(_addr(d2), 0, scalar=9)
+    assert m2 == _maps(_addr(a2), _addr(b2))
+    assert lau.streams == [1]
+    assert isinstance(table(a2, b2, d2, 4), bytes), "another value is another signature"
+    lau.pdl = False
+    assert table(a2, b2, d2, 3) is True and lau.launches[-1][7] is False, "PDL: the kernel's and the switch"
+
+
+def test_records_that_cannot_be_replayed_are_refused():
+    table = C.FastCalls("TTT", Launcher(), 4)
+    a, b, d = torch.zeros(64), torch.zeros(64), torch.zeros(16)
+    ws = torch.zeros(8)
+    good = _record(_buf(_addr(d)), _maps(_addr(a), _addr(b)), (0,))
+    refused = {
+        "workspace pointer": _record(_buf(_addr(ws)), _maps(_addr(a), _addr(b)), (0,)),
+        "offset pointer": _record(_buf(_addr(d) + 16), _maps(_addr(a), _addr(b)), (0,)),
+        "workspace map": _record(_buf(_addr(d)), _maps(_addr(a), _addr(ws)), (0,)),
+        "null map": _record(_buf(_addr(d)), _maps(_addr(a), 0), (0,)),
+        "pointer slot outside": _record(_buf(_addr(d)), _maps(_addr(a), _addr(b)), (16,)),
+        "unaligned slot": _record(_buf(_addr(d)), _maps(_addr(a), _addr(b)), (4,)),
+        "short maps": good[:9] + (_maps(_addr(a))[:100],) + good[10:],
+        "not a tuple": list(good),
+        "short": good[:10],
+        "unknown kernel pointers": None,
+    }
+    for what, rec in refused.items():
+        assert table.add((a, b, d), [rec]) is False, what
+        assert table.add((a, b, d), [good, rec]) is False, what
+    assert table.add((a, b, d), []) is False, "nothing launched"
+    assert len(table) == 0
+    assert table.add((a, b, d), [good]) is True
+    # aliased tensors: an address that is two arguments' cannot be told apart on a later call
+    assert table.add((a, a, d), [_record(_buf(_addr(d)), _maps(_addr(a), _addr(a)), (0,))]) is False
+    # a tensor without an address (empty) could not be told from a null pointer
+    empty = torch.zeros(0)
+    assert empty.data_ptr() == 0
+    assert table.add((a, b, empty), [_record(_buf(0), _maps(_addr(a), _addr(b)), (0,))]) is False
+    assert table.add((a, object(), d), [good]) is False, "an argument the schema cannot read"
+
+
+def test_an_unbound_launcher_or_a_failing_launch_is_not_a_hit():
+    lau = Launcher()
+    table = C.FastCalls("T", lau, 4)
+    a = torch.zeros(64)
+    assert table.add((a,), [_record(_buf(), _maps(_addr(a)), ())])
+    lau.launch = None  # launch.BOUND before its first bind: the checked path binds it
+    assert isinstance(table(a), bytes) and table.hits == 0
+    lau.launch = lambda *args: (_ for _ in ()).throw(ValueError("refused by the launch entry"))
+    with pytest.raises(ValueError, match="refused by the launch entry"):
+        table(a)
+    lau.launch, lau.pdl = lau._record, None
+    assert isinstance(table(a), bytes), "the PDL switch not read yet"
+
+
+def test_an_entry_outlives_a_clear_from_inside_its_launch():
+    """A launch entry that calls back into Python and clears the table (forget_calls) while a two-launch entry
+    is replayed: both launches still run, from the entry the hit holds."""
+    lau = Launcher()
+    table = C.FastCalls("T", lau, 4)
+    seen = []
+
+    def clearing(*args):
+        seen.append(args)
+        table.clear()
+
+    a = torch.zeros(64)
+    rec = _record(_buf(), _maps(_addr(a)), ())
+    assert table.add((a,), [rec, rec[:1] + (5,) + rec[2:]])
+    lau.launch = clearing
+    assert table(a) is True
+    assert [s[1] for s in seen] == [2, 5] and len(table) == 0
+
+
+def test_a_full_table_starts_again():
+    table = C.FastCalls("TV", Launcher(), 3)
+    a = torch.zeros(64)
+    for i in range(3):
+        assert table.add((a, i), [_record(_buf(), _maps(_addr(a)), ())])
+    assert len(table) == 3
+    assert table.add((a, 3), [_record(_buf(), _maps(_addr(a)), ())])
+    assert len(table) == 1 and table(a, 3) is True and isinstance(table(a, 0), bytes)
+
+
+# ---------------------------------------------------------------- the entry points
+
+
+_SERVED = {
+    "bf16_gemm_nt",
+    "bf16_gemm_nn",
+    "bf16_gemm_tn",
+    "bf16_gemm_tt",
+    "m_grouped_bf16_gemm_nt_masked",
+    "fp8_fp4_gemm_nt",
+    "m_grouped_fp8_fp4_gemm_nt_masked",
+}
+
+
+def _hits() -> int:
+    return sum(f.hits for f in launch._FASTS)
+
+
+def _replayable(launches, names) -> bool:
+    """The oracle: every address a launch passes is one named tensor's, and no two named tensors share one."""
+    ptrs = [t.data_ptr() for t in names.values() if t.numel()]
+    if len(set(ptrs)) != len(ptrs):
+        return False
+    for ln in launches:
+        for _, v in ln.args + tuple(kv for m in ln.maps for kv in m if kv[0] == "address"):
+            if isinstance(v, str) and v.startswith("@ws"):
+                return False
+    return bool(launches)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_warm_calls_are_served_exactly_when_replayable(rig, seed):  # noqa: F811 - the imported rig fixture
+    served = 0
+    for label, fn, build in _all_cases(seed):
+        launch.forget_calls()
+        args1, kw1, names1 = build()
+        cold, _ = rig.record(fn, args1, kw1, names1)
+        assert cold[0] == "ok", (label, cold)
+        args2, kw2, names2 = build()
+        before = _hits()
+        warm, preps = rig.record(fn, args2, kw2, names2)
+        hit = _hits() - before
+        assert preps == 0 and warm == cold, label
+        expect = fn.__name__ in _SERVED and _replayable(cold[1], names1)
+        assert hit == int(expect), (label, hit, expect)
+        served += hit
+    assert served >= 15
+
+
+def test_calls_outside_the_fast_spelling_stay_checked(rig):  # noqa: F811 - the imported rig fixture
+    """alpha / epilogue on a BF16 GEMM, recipe_a / recipe_b, scale checks on: never served (the checked path
+    runs, and with scale checks on it reads the scales on every call)."""
+    m, n, k = 64, 128, 256
+    a, b, d = torch.zeros(m, k, dtype=torch.bfloat16), torch.zeros(n, k, dtype=torch.bfloat16), torch.zeros(m, n)
+    d = d.to(torch.bfloat16)
+    for _ in range(2):
+        dg.bf16_gemm_nt(a, b, d, alpha=1)
+    before = _hits()
+    dg.bf16_gemm_nt(a, b, d)
+    dg.bf16_gemm_nt(a, b, d)
+    assert _hits() == before + 1, "the plain spelling is served from its second call"
+    x = torch.zeros(m, k, dtype=torch.float8_e4m3fn)
+    w = torch.zeros(n, k, dtype=torch.float8_e4m3fn)
+    sfa = dg.transform_sf_into_required_layout(torch.ones(m, k // 128), m, k, (1, 128, 128), is_sfa=True)
+    sfb = dg.transform_sf_into_required_layout(torch.ones(n // 128, k // 128), n, k, (1, 128, 128))
+    saved = checks._SCALE_CHECKS.value
+    checks_run = []
+    real = fp8_api._check_given_packed
+    try:
+        fp8_api._check_given_packed = lambda *args: checks_run.append(args) or real(*args)
+        dg.set_scale_checks(True)
+        before = _hits()
+        for _ in range(3):
+            dg.fp8_gemm_nt((x, sfa), (w, sfb), d)
+        assert _hits() == before and len(checks_run) == 3
+        dg.set_scale_checks(False)
+        for _ in range(3):
+            dg.fp8_gemm_nt((x, sfa), (w, sfb), d)
+        assert _hits() == before + 2 and len(checks_run) == 3
+        for _ in range(2):
+            dg.fp8_gemm_nt((x, sfa), (w, sfb), d, recipe_a=(1, 128), recipe_b=(128, 128))
+        assert _hits() == before + 2
+    finally:
+        fp8_api._check_given_packed = real
+        checks._SCALE_CHECKS.value = saved
+
+
+def test_what_forgets_calls_forgets_served_ones(rig, monkeypatch):  # noqa: F811 - the imported rig fixture
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # set_num_sms asks
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    a, b = torch.zeros(64, 128, dtype=torch.bfloat16), torch.zeros(128, 128, dtype=torch.bfloat16)
+    d = torch.zeros(64, 128, dtype=torch.bfloat16)
+    for forget in (launch.forget_calls, arch.reset_targets, lambda: dg.set_num_sms(7)):
+        dg.bf16_gemm_nt(a, b, d)
+        assert sum(len(f) for f in launch._FASTS) >= 1
+        forget()
+        assert sum(len(f) for f in launch._FASTS) == 0
+        before = rig.prepares
+        dg.bf16_gemm_nt(a, b, d)
+        assert rig.prepares == before + 1
+
+
+def test_compile_mode_reaches_served_calls(rig):  # noqa: F811 - the imported rig fixture
+    a, b = torch.zeros(64, 128, dtype=torch.bfloat16), torch.zeros(128, 128, dtype=torch.bfloat16)
+    d = torch.zeros(64, 128, dtype=torch.bfloat16)
+    dg.bf16_gemm_nt(a, b, d)
+    stub = launch.BOUND.launch
+    try:
+        launch.set_compile_mode(1)
+        before, launched = _hits(), len(rig.launches)
+        dg.bf16_gemm_nt(a, b, d)
+        assert _hits() == before + 1 and len(rig.launches) == launched, "served, and nothing launched"
+    finally:
+        launch.BOUND.compile_mode = 0
+        launch.BOUND.launch, launch.BOUND.stream = stub, lambda i: 1234
