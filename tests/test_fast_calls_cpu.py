@@ -241,7 +241,10 @@ _SERVED = {
     "m_grouped_bf16_gemm_nt_masked",
     "fp8_fp4_gemm_nt",
     "m_grouped_fp8_fp4_gemm_nt_masked",
+    "m_grouped_bf16_gemm_nt_contiguous",
+    "m_grouped_fp8_fp4_gemm_nt_contiguous",
 }
+_CONTIGUOUS = {"m_grouped_bf16_gemm_nt_contiguous", "m_grouped_fp8_fp4_gemm_nt_contiguous"}
 
 
 def _hits() -> int:
@@ -274,6 +277,8 @@ def test_warm_calls_are_served_exactly_when_replayable(rig, seed):  # noqa: F811
         hit = _hits() - before
         assert preps == 0 and warm == cold, label
         expect = fn.__name__ in _SERVED and _replayable(cold[1], names1)
+        if fn.__name__ in _CONTIGUOUS:  # the rig checks index values: a contiguous layout is read per call
+            expect = False
         assert hit == int(expect), (label, hit, expect)
         served += hit
     assert served >= 15
@@ -315,6 +320,60 @@ def test_calls_outside_the_fast_spelling_stay_checked(rig):  # noqa: F811 - the 
     finally:
         fp8_api._check_given_packed = real
         checks._SCALE_CHECKS.value = saved
+
+
+@pytest.mark.parametrize("fp8", [False, True])
+def test_contiguous_calls_are_served_where_no_layout_value_is_read(rig, fp8):  # noqa: F811 - the imported rig fixture
+    """check_layout=False, or None with index checks off: served. Index checks on (None), check_layout=True, or
+    a psum layout with zero padding (torch operations on the layout's values): checked every call."""
+    g, m, n, k = 2, 256, 128, 256
+
+    def call(layout, **kw):
+        if fp8:
+            r = (1, 128, 128)
+            sfa = dg.transform_sf_into_required_layout(torch.ones(m, k // 128), m, k, r, is_sfa=True)
+            sfb = dg.transform_sf_into_required_layout(torch.ones(g, n // 128, k // 128), n, k, r, num_groups=g)
+            x, w = torch.zeros(m, k, dtype=torch.float8_e4m3fn), torch.zeros(g, n, k, dtype=torch.float8_e4m3fn)
+            dg.m_grouped_fp8_gemm_nt_contiguous(
+                (x, sfa), (w, sfb), torch.zeros(m, n, dtype=torch.bfloat16), layout, **kw
+            )
+        else:
+            a, b = torch.zeros(m, k, dtype=torch.bfloat16), torch.zeros(g, n, k, dtype=torch.bfloat16)
+            dg.m_grouped_bf16_gemm_nt_contiguous(a, b, torch.zeros(m, n, dtype=torch.bfloat16), layout, **kw)
+
+    rows = torch.zeros(m, dtype=torch.int32)
+    ends = torch.tensor([128, 256], dtype=torch.int32)
+    checked = []
+    real = checks.check_contiguous_layout
+    saved = checks._INDEX_CHECKS.value
+    try:
+        checks.check_contiguous_layout = lambda *a: checked.append(1) or real(*a)
+        for kw, layout, served in (
+            ({"check_layout": False}, rows, True),
+            ({}, rows, False),  # index checks on (the rig's setting)
+            ({"check_layout": True}, rows, False),
+            ({"check_layout": False, "use_psum_layout": True}, ends, False),  # zero padding: torch on values
+            ({"check_layout": False, "use_psum_layout": True, "ensure_zero_padding": False}, ends, True),
+        ):
+            launch.forget_calls()
+            call(layout, **kw)
+            before, n_checked = _hits(), len(checked)
+            call(layout.clone(), **kw)
+            assert _hits() - before == int(served), kw
+            assert len(checked) - n_checked == int(kw.get("check_layout", True) is not False), kw
+        dg.set_index_checks(False)
+        launch.forget_calls()
+        call(rows)
+        before = _hits()
+        call(rows.clone())
+        assert _hits() == before + 1, "index checks off: nothing reads the layout"
+        dg.set_index_checks(True)
+        before = _hits()
+        call(rows.clone())
+        assert _hits() == before and len(checked) > 0, "index checks back on: checked again"
+    finally:
+        checks.check_contiguous_layout = real
+        checks._INDEX_CHECKS.value = saved
 
 
 def test_what_forgets_calls_forgets_served_ones(rig, monkeypatch):  # noqa: F811 - the imported rig fixture

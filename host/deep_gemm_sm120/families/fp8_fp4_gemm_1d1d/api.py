@@ -25,6 +25,7 @@ from ...checks import (
     SCALE_CHECKS,
     check_given_scales,
     device_of,
+    get_index_checks,
     get_scale_checks,
     maybe_check_contiguous_layout,
     output_row_stride,
@@ -821,6 +822,22 @@ def m_grouped_fp8_fp4_gemm_nt_contiguous(
     between a group's end and the next group's aligned start. Ours, keyword only: check_layout (None: check
     unless capturing a CUDA graph) and alpha. Checked once per call signature; the layout's values (unless
     check_layout=False) and unpacked scales are checked on every call."""
+    fast_args = (
+        a, b, d, grouped_layout, recipe, compiled_dims, disable_ue8m0_cast, use_psum_layout, ensure_zero_padding,
+        expected_m_for_psum_layout, check_layout, alpha,
+    )  # fmt: skip
+    # served in C only where the checked path reads no value (packed scales, layout unchecked, scale checks off)
+    sig = (
+        _FAST_CONTIG(*fast_args)
+        if epilogue is None
+        and recipe_a is None
+        and recipe_b is None
+        and (check_layout is False or (check_layout is None and not get_index_checks()))
+        and (SCALE_CHECKS.value is False or not get_scale_checks())
+        else None
+    )
+    if sig is True:
+        return
     name = "m_grouped_fp8_fp4_gemm_nt_contiguous"
     alpha = keywords.gemm(name, compiled_dims, epilogue, alpha, True, disable_ue8m0_cast)
     exact = disable_ue8m0_cast is True
@@ -832,16 +849,20 @@ def m_grouped_fp8_fp4_gemm_nt_contiguous(
     b, sfb = _pair("b", b)
     try:
         key = (
-            0,
-            tensor_key(a),
-            tensor_key(sfa),
-            tensor_key(b),
-            tensor_key(sfb),
-            tensor_key(d),
-            tensor_key(grouped_layout),
-            recipe_key(recipe),
-            use_psum_layout,
-            exact,
+            (0, sig)
+            if sig is not None
+            else (
+                0,
+                tensor_key(a),
+                tensor_key(sfa),
+                tensor_key(b),
+                tensor_key(sfb),
+                tensor_key(d),
+                tensor_key(grouped_layout),
+                recipe_key(recipe),
+                use_psum_layout,
+                exact,
+            )
         )
         call = _M_GROUPED.get(key)
     except KEY_ERRORS:  # not tensors, storage-less ones, or a recipe no key holds: checked every time
@@ -857,12 +878,26 @@ def m_grouped_fp8_fp4_gemm_nt_contiguous(
         if store is not None:
             _M_GROUPED.put(store, call)
         return
+    if store is not None and sig is not None:  # a new signature: what it launches is kept for the C table
+        with recording(_FAST_CONTIG, fast_args):
+            _contiguous_launch(call, a, sfa, b, sfb, d, grouped_layout, recipe, use_psum_layout, zero, exact, alpha)
+    else:
+        _contiguous_launch(call, a, sfa, b, sfb, d, grouped_layout, recipe, use_psum_layout, zero, exact, alpha)
+    if store is not None:
+        _M_GROUPED.put(store, call)
+
+
+_FAST_CONTIG = fast_calls("PPTTVVVVVVVV")
+
+
+def _contiguous_launch(
+    call: _Grouped, a, sfa, b, sfb, d, grouped_layout, recipe, use_psum_layout: bool, zero: bool, exact: bool, alpha
+) -> None:
     try:
         _grouped_launch(call, False, a, sfa, b, sfb, d.data_ptr(), grouped_layout.data_ptr(), use_psum_layout, alpha)
-        if store is not None:
-            _M_GROUPED.put(store, call)
     except ValueError as e:  # FP32 scales UE8M0 cannot hold: the exact kernel, when the operands allow it
         _retry_exact(e, exact, a, b, sfa, sfb, recipe)
+        no_fast()  # which kernel runs depends on the scales' values
         m_grouped_fp8_fp4_gemm_nt_contiguous(
             (a, sfa),
             (b, sfb),
@@ -875,10 +910,9 @@ def m_grouped_fp8_fp4_gemm_nt_contiguous(
             check_layout=False,  # checked above (or asked not to be)
             alpha=alpha,
         )
-        if store is not None:
-            _M_GROUPED.put(store, call)
         return
     if zero and use_psum_layout:
+        no_fast()  # torch operations on the layout's values, not a recorded launch
         keywords.zero_psum_padding(d, grouped_layout, get_mk_alignment_for_contiguous_layout())
 
 
