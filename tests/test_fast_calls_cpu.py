@@ -243,6 +243,8 @@ _SERVED = {
     "m_grouped_fp8_fp4_gemm_nt_masked",
     "m_grouped_bf16_gemm_nt_contiguous",
     "m_grouped_fp8_fp4_gemm_nt_contiguous",
+    "einsum",
+    "fp8_einsum",
 }
 _CONTIGUOUS = {"m_grouped_bf16_gemm_nt_contiguous", "m_grouped_fp8_fp4_gemm_nt_contiguous"}
 
