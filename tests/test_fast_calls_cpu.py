@@ -245,6 +245,7 @@ _SERVED = {
     "m_grouped_fp8_fp4_gemm_nt_contiguous",
     "einsum",
     "fp8_einsum",
+    "tf32_hc_prenorm_gemm",
 }
 _CONTIGUOUS = {"m_grouped_bf16_gemm_nt_contiguous", "m_grouped_fp8_fp4_gemm_nt_contiguous"}
 
