@@ -407,3 +407,20 @@ def test_compile_mode_reaches_served_calls(rig):  # noqa: F811 - the imported ri
     finally:
         launch.BOUND.compile_mode = 0
         launch.BOUND.launch, launch.BOUND.stream = stub, lambda i: 1234
+
+
+def test_a_hit_with_the_runtime_launch_entry_launches_in_cpp():
+    """With `_C.launch` as the launcher's entry, a hit calls the runtime's launch directly (no boxing): on a
+    machine without a driver that launch raises the runtime's own error, which reaches the caller."""
+    lau = Launcher()
+    lau.launch = C.launch
+    table = C.FastCalls("T", lau, 4)
+    a = torch.zeros(64)
+    assert table.add((a,), [_record(_buf(), _maps(_addr(a)), (), handle=12345)])
+    if C.driver_available():  # a driver: the handle is checked first
+        with pytest.raises(ValueError, match="unknown kernel handle 12345"):
+            table(a)
+    else:
+        with pytest.raises(RuntimeError, match="libcuda"):
+            table(a)
+    assert table.hits == 0
