@@ -12,14 +12,20 @@ import struct
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 import torch
-from test_call_cache_cpu import _all_cases, rig  # noqa: F401 - rig: the call-cache fixture, requested by name
+from test_call_cache_cpu import (  # noqa: F401 - rig: the call-cache fixture, requested by name
+    _all_cases,
+    _normalize,
+    rig,
+)
 
 import deep_gemm_sm120 as dg
 from deep_gemm_sm120 import arch, checks, launch
 from deep_gemm_sm120.core.tma import RECORD
+from deep_gemm_sm120.families.bf16_gemm import api as bf16_api
 from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d import api as fp8_api
 
 C = pytest.importorskip("deep_gemm_sm120._C", reason="the runtime extension is not built")
@@ -424,3 +430,187 @@ def test_a_hit_with_the_runtime_launch_entry_launches_in_cpp():
         with pytest.raises(RuntimeError, match="libcuda"):
             table(a)
     assert table.hits == 0
+
+
+# ---------------------------------------------------------------- regressions: a red-team review's breaks
+# (each failed or crashed before its fix)
+
+
+def _warm_and_cold(rig, call, names) -> tuple:  # noqa: F811 - the rig fixture's object, passed in
+    rig.launches.clear()
+    call()
+    warm = _normalize(rig.launches, names)
+    launch.forget_calls()
+    rig.launches.clear()
+    call()
+    return warm, _normalize(rig.launches, names)
+
+
+def _pinned_switch(monkeypatch, names: dict):
+    """Patch bf16's _operand_maps (inside a checked call, before its launch) to wait on per-thread events."""
+    real = bf16_api._operand_maps
+
+    def maps(*args):
+        hook = names.get(threading.current_thread().name)
+        if hook:
+            hook()
+        return real(*args)
+
+    monkeypatch.setattr(bf16_api, "_operand_maps", maps)
+    return real
+
+
+def test_two_threads_first_calls_record_apart(rig, monkeypatch):  # noqa: F811 - the imported rig fixture
+    """Thread A's checked nt call and thread B's checked nn call of the same tensors interleave inside their
+    recordings: each table keeps its own call's launch (one shared recording slot gave B's table A's nt kernel)."""
+    m, k = 64, 128
+    a, b, d = (torch.zeros(m, k, dtype=torch.bfloat16), torch.zeros(k, k, dtype=torch.bfloat16),
+               torch.zeros(m, k, dtype=torch.bfloat16))  # fmt: skip
+    a_in, b_in, a_done = threading.Event(), threading.Event(), threading.Event()
+    real = _pinned_switch(
+        monkeypatch, {"A": lambda: (a_in.set(), b_in.wait(5)), "B": lambda: (b_in.set(), a_done.wait(5))}
+    )
+
+    def run_a():
+        dg.bf16_gemm_nt(a, b, d)
+        a_done.set()
+
+    ta = threading.Thread(target=run_a, name="A")
+    tb = threading.Thread(target=lambda: (a_in.wait(5), dg.bf16_gemm_nn(a, b, d)), name="B")
+    ta.start(), tb.start(), ta.join(), tb.join()
+    monkeypatch.setattr(bf16_api, "_operand_maps", real)
+    assert launch._REC.rec is None
+    served = []
+    for fn in (dg.bf16_gemm_nn, dg.bf16_gemm_nt):  # both recorded: each is served from its own table
+        before = _hits()
+        fn(torch.zeros_like(a), torch.zeros_like(b), torch.zeros_like(d))
+        served.append(_hits() - before)
+    assert served == [1, 1]
+    for fn in (dg.bf16_gemm_nn, dg.bf16_gemm_nt):
+        a2, b2, d2 = torch.zeros_like(a), torch.zeros_like(b), torch.zeros_like(d)
+        fn(a2, b2, d2)  # recorded again after the previous loop's forget
+        warm, cold = _warm_and_cold(rig, lambda fn=fn: fn(a2, b2, d2), {"a": a2, "b": b2, "d": d2})
+        assert warm == cold and warm[0].kernel.endswith("_nn") == (fn is dg.bf16_gemm_nn)
+
+
+def test_many_threads_first_calls(rig):  # noqa: F811 - the imported rig fixture
+    """Eight threads making first calls of many signatures at a tiny switch interval: every table entry then
+    replays what a checked call of its signature launches."""
+    saved = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    errors = []
+
+    def worker(tid):
+        try:
+            for i in range(150):
+                k = 8 * (1 + (tid * 1000 + i) % 300)
+                dg.bf16_gemm_nt(*(torch.zeros(*s, dtype=torch.bfloat16) for s in ((64, k), (128, k), (64, 128))))
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(saved)
+    assert not errors
+    for k in (8, 16, 800, 2400):
+        a, b, d = (torch.zeros(*s, dtype=torch.bfloat16) for s in ((64, k), (128, k), (64, 128)))
+        warm, cold = _warm_and_cold(rig, lambda: dg.bf16_gemm_nt(a, b, d), {"a": a, "b": b, "d": d})
+        assert warm == cold, k
+
+
+def test_forget_calls_during_a_first_call(rig, monkeypatch):  # noqa: F811 - the imported rig fixture
+    """set_num_sms from another thread while a first call records: the recording made for the old SM count is
+    not kept (it was added after the forget, and served the old grid)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    a, b, d = (torch.zeros(*s, dtype=torch.bfloat16) for s in ((2048, 256), (2048, 256), (2048, 2048)))
+    in_run, go = threading.Event(), threading.Event()
+    real = _pinned_switch(monkeypatch, {"A": lambda: (in_run.set(), go.wait(5))})
+    th = threading.Thread(target=lambda: dg.bf16_gemm_nt(a, b, d), name="A")
+    th.start()
+    assert in_run.wait(5)
+    dg.set_num_sms(7)
+    go.set()
+    th.join()
+    monkeypatch.setattr(bf16_api, "_operand_maps", real)
+    a2, b2, d2 = torch.zeros_like(a), torch.zeros_like(b), torch.zeros_like(d)
+    warm, cold = _warm_and_cold(rig, lambda: dg.bf16_gemm_nt(a2, b2, d2), {"a": a2, "b": b2, "d": d2})
+    assert warm == cold and cold[0].grid[0] <= 7
+
+
+def test_a_list_pair_whose_item_empties_it():
+    """An object in a list pair whose dtype read empties the list (dropping the only reference to itself): the
+    signature reads a copy, the call gets the checked path's TypeError (it crashed the process before)."""
+    pair: list = []
+
+    class Emptying:
+        @property
+        def dtype(self):
+            pair.clear()
+            return torch.float8_e4m3fn
+
+        shape, is_cuda = torch.Size([64, 128]), True
+
+        def stride(self):
+            return (128, 1)
+
+        def get_device(self):
+            return 0
+
+        def data_ptr(self):
+            return 1 << 40
+
+    pair.extend([Emptying(), torch.zeros(64, 1, dtype=torch.int32)])
+    w = (torch.zeros(128, 128, dtype=torch.float8_e4m3fn), torch.zeros(128, 1, dtype=torch.int32))
+    with pytest.raises(TypeError):
+        dg.fp8_fp4_gemm_nt(pair, w, torch.zeros(64, 128, dtype=torch.bfloat16))
+
+
+def test_a_launcher_that_clears_the_table_when_read():
+    """Reading the launcher's attributes may run Python that clears the table: the hit still launches its entry
+    (an iterator into the table was used after the clear before)."""
+    table = C.FastCalls("T", None, 4)  # placeholder launcher, replaced below
+    rec = Launcher()
+
+    class Clearing:
+        pdl = True
+        stream = staticmethod(rec._stream)
+
+        @property
+        def launch(self):
+            table.clear()
+            return rec._record
+
+    table = C.FastCalls("T", Clearing(), 4)
+    a = torch.zeros(64)
+    assert table.add((a,), [_record(_buf(), _maps(_addr(a)), ())])
+    assert table(a) is True and len(rec.launches) == 1 and len(table) == 0
+
+
+def test_a_python_stream_getter_that_makes_a_served_call():
+    """A stream getter written in Python that makes a served call of its own on the same thread: the outer launch
+    still carries its own parameters (the getter ran after the buffers were filled before)."""
+    lau = Launcher()
+    inner = C.FastCalls("T", lau, 4)
+    outer = C.FastCalls("T", lau, 4)
+    x, y = torch.zeros(64), torch.zeros(64)
+    assert inner.add((x,), [_record(_buf(_addr(x), scalar=1), _maps(_addr(x)), (0,), handle=1)])
+    assert outer.add((y,), [_record(_buf(_addr(y), scalar=2), _maps(_addr(y)), (0,), handle=2)])
+    depth = []
+
+    def stream(index):
+        if not depth:
+            depth.append(1)
+            assert inner(x) is True
+        return 5
+
+    lau.stream = stream
+    assert outer(y) is True
+    (first, second) = lau.launches
+    assert first[0] == 1 and first[8] == _buf(_addr(x), scalar=1)
+    assert second[0] == 2 and second[8] == _buf(_addr(y), scalar=2) and second[9] == _maps(_addr(y))

@@ -88,7 +88,8 @@ bool read_dims(Signature& s, PyObject* shape, PyObject* stride) {
     return true;
 }
 
-// A tensor argument, or None (an optional tensor left out).
+// A tensor argument, or None (an optional tensor left out). Its class and dtype are interned only once every
+// attribute was read: an object that merely has a dtype takes no slot of the bound.
 bool read_tensor(Signature& s, PyObject* o) {
     if (o == Py_None) {
         s.put(kNone);
@@ -96,43 +97,63 @@ bool read_tensor(Signature& s, PyObject* o) {
     }
     if (s.tensors == kMaxTensors) return false;
     PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(o));
-    if (!intern(type)) return false;
     s.put(kTensor);
     s.put(reinterpret_cast<intptr_t>(type));
     PyObject* dtype = PyObject_GetAttr(o, s_dtype);
     if (!dtype) return false;
-    const bool kept = intern(dtype);
-    Py_DECREF(dtype);
-    if (!kept) return false;
     s.put(reinterpret_cast<intptr_t>(dtype));
-    PyObject* shape = PyObject_GetAttr(o, s_shape);
-    if (!shape) return false;
-    PyObject* stride = PyObject_CallMethodNoArgs(o, s_stride);
-    const bool dims = stride && read_dims(s, shape, stride);
-    Py_DECREF(shape);
-    Py_XDECREF(stride);
-    if (!dims) return false;
-    PyObject* is_cuda = PyObject_GetAttr(o, s_is_cuda);
-    if (!is_cuda) return false;
-    const bool cuda = is_cuda == Py_True, flag = cuda || is_cuda == Py_False;
-    Py_DECREF(is_cuda);
-    if (!flag) return false;
-    s.put(cuda);
-    PyObject* index = PyObject_CallMethodNoArgs(o, s_get_device);
-    if (!index) return false;
+    bool ok = false;
+    if (PyObject* shape = PyObject_GetAttr(o, s_shape)) {
+        PyObject* stride = PyObject_CallMethodNoArgs(o, s_stride);
+        ok = stride && read_dims(s, shape, stride);
+        Py_DECREF(shape);
+        Py_XDECREF(stride);
+    }
+    PyObject* is_cuda = ok ? PyObject_GetAttr(o, s_is_cuda) : nullptr;
+    ok = is_cuda && (is_cuda == Py_True || is_cuda == Py_False);
+    if (ok) s.put(is_cuda == Py_True);
+    Py_XDECREF(is_cuda);
+    PyObject* index = ok ? PyObject_CallMethodNoArgs(o, s_get_device) : nullptr;
     int64_t device = 0;
-    const bool ok = read_index(index, device);
-    Py_DECREF(index);
+    ok = index && read_index(index, device);
+    Py_XDECREF(index);
+    if (ok) s.put(device);
+    PyObject* address = ok ? PyObject_CallMethodNoArgs(o, s_data_ptr) : nullptr;
+    unsigned long long ptr = 0;
+    if (address) {
+        ptr = PyLong_AsUnsignedLongLong(address);
+        ok = !(ptr == static_cast<unsigned long long>(-1) && PyErr_Occurred());
+        Py_DECREF(address);
+    } else {
+        ok = false;
+    }
+    // A key compares the class and dtype by address: kept alive once seen, the address stays theirs.
+    ok = ok && intern(type) && intern(dtype);
+    Py_DECREF(dtype);
     if (!ok) return false;
-    s.put(device);
-    PyObject* address = PyObject_CallMethodNoArgs(o, s_data_ptr);
-    if (!address) return false;
-    const unsigned long long ptr = PyLong_AsUnsignedLongLong(address);
-    Py_DECREF(address);
-    if (ptr == static_cast<unsigned long long>(-1) && PyErr_Occurred()) return false;
     s.put(static_cast<int64_t>(ptr & 15));
     s.ptrs[s.tensors++] = ptr;
     return true;
+}
+
+bool read_value(Signature& s, PyObject* o, bool nested);
+
+// The items of an exact tuple or list (tagged apart), each read by `read`. A list is read from a tuple copy: an
+// item's attributes may run Python that changes the list, which must not free what is being read.
+template <typename Read>
+bool read_items(Signature& s, PyObject* o, Read read) {
+    const bool tuple = PyTuple_CheckExact(o);
+    PyObject* items = tuple ? o : PySequence_Tuple(o);
+    if (!items) return false;
+    const Py_ssize_t n = PyTuple_GET_SIZE(items);
+    bool ok = static_cast<size_t>(n) <= kMaxSequence;
+    if (ok) {
+        s.put(tuple ? kTuple : kList);
+        s.put(n);
+    }
+    for (Py_ssize_t i = 0; ok && i < n; ++i) ok = read(s, PyTuple_GET_ITEM(items, i));
+    if (!tuple) Py_DECREF(items);
+    return ok;
 }
 
 // A plain argument: None, a bool, an int, a float, a short str, or a tuple / list of those (one level).
@@ -160,13 +181,7 @@ bool read_value(Signature& s, PyObject* o, bool nested) {
         s.put(n);
         s.key.append(text, static_cast<size_t>(n));
     } else if (!nested && (PyTuple_CheckExact(o) || PyList_CheckExact(o))) {
-        const bool tuple = PyTuple_CheckExact(o);
-        const Py_ssize_t n = tuple ? PyTuple_GET_SIZE(o) : PyList_GET_SIZE(o);
-        if (static_cast<size_t>(n) > kMaxSequence) return false;
-        s.put(tuple ? kTuple : kList);
-        s.put(n);
-        for (Py_ssize_t i = 0; i < n; ++i)
-            if (!read_value(s, tuple ? PyTuple_GET_ITEM(o, i) : PyList_GET_ITEM(o, i), true)) return false;
+        return read_items(s, o, [](Signature& sig, PyObject* item) { return read_value(sig, item, true); });
     } else {
         return false;
     }
@@ -176,14 +191,7 @@ bool read_value(Signature& s, PyObject* o, bool nested) {
 // A pair argument: DeepGEMM's (tensor, scales), a tuple or list of tensors, or a bare tensor.
 bool read_pair(Signature& s, PyObject* o) {
     if (!PyTuple_CheckExact(o) && !PyList_CheckExact(o)) return read_tensor(s, o);
-    const bool tuple = PyTuple_CheckExact(o);
-    const Py_ssize_t n = tuple ? PyTuple_GET_SIZE(o) : PyList_GET_SIZE(o);
-    if (static_cast<size_t>(n) > kMaxSequence) return false;
-    s.put(tuple ? kTuple : kList);
-    s.put(n);
-    for (Py_ssize_t i = 0; i < n; ++i)
-        if (!read_tensor(s, tuple ? PyTuple_GET_ITEM(o, i) : PyList_GET_ITEM(o, i))) return false;
-    return true;
+    return read_items(s, o, read_tensor);
 }
 
 // The signature of argv under `schema` (one letter per argument: T tensor or None, P pair, V plain value).
@@ -243,16 +251,18 @@ void clear_entries(FastCalls* self) { self->entries->clear(); }
 
 // One recorded launch, replayed with the call's addresses. Returns false with a Python error set.
 bool replay(const Launch& l, const Signature& s, PyObject* launch_fn, PyObject* stream_fn, bool pdl_switch) {
-    thread_local std::string params, tmaps;
-    params.assign(l.params);
-    tmaps.assign(l.tmaps);
-    for (const Patch& p : l.patches)
-        std::memcpy((p.tmaps ? tmaps.data() : params.data()) + p.offset, &s.ptrs[p.tensor], sizeof(uint64_t));
+    // The stream first: a getter written in Python may make a served call of its own on this thread, which
+    // refills the buffers below.
     PyObject* st = PyObject_CallOneArg(stream_fn, l.index);
     if (!st) return false;
     const unsigned long long stream = PyLong_AsUnsignedLongLong(st);
     Py_DECREF(st);
     if (stream == static_cast<unsigned long long>(-1) && PyErr_Occurred()) return false;
+    thread_local std::string params, tmaps;
+    params.assign(l.params);
+    tmaps.assign(l.tmaps);
+    for (const Patch& p : l.patches)
+        std::memcpy((p.tmaps ? tmaps.data() : params.data()) + p.offset, &s.ptrs[p.tensor], sizeof(uint64_t));
     const bool pdl = l.pdl && pdl_switch;
     if (launch_fn == g_real_launch) {
         try {
@@ -300,6 +310,8 @@ PyObject* fast_call(PyObject* self_, PyObject* const* argv, size_t nargsf, PyObj
     auto it = self->entries->find(s.key);
     if (it == self->entries->end())
         return PyBytes_FromStringAndSize(s.key.data(), static_cast<Py_ssize_t>(s.key.size()));
+    // held from here: reading the launcher may run Python that clears the table (see Entry)
+    const std::shared_ptr<Entry> entry = it->second;
     PyObject* launch_fn = PyObject_GetAttr(self->launcher, s_launch);
     PyObject* stream_fn = launch_fn ? PyObject_GetAttr(self->launcher, s_stream) : nullptr;
     PyObject* pdl = stream_fn ? PyObject_GetAttr(self->launcher, s_pdl) : nullptr;
@@ -307,7 +319,6 @@ PyObject* fast_call(PyObject* self_, PyObject* const* argv, size_t nargsf, PyObj
     PyObject* result = nullptr;
     if (pdl && launch_fn != Py_None && stream_fn != Py_None && PyBool_Check(pdl)) {
         result = Py_True;
-        const std::shared_ptr<Entry> entry = it->second;  // alive across the launches (see Entry)
         for (const Launch& l : entry->launches)
             if (!replay(l, s, launch_fn, stream_fn, pdl == Py_True)) {
                 result = nullptr;

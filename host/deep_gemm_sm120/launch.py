@@ -18,14 +18,13 @@ class Launcher:
     """Launch state shared by every family: the raw launch entry and stream getter (bound on first use, so
     importing stays free of CUDA) and the PDL switch (None until the first launch reads the environment)."""
 
-    __slots__ = ("launch", "stream", "pdl", "compile_mode", "rec")
+    __slots__ = ("launch", "stream", "pdl", "compile_mode")
 
     def __init__(self) -> None:
         self.launch: Callable[..., Any] | None = None
         self.stream: Callable[[int], int] | None = None
         self.pdl: bool | None = None
         self.compile_mode = 0
-        self.rec: list | None = None  # while served() runs a checked call: what launch() launched
 
     def bind(self) -> Launcher:
         self.launch, self.stream = runtime.launcher(), runtime.current_stream_fn()
@@ -93,8 +92,9 @@ def launch(
     gx, gy, gz = (grid, 1, 1) if isinstance(grid, int) else grid
     pdl = kernel.pdl and (b.pdl if b.pdl is not None else get_pdl())
     smem = kernel.smem_bytes if smem is None else smem
-    if b.rec is not None:  # FastCalls.add's record (fast_call.cpp read_record)
-        b.rec.append(
+    rec = _REC.rec
+    if rec is not None:  # FastCalls.add's record (fast_call.cpp read_record)
+        rec.append(
             None
             if kernel.pointers is None
             else (kernel.handle, gx, gy, gz, kernel.threads, smem, index, kernel.pdl, params, tmaps, kernel.pointers)
@@ -116,6 +116,9 @@ def launch(
 # ---------------------------------------------------------------- calls validated once per signature
 
 _CACHES: list[CallCache] = []  # every CallCache (module-level ones, made at import)
+# Bumped by forget_calls (under _GEN_LOCK): a recording that began before a forget adds nothing after it.
+_GEN = [0]
+_GEN_LOCK = threading.RLock()  # reentrant: a table's add reads attributes, which may run Python that forgets
 _MEMOS: list[dict] = []  # every kernel_memo's store
 # While > 0 (scale_encoding.forced: a self-test thread loads kernels of one encoding on purpose), no plan or kernel
 # is stored, so none made for the forced encoding outlives it and no thread finds another's.
@@ -202,17 +205,29 @@ class CallCache(dict):
 def forget_calls() -> None:
     """Empty every CallCache and FastCalls table: the next call of each signature checks and plans again
     (set_num_sms changes the grids and split-K of plans no key tells apart)."""
-    for calls in _CACHES:
-        calls.clear()
-    for store in _MEMOS:
-        store.clear()
-    for fast in _FASTS:
-        fast.clear()
+    with _GEN_LOCK:
+        _GEN[0] += 1
+        for calls in _CACHES:
+            calls.clear()
+        for store in _MEMOS:
+            store.clear()
+        for fast in _FASTS:
+            fast.clear()
 
 
 # ---------------------------------------------------------------- calls served in C (host/csrc/fast_call.cpp)
 
 _FASTS: list = []  # every FastCalls table (module-level ones, made at import)
+
+
+class _Recording(threading.local):
+    """What launch() appends to while a checked call of a new signature runs in recording(): one per thread, so
+    two threads' first calls never record into each other's list."""
+
+    rec: list | None = None
+
+
+_REC = _Recording()
 
 
 class _NoFastCalls:
@@ -247,7 +262,7 @@ def fast_calls(schema: str, limit: int = 1024):
     list of those). A checked call of a new signature fills the table through recording()."""
     try:
         fast = runtime._ext().FastCalls(schema, BOUND, limit)
-    except RuntimeError:  # the extension is not built
+    except (RuntimeError, AttributeError):  # the extension is not built, or built before FastCalls existed
         fast = _NoFastCalls(schema)
     _FASTS.append(fast)
     return fast
@@ -259,23 +274,25 @@ def recording(fast, args: tuple) -> Iterator[None]:
     arguments the table is called with). Kept only when the block finishes, launched at least once, and every
     launch can be replayed from args alone (FastCalls.add: each address a launch passes is exactly one of args'
     tensors; a workspace, a temporary copy or a value check (no_fast) keeps the signature on the checked path)."""
-    b = BOUND
-    outer, rec = b.rec, []
-    b.rec = rec
+    outer, rec, gen = _REC.rec, [], _GEN[0]
+    _REC.rec = rec
     try:
         yield
     finally:
-        b.rec = outer
+        _REC.rec = outer
     if outer is not None:  # a checked call inside another one's: the outer call launched these too
         outer.extend(rec)
-    if rec and not _FROZEN[0] and None not in rec:
-        fast.add(args, rec)
+    if rec and None not in rec:
+        with _GEN_LOCK:  # not after a forget_calls (set_num_sms, a verdict, frozen plans) that began meanwhile
+            if _GEN[0] == gen and not _FROZEN[0]:
+                fast.add(args, rec)
 
 
 def no_fast() -> None:
     """Called by a checked call whose work depends on values no signature holds: it is not served in C."""
-    if BOUND.rec is not None:
-        BOUND.rec.append(None)
+    rec = _REC.rec
+    if rec is not None:
+        rec.append(None)
 
 
 @contextmanager
