@@ -109,10 +109,17 @@ def _normalize(launches: list[Launch], names: dict) -> list:
         if isinstance(t, torch.Tensor) and t.numel():
             where.setdefault(t.data_ptr(), name)
     other: dict[int, str] = {}
+    # tensors a call allocated (named allocN by the fast-call tests): an address inside one is named by its offset
+    spans = [(n, t.data_ptr(), t.untyped_storage().nbytes()) for n, t in names.items() if n.startswith("alloc")]
 
     def sub(v):
         if isinstance(v, int) and not isinstance(v, bool) and v >= _BIG:
-            return "@" + where[v] if v in where else other.setdefault(v, f"@ws{len(other)}")
+            if v in where:
+                return "@" + where[v]
+            for name, base, size in spans:
+                if base <= v < base + size:
+                    return f"@{name}+{v - base}"
+            return other.setdefault(v, f"@ws{len(other)}")
         return v
 
     out = []

@@ -37,6 +37,7 @@ PyObject* s_stride = nullptr;
 PyObject* s_is_cuda = nullptr;
 PyObject* s_get_device = nullptr;
 PyObject* s_data_ptr = nullptr;
+PyObject* s_as_strided = nullptr;
 PyObject* s_launch = nullptr;
 PyObject* s_stream = nullptr;
 PyObject* s_pdl = nullptr;
@@ -210,9 +211,11 @@ bool read_signature(Signature& s, const std::string& schema, PyObject* const* ar
 }
 
 struct Patch {
-    uint32_t tensor;  // which of the call's tensors
+    uint32_t tensor;  // which of the call's tensors, or (fresh) which of the tensors the call allocates
     uint32_t offset;  // where its address goes
     bool tmaps;       // in the tensor-map requests (else the parameter buffer)
+    bool fresh;       // an address inside a tensor allocated per call (launch.empty / launch.zeros)
+    uint64_t at;      // fresh: the address's byte offset from that tensor's start
 };
 
 struct Launch {
@@ -228,14 +231,26 @@ struct Launch {
 // Python (a test's recorder) clears the table meanwhile. Destroyed with the GIL held, as everything here runs.
 struct Entry {
     std::vector<Launch> launches;
+    // Tensors the checked call allocated and a launch addresses (a split-K workspace, an output): made anew by
+    // each served call, in order, through the factory launch.empty / launch.zeros recorded (torch's allocator,
+    // on the current stream, as the checked call's allocation; under graph capture, the graph's pool).
+    std::vector<PyObject*> factories;
+    // What a served call returns (tables made with returns=True): nullptr, none (True is returned); else a tuple
+    // ("one", item) or ("tuple", (item, ...)) with item = j (the j-th fresh tensor) or (j, size, stride, offset)
+    // (a view of it, made by as_strided).
+    PyObject* result = nullptr;
 
     Entry() = default;
     Entry(const Entry&) = delete;
     Entry& operator=(const Entry&) = delete;
     ~Entry() {
         for (Launch& l : launches) Py_XDECREF(l.index);
+        for (PyObject* f : factories) Py_DECREF(f);
+        Py_XDECREF(result);
     }
 };
+
+constexpr size_t kMaxFresh = 16;
 
 struct FastCalls {
     PyObject_HEAD
@@ -245,12 +260,14 @@ struct FastCalls {
     std::unordered_map<std::string, std::shared_ptr<Entry>>* entries;
     Py_ssize_t limit;
     unsigned long long hits;
+    bool returns;  // the entry point returns what its call allocates (see Entry::result)
 };
 
 void clear_entries(FastCalls* self) { self->entries->clear(); }
 
 // One recorded launch, replayed with the call's addresses. Returns false with a Python error set.
-bool replay(const Launch& l, const Signature& s, PyObject* launch_fn, PyObject* stream_fn, bool pdl_switch) {
+bool replay(const Launch& l, const Signature& s, const uint64_t* fresh, PyObject* launch_fn, PyObject* stream_fn,
+            bool pdl_switch) {
     // The stream first: a getter written in Python may make a served call of its own on this thread, which
     // refills the buffers below.
     PyObject* st = PyObject_CallOneArg(stream_fn, l.index);
@@ -261,8 +278,10 @@ bool replay(const Launch& l, const Signature& s, PyObject* launch_fn, PyObject* 
     thread_local std::string params, tmaps;
     params.assign(l.params);
     tmaps.assign(l.tmaps);
-    for (const Patch& p : l.patches)
-        std::memcpy((p.tmaps ? tmaps.data() : params.data()) + p.offset, &s.ptrs[p.tensor], sizeof(uint64_t));
+    for (const Patch& p : l.patches) {
+        const uint64_t address = p.fresh ? fresh[p.tensor] + p.at : s.ptrs[p.tensor];
+        std::memcpy((p.tmaps ? tmaps.data() : params.data()) + p.offset, &address, sizeof(uint64_t));
+    }
     const bool pdl = l.pdl && pdl_switch;
     if (launch_fn == g_real_launch) {
         try {
@@ -296,7 +315,49 @@ bool replay(const Launch& l, const Signature& s, PyObject* launch_fn, PyObject* 
     return r != nullptr;
 }
 
-// table(*args) -> True when the call was served (launched). Otherwise the caller takes its checked path, with
+// The address of a tensor the call allocated (its data_ptr()).
+bool read_address(PyObject* t, uint64_t& out) {
+    PyObject* address = PyObject_CallMethodNoArgs(t, s_data_ptr);
+    if (!address) return false;
+    const unsigned long long v = PyLong_AsUnsignedLongLong(address);
+    Py_DECREF(address);
+    if (v == static_cast<unsigned long long>(-1) && PyErr_Occurred()) return false;
+    out = v;
+    return true;
+}
+
+// One returned item of a served call from the tensors it allocated (the recipe add() checked).
+PyObject* build_item(PyObject* item, PyObject* const* made) {
+    if (item == Py_None) Py_RETURN_NONE;
+    if (PyLong_CheckExact(item)) {
+        PyObject* t = made[PyLong_AsSize_t(item)];
+        Py_INCREF(t);
+        return t;
+    }
+    PyObject* const* v = &PyTuple_GET_ITEM(item, 0);  // (j, size, stride, offset)
+    return PyObject_CallMethodObjArgs(made[PyLong_AsSize_t(v[0])], s_as_strided, v[1], v[2], v[3], nullptr);
+}
+
+PyObject* build_result(PyObject* recipe, PyObject* const* made) {
+    PyObject* how = PyTuple_GET_ITEM(recipe, 0);
+    PyObject* what = PyTuple_GET_ITEM(recipe, 1);
+    if (PyUnicode_CompareWithASCIIString(how, "one") == 0) return build_item(what, made);
+    const Py_ssize_t n = PyTuple_GET_SIZE(what);
+    PyObject* out = PyTuple_New(n);
+    if (!out) return nullptr;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject* x = build_item(PyTuple_GET_ITEM(what, i), made);
+        if (!x) {
+            Py_DECREF(out);
+            return nullptr;
+        }
+        PyTuple_SET_ITEM(out, i, x);
+    }
+    return out;
+}
+
+// table(*args) -> True when the call was served (launched; a table made with returns=True gives what the call
+// returns instead, built from the tensors it allocated). Otherwise the caller takes its checked path, with
 // the signature as bytes (its own cache's key: the same reading, not made twice) or None when an argument is not
 // what the schema allows or cannot be read (the checked path then names what is wrong, and caches nothing).
 PyObject* fast_call(PyObject* self_, PyObject* const* argv, size_t nargsf, PyObject* kwnames) {
@@ -318,17 +379,28 @@ PyObject* fast_call(PyObject* self_, PyObject* const* argv, size_t nargsf, PyObj
     if (!pdl) PyErr_Clear();
     PyObject* result = nullptr;
     if (pdl && launch_fn != Py_None && stream_fn != Py_None && PyBool_Check(pdl)) {
-        result = Py_True;
-        for (const Launch& l : entry->launches)
-            if (!replay(l, s, launch_fn, stream_fn, pdl == Py_True)) {
-                result = nullptr;
-                break;
-            }
-        if (result) {
-            ++self->hits;
-            Py_INCREF(result);
+        // the call's own allocations first, as its checked path makes them before it launches
+        const size_t nf = entry->factories.size();
+        PyObject* made[kMaxFresh] = {};
+        uint64_t fresh[kMaxFresh] = {};
+        bool ok = true;
+        for (size_t j = 0; ok && j < nf; ++j) {
+            made[j] = PyObject_CallNoArgs(entry->factories[j]);
+            ok = made[j] && read_address(made[j], fresh[j]);
         }
-    } else {  // the launcher is not bound yet: the checked path binds it
+        for (size_t i = 0; ok && i < entry->launches.size(); ++i)
+            ok = replay(entry->launches[i], s, fresh, launch_fn, stream_fn, pdl == Py_True);
+        if (ok) {
+            if (entry->result) {
+                result = build_result(entry->result, made);
+            } else {
+                result = Py_True;
+                Py_INCREF(result);
+            }
+        }
+        if (result) ++self->hits;
+        for (size_t j = 0; j < nf; ++j) Py_XDECREF(made[j]);  // a workspace goes back to the allocator
+        } else {  // the launcher is not bound yet: the checked path binds it
         result = PyBytes_FromStringAndSize(s.key.data(), static_cast<Py_ssize_t>(s.key.size()));
     }
     Py_XDECREF(launch_fn);
@@ -345,17 +417,32 @@ bool read_u32(PyObject* o, uint32_t& out) {
     return true;
 }
 
-// The patch for the address `value` found at `offset`: the one tensor of the call with that address. None or
-// several (aliased tensors) refuse the recording: a later call's address could not be told.
-bool find_tensor(const Signature& s, uint64_t value, uint32_t offset, bool tmaps, std::vector<Patch>& out) {
+// A tensor the checked call allocated through launch.empty / launch.zeros: where it was, its bytes.
+struct FreshRange {
+    uint64_t base = 0, bytes = 0;
+};
+
+// The patch for the address `value` found at `offset`: the one tensor of the call with that address, or the one
+// tensor the call allocated that holds it (any offset inside: tw / tu / attn of one allocation). None or several
+// (aliased tensors) refuse the recording: a later call's address could not be told.
+bool find_tensor(const Signature& s, const std::vector<FreshRange>& fresh, uint64_t value, uint32_t offset,
+                 bool tmaps, std::vector<Patch>& out) {
     int found = -1;
+    bool in_fresh = false;
     for (size_t j = 0; j < s.tensors; ++j)
         if (s.ptrs[j] == value) {
             if (found >= 0) return false;
             found = static_cast<int>(j);
         }
+    for (size_t j = 0; j < fresh.size(); ++j)
+        if (value >= fresh[j].base && value - fresh[j].base < fresh[j].bytes) {
+            if (found >= 0) return false;
+            found = static_cast<int>(j);
+            in_fresh = true;
+        }
     if (found < 0) return false;
-    out.push_back({static_cast<uint32_t>(found), offset, tmaps});
+    const uint64_t at = in_fresh ? value - fresh[static_cast<size_t>(found)].base : 0;
+    out.push_back({static_cast<uint32_t>(found), offset, tmaps, in_fresh, at});
     return true;
 }
 
@@ -363,7 +450,7 @@ bool find_tensor(const Signature& s, uint64_t value, uint32_t offset, bool tmaps
 // pointer offsets of the parameter buffer). Every non-null pointer parameter and every tensor-map address must
 // be exactly one of the call's tensors' addresses; anything else (a workspace, a temporary, an offset address)
 // leaves the call on the checked path.
-bool read_record(PyObject* rec, const Signature& s, Launch& l) {
+bool read_record(PyObject* rec, const Signature& s, const std::vector<FreshRange>& fresh, Launch& l) {
     if (!PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != 11) return false;
     PyObject* const* f = &PyTuple_GET_ITEM(rec, 0);
     uint32_t handle = 0;
@@ -381,25 +468,74 @@ bool read_record(PyObject* rec, const Signature& s, Launch& l) {
         if (!read_u32(PyTuple_GET_ITEM(f[10], i), off) || off % 8 || off + 8 > l.params.size()) return false;
         uint64_t v = 0;
         std::memcpy(&v, l.params.data() + off, sizeof v);
-        if (v != 0 && !find_tensor(s, v, off, false, l.patches)) return false;
+        if (v != 0 && !find_tensor(s, fresh, v, off, false, l.patches)) return false;
     }
     for (size_t r = 0; r < l.tmaps.size(); r += kTmaRecord) {
         const uint32_t off = static_cast<uint32_t>(r + kTmaAddress);
         uint64_t v = 0;
         std::memcpy(&v, l.tmaps.data() + off, sizeof v);
-        if (!find_tensor(s, v, off, true, l.patches)) return false;
+        if (!find_tensor(s, fresh, v, off, true, l.patches)) return false;
     }
     Py_INCREF(f[6]);
     l.index = f[6];
     return true;
 }
 
-// add(args, records) -> bool: keep `records` (launch.launch's, from a checked call of `args`) under args'
-// signature. False when the signature cannot be read or a record is not replayable (see read_record).
+// fresh: a list of (address, bytes, factory) for the tensors the checked call allocated, in order (launch.empty /
+// launch.zeros); factory() makes the next call's. False when one is not that.
+bool read_fresh(PyObject* list, Entry& e, std::vector<FreshRange>& out) {
+    if (!PyList_CheckExact(list) || static_cast<size_t>(PyList_GET_SIZE(list)) > kMaxFresh) return false;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); ++i) {
+        PyObject* item = PyList_GET_ITEM(list, i);
+        if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 3 || !PyCallable_Check(PyTuple_GET_ITEM(item, 2)))
+            return false;
+        FreshRange r;
+        r.base = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(item, 0));
+        r.bytes = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(item, 1));
+        if (PyErr_Occurred()) return false;
+        out.push_back(r);
+        PyObject* factory = PyTuple_GET_ITEM(item, 2);
+        Py_INCREF(factory);
+        e.factories.push_back(factory);
+    }
+    return true;
+}
+
+// One returned item of a recipe: None, j, or (j, size tuple, stride tuple, offset), j < fresh.
+bool check_item(PyObject* item, size_t fresh) {
+    if (item == Py_None) return true;
+    if (PyLong_CheckExact(item)) {
+        const size_t j = PyLong_AsSize_t(item);
+        return !PyErr_Occurred() && j < fresh;
+    }
+    if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 4 || !PyLong_CheckExact(PyTuple_GET_ITEM(item, 0)) ||
+        !PyTuple_CheckExact(PyTuple_GET_ITEM(item, 1)) || !PyTuple_CheckExact(PyTuple_GET_ITEM(item, 2)) ||
+        !PyLong_CheckExact(PyTuple_GET_ITEM(item, 3)))
+        return false;
+    const size_t j = PyLong_AsSize_t(PyTuple_GET_ITEM(item, 0));
+    return !PyErr_Occurred() && j < fresh;
+}
+
+bool check_result(PyObject* recipe, size_t fresh) {
+    if (!PyTuple_CheckExact(recipe) || PyTuple_GET_SIZE(recipe) != 2 || !PyUnicode_Check(PyTuple_GET_ITEM(recipe, 0)))
+        return false;
+    PyObject* what = PyTuple_GET_ITEM(recipe, 1);
+    if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(recipe, 0), "one") == 0) return check_item(what, fresh);
+    if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(recipe, 0), "tuple") != 0 || !PyTuple_CheckExact(what))
+        return false;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(what); ++i)
+        if (!check_item(PyTuple_GET_ITEM(what, i), fresh)) return false;
+    return true;
+}
+
+// add(args, records, fresh=[], result=None) -> bool: keep `records` (launch.launch's, from a checked call of
+// `args`) under args' signature, with the tensors the call allocated (read_fresh) and, for a table made with
+// returns=True, the recipe of what it returned (Entry::result; required there, refused elsewhere). False when the
+// signature cannot be read or a record is not replayable (see read_record).
 PyObject* fast_add(PyObject* self_, PyObject* const* argv, Py_ssize_t nargs) {
     FastCalls* self = reinterpret_cast<FastCalls*>(self_);
-    if (nargs != 2 || !PyTuple_Check(argv[0]) || !PyList_Check(argv[1])) {
-        PyErr_SetString(PyExc_TypeError, "FastCalls.add(args: tuple, records: list)");
+    if ((nargs != 2 && nargs != 4) || !PyTuple_Check(argv[0]) || !PyList_Check(argv[1])) {
+        PyErr_SetString(PyExc_TypeError, "FastCalls.add(args: tuple, records: list[, fresh: list, result])");
         return nullptr;
     }
     auto entry = std::make_shared<Entry>();
@@ -408,11 +544,23 @@ PyObject* fast_add(PyObject* self_, PyObject* const* argv, Py_ssize_t nargs) {
     bool ok = read_signature(s, *self->schema, &PyTuple_GET_ITEM(argv[0], 0),
                              static_cast<size_t>(PyTuple_GET_SIZE(argv[0])));
     for (size_t j = 0; ok && j < s.tensors; ++j) ok = s.ptrs[j] != 0;  // a null address is no tensor's own
+    std::vector<FreshRange> fresh;
+    if (ok && nargs == 4) ok = read_fresh(argv[2], e, fresh);
+    PyObject* recipe = nargs == 4 ? argv[3] : Py_None;
+    if (ok && self->returns) {
+        ok = recipe != Py_None && check_result(recipe, fresh.size());
+        if (ok) {
+            Py_INCREF(recipe);
+            e.result = recipe;
+        }
+    } else if (ok) {
+        ok = recipe == Py_None;
+    }
     const Py_ssize_t count = PyList_GET_SIZE(argv[1]);
     ok = ok && count > 0;
     for (Py_ssize_t i = 0; ok && i < count; ++i) {
         e.launches.emplace_back();
-        ok = read_record(PyList_GET_ITEM(argv[1], i), s, e.launches.back());
+        ok = read_record(PyList_GET_ITEM(argv[1], i), s, fresh, e.launches.back());
     }
     PyErr_Clear();
     if (!ok) Py_RETURN_FALSE;  // the entry, and the references it took, go with it
@@ -439,13 +587,15 @@ PyObject* fast_schema(PyObject* self_, void*) {
     return PyUnicode_FromStringAndSize(s.data(), static_cast<Py_ssize_t>(s.size()));
 }
 
-// FastCalls(schema: str, launcher, limit: int)
+// FastCalls(schema: str, launcher, limit: int, returns: bool = False)
 PyObject* fast_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
     const char* schema = nullptr;
     PyObject* launcher = nullptr;
     Py_ssize_t limit = 0;
-    static const char* names[] = {"schema", "launcher", "limit", nullptr};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sOn", const_cast<char**>(names), &schema, &launcher, &limit))
+    int returns = 0;
+    static const char* names[] = {"schema", "launcher", "limit", "returns", nullptr};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sOn|p", const_cast<char**>(names), &schema, &launcher, &limit,
+                                     &returns))
         return nullptr;
     const std::string text(schema);
     if (text.empty() || text.find_first_not_of("TPV") != std::string::npos) {
@@ -465,6 +615,7 @@ PyObject* fast_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
     self->entries = new std::unordered_map<std::string, std::shared_ptr<Entry>>();
     self->limit = limit;
     self->hits = 0;
+    self->returns = returns != 0;
     return reinterpret_cast<PyObject*>(self);
 }
 
@@ -483,11 +634,14 @@ void fast_dealloc(PyObject* self_) {
 
 PyMethodDef g_methods[] = {
     {"add", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fast_add)), METH_FASTCALL,
-     "add(args, records) -> bool: keep a checked call's recorded launches under args' signature"},
+     "add(args, records[, fresh, result]) -> bool: keep a checked call's recorded launches under args' signature"},
     {"clear", fast_clear, METH_NOARGS, "forget every entry"},
     {nullptr, nullptr, 0, nullptr}};
 
+PyObject* fast_returns(PyObject* self_, void*) { return PyBool_FromLong(reinterpret_cast<FastCalls*>(self_)->returns); }
+
 PyGetSetDef g_getset[] = {{"hits", fast_hits, nullptr, "calls served so far", nullptr},
+                          {"returns", fast_returns, nullptr, "hits return what the call allocated", nullptr},
                           {"schema", fast_schema, nullptr, "one letter per argument (T, P, V)", nullptr},
                           {nullptr, nullptr, nullptr, nullptr, nullptr}};
 
@@ -502,7 +656,7 @@ PyType_Slot g_slots[] = {{Py_tp_new, reinterpret_cast<void*>(fast_new)},
                          {Py_tp_getset, g_getset},
                          {Py_tp_members, g_members},
                          {Py_mp_length, reinterpret_cast<void*>(fast_len)},
-                         {Py_tp_doc, const_cast<char*>("FastCalls(schema, launcher, limit): served calls by signature")},
+                         {Py_tp_doc, const_cast<char*>("FastCalls(schema, launcher, limit, returns=False): served calls by signature")},
                          {0, nullptr}};
 
 PyType_Spec g_spec = {"deep_gemm_sm120._C.FastCalls", sizeof(FastCalls), 0,
@@ -516,7 +670,8 @@ int add_fast_calls(PyObject* module) {
         const char* text;
     } names[] = {{&s_dtype, "dtype"},         {&s_shape, "shape"},       {&s_stride, "stride"},
                  {&s_is_cuda, "is_cuda"},     {&s_get_device, "get_device"}, {&s_data_ptr, "data_ptr"},
-                 {&s_launch, "launch"},       {&s_stream, "stream"},     {&s_pdl, "pdl"}};
+                 {&s_launch, "launch"},       {&s_stream, "stream"},     {&s_pdl, "pdl"},
+                 {&s_as_strided, "as_strided"}};
     for (const auto& n : names)
         if (!*n.slot && !(*n.slot = PyUnicode_InternFromString(n.text))) return -1;
     g_real_launch = PyObject_GetAttrString(module, "launch");
