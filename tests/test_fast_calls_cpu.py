@@ -413,6 +413,35 @@ def test_contiguous_calls_are_served_where_no_layout_value_is_read(rig, fp8):  #
         checks._INDEX_CHECKS.value = saved
 
 
+@pytest.mark.parametrize("fp8", [False, True])
+def test_a_bad_layout_after_a_served_call_leaves_no_entry(rig, fp8):  # noqa: F811 - the imported rig fixture
+    """A served signature (check_layout=False), then the same tensors with check_layout=True and a layout naming
+    no group: the ValueError, and no new cache entry (the checked call keys apart from the served one; its entry
+    is stored only once the layout's values passed). H200 run 131 found BF16 storing it first."""
+    g, m, n, k = 2, 256, 128, 256
+    d = torch.zeros(m, n, dtype=torch.bfloat16)
+    if fp8:
+        r = (1, 128, 128)
+        sfa = dg.transform_sf_into_required_layout(torch.ones(m, k // 128), m, k, r, is_sfa=True)
+        sfb = dg.transform_sf_into_required_layout(torch.ones(g, n // 128, k // 128), n, k, r, num_groups=g)
+        x, w = torch.zeros(m, k, dtype=torch.float8_e4m3fn), torch.zeros(g, n, k, dtype=torch.float8_e4m3fn)
+        call = lambda layout, **kw: dg.m_grouped_fp8_gemm_nt_contiguous((x, sfa), (w, sfb), d, layout, **kw)
+    else:
+        a, b = torch.zeros(m, k, dtype=torch.bfloat16), torch.zeros(g, n, k, dtype=torch.bfloat16)
+        call = lambda layout, **kw: dg.m_grouped_bf16_gemm_nt_contiguous(a, b, d, layout, **kw)
+    rows = torch.zeros(m, dtype=torch.int32)
+    call(rows, check_layout=False)
+    call(rows.clone(), check_layout=False)
+    entries = rig.entries()
+    bad = rows.clone()
+    bad[0] = g + 5
+    with pytest.raises(ValueError, match="group"):
+        call(bad, check_layout=True)
+    assert rig.entries() == entries, "a call that failed its layout check was cached"
+    call(rows.clone(), check_layout=True)  # the same signature, legal: checked, then stored
+    assert rig.entries() == entries + 1
+
+
 def test_what_forgets_calls_forgets_served_ones(rig, monkeypatch):  # noqa: F811 - the imported rig fixture
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # set_num_sms asks
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)

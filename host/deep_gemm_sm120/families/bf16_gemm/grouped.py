@@ -152,12 +152,14 @@ def m_grouped_bf16_gemm_nt_contiguous(
             key, call = None, None
     if call is None or target_of(call.index) != call.target:
         call = _prepare_contiguous(a, b, d, grouped_layout, use_psum_layout)
-        if key is not None:
-            _GROUPED.put(key, call)
         if sig is not None:  # a new signature: what it launches is kept for the C table
             with recording(_FAST_CONTIG, fast_args):
                 _run_contiguous(call, check_layout, a, b, d, grouped_layout, use_psum_layout, zero)
-            return
+        else:
+            _run_contiguous(call, check_layout, a, b, d, grouped_layout, use_psum_layout, zero)
+        if key is not None:  # stored once the layout's values passed: a failing call leaves no entry (as FP8's)
+            _GROUPED.put(key, call)
+        return
     _run_contiguous(call, check_layout, a, b, d, grouped_layout, use_psum_layout, zero)
 
 
