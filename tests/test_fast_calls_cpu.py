@@ -291,10 +291,10 @@ class _Allocations:
 
         monkeypatch.setattr(launch, "_allocated", allocated)
 
-    def record(self, rig, fn, args, kwargs, names):
+    def record(self, the_rig, fn, args, kwargs, names):
         self.names = names
         try:
-            return rig.record(fn, args, kwargs, names)
+            return the_rig.record(fn, args, kwargs, names)
         finally:
             self.names = None
 
