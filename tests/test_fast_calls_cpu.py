@@ -17,7 +17,9 @@ import threading
 import pytest
 import torch
 from test_call_cache_cpu import (  # noqa: F401 - rig: the call-cache fixture, requested by name
+    SMS,
     _all_cases,
+    _names,
     _normalize,
     rig,
 )
@@ -252,6 +254,7 @@ _SERVED = {
     "einsum",
     "fp8_einsum",
     "tf32_hc_prenorm_gemm",
+    "fp8_fp4_sparse_mqa_logits",
 }
 _CONTIGUOUS = {"m_grouped_bf16_gemm_nt_contiguous", "m_grouped_fp8_fp4_gemm_nt_contiguous"}
 
@@ -417,7 +420,7 @@ def test_contiguous_calls_are_served_where_no_layout_value_is_read(rig, fp8):  #
 def test_a_bad_layout_after_a_served_call_leaves_no_entry(rig, fp8):  # noqa: F811 - the imported rig fixture
     """A served signature (check_layout=False), then the same tensors with check_layout=True and a layout naming
     no group: the ValueError, and no new cache entry (the checked call keys apart from the served one; its entry
-    is stored only once the layout's values passed). H200 run 131 found BF16 storing it first."""
+    is stored only once the layout's values passed). H200 run 133 found BF16 storing it first."""
     g, m, n, k = 2, 256, 128, 256
     d = torch.zeros(m, n, dtype=torch.bfloat16)
     if fp8:
@@ -440,6 +443,79 @@ def test_a_bad_layout_after_a_served_call_leaves_no_entry(rig, fp8):  # noqa: F8
     assert rig.entries() == entries, "a call that failed its layout check was cached"
     call(rows.clone(), check_layout=True)  # the same signature, legal: checked, then stored
     assert rig.entries() == entries + 1
+
+
+def _served_with_own_output(the_rig, allocs, fn, build, kwargs) -> None:
+    """Index and scale checks off: the second call of a signature is served and returns an output it allocated
+    (the checked call's shape, strides and dtype, a new buffer), launched with that buffer's address; index checks
+    on: checked (the indices are read per call)."""
+
+    def call(args, names):
+        the_rig.launches.clear()
+        allocs.names = names
+        try:
+            out = fn(*args, **kwargs)
+        finally:
+            allocs.names = None
+        return out, _normalize(the_rig.launches, names)
+
+    saved = checks._INDEX_CHECKS.value
+    checks._INDEX_CHECKS.value = False
+    try:
+        args1, names1 = build()
+        cold, cold_launches = call(args1, names1)
+        args2, names2 = build()
+        before = _hits()
+        warm, warm_launches = call(args2, names2)
+        assert _hits() == before + 1
+        assert warm_launches == cold_launches and len(cold_launches) == 1
+        assert any(v == "@alloc0" for _, v in cold_launches[0].args), "the output buffer is the allocation"
+        assert (warm.shape, warm.stride(), warm.dtype, warm.storage_offset()) == (
+            cold.shape, cold.stride(), cold.dtype, cold.storage_offset()
+        )  # fmt: skip
+        assert warm._base is names2["alloc0"] and warm.data_ptr() != cold.data_ptr()
+        checks._INDEX_CHECKS.value = True
+        before = _hits()
+        call(*build())
+        assert _hits() == before, "index checks on: the indices are read, the call is checked"
+    finally:
+        checks._INDEX_CHECKS.value = saved
+
+
+@pytest.mark.parametrize("logits_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("max_seqlen_k", [0, 256])
+def test_mqa_logits_served_with_logits_of_its_own(rig, monkeypatch, logits_dtype, max_seqlen_k):  # noqa: F811 - the imported rig fixture
+    s, h, d, sk = 64, 32, 128, 512
+
+    def build():
+        q = torch.zeros(s, h, d, dtype=torch.float8_e4m3fn)
+        kv, kv_sf = torch.zeros(sk, d, dtype=torch.float8_e4m3fn), torch.ones(sk)
+        w, ks = torch.ones(s, h), torch.zeros(s, dtype=torch.int32)
+        ke = torch.full((s,), max_seqlen_k or sk, dtype=torch.int32)
+        args = ((q, None), (kv, kv_sf), w, ks, ke, max_seqlen_k)
+        return args, _names(args, {})
+
+    allocs = _Allocations(monkeypatch)
+    _served_with_own_output(rig, allocs, dg.fp8_fp4_mqa_logits, build, {"logits_dtype": logits_dtype})
+
+
+@pytest.mark.parametrize("bare_q", [False, True])
+@pytest.mark.parametrize("clean_logits", [False, True])
+def test_paged_mqa_logits_served_with_logits_of_its_own(rig, monkeypatch, bare_q, clean_logits):  # noqa: F811 - the imported rig fixture
+    h, d, batch, block_kv, ctx = 32, 128, 8, 64, 512
+    blocks = batch * ctx // block_kv
+
+    def build():
+        cache = torch.zeros(blocks, block_kv, 1, d + 4, dtype=torch.uint8)
+        table = torch.arange(blocks, dtype=torch.int32).view(batch, -1)
+        lens = torch.full((batch,), ctx, dtype=torch.int32)
+        q = torch.zeros(batch, 1, h, d, dtype=torch.float8_e4m3fn)
+        meta = torch.zeros(SMS + 1, 2, dtype=torch.int32)
+        args = (q if bare_q else (q, None), cache, torch.ones(batch, h), lens, table, meta, ctx)
+        return args, _names(args, {})
+
+    allocs = _Allocations(monkeypatch)
+    _served_with_own_output(rig, allocs, dg.fp8_fp4_paged_mqa_logits, build, {"clean_logits": clean_logits})
 
 
 def test_what_forgets_calls_forgets_served_ones(rig, monkeypatch):  # noqa: F811 - the imported rig fixture
