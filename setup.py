@@ -130,7 +130,7 @@ setup(
     ext_modules=[
         Extension(
             "deep_gemm_sm120._C",
-            ["host/csrc/runtime.cpp"],
+            ["host/csrc/runtime.cpp", "host/csrc/fast_call.cpp"],
             include_dirs=[pybind11_include(), cuda_include()],
             libraries=["dl"],
             extra_compile_args=["-O2", "-std=c++17", "-fvisibility=hidden"],

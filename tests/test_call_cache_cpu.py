@@ -29,6 +29,8 @@ from deep_gemm_sm120.families import (
     bf16_gemm,
     fp8_fp4_gemm_1d1d,
     gated_delta_rule,
+    mqa_logits,
+    paged_mqa_logits,
     sparse_mqa_logits,
     tf32_hc_prenorm_gemm,
 )
@@ -39,6 +41,8 @@ from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d import api as fp8_api
 from deep_gemm_sm120.families.fp8_fp4_gemm_1d1d import einsum as fp8_einsum_mod
 from deep_gemm_sm120.families.gated_delta_rule import api as gdr_api
 from deep_gemm_sm120.families.gated_delta_rule.prep import PREP as GDR_PREP
+from deep_gemm_sm120.families.mqa_logits import api as mqa_api
+from deep_gemm_sm120.families.paged_mqa_logits import api as paged_api
 from deep_gemm_sm120.families.sparse_mqa_logits import api as sparse_api
 from deep_gemm_sm120.families.tf32_hc_prenorm_gemm import api as tf32_api
 from deep_gemm_sm120.services import split_k_reduce
@@ -60,6 +64,8 @@ _PREPARES = (
     (sparse_api, "_prepare_contiguous"),
     (sparse_api, "_prepare_paged"),
     (gdr_api, "_prepare"),
+    (mqa_api, "_prepare"),
+    (paged_api, "_prepare"),
 )
 _KERNEL_CACHES = (
     bf16_grouped._kernel,
@@ -70,6 +76,8 @@ _KERNEL_CACHES = (
     tf32_api._plan,
     sparse_api._kernel,
     gdr_api._kernels,
+    mqa_api._kernel,
+    paged_api._kernel,
 )
 
 
@@ -109,10 +117,17 @@ def _normalize(launches: list[Launch], names: dict) -> list:
         if isinstance(t, torch.Tensor) and t.numel():
             where.setdefault(t.data_ptr(), name)
     other: dict[int, str] = {}
+    # tensors a call allocated (named allocN by the fast-call tests): an address inside one is named by its offset
+    spans = [(n, t.data_ptr(), t.untyped_storage().nbytes()) for n, t in names.items() if n.startswith("alloc")]
 
     def sub(v):
         if isinstance(v, int) and not isinstance(v, bool) and v >= _BIG:
-            return "@" + where[v] if v in where else other.setdefault(v, f"@ws{len(other)}")
+            if v in where:
+                return "@" + where[v]
+            for name, base, size in spans:
+                if base <= v < base + size:
+                    return f"@{name}+{v - base}"
+            return other.setdefault(v, f"@ws{len(other)}")
         return v
 
     out = []
@@ -135,6 +150,8 @@ def rig(monkeypatch):
             sparse_mqa_logits.FAMILY,
             gated_delta_rule.FAMILY,
             GDR_PREP,
+            mqa_logits.FAMILY,
+            paged_mqa_logits.FAMILY,
         )
     }
     specs: dict[int, object] = {}
@@ -143,7 +160,9 @@ def rig(monkeypatch):
     def fake_get_kernel(spec, target, dev):
         assert target == "sm_120a" and dev == 0
         specs[len(specs)] = spec
-        return jit.LoadedKernel(len(specs) - 1, spec.threads, spec.smem_bytes, spec.name, families[type(spec)].pdl)
+        return jit.LoadedKernel(
+            len(specs) - 1, spec.threads, spec.smem_bytes, spec.name, families[type(spec)].pdl, spec.params.pointers
+        )
 
     def fake_launch(handle, gx, gy, gz, block, smem, stream, pdl, params, tmaps):
         spec = specs[handle]
@@ -161,7 +180,18 @@ def rig(monkeypatch):
 
     stub_gpu(monkeypatch, fake_get_kernel, fake_launch, SMS, 1234)
     monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: self)
-    for mod in (bf16_api, bf16_grouped, fp8_api, einsum_mod, fp8_einsum_mod, tf32_api, sparse_api, gdr_api):
+    for mod in (
+        bf16_api,
+        bf16_grouped,
+        fp8_api,
+        einsum_mod,
+        fp8_einsum_mod,
+        tf32_api,
+        sparse_api,
+        gdr_api,
+        mqa_api,
+        paged_api,
+    ):
         monkeypatch.setattr(mod, "device_of", lambda **t: 0)
     for mod, name in _PREPARES:
         monkeypatch.setattr(mod, name, counting(getattr(mod, name)))

@@ -3,6 +3,8 @@
 // here links against torch (streams and pointers arrive as integers).
 #include <cuda.h>
 #include <dlfcn.h>
+
+#include "launch.h"
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -306,7 +308,7 @@ const CUtensorMap& cached_encode(const TmaRequest& t) {
 
 // The one launch entry for every family: grid (x, y, z), block, dynamic smem, stream, PDL, the packed
 // parameters and the tensor-map requests (any number, written into their slots of the buffer).
-void launch(int handle, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t block, uint32_t smem, uint64_t stream,
+void launch_impl(int handle, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t block, uint32_t smem, uint64_t stream,
             bool pdl, std::string_view args, std::string_view reqs) {
     const Driver& d = driver();
     const Kernel& k = kernel(handle);
@@ -399,7 +401,7 @@ PyObject* launch_fastcall(PyObject*, PyObject* const* argv, Py_ssize_t nargs) {
     std::string_view params, tmaps;
     if (!read_bytes(argv[8], "params", params) || !read_bytes(argv[9], "tmaps", tmaps)) return nullptr;
     try {  // the bytes objects stay alive: the caller holds them for the call's duration
-        launch(static_cast<int>(handle), static_cast<uint32_t>(dims[0]), static_cast<uint32_t>(dims[1]),
+        launch_impl(static_cast<int>(handle), static_cast<uint32_t>(dims[0]), static_cast<uint32_t>(dims[1]),
                static_cast<uint32_t>(dims[2]), static_cast<uint32_t>(dims[3]), static_cast<uint32_t>(dims[4]),
                dims[5], argv[7] == Py_True, params, tmaps);
     } catch (const std::invalid_argument& e) {
@@ -428,6 +430,11 @@ bool driver_available() {
 
 }  // namespace
 
+void dg_sm120::launch(int handle, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t block, uint32_t smem,
+                      uint64_t stream, bool pdl, std::string_view args, std::string_view reqs) {
+    launch_impl(handle, gx, gy, gz, block, smem, stream, pdl, args, reqs);
+}
+
 PYBIND11_MODULE(_C, m) {
     m.doc() = "deep_gemm_sm120 runtime: cubin loading, TMA descriptors and launches (libcuda loaded lazily)";
     m.def("driver_available", &driver_available, "Whether libcuda.so.1 can be loaded (loads it on first call)");
@@ -435,4 +442,5 @@ PYBIND11_MODULE(_C, m) {
           py::arg("param_offsets"), py::arg("param_sizes"), py::arg("param_bytes"));
     m.def("kernel_attribute", &kernel_attribute, py::arg("handle"), py::arg("attr"));
     if (PyModule_AddFunctions(m.ptr(), g_fast_methods) != 0) throw py::error_already_set();
+    if (dg_sm120::add_fast_calls(m.ptr()) != 0) throw py::error_already_set();
 }

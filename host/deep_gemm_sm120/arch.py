@@ -60,5 +60,10 @@ def target_of(index: int) -> str:
 
 
 def reset_targets() -> None:
-    """Forget every device's target: the next call reads DG_SM120_EMULATE again (tests switch it per test)."""
+    """Forget every device's target: the next call reads DG_SM120_EMULATE again (tests switch it per test). The
+    calls planned for the old targets are forgotten with them (launch.forget_calls: the served ones hold no
+    target to compare)."""
+    from .launch import forget_calls
+
     _targets.clear()
+    forget_calls()

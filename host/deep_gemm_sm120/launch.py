@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
+
+import torch
 
 from . import runtime
 
@@ -91,13 +94,21 @@ def launch(
     b = BOUND if BOUND.launch is not None else bound()
     gx, gy, gz = (grid, 1, 1) if isinstance(grid, int) else grid
     pdl = kernel.pdl and (b.pdl if b.pdl is not None else get_pdl())
+    smem = kernel.smem_bytes if smem is None else smem
+    rec = _REC.rec
+    if rec is not None:  # FastCalls.add's record (fast_call.cpp read_record)
+        rec.append(
+            None
+            if kernel.pointers is None
+            else (kernel.handle, gx, gy, gz, kernel.threads, smem, index, kernel.pdl, params, tmaps, kernel.pointers)
+        )
     b.launch(  # type: ignore[misc]  # bound() set both entries; no check on the hot path
         kernel.handle,
         gx,
         gy,
         gz,
         kernel.threads,
-        kernel.smem_bytes if smem is None else smem,
+        smem,
         b.stream(index),  # type: ignore[misc]  # likewise
         pdl,
         params,
@@ -108,6 +119,9 @@ def launch(
 # ---------------------------------------------------------------- calls validated once per signature
 
 _CACHES: list[CallCache] = []  # every CallCache (module-level ones, made at import)
+# Bumped by forget_calls (under _GEN_LOCK): a recording that began before a forget adds nothing after it.
+_GEN = [0]
+_GEN_LOCK = threading.RLock()  # reentrant: a table's add reads attributes, which may run Python that forgets
 _MEMOS: list[dict] = []  # every kernel_memo's store
 # While > 0 (scale_encoding.forced: a self-test thread loads kernels of one encoding on purpose), no plan or kernel
 # is stored, so none made for the forced encoding outlives it and no thread finds another's.
@@ -192,12 +206,191 @@ class CallCache(dict):
 
 
 def forget_calls() -> None:
-    """Empty every CallCache: the next call of each signature checks and plans again (set_num_sms changes the
-    grids and split-K of plans no key tells apart)."""
-    for calls in _CACHES:
-        calls.clear()
-    for store in _MEMOS:
-        store.clear()
+    """Empty every CallCache and FastCalls table: the next call of each signature checks and plans again
+    (set_num_sms changes the grids and split-K of plans no key tells apart)."""
+    with _GEN_LOCK:
+        _GEN[0] += 1
+        for calls in _CACHES:
+            calls.clear()
+        for store in _MEMOS:
+            store.clear()
+        for fast in _FASTS:
+            fast.clear()
+
+
+# ---------------------------------------------------------------- calls served in C (host/csrc/fast_call.cpp)
+
+_FASTS: list = []  # every FastCalls table (module-level ones, made at import)
+
+
+class _Recording(threading.local):
+    """What launch() appends to while a checked call of a new signature runs in recording(): one per thread, so
+    two threads' first calls never record into each other's list. `fresh`: the tensors that call allocated
+    through empty() / zeros(), with their factories and versions."""
+
+    rec: list | None = None
+    fresh: list | None = None
+
+
+_REC = _Recording()
+
+
+class _NoFastCalls:
+    """The stand-in when the runtime extension is not built: nothing is served, every call takes its checked
+    path (which then names the missing extension when it launches)."""
+
+    hits = 0
+
+    def __init__(self, schema: str, returns: bool = False) -> None:
+        self.schema = schema
+        self.returns = returns
+
+    def __call__(self, *args) -> None:
+        return None
+
+    def __len__(self) -> int:
+        return 0
+
+    def add(self, args: tuple, records: list, fresh: list | None = None, result=None) -> bool:
+        return False
+
+    def clear(self) -> None:
+        pass
+
+
+def fast_calls(schema: str, limit: int = 1024, returns: bool = False):
+    """A table of calls served in C (host/csrc/fast_call.cpp). `table(*args)` reads the call's signature (what
+    tensor_key reads of every tensor, the value of every plain argument): when the table holds it, it launches what
+    the checked call of that signature launched, with this call's tensor addresses, and returns True. Otherwise it
+    returns the signature as bytes, for the caller's own CallCache key, or None when an argument is not what the
+    schema allows (the checked path then names what is wrong). `schema`: one letter per argument, T a tensor or
+    None, P a (tensor, scales) pair or a bare tensor, V a plain value (None, bool, int, float, str, or a tuple /
+    list of those). A checked call of a new signature fills the table through recording()."""
+    try:
+        fast = runtime._ext().FastCalls(schema, BOUND, limit, returns)
+    except (RuntimeError, AttributeError, TypeError):  # not built, or built before FastCalls (or returns) existed
+        fast = _NoFastCalls(schema, returns)
+    _FASTS.append(fast)
+    return fast
+
+
+class Recorded:
+    """What a checked call inside recording() hands back: `result`, what the entry point returns (tables made
+    with returns=True)."""
+
+    __slots__ = ("result",)
+
+    def __init__(self) -> None:
+        self.result = None
+
+
+def _tensors(obj, out: list) -> list:
+    """The tensors of an argument (a tensor, or a tuple / list of them, one level), in order."""
+    if isinstance(obj, torch.Tensor):
+        out.append(obj)
+    elif type(obj) in (tuple, list):
+        for x in obj:
+            if isinstance(x, torch.Tensor):
+                out.append(x)
+    return out
+
+
+def _versions(args: tuple) -> list:
+    """Every argument tensor with its version counter: an in-place torch operation on one (or on a view of one)
+    bumps it, which no launch does."""
+    got: list = []
+    for a in args:
+        _tensors(a, got)
+    return [(t, t._version) for t in got]
+
+
+def _result_recipe(result, fresh: list):
+    """What a served call must return, from the tensors it allocates (Entry::result in fast_call.cpp): each returned
+    tensor one of them or a view of one. None when the result is not that (the call stays checked)."""
+    made = [t for t, _, _ in fresh]
+
+    def item(x):
+        if x is None:
+            return None
+        if not isinstance(x, torch.Tensor):
+            raise LookupError
+        for j, t in enumerate(made):
+            if x is t:
+                return j
+        for j, t in enumerate(made):
+            if x._base is t:
+                return (j, tuple(x.shape), tuple(x.stride()), x.storage_offset())
+        raise LookupError
+
+    try:
+        if type(result) is tuple:
+            return ("tuple", tuple(item(x) for x in result))
+        return None if result is None else ("one", item(result))
+    except LookupError:
+        return None
+
+
+@contextmanager
+def recording(fast, args: tuple) -> Iterator[Recorded]:
+    """Record what the checked call in the block launches and keep it in `fast` under the signature of `args` (the
+    arguments the table is called with). Kept only when the block finishes, launched at least once, and every
+    launch can be replayed from args alone and the tensors the call allocated through empty() / zeros()
+    (FastCalls.add: each address a launch passes is exactly one of args' tensors or inside one of those; a
+    temporary, a copy or a value check (no_fast) keeps the signature on the checked path). Nor is it kept when a
+    torch operation wrote one of the call's tensors in place (version counters): only launches are replayed.
+    A table made with returns=True also needs the block's `result` (set on what it yields), made of the
+    allocated tensors or views of them."""
+    outer, rec, gen = _REC.rec, [], _GEN[0]
+    outer_fresh, fresh = _REC.fresh, []
+    versions = _versions(args)
+    got = Recorded()
+    _REC.rec, _REC.fresh = rec, fresh
+    try:
+        yield got
+    finally:
+        _REC.rec, _REC.fresh = outer, outer_fresh
+    if outer is not None:  # a checked call inside another one's: the outer call launched these too
+        outer.extend(rec)
+        if outer_fresh is not None:
+            outer_fresh.extend(fresh)
+    if not rec or None in rec:
+        return
+    if any(t._version != v for t, v in versions) or any(t._version != v for t, _, v in fresh):
+        return
+    recipe = _result_recipe(got.result, fresh) if fast.returns else None
+    if fast.returns and recipe is None:
+        return
+    spans = [(t.data_ptr(), t.untyped_storage().nbytes(), f) for t, f, _ in fresh]
+    with _GEN_LOCK:  # not after a forget_calls (set_num_sms, a verdict, frozen plans) that began meanwhile
+        if _GEN[0] == gen and not _FROZEN[0]:
+            fast.add(args, rec, spans, recipe)
+
+
+def _allocated(t: torch.Tensor, factory: Callable[[], torch.Tensor]) -> torch.Tensor:
+    fresh = _REC.fresh
+    if fresh is not None:
+        fresh.append((t, factory, t._version))
+    return t
+
+
+def empty(shape: tuple[int, ...], dtype: torch.dtype, device) -> torch.Tensor:
+    """torch.empty for a tensor a launch addresses (a workspace, an output): a call served in C makes its own the
+    same way, per call, instead of the checked call's address."""
+    factory = functools.partial(torch.empty, shape, dtype=dtype, device=device)
+    return _allocated(factory(), factory)
+
+
+def zeros(shape: tuple[int, ...], dtype: torch.dtype, device) -> torch.Tensor:
+    """torch.zeros for a tensor a launch addresses (a flag table, an accumulator): as empty()."""
+    factory = functools.partial(torch.zeros, shape, dtype=dtype, device=device)
+    return _allocated(factory(), factory)
+
+
+def no_fast() -> None:
+    """Called by a checked call whose work depends on values no signature holds: it is not served in C."""
+    rec = _REC.rec
+    if rec is not None:
+        rec.append(None)
 
 
 @contextmanager

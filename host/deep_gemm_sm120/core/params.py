@@ -119,6 +119,7 @@ class ParamList:
         self.tmaps = tuple(p.name for p in params if p.kind == "tmap")
         self.values = tuple(p.name for p in params if p.kind != "tmap")
         self.offsets = {name: o for name, o, _, _ in layout}
+        self.pointers = tuple(o for p, (_, o, _, _) in zip(params, layout) if p.kind == "ptr")  # pointer slots
         self._struct = struct.Struct("".join(fmt))
         assert self._struct.size == self.size, (self._struct.size, self.size)
         # the launch buffer from keyword values: every non-tensor-map parameter, by name (a missing or unknown

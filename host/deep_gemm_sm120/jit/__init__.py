@@ -32,6 +32,9 @@ class LoadedKernel:
     smem_bytes: int
     name: str
     pdl: bool  # the kernel waits on griddepcontrol: it may be launched with PDL
+    # offsets of the pointer parameters in the packed buffer (ParamList.pointers); None: unknown, so calls of the
+    # kernel are never served in C (launch.served)
+    pointers: tuple[int, ...] | None = None
 
 
 _loaded: dict[tuple, LoadedKernel] = {}
@@ -111,7 +114,9 @@ def get_kernel(spec, target: str, device: int) -> LoadedKernel:
             cubin, _meta = cubin_for(spec, target)
             handle = runtime.load_kernel(cubin, spec.smem_bytes, device, spec.params)
             family = getattr(type(spec), "FAMILY", None)
-            k = LoadedKernel(handle, spec.threads, spec.smem_bytes, spec.name, bool(family and family.pdl))
+            k = LoadedKernel(
+                handle, spec.threads, spec.smem_bytes, spec.name, bool(family and family.pdl), spec.params.pointers
+            )
             _loaded[memo_key] = k
     return k
 

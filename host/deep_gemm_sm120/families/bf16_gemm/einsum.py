@@ -25,7 +25,7 @@ from ...core.arith import ceil_div
 from ...core.rules import dtype_name
 from ...core.tma import with_addresses
 from ...device import num_sms_for
-from ...launch import KEY_ERRORS, CallCache, launch, tensor_key
+from ...launch import KEY_ERRORS, CallCache, fast_calls, launch, recording, tensor_key
 from ...services.split_k_reduce.launch import SplitK
 from .kernel import PARAMS, Bf16GemmSpec
 from .plan import batch_k_total, batch_reduce_plan, batched_config, m_bucket
@@ -216,6 +216,9 @@ def einsum(
     """DeepGEMM's einsum for the expressions in EINSUM_EXPRS (see the module doc); writes d in place. DeepGEMM
     2.8.1's order; sgl-deep-gemm's `use_cublaslt` (keyword only) computes with torch.einsum (cuBLAS) instead,
     DeepGEMM's comparison path."""
+    sig = _FAST(expr, a, b, d, c) if epilogue is None and use_cublaslt is False else None
+    if sig is True:  # served in C (launch.fast_calls)
+        return
     keywords.epilogue("einsum", epilogue)
     if use_cublaslt:
         require_tensor("d", d)  # d.copy_ below would be an AttributeError
@@ -227,7 +230,7 @@ def einsum(
         raise TypeError(f"expr must be a str, got {type(expr).__name__}")
     norm = expr.replace(" ", "")
     try:
-        key = (norm, tensor_key(a), tensor_key(b), tensor_key(d), None if c is None else tensor_key(c))
+        key = sig or (norm, tensor_key(a), tensor_key(b), tensor_key(d), None if c is None else tensor_key(c))
         call = _CALLS.get(key)
     except KEY_ERRORS:  # not tensors, or storage-less ones: the checks name what was expected
         key, call = None, None
@@ -235,7 +238,14 @@ def einsum(
         call = _prepare(expr, norm, a, b, d, c)
         if key is not None:
             _CALLS.put(key, call)
+        if sig is not None:  # a new signature: what it launches is kept for the C table
+            with recording(_FAST, (expr, a, b, d, c)):
+                call[2](a, b, d, c)
+            return
     call[2](a, b, d, c)
+
+
+_FAST = fast_calls("VTTTT")
 
 
 def _prepare(expr: str, norm: str, a, b, d, c) -> tuple:

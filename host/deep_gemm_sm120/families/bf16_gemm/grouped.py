@@ -12,6 +12,7 @@ from ... import jit, keywords
 from ...arch import target_of
 from ...checks import (
     device_of,
+    get_index_checks,
     maybe_check_contiguous_layout,
     output_row_stride,
     require_contiguous_layout_shape,
@@ -24,7 +25,7 @@ from ...checks import (
 from ...core.arith import ceil_div
 from ...core.rules import dtype_name
 from ...device import num_sms_for
-from ...launch import KEY_ERRORS, CallCache, launch, tensor_key
+from ...launch import KEY_ERRORS, CallCache, fast_calls, launch, no_fast, recording, tensor_key
 from ...utils.layout import get_mk_alignment_for_contiguous_layout
 from .api import _operand_map, _operand_maps
 from .kernel import PARAMS, Bf16GemmSpec
@@ -129,19 +130,48 @@ def m_grouped_bf16_gemm_nt_contiguous(
     layout unless a CUDA graph is being captured; True/False force it on/off. Checked once per call signature;
     the layout's values (unless check_layout=False) on every call.
     """
+    fast_args = (
+        a, b, d, grouped_layout, compiled_dims, use_psum_layout, ensure_zero_padding, expected_m_for_psum_layout,
+        check_layout,
+    )  # fmt: skip
+    # served in C only where the checked path reads no layout value (check_layout=False, or index checks off)
+    sig = _FAST_CONTIG(*fast_args) if epilogue is None and _layout_unread(check_layout) else None
+    if sig is True:
+        return
     name = "m_grouped_bf16_gemm_nt_contiguous"
     keywords.gemm(name, compiled_dims, epilogue)
     use_psum_layout = keywords.flag(name, "use_psum_layout", use_psum_layout)
     zero = keywords.flag(name, "ensure_zero_padding", ensure_zero_padding)
-    try:
-        key = (0, tensor_key(a), tensor_key(b), tensor_key(d), tensor_key(grouped_layout), use_psum_layout)
-        call = _GROUPED.get(key)
-    except KEY_ERRORS:  # not tensors, or storage-less ones: the checks name what was expected
-        key, call = None, None
+    if sig is not None:
+        key, call = (0, sig), _GROUPED.get((0, sig))
+    else:
+        try:
+            key = (0, tensor_key(a), tensor_key(b), tensor_key(d), tensor_key(grouped_layout), use_psum_layout)
+            call = _GROUPED.get(key)
+        except KEY_ERRORS:  # not tensors, or storage-less ones: the checks name what was expected
+            key, call = None, None
     if call is None or target_of(call.index) != call.target:
         call = _prepare_contiguous(a, b, d, grouped_layout, use_psum_layout)
-        if key is not None:
+        if sig is not None:  # a new signature: what it launches is kept for the C table
+            with recording(_FAST_CONTIG, fast_args):
+                _run_contiguous(call, check_layout, a, b, d, grouped_layout, use_psum_layout, zero)
+        else:
+            _run_contiguous(call, check_layout, a, b, d, grouped_layout, use_psum_layout, zero)
+        if key is not None:  # stored once the layout's values passed: a failing call leaves no entry (as FP8's)
             _GROUPED.put(key, call)
+        return
+    _run_contiguous(call, check_layout, a, b, d, grouped_layout, use_psum_layout, zero)
+
+
+_FAST_CONTIG = fast_calls("TTTTVVVVV")
+
+
+def _layout_unread(check_layout) -> bool:
+    """Whether a contiguous call's checked path reads no value of its layout (the C table may serve it)."""
+    return check_layout is False or (check_layout is None and not get_index_checks())
+
+
+def _run_contiguous(call: _GroupedCall, check_layout, a, b, d, grouped_layout, use_psum_layout, zero) -> None:
     maybe_check_contiguous_layout(check_layout, grouped_layout, call.m, call.g, use_psum_layout)
     if call.kernel is None:
         return
@@ -155,6 +185,7 @@ def m_grouped_bf16_gemm_nt_contiguous(
     )  # fmt: skip
     launch(call.kernel, call.grid, params, tmaps, call.index)
     if zero and use_psum_layout:
+        no_fast()  # torch operations on the layout's values, not a recorded launch
         keywords.zero_psum_padding(d, grouped_layout, get_mk_alignment_for_contiguous_layout())
 
 
@@ -232,16 +263,33 @@ def m_grouped_bf16_gemm_nt_masked(
     group, used only to pick the tile size. Checked once per call signature (launch.tensor_key of every tensor,
     and expected_m with its type); later calls encode the new addresses and launch.
     """
+    sig = _FAST_MASKED(a, b, d, masked_m, expected_m, compiled_dims) if epilogue is None else None
+    if sig is True:  # served in C (launch.fast_calls)
+        return
     keywords.gemm("m_grouped_bf16_gemm_nt_masked", compiled_dims, epilogue)
-    try:
-        key = (1, tensor_key(a), tensor_key(b), tensor_key(d), tensor_key(masked_m), type(expected_m), expected_m)
-        call = _GROUPED.get(key)
-    except KEY_ERRORS:  # not tensors, storage-less ones, or an unhashable expected_m: the checks name it
-        key, call = None, None
+    if sig is not None:
+        key, call = (1, sig), _GROUPED.get((1, sig))
+    else:
+        try:
+            key = (1, tensor_key(a), tensor_key(b), tensor_key(d), tensor_key(masked_m), type(expected_m), expected_m)
+            call = _GROUPED.get(key)
+        except KEY_ERRORS:  # not tensors, storage-less ones, or an unhashable expected_m: the checks name it
+            key, call = None, None
     if call is None or target_of(call.index) != call.target:
         call = _prepare_masked(a, b, d, masked_m, expected_m)
         if key is not None:
             _GROUPED.put(key, call)
+        if sig is not None:  # a new signature: what it launches is kept for the C table
+            with recording(_FAST_MASKED, (a, b, d, masked_m, expected_m, compiled_dims)):
+                _run_masked(call, a, b, d, masked_m)
+            return
+    _run_masked(call, a, b, d, masked_m)
+
+
+_FAST_MASKED = fast_calls("TTTTVV")
+
+
+def _run_masked(call: _GroupedCall, a, b, d, masked_m) -> None:
     if call.kernel is None:
         return
     tmaps = _operand_maps(

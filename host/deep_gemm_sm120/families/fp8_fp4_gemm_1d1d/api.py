@@ -25,6 +25,7 @@ from ...checks import (
     SCALE_CHECKS,
     check_given_scales,
     device_of,
+    get_index_checks,
     get_scale_checks,
     maybe_check_contiguous_layout,
     output_row_stride,
@@ -40,7 +41,17 @@ from ...core.arith import ceil_div
 from ...core.rules import dtype_name
 from ...core.tma import DTYPE, tma_2d_pair
 from ...device import num_sms_for
-from ...launch import KEY_ERRORS, CallCache, kernel_memo, launch, recipe_key, tensor_key
+from ...launch import (
+    KEY_ERRORS,
+    CallCache,
+    fast_calls,
+    kernel_memo,
+    launch,
+    no_fast,
+    recipe_key,
+    recording,
+    tensor_key,
+)
 from ...quant import not_power_of_two
 from ...scale_layout import (
     check_packed,
@@ -445,6 +456,17 @@ def fp8_fp4_gemm_nt(
     signature: `compiled_dims` accepted (no effect), `disable_ue8m0_cast` (FP32 scales are never rounded:
     keywords.ue8m0_cast), `epilogue` None / Identity() / Alpha(x) (= alpha=x). A call is checked once per signature
     (launch.tensor_key); later calls with that signature only pack what must be packed and launch."""
+    sig = (
+        _FAST_DENSE(a, b, d, c, recipe, compiled_dims, disable_ue8m0_cast, alpha)
+        if epilogue is None
+        and recipe_a is None
+        and recipe_b is None
+        and (SCALE_CHECKS.value is False or not get_scale_checks())
+        else None
+    )
+    if sig is True:  # served in C (launch.fast_calls)
+        return
+    fast_args = (a, b, d, c, recipe, compiled_dims, disable_ue8m0_cast, alpha)
     name = "fp8_fp4_gemm_nt"
     alpha = keywords.gemm(name, compiled_dims, epilogue, alpha, True, disable_ue8m0_cast)
     alpha = 1.0 if alpha is None else _alpha(alpha)
@@ -457,7 +479,7 @@ def fp8_fp4_gemm_nt(
         b, sfb = _pair("b", keywords.pair("b", b, FP4))
         recipe = keywords.recipe(name, recipe, recipe_a, recipe_b, a, b, FP4)
     try:
-        key = (
+        key = sig or (
             tensor_key(a),
             tensor_key(sfa),
             tensor_key(b),
@@ -476,6 +498,18 @@ def fp8_fp4_gemm_nt(
         b, sfb = _pair("b", (b, sfb))
         call = _prepare_dense(a, sfa, b, sfb, d, c, recipe, exact)
         store = key
+        if sig is not None:  # a new signature: what it launches is kept for the C table
+            with recording(_FAST_DENSE, fast_args):
+                _run_dense(call, a, sfa, b, sfb, d, c, recipe, alpha, store)
+            return
+    _run_dense(call, a, sfa, b, sfb, d, c, recipe, alpha, store)
+
+
+_FAST_DENSE = fast_calls("PPTTVVVV")
+
+
+def _run_dense(call: _Dense, a, sfa, b, sfb, d, c, recipe, alpha: float, store) -> None:
+    """The launch of a checked (or cached) dense call; stores a new signature's entry once it succeeded."""
     m, n, k, index = call.m, call.n, call.k, call.index
     if call.kernel is None:
         if m and n:  # K = 0: d = c
@@ -496,12 +530,14 @@ def fp8_fp4_gemm_nt(
         )
     except ValueError as e:  # FP32 scales UE8M0 cannot hold: the exact kernel, when the operands allow it
         _retry_exact(e, call.exact, a, b, sfa, sfb, recipe)
+        no_fast()  # which kernel runs depends on the scales' values
         fp8_fp4_gemm_nt((a, sfa), (b, sfb), d, c, recipe=recipe, disable_ue8m0_cast=True, alpha=alpha)
         if store is not None:
             _DENSE.put(store, call)
         return
     sw = SCALE_CHECKS.value  # opt-in (DG_SM120_CHECK_SCALES): one attribute read on the hot path when off
     if sw or (sw is None and get_scale_checks()):
+        no_fast()  # the check reads the scales' values on every call
         _check_given_packed(call.kind, (("sfa", sfa, call.sfa_stride >= 0), ("sfb", sfb, call.sfb_stride >= 0)))
     if store is not None:
         _DENSE.put(store, call)
@@ -672,6 +708,7 @@ def _grouped_launch(
     exact = call.kind == "fp8_fp32"
     sw = SCALE_CHECKS.value  # opt-in (DG_SM120_CHECK_SCALES)
     if sw or (sw is None and get_scale_checks()):
+        no_fast()  # the check reads the scales' values on every call
         _check_given_packed(call.kind, (("sfa", sfa, call.sfa is not None), ("sfb", sfb, call.sfb is not None)))
     if call.sfa is not None:
         sfa_p, (sfa_ps, sfa_gs) = sfa, call.sfa
@@ -785,6 +822,22 @@ def m_grouped_fp8_fp4_gemm_nt_contiguous(
     between a group's end and the next group's aligned start. Ours, keyword only: check_layout (None: check
     unless capturing a CUDA graph) and alpha. Checked once per call signature; the layout's values (unless
     check_layout=False) and unpacked scales are checked on every call."""
+    fast_args = (
+        a, b, d, grouped_layout, recipe, compiled_dims, disable_ue8m0_cast, use_psum_layout, ensure_zero_padding,
+        expected_m_for_psum_layout, check_layout, alpha,
+    )  # fmt: skip
+    # served in C only where the checked path reads no value (packed scales, layout unchecked, scale checks off)
+    sig = (
+        _FAST_CONTIG(*fast_args)
+        if epilogue is None
+        and recipe_a is None
+        and recipe_b is None
+        and (check_layout is False or (check_layout is None and not get_index_checks()))
+        and (SCALE_CHECKS.value is False or not get_scale_checks())
+        else None
+    )
+    if sig is True:
+        return
     name = "m_grouped_fp8_fp4_gemm_nt_contiguous"
     alpha = keywords.gemm(name, compiled_dims, epilogue, alpha, True, disable_ue8m0_cast)
     exact = disable_ue8m0_cast is True
@@ -796,16 +849,20 @@ def m_grouped_fp8_fp4_gemm_nt_contiguous(
     b, sfb = _pair("b", b)
     try:
         key = (
-            0,
-            tensor_key(a),
-            tensor_key(sfa),
-            tensor_key(b),
-            tensor_key(sfb),
-            tensor_key(d),
-            tensor_key(grouped_layout),
-            recipe_key(recipe),
-            use_psum_layout,
-            exact,
+            (0, sig)
+            if sig is not None
+            else (
+                0,
+                tensor_key(a),
+                tensor_key(sfa),
+                tensor_key(b),
+                tensor_key(sfb),
+                tensor_key(d),
+                tensor_key(grouped_layout),
+                recipe_key(recipe),
+                use_psum_layout,
+                exact,
+            )
         )
         call = _M_GROUPED.get(key)
     except KEY_ERRORS:  # not tensors, storage-less ones, or a recipe no key holds: checked every time
@@ -821,12 +878,26 @@ def m_grouped_fp8_fp4_gemm_nt_contiguous(
         if store is not None:
             _M_GROUPED.put(store, call)
         return
+    if store is not None and sig is not None:  # a new signature: what it launches is kept for the C table
+        with recording(_FAST_CONTIG, fast_args):
+            _contiguous_launch(call, a, sfa, b, sfb, d, grouped_layout, recipe, use_psum_layout, zero, exact, alpha)
+    else:
+        _contiguous_launch(call, a, sfa, b, sfb, d, grouped_layout, recipe, use_psum_layout, zero, exact, alpha)
+    if store is not None:
+        _M_GROUPED.put(store, call)
+
+
+_FAST_CONTIG = fast_calls("PPTTVVVVVVVV")
+
+
+def _contiguous_launch(
+    call: _Grouped, a, sfa, b, sfb, d, grouped_layout, recipe, use_psum_layout: bool, zero: bool, exact: bool, alpha
+) -> None:
     try:
         _grouped_launch(call, False, a, sfa, b, sfb, d.data_ptr(), grouped_layout.data_ptr(), use_psum_layout, alpha)
-        if store is not None:
-            _M_GROUPED.put(store, call)
     except ValueError as e:  # FP32 scales UE8M0 cannot hold: the exact kernel, when the operands allow it
         _retry_exact(e, exact, a, b, sfa, sfb, recipe)
+        no_fast()  # which kernel runs depends on the scales' values
         m_grouped_fp8_fp4_gemm_nt_contiguous(
             (a, sfa),
             (b, sfb),
@@ -839,10 +910,9 @@ def m_grouped_fp8_fp4_gemm_nt_contiguous(
             check_layout=False,  # checked above (or asked not to be)
             alpha=alpha,
         )
-        if store is not None:
-            _M_GROUPED.put(store, call)
         return
     if zero and use_psum_layout:
+        no_fast()  # torch operations on the layout's values, not a recorded launch
         keywords.zero_psum_padding(d, grouped_layout, get_mk_alignment_for_contiguous_layout())
 
 
@@ -925,6 +995,17 @@ def m_grouped_fp8_fp4_gemm_nt_masked(
     the device (read only by the kernel: graph-safe with packed scales). expected_m picks the tile size.
     DeepGEMM's signature and keywords as for fp8_fp4_gemm_nt; alpha (ours) keyword only. Checked once per call
     signature (expected_m with its type); unpacked scales are packed and checked on every call."""
+    sig = (
+        _FAST_MASKED(a, b, d, masked_m, expected_m, recipe, compiled_dims, disable_ue8m0_cast, alpha)
+        if epilogue is None
+        and recipe_a is None
+        and recipe_b is None
+        and (SCALE_CHECKS.value is False or not get_scale_checks())
+        else None
+    )
+    if sig is True:  # served in C (launch.fast_calls)
+        return
+    fast_args = (a, b, d, masked_m, expected_m, recipe, compiled_dims, disable_ue8m0_cast, alpha)
     name = "m_grouped_fp8_fp4_gemm_nt_masked"
     alpha = keywords.gemm(name, compiled_dims, epilogue, alpha, True, disable_ue8m0_cast)
     exact = disable_ue8m0_cast is True
@@ -933,7 +1014,7 @@ def m_grouped_fp8_fp4_gemm_nt_masked(
     a, sfa = _pair("a", a)
     b, sfb = _pair("b", b)
     try:
-        key = (
+        key = sig or (
             1,
             tensor_key(a),
             tensor_key(sfa),
@@ -959,15 +1040,27 @@ def m_grouped_fp8_fp4_gemm_nt_masked(
         if store is not None:
             _M_GROUPED.put(store, call)
         return
+    if store is not None and sig is not None:  # a new signature: what it launches is kept for the C table
+        with recording(_FAST_MASKED, fast_args):
+            _masked_launch(call, a, sfa, b, sfb, d, masked_m, expected_m, recipe, exact, alpha)
+    else:
+        _masked_launch(call, a, sfa, b, sfb, d, masked_m, expected_m, recipe, exact, alpha)
+    if store is not None:
+        _M_GROUPED.put(store, call)
+
+
+_FAST_MASKED = fast_calls("PPTTVVVVV")
+
+
+def _masked_launch(call: _Grouped, a, sfa, b, sfb, d, masked_m, expected_m, recipe, exact: bool, alpha: float):
     try:
         _grouped_launch(call, True, a, sfa, b, sfb, d.data_ptr(), masked_m.data_ptr(), False, alpha)
     except ValueError as e:  # FP32 scales UE8M0 cannot hold: the exact kernel, when the operands allow it
         _retry_exact(e, exact, a, b, sfa, sfb, recipe)
+        no_fast()  # which kernel runs depends on the scales' values
         m_grouped_fp8_fp4_gemm_nt_masked(
             (a, sfa), (b, sfb), d, masked_m, expected_m, recipe=recipe, disable_ue8m0_cast=True, alpha=alpha
         )
-    if store is not None:
-        _M_GROUPED.put(store, call)
 
 
 _NO_K_GROUPED = "deep_gemm_sm120 has no block-scaled K-grouped GEMM (k_grouped_bf16_gemm_tn_contiguous covers BF16)"

@@ -28,7 +28,7 @@ from ...core.arith import ceil_div
 from ...core.rules import dtype_name
 from ...core.tma import with_addresses
 from ...device import num_sms_for
-from ...launch import KEY_ERRORS, CallCache, kernel_memo, launch, recipe_key, tensor_key
+from ...launch import KEY_ERRORS, CallCache, fast_calls, kernel_memo, launch, no_fast, recipe_key, recording, tensor_key
 from ...quant import not_power_of_two
 from .api import _check_given_packed, _check_sf, _inexact, _pair, _prepare_sf
 from .kernel import PARAMS, spec_for
@@ -70,12 +70,21 @@ def fp8_einsum(
     with use_128x4_sfd_layout): not provided (NotImplementedError). Checks run once per signature (the
     expression, recipe and every tensor's dtype, shape, strides, device and alignment class); what depends on
     values (unpacked scales' conversion and power-of-two test, the opt-in packed-scale check) runs per call."""
+    sig = (
+        _FAST(expr, a, b, d, c, recipe)
+        if epilogue is None
+        and use_128x4_sfd_layout is False
+        and (SCALE_CHECKS.value is False or not get_scale_checks())
+        else None
+    )
+    if sig is True:  # served in C (launch.fast_calls)
+        return
     try:
         if epilogue is not None or use_128x4_sfd_layout is not False or type(a) not in _SEQ or type(b) not in _SEQ:
             raise TypeError("not a signature the cache keys")
         x, sfx = a
         y, sfy = b
-        key = (
+        key = sig or (
             type(expr),
             expr,
             recipe_key(recipe),
@@ -91,11 +100,18 @@ def fp8_einsum(
         key, call = None, None
     if call is None or target_of(call[1]) != call[0]:
         call, (x, sfx, y, sfy) = _prepare(expr, a, b, d, c, recipe, epilogue, use_128x4_sfd_layout)
-        call[2](x, sfx, y, sfy, d, c)
+        if sig is not None and key is not None:  # a new signature: what it launches is kept for the C table
+            with recording(_FAST, (expr, a, b, d, c, recipe)):
+                call[2](x, sfx, y, sfy, d, c)
+        else:
+            call[2](x, sfx, y, sfy, d, c)
         if key is not None:  # stored once the call succeeded: one whose scale values fail leaves no entry
             _CALLS.put(key, call)
         return
     call[2](x, sfx, y, sfy, d, c)
+
+
+_FAST = fast_calls("VPPTTV")
 
 
 def _prepare(expr, a, b, d, c, recipe, epilogue, use_128x4_sfd_layout) -> tuple:
@@ -174,12 +190,14 @@ def _prepare(expr, a, b, d, c, recipe, epilogue, use_128x4_sfd_layout) -> tuple:
     def run(x, sfx, y, sfy, d, c) -> None:
         sw = SCALE_CHECKS.value  # opt-in (DG_SM120_CHECK_SCALES): packed scales taken as given
         if sw or (sw is None and get_scale_checks()):
+            no_fast()  # the check reads the scales' values on every call
             _check_given_packed("mxfp8", (("sfa", sfx, packed_x), ("sfb", sfy, packed_y)))
         if packed_x and packed_y:
             k_ = kern
             (sfa_ps, sfa_gs), (sfb_ps, sfb_gs) = sfa_fixed, sfb_fixed
             sfa_p, sfb_p = sfx, sfy
         else:
+            no_fast()  # the kernel follows the scales' values
             kind, (sfa_p, sfa_ps, sfa_gs), (sfb_p, sfb_ps, sfb_gs) = _scales_per_call(x, sfx, sfy, bs, h, r, dd)
             k_ = _kernel(h, bs, dd, out, with_c, index, num_sms, target, kind)
         params = _pack(

@@ -12,8 +12,10 @@ import torch
 from ... import jit
 from ...arch import target_of
 from ...checks import (
+    SCALE_CHECKS,
     check_given_scales,
     device_of,
+    get_index_checks,
     get_scale_checks,
     index_checks,
     require_int32,
@@ -23,7 +25,8 @@ from ...checks import (
 from ...core.gemm import ceil_div
 from ...core.rules import dtype_name
 from ...core.tma import tma_request, with_addresses
-from ...launch import KEY_ERRORS, CallCache, kernel_memo, launch, tensor_key
+from ...launch import KEY_ERRORS, CallCache, fast_calls, kernel_memo, launch, recording, tensor_key
+from ...launch import empty as fresh_empty
 from ...scale_layout import cache_scale_words
 from ..mqa_logits.kernel import LOGIT_ALIGN_BYTES, ROWS
 from .kernel import PARAMS, PagedMqaLogitsSpec
@@ -33,6 +36,9 @@ _OFF_Q, _OFF_KV = PARAMS.offsets["tmap_q"], PARAMS.offsets["tmap_kv"]
 _pack = PARAMS.packer()
 _CALLS = CallCache()  # calls checked once per signature
 _LOGIT = {torch.float32: "fp32", torch.bfloat16: "bf16"}
+# served in C (launch.fast_calls): q (pair or bare), kv_cache, weights, context_lens, block_table, schedule_meta,
+# max_context_len, clean_logits and logits_dtype's name; a hit returns the logits it allocated
+_FAST = fast_calls("PTTTTTVVV", returns=True)
 
 
 @kernel_memo(maxsize=256)
@@ -196,7 +202,7 @@ def _prepare(
     ld_weights, bt_cols = weights.stride(0) if weights.shape[0] > 1 else heads, block_table.shape[1]
 
     def run(qv, q_sf, kv_cache, weights, context_lens, block_table, schedule_meta) -> torch.Tensor:
-        buf = torch.empty(max(rows_out, 1), stride, dtype=logits_dtype, device=qv.device)
+        buf = fresh_empty((max(rows_out, 1), stride), logits_dtype, qv.device)
         _check_block_table(block_table, num_blocks, context_lens, block_kv)
         params = _pack(
             kv_cache.data_ptr(),
@@ -243,11 +249,23 @@ def fp8_fp4_paged_mqa_logits(
     order (`indices`, varlen, SM100-only there: NotImplementedError); as there, columns past a row's context
     are left uncleaned and the logits are float32 unless asked otherwise (`clean_logits` / `logits_dtype`,
     keyword only, are ours). Checked once per call signature; the block table on every call (index_checks())."""
+    fast_args = (
+        q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len, clean_logits,
+        _LOGIT.get(logits_dtype) if type(logits_dtype) is torch.dtype else None,
+    )  # fmt: skip
+    # served in C where no value is read per call: index checks off (the block table), scale checks off
+    sig = (
+        _FAST(*fast_args)
+        if indices is None and (SCALE_CHECKS.value is False or not get_scale_checks()) and not get_index_checks()
+        else None
+    )
+    if sig is not None and sig.__class__ is not bytes:  # served: the logits it allocated
+        return sig
     if isinstance(q, torch.Tensor):
         q = (q, None)
     try:
         qv, q_sf = q
-        key = (
+        key = sig or (
             tensor_key(qv),
             None if q_sf is None else tensor_key(q_sf),
             tensor_key(kv_cache),
@@ -273,6 +291,10 @@ def fp8_fp4_paged_mqa_logits(
         if key is not None and indices is None:
             _CALLS.put(key, call)
         qv, q_sf = q
+        if sig is not None:  # a new signature: what it launches and returns is kept for the C table
+            with recording(_FAST, fast_args) as rec:
+                rec.result = call[2](qv, q_sf, kv_cache, weights, context_lens, block_table, schedule_meta)
+            return rec.result
     if q_sf is not None and get_scale_checks() and scale_checks():  # opt-in (DG_SM120_CHECK_SCALES), not captured
         rows, row = kv_cache.shape[1], kv_cache.shape[-1] - 4
         words = cache_scale_words(kv_cache, rows, row, block_table, context_lens)

@@ -14,11 +14,12 @@ import torch
 
 from ... import jit
 from ...arch import target_of
-from ...checks import check_given_scales, device_of, require_int32
+from ...checks import SCALE_CHECKS, check_given_scales, device_of, get_scale_checks, require_int32
 from ...core.gemm import ceil_div
 from ...core.tma import tma_request, with_addresses
 from ...device import num_sms_for
-from ...launch import KEY_ERRORS, CallCache, kernel_memo, launch, tensor_key
+from ...launch import KEY_ERRORS, CallCache, fast_calls, kernel_memo, launch, recording, tensor_key
+from ...launch import empty as fresh_empty
 from .contract import SparseProblem, check_paged_sparse_call, check_sparse_call
 from .kernel import PARAMS, TILE_KEYS, SparseMqaLogitsSpec, tiles_per_cta
 
@@ -95,7 +96,7 @@ def _plan(
     heads = p.heads
 
     def run(qv, q_sf, weights, metadata, kv_rows, kv_sf_address) -> torch.Tensor:
-        out = torch.empty(rows, cols, dtype=torch.bfloat16, device=qv.device)
+        out = fresh_empty((rows, cols), torch.bfloat16, qv.device)
         ldw = weights.stride(0) if rows > 1 else heads
         params = _pack(
             q_sf.data_ptr(), kv_sf_address, weights.data_ptr(), metadata.data_ptr(), out.data_ptr(), *fixed,
@@ -135,13 +136,18 @@ def fp8_fp4_sparse_mqa_logits(
     the same num_max_sparse_blocks and sparse_block_kv (it already holds each row's ks alignment, so
     use_unaligned_ks only has to be a bool here). Checked once per call signature (every tensor's dtype, shape,
     strides, device and alignment class, and the Python values); the opt-in scale check runs per call."""
+    fast_args = (q, kv, weights, metadata, num_max_sparse_blocks, sparse_block_kv, use_unaligned_ks)
+    # served in C unless the opt-in scale check reads the scales; the metadata is read by the kernel only
+    sig = _FAST(*fast_args) if SCALE_CHECKS.value is False or not get_scale_checks() else None
+    if sig is not None and sig.__class__ is not bytes:  # served: the logits it allocated
+        return sig
     if not isinstance(use_unaligned_ks, bool):
         raise TypeError(f"use_unaligned_ks must be a bool, got {type(use_unaligned_ks).__name__}")
     try:
         if type(q) not in _SEQ or type(kv) not in _SEQ:  # the checks take tuples and lists (an iterator unpacked
             raise TypeError("not a signature the cache keys")  # here would reach them spent)
         (qv, q_sf), (kvv, kv_sf) = q, kv
-        key = (
+        key = sig or (
             tensor_key(qv),
             tensor_key(q_sf),
             tensor_key(kvv),
@@ -159,10 +165,20 @@ def fp8_fp4_sparse_mqa_logits(
         qv, q_sf = q
         kvv, kv_sf = kv
     check_given_scales("ue8m0", ("q scales", q_sf), ("kv scales", kv_sf))  # opt-in (DG_SM120_CHECK_SCALES)
-    out = call[2](qv, q_sf, weights, metadata, kvv, kv_sf.data_ptr())
+    if fresh and sig is not None:  # a new signature: what it launches and returns is kept for the C table
+        with recording(_FAST, fast_args) as rec:
+            rec.result = out = call[2](qv, q_sf, weights, metadata, kvv, kv_sf.data_ptr())
+    else:
+        out = call[2](qv, q_sf, weights, metadata, kvv, kv_sf.data_ptr())
     if fresh and key is not None:  # stored once the call succeeded: a failing call leaves no entry
         _CALLS.put(key, call)
     return out
+
+
+# served in C (launch.fast_calls): the contiguous form's q and kv pairs, weights, metadata and the three values; a
+# hit returns the logits it allocated. (The paged form's scale words sit at an offset inside kv_cache, an address
+# the table does not patch: it stays checked.)
+_FAST = fast_calls("PPTTVVV", returns=True)
 
 
 def _prepare_contiguous(q, kv, weights, metadata, num_max_sparse_blocks, sparse_block_kv) -> tuple:

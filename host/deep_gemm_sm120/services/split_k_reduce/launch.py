@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from ... import jit
+from ... import launch as launching
 from ...launch import launch
 from . import PARAMS, SplitKReduceSpec, grid
 
@@ -24,8 +25,9 @@ class SplitK:
 
     @staticmethod
     def workspace(splits: int, m: int, n: int, device: torch.device) -> torch.Tensor:
-        """[splits, M, N] fp32 slices; the stream-ordered caching allocator keeps it alive for both launches."""
-        return torch.empty(splits * m * n, dtype=torch.float32, device=device)
+        """[splits, M, N] fp32 slices; the stream-ordered caching allocator keeps it alive for both launches (a call
+        served in C allocates its own the same way: launch.empty)."""
+        return launching.empty((splits * m * n,), torch.float32, device)
 
     def reduce(
         self, ws_ptr: int, d_ptr: int, c_ptr: int, m: int, n: int, ldd: int, ldc: int, splits: int, index: int

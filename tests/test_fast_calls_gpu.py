@@ -1,0 +1,113 @@
+"""Calls served in C on a GPU (launch.fast_calls): a warm call goes through the runtime's own launch (the table's
+hit count grows) and writes bitwise what the checked call writes; a served call captured in a CUDA graph replays
+with the captured addresses; two streams served alternately each get their own stream."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from gpu_helpers import requires_cuda
+
+pytestmark = [pytest.mark.cuda, pytest.mark.emulation, requires_cuda]
+
+
+def _hits() -> int:
+    from deep_gemm_sm120 import launch
+
+    return sum(f.hits for f in launch._FASTS)
+
+
+def _fp8_operands(m: int, n: int, k: int):
+    import deep_gemm_sm120 as dg
+
+    x, sx = dg.per_token_cast_to_fp8(torch.randn(m, k, device="cuda"), use_ue8m0=True)
+    w, sw = dg.per_block_cast_to_fp8(torch.randn(n, k, device="cuda"), use_ue8m0=True)
+    sx = dg.transform_sf_into_required_layout(sx, m, k, (1, 128, 128), is_sfa=True)
+    sw = dg.transform_sf_into_required_layout(sw, n, k, (1, 128, 128))
+    return (x, sx), (w, sw)
+
+
+def test_served_calls_write_what_checked_calls_write(sm120_or_emulation):
+    import deep_gemm_sm120 as dg
+    from deep_gemm_sm120 import _C, launch
+
+    assert launch.bound().launch is _C.launch
+    m, n, k = 96, 256, 512
+    launch.forget_calls()
+    for trial in range(3):
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+        d_warm = torch.full((m, n), -7.0, device="cuda", dtype=torch.bfloat16)
+        before = _hits()
+        dg.bf16_gemm_nt(a, b, d_warm)
+        assert _hits() == before + (trial > 0), "served from the second call of the signature"
+        launch.forget_calls()
+        d_cold = torch.full_like(d_warm, -7.0)
+        dg.bf16_gemm_nt(a, b, d_cold)  # checked, and it records the signature again
+        torch.cuda.synchronize()
+        assert torch.equal(d_warm, d_cold)
+    ref = a.float() @ b.float().T
+    assert (d_cold.float() - ref).norm() / ref.norm() < 1e-2
+    launch.forget_calls()
+    for trial in range(3):
+        xa, wb = _fp8_operands(m, n, k)
+        d_warm = torch.full((m, n), -7.0, device="cuda", dtype=torch.bfloat16)
+        before = _hits()
+        dg.fp8_gemm_nt(xa, wb, d_warm)
+        assert _hits() == before + (trial > 0)
+        launch.forget_calls()
+        d_cold = torch.full_like(d_warm, -7.0)
+        dg.fp8_gemm_nt(xa, wb, d_cold)
+        torch.cuda.synchronize()
+        assert torch.equal(d_warm, d_cold)
+
+
+def test_a_served_call_in_a_cuda_graph(sm120_or_emulation):
+    import deep_gemm_sm120 as dg
+
+    m, n, k = 64, 128, 256
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    d = torch.zeros(m, n, device="cuda", dtype=torch.bfloat16)
+    dg.bf16_gemm_nt(a, b, d)  # checked: records the signature
+    torch.cuda.synchronize()
+    before = _hits()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        dg.bf16_gemm_nt(a, b, d)
+    assert _hits() == before + 1, "the captured call was served"
+    for _ in range(2):
+        a.copy_(torch.randn_like(a))
+        d.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        expect = torch.empty_like(d)
+        dg.bf16_gemm_nt(a, b, expect)
+        torch.cuda.synchronize()
+        assert torch.equal(d, expect)
+
+
+def test_served_calls_follow_the_current_stream(sm120_or_emulation, monkeypatch):
+    """Each hit asks the launcher's stream getter for the current stream: a served call inside
+    torch.cuda.stream(side) launches on `side`, and writes what the checked call writes."""
+    import deep_gemm_sm120 as dg
+    from deep_gemm_sm120 import launch
+
+    m, n, k = 128, 256, 1024
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    d1 = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    dg.bf16_gemm_nt(a, b, d1)  # records
+    real = launch.bound().stream
+    asked = []
+    monkeypatch.setattr(launch.BOUND, "stream", lambda i: asked.append(real(i)) or asked[-1])
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    d2 = torch.empty_like(d1)
+    before = _hits()
+    with torch.cuda.stream(side):
+        dg.bf16_gemm_nt(a, b, d2)
+    assert _hits() == before + 1 and asked == [side.cuda_stream]
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    assert torch.equal(d1, d2)
