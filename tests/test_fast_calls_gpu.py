@@ -111,3 +111,63 @@ def test_served_calls_follow_the_current_stream(sm120_or_emulation, monkeypatch)
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     assert torch.equal(d1, d2)
+
+
+def test_served_calls_with_their_own_allocations(sm120_or_emulation):
+    """A split-K GEMM (its workspace allocated per served call), the HC pre-norm with K splits, and the dense and
+    sparse MQA logits (their logits allocated and returned by the served call) write bitwise what the checked calls
+    write, with new inputs on every trial."""
+    import deep_gemm_sm120 as dg
+    from deep_gemm_sm120 import checks, launch
+
+    def twice(make, call) -> None:
+        launch.forget_calls()
+        for trial in range(3):
+            args = make()
+            before = _hits()
+            warm = call(*args)
+            assert _hits() == before + (trial > 0), "served from the second call of the signature"
+            launch.forget_calls()
+            cold = call(*args)  # checked, and recorded again
+            torch.cuda.synchronize()
+            for x, y in zip(warm, cold):
+                assert x.shape == y.shape and x.stride() == y.stride() and torch.equal(x, y)
+
+    def splitk():
+        a = torch.randn(1, 7168, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(2112, 7168, device="cuda", dtype=torch.bfloat16)
+        return a, b
+
+    def run_splitk(a, b):
+        d = torch.full((1, 2112), -7.0, device="cuda", dtype=torch.bfloat16)
+        dg.bf16_gemm_nt(a, b, d)
+        return (d,)
+
+    twice(splitk, run_splitk)
+
+    def hc():
+        return torch.randn(64, 8192, device="cuda", dtype=torch.bfloat16), torch.randn(24, 8192, device="cuda")
+
+    def run_hc(a, b):
+        d, sq = torch.full((64, 24), -7.0, device="cuda"), torch.full((64,), -7.0, device="cuda")
+        dg.tf32_hc_prenorm_gemm(a, b, d, sq)
+        return d, sq
+
+    twice(hc, run_hc)
+
+    s, h, d, sk = 64, 32, 128, 512
+
+    def mqa():
+        q = torch.randn(s, h, d, device="cuda").to(torch.float8_e4m3fn)
+        kv = torch.randn(sk, d, device="cuda").to(torch.float8_e4m3fn)
+        kv_sf, w = torch.rand(sk, device="cuda") + 0.5, torch.randn(s, h, device="cuda")
+        ks = torch.randint(0, sk // 2, (s,), device="cuda", dtype=torch.int32)
+        ke = (ks + torch.randint(1, sk // 2, (s,), device="cuda", dtype=torch.int32)).clamp_(max=sk)
+        return q, kv, kv_sf, w, ks, ke
+
+    saved = checks._INDEX_CHECKS.value
+    checks._INDEX_CHECKS.value = False  # the ranges are not read per call: the call is served
+    try:
+        twice(mqa, lambda q, kv, kv_sf, w, ks, ke: (dg.fp8_mqa_logits(q, (kv, kv_sf), w, ks, ke),))
+    finally:
+        checks._INDEX_CHECKS.value = saved
