@@ -255,6 +255,7 @@ _SERVED = {
     "fp8_einsum",
     "tf32_hc_prenorm_gemm",
     "fp8_fp4_sparse_mqa_logits",
+    "chunk_gated_delta_rule",
 }
 _CONTIGUOUS = {"m_grouped_bf16_gemm_nt_contiguous", "m_grouped_fp8_fp4_gemm_nt_contiguous"}
 
@@ -318,6 +319,8 @@ def test_warm_calls_are_served_exactly_when_replayable(rig, seed, monkeypatch): 
         assert preps == 0 and warm == cold, label
         expect = fn.__name__ in _SERVED and _replayable(cold[1], names1)
         if fn.__name__ in _CONTIGUOUS:  # the rig checks index values: a contiguous layout is read per call
+            expect = False
+        if fn.__name__ == "chunk_gated_delta_rule" and "varlenTrue" in label:  # cu_seqlens' values are read
             expect = False
         assert hit == int(expect), (label, hit, expect)
         served += hit
@@ -516,6 +519,78 @@ def test_paged_mqa_logits_served_with_logits_of_its_own(rig, monkeypatch, bare_q
 
     allocs = _Allocations(monkeypatch)
     _served_with_own_output(rig, allocs, dg.fp8_fp4_paged_mqa_logits, build, {"clean_logits": clean_logits})
+
+
+def test_gated_delta_rule_served_unless_autograd_or_offsets_want_it(rig, monkeypatch):  # noqa: F811 - the imported rig fixture
+    """A served forward returns (o, final_state) of its own (and None without a final state); inputs that require
+    grad take the autograd Function (an o with a grad_fn), never the table; varlen is served only where
+    cu_seqlens' values are not read (index checks off) and only for int32 offsets (int64 ones are clamped into a
+    temporary every call); the PDL switch is part of the signature (the plan's overlap follows it)."""
+    allocs = _Allocations(monkeypatch)
+    b, t, h, hv = 1, 200, 2, 4
+
+    def build(final=True, varlen=False, offsets=torch.int32):
+        kw = {"output_final_state": final, "initial_state": torch.zeros(3 if varlen else b, hv, 128, 128)}
+        if varlen:
+            kw["cu_seqlens"] = torch.tensor([0, 50, 120, t], dtype=offsets)
+        args = (torch.zeros(b, t, h, 128, dtype=torch.bfloat16), torch.zeros(b, t, h, 128, dtype=torch.bfloat16),
+                torch.zeros(b, t, hv, 128, dtype=torch.bfloat16), torch.zeros(b, t, hv),
+                torch.zeros(b, t, hv, dtype=torch.bfloat16))  # fmt: skip
+        return args, kw
+
+    def call(args, kw):
+        rig.launches.clear()
+        names = _names(args, kw)
+        allocs.names = names
+        try:
+            out = dg.chunk_gated_delta_rule(*args, **kw)
+        finally:
+            allocs.names = None
+        return out, _normalize(rig.launches, names), names
+
+    for final in (True, False):
+        launch.forget_calls()
+        (o1, f1), cold, _ = call(*build(final))
+        before = _hits()
+        (o2, f2), warm, names2 = call(*build(final))
+        assert _hits() == before + 1 and warm == cold and len(cold) >= 2
+        assert o2.shape == o1.shape and o2.dtype == o1.dtype and o2 is names2["alloc0"]
+        assert (f2 is None) == (not final) and (f1 is None) == (not final)
+        if final:
+            assert f2 is names2["alloc1"] and f2.shape == (b, hv, 128, 128)
+    # autograd: the served signature (the last one), inputs requiring grad: the Function runs (checked), o carries
+    # a grad_fn
+    args, kw = build(final=False)
+    args[2].requires_grad_(True)
+    before = _hits()
+    o, _ = dg.chunk_gated_delta_rule(*args, **kw)
+    assert _hits() == before and o.grad_fn is not None
+    with torch.no_grad():  # no graph wanted: served
+        dg.chunk_gated_delta_rule(*args, **kw)
+    assert _hits() == before + 1
+    # varlen: index checks on (the rig's) read the offsets: checked; off: served, int32 only
+    for checks_on, offsets, served in (
+        (True, torch.int32, False),
+        (False, torch.int32, True),
+        (False, torch.int64, False),
+    ):
+        saved = checks._INDEX_CHECKS.value
+        checks._INDEX_CHECKS.value = checks_on
+        try:
+            launch.forget_calls()
+            call(*build(varlen=True, offsets=offsets))
+            before = _hits()
+            call(*build(varlen=True, offsets=offsets))
+            assert _hits() - before == int(served), (checks_on, offsets)
+        finally:
+            checks._INDEX_CHECKS.value = saved
+    # the PDL switch: a new signature, planned anew
+    launch.forget_calls()
+    call(*build())
+    monkeypatch.setattr(launch.BOUND, "pdl", False)
+    before = _hits()
+    call(*build())
+    assert _hits() == before, "PDL off is another signature"
 
 
 def test_what_forgets_calls_forgets_served_ones(rig, monkeypatch):  # noqa: F811 - the imported rig fixture

@@ -14,12 +14,14 @@ import torch
 
 from ... import jit
 from ...arch import target_of
-from ...checks import device_of, index_checks
+from ...checks import device_of, get_index_checks, index_checks
 from ...core.arith import ceil_div
 from ...core.params import ParamList
 from ...core.tma import tma_request, with_addresses
 from ...device import num_sms_for
-from ...launch import KEY_ERRORS, CallCache, get_pdl, kernel_memo, launch, tensor_key
+from ...launch import KEY_ERRORS, CallCache, fast_calls, get_pdl, kernel_memo, launch, recording, tensor_key
+from ...launch import empty as fresh_empty
+from ...launch import zeros as fresh_zeros
 from .backward import Differentiable
 from .bwd import PARAMS as BWD_PARAMS
 from .bwd import GdrBwdSpec
@@ -42,6 +44,9 @@ from .prep import GdrPrepSpec, persistent_teams
 __all__ = ["chunk_gated_delta_rule", "chunk_gated_delta_rule_bwd", "default_chunk_size"]
 
 _CALLS = CallCache()  # calls checked and planned once per signature
+# served in C (launch.fast_calls): the arguments, then the PDL switch and the segment knob (the plan reads both);
+# a hit returns (o, final_state) it allocated, with the scratch, flags and segment maps made anew
+_FAST = fast_calls("TTTTTVTVTVVVV", returns=True)
 _ELEM = {torch.bfloat16: ("bf16", "bfloat16"), torch.float16: ("fp16", "float16")}
 
 
@@ -110,8 +115,27 @@ def chunk_gated_delta_rule(
     operations on the saved inputs; the backward kernels are issue 41's).
     Checked and planned once per call signature (every tensor's dtype, shape, strides, device and alignment class,
     the Python values, the PDL switch); cu_seqlens' values are checked per call (index_checks())."""
+    # served in C unless autograd wants a backward (the Function must see the call) or cu_seqlens' values are read
     try:
-        key = (
+        grad = torch.is_grad_enabled() and (
+            q.requires_grad
+            or k.requires_grad
+            or v.requires_grad
+            or g.requires_grad
+            or beta.requires_grad
+            or (initial_state is not None and initial_state.requires_grad)
+        )
+    except AttributeError:  # not tensors: the checked path names what was expected
+        grad = True
+    fast_args = (
+        q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, use_qk_l2norm_in_kernel, chunk_size,
+        get_pdl(), segment_setting(),
+    )  # fmt: skip
+    sig = _FAST(*fast_args) if not grad and (cu_seqlens is None or not get_index_checks()) else None
+    if sig is not None and sig.__class__ is not bytes:  # served: (o, final_state)
+        return sig
+    try:
+        key = sig or (
             tensor_key(q),
             tensor_key(k),
             tensor_key(v),
@@ -137,7 +161,12 @@ def chunk_gated_delta_rule(
         call = _prepare(
             q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, use_qk_l2norm_in_kernel, chunk_size
         )
-        o, final = _run(call[2], q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm_in_kernel)
+        if sig is not None:  # a new signature: what it launches and returns is kept for the C table
+            with recording(_FAST, fast_args) as rec:
+                rec.result = call[2](q, k, v, g, beta, initial_state, cu_seqlens, scale)
+            o, final = rec.result
+        else:
+            o, final = _run(call[2], q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm_in_kernel)
         if key is not None:  # after the first run: a call whose cu_seqlens values fail is never cached
             _CALLS.put(key, call)
         return o, final
@@ -344,10 +373,8 @@ def _prepare(
     tokens = b * t
 
     def outputs(v: torch.Tensor, with_o: bool = True) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        o = torch.empty(b, t, hv, HEAD_DIM, dtype=v.dtype, device=v.device) if with_o else None
-        final = (
-            torch.empty(n, hv, HEAD_DIM, HEAD_DIM, dtype=torch.float32, device=v.device) if output_final_state else None
-        )
+        o = fresh_empty((b, t, hv, HEAD_DIM), v.dtype, v.device) if with_o else None
+        final = fresh_empty((n, hv, HEAD_DIM, HEAD_DIM), torch.float32, v.device) if output_final_state else None
         return o, final
 
     if tokens == 0:
@@ -408,9 +435,9 @@ def _prepare(
         # cu_seqlens as the kernels read it (clamped running maximum, written by the prep kernel): untrusted
         # offsets never overlap sequences or leave the tokens (docs/untrusted_indices.md); then each sequence's
         # first chunk slot
-        scratch = torch.empty(scratch_bytes, dtype=torch.uint8, device=dev)
+        scratch = fresh_empty((scratch_bytes,), torch.uint8, dev)
         tw, tu, attn, gates, cu_eff = scratch_parts(scratch.data_ptr())
-        ready = torch.zeros(1 + slots * hv, dtype=torch.int32, device=dev) if overlap else None
+        ready = fresh_zeros((1 + slots * hv,), torch.int32, dev) if overlap else None
         launch(
             prep,
             overlap or slots * hv,
@@ -463,11 +490,11 @@ def _prepare(
             return o, final
         # 1. every segment's affine map (A, B) but each sequence's last: [B; A][segment][sequence][hv]
         # a sequence's last segment and those past its end are not walked, and nothing reads their maps
-        maps_ab = torch.empty(2, segments, n * hv, HEAD_DIM, HEAD_DIM, dtype=torch.float32, device=dev)
+        maps_ab = fresh_empty((2, segments, n * hv, HEAD_DIM, HEAD_DIM), torch.float32, dev)
         recurrence(transition, 2 * fwd_ctas, None, maps_ab, None)
         # 2. each segment's first state: h_0 the initial state, h_{j+1} = A_j h_j + B_j, one launch, plain FP32,
         # for the segments that hold tokens of their sequence (from cu', as the passes read it)
-        firsts = torch.empty(segments, n * hv, HEAD_DIM, HEAD_DIM, dtype=torch.float32, device=dev)
+        firsts = fresh_empty((segments, n * hv, HEAD_DIM, HEAD_DIM), torch.float32, dev)
         if init is not None and init.data_ptr() % 16:
             init = init.clone()  # the combine reads it in 16-byte loads
         launch(
