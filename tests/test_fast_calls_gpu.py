@@ -114,9 +114,9 @@ def test_served_calls_follow_the_current_stream(sm120_or_emulation, monkeypatch)
 
 
 def test_served_calls_with_their_own_allocations(sm120_or_emulation):
-    """A split-K GEMM (its workspace allocated per served call), the HC pre-norm with K splits, and the dense and
-    sparse MQA logits (their logits allocated and returned by the served call) write bitwise what the checked calls
-    write, with new inputs on every trial."""
+    """A split-K GEMM (its workspace allocated per served call), the HC pre-norm with K splits, the gated delta
+    rule's forward and the dense MQA logits (their outputs allocated and returned by the served call) write bitwise
+    what the checked calls write, with new inputs on every trial."""
     import deep_gemm_sm120 as dg
     from deep_gemm_sm120 import checks, launch
 
@@ -164,6 +164,18 @@ def test_served_calls_with_their_own_allocations(sm120_or_emulation):
         ks = torch.randint(0, sk // 2, (s,), device="cuda", dtype=torch.int32)
         ke = (ks + torch.randint(1, sk // 2, (s,), device="cuda", dtype=torch.int32)).clamp_(max=sk)
         return q, kv, kv_sf, w, ks, ke
+
+    def gdr():
+        b, t, h, hv = 2, 300, 2, 4
+        q = torch.randn(b, t, h, 128, device="cuda", dtype=torch.bfloat16)
+        k = torch.nn.functional.normalize(torch.randn(b, t, h, 128, device="cuda"), dim=-1).to(torch.bfloat16)
+        v = torch.randn(b, t, hv, 128, device="cuda", dtype=torch.bfloat16)
+        g = torch.nn.functional.logsigmoid(torch.randn(b, t, hv, device="cuda"))
+        beta = torch.rand(b, t, hv, device="cuda", dtype=torch.bfloat16)
+        return q, k, v, g, beta, torch.randn(b, hv, 128, 128, device="cuda")
+
+    with torch.no_grad():
+        twice(gdr, lambda *x: dg.chunk_gated_delta_rule(*x[:5], initial_state=x[5], output_final_state=True))
 
     saved = checks._INDEX_CHECKS.value
     checks._INDEX_CHECKS.value = False  # the ranges are not read per call: the call is served
