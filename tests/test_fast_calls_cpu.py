@@ -593,6 +593,32 @@ def test_gated_delta_rule_served_unless_autograd_or_offsets_want_it(rig, monkeyp
     assert _hits() == before, "PDL off is another signature"
 
 
+def test_served_under_inference_mode(rig):  # noqa: F811 - the imported rig fixture
+    """Serving engines run under torch.inference_mode, whose tensors keep no version counter: a first call records
+    (it raised reading one, red-team review of the allocations change), a second is served, for a GEMM table and
+    for one that returns its allocations (the gated delta rule's forward)."""
+    with torch.inference_mode():
+        launch.forget_calls()
+        a, b = torch.zeros(64, 128, dtype=torch.bfloat16), torch.zeros(128, 128, dtype=torch.bfloat16)
+        dg.bf16_gemm_nt(a, b, torch.zeros(64, 128, dtype=torch.bfloat16))
+        before = _hits()
+        dg.bf16_gemm_nt(a.clone(), b.clone(), torch.zeros(64, 128, dtype=torch.bfloat16))
+        assert _hits() == before + 1
+
+        def gdr():
+            x = lambda *shape, dt=torch.bfloat16: torch.zeros(*shape, dtype=dt)
+            return dg.chunk_gated_delta_rule(
+                x(1, 64, 2, 128), x(1, 64, 2, 128), x(1, 64, 2, 128), x(1, 64, 2, dt=torch.float32), x(1, 64, 2),
+                output_final_state=True,
+            )  # fmt: skip
+
+        o1, f1 = gdr()
+        before = _hits()
+        o2, f2 = gdr()
+        assert _hits() == before + 1 and o2.shape == o1.shape and f2.shape == f1.shape
+        assert o2.is_inference() and o2.data_ptr() != o1.data_ptr()
+
+
 def test_what_forgets_calls_forgets_served_ones(rig, monkeypatch):  # noqa: F811 - the imported rig fixture
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # set_num_sms asks
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)

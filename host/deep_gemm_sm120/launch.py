@@ -295,13 +295,26 @@ def _tensors(obj, out: list) -> list:
     return out
 
 
+def _version(t: torch.Tensor) -> int | None:
+    """A tensor's version counter: an in-place torch operation on it (or on a view of it) bumps it, which no launch
+    does. None for an inference tensor (made under torch.inference_mode), which keeps none: there the guard
+    cannot look, and the CPU rig's oracle, which runs every served entry point on ordinary tensors, is what holds
+    their checked paths to launches only."""
+    return None if t.is_inference() else t._version
+
+
 def _versions(args: tuple) -> list:
-    """Every argument tensor with its version counter: an in-place torch operation on one (or on a view of one)
-    bumps it, which no launch does."""
+    """Every argument tensor with its version counter (_version)."""
     got: list = []
     for a in args:
         _tensors(a, got)
-    return [(t, t._version) for t in got]
+    return [(t, _version(t)) for t in got]
+
+
+def _written(pairs) -> bool:
+    """Whether a torch operation wrote one of the tensors since its version was read (pairs of (tensor, version),
+    or (tensor, factory, version) for allocations)."""
+    return any(x[-1] is not None and _version(x[0]) != x[-1] for x in pairs)
 
 
 def _result_recipe(result, fresh: list):
@@ -355,7 +368,7 @@ def recording(fast, args: tuple) -> Iterator[Recorded]:
             outer_fresh.extend(fresh)
     if not rec or None in rec:
         return
-    if any(t._version != v for t, v in versions) or any(t._version != v for t, _, v in fresh):
+    if _written(versions) or _written(fresh):
         return
     recipe = _result_recipe(got.result, fresh) if fast.returns else None
     if fast.returns and recipe is None:
@@ -369,7 +382,7 @@ def recording(fast, args: tuple) -> Iterator[Recorded]:
 def _allocated(t: torch.Tensor, factory: Callable[[], torch.Tensor]) -> torch.Tensor:
     fresh = _REC.fresh
     if fresh is not None:
-        fresh.append((t, factory, t._version))
+        fresh.append((t, factory, _version(t)))
     return t
 
 
