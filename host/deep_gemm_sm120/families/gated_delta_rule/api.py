@@ -117,14 +117,7 @@ def chunk_gated_delta_rule(
     the Python values, the PDL switch); cu_seqlens' values are checked per call (index_checks())."""
     # served in C unless autograd wants a backward (the Function must see the call) or cu_seqlens' values are read
     try:
-        grad = torch.is_grad_enabled() and (
-            q.requires_grad
-            or k.requires_grad
-            or v.requires_grad
-            or g.requires_grad
-            or beta.requires_grad
-            or (initial_state is not None and initial_state.requires_grad)
-        )
+        grad = _wants_grad(q, k, v, g, beta, initial_state)
     except AttributeError:  # not tensors: the checked path names what was expected
         grad = True
     fast_args = (
@@ -173,20 +166,22 @@ def chunk_gated_delta_rule(
     return _run(call[2], q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm_in_kernel)
 
 
+def _wants_grad(q, k, v, g, beta, initial_state) -> bool:
+    """Whether autograd wants a backward of this call: grad mode on and an input that requires grad."""
+    return torch.is_grad_enabled() and (
+        q.requires_grad
+        or k.requires_grad
+        or v.requires_grad
+        or g.requires_grad
+        or beta.requires_grad
+        or (initial_state is not None and initial_state.requires_grad)
+    )
+
+
 def _run(run, q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm_in_kernel) -> tuple:
     """run(...) as it is, or inside the autograd Function that gives it a backward when an input requires grad
     (backward.py: the inputs are kept, the rest recomputed from them)."""
-    if not (
-        torch.is_grad_enabled()
-        and (
-            q.requires_grad
-            or k.requires_grad
-            or v.requires_grad
-            or g.requires_grad
-            or beta.requires_grad
-            or (initial_state is not None and initial_state.requires_grad)
-        )
-    ):
+    if not _wants_grad(q, k, v, g, beta, initial_state):
         return run(q, k, v, g, beta, initial_state, cu_seqlens, scale)
     l2 = bool(use_qk_l2norm_in_kernel)
 
