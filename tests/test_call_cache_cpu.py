@@ -117,8 +117,10 @@ def _normalize(launches: list[Launch], names: dict) -> list:
         if isinstance(t, torch.Tensor) and t.numel():
             where.setdefault(t.data_ptr(), name)
     other: dict[int, str] = {}
-    # tensors a call allocated (named allocN by the fast-call tests): an address inside one is named by its offset
+    # tensors a call allocated (named allocN by the fast-call tests), then the arguments' extents: an address
+    # inside exactly one is named by its offset (the paged sparse scale words inside kv_cache)
     spans = [(n, t.data_ptr(), t.untyped_storage().nbytes()) for n, t in names.items() if n.startswith("alloc")]
+    extents = [(n, t.data_ptr(), launch._extent(t)) for n, t in names.items() if not n.startswith("alloc")]
 
     def sub(v):
         if isinstance(v, int) and not isinstance(v, bool) and v >= _BIG:
@@ -127,6 +129,9 @@ def _normalize(launches: list[Launch], names: dict) -> list:
             for name, base, size in spans:
                 if base <= v < base + size:
                     return f"@{name}+{v - base}"
+            inside = [(name, base) for name, base, size in extents if base <= v < base + size]
+            if len(inside) == 1:
+                return f"@{inside[0][0]}+{v - inside[0][1]}"
             return other.setdefault(v, f"@ws{len(other)}")
         return v
 

@@ -195,6 +195,31 @@ def test_records_that_cannot_be_replayed_are_refused():
     assert table.add((a, object(), d), [good]) is False, "an argument the schema cannot read"
 
 
+def test_an_address_inside_one_argument_is_that_argument_plus_its_offset():
+    """With the arguments' extents (recording passes them), an address inside exactly one argument, which no
+    other argument overlaps, replays as that argument's new address plus the offset; without extents, with
+    overlapping arguments, or past an extent, it is refused; extents that do not line up with the signature's
+    tensors are ignored."""
+    lau = Launcher()
+    table = C.FastCalls("TT", lau, 8)
+    a, d = torch.zeros(64), torch.zeros(16)
+    rec = _record(_buf(_addr(d)), _maps(_addr(a) + 128, _addr(a)), (0,))  # a map 128 bytes into a
+    extents = [(_addr(a), 256), (_addr(d), 64)]
+    assert table.add((a, d), [rec]) is False, "no extents: exact addresses only"
+    assert table.add((a, d), [rec], [], None, [(_addr(d), 64), (_addr(a), 256)]) is False, "extents out of order"
+    assert table.add((a, d), [rec], [], None, [(_addr(a), 256)]) is False, "extents of one tensor of two"
+    past = _record(_buf(_addr(d)), _maps(_addr(a) + 256, _addr(a)), (0,))
+    assert table.add((a, d), [past], [], None, extents) is False, "one past a's extent"
+    base = torch.zeros(128)
+    x, y = base[:64], base[32:96]  # overlapping arguments: the address could come from either
+    overlap = _record(_buf(_addr(y)), _maps(_addr(x) + 64, _addr(x)), (0,))
+    assert table.add((x, y), [overlap], [], None, [(_addr(x), 256), (_addr(y), 256)]) is False
+    assert table.add((a, d), [rec], [], None, extents) is True
+    a2, d2 = torch.zeros(64), torch.zeros(16)
+    assert table(a2, d2) is True
+    assert lau.launches[-1][9] == _maps(_addr(a2) + 128, _addr(a2))
+
+
 def test_an_unbound_launcher_or_a_failing_launch_is_not_a_hit():
     lau = Launcher()
     table = C.FastCalls("T", lau, 4)
@@ -255,6 +280,7 @@ _SERVED = {
     "fp8_einsum",
     "tf32_hc_prenorm_gemm",
     "fp8_fp4_sparse_mqa_logits",
+    "fp8_fp4_paged_sparse_mqa_logits",
     "chunk_gated_delta_rule",
 }
 _CONTIGUOUS = {"m_grouped_bf16_gemm_nt_contiguous", "m_grouped_fp8_fp4_gemm_nt_contiguous"}

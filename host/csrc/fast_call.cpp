@@ -215,7 +215,7 @@ struct Patch {
     uint32_t offset;  // where its address goes
     bool tmaps;       // in the tensor-map requests (else the parameter buffer)
     bool fresh;       // an address inside a tensor allocated per call (launch.empty / launch.zeros)
-    uint64_t at;      // fresh: the address's byte offset from that tensor's start
+    uint64_t at;      // the address's byte offset from that tensor's start (0 for an argument's own address)
 };
 
 struct Launch {
@@ -279,7 +279,7 @@ bool replay(const Launch& l, const Signature& s, const uint64_t* fresh, PyObject
     params.assign(l.params);
     tmaps.assign(l.tmaps);
     for (const Patch& p : l.patches) {
-        const uint64_t address = p.fresh ? fresh[p.tensor] + p.at : s.ptrs[p.tensor];
+        const uint64_t address = (p.fresh ? fresh[p.tensor] : s.ptrs[p.tensor]) + p.at;
         std::memcpy((p.tmaps ? tmaps.data() : params.data()) + p.offset, &address, sizeof(uint64_t));
     }
     const bool pdl = l.pdl && pdl_switch;
@@ -425,8 +425,12 @@ struct FreshRange {
 // The patch for the address `value` found at `offset`: the one tensor of the call with that address, or the one
 // tensor the call allocated that holds it (any offset inside: tw / tu / attn of one allocation). None or several
 // (aliased tensors) refuse the recording: a later call's address could not be told.
-bool find_tensor(const Signature& s, const std::vector<FreshRange>& fresh, uint64_t value, uint32_t offset,
-                 bool tmaps, std::vector<Patch>& out) {
+// Failing both, an address inside exactly one argument's span (`spans`, the arguments' extents in signature
+// order, empty when unknown) whose span no other argument's overlaps: that argument's address plus the offset
+// (the paged sparse MQA logits' scale words, at a fixed offset inside kv_cache). Overlapping arguments refuse it:
+// the address could be derived from either, and a later call's arguments may sit apart.
+bool find_tensor(const Signature& s, const std::vector<FreshRange>& fresh, const std::vector<FreshRange>& spans,
+                 uint64_t value, uint32_t offset, bool tmaps, std::vector<Patch>& out) {
     int found = -1;
     bool in_fresh = false;
     for (size_t j = 0; j < s.tensors; ++j)
@@ -440,9 +444,23 @@ bool find_tensor(const Signature& s, const std::vector<FreshRange>& fresh, uint6
             found = static_cast<int>(j);
             in_fresh = true;
         }
+    if (found >= 0) {
+        const uint64_t at = in_fresh ? value - fresh[static_cast<size_t>(found)].base : 0;
+        out.push_back({static_cast<uint32_t>(found), offset, tmaps, in_fresh, at});
+        return true;
+    }
+    for (size_t j = 0; j < spans.size(); ++j)
+        if (value >= spans[j].base && value - spans[j].base < spans[j].bytes) {
+            if (found >= 0) return false;
+            found = static_cast<int>(j);
+        }
     if (found < 0) return false;
-    const uint64_t at = in_fresh ? value - fresh[static_cast<size_t>(found)].base : 0;
-    out.push_back({static_cast<uint32_t>(found), offset, tmaps, in_fresh, at});
+    const FreshRange& own = spans[static_cast<size_t>(found)];
+    for (size_t j = 0; j < spans.size(); ++j)
+        if (static_cast<int>(j) != found && spans[j].bytes && own.base < spans[j].base + spans[j].bytes &&
+            spans[j].base < own.base + own.bytes)
+            return false;
+    out.push_back({static_cast<uint32_t>(found), offset, tmaps, false, value - own.base});
     return true;
 }
 
@@ -450,7 +468,8 @@ bool find_tensor(const Signature& s, const std::vector<FreshRange>& fresh, uint6
 // pointer offsets of the parameter buffer). Every non-null pointer parameter and every tensor-map address must
 // be exactly one of the call's tensors' addresses; anything else (a workspace, a temporary, an offset address)
 // leaves the call on the checked path.
-bool read_record(PyObject* rec, const Signature& s, const std::vector<FreshRange>& fresh, Launch& l) {
+bool read_record(PyObject* rec, const Signature& s, const std::vector<FreshRange>& fresh,
+                 const std::vector<FreshRange>& spans, Launch& l) {
     if (!PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != 11) return false;
     PyObject* const* f = &PyTuple_GET_ITEM(rec, 0);
     uint32_t handle = 0;
@@ -468,13 +487,13 @@ bool read_record(PyObject* rec, const Signature& s, const std::vector<FreshRange
         if (!read_u32(PyTuple_GET_ITEM(f[10], i), off) || off % 8 || off + 8 > l.params.size()) return false;
         uint64_t v = 0;
         std::memcpy(&v, l.params.data() + off, sizeof v);
-        if (v != 0 && !find_tensor(s, fresh, v, off, false, l.patches)) return false;
+        if (v != 0 && !find_tensor(s, fresh, spans, v, off, false, l.patches)) return false;
     }
     for (size_t r = 0; r < l.tmaps.size(); r += kTmaRecord) {
         const uint32_t off = static_cast<uint32_t>(r + kTmaAddress);
         uint64_t v = 0;
         std::memcpy(&v, l.tmaps.data() + off, sizeof v);
-        if (!find_tensor(s, fresh, v, off, true, l.patches)) return false;
+        if (!find_tensor(s, fresh, spans, v, off, true, l.patches)) return false;
     }
     Py_INCREF(f[6]);
     l.index = f[6];
@@ -499,6 +518,27 @@ bool read_fresh(PyObject* list, Entry& e, std::vector<FreshRange>& out) {
         e.factories.push_back(factory);
     }
     return true;
+}
+
+// spans: a list of (address, bytes) per argument tensor in signature order (recording's reading of the arguments'
+// extents). Used only when it lines up with the signature's own tensors, address for address; otherwise left
+// empty (no argument-offset patches: the recording then needs exact addresses, as before).
+void read_spans(PyObject* list, const Signature& s, std::vector<FreshRange>& out) {
+    if (!PyList_CheckExact(list) || static_cast<size_t>(PyList_GET_SIZE(list)) != s.tensors) return;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); ++i) {
+        PyObject* item = PyList_GET_ITEM(list, i);
+        FreshRange r;
+        if (PyTuple_CheckExact(item) && PyTuple_GET_SIZE(item) == 2) {
+            r.base = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(item, 0));
+            r.bytes = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(item, 1));
+        }
+        if (PyErr_Occurred() || r.base != s.ptrs[i] || r.base == 0) {
+            PyErr_Clear();
+            out.clear();
+            return;
+        }
+        out.push_back(r);
+    }
 }
 
 // One returned item of a recipe: None, j, or (j, size tuple, stride tuple, offset), j < fresh.
@@ -534,8 +574,8 @@ bool check_result(PyObject* recipe, size_t fresh) {
 // signature cannot be read or a record is not replayable (see read_record).
 PyObject* fast_add(PyObject* self_, PyObject* const* argv, Py_ssize_t nargs) {
     FastCalls* self = reinterpret_cast<FastCalls*>(self_);
-    if ((nargs != 2 && nargs != 4) || !PyTuple_Check(argv[0]) || !PyList_Check(argv[1])) {
-        PyErr_SetString(PyExc_TypeError, "FastCalls.add(args: tuple, records: list[, fresh: list, result])");
+    if ((nargs != 2 && nargs != 4 && nargs != 5) || !PyTuple_Check(argv[0]) || !PyList_Check(argv[1])) {
+        PyErr_SetString(PyExc_TypeError, "FastCalls.add(args: tuple, records: list[, fresh: list, result[, spans]])");
         return nullptr;
     }
     auto entry = std::make_shared<Entry>();
@@ -544,9 +584,10 @@ PyObject* fast_add(PyObject* self_, PyObject* const* argv, Py_ssize_t nargs) {
     bool ok = read_signature(s, *self->schema, &PyTuple_GET_ITEM(argv[0], 0),
                              static_cast<size_t>(PyTuple_GET_SIZE(argv[0])));
     for (size_t j = 0; ok && j < s.tensors; ++j) ok = s.ptrs[j] != 0;  // a null address is no tensor's own
-    std::vector<FreshRange> fresh;
-    if (ok && nargs == 4) ok = read_fresh(argv[2], e, fresh);
-    PyObject* recipe = nargs == 4 ? argv[3] : Py_None;
+    std::vector<FreshRange> fresh, spans;
+    if (ok && nargs >= 4) ok = read_fresh(argv[2], e, fresh);
+    if (ok && nargs == 5) read_spans(argv[4], s, spans);
+    PyObject* recipe = nargs >= 4 ? argv[3] : Py_None;
     if (ok && self->returns) {
         ok = recipe != Py_None && check_result(recipe, fresh.size());
         if (ok) {
@@ -560,7 +601,7 @@ PyObject* fast_add(PyObject* self_, PyObject* const* argv, Py_ssize_t nargs) {
     ok = ok && count > 0;
     for (Py_ssize_t i = 0; ok && i < count; ++i) {
         e.launches.emplace_back();
-        ok = read_record(PyList_GET_ITEM(argv[1], i), s, fresh, e.launches.back());
+        ok = read_record(PyList_GET_ITEM(argv[1], i), s, fresh, spans, e.launches.back());
     }
     PyErr_Clear();
     if (!ok) Py_RETURN_FALSE;  // the entry, and the references it took, go with it
@@ -634,7 +675,7 @@ void fast_dealloc(PyObject* self_) {
 
 PyMethodDef g_methods[] = {
     {"add", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fast_add)), METH_FASTCALL,
-     "add(args, records[, fresh, result]) -> bool: keep a checked call's recorded launches under args' signature"},
+     "add(args, records[, fresh, result[, spans]]) -> bool: keep a checked call's launches under args' signature"},
     {"clear", fast_clear, METH_NOARGS, "forget every entry"},
     {nullptr, nullptr, 0, nullptr}};
 

@@ -251,7 +251,7 @@ class _NoFastCalls:
     def __len__(self) -> int:
         return 0
 
-    def add(self, args: tuple, records: list, fresh: list | None = None, result=None) -> bool:
+    def add(self, args: tuple, records: list, fresh: list | None = None, result=None, spans=None) -> bool:
         return False
 
     def clear(self) -> None:
@@ -309,6 +309,14 @@ def _versions(args: tuple) -> list:
     for a in args:
         _tensors(a, got)
     return [(t, _version(t)) for t in got]
+
+
+def _extent(t: torch.Tensor) -> int:
+    """The bytes a tensor's elements span from its address (strides as they are; 0 when empty): an address a
+    launch passes inside it, at an offset the signature fixes, is patched as this argument's plus the offset."""
+    if t.numel() == 0:
+        return 0
+    return (1 + sum((n - 1) * abs(st) for n, st in zip(t.shape, t.stride()))) * t.element_size()
 
 
 def _written(pairs) -> bool:
@@ -373,10 +381,11 @@ def recording(fast, args: tuple) -> Iterator[Recorded]:
     recipe = _result_recipe(got.result, fresh) if fast.returns else None
     if fast.returns and recipe is None:
         return
-    spans = [(t.data_ptr(), t.untyped_storage().nbytes(), f) for t, f, _ in fresh]
+    made = [(t.data_ptr(), t.untyped_storage().nbytes(), f) for t, f, _ in fresh]
+    extents = [(t.data_ptr(), _extent(t)) for t, _ in versions]
     with _GEN_LOCK:  # not after a forget_calls (set_num_sms, a verdict, frozen plans) that began meanwhile
         if _GEN[0] == gen and not _FROZEN[0]:
-            fast.add(args, rec, spans, recipe)
+            fast.add(args, rec, made, recipe, extents)
 
 
 def _allocated(t: torch.Tensor, factory: Callable[[], torch.Tensor]) -> torch.Tensor:

@@ -176,8 +176,7 @@ def fp8_fp4_sparse_mqa_logits(
 
 
 # served in C (launch.fast_calls): the contiguous form's q and kv pairs, weights, metadata and the three values; a
-# hit returns the logits it allocated. (The paged form's scale words sit at an offset inside kv_cache, an address
-# the table does not patch: it stays checked.)
+# hit returns the logits it allocated
 _FAST = fast_calls("PPTTVVV", returns=True)
 
 
@@ -210,11 +209,15 @@ def fp8_fp4_paged_sparse_mqa_logits(
     D(/2) + 4] (a page's value rows, then its scale words); weights bf16 [S, H]; metadata from
     get_paged_sparse_mqa_logits_metadata (same page_kv, blocks and num_max_sparse_blocks). Checked once per call
     signature, as the contiguous form."""
+    fast_args = (q, kv_cache, weights, metadata, num_max_sparse_blocks, sparse_block_kv)
+    sig = _FAST_PAGED(*fast_args) if SCALE_CHECKS.value is False or not get_scale_checks() else None
+    if sig is not None and sig.__class__ is not bytes:  # served: the logits it allocated
+        return sig
     try:
         if type(q) not in _SEQ:
             raise TypeError("not a signature the cache keys")
         qv, q_sf = q
-        key = (
+        key = sig or (
             tensor_key(qv),
             tensor_key(q_sf),
             tensor_key(kv_cache),
@@ -232,10 +235,19 @@ def fp8_fp4_paged_sparse_mqa_logits(
     # opt-in (DG_SM120_CHECK_SCALES): the q words as given. The cache's words are not checked here: which pages a
     # row reads is in the metadata's slot table, and stale pages of a pool hold bytes no kernel reads.
     check_given_scales("ue8m0", ("q scales", q_sf))
-    out = call[2](qv, q_sf, weights, metadata, kv_cache, kv_cache.data_ptr() + call[3])
+    if fresh and sig is not None:  # a new signature: what it launches and returns is kept for the C table
+        with recording(_FAST_PAGED, fast_args) as rec:
+            rec.result = out = call[2](qv, q_sf, weights, metadata, kv_cache, kv_cache.data_ptr() + call[3])
+    else:
+        out = call[2](qv, q_sf, weights, metadata, kv_cache, kv_cache.data_ptr() + call[3])
     if fresh and key is not None:
         _PAGED_CALLS.put(key, call)
     return out
+
+
+# the paged form (q pair, kv_cache, weights, metadata, the two values): its scale words sit at a fixed offset
+# inside kv_cache, patched as kv_cache's address plus that offset (FastCalls: an address inside one argument)
+_FAST_PAGED = fast_calls("PTTTVV", returns=True)
 
 
 def _prepare_paged(q, kv_cache, weights, metadata, num_max_sparse_blocks, sparse_block_kv) -> tuple:
