@@ -115,8 +115,8 @@ def test_served_calls_follow_the_current_stream(sm120_or_emulation, monkeypatch)
 
 def test_served_calls_with_their_own_allocations(sm120_or_emulation):
     """A split-K GEMM (its workspace allocated per served call), the HC pre-norm with K splits, the gated delta
-    rule's forward and the dense MQA logits (their outputs allocated and returned by the served call) write bitwise
-    what the checked calls write, with new inputs on every trial."""
+    rule's forward and the dense, sparse and paged sparse MQA logits (their outputs allocated and returned by the
+    served call) write bitwise what the checked calls write, with new inputs on every trial."""
     import deep_gemm_sm120 as dg
     from deep_gemm_sm120 import checks, launch
 
@@ -176,6 +176,40 @@ def test_served_calls_with_their_own_allocations(sm120_or_emulation):
 
     with torch.no_grad():
         twice(gdr, lambda *x: dg.chunk_gated_delta_rule(*x[:5], initial_state=x[5], output_final_state=True))
+
+    # the sparse MQA logits (no index value is read per call), contiguous and paged: the paged form's scale words
+    # sit at a fixed offset inside kv_cache, replayed as the new cache's address plus that offset
+    block, num_max, page_kv, pages = 16, 8, 64, 64
+    ske = torch.arange(sk - s + 1, sk + 1, dtype=torch.int32, device="cuda")
+    sks = (ske - num_max * block).clamp_min(0) // block * block
+    idx = torch.stack([torch.arange(int(e) // block - num_max, int(e) // block) for e in ske.tolist()])
+    idx = idx.clamp_min(0).int().cuda()
+    unit = 0x7F7F7F7F  # UE8M0 scale 1.0 in every byte
+    smeta = dg.get_sparse_mqa_logits_metadata(sks, ske, sk, idx, torch.float8_e4m3fn, block)
+    ptable = torch.randperm(pages, device="cuda").int()[:64].view(8, 8).repeat(s // 8, 1)
+    plens = torch.full((s,), 8 * page_kv, dtype=torch.int32, device="cuda")
+    req = torch.arange(s, dtype=torch.int32, device="cuda")
+    pidx = torch.arange(num_max, dtype=torch.int32, device="cuda").repeat(s, 1)
+    pmeta = dg.get_paged_sparse_mqa_logits_metadata(plens, ptable, req, page_kv, pidx, torch.float8_e4m3fn, block)
+
+    def sparse():
+        q = torch.randn(s, h, d, device="cuda").to(torch.float8_e4m3fn)
+        qs = torch.full((s, h), unit, device="cuda", dtype=torch.int32)
+        kv = torch.randn(sk, d, device="cuda").to(torch.float8_e4m3fn)
+        w = torch.randn(s, h, device="cuda").to(torch.bfloat16)
+        # a page: its page_kv value rows, then their scale words (all 1.0)
+        cache = torch.full((pages, page_kv, 1, d + 4), 0x7F, dtype=torch.uint8, device="cuda")
+        values = torch.randn(pages, page_kv * d, device="cuda").to(torch.float8_e4m3fn).view(torch.uint8)
+        cache.view(pages, -1)[:, : page_kv * d] = values
+        return q, qs, kv, w, cache
+
+    sk_scales = torch.full((sk,), unit, device="cuda", dtype=torch.int32)
+    twice(sparse, lambda q, qs, kv, w, cache: (
+        dg.fp8_fp4_sparse_mqa_logits((q, qs), (kv, sk_scales), w, smeta, num_max, block),
+    ))  # fmt: skip
+    twice(sparse, lambda q, qs, kv, w, cache: (
+        dg.fp8_fp4_paged_sparse_mqa_logits((q.unsqueeze(1), qs.unsqueeze(1)), cache, w, pmeta, num_max, block),
+    ))  # fmt: skip
 
     saved = checks._INDEX_CHECKS.value
     checks._INDEX_CHECKS.value = False  # the ranges are not read per call: the call is served
