@@ -43,6 +43,7 @@ from deep_gemm_sm120.families.gated_delta_rule import api as gdr_api
 from deep_gemm_sm120.families.gated_delta_rule.prep import PREP as GDR_PREP
 from deep_gemm_sm120.families.mqa_logits import api as mqa_api
 from deep_gemm_sm120.families.paged_mqa_logits import api as paged_api
+from deep_gemm_sm120.families.paged_mqa_logits.schedule import SCHEDULE as PAGED_SCHEDULE
 from deep_gemm_sm120.families.sparse_mqa_logits import api as sparse_api
 from deep_gemm_sm120.families.tf32_hc_prenorm_gemm import api as tf32_api
 from deep_gemm_sm120.services import split_k_reduce
@@ -157,6 +158,7 @@ def rig(monkeypatch):
             GDR_PREP,
             mqa_logits.FAMILY,
             paged_mqa_logits.FAMILY,
+            PAGED_SCHEDULE,
         )
     }
     specs: dict[int, object] = {}

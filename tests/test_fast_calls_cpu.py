@@ -474,7 +474,7 @@ def test_a_bad_layout_after_a_served_call_leaves_no_entry(rig, fp8):  # noqa: F8
     assert rig.entries() == entries + 1
 
 
-def _served_with_own_output(the_rig, allocs, fn, build, kwargs) -> None:
+def _served_with_own_output(the_rig, allocs, fn, build, kwargs, index_checked: bool = True) -> None:
     """Index and scale checks off: the second call of a signature is served and returns an output it allocated
     (the checked call's shape, strides and dtype, a new buffer), launched with that buffer's address; index checks
     on: checked (the indices are read per call)."""
@@ -502,7 +502,10 @@ def _served_with_own_output(the_rig, allocs, fn, build, kwargs) -> None:
         assert (warm.shape, warm.stride(), warm.dtype, warm.storage_offset()) == (
             cold.shape, cold.stride(), cold.dtype, cold.storage_offset()
         )  # fmt: skip
-        assert warm._base is names2["alloc0"] and warm.data_ptr() != cold.data_ptr()
+        assert (warm._base if warm._base is not None else warm) is names2["alloc0"]
+        assert warm.data_ptr() != cold.data_ptr()
+        if not index_checked:
+            return
         checks._INDEX_CHECKS.value = True
         before = _hits()
         call(*build())
@@ -643,6 +646,20 @@ def test_served_under_inference_mode(rig):  # noqa: F811 - the imported rig fixt
         o2, f2 = gdr()
         assert _hits() == before + 1 and o2.shape == o1.shape and f2.shape == f1.shape
         assert o2.is_inference() and o2.data_ptr() != o1.data_ptr()
+
+
+def test_the_paged_schedule_is_served_with_a_schedule_of_its_own(rig, monkeypatch):  # noqa: F811 - the imported rig fixture
+    from deep_gemm_sm120.families.paged_mqa_logits import metadata
+
+    monkeypatch.setattr(metadata, "device_of", lambda **t: 0)
+
+    def build():
+        args = (torch.full((8, 2), 512, dtype=torch.int32), 64, SMS)
+        return args, _names(args, {})
+
+    allocs = _Allocations(monkeypatch)
+    launch.forget_calls()
+    _served_with_own_output(rig, allocs, dg.get_paged_mqa_logits_metadata, build, {}, index_checked=False)
 
 
 def test_what_forgets_calls_forgets_served_ones(rig, monkeypatch):  # noqa: F811 - the imported rig fixture

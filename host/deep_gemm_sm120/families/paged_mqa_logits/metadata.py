@@ -11,7 +11,8 @@ from ... import jit
 from ...arch import target_of
 from ...checks import device_of, require_tensor
 from ...core.rules import dtype_name
-from ...launch import launch
+from ...launch import empty as fresh_empty
+from ...launch import fast_calls, launch, recording
 from .rules import metadata_rule
 from .schedule import PARAMS, PagedMetadataSpec, chunk_keys
 
@@ -28,6 +29,9 @@ def get_paged_mqa_logits_metadata(
     keys, at least one per batch) split evenly; row num_sms is (B, 0). Computed on the GPU, graph-capturable.
     context_lens: int32 [B] (one length per batch) or [B, next_n] (per query token; a batch spans its largest).
     indices (DeepGEMM's varlen form, SM100-only upstream): NotImplementedError."""
+    sig = _FAST(context_lens, block_kv, num_sms) if indices is None else None
+    if sig is not None and sig.__class__ is not bytes:  # served in C: the schedule it allocated and computed
+        return sig
     if indices is not None:
         raise NotImplementedError(
             "get_paged_mqa_logits_metadata: indices (varlen) are SM100-only in DeepGEMM and not supported here"
@@ -46,22 +50,34 @@ def get_paged_mqa_logits_metadata(
     if not context_lens.is_contiguous():
         raise ValueError("context_lens must be contiguous")
     index = device_of(context_lens=context_lens)
-    meta = torch.empty(num_sms + 1, 2, dtype=torch.int32, device=context_lens.device)
     b = context_lens.shape[0]
     next_n = context_lens.shape[1] if context_lens.dim() == 2 else 1
-    launch(
-        _kernel(index, target_of(index)),
-        1,
-        PARAMS.pack(
-            context_lens=context_lens.data_ptr(),
-            num_batches=b,
-            next_n=next_n,
-            ld=next_n,
-            chunk_keys=chunk_keys(block_kv),
-            num_sms=num_sms,
-            meta=meta.data_ptr(),
-        ),
-        b"",
-        index,
-    )
-    return meta
+
+    def schedule() -> torch.Tensor:
+        meta = fresh_empty((num_sms + 1, 2), torch.int32, context_lens.device)
+        launch(
+            _kernel(index, target_of(index)),
+            1,
+            PARAMS.pack(
+                context_lens=context_lens.data_ptr(),
+                num_batches=b,
+                next_n=next_n,
+                ld=next_n,
+                chunk_keys=chunk_keys(block_kv),
+                num_sms=num_sms,
+                meta=meta.data_ptr(),
+            ),
+            b"",
+            index,
+        )
+        return meta
+
+    if sig is None:
+        return schedule()
+    with recording(_FAST, (context_lens, block_kv, num_sms)) as rec:  # a new signature, kept for the C table
+        rec.result = schedule()
+    return rec.result
+
+
+# served in C (launch.fast_calls): context_lens, block_kv, num_sms; a hit returns the schedule it allocated
+_FAST = fast_calls("TVV", returns=True)
