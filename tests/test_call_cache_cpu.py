@@ -43,8 +43,11 @@ from deep_gemm_sm120.families.gated_delta_rule import api as gdr_api
 from deep_gemm_sm120.families.gated_delta_rule.prep import PREP as GDR_PREP
 from deep_gemm_sm120.families.mqa_logits import api as mqa_api
 from deep_gemm_sm120.families.paged_mqa_logits import api as paged_api
+from deep_gemm_sm120.families.paged_mqa_logits import metadata as paged_metadata
 from deep_gemm_sm120.families.paged_mqa_logits.schedule import SCHEDULE as PAGED_SCHEDULE
 from deep_gemm_sm120.families.sparse_mqa_logits import api as sparse_api
+from deep_gemm_sm120.families.sparse_mqa_logits import metadata as sparse_metadata
+from deep_gemm_sm120.families.sparse_mqa_logits.slots import SLOTS as SPARSE_SLOTS
 from deep_gemm_sm120.families.tf32_hc_prenorm_gemm import api as tf32_api
 from deep_gemm_sm120.services import split_k_reduce
 
@@ -79,6 +82,8 @@ _KERNEL_CACHES = (
     gdr_api._kernels,
     mqa_api._kernel,
     paged_api._kernel,
+    paged_metadata._kernel,
+    sparse_metadata._kernel,
 )
 
 
@@ -159,6 +164,7 @@ def rig(monkeypatch):
             mqa_logits.FAMILY,
             paged_mqa_logits.FAMILY,
             PAGED_SCHEDULE,
+            SPARSE_SLOTS,
         )
     }
     specs: dict[int, object] = {}

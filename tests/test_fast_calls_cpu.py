@@ -662,6 +662,42 @@ def test_the_paged_schedule_is_served_with_a_schedule_of_its_own(rig, monkeypatc
     _served_with_own_output(rig, allocs, dg.get_paged_mqa_logits_metadata, build, {}, index_checked=False)
 
 
+class _OnDevice(torch.Tensor):
+    """A CPU tensor that says it is on CUDA: the slot-table helpers take their kernel path (the rig's launch)."""
+
+    @property
+    def is_cuda(self):
+        return True
+
+
+@pytest.mark.parametrize("paged", [False, True])
+def test_the_sparse_slot_tables_are_served_with_a_table_of_their_own(rig, monkeypatch, paged):  # noqa: F811 - the imported rig fixture
+    """get_sparse_mqa_logits_metadata (index checks off: ks / ke are not read) and the paged form (nothing read):
+    the second call of a signature is served, its table allocated per call and returned."""
+    from deep_gemm_sm120.families.sparse_mqa_logits import metadata
+
+    monkeypatch.setattr(metadata, "device_of", lambda **t: 0)
+    s, slots, block = 16, 4, 16
+
+    def dev(t):
+        return t.as_subclass(_OnDevice)
+
+    def build():
+        idx = dev(torch.zeros(s, slots, dtype=torch.int32))
+        if paged:
+            args = (dev(torch.full((s,), 256, dtype=torch.int32)), dev(torch.zeros(s, 8, dtype=torch.int32)),
+                    dev(torch.zeros(s, dtype=torch.int32)), 64, idx, torch.float8_e4m3fn, block)  # fmt: skip
+        else:
+            ke = dev(torch.full((s,), 256, dtype=torch.int32))
+            args = (dev(torch.zeros(s, dtype=torch.int32)), ke, 512, idx, torch.float8_e4m3fn, block)
+        return args, _names(args, {})
+
+    fn = dg.get_paged_sparse_mqa_logits_metadata if paged else dg.get_sparse_mqa_logits_metadata
+    allocs = _Allocations(monkeypatch)
+    launch.forget_calls()
+    _served_with_own_output(rig, allocs, fn, build, {}, index_checked=not paged)
+
+
 def test_what_forgets_calls_forgets_served_ones(rig, monkeypatch):  # noqa: F811 - the imported rig fixture
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # set_num_sms asks
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)

@@ -215,5 +215,18 @@ def test_served_calls_with_their_own_allocations(sm120_or_emulation):
     checks._INDEX_CHECKS.value = False  # the ranges are not read per call: the call is served
     try:
         twice(mqa, lambda q, kv, kv_sf, w, ks, ke: (dg.fp8_mqa_logits(q, (kv, kv_sf), w, ks, ke),))
+
+        def tables():  # the slot tables' inputs, new each trial (index checks off: ks / ke not read)
+            i = torch.randint(-2, sk // block, (s, num_max), device="cuda", dtype=torch.int32)
+            perm = torch.randperm(pages, device="cuda").int()[:64].view(8, 8).repeat(s // 8, 1)
+            return i, perm
+
+        twice(tables, lambda i, perm: (dg.get_sparse_mqa_logits_metadata(sks, ske, sk, i, torch.float8_e4m3fn, block),))
+        twice(tables, lambda i, perm: (
+            dg.get_paged_sparse_mqa_logits_metadata(plens, perm, req, page_kv, i, torch.float8_e4m3fn, block),
+        ))  # fmt: skip
+        twice(lambda: (torch.randint(1, 600, (8,), device="cuda", dtype=torch.int32),), lambda lens: (
+            dg.get_paged_mqa_logits_metadata(lens, 64, 132),
+        ))  # fmt: skip
     finally:
         checks._INDEX_CHECKS.value = saved

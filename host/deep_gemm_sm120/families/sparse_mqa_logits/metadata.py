@@ -19,14 +19,26 @@ import torch
 
 from ... import jit
 from ...arch import target_of
-from ...checks import device_of, index_checks
+from ...checks import device_of, get_index_checks, index_checks
 from ...core.gemm import ceil_div
-from ...launch import launch
-from .contract import check_indices, fmt_of
+from ...launch import empty as fresh_empty
+from ...launch import fast_calls, launch, recording
+from .contract import FP4_VALUE_DTYPES, check_indices, fmt_of
 from .rules import geometry_rule
 from .slots import PARAMS, THREADS, SparseMetadataSpec
 
 INT32_MAX = 2**31 - 1
+# served in C (launch.fast_calls), each returning the table it allocated: the contiguous form's ks, ke,
+# num_kv_tokens, indices, qk_dtype (by name), block and use_unaligned_ks; the paged form's context_lens,
+# block_table, indices (requests), page_kv, indices, qk_dtype and block
+_FAST = fast_calls("TTVTVVV", returns=True)
+_FAST_PAGED = fast_calls("TTTVTVV", returns=True)
+_QK_NAMES = {dt: str(dt) for dt in (torch.float8_e4m3fn, *FP4_VALUE_DTYPES)}
+
+
+def _qk_name(qk_dtype) -> str | None:
+    """qk_dtype as a signature reads it (a dtype outside the contract: None, and the checks raise)."""
+    return _QK_NAMES.get(qk_dtype) if type(qk_dtype) is torch.dtype else None
 
 
 def valid_slots(ks: torch.Tensor, ke: torch.Tensor, num_max_sparse_blocks: int, sparse_block_kv: int) -> torch.Tensor:
@@ -93,7 +105,7 @@ def metadata_on_device(
 ) -> torch.Tensor:
     """The slot table by the kernel: contiguous (ks, ke) or paged (ke = context lengths, block_table, page_kv)."""
     rows, slots = indices.shape
-    meta = torch.empty(rows, slots, 2, dtype=torch.int32, device=indices.device)
+    meta = fresh_empty((rows, slots, 2), torch.int32, indices.device)
     tensors = {
         "cu_seq_len_k_end" if block_table is None else "context_lens": ke,
         "sparse_kv_block_indices": indices,
@@ -154,6 +166,13 @@ def get_sparse_mqa_logits_metadata(
     """The slot table of fp8_fp4_sparse_mqa_logits. ks / ke int32 [S] within [0, num_kv_tokens]; indices int32
     [S, num_max_sparse_blocks]; ks % sparse_block_kv == 0 unless use_unaligned_ks (both checked outside graph
     capture, where they cost a synchronization)."""
+    fast_args = (
+        cu_seq_len_k_start, cu_seq_len_k_end, num_kv_tokens, sparse_kv_block_indices, _qk_name(qk_dtype),
+        sparse_block_kv, use_unaligned_ks,
+    )  # fmt: skip
+    sig = _FAST(*fast_args) if not get_index_checks() else None  # index checks on: ks / ke read every call
+    if sig is not None and sig.__class__ is not bytes:  # served: the table it allocated
+        return sig
     fmt_of(qk_dtype)
     block = _block(sparse_block_kv)
     check_indices(sparse_kv_block_indices)
@@ -175,9 +194,13 @@ def get_sparse_mqa_logits_metadata(
             raise ValueError(
                 f"cu_seq_len_k_start must be multiples of sparse_block_kv = {block} unless use_unaligned_ks=True"
             )
-    if sparse_kv_block_indices.is_cuda:
+    if not sparse_kv_block_indices.is_cuda:
+        return metadata_contiguous(ks, ke, sparse_kv_block_indices, block)
+    if sig is None:
         return metadata_on_device(ks, ke, sparse_kv_block_indices, block)
-    return metadata_contiguous(ks, ke, sparse_kv_block_indices, block)
+    with recording(_FAST, fast_args) as rec:  # a new signature, kept for the C table
+        rec.result = metadata_on_device(ks, ke, sparse_kv_block_indices, block)
+    return rec.result
 
 
 def get_paged_sparse_mqa_logits_metadata(
@@ -192,6 +215,18 @@ def get_paged_sparse_mqa_logits_metadata(
     """The slot table of fp8_fp4_paged_sparse_mqa_logits. context_lens int32 [S] (per query token), block_table
     int32 [S, max_pages] (each row its request's pages), indices int32 [S] (request of each row; the table rows
     already carry it, so it is only checked), page_kv a multiple of sparse_block_kv."""
+    fast_args = (
+        context_lens,
+        block_table,
+        indices,
+        page_kv,
+        sparse_kv_block_indices,
+        _qk_name(qk_dtype),
+        sparse_block_kv,
+    )
+    sig = _FAST_PAGED(*fast_args)  # no value is read on the host
+    if sig is not None and sig.__class__ is not bytes:  # served: the table it allocated
+        return sig
     fmt_of(qk_dtype)
     block = _block(sparse_block_kv)
     check_indices(sparse_kv_block_indices)
@@ -207,6 +242,10 @@ def get_paged_sparse_mqa_logits_metadata(
         raise ValueError(f"block_table must be [S = {rows}, max_pages >= 1], got {tuple(block_table.shape)}")
     if not isinstance(page_kv, int) or isinstance(page_kv, bool) or page_kv < 1 or page_kv % block:
         raise ValueError(f"page_kv must be a positive multiple of sparse_block_kv = {block}, got {page_kv!r}")
-    if sparse_kv_block_indices.is_cuda:
+    if not sparse_kv_block_indices.is_cuda:
+        return metadata_paged(ctx, block_table, sparse_kv_block_indices, page_kv, block)
+    if sig is None:
         return metadata_on_device(None, ctx, sparse_kv_block_indices, block, block_table, page_kv)
-    return metadata_paged(ctx, block_table, sparse_kv_block_indices, page_kv, block)
+    with recording(_FAST_PAGED, fast_args) as rec:  # a new signature, kept for the C table
+        rec.result = metadata_on_device(None, ctx, sparse_kv_block_indices, block, block_table, page_kv)
+    return rec.result
