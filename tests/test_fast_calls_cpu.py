@@ -220,6 +220,56 @@ def test_an_address_inside_one_argument_is_that_argument_plus_its_offset():
     assert lau.launches[-1][9] == _maps(_addr(a2) + 128, _addr(a2))
 
 
+def test_an_argument_address_inside_another_argument_is_refused():
+    """An address that is one argument's own but lies inside another's extent could have been derived from the
+    other (red-team: kv + 128, with a second argument, a view of kv's storage, starting there): with extents
+    known, refused, since a later call's arguments may sit apart."""
+    table = C.FastCalls("TT", Launcher(), 8)
+    pool = torch.zeros(64)
+    kv, w = pool, pool[32:48]  # w starts at kv + 128, inside kv's extent
+    rec = _record(_buf(), _maps(_addr(kv), _addr(kv) + 128), ())
+    spans = [(_addr(kv), launch._extent(kv)), (_addr(w), launch._extent(w))]
+    assert table.add((kv, w), [rec], [], None, spans) is False
+    apart = torch.zeros(16)
+    assert table.add((kv, apart), [_record(_buf(), _maps(_addr(kv), _addr(apart)), ())], [], None, [
+        (_addr(kv), launch._extent(kv)), (_addr(apart), launch._extent(apart))
+    ]) is True  # fmt: skip
+
+
+def test_paged_sparse_weights_on_the_scale_words_are_not_served_apart(rig):  # noqa: F811 - the imported rig fixture
+    """End to end (red-team): the first call's weights are a view of kv_cache's pool starting exactly at its scale
+    words (legal for the checked path); a later call of that signature with separate tensors must launch what its
+    own checked call launches (the scale words at kv_cache + offset, not the weights' address)."""
+    s, h, d, blk, nb, pages = 5, 16, 64, 16, 2, 2
+    page_kv, row = 2 * blk, d + 4
+
+    def q():
+        return (torch.zeros(s, 1, h, d, dtype=torch.float8_e4m3fn), torch.zeros(s, 1, h, dtype=torch.int32))
+
+    def aliased():
+        pool = torch.zeros(pages * page_kv * row + 4096, dtype=torch.uint8)
+        cache = pool[: pages * page_kv * row].view(pages, page_kv, 1, row)
+        w = pool[page_kv * d : page_kv * d + s * h * 2].view(torch.bfloat16).view(s, h)
+        return (q(), cache, w, torch.zeros(s, nb, 2, dtype=torch.int32), nb, blk)
+
+    def apart():
+        return (q(), torch.zeros(pages, page_kv, 1, row, dtype=torch.uint8), torch.zeros(s, h, dtype=torch.bfloat16),
+                torch.zeros(s, nb, 2, dtype=torch.int32), nb, blk)  # fmt: skip
+
+    def call(args):
+        rig.launches.clear()
+        dg.fp8_fp4_paged_sparse_mqa_logits(*args)
+        return _normalize(rig.launches, _names(args, {}))
+
+    launch.forget_calls()
+    separate = apart()
+    checked = call(separate)
+    launch.forget_calls()
+    call(aliased())  # checked; its recording is refused
+    before = _hits()
+    assert call(separate) == checked and _hits() == before
+
+
 def test_an_unbound_launcher_or_a_failing_launch_is_not_a_hit():
     lau = Launcher()
     table = C.FastCalls("T", lau, 4)

@@ -428,7 +428,8 @@ struct FreshRange {
 // Failing both, an address inside exactly one argument's span (`spans`, the arguments' extents in signature
 // order, empty when unknown) whose span no other argument's overlaps: that argument's address plus the offset
 // (the paged sparse MQA logits' scale words, at a fixed offset inside kv_cache). Overlapping arguments refuse it:
-// the address could be derived from either, and a later call's arguments may sit apart.
+// the address could be derived from either, and a later call's arguments may sit apart. For the same reason an
+// argument's exact address that lies inside another argument's extent is refused when the extents are known.
 bool find_tensor(const Signature& s, const std::vector<FreshRange>& fresh, const std::vector<FreshRange>& spans,
                  uint64_t value, uint32_t offset, bool tmaps, std::vector<Patch>& out) {
     int found = -1;
@@ -445,6 +446,12 @@ bool find_tensor(const Signature& s, const std::vector<FreshRange>& fresh, const
             in_fresh = true;
         }
     if (found >= 0) {
+        // an argument's own address that lies inside another argument's extent could have been derived from that
+        // one (a scale-word offset into kv_cache landing on a weights view of the same pool): refused, as below
+        if (!in_fresh)
+            for (size_t j = 0; j < spans.size(); ++j)
+                if (static_cast<int>(j) != found && value >= spans[j].base && value - spans[j].base < spans[j].bytes)
+                    return false;
         const uint64_t at = in_fresh ? value - fresh[static_cast<size_t>(found)].base : 0;
         out.push_back({static_cast<uint32_t>(found), offset, tmaps, in_fresh, at});
         return true;
