@@ -296,6 +296,36 @@ def test_backward_matches_the_float64_chunk_backward(varlen):
 
 
 @pytest.mark.parametrize("varlen", [False, True])
+def test_backward_agrees_with_fla(varlen):
+    """Issue 41: every gradient against FLA's backward on the same inputs (GVA, in-kernel l2norm, an initial state,
+    the final state's gradient), within the bound each has against the float64 backward (0.02 relative L2: both
+    round to bf16, so they meet within the sum of their errors). Runs where fla-core (and Triton) import: the
+    device scripts install it from wheels (benchmarks/bench_gated_delta_rule.py's docstring says how)."""
+    fla = pytest.importorskip("fla.ops.gated_delta_rule", reason="fla-core is not installed").chunk_gated_delta_rule
+    b, t = (1, 300) if varlen else (2, 200)
+    cu = torch.tensor([0, 90, 90, 251, 300], dtype=torch.int32, device="cuda") if varlen else None
+    n = 4 if varlen else b
+    args, init = make_inputs(b, t, 2, 4, seed=21, normalized=False, state_n=n)
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    do = torch.randn(b, t, 4, 128, device="cuda", generator=gen).bfloat16()
+    dfs = torch.randn(n, 4, 128, 128, device="cuda", generator=gen)
+
+    def grads(fn, **extra):
+        leaves = [x.clone().requires_grad_() for x in (*args, init)]
+        o, final = fn(
+            *leaves[:5], initial_state=leaves[5], output_final_state=True, use_qk_l2norm_in_kernel=True, **extra
+        )
+        torch.autograd.backward((o, final), (do, dfs))
+        return [x.grad for x in leaves]
+
+    ours = grads(dg.chunk_gated_delta_rule, cu_seqlens=cu, chunk_size=32)
+    theirs = grads(fla, cu_seqlens=None if cu is None else cu.long())
+    for name, mine, ref in zip(("dq", "dk", "dv", "dg", "dbeta", "dh0"), ours, theirs):
+        err = relative_l2(mine, ref)
+        assert err <= 0.04, f"{name}: relative L2 {err:.2e} against FLA's backward"
+
+
+@pytest.mark.parametrize("varlen", [False, True])
 def test_backward_is_graph_capturable(monkeypatch, varlen):
     """Forward and backward captured in one CUDA graph (torch.autograd.grad inside the capture; index checks skip
     themselves while capturing): replays on new inputs, new offsets included, give bitwise the gradients of an
