@@ -174,6 +174,7 @@ def test_records_that_cannot_be_replayed_are_refused():
         "workspace map": _record(_buf(_addr(d)), _maps(_addr(a), _addr(ws)), (0,)),
         "null map": _record(_buf(_addr(d)), _maps(_addr(a), 0), (0,)),
         "pointer slot outside": _record(_buf(_addr(d)), _maps(_addr(a), _addr(b)), (16,)),
+        "pointer slot wrapping 32 bits": _record(_buf(_addr(d)), _maps(_addr(a), _addr(b)), (0xFFFFFFF8,)),
         "unaligned slot": _record(_buf(_addr(d)), _maps(_addr(a), _addr(b)), (4,)),
         "short maps": good[:9] + (_maps(_addr(a))[:100],) + good[10:],
         "not a tuple": list(good),

@@ -491,7 +491,8 @@ bool read_record(PyObject* rec, const Signature& s, const std::vector<FreshRange
     if (l.params.size() > kMaxBuffer || l.tmaps.size() % kTmaRecord) return false;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(f[10]); ++i) {
         uint32_t off = 0;
-        if (!read_u32(PyTuple_GET_ITEM(f[10], i), off) || off % 8 || off + 8 > l.params.size()) return false;
+        if (!read_u32(PyTuple_GET_ITEM(f[10], i), off) || off % 8 || static_cast<size_t>(off) + 8 > l.params.size())
+            return false;  // (in size_t: a uint32 offset near 2^32 must not wrap past the check)
         uint64_t v = 0;
         std::memcpy(&v, l.params.data() + off, sizeof v);
         if (v != 0 && !find_tensor(s, fresh, spans, v, off, false, l.patches)) return false;
