@@ -363,6 +363,7 @@ PyObject* build_result(PyObject* recipe, PyObject* const* made) {
 PyObject* fast_call(PyObject* self_, PyObject* const* argv, size_t nargsf, PyObject* kwnames) {
     FastCalls* self = reinterpret_cast<FastCalls*>(self_);
     const size_t n = PyVectorcall_NARGS(nargsf);
+    if (!self->launcher) Py_RETURN_NONE;  // cleared by the collector: every call takes its checked path
     Signature s;
     if ((kwnames && PyTuple_GET_SIZE(kwnames)) || !read_signature(s, *self->schema, argv, n)) {
         PyErr_Clear();
@@ -586,6 +587,7 @@ PyObject* fast_add(PyObject* self_, PyObject* const* argv, Py_ssize_t nargs) {
         PyErr_SetString(PyExc_TypeError, "FastCalls.add(args: tuple, records: list[, fresh: list, result[, spans]])");
         return nullptr;
     }
+    if (!self->launcher) Py_RETURN_FALSE;  // cleared by the collector
     auto entry = std::make_shared<Entry>();
     Entry& e = *entry;
     Signature s;
@@ -668,9 +670,32 @@ PyObject* fast_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
     return reinterpret_cast<PyObject*>(self);
 }
 
+// Garbage collection: a table holds its launcher and, through its entries, the factories and result recipes its
+// recordings named; a factory or launcher that refers back to the table makes a cycle only the collector can free.
+int fast_traverse(PyObject* self_, visitproc visit, void* arg) {
+    FastCalls* self = reinterpret_cast<FastCalls*>(self_);
+    Py_VISIT(Py_TYPE(self_));
+    Py_VISIT(self->launcher);
+    if (self->entries)
+        for (const auto& kv : *self->entries) {
+            for (PyObject* f : kv.second->factories) Py_VISIT(f);
+            Py_VISIT(kv.second->result);
+            for (const Launch& l : kv.second->launches) Py_VISIT(l.index);
+        }
+    return 0;
+}
+
+int fast_gc_clear(PyObject* self_) {
+    FastCalls* self = reinterpret_cast<FastCalls*>(self_);
+    if (self->entries) clear_entries(self);
+    Py_CLEAR(self->launcher);  // a cleared table serves nothing (fast_call and add check it)
+    return 0;
+}
+
 void fast_dealloc(PyObject* self_) {
     FastCalls* self = reinterpret_cast<FastCalls*>(self_);
     PyTypeObject* type = Py_TYPE(self_);
+    PyObject_GC_UnTrack(self_);
     if (self->entries) {
         clear_entries(self);
         delete self->entries;
@@ -700,6 +725,8 @@ PyMemberDef g_members[] = {
 
 PyType_Slot g_slots[] = {{Py_tp_new, reinterpret_cast<void*>(fast_new)},
                          {Py_tp_dealloc, reinterpret_cast<void*>(fast_dealloc)},
+                         {Py_tp_traverse, reinterpret_cast<void*>(fast_traverse)},
+                         {Py_tp_clear, reinterpret_cast<void*>(fast_gc_clear)},
                          {Py_tp_call, reinterpret_cast<void*>(PyVectorcall_Call)},
                          {Py_tp_methods, g_methods},
                          {Py_tp_getset, g_getset},
@@ -709,7 +736,7 @@ PyType_Slot g_slots[] = {{Py_tp_new, reinterpret_cast<void*>(fast_new)},
                          {0, nullptr}};
 
 PyType_Spec g_spec = {"deep_gemm_sm120._C.FastCalls", sizeof(FastCalls), 0,
-                      Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL, g_slots};
+                      Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_HAVE_GC, g_slots};
 
 }  // namespace
 
