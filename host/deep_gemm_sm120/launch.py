@@ -260,8 +260,10 @@ class _NoFastCalls:
 
 def fast_calls(schema: str, limit: int = 1024, returns: bool = False):
     """A table of calls served in C (host/csrc/fast_call.cpp). `table(*args)` reads the call's signature (what
-    tensor_key reads of every tensor, the value of every plain argument): when the table holds it, it launches what
-    the checked call of that signature launched, with this call's tensor addresses, and returns True. Otherwise it
+    tensor_key reads of every tensor, the value of every plain argument): when the table holds it, it makes the
+    tensors that call allocated (empty() / zeros()), launches what the checked call of that signature launched with
+    this call's addresses, and returns True (a table made with returns=True: what the checked call returned, made
+    of the new allocations). Otherwise it
     returns the signature as bytes, for the caller's own CallCache key, or None when an argument is not what the
     schema allows (the checked path then names what is wrong). `schema`: one letter per argument, T a tensor or
     None, P a (tensor, scales) pair or a bare tensor, V a plain value (None, bool, int, float, str, or a tuple /
@@ -356,8 +358,9 @@ def recording(fast, args: tuple) -> Iterator[Recorded]:
     """Record what the checked call in the block launches and keep it in `fast` under the signature of `args` (the
     arguments the table is called with). Kept only when the block finishes, launched at least once, and every
     launch can be replayed from args alone and the tensors the call allocated through empty() / zeros()
-    (FastCalls.add: each address a launch passes is exactly one of args' tensors or inside one of those; a
-    temporary, a copy or a value check (no_fast) keeps the signature on the checked path). Nor is it kept when a
+    (FastCalls.add: each address a launch passes is exactly one of args' tensors, or inside one of those
+    allocations, or inside exactly one argument's extent that no other argument overlaps; a temporary, a copy or a
+    value check (no_fast) keeps the signature on the checked path). Nor is it kept when a
     torch operation wrote one of the call's tensors in place (version counters): only launches are replayed.
     A table made with returns=True also needs the block's `result` (set on what it yields), made of the
     allocated tensors or views of them."""
