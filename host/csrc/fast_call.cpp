@@ -1,8 +1,10 @@
 // deep_gemm_sm120._C.FastCalls: a cached call served without the interpreter (docs/host_design.md, "The C
 // fast path"). An entry point's first call of a signature runs its Python checks and plan and records its
-// launches; add() keeps them under the call's signature. A later call of that signature compares the signature,
-// writes its tensors' addresses into copies of the recorded parameter buffers and tensor-map requests, and
-// launches: no Python frame, no struct packing. Tensors are read through their Python attributes (no torch ABI),
+// launches and the tensors it allocated for them; add() keeps them under the call's signature. A later call of
+// that signature compares the signature, makes its own allocations through the recorded factories, writes its
+// addresses into copies of the recorded parameter buffers and tensor-map requests, launches, and (tables made
+// with returns=True) returns what the checked call returned, rebuilt from the new allocations: no Python frame
+// of the entry point's, no struct packing. Tensors are read through their Python attributes (no torch ABI),
 // exactly what launch.tensor_key reads: class, dtype, shape, strides, device, the address's 16-byte class.
 #include <Python.h>
 #include <structmember.h>
