@@ -372,6 +372,14 @@ FAMILIES = (
 )
 
 
+def served_calls(dg) -> int:
+    """Calls served in C so far (launch.fast_calls' tables; 0 on a checkout without them)."""
+    from importlib import import_module
+
+    tables = getattr(import_module(dg.__name__ + ".launch"), "_FASTS", [])
+    return sum(getattr(t, "hits", 0) for t in tables)
+
+
 def profile(name: str, fn: Callable[[], object], calls: int) -> None:
     """Where the host time of one case goes: cProfile over `calls` calls, the top entries by own time."""
     import cProfile
@@ -475,14 +483,20 @@ def main() -> int:
                 profile(name, fn, args.profile)
                 continue
             try:
+                before = served_calls(dg)
                 best, median = per_call_us(fn)
+                served = served_calls(dg) > before
             except Exception as e:
                 print(f" ! {name}: {type(e).__name__}: {e}")
                 rows[name] = {"error": f"{type(e).__name__}: {e}"}
                 continue
             rows[name] = {"min_us": best, "median_us": median, "goal": None if isinstance(goal, Indexed) else goal}
             rows[name]["ref_us"] = neighbour_ref()
-            print(f" > host {label}: {name:<72} min {best:6.2f} median {median:6.2f} us/call")
+            rows[name]["served_in_c"] = served
+            print(
+                f" > host {label}: {name:<72} min {best:6.2f} median {median:6.2f} us/call"
+                f"{' (served in C)' if served else ''}"
+            )
             if args.split:
                 parts = split(dg, fn)
                 rows[name].update(parts)
@@ -494,12 +508,18 @@ def main() -> int:
                 was = dg.get_index_checks()
                 dg.set_index_checks(False)
                 try:
+                    before = served_calls(dg)
                     best, median = per_call_us(fn)
+                    served = served_calls(dg) > before
                 finally:
                     dg.set_index_checks(was)
                 name += " index checks off"
                 rows[name] = {"min_us": best, "median_us": median, "goal": float(goal), "ref_us": neighbour_ref()}
-                print(f" > host {label}: {name:<72} min {best:6.2f} median {median:6.2f} us/call")
+                rows[name]["served_in_c"] = served
+                print(
+                    f" > host {label}: {name:<72} min {best:6.2f} median {median:6.2f} us/call"
+                    f"{' (served in C)' if served else ''}"
+                )
     end, _ = matmul()  # the reference again at the end (a row without its own is compared with the smaller)
     ref = min(ref, end)
     print(
