@@ -392,8 +392,8 @@ class _Allocations:
                 self.names[f"alloc{sum(k.startswith('alloc') for k in self.names)}"] = t
             return t
 
-        def allocated(t, factory):  # the factory a served call runs names its tensor too
-            return register(name(t), lambda: name(factory()))
+        def allocated(t, make, shape, dtype, device):  # the factory a served call runs names its tensor too
+            return register(name(t), lambda *a, **k: name(make(*a, **k)), shape, dtype, device)
 
         monkeypatch.setattr(launch, "_allocated", allocated)
 

@@ -391,24 +391,24 @@ def recording(fast, args: tuple) -> Iterator[Recorded]:
             fast.add(args, rec, made, recipe, extents)
 
 
-def _allocated(t: torch.Tensor, factory: Callable[[], torch.Tensor]) -> torch.Tensor:
+def _allocated(t: torch.Tensor, make: Callable[..., torch.Tensor], shape: tuple[int, ...], dtype, device):
+    """t, made by make(shape, dtype=, device=): while a checked call records, kept with the factory a served call
+    makes its own with (built only then: a checked call that records nothing pays no partial)."""
     fresh = _REC.fresh
     if fresh is not None:
-        fresh.append((t, factory, _version(t)))
+        fresh.append((t, functools.partial(make, shape, dtype=dtype, device=device), _version(t)))
     return t
 
 
 def empty(shape: tuple[int, ...], dtype: torch.dtype, device) -> torch.Tensor:
     """torch.empty for a tensor a launch addresses (a workspace, an output): a call served in C makes its own the
     same way, per call, instead of the checked call's address."""
-    factory = functools.partial(torch.empty, shape, dtype=dtype, device=device)
-    return _allocated(factory(), factory)
+    return _allocated(torch.empty(shape, dtype=dtype, device=device), torch.empty, shape, dtype, device)
 
 
 def zeros(shape: tuple[int, ...], dtype: torch.dtype, device) -> torch.Tensor:
     """torch.zeros for a tensor a launch addresses (a flag table, an accumulator): as empty()."""
-    factory = functools.partial(torch.zeros, shape, dtype=dtype, device=device)
-    return _allocated(factory(), factory)
+    return _allocated(torch.zeros(shape, dtype=dtype, device=device), torch.zeros, shape, dtype, device)
 
 
 def no_fast() -> None:
