@@ -253,6 +253,15 @@ def test_no_final_state_and_empty_batch():
     assert o.shape == (2, 0, 4, 128) and torch.equal(final, init)
 
 
+def _autograd_grads(fn, args, init, do, dfs, **extra) -> list:
+    """Every input's gradient (dq, dk, dv, dg, dbeta, dh0) of fn (ours or FLA's chunk_gated_delta_rule) on fresh
+    leaves of args / init, with in-kernel l2norm, the final state returned and (do, dfs) flowing in."""
+    leaves = [x.clone().requires_grad_() for x in (*args, init)]
+    o, final = fn(*leaves[:5], initial_state=leaves[5], output_final_state=True, use_qk_l2norm_in_kernel=True, **extra)
+    torch.autograd.backward((o, final), (do, dfs))
+    return [x.grad for x in leaves]
+
+
 @pytest.mark.parametrize("varlen", [False, True])
 def test_backward_matches_the_float64_chunk_backward(varlen):
     """Autograd through chunk_gated_delta_rule (bf16 inputs; GVA, in-kernel l2norm, initial state, final-state
@@ -269,13 +278,7 @@ def test_backward_matches_the_float64_chunk_backward(varlen):
     dfs = torch.randn(n, 4, 128, 128, device="cuda", generator=gen)
 
     def grads():
-        leaves = [x.clone().requires_grad_() for x in (*args, init)]
-        o, final = dg.chunk_gated_delta_rule(
-            *leaves[:5], initial_state=leaves[5], output_final_state=True, cu_seqlens=cu,
-            use_qk_l2norm_in_kernel=True, chunk_size=32,
-        )  # fmt: skip
-        torch.autograd.backward((o, final), (do, dfs))
-        return [x.grad for x in leaves]
+        return _autograd_grads(dg.chunk_gated_delta_rule, args, init, do, dfs, cu_seqlens=cu, chunk_size=32)
 
     got, again = grads(), grads()
     ref = chunked_backward(
@@ -310,16 +313,8 @@ def test_backward_agrees_with_fla(varlen):
     do = torch.randn(b, t, 4, 128, device="cuda", generator=gen).bfloat16()
     dfs = torch.randn(n, 4, 128, 128, device="cuda", generator=gen)
 
-    def grads(fn, **extra):
-        leaves = [x.clone().requires_grad_() for x in (*args, init)]
-        o, final = fn(
-            *leaves[:5], initial_state=leaves[5], output_final_state=True, use_qk_l2norm_in_kernel=True, **extra
-        )
-        torch.autograd.backward((o, final), (do, dfs))
-        return [x.grad for x in leaves]
-
-    ours = grads(dg.chunk_gated_delta_rule, cu_seqlens=cu, chunk_size=32)
-    theirs = grads(fla, cu_seqlens=None if cu is None else cu.long())
+    ours = _autograd_grads(dg.chunk_gated_delta_rule, args, init, do, dfs, cu_seqlens=cu, chunk_size=32)
+    theirs = _autograd_grads(fla, args, init, do, dfs, cu_seqlens=None if cu is None else cu.long())
     for name, mine, ref in zip(("dq", "dk", "dv", "dg", "dbeta", "dh0"), ours, theirs):
         err = relative_l2(mine, ref)
         assert err <= 0.04, f"{name}: relative L2 {err:.2e} against FLA's backward"
