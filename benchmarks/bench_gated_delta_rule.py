@@ -19,7 +19,10 @@ overlaps); --overlap-ab also times the sequential launch at chunk 32 in the same
 --backward times forward + backward (every gradient) of ours at chunk 32 and of FLA, each by CUDA-graph replay
 where its capture succeeds (ours builds its chunk layout on the device, so it captures, varlen included) and
 eagerly otherwise (CUDA events around each call; the row says which), and reports each gradient's distance to
-FLA's."""
+FLA's; with --profile it splits one eager call of ours by stage, with --tf32 it times ours again with TF32 matmuls
+allowed in the backward's torch stages (and each gradient's distance to the fp32 run's). FLA 0.6.0 refuses its
+backward on Hopper under Triton < 3.7.1; there the refusal is lifted to time it and its gradients are not compared
+(fla_backward_guard_lifted)."""
 
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ import contextlib
 import math
 import os
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -141,10 +145,30 @@ def case(
     return row
 
 
-def backward_case(b: int, t: int, h: int, hv: int, iters: int, fla, lens=None, init: bool = True) -> dict:
+def fla_backward_guard_lifted() -> bool:
+    """FLA 0.6.0 refuses its gated backward on Hopper under Triton 3.4.0 - 3.7.0 (its issue 640: a transpose of a
+    wgmma result is mis-lowered in chunk_bwd_dqkwg, so dg and dbeta come out wrong). To time FLA there the refusal
+    is lifted: the kernels are the ones FLA runs (its fix adds one 8 KB scratch round trip a CTA), but the
+    gradients are not trusted, so rows do not compare gradients with them. True when lifted (the JSON says so);
+    tests/test_gated_delta_rule_gpu.py compares gradients with FLA on mma.sync instead."""
+    try:
+        from fla.ops.common import chunk_o
+    except ImportError:
+        return False
+    if getattr(chunk_o, "IS_NVIDIA_HOPPER", False) and getattr(chunk_o, "TRITON_ABOVE_3_4_0", False):
+        if not getattr(chunk_o, "TRITON_ABOVE_3_7_1", True):
+            chunk_o.TRITON_ABOVE_3_7_1 = True
+            return True
+    return False
+
+
+def backward_case(
+    b: int, t: int, h: int, hv: int, iters: int, fla, lens=None, init: bool = True, fla_trusted=True, tf32=False
+) -> dict:
     """Forward + backward (every input's gradient, the final state's included) of ours at chunk 32 and of FLA on
     the same inputs, each by graph replay where it captures (eager otherwise); the relative L2 distance of each
-    gradient to FLA's."""
+    gradient to FLA's (when FLA's gradients are trusted here). tf32: ours again with TF32 matmuls allowed (the
+    backward's fp32 torch stages), its time and each gradient's distance to the fp32 run's."""
     import deep_gemm_sm120 as dg
 
     q, k, v, g, beta, state, cu = inputs(b, t, h, hv, lens, init)
@@ -179,12 +203,93 @@ def backward_case(b: int, t: int, h: int, hv: int, iters: int, fla, lens=None, i
         )  # fmt: skip
         row["fla_fwd_bwd_us"], row["fla_timing"] = _replay_or_eager(theirs, iters)
         row["speedup"] = row["fla_fwd_bwd_us"] / row["ours_fwd_bwd_us"]
-        mine, ref = ours(), theirs()
-        row["grad_rel_l2_vs_fla"] = {
-            name: ((a.double() - r.double()).norm() / r.double().norm().clamp_min(1e-30)).item()
-            for name, a, r in zip(("dq", "dk", "dv", "dg", "dbeta", "dh0"), mine, ref)
-        }
+        if fla_trusted:
+            row["grad_rel_l2_vs_fla"] = _grad_distances(ours(), theirs())
+    if tf32:
+        fp32 = [x.clone() for x in ours()]
+        saved = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = True
+        try:
+            row["ours_tf32_us"], _ = _replay_or_eager(ours, iters)
+            row["tf32_grad_rel_l2_vs_fp32"] = _grad_distances(ours(), fp32)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = saved
     return row
+
+
+def _grad_distances(mine, ref) -> dict:
+    return {
+        name: ((a.double() - r.double()).norm() / r.double().norm().clamp_min(1e-30)).item()
+        for name, a, r in zip(("dq", "dk", "dv", "dg", "dbeta", "dh0"), mine, ref)
+    }
+
+
+@contextlib.contextmanager
+def stage_clock(totals: dict):
+    """The backward's stages (backward.py) and the kernel passes (api.gdr_states, api.gdr_state_grads) wrapped for
+    the block: each call synchronizes before and after and adds its wall time (us) to totals[stage]. Eager and
+    synchronized, so the parts are a breakdown of one call, not its graph-replay time."""
+    from deep_gemm_sm120.families.gated_delta_rule import api
+    from deep_gemm_sm120.families.gated_delta_rule import backward as bw
+
+    stages = [
+        (bw, "chunk_gated_delta_rule_backward", "backward"),
+        (bw, "_factors", "0 factors"),
+        (api, "gdr_states", "1 states (kernels)"),
+        (api, "gdr_state_grads", "2 state grads (kernels)"),
+        (bw, "_chunk_grads", "3 input grads"),
+        (bw, "_gather", "gather"),
+        (bw, "_scatter", "scatter"),
+        (bw, "_l2norm_backward", "l2norm backward"),
+    ]
+    saved = [(mod, name, getattr(mod, name)) for mod, name, _ in stages]
+
+    def timed(fn, label):
+        def wrapper(*a, **kw):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            out = fn(*a, **kw)
+            torch.cuda.synchronize()
+            totals[label] = totals.get(label, 0.0) + (time.perf_counter() - t0) * 1e6
+            return out
+
+        return wrapper
+
+    for (mod, name, label), (_, _, fn) in zip(stages, saved):
+        setattr(mod, name, timed(fn, label))
+    try:
+        yield totals
+    finally:
+        for mod, name, fn in saved:
+            setattr(mod, name, fn)
+
+
+def backward_profile(b: int, t: int, h: int, hv: int, lens=None, init: bool = True) -> dict:
+    """One eager forward + backward of ours, the backward split by stage_clock (us; after a warm-up call)."""
+    import deep_gemm_sm120 as dg
+
+    q, k, v, g, beta, state, cu = inputs(b, t, h, hv, lens, init)
+    leaves = [x.requires_grad_() for x in (q, k, v, g, beta) + ((state,) if state is not None else ())]
+    do, n = torch.randn_like(v), len(lens) if lens is not None else b
+    dfs = torch.randn(n, hv, 128, 128, device="cuda") * 0.1
+    fwd = lambda: dg.chunk_gated_delta_rule(
+        q, k, v, g, beta, initial_state=state, output_final_state=True, chunk_size=32, cu_seqlens=cu
+    )
+    torch.autograd.backward(fwd(), (do, dfs))  # warm-up: kernels built
+    totals: dict = {}
+    with stage_clock(totals):
+        for x in leaves:
+            x.grad = None
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        outs = fwd()
+        torch.cuda.synchronize()
+        totals["forward"] = (time.perf_counter() - t0) * 1e6
+        torch.autograd.backward(outs, (do, dfs))
+    named = sum(v for k, v in totals.items() if k not in ("forward", "backward"))
+    totals["backward rest"] = totals["backward"] - named  # v', dv' (two batched matmuls), casts, the layout
+    print("   stages (us): " + "; ".join(f"{k} {v:.0f}" for k, v in totals.items()), flush=True)
+    return totals
 
 
 def _replay_or_eager(fn, iters: int) -> tuple[float, str]:
@@ -301,8 +406,12 @@ def geomean(xs) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
-def backward_main(run, rows_of, wanted: set, iters: int, fla) -> int:
-    """--backward: forward + backward per row, ours against FLA."""
+def backward_main(run, rows_of, wanted: set, iters: int, fla, stages: bool = False, tf32: bool = False) -> int:
+    """--backward: forward + backward per row, ours against FLA (--profile: ours split by stage; --tf32: ours with
+    TF32 matmuls too)."""
+    lifted = fla is not None and fla_backward_guard_lifted()
+    if lifted:
+        print("FLA's Hopper / Triton < 3.7.1 refusal lifted to time it; its gradients are not compared")
     print(
         f"{'shape':>10} {'H':>3} {'HV':>3} {'init':>4} {'ours fwd+bwd us':>16} {'FLA us':>9} {'x':>6}  worst grad relL2"
     )
@@ -310,10 +419,11 @@ def backward_main(run, rows_of, wanted: set, iters: int, fla) -> int:
     for label, b, t, h, hv, lens, init in rows_of:
         if wanted and f"{label}:{h}/{hv}" not in wanted:
             continue
-        r = backward_case(b, t, h, hv, iters, fla, lens, init)
+        r = backward_case(b, t, h, hv, iters, fla, lens, init, fla_trusted=not lifted, tf32=tf32)
         r["label"] = label
         rows.append(r)
-        worst = max(r["grad_rel_l2_vs_fla"].items(), key=lambda kv: kv[1]) if fla is not None else ("-", float("nan"))
+        compared = r.get("grad_rel_l2_vs_fla")
+        worst = max(compared.items(), key=lambda kv: kv[1]) if compared else ("-", float("nan"))
         print(
             f"{label:>10} {h:3} {hv:3} {'yes' if init else 'no':>4} {r['ours_fwd_bwd_us']:16.1f} "
             f"{r.get('fla_fwd_bwd_us', float('nan')):9.1f} {r.get('speedup', float('nan')):5.2f}x  "
@@ -321,12 +431,19 @@ def backward_main(run, rows_of, wanted: set, iters: int, fla) -> int:
             + (f" / {r['fla_timing']}]" if "fla_timing" in r else "]"),
             flush=True,
         )
+        if tf32:
+            worst32 = max(r["tf32_grad_rel_l2_vs_fp32"].items(), key=lambda kv: kv[1])
+            print(f"   tf32: {r['ours_tf32_us']:.1f} us, worst grad relL2 vs fp32 {worst32[0]} {worst32[1]:.2e}")
+        if stages:
+            r["stages_us"] = backward_profile(b, t, h, hv, lens, init)
     summary = {}
     if fla is not None and rows:
         xs = [r["speedup"] for r in rows]
         summary = {"geomean": geomean(xs), "min": min(xs), "below_1": sum(x < 1.0 for x in xs)}
         print("fwd+bwd over FLA: " + ", ".join(f"{k} {v:.3g}" for k, v in summary.items()))
-    return finish(run, {"fla": fla is not None, "backward": True, "rows": rows, "summary": summary})
+    return finish(
+        run, {"fla": fla is not None, "fla_guard_lifted": lifted, "backward": True, "rows": rows, "summary": summary}
+    )
 
 
 def main() -> int:
@@ -356,6 +473,7 @@ def main() -> int:
         ap.add_argument(
             "--backward", action="store_true", help="forward + backward of ours (chunk 32) and FLA, eager timing"
         )
+        ap.add_argument("--tf32", action="store_true", help="with --backward: ours again with TF32 matmuls allowed")
         ap.add_argument(
             "--overlap-sweep",
             default="",
@@ -387,7 +505,7 @@ def main() -> int:
     wanted = {w.strip() for w in args.rows.split(",") if w.strip()}
     rows = []
     if args.backward:
-        return backward_main(run, grid(args.quick and not wanted), wanted, iters, fla)
+        return backward_main(run, grid(args.quick and not wanted), wanted, iters, fla, args.profile, args.tf32)
     for label, b, t, h, hv, lens, init in grid(args.quick and not wanted):
         if wanted and f"{label}:{h}/{hv}" not in wanted:
             continue
