@@ -135,6 +135,15 @@ bool read_tensor(Signature& s, PyObject* o) {
     Py_DECREF(dtype);
     if (!ok) return false;
     s.put(static_cast<int64_t>(ptr & 15));
+    // The first earlier argument at this very address (this one's own index when none): every call of the
+    // signature then shares addresses the same way (c aliasing d), so a shared address is patched from the first.
+    size_t first = s.tensors;
+    for (size_t j = 0; j < s.tensors; ++j)
+        if (s.ptrs[j] == ptr) {
+            first = j;
+            break;
+        }
+    s.put(static_cast<int64_t>(first));
     s.ptrs[s.tensors++] = ptr;
     return true;
 }
@@ -425,9 +434,10 @@ struct FreshRange {
     uint64_t base = 0, bytes = 0;
 };
 
-// The patch for the address `value` found at `offset`: the one tensor of the call with that address, or the one
-// tensor the call allocated that holds it (any offset inside: tw / tu / attn of one allocation). None or several
-// (aliased tensors) refuse the recording: a later call's address could not be told.
+// The patch for the address `value` found at `offset`: the first argument with that address (arguments sharing
+// one, c aliasing d, share it in every call of the signature: read_tensor keys the sharing), or the one tensor
+// the call allocated that holds it (any offset inside: tw / tu / attn of one allocation). An address that is both
+// an argument's and inside an allocation, or inside two allocations, refuses the recording.
 // Failing both, an address inside exactly one argument's span (`spans`, the arguments' extents in signature
 // order, empty when unknown) whose span no other argument's overlaps: that argument's address plus the offset
 // (the paged sparse MQA logits' scale words, at a fixed offset inside kv_cache). Overlapping arguments refuse it:
@@ -437,11 +447,8 @@ bool find_tensor(const Signature& s, const std::vector<FreshRange>& fresh, const
                  uint64_t value, uint32_t offset, bool tmaps, std::vector<Patch>& out) {
     int found = -1;
     bool in_fresh = false;
-    for (size_t j = 0; j < s.tensors; ++j)
-        if (s.ptrs[j] == value) {
-            if (found >= 0) return false;
-            found = static_cast<int>(j);
-        }
+    for (size_t j = 0; j < s.tensors && found < 0; ++j)
+        if (s.ptrs[j] == value) found = static_cast<int>(j);
     for (size_t j = 0; j < fresh.size(); ++j)
         if (value >= fresh[j].base && value - fresh[j].base < fresh[j].bytes) {
             if (found >= 0) return false;
@@ -451,9 +458,9 @@ bool find_tensor(const Signature& s, const std::vector<FreshRange>& fresh, const
     if (found >= 0) {
         // an argument's own address that lies inside another argument's extent could have been derived from that
         // one (a scale-word offset into kv_cache landing on a weights view of the same pool): refused, as below
-        if (!in_fresh)
+        if (!in_fresh)  // (an argument at the very same address is keyed as sharing it: not derived)
             for (size_t j = 0; j < spans.size(); ++j)
-                if (static_cast<int>(j) != found && value >= spans[j].base && value - spans[j].base < spans[j].bytes)
+                if (spans[j].base != value && value >= spans[j].base && value - spans[j].base < spans[j].bytes)
                     return false;
         const uint64_t at = in_fresh ? value - fresh[static_cast<size_t>(found)].base : 0;
         out.push_back({static_cast<uint32_t>(found), offset, tmaps, in_fresh, at});
