@@ -298,24 +298,23 @@ def test_backward_matches_the_float64_chunk_backward(varlen):
         dg.chunk_gated_delta_rule_bwd()
 
 
-def _fla_backward(monkeypatch, tmp_path):
+def _fla_backward(monkeypatch):
     """FLA's chunk_gated_delta_rule with a backward that gives right gradients here. FLA 0.6.0 refuses its gated
     backward on Hopper under Triton 3.4.0 - 3.7.0 (its issue 640: Triton mis-lowers a transpose of a wgmma result in
     chunk_bwd_dqkwg). There the refusal is lifted and Triton told to use mma.sync instead of wgmma (DISABLE_MMA_V3,
-    read when a kernel compiles; a private Triton cache so that no wgmma kernel is reused). The caller checks FLA's
-    gradients against the float64 backward too, so a workaround that did not work fails the test."""
+    read when a kernel compiles and part of Triton's cache keys, so no wgmma kernel is reused). The caller checks
+    FLA's gradients against the float64 backward too, so a workaround that did not work fails the test."""
     fla = pytest.importorskip("fla.ops.gated_delta_rule", reason="fla-core is not installed").chunk_gated_delta_rule
     chunk_o = pytest.importorskip("fla.ops.common.chunk_o")
     hopper_bug = getattr(chunk_o, "IS_NVIDIA_HOPPER", False) and getattr(chunk_o, "TRITON_ABOVE_3_4_0", False)
     if hopper_bug and not getattr(chunk_o, "TRITON_ABOVE_3_7_1", True):
         monkeypatch.setattr(chunk_o, "TRITON_ABOVE_3_7_1", True)
         monkeypatch.setenv("DISABLE_MMA_V3", "1")
-        monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
     return fla
 
 
 @pytest.mark.parametrize("varlen", [False, True])
-def test_backward_agrees_with_fla(varlen, monkeypatch, tmp_path):
+def test_backward_agrees_with_fla(varlen, monkeypatch):
     """Issue 41: every gradient against FLA's backward on the same inputs (GVA, in-kernel l2norm, an initial state,
     the final state's gradient), within the bound each has against the float64 backward (0.02 relative L2: both
     round to bf16, so they meet within the sum of their errors); FLA's own gradients are held to the float64
@@ -323,7 +322,7 @@ def test_backward_agrees_with_fla(varlen, monkeypatch, tmp_path):
     (benchmarks/bench_gated_delta_rule.py's docstring says how)."""
     from deep_gemm_sm120.selftest.workloads.gdr_backward_reference import chunked_backward
 
-    fla = _fla_backward(monkeypatch, tmp_path)
+    fla = _fla_backward(monkeypatch)
     b, t = (1, 300) if varlen else (2, 200)
     cu = torch.tensor([0, 90, 90, 251, 300], dtype=torch.int32, device="cuda") if varlen else None
     n = 4 if varlen else b
