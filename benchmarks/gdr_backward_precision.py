@@ -13,6 +13,11 @@ Variants (each adds its rounding to the fp32 backward):
   operands bf16   stage 3's state products with bf16 operands, fp32 accumulation (the B3 kernel's mma.sync):
                   h, dh, do, v' and dv' rounded before they meet
   both            the two together
+  products bf16   every matrix product of the backward's torch stages on bf16 operands, fp32 accumulation: the
+                  factors' (K K^T, Q K^T, T Kb, T Vb), v' and dv', and every product of stage 3, the C x C algebra
+                  with T and its gradient included (a B3 kernel doing all of its products on mma.sync); T itself
+                  is formed in fp32
+  kernel plan     products bf16 with the states stored in bf16
 Inputs: FLA's recipe at K = V = 128 (bf16 q / k l2-normalized in the kernel, g = logsigmoid, beta = sigmoid), an
 initial state and the final state's gradient. Reported: the relative L2 distance of every gradient to float64's,
 the issue's bound being 0.02 at bf16. Runs on the CPU (minutes at T = 1024) or a GPU.
@@ -34,7 +39,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 from deep_gemm_sm120.families.gated_delta_rule import backward as bw
 
 NAMES = ("dq", "dk", "dv", "dg", "dbeta", "dh0")
-VARIANTS = ("fp32", "states bf16", "operands bf16", "both")
+VARIANTS = ("fp32", "states bf16", "operands bf16", "both", "products bf16", "kernel plan")
 
 
 def _bf16(x: torch.Tensor) -> torch.Tensor:
@@ -55,6 +60,18 @@ def bf16_operands():
         yield
     finally:
         bw._chunk_grads = saved
+
+
+@contextlib.contextmanager
+def bf16_products():
+    """Every `a @ b` of the backward on bf16-rounded operands (fp32 accumulation and result). Batched triangular
+    solves (T = (I + A)^-1) stay fp32, as a kernel's SIMT substitution would."""
+    saved = torch.Tensor.__matmul__
+    torch.Tensor.__matmul__ = lambda a, b: saved(_bf16(a), _bf16(b))  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        torch.Tensor.__matmul__ = saved  # type: ignore[method-assign]
 
 
 def stored_states(args) -> tuple:
@@ -90,8 +107,13 @@ def run(t: int, h: int, hv: int, seed: int, device: str, shift: float = 0.0) -> 
     passes = (lambda slots, count: _bf16(states), lambda do_, dfinal, slots, count, want: (_bf16(dh_next), dh0))
     out = {}
     for name in VARIANTS:
-        stored = passes if name in ("states bf16", "both") else ()
-        with bf16_operands() if name in ("operands bf16", "both") else contextlib.nullcontext():
+        stored = passes if name in ("states bf16", "both", "kernel plan") else ()
+        rounding = contextlib.nullcontext()
+        if name in ("operands bf16", "both"):
+            rounding = bf16_operands()
+        elif name in ("products bf16", "kernel plan"):
+            rounding = bf16_products()
+        with rounding:
             got = bw.chunk_gated_delta_rule_backward(*args, 64, *stored)
         out[name] = {n: float((a.double() - b).norm() / b.norm().clamp_min(1e-300)) for n, a, b in zip(NAMES, got, ref)}
     return out
