@@ -1,0 +1,561 @@
+#pragma once
+// Gated delta rule backward, the per-chunk gradients (issue 41's B3; docs/gated_delta_rule.md, "Backward plan"):
+// stages 0 and 3 of the chunk-form backward (selftest/workloads/gdr_backward_reference.py, backward.py's
+// _factors and _chunk_grads) for one chunk of C = kGdrStateTokens tokens and one value head per CTA, from the
+// token-major inputs and the two sequential passes' outputs: the state entering the chunk (h, fp32 [K][V], the
+// states instance of the forward) and the state gradient leaving it (dh', the reverse pass), both at the chunk's
+// slot. Every product runs on mma.sync with Elem operands and fp32 accumulation (the precision study bounds that
+// at 5.4e-3 relative L2, a quarter of the issue's 0.02); T = (I + A)^-1 and the elementwise terms stay fp32.
+//
+// With Kn, Qn the (optionally l2-normalized) rows, G = cumsum(g), gamma = e^G, tail = e^(G_last - G),
+// D_ij = e^(G_i - G_j) (j <= i), Ar = strict(Kn Kn^T * D), M = causal(Qn Kn^T * D), T = (I + diag(beta) Ar)^-1:
+//   phase 1, over 16-column slices of V (h, dh' and v, do sliced; everything below per slice):
+//     Y    = Kn h,  Yd = Kn dh'                           Z = diag(beta) v - diag(beta gamma) Y,  vnew = T Z
+//     dvn  = s M^T do + diag(tail) Yd                      dvb = T^T dvn,  dv = diag(beta) dvb
+//     accumulated over V: dm = do vnew^T, dt = dvn Z^T (= dvn vb^T + dw kb^T with w's gradient dw = -dvn h^T),
+//     dqg = do h^T, dkp = diag(tail) vnew dh'^T - diag(beta gamma) dvb h^T (dk's terms through kd and through
+//     kb: T^T dw = -dvb h^T), and per row sum_v dvb v, sum_v vnew Yd (= sum_k dkd Kn), sum_v dvb Y
+//     (= -sum_k dkb Kn), sum(h * dh'): no C x 128 gradient of w, kd or kb is ever formed
+//   phase 2, the C x C algebra: dqk = causal(s dm * D); dq = dqk Kn + s gamma dqg; dA = strict(-T^T dt T^T);
+//     dk = dkp + dqk^T Qn + (dkk + dkk^T) Kn with dkk = diag(beta) dA * D; dbeta and dg from the row sums (dg the
+//     reverse cumsum of G's gradient: every term of backward.py's dcum).
+// dq and dk are per value head (fp32 [tokens][HV][K]: the host sums a q / k head's value heads in a fixed order,
+// then applies the l2norm's backward); dv, dg, dbeta fp32 token-major. Rows past the chunk's length are zero in
+// shared memory (their g = 0 keeps G flat) and never written. No atomics anywhere: bitwise repeatable.
+//
+// Shared memory (bytes): Kn 17408, T 9216, M 9216 (later dqk, then the symmetric dkk), Ar fp32 16640, vectors and
+// reduction rows 4608, and one work region of 34816 that holds, in turn, Qn + T's fp32 build (phase 0), the slice
+// tiles (phase 1: h, dh' 6144 each, seven 64 x 16 tiles 3072 each), Qn, then dt and P (phase 2; dkk takes Ar's
+// place once Ar is read for the last time): 91904 in all. Sixteen warps, 128 registers, no spill (CUDA 13.0).
+
+#include "../common/sm120_arch.cuh"
+#include "../common/sm120_ldmatrix.cuh"
+#include "../common/sm120_mbarrier.cuh"
+#include "../common/sm120_pdl.cuh"
+#include "../common/sm120_warp.cuh"
+#include "../layout/sm120_gated_delta_rule_layout.cuh"
+
+namespace sm120 {
+
+struct GdrChunkGradConfig {
+    static constexpr uint32_t kThreads = 512;  // sixteen warps: the five accumulators over V take 64 registers
+    static constexpr uint32_t C = kGdrStateTokens, K = kGdrHeadDim, kSlice = 16;
+    static constexpr uint32_t kLdK = K + 8, kLdC = C + 8, kLdS = kSlice + 8, kLdF = C + 1;  // padded row strides
+    static constexpr uint32_t kTileK = C * kLdK * 2, kTileC = C * kLdC * 2, kTileF = C * kLdF * 4;
+    static constexpr uint32_t kTileH = K * kLdS * 2, kTileS = C * kLdS * 2;
+    static constexpr uint32_t kOffK = 0, kOffT = kOffK + kTileK, kOffM = kOffT + kTileC, kOffF = kOffM + kTileC;
+    static constexpr uint32_t kVecFloats = 8 * C;   // cum, beta, gamma, tail, rq, rk, bg, and one spare row
+    static constexpr uint32_t kRedFloats = 10 * C;  // row partials [4][C], column partials [4][C], two sums
+    static constexpr uint32_t kOffVec = kOffF + kTileF;
+    static constexpr uint32_t kOffRed = kOffVec + kVecFloats * 4;
+    static constexpr uint32_t kOffWork = align_up(kOffRed + kRedFloats * 4, 128u);
+    static constexpr uint32_t kWorkBytes = 2 * kTileK > kTileK + kTileF ? 2 * kTileK : kTileK + kTileF;
+    static constexpr uint32_t kSmemBytes = kOffWork + kWorkBytes;
+    static_assert(2 * kTileH + 7 * kTileS <= kWorkBytes, "the phase-1 slice tiles fit the work region");
+    static_assert(2 * kTileC <= kWorkBytes, "dt and P fit the work region");
+    static_assert(kSmemBytes <= kMaxSmemPerBlock, "shared memory exceeds the SM120 per-block budget (101376 B)");
+};
+
+// acc[NT] (+)= A (16 rows from m0) x B (8 NT columns from n0), summed over k in [0, kK), on Elem operands in
+// shared memory with row strides lda / ldb (elements). A is stored [m][k] (or [k][m] with kATrans), B [n][k] (or
+// [k][n] with kBTrans): the transposed readings come from ldmatrix's .trans, never from a copy.
+template <typename E, uint32_t NT, uint32_t kK, bool kATrans, bool kBTrans>
+SM120_DEVICE void gdr_tile_mma(float (&acc)[NT][4], const void* a, uint32_t lda, const void* b, uint32_t ldb,
+                               uint32_t m0, uint32_t n0, uint32_t lane) {
+    static_assert(NT % 2 == 0 || NT == 1, "n8 tiles come in pairs");
+    const uint32_t a_base = smem_addr(a), b_base = smem_addr(b);
+    // one k-step at a time: unrolled, the loads of every step are issued first and hold registers that the
+    // callers' accumulators need (the kernel spilled at two steps in flight on sm_120a, CUDA 13.0)
+#pragma unroll 1
+    for (uint32_t k0 = 0; k0 < kK; k0 += 16) {
+        uint32_t af[4];
+        if constexpr (!kATrans) {
+            const uint32_t row = m0 + lane % 8 + 8 * (lane / 8 % 2), col = k0 + 8 * (lane / 16);
+            ldmatrix_x4(a_base + (row * lda + col) * 2, af[0], af[1], af[2], af[3]);
+        } else {
+            const uint32_t row = k0 + lane % 8 + 8 * (lane / 16), col = m0 + 8 * (lane / 8 % 2);
+            ldmatrix_x4_trans(a_base + (row * lda + col) * 2, af[0], af[1], af[2], af[3]);
+        }
+        if constexpr (NT == 1) {
+            // one n8 tile: the x4 load's upper two matrices repeat the lower two (addresses of the same rows)
+            uint32_t bf[4];
+            if constexpr (!kBTrans) {
+                const uint32_t row = n0 + lane % 8, col = k0 + 8 * (lane / 8 % 2);
+                ldmatrix_x4(b_base + (row * ldb + col) * 2, bf[0], bf[1], bf[2], bf[3]);
+            } else {
+                const uint32_t row = k0 + lane % 8 + 8 * (lane / 8 % 2), col = n0;
+                ldmatrix_x4_trans(b_base + (row * ldb + col) * 2, bf[0], bf[1], bf[2], bf[3]);
+            }
+            E::mma(acc[0], af, {bf[0], bf[1]});
+        } else {
+#pragma unroll
+            for (uint32_t nt = 0; nt < NT; nt += 2) {
+                uint32_t bf[4];
+                if constexpr (!kBTrans) {
+                    const uint32_t row = n0 + 8 * nt + lane % 8 + 8 * (lane / 16), col = k0 + 8 * (lane / 8 % 2);
+                    ldmatrix_x4(b_base + (row * ldb + col) * 2, bf[0], bf[1], bf[2], bf[3]);
+                } else {
+                    const uint32_t row = k0 + lane % 8 + 8 * (lane / 8 % 2), col = n0 + 8 * nt + 8 * (lane / 16);
+                    ldmatrix_x4_trans(b_base + (row * ldb + col) * 2, bf[0], bf[1], bf[2], bf[3]);
+                }
+                E::mma(acc[nt], af, {bf[0], bf[1]});
+                E::mma(acc[nt + 1], af, {bf[2], bf[3]});
+            }
+        }
+    }
+}
+
+// Where accumulator element e of n8 tile nt sits (mma.sync m16n8 C layout).
+SM120_DEVICE uint32_t gdr_acc_row(uint32_t m0, uint32_t lane, uint32_t e) { return m0 + lane / 4 + 8 * (e / 2); }
+SM120_DEVICE uint32_t gdr_acc_col(uint32_t n0, uint32_t nt, uint32_t lane, uint32_t e) {
+    return n0 + 8 * nt + 2 * (lane % 4) + e % 2;
+}
+
+// acc -> an Elem tile (rows ld elements apart), each value through f(row, col, value).
+template <typename E, typename Elem, uint32_t NT, typename F>
+SM120_DEVICE void gdr_store_tile(const float (&acc)[NT][4], Elem* tile, uint32_t ld, uint32_t m0, uint32_t n0,
+                                 uint32_t lane, F f) {
+#pragma unroll
+    for (uint32_t nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (uint32_t h = 0; h < 2; ++h) {
+            const uint32_t row = gdr_acc_row(m0, lane, 2 * h), col = gdr_acc_col(n0, nt, lane, 0);
+            *reinterpret_cast<uint32_t*>(tile + row * ld + col) =
+                E::pack(f(row, col, acc[nt][2 * h]), f(row, col + 1, acc[nt][2 * h + 1]));
+        }
+}
+
+// Row sums of f(row, col, acc) over a warp's columns, one partial per (column group, row): red[group * C + row].
+// The quad's four lanes hold a row's columns; lane 0 of the quad writes.
+template <uint32_t C, uint32_t NT, typename F>
+SM120_DEVICE void gdr_row_partials(const float (&acc)[NT][4], float* red, uint32_t group, uint32_t m0, uint32_t n0,
+                                   uint32_t lane, F f) {
+#pragma unroll
+    for (uint32_t h = 0; h < 2; ++h) {
+        float s = 0.0f;
+#pragma unroll
+        for (uint32_t nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (uint32_t e = 2 * h; e < 2 * h + 2; ++e)
+                s += f(gdr_acc_row(m0, lane, e), gdr_acc_col(n0, nt, lane, e), acc[nt][e]);
+        s += __shfl_xor_sync(0xffffffffu, s, 1);
+        s += __shfl_xor_sync(0xffffffffu, s, 2);
+        if (lane % 4 == 0) red[group * C + gdr_acc_row(m0, lane, 2 * h)] = s;
+    }
+}
+
+// Column sums of f(row, col, acc) over a warp's 16 rows, one partial per (row group, column): red[group * C + col].
+template <uint32_t C, uint32_t NT, typename F>
+SM120_DEVICE void gdr_col_partials(const float (&acc)[NT][4], float* red, uint32_t group, uint32_t m0, uint32_t n0,
+                                   uint32_t lane, F f) {
+#pragma unroll
+    for (uint32_t nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (uint32_t c = 0; c < 2; ++c) {
+            float s = f(gdr_acc_row(m0, lane, c), gdr_acc_col(n0, nt, lane, c), acc[nt][c]) +
+                      f(gdr_acc_row(m0, lane, 2 + c), gdr_acc_col(n0, nt, lane, 2 + c), acc[nt][2 + c]);
+            s += __shfl_xor_sync(0xffffffffu, s, 4);
+            s += __shfl_xor_sync(0xffffffffu, s, 8);
+            s += __shfl_xor_sync(0xffffffffu, s, 16);
+            if (lane < 4) red[group * C + gdr_acc_col(n0, nt, lane, c)] = s;
+        }
+}
+
+template <typename Elem>
+// clang-format off: a kernel declaration (see .clang-format)
+__global__ void __launch_bounds__(GdrChunkGradConfig::kThreads, 1)
+sm120_gated_delta_rule_bwd_chunk_kernel(const Elem* __restrict__ q, const Elem* __restrict__ k,
+                                        const Elem* __restrict__ v, const Elem* __restrict__ dout,
+                                        const float* __restrict__ g, const void* __restrict__ beta,
+                                        const float* __restrict__ states, const float* __restrict__ dh_next,
+                                        const int32_t* __restrict__ chunk_first, const int32_t* __restrict__ chunk_len,
+                                        float* __restrict__ dq, float* __restrict__ dk, float* __restrict__ dv,
+                                        float* __restrict__ dg, float* __restrict__ dbeta, uint32_t heads,
+                                        uint32_t value_heads, float scale, uint32_t beta_fp32, uint32_t l2norm) {
+    // clang-format on
+    using Cfg = GdrChunkGradConfig;
+    using E = GdrElem<Elem>;
+    constexpr uint32_t C = Cfg::C, K = Cfg::K, kS = Cfg::kSlice;
+    constexpr uint32_t kLdK = Cfg::kLdK, kLdC = Cfg::kLdC, kLdS = Cfg::kLdS, kLdF = Cfg::kLdF;
+    constexpr float kEps = 1e-6f;  // backward.py's _l2norm
+
+    extern __shared__ __align__(1024) uint8_t smem[];
+    Elem* s_k = reinterpret_cast<Elem*>(smem + Cfg::kOffK);
+    Elem* s_t = reinterpret_cast<Elem*>(smem + Cfg::kOffT);
+    Elem* s_m = reinterpret_cast<Elem*>(smem + Cfg::kOffM);
+    float* s_ar = reinterpret_cast<float*>(smem + Cfg::kOffF);
+    float* vec = reinterpret_cast<float*>(smem + Cfg::kOffVec);
+    float *s_cum = vec, *s_beta = vec + C, *s_gamma = vec + 2 * C, *s_tail = vec + 3 * C;
+    float *s_rq = vec + 4 * C, *s_rk = vec + 5 * C, *s_bg = vec + 6 * C, *s_misc = vec + 7 * C;
+    float* red = reinterpret_cast<float*>(smem + Cfg::kOffRed);  // [4][C] partials, then [4][C] more
+    uint8_t* work = smem + Cfg::kOffWork;
+
+    const uint32_t tid = threadIdx.x, warp = warp_idx(), lane = lane_idx();
+    const uint32_t item = blockIdx.x, hv = item % value_heads, chunk = item / value_heads;
+    const uint32_t group = value_heads / heads, head = hv / group;
+    pdl_wait_primary();
+    const int32_t len_raw = __ldg(chunk_len + chunk);
+    if (len_raw <= 0) return;  // a padding chunk: no token, nothing to write
+    const uint32_t len = len_raw > static_cast<int32_t>(C) ? C : static_cast<uint32_t>(len_raw);
+    const size_t first = static_cast<size_t>(__ldg(chunk_first + chunk));
+    const size_t state_at = (static_cast<size_t>(chunk) * value_heads + hv) * K * K;
+    auto tok = [&](uint32_t i, uint32_t nheads, uint32_t hh) { return ((first + i) * nheads + hh); };
+
+    // warp tilings (16 warps): 64 x 64 (two n8 tiles a warp), 64 x 128 (four), 64 x 16 (one, warps 0-7)
+    const uint32_t m0 = 16 * (warp % 4), n64 = 16 * (warp / 4), n128 = 32 * (warp / 4), n16 = 8 * (warp / 4 % 2);
+    const bool slice_warp = warp < 8;
+
+    // ---------------- phase 0: gates, Qn / Kn, Ar, M, T ----------------
+    if (tid < C) {
+        const bool in = tid < len;
+        s_cum[tid] = in ? __ldg(g + tok(tid, value_heads, hv)) : 0.0f;
+        float b = 0.0f;
+        if (in)
+            b = beta_fp32 ? __ldg(static_cast<const float*>(beta) + tok(tid, value_heads, hv))
+                          : E::to_float(static_cast<const Elem*>(beta)[tok(tid, value_heads, hv)]);
+        s_beta[tid] = b;
+    }
+    __syncthreads();
+    if (tid == 0) {  // G = the inclusive cumsum, in token order (rows past the end stay flat: g = 0 there)
+        float run = 0.0f;
+        for (uint32_t i = 0; i < C; ++i) run += s_cum[i], s_cum[i] = run;
+    }
+    // q and k rows: eight threads a row, 16 elements each; their norms (l2norm) or 1
+    Elem* s_q = reinterpret_cast<Elem*>(work);
+    float* s_tf = reinterpret_cast<float*>(work + Cfg::kTileK);  // T in fp32 while it is formed
+    {
+        const uint32_t row = tid / 8, part = tid % 8;
+        const bool in = row < len;
+#pragma unroll
+        for (uint32_t which = 0; which < 2; ++which) {
+            const Elem* src = (which == 0 ? q : k) + tok(row, heads, head) * K + 16 * part;
+            float x[16];
+            float ss = 0.0f;
+#pragma unroll
+            for (uint32_t c = 0; c < 16; c += 8) {
+                uint4 raw = in ? __ldg(reinterpret_cast<const uint4*>(src + c)) : make_uint4(0, 0, 0, 0);
+                const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+                for (uint32_t j = 0; j < 4; ++j) E::unpack(w[j], x[c + 2 * j], x[c + 2 * j + 1]);
+            }
+#pragma unroll
+            for (uint32_t c = 0; c < 16; ++c) ss += x[c] * x[c];
+            ss += __shfl_xor_sync(0xffffffffu, ss, 1);
+            ss += __shfl_xor_sync(0xffffffffu, ss, 2);
+            ss += __shfl_xor_sync(0xffffffffu, ss, 4);
+            const float r = l2norm ? rsqrtf(ss + kEps) : 1.0f;
+            Elem* dst = (which == 0 ? s_q : s_k) + row * kLdK + 16 * part;
+#pragma unroll
+            for (uint32_t c = 0; c < 16; c += 2)
+                *reinterpret_cast<uint32_t*>(dst + c) = E::pack(x[c] * r, x[c + 1] * r);
+            if (part == 0) (which == 0 ? s_rq : s_rk)[row] = r;
+        }
+    }
+    __syncthreads();
+    if (tid < C) {
+        const float last = s_cum[C - 1];
+        s_gamma[tid] = __expf(s_cum[tid]);
+        s_tail[tid] = __expf(last - s_cum[tid]);
+        s_bg[tid] = s_beta[tid] * s_gamma[tid];
+    }
+    {
+        // Kn Kn^T and Qn Kn^T, then Ar (fp32) and M (Elem)
+        float kk[2][4] = {}, qk[2][4] = {};
+        gdr_tile_mma<E, 2, K, false, false>(kk, s_k, kLdK, s_k, kLdK, m0, n64, lane);
+        gdr_tile_mma<E, 2, K, false, false>(qk, s_q, kLdK, s_k, kLdK, m0, n64, lane);
+#pragma unroll
+        for (uint32_t nt = 0; nt < 2; ++nt)
+#pragma unroll
+            for (uint32_t e = 0; e < 4; ++e) {
+                const uint32_t i = gdr_acc_row(m0, lane, e), j = gdr_acc_col(n64, nt, lane, e);
+                const float d = j <= i ? __expf(s_cum[i] - s_cum[j]) : 0.0f;
+                s_ar[i * kLdF + j] = j < i ? kk[nt][e] * d : 0.0f;
+                qk[nt][e] *= d;
+            }
+        gdr_store_tile<E>(qk, s_m, kLdC, m0, n64, lane, [](uint32_t, uint32_t, float x) { return x; });
+    }
+    __syncthreads();
+    {
+        // T = (I + diag(beta) Ar)^-1 by forward substitution, column j by eight threads (no dependency across
+        // columns): T_ij = -sum_{j <= m < i} beta_i Ar_im T_mj
+        const uint32_t j = tid / 8, part = tid % 8;
+        for (uint32_t i = 0; i < C; ++i) {
+            float s = 0.0f;
+            if (i > j)
+                for (uint32_t m = j + part; m < i; m += 8) s += s_ar[i * kLdF + m] * s_tf[m * kLdF + j];
+            s += __shfl_xor_sync(0xffffffffu, s, 1);
+            s += __shfl_xor_sync(0xffffffffu, s, 2);
+            s += __shfl_xor_sync(0xffffffffu, s, 4);
+            if (part == 0) s_tf[i * kLdF + j] = i == j ? 1.0f : (i > j ? -s_beta[i] * s : 0.0f);
+            __syncwarp();
+        }
+    }
+    __syncthreads();
+    for (uint32_t x = tid; x < C * C / 2; x += Cfg::kThreads) {
+        const uint32_t i = x / (C / 2), j = 2 * (x % (C / 2));
+        *reinterpret_cast<uint32_t*>(s_t + i * kLdC + j) = E::pack(s_tf[i * kLdF + j], s_tf[i * kLdF + j + 1]);
+    }
+    __syncthreads();
+
+    // ---------------- phase 1: the V slices ----------------
+    constexpr uint32_t kTS = C * kLdS;  // elements of a 64 x 16 tile
+    // accumulated over V: dm = do vnew^T, dt = dvn Z^T (= dvn vb^T + dw kb^T, since Z = vb - diag(beta gamma) Kn h
+    // and dw = -dvn h^T), dqg = do h^T, dkp = diag(tail) vnew dh'^T - diag(beta gamma) dvb h^T (dk's terms through
+    // kd and through kb = T^T dw)
+    float dm[2][4] = {}, dt[2][4] = {}, dqg[4][4] = {}, dkp[4][4] = {};
+    float hdh = 0.0f;  // this thread's part of sum(h * dh')
+    // the slice warps' row sums (rows m0 + lane / 4 and + 8, this quad's columns): sum_v dvb v (beta's),
+    // sum_v vnew (Kn dh') (= sum_k dkd Kn: the tail's), sum_v dvb (Kn h) (= -sum_k dkb Kn: kb's)
+    float r_bv[2] = {}, r_tail[2] = {}, r_kb[2] = {};
+    for (uint32_t vs = 0; vs < K; vs += kS) {
+        // The tiles' addresses from a base the compiler cannot see through: hoisted out of the loop, the
+        // ldmatrix addresses of every product below would hold registers the accumulators need.
+        uint8_t* base = smem;
+        asm volatile("" : "+l"(base));
+        const Elem* s_k = reinterpret_cast<const Elem*>(base + Cfg::kOffK);
+        const Elem* s_t = reinterpret_cast<const Elem*>(base + Cfg::kOffT);
+        const Elem* s_m = reinterpret_cast<const Elem*>(base + Cfg::kOffM);
+        Elem* s_h = reinterpret_cast<Elem*>(base + Cfg::kOffWork);
+        Elem* s_dh = reinterpret_cast<Elem*>(base + Cfg::kOffWork + Cfg::kTileH);
+        Elem* s_vr = reinterpret_cast<Elem*>(base + Cfg::kOffWork + 2 * Cfg::kTileH);
+        Elem *s_do = s_vr + kTS, *s_z = s_vr + 2 * kTS, *s_dvn = s_vr + 3 * kTS, *s_vn = s_vr + 4 * kTS;
+        Elem *s_vnt = s_vr + 5 * kTS, *s_dvbg = s_vr + 6 * kTS;
+        // h and dh' slices (fp32 -> Elem; 128 x 16 each: 4 values a thread), v and do slices (64 x 16: 2)
+        {
+            const uint32_t kd = tid / 4, c0 = 4 * (tid % 4);
+            const float4 h0 = __ldg(reinterpret_cast<const float4*>(states + state_at + kd * K + vs + c0));
+            const float4 d0 = __ldg(reinterpret_cast<const float4*>(dh_next + state_at + kd * K + vs + c0));
+            hdh += h0.x * d0.x + h0.y * d0.y + h0.z * d0.z + h0.w * d0.w;
+            *reinterpret_cast<uint2*>(s_h + kd * kLdS + c0) = make_uint2(E::pack(h0.x, h0.y), E::pack(h0.z, h0.w));
+            *reinterpret_cast<uint2*>(s_dh + kd * kLdS + c0) = make_uint2(E::pack(d0.x, d0.y), E::pack(d0.z, d0.w));
+            const uint32_t row = tid / 8, c = 2 * (tid % 8);
+            const bool in = row < len;
+            const size_t at = tok(row, value_heads, hv) * K + vs + c;
+            *reinterpret_cast<uint32_t*>(s_vr + row * kLdS + c) =
+                in ? __ldg(reinterpret_cast<const uint32_t*>(v + at)) : 0u;
+            *reinterpret_cast<uint32_t*>(s_do + row * kLdS + c) =
+                in ? __ldg(reinterpret_cast<const uint32_t*>(dout + at)) : 0u;
+        }
+        __syncthreads();
+        float y[1][4] = {}, yd[1][4] = {};
+        if (slice_warp) {
+            // Z = diag(beta) v - diag(beta gamma) Kn h;  dvn = s M^T do + diag(tail) Kn dh'
+            float mdo[1][4] = {};
+            gdr_tile_mma<E, 1, K, false, true>(y, s_k, kLdK, s_h, kLdS, m0, n16, lane);
+            gdr_store_tile<E>(y, s_z, kLdS, m0, n16, lane, [&](uint32_t i, uint32_t c, float x) {
+                return s_beta[i] * E::to_float(s_vr[i * kLdS + c]) - s_bg[i] * x;
+            });
+            gdr_tile_mma<E, 1, K, false, true>(yd, s_k, kLdK, s_dh, kLdS, m0, n16, lane);
+            gdr_tile_mma<E, 1, C, true, true>(mdo, s_m, kLdC, s_do, kLdS, m0, n16, lane);
+#pragma unroll
+            for (uint32_t e = 0; e < 4; ++e)
+                mdo[0][e] = scale * mdo[0][e] + s_tail[gdr_acc_row(m0, lane, e)] * yd[0][e];
+            gdr_store_tile<E>(mdo, s_dvn, kLdS, m0, n16, lane, [](uint32_t, uint32_t, float x) { return x; });
+        }
+        __syncthreads();
+        if (slice_warp) {
+            // vnew = T Z;  dvb = T^T dvn: dv = beta dvb, and the row sums
+            float vn[1][4] = {}, dvb[1][4] = {};
+            gdr_tile_mma<E, 1, C, false, true>(vn, s_t, kLdC, s_z, kLdS, m0, n16, lane);
+            gdr_tile_mma<E, 1, C, true, true>(dvb, s_t, kLdC, s_dvn, kLdS, m0, n16, lane);
+#pragma unroll
+            for (uint32_t e = 0; e < 4; ++e) {
+                const uint32_t i = gdr_acc_row(m0, lane, e), c = gdr_acc_col(n16, 0, lane, e);
+                r_bv[e / 2] += dvb[0][e] * E::to_float(s_vr[i * kLdS + c]);
+                r_tail[e / 2] += vn[0][e] * yd[0][e];
+                r_kb[e / 2] += dvb[0][e] * y[0][e];
+                if (i < len) dv[tok(i, value_heads, hv) * K + vs + c] = s_beta[i] * dvb[0][e];
+            }
+            gdr_store_tile<E>(vn, s_vn, kLdS, m0, n16, lane, [](uint32_t, uint32_t, float x) { return x; });
+            gdr_store_tile<E>(vn, s_vnt, kLdS, m0, n16, lane,
+                              [&](uint32_t i, uint32_t, float x) { return s_tail[i] * x; });
+            gdr_store_tile<E>(dvb, s_dvbg, kLdS, m0, n16, lane,
+                              [&](uint32_t i, uint32_t, float x) { return -s_bg[i] * x; });
+        }
+        __syncthreads();
+        // the accumulators over V
+        gdr_tile_mma<E, 2, kS, false, false>(dm, s_do, kLdS, s_vn, kLdS, m0, n64, lane);
+        gdr_tile_mma<E, 2, kS, false, false>(dt, s_dvn, kLdS, s_z, kLdS, m0, n64, lane);
+        gdr_tile_mma<E, 4, kS, false, false>(dqg, s_do, kLdS, s_h, kLdS, m0, n128, lane);
+        gdr_tile_mma<E, 4, kS, false, false>(dkp, s_vnt, kLdS, s_dh, kLdS, m0, n128, lane);
+        gdr_tile_mma<E, 4, kS, false, false>(dkp, s_dvbg, kLdS, s_h, kLdS, m0, n128, lane);
+        __syncthreads();
+    }
+
+    // ---------------- phase 2: the C x C algebra and the input gradients ----------------
+    // Row sums are added in a fixed order: each partial lands in its own slot, one thread a row adds them.
+    float* part_r = red;            // [4][C] row partials (the tilings' column groups)
+    float* part_c = red + 4 * C;    // [4][C] column partials (row groups)
+    float* acc_cum = s_misc;        // G's gradient, per row
+    float* acc_beta = red + 8 * C;  // beta's gradient, per row
+    float* acc_tail = red + 9 * C;  // dtail per row, for G_last's gradient
+    // into[r] += coef(r) (row partials - column partials, when with_cols)
+    auto fold_rows = [&](float* into, bool with_cols, auto coef) {
+        __syncthreads();
+        if (tid < C) {
+            float s = part_r[tid] + part_r[C + tid] + part_r[2 * C + tid] + part_r[3 * C + tid];
+            if (with_cols) s -= part_c[tid] + part_c[C + tid] + part_c[2 * C + tid] + part_c[3 * C + tid];
+            into[tid] += coef(tid) * s;
+        }
+        __syncthreads();
+    };
+    auto one = [](uint32_t) { return 1.0f; };
+    // the slice warps' row sums, quad by quad (warps 8-15 took no slice: their groups get zeros)
+    auto slice_rows = [&](const float (&r)[2]) {
+#pragma unroll
+        for (uint32_t h = 0; h < 2; ++h) {
+            float x = r[h];
+            x += __shfl_xor_sync(0xffffffffu, x, 1);
+            x += __shfl_xor_sync(0xffffffffu, x, 2);
+            if (lane % 4 == 0) part_r[(warp / 4) * C + gdr_acc_row(m0, lane, 2 * h)] = x;
+        }
+    };
+    if (tid < C) acc_cum[tid] = 0.0f, acc_beta[tid] = 0.0f, acc_tail[tid] = 0.0f;
+    slice_rows(r_bv);
+    fold_rows(acc_beta, false, one);
+    slice_rows(r_tail);  // dtail = tail sum_k dkd Kn, before the chunk's last row
+    fold_rows(acc_tail, false, [&](uint32_t i) { return i + 1 < len ? s_tail[i] : 0.0f; });
+    slice_rows(r_kb);  // sum_k dkb Kn = -sum_v dvb (Kn h): beta's gradient through kb, and G's
+    fold_rows(acc_beta, false, [&](uint32_t i) { return -s_gamma[i]; });
+    fold_rows(acc_cum, false, [&](uint32_t i) { return -s_bg[i]; });  // (the partials are still there)
+
+    // dqk = causal(s dm * D); G's gradient from the decay: rows minus columns of strict(s dm * M)
+    auto decay = [&](uint32_t i, uint32_t j) { return j <= i ? __expf(s_cum[i] - s_cum[j]) : 0.0f; };
+    auto x_dm = [&](uint32_t i, uint32_t j, float x) {
+        return j < i ? scale * x * E::to_float(s_m[i * kLdC + j]) : 0.0f;
+    };
+    gdr_row_partials<C>(dm, part_r, warp / 4, m0, n64, lane, x_dm);
+    gdr_col_partials<C>(dm, part_c, warp % 4, m0, n64, lane, x_dm);
+    fold_rows(acc_cum, true, one);
+    Elem* s_dqk = s_m;  // M is read for the last time above
+    gdr_store_tile<E>(dm, s_dqk, kLdC, m0, n64, lane,
+                      [&](uint32_t i, uint32_t j, float x) { return scale * x * decay(i, j); });
+
+    // Qn again (its rows' norms kept), into the work region
+    Elem* s_q2 = reinterpret_cast<Elem*>(work);
+    {
+        const uint32_t row = tid / 8, part = tid % 8;
+        const bool in = row < len;
+        const Elem* src = q + tok(row, heads, head) * K + 16 * part;
+        const float r = s_rq[row];
+#pragma unroll
+        for (uint32_t c = 0; c < 16; c += 8) {
+            const uint4 raw = in ? __ldg(reinterpret_cast<const uint4*>(src + c)) : make_uint4(0, 0, 0, 0);
+            const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+            uint32_t out[4];
+#pragma unroll
+            for (uint32_t j = 0; j < 4; ++j) {
+                float a, b;
+                E::unpack(w[j], a, b);
+                out[j] = E::pack(a * r, b * r);
+            }
+            *reinterpret_cast<uint4*>(s_q2 + row * kLdK + 16 * part + c) = make_uint4(out[0], out[1], out[2], out[3]);
+        }
+    }
+    __syncthreads();
+    // G's gradient: + gamma sum_k (s dqg * Qn)
+    gdr_row_partials<C>(dqg, part_r, warp / 4, m0, n128, lane,
+                        [&](uint32_t i, uint32_t c, float x) { return scale * x * E::to_float(s_q2[i * kLdK + c]); });
+    fold_rows(acc_cum, false, [&](uint32_t i) { return s_gamma[i]; });
+
+    // dq = dqk Kn + s gamma dqg
+    {
+        float acc[4][4];
+#pragma unroll
+        for (uint32_t nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (uint32_t e = 0; e < 4; ++e) acc[nt][e] = scale * s_gamma[gdr_acc_row(m0, lane, e)] * dqg[nt][e];
+        gdr_tile_mma<E, 4, C, false, true>(acc, s_dqk, kLdC, s_k, kLdK, m0, n128, lane);
+#pragma unroll
+        for (uint32_t nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (uint32_t e = 0; e < 4; ++e) {
+                const uint32_t i = gdr_acc_row(m0, lane, e), c = gdr_acc_col(n128, nt, lane, e);
+                if (i < len) dq[tok(i, value_heads, hv) * K + c] = acc[nt][e];
+            }
+    }
+    // dk = dkp + dqk^T Qn (+ the symmetric dkk term below)
+    gdr_tile_mma<E, 4, C, true, true>(dkp, s_dqk, kLdC, s_q2, kLdK, m0, n128, lane);
+    __syncthreads();  // Qn and dqk are read for the last time
+
+    // dA = strict(-T^T dt T^T): P = T^T dt, then -(P T^T)
+    Elem* s_dt = reinterpret_cast<Elem*>(work);
+    Elem* s_p = reinterpret_cast<Elem*>(work + Cfg::kTileC);
+    gdr_store_tile<E>(dt, s_dt, kLdC, m0, n64, lane, [](uint32_t, uint32_t, float x) { return x; });
+    __syncthreads();
+    {
+        float p[2][4] = {};
+        gdr_tile_mma<E, 2, C, true, true>(p, s_t, kLdC, s_dt, kLdC, m0, n64, lane);
+        gdr_store_tile<E>(p, s_p, kLdC, m0, n64, lane, [](uint32_t, uint32_t, float x) { return x; });
+    }
+    __syncthreads();
+    {
+        float da[2][4] = {};
+        gdr_tile_mma<E, 2, C, false, false>(da, s_p, kLdC, s_t, kLdC, m0, n64, lane);
+#pragma unroll
+        for (uint32_t nt = 0; nt < 2; ++nt)
+#pragma unroll
+            for (uint32_t e = 0; e < 4; ++e) {
+                const uint32_t i = gdr_acc_row(m0, lane, e), j = gdr_acc_col(n64, nt, lane, e);
+                da[nt][e] = j < i ? -da[nt][e] : 0.0f;
+            }
+        // beta's gradient: sum_j dA Ar;  G's: rows minus columns of dp Ar, dp = diag(beta) dA
+        auto x_da = [&](uint32_t i, uint32_t j, float x) { return x * s_ar[i * kLdF + j]; };
+        gdr_row_partials<C>(da, part_r, warp / 4, m0, n64, lane, x_da);
+        fold_rows(acc_beta, false, one);
+        auto x_dp = [&](uint32_t i, uint32_t j, float x) { return s_beta[i] * x * s_ar[i * kLdF + j]; };
+        gdr_row_partials<C>(da, part_r, warp / 4, m0, n64, lane, x_dp);
+        gdr_col_partials<C>(da, part_c, warp % 4, m0, n64, lane, x_dp);
+        fold_rows(acc_cum, true, one);
+        float* s_dkk = s_ar;  // Ar is read for the last time above
+#pragma unroll
+        for (uint32_t nt = 0; nt < 2; ++nt)
+#pragma unroll
+            for (uint32_t e = 0; e < 4; ++e) {
+                const uint32_t i = gdr_acc_row(m0, lane, e), j = gdr_acc_col(n64, nt, lane, e);
+                s_dkk[i * kLdF + j] = s_beta[i] * da[nt][e] * decay(i, j);
+            }
+    }
+    __syncthreads();
+    Elem* s_sym = s_m;  // dkk + dkk^T (symmetric), where dqk was
+    for (uint32_t x = tid; x < C * C / 2; x += Cfg::kThreads) {
+        const uint32_t i = x / (C / 2), j = 2 * (x % (C / 2));
+        const float a = s_ar[i * kLdF + j] + s_ar[j * kLdF + i];
+        const float b = s_ar[i * kLdF + j + 1] + s_ar[(j + 1) * kLdF + i];
+        *reinterpret_cast<uint32_t*>(s_sym + i * kLdC + j) = E::pack(a, b);
+    }
+    __syncthreads();
+    gdr_tile_mma<E, 4, C, false, true>(dkp, s_sym, kLdC, s_k, kLdK, m0, n128, lane);
+#pragma unroll
+    for (uint32_t nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (uint32_t e = 0; e < 4; ++e) {
+            const uint32_t i = gdr_acc_row(m0, lane, e), c = gdr_acc_col(n128, nt, lane, e);
+            if (i < len) dk[tok(i, value_heads, hv) * K + c] = dkp[nt][e];
+        }
+
+    // G_last's gradient: sum(dtail) + e^{G_last} sum(h * dh'), added to the last row (G is flat past the end);
+    // then dg = the reverse cumsum of G's gradient (g_t feeds every G_i with i >= t)
+    {
+        float x = hdh;
+#pragma unroll
+        for (uint32_t o = 16; o >= 1; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
+        if (lane == 0) part_c[warp] = x;  // (the column partials are free again)
+    }
+    __syncthreads();
+    if (tid == 0) {
+        float hsum = 0.0f, tsum = 0.0f;
+        for (uint32_t w = 0; w < Cfg::kThreads / 32; ++w) hsum += part_c[w];
+        for (uint32_t i = 0; i < C; ++i) tsum += acc_tail[i];
+        float run = 0.0f;
+        for (uint32_t i = C; i-- > 0;) {
+            float d = acc_cum[i] - acc_tail[i];
+            if (i == C - 1) d += tsum + __expf(s_cum[C - 1]) * hsum;
+            run += d;
+            if (i < len) dg[tok(i, value_heads, hv)] = run;
+        }
+    }
+    if (tid < len) dbeta[tok(tid, value_heads, hv)] = acc_beta[tid];
+}
+
+}  // namespace sm120
