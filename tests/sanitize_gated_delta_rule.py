@@ -2,7 +2,7 @@
 and both element types, with partial chunks, grouped value heads, varlen with 1-token and empty sequences,
 initial / final state, the in-kernel l2norm, every K-split recurrence plan, the overlapped launch (a persistent
 prep grid beside the recurrence, per-chunk flags), the segmented walk (sequences cut into parallel segments) and
-the backward's kernels (the states instance, the reverse state pass).
+the backward's kernels (the states instance, the reverse state pass, the per-chunk gradients).
 
     compute-sanitizer --tool racecheck python tests/sanitize_gated_delta_rule.py
 Exits non-zero on a numerical failure; the sanitizer reports memory errors and races itself.
@@ -73,6 +73,13 @@ cases += [
     for sc in ("0", "4")
 ]
 cases += [("state grads pass", gdr.test_state_grads_pass_matches_float64_autograd)]
+cases += [
+    (
+        f"chunk grads {'varlen' if v else 'b2'}",
+        lambda v=v: gdr.test_chunk_grads_kernel_matches_its_model(v, torch.bfloat16),
+    )
+    for v in (False, True)
+]
 import untrusted_indices
 
 sys.exit(run_cases(cases + [c for c in untrusted_indices.CASES if c[0].startswith("gdr")]))

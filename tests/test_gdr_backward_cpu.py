@@ -158,7 +158,7 @@ def test_function_attaches_the_backward_to_the_outputs():
     """Differentiable.apply (what chunk_gated_delta_rule does when an input requires grad): the same gradients as
     autograd through the reference, only for the inputs that asked."""
     leaves, cu, run = _function_case((True, False, True, True, False, True))
-    out_o, out_fs = Differentiable.apply((0.3, True, None, None), run, *leaves, cu)
+    out_o, out_fs = Differentiable.apply((0.3, True, None, None, None), run, *leaves, cu)
     with torch.no_grad():
         o, fs = run(*leaves, cu)
     assert out_o.requires_grad and torch.equal(out_o, o) and torch.equal(out_fs, fs)
@@ -175,7 +175,7 @@ def test_function_attaches_the_backward_to_the_outputs():
 
 def test_function_without_a_final_state_and_unused_outputs():
     leaves, cu, run = _function_case((True,) * 6)
-    out = Differentiable.apply((0.3, True, None, None), lambda *a: run(*a, final=False), *leaves, cu)
+    out = Differentiable.apply((0.3, True, None, None, None), lambda *a: run(*a, final=False), *leaves, cu)
     assert isinstance(out, torch.Tensor)
     (out.sum() * 0).backward()  # a zero upstream gradient: zero gradients, not an error
     assert all(torch.count_nonzero(x.grad) == 0 for x in leaves)
@@ -185,7 +185,7 @@ def test_outputs_may_be_modified_in_place():
     """The outputs are the forward's own tensors, not views of anything: in-place use works as under no_grad, and
     the gradients are those of the loss as written."""
     leaves, cu, run = _function_case((True,) * 6)
-    o, fs = Differentiable.apply((0.3, True, None, None), run, *leaves, cu)
+    o, fs = Differentiable.apply((0.3, True, None, None, None), run, *leaves, cu)
     o.mul_(2)
     fs.add_(1)
     (o.sum() + fs.sum()).backward()
@@ -204,7 +204,7 @@ def test_outputs_may_be_modified_in_place():
 
 def test_first_order_with_create_graph_and_a_clear_second_order_error():
     leaves, cu, run = _function_case((True,) * 6)
-    o, _ = Differentiable.apply((0.3, True, None, None), run, *leaves, cu)
+    o, _ = Differentiable.apply((0.3, True, None, None, None), run, *leaves, cu)
     grads = torch.autograd.grad(o.pow(2).sum(), leaves, create_graph=True)
     assert all(x is not None and torch.isfinite(x).all() for x in grads)
     with pytest.raises(RuntimeError, match="once_differentiable|twice"):
@@ -417,3 +417,58 @@ def test_precision_study_rounds_what_the_kernel_path_reads():
     for name in ("dq", "dk", "dv", "dg", "dbeta"):
         assert got["states bf16"][name] > 1e-5, f"{name}: the stored states' rounding does not reach it"
     assert max(e for errs in got.values() for e in errs.values()) < 0.02
+
+
+@pytest.mark.parametrize("varlen", [False, True])
+@pytest.mark.parametrize("l2", [False, True])
+def test_the_kernel_path_wiring_with_b3_modelled(varlen, l2):
+    """The backward's all-kernel path (stages 1 and 2 given, stages 0 and 3 by B3: backward._kernel_backward) with
+    the torch stages in the passes' places and gdr_b3_model's torch model in B3's: the same gradients as the
+    torch backward, so the chunk table (first token, length), the per-value-head outputs' GVA sum, the l2norm's
+    backward, the casts and the zeroed tokens of no sequence are the kernel path's as they are the torch path's
+    (the GPU tests hold the kernel itself to the model)."""
+    from gdr_b3_model import chunk_grads_model
+
+    torch.manual_seed(3)
+    b, t, h, hv, scale = (1, 150, 2, 4, 0.3) if varlen else (2, 77, 2, 4, 0.3)
+    cu = torch.tensor([0, 40, 40, 101, 140]) if varlen else None  # tokens 140-149 in no sequence
+    n = 4 if varlen else b
+    q, k = torch.randn(b, t, h, 128), torch.randn(b, t, h, 128)
+    if not l2:
+        q, k = torch.nn.functional.normalize(q, dim=-1), torch.nn.functional.normalize(k, dim=-1)
+    v, do = torch.randn(b, t, hv, 128), torch.randn(b, t, hv, 128)
+    g, beta = torch.nn.functional.logsigmoid(torch.randn(b, t, hv)), torch.rand(b, t, hv)
+    h0, dfs = torch.randn(n, hv, 128, 128) * 0.1, torch.randn(n, hv, 128, 128) * 0.1
+    args = (q, k, v, g, beta, do, dfs, scale, h0, cu, l2, 64)
+    want = chunk_gated_delta_rule_backward(*args)
+
+    host = chunk_layout(b, t, cu, 64, q.device)
+    qf, kf = (bw._l2norm(q), bw._l2norm(k)) if l2 else (q, k)
+    qc = bw._gather(qf, host, torch.float32).repeat_interleave(hv // h, dim=1)
+    kc = bw._gather(kf, host, torch.float32).repeat_interleave(hv // h, dim=1)
+    f = bw._factors(qc, kc, bw._gather(v, host, torch.float32), bw._gather(g, host, torch.float32),
+                    bw._gather(beta, host, torch.float32))  # fmt: skip
+    states, _ = bw._states(f, host.counts, h0.index_select(0, host.order))
+    dh_next, _, dh_ranked = bw._reverse(f, qc, bw._gather(do, host, torch.float32), host.counts,
+                                        dfs.index_select(0, host.order), scale)  # fmt: skip
+    dh0 = torch.empty_like(dh_ranked).index_copy_(0, host.order, dh_ranked)
+    seen = {}
+
+    def states_pass(slots, count):
+        seen["count"] = count
+        return states
+
+    def grads_pass(do_, dfinal, slots, count, want_dh0):
+        return dh_next, dh0 if want_dh0 else None
+
+    def chunk_pass(do_, st, dh, first, length, covered):
+        seen["covered"] = covered
+        return chunk_grads_model(q, k, v, g, beta, do_, st, dh, first, length, covered, scale, l2)
+
+    got = chunk_gated_delta_rule_backward(*args, states_pass, grads_pass, chunk_pass)
+    assert seen["covered"] is (not varlen) and seen["count"] == states.shape[0]
+    for name, mine, ref in zip(NAMES, got, want):
+        assert mine.dtype == ref.dtype and mine.shape == ref.shape, name
+        assert torch.allclose(mine, ref, rtol=1e-4, atol=1e-5), f"{name}: {(mine - ref).abs().max():.3e}"
+    if varlen:
+        assert not got[2][0, 140:].any() and not got[3][0, 140:].any(), "tokens in no sequence get no gradient"

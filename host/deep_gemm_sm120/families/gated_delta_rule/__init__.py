@@ -9,6 +9,7 @@ from __future__ import annotations
 from ...core.names import Name, Op
 from ...core.registry import Family
 from .bwd import BWD
+from .bwd_chunk import BWD_CHUNK
 from .combine import COMBINE
 from .kernel import PARAMS, gate, specs
 from .plan import plan_specs
@@ -46,7 +47,7 @@ FAMILY = Family(
         Name("default_chunk_size", does="the chunk size chunk_gated_delta_rule uses on a device", deepgemm=False),
     ),
     api_modules=("api", "contract"),
-    services=(PREP, COMBINE, BWD),
+    services=(PREP, COMBINE, BWD, BWD_CHUNK),
     sanitizers=("gated_delta_rule",),
     benchmarks=("gated_delta_rule",),
 )

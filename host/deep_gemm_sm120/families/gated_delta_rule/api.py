@@ -22,9 +22,11 @@ from ...device import num_sms_for
 from ...launch import KEY_ERRORS, CallCache, fast_calls, get_pdl, kernel_memo, launch, recording, tensor_key
 from ...launch import empty as fresh_empty
 from ...launch import zeros as fresh_zeros
-from .backward import Differentiable
+from .backward import Differentiable, chunk_grads_enabled
 from .bwd import PARAMS as BWD_PARAMS
 from .bwd import GdrBwdSpec
+from .bwd_chunk import PARAMS as CHUNK_GRAD_PARAMS
+from .bwd_chunk import GdrChunkGradSpec
 from .combine import PARAMS as COMBINE_PARAMS
 from .combine import GdrCombineSpec, combine_ctas
 from .contract import (
@@ -191,8 +193,17 @@ def _run(run, q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm_
     def state_grads(q, k, v, g, beta, cu_seqlens, do, dfinal, slots, count, want_dh0):  # stage 2 by its kernel
         return gdr_state_grads(q, k, v, g, beta, scale, do, dfinal, cu_seqlens, l2, slots, count, want_dh0)
 
+    def chunk_grads(q, k, v, g, beta, do, states, dh_next, first, length, covered):  # stages 0 and 3 by B3
+        return gdr_chunk_grads(q, k, v, g, beta, scale, do, l2, states, dh_next, first, length, covered)
+
     on_gpu = q.is_cuda
-    meta = (scale_value(scale, HEAD_DIM), l2, states if on_gpu else None, state_grads if on_gpu else None)
+    meta = (
+        scale_value(scale, HEAD_DIM),
+        l2,
+        states if on_gpu else None,
+        state_grads if on_gpu else None,
+        chunk_grads if on_gpu and chunk_grads_enabled() else None,
+    )
     outs = Differentiable.apply(
         meta, lambda *tensors: run(*tensors, scale), q, k, v, g, beta, initial_state, cu_seqlens
     )
@@ -323,6 +334,64 @@ def gdr_state_grads(
         index,
     )  # fmt: skip
     return dh_next, dh0
+
+
+def gdr_chunk_grads(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None,
+    do: torch.Tensor,
+    use_qk_l2norm_in_kernel: bool,
+    states: torch.Tensor,
+    dh_next: torch.Tensor,
+    chunk_first: torch.Tensor,
+    chunk_len: torch.Tensor,
+    covered: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The backward's per-chunk gradients (backward.py's stages 0 and 3 by the kernel,
+    impls/sm120_gated_delta_rule_bwd_chunk.cuh): for every 64-token chunk c of the backward's layout (its first
+    token chunk_first[c] in the flat [B T] numbering, chunk_len[c] tokens, 0 for a padding chunk) and value head,
+    from the state entering it (states[c], the states pass's) and the gradient of the state leaving it
+    (dh_next[c], the reverse pass's). Returns fp32 token-major (dq, dk) per value head [B T, HV, 128] (with respect
+    to the l2-normalized q / k when use_qk_l2norm_in_kernel), dv [B T, HV, 128], dg, dbeta [B T, HV]. covered: every
+    token lies in some chunk (fixed lengths), so nothing is zeroed first. The arguments are the forward's, already
+    checked by it; do [B, T, HV, 128] in v's dtype."""
+    index = device_of(q=q, k=k, v=v, g=g, beta=beta, do=do)
+    target = target_of(index)
+    b, t, h = q.shape[:3]
+    hv, tokens, dev = v.shape[2], q.shape[0] * q.shape[1], q.device
+    elem = _ELEM[q.dtype][0]
+    make = torch.empty if covered else torch.zeros
+    dq, dk, dv = (make(tokens, hv, HEAD_DIM, dtype=torch.float32, device=dev) for _ in range(3))
+    dg, dbeta = (make(tokens, hv, dtype=torch.float32, device=dev) for _ in range(2))
+    count = chunk_first.numel()
+    if tokens == 0 or count == 0:
+        return dq, dk, dv, dg, dbeta
+    kern = jit.get_kernel(GdrChunkGradSpec(elem), target, index)
+    # contiguous, then 16-byte aligned bases (the kernel's 16-byte loads of q / k rows)
+    q, k, v, do = (x.contiguous() for x in (q, k, v, do))
+    q, k, v, do = (x.clone() if x.data_ptr() % 16 else x for x in (q, k, v, do))
+    g, beta = g.contiguous(), beta.contiguous()
+    states, dh_next = states.contiguous(), dh_next.contiguous()
+    first = chunk_first.to(device=dev, dtype=torch.int32).contiguous()
+    length = chunk_len.to(device=dev, dtype=torch.int32).contiguous()
+    launch(
+        kern,
+        count * hv,
+        CHUNK_GRAD_PARAMS.pack(
+            q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), dout=do.data_ptr(), g=g.data_ptr(),
+            beta=beta.data_ptr(), states=states.data_ptr(), dh_next=dh_next.data_ptr(), chunk_first=first.data_ptr(),
+            chunk_len=length.data_ptr(), dq=dq.data_ptr(), dk=dk.data_ptr(), dv=dv.data_ptr(), dg=dg.data_ptr(),
+            dbeta=dbeta.data_ptr(), heads=h, value_heads=hv, scale=scale_value(scale, HEAD_DIM),
+            beta_fp32=int(beta.dtype == torch.float32), l2norm=int(use_qk_l2norm_in_kernel),
+        ),
+        b"",
+        index,
+    )  # fmt: skip
+    return dq, dk, dv, dg, dbeta
 
 
 def _prepare(

@@ -20,6 +20,7 @@ chunk positions and read the offsets on the host (chunk_layout).
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -313,6 +314,15 @@ def _chunk_grads(q, k, v, beta, f, h, vnew, do, dh_next, dvnew, scale, before_la
     return dq, dk, dv, dg, dbeta
 
 
+CHUNK_GRADS_ENV = "DG_SM120_GDR_CHUNK_GRADS"
+
+
+def chunk_grads_enabled() -> bool:
+    """Whether CUDA backwards run stages 0 and 3 as the B3 kernel (api.gdr_chunk_grads): yes unless
+    DG_SM120_GDR_CHUNK_GRADS=0, which keeps the batched torch stages (for measurement and comparison)."""
+    return os.environ.get(CHUNK_GRADS_ENV, "1") != "0"
+
+
 def chunk_gated_delta_rule_backward(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -328,6 +338,7 @@ def chunk_gated_delta_rule_backward(
     chunk_size: int = 64,
     states_pass: Callable[[torch.Tensor, int], torch.Tensor] | None = None,
     state_grads_pass: Callable[..., tuple[torch.Tensor, torch.Tensor | None]] | None = None,
+    chunk_grads_pass: Callable[..., tuple[torch.Tensor, ...]] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Gradients of chunk_gated_delta_rule's (o, final_state) given do [B, T, HV, V] and dfinal [N, HV, K, V]
     (either None: that output unused). Returns (dq, dk, dv, dg, dbeta, dh0) in the inputs' dtypes (dh0 None
@@ -336,7 +347,9 @@ def chunk_gated_delta_rule_backward(
     chunk numbering); None: stage 1 in torch. state_grads_pass(do, dfinal, slots, count, want_dh0): stage 2 by
     the kernels (api.gdr_state_grads: dh' leaving every 64 tokens at the same slots, and dh0); None: in torch.
     With both passes the layout is device_layout's: while a CUDA graph is captured no host read of cu_seqlens
-    happens anywhere in the backward."""
+    happens anywhere in the backward. chunk_grads_pass(do, states, dh_next, first, length, covered) (with both
+    passes): stages 0 and 3 by the B3 kernel (api.gdr_chunk_grads), reading the inputs where they are: no gather,
+    no scatter, no factor in memory."""
     work = torch.float64 if v.dtype == torch.float64 else torch.float32
     bsz, tokens, heads, kdim = q.shape
     if cu_seqlens is not None and bsz != 1:
@@ -350,6 +363,13 @@ def chunk_gated_delta_rule_backward(
     else:
         layout = chunk_layout(bsz, tokens, cu_seqlens, chunk_size, v.device)
     n = layout.num_seqs
+    if chunk_grads_pass is not None and states_pass is not None and state_grads_pass is not None:
+        if chunk_size != STATE_TOKENS:
+            raise ValueError(f"the kernels work in chunks of {STATE_TOKENS} tokens, not {chunk_size}")
+        return _kernel_backward(
+            q, k, v, g, beta, do, dfinal, initial_state, use_qk_l2norm_in_kernel, layout, cu_seqlens is None,
+            states_pass, state_grads_pass, chunk_grads_pass,
+        )  # fmt: skip
     qf, kf = q.to(work), k.to(work)
     qn, kn = (_l2norm(qf), _l2norm(kf)) if use_qk_l2norm_in_kernel else (qf, kf)
     # [NC, H, C, K] -> [NC, HV, C, K]: value head hv reads q / k head hv // group
@@ -410,14 +430,47 @@ def chunk_gated_delta_rule_backward(
     )
 
 
+def _kernel_backward(
+    q, k, v, g, beta, do, dfinal, initial_state, l2, layout, covered, states_pass, state_grads_pass, chunk_grads_pass
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Every stage by a kernel: the states, the reverse pass, then B3 for every chunk of the layout; the host
+    sums each q / k head's value heads (a fixed order) and applies the l2norm's backward. covered: every token is
+    in some sequence (fixed lengths; with offsets, tokens past the last one are in none and get zeros)."""
+    bsz, tokens, heads, kdim = q.shape
+    group = v.shape[2] // heads
+    count = layout.token.shape[0]
+    slots = state_slots(layout)
+    states = states_pass(slots, count)
+    do_in = do if do is not None else torch.zeros_like(v)
+    dh_next, dh0 = state_grads_pass(do_in.to(v.dtype), dfinal, slots, count, initial_state is not None)
+    first = layout.token[:, 0].to(torch.int32)  # a real chunk's first row is a token of its sequence
+    length = layout.valid.sum(-1, dtype=torch.int32)
+    dq, dk, dv, dg, dbeta = chunk_grads_pass(do_in.to(v.dtype), states, dh_next, first, length, covered)
+    del states, dh_next
+    dq = dq.view(bsz, tokens, heads, group, kdim).sum(3)
+    dk = dk.view(bsz, tokens, heads, group, kdim).sum(3)
+    if l2:
+        dq, dk = _l2norm_backward(q.float(), dq), _l2norm_backward(k.float(), dk)
+    shape = v.shape[:3]
+    return (
+        dq.to(q.dtype),
+        dk.to(k.dtype),
+        dv.view(v.shape).to(v.dtype),
+        dg.view(shape).to(g.dtype),
+        dbeta.view(shape).to(beta.dtype),
+        dh0.to(initial_state.dtype) if initial_state is not None and dh0 is not None else None,
+    )
+
+
 class Differentiable(torch.autograd.Function):
     """chunk_gated_delta_rule with its backward: forward(ctx, meta, run, q, k, v, g, beta, initial_state,
     cu_seqlens) calls run(q, k, v, g, beta, initial_state, cu_seqlens) (the forward's kernels: fresh outputs, so
     they may be modified in place as without grad), returns o (and final_state when run gives one) and keeps the
-    inputs; meta is (scale, use_qk_l2norm_in_kernel, states, state_grads): states(q, k, v, g, beta,
-    initial_state, cu_seqlens, slots, count) gives stage 1 from the forward's kernels (api.gdr_states) and
+    inputs; meta is (scale, use_qk_l2norm_in_kernel, states, state_grads, chunk_grads): states(q, k, v, g, beta,
+    initial_state, cu_seqlens, slots, count) gives stage 1 from the forward's kernels (api.gdr_states),
     state_grads(q, k, v, g, beta, cu_seqlens, do, dfinal, slots, count, want_dh0) stage 2 from the reverse pass
-    kernel (api.gdr_state_grads); None computes that stage in torch.
+    kernel (api.gdr_state_grads) and chunk_grads(q, k, v, g, beta, do, states, dh_next, first, length, covered)
+    stages 0 and 3 from B3 (api.gdr_chunk_grads); None computes that stage in torch.
     The backward recomputes everything else from the inputs. Not differentiable twice."""
 
     @staticmethod
@@ -433,7 +486,7 @@ class Differentiable(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, *grads):  # type: ignore[override]
         q, k, v, g, beta, initial_state, cu_seqlens = ctx.saved_tensors
-        scale, l2, states, state_grads = ctx.meta
+        scale, l2, states, state_grads, chunk_grads = ctx.meta
         do, dfinal = grads[0], grads[1] if ctx.has_final else None
         if do is None and dfinal is None:
             return (None,) * 9
@@ -443,9 +496,13 @@ class Differentiable(torch.autograd.Function):
         grads_pass = None
         if state_grads is not None:
             grads_pass = functools.partial(state_grads, q, k, v, g, beta, cu_seqlens)
+        chunk_pass = None
+        if chunk_grads is not None:
+            chunk_pass = functools.partial(chunk_grads, q, k, v, g, beta)
         dq, dk, dv, dg, dbeta, dh0 = chunk_gated_delta_rule_backward(
-            q, k, v, g, beta, do, dfinal, scale, initial_state, cu_seqlens, l2, STATE_TOKENS, states_pass, grads_pass
-        )
+            q, k, v, g, beta, do, dfinal, scale, initial_state, cu_seqlens, l2, STATE_TOKENS, states_pass, grads_pass,
+            chunk_pass,
+        )  # fmt: skip
         need = ctx.needs_input_grad
         picked = [x if need[i + 2] else None for i, x in enumerate((dq, dk, dv, dg, dbeta, dh0))]
         return (None, None, *picked, None)

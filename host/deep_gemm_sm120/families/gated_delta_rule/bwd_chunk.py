@@ -1,0 +1,78 @@
+"""Gated delta rule backward, the per-chunk gradients (impls/sm120_gated_delta_rule_bwd_chunk.cuh; issue 41's B3):
+stages 0 and 3 of the chunk-form backward in one CTA per (64-token chunk, value head), from the token-major inputs,
+the states pass's states and the reverse pass's state gradients. A service kernel of this family, launched by the
+backward (backward.py through api.gdr_chunk_grads)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...core.params import Param, ParamList
+from ...core.registry import Family, GateRules, KernelSpec
+from .prep import CXX_ELEM, HEAD_DIM, align_up, hmma
+
+PARAMS = ParamList(
+    Param("q", "const {elem}*"),
+    Param("k", "const {elem}*"),
+    Param("v", "const {elem}*"),
+    Param("dout", "const {elem}*"),
+    Param("g", "const float*"),
+    Param("beta", "const void*"),
+    Param("states", "const float*"),
+    Param("dh_next", "const float*"),
+    Param("chunk_first", "const int32_t*"),
+    Param("chunk_len", "const int32_t*"),
+    Param("dq", "float*"),
+    Param("dk", "float*"),
+    Param("dv", "float*"),
+    Param("dg", "float*"),
+    Param("dbeta", "float*"),
+    Param("heads", "uint32_t"),
+    Param("value_heads", "uint32_t"),
+    Param("scale", "float"),
+    Param("beta_fp32", "uint32_t"),
+    Param("l2norm", "uint32_t"),
+)
+CHUNK = 64  # kGdrStateTokens: the states and state gradients come every 64 tokens
+THREADS = 512
+SLICE = 16
+
+
+def chunk_grads_smem_bytes() -> int:
+    """GdrChunkGradConfig::kSmemBytes: Kn, T, M, Ar (fp32), the per-row vectors and reduction rows, the work
+    region (the larger of two Kn-sized tiles and Kn + an fp32 C x C matrix)."""
+    c, k = CHUNK, HEAD_DIM
+    tile_k, tile_c, tile_f = c * (k + 8) * 2, c * (c + 8) * 2, c * (c + 1) * 4
+    head = tile_k + 2 * tile_c + tile_f + 8 * c * 4 + 10 * c * 4
+    return align_up(head, 128) + max(2 * tile_k, tile_k + tile_f)
+
+
+@dataclass(frozen=True)
+class GdrChunkGradSpec(KernelSpec):
+    elem: str = "bf16"
+
+    def kernel_name(self) -> str:
+        return f"gated_delta_rule_bwd_chunk_c{CHUNK}_{self.elem}"
+
+    def block_threads(self) -> int:
+        return THREADS
+
+    def shared_bytes(self) -> int:
+        return chunk_grads_smem_bytes()
+
+    def template_args(self) -> list[str]:
+        return [CXX_ELEM[self.elem]]
+
+    def type_subst(self) -> dict[str, str]:
+        return {"elem": CXX_ELEM[self.elem]}
+
+
+BWD_CHUNK = Family(
+    name="gated_delta_rule_bwd_chunk",
+    params=PARAMS,
+    specs=lambda: [GdrChunkGradSpec(e) for e in CXX_ELEM],
+    gate=lambda spec: GateRules(required={"sm120": (hmma(spec.elem), "LDSM"), "sm90": (hmma(spec.elem), "LDSM")}),
+    pdl=True,
+    api_modules=(),
+    service=True,
+)

@@ -1,0 +1,38 @@
+"""What the B3 kernel (impls/sm120_gated_delta_rule_bwd_chunk.cuh, api.gdr_chunk_grads) computes, in torch: the
+per-chunk gradients of backward.py's stages 0 and 3 for given states and state gradients, per value head and
+token-major, before the GVA sum and the l2norm's backward. The CPU tests run the kernel path's wiring with it in
+the kernel's place; the GPU tests hold the kernel to it on the same states."""
+
+from __future__ import annotations
+
+import torch
+
+from deep_gemm_sm120.families.gated_delta_rule import backward as bw
+
+
+def chunk_grads_model(q, k, v, g, beta, do, states, dh_next, first, length, covered, scale, l2, chunk=64):
+    """(dq, dk, dv, dg, dbeta) as api.gdr_chunk_grads returns them: fp32, [B T, HV, 128] and [B T, HV]."""
+    bsz, tokens, heads = q.shape[:3]
+    hv = v.shape[2]
+    group = hv // heads
+    dev = q.device
+    rows = torch.arange(chunk, device=dev)
+    valid = rows[None, :] < length.to(dev).long()[:, None]
+    token = torch.where(valid, first.to(dev).long()[:, None] + rows[None, :], 0)
+    layout = bw.ChunkLayout(token=token, valid=valid, order=torch.zeros(0, dtype=torch.long), counts=(), num_seqs=0)
+    qf, kf = q.float(), k.float()
+    qn, kn = (bw._l2norm(qf), bw._l2norm(kf)) if l2 else (qf, kf)
+    qc = bw._gather(qn, layout, torch.float32).repeat_interleave(group, dim=1)
+    kc = bw._gather(kn, layout, torch.float32).repeat_interleave(group, dim=1)
+    vc, doc = bw._gather(v, layout, torch.float32), bw._gather(do, layout, torch.float32)
+    gc, bc = bw._gather(g, layout, torch.float32), bw._gather(beta, layout, torch.float32)
+    f = bw._factors(qc, kc, vc, gc, bc)
+    vnew = f["u"] - f["w"] @ states
+    dvnew = scale * f["m"].transpose(-1, -2) @ doc + f["kd"] @ dh_next
+    before_last = (rows < length.to(dev).long()[:, None] - 1)[:, None]
+    grads = bw._chunk_grads(qc, kc, vc, bc, f, states, vnew, doc, dh_next, dvnew, scale, before_last)
+    out = []
+    for x in grads:
+        y = bw._scatter(x, layout, bsz, tokens)
+        out.append(y.reshape(bsz * tokens, *y.shape[2:]))
+    return tuple(out)
