@@ -11,7 +11,9 @@ from deep_gemm_sm120.families.gated_delta_rule import backward as bw
 
 
 def chunk_grads_model(q, k, v, g, beta, do, states, dh_next, first, length, covered, scale, l2, chunk=64):
-    """(dq, dk, dv, dg, dbeta) as api.gdr_chunk_grads returns them: fp32, [B T, HV, 128] and [B T, HV]."""
+    """(dq, dk, dv, dg, dbeta) as api.gdr_chunk_grads returns them: fp32 (float64 for float64 inputs),
+    [B T, HV, 128] and [B T, HV]."""
+    work = torch.float64 if v.dtype == torch.float64 else torch.float32
     bsz, tokens, heads = q.shape[:3]
     hv = v.shape[2]
     group = hv // heads
@@ -20,12 +22,12 @@ def chunk_grads_model(q, k, v, g, beta, do, states, dh_next, first, length, cove
     valid = rows[None, :] < length.to(dev).long()[:, None]
     token = torch.where(valid, first.to(dev).long()[:, None] + rows[None, :], 0)
     layout = bw.ChunkLayout(token=token, valid=valid, order=torch.zeros(0, dtype=torch.long), counts=(), num_seqs=0)
-    qf, kf = q.float(), k.float()
+    qf, kf = q.to(work), k.to(work)
     qn, kn = (bw._l2norm(qf), bw._l2norm(kf)) if l2 else (qf, kf)
-    qc = bw._gather(qn, layout, torch.float32).repeat_interleave(group, dim=1)
-    kc = bw._gather(kn, layout, torch.float32).repeat_interleave(group, dim=1)
-    vc, doc = bw._gather(v, layout, torch.float32), bw._gather(do, layout, torch.float32)
-    gc, bc = bw._gather(g, layout, torch.float32), bw._gather(beta, layout, torch.float32)
+    qc = bw._gather(qn, layout, work).repeat_interleave(group, dim=1)
+    kc = bw._gather(kn, layout, work).repeat_interleave(group, dim=1)
+    vc, doc = bw._gather(v, layout, work), bw._gather(do, layout, work)
+    gc, bc = bw._gather(g, layout, work), bw._gather(beta, layout, work)
     f = bw._factors(qc, kc, vc, gc, bc)
     vnew = f["u"] - f["w"] @ states
     dvnew = scale * f["m"].transpose(-1, -2) @ doc + f["kd"] @ dh_next
