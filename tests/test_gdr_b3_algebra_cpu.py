@@ -75,7 +75,7 @@ def _kernel_algebra(qn, kn, v, do, g, beta, h, dh, length, scale):
 @pytest.mark.parametrize("length", [64, 41, 1])
 def test_the_kernels_algebra_equals_the_torch_stages(length):
     torch.manual_seed(length)
-    hv, scale = 1, 0.3
+    scale = 0.3
     rows = torch.arange(C) < length
     z = lambda x: torch.where(rows.view(-1, *([1] * (x.dim() - 1))), x, torch.zeros((), dtype=x.dtype))
     q = z(torch.nn.functional.normalize(torch.randn(C, K, dtype=torch.float64), dim=-1))
