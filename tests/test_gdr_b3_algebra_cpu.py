@@ -93,4 +93,6 @@ def test_the_kernels_algebra_equals_the_torch_stages(length):
     )  # fmt: skip
     for name, mine, ref in zip(("dq", "dk", "dv", "dg", "dbeta"), got, want):
         ref = ref.reshape(C, -1).squeeze(-1)[:length]
-        assert torch.allclose(mine[:length], ref, rtol=1e-9, atol=1e-11), f"{name}: {(mine[:length] - ref).abs().max():.3e}"
+        assert torch.allclose(mine[:length], ref, rtol=1e-9, atol=1e-11), (
+            f"{name}: {(mine[:length] - ref).abs().max():.3e}"
+        )

@@ -375,7 +375,9 @@ def gdr_chunk_grads(
     q, k, v, do = (x.contiguous() for x in (q, k, v, do))
     q, k, v, do = (x.clone() if x.data_ptr() % 16 else x for x in (q, k, v, do))
     g, beta = g.contiguous(), beta.contiguous()
-    states, dh_next = states.contiguous(), dh_next.contiguous()
+    # the kernel reads the states and their gradients 16 bytes at a time too
+    states, dh_next = (x.contiguous() for x in (states, dh_next))
+    states, dh_next = (x.clone() if x.data_ptr() % 16 else x for x in (states, dh_next))
     first = chunk_first.to(device=dev, dtype=torch.int32).contiguous()
     length = chunk_len.to(device=dev, dtype=torch.int32).contiguous()
     launch(
