@@ -400,6 +400,16 @@ sm120_gated_delta_rule_bwd_chunk_kernel(const Elem* __restrict__ q, const Elem* 
         __syncthreads();
     };
     auto one = [](uint32_t) { return 1.0f; };
+    // a 64 x 128 result (the 128-wide tiling) into the chunk's token rows of a [tokens][HV][K] output
+    auto store_rows = [&](const float (&acc)[4][4], float* out) {
+#pragma unroll
+        for (uint32_t nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (uint32_t e = 0; e < 4; ++e) {
+                const uint32_t i = gdr_acc_row(m0, lane, e), c = gdr_acc_col(n128, nt, lane, e);
+                if (i < len) out[tok(i, value_heads, hv) * K + c] = acc[nt][e];
+            }
+    };
     // the slice warps' row sums, quad by quad (warps 8-15 took no slice: their groups get zeros)
     auto slice_rows = [&](const float (&r)[2]) {
 #pragma unroll
@@ -466,13 +476,7 @@ sm120_gated_delta_rule_bwd_chunk_kernel(const Elem* __restrict__ q, const Elem* 
 #pragma unroll
             for (uint32_t e = 0; e < 4; ++e) acc[nt][e] = scale * s_gamma[gdr_acc_row(m0, lane, e)] * dqg[nt][e];
         gdr_tile_mma<E, 4, C, false, true>(acc, s_dqk, kLdC, s_k, kLdK, m0, n128, lane);
-#pragma unroll
-        for (uint32_t nt = 0; nt < 4; ++nt)
-#pragma unroll
-            for (uint32_t e = 0; e < 4; ++e) {
-                const uint32_t i = gdr_acc_row(m0, lane, e), c = gdr_acc_col(n128, nt, lane, e);
-                if (i < len) dq[tok(i, value_heads, hv) * K + c] = acc[nt][e];
-            }
+        store_rows(acc, dq);
     }
     // dk = dkp + dqk^T Qn (+ the symmetric dkk term below)
     gdr_tile_mma<E, 4, C, true, true>(dkp, s_dqk, kLdC, s_q2, kLdK, m0, n128, lane);
@@ -526,13 +530,7 @@ sm120_gated_delta_rule_bwd_chunk_kernel(const Elem* __restrict__ q, const Elem* 
     }
     __syncthreads();
     gdr_tile_mma<E, 4, C, false, true>(dkp, s_sym, kLdC, s_k, kLdK, m0, n128, lane);
-#pragma unroll
-    for (uint32_t nt = 0; nt < 4; ++nt)
-#pragma unroll
-        for (uint32_t e = 0; e < 4; ++e) {
-            const uint32_t i = gdr_acc_row(m0, lane, e), c = gdr_acc_col(n128, nt, lane, e);
-            if (i < len) dk[tok(i, value_heads, hv) * K + c] = dkp[nt][e];
-        }
+    store_rows(dkp, dk);
 
     // G_last's gradient: sum(dtail) + e^{G_last} sum(h * dh'), added to the last row (G is flat past the end);
     // then dg = the reverse cumsum of G's gradient (g_t feeds every G_i with i >= t)
