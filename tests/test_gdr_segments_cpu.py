@@ -107,3 +107,46 @@ def test_a_misaligned_initial_state_reaches_the_combine_aligned(captured, monkey
     dg.chunk_gated_delta_rule(*args, initial_state=init, output_final_state=True, chunk_size=32)
     p2 = captured[2][2]
     assert p2["initial_state"] % 16 == 0 and p2["initial_state"] != init.data_ptr()
+
+
+@pytest.mark.parametrize("varlen", [False, True])
+@pytest.mark.parametrize("segments", ["0", "3"])
+def test_the_reverse_pass_reads_the_states_pass_prep(captured, monkeypatch, varlen, segments):
+    """The backward's two sequential passes run the prep kernel once: the states pass hands its scratch over
+    (gdr_states' scratch_out) and the reverse pass reads its factors there (its tensor maps and cu' are the
+    states pass's) instead of launching the prep again; a scratch of another size is not used."""
+    import struct
+
+    from deep_gemm_sm120.families.gated_delta_rule import backward as bw
+
+    monkeypatch.setenv(SEGMENT_ENV, segments)
+    tmaps: list[bytes] = []
+    real = launch.BOUND.launch
+
+    def keep_maps(*a):
+        tmaps.append(a[-1])
+        return real(*a)
+
+    monkeypatch.setattr(launch.BOUND, "launch", keep_maps)
+    n, hv, t = (3, 4, 700) if varlen else (2, 4, 700)
+    b = 1 if varlen else n
+    args, init = _inputs(b, t, 2, hv, n)
+    cu = torch.tensor([0, 100, 100, 700], dtype=torch.int32) if varlen else None
+    layout = bw.device_layout(b, t, cu, 64, torch.device("cpu"), exact=True)
+    slots, count = bw.state_slots(layout), layout.token.shape[0]
+    kept: list = []
+    api.gdr_states(*args, None, init, cu, True, slots, count, kept)
+    assert len(kept) == 1
+    before = len(captured)
+    do = torch.zeros_like(args[2])
+    api.gdr_state_grads(*args, None, do, None, cu, True, slots, count, True, kept[0])
+    names = [name for name, _, _ in captured]
+    preps = [i for i, name in enumerate(names) if name.startswith("gated_delta_rule_prep")]
+    assert len(preps) == 1 and names[before].startswith("gated_delta_rule_bwd_c"), names
+    prep_params, bwd_params = captured[preps[0]][2], captured[before][2]
+    assert bwd_params["cu_seqlens"] == prep_params["cu_effective"]
+    for part in ("tw", "attn", "gates"):  # the reverse pass's tensor maps address the states pass's factors
+        assert struct.pack("<Q", prep_params[part]) in tmaps[before], part
+    # a scratch of another layout's size: the reverse pass runs its own prep
+    api.gdr_state_grads(*args, None, do, None, cu, True, slots, count, True, torch.zeros(8, dtype=torch.uint8))
+    assert [name for name, _, _ in captured][-2].startswith("gated_delta_rule_prep")

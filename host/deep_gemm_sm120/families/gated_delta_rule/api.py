@@ -187,11 +187,16 @@ def _run(run, q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm_
         return run(q, k, v, g, beta, initial_state, cu_seqlens, scale)
     l2 = bool(use_qk_l2norm_in_kernel)
 
+    # the prep scratch the states pass made, for the reverse pass that follows it in the same backward
+    kept: list = []
+
     def states(q, k, v, g, beta, initial_state, cu_seqlens, slots, count):  # stage 1 by the forward's kernels
-        return gdr_states(q, k, v, g, beta, scale, initial_state, cu_seqlens, l2, slots, count)
+        kept.clear()
+        return gdr_states(q, k, v, g, beta, scale, initial_state, cu_seqlens, l2, slots, count, kept)
 
     def state_grads(q, k, v, g, beta, cu_seqlens, do, dfinal, slots, count, want_dh0):  # stage 2 by its kernel
-        return gdr_state_grads(q, k, v, g, beta, scale, do, dfinal, cu_seqlens, l2, slots, count, want_dh0)
+        scratch = kept.pop() if kept else None
+        return gdr_state_grads(q, k, v, g, beta, scale, do, dfinal, cu_seqlens, l2, slots, count, want_dh0, scratch)
 
     def chunk_grads(q, k, v, g, beta, do, states, dh_next, first, length, covered):  # stages 0 and 3 by B3
         return gdr_chunk_grads(q, k, v, g, beta, scale, do, l2, states, dh_next, first, length, covered)
@@ -237,18 +242,20 @@ def gdr_states(
     use_qk_l2norm_in_kernel: bool,
     slots: torch.Tensor,
     count: int,
+    scratch_out: list | None = None,
 ) -> torch.Tensor:
     """The backward's states pass (backward.py): the forward's walk (its plan, at the device's default chunk) that
     stores the state entering every STATE_TOKENS-th token of each sequence, the j-th of sequence n at slot
     slots[n] + slots[N + j] of a [count, HV, 128, 128] fp32 tensor (int32 slots on the device), and forms no o
     (the kernel's kStates instance loads neither q nor attn). Planned per call; the call's arguments are the
-    forward's."""
+    forward's. scratch_out (a list): receives the prep kernel's scratch (the chunk factors), which
+    gdr_state_grads then reads instead of running the prep again."""
     call = _prepare(
         q, k, v, g, beta, scale, initial_state, False, cu_seqlens, use_qk_l2norm_in_kernel, None, states=True
     )
     out = torch.empty(count, v.shape[2], HEAD_DIM, HEAD_DIM, dtype=torch.float32, device=v.device)
     if count:
-        call[2](q, k, v, g, beta, initial_state, cu_seqlens, scale, state_out=(out, slots))
+        call[2](q, k, v, g, beta, initial_state, cu_seqlens, scale, state_out=(out, slots), scratch_out=scratch_out)
     return out
 
 
@@ -266,12 +273,15 @@ def gdr_state_grads(
     slots: torch.Tensor,
     count: int,
     want_dh0: bool,
+    prep_scratch: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The backward's reverse state pass (backward.py's stage 2 by the kernels): the prep kernel, then the reverse
     walk (impls/sm120_gated_delta_rule_bwd.cuh), at the device's default chunk. Returns (dh_next, dh0): the state
     gradient leaving every STATE_TOKENS tokens of each sequence, the j-th of sequence n at slot slots[n] +
     slots[N + j] of a [count, HV, 128, 128] fp32 tensor, and the initial state's gradient [N, HV, 128, 128] (None
-    unless want_dh0). The arguments are the forward's, already checked by it; do [B, T, HV, 128] in v's dtype."""
+    unless want_dh0). The arguments are the forward's, already checked by it; do [B, T, HV, 128] in v's dtype.
+    prep_scratch: the states pass's prep scratch for the same arguments (gdr_states' scratch_out), whose factors
+    are the ones this pass needs: no second prep run. Ignored unless its size is this call's layout's."""
     p = check_arguments(
         q, k, v, g, beta, scale, None, False, cu_seqlens, use_qk_l2norm_in_kernel, None,
         default_chunk=default_chunk_size(q.device),
@@ -299,21 +309,24 @@ def gdr_state_grads(
     cu = None if cu_seqlens is None else cu_seqlens_int32(cu_seqlens, t)
     slots = slots.to(device=dev, dtype=torch.int32).contiguous()
     scratch_bytes, scratch_parts = _prep_scratch(tokens, hv, c, q.element_size(), n, cu is not None)
-    scratch = torch.empty(scratch_bytes, dtype=torch.uint8, device=dev)
+    shared = prep_scratch is not None and prep_scratch.numel() == scratch_bytes and prep_scratch.device == dev
+    scratch = prep_scratch if shared else torch.empty(scratch_bytes, dtype=torch.uint8, device=dev)
     tw, tu, attn, gates, cu_eff = scratch_parts(scratch.data_ptr())
     slots_total = ceil_div(t, c) + n if cu is not None else n * ceil_div(t, c)
-    launch(
-        prep,
-        slots_total * hv,
-        PREP_PARAMS.pack(
-            q=q.data_ptr(), k=k.data_ptr(), g=g.data_ptr(), beta=beta.data_ptr(),
-            cu_seqlens=0 if cu is None else cu.data_ptr(), tw=tw, tu=tu, attn=attn, gates=gates,
-            beta_fp32=int(beta.dtype == torch.float32), l2norm=int(use_qk_l2norm_in_kernel), cu_effective=cu_eff, ready=0,
-            scale=scale_value(scale, HEAD_DIM), num_seqs=n, seq_len=t, value_heads=hv, group=hv // h,
-        ),
-        b"",
-        index,
-    )  # fmt: skip
+    if not shared:
+        launch(
+            prep,
+            slots_total * hv,
+            PREP_PARAMS.pack(
+                q=q.data_ptr(), k=k.data_ptr(), g=g.data_ptr(), beta=beta.data_ptr(),
+                cu_seqlens=0 if cu is None else cu.data_ptr(), tw=tw, tu=tu, attn=attn, gates=gates,
+                beta_fp32=int(beta.dtype == torch.float32), l2norm=int(use_qk_l2norm_in_kernel),
+                cu_effective=cu_eff, ready=0, scale=scale_value(scale, HEAD_DIM), num_seqs=n, seq_len=t,
+                value_heads=hv, group=hv // h,
+            ),
+            b"",
+            index,
+        )  # fmt: skip
     maps = (
         _map("tmap_q", tma_dtype, q.data_ptr(), HEAD_DIM, h, tokens, 64, c, 2, BWD_PARAMS)
         + _map("tmap_k", tma_dtype, k.data_ptr(), HEAD_DIM, h, tokens, 64, c, 2, BWD_PARAMS)
@@ -487,7 +500,7 @@ def _prepare(
     unaligned = tuple(x.is_contiguous() and x.data_ptr() % 16 != 0 for x in (q, k, v))
     scratch_bytes, scratch_parts = _prep_scratch(tokens, hv, c, q.element_size(), n, varlen)
 
-    def run(q, k, v, g, beta, initial_state, cu_seqlens, scale, state_out=None):
+    def run(q, k, v, g, beta, initial_state, cu_seqlens, scale, state_out=None, scratch_out=None):
         # (the backward's states pass skips the check: its forward checked the values, or ran with checks off,
         # and the backward reads them as the kernels do)
         if cu_seqlens is not None and state_out is None and index_checks():
@@ -502,6 +515,8 @@ def _prepare(
         # offsets never overlap sequences or leave the tokens (docs/untrusted_indices.md); then each sequence's
         # first chunk slot
         scratch = fresh_empty((scratch_bytes,), torch.uint8, dev)
+        if scratch_out is not None:  # the backward's reverse pass reads the same factors: kept, not recomputed
+            scratch_out.append(scratch)
         tw, tu, attn, gates, cu_eff = scratch_parts(scratch.data_ptr())
         ready = fresh_zeros((1 + slots * hv,), torch.int32, dev) if overlap else None
         launch(
