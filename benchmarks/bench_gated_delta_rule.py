@@ -163,12 +163,24 @@ def fla_backward_guard_lifted() -> bool:
 
 
 def backward_case(
-    b: int, t: int, h: int, hv: int, iters: int, fla, lens=None, init: bool = True, fla_trusted=True, tf32=False
+    b: int,
+    t: int,
+    h: int,
+    hv: int,
+    iters: int,
+    fla,
+    lens=None,
+    init: bool = True,
+    fla_trusted=True,
+    tf32=False,
+    torch_stages_ab=False,
 ) -> dict:
     """Forward + backward (every input's gradient, the final state's included) of ours at chunk 32 and of FLA on
     the same inputs, each by graph replay where it captures (eager otherwise); the relative L2 distance of each
     gradient to FLA's (when FLA's gradients are trusted here). tf32: ours again with TF32 matmuls allowed (the
-    backward's fp32 torch stages), its time and each gradient's distance to the fp32 run's."""
+    backward's fp32 torch stages), its time and each gradient's distance to the fp32 run's. torch_stages_ab: ours
+    again with stages 0 and 3 as torch operations instead of the B3 kernel (DG_SM120_GDR_CHUNK_GRADS=0), its time
+    and each gradient's distance to the kernel path's."""
     import deep_gemm_sm120 as dg
 
     q, k, v, g, beta, state, cu = inputs(b, t, h, hv, lens, init)
@@ -205,6 +217,20 @@ def backward_case(
         row["speedup"] = row["fla_fwd_bwd_us"] / row["ours_fwd_bwd_us"]
         if fla_trusted:
             row["grad_rel_l2_vs_fla"] = _grad_distances(ours(), theirs())
+    if torch_stages_ab:
+        from deep_gemm_sm120.families.gated_delta_rule.backward import CHUNK_GRADS_ENV
+
+        kernel = [x.clone() for x in ours()]
+        saved = os.environ.get(CHUNK_GRADS_ENV)
+        os.environ[CHUNK_GRADS_ENV] = "0"
+        try:
+            row["ours_torch_stages_us"], _ = _replay_or_eager(ours, iters)
+            row["torch_stages_grad_rel_l2_vs_b3"] = _grad_distances(ours(), kernel)
+        finally:
+            if saved is None:
+                del os.environ[CHUNK_GRADS_ENV]
+            else:
+                os.environ[CHUNK_GRADS_ENV] = saved
     if tf32:
         fp32 = [x.clone() for x in ours()]
         saved = torch.backends.cuda.matmul.allow_tf32
@@ -237,6 +263,7 @@ def stage_clock(totals: dict):
         (bw, "_factors", "0 factors"),
         (api, "gdr_states", "1 states (kernels)"),
         (api, "gdr_state_grads", "2 state grads (kernels)"),
+        (api, "gdr_chunk_grads", "0 + 3 by B3 (kernel)"),
         (bw, "_chunk_grads", "3 input grads"),
         (bw, "_gather", "gather"),
         (bw, "_scatter", "scatter"),
@@ -406,7 +433,9 @@ def geomean(xs) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
-def backward_main(run, rows_of, wanted: set, iters: int, fla, stages: bool = False, tf32: bool = False) -> int:
+def backward_main(
+    run, rows_of, wanted: set, iters: int, fla, stages: bool = False, tf32: bool = False, torch_ab: bool = False
+) -> int:
     """--backward: forward + backward per row, ours against FLA (--profile: ours split by stage; --tf32: ours with
     TF32 matmuls too)."""
     lifted = fla is not None and fla_backward_guard_lifted()
@@ -419,7 +448,9 @@ def backward_main(run, rows_of, wanted: set, iters: int, fla, stages: bool = Fal
     for label, b, t, h, hv, lens, init in rows_of:
         if wanted and f"{label}:{h}/{hv}" not in wanted:
             continue
-        r = backward_case(b, t, h, hv, iters, fla, lens, init, fla_trusted=not lifted, tf32=tf32)
+        r = backward_case(
+            b, t, h, hv, iters, fla, lens, init, fla_trusted=not lifted, tf32=tf32, torch_stages_ab=torch_ab
+        )
         r["label"] = label
         rows.append(r)
         compared = r.get("grad_rel_l2_vs_fla")
@@ -431,6 +462,11 @@ def backward_main(run, rows_of, wanted: set, iters: int, fla, stages: bool = Fal
             + (f" / {r['fla_timing']}]" if "fla_timing" in r else "]"),
             flush=True,
         )
+        if torch_ab:
+            worst_ab = max(r["torch_stages_grad_rel_l2_vs_b3"].items(), key=lambda kv: kv[1])
+            print(
+                f"   torch stages 0 / 3: {r['ours_torch_stages_us']:.1f} us, worst grad relL2 vs B3 {worst_ab[0]} {worst_ab[1]:.2e}"
+            )
         if tf32:
             worst32 = max(r["tf32_grad_rel_l2_vs_fp32"].items(), key=lambda kv: kv[1])
             print(f"   tf32: {r['ours_tf32_us']:.1f} us, worst grad relL2 vs fp32 {worst32[0]} {worst32[1]:.2e}")
@@ -475,6 +511,11 @@ def main() -> int:
         )
         ap.add_argument("--tf32", action="store_true", help="with --backward: ours again with TF32 matmuls allowed")
         ap.add_argument(
+            "--torch-stages-ab",
+            action="store_true",
+            help="with --backward: ours again with stages 0 and 3 as torch operations (no B3 kernel)",
+        )
+        ap.add_argument(
             "--overlap-sweep",
             default="",
             help="persistent prep CTA counts to time at chunk 32 where the plan overlaps (tuning)",
@@ -505,7 +546,9 @@ def main() -> int:
     wanted = {w.strip() for w in args.rows.split(",") if w.strip()}
     rows = []
     if args.backward:
-        return backward_main(run, grid(args.quick and not wanted), wanted, iters, fla, args.profile, args.tf32)
+        return backward_main(
+            run, grid(args.quick and not wanted), wanted, iters, fla, args.profile, args.tf32, args.torch_stages_ab
+        )
     for label, b, t, h, hv, lens, init in grid(args.quick and not wanted):
         if wanted and f"{label}:{h}/{hv}" not in wanted:
             continue
