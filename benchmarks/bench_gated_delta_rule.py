@@ -319,6 +319,47 @@ def backward_profile(b: int, t: int, h: int, hv: int, lens=None, init: bool = Tr
     return totals
 
 
+def backward_kernels(b: int, t: int, h: int, hv: int, fla, lens=None, init: bool = True) -> dict:
+    """Kernel by kernel, the CUDA time of one forward + backward of each side (torch.profiler, after a warm-up
+    call): {side: {kernel: us}}, printed largest first. Unlike stage_clock's split this is GPU time only, so a
+    side's kernels add up to about its graph-replay time."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as prof
+
+    import deep_gemm_sm120 as dg
+
+    q, k, v, g, beta, state, cu = inputs(b, t, h, hv, lens, init)
+    for x in (q, k, v, g, beta) + ((state,) if state is not None else ()):
+        x.requires_grad_()
+    do, n = torch.randn_like(v), len(lens) if lens is not None else b
+    dfs = torch.randn(n, hv, 128, 128, device="cuda") * 0.1
+    sides = {
+        "ours": lambda: dg.chunk_gated_delta_rule(
+            q, k, v, g, beta, initial_state=state, output_final_state=True, chunk_size=32, cu_seqlens=cu
+        )
+    }
+    if fla is not None:
+        sides["FLA"] = lambda: fla(
+            q, k, v, g, beta, initial_state=state, output_final_state=True, cu_seqlens=None if cu is None else cu.long()
+        )
+    out = {}
+    for name, fn in sides.items():
+        torch.autograd.backward(fn(), (do, dfs))
+        torch.cuda.synchronize()
+        with prof(activities=[ProfilerActivity.CUDA]) as p:
+            torch.autograd.backward(fn(), (do, dfs))
+            torch.cuda.synchronize()
+        rows = sorted(
+            ((e.key, e.device_time_total) for e in p.key_averages() if e.device_time_total > 0), key=lambda r: -r[1]
+        )
+        out[name] = dict(rows)
+        total = sum(us for _, us in rows)
+        print(
+            f"   {name} kernels, {total:.0f} us in all: " + "; ".join(f"{key[:70]} {us:.0f}" for key, us in rows[:14])
+        )
+    return out
+
+
 def _replay_or_eager(fn, iters: int) -> tuple[float, str]:
     """(us per call, how it was timed): CUDA-graph replay (harness.bench), or eager CUDA events when the capture
     fails (a host read inside the call); the failure is named in the second field."""
@@ -472,6 +513,7 @@ def backward_main(
             print(f"   tf32: {r['ours_tf32_us']:.1f} us, worst grad relL2 vs fp32 {worst32[0]} {worst32[1]:.2e}")
         if stages:
             r["stages_us"] = backward_profile(b, t, h, hv, lens, init)
+            r["kernels_us"] = backward_kernels(b, t, h, hv, fla, lens, init)
     summary = {}
     if fla is not None and rows:
         xs = [r["speedup"] for r in rows]
@@ -484,7 +526,11 @@ def backward_main(
 
 def main() -> int:
     def flags(ap: argparse.ArgumentParser) -> None:  # --quick: the six shapes of issue 29's table, fewer replays
-        ap.add_argument("--profile", action="store_true", help="per-kernel CUDA times (torch.profiler) of each side")
+        ap.add_argument(
+            "--profile",
+            action="store_true",
+            help="per-kernel CUDA times (torch.profiler) of each side; with --backward also ours split by stage",
+        )
         ap.add_argument("--sweep", action="store_true", help="ours with every (V slice, K split) plan (tuning)")
         ap.add_argument(
             "--max-stages", type=int, help="cap of the recurrence's TMA stages (tuning; default the family's)"
@@ -505,6 +551,7 @@ def main() -> int:
         ap.add_argument(
             "--split-ab", action="store_true", help="also time chunk 32 unsplit (whole sequences) in the same run"
         )
+        ap.add_argument("--no-fla", action="store_true", help="time ours only, even where fla-core imports")
         ap.add_argument("--rows", default="", help="only these rows, e.g. '1 x 32768:2/8,1 long + 7:2/8'")
         ap.add_argument(
             "--backward", action="store_true", help="forward + backward of ours (chunk 32) and FLA, eager timing"
@@ -524,6 +571,8 @@ def main() -> int:
     run = start(__doc__.splitlines()[0], flags)  # off SM120 only the build changes: bf16 mma.sync is native on sm_90a
     args = run.args
     try:
+        if args.no_fla:
+            raise ImportError("--no-fla")
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fla
     except ImportError as e:
         print(f"fla-core not importable ({e}); timing ours only")
