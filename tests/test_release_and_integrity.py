@@ -187,10 +187,11 @@ def test_latest_release_upgrades_its_predecessor_by_sync(tmp_path):
     prefix = fork / "deep_gemm/include/deep_gemm"
     write_tree(fork, {"deep_gemm/include/deep_gemm/common/utils.cuh": b"// DeepGEMM's own\n"})
     old = {e.path: store.get(e) for e in prev.files}
-    if None in old.values() and not (ROOT / ".git").exists():
-        # a release tarball has only the latest bytes (check_vendor says so for such a fork); the upgrade needs
-        # the previous release's, which live in git history
-        pytest.skip(f"no git history here: {prev.tag}'s changed files cannot be written")
+    missing = [t.tag for t in (prev, latest) if any(store.get(e) is None for e in t.files)]
+    if missing and not (ROOT / ".git").exists():
+        # a release tarball has only the latest bytes (check_vendor says so for such a fork), a tarball of a tree
+        # with unreleased device changes not even those; the upgrade needs both releases', which live in git history
+        pytest.skip(f"no git history here: {' and '.join(missing)}'s changed files cannot be written")
     assert None not in old.values(), "a checkout with history supplies every released file"
     write_tree(prefix, old)
     code, doc = run_json("--repo", str(ROOT), "--fork", str(fork), "--tag", prev.tag)
@@ -207,7 +208,7 @@ def test_latest_release_upgrades_its_predecessor_by_sync(tmp_path):
 
 def test_a_release_tarball_skips_the_upgrade_test_instead_of_failing(tmp_path):
     """A source tarball has no git history: the upgrade test says why it cannot run there, or runs where the
-    tarball's own bytes are every file of the previous release (a release that only adds files)."""
+    tarball's own bytes are every file of both releases (a release that only adds files)."""
     import shutil
     import subprocess
     import sys
@@ -217,8 +218,9 @@ def test_a_release_tarball_skips_the_upgrade_test_instead_of_failing(tmp_path):
 
     copy = tmp_path / "deep_gemm_sm120-tarball"
     shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".git", "__pycache__", "*.egg-info", "build", "dist"))
-    prev = ManifestSet.load_dir(str(copy / "vendor_manifests")).manifests[-2]
-    needs_history = any(CanonicalStore(str(copy)).get(e) is None for e in prev.files)
+    prev, latest = ManifestSet.load_dir(str(copy / "vendor_manifests")).manifests[-2:]
+    store = CanonicalStore(str(copy))
+    needs_history = any(store.get(e) is None for e in prev.files + latest.files)
     test = "tests/test_release_and_integrity.py::test_latest_release_upgrades_its_predecessor_by_sync"
     p = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", test],
