@@ -206,12 +206,25 @@ def test_latest_release_upgrades_its_predecessor_by_sync(tmp_path):
     assert (prefix / "common/utils.cuh").read_bytes() == b"// DeepGEMM's own\n"
 
 
+def _upgrade_test_in(copy):
+    """The upgrade test run by pytest inside a copy of the repository."""
+    import subprocess
+    import sys
+
+    test = "tests/test_release_and_integrity.py::test_latest_release_upgrades_its_predecessor_by_sync"
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", test],
+        cwd=copy,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
 def test_a_release_tarball_skips_the_upgrade_test_instead_of_failing(tmp_path):
     """A source tarball has no git history: the upgrade test says why it cannot run there, or runs where the
     tarball's own bytes are every file of both releases (a release that only adds files)."""
     import shutil
-    import subprocess
-    import sys
 
     from vendorkit.canonical import CanonicalStore
     from vendorkit.manifest import ManifestSet
@@ -221,14 +234,7 @@ def test_a_release_tarball_skips_the_upgrade_test_instead_of_failing(tmp_path):
     prev, latest = ManifestSet.load_dir(str(copy / "vendor_manifests")).manifests[-2:]
     store = CanonicalStore(str(copy))
     needs_history = any(store.get(e) is None for e in prev.files + latest.files)
-    test = "tests/test_release_and_integrity.py::test_latest_release_upgrades_its_predecessor_by_sync"
-    p = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", test],
-        cwd=copy,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    p = _upgrade_test_in(copy)
     if needs_history:
         assert p.returncode == 0 and "1 skipped" in p.stdout and "no git history" in p.stdout, p.stdout + p.stderr
     else:
@@ -239,8 +245,6 @@ def test_a_tarball_of_a_release_that_changed_a_file_skips_the_upgrade_test(tmp_p
     """The skip above, forced: a tarball whose tree lacks one of the previous release's bytes (as after any
     release that changes a file in place) says why the upgrade cannot run instead of failing."""
     import shutil
-    import subprocess
-    import sys
 
     from vendorkit.manifest import ManifestSet
 
@@ -249,12 +253,5 @@ def test_a_tarball_of_a_release_that_changed_a_file_skips_the_upgrade_test(tmp_p
     prev = ManifestSet.load_dir(str(copy / "vendor_manifests")).manifests[-2]
     edited = copy / "device_layer" / prev.files[0].path
     edited.write_bytes(edited.read_bytes() + b"// changed after the previous release\n")
-    test = "tests/test_release_and_integrity.py::test_latest_release_upgrades_its_predecessor_by_sync"
-    p = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", test],
-        cwd=copy,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    p = _upgrade_test_in(copy)
     assert p.returncode == 0 and "1 skipped" in p.stdout and "no git history" in p.stdout, p.stdout + p.stderr
