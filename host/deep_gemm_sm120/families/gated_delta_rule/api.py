@@ -259,6 +259,14 @@ def gdr_states(
     return out
 
 
+def _dense16(*xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Each tensor contiguous with a 16-byte aligned base (the backward kernels' 16-byte loads and tensor maps):
+    contiguous() first, then a clone where the base is misaligned (a clone of a permuted tensor would keep its
+    dense permuted layout, so the order matters)."""
+    dense = [x.contiguous() for x in xs]
+    return tuple(x.clone() if x.data_ptr() % 16 else x for x in dense)
+
+
 def gdr_state_grads(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -301,9 +309,8 @@ def gdr_state_grads(
     vslice = choose_plan(n, hv, num_sms_for(index), c)[0]  # the forward's slice; the reverse walk has no K split
     prep = jit.get_kernel(GdrPrepSpec(c, elem, False), target, index)
     bwd = jit.get_kernel(GdrBwdSpec(c, vslice, elem), target, index)
-    # contiguous, then 16-byte aligned bases for the tensor maps (a clone keeps a dense permuted layout: not that)
-    q, k, v, do = (x.contiguous() for x in (q, k, v, do))
-    q, k, v, do = (x.clone() if x.data_ptr() % 16 else x for x in (q, k, v, do))
+    # contiguous, 16-byte aligned bases for the tensor maps
+    q, k, v, do = _dense16(q, k, v, do)
     g, beta = g.contiguous(), beta.contiguous()
     dfinal = None if dfinal is None else dfinal.float().contiguous()
     cu = None if cu_seqlens is None else cu_seqlens_int32(cu_seqlens, t)
@@ -385,12 +392,10 @@ def gdr_chunk_grads(
         return dq, dk, dv, dg, dbeta
     kern = jit.get_kernel(GdrChunkGradSpec(elem), target, index)
     # contiguous, then 16-byte aligned bases (the kernel's 16-byte loads of q / k rows)
-    q, k, v, do = (x.contiguous() for x in (q, k, v, do))
-    q, k, v, do = (x.clone() if x.data_ptr() % 16 else x for x in (q, k, v, do))
+    q, k, v, do = _dense16(q, k, v, do)
     g, beta = g.contiguous(), beta.contiguous()
     # the kernel reads the states and their gradients 16 bytes at a time too
-    states, dh_next = (x.contiguous() for x in (states, dh_next))
-    states, dh_next = (x.clone() if x.data_ptr() % 16 else x for x in (states, dh_next))
+    states, dh_next = _dense16(states, dh_next)
     first = chunk_first.to(device=dev, dtype=torch.int32).contiguous()
     length = chunk_len.to(device=dev, dtype=torch.int32).contiguous()
     launch(
