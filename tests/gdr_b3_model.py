@@ -11,8 +11,8 @@ from deep_gemm_sm120.families.gated_delta_rule import backward as bw
 
 
 def chunk_grads_model(q, k, v, g, beta, do, states, dh_next, first, length, covered, scale, l2, chunk=64):
-    """(dq, dk, dv, dg, dbeta) as api.gdr_chunk_grads returns them: fp32 (float64 for float64 inputs),
-    [B T, HV, 128] and [B T, HV]."""
+    """(dq, dk, dv, dg, dbeta) as api.gdr_chunk_grads returns them: fp32 (float64 for float64 inputs), dv in v's
+    dtype, [B T, HV, 128] and [B T, HV]."""
     work = torch.float64 if v.dtype == torch.float64 else torch.float32
     bsz, tokens, heads = q.shape[:3]
     hv = v.shape[2]
@@ -37,4 +37,5 @@ def chunk_grads_model(q, k, v, g, beta, do, states, dh_next, first, length, cove
     for x in grads:
         y = bw._scatter(x, layout, bsz, tokens)
         out.append(y.reshape(bsz * tokens, *y.shape[2:]))
+    out[2] = out[2].to(v.dtype)  # the kernel rounds dv to v's dtype once, from fp32
     return tuple(out)

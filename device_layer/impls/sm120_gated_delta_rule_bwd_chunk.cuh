@@ -20,8 +20,13 @@
 //     dk = dkp + dqk^T Qn + (dkk + dkk^T) Kn with dkk = diag(beta) dA * D; dbeta and dg from the row sums (dg the
 //     reverse cumsum of G's gradient: every term of backward.py's dcum).
 // dq and dk are per value head (fp32 [tokens][HV][K]: the host sums a q / k head's value heads in a fixed order,
-// then applies the l2norm's backward); dv, dg, dbeta fp32 token-major. Rows past the chunk's length are zero in
-// shared memory (their g = 0 keeps G flat) and never written. No atomics anywhere: bitwise repeatable.
+// then applies the l2norm's backward); dv token-major in Elem (rounded once from fp32); dg, dbeta fp32. Rows past
+// the chunk's length are zero in shared memory (their g = 0 keeps G flat) and never written. No atomics anywhere:
+// bitwise repeatable.
+//
+// Latency, since one CTA fills an SM: T is inverted by 16 x 16 blocks (a 16-step chain, not 64); each slice's
+// products are split between the two warp halves; the next slice's global values load while the current one is
+// worked on; G's cumsum and dg's reverse cumsum are warp scans.
 //
 // Shared memory (bytes): Kn 17408, T 9216, M 9216 (later dqk, then the symmetric dkk), Ar fp32 16640, vectors and
 // reduction rows 4608, and one work region of 34816 that holds, in turn, Qn + T's fp32 build (phase 0), the slice
@@ -161,6 +166,61 @@ SM120_DEVICE void gdr_col_partials(const float (&acc)[NT][4], float* red, uint32
         }
 }
 
+// The inclusive prefix sum of a warp's 64 values, lane l holding values 2l and 2l + 1 (in x, y).
+SM120_DEVICE void gdr_scan64(float2& x, uint32_t lane) {
+    x.y += x.x;
+    float run = x.y;
+#pragma unroll
+    for (uint32_t o = 1; o < 32; o *= 2) {
+        const float up = __shfl_up_sync(0xffffffffu, run, o);
+        if (lane >= o) run += up;
+    }
+    const float before = run - x.y;  // the lanes below this one
+    x.x += before, x.y += before;
+}
+
+// T = (I + diag(beta) Ar)^-1 (fp32, C x C, row stride ld; Ar strictly lower) by 16 x 16 blocks, so that the
+// dependent chain is 16 steps, not C: the diagonal blocks by forward substitution (one column of one block per
+// eight threads), then the off-diagonal blocks level by level (i - j = 1, 2, 3), T_ij = -T_ii X with
+// X = sum_{j <= m < i} diag(beta) Ar_im T_mj. X waits in the mirror block (j, i) of T's upper triangle, which T
+// leaves zero: the caller reads only j <= i. Ends with a barrier.
+template <uint32_t C, uint32_t ld, uint32_t kThreads>
+SM120_DEVICE void gdr_inverse_blocks(const float* ar, const float* beta, float* t, uint32_t tid) {
+    constexpr uint32_t B = 16, kBlocks = C / B;
+    static_assert(kBlocks * B * 8 == kThreads, "eight threads per column of a diagonal block");
+    {
+        const uint32_t o = B * (tid / (8 * B)), j = o + tid / 8 % B, part = tid % 8;
+        for (uint32_t i = o; i < o + B; ++i) {
+            float s = 0.0f;
+            for (uint32_t m = j + part; m < i; m += 8) s += ar[i * ld + m] * t[m * ld + j];
+            s += __shfl_xor_sync(0xffffffffu, s, 1);
+            s += __shfl_xor_sync(0xffffffffu, s, 2);
+            s += __shfl_xor_sync(0xffffffffu, s, 4);
+            if (part == 0) t[i * ld + j] = i == j ? 1.0f : (i > j ? -beta[i] * s : 0.0f);  // the block's upper part 0
+            __syncwarp();
+        }
+    }
+    __syncthreads();
+#pragma unroll 1
+    for (uint32_t d = 1; d < kBlocks; ++d) {
+        const uint32_t count = (kBlocks - d) * B * B;
+        for (uint32_t x = tid; x < count; x += kThreads) {  // X of block (bi, bi - d), into block (bi - d, bi)
+            const uint32_t bi = d + x / (B * B), r = B * bi + x / B % B, c = B * (bi - d) + x % B;
+            float s = 0.0f;
+            for (uint32_t m = B * (bi - d); m < B * bi; ++m) s += ar[r * ld + m] * t[m * ld + c];
+            t[c * ld + r] = beta[r] * s;  // X(r, c) at the mirror position
+        }
+        __syncthreads();
+        for (uint32_t x = tid; x < count; x += kThreads) {  // T_ij = -T_ii X (T_ii lower triangular)
+            const uint32_t bi = d + x / (B * B), r = B * bi + x / B % B, c = B * (bi - d) + x % B;
+            float s = 0.0f;
+            for (uint32_t m = B * bi; m <= r; ++m) s += t[r * ld + m] * t[c * ld + m];
+            t[r * ld + c] = -s;
+        }
+        __syncthreads();
+    }
+}
+
 template <typename Elem>
 // clang-format off: a kernel declaration (see .clang-format)
 __global__ void __launch_bounds__(GdrChunkGradConfig::kThreads, 1)
@@ -169,7 +229,7 @@ sm120_gated_delta_rule_bwd_chunk_kernel(const Elem* __restrict__ q, const Elem* 
                                         const float* __restrict__ g, const void* __restrict__ beta,
                                         const float* __restrict__ states, const float* __restrict__ dh_next,
                                         const int32_t* __restrict__ chunk_first, const int32_t* __restrict__ chunk_len,
-                                        float* __restrict__ dq, float* __restrict__ dk, float* __restrict__ dv,
+                                        float* __restrict__ dq, float* __restrict__ dk, Elem* __restrict__ dv,
                                         float* __restrict__ dg, float* __restrict__ dbeta, uint32_t heads,
                                         uint32_t value_heads, float scale, uint32_t beta_fp32, uint32_t l2norm) {
     // clang-format on
@@ -201,9 +261,8 @@ sm120_gated_delta_rule_bwd_chunk_kernel(const Elem* __restrict__ q, const Elem* 
     const size_t state_at = (static_cast<size_t>(chunk) * value_heads + hv) * K * K;
     auto tok = [&](uint32_t i, uint32_t nheads, uint32_t hh) { return ((first + i) * nheads + hh); };
 
-    // warp tilings (16 warps): 64 x 64 (two n8 tiles a warp), 64 x 128 (four), 64 x 16 (one, warps 0-7)
-    const uint32_t m0 = 16 * (warp % 4), n64 = 16 * (warp / 4), n128 = 32 * (warp / 4), n16 = 8 * (warp / 4 % 2);
-    const bool slice_warp = warp < 8;
+    // warp tilings (16 warps): 64 x 64 (two n8 tiles a warp), 64 x 128 (four); the slices' 64 x 16 in phase 1
+    const uint32_t m0 = 16 * (warp % 4), n64 = 16 * (warp / 4), n128 = 32 * (warp / 4);
 
     // ---------------- phase 0: gates, Qn / Kn, Ar, M, T ----------------
     if (tid < C) {
@@ -216,9 +275,10 @@ sm120_gated_delta_rule_bwd_chunk_kernel(const Elem* __restrict__ q, const Elem* 
         s_beta[tid] = b;
     }
     __syncthreads();
-    if (tid == 0) {  // G = the inclusive cumsum, in token order (rows past the end stay flat: g = 0 there)
-        float run = 0.0f;
-        for (uint32_t i = 0; i < C; ++i) run += s_cum[i], s_cum[i] = run;
+    if (warp == 0) {  // G = the inclusive cumsum, in token order (rows past the end stay flat: g = 0 there)
+        float2 x = make_float2(s_cum[2 * lane], s_cum[2 * lane + 1]);
+        gdr_scan64(x, lane);
+        s_cum[2 * lane] = x.x, s_cum[2 * lane + 1] = x.y;
     }
     // q and k rows: eight threads a row, 16 elements each; their norms (l2norm) or 1
     Elem* s_q = reinterpret_cast<Elem*>(work);
@@ -275,25 +335,12 @@ sm120_gated_delta_rule_bwd_chunk_kernel(const Elem* __restrict__ q, const Elem* 
         gdr_store_tile<E>(qk, s_m, kLdC, m0, n64, lane, [](uint32_t, uint32_t, float x) { return x; });
     }
     __syncthreads();
-    {
-        // T = (I + diag(beta) Ar)^-1 by forward substitution, column j by eight threads (no dependency across
-        // columns): T_ij = -sum_{j <= m < i} beta_i Ar_im T_mj
-        const uint32_t j = tid / 8, part = tid % 8;
-        for (uint32_t i = 0; i < C; ++i) {
-            float s = 0.0f;
-            if (i > j)
-                for (uint32_t m = j + part; m < i; m += 8) s += s_ar[i * kLdF + m] * s_tf[m * kLdF + j];
-            s += __shfl_xor_sync(0xffffffffu, s, 1);
-            s += __shfl_xor_sync(0xffffffffu, s, 2);
-            s += __shfl_xor_sync(0xffffffffu, s, 4);
-            if (part == 0) s_tf[i * kLdF + j] = i == j ? 1.0f : (i > j ? -s_beta[i] * s : 0.0f);
-            __syncwarp();
-        }
-    }
-    __syncthreads();
+    gdr_inverse_blocks<C, kLdF, Cfg::kThreads>(s_ar, s_beta, s_tf, tid);
     for (uint32_t x = tid; x < C * C / 2; x += Cfg::kThreads) {
+        // T is lower triangular: its upper triangle held the level products' scratch
         const uint32_t i = x / (C / 2), j = 2 * (x % (C / 2));
-        *reinterpret_cast<uint32_t*>(s_t + i * kLdC + j) = E::pack(s_tf[i * kLdF + j], s_tf[i * kLdF + j + 1]);
+        const float a = j <= i ? s_tf[i * kLdF + j] : 0.0f, b = j + 1 <= i ? s_tf[i * kLdF + j + 1] : 0.0f;
+        *reinterpret_cast<uint32_t*>(s_t + i * kLdC + j) = E::pack(a, b);
     }
     __syncthreads();
 
@@ -304,9 +351,29 @@ sm120_gated_delta_rule_bwd_chunk_kernel(const Elem* __restrict__ q, const Elem* 
     // kd and through kb = T^T dw)
     float dm[2][4] = {}, dt[2][4] = {}, dqg[4][4] = {}, dkp[4][4] = {};
     float hdh = 0.0f;  // this thread's part of sum(h * dh')
-    // the slice warps' row sums (rows m0 + lane / 4 and + 8, this quad's columns): sum_v dvb v (beta's),
-    // sum_v vnew (Kn dh') (= sum_k dkd Kn: the tail's), sum_v dvb (Kn h) (= -sum_k dkb Kn: kb's)
+    // Each slice's 64 x 16 products are split between the warp halves, each half covering the tile (eight warps
+    // of 16 x 8): the lower half forms Y = Kn h, Z, then dvb, dv and the row sums that need Y (sum_v dvb v: beta's;
+    // sum_v dvb Y = -sum_k dkb Kn: kb's); the upper half Yd = Kn dh', dvn, then vnew and sum_v vnew Yd
+    // (= sum_k dkd Kn: the tail's). A half's sums for the other half's terms stay zero (slice_rows adds all four
+    // column groups).
+    const bool lower = warp < 8;
     float r_bv[2] = {}, r_tail[2] = {}, r_kb[2] = {};
+    // the next slice's global values, in registers while the current slice is worked on: h and dh' (128 x 16
+    // each: 4 a thread), v and do (64 x 16: 2)
+    float4 nh, nd;
+    uint32_t nv, ndo;
+    auto load_slice = [&](uint32_t vs) {
+        const uint32_t kd = tid / 4, c0 = 4 * (tid % 4);
+        nh = __ldg(reinterpret_cast<const float4*>(states + state_at + kd * K + vs + c0));
+        nd = __ldg(reinterpret_cast<const float4*>(dh_next + state_at + kd * K + vs + c0));
+        const uint32_t row = tid / 8, c = 2 * (tid % 8);
+        const bool in = row < len;
+        const size_t at = tok(row, value_heads, hv) * K + vs + c;
+        nv = in ? __ldg(reinterpret_cast<const uint32_t*>(v + at)) : 0u;
+        ndo = in ? __ldg(reinterpret_cast<const uint32_t*>(dout + at)) : 0u;
+    };
+    load_slice(0);
+#pragma unroll 1
     for (uint32_t vs = 0; vs < K; vs += kS) {
         // The tiles' addresses from a base the compiler cannot see through: hoisted out of the loop, the
         // ldmatrix addresses of every product below would hold registers the accumulators need.
@@ -320,57 +387,61 @@ sm120_gated_delta_rule_bwd_chunk_kernel(const Elem* __restrict__ q, const Elem* 
         Elem* s_vr = reinterpret_cast<Elem*>(base + Cfg::kOffWork + 2 * Cfg::kTileH);
         Elem *s_do = s_vr + kTS, *s_z = s_vr + 2 * kTS, *s_dvn = s_vr + 3 * kTS, *s_vn = s_vr + 4 * kTS;
         Elem *s_vnt = s_vr + 5 * kTS, *s_dvbg = s_vr + 6 * kTS;
-        // h and dh' slices (fp32 -> Elem; 128 x 16 each: 4 values a thread), v and do slices (64 x 16: 2)
         {
-            const uint32_t kd = tid / 4, c0 = 4 * (tid % 4);
-            const float4 h0 = __ldg(reinterpret_cast<const float4*>(states + state_at + kd * K + vs + c0));
-            const float4 d0 = __ldg(reinterpret_cast<const float4*>(dh_next + state_at + kd * K + vs + c0));
-            hdh += h0.x * d0.x + h0.y * d0.y + h0.z * d0.z + h0.w * d0.w;
-            *reinterpret_cast<uint2*>(s_h + kd * kLdS + c0) = make_uint2(E::pack(h0.x, h0.y), E::pack(h0.z, h0.w));
-            *reinterpret_cast<uint2*>(s_dh + kd * kLdS + c0) = make_uint2(E::pack(d0.x, d0.y), E::pack(d0.z, d0.w));
-            const uint32_t row = tid / 8, c = 2 * (tid % 8);
-            const bool in = row < len;
-            const size_t at = tok(row, value_heads, hv) * K + vs + c;
-            *reinterpret_cast<uint32_t*>(s_vr + row * kLdS + c) =
-                in ? __ldg(reinterpret_cast<const uint32_t*>(v + at)) : 0u;
-            *reinterpret_cast<uint32_t*>(s_do + row * kLdS + c) =
-                in ? __ldg(reinterpret_cast<const uint32_t*>(dout + at)) : 0u;
+            const uint32_t kd = tid / 4, c0 = 4 * (tid % 4), row = tid / 8, c = 2 * (tid % 8);
+            hdh += nh.x * nd.x + nh.y * nd.y + nh.z * nd.z + nh.w * nd.w;
+            *reinterpret_cast<uint2*>(s_h + kd * kLdS + c0) = make_uint2(E::pack(nh.x, nh.y), E::pack(nh.z, nh.w));
+            *reinterpret_cast<uint2*>(s_dh + kd * kLdS + c0) = make_uint2(E::pack(nd.x, nd.y), E::pack(nd.z, nd.w));
+            *reinterpret_cast<uint32_t*>(s_vr + row * kLdS + c) = nv;
+            *reinterpret_cast<uint32_t*>(s_do + row * kLdS + c) = ndo;
         }
         __syncthreads();
-        float y[1][4] = {}, yd[1][4] = {};
-        if (slice_warp) {
-            // Z = diag(beta) v - diag(beta gamma) Kn h;  dvn = s M^T do + diag(tail) Kn dh'
-            float mdo[1][4] = {};
-            gdr_tile_mma<E, 1, K, false, true>(y, s_k, kLdK, s_h, kLdS, m0, n16, lane);
-            gdr_store_tile<E>(y, s_z, kLdS, m0, n16, lane, [&](uint32_t i, uint32_t c, float x) {
+        if (vs + kS < K) load_slice(vs + kS);
+        const uint32_t ln = lane_idx(), ms = 16 * (warp_idx() % 4), ns = 8 * (warp_idx() / 4 % 2);
+        float y[1][4] = {};  // the lower half's Y, the upper half's Yd
+        if (lower) {
+            // Z = diag(beta) v - diag(beta gamma) Kn h
+            gdr_tile_mma<E, 1, K, false, true>(y, s_k, kLdK, s_h, kLdS, ms, ns, ln);
+            gdr_store_tile<E>(y, s_z, kLdS, ms, ns, ln, [&](uint32_t i, uint32_t c, float x) {
                 return s_beta[i] * E::to_float(s_vr[i * kLdS + c]) - s_bg[i] * x;
             });
-            gdr_tile_mma<E, 1, K, false, true>(yd, s_k, kLdK, s_dh, kLdS, m0, n16, lane);
-            gdr_tile_mma<E, 1, C, true, true>(mdo, s_m, kLdC, s_do, kLdS, m0, n16, lane);
+        } else {
+            // dvn = s M^T do + diag(tail) Kn dh'
+            float mdo[1][4] = {};
+            gdr_tile_mma<E, 1, K, false, true>(y, s_k, kLdK, s_dh, kLdS, ms, ns, ln);
+            gdr_tile_mma<E, 1, C, true, true>(mdo, s_m, kLdC, s_do, kLdS, ms, ns, ln);
 #pragma unroll
-            for (uint32_t e = 0; e < 4; ++e)
-                mdo[0][e] = scale * mdo[0][e] + s_tail[gdr_acc_row(m0, lane, e)] * yd[0][e];
-            gdr_store_tile<E>(mdo, s_dvn, kLdS, m0, n16, lane, [](uint32_t, uint32_t, float x) { return x; });
+            for (uint32_t e = 0; e < 4; ++e) mdo[0][e] = scale * mdo[0][e] + s_tail[gdr_acc_row(ms, ln, e)] * y[0][e];
+            gdr_store_tile<E>(mdo, s_dvn, kLdS, ms, ns, ln, [](uint32_t, uint32_t, float x) { return x; });
         }
         __syncthreads();
-        if (slice_warp) {
-            // vnew = T Z;  dvb = T^T dvn: dv = beta dvb, and the row sums
-            float vn[1][4] = {}, dvb[1][4] = {};
-            gdr_tile_mma<E, 1, C, false, true>(vn, s_t, kLdC, s_z, kLdS, m0, n16, lane);
-            gdr_tile_mma<E, 1, C, true, true>(dvb, s_t, kLdC, s_dvn, kLdS, m0, n16, lane);
+        {
+            float w[1][4] = {};
+            if (lower) {
+                // dvb = T^T dvn: dv = diag(beta) dvb, and the row sums through dvb
+                gdr_tile_mma<E, 1, C, true, true>(w, s_t, kLdC, s_dvn, kLdS, ms, ns, ln);
 #pragma unroll
-            for (uint32_t e = 0; e < 4; ++e) {
-                const uint32_t i = gdr_acc_row(m0, lane, e), c = gdr_acc_col(n16, 0, lane, e);
-                r_bv[e / 2] += dvb[0][e] * E::to_float(s_vr[i * kLdS + c]);
-                r_tail[e / 2] += vn[0][e] * yd[0][e];
-                r_kb[e / 2] += dvb[0][e] * y[0][e];
-                if (i < len) dv[tok(i, value_heads, hv) * K + vs + c] = s_beta[i] * dvb[0][e];
+                for (uint32_t h = 0; h < 2; ++h) {
+                    const uint32_t i = gdr_acc_row(ms, ln, 2 * h), c = gdr_acc_col(ns, 0, ln, 0);
+                    float a, b;
+                    E::unpack(*reinterpret_cast<const uint32_t*>(s_vr + i * kLdS + c), a, b);
+                    r_bv[h] += w[0][2 * h] * a + w[0][2 * h + 1] * b;
+                    r_kb[h] += w[0][2 * h] * y[0][2 * h] + w[0][2 * h + 1] * y[0][2 * h + 1];
+                    if (i < len)
+                        *reinterpret_cast<uint32_t*>(dv + tok(i, value_heads, hv) * K + vs + c) =
+                            E::pack(s_beta[i] * w[0][2 * h], s_beta[i] * w[0][2 * h + 1]);
+                }
+                gdr_store_tile<E>(w, s_dvbg, kLdS, ms, ns, ln,
+                                  [&](uint32_t i, uint32_t, float x) { return -s_bg[i] * x; });
+            } else {
+                // vnew = T Z, and sum_v vnew Yd
+                gdr_tile_mma<E, 1, C, false, true>(w, s_t, kLdC, s_z, kLdS, ms, ns, ln);
+#pragma unroll
+                for (uint32_t e = 0; e < 4; ++e) r_tail[e / 2] += w[0][e] * y[0][e];
+                gdr_store_tile<E>(w, s_vn, kLdS, ms, ns, ln, [](uint32_t, uint32_t, float x) { return x; });
+                gdr_store_tile<E>(w, s_vnt, kLdS, ms, ns, ln,
+                                  [&](uint32_t i, uint32_t, float x) { return s_tail[i] * x; });
             }
-            gdr_store_tile<E>(vn, s_vn, kLdS, m0, n16, lane, [](uint32_t, uint32_t, float x) { return x; });
-            gdr_store_tile<E>(vn, s_vnt, kLdS, m0, n16, lane,
-                              [&](uint32_t i, uint32_t, float x) { return s_tail[i] * x; });
-            gdr_store_tile<E>(dvb, s_dvbg, kLdS, m0, n16, lane,
-                              [&](uint32_t i, uint32_t, float x) { return -s_bg[i] * x; });
         }
         __syncthreads();
         // the accumulators over V
@@ -410,7 +481,7 @@ sm120_gated_delta_rule_bwd_chunk_kernel(const Elem* __restrict__ q, const Elem* 
                 if (i < len) out[tok(i, value_heads, hv) * K + c] = acc[nt][e];
             }
     };
-    // the slice warps' row sums, quad by quad (warps 8-15 took no slice: their groups get zeros)
+    // phase 1's row sums, quad by quad (a half's sums of the other half's terms are zero)
     auto slice_rows = [&](const float (&r)[2]) {
 #pragma unroll
         for (uint32_t h = 0; h < 2; ++h) {
@@ -541,17 +612,21 @@ sm120_gated_delta_rule_bwd_chunk_kernel(const Elem* __restrict__ q, const Elem* 
         if (lane == 0) part_c[warp] = x;  // (the column partials are free again)
     }
     __syncthreads();
-    if (tid == 0) {
-        float hsum = 0.0f, tsum = 0.0f;
-        for (uint32_t w = 0; w < Cfg::kThreads / 32; ++w) hsum += part_c[w];
-        for (uint32_t i = 0; i < C; ++i) tsum += acc_tail[i];
-        float run = 0.0f;
-        for (uint32_t i = C; i-- > 0;) {
-            float d = acc_cum[i] - acc_tail[i];
-            if (i == C - 1) d += tsum + __expf(s_cum[C - 1]) * hsum;
-            run += d;
-            if (i < len) dg[tok(i, value_heads, hv)] = run;
+    if (warp == 0) {
+        float hsum = lane < Cfg::kThreads / 32 ? part_c[lane] : 0.0f;
+        float tsum = acc_tail[2 * lane] + acc_tail[2 * lane + 1];
+#pragma unroll
+        for (uint32_t o = 16; o >= 1; o /= 2) {
+            hsum += __shfl_xor_sync(0xffffffffu, hsum, o);
+            tsum += __shfl_xor_sync(0xffffffffu, tsum, o);
         }
+        // lane l holds rows C - 1 - 2l and C - 2 - 2l: the scan in that order is the reverse cumsum
+        const uint32_t i0 = C - 1 - 2 * lane, i1 = i0 - 1;
+        float2 d = make_float2(acc_cum[i0] - acc_tail[i0], acc_cum[i1] - acc_tail[i1]);
+        if (lane == 0) d.x += tsum + __expf(s_cum[C - 1]) * hsum;
+        gdr_scan64(d, lane);
+        if (i0 < len) dg[tok(i0, value_heads, hv)] = d.x;
+        if (i1 < len) dg[tok(i1, value_heads, hv)] = d.y;
     }
     if (tid < len) dbeta[tok(tid, value_heads, hv)] = acc_beta[tid];
 }

@@ -376,7 +376,8 @@ def gdr_chunk_grads(
     token chunk_first[c] in the flat [B T] numbering, chunk_len[c] tokens, 0 for a padding chunk) and value head,
     from the state entering it (states[c], the states pass's) and the gradient of the state leaving it
     (dh_next[c], the reverse pass's). Returns fp32 token-major (dq, dk) per value head [B T, HV, 128] (with respect
-    to the l2-normalized q / k when use_qk_l2norm_in_kernel), dv [B T, HV, 128], dg, dbeta [B T, HV]. covered: every
+    to the l2-normalized q / k when use_qk_l2norm_in_kernel), dv [B T, HV, 128] in v's dtype (rounded once, from
+    fp32), dg, dbeta [B T, HV]. covered: every
     token lies in some chunk (fixed lengths), so nothing is zeroed first. The arguments are the forward's, already
     checked by it; do [B, T, HV, 128] in v's dtype."""
     index = device_of(q=q, k=k, v=v, g=g, beta=beta, do=do)
@@ -385,7 +386,8 @@ def gdr_chunk_grads(
     hv, tokens, dev = v.shape[2], q.shape[0] * q.shape[1], q.device
     elem = _ELEM[q.dtype][0]
     make = torch.empty if covered else torch.zeros
-    dq, dk, dv = (make(tokens, hv, HEAD_DIM, dtype=torch.float32, device=dev) for _ in range(3))
+    dq, dk = (make(tokens, hv, HEAD_DIM, dtype=torch.float32, device=dev) for _ in range(2))
+    dv = make(tokens, hv, HEAD_DIM, dtype=v.dtype, device=dev)
     dg, dbeta = (make(tokens, hv, dtype=torch.float32, device=dev) for _ in range(2))
     count = chunk_first.numel()
     if tokens == 0 or count == 0:

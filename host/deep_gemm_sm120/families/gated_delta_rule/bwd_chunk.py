@@ -24,7 +24,7 @@ PARAMS = ParamList(
     Param("chunk_len", "const int32_t*"),
     Param("dq", "float*"),
     Param("dk", "float*"),
-    Param("dv", "float*"),
+    Param("dv", "{elem}*"),
     Param("dg", "float*"),
     Param("dbeta", "float*"),
     Param("heads", "uint32_t"),
