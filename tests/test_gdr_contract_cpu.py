@@ -167,6 +167,15 @@ def test_segments_only_where_few_pairs_walk_long_chains(monkeypatch):
         seg = choose_segments(n, hv, chunks, 132, varlen=True)
         if seg:
             assert n * hv * ceil_div(chunks, seg) <= MAX_SLOTS_PER_SM * 132
+    # a pack with one long sequence: sized over the whole pack, the long one is cut and the short ones are not
+    # (16384 + 7 x 512 tokens at chunk 32: 624 chunks, 8 units of 8 value heads a pack)
+    seg = choose_segments(8, 8, 512 + 7 * 16, 132, varlen=True)
+    assert seg == 78 and ceil_div(512, seg) == 7 and ceil_div(16, seg) == 1
+    assert choose_segments(6, 8, 256, 132, varlen=True) == 32  # six uneven sequences, 8192 tokens in all
+    # equal sequences split as a fixed-length batch of them wherever the pack's ways are the batch's times n
+    for n, hv, share in ((4, 8, 64), (4, 4, 64), (2, 8, 128), (2, 4, 256), (1, 8, 1024)):
+        assert (132 // (2 * hv)) == n * (132 // (2 * n * hv))
+        assert choose_segments(n, hv, n * share, 132, varlen=True) == choose_segments(n, hv, share, 132) > 0
     assert choose_segments(1, 8, 15, 132) == 0  # fewer than two segments of MIN_SEGMENT_CHUNKS
     assert choose_segments(4, 8, 1024, 132) == 512  # 32 pairs: 2 segments
     assert choose_segments(8, 8, 1024, 132) == 0  # 64 pairs: 132 // 128 is one segment

@@ -46,10 +46,15 @@ def choose_segments(
     there) and a combine step per segment; it pays where few (sequence, value head) pairs leave SMs idle while
     each walks a long chain. So: only when the pairs fill at most half the SMs, into as many segments as give
     each pair's segments about two SMs' worth, at most about sqrt(chunks) of them (the combine's steps are a
-    chain too), none shorter than MIN_SEGMENT_CHUNKS chunks. A varlen pack's lengths are not read on the host:
-    its segments are sized for an even share of the pack (chunks / sequences), so equal sequences split as fixed
-    ones do and a long one among short ones gets more segments, while the slots it may need stay bounded
-    (MAX_SLOTS_PER_SM units a SM)."""
+    chain too), none shorter than MIN_SEGMENT_CHUNKS chunks.
+
+    A varlen pack's lengths are not read on the host (that would synchronize). Its segments are sized as if the
+    pack were one chain of `chunks`: about two SMs' worth of (segment, value head) units over the whole pack, at
+    most sqrt(chunks) segments. Each sequence then gets segments in proportion to its share: a long one among
+    short ones is cut where the short ones are not (an even-share rule gave it one segment whenever the pairs
+    came near half the SMs), and equal sequences split as a fixed-length batch of them does wherever
+    num_sms // (2 value_heads) is the sequences' count times their own share of it. The slots a sequence may need
+    stay bounded (MAX_SLOTS_PER_SM units a SM)."""
     if setting:
         try:
             forced = int(setting)
@@ -61,11 +66,13 @@ def choose_segments(
     pairs = num_seqs * value_heads
     if 2 * pairs > num_sms:
         return 0
-    share = ceil_div(chunks, num_seqs) if varlen else chunks  # a sequence's chunks, or its even share of a pack
-    split = min(num_sms // (2 * pairs), share // MIN_SEGMENT_CHUNKS, math.isqrt(share))
+    if varlen:  # segments over the whole pack (value heads' units), not per sequence
+        split = min(num_sms // (2 * value_heads), chunks // MIN_SEGMENT_CHUNKS, math.isqrt(chunks))
+    else:
+        split = min(num_sms // (2 * pairs), chunks // MIN_SEGMENT_CHUNKS, math.isqrt(chunks))
     if split < 2:
         return 0
-    length = ceil_div(share, split)
+    length = ceil_div(chunks, split)
     # every sequence gets ceil(chunks / length) segment slots: bound them (a pack's slots past a short sequence
     # are CTAs that return at once and maps nothing reads)
     slots = MAX_SLOTS_PER_SM * num_sms // pairs
