@@ -44,12 +44,13 @@ BT = ((1, 65536), (1, 32768), (1, 16384), (1, 8192), (2, 4096), (4, 2048), (1, 2
 # few-head rows (issue 42: (2, 4), (4, 4), (8, 8)) beside the many-head ones
 HEADS = ((2, 4), (2, 8), (4, 4), (4, 8), (8, 8), (16, 32), (16, 64), (32, 32))
 # varlen packs (B = 1, cu_seqlens): long and short sequences mixed, many decode-sized prefill pieces, and one long
-# sequence among many short ones (the long one's chain is the whole time unless it is split)
+# sequence among many short ones (the long one's chain is the whole time unless it is split), and an equal pack
 PACKS = {
     "mixed 6": (4096, 1024, 333, 2048, 57, 512),
     "32 pieces": tuple(100 + (37 * i * i) % 900 for i in range(32)),
     "1 long + 7": (16384,) + (512,) * 7,
     "1 long + 31": (16384,) + (256,) * 31,
+    "8 x 2048 packed": (2048,) * 8,  # equal sequences: the planner sizes a pack's segments over the whole pack
 }
 PACK_HEADS = ((2, 8), (16, 32))
 QUICK = {

@@ -152,7 +152,9 @@ def test_segments_only_where_few_pairs_walk_long_chains(monkeypatch):
         MAX_SLOTS_PER_SM,
         MIN_SEGMENT_CHUNKS,
         SEGMENT_ENV,
+        choose_plan,
         choose_segments,
+        planned_units,
     )
 
     assert choose_segments(1, 8, 1024, 132) == 128  # 8 segments of 128 chunks: 8 pairs x 8 = 64 units
@@ -176,6 +178,12 @@ def test_segments_only_where_few_pairs_walk_long_chains(monkeypatch):
     for n, hv, share in ((4, 8, 64), (4, 4, 64), (2, 8, 128), (2, 4, 256), (1, 8, 1024)):
         assert (132 // (2 * hv)) == n * (132 // (2 * n * hv))
         assert choose_segments(n, hv, n * share, 132, varlen=True) == choose_segments(n, hv, share, 132) > 0
+    # the V slice is planned for the units that hold tokens: an equal pack whose segments are its sequences plans
+    # as its unsplit walk does (planning for all 64 slots took the widest slice, half the CTAs: run 145)
+    seg = choose_segments(8, 8, 8 * 64, 132, varlen=True)
+    assert seg == 64 and planned_units(8, 8, True) == 8 and planned_units(8, 8, False) == 64
+    assert choose_plan(planned_units(8, 8, True), 8, 132, 32) == choose_plan(8, 8, 132, 32)
+    assert planned_units(4, 0, True) == 4 and planned_units(2, 9, True) == 9
     assert choose_segments(1, 8, 15, 132) == 0  # fewer than two segments of MIN_SEGMENT_CHUNKS
     assert choose_segments(4, 8, 1024, 132) == 512  # 32 pairs: 2 segments
     assert choose_segments(8, 8, 1024, 132) == 0  # 64 pairs: 132 // 128 is one segment

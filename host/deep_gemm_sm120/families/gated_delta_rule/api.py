@@ -39,7 +39,7 @@ from .contract import (
     scale_value,
 )
 from .kernel import HEAD_DIM, PARAMS, GdrFwdSpec
-from .plan import choose_overlap, choose_plan, choose_segments, recurrence_ctas, segment_setting
+from .plan import choose_overlap, choose_plan, choose_segments, planned_units, recurrence_ctas, segment_setting
 from .prep import PARAMS as PREP_PARAMS
 from .prep import GdrPrepSpec, persistent_teams
 
@@ -480,8 +480,8 @@ def _prepare(
     # few (sequence, value head) pairs on long chains: each sequence cut into segments that run in parallel
     segment_chunks = choose_segments(n, hv, ceil_div(t, c), sms, segment_setting(), varlen)
     segments = ceil_div(ceil_div(t, c), segment_chunks) if segment_chunks else 0
-    units = n * max(1, segments)  # what the recurrence's CTAs walk: sequences, or (segment, sequence) pairs
-    vslice, ksplit = choose_plan(units, hv, sms, c)
+    units = n * max(1, segments)  # the recurrence's grid: sequences, or (segment, sequence) slots
+    vslice, ksplit = choose_plan(planned_units(n, segments, varlen), hv, sms, c)
     fwd_ctas = recurrence_ctas(units, hv, vslice)
     slots = ceil_div(t, c) + n if varlen else n * ceil_div(t, c)
     # few recurrence CTAs: a persistent prep grid beside it, the recurrence waiting on per-chunk flags (both
