@@ -26,7 +26,9 @@
 //
 // Latency, since one CTA fills an SM: T is inverted by 16 x 16 blocks (a 16-step chain, not 64); each slice's
 // products are split between the two warp halves; the next slice's global values load while the current one is
-// worked on; G's cumsum and dg's reverse cumsum are warp scans.
+// worked on; G's cumsum and dg's reverse cumsum are warp scans; the product loops keep two k-steps in flight
+// (an mma waited on its own ldmatrix: a third of the stall samples under ncu, run 147); dq / dk rows are written
+// 8 bytes a lane; phase 1's three row sums fold at one barrier pair.
 //
 // Shared memory (bytes): Kn 17408, T 9216, M 9216 (later dqk, then the symmetric dkk), Ar fp32 16640, vectors and
 // reduction rows 4608, and one work region of 34816 that holds, in turn, Qn + T's fp32 build (phase 0), the slice
@@ -69,11 +71,7 @@ SM120_DEVICE void gdr_tile_mma(float (&acc)[NT][4], const void* a, uint32_t lda,
                                uint32_t m0, uint32_t n0, uint32_t lane) {
     static_assert(NT % 2 == 0 || NT == 1, "n8 tiles come in pairs");
     const uint32_t a_base = smem_addr(a), b_base = smem_addr(b);
-    // one k-step at a time: unrolled, the loads of every step are issued first and hold registers that the
-    // callers' accumulators need (the kernel spilled at two steps in flight on sm_120a, CUDA 13.0)
-#pragma unroll 1
-    for (uint32_t k0 = 0; k0 < kK; k0 += 16) {
-        uint32_t af[4];
+    auto load_a = [&](uint32_t k0, uint32_t (&af)[4]) {
         if constexpr (!kATrans) {
             const uint32_t row = m0 + lane % 8 + 8 * (lane / 8 % 2), col = k0 + 8 * (lane / 16);
             ldmatrix_x4(a_base + (row * lda + col) * 2, af[0], af[1], af[2], af[3]);
@@ -81,18 +79,33 @@ SM120_DEVICE void gdr_tile_mma(float (&acc)[NT][4], const void* a, uint32_t lda,
             const uint32_t row = k0 + lane % 8 + 8 * (lane / 16), col = m0 + 8 * (lane / 8 % 2);
             ldmatrix_x4_trans(a_base + (row * lda + col) * 2, af[0], af[1], af[2], af[3]);
         }
-        if constexpr (NT == 1) {
-            // one n8 tile: the x4 load's upper two matrices repeat the lower two (addresses of the same rows)
-            uint32_t bf[4];
+    };
+    if constexpr (NT == 1) {
+        // one n8 tile, two k-steps a turn: one x4 load holds B for both (k0 .. k0 + 31), and the second step's
+        // loads are in flight while the first mma waits (a step at a time, each mma waited on its own loads)
+        static_assert(kK % 32 == 0, "k-steps come in pairs");
+#pragma unroll 1
+        for (uint32_t k0 = 0; k0 < kK; k0 += 32) {
+            uint32_t a0[4], a1[4], bf[4];
+            load_a(k0, a0);
+            load_a(k0 + 16, a1);
             if constexpr (!kBTrans) {
-                const uint32_t row = n0 + lane % 8, col = k0 + 8 * (lane / 8 % 2);
+                const uint32_t row = n0 + lane % 8, col = k0 + 8 * (lane / 8);
                 ldmatrix_x4(b_base + (row * ldb + col) * 2, bf[0], bf[1], bf[2], bf[3]);
             } else {
-                const uint32_t row = k0 + lane % 8 + 8 * (lane / 8 % 2), col = n0;
+                const uint32_t row = k0 + lane % 8 + 8 * (lane / 8), col = n0;
                 ldmatrix_x4_trans(b_base + (row * ldb + col) * 2, bf[0], bf[1], bf[2], bf[3]);
             }
-            E::mma(acc[0], af, {bf[0], bf[1]});
-        } else {
+            E::mma(acc[0], a0, {bf[0], bf[1]});
+            E::mma(acc[0], a1, {bf[2], bf[3]});
+        }
+    } else {
+        // two k-steps unrolled, so the second's loads issue while the first's mmas wait (fully unrolled, the
+        // loads of every step would be issued first and hold registers the callers' accumulators need)
+#pragma unroll 2
+        for (uint32_t k0 = 0; k0 < kK; k0 += 16) {
+            uint32_t af[4];
+            load_a(k0, af);
 #pragma unroll
             for (uint32_t nt = 0; nt < NT; nt += 2) {
                 uint32_t bf[4];
@@ -181,24 +194,27 @@ SM120_DEVICE void gdr_scan64(float2& x, uint32_t lane) {
 
 // T = (I + diag(beta) Ar)^-1 (fp32, C x C, row stride ld; Ar strictly lower) by 16 x 16 blocks, so that the
 // dependent chain is 16 steps, not C: the diagonal blocks by forward substitution (one column of one block per
-// eight threads), then the off-diagonal blocks level by level (i - j = 1, 2, 3), T_ij = -T_ii X with
+// thread), then the off-diagonal blocks level by level (i - j = 1, 2, 3), T_ij = -T_ii X with
 // X = sum_{j <= m < i} diag(beta) Ar_im T_mj. X waits in the mirror block (j, i) of T's upper triangle, which T
 // leaves zero: the caller reads only j <= i. Ends with a barrier.
 template <uint32_t C, uint32_t ld, uint32_t kThreads>
 SM120_DEVICE void gdr_inverse_blocks(const float* ar, const float* beta, float* t, uint32_t tid) {
     constexpr uint32_t B = 16, kBlocks = C / B;
-    static_assert(kBlocks * B * 8 == kThreads, "eight threads per column of a diagonal block");
-    {
-        const uint32_t o = B * (tid / (8 * B)), j = o + tid / 8 % B, part = tid % 8;
-        for (uint32_t i = o; i < o + B; ++i) {
+    static_assert(kThreads >= C, "a thread per column of a diagonal block");
+    if (tid < C) {
+        // column jl of diagonal block o, in registers: each row's sum is a chain of FMAs whose Ar operands do
+        // not depend on it (so they load early), and rows above jl are zero (their terms vanish)
+        const uint32_t o = B * (tid / B), jl = tid % B;
+        float col[B];
+#pragma unroll
+        for (uint32_t i = 0; i < B; ++i) {
             float s = 0.0f;
-            for (uint32_t m = j + part; m < i; m += 8) s += ar[i * ld + m] * t[m * ld + j];
-            s += __shfl_xor_sync(0xffffffffu, s, 1);
-            s += __shfl_xor_sync(0xffffffffu, s, 2);
-            s += __shfl_xor_sync(0xffffffffu, s, 4);
-            if (part == 0) t[i * ld + j] = i == j ? 1.0f : (i > j ? -beta[i] * s : 0.0f);  // the block's upper part 0
-            __syncwarp();
+#pragma unroll
+            for (uint32_t m = 0; m < i; ++m) s += ar[(o + i) * ld + o + m] * col[m];
+            col[i] = i < jl ? 0.0f : (i == jl ? 1.0f : -beta[o + i] * s);
         }
+#pragma unroll
+        for (uint32_t i = 0; i < B; ++i) t[(o + i) * ld + o + jl] = col[i];
     }
     __syncthreads();
 #pragma unroll 1
@@ -476,29 +492,39 @@ sm120_gated_delta_rule_bwd_chunk_kernel(const Elem* __restrict__ q, const Elem* 
 #pragma unroll
         for (uint32_t nt = 0; nt < 4; ++nt)
 #pragma unroll
-            for (uint32_t e = 0; e < 4; ++e) {
-                const uint32_t i = gdr_acc_row(m0, lane, e), c = gdr_acc_col(n128, nt, lane, e);
-                if (i < len) out[tok(i, value_heads, hv) * K + c] = acc[nt][e];
+            for (uint32_t h = 0; h < 2; ++h) {  // a quad writes a row's 32 contiguous bytes
+                const uint32_t i = gdr_acc_row(m0, lane, 2 * h), c = gdr_acc_col(n128, nt, lane, 0);
+                if (i < len)
+                    *reinterpret_cast<float2*>(out + tok(i, value_heads, hv) * K + c) =
+                        make_float2(acc[nt][2 * h], acc[nt][2 * h + 1]);
             }
     };
-    // phase 1's row sums, quad by quad (a half's sums of the other half's terms are zero)
-    auto slice_rows = [&](const float (&r)[2]) {
+    // phase 1's row sums in one fold: a quad's sums land in its warp group's slot, the lower half's (beta's sum
+    // through v and kb's) in groups 0-1 of the row and column partials, the upper half's (the tail's) in groups
+    // 2-3 of the row partials. dtail = tail sum_k dkd Kn before the chunk's last row; sum_k dkb Kn =
+    // -sum_v dvb (Kn h) feeds beta's gradient (times -gamma) and G's (times -beta gamma).
 #pragma unroll
-        for (uint32_t h = 0; h < 2; ++h) {
-            float x = r[h];
-            x += __shfl_xor_sync(0xffffffffu, x, 1);
-            x += __shfl_xor_sync(0xffffffffu, x, 2);
-            if (lane % 4 == 0) part_r[(warp / 4) * C + gdr_acc_row(m0, lane, 2 * h)] = x;
+    for (uint32_t h = 0; h < 2; ++h) {
+        float a = lower ? r_bv[h] : r_tail[h], b = r_kb[h];
+        a += __shfl_xor_sync(0xffffffffu, a, 1);
+        a += __shfl_xor_sync(0xffffffffu, a, 2);
+        b += __shfl_xor_sync(0xffffffffu, b, 1);
+        b += __shfl_xor_sync(0xffffffffu, b, 2);
+        const uint32_t row = gdr_acc_row(m0, lane, 2 * h);
+        if (lane % 4 == 0) {
+            part_r[(warp / 4) * C + row] = a;
+            if (lower) part_c[(warp / 4) * C + row] = b;
         }
-    };
-    if (tid < C) acc_cum[tid] = 0.0f, acc_beta[tid] = 0.0f, acc_tail[tid] = 0.0f;
-    slice_rows(r_bv);
-    fold_rows(acc_beta, false, one);
-    slice_rows(r_tail);  // dtail = tail sum_k dkd Kn, before the chunk's last row
-    fold_rows(acc_tail, false, [&](uint32_t i) { return i + 1 < len ? s_tail[i] : 0.0f; });
-    slice_rows(r_kb);  // sum_k dkb Kn = -sum_v dvb (Kn h): beta's gradient through kb, and G's
-    fold_rows(acc_beta, false, [&](uint32_t i) { return -s_gamma[i]; });
-    fold_rows(acc_cum, false, [&](uint32_t i) { return -s_bg[i]; });  // (the partials are still there)
+    }
+    __syncthreads();
+    if (tid < C) {
+        const float bv = part_r[tid] + part_r[C + tid], tl = part_r[2 * C + tid] + part_r[3 * C + tid];
+        const float kb = part_c[tid] + part_c[C + tid];
+        acc_beta[tid] = bv - s_gamma[tid] * kb;
+        acc_tail[tid] = (tid + 1 < len ? s_tail[tid] : 0.0f) * tl;
+        acc_cum[tid] = -s_bg[tid] * kb;
+    }
+    __syncthreads();
 
     // dqk = causal(s dm * D); G's gradient from the decay: rows minus columns of strict(s dm * M)
     auto decay = [&](uint32_t i, uint32_t j) { return j <= i ? __expf(s_cum[i] - s_cum[j]) : 0.0f; };
