@@ -5,14 +5,17 @@ the kernel's place; the GPU tests hold the kernel to it on the same states."""
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from deep_gemm_sm120.families.gated_delta_rule import backward as bw
 
 
-def chunk_grads_model(q, k, v, g, beta, do, states, dh_next, first, length, covered, scale, l2, chunk=64):
-    """(dq, dk, dv, dg, dbeta) as api.gdr_chunk_grads returns them: fp32 (float64 for float64 inputs), dv in v's
-    dtype, [B T, HV, 128] and [B T, HV]."""
+def chunk_grads_model(q, k, v, g, beta, do, states, dh_next, first, length, covered, scale, l2, chunk=64, fold=1):
+    """(dq, dk, dv, dg, dbeta) as api.gdr_chunk_grads returns them at that fold: fp32 (float64 for float64
+    inputs), dv in v's dtype; dq, dk [B T, H x group / fold, 128] (each summed over `fold` value heads of its q / k
+    head, in value-head order), dv [B T, HV, 128], dg and dbeta [B T, HV]."""
     work = torch.float64 if v.dtype == torch.float64 else torch.float32
     bsz, tokens, heads = q.shape[:3]
     hv = v.shape[2]
@@ -38,4 +41,7 @@ def chunk_grads_model(q, k, v, g, beta, do, states, dh_next, first, length, cove
         y = bw._scatter(x, layout, bsz, tokens)
         out.append(y.reshape(bsz * tokens, *y.shape[2:]))
     out[2] = out[2].to(v.dtype)  # the kernel rounds dv to v's dtype once, from fp32
+    for i in (0, 1):  # the kernel's parts: fold value heads summed in order
+        parts = out[i].view(bsz * tokens, heads, group // fold, fold, -1).unbind(3)
+        out[i] = functools.reduce(torch.add, parts).reshape(bsz * tokens, heads * (group // fold), -1)
     return tuple(out)

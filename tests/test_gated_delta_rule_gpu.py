@@ -455,14 +455,16 @@ def test_state_grads_pass_matches_float64_autograd():
                 assert relative_l2(mine, want[0]) <= BOUND, f"sequence {n}, stretch ending at {p}"
 
 
+@pytest.mark.parametrize("fold", [1, 2])
 @pytest.mark.parametrize("varlen", [False, True])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_chunk_grads_kernel_matches_its_model(varlen, dtype):
+def test_chunk_grads_kernel_matches_its_model(varlen, dtype, fold):
     """api.gdr_chunk_grads (B3: stages 0 and 3 in one kernel) against tests/gdr_b3_model.py (the same stages in
     fp32 torch) on the same states and state gradients (the passes' kernels): every output within 1e-2 relative
     L2 (every product of the kernel on bf16 / fp16 operands; the precision study puts that at about 4e-3), two
     runs bitwise equal, nothing written for tokens in no sequence; varlen with an empty and a 1-token sequence,
-    partial chunks, GVA, the in-kernel l2norm, beta in fp32 once."""
+    partial chunks, GVA, the in-kernel l2norm, beta in fp32 once. fold 2: a CTA works both value heads of a q / k
+    head and sums their dq / dk in place (one part); fold 1: a part per value head; any other fold is refused."""
     from gdr_b3_model import chunk_grads_model
 
     from deep_gemm_sm120.families.gated_delta_rule import api
@@ -481,9 +483,12 @@ def test_chunk_grads_kernel_matches_its_model(varlen, dtype):
     states = api.gdr_states(*args, None, init, cu, True, slots, count)
     dh_next, _ = api.gdr_state_grads(*args, None, do, dfs, cu, True, slots, count, False)
     first, length = layout.token[:, 0].to(torch.int32), layout.valid.sum(-1, dtype=torch.int32)
-    run = lambda: api.gdr_chunk_grads(*args, None, do, True, states, dh_next, first, length, cu is None)
+    run = lambda f=fold: api.gdr_chunk_grads(*args, None, do, True, states, dh_next, first, length, cu is None, f)
     got, again = run(), run()
-    want = chunk_grads_model(*args, do, states, dh_next, first, length, cu is None, 128**-0.5, True)
+    assert got[0].shape[1] == 2 * (2 // fold), "dq: a row per (q / k head, part)"
+    want = chunk_grads_model(*args, do, states, dh_next, first, length, cu is None, 128**-0.5, True, fold=fold)
+    with pytest.raises(ValueError, match="fold=3: expected a divisor"):
+        run(3)
     for name, mine, twin, ref in zip(("dq", "dk", "dv", "dg", "dbeta"), got, again, want):
         assert torch.equal(mine, twin), f"{name} not bitwise repeatable"
         assert relative_l2(mine, ref) <= 1e-2, f"{name}: relative L2 {relative_l2(mine, ref):.2e} against the model"

@@ -419,13 +419,14 @@ def test_precision_study_rounds_what_the_kernel_path_reads():
     assert max(e for errs in got.values() for e in errs.values()) < 0.02
 
 
+@pytest.mark.parametrize("fold", [1, 2])
 @pytest.mark.parametrize("varlen", [False, True])
 @pytest.mark.parametrize("l2", [False, True])
-def test_the_kernel_path_wiring_with_b3_modelled(varlen, l2):
+def test_the_kernel_path_wiring_with_b3_modelled(varlen, l2, fold):
     """The backward's all-kernel path (stages 1 and 2 given, stages 0 and 3 by B3: backward._kernel_backward) with
     the torch stages in the passes' places and gdr_b3_model's torch model in B3's: the same gradients as the
-    torch backward, so the chunk table (first token, length), the per-value-head outputs' GVA sum, the l2norm's
-    backward, the casts and the zeroed tokens of no sequence are the kernel path's as they are the torch path's
+    torch backward, so the chunk table (first token, length), the GVA sum of B3's parts (fold 1: one a value head;
+    fold 2: the whole group, nothing left to sum), the l2norm's backward, the casts and the zeroed tokens of no sequence are the kernel path's as they are the torch path's
     (the GPU tests hold the kernel itself to the model)."""
     from gdr_b3_model import chunk_grads_model
 
@@ -463,7 +464,7 @@ def test_the_kernel_path_wiring_with_b3_modelled(varlen, l2):
 
     def chunk_pass(do_, st, dh, first, length, covered):
         seen["covered"] = covered
-        return chunk_grads_model(q, k, v, g, beta, do_, st, dh, first, length, covered, scale, l2)
+        return chunk_grads_model(q, k, v, g, beta, do_, st, dh, first, length, covered, scale, l2, fold=fold)
 
     got = chunk_gated_delta_rule_backward(*args, states_pass, grads_pass, chunk_pass)
     assert seen["covered"] is (not varlen) and seen["count"] == states.shape[0]

@@ -252,3 +252,18 @@ def test_int64_offsets_are_clamped_before_narrowing():
     assert got.dtype == torch.int32 and got.tolist() == [0, 300, 300, 0, 300]
     same = torch.tensor([0, 7, 3, 400], dtype=torch.int32)  # int32: the kernels clamp; passed through
     assert cu_seqlens_int32(same, 300).tolist() == [0, 7, 3, 400]
+
+
+def test_b3_fold_fills_the_gpu_with_the_fewest_waves():
+    """B3's value heads per CTA (bwd_chunk.choose_fold): the fold with the fewest waves x fold, the largest of
+    equals, always a divisor of the group."""
+    from deep_gemm_sm120.families.gated_delta_rule.bwd_chunk import choose_fold
+
+    assert choose_fold(128, 16, 2, 132) == 2  # 1 x 8192 (16, 32): 16 waves of two heads cost as 32 of one
+    assert choose_fold(128, 2, 4, 132) == 4  # 4 x 2048 (2, 8): 256 CTAs of four, 2 waves x 4 = 8 as every fold
+    assert choose_fold(32, 2, 4, 132) == 2  # 1 x 2048 (2, 8): 64 CTAs of four would leave half the SMs idle
+    assert choose_fold(5, 2, 2, 132) == 1  # a few chunks: one wave either way, the shorter CTA
+    assert choose_fold(40, 4, 1, 132) == 1  # no GVA
+    for chunks, heads, group in ((7, 3, 6), (1000, 8, 8), (3, 1, 12)):
+        f = choose_fold(chunks, heads, group, 132)
+        assert group % f == 0

@@ -11,6 +11,18 @@ SM120_DEVICE uint32_t lane_idx() {
     return lane;
 }
 
+// x unchanged, but opaque to the optimizer: what is computed from it is re-derived where used rather than kept
+// in registers across a long stretch of code or hoisted out of a loop (which spills a kernel at its register cap).
+SM120_DEVICE uint32_t opaque(uint32_t x) {
+    asm volatile("" : "+r"(x));
+    return x;
+}
+template <typename T>
+SM120_DEVICE T* opaque(T* p) {
+    asm volatile("" : "+l"(p));
+    return p;
+}
+
 // Warp index made warp-uniform so the compiler can branch on it without divergence.
 SM120_DEVICE uint32_t warp_idx() { return __shfl_sync(0xffffffffu, threadIdx.x / 32, 0); }
 

@@ -19,10 +19,11 @@
 //   phase 2, the C x C algebra: dqk = causal(s dm * D); dq = dqk Kn + s gamma dqg; dA = strict(-T^T dt T^T);
 //     dk = dkp + dqk^T Qn + (dkk + dkk^T) Kn with dkk = diag(beta) dA * D; dbeta and dg from the row sums (dg the
 //     reverse cumsum of G's gradient: every term of backward.py's dcum).
-// dq and dk are per value head (fp32 [tokens][HV][K]: the host sums a q / k head's value heads in a fixed order,
-// then applies the l2norm's backward); dv token-major in Elem (rounded once from fp32); dg, dbeta fp32. Rows past
-// the chunk's length are zero in shared memory (their g = 0 keeps G flat) and never written. No atomics anywhere:
-// bitwise repeatable.
+// A CTA works `fold` value heads of one q / k head in turn (GVA: a head's group of value heads comes in group /
+// fold parts), so dq and dk come summed over each part: fp32 [tokens][heads x parts][K] (the host sums the parts,
+// if more than one, then applies the l2norm's backward); dv token-major in Elem (rounded once from fp32); dg, dbeta
+// fp32 per value head. Rows past the chunk's length are zero in shared memory (their g = 0 keeps G flat) and never
+// written. No atomics anywhere: bitwise repeatable.
 //
 // Latency, since one CTA fills an SM: T is inverted by 16 x 16 blocks (a 16-step chain, not 64); each slice's
 // products are split between the two warp halves; the next slice's global values load while the current one is
@@ -247,7 +248,8 @@ sm120_gated_delta_rule_bwd_chunk_kernel(const Elem* __restrict__ q, const Elem* 
                                         const int32_t* __restrict__ chunk_first, const int32_t* __restrict__ chunk_len,
                                         float* __restrict__ dq, float* __restrict__ dk, Elem* __restrict__ dv,
                                         float* __restrict__ dg, float* __restrict__ dbeta, uint32_t heads,
-                                        uint32_t value_heads, float scale, uint32_t beta_fp32, uint32_t l2norm) {
+                                        uint32_t value_heads, float scale, uint32_t beta_fp32, uint32_t l2norm,
+                                        uint32_t fold) {
     // clang-format on
     using Cfg = GdrChunkGradConfig;
     using E = GdrElem<Elem>;
@@ -267,394 +269,420 @@ sm120_gated_delta_rule_bwd_chunk_kernel(const Elem* __restrict__ q, const Elem* 
     uint8_t* work = smem + Cfg::kOffWork;
 
     const uint32_t tid = threadIdx.x, warp = warp_idx(), lane = lane_idx();
-    const uint32_t item = blockIdx.x, hv = item % value_heads, chunk = item / value_heads;
-    const uint32_t group = value_heads / heads, head = hv / group;
+    // a CTA per (chunk, q / k head, part of its value heads): the part's `fold` value heads in turn, dq and dk
+    // summed over them in place (in value-head order). Only the value head is carried across the loop (the part's
+    // first is a multiple of fold); the rest is re-derived from the block index and the parameters: carried, it
+    // spilled.
     pdl_wait_primary();
-    const int32_t len_raw = __ldg(chunk_len + chunk);
-    if (len_raw <= 0) return;  // a padding chunk: no token, nothing to write
-    const uint32_t len = len_raw > static_cast<int32_t>(C) ? C : static_cast<uint32_t>(len_raw);
-    const size_t first = static_cast<size_t>(__ldg(chunk_first + chunk));
-    const size_t state_at = (static_cast<size_t>(chunk) * value_heads + hv) * K * K;
-    auto tok = [&](uint32_t i, uint32_t nheads, uint32_t hh) { return ((first + i) * nheads + hh); };
-
-    // warp tilings (16 warps): 64 x 64 (two n8 tiles a warp), 64 x 128 (four); the slices' 64 x 16 in phase 1
-    const uint32_t m0 = 16 * (warp % 4), n64 = 16 * (warp / 4), n128 = 32 * (warp / 4);
-
-    // ---------------- phase 0: gates, Qn / Kn, Ar, M, T ----------------
-    if (tid < C) {
-        const bool in = tid < len;
-        s_cum[tid] = in ? __ldg(g + tok(tid, value_heads, hv)) : 0.0f;
-        float b = 0.0f;
-        if (in)
-            b = beta_fp32 ? __ldg(static_cast<const float*>(beta) + tok(tid, value_heads, hv))
-                          : E::to_float(static_cast<const Elem*>(beta)[tok(tid, value_heads, hv)]);
-        s_beta[tid] = b;
-    }
-    __syncthreads();
-    if (warp == 0) {  // G = the inclusive cumsum, in token order (rows past the end stay flat: g = 0 there)
-        float2 x = make_float2(s_cum[2 * lane], s_cum[2 * lane + 1]);
-        gdr_scan64(x, lane);
-        s_cum[2 * lane] = x.x, s_cum[2 * lane + 1] = x.y;
-    }
-    // q and k rows: eight threads a row, 16 elements each; their norms (l2norm) or 1
-    Elem* s_q = reinterpret_cast<Elem*>(work);
-    float* s_tf = reinterpret_cast<float*>(work + Cfg::kTileK);  // T in fp32 while it is formed
-    {
-        const uint32_t row = tid / 8, part = tid % 8;
-        const bool in = row < len;
-#pragma unroll
-        for (uint32_t which = 0; which < 2; ++which) {
-            const Elem* src = (which == 0 ? q : k) + tok(row, heads, head) * K + 16 * part;
-            float x[16];
-            float ss = 0.0f;
-#pragma unroll
-            for (uint32_t c = 0; c < 16; c += 8) {
-                uint4 raw = in ? __ldg(reinterpret_cast<const uint4*>(src + c)) : make_uint4(0, 0, 0, 0);
-                const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-                for (uint32_t j = 0; j < 4; ++j) E::unpack(w[j], x[c + 2 * j], x[c + 2 * j + 1]);
-            }
-#pragma unroll
-            for (uint32_t c = 0; c < 16; ++c) ss += x[c] * x[c];
-            ss += __shfl_xor_sync(0xffffffffu, ss, 1);
-            ss += __shfl_xor_sync(0xffffffffu, ss, 2);
-            ss += __shfl_xor_sync(0xffffffffu, ss, 4);
-            const float r = l2norm ? rsqrtf(ss + kEps) : 1.0f;
-            Elem* dst = (which == 0 ? s_q : s_k) + row * kLdK + 16 * part;
-#pragma unroll
-            for (uint32_t c = 0; c < 16; c += 2)
-                *reinterpret_cast<uint32_t*>(dst + c) = E::pack(x[c] * r, x[c + 1] * r);
-            if (part == 0) (which == 0 ? s_rq : s_rk)[row] = r;
-        }
-    }
-    __syncthreads();
-    if (tid < C) {
-        const float last = s_cum[C - 1];
-        s_gamma[tid] = __expf(s_cum[tid]);
-        s_tail[tid] = __expf(last - s_cum[tid]);
-        s_bg[tid] = s_beta[tid] * s_gamma[tid];
-    }
-    {
-        // Kn Kn^T and Qn Kn^T, then Ar (fp32) and M (Elem)
-        float kk[2][4] = {}, qk[2][4] = {};
-        gdr_tile_mma<E, 2, K, false, false>(kk, s_k, kLdK, s_k, kLdK, m0, n64, lane);
-        gdr_tile_mma<E, 2, K, false, false>(qk, s_q, kLdK, s_k, kLdK, m0, n64, lane);
-#pragma unroll
-        for (uint32_t nt = 0; nt < 2; ++nt)
-#pragma unroll
-            for (uint32_t e = 0; e < 4; ++e) {
-                const uint32_t i = gdr_acc_row(m0, lane, e), j = gdr_acc_col(n64, nt, lane, e);
-                const float d = j <= i ? __expf(s_cum[i] - s_cum[j]) : 0.0f;
-                s_ar[i * kLdF + j] = j < i ? kk[nt][e] * d : 0.0f;
-                qk[nt][e] *= d;
-            }
-        gdr_store_tile<E>(qk, s_m, kLdC, m0, n64, lane, [](uint32_t, uint32_t, float x) { return x; });
-    }
-    __syncthreads();
-    gdr_inverse_blocks<C, kLdF, Cfg::kThreads>(s_ar, s_beta, s_tf, tid);
-    for (uint32_t x = tid; x < C * C / 2; x += Cfg::kThreads) {
-        // T is lower triangular: its upper triangle held the level products' scratch
-        const uint32_t i = x / (C / 2), j = 2 * (x % (C / 2));
-        const float a = j <= i ? s_tf[i * kLdF + j] : 0.0f, b = j + 1 <= i ? s_tf[i * kLdF + j + 1] : 0.0f;
-        *reinterpret_cast<uint32_t*>(s_t + i * kLdC + j) = E::pack(a, b);
-    }
-    __syncthreads();
-
-    // ---------------- phase 1: the V slices ----------------
-    constexpr uint32_t kTS = C * kLdS;  // elements of a 64 x 16 tile
-    // accumulated over V: dm = do vnew^T, dt = dvn Z^T (= dvn vb^T + dw kb^T, since Z = vb - diag(beta gamma) Kn h
-    // and dw = -dvn h^T), dqg = do h^T, dkp = diag(tail) vnew dh'^T - diag(beta gamma) dvb h^T (dk's terms through
-    // kd and through kb = T^T dw)
-    float dm[2][4] = {}, dt[2][4] = {}, dqg[4][4] = {}, dkp[4][4] = {};
-    float hdh = 0.0f;  // this thread's part of sum(h * dh')
-    // Each slice's 64 x 16 products are split between the warp halves, each half covering the tile (eight warps
-    // of 16 x 8): the lower half forms Y = Kn h, Z, then dvb, dv and the row sums that need Y (sum_v dvb v: beta's;
-    // sum_v dvb Y = -sum_k dkb Kn: kb's); the upper half Yd = Kn dh', dvn, then vnew and sum_v vnew Yd
-    // (= sum_k dkd Kn: the tail's). A half's sums for the other half's terms stay zero (slice_rows adds all four
-    // column groups).
-    const bool lower = warp < 8;
-    float r_bv[2] = {}, r_tail[2] = {}, r_kb[2] = {};
-    // the next slice's global values, in registers while the current slice is worked on: h and dh' (128 x 16
-    // each: 4 a thread), v and do (64 x 16: 2)
-    float4 nh, nd;
-    uint32_t nv, ndo;
-    auto load_slice = [&](uint32_t vs) {
-        const uint32_t kd = tid / 4, c0 = 4 * (tid % 4);
-        nh = __ldg(reinterpret_cast<const float4*>(states + state_at + kd * K + vs + c0));
-        nd = __ldg(reinterpret_cast<const float4*>(dh_next + state_at + kd * K + vs + c0));
-        const uint32_t row = tid / 8, c = 2 * (tid % 8);
-        const bool in = row < len;
-        const size_t at = tok(row, value_heads, hv) * K + vs + c;
-        nv = in ? __ldg(reinterpret_cast<const uint32_t*>(v + at)) : 0u;
-        ndo = in ? __ldg(reinterpret_cast<const uint32_t*>(dout + at)) : 0u;
-    };
-    load_slice(0);
+    const uint32_t hv0 = [&] {
+        const uint32_t parts = value_heads / heads / fold, units = heads * parts;
+        return blockIdx.x % units / parts * (value_heads / heads) + blockIdx.x % parts * fold;
+    }();
 #pragma unroll 1
-    for (uint32_t vs = 0; vs < K; vs += kS) {
-        // The tiles' addresses from a base the compiler cannot see through: hoisted out of the loop, the
-        // ldmatrix addresses of every product below would hold registers the accumulators need.
-        uint8_t* base = smem;
-        asm volatile("" : "+l"(base));
-        const Elem* s_k = reinterpret_cast<const Elem*>(base + Cfg::kOffK);
-        const Elem* s_t = reinterpret_cast<const Elem*>(base + Cfg::kOffT);
-        const Elem* s_m = reinterpret_cast<const Elem*>(base + Cfg::kOffM);
-        Elem* s_h = reinterpret_cast<Elem*>(base + Cfg::kOffWork);
-        Elem* s_dh = reinterpret_cast<Elem*>(base + Cfg::kOffWork + Cfg::kTileH);
-        Elem* s_vr = reinterpret_cast<Elem*>(base + Cfg::kOffWork + 2 * Cfg::kTileH);
-        Elem *s_do = s_vr + kTS, *s_z = s_vr + 2 * kTS, *s_dvn = s_vr + 3 * kTS, *s_vn = s_vr + 4 * kTS;
-        Elem *s_vnt = s_vr + 5 * kTS, *s_dvbg = s_vr + 6 * kTS;
-        {
-            const uint32_t kd = tid / 4, c0 = 4 * (tid % 4), row = tid / 8, c = 2 * (tid % 8);
-            hdh += nh.x * nd.x + nh.y * nd.y + nh.z * nd.z + nh.w * nd.w;
-            *reinterpret_cast<uint2*>(s_h + kd * kLdS + c0) = make_uint2(E::pack(nh.x, nh.y), E::pack(nh.z, nh.w));
-            *reinterpret_cast<uint2*>(s_dh + kd * kLdS + c0) = make_uint2(E::pack(nd.x, nd.y), E::pack(nd.z, nd.w));
-            *reinterpret_cast<uint32_t*>(s_vr + row * kLdS + c) = nv;
-            *reinterpret_cast<uint32_t*>(s_do + row * kLdS + c) = ndo;
+    for (uint32_t hv = hv0;; ++hv) {
+        const uint32_t chunk = blockIdx.x / (value_heads / fold);  // a chunk's CTAs: heads x parts
+        const uint32_t head = hv / (value_heads / heads);
+        const int32_t len_raw = __ldg(chunk_len + chunk);
+        if (len_raw <= 0) return;  // a padding chunk: no token, nothing to write
+        const uint32_t len = len_raw > static_cast<int32_t>(C) ? C : static_cast<uint32_t>(len_raw);
+        const size_t first = static_cast<size_t>(__ldg(chunk_first + chunk));
+        const size_t state_at = (static_cast<size_t>(chunk) * value_heads + hv) * K * K;
+        auto tok = [&](uint32_t i, uint32_t nheads, uint32_t hh) { return ((first + i) * nheads + hh); };
+
+        // warp tilings (16 warps): 64 x 64 (two n8 tiles a warp), 64 x 128 (four); the slices' 64 x 16 in phase 1
+        const uint32_t m0 = 16 * (warp % 4), n64 = 16 * (warp / 4), n128 = 32 * (warp / 4);
+
+        // ---------------- phase 0: gates, Qn / Kn, Ar, M, T ----------------
+        if (tid < C) {
+            const bool in = tid < len;
+            s_cum[tid] = in ? __ldg(g + tok(tid, value_heads, hv)) : 0.0f;
+            float b = 0.0f;
+            if (in)
+                b = beta_fp32 ? __ldg(static_cast<const float*>(beta) + tok(tid, value_heads, hv))
+                              : E::to_float(static_cast<const Elem*>(beta)[tok(tid, value_heads, hv)]);
+            s_beta[tid] = b;
         }
         __syncthreads();
-        if (vs + kS < K) load_slice(vs + kS);
-        const uint32_t ln = lane_idx(), ms = 16 * (warp_idx() % 4), ns = 8 * (warp_idx() / 4 % 2);
-        float y[1][4] = {};  // the lower half's Y, the upper half's Yd
-        if (lower) {
-            // Z = diag(beta) v - diag(beta gamma) Kn h
-            gdr_tile_mma<E, 1, K, false, true>(y, s_k, kLdK, s_h, kLdS, ms, ns, ln);
-            gdr_store_tile<E>(y, s_z, kLdS, ms, ns, ln, [&](uint32_t i, uint32_t c, float x) {
-                return s_beta[i] * E::to_float(s_vr[i * kLdS + c]) - s_bg[i] * x;
-            });
-        } else {
-            // dvn = s M^T do + diag(tail) Kn dh'
-            float mdo[1][4] = {};
-            gdr_tile_mma<E, 1, K, false, true>(y, s_k, kLdK, s_dh, kLdS, ms, ns, ln);
-            gdr_tile_mma<E, 1, C, true, true>(mdo, s_m, kLdC, s_do, kLdS, ms, ns, ln);
-#pragma unroll
-            for (uint32_t e = 0; e < 4; ++e) mdo[0][e] = scale * mdo[0][e] + s_tail[gdr_acc_row(ms, ln, e)] * y[0][e];
-            gdr_store_tile<E>(mdo, s_dvn, kLdS, ms, ns, ln, [](uint32_t, uint32_t, float x) { return x; });
+        if (warp == 0) {  // G = the inclusive cumsum, in token order (rows past the end stay flat: g = 0 there)
+            float2 x = make_float2(s_cum[2 * lane], s_cum[2 * lane + 1]);
+            gdr_scan64(x, lane);
+            s_cum[2 * lane] = x.x, s_cum[2 * lane + 1] = x.y;
         }
-        __syncthreads();
+        // q and k rows: eight threads a row, 16 elements each; their norms (l2norm) or 1
+        Elem* s_q = reinterpret_cast<Elem*>(work);
+        float* s_tf = reinterpret_cast<float*>(work + Cfg::kTileK);  // T in fp32 while it is formed
         {
-            float w[1][4] = {};
-            if (lower) {
-                // dvb = T^T dvn: dv = diag(beta) dvb, and the row sums through dvb
-                gdr_tile_mma<E, 1, C, true, true>(w, s_t, kLdC, s_dvn, kLdS, ms, ns, ln);
+            const uint32_t row = tid / 8, part = tid % 8;
+            const bool in = row < len;
 #pragma unroll
-                for (uint32_t h = 0; h < 2; ++h) {
-                    const uint32_t i = gdr_acc_row(ms, ln, 2 * h), c = gdr_acc_col(ns, 0, ln, 0);
-                    float a, b;
-                    E::unpack(*reinterpret_cast<const uint32_t*>(s_vr + i * kLdS + c), a, b);
-                    r_bv[h] += w[0][2 * h] * a + w[0][2 * h + 1] * b;
-                    r_kb[h] += w[0][2 * h] * y[0][2 * h] + w[0][2 * h + 1] * y[0][2 * h + 1];
-                    if (i < len)
-                        *reinterpret_cast<uint32_t*>(dv + tok(i, value_heads, hv) * K + vs + c) =
-                            E::pack(s_beta[i] * w[0][2 * h], s_beta[i] * w[0][2 * h + 1]);
+            for (uint32_t which = 0; which < 2; ++which) {
+                const Elem* src = (which == 0 ? q : k) + tok(row, heads, head) * K + 16 * part;
+                float x[16];
+                float ss = 0.0f;
+#pragma unroll
+                for (uint32_t c = 0; c < 16; c += 8) {
+                    uint4 raw = in ? __ldg(reinterpret_cast<const uint4*>(src + c)) : make_uint4(0, 0, 0, 0);
+                    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+                    for (uint32_t j = 0; j < 4; ++j) E::unpack(w[j], x[c + 2 * j], x[c + 2 * j + 1]);
                 }
-                gdr_store_tile<E>(w, s_dvbg, kLdS, ms, ns, ln,
-                                  [&](uint32_t i, uint32_t, float x) { return -s_bg[i] * x; });
-            } else {
-                // vnew = T Z, and sum_v vnew Yd
-                gdr_tile_mma<E, 1, C, false, true>(w, s_t, kLdC, s_z, kLdS, ms, ns, ln);
 #pragma unroll
-                for (uint32_t e = 0; e < 4; ++e) r_tail[e / 2] += w[0][e] * y[0][e];
-                gdr_store_tile<E>(w, s_vn, kLdS, ms, ns, ln, [](uint32_t, uint32_t, float x) { return x; });
-                gdr_store_tile<E>(w, s_vnt, kLdS, ms, ns, ln,
-                                  [&](uint32_t i, uint32_t, float x) { return s_tail[i] * x; });
+                for (uint32_t c = 0; c < 16; ++c) ss += x[c] * x[c];
+                ss += __shfl_xor_sync(0xffffffffu, ss, 1);
+                ss += __shfl_xor_sync(0xffffffffu, ss, 2);
+                ss += __shfl_xor_sync(0xffffffffu, ss, 4);
+                const float r = l2norm ? rsqrtf(ss + kEps) : 1.0f;
+                Elem* dst = (which == 0 ? s_q : s_k) + row * kLdK + 16 * part;
+#pragma unroll
+                for (uint32_t c = 0; c < 16; c += 2)
+                    *reinterpret_cast<uint32_t*>(dst + c) = E::pack(x[c] * r, x[c + 1] * r);
+                if (part == 0) (which == 0 ? s_rq : s_rk)[row] = r;
             }
         }
-        __syncthreads();
-        // the accumulators over V
-        gdr_tile_mma<E, 2, kS, false, false>(dm, s_do, kLdS, s_vn, kLdS, m0, n64, lane);
-        gdr_tile_mma<E, 2, kS, false, false>(dt, s_dvn, kLdS, s_z, kLdS, m0, n64, lane);
-        gdr_tile_mma<E, 4, kS, false, false>(dqg, s_do, kLdS, s_h, kLdS, m0, n128, lane);
-        gdr_tile_mma<E, 4, kS, false, false>(dkp, s_vnt, kLdS, s_dh, kLdS, m0, n128, lane);
-        gdr_tile_mma<E, 4, kS, false, false>(dkp, s_dvbg, kLdS, s_h, kLdS, m0, n128, lane);
-        __syncthreads();
-    }
-
-    // ---------------- phase 2: the C x C algebra and the input gradients ----------------
-    // Row sums are added in a fixed order: each partial lands in its own slot, one thread a row adds them.
-    float* part_r = red;            // [4][C] row partials (the tilings' column groups)
-    float* part_c = red + 4 * C;    // [4][C] column partials (row groups)
-    float* acc_cum = s_misc;        // G's gradient, per row
-    float* acc_beta = red + 8 * C;  // beta's gradient, per row
-    float* acc_tail = red + 9 * C;  // dtail per row, for G_last's gradient
-    // into[r] += coef(r) (row partials - column partials, when with_cols)
-    auto fold_rows = [&](float* into, bool with_cols, auto coef) {
         __syncthreads();
         if (tid < C) {
-            float s = part_r[tid] + part_r[C + tid] + part_r[2 * C + tid] + part_r[3 * C + tid];
-            if (with_cols) s -= part_c[tid] + part_c[C + tid] + part_c[2 * C + tid] + part_c[3 * C + tid];
-            into[tid] += coef(tid) * s;
+            const float last = s_cum[C - 1];
+            s_gamma[tid] = __expf(s_cum[tid]);
+            s_tail[tid] = __expf(last - s_cum[tid]);
+            s_bg[tid] = s_beta[tid] * s_gamma[tid];
+        }
+        {
+            // Kn Kn^T and Qn Kn^T, then Ar (fp32) and M (Elem)
+            float kk[2][4] = {}, qk[2][4] = {};
+            gdr_tile_mma<E, 2, K, false, false>(kk, s_k, kLdK, s_k, kLdK, m0, n64, lane);
+            gdr_tile_mma<E, 2, K, false, false>(qk, s_q, kLdK, s_k, kLdK, m0, n64, lane);
+#pragma unroll
+            for (uint32_t nt = 0; nt < 2; ++nt)
+#pragma unroll
+                for (uint32_t e = 0; e < 4; ++e) {
+                    const uint32_t i = gdr_acc_row(m0, lane, e), j = gdr_acc_col(n64, nt, lane, e);
+                    const float d = j <= i ? __expf(s_cum[i] - s_cum[j]) : 0.0f;
+                    s_ar[i * kLdF + j] = j < i ? kk[nt][e] * d : 0.0f;
+                    qk[nt][e] *= d;
+                }
+            gdr_store_tile<E>(qk, s_m, kLdC, m0, n64, lane, [](uint32_t, uint32_t, float x) { return x; });
         }
         __syncthreads();
-    };
-    auto one = [](uint32_t) { return 1.0f; };
-    // a 64 x 128 result (the 128-wide tiling) into the chunk's token rows of a [tokens][HV][K] output
-    auto store_rows = [&](const float (&acc)[4][4], float* out) {
-#pragma unroll
-        for (uint32_t nt = 0; nt < 4; ++nt)
-#pragma unroll
-            for (uint32_t h = 0; h < 2; ++h) {  // a quad writes a row's 32 contiguous bytes
-                const uint32_t i = gdr_acc_row(m0, lane, 2 * h), c = gdr_acc_col(n128, nt, lane, 0);
-                if (i < len)
-                    *reinterpret_cast<float2*>(out + tok(i, value_heads, hv) * K + c) =
-                        make_float2(acc[nt][2 * h], acc[nt][2 * h + 1]);
-            }
-    };
-    // phase 1's row sums in one fold: a quad's sums land in its warp group's slot, the lower half's (beta's sum
-    // through v and kb's) in groups 0-1 of the row and column partials, the upper half's (the tail's) in groups
-    // 2-3 of the row partials. dtail = tail sum_k dkd Kn before the chunk's last row; sum_k dkb Kn =
-    // -sum_v dvb (Kn h) feeds beta's gradient (times -gamma) and G's (times -beta gamma).
-#pragma unroll
-    for (uint32_t h = 0; h < 2; ++h) {
-        float a = lower ? r_bv[h] : r_tail[h], b = r_kb[h];
-        a += __shfl_xor_sync(0xffffffffu, a, 1);
-        a += __shfl_xor_sync(0xffffffffu, a, 2);
-        b += __shfl_xor_sync(0xffffffffu, b, 1);
-        b += __shfl_xor_sync(0xffffffffu, b, 2);
-        const uint32_t row = gdr_acc_row(m0, lane, 2 * h);
-        if (lane % 4 == 0) {
-            part_r[(warp / 4) * C + row] = a;
-            if (lower) part_c[(warp / 4) * C + row] = b;
+        gdr_inverse_blocks<C, kLdF, Cfg::kThreads>(s_ar, s_beta, s_tf, tid);
+        for (uint32_t x = tid; x < C * C / 2; x += Cfg::kThreads) {
+            // T is lower triangular: its upper triangle held the level products' scratch
+            const uint32_t i = x / (C / 2), j = 2 * (x % (C / 2));
+            const float a = j <= i ? s_tf[i * kLdF + j] : 0.0f, b = j + 1 <= i ? s_tf[i * kLdF + j + 1] : 0.0f;
+            *reinterpret_cast<uint32_t*>(s_t + i * kLdC + j) = E::pack(a, b);
         }
-    }
-    __syncthreads();
-    if (tid < C) {
-        const float bv = part_r[tid] + part_r[C + tid], tl = part_r[2 * C + tid] + part_r[3 * C + tid];
-        const float kb = part_c[tid] + part_c[C + tid];
-        acc_beta[tid] = bv - s_gamma[tid] * kb;
-        acc_tail[tid] = (tid + 1 < len ? s_tail[tid] : 0.0f) * tl;
-        acc_cum[tid] = -s_bg[tid] * kb;
-    }
-    __syncthreads();
+        __syncthreads();
 
-    // dqk = causal(s dm * D); G's gradient from the decay: rows minus columns of strict(s dm * M)
-    auto decay = [&](uint32_t i, uint32_t j) { return j <= i ? __expf(s_cum[i] - s_cum[j]) : 0.0f; };
-    auto x_dm = [&](uint32_t i, uint32_t j, float x) {
-        return j < i ? scale * x * E::to_float(s_m[i * kLdC + j]) : 0.0f;
-    };
-    gdr_row_partials<C>(dm, part_r, warp / 4, m0, n64, lane, x_dm);
-    gdr_col_partials<C>(dm, part_c, warp % 4, m0, n64, lane, x_dm);
-    fold_rows(acc_cum, true, one);
-    Elem* s_dqk = s_m;  // M is read for the last time above
-    gdr_store_tile<E>(dm, s_dqk, kLdC, m0, n64, lane,
-                      [&](uint32_t i, uint32_t j, float x) { return scale * x * decay(i, j); });
-
-    // Qn again (its rows' norms kept), into the work region
-    Elem* s_q2 = reinterpret_cast<Elem*>(work);
-    {
-        const uint32_t row = tid / 8, part = tid % 8;
-        const bool in = row < len;
-        const Elem* src = q + tok(row, heads, head) * K + 16 * part;
-        const float r = s_rq[row];
-#pragma unroll
-        for (uint32_t c = 0; c < 16; c += 8) {
-            const uint4 raw = in ? __ldg(reinterpret_cast<const uint4*>(src + c)) : make_uint4(0, 0, 0, 0);
-            const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-            uint32_t out[4];
-#pragma unroll
-            for (uint32_t j = 0; j < 4; ++j) {
-                float a, b;
-                E::unpack(w[j], a, b);
-                out[j] = E::pack(a * r, b * r);
+        // ---------------- phase 1: the V slices ----------------
+        constexpr uint32_t kTS = C * kLdS;  // elements of a 64 x 16 tile
+        // accumulated over V: dm = do vnew^T, dt = dvn Z^T (= dvn vb^T + dw kb^T, since Z = vb - diag(beta gamma) Kn h
+        // and dw = -dvn h^T), dqg = do h^T, dkp = diag(tail) vnew dh'^T - diag(beta gamma) dvb h^T (dk's terms through
+        // kd and through kb = T^T dw)
+        float dm[2][4] = {}, dt[2][4] = {}, dqg[4][4] = {}, dkp[4][4] = {};
+        float hdh = 0.0f;  // this thread's part of sum(h * dh')
+        // Each slice's 64 x 16 products are split between the warp halves, each half covering the tile (eight warps
+        // of 16 x 8): the lower half forms Y = Kn h, Z, then dvb, dv and the row sums that need Y (sum_v dvb v: beta's;
+        // sum_v dvb Y = -sum_k dkb Kn: kb's); the upper half Yd = Kn dh', dvn, then vnew and sum_v vnew Yd
+        // (= sum_k dkd Kn: the tail's). A half's sums for the other half's terms stay zero (slice_rows adds all four
+        // column groups).
+        const bool lower = warp < 8;
+        // the halves' row sums share registers: r_a is beta's sum through v (lower) or the tail's (upper), r_b
+        // kb's sum (lower; zero in the upper half)
+        float r_a[2] = {}, r_b[2] = {};
+        // the next slice's global values, in registers while the current slice is worked on: h and dh' (128 x 16
+        // each: 4 a thread), v and do (64 x 16: 2)
+        float4 nh, nd;
+        uint32_t nv, ndo;
+        auto load_slice = [&](uint32_t vs) {
+            const uint32_t kd = tid / 4, c0 = 4 * (tid % 4);
+            nh = __ldg(reinterpret_cast<const float4*>(states + state_at + kd * K + vs + c0));
+            nd = __ldg(reinterpret_cast<const float4*>(dh_next + state_at + kd * K + vs + c0));
+            const uint32_t row = tid / 8, c = 2 * (tid % 8);
+            const bool in = row < len;
+            const size_t at = tok(row, value_heads, hv) * K + vs + c;
+            nv = in ? __ldg(reinterpret_cast<const uint32_t*>(v + at)) : 0u;
+            ndo = in ? __ldg(reinterpret_cast<const uint32_t*>(dout + at)) : 0u;
+        };
+        load_slice(0);
+#pragma unroll 1
+        for (uint32_t vs = 0; vs < K; vs += kS) {
+            // The tiles' addresses from a base the compiler cannot see through: hoisted out of the loop, the
+            // ldmatrix addresses of every product below would hold registers the accumulators need.
+            uint8_t* base = opaque(smem);
+            const Elem* s_k = reinterpret_cast<const Elem*>(base + Cfg::kOffK);
+            const Elem* s_t = reinterpret_cast<const Elem*>(base + Cfg::kOffT);
+            const Elem* s_m = reinterpret_cast<const Elem*>(base + Cfg::kOffM);
+            Elem* s_h = reinterpret_cast<Elem*>(base + Cfg::kOffWork);
+            Elem* s_dh = reinterpret_cast<Elem*>(base + Cfg::kOffWork + Cfg::kTileH);
+            Elem* s_vr = reinterpret_cast<Elem*>(base + Cfg::kOffWork + 2 * Cfg::kTileH);
+            Elem *s_do = s_vr + kTS, *s_z = s_vr + 2 * kTS, *s_dvn = s_vr + 3 * kTS, *s_vn = s_vr + 4 * kTS;
+            Elem *s_vnt = s_vr + 5 * kTS, *s_dvbg = s_vr + 6 * kTS;
+            {
+                const uint32_t kd = tid / 4, c0 = 4 * (tid % 4), row = tid / 8, c = 2 * (tid % 8);
+                hdh += nh.x * nd.x + nh.y * nd.y + nh.z * nd.z + nh.w * nd.w;
+                *reinterpret_cast<uint2*>(s_h + kd * kLdS + c0) = make_uint2(E::pack(nh.x, nh.y), E::pack(nh.z, nh.w));
+                *reinterpret_cast<uint2*>(s_dh + kd * kLdS + c0) = make_uint2(E::pack(nd.x, nd.y), E::pack(nd.z, nd.w));
+                *reinterpret_cast<uint32_t*>(s_vr + row * kLdS + c) = nv;
+                *reinterpret_cast<uint32_t*>(s_do + row * kLdS + c) = ndo;
             }
-            *reinterpret_cast<uint4*>(s_q2 + row * kLdK + 16 * part + c) = make_uint4(out[0], out[1], out[2], out[3]);
+            __syncthreads();
+            if (vs + kS < K) load_slice(vs + kS);
+            const uint32_t ln = lane_idx(), ms = 16 * (warp_idx() % 4), ns = 8 * (warp_idx() / 4 % 2);
+            float y[1][4] = {};  // the lower half's Y, the upper half's Yd
+            if (lower) {
+                // Z = diag(beta) v - diag(beta gamma) Kn h
+                gdr_tile_mma<E, 1, K, false, true>(y, s_k, kLdK, s_h, kLdS, ms, ns, ln);
+                gdr_store_tile<E>(y, s_z, kLdS, ms, ns, ln, [&](uint32_t i, uint32_t c, float x) {
+                    return s_beta[i] * E::to_float(s_vr[i * kLdS + c]) - s_bg[i] * x;
+                });
+            } else {
+                // dvn = s M^T do + diag(tail) Kn dh'
+                float mdo[1][4] = {};
+                gdr_tile_mma<E, 1, K, false, true>(y, s_k, kLdK, s_dh, kLdS, ms, ns, ln);
+                gdr_tile_mma<E, 1, C, true, true>(mdo, s_m, kLdC, s_do, kLdS, ms, ns, ln);
+#pragma unroll
+                for (uint32_t e = 0; e < 4; ++e)
+                    mdo[0][e] = scale * mdo[0][e] + s_tail[gdr_acc_row(ms, ln, e)] * y[0][e];
+                gdr_store_tile<E>(mdo, s_dvn, kLdS, ms, ns, ln, [](uint32_t, uint32_t, float x) { return x; });
+            }
+            __syncthreads();
+            {
+                float w[1][4] = {};
+                if (lower) {
+                    // dvb = T^T dvn: dv = diag(beta) dvb, and the row sums through dvb
+                    gdr_tile_mma<E, 1, C, true, true>(w, s_t, kLdC, s_dvn, kLdS, ms, ns, ln);
+#pragma unroll
+                    for (uint32_t h = 0; h < 2; ++h) {
+                        const uint32_t i = gdr_acc_row(ms, ln, 2 * h), c = gdr_acc_col(ns, 0, ln, 0);
+                        float a, b;
+                        E::unpack(*reinterpret_cast<const uint32_t*>(s_vr + i * kLdS + c), a, b);
+                        r_a[h] += w[0][2 * h] * a + w[0][2 * h + 1] * b;
+                        r_b[h] += w[0][2 * h] * y[0][2 * h] + w[0][2 * h + 1] * y[0][2 * h + 1];
+                        if (i < len)
+                            *reinterpret_cast<uint32_t*>(dv + tok(i, value_heads, hv) * K + vs + c) =
+                                E::pack(s_beta[i] * w[0][2 * h], s_beta[i] * w[0][2 * h + 1]);
+                    }
+                    gdr_store_tile<E>(w, s_dvbg, kLdS, ms, ns, ln,
+                                      [&](uint32_t i, uint32_t, float x) { return -s_bg[i] * x; });
+                } else {
+                    // vnew = T Z, and sum_v vnew Yd
+                    gdr_tile_mma<E, 1, C, false, true>(w, s_t, kLdC, s_z, kLdS, ms, ns, ln);
+#pragma unroll
+                    for (uint32_t e = 0; e < 4; ++e) r_a[e / 2] += w[0][e] * y[0][e];
+                    gdr_store_tile<E>(w, s_vn, kLdS, ms, ns, ln, [](uint32_t, uint32_t, float x) { return x; });
+                    gdr_store_tile<E>(w, s_vnt, kLdS, ms, ns, ln,
+                                      [&](uint32_t i, uint32_t, float x) { return s_tail[i] * x; });
+                }
+            }
+            __syncthreads();
+            // the accumulators over V
+            gdr_tile_mma<E, 2, kS, false, false>(dm, s_do, kLdS, s_vn, kLdS, m0, n64, lane);
+            gdr_tile_mma<E, 2, kS, false, false>(dt, s_dvn, kLdS, s_z, kLdS, m0, n64, lane);
+            gdr_tile_mma<E, 4, kS, false, false>(dqg, s_do, kLdS, s_h, kLdS, m0, n128, lane);
+            gdr_tile_mma<E, 4, kS, false, false>(dkp, s_vnt, kLdS, s_dh, kLdS, m0, n128, lane);
+            gdr_tile_mma<E, 4, kS, false, false>(dkp, s_dvbg, kLdS, s_h, kLdS, m0, n128, lane);
+            __syncthreads();
         }
-    }
-    __syncthreads();
-    // G's gradient: + gamma sum_k (s dqg * Qn)
-    gdr_row_partials<C>(dqg, part_r, warp / 4, m0, n128, lane,
-                        [&](uint32_t i, uint32_t c, float x) { return scale * x * E::to_float(s_q2[i * kLdK + c]); });
-    fold_rows(acc_cum, false, [&](uint32_t i) { return s_gamma[i]; });
 
-    // dq = dqk Kn + s gamma dqg
-    {
-        float acc[4][4];
-#pragma unroll
-        for (uint32_t nt = 0; nt < 4; ++nt)
-#pragma unroll
-            for (uint32_t e = 0; e < 4; ++e) acc[nt][e] = scale * s_gamma[gdr_acc_row(m0, lane, e)] * dqg[nt][e];
-        gdr_tile_mma<E, 4, C, false, true>(acc, s_dqk, kLdC, s_k, kLdK, m0, n128, lane);
-        store_rows(acc, dq);
-    }
-    // dk = dkp + dqk^T Qn (+ the symmetric dkk term below)
-    gdr_tile_mma<E, 4, C, true, true>(dkp, s_dqk, kLdC, s_q2, kLdK, m0, n128, lane);
-    __syncthreads();  // Qn and dqk are read for the last time
-
-    // dA = strict(-T^T dt T^T): P = T^T dt, then -(P T^T)
-    Elem* s_dt = reinterpret_cast<Elem*>(work);
-    Elem* s_p = reinterpret_cast<Elem*>(work + Cfg::kTileC);
-    gdr_store_tile<E>(dt, s_dt, kLdC, m0, n64, lane, [](uint32_t, uint32_t, float x) { return x; });
-    __syncthreads();
-    {
-        float p[2][4] = {};
-        gdr_tile_mma<E, 2, C, true, true>(p, s_t, kLdC, s_dt, kLdC, m0, n64, lane);
-        gdr_store_tile<E>(p, s_p, kLdC, m0, n64, lane, [](uint32_t, uint32_t, float x) { return x; });
-    }
-    __syncthreads();
-    {
-        float da[2][4] = {};
-        gdr_tile_mma<E, 2, C, false, false>(da, s_p, kLdC, s_t, kLdC, m0, n64, lane);
-#pragma unroll
-        for (uint32_t nt = 0; nt < 2; ++nt)
-#pragma unroll
-            for (uint32_t e = 0; e < 4; ++e) {
-                const uint32_t i = gdr_acc_row(m0, lane, e), j = gdr_acc_col(n64, nt, lane, e);
-                da[nt][e] = j < i ? -da[nt][e] : 0.0f;
+        // ---------------- phase 2: the C x C algebra and the input gradients ----------------
+        // Row sums are added in a fixed order: each partial lands in its own slot, one thread a row adds them.
+        float* part_r = red;            // [4][C] row partials (the tilings' column groups)
+        float* part_c = red + 4 * C;    // [4][C] column partials (row groups)
+        float* acc_cum = s_misc;        // G's gradient, per row
+        float* acc_beta = red + 8 * C;  // beta's gradient, per row
+        float* acc_tail = red + 9 * C;  // dtail per row, for G_last's gradient
+        // into[r] += coef(r) (row partials - column partials, when with_cols)
+        auto fold_rows = [&](float* into, bool with_cols, auto coef) {
+            __syncthreads();
+            if (tid < C) {
+                float s = part_r[tid] + part_r[C + tid] + part_r[2 * C + tid] + part_r[3 * C + tid];
+                if (with_cols) s -= part_c[tid] + part_c[C + tid] + part_c[2 * C + tid] + part_c[3 * C + tid];
+                into[tid] += coef(tid) * s;
             }
-        // beta's gradient: sum_j dA Ar;  G's: rows minus columns of dp Ar, dp = diag(beta) dA
-        auto x_da = [&](uint32_t i, uint32_t j, float x) { return x * s_ar[i * kLdF + j]; };
-        gdr_row_partials<C>(da, part_r, warp / 4, m0, n64, lane, x_da);
-        fold_rows(acc_beta, false, one);
-        auto x_dp = [&](uint32_t i, uint32_t j, float x) { return s_beta[i] * x * s_ar[i * kLdF + j]; };
-        gdr_row_partials<C>(da, part_r, warp / 4, m0, n64, lane, x_dp);
-        gdr_col_partials<C>(da, part_c, warp % 4, m0, n64, lane, x_dp);
+            __syncthreads();
+        };
+        auto one = [](uint32_t) { return 1.0f; };
+        // a 64 x 128 result (the 128-wide tiling) into the chunk's token rows of a [tokens][heads x parts][K] output
+        // (after the part's first value head: added to what this thread stored there for the heads before)
+        auto store_rows = [&](const float (&acc)[4][4], float* out) {
+#pragma unroll
+            for (uint32_t nt = 0; nt < 4; ++nt)
+#pragma unroll
+                for (uint32_t h = 0; h < 2; ++h) {  // a quad writes a row's 32 contiguous bytes
+                    const uint32_t i = gdr_acc_row(m0, lane, 2 * h), c = gdr_acc_col(n128, nt, lane, 0);
+                    if (i < len) {
+                        // dq / dk have heads x parts rows a token; this CTA's is blockIdx.x modulo that
+                        const uint32_t units = value_heads / fold;
+                        float2* at = reinterpret_cast<float2*>(out + tok(i, units, blockIdx.x % units) * K + c);
+                        float2 x = make_float2(acc[nt][2 * h], acc[nt][2 * h + 1]);
+                        if (hv % fold != 0) {  // after the part's first value head
+                            const float2 before = *at;
+                            x.x = before.x + x.x, x.y = before.y + x.y;
+                        }
+                        *at = x;
+                    }
+                }
+        };
+        // phase 1's row sums in one fold: a quad's sums land in its warp group's slot, the lower half's (beta's sum
+        // through v and kb's) in groups 0-1 of the row and column partials, the upper half's (the tail's) in groups
+        // 2-3 of the row partials. dtail = tail sum_k dkd Kn before the chunk's last row; sum_k dkb Kn =
+        // -sum_v dvb (Kn h) feeds beta's gradient (times -gamma) and G's (times -beta gamma).
+#pragma unroll
+        for (uint32_t h = 0; h < 2; ++h) {
+            float a = r_a[h], b = r_b[h];
+            a += __shfl_xor_sync(0xffffffffu, a, 1);
+            a += __shfl_xor_sync(0xffffffffu, a, 2);
+            b += __shfl_xor_sync(0xffffffffu, b, 1);
+            b += __shfl_xor_sync(0xffffffffu, b, 2);
+            const uint32_t row = gdr_acc_row(m0, lane, 2 * h);
+            if (lane % 4 == 0) {
+                part_r[(warp / 4) * C + row] = a;
+                if (lower) part_c[(warp / 4) * C + row] = b;
+            }
+        }
+        __syncthreads();
+        if (tid < C) {
+            const float bv = part_r[tid] + part_r[C + tid], tl = part_r[2 * C + tid] + part_r[3 * C + tid];
+            const float kb = part_c[tid] + part_c[C + tid];
+            acc_beta[tid] = bv - s_gamma[tid] * kb;
+            acc_tail[tid] = (tid + 1 < len ? s_tail[tid] : 0.0f) * tl;
+            acc_cum[tid] = -s_bg[tid] * kb;
+        }
+        __syncthreads();
+
+        // dqk = causal(s dm * D); G's gradient from the decay: rows minus columns of strict(s dm * M)
+        auto decay = [&](uint32_t i, uint32_t j) { return j <= i ? __expf(s_cum[i] - s_cum[j]) : 0.0f; };
+        auto x_dm = [&](uint32_t i, uint32_t j, float x) {
+            return j < i ? scale * x * E::to_float(s_m[i * kLdC + j]) : 0.0f;
+        };
+        gdr_row_partials<C>(dm, part_r, warp / 4, m0, n64, lane, x_dm);
+        gdr_col_partials<C>(dm, part_c, warp % 4, m0, n64, lane, x_dm);
         fold_rows(acc_cum, true, one);
-        float* s_dkk = s_ar;  // Ar is read for the last time above
-#pragma unroll
-        for (uint32_t nt = 0; nt < 2; ++nt)
-#pragma unroll
-            for (uint32_t e = 0; e < 4; ++e) {
-                const uint32_t i = gdr_acc_row(m0, lane, e), j = gdr_acc_col(n64, nt, lane, e);
-                s_dkk[i * kLdF + j] = s_beta[i] * da[nt][e] * decay(i, j);
-            }
-    }
-    __syncthreads();
-    Elem* s_sym = s_m;  // dkk + dkk^T (symmetric), where dqk was
-    for (uint32_t x = tid; x < C * C / 2; x += Cfg::kThreads) {
-        const uint32_t i = x / (C / 2), j = 2 * (x % (C / 2));
-        const float a = s_ar[i * kLdF + j] + s_ar[j * kLdF + i];
-        const float b = s_ar[i * kLdF + j + 1] + s_ar[(j + 1) * kLdF + i];
-        *reinterpret_cast<uint32_t*>(s_sym + i * kLdC + j) = E::pack(a, b);
-    }
-    __syncthreads();
-    gdr_tile_mma<E, 4, C, false, true>(dkp, s_sym, kLdC, s_k, kLdK, m0, n128, lane);
-    store_rows(dkp, dk);
+        Elem* s_dqk = s_m;  // M is read for the last time above
+        gdr_store_tile<E>(dm, s_dqk, kLdC, m0, n64, lane,
+                          [&](uint32_t i, uint32_t j, float x) { return scale * x * decay(i, j); });
 
-    // G_last's gradient: sum(dtail) + e^{G_last} sum(h * dh'), added to the last row (G is flat past the end);
-    // then dg = the reverse cumsum of G's gradient (g_t feeds every G_i with i >= t)
-    {
-        float x = hdh;
+        // Qn again (its rows' norms kept), into the work region
+        Elem* s_q2 = reinterpret_cast<Elem*>(work);
+        {
+            const uint32_t row = opaque(tid / 8), part = tid % 8;  // phase 0's row address is not kept to here
+            const bool in = row < len;
+            const Elem* src = q + tok(row, heads, head) * K + 16 * part;
+            const float r = s_rq[row];
 #pragma unroll
-        for (uint32_t o = 16; o >= 1; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
-        if (lane == 0) part_c[warp] = x;  // (the column partials are free again)
-    }
-    __syncthreads();
-    if (warp == 0) {
-        float hsum = lane < Cfg::kThreads / 32 ? part_c[lane] : 0.0f;
-        float tsum = acc_tail[2 * lane] + acc_tail[2 * lane + 1];
+            for (uint32_t c = 0; c < 16; c += 8) {
+                const uint4 raw = in ? __ldg(reinterpret_cast<const uint4*>(src + c)) : make_uint4(0, 0, 0, 0);
+                const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+                uint32_t out[4];
 #pragma unroll
-        for (uint32_t o = 16; o >= 1; o /= 2) {
-            hsum += __shfl_xor_sync(0xffffffffu, hsum, o);
-            tsum += __shfl_xor_sync(0xffffffffu, tsum, o);
+                for (uint32_t j = 0; j < 4; ++j) {
+                    float a, b;
+                    E::unpack(w[j], a, b);
+                    out[j] = E::pack(a * r, b * r);
+                }
+                *reinterpret_cast<uint4*>(s_q2 + row * kLdK + 16 * part + c) =
+                    make_uint4(out[0], out[1], out[2], out[3]);
+            }
         }
-        // lane l holds rows C - 1 - 2l and C - 2 - 2l: the scan in that order is the reverse cumsum
-        const uint32_t i0 = C - 1 - 2 * lane, i1 = i0 - 1;
-        float2 d = make_float2(acc_cum[i0] - acc_tail[i0], acc_cum[i1] - acc_tail[i1]);
-        if (lane == 0) d.x += tsum + __expf(s_cum[C - 1]) * hsum;
-        gdr_scan64(d, lane);
-        if (i0 < len) dg[tok(i0, value_heads, hv)] = d.x;
-        if (i1 < len) dg[tok(i1, value_heads, hv)] = d.y;
+        __syncthreads();
+        // G's gradient: + gamma sum_k (s dqg * Qn)
+        gdr_row_partials<C>(dqg, part_r, warp / 4, m0, n128, lane, [&](uint32_t i, uint32_t c, float x) {
+            return scale * x * E::to_float(s_q2[i * kLdK + c]);
+        });
+        fold_rows(acc_cum, false, [&](uint32_t i) { return s_gamma[i]; });
+
+        // dq = dqk Kn + s gamma dqg
+        {
+            float acc[4][4];
+#pragma unroll
+            for (uint32_t nt = 0; nt < 4; ++nt)
+#pragma unroll
+                for (uint32_t e = 0; e < 4; ++e) acc[nt][e] = scale * s_gamma[gdr_acc_row(m0, lane, e)] * dqg[nt][e];
+            gdr_tile_mma<E, 4, C, false, true>(acc, s_dqk, kLdC, s_k, kLdK, m0, n128, lane);
+            store_rows(acc, dq);
+        }
+        // dk = dkp + dqk^T Qn (+ the symmetric dkk term below)
+        gdr_tile_mma<E, 4, C, true, true>(dkp, s_dqk, kLdC, s_q2, kLdK, m0, n128, lane);
+        __syncthreads();  // Qn and dqk are read for the last time
+
+        // dA = strict(-T^T dt T^T): P = T^T dt, then -(P T^T)
+        Elem* s_dt = reinterpret_cast<Elem*>(work);
+        Elem* s_p = reinterpret_cast<Elem*>(work + Cfg::kTileC);
+        gdr_store_tile<E>(dt, s_dt, kLdC, m0, n64, lane, [](uint32_t, uint32_t, float x) { return x; });
+        __syncthreads();
+        {
+            float p[2][4] = {};
+            gdr_tile_mma<E, 2, C, true, true>(p, s_t, kLdC, s_dt, kLdC, m0, n64, lane);
+            gdr_store_tile<E>(p, s_p, kLdC, m0, n64, lane, [](uint32_t, uint32_t, float x) { return x; });
+        }
+        __syncthreads();
+        {
+            float da[2][4] = {};
+            gdr_tile_mma<E, 2, C, false, false>(da, s_p, kLdC, s_t, kLdC, m0, n64, lane);
+#pragma unroll
+            for (uint32_t nt = 0; nt < 2; ++nt)
+#pragma unroll
+                for (uint32_t e = 0; e < 4; ++e) {
+                    const uint32_t i = gdr_acc_row(m0, lane, e), j = gdr_acc_col(n64, nt, lane, e);
+                    da[nt][e] = j < i ? -da[nt][e] : 0.0f;
+                }
+            // beta's gradient: sum_j dA Ar;  G's: rows minus columns of dp Ar, dp = diag(beta) dA
+            auto x_da = [&](uint32_t i, uint32_t j, float x) { return x * s_ar[i * kLdF + j]; };
+            gdr_row_partials<C>(da, part_r, warp / 4, m0, n64, lane, x_da);
+            fold_rows(acc_beta, false, one);
+            auto x_dp = [&](uint32_t i, uint32_t j, float x) { return s_beta[i] * x * s_ar[i * kLdF + j]; };
+            gdr_row_partials<C>(da, part_r, warp / 4, m0, n64, lane, x_dp);
+            gdr_col_partials<C>(da, part_c, warp % 4, m0, n64, lane, x_dp);
+            fold_rows(acc_cum, true, one);
+            float* s_dkk = s_ar;  // Ar is read for the last time above
+#pragma unroll
+            for (uint32_t nt = 0; nt < 2; ++nt)
+#pragma unroll
+                for (uint32_t e = 0; e < 4; ++e) {
+                    const uint32_t i = gdr_acc_row(m0, lane, e), j = gdr_acc_col(n64, nt, lane, e);
+                    s_dkk[i * kLdF + j] = s_beta[i] * da[nt][e] * decay(i, j);
+                }
+        }
+        __syncthreads();
+        Elem* s_sym = s_m;  // dkk + dkk^T (symmetric), where dqk was
+        for (uint32_t x = tid; x < C * C / 2; x += Cfg::kThreads) {
+            const uint32_t i = x / (C / 2), j = 2 * (x % (C / 2));
+            const float a = s_ar[i * kLdF + j] + s_ar[j * kLdF + i];
+            const float b = s_ar[i * kLdF + j + 1] + s_ar[(j + 1) * kLdF + i];
+            *reinterpret_cast<uint32_t*>(s_sym + i * kLdC + j) = E::pack(a, b);
+        }
+        __syncthreads();
+        gdr_tile_mma<E, 4, C, false, true>(dkp, s_sym, kLdC, s_k, kLdK, m0, n128, lane);
+        store_rows(dkp, dk);
+
+        // G_last's gradient: sum(dtail) + e^{G_last} sum(h * dh'), added to the last row (G is flat past the end);
+        // then dg = the reverse cumsum of G's gradient (g_t feeds every G_i with i >= t)
+        {
+            float x = hdh;
+#pragma unroll
+            for (uint32_t o = 16; o >= 1; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
+            if (lane == 0) part_c[warp] = x;  // (the column partials are free again)
+        }
+        __syncthreads();
+        if (warp == 0) {
+            float hsum = lane < Cfg::kThreads / 32 ? part_c[lane] : 0.0f;
+            float tsum = acc_tail[2 * lane] + acc_tail[2 * lane + 1];
+#pragma unroll
+            for (uint32_t o = 16; o >= 1; o /= 2) {
+                hsum += __shfl_xor_sync(0xffffffffu, hsum, o);
+                tsum += __shfl_xor_sync(0xffffffffu, tsum, o);
+            }
+            // lane l holds rows C - 1 - 2l and C - 2 - 2l: the scan in that order is the reverse cumsum
+            const uint32_t i0 = C - 1 - 2 * lane, i1 = i0 - 1;
+            float2 d = make_float2(acc_cum[i0] - acc_tail[i0], acc_cum[i1] - acc_tail[i1]);
+            if (lane == 0) d.x += tsum + __expf(s_cum[C - 1]) * hsum;
+            gdr_scan64(d, lane);
+            if (i0 < len) dg[tok(i0, value_heads, hv)] = d.x;
+            if (i1 < len) dg[tok(i1, value_heads, hv)] = d.y;
+        }
+        if (tid < len) dbeta[tok(tid, value_heads, hv)] = acc_beta[tid];
+        if ((hv + 1) % fold == 0) break;  // the part's last value head
+        __syncthreads();                  // the next value head's phase 0 rewrites what the scans above read
     }
-    if (tid < len) dbeta[tok(tid, value_heads, hv)] = acc_beta[tid];
 }
 
 }  // namespace sm120

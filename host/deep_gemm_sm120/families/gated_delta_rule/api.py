@@ -26,7 +26,7 @@ from .backward import Differentiable, chunk_grads_enabled
 from .bwd import PARAMS as BWD_PARAMS
 from .bwd import GdrBwdSpec
 from .bwd_chunk import PARAMS as CHUNK_GRAD_PARAMS
-from .bwd_chunk import GdrChunkGradSpec
+from .bwd_chunk import GdrChunkGradSpec, choose_fold
 from .combine import PARAMS as COMBINE_PARAMS
 from .combine import GdrCombineSpec, combine_ctas
 from .contract import (
@@ -370,26 +370,34 @@ def gdr_chunk_grads(
     chunk_first: torch.Tensor,
     chunk_len: torch.Tensor,
     covered: bool,
+    fold: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The backward's per-chunk gradients (backward.py's stages 0 and 3 by the kernel,
     impls/sm120_gated_delta_rule_bwd_chunk.cuh): for every 64-token chunk c of the backward's layout (its first
     token chunk_first[c] in the flat [B T] numbering, chunk_len[c] tokens, 0 for a padding chunk) and value head,
     from the state entering it (states[c], the states pass's) and the gradient of the state leaving it
-    (dh_next[c], the reverse pass's). Returns fp32 token-major (dq, dk) per value head [B T, HV, 128] (with respect
-    to the l2-normalized q / k when use_qk_l2norm_in_kernel), dv [B T, HV, 128] in v's dtype (rounded once, from
-    fp32), dg, dbeta [B T, HV]. covered: every
-    token lies in some chunk (fixed lengths), so nothing is zeroed first. The arguments are the forward's, already
-    checked by it; do [B, T, HV, 128] in v's dtype."""
+    (dh_next[c], the reverse pass's). Returns fp32 token-major (dq, dk) [B T, H x parts, 128], each summed over a
+    part of its q / k head's value heads (fold of them, group / fold parts: row h x parts + p holds value heads
+    h x group + p x fold onwards; with respect to the l2-normalized q / k when use_qk_l2norm_in_kernel), dv
+    [B T, HV, 128] in v's dtype (rounded once, from fp32), dg, dbeta [B T, HV]. fold: None plans it
+    (bwd_chunk.choose_fold), else a divisor of the group. covered: every token lies in some chunk (fixed
+    lengths), so nothing is zeroed first. The arguments are the forward's, already checked by it; do [B, T, HV,
+    128] in v's dtype."""
     index = device_of(q=q, k=k, v=v, g=g, beta=beta, do=do)
     target = target_of(index)
     b, t, h = q.shape[:3]
     hv, tokens, dev = v.shape[2], q.shape[0] * q.shape[1], q.device
     elem = _ELEM[q.dtype][0]
+    count = chunk_first.numel()
+    group = hv // h
+    if fold is None:
+        fold = choose_fold(count, h, group, num_sms_for(index))
+    elif fold < 1 or group % fold:
+        raise ValueError(f"fold={fold}: expected a divisor of the value heads per q / k head ({group})")
     make = torch.empty if covered else torch.zeros
-    dq, dk = (make(tokens, hv, HEAD_DIM, dtype=torch.float32, device=dev) for _ in range(2))
+    dq, dk = (make(tokens, h * (group // fold), HEAD_DIM, dtype=torch.float32, device=dev) for _ in range(2))
     dv = make(tokens, hv, HEAD_DIM, dtype=v.dtype, device=dev)
     dg, dbeta = (make(tokens, hv, dtype=torch.float32, device=dev) for _ in range(2))
-    count = chunk_first.numel()
     if tokens == 0 or count == 0:
         return dq, dk, dv, dg, dbeta
     kern = jit.get_kernel(GdrChunkGradSpec(elem), target, index)
@@ -402,13 +410,13 @@ def gdr_chunk_grads(
     length = chunk_len.to(device=dev, dtype=torch.int32).contiguous()
     launch(
         kern,
-        count * hv,
+        count * hv // fold,
         CHUNK_GRAD_PARAMS.pack(
             q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), dout=do.data_ptr(), g=g.data_ptr(),
             beta=beta.data_ptr(), states=states.data_ptr(), dh_next=dh_next.data_ptr(), chunk_first=first.data_ptr(),
             chunk_len=length.data_ptr(), dq=dq.data_ptr(), dk=dk.data_ptr(), dv=dv.data_ptr(), dg=dg.data_ptr(),
             dbeta=dbeta.data_ptr(), heads=h, value_heads=hv, scale=scale_value(scale, HEAD_DIM),
-            beta_fp32=int(beta.dtype == torch.float32), l2norm=int(use_qk_l2norm_in_kernel),
+            beta_fp32=int(beta.dtype == torch.float32), l2norm=int(use_qk_l2norm_in_kernel), fold=fold,
         ),
         b"",
         index,

@@ -433,11 +433,11 @@ def chunk_gated_delta_rule_backward(
 def _kernel_backward(
     q, k, v, g, beta, do, dfinal, initial_state, l2, layout, covered, states_pass, state_grads_pass, chunk_grads_pass
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Every stage by a kernel: the states, the reverse pass, then B3 for every chunk of the layout; the host
-    sums each q / k head's value heads (a fixed order) and applies the l2norm's backward. covered: every token is
+    """Every stage by a kernel: the states, the reverse pass, then B3 for every chunk of the layout (dq and dk
+    summed over parts of each q / k head's value heads); the host sums the parts (a fixed order) and applies the
+    l2norm's backward. covered: every token is
     in some sequence (fixed lengths; with offsets, tokens past the last one are in none and get zeros)."""
     bsz, tokens, heads, kdim = q.shape
-    group = v.shape[2] // heads
     count = layout.token.shape[0]
     slots = state_slots(layout)
     states = states_pass(slots, count)
@@ -447,8 +447,9 @@ def _kernel_backward(
     length = layout.valid.sum(-1, dtype=torch.int32)
     dq, dk, dv, dg, dbeta = chunk_grads_pass(do_in.to(v.dtype), states, dh_next, first, length, covered)
     del states, dh_next
-    dq = dq.view(bsz, tokens, heads, group, kdim).sum(3)
-    dk = dk.view(bsz, tokens, heads, group, kdim).sum(3)
+    parts = dq.shape[1] // heads  # B3 sums each part of a head's value heads; the host sums the parts, if several
+    dq, dk = (x.view(bsz, tokens, heads, parts, kdim) for x in (dq, dk))
+    dq, dk = (x.sum(3) if parts > 1 else x.squeeze(3) for x in (dq, dk))
     if l2:
         dq, dk = _l2norm_backward(q.float(), dq), _l2norm_backward(k.float(), dk)
     shape = v.shape[:3]

@@ -1,7 +1,7 @@
 """Gated delta rule backward, the per-chunk gradients (impls/sm120_gated_delta_rule_bwd_chunk.cuh; issue 41's B3):
-stages 0 and 3 of the chunk-form backward in one CTA per (64-token chunk, value head), from the token-major inputs,
-the states pass's states and the reverse pass's state gradients. A service kernel of this family, launched by the
-backward (backward.py through api.gdr_chunk_grads)."""
+stages 0 and 3 of the chunk-form backward in one CTA per (64-token chunk, q / k head, part of its value heads),
+from the token-major inputs, the states pass's states and the reverse pass's state gradients. A service kernel of
+this family, launched by the backward (backward.py through api.gdr_chunk_grads)."""
 
 from __future__ import annotations
 
@@ -32,10 +32,21 @@ PARAMS = ParamList(
     Param("scale", "float"),
     Param("beta_fp32", "uint32_t"),
     Param("l2norm", "uint32_t"),
+    Param("fold", "uint32_t"),
 )
 CHUNK = 64  # kGdrStateTokens: the states and state gradients come every 64 tokens
 THREADS = 512
 SLICE = 16
+
+
+def choose_fold(chunks: int, heads: int, group: int, num_sms: int) -> int:
+    """Value heads a CTA works in turn (a divisor of the GVA group): dq and dk come summed over them, so the host
+    sums group / fold parts (none at fold = group). A CTA fills an SM, so a grid's time goes as its waves times
+    the CTA's length: the fold with the fewest waves x fold, the largest of equals (1 x 2048 tokens at (2, 8): 64
+    CTAs of four heads would leave half the SMs idle; 128 of two take one wave, as 256 of one take two)."""
+    folds = [f for f in range(1, group + 1) if group % f == 0]
+    cost = {f: -(-chunks * heads * (group // f) // max(1, num_sms)) * f for f in folds}
+    return min(folds, key=lambda f: (cost[f], -f))
 
 
 def chunk_grads_smem_bytes() -> int:
