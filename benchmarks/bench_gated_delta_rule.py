@@ -343,22 +343,41 @@ def backward_kernels(b: int, t: int, h: int, hv: int, fla, lens=None, init: bool
         sides["FLA"] = lambda: fla(
             q, k, v, g, beta, initial_state=state, output_final_state=True, cu_seqlens=None if cu is None else cu.long()
         )
+    leaves = [x for x in (q, k, v, g, beta, state) if x is not None]
     out = {}
     for name, fn in sides.items():
         torch.autograd.backward(fn(), (do, dfs))
+        for x in leaves:  # as a training step after zero_grad(set_to_none=True): no accumulation into .grad
+            x.grad = None
         torch.cuda.synchronize()
         with prof(activities=[ProfilerActivity.CUDA]) as p:
             torch.autograd.backward(fn(), (do, dfs))
             torch.cuda.synchronize()
+        for x in leaves:
+            x.grad = None
         rows = sorted(
-            ((e.key, e.device_time_total) for e in p.key_averages() if e.device_time_total > 0), key=lambda r: -r[1]
+            ((_kernel_label(e.key), e.device_time_total) for e in p.key_averages() if e.device_time_total > 0),
+            key=lambda r: -r[1],
         )
         out[name] = dict(rows)
         total = sum(us for _, us in rows)
-        print(
-            f"   {name} kernels, {total:.0f} us in all: " + "; ".join(f"{key[:70]} {us:.0f}" for key, us in rows[:14])
-        )
+        print(f"   {name} kernels, {total:.0f} us in all: " + "; ".join(f"{key} {us:.0f}" for key, us in rows[:14]))
     return out
+
+
+def _kernel_label(key: str) -> str:
+    """A profiler kernel name without its return type, namespaces and parameter list, so that instances of one
+    template (the recurrence's forward, states and transition walks) keep their distinguishing arguments."""
+    name = key.removeprefix("void ").replace("(anonymous namespace)::", "")
+    depth = 0
+    for i, ch in enumerate(name):  # the parameter list: the first '(' outside the template arguments
+        depth += (ch == "<") - (ch == ">")
+        if ch == "(" and depth == 0:
+            name = name[:i]
+            break
+    for prefix in ("sm120::", "at::native::"):
+        name = name.replace(prefix, "")
+    return name.replace("__nv_bfloat16", "bf16").strip()[:110]
 
 
 def _replay_or_eager(fn, iters: int) -> tuple[float, str]:

@@ -143,3 +143,18 @@ def test_sass_compare_counts_only_the_work_instructions():
     assert set(counts) == {"HMMA.16816.F32.BF16", "LDSM.16.M88.4", "SYNCS.ARRIVE.TRANS64.RED.A1T0"}
     moved = sass_compare.work_counts(lines[:1] + lines[2:])  # an ldmatrix dropped: the counts differ
     assert moved != counts and sass_compare.work_counts(list(reversed(lines))) == counts  # order does not matter
+
+
+def test_gdr_kernel_table_labels_keep_the_template_arguments():
+    """bench_gated_delta_rule.py's kernel table names a kernel without return type, namespaces and parameters, so
+    the recurrence's instances (forward, states, transition) stay apart; a leading '(anonymous namespace)' is not
+    taken for the parameter list."""
+    import bench_gated_delta_rule as b
+
+    fwd = "void sm120::sm120_gated_delta_rule_fwd_kernel<32u, 64u, 1u, 2u, __nv_bfloat16, false, true>(float const*)"
+    states = fwd.replace("false, true>", "true, false>")
+    assert b._kernel_label(fwd) == "sm120_gated_delta_rule_fwd_kernel<32u, 64u, 1u, 2u, bf16, false, true>"
+    assert b._kernel_label(fwd) != b._kernel_label(states)
+    assert b._kernel_label("void (anonymous namespace)::k<int, at::native::f>(int)") == "k<int, f>"
+    assert b._kernel_label("Memcpy DtoD (Device -> Device)") == "Memcpy DtoD"
+    assert b._kernel_label("chunk_bwd_kernel_dqkwg") == "chunk_bwd_kernel_dqkwg"
