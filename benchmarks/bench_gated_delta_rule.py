@@ -365,6 +365,33 @@ def backward_kernels(b: int, t: int, h: int, hv: int, fla, lens=None, init: bool
     return out
 
 
+def chunk_grads_times(b: int, t: int, h: int, hv: int, iters: int, lens=None, init: bool = True) -> dict:
+    """B3 alone (api.gdr_chunk_grads) by CUDA-graph replay on the states and state gradients the two passes store:
+    {"planned": the fold bwd_chunk.choose_fold picks, fold: us for every divisor of the GVA group}."""
+    from deep_gemm_sm120.device import num_sms_for
+    from deep_gemm_sm120.families.gated_delta_rule import api
+    from deep_gemm_sm120.families.gated_delta_rule import backward as bw
+    from deep_gemm_sm120.families.gated_delta_rule.bwd_chunk import choose_fold
+
+    q, k, v, g, beta, state, cu = inputs(b, t, h, hv, lens, init)
+    n = len(lens) if lens is not None else b
+    do, dfs = torch.randn_like(v), torch.randn(n, hv, 128, 128, device="cuda") * 0.1
+    layout = bw.device_layout(q.shape[0], q.shape[1], cu, 64, q.device, exact=True)
+    slots, count = bw.state_slots(layout), layout.token.shape[0]
+    args = (q, k, v, g, beta, None)
+    states = api.gdr_states(*args, state, cu, False, slots, count)
+    dh_next, _ = api.gdr_state_grads(*args, do, dfs, cu, False, slots, count, False)
+    first, length = layout.token[:, 0].to(torch.int32), layout.valid.sum(-1, dtype=torch.int32)
+    group = hv // h
+    out = {"planned": choose_fold(count, h, group, num_sms_for(q.device.index or 0))}
+    for fold in (f for f in range(1, group + 1) if group % f == 0):
+        call = lambda fold=fold: api.gdr_chunk_grads(
+            *args[:5], None, do, False, states, dh_next, first, length, cu is None, fold
+        )
+        out[fold], _ = _replay_or_eager(call, iters)
+    return out
+
+
 def _kernel_label(key: str) -> str:
     """A profiler kernel name without its return type, namespaces and parameter list, so that instances of one
     template (the recurrence's forward, states and transition walks) keep their distinguishing arguments."""
@@ -495,10 +522,18 @@ def geomean(xs) -> float:
 
 
 def backward_main(
-    run, rows_of, wanted: set, iters: int, fla, stages: bool = False, tf32: bool = False, torch_ab: bool = False
+    run,
+    rows_of,
+    wanted: set,
+    iters: int,
+    fla,
+    stages: bool = False,
+    tf32: bool = False,
+    torch_ab: bool = False,
+    chunk_grads: bool = False,
 ) -> int:
     """--backward: forward + backward per row, ours against FLA (--profile: ours split by stage; --tf32: ours with
-    TF32 matmuls too)."""
+    TF32 matmuls too; --chunk-grads: B3 alone at every fold)."""
     lifted = fla is not None and fla_backward_guard_lifted()
     if lifted:
         print("FLA's Hopper / Triton < 3.7.1 refusal lifted to time it; its gradients are not compared")
@@ -531,6 +566,12 @@ def backward_main(
         if tf32:
             worst32 = max(r["tf32_grad_rel_l2_vs_fp32"].items(), key=lambda kv: kv[1])
             print(f"   tf32: {r['ours_tf32_us']:.1f} us, worst grad relL2 vs fp32 {worst32[0]} {worst32[1]:.2e}")
+        if chunk_grads:
+            r["chunk_grads_us"] = times = chunk_grads_times(b, t, h, hv, iters, lens, init)
+            print(
+                f"   B3 alone (planned fold {times['planned']}): "
+                + ", ".join(f"fold {f} {us:.1f} us" for f, us in times.items() if f != "planned")
+            )
         if stages:
             r["stages_us"] = backward_profile(b, t, h, hv, lens, init)
             r["kernels_us"] = backward_kernels(b, t, h, hv, fla, lens, init)
@@ -583,6 +624,11 @@ def main() -> int:
             help="with --backward: ours again with stages 0 and 3 as torch operations (no B3 kernel)",
         )
         ap.add_argument(
+            "--chunk-grads",
+            action="store_true",
+            help="with --backward: B3 (the per-chunk gradients) alone, by graph replay, at every GVA fold",
+        )
+        ap.add_argument(
             "--overlap-sweep",
             default="",
             help="persistent prep CTA counts to time at chunk 32 where the plan overlaps (tuning)",
@@ -616,7 +662,15 @@ def main() -> int:
     rows = []
     if args.backward:
         return backward_main(
-            run, grid(args.quick and not wanted), wanted, iters, fla, args.profile, args.tf32, args.torch_stages_ab
+            run,
+            grid(args.quick and not wanted),
+            wanted,
+            iters,
+            fla,
+            args.profile,
+            args.tf32,
+            args.torch_stages_ab,
+            args.chunk_grads,
         )
     for label, b, t, h, hv, lens, init in grid(args.quick and not wanted):
         if wanted and f"{label}:{h}/{hv}" not in wanted:
