@@ -230,6 +230,40 @@ def gated_delta_rule(seed: int):
     return err, bool(torch.isfinite(o).all() and torch.isfinite(final).all())
 
 
+def gated_delta_rule_backward(seed: int):
+    """Forward + backward through the public call, which on CUDA runs the backward's three kernels (the states
+    pass, the reverse state pass, B3's per-chunk gradients): every gradient (q, k, v, g, beta, initial state)
+    against the float64 chunk-form backward, the worst relative L2. Varlen with an empty sequence and partial
+    64-token blocks, GVA, the in-kernel l2norm, the final state's gradient flowing in."""
+    import torch.nn.functional as F
+
+    import deep_gemm_sm120 as dg
+
+    from .workloads.gdr_backward_reference import chunked_backward
+    from .workloads.gdr_reference import relative_l2
+
+    g = _gen(seed)
+    r = lambda *s: torch.randn(*s, device="cuda", generator=g)
+    t, n = 150, 4
+    cu = torch.tensor([0, 40, 40, 101, t], dtype=torch.int32, device="cuda")
+    q, k, v = r(1, t, 2, 128).bfloat16(), r(1, t, 2, 128).bfloat16(), r(1, t, 4, 128).bfloat16()
+    gate, beta = F.logsigmoid(r(1, t, 4)), r(1, t, 4).sigmoid().bfloat16()
+    init, do, dfs = r(n, 4, 128, 128) * 0.1, r(1, t, 4, 128).bfloat16(), r(n, 4, 128, 128)
+    leaves = [x.clone().requires_grad_() for x in (q, k, v, gate, beta, init)]
+    o, final = dg.chunk_gated_delta_rule(
+        *leaves[:5], initial_state=leaves[5], output_final_state=True, cu_seqlens=cu, use_qk_l2norm_in_kernel=True
+    )
+    torch.autograd.backward((o, final), (do, dfs))
+    torch.cuda.synchronize()
+    ref = chunked_backward(
+        q, k, v, gate, beta, do, dfs, initial_state=init, cu_seqlens=cu, use_qk_l2norm_in_kernel=True
+    )
+    grads = [x.grad for x in leaves]
+    if any(x is None for x in grads):
+        return float("nan"), False
+    return max(relative_l2(x, y) for x, y in zip(grads, ref)), all(bool(torch.isfinite(x).all()) for x in grads)
+
+
 CASES = (
     FamilyCase("bf16_gemm_nt", "bf16_gemm", None, 1e-5, "calc_diff", bf16_gemm),
     FamilyCase("fp8_gemm_nt 1x128 (DeepSeek)", "fp8_fp4_gemm_1d1d", "mxfp8", 1e-3, "calc_diff", fp8_gemm(128)),
@@ -251,6 +285,14 @@ CASES = (
     FamilyCase("fp8_fp4_sparse_mqa_logits MXFP8", "sparse_mqa_logits", "mxfp8", 3e-5, "calc_diff", sparse_mqa("mxfp8")),
     FamilyCase("fp8_fp4_sparse_mqa_logits MXFP4", "sparse_mqa_logits", "mxfp4", 3e-5, "calc_diff", sparse_mqa("mxfp4")),
     FamilyCase("chunk_gated_delta_rule", "gated_delta_rule", None, 1e-2, "relative_l2", gated_delta_rule),
+    FamilyCase(
+        "chunk_gated_delta_rule backward",
+        "gated_delta_rule_bwd_chunk",
+        None,
+        2e-2,
+        "relative_l2",
+        gated_delta_rule_backward,
+    ),
 )
 
 
