@@ -267,3 +267,16 @@ def test_b3_fold_fills_the_gpu_with_the_fewest_waves():
     for chunks, heads, group in ((7, 3, 6), (1000, 8, 8), (3, 1, 12)):
         f = choose_fold(chunks, heads, group, 132)
         assert group % f == 0
+
+
+def test_host_lengths_only_veto_a_segmentation_that_cuts_nothing():
+    """plan.lengths_setting: "0" where the whole-pack rule's segments would cut no sequence, "" (plan as without
+    lengths) where they cut one or where nothing is segmented anyway."""
+    from deep_gemm_sm120.families.gated_delta_rule.plan import choose_segments, lengths_setting
+
+    assert choose_segments(8, 8, 8 * 64, 132, varlen=True) == 64  # 8 x 2048 at chunk 32: segments as long as each
+    assert lengths_setting([2048] * 8, 8, 32, 132) == "0"
+    assert lengths_setting([16384] + [512] * 7, 8, 32, 132) == ""  # the long one is cut: keep the plan
+    assert lengths_setting([4096, 1024, 333, 2048, 57, 512], 8, 32, 132) == ""  # mixed 6: the longest is cut
+    assert lengths_setting([256] * 32, 8, 32, 132) == ""  # many pairs: nothing segmented to veto
+    assert lengths_setting([], 8, 32, 132) == "" and lengths_setting([0, 0], 8, 32, 132) == ""

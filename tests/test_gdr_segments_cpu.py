@@ -150,3 +150,51 @@ def test_the_reverse_pass_reads_the_states_pass_prep(captured, monkeypatch, varl
     # a scratch of another layout's size: the reverse pass runs its own prep
     api.gdr_state_grads(*args, None, do, None, cu, True, slots, count, True, torch.zeros(8, dtype=torch.uint8))
     assert [name for name, _, _ in captured][-2].startswith("gated_delta_rule_prep")
+
+
+def _pack_names(captured, lens, hv, cpu: bool) -> list[str]:
+    offsets = [0]
+    for n in lens:
+        offsets.append(offsets[-1] + n)
+    args, _ = _inputs(1, offsets[-1], 2, hv)
+    cu = torch.tensor(offsets, dtype=torch.int32)
+    captured.clear()
+    extra = {"cu_seqlens_cpu": cu.clone().to(torch.int64)} if cpu else {}
+    dg.chunk_gated_delta_rule(*args, cu_seqlens=cu, chunk_size=32, **extra)
+    return [name for name, _, _ in captured]
+
+
+def test_host_lengths_keep_an_equal_pack_whole_and_still_cut_a_long_sequence(captured):
+    """cu_seqlens_cpu (FLA's keyword, a host copy of the offsets): an equal pack that the whole-pack rule would
+    segment without cutting anything walks whole (two launches, no combine); a long sequence among short ones is
+    still cut (the transition pass, the combine, the output pass)."""
+    equal = (2048,) * 8
+    assert "gated_delta_rule_combine_c16" in _pack_names(captured, equal, 8, cpu=False)
+    names = _pack_names(captured, equal, 8, cpu=True)
+    assert len(names) == 2 and "combine" not in "".join(names) and not names[1].endswith("_tr")
+    long_pack = (16384,) + (512,) * 7
+    for cpu in (False, True):
+        names = _pack_names(captured, long_pack, 8, cpu)
+        assert len(names) == 4 and names[2] == "gated_delta_rule_combine_c16", cpu
+
+
+def test_host_lengths_are_checked(captured):
+    args, _ = _inputs(1, 100, 2, 4)
+    cu = torch.tensor([0, 40, 100], dtype=torch.int32)
+    call = lambda host, cu=cu: dg.chunk_gated_delta_rule(*args, cu_seqlens=cu, chunk_size=32, cu_seqlens_cpu=host)
+    with pytest.raises(TypeError, match="cu_seqlens_cpu must be a CPU torch.Tensor"):
+        call([0, 40, 100])
+    with pytest.raises(TypeError, match="cu_seqlens_cpu must be int32 or int64"):
+        call(torch.tensor([0.0, 40.0, 100.0]))
+    with pytest.raises(ValueError, match="cu_seqlens_cpu must be on the CPU"):
+        call(torch.zeros(3, dtype=torch.int32, device="meta"))
+    with pytest.raises(ValueError, match="cu_seqlens' shape"):
+        call(torch.tensor([0, 100], dtype=torch.int32))
+    for bad in ([0, 60, 50], [1, 40, 100], [0, 40, 99]):
+        with pytest.raises(ValueError, match="from 0 to T = 100 without decreasing"):
+            call(torch.tensor(bad, dtype=torch.int32))
+    with pytest.raises(ValueError, match="pass cu_seqlens too"):
+        call(torch.tensor([0, 100], dtype=torch.int32), cu=None)
+    assert not captured, "nothing launched for a bad host copy"
+    o, _ = call(torch.tensor([0, 40, 100], dtype=torch.int32))  # a good one: the call runs
+    assert o.shape == (1, 100, 4, 128)

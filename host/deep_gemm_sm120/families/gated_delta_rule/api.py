@@ -39,7 +39,15 @@ from .contract import (
     scale_value,
 )
 from .kernel import HEAD_DIM, PARAMS, GdrFwdSpec
-from .plan import choose_overlap, choose_plan, choose_segments, planned_units, recurrence_ctas, segment_setting
+from .plan import (
+    choose_overlap,
+    choose_plan,
+    choose_segments,
+    lengths_setting,
+    planned_units,
+    recurrence_ctas,
+    segment_setting,
+)
 from .prep import PARAMS as PREP_PARAMS
 from .prep import GdrPrepSpec, persistent_teams
 
@@ -109,6 +117,8 @@ def chunk_gated_delta_rule(
     cu_seqlens: torch.Tensor | None = None,
     use_qk_l2norm_in_kernel: bool = False,
     chunk_size: int | None = None,
+    *,
+    cu_seqlens_cpu: torch.Tensor | None = None,
 ):
     """q, k [B, T, H, 128]; v [B, T, HV, 128] (HV a multiple of H, bf16 or fp16); g fp32 [B, T, HV] (log decay);
     beta [B, T, HV]; initial_state fp32 [N, HV, 128, 128]; cu_seqlens [N + 1] (B = 1). Returns (o [B, T, HV, 128]
@@ -117,15 +127,21 @@ def chunk_gated_delta_rule(
     three kernels, the states pass, the reverse state pass and B3's per-chunk gradients; elsewhere torch
     operations).
     Checked and planned once per call signature (every tensor's dtype, shape, strides, device and alignment class,
-    the Python values, the PDL switch); cu_seqlens' values are checked per call (index_checks())."""
+    the Python values, the PDL switch); cu_seqlens' values are checked per call (index_checks()).
+    cu_seqlens_cpu (FLA's keyword): a host copy of cu_seqlens' values, read to plan a pack (no device read): a
+    pack whose segments would cut no sequence walks whole (plan.lengths_setting). It only steers the plan; the
+    kernels read cu_seqlens."""
     # served in C unless autograd wants a backward (the Function must see the call) or cu_seqlens' values are read
     try:
         grad = _wants_grad(q, k, v, g, beta, initial_state)
     except AttributeError:  # not tensors: the checked path names what was expected
         grad = True
+    seg = segment_setting()
+    if cu_seqlens_cpu is not None and not seg:
+        seg = _lengths_setting(q, v, cu_seqlens, cu_seqlens_cpu, chunk_size)
     fast_args = (
         q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, use_qk_l2norm_in_kernel, chunk_size,
-        get_pdl(), segment_setting(),
+        get_pdl(), seg,
     )  # fmt: skip
     sig = _FAST(*fast_args) if not grad and (cu_seqlens is None or not get_index_checks()) else None
     if sig is not None and sig.__class__ is not bytes:  # served: (o, final_state)
@@ -148,15 +164,16 @@ def chunk_gated_delta_rule(
             type(chunk_size),
             chunk_size,
             get_pdl(),  # the plan overlaps its two kernels only with PDL
-            segment_setting(),  # the measurement knob: a new value plans anew
+            seg,  # the measurement knob, or the host lengths' veto: a new value plans anew
         )
         call = _CALLS.get(key)
     except KEY_ERRORS:  # not tensors, storage-less, or unhashable values: the checks name what was expected
         key, call = None, None
     if call is None or target_of(call[1]) != call[0]:
         call = _prepare(
-            q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, use_qk_l2norm_in_kernel, chunk_size
-        )
+            q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, use_qk_l2norm_in_kernel,
+            chunk_size, segments=seg,
+        )  # fmt: skip
         if sig is not None:  # a new signature: what it launches and returns is kept for the C table
             with recording(_FAST, fast_args) as rec:
                 rec.result = call[2](q, k, v, g, beta, initial_state, cu_seqlens, scale)
@@ -167,6 +184,37 @@ def chunk_gated_delta_rule(
             _CALLS.put(key, call)
         return o, final
     return _run(call[2], q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm_in_kernel)
+
+
+def _lengths_setting(q, v, cu_seqlens, cu_seqlens_cpu, chunk_size) -> str:
+    """cu_seqlens_cpu checked (a CPU integer tensor shaped as cu_seqlens, from 0 to T, non-decreasing), then the
+    segment setting its lengths give (plan.lengths_setting) at the call's chunk size and SM count. Anything wrong
+    with the other arguments is left to the call's own checks ("": planned as without lengths)."""
+    if not isinstance(cu_seqlens_cpu, torch.Tensor):
+        raise TypeError(
+            f"cu_seqlens_cpu must be a CPU torch.Tensor (int32 or int64), got {type(cu_seqlens_cpu).__name__}"
+        )
+    if cu_seqlens_cpu.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"cu_seqlens_cpu must be int32 or int64, got {cu_seqlens_cpu.dtype}")
+    if cu_seqlens_cpu.device.type != "cpu":
+        raise ValueError(f"cu_seqlens_cpu must be on the CPU (a host copy of cu_seqlens), got {cu_seqlens_cpu.device}")
+    if not isinstance(cu_seqlens, torch.Tensor) or not isinstance(q, torch.Tensor) or not isinstance(v, torch.Tensor):
+        if cu_seqlens is None:
+            raise ValueError("cu_seqlens_cpu is a host copy of cu_seqlens: pass cu_seqlens too")
+        return ""
+    if tuple(cu_seqlens_cpu.shape) != tuple(cu_seqlens.shape):
+        raise ValueError(
+            f"cu_seqlens_cpu must have cu_seqlens' shape {tuple(cu_seqlens.shape)}, got {tuple(cu_seqlens_cpu.shape)}"
+        )
+    offsets = cu_seqlens_cpu.tolist()
+    t = q.shape[1] if q.dim() == 4 else -1
+    if not offsets or offsets[0] != 0 or offsets[-1] != t or any(a > b for a, b in zip(offsets, offsets[1:])):
+        raise ValueError(f"cu_seqlens_cpu must run from 0 to T = {t} without decreasing, got {offsets}")
+    if v.dim() != 4 or q.dim() != 4:
+        return ""
+    chunk = chunk_size or (default_chunk_size(q.device) if q.is_cuda else OTHER_CHUNK)
+    lengths = [b - a for a, b in zip(offsets, offsets[1:])]
+    return lengths_setting(lengths, v.shape[2], chunk, num_sms_for(q.device.index if q.is_cuda else 0))
 
 
 def _wants_grad(q, k, v, g, beta, initial_state) -> bool:
@@ -438,11 +486,12 @@ def _prepare(
     use_qk_l2norm_in_kernel,
     chunk_size,
     states: bool = False,
+    segments: str | None = None,
 ) -> tuple:
     """Every check of a call and its plan: (target, device index, run), run(q, k, v, g, beta, initial_state,
     cu_seqlens, scale) -> (o, final_state or None). The scale's value is read per call (its type is in the key,
     its value too, but -0.0 and 0.0 are one key). states: the backward's states pass (gdr_states), whose run also
-    takes state_out = (states, state_slots)."""
+    takes state_out = (states, state_slots). segments: the segment setting (default the measurement knob's)."""
     on_cuda = isinstance(q, torch.Tensor) and q.is_cuda
     p = check_arguments(
         q,
@@ -487,7 +536,8 @@ def _prepare(
     sms = num_sms_for(index)
     varlen = cu_seqlens is not None
     # few (sequence, value head) pairs on long chains: each sequence cut into segments that run in parallel
-    segment_chunks = choose_segments(n, hv, ceil_div(t, c), sms, segment_setting(), varlen)
+    setting = segment_setting() if segments is None else segments
+    segment_chunks = choose_segments(n, hv, ceil_div(t, c), sms, setting, varlen)
     segments = ceil_div(ceil_div(t, c), segment_chunks) if segment_chunks else 0
     units = n * max(1, segments)  # the recurrence's grid: sequences, or (segment, sequence) slots
     vslice, ksplit = choose_plan(planned_units(n, segments, varlen), hv, sms, c)

@@ -80,6 +80,18 @@ def choose_segments(
     return length if length < chunks else 0
 
 
+def lengths_setting(lengths: list[int], value_heads: int, chunk: int, num_sms: int) -> str:
+    """The segment setting of a varlen pack whose lengths the caller gave on the host (cu_seqlens_cpu): "0" (walk
+    whole sequences) where the whole-pack rule's segments would cut none of them, so an equal pack keeps its
+    unsplit walk instead of paying the segmented path's extra launches for nothing (8 x 2048 at (2, 8): 136.3 us
+    against 124.6, run 146); "" (plan as without lengths) otherwise. Only ever a veto: a copy that differs from
+    cu_seqlens' values changes the plan, never the result (every plan computes the same o)."""
+    chunks = ceil_div(sum(lengths), chunk)
+    seg = choose_segments(len(lengths), value_heads, chunks, num_sms, "", varlen=True)
+    longest = max((ceil_div(x, chunk) for x in lengths), default=0)
+    return "0" if seg and longest <= seg else ""
+
+
 def planned_units(num_seqs: int, segments: int, varlen: bool) -> int:
     """The walking units the recurrence's V slice is chosen for (choose_plan): sequences, or (segment, sequence)
     pairs. The grid has a CTA set for each of num_seqs x segments slots, but in a varlen pack only the slots that
