@@ -53,6 +53,7 @@ PACKS = {
     "8 x 2048 packed": (2048,) * 8,  # equal sequences: the planner sizes a pack's segments over the whole pack
 }
 PACK_HEADS = ((2, 8), (16, 32))
+HOST_OFFSETS = [False]  # --host-offsets, for the whole run
 QUICK = {
     ((1, 32768), (16, 64)),
     ((1, 8192), (16, 32)),
@@ -118,7 +119,9 @@ def case(
 
     q, k, v, g, beta, state, cu = inputs(b, t, h, hv, lens, init)
     extra = {} if cu is None else {"cu_seqlens": cu}
-    row = {"b": b, "t": t, "h": h, "hv": hv, "pack": lens, "init": init}
+    if cu is not None and HOST_OFFSETS[0]:  # --host-offsets: the planner sees the pack's lengths
+        extra["cu_seqlens_cpu"] = cu.cpu()
+    row = {"b": b, "t": t, "h": h, "hv": hv, "pack": lens, "init": init, "host_offsets": HOST_OFFSETS[0]}
 
     def ours(chunk):
         return dg.chunk_gated_delta_rule(
@@ -613,6 +616,11 @@ def main() -> int:
             "--split-ab", action="store_true", help="also time chunk 32 unsplit (whole sequences) in the same run"
         )
         ap.add_argument("--no-fla", action="store_true", help="time ours only, even where fla-core imports")
+        ap.add_argument(
+            "--host-offsets",
+            action="store_true",
+            help="varlen rows: ours also gets cu_seqlens_cpu (the offsets on the host: the planner sees the lengths)",
+        )
         ap.add_argument("--rows", default="", help="only these rows, e.g. '1 x 32768:2/8,1 long + 7:2/8'")
         ap.add_argument(
             "--backward", action="store_true", help="forward + backward of ours (chunk 32) and FLA, eager timing"
@@ -646,6 +654,7 @@ def main() -> int:
     if args.overlap != "auto":  # for the whole run
         forced = 0 if args.overlap == "off" else int(args.overlap)
         overlap_forced(lambda planned: forced if planned else 0).__enter__()
+    HOST_OFFSETS[0] = args.host_offsets
     if args.max_stages:
         fam = __import__("deep_gemm_sm120.families.gated_delta_rule.kernel", fromlist=["MAX_STAGES"])
         fam.MAX_STAGES = args.max_stages
