@@ -76,7 +76,7 @@ cases += [("state grads pass", gdr.test_state_grads_pass_matches_float64_autogra
 cases += [
     (
         f"chunk grads {'varlen' if v else 'b2'}",
-        lambda v=v: gdr.test_chunk_grads_kernel_matches_its_model(v, torch.bfloat16, 2),
+        lambda v=v: gdr.test_chunk_grads_kernel_matches_its_model(v, torch.bfloat16, 2, 2),
     )
     for v in (False, True)
 ]

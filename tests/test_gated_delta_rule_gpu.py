@@ -455,16 +455,17 @@ def test_state_grads_pass_matches_float64_autograd():
                 assert relative_l2(mine, want[0]) <= BOUND, f"sequence {n}, stretch ending at {p}"
 
 
-@pytest.mark.parametrize("fold", [1, 2])
+@pytest.mark.parametrize("fold, heads", [(1, 2), (2, 2), (4, 1)])
 @pytest.mark.parametrize("varlen", [False, True])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_chunk_grads_kernel_matches_its_model(varlen, dtype, fold):
+def test_chunk_grads_kernel_matches_its_model(varlen, dtype, fold, heads):
     """api.gdr_chunk_grads (B3: stages 0 and 3 in one kernel) against tests/gdr_b3_model.py (the same stages in
     fp32 torch) on the same states and state gradients (the passes' kernels): every output within 1e-2 relative
     L2 (every product of the kernel on bf16 / fp16 operands; the precision study puts that at about 4e-3), two
     runs bitwise equal, nothing written for tokens in no sequence; varlen with an empty and a 1-token sequence,
-    partial chunks, GVA, the in-kernel l2norm, beta in fp32 once. fold 2: a CTA works both value heads of a q / k
-    head and sums their dq / dk in place (one part); fold 1: a part per value head; any other fold is refused."""
+    partial chunks, GVA, the in-kernel l2norm, beta in fp32 once. Four value heads on `heads` q / k heads: fold 2
+    (two heads) or 4 (one): a CTA works every value head of its q / k head and sums their dq / dk in place (one
+    part); fold 1: a part per value head; a fold that does not divide the group is refused."""
     from gdr_b3_model import chunk_grads_model
 
     from deep_gemm_sm120.families.gated_delta_rule import api
@@ -474,7 +475,7 @@ def test_chunk_grads_kernel_matches_its_model(varlen, dtype, fold):
     b = 1 if varlen else 2
     cu = torch.tensor([0, 70, 70, 200, 201, 290], dtype=torch.int32, device="cuda") if varlen else None
     n = 5 if varlen else b
-    args, init = make_inputs(b, t, 2, 4, dtype=dtype, seed=12, normalized=False, state_n=n, beta_fp32=varlen)
+    args, init = make_inputs(b, t, heads, 4, dtype=dtype, seed=12, normalized=False, state_n=n, beta_fp32=varlen)
     gen = torch.Generator(device="cuda").manual_seed(9)
     do = torch.randn(b, t, 4, 128, device="cuda", generator=gen).to(dtype)
     dfs = torch.randn(n, 4, 128, 128, device="cuda", generator=gen)
@@ -485,7 +486,7 @@ def test_chunk_grads_kernel_matches_its_model(varlen, dtype, fold):
     first, length = layout.token[:, 0].to(torch.int32), layout.valid.sum(-1, dtype=torch.int32)
     run = lambda f=fold: api.gdr_chunk_grads(*args, None, do, True, states, dh_next, first, length, cu is None, f)
     got, again = run(), run()
-    assert got[0].shape[1] == 2 * (2 // fold), "dq: a row per (q / k head, part)"
+    assert got[0].shape[1] == heads * (4 // heads // fold), "dq: a row per (q / k head, part)"
     want = chunk_grads_model(*args, do, states, dh_next, first, length, cu is None, 128**-0.5, True, fold=fold)
     with pytest.raises(ValueError, match="fold=3: expected a divisor"):
         run(3)
