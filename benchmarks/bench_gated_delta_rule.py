@@ -323,22 +323,12 @@ def backward_profile(b: int, t: int, h: int, hv: int, lens=None, init: bool = Tr
     return totals
 
 
-def backward_kernels(b: int, t: int, h: int, hv: int, fla, lens=None, init: bool = True) -> dict:
-    """Kernel by kernel, the CUDA time of one forward + backward of each side (torch.profiler, after a warm-up
-    call): {side: {kernel: us}}, printed largest first. Unlike stage_clock's split this is GPU time only, so a
-    side's kernels add up to about its graph-replay time."""
-    from torch.profiler import ProfilerActivity
-    from torch.profiler import profile as prof
-
+def _sides(ours: str, fla, q, k, v, g, beta, state, cu) -> dict:
+    """{label: call} of ours (chunk 32) and, where fla-core imports, FLA's, on the same inputs (the profilers')."""
     import deep_gemm_sm120 as dg
 
-    q, k, v, g, beta, state, cu = inputs(b, t, h, hv, lens, init)
-    for x in (q, k, v, g, beta) + ((state,) if state is not None else ()):
-        x.requires_grad_()
-    do, n = torch.randn_like(v), len(lens) if lens is not None else b
-    dfs = torch.randn(n, hv, 128, 128, device="cuda") * 0.1
     sides = {
-        "ours": lambda: dg.chunk_gated_delta_rule(
+        ours: lambda: dg.chunk_gated_delta_rule(
             q, k, v, g, beta, initial_state=state, output_final_state=True, chunk_size=32, cu_seqlens=cu
         )
     }
@@ -346,6 +336,22 @@ def backward_kernels(b: int, t: int, h: int, hv: int, fla, lens=None, init: bool
         sides["FLA"] = lambda: fla(
             q, k, v, g, beta, initial_state=state, output_final_state=True, cu_seqlens=None if cu is None else cu.long()
         )
+    return sides
+
+
+def backward_kernels(b: int, t: int, h: int, hv: int, fla, lens=None, init: bool = True) -> dict:
+    """Kernel by kernel, the CUDA time of one forward + backward of each side (torch.profiler, after a warm-up
+    call): {side: {kernel: us}}, printed largest first. Unlike stage_clock's split this is GPU time only, so a
+    side's kernels add up to about its graph-replay time."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as prof
+
+    q, k, v, g, beta, state, cu = inputs(b, t, h, hv, lens, init)
+    for x in (q, k, v, g, beta) + ((state,) if state is not None else ()):
+        x.requires_grad_()
+    do, n = torch.randn_like(v), len(lens) if lens is not None else b
+    dfs = torch.randn(n, hv, 128, 128, device="cuda") * 0.1
+    sides = _sides("ours", fla, q, k, v, g, beta, state, cu)
     leaves = [x for x in (q, k, v, g, beta, state) if x is not None]
     out = {}
     for name, fn in sides.items():
@@ -440,18 +446,8 @@ def profile(b: int, t: int, h: int, hv: int, fla, lens=None, init: bool = True) 
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as prof
 
-    import deep_gemm_sm120 as dg
-
     q, k, v, g, beta, state, cu = inputs(b, t, h, hv, lens, init)
-    sides = {
-        "ours c32": lambda: dg.chunk_gated_delta_rule(
-            q, k, v, g, beta, initial_state=state, output_final_state=True, chunk_size=32, cu_seqlens=cu
-        )
-    }
-    if fla is not None:
-        sides["FLA"] = lambda: fla(
-            q, k, v, g, beta, initial_state=state, output_final_state=True, cu_seqlens=None if cu is None else cu.long()
-        )
+    sides = _sides("ours c32", fla, q, k, v, g, beta, state, cu)
     for name, fn in sides.items():
         fn(), torch.cuda.synchronize()
         with prof(activities=[ProfilerActivity.CUDA]) as p:
