@@ -80,6 +80,10 @@ cases += [
     )
     for v in (False, True)
 ]
+# four value heads on one q / k head: one CTA sums them all (fold 4, dq / dk read back three times)
+cases += [
+    ("chunk grads fold4 varlen", lambda: gdr.test_chunk_grads_kernel_matches_its_model(True, torch.bfloat16, 4, 1))
+]
 import untrusted_indices
 
 sys.exit(run_cases(cases + [c for c in untrusted_indices.CASES if c[0].startswith("gdr")]))

@@ -29,7 +29,9 @@
 // products are split between the two warp halves; the next slice's global values load while the current one is
 // worked on; G's cumsum and dg's reverse cumsum are warp scans; the product loops keep two k-steps in flight
 // (an mma waited on its own ldmatrix: a third of the stall samples under ncu, run 147); dq / dk rows are written
-// 8 bytes a lane; phase 1's three row sums fold at one barrier pair.
+// 8 bytes a lane; phase 1's three row sums fold at one barrier pair; the upper half's two stage-A products (Yd and
+// M^T do) interleave their k-steps; the first slice's values, phase 0's q / k rows and g, and phase 2's Qn all
+// load ahead of the work that hides their latency; T's level products have fixed lengths, so they unroll.
 //
 // Shared memory (bytes): Kn 17408, T 9216, M 9216 (later dqk, then the symmetric dkk), Ar fp32 16640, vectors and
 // reduction rows 4608, and one work region of 34816 that holds, in turn, Qn + T's fp32 build (phase 0), the slice
@@ -52,7 +54,7 @@ struct GdrChunkGradConfig {
     static constexpr uint32_t kTileK = C * kLdK * 2, kTileC = C * kLdC * 2, kTileF = C * kLdF * 4;
     static constexpr uint32_t kTileH = K * kLdS * 2, kTileS = C * kLdS * 2;
     static constexpr uint32_t kOffK = 0, kOffT = kOffK + kTileK, kOffM = kOffT + kTileC, kOffF = kOffM + kTileC;
-    static constexpr uint32_t kVecFloats = 8 * C;   // cum, beta, gamma, tail, rq, rk, bg, and one spare row
+    static constexpr uint32_t kVecFloats = 8 * C;   // cum, beta, gamma, tail, rq, a spare row, bg, misc
     static constexpr uint32_t kRedFloats = 10 * C;  // row partials [4][C], column partials [4][C], two sums
     static constexpr uint32_t kOffVec = kOffF + kTileF;
     static constexpr uint32_t kOffRed = kOffVec + kVecFloats * 4;
@@ -64,6 +66,38 @@ struct GdrChunkGradConfig {
     static_assert(kSmemBytes <= kMaxSmemPerBlock, "shared memory exceeds the SM120 per-block budget (101376 B)");
 };
 
+// The A fragment of one k-step (16 rows from m0, k from k0) of an Elem tile in shared memory (byte address a,
+// row stride lda elements), stored [m][k] (or [k][m] with kATrans: read through ldmatrix's .trans).
+template <bool kATrans>
+SM120_DEVICE void gdr_load_a(uint32_t a, uint32_t lda, uint32_t m0, uint32_t k0, uint32_t lane, uint32_t (&af)[4]) {
+    if constexpr (!kATrans) {
+        const uint32_t row = m0 + lane % 8 + 8 * (lane / 8 % 2), col = k0 + 8 * (lane / 16);
+        ldmatrix_x4(a + (row * lda + col) * 2, af[0], af[1], af[2], af[3]);
+    } else {
+        const uint32_t row = k0 + lane % 8 + 8 * (lane / 16), col = m0 + 8 * (lane / 8 % 2);
+        ldmatrix_x4_trans(a + (row * lda + col) * 2, af[0], af[1], af[2], af[3]);
+    }
+}
+
+// Two k-steps (k0 .. k0 + 31) of a 16 x 8 tile: one x4 load holds B for both, and the second step's loads are in
+// flight while the first mma waits. B is stored [n][k] (or [k][n] with kBTrans).
+template <typename E, bool kATrans, bool kBTrans>
+SM120_DEVICE void gdr_mma_16x8_k32(float (&acc)[4], uint32_t a, uint32_t lda, uint32_t b, uint32_t ldb, uint32_t m0,
+                                   uint32_t n0, uint32_t k0, uint32_t lane) {
+    uint32_t a0[4], a1[4], bf[4];
+    gdr_load_a<kATrans>(a, lda, m0, k0, lane, a0);
+    gdr_load_a<kATrans>(a, lda, m0, k0 + 16, lane, a1);
+    if constexpr (!kBTrans) {
+        const uint32_t row = n0 + lane % 8, col = k0 + 8 * (lane / 8);
+        ldmatrix_x4(b + (row * ldb + col) * 2, bf[0], bf[1], bf[2], bf[3]);
+    } else {
+        const uint32_t row = k0 + lane % 8 + 8 * (lane / 8), col = n0;
+        ldmatrix_x4_trans(b + (row * ldb + col) * 2, bf[0], bf[1], bf[2], bf[3]);
+    }
+    E::mma(acc, a0, {bf[0], bf[1]});
+    E::mma(acc, a1, {bf[2], bf[3]});
+}
+
 // acc[NT] (+)= A (16 rows from m0) x B (8 NT columns from n0), summed over k in [0, kK), on Elem operands in
 // shared memory with row strides lda / ldb (elements). A is stored [m][k] (or [k][m] with kATrans), B [n][k] (or
 // [k][n] with kBTrans): the transposed readings come from ldmatrix's .trans, never from a copy.
@@ -72,34 +106,13 @@ SM120_DEVICE void gdr_tile_mma(float (&acc)[NT][4], const void* a, uint32_t lda,
                                uint32_t m0, uint32_t n0, uint32_t lane) {
     static_assert(NT % 2 == 0 || NT == 1, "n8 tiles come in pairs");
     const uint32_t a_base = smem_addr(a), b_base = smem_addr(b);
-    auto load_a = [&](uint32_t k0, uint32_t (&af)[4]) {
-        if constexpr (!kATrans) {
-            const uint32_t row = m0 + lane % 8 + 8 * (lane / 8 % 2), col = k0 + 8 * (lane / 16);
-            ldmatrix_x4(a_base + (row * lda + col) * 2, af[0], af[1], af[2], af[3]);
-        } else {
-            const uint32_t row = k0 + lane % 8 + 8 * (lane / 16), col = m0 + 8 * (lane / 8 % 2);
-            ldmatrix_x4_trans(a_base + (row * lda + col) * 2, af[0], af[1], af[2], af[3]);
-        }
-    };
+    auto load_a = [&](uint32_t k0, uint32_t (&af)[4]) { gdr_load_a<kATrans>(a_base, lda, m0, k0, lane, af); };
     if constexpr (NT == 1) {
-        // one n8 tile, two k-steps a turn: one x4 load holds B for both (k0 .. k0 + 31), and the second step's
-        // loads are in flight while the first mma waits (a step at a time, each mma waited on its own loads)
+        // one n8 tile, two k-steps a turn (a step at a time, each mma waited on its own loads)
         static_assert(kK % 32 == 0, "k-steps come in pairs");
 #pragma unroll 1
-        for (uint32_t k0 = 0; k0 < kK; k0 += 32) {
-            uint32_t a0[4], a1[4], bf[4];
-            load_a(k0, a0);
-            load_a(k0 + 16, a1);
-            if constexpr (!kBTrans) {
-                const uint32_t row = n0 + lane % 8, col = k0 + 8 * (lane / 8);
-                ldmatrix_x4(b_base + (row * ldb + col) * 2, bf[0], bf[1], bf[2], bf[3]);
-            } else {
-                const uint32_t row = k0 + lane % 8 + 8 * (lane / 8), col = n0;
-                ldmatrix_x4_trans(b_base + (row * ldb + col) * 2, bf[0], bf[1], bf[2], bf[3]);
-            }
-            E::mma(acc[0], a0, {bf[0], bf[1]});
-            E::mma(acc[0], a1, {bf[2], bf[3]});
-        }
+        for (uint32_t k0 = 0; k0 < kK; k0 += 32)
+            gdr_mma_16x8_k32<E, kATrans, kBTrans>(acc[0], a_base, lda, b_base, ldb, m0, n0, k0, lane);
     } else {
         // two k-steps unrolled, so the second's loads issue while the first's mmas wait (fully unrolled, the
         // loads of every step would be issued first and hold registers the callers' accumulators need)
@@ -122,6 +135,24 @@ SM120_DEVICE void gdr_tile_mma(float (&acc)[NT][4], const void* a, uint32_t lda,
             }
         }
     }
+}
+
+// Two independent 16 x 8 products of one warp, their k-steps interleaved while both have some (kK2 <= kK1): the
+// second's loads and mmas fill the first's waits, so the pair takes about the longer one's time, not the sum.
+template <typename E, uint32_t kK1, bool kA1Trans, bool kB1Trans, uint32_t kK2, bool kA2Trans, bool kB2Trans>
+SM120_DEVICE void gdr_tile_mma_pair(float (&acc1)[4], const void* a1, uint32_t lda1, const void* b1, uint32_t ldb1,
+                                    float (&acc2)[4], const void* a2, uint32_t lda2, const void* b2, uint32_t ldb2,
+                                    uint32_t m0, uint32_t n0, uint32_t lane) {
+    static_assert(kK2 <= kK1 && kK1 % 32 == 0 && kK2 % 32 == 0, "k-steps come in pairs, the longer first");
+    const uint32_t a1s = smem_addr(a1), b1s = smem_addr(b1), a2s = smem_addr(a2), b2s = smem_addr(b2);
+#pragma unroll 1
+    for (uint32_t k0 = 0; k0 < kK2; k0 += 32) {
+        gdr_mma_16x8_k32<E, kA1Trans, kB1Trans>(acc1, a1s, lda1, b1s, ldb1, m0, n0, k0, lane);
+        gdr_mma_16x8_k32<E, kA2Trans, kB2Trans>(acc2, a2s, lda2, b2s, ldb2, m0, n0, k0, lane);
+    }
+#pragma unroll 1
+    for (uint32_t k0 = kK2; k0 < kK1; k0 += 32)
+        gdr_mma_16x8_k32<E, kA1Trans, kB1Trans>(acc1, a1s, lda1, b1s, ldb1, m0, n0, k0, lane);
 }
 
 // Where accumulator element e of n8 tile nt sits (mma.sync m16n8 C layout).
@@ -218,20 +249,29 @@ SM120_DEVICE void gdr_inverse_blocks(const float* ar, const float* beta, float* 
         for (uint32_t i = 0; i < B; ++i) t[(o + i) * ld + o + jl] = col[i];
     }
     __syncthreads();
-#pragma unroll 1
+    // The levels unrolled, so every inner product has a fixed length (16 d, then 16) and unrolls: its shared
+    // loads issue together instead of one per dependent step.
+#pragma unroll
     for (uint32_t d = 1; d < kBlocks; ++d) {
         const uint32_t count = (kBlocks - d) * B * B;
         for (uint32_t x = tid; x < count; x += kThreads) {  // X of block (bi, bi - d), into block (bi - d, bi)
             const uint32_t bi = d + x / (B * B), r = B * bi + x / B % B, c = B * (bi - d) + x % B;
+            const float* arow = ar + r * ld + B * (bi - d);
+            const float* tcol = t + B * (bi - d) * ld + c;
             float s = 0.0f;
-            for (uint32_t m = B * (bi - d); m < B * bi; ++m) s += ar[r * ld + m] * t[m * ld + c];
+#pragma unroll 16
+            for (uint32_t u = 0; u < B * d; ++u) s += arow[u] * tcol[u * ld];
             t[c * ld + r] = beta[r] * s;  // X(r, c) at the mirror position
         }
         __syncthreads();
-        for (uint32_t x = tid; x < count; x += kThreads) {  // T_ij = -T_ii X (T_ii lower triangular)
-            const uint32_t bi = d + x / (B * B), r = B * bi + x / B % B, c = B * (bi - d) + x % B;
+        for (uint32_t x = tid; x < count; x += kThreads) {  // T_ij = -T_ii X (T_ii lower triangular: m <= r)
+            const uint32_t bi = d + x / (B * B), rl = x / B % B, r = B * bi + rl, c = B * (bi - d) + x % B;
+            const float* trow = t + r * ld + B * bi;
+            const float* xrow = t + c * ld + B * bi;
             float s = 0.0f;
-            for (uint32_t m = B * bi; m <= r; ++m) s += t[r * ld + m] * t[c * ld + m];
+#pragma unroll
+            for (uint32_t u = 0; u < B; ++u)
+                if (u <= rl) s += trow[u] * xrow[u];
             t[r * ld + c] = -s;
         }
         __syncthreads();
@@ -264,8 +304,8 @@ sm120_gated_delta_rule_bwd_chunk_kernel(const Elem* __restrict__ q, const Elem* 
     float* s_ar = reinterpret_cast<float*>(smem + Cfg::kOffF);
     float* vec = reinterpret_cast<float*>(smem + Cfg::kOffVec);
     float *s_cum = vec, *s_beta = vec + C, *s_gamma = vec + 2 * C, *s_tail = vec + 3 * C;
-    float *s_rq = vec + 4 * C, *s_rk = vec + 5 * C, *s_bg = vec + 6 * C, *s_misc = vec + 7 * C;
-    float* red = reinterpret_cast<float*>(smem + Cfg::kOffRed);  // [4][C] partials, then [4][C] more
+    float *s_rq = vec + 4 * C, *s_bg = vec + 6 * C, *s_misc = vec + 7 * C;  // (vec + 5 C: spare)
+    float* red = reinterpret_cast<float*>(smem + Cfg::kOffRed);             // [4][C] partials, then [4][C] more
     uint8_t* work = smem + Cfg::kOffWork;
 
     const uint32_t tid = threadIdx.x, warp = warp_idx(), lane = lane_idx();
@@ -288,25 +328,39 @@ sm120_gated_delta_rule_bwd_chunk_kernel(const Elem* __restrict__ q, const Elem* 
         const size_t first = static_cast<size_t>(__ldg(chunk_first + chunk));
         const size_t state_at = (static_cast<size_t>(chunk) * value_heads + hv) * K * K;
         auto tok = [&](uint32_t i, uint32_t nheads, uint32_t hh) { return ((first + i) * nheads + hh); };
+        // the next slice's global values, in registers while the current slice is worked on: h and dh' (128 x 16
+        // each: 4 a thread), v and do (64 x 16: 2). The first slice's load here: its latency hides behind phase 0.
+        float4 nh, nd;
+        uint32_t nv, ndo;
+        auto load_slice = [&](uint32_t vs) {
+            const uint32_t kd = tid / 4, c0 = 4 * (tid % 4);
+            nh = __ldg(reinterpret_cast<const float4*>(states + state_at + kd * K + vs + c0));
+            nd = __ldg(reinterpret_cast<const float4*>(dh_next + state_at + kd * K + vs + c0));
+            const uint32_t row = tid / 8, c = 2 * (tid % 8);
+            const bool in = row < len;
+            const size_t at = tok(row, value_heads, hv) * K + vs + c;
+            nv = in ? __ldg(reinterpret_cast<const uint32_t*>(v + at)) : 0u;
+            ndo = in ? __ldg(reinterpret_cast<const uint32_t*>(dout + at)) : 0u;
+        };
+        load_slice(0);
 
         // warp tilings (16 warps): 64 x 64 (two n8 tiles a warp), 64 x 128 (four); the slices' 64 x 16 in phase 1
         const uint32_t m0 = 16 * (warp % 4), n64 = 16 * (warp / 4), n128 = 32 * (warp / 4);
 
         // ---------------- phase 0: gates, Qn / Kn, Ar, M, T ----------------
+        // Every global load of the phase is issued before any of them is waited on: warp 0's g (scanned once the
+        // q / k rows are stored), beta, then the q / k rows.
         if (tid < C) {
-            const bool in = tid < len;
-            s_cum[tid] = in ? __ldg(g + tok(tid, value_heads, hv)) : 0.0f;
             float b = 0.0f;
-            if (in)
+            if (tid < len)
                 b = beta_fp32 ? __ldg(static_cast<const float*>(beta) + tok(tid, value_heads, hv))
                               : E::to_float(static_cast<const Elem*>(beta)[tok(tid, value_heads, hv)]);
             s_beta[tid] = b;
         }
-        __syncthreads();
-        if (warp == 0) {  // G = the inclusive cumsum, in token order (rows past the end stay flat: g = 0 there)
-            float2 x = make_float2(s_cum[2 * lane], s_cum[2 * lane + 1]);
-            gdr_scan64(x, lane);
-            s_cum[2 * lane] = x.x, s_cum[2 * lane + 1] = x.y;
+        float2 gx = make_float2(0.0f, 0.0f);  // warp 0: g of rows 2 lane and 2 lane + 1 (0 past the end)
+        if (warp == 0) {
+            if (2 * lane < len) gx.x = __ldg(g + tok(2 * lane, value_heads, hv));
+            if (2 * lane + 1 < len) gx.y = __ldg(g + tok(2 * lane + 1, value_heads, hv));
         }
         // q and k rows: eight threads a row, 16 elements each; their norms (l2norm) or 1
         Elem* s_q = reinterpret_cast<Elem*>(work);
@@ -336,8 +390,12 @@ sm120_gated_delta_rule_bwd_chunk_kernel(const Elem* __restrict__ q, const Elem* 
 #pragma unroll
                 for (uint32_t c = 0; c < 16; c += 2)
                     *reinterpret_cast<uint32_t*>(dst + c) = E::pack(x[c] * r, x[c + 1] * r);
-                if (part == 0) (which == 0 ? s_rq : s_rk)[row] = r;
+                if (part == 0 && which == 0) s_rq[row] = r;
             }
+        }
+        if (warp == 0) {  // G = the inclusive cumsum, in token order (rows past the end stay flat: g = 0 there)
+            gdr_scan64(gx, lane);
+            s_cum[2 * lane] = gx.x, s_cum[2 * lane + 1] = gx.y;
         }
         __syncthreads();
         if (tid < C) {
@@ -388,21 +446,6 @@ sm120_gated_delta_rule_bwd_chunk_kernel(const Elem* __restrict__ q, const Elem* 
         // the halves' row sums share registers: r_a is beta's sum through v (lower) or the tail's (upper), r_b
         // kb's sum (lower; zero in the upper half)
         float r_a[2] = {}, r_b[2] = {};
-        // the next slice's global values, in registers while the current slice is worked on: h and dh' (128 x 16
-        // each: 4 a thread), v and do (64 x 16: 2)
-        float4 nh, nd;
-        uint32_t nv, ndo;
-        auto load_slice = [&](uint32_t vs) {
-            const uint32_t kd = tid / 4, c0 = 4 * (tid % 4);
-            nh = __ldg(reinterpret_cast<const float4*>(states + state_at + kd * K + vs + c0));
-            nd = __ldg(reinterpret_cast<const float4*>(dh_next + state_at + kd * K + vs + c0));
-            const uint32_t row = tid / 8, c = 2 * (tid % 8);
-            const bool in = row < len;
-            const size_t at = tok(row, value_heads, hv) * K + vs + c;
-            nv = in ? __ldg(reinterpret_cast<const uint32_t*>(v + at)) : 0u;
-            ndo = in ? __ldg(reinterpret_cast<const uint32_t*>(dout + at)) : 0u;
-        };
-        load_slice(0);
 #pragma unroll 1
         for (uint32_t vs = 0; vs < K; vs += kS) {
             // The tiles' addresses from a base the compiler cannot see through: hoisted out of the loop, the
@@ -437,8 +480,8 @@ sm120_gated_delta_rule_bwd_chunk_kernel(const Elem* __restrict__ q, const Elem* 
             } else {
                 // dvn = s M^T do + diag(tail) Kn dh'
                 float mdo[1][4] = {};
-                gdr_tile_mma<E, 1, K, false, true>(y, s_k, kLdK, s_dh, kLdS, ms, ns, ln);
-                gdr_tile_mma<E, 1, C, true, true>(mdo, s_m, kLdC, s_do, kLdS, ms, ns, ln);
+                gdr_tile_mma_pair<E, K, false, true, C, true, true>(y[0], s_k, kLdK, s_dh, kLdS, mdo[0], s_m, kLdC,
+                                                                    s_do, kLdS, ms, ns, ln);
 #pragma unroll
                 for (uint32_t e = 0; e < 4; ++e)
                     mdo[0][e] = scale * mdo[0][e] + s_tail[gdr_acc_row(ms, ln, e)] * y[0][e];
@@ -474,12 +517,13 @@ sm120_gated_delta_rule_bwd_chunk_kernel(const Elem* __restrict__ q, const Elem* 
                 }
             }
             __syncthreads();
-            // the accumulators over V
-            gdr_tile_mma<E, 2, kS, false, false>(dm, s_do, kLdS, s_vn, kLdS, m0, n64, lane);
-            gdr_tile_mma<E, 2, kS, false, false>(dt, s_dvn, kLdS, s_z, kLdS, m0, n64, lane);
-            gdr_tile_mma<E, 4, kS, false, false>(dqg, s_do, kLdS, s_h, kLdS, m0, n128, lane);
-            gdr_tile_mma<E, 4, kS, false, false>(dkp, s_vnt, kLdS, s_dh, kLdS, m0, n128, lane);
-            gdr_tile_mma<E, 4, kS, false, false>(dkp, s_dvbg, kLdS, s_h, kLdS, m0, n128, lane);
+            // the accumulators over V (their row offset re-derived here: kept from before the loop, it spilled)
+            const uint32_t mc = opaque(m0);
+            gdr_tile_mma<E, 2, kS, false, false>(dm, s_do, kLdS, s_vn, kLdS, mc, n64, lane);
+            gdr_tile_mma<E, 2, kS, false, false>(dt, s_dvn, kLdS, s_z, kLdS, mc, n64, lane);
+            gdr_tile_mma<E, 4, kS, false, false>(dqg, s_do, kLdS, s_h, kLdS, mc, n128, lane);
+            gdr_tile_mma<E, 4, kS, false, false>(dkp, s_vnt, kLdS, s_dh, kLdS, mc, n128, lane);
+            gdr_tile_mma<E, 4, kS, false, false>(dkp, s_dvbg, kLdS, s_h, kLdS, mc, n128, lane);
             __syncthreads();
         }
 
@@ -522,6 +566,17 @@ sm120_gated_delta_rule_bwd_chunk_kernel(const Elem* __restrict__ q, const Elem* 
                     }
                 }
         };
+        // Qn again (its rows' norms kept), into the work region (free since the last slice): loaded here, stored
+        // after the row-sum folds below, which hide the loads' latency
+        Elem* s_q2 = reinterpret_cast<Elem*>(work);
+        uint4 q_raw[2];
+        {
+            const uint32_t row = opaque(tid / 8), part = tid % 8;  // phase 0's row address is not kept to here
+            const Elem* src = q + tok(row, heads, head) * K + 16 * part;
+#pragma unroll
+            for (uint32_t c = 0; c < 2; ++c)
+                q_raw[c] = row < len ? __ldg(reinterpret_cast<const uint4*>(src + 8 * c)) : make_uint4(0, 0, 0, 0);
+        }
         // phase 1's row sums in one fold: a quad's sums land in its warp group's slot, the lower half's (beta's sum
         // through v and kb's) in groups 0-1 of the row and column partials, the upper half's (the tail's) in groups
         // 2-3 of the row partials. dtail = tail sum_k dkd Kn before the chunk's last row; sum_k dkb Kn =
@@ -556,22 +611,12 @@ sm120_gated_delta_rule_bwd_chunk_kernel(const Elem* __restrict__ q, const Elem* 
         };
         gdr_row_partials<C>(dm, part_r, warp / 4, m0, n64, lane, x_dm);
         gdr_col_partials<C>(dm, part_c, warp % 4, m0, n64, lane, x_dm);
-        fold_rows(acc_cum, true, one);
-        Elem* s_dqk = s_m;  // M is read for the last time above
-        gdr_store_tile<E>(dm, s_dqk, kLdC, m0, n64, lane,
-                          [&](uint32_t i, uint32_t j, float x) { return scale * x * decay(i, j); });
-
-        // Qn again (its rows' norms kept), into the work region
-        Elem* s_q2 = reinterpret_cast<Elem*>(work);
         {
-            const uint32_t row = opaque(tid / 8), part = tid % 8;  // phase 0's row address is not kept to here
-            const bool in = row < len;
-            const Elem* src = q + tok(row, heads, head) * K + 16 * part;
+            const uint32_t row = opaque(tid / 8), part = tid % 8;  // (as above)
             const float r = s_rq[row];
 #pragma unroll
-            for (uint32_t c = 0; c < 16; c += 8) {
-                const uint4 raw = in ? __ldg(reinterpret_cast<const uint4*>(src + c)) : make_uint4(0, 0, 0, 0);
-                const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+            for (uint32_t c = 0; c < 2; ++c) {
+                const uint32_t w[4] = {q_raw[c].x, q_raw[c].y, q_raw[c].z, q_raw[c].w};
                 uint32_t out[4];
 #pragma unroll
                 for (uint32_t j = 0; j < 4; ++j) {
@@ -579,11 +624,15 @@ sm120_gated_delta_rule_bwd_chunk_kernel(const Elem* __restrict__ q, const Elem* 
                     E::unpack(w[j], a, b);
                     out[j] = E::pack(a * r, b * r);
                 }
-                *reinterpret_cast<uint4*>(s_q2 + row * kLdK + 16 * part + c) =
+                *reinterpret_cast<uint4*>(s_q2 + row * kLdK + 16 * part + 8 * c) =
                     make_uint4(out[0], out[1], out[2], out[3]);
             }
         }
-        __syncthreads();
+        fold_rows(acc_cum, true, one);  // (its barriers also publish Qn)
+        Elem* s_dqk = s_m;              // M is read for the last time above
+        gdr_store_tile<E>(dm, s_dqk, kLdC, m0, n64, lane,
+                          [&](uint32_t i, uint32_t j, float x) { return scale * x * decay(i, j); });
+
         // G's gradient: + gamma sum_k (s dqg * Qn)
         gdr_row_partials<C>(dqg, part_r, warp / 4, m0, n128, lane, [&](uint32_t i, uint32_t c, float x) {
             return scale * x * E::to_float(s_q2[i * kLdK + c]);
