@@ -370,6 +370,37 @@ def test_device_layout_numbers_chunks_as_the_host_layout():
         assert torch.equal(exact.slots, dev.slots) and torch.equal(exact.order, dev.order)
 
 
+def test_fixed_length_device_layouts_are_kept(monkeypatch):
+    """device_layout keeps fixed-length layouts (they follow from the shapes; building one costs about twenty
+    device operations a backward): a repeated (B, T, C, device) returns the kept layout, equal to a fresh build,
+    with B3's chunk table (chunk_bounds) already made; the cache is bounded; while a CUDA graph is captured a miss
+    is built fresh and not kept (a capture's allocations belong to its graph), a hit is still served."""
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(bw, "_FIXED_DEVICE", {})
+    for b, t in ((1, 64), (3, 100), (2, 1), (4, 2048)):
+        kept = bw.device_layout(b, t, None, 64, cpu)
+        assert bw.device_layout(b, t, None, 64, cpu, exact=True) is kept
+        fresh = bw._device_layout(b, t, None, 64, cpu)
+        for name in ("token", "valid", "order", "slots"):
+            assert torch.equal(getattr(kept, name), getattr(fresh, name)), name
+        first, length = bw.chunk_bounds(kept)
+        assert first is kept.first and length is kept.length
+        assert first.dtype == length.dtype == torch.int32
+        assert torch.equal(first, fresh.token[:, 0].int()) and torch.equal(length, fresh.valid.sum(-1).int())
+        assert int(length.sum()) == b * t
+    assert len(bw._FIXED_DEVICE) == 4
+    for t in range(1, 2 * bw._FIXED_DEVICE_MAX):
+        bw.device_layout(1, t, None, 64, cpu)
+    assert 0 < len(bw._FIXED_DEVICE) <= bw._FIXED_DEVICE_MAX
+    monkeypatch.setattr(bw, "_capturing", lambda x: True)
+    before = dict(bw._FIXED_DEVICE)
+    missing = bw.device_layout(5, 777, None, 64, cpu)
+    assert bw._FIXED_DEVICE == before and missing.first is None  # built on the device, not kept
+    assert torch.equal(bw.chunk_bounds(missing)[1], bw._device_layout(5, 777, None, 64, cpu).valid.sum(-1).int())
+    key = next(iter(before))
+    assert bw.device_layout(key[0], key[1], None, key[2], key[3]) is before[key]
+
+
 @pytest.mark.parametrize("capturing", [True, False])
 def test_kernel_stages_on_a_padded_layout(monkeypatch, capturing):
     """Both stages by the float64 stand-ins on a pack whose offsets leave most chunks as padding (tokens in no

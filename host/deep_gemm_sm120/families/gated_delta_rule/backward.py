@@ -46,6 +46,8 @@ class ChunkLayout:
     counts: tuple[int, ...]  # per chunk position: how many sequences have a chunk there (device_layout: none)
     num_seqs: int
     slots: torch.Tensor | None = None  # device_layout's slot table (state_slots builds the host layout's)
+    first: torch.Tensor | None = None  # [NC] int32: a chunk's first token (kept fixed-length layouts: chunk_bounds)
+    length: torch.Tensor | None = None  # [NC] int32: a chunk's token count (likewise)
 
 
 def chunk_layout(
@@ -94,7 +96,59 @@ def _layout(batch: int, tokens: int, cu_seqlens: torch.Tensor | None, chunk: int
     )
 
 
+# Fixed-length device layouts by (B, T, C, device): they follow from the shapes alone, and building one is about
+# twenty small device operations (some 150 us of host time a backward, before any kernel). Bounded like the call
+# caches; filled only outside CUDA-graph capture (a capture's allocations belong to its graph's pool).
+_FIXED_DEVICE: dict[tuple[int, int, int, torch.device], ChunkLayout] = {}
+_FIXED_DEVICE_MAX = 32
+
+
 def device_layout(
+    batch: int, tokens: int, cu_seqlens: torch.Tensor | None, chunk: int, device: torch.device, exact: bool = False
+) -> ChunkLayout:
+    """The chunk layout the kernels read (see _device_layout). Fixed lengths (cu_seqlens None) come from a bounded
+    cache: built once per (B, T, C, device) on the host, copied to the device (the copy completes before this
+    returns, so any stream may read it) with each chunk's first token and length (chunk_bounds), and kept read-only.
+    While a CUDA graph is captured a missing entry is built on the device and not kept."""
+    if cu_seqlens is not None:
+        return _device_layout(batch, tokens, cu_seqlens, chunk, device, exact)
+    key = (batch, tokens, chunk, device)
+    hit = _FIXED_DEVICE.get(key)
+    if hit is not None:
+        return hit
+    if _capturing(device):
+        return _device_layout(batch, tokens, None, chunk, device, exact)
+    host = _device_layout(batch, tokens, None, chunk, torch.device("cpu"), exact)
+    first, length = _bounds(host)
+    kept = ChunkLayout(
+        token=host.token.to(device),
+        valid=host.valid.to(device),
+        order=host.order.to(device),
+        counts=(),
+        num_seqs=host.num_seqs,
+        slots=None if host.slots is None else host.slots.to(device),
+        first=first.to(device),
+        length=length.to(device),
+    )
+    if len(_FIXED_DEVICE) >= _FIXED_DEVICE_MAX:
+        _FIXED_DEVICE.clear()
+    _FIXED_DEVICE[key] = kept
+    return kept
+
+
+def _bounds(layout: ChunkLayout) -> tuple[torch.Tensor, torch.Tensor]:
+    """(first token, token count) of every chunk, int32: a real chunk's first row is a token of its sequence."""
+    return layout.token[:, 0].to(torch.int32), layout.valid.sum(-1, dtype=torch.int32)
+
+
+def chunk_bounds(layout: ChunkLayout) -> tuple[torch.Tensor, torch.Tensor]:
+    """B3's chunk table: the layout's kept (first, length), else computed now."""
+    if layout.first is not None and layout.length is not None:
+        return layout.first, layout.length
+    return _bounds(layout)
+
+
+def _device_layout(
     batch: int, tokens: int, cu_seqlens: torch.Tensor | None, chunk: int, device: torch.device, exact: bool = False
 ) -> ChunkLayout:
     """chunk_layout's numbering built on the device. exact=False reads nothing on the host (every step a device
@@ -143,9 +197,10 @@ def device_layout(
     )
 
 
-def _capturing(x: torch.Tensor) -> bool:
-    """Whether x's device is capturing a CUDA graph now (no host read may happen)."""
-    return x.is_cuda and torch.cuda.is_current_stream_capturing()
+def _capturing(x: torch.Tensor | torch.device) -> bool:
+    """Whether x's device (or x, a device) is capturing a CUDA graph now (no host read may happen)."""
+    device = x if isinstance(x, torch.device) else x.device
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
 def state_slots(layout: ChunkLayout) -> torch.Tensor:
@@ -443,8 +498,7 @@ def _kernel_backward(
     states = states_pass(slots, count)
     do_in = do if do is not None else torch.zeros_like(v)
     dh_next, dh0 = state_grads_pass(do_in.to(v.dtype), dfinal, slots, count, initial_state is not None)
-    first = layout.token[:, 0].to(torch.int32)  # a real chunk's first row is a token of its sequence
-    length = layout.valid.sum(-1, dtype=torch.int32)
+    first, length = chunk_bounds(layout)
     dq, dk, dv, dg, dbeta = chunk_grads_pass(do_in.to(v.dtype), states, dh_next, first, length, covered)
     del states, dh_next
     parts = dq.shape[1] // heads  # B3 sums each part of a head's value heads; the host sums the parts, if several
