@@ -54,6 +54,7 @@ PACKS = {
 }
 PACK_HEADS = ((2, 8), (16, 32))
 HOST_OFFSETS = [False]  # --host-offsets, for the whole run
+L2NORM = [False]  # --l2norm: both sides normalize q and k in the kernel (Qwen3.5 / Qwen3-Next's setting)
 QUICK = {
     ((1, 32768), (16, 64)),
     ((1, 8192), (16, 32)),
@@ -192,7 +193,7 @@ def backward_case(
     do = torch.randn_like(v)
     n = len(lens) if lens is not None else b
     dfs = torch.randn(n, hv, 128, 128, device="cuda") * 0.1
-    row = {"b": b, "t": t, "h": h, "hv": hv, "pack": lens, "init": init}
+    row = {"b": b, "t": t, "h": h, "hv": hv, "pack": lens, "init": init, "l2norm": L2NORM[0]}
 
     def step(fn):
         def run():
@@ -206,15 +207,16 @@ def backward_case(
 
     ours = step(
         lambda: dg.chunk_gated_delta_rule(
-            q, k, v, g, beta, initial_state=state, output_final_state=True, chunk_size=32, cu_seqlens=cu
+            q, k, v, g, beta, initial_state=state, output_final_state=True, chunk_size=32, cu_seqlens=cu,
+            use_qk_l2norm_in_kernel=L2NORM[0],
         )
-    )
+    )  # fmt: skip
     row["ours_fwd_bwd_us"], row["ours_timing"] = _replay_or_eager(ours, iters)
     if fla is not None:
         theirs = step(
             lambda: fla(
                 q, k, v, g, beta, initial_state=state, output_final_state=True,
-                cu_seqlens=None if cu is None else cu.long(),
+                cu_seqlens=None if cu is None else cu.long(), use_qk_l2norm_in_kernel=L2NORM[0],
             )
         )  # fmt: skip
         row["fla_fwd_bwd_us"], row["fla_timing"] = _replay_or_eager(theirs, iters)
@@ -329,13 +331,15 @@ def _sides(ours: str, fla, q, k, v, g, beta, state, cu) -> dict:
 
     sides = {
         ours: lambda: dg.chunk_gated_delta_rule(
-            q, k, v, g, beta, initial_state=state, output_final_state=True, chunk_size=32, cu_seqlens=cu
+            q, k, v, g, beta, initial_state=state, output_final_state=True, chunk_size=32, cu_seqlens=cu,
+            use_qk_l2norm_in_kernel=L2NORM[0],
         )
-    }
+    }  # fmt: skip
     if fla is not None:
         sides["FLA"] = lambda: fla(
-            q, k, v, g, beta, initial_state=state, output_final_state=True, cu_seqlens=None if cu is None else cu.long()
-        )
+            q, k, v, g, beta, initial_state=state, output_final_state=True, cu_seqlens=None if cu is None else cu.long(),
+            use_qk_l2norm_in_kernel=L2NORM[0],
+        )  # fmt: skip
     return sides
 
 
@@ -628,6 +632,11 @@ def main() -> int:
             help="with --backward: ours again with stages 0 and 3 as torch operations (no B3 kernel)",
         )
         ap.add_argument(
+            "--l2norm",
+            action="store_true",
+            help="with --backward: both sides with use_qk_l2norm_in_kernel=True (the l2norm's backward timed too)",
+        )
+        ap.add_argument(
             "--chunk-grads",
             action="store_true",
             help="with --backward: B3 (the per-chunk gradients) alone, by graph replay, at every GVA fold",
@@ -651,6 +660,7 @@ def main() -> int:
         forced = 0 if args.overlap == "off" else int(args.overlap)
         overlap_forced(lambda planned: forced if planned else 0).__enter__()
     HOST_OFFSETS[0] = args.host_offsets
+    L2NORM[0] = args.l2norm
     if args.max_stages:
         fam = __import__("deep_gemm_sm120.families.gated_delta_rule.kernel", fromlist=["MAX_STAGES"])
         fam.MAX_STAGES = args.max_stages

@@ -84,6 +84,13 @@ cases += [
 cases += [
     ("chunk grads fold4 varlen", lambda: gdr.test_chunk_grads_kernel_matches_its_model(True, torch.bfloat16, 4, 1))
 ]
+cases += [
+    (
+        f"grad rows parts {p} l2 {l2}",
+        lambda p=p, l2=l2: gdr.test_grad_rows_kernel_matches_the_torch_step(torch.bfloat16, p, l2),
+    )
+    for p, l2 in ((1, True), (4, False), (2, True))
+]
 import untrusted_indices
 
 sys.exit(run_cases(cases + [c for c in untrusted_indices.CASES if c[0].startswith("gdr")]))

@@ -497,6 +497,39 @@ def test_chunk_grads_kernel_matches_its_model(varlen, dtype, fold, heads):
         assert not any(x[290:].any() for x in got), "tokens past the last offset are in no sequence"
 
 
+@pytest.mark.parametrize("l2", [False, True])
+@pytest.mark.parametrize("parts", [1, 2, 4])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_grad_rows_kernel_matches_the_torch_step(dtype, parts, l2):
+    """api.gdr_grad_rows (dq and dk's last step: B3's parts added in part order, the l2norm's backward, the cast;
+    one launch for both) against backward._finish_rows, the same step in torch: within 1e-3 relative L2 of its fp32
+    result (the kernel rounds once; rsqrt against sqrt and division), and no element further than one rounding of
+    the dtype from torch's rounded result; bitwise repeatable; a zero row (eps keeps it finite), rows of every
+    scale; a tensor of rows that is not a multiple of the CTA's eight."""
+    from deep_gemm_sm120.families.gated_delta_rule import api
+    from deep_gemm_sm120.families.gated_delta_rule import backward as bw
+
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    b, t, h = 2, 37, 3
+    scales = torch.logspace(-2, 1, h, device="cuda")[:, None]
+    q = (torch.randn(b, t, h, 128, device="cuda", generator=gen) * scales).to(dtype)
+    k = (torch.randn(b, t, h, 128, device="cuda", generator=gen) * scales).to(dtype)
+    q[0, 0, 0] = 0
+    dq_parts = torch.randn(b * t, h * parts, 128, device="cuda", generator=gen)
+    dk_parts = torch.randn(b * t, h * parts, 128, device="cuda", generator=gen)
+    got = api.gdr_grad_rows(dq_parts, dk_parts, q, k, l2)
+    assert torch.equal(got[0], api.gdr_grad_rows(dq_parts, dk_parts, q, k, l2)[0]), "not bitwise repeatable"
+    exact = bw._finish_rows(q.float(), k.float(), dq_parts.clone(), dk_parts.clone(), l2)  # fp32: not rounded
+    rounded = bw._finish_rows(q, k, dq_parts.clone(), dk_parts.clone(), l2)
+    unit = 2.0**-8 if dtype == torch.bfloat16 else 2.0**-11
+    for name, mine, ref, tr in zip(("dq", "dk"), got, exact, rounded):
+        assert mine.dtype == dtype and mine.shape == (b, t, h, 128), name
+        assert torch.isfinite(mine).all(), name
+        assert relative_l2(mine.float(), ref) <= (4e-3 if dtype == torch.bfloat16 else 1e-3), name
+        step = unit * ref.abs().clamp_min(1e-30)
+        assert ((mine.float() - tr.float()).abs() <= 2 * step + 1e-30).all(), f"{name}: more than a rounding apart"
+
+
 def test_host_errors_on_the_gpu():
     args, _ = make_inputs(1, 40, 4, 4, seed=2)
     with pytest.raises(ValueError, match="end at T = 40"):

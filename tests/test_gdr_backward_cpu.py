@@ -158,7 +158,7 @@ def test_function_attaches_the_backward_to_the_outputs():
     """Differentiable.apply (what chunk_gated_delta_rule does when an input requires grad): the same gradients as
     autograd through the reference, only for the inputs that asked."""
     leaves, cu, run = _function_case((True, False, True, True, False, True))
-    out_o, out_fs = Differentiable.apply((0.3, True, None, None, None), run, *leaves, cu)
+    out_o, out_fs = Differentiable.apply((0.3, True, None, None, None, None), run, *leaves, cu)
     with torch.no_grad():
         o, fs = run(*leaves, cu)
     assert out_o.requires_grad and torch.equal(out_o, o) and torch.equal(out_fs, fs)
@@ -175,7 +175,7 @@ def test_function_attaches_the_backward_to_the_outputs():
 
 def test_function_without_a_final_state_and_unused_outputs():
     leaves, cu, run = _function_case((True,) * 6)
-    out = Differentiable.apply((0.3, True, None, None, None), lambda *a: run(*a, final=False), *leaves, cu)
+    out = Differentiable.apply((0.3, True, None, None, None, None), lambda *a: run(*a, final=False), *leaves, cu)
     assert isinstance(out, torch.Tensor)
     (out.sum() * 0).backward()  # a zero upstream gradient: zero gradients, not an error
     assert all(torch.count_nonzero(x.grad) == 0 for x in leaves)
@@ -185,7 +185,7 @@ def test_outputs_may_be_modified_in_place():
     """The outputs are the forward's own tensors, not views of anything: in-place use works as under no_grad, and
     the gradients are those of the loss as written."""
     leaves, cu, run = _function_case((True,) * 6)
-    o, fs = Differentiable.apply((0.3, True, None, None, None), run, *leaves, cu)
+    o, fs = Differentiable.apply((0.3, True, None, None, None, None), run, *leaves, cu)
     o.mul_(2)
     fs.add_(1)
     (o.sum() + fs.sum()).backward()
@@ -204,7 +204,7 @@ def test_outputs_may_be_modified_in_place():
 
 def test_first_order_with_create_graph_and_a_clear_second_order_error():
     leaves, cu, run = _function_case((True,) * 6)
-    o, _ = Differentiable.apply((0.3, True, None, None, None), run, *leaves, cu)
+    o, _ = Differentiable.apply((0.3, True, None, None, None, None), run, *leaves, cu)
     grads = torch.autograd.grad(o.pow(2).sum(), leaves, create_graph=True)
     assert all(x is not None and torch.isfinite(x).all() for x in grads)
     with pytest.raises(RuntimeError, match="once_differentiable|twice"):
@@ -504,3 +504,28 @@ def test_the_kernel_path_wiring_with_b3_modelled(varlen, l2, fold):
         assert torch.allclose(mine, ref, rtol=1e-4, atol=1e-5), f"{name}: {(mine - ref).abs().max():.3e}"
     if varlen:
         assert not got[2][0, 140:].any() and not got[3][0, 140:].any(), "tokens in no sequence get no gradient"
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+def test_l2norm_backward_is_autograds(dtype):
+    """backward._l2norm_backward (four passes over the rows: norm, dot, scale, fused multiply-add) against autograd
+    through y = x / sqrt(|x|^2 + eps) in float64: x in the inputs' dtype (bf16 as the kernel path gets q / k), dy
+    in fp32 or float64 as B3 and the torch stages give it; rows of every scale, a zero row (eps keeps it finite) and
+    a batch of heads. The result has dy's dtype and leaves dy unchanged."""
+    gen = torch.Generator().manual_seed(3)
+    x = (
+        torch.randn(3, 5, 4, 128, generator=gen, dtype=torch.float64)
+        * torch.logspace(-3, 2, 4, dtype=torch.float64)[:, None]
+    )
+    x[0, 0, 0] = 0.0
+    dy = torch.randn(x.shape, generator=gen, dtype=torch.float64)
+    xs = x.to(dtype)
+    dy_t = dy.to(torch.float64 if dtype == torch.float64 else torch.float32)
+    before = dy_t.clone()
+    ref_x = xs.to(torch.float64).clone().requires_grad_()  # (a copy: float64 x must not require grad itself)
+    (ref_x / torch.sqrt((ref_x * ref_x).sum(-1, keepdim=True) + 1e-6)).backward(dy_t.to(torch.float64))
+    got = bw._l2norm_backward(xs, dy_t)
+    assert got.dtype == dy_t.dtype and torch.equal(dy_t, before)
+    err = float((got.double() - ref_x.grad).norm() / ref_x.grad.norm())
+    assert err < (1e-13 if dtype == torch.float64 else 1e-6), err
+    assert torch.isfinite(got).all()

@@ -38,6 +38,8 @@ from .contract import (
     default_chunk_size,
     scale_value,
 )
+from .grad_rows import PARAMS as GRAD_ROWS_PARAMS
+from .grad_rows import GdrGradRowsSpec, grad_rows_ctas
 from .kernel import HEAD_DIM, PARAMS, GdrFwdSpec
 from .plan import (
     choose_overlap,
@@ -250,6 +252,9 @@ def _run(run, q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm_
     def chunk_grads(q, k, v, g, beta, do, states, dh_next, first, length, covered):  # stages 0 and 3 by B3
         return gdr_chunk_grads(q, k, v, g, beta, scale, do, l2, states, dh_next, first, length, covered)
 
+    def grad_rows(q, k, dq_parts, dk_parts):  # dq and dk's parts summed, the l2norm's backward, the cast
+        return gdr_grad_rows(dq_parts, dk_parts, q, k, l2)
+
     on_gpu = q.is_cuda
     meta = (
         scale_value(scale, HEAD_DIM),
@@ -257,6 +262,7 @@ def _run(run, q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm_
         states if on_gpu else None,
         state_grads if on_gpu else None,
         chunk_grads if on_gpu and chunk_grads_enabled() else None,
+        grad_rows if on_gpu and chunk_grads_enabled() else None,
     )
     outs = Differentiable.apply(
         meta, lambda *tensors: run(*tensors, scale), q, k, v, g, beta, initial_state, cu_seqlens
@@ -471,6 +477,38 @@ def gdr_chunk_grads(
         index,
     )  # fmt: skip
     return dq, dk, dv, dg, dbeta
+
+
+def gdr_grad_rows(
+    dq_parts: torch.Tensor, dk_parts: torch.Tensor, q: torch.Tensor, k: torch.Tensor, use_qk_l2norm_in_kernel: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """dq and dk's last step (impls/sm120_gated_delta_rule_grad_rows.cuh) from B3's fp32 parts [B T, H x parts,
+    128] (api.gdr_chunk_grads): the parts added in part order, the l2norm's backward when the forward normalized q
+    and k (x = q, k as given to the forward), the result [B, T, H, 128] in q's dtype, rounded once. One launch for
+    both. backward._finish_rows is the same step in torch."""
+    index = device_of(dq_parts=dq_parts, dk_parts=dk_parts, q=q, k=k)
+    b, t, h = q.shape[:3]
+    rows = b * t * h
+    parts = dq_parts.shape[1] // h if h else 1
+    dq, dk = (
+        torch.empty_like(q, memory_format=torch.contiguous_format),
+        torch.empty_like(k, memory_format=torch.contiguous_format),
+    )
+    if rows == 0:
+        return dq, dk
+    kern = jit.get_kernel(GdrGradRowsSpec(_ELEM[q.dtype][0]), target_of(index), index)
+    dq_parts, dk_parts, q, k = _dense16(dq_parts, dk_parts, q, k)
+    launch(
+        kern,
+        grad_rows_ctas(rows),
+        GRAD_ROWS_PARAMS.pack(
+            dq_parts=dq_parts.data_ptr(), dk_parts=dk_parts.data_ptr(), q=q.data_ptr(), k=k.data_ptr(),
+            dq=dq.data_ptr(), dk=dk.data_ptr(), rows=rows, parts=parts, l2norm=int(use_qk_l2norm_in_kernel),
+        ),
+        b"",
+        index,
+    )  # fmt: skip
+    return dq, dk
 
 
 def _prepare(

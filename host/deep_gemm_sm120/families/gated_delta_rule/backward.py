@@ -223,10 +223,15 @@ def _l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
 
 
 def _l2norm_backward(x: torch.Tensor, dy: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """dx of y = x / sqrt(|x|^2 + eps) along the last dimension."""
-    n = torch.sqrt((x * x).sum(-1, keepdim=True) + eps)
-    y = x / n
-    return (dy - y * (y * dy).sum(-1, keepdim=True)) / n
+    """dx of y = x / n, n = sqrt(|x|^2 + eps), along the last dimension: dx = dy / n - x (x . dy) / n^3, in dy's
+    dtype. Four passes over the [..., D] tensors (x's norm, its dot with dy, dy / n, the fused multiply-add) and
+    one more where x has another dtype; the per-row factors are [..., 1]. At 1 x 8192 tokens and 16 heads a pass
+    moves some 128 MB, so the nine of the textbook form (x x, its sum, x / n, y dy, its sum, y (.), dy - (.),
+    / n) were most of this backward's cost with the in-kernel l2norm on."""
+    xw = x if x.dtype == dy.dtype else x.to(dy.dtype)
+    n = torch.linalg.vector_norm(xw, dim=-1, keepdim=True).square_().add_(eps).sqrt_()
+    c = torch.linalg.vecdot(xw, dy, dim=-1).unsqueeze(-1).div_(n * n * n)
+    return (dy / n).addcmul_(xw, c, value=-1.0)
 
 
 def _gather(x: torch.Tensor, layout: ChunkLayout, dtype: torch.dtype) -> torch.Tensor:
@@ -394,6 +399,7 @@ def chunk_gated_delta_rule_backward(
     states_pass: Callable[[torch.Tensor, int], torch.Tensor] | None = None,
     state_grads_pass: Callable[..., tuple[torch.Tensor, torch.Tensor | None]] | None = None,
     chunk_grads_pass: Callable[..., tuple[torch.Tensor, ...]] | None = None,
+    grad_rows_pass: Callable[..., tuple[torch.Tensor, torch.Tensor]] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Gradients of chunk_gated_delta_rule's (o, final_state) given do [B, T, HV, V] and dfinal [N, HV, K, V]
     (either None: that output unused). Returns (dq, dk, dv, dg, dbeta, dh0) in the inputs' dtypes (dh0 None
@@ -404,7 +410,8 @@ def chunk_gated_delta_rule_backward(
     With both passes the layout is device_layout's: while a CUDA graph is captured no host read of cu_seqlens
     happens anywhere in the backward. chunk_grads_pass(do, states, dh_next, first, length, covered) (with both
     passes): stages 0 and 3 by the B3 kernel (api.gdr_chunk_grads), reading the inputs where they are: no gather,
-    no scatter, no factor in memory."""
+    no scatter, no factor in memory. grad_rows_pass(dq_parts, dk_parts) (with B3): dq and dk's last step by its
+    kernel (api.gdr_grad_rows); None: in torch (_finish_rows)."""
     work = torch.float64 if v.dtype == torch.float64 else torch.float32
     bsz, tokens, heads, kdim = q.shape
     if cu_seqlens is not None and bsz != 1:
@@ -423,7 +430,7 @@ def chunk_gated_delta_rule_backward(
             raise ValueError(f"the kernels work in chunks of {STATE_TOKENS} tokens, not {chunk_size}")
         return _kernel_backward(
             q, k, v, g, beta, do, dfinal, initial_state, use_qk_l2norm_in_kernel, layout, cu_seqlens is None,
-            states_pass, state_grads_pass, chunk_grads_pass,
+            states_pass, state_grads_pass, chunk_grads_pass, grad_rows_pass,
         )  # fmt: skip
     qf, kf = q.to(work), k.to(work)
     qn, kn = (_l2norm(qf), _l2norm(kf)) if use_qk_l2norm_in_kernel else (qf, kf)
@@ -485,13 +492,42 @@ def chunk_gated_delta_rule_backward(
     )
 
 
+def _finish_rows(
+    q: torch.Tensor, k: torch.Tensor, dq: torch.Tensor, dk: torch.Tensor, l2: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """dq and dk's last step in torch (what impls/sm120_gated_delta_rule_grad_rows.cuh does): B3's fp32 parts
+    [B T, H x parts, K] added in part order, the l2norm's backward (x = q, k as the forward got them), then q's
+    and k's dtypes; returns [B, T, H, K] each."""
+    bsz, tokens, heads, kdim = q.shape
+    parts = dq.shape[1] // heads
+    dq, dk = (x.view(bsz, tokens, heads, parts, kdim) for x in (dq, dk))
+    dq, dk = (x.sum(3) if parts > 1 else x.squeeze(3) for x in (dq, dk))
+    if l2:
+        dq, dk = _l2norm_backward(q, dq), _l2norm_backward(k, dk)
+    return dq.to(q.dtype), dk.to(k.dtype)
+
+
 def _kernel_backward(
-    q, k, v, g, beta, do, dfinal, initial_state, l2, layout, covered, states_pass, state_grads_pass, chunk_grads_pass
+    q,
+    k,
+    v,
+    g,
+    beta,
+    do,
+    dfinal,
+    initial_state,
+    l2,
+    layout,
+    covered,
+    states_pass,
+    state_grads_pass,
+    chunk_grads_pass,
+    grad_rows_pass=None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Every stage by a kernel: the states, the reverse pass, then B3 for every chunk of the layout (dq and dk
-    summed over parts of each q / k head's value heads); the host sums the parts (a fixed order) and applies the
-    l2norm's backward. covered: every token is
-    in some sequence (fixed lengths; with offsets, tokens past the last one are in none and get zeros)."""
+    summed over parts of each q / k head's value heads), then dq and dk's last step (the parts added in a fixed
+    order, the l2norm's backward, the cast: grad_rows_pass, or _finish_rows in torch). covered: every token is
+    in some sequence (fixed lengths; with offsets, tokens past the last one are in none and get zeros)."""  # fmt: skip
     bsz, tokens, heads, kdim = q.shape
     count = layout.token.shape[0]
     slots = state_slots(layout)
@@ -501,15 +537,11 @@ def _kernel_backward(
     first, length = chunk_bounds(layout)
     dq, dk, dv, dg, dbeta = chunk_grads_pass(do_in.to(v.dtype), states, dh_next, first, length, covered)
     del states, dh_next
-    parts = dq.shape[1] // heads  # B3 sums each part of a head's value heads; the host sums the parts, if several
-    dq, dk = (x.view(bsz, tokens, heads, parts, kdim) for x in (dq, dk))
-    dq, dk = (x.sum(3) if parts > 1 else x.squeeze(3) for x in (dq, dk))
-    if l2:
-        dq, dk = _l2norm_backward(q.float(), dq), _l2norm_backward(k.float(), dk)
+    dq, dk = grad_rows_pass(dq, dk) if grad_rows_pass is not None else _finish_rows(q, k, dq, dk, l2)
     shape = v.shape[:3]
     return (
-        dq.to(q.dtype),
-        dk.to(k.dtype),
+        dq,
+        dk,
         dv.view(v.shape).to(v.dtype),
         dg.view(shape).to(g.dtype),
         dbeta.view(shape).to(beta.dtype),
@@ -521,11 +553,12 @@ class Differentiable(torch.autograd.Function):
     """chunk_gated_delta_rule with its backward: forward(ctx, meta, run, q, k, v, g, beta, initial_state,
     cu_seqlens) calls run(q, k, v, g, beta, initial_state, cu_seqlens) (the forward's kernels: fresh outputs, so
     they may be modified in place as without grad), returns o (and final_state when run gives one) and keeps the
-    inputs; meta is (scale, use_qk_l2norm_in_kernel, states, state_grads, chunk_grads): states(q, k, v, g, beta,
+    inputs; meta is (scale, use_qk_l2norm_in_kernel, states, state_grads, chunk_grads, grad_rows): states(q, k, v, g, beta,
     initial_state, cu_seqlens, slots, count) gives stage 1 from the forward's kernels (api.gdr_states),
     state_grads(q, k, v, g, beta, cu_seqlens, do, dfinal, slots, count, want_dh0) stage 2 from the reverse pass
     kernel (api.gdr_state_grads) and chunk_grads(q, k, v, g, beta, do, states, dh_next, first, length, covered)
-    stages 0 and 3 from B3 (api.gdr_chunk_grads); None computes that stage in torch.
+    stages 0 and 3 from B3 (api.gdr_chunk_grads), grad_rows(q, k, dq_parts, dk_parts) dq and dk's last step
+    (api.gdr_grad_rows); None computes that stage in torch.
     The backward recomputes everything else from the inputs. Not differentiable twice."""
 
     @staticmethod
@@ -541,7 +574,7 @@ class Differentiable(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, *grads):  # type: ignore[override]
         q, k, v, g, beta, initial_state, cu_seqlens = ctx.saved_tensors
-        scale, l2, states, state_grads, chunk_grads = ctx.meta
+        scale, l2, states, state_grads, chunk_grads, grad_rows = ctx.meta
         do, dfinal = grads[0], grads[1] if ctx.has_final else None
         if do is None and dfinal is None:
             return (None,) * 9
@@ -554,9 +587,12 @@ class Differentiable(torch.autograd.Function):
         chunk_pass = None
         if chunk_grads is not None:
             chunk_pass = functools.partial(chunk_grads, q, k, v, g, beta)
+        rows_pass = None
+        if grad_rows is not None:
+            rows_pass = functools.partial(grad_rows, q, k)
         dq, dk, dv, dg, dbeta, dh0 = chunk_gated_delta_rule_backward(
             q, k, v, g, beta, do, dfinal, scale, initial_state, cu_seqlens, l2, STATE_TOKENS, states_pass, grads_pass,
-            chunk_pass,
+            chunk_pass, rows_pass,
         )  # fmt: skip
         need = ctx.needs_input_grad
         picked = [x if need[i + 2] else None for i, x in enumerate((dq, dk, dv, dg, dbeta, dh0))]
