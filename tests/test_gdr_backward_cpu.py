@@ -497,13 +497,28 @@ def test_the_kernel_path_wiring_with_b3_modelled(varlen, l2, fold):
         seen["covered"] = covered
         return chunk_grads_model(q, k, v, g, beta, do_, st, dh, first, length, covered, scale, l2, fold=fold)
 
+    def rows_pass(dq_parts, dk_parts):  # dq and dk's last step: what api.gdr_grad_rows is held to
+        seen["parts"] = dq_parts.shape[1] // q.shape[2]
+        return bw._finish_rows(q, k, dq_parts, dk_parts, l2)
+
     got = chunk_gated_delta_rule_backward(*args, states_pass, grads_pass, chunk_pass)
     assert seen["covered"] is (not varlen) and seen["count"] == states.shape[0]
-    for name, mine, ref in zip(NAMES, got, want):
+    with_rows = chunk_gated_delta_rule_backward(*args, states_pass, grads_pass, chunk_pass, rows_pass)
+    assert seen["parts"] == v.shape[2] // q.shape[2] // fold
+    for name, mine, ref, other in zip(NAMES, got, want, with_rows):
         assert mine.dtype == ref.dtype and mine.shape == ref.shape, name
         assert torch.allclose(mine, ref, rtol=1e-4, atol=1e-5), f"{name}: {(mine - ref).abs().max():.3e}"
+        assert torch.equal(other, mine), f"{name}: the rows pass is not wired as the torch step"
     if varlen:
         assert not got[2][0, 140:].any() and not got[3][0, 140:].any(), "tokens in no sequence get no gradient"
+
+
+def test_grad_rows_kernel_is_off_until_qualified(monkeypatch):
+    """dq and dk's last step by its kernel only with DG_SM120_GDR_GRAD_ROWS=1 until its first GPU run."""
+    monkeypatch.delenv(bw.GRAD_ROWS_ENV, raising=False)
+    assert not bw.grad_rows_enabled()
+    monkeypatch.setenv(bw.GRAD_ROWS_ENV, "1")
+    assert bw.grad_rows_enabled()
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])

@@ -22,7 +22,7 @@ from ...device import num_sms_for
 from ...launch import KEY_ERRORS, CallCache, fast_calls, get_pdl, kernel_memo, launch, recording, tensor_key
 from ...launch import empty as fresh_empty
 from ...launch import zeros as fresh_zeros
-from .backward import Differentiable, chunk_grads_enabled
+from .backward import Differentiable, chunk_grads_enabled, grad_rows_enabled
 from .bwd import PARAMS as BWD_PARAMS
 from .bwd import GdrBwdSpec
 from .bwd_chunk import PARAMS as CHUNK_GRAD_PARAMS
@@ -262,7 +262,7 @@ def _run(run, q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm_
         states if on_gpu else None,
         state_grads if on_gpu else None,
         chunk_grads if on_gpu and chunk_grads_enabled() else None,
-        grad_rows if on_gpu and chunk_grads_enabled() else None,
+        grad_rows if on_gpu and chunk_grads_enabled() and grad_rows_enabled() else None,
     )
     outs = Differentiable.apply(
         meta, lambda *tensors: run(*tensors, scale), q, k, v, g, beta, initial_state, cu_seqlens
