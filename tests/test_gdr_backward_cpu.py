@@ -373,10 +373,13 @@ def test_device_layout_numbers_chunks_as_the_host_layout():
 def test_fixed_length_device_layouts_are_kept(monkeypatch):
     """device_layout keeps fixed-length layouts (they follow from the shapes; building one costs about twenty
     device operations a backward): a repeated (B, T, C, device) returns the kept layout, equal to a fresh build,
-    with B3's chunk table (chunk_bounds) already made; the cache is bounded; while a CUDA graph is captured a miss
-    is built fresh and not kept (a capture's allocations belong to its graph), a hit is still served."""
+    with B3's chunk table (chunk_bounds) already made; least recently used first out past the bound. While a CUDA
+    graph is captured the cache is neither read nor filled (a review found a graph that had captured a kept
+    layout reading it after its eviction): the layout is built fresh."""
+    import collections
+
     cpu = torch.device("cpu")
-    monkeypatch.setattr(bw, "_FIXED_DEVICE", {})
+    monkeypatch.setattr(bw, "_FIXED_DEVICE", collections.OrderedDict())
     for b, t in ((1, 64), (3, 100), (2, 1), (4, 2048)):
         kept = bw.device_layout(b, t, None, 64, cpu)
         assert bw.device_layout(b, t, None, 64, cpu, exact=True) is kept
@@ -389,16 +392,19 @@ def test_fixed_length_device_layouts_are_kept(monkeypatch):
         assert torch.equal(first, fresh.token[:, 0].int()) and torch.equal(length, fresh.valid.sum(-1).int())
         assert int(length.sum()) == b * t
     assert len(bw._FIXED_DEVICE) == 4
-    for t in range(1, 2 * bw._FIXED_DEVICE_MAX):
+    oldest = bw.device_layout(1, 64, None, 64, cpu)  # used again: the newest now
+    for t in range(1000, 1000 + bw._FIXED_DEVICE_MAX - 1):
         bw.device_layout(1, t, None, 64, cpu)
-    assert 0 < len(bw._FIXED_DEVICE) <= bw._FIXED_DEVICE_MAX
+    assert len(bw._FIXED_DEVICE) == bw._FIXED_DEVICE_MAX
+    assert bw.device_layout(1, 64, None, 64, cpu) is oldest, "the recently used entry was evicted"
+    assert (3, 100, 64, cpu) not in bw._FIXED_DEVICE, "the least recently used entry stayed"
     monkeypatch.setattr(bw, "_capturing", lambda x: True)
-    before = dict(bw._FIXED_DEVICE)
-    missing = bw.device_layout(5, 777, None, 64, cpu)
-    assert bw._FIXED_DEVICE == before and missing.first is None  # built on the device, not kept
-    assert torch.equal(bw.chunk_bounds(missing)[1], bw._device_layout(5, 777, None, 64, cpu).valid.sum(-1).int())
-    key = next(iter(before))
-    assert bw.device_layout(key[0], key[1], None, key[2], key[3]) is before[key]
+    before = collections.OrderedDict(bw._FIXED_DEVICE)
+    for b, t in ((1, 64), (5, 777)):  # a kept shape and a new one
+        built = bw.device_layout(b, t, None, 64, cpu)
+        assert built.first is None and built is not oldest, "a capture read the cache"
+        assert torch.equal(bw.chunk_bounds(built)[1], bw._device_layout(b, t, None, 64, cpu).valid.sum(-1).int())
+    assert bw._FIXED_DEVICE == before, "a capture filled or reordered the cache"
 
 
 @pytest.mark.parametrize("capturing", [True, False])

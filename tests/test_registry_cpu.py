@@ -334,6 +334,7 @@ def test_services_are_declared_as_such_and_the_root_imports_no_family():
         "gated_delta_rule_combine",  # the segmented walk's chain of segment maps
         "gated_delta_rule_bwd",  # the backward's reverse state pass
         "gated_delta_rule_bwd_chunk",  # the backward's per-chunk gradients (B3)
+        "gated_delta_rule_grad_rows",  # the backward's last step of dq / dk
     }
     assert all(not f.names for f in reg.families if f.service)
     assert reg.packages["split_k_reduce"].split(".")[-2] == "services"
@@ -346,6 +347,7 @@ def test_services_are_declared_as_such_and_the_root_imports_no_family():
         "gated_delta_rule_combine": "gated_delta_rule",
         "gated_delta_rule_bwd": "gated_delta_rule",
         "gated_delta_rule_bwd_chunk": "gated_delta_rule",
+        "gated_delta_rule_grad_rows": "gated_delta_rule",
     }
     assert all(reg.packages[s] == reg.packages[f] for s, f in owners.items())
     assert "get_paged_mqa_logits_metadata" in {op.name for f in reg.user_families for op in f.ops}

@@ -489,7 +489,17 @@ def gdr_grad_rows(
     index = device_of(dq_parts=dq_parts, dk_parts=dk_parts, q=q, k=k)
     b, t, h = q.shape[:3]
     rows = b * t * h
+    if dq_parts.dtype != torch.float32 or dk_parts.dtype != torch.float32:
+        raise TypeError(f"dq / dk parts must be float32 (B3's), got {dq_parts.dtype} / {dk_parts.dtype}")
     parts = dq_parts.shape[1] // h if h else 1
+    want = (b * t, h * parts, HEAD_DIM)
+    if tuple(k.shape) != tuple(q.shape) or k.dtype != q.dtype:
+        raise ValueError(f"k must match q ({tuple(q.shape)}, {q.dtype}), got {tuple(k.shape)}, {k.dtype}")
+    if parts < 1 or tuple(dq_parts.shape) != want or tuple(dk_parts.shape) != want:
+        raise ValueError(
+            f"dq / dk parts must be [B T, H x parts, 128] with parts >= 1, got {tuple(dq_parts.shape)} / "
+            f"{tuple(dk_parts.shape)} for q {tuple(q.shape)}"
+        )
     dq, dk = (
         torch.empty_like(q, memory_format=torch.contiguous_format),
         torch.empty_like(k, memory_format=torch.contiguous_format),

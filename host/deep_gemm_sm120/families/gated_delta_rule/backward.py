@@ -19,6 +19,7 @@ chunk positions and read the offsets on the host (chunk_layout).
 
 from __future__ import annotations
 
+import collections
 import functools
 import os
 from collections.abc import Callable
@@ -97,9 +98,14 @@ def _layout(batch: int, tokens: int, cu_seqlens: torch.Tensor | None, chunk: int
 
 
 # Fixed-length device layouts by (B, T, C, device): they follow from the shapes alone, and building one is about
-# twenty small device operations (some 150 us of host time a backward, before any kernel). Bounded like the call
-# caches; filled only outside CUDA-graph capture (a capture's allocations belong to its graph's pool).
-_FIXED_DEVICE: dict[tuple[int, int, int, torch.device], ChunkLayout] = {}
+# twenty small device operations (some 150 us of host time a backward, before any kernel). Least recently used
+# first out past the bound. Never read or filled while a CUDA graph is captured: a graph would keep the addresses
+# of tensors the cache may free (a review found a captured hit read after eviction), so a capture builds its own.
+# Each entry: the layout and the stream it was made on (a hit on another stream is recorded on it, so the
+# allocator keeps the memory until that stream is done with it).
+_FIXED_DEVICE: collections.OrderedDict[tuple[int, int, int, torch.device], tuple[ChunkLayout, int | None]] = (
+    collections.OrderedDict()
+)
 _FIXED_DEVICE_MAX = 32
 
 
@@ -108,16 +114,24 @@ def device_layout(
 ) -> ChunkLayout:
     """The chunk layout the kernels read (see _device_layout). Fixed lengths (cu_seqlens None) come from a bounded
     cache: built once per (B, T, C, device) on the host, copied to the device (the copy completes before this
-    returns, so any stream may read it) with each chunk's first token and length (chunk_bounds), and kept read-only.
-    While a CUDA graph is captured a missing entry is built on the device and not kept."""
-    if cu_seqlens is not None:
+    returns) with each chunk's first token and length (chunk_bounds), and kept read-only. While a CUDA graph is
+    captured the cache is neither read nor filled: the layout is built on the device, in the graph's pool."""
+    if cu_seqlens is not None or _capturing(device):
         return _device_layout(batch, tokens, cu_seqlens, chunk, device, exact)
+    if device.type == "cuda" and device.index is None:  # one key per GPU: "cuda" is the current one
+        device = torch.device("cuda", torch.cuda.current_device())
     key = (batch, tokens, chunk, device)
-    hit = _FIXED_DEVICE.get(key)
-    if hit is not None:
-        return hit
-    if _capturing(device):
-        return _device_layout(batch, tokens, None, chunk, device, exact)
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
+    entry = _FIXED_DEVICE.get(key)
+    if entry is not None:
+        _FIXED_DEVICE.move_to_end(key)
+        layout, made_on = entry
+        if stream != made_on:  # the allocator frees it only once this stream's work on it is done
+            current = torch.cuda.current_stream(device)
+            for t in (layout.token, layout.valid, layout.order, layout.slots, layout.first, layout.length):
+                if t is not None:
+                    t.record_stream(current)
+        return layout
     host = _device_layout(batch, tokens, None, chunk, torch.device("cpu"), exact)
     first, length = _bounds(host)
     kept = ChunkLayout(
@@ -130,9 +144,9 @@ def device_layout(
         first=first.to(device),
         length=length.to(device),
     )
-    if len(_FIXED_DEVICE) >= _FIXED_DEVICE_MAX:
-        _FIXED_DEVICE.clear()
-    _FIXED_DEVICE[key] = kept
+    while len(_FIXED_DEVICE) >= _FIXED_DEVICE_MAX:
+        _FIXED_DEVICE.popitem(last=False)
+    _FIXED_DEVICE[key] = (kept, stream)
     return kept
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...core.arith import ceil_div
 from ...core.params import Param, ParamList
 from ...core.registry import Family, GateRules, KernelSpec
 from .prep import CXX_ELEM
@@ -28,7 +29,7 @@ ROWS_PER_CTA = THREADS // 32
 
 def grad_rows_ctas(rows: int) -> int:
     """dq's CTAs, then dk's: eight rows each."""
-    return 2 * -(-rows // ROWS_PER_CTA)
+    return 2 * ceil_div(rows, ROWS_PER_CTA)
 
 
 @dataclass(frozen=True)
