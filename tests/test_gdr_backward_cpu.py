@@ -158,7 +158,7 @@ def test_function_attaches_the_backward_to_the_outputs():
     """Differentiable.apply (what chunk_gated_delta_rule does when an input requires grad): the same gradients as
     autograd through the reference, only for the inputs that asked."""
     leaves, cu, run = _function_case((True, False, True, True, False, True))
-    out_o, out_fs = Differentiable.apply((0.3, True, None, None, None, None), run, *leaves, cu)
+    out_o, out_fs = Differentiable.apply((0.3, True, None, None, None, None, None), run, *leaves, cu)
     with torch.no_grad():
         o, fs = run(*leaves, cu)
     assert out_o.requires_grad and torch.equal(out_o, o) and torch.equal(out_fs, fs)
@@ -175,7 +175,7 @@ def test_function_attaches_the_backward_to_the_outputs():
 
 def test_function_without_a_final_state_and_unused_outputs():
     leaves, cu, run = _function_case((True,) * 6)
-    out = Differentiable.apply((0.3, True, None, None, None, None), lambda *a: run(*a, final=False), *leaves, cu)
+    out = Differentiable.apply((0.3, True, None, None, None, None, None), lambda *a: run(*a, final=False), *leaves, cu)
     assert isinstance(out, torch.Tensor)
     (out.sum() * 0).backward()  # a zero upstream gradient: zero gradients, not an error
     assert all(torch.count_nonzero(x.grad) == 0 for x in leaves)
@@ -185,7 +185,7 @@ def test_outputs_may_be_modified_in_place():
     """The outputs are the forward's own tensors, not views of anything: in-place use works as under no_grad, and
     the gradients are those of the loss as written."""
     leaves, cu, run = _function_case((True,) * 6)
-    o, fs = Differentiable.apply((0.3, True, None, None, None, None), run, *leaves, cu)
+    o, fs = Differentiable.apply((0.3, True, None, None, None, None, None), run, *leaves, cu)
     o.mul_(2)
     fs.add_(1)
     (o.sum() + fs.sum()).backward()
@@ -204,7 +204,7 @@ def test_outputs_may_be_modified_in_place():
 
 def test_first_order_with_create_graph_and_a_clear_second_order_error():
     leaves, cu, run = _function_case((True,) * 6)
-    o, _ = Differentiable.apply((0.3, True, None, None, None, None), run, *leaves, cu)
+    o, _ = Differentiable.apply((0.3, True, None, None, None, None, None), run, *leaves, cu)
     grads = torch.autograd.grad(o.pow(2).sum(), leaves, create_graph=True)
     assert all(x is not None and torch.isfinite(x).all() for x in grads)
     with pytest.raises(RuntimeError, match="once_differentiable|twice"):
@@ -407,6 +407,63 @@ def test_fixed_length_device_layouts_are_kept(monkeypatch):
     assert bw._FIXED_DEVICE == before, "a capture filled or reordered the cache"
 
 
+def test_host_chunk_count_spares_the_varlen_sync(monkeypatch):
+    """With the host copy's chunk count (cu_seqlens_cpu), a varlen layout keeps the padded bound, reading nothing
+    on the host, where the bound pads at most a quarter more (and eight chunks); where it pads more, it reads the
+    real count as before. A wrong host count (fewer chunks than the offsets make) can only pick the bound, which is
+    never short: the gradients stay autograd's."""
+    cpu = torch.device("cpu")
+    reads = []
+
+    def layout(cu, host):
+        reads.clear()
+        tokens = int(cu[-1])
+        original = torch.Tensor.__int__
+
+        def counted(self):
+            reads.append(1)
+            return original(self)
+
+        monkeypatch.setattr(torch.Tensor, "__int__", counted)
+        try:
+            return bw.device_layout(1, tokens, cu, 64, cpu, exact=True, host_chunks=host)
+        finally:
+            monkeypatch.setattr(torch.Tensor, "__int__", original)
+
+    packed = torch.tensor([0, 1000, 2100, 4096])  # 16 + 18 + 32 = 66 chunks; the bound (4096 + 3 x 63) / 64 = 66
+    got = layout(packed, 66)
+    assert not reads and got.token.shape[0] == 66
+    got = layout(packed, None)
+    assert reads and got.token.shape[0] == 66  # no host count: the read, as before
+    short = torch.tensor([0] + [10 * i for i in range(1, 65)])  # 64 sequences of 10 tokens: 64 chunks, bound 73
+    assert layout(short, 64).token.shape[0] == 73 and not reads  # 9 more: within eight or a quarter
+    empty = torch.tensor([0] * 60 + [640])  # one sequence of 640 tokens and 59 empty ones: 10 chunks, bound 69
+    assert layout(empty, 10).token.shape[0] == 10 and reads  # the bound would pad 59: the read
+    assert layout(empty, 1).token.shape[0] == 10 and reads  # a wrong (short) host count: still the read
+    assert bw._pads_little(66, 66) and bw._pads_little(40, 32) and not bw._pads_little(41, 32)
+    assert bw._pads_little(8, 0) and not bw._pads_little(9, 0)
+    # a wrong host count that picks the bound: the padded layout, which covers every real chunk
+    q, k, v, g, beta, h0 = _inputs(1, 300, 1, 2, 8, seed=3, n=3)
+    cu = torch.tensor([0, 100, 230, 300])
+    gen = torch.Generator().manual_seed(2)
+    do = torch.randn(1, 300, 2, 8, generator=gen, dtype=torch.float64)
+    dfs = torch.randn(3, 2, 8, 8, generator=gen, dtype=torch.float64)
+    refs = _autograd(q, k, v, g, beta, h0, do, dfs, 0.3, cu, True, True)
+    states_pass = _reference_states_pass(q, k, v, g, beta, h0, cu, True)
+    grads_pass = _reference_state_grads_pass(q, k, v, g, beta, h0, cu, True, 0.3)
+    counted = []
+
+    def counting(slots, count, *rest):
+        counted.append(count)
+        return states_pass(slots, count)
+
+    args = (q, k, v, g, beta, do, dfs, 0.3, h0, cu, True, 64, counting, grads_pass, None, None)
+    got = chunk_gated_delta_rule_backward(*args, 0)  # says no chunks at all: the bound (7) is within eight
+    assert counted[-1] == (300 + 3 * 63) // 64
+    for name, mine, ref in zip(NAMES, got, refs):
+        assert _err(mine, ref) < 1e-10, f"{name}: {_err(mine, ref):.2e}"
+
+
 @pytest.mark.parametrize("capturing", [True, False])
 def test_kernel_stages_on_a_padded_layout(monkeypatch, capturing):
     """Both stages by the float64 stand-ins on a pack whose offsets leave most chunks as padding (tokens in no
@@ -550,3 +607,31 @@ def test_l2norm_backward_is_autograds(dtype):
     err = float((got.double() - ref_x.grad).norm() / ref_x.grad.norm())
     assert err < (1e-13 if dtype == torch.float64 else 1e-6), err
     assert torch.isfinite(got).all()
+
+
+def test_host_offsets_reach_the_backward():
+    """The host chunk count from cu_seqlens_cpu travels with the call into the Function's meta (api._run, what
+    chunk_gated_delta_rule does under autograd: ceil(length / 64) summed), None without the host copy, and the
+    gradients are the same either way."""
+    from deep_gemm_sm120.families.gated_delta_rule import api
+
+    leaves, cu, run = _function_case((True, True, True, True, True, True))
+    seen = []
+    apply = api.Differentiable.apply
+
+    def recording(meta, *rest):
+        seen.append(meta[-1])
+        return apply(meta, *rest)
+
+    lengths = (cu[1:] - cu[:-1]).tolist()
+    grads = []
+    for host in (None, lengths):
+        xs = [x.detach().clone().requires_grad_() for x in leaves]
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(api.Differentiable, "apply", recording)
+            o, fs = api._run(lambda *a: run(*a[:7]), *xs[:5], 0.3, xs[5], cu, True, host)
+        (o.sum() + fs.sum()).backward()
+        grads.append([x.grad for x in xs])
+    assert seen == [None, sum(-(-n // 64) for n in lengths)] and seen[1] > 0
+    for a, b in zip(*grads):
+        assert torch.equal(a, b)

@@ -40,7 +40,7 @@ from .contract import (
 )
 from .grad_rows import PARAMS as GRAD_ROWS_PARAMS
 from .grad_rows import GdrGradRowsSpec, grad_rows_ctas
-from .kernel import HEAD_DIM, PARAMS, GdrFwdSpec
+from .kernel import HEAD_DIM, PARAMS, STATE_TOKENS, GdrFwdSpec
 from .plan import (
     choose_overlap,
     choose_plan,
@@ -139,8 +139,9 @@ def chunk_gated_delta_rule(
     except AttributeError:  # not tensors: the checked path names what was expected
         grad = True
     seg = segment_setting()
-    if cu_seqlens_cpu is not None and not seg:
-        seg = _lengths_setting(q, v, cu_seqlens, cu_seqlens_cpu, chunk_size)
+    lengths = None if cu_seqlens_cpu is None else _host_lengths(q, v, cu_seqlens, cu_seqlens_cpu)
+    if lengths is not None and not seg:
+        seg = _lengths_setting(q, v, lengths, chunk_size)
     fast_args = (
         q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, use_qk_l2norm_in_kernel, chunk_size,
         get_pdl(), seg,
@@ -181,17 +182,19 @@ def chunk_gated_delta_rule(
                 rec.result = call[2](q, k, v, g, beta, initial_state, cu_seqlens, scale)
             o, final = rec.result
         else:
-            o, final = _run(call[2], q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm_in_kernel)
+            o, final = _run(
+                call[2], q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm_in_kernel, lengths
+            )
         if key is not None:  # after the first run: a call whose cu_seqlens values fail is never cached
             _CALLS.put(key, call)
         return o, final
-    return _run(call[2], q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm_in_kernel)
+    return _run(call[2], q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm_in_kernel, lengths)
 
 
-def _lengths_setting(q, v, cu_seqlens, cu_seqlens_cpu, chunk_size) -> str:
+def _host_lengths(q, v, cu_seqlens, cu_seqlens_cpu) -> list[int] | None:
     """cu_seqlens_cpu checked (a CPU integer tensor shaped as cu_seqlens, from 0 to T, non-decreasing), then the
-    segment setting its lengths give (plan.lengths_setting) at the call's chunk size and SM count. Anything wrong
-    with the other arguments is left to the call's own checks ("": planned as without lengths)."""
+    sequences' lengths it gives. Anything wrong with the other arguments is left to the call's own checks (None:
+    planned as without lengths)."""
     if not isinstance(cu_seqlens_cpu, torch.Tensor):
         raise TypeError(
             f"cu_seqlens_cpu must be a CPU torch.Tensor (int32 or int64), got {type(cu_seqlens_cpu).__name__}"
@@ -203,7 +206,7 @@ def _lengths_setting(q, v, cu_seqlens, cu_seqlens_cpu, chunk_size) -> str:
     if not isinstance(cu_seqlens, torch.Tensor) or not isinstance(q, torch.Tensor) or not isinstance(v, torch.Tensor):
         if cu_seqlens is None:
             raise ValueError("cu_seqlens_cpu is a host copy of cu_seqlens: pass cu_seqlens too")
-        return ""
+        return None
     if tuple(cu_seqlens_cpu.shape) != tuple(cu_seqlens.shape):
         raise ValueError(
             f"cu_seqlens_cpu must have cu_seqlens' shape {tuple(cu_seqlens.shape)}, got {tuple(cu_seqlens_cpu.shape)}"
@@ -213,9 +216,13 @@ def _lengths_setting(q, v, cu_seqlens, cu_seqlens_cpu, chunk_size) -> str:
     if not offsets or offsets[0] != 0 or offsets[-1] != t or any(a > b for a, b in zip(offsets, offsets[1:])):
         raise ValueError(f"cu_seqlens_cpu must run from 0 to T = {t} without decreasing, got {offsets}")
     if v.dim() != 4 or q.dim() != 4:
-        return ""
+        return None
+    return [b - a for a, b in zip(offsets, offsets[1:])]
+
+
+def _lengths_setting(q, v, lengths: list[int], chunk_size) -> str:
+    """The segment setting the host lengths give (plan.lengths_setting) at the call's chunk size and SM count."""
     chunk = chunk_size or (default_chunk_size(q.device) if q.is_cuda else OTHER_CHUNK)
-    lengths = [b - a for a, b in zip(offsets, offsets[1:])]
     return lengths_setting(lengths, v.shape[2], chunk, num_sms_for(q.device.index if q.is_cuda else 0))
 
 
@@ -231,9 +238,10 @@ def _wants_grad(q, k, v, g, beta, initial_state) -> bool:
     )
 
 
-def _run(run, q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm_in_kernel) -> tuple:
+def _run(run, q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm_in_kernel, lengths=None) -> tuple:
     """run(...) as it is, or inside the autograd Function that gives it a backward when an input requires grad
-    (backward.py: the inputs are kept, the rest recomputed from them)."""
+    (backward.py: the inputs are kept, the rest recomputed from them). lengths: the sequences' lengths from
+    cu_seqlens_cpu (the backward sizes its chunk layout from them without a device read where that pads little)."""
     if not _wants_grad(q, k, v, g, beta, initial_state):
         return run(q, k, v, g, beta, initial_state, cu_seqlens, scale)
     l2 = bool(use_qk_l2norm_in_kernel)
@@ -263,6 +271,7 @@ def _run(run, q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm_
         state_grads if on_gpu else None,
         chunk_grads if on_gpu and chunk_grads_enabled() else None,
         grad_rows if on_gpu and chunk_grads_enabled() and grad_rows_enabled() else None,
+        None if lengths is None else sum(ceil_div(n, STATE_TOKENS) for n in lengths),
     )
     outs = Differentiable.apply(
         meta, lambda *tensors: run(*tensors, scale), q, k, v, g, beta, initial_state, cu_seqlens

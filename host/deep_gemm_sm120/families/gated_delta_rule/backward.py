@@ -110,14 +110,20 @@ _FIXED_DEVICE_MAX = 32
 
 
 def device_layout(
-    batch: int, tokens: int, cu_seqlens: torch.Tensor | None, chunk: int, device: torch.device, exact: bool = False
+    batch: int,
+    tokens: int,
+    cu_seqlens: torch.Tensor | None,
+    chunk: int,
+    device: torch.device,
+    exact: bool = False,
+    host_chunks: int | None = None,
 ) -> ChunkLayout:
     """The chunk layout the kernels read (see _device_layout). Fixed lengths (cu_seqlens None) come from a bounded
     cache: built once per (B, T, C, device) on the host, copied to the device (the copy completes before this
     returns) with each chunk's first token and length (chunk_bounds), and kept read-only. While a CUDA graph is
     captured the cache is neither read nor filled: the layout is built on the device, in the graph's pool."""
     if cu_seqlens is not None or _capturing(device):
-        return _device_layout(batch, tokens, cu_seqlens, chunk, device, exact)
+        return _device_layout(batch, tokens, cu_seqlens, chunk, device, exact, host_chunks)
     if device.type == "cuda" and device.index is None:  # one key per GPU: "cuda" is the current one
         device = torch.device("cuda", torch.cuda.current_device())
     key = (batch, tokens, chunk, device)
@@ -162,8 +168,22 @@ def chunk_bounds(layout: ChunkLayout) -> tuple[torch.Tensor, torch.Tensor]:
     return _bounds(layout)
 
 
+# A varlen layout keeps the padded bound instead of reading the real chunk count (a sync: the host waits for the
+# device, so an eager training step cannot queue ahead of it) when the host copy of the offsets says the bound pads
+# at most a quarter more (and eight chunks): padding chunks cost memory for their states and a CTA that returns.
+# The bound is never short, so a wrong host copy costs speed, never a gradient.
+def _pads_little(bound: int, host_chunks: int) -> bool:
+    return bound <= host_chunks + max(8, host_chunks // 4)
+
+
 def _device_layout(
-    batch: int, tokens: int, cu_seqlens: torch.Tensor | None, chunk: int, device: torch.device, exact: bool = False
+    batch: int,
+    tokens: int,
+    cu_seqlens: torch.Tensor | None,
+    chunk: int,
+    device: torch.device,
+    exact: bool = False,
+    host_chunks: int | None = None,
 ) -> ChunkLayout:
     """chunk_layout's numbering built on the device. exact=False reads nothing on the host (every step a device
     operation whose size follows from the shapes, so it can be captured in a CUDA graph): its chunk count is the
@@ -185,7 +205,7 @@ def _device_layout(
         cu = cu_seqlens.to(device=device, dtype=torch.int64).clamp(0, tokens).cummax(0).values
         total = min((tokens + n * (chunk - 1)) // chunk, n * positions)
     nchunks = (cu[1:] - cu[:-1] + chunk - 1).div(chunk, rounding_mode="floor")
-    if exact and cu_seqlens is not None:
+    if exact and cu_seqlens is not None and (host_chunks is None or not _pads_little(total, host_chunks)):
         total = int(nchunks.sum())  # the one host read
     order = torch.sort(-nchunks, stable=True).indices  # most chunks first; ties keep sequence order
     rank = torch.empty_like(order)
@@ -424,6 +444,7 @@ def chunk_gated_delta_rule_backward(
     state_grads_pass: Callable[..., tuple[torch.Tensor, torch.Tensor | None]] | None = None,
     chunk_grads_pass: Callable[..., tuple[torch.Tensor, ...]] | None = None,
     grad_rows_pass: Callable[..., tuple[torch.Tensor, torch.Tensor]] | None = None,
+    host_chunks: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Gradients of chunk_gated_delta_rule's (o, final_state) given do [B, T, HV, V] and dfinal [N, HV, K, V]
     (either None: that output unused). Returns (dq, dk, dv, dg, dbeta, dh0) in the inputs' dtypes (dh0 None
@@ -435,7 +456,8 @@ def chunk_gated_delta_rule_backward(
     happens anywhere in the backward. chunk_grads_pass(do, states, dh_next, first, length, covered) (with both
     passes): stages 0 and 3 by the B3 kernel (api.gdr_chunk_grads), reading the inputs where they are: no gather,
     no scatter, no factor in memory. grad_rows_pass(dq_parts, dk_parts) (with B3): dq and dk's last step by its
-    kernel (api.gdr_grad_rows); None: in torch (_finish_rows)."""
+    kernel (api.gdr_grad_rows); None: in torch (_finish_rows). host_chunks: the kernels' chunk count from a host
+    copy of the offsets (the forward's cu_seqlens_cpu), which lets a varlen layout skip reading it (_pads_little)."""
     work = torch.float64 if v.dtype == torch.float64 else torch.float32
     bsz, tokens, heads, kdim = q.shape
     if cu_seqlens is not None and bsz != 1:
@@ -445,7 +467,9 @@ def chunk_gated_delta_rule_backward(
     if states_pass is not None and state_grads_pass is not None:
         # both sequential stages by kernels: the layout built on the device, padded to the offsets' bound while a
         # CUDA graph is captured (no host read), sized to the real chunks otherwise (one read)
-        layout = device_layout(bsz, tokens, cu_seqlens, chunk_size, v.device, exact=not _capturing(v))
+        layout = device_layout(
+            bsz, tokens, cu_seqlens, chunk_size, v.device, exact=not _capturing(v), host_chunks=host_chunks
+        )
     else:
         layout = chunk_layout(bsz, tokens, cu_seqlens, chunk_size, v.device)
     n = layout.num_seqs
@@ -577,12 +601,14 @@ class Differentiable(torch.autograd.Function):
     """chunk_gated_delta_rule with its backward: forward(ctx, meta, run, q, k, v, g, beta, initial_state,
     cu_seqlens) calls run(q, k, v, g, beta, initial_state, cu_seqlens) (the forward's kernels: fresh outputs, so
     they may be modified in place as without grad), returns o (and final_state when run gives one) and keeps the
-    inputs; meta is (scale, use_qk_l2norm_in_kernel, states, state_grads, chunk_grads, grad_rows): states(q, k, v, g, beta,
+    inputs; meta is (scale, use_qk_l2norm_in_kernel, states, state_grads, chunk_grads, grad_rows, host_chunks):
+    states(q, k, v, g, beta,
     initial_state, cu_seqlens, slots, count) gives stage 1 from the forward's kernels (api.gdr_states),
     state_grads(q, k, v, g, beta, cu_seqlens, do, dfinal, slots, count, want_dh0) stage 2 from the reverse pass
     kernel (api.gdr_state_grads) and chunk_grads(q, k, v, g, beta, do, states, dh_next, first, length, covered)
     stages 0 and 3 from B3 (api.gdr_chunk_grads), grad_rows(q, k, dq_parts, dk_parts) dq and dk's last step
-    (api.gdr_grad_rows); None computes that stage in torch.
+    (api.gdr_grad_rows); None computes that stage in torch. host_chunks: the 64-token chunk count of a host copy
+    of the offsets (cu_seqlens_cpu), or None.
     The backward recomputes everything else from the inputs. Not differentiable twice."""
 
     @staticmethod
@@ -598,7 +624,7 @@ class Differentiable(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, *grads):  # type: ignore[override]
         q, k, v, g, beta, initial_state, cu_seqlens = ctx.saved_tensors
-        scale, l2, states, state_grads, chunk_grads, grad_rows = ctx.meta
+        scale, l2, states, state_grads, chunk_grads, grad_rows, host_chunks = ctx.meta
         do, dfinal = grads[0], grads[1] if ctx.has_final else None
         if do is None and dfinal is None:
             return (None,) * 9
@@ -616,7 +642,7 @@ class Differentiable(torch.autograd.Function):
             rows_pass = functools.partial(grad_rows, q, k)
         dq, dk, dv, dg, dbeta, dh0 = chunk_gated_delta_rule_backward(
             q, k, v, g, beta, do, dfinal, scale, initial_state, cu_seqlens, l2, STATE_TOKENS, states_pass, grads_pass,
-            chunk_pass, rows_pass,
+            chunk_pass, rows_pass, host_chunks,
         )  # fmt: skip
         need = ctx.needs_input_grad
         picked = [x if need[i + 2] else None for i, x in enumerate((dq, dk, dv, dg, dbeta, dh0))]
