@@ -632,6 +632,6 @@ def test_host_offsets_reach_the_backward():
             o, fs = api._run(lambda *a: run(*a[:7]), *xs[:5], 0.3, xs[5], cu, True, host)
         (o.sum() + fs.sum()).backward()
         grads.append([x.grad for x in xs])
-    assert seen == [None, sum(-(-n // 64) for n in lengths)] and seen[1] > 0
+    assert seen == [None, sum(ceil_div(n, 64) for n in lengths)] and seen[1] > 0
     for a, b in zip(*grads):
         assert torch.equal(a, b)
