@@ -407,6 +407,36 @@ def test_fixed_length_device_layouts_are_kept(monkeypatch):
     assert bw._FIXED_DEVICE == before, "a capture filled or reordered the cache"
 
 
+def test_kept_layouts_under_threads(monkeypatch):
+    """Backwards on several threads sharing the kept layouts (a small bound, so entries are evicted while others
+    read them): every call gets the layout of its own shape, the bound holds, nothing raises."""
+    import collections
+    import threading
+
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(bw, "_FIXED_DEVICE", collections.OrderedDict())
+    monkeypatch.setattr(bw, "_FIXED_DEVICE_MAX", 3)
+    errors, wrong = [], []
+
+    def work(seed: int) -> None:
+        try:
+            for i in range(60):
+                t = 1 + (seed * 7 + i) % 9 * 40
+                got = bw.device_layout(2, t, None, 64, cpu)
+                if int(got.length.sum()) != 2 * t:
+                    wrong.append(t)
+        except Exception as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(6)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors and not wrong
+    assert len(bw._FIXED_DEVICE) <= 3
+
+
 def test_host_chunk_count_spares_the_varlen_sync(monkeypatch):
     """With the host copy's chunk count (cu_seqlens_cpu), a varlen layout keeps the padded bound, reading nothing
     on the host, where the bound pads at most a quarter more (and eight chunks); where it pads more, it reads the

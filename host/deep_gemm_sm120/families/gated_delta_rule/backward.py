@@ -22,6 +22,7 @@ from __future__ import annotations
 import collections
 import functools
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -107,6 +108,7 @@ _FIXED_DEVICE: collections.OrderedDict[tuple[int, int, int, torch.device], tuple
     collections.OrderedDict()
 )
 _FIXED_DEVICE_MAX = 32
+_FIXED_DEVICE_LOCK = threading.Lock()  # backwards on several threads: the lookup, reorder and eviction are one step
 
 
 def device_layout(
@@ -128,9 +130,11 @@ def device_layout(
         device = torch.device("cuda", torch.cuda.current_device())
     key = (batch, tokens, chunk, device)
     stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
-    entry = _FIXED_DEVICE.get(key)
+    with _FIXED_DEVICE_LOCK:
+        entry = _FIXED_DEVICE.get(key)
+        if entry is not None:
+            _FIXED_DEVICE.move_to_end(key)
     if entry is not None:
-        _FIXED_DEVICE.move_to_end(key)
         layout, made_on = entry
         if stream != made_on:  # the allocator frees it only once this stream's work on it is done
             current = torch.cuda.current_stream(device)
@@ -150,9 +154,11 @@ def device_layout(
         first=first.to(device),
         length=length.to(device),
     )
-    while len(_FIXED_DEVICE) >= _FIXED_DEVICE_MAX:
-        _FIXED_DEVICE.popitem(last=False)
-    _FIXED_DEVICE[key] = (kept, stream)
+    with _FIXED_DEVICE_LOCK:
+        _FIXED_DEVICE.pop(key, None)  # (another thread's build of the same shape: this one replaces it)
+        while len(_FIXED_DEVICE) >= _FIXED_DEVICE_MAX:
+            _FIXED_DEVICE.popitem(last=False)
+        _FIXED_DEVICE[key] = (kept, stream)
     return kept
 
 
