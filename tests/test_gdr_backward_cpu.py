@@ -606,12 +606,14 @@ def test_the_kernel_path_wiring_with_b3_modelled(varlen, l2, fold):
         assert not got[2][0, 140:].any() and not got[3][0, 140:].any(), "tokens in no sequence get no gradient"
 
 
-def test_grad_rows_kernel_is_off_until_qualified(monkeypatch):
-    """dq and dk's last step by its kernel only with DG_SM120_GDR_GRAD_ROWS=1 until its first GPU run."""
+def test_grad_rows_kernel_is_on_unless_switched_off(monkeypatch):
+    """dq and dk's last step by its kernel unless DG_SM120_GDR_GRAD_ROWS=0 (qualified in run 161)."""
     monkeypatch.delenv(bw.GRAD_ROWS_ENV, raising=False)
-    assert not bw.grad_rows_enabled()
+    assert bw.grad_rows_enabled()
     monkeypatch.setenv(bw.GRAD_ROWS_ENV, "1")
     assert bw.grad_rows_enabled()
+    monkeypatch.setenv(bw.GRAD_ROWS_ENV, "0")
+    assert not bw.grad_rows_enabled()
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])

@@ -231,8 +231,8 @@ def gated_delta_rule(seed: int):
 
 
 def gated_delta_rule_backward(seed: int):
-    """Forward + backward through the public call, which on CUDA runs the backward's three kernels (the states
-    pass, the reverse state pass, B3's per-chunk gradients): every gradient (q, k, v, g, beta, initial state)
+    """Forward + backward through the public call, which on CUDA runs the backward's four kernels (the states
+    pass, the reverse state pass, B3's per-chunk gradients, dq / dk's last step): every gradient (q, k, v, g, beta, initial state)
     against the float64 chunk-form backward, the worst relative L2. Varlen with an empty sequence and partial
     64-token blocks, GVA, the in-kernel l2norm, the final state's gradient flowing in."""
     import torch.nn.functional as F

@@ -34,8 +34,8 @@ FAMILY = Family(
             operands="q, k [B,T,H,128], v [B,T,HV,128] bf16/fp16; g fp32 [B,T,HV]; beta [B,T,HV]",
             output="(o [B,T,HV,128] in v's dtype, final_state fp32 [N,HV,128,128] or None)",
             notes="FLA's forward semantics; varlen (cu_seqlens), initial state, in-kernel q/k l2norm; chunk 16/32/64 "
-            "(default 32); differentiable (the backward recomputes from the saved inputs: on CUDA three kernels, "
-            "the states, the state gradients and the per-chunk gradients; is_supported(..., backward=True))",
+            "(default 32); differentiable (the backward recomputes from the saved inputs: on CUDA four kernels, "
+            "the states, the state gradients, the per-chunk gradients and dq / dk's rows; is_supported(..., backward=True))",
             signature="chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, "
             "output_final_state=False, cu_seqlens=None, use_qk_l2norm_in_kernel=False, chunk_size=None, *, "
             "cu_seqlens_cpu=None)",

@@ -126,8 +126,8 @@ def chunk_gated_delta_rule(
     beta [B, T, HV]; initial_state fp32 [N, HV, 128, 128]; cu_seqlens [N + 1] (B = 1). Returns (o [B, T, HV, 128]
     in v's dtype, final_state fp32 [N, HV, 128, 128] or None). chunk_size: 16, 32 or 64 (default:
     default_chunk_size(), 32 on SM120). Differentiable in q, k, v, g, beta and initial_state (backward.py: on CUDA
-    three kernels, the states pass, the reverse state pass and B3's per-chunk gradients; elsewhere torch
-    operations).
+    four kernels, the states pass, the reverse state pass, B3's per-chunk gradients and dq / dk's last step;
+    elsewhere torch operations).
     Checked and planned once per call signature (every tensor's dtype, shape, strides, device and alignment class,
     the Python values, the PDL switch); cu_seqlens' values are checked per call (index_checks()).
     cu_seqlens_cpu (FLA's keyword): a host copy of cu_seqlens' values, read to plan a pack (no device read): a

@@ -427,10 +427,10 @@ GRAD_ROWS_ENV = "DG_SM120_GDR_GRAD_ROWS"
 
 
 def grad_rows_enabled() -> bool:
-    """Whether CUDA backwards take dq and dk's last step by its kernel (api.gdr_grad_rows) rather than in torch
-    (_finish_rows). Off unless DG_SM120_GDR_GRAD_ROWS=1 until the kernel's first GPU qualification: it is compiled
-    and gated for every target but has not run on a GPU yet (docs/qualification.md, "Not run on a GPU")."""
-    return os.environ.get(GRAD_ROWS_ENV, "0") == "1"
+    """Whether CUDA backwards take dq and dk's last step by its kernel (api.gdr_grad_rows, one pass per gradient)
+    rather than in torch (_finish_rows, four passes with the l2norm): yes unless DG_SM120_GDR_GRAD_ROWS=0, which
+    keeps the torch step (for measurement and comparison)."""
+    return os.environ.get(GRAD_ROWS_ENV, "1") != "0"
 
 
 def chunk_gated_delta_rule_backward(
