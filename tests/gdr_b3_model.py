@@ -32,6 +32,7 @@ def chunk_grads_model(q, k, v, g, beta, do, states, dh_next, first, length, cove
     vc, doc = bw._gather(v, layout, work), bw._gather(do, layout, work)
     gc, bc = bw._gather(g, layout, work), bw._gather(beta, layout, work)
     f = bw._factors(qc, kc, vc, gc, bc)
+    states, dh_next = states.to(work), dh_next.to(work)  # the passes store them in the inputs' dtype
     vnew = f["u"] - f["w"] @ states
     dvnew = scale * f["m"].transpose(-1, -2) @ doc + f["kd"] @ dh_next
     before_last = (rows < length.to(dev).long()[:, None] - 1)[:, None]

@@ -198,3 +198,70 @@ def test_host_lengths_are_checked(captured):
     assert not captured, "nothing launched for a bad host copy"
     o, _ = call(torch.tensor([0, 40, 100], dtype=torch.int32))  # a good one: the call runs
     assert o.shape == (1, 100, 4, 128)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_the_passes_store_states_in_the_inputs_dtype_and_b3_takes_only_those(captured, dtype):
+    """The states pass and the reverse pass store h and dh' in the inputs' dtype (B3 reads them as its mma
+    operands; fp32 doubled the bytes both write and B3 reads) and dh0 in fp32; B3 refuses states of another dtype
+    (TypeError: its kernel would read fp32 words as bf16 pairs) or shape (ValueError) before any launch, and
+    launches with the passes' own tensors."""
+    from deep_gemm_sm120.families.gated_delta_rule import backward as bw
+
+    args, init = _inputs(2, 200, 2, 4, 2)
+    args = tuple(x.to(dtype) if x.dtype == torch.bfloat16 else x for x in args)
+    layout = bw.device_layout(2, 200, None, 64, torch.device("cpu"), exact=True)
+    slots, count = bw.state_slots(layout), layout.token.shape[0]
+    states = api.gdr_states(*args, None, init, None, True, slots, count)
+    do = torch.zeros_like(args[2])
+    dh_next, dh0 = api.gdr_state_grads(*args, None, do, None, None, True, slots, count, True)
+    assert states.dtype == dh_next.dtype == dtype and dh0.dtype == torch.float32
+    assert states.shape == dh_next.shape == (count, 4, 128, 128)
+    first, length = layout.token[:, 0].to(torch.int32), layout.valid.sum(-1, dtype=torch.int32)
+    b3 = lambda s, d: api.gdr_chunk_grads(*args, None, do, True, s, d, first, length, True)
+    launched = len(captured)
+    with pytest.raises(TypeError, match="states must be in q's dtype"):
+        b3(states.float(), dh_next)
+    with pytest.raises(TypeError, match="dh_next must be in q's dtype"):
+        b3(states, dh_next.float())
+    assert count == 8, "two sequences of four 64-token chunks"
+    with pytest.raises(ValueError, match=r"states must be \[8, 4, 128, 128\]"):
+        b3(states[:-1], dh_next)
+    assert len(captured) == launched, "a refused call launched"
+    b3(states, dh_next)
+    name, _, params = captured[-1]
+    assert name.startswith("gated_delta_rule_bwd_chunk")
+    assert params["states"] == states.data_ptr() and params["dh_next"] == dh_next.data_ptr()
+
+
+def test_the_fold_knob_overrides_the_plan_and_is_checked(captured, monkeypatch):
+    """DG_SM120_GDR_FOLD (measurement) sets B3's fold where the call leaves it to the plan; unset or 0 plans it,
+    one that does not divide the group is refused as an explicit fold is, and a non-number names what was
+    expected."""
+    from deep_gemm_sm120.families.gated_delta_rule import backward as bw
+    from deep_gemm_sm120.families.gated_delta_rule.bwd_chunk import FOLD_ENV
+
+    args, init = _inputs(1, 128, 1, 4, 1)
+    layout = bw.device_layout(1, 128, None, 64, torch.device("cpu"), exact=True)
+    slots, count = bw.state_slots(layout), layout.token.shape[0]
+    states = api.gdr_states(*args, None, init, None, True, slots, count)
+    do = torch.zeros_like(args[2])
+    dh_next, _ = api.gdr_state_grads(*args, None, do, None, None, True, slots, count, False)
+    first, length = layout.token[:, 0].to(torch.int32), layout.valid.sum(-1, dtype=torch.int32)
+
+    def fold_of_launch() -> int:
+        api.gdr_chunk_grads(*args, None, do, True, states, dh_next, first, length, True)
+        return captured[-1][2]["fold"]
+
+    monkeypatch.delenv(FOLD_ENV, raising=False)
+    planned = fold_of_launch()
+    assert planned == 1, "two chunks of four value heads on 132 SMs: a CTA per value head fills one wave"
+    for setting, want in (("4", 4), ("2", 2), ("0", planned)):
+        monkeypatch.setenv(FOLD_ENV, setting)
+        assert fold_of_launch() == want, setting
+    monkeypatch.setenv(FOLD_ENV, "3")
+    with pytest.raises(ValueError, match="fold=3: expected a divisor"):
+        fold_of_launch()
+    monkeypatch.setenv(FOLD_ENV, "two")
+    with pytest.raises(ValueError, match="DG_SM120_GDR_FOLD='two': expected a positive integer"):
+        fold_of_launch()

@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(GdrBwdConfig<kChunk, kVSlice, kStages>::kThrea
 sm120_gated_delta_rule_bwd_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_k,
                                   const __grid_constant__ CUtensorMap tmap_do, const __grid_constant__ CUtensorMap tmap_tw,
                                   const __grid_constant__ CUtensorMap tmap_attn, const __grid_constant__ CUtensorMap tmap_gate,
-                                  const float* __restrict__ dfinal, float* __restrict__ dh0, float* __restrict__ dh_next,
+                                  const float* __restrict__ dfinal, float* __restrict__ dh0, Elem* __restrict__ dh_next,
                                   const int32_t* __restrict__ state_slots, const int32_t* __restrict__ cu_seqlens,
                                   uint32_t seq_len, uint32_t value_heads, uint32_t group) {
     // clang-format on
@@ -146,13 +146,15 @@ sm120_gated_delta_rule_bwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
             const uint32_t kd = 8 * kt + 2 * t4 + e % 2, vd = v0 + gid + 8 * (e / 2);
             dht[kt][e] = dfinal != nullptr ? __ldg(dfinal + pair_at + kd * kGdrHeadDim + vd) : 0.0f;
         }
-    auto store_dh = [&](float* dst, size_t at) {
+    // dh0 in fp32; dh_next rounded to Elem (the per-chunk kernel reads it as Elem mma operands)
+    auto store_dh = [&](auto* dst, size_t at) {
 #pragma unroll
         for (uint32_t kt = 0; kt < kKT; ++kt)
 #pragma unroll
             for (uint32_t e = 0; e < 4; ++e) {
                 const uint32_t kd = 8 * kt + 2 * t4 + e % 2, vd = v0 + gid + 8 * (e / 2);
-                dst[at + kd * kGdrHeadDim + vd] = dht[kt][e];
+                if constexpr (sizeof(*dst) == sizeof(float)) dst[at + kd * kGdrHeadDim + vd] = dht[kt][e];
+                else dst[at + kd * kGdrHeadDim + vd] = E::from_float(dht[kt][e]);
             }
     };
     // do^T of the warp's 16 columns as the A operand of token k-step ks (read transposed from the [token][v] tile)

@@ -2,10 +2,12 @@
 // Gated delta rule backward, the per-chunk gradients (issue 41's B3; docs/gated_delta_rule.md, "Backward plan"):
 // stages 0 and 3 of the chunk-form backward (selftest/workloads/gdr_backward_reference.py, backward.py's
 // _factors and _chunk_grads) for one chunk of C = kGdrStateTokens tokens and one value head per CTA, from the
-// token-major inputs and the two sequential passes' outputs: the state entering the chunk (h, fp32 [K][V], the
+// token-major inputs and the two sequential passes' outputs: the state entering the chunk (h, [K][V] in Elem, the
 // states instance of the forward) and the state gradient leaving it (dh', the reverse pass), both at the chunk's
-// slot. Every product runs on mma.sync with Elem operands and fp32 accumulation (the precision study bounds that
-// at 5.4e-3 relative L2, a quarter of the issue's 0.02); T = (I + A)^-1 and the elementwise terms stay fp32.
+// slot and rounded to Elem by the pass that stored them (they are mma operands here, so fp32 only doubled the
+// bytes; sum(h * dh') takes the rounded values too). Every product runs on mma.sync with Elem operands and fp32
+// accumulation (the precision study bounds that at 5.4e-3 relative L2, a quarter of the issue's 0.02); T =
+// (I + A)^-1 and the elementwise terms stay fp32.
 //
 // With Kn, Qn the (optionally l2-normalized) rows, G = cumsum(g), gamma = e^G, tail = e^(G_last - G),
 // D_ij = e^(G_i - G_j) (j <= i), Ar = strict(Kn Kn^T * D), M = causal(Qn Kn^T * D), T = (I + diag(beta) Ar)^-1:
@@ -284,7 +286,7 @@ __global__ void __launch_bounds__(GdrChunkGradConfig::kThreads, 1)
 sm120_gated_delta_rule_bwd_chunk_kernel(const Elem* __restrict__ q, const Elem* __restrict__ k,
                                         const Elem* __restrict__ v, const Elem* __restrict__ dout,
                                         const float* __restrict__ g, const void* __restrict__ beta,
-                                        const float* __restrict__ states, const float* __restrict__ dh_next,
+                                        const Elem* __restrict__ states, const Elem* __restrict__ dh_next,
                                         const int32_t* __restrict__ chunk_first, const int32_t* __restrict__ chunk_len,
                                         float* __restrict__ dq, float* __restrict__ dk, Elem* __restrict__ dv,
                                         float* __restrict__ dg, float* __restrict__ dbeta, uint32_t heads,
@@ -326,16 +328,17 @@ sm120_gated_delta_rule_bwd_chunk_kernel(const Elem* __restrict__ q, const Elem* 
         if (len_raw <= 0) return;  // a padding chunk: no token, nothing to write
         const uint32_t len = len_raw > static_cast<int32_t>(C) ? C : static_cast<uint32_t>(len_raw);
         const size_t first = static_cast<size_t>(__ldg(chunk_first + chunk));
-        const size_t state_at = (static_cast<size_t>(chunk) * value_heads + hv) * K * K;
         auto tok = [&](uint32_t i, uint32_t nheads, uint32_t hh) { return ((first + i) * nheads + hh); };
         // the next slice's global values, in registers while the current slice is worked on: h and dh' (128 x 16
-        // each: 4 a thread), v and do (64 x 16: 2). The first slice's load here: its latency hides behind phase 0.
-        float4 nh, nd;
+        // each: 4 Elem a thread), v and do (64 x 16: 2). The first slice's load here: its latency hides behind phase 0.
+        uint2 nh, nd;
         uint32_t nv, ndo;
         auto load_slice = [&](uint32_t vs) {
+            // the state's address from the loop's value head, not kept across the phases (kept, it spilled)
+            const size_t state_at = (static_cast<size_t>(chunk) * value_heads + opaque(hv)) * K * K;
             const uint32_t kd = tid / 4, c0 = 4 * (tid % 4);
-            nh = __ldg(reinterpret_cast<const float4*>(states + state_at + kd * K + vs + c0));
-            nd = __ldg(reinterpret_cast<const float4*>(dh_next + state_at + kd * K + vs + c0));
+            nh = __ldg(reinterpret_cast<const uint2*>(states + state_at + kd * K + vs + c0));
+            nd = __ldg(reinterpret_cast<const uint2*>(dh_next + state_at + kd * K + vs + c0));
             const uint32_t row = tid / 8, c = 2 * (tid % 8);
             const bool in = row < len;
             const size_t at = tok(row, value_heads, hv) * K + vs + c;
@@ -461,9 +464,12 @@ sm120_gated_delta_rule_bwd_chunk_kernel(const Elem* __restrict__ q, const Elem* 
             Elem *s_vnt = s_vr + 5 * kTS, *s_dvbg = s_vr + 6 * kTS;
             {
                 const uint32_t kd = tid / 4, c0 = 4 * (tid % 4), row = tid / 8, c = 2 * (tid % 8);
-                hdh += nh.x * nd.x + nh.y * nd.y + nh.z * nd.z + nh.w * nd.w;
-                *reinterpret_cast<uint2*>(s_h + kd * kLdS + c0) = make_uint2(E::pack(nh.x, nh.y), E::pack(nh.z, nh.w));
-                *reinterpret_cast<uint2*>(s_dh + kd * kLdS + c0) = make_uint2(E::pack(nd.x, nd.y), E::pack(nd.z, nd.w));
+                float h[4], d[4];
+                E::unpack(nh.x, h[0], h[1]), E::unpack(nh.y, h[2], h[3]);
+                E::unpack(nd.x, d[0], d[1]), E::unpack(nd.y, d[2], d[3]);
+                hdh += h[0] * d[0] + h[1] * d[1] + h[2] * d[2] + h[3] * d[3];
+                *reinterpret_cast<uint2*>(s_h + kd * kLdS + c0) = nh;
+                *reinterpret_cast<uint2*>(s_dh + kd * kLdS + c0) = nd;
                 *reinterpret_cast<uint32_t*>(s_vr + row * kLdS + c) = nv;
                 *reinterpret_cast<uint32_t*>(s_do + row * kLdS + c) = ndo;
             }

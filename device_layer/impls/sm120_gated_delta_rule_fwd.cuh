@@ -131,7 +131,8 @@ SM120_DEVICE void gdr_zero_tail_rows(uint8_t* stage, uint32_t len, uint32_t thre
 }
 
 // The backward's states pass (kStates): the walk that stores, every kGdrStateTokens tokens of a sequence, the state
-// entering them: states[(slot * HV + hv) * K * K + k * K + v] (fp32, [K][V] as initial_state), slot =
+// entering them: states[(slot * HV + hv) * K * K + k * K + v] ([K][V] as initial_state, rounded to Elem: the
+// backward's per-chunk kernel reads the states as Elem mma operands, so fp32 would only double the bytes), slot =
 // state_slots[seq] + state_slots[num_seqs + j] for the j-th such point of sequence seq (the host numbers them). It
 // forms no o (the backward recomputes what it needs from the states), so like the transition pass it loads
 // neither q nor attn; the final state is stored as the plain walk stores it.
@@ -146,7 +147,7 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
                                   float* __restrict__ final_state, Elem* __restrict__ o,
                                   const int32_t* __restrict__ cu_seqlens, uint32_t seq_len, uint32_t value_heads,
                                   uint32_t group, const int32_t* ready, uint32_t segments, uint32_t segment_tokens,
-                                  float* __restrict__ states, const int32_t* __restrict__ state_slots) {
+                                  Elem* __restrict__ states, const int32_t* __restrict__ state_slots) {
     // clang-format on
     static_assert(!(kTransitions && kStates), "the transition pass stores no states");
     constexpr bool kOutput = !kTransitions && !kStates;  // the plain walk: o formed and stored
@@ -267,7 +268,7 @@ sm120_gated_delta_rule_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, co
 #pragma unroll
                     for (uint32_t e = 0; e < 4; ++e) {
                         const uint32_t kd = 8 * (kt0 + kt) + 2 * t4 + e % 2, vd = v0 + gid + 8 * (e / 2);
-                        states[at + kd * kGdrHeadDim + vd] = st[kt][e];
+                        states[at + kd * kGdrHeadDim + vd] = E::from_float(st[kt][e]);
                     }
             }
         }

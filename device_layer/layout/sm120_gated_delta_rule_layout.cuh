@@ -37,6 +37,7 @@ template <>
 struct GdrElem<bf16> {
     SM120_DEVICE static uint32_t pack(float lo, float hi) { return pack_bf16x2(lo, hi); }
     SM120_DEVICE static float to_float(bf16 x) { return __bfloat162float(x); }
+    SM120_DEVICE static bf16 from_float(float x) { return __float2bfloat16_rn(x); }
     SM120_DEVICE static void unpack(uint32_t r, float& lo, float& hi) {
         const float2 f = __bfloat1622float2(*reinterpret_cast<const bf16x2*>(&r));
         lo = f.x, hi = f.y;
@@ -50,6 +51,7 @@ template <>
 struct GdrElem<fp16> {
     SM120_DEVICE static uint32_t pack(float lo, float hi) { return pack_half2(lo, hi); }
     SM120_DEVICE static float to_float(fp16 x) { return __half2float(x); }
+    SM120_DEVICE static fp16 from_float(float x) { return __float2half_rn(x); }
     SM120_DEVICE static void unpack(uint32_t r, float& lo, float& hi) {
         const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&r));
         lo = f.x, hi = f.y;

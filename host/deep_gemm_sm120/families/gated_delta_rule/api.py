@@ -26,7 +26,7 @@ from .backward import Differentiable, chunk_grads_enabled, grad_rows_enabled
 from .bwd import PARAMS as BWD_PARAMS
 from .bwd import GdrBwdSpec
 from .bwd_chunk import PARAMS as CHUNK_GRAD_PARAMS
-from .bwd_chunk import GdrChunkGradSpec, choose_fold
+from .bwd_chunk import GdrChunkGradSpec, choose_fold, fold_setting
 from .combine import PARAMS as COMBINE_PARAMS
 from .combine import GdrCombineSpec, combine_ctas
 from .contract import (
@@ -310,14 +310,15 @@ def gdr_states(
 ) -> torch.Tensor:
     """The backward's states pass (backward.py): the forward's walk (its plan, at the device's default chunk) that
     stores the state entering every STATE_TOKENS-th token of each sequence, the j-th of sequence n at slot
-    slots[n] + slots[N + j] of a [count, HV, 128, 128] fp32 tensor (int32 slots on the device), and forms no o
+    slots[n] + slots[N + j] of a [count, HV, 128, 128] tensor in q's dtype (rounded to nearest once: B3 reads the
+    states as its mma operands; int32 slots on the device), and forms no o
     (the kernel's kStates instance loads neither q nor attn). Planned per call; the call's arguments are the
     forward's. scratch_out (a list): receives the prep kernel's scratch (the chunk factors), which
     gdr_state_grads then reads instead of running the prep again."""
     call = _prepare(
         q, k, v, g, beta, scale, initial_state, False, cu_seqlens, use_qk_l2norm_in_kernel, None, states=True
     )
-    out = torch.empty(count, v.shape[2], HEAD_DIM, HEAD_DIM, dtype=torch.float32, device=v.device)
+    out = torch.empty(count, v.shape[2], HEAD_DIM, HEAD_DIM, dtype=q.dtype, device=v.device)
     if count:
         call[2](q, k, v, g, beta, initial_state, cu_seqlens, scale, state_out=(out, slots), scratch_out=scratch_out)
     return out
@@ -347,13 +348,14 @@ def gdr_state_grads(
     want_dh0: bool,
     prep_scratch: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The backward's reverse state pass (backward.py's stage 2 by the kernels): the prep kernel, then the reverse
-    walk (impls/sm120_gated_delta_rule_bwd.cuh), at the device's default chunk. Returns (dh_next, dh0): the state
-    gradient leaving every STATE_TOKENS tokens of each sequence, the j-th of sequence n at slot slots[n] +
-    slots[N + j] of a [count, HV, 128, 128] fp32 tensor, and the initial state's gradient [N, HV, 128, 128] (None
-    unless want_dh0). The arguments are the forward's, already checked by it; do [B, T, HV, 128] in v's dtype.
-    prep_scratch: the states pass's prep scratch for the same arguments (gdr_states' scratch_out), whose factors
-    are the ones this pass needs: no second prep run. Ignored unless its size is this call's layout's."""
+    """The backward's reverse state pass (backward.py's stage 2 by the kernels): the prep kernel, then the reverse walk
+    (impls/sm120_gated_delta_rule_bwd.cuh), at the device's default chunk. Returns (dh_next, dh0): the state gradient
+    leaving every STATE_TOKENS tokens of each sequence, the j-th of sequence n at slot slots[n] + slots[N + j] of a
+    [count, HV, 128, 128] tensor in q's dtype (rounded to nearest once, as the states), and the initial state's gradient
+    [N, HV, 128, 128] in fp32 (None unless want_dh0). The arguments are the forward's, already checked by it; do [B, T,
+    HV, 128] in v's dtype. prep_scratch: the states pass's prep scratch for the same arguments (gdr_states'
+    scratch_out), whose factors are the ones this pass needs: no second prep run. Ignored unless its size is this call's
+    layout's."""
     p = check_arguments(
         q, k, v, g, beta, scale, None, False, cu_seqlens, use_qk_l2norm_in_kernel, None,
         default_chunk=default_chunk_size(q.device),
@@ -364,7 +366,7 @@ def gdr_state_grads(
     b, t, h, hv, n, c = p.batch, p.seq_len, p.heads, p.value_heads, p.num_sequences, p.chunk_size
     elem, tma_dtype = _ELEM[q.dtype]
     tokens, dev = b * t, q.device
-    dh_next = torch.empty(count, hv, HEAD_DIM, HEAD_DIM, dtype=torch.float32, device=dev)
+    dh_next = torch.empty(count, hv, HEAD_DIM, HEAD_DIM, dtype=q.dtype, device=dev)
     dh0 = torch.empty(n, hv, HEAD_DIM, HEAD_DIM, dtype=torch.float32, device=dev) if want_dh0 else None
     if tokens == 0:
         if dh0 is not None:
@@ -437,26 +439,33 @@ def gdr_chunk_grads(
     fold: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The backward's per-chunk gradients (backward.py's stages 0 and 3 by the kernel,
-    impls/sm120_gated_delta_rule_bwd_chunk.cuh): for every 64-token chunk c of the backward's layout (its first
-    token chunk_first[c] in the flat [B T] numbering, chunk_len[c] tokens, 0 for a padding chunk) and value head,
-    from the state entering it (states[c], the states pass's) and the gradient of the state leaving it
-    (dh_next[c], the reverse pass's). Returns fp32 token-major (dq, dk) [B T, H x parts, 128], each summed over a
-    part of its q / k head's value heads (fold of them, group / fold parts: row h x parts + p holds value heads
-    h x group + p x fold onwards; with respect to the l2-normalized q / k when use_qk_l2norm_in_kernel), dv
-    [B T, HV, 128] in v's dtype (rounded once, from fp32), dg, dbeta [B T, HV]. fold: None plans it
-    (bwd_chunk.choose_fold), else a divisor of the group. covered: every token lies in some chunk (fixed
-    lengths), so nothing is zeroed first. The arguments are the forward's, already checked by it; do [B, T, HV,
-    128] in v's dtype."""
-    index = device_of(q=q, k=k, v=v, g=g, beta=beta, do=do)
-    target = target_of(index)
+    impls/sm120_gated_delta_rule_bwd_chunk.cuh): for every 64-token chunk c of the backward's layout (its first token
+    chunk_first[c] in the flat [B T] numbering, chunk_len[c] tokens, 0 for a padding chunk) and value head, from the
+    state entering it (states[c], the states pass's) and the gradient of the state leaving it (dh_next[c], the reverse
+    pass's), both [count, HV, 128, 128] in q's dtype. Returns fp32 token-major (dq, dk) [B T, H x parts, 128], each
+    summed over a part of its q / k head's value heads (fold of them, group / fold parts: row h x parts + p holds value
+    heads h x group + p x fold onwards; with respect to the l2-normalized q / k when use_qk_l2norm_in_kernel), dv [B T,
+    HV, 128] in v's dtype (rounded once, from fp32), dg, dbeta [B T, HV]. fold: None plans it (bwd_chunk.choose_fold;
+    DG_SM120_GDR_FOLD for measurement), else a divisor of the group. covered: every token lies in some chunk (fixed
+    lengths), so nothing is zeroed first. The arguments are the forward's, already checked by it; do [B, T, HV, 128] in
+    v's dtype."""
     b, t, h = q.shape[:3]
     hv, tokens, dev = v.shape[2], q.shape[0] * q.shape[1], q.device
-    elem = _ELEM[q.dtype][0]
     count = chunk_first.numel()
+    for name, x in (("states", states), ("dh_next", dh_next)):
+        if x.dtype != q.dtype:
+            raise TypeError(f"{name} must be in q's dtype ({q.dtype}, as the passes store it), got {x.dtype}")
+        if tuple(x.shape) != (count, hv, HEAD_DIM, HEAD_DIM):
+            raise ValueError(
+                f"{name} must be [{count}, {hv}, {HEAD_DIM}, {HEAD_DIM}] (a state per chunk), got {list(x.shape)}"
+            )
+    index = device_of(q=q, k=k, v=v, g=g, beta=beta, do=do, states=states, dh_next=dh_next)
+    target = target_of(index)
+    elem = _ELEM[q.dtype][0]
     group = hv // h
     if fold is None:
-        fold = choose_fold(count, h, group, num_sms_for(index))
-    elif fold < 1 or group % fold:
+        fold = fold_setting() or choose_fold(count, h, group, num_sms_for(index))
+    if fold < 1 or group % fold:  # (the knob's value too)
         raise ValueError(f"fold={fold}: expected a divisor of the value heads per q / k head ({group})")
     make = torch.empty if covered else torch.zeros
     dq, dk = (make(tokens, h * (group // fold), HEAD_DIM, dtype=torch.float32, device=dev) for _ in range(2))

@@ -455,8 +455,8 @@ def chunk_gated_delta_rule_backward(
     """Gradients of chunk_gated_delta_rule's (o, final_state) given do [B, T, HV, V] and dfinal [N, HV, K, V]
     (either None: that output unused). Returns (dq, dk, dv, dg, dbeta, dh0) in the inputs' dtypes (dh0 None
     without an initial state). The arguments are the forward's, already checked by it. states_pass(slots, count):
-    stage 1 by the forward's kernels (api.gdr_states: the state entering every 64th token, fp32, at the layout's
-    chunk numbering); None: stage 1 in torch. state_grads_pass(do, dfinal, slots, count, want_dh0): stage 2 by
+    stage 1 by the forward's kernels (api.gdr_states: the state entering every 64th token, in the inputs' dtype,
+    at the layout's chunk numbering); None: stage 1 in torch. state_grads_pass(do, dfinal, slots, count, want_dh0): stage 2 by
     the kernels (api.gdr_state_grads: dh' leaving every 64 tokens at the same slots, and dh0); None: in torch.
     With both passes the layout is device_layout's: while a CUDA graph is captured no host read of cu_seqlens
     happens anywhere in the backward. chunk_grads_pass(do, states, dh_next, first, length, covered) (with both
@@ -512,7 +512,7 @@ def chunk_gated_delta_rule_backward(
     if states_pass is not None:
         if chunk_size != STATE_TOKENS:
             raise ValueError(f"the kernels' states come every {STATE_TOKENS} tokens, not every {chunk_size}")
-        states = states_pass(slots, qc.shape[0])
+        states = states_pass(slots, qc.shape[0]).to(work)  # the kernels store them in the inputs' dtype
         vnew = f["u"] - f["w"] @ states
     else:
         states, vnew = _states(f, layout.counts, h0)
@@ -521,6 +521,7 @@ def chunk_gated_delta_rule_backward(
             raise ValueError(f"the kernels' state gradients come every {STATE_TOKENS} tokens, not every {chunk_size}")
         do_in = do if do is not None else torch.zeros_like(v)
         dh_next, dh0_k = state_grads_pass(do_in.to(v.dtype), dfinal, slots, qc.shape[0], initial_state is not None)
+        dh_next = dh_next.to(work)
         dvnew = scale * f["m"].transpose(-1, -2) @ doc + f["kd"] @ dh_next
         dh0 = dh0_k if dh0_k is not None else dfs  # (unused without an initial state)
     else:

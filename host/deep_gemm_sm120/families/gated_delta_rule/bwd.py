@@ -20,7 +20,7 @@ PARAMS = ParamList(
     Param("tmap_gate", "CUtensorMap"),
     Param("dfinal", "const float*"),
     Param("dh0", "float*"),
-    Param("dh_next", "float*"),
+    Param("dh_next", "{elem}*"),
     Param("state_slots", "const int32_t*"),
     Param("cu_seqlens", "const int32_t*"),
     Param("seq_len", "uint32_t"),
@@ -62,6 +62,9 @@ class GdrBwdSpec(KernelSpec):
 
     def template_args(self) -> list[str]:
         return [str(self.chunk), str(self.vslice), str(self.stages), CXX_ELEM[self.elem]]
+
+    def type_subst(self) -> dict[str, str]:
+        return {"elem": CXX_ELEM[self.elem]}
 
 
 def bwd_slices(chunk: int) -> tuple[int, ...]:

@@ -5,6 +5,7 @@ this family, launched by the backward (backward.py through api.gdr_chunk_grads).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from ...core.params import Param, ParamList
@@ -18,8 +19,8 @@ PARAMS = ParamList(
     Param("dout", "const {elem}*"),
     Param("g", "const float*"),
     Param("beta", "const void*"),
-    Param("states", "const float*"),
-    Param("dh_next", "const float*"),
+    Param("states", "const {elem}*"),
+    Param("dh_next", "const {elem}*"),
     Param("chunk_first", "const int32_t*"),
     Param("chunk_len", "const int32_t*"),
     Param("dq", "float*"),
@@ -37,6 +38,18 @@ PARAMS = ParamList(
 CHUNK = 64  # kGdrStateTokens: the states and state gradients come every 64 tokens
 THREADS = 512
 SLICE = 16
+FOLD_ENV = "DG_SM120_GDR_FOLD"  # value heads a B3 CTA works, for measurement; unset or 0: planned (choose_fold)
+
+
+def fold_setting() -> int | None:
+    """The measurement knob's fold (DG_SM120_GDR_FOLD), None when unset (0 also plans); gdr_chunk_grads refuses one
+    that does not divide the group as it refuses an explicit fold."""
+    raw = os.environ.get(FOLD_ENV, "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit():
+        raise ValueError(f"{FOLD_ENV}={raw!r}: expected a positive integer (a divisor of the GVA group) or unset")
+    return int(raw)
 
 
 def choose_fold(chunks: int, heads: int, group: int, num_sms: int) -> int:

@@ -28,7 +28,7 @@ PARAMS = ParamList(
     Param("ready", "const int32_t*"),
     Param("segments", "uint32_t"),
     Param("segment_tokens", "uint32_t"),
-    Param("states", "float*"),
+    Param("states", "{elem}*"),
     Param("state_slots", "const int32_t*"),
 )
 STATE_TOKENS = 64  # kGdrStateTokens: the states pass stores the state entering every 64th token of a sequence
