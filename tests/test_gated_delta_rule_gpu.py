@@ -391,6 +391,40 @@ def test_backward_is_graph_capturable(monkeypatch, varlen):
         assert relative_l2(mine, near) <= 1e-3, f"{name}: {relative_l2(mine, near):.2e} from the exact layout's"
 
 
+@pytest.mark.parametrize("varlen", [False, True])
+def test_backward_from_the_forwards_first_states_is_bitwise_the_recomputed_one(monkeypatch, varlen):
+    """A segmented training forward keeps its segments' first states for the backward's states pass (which then
+    skips the transition pass and the combine): every gradient bitwise what the pass gives when it forms them
+    itself (the same kernels on the same inputs), with an initial state, GVA, the l2norm, varlen."""
+    from deep_gemm_sm120.families.gated_delta_rule import api
+    from deep_gemm_sm120.families.gated_delta_rule.plan import SEGMENT_ENV
+
+    monkeypatch.setenv(SEGMENT_ENV, "4")
+    t = 900
+    cu = torch.tensor([0, 70, 70, 333, 334, t], dtype=torch.int32, device="cuda") if varlen else None
+    n = 5 if varlen else 2
+    args, init = make_inputs(1 if varlen else 2, t, 2, 4, seed=21, normalized=False, state_n=n)
+    gen = torch.Generator(device="cuda").manual_seed(22)
+    do = torch.randn(args[2].shape, device="cuda", generator=gen).to(args[2].dtype)
+    dfs = torch.randn(init.shape, device="cuda", generator=gen)
+    grads = lambda: _autograd_grads(dg.chunk_gated_delta_rule, args, init, do, dfs, cu_seqlens=cu)
+
+    taken: list[bool] = []
+    real = api.gdr_states
+
+    def spy(*a, **kw):
+        taken.append(bool(a[-1]))  # the carried dict holds the forward's first states
+        return real(*a, **kw)
+
+    monkeypatch.setattr(api, "gdr_states", spy)
+    kept = grads()
+    monkeypatch.setattr(api, "gdr_states", lambda *a, **kw: real(*a[:-1], None, **kw))
+    formed = grads()
+    assert taken == [True], "the states pass got no first states from the forward"
+    for name, x, y in zip(("dq", "dk", "dv", "dg", "dbeta", "dh0"), kept, formed):
+        assert torch.equal(x, y), f"{name} differs from the pass that forms its own first states"
+
+
 @pytest.mark.parametrize("segment_chunks", ["0", "4"])
 def test_states_pass_matches_the_float64_states(monkeypatch, segment_chunks):
     """api.gdr_states (the recurrence's states instance): the state entering every 64th token of each sequence, at

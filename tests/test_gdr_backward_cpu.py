@@ -661,7 +661,7 @@ def test_host_offsets_reach_the_backward():
         xs = [x.detach().clone().requires_grad_() for x in leaves]
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(api.Differentiable, "apply", recording)
-            o, fs = api._run(lambda *a: run(*a[:7]), *xs[:5], 0.3, xs[5], cu, True, host)
+            o, fs = api._run(lambda *a, **_: run(*a[:7]), *xs[:5], 0.3, xs[5], cu, True, host)
         (o.sum() + fs.sum()).backward()
         grads.append([x.grad for x in xs])
     assert seen == [None, sum(ceil_div(n, 64) for n in lengths)] and seen[1] > 0

@@ -265,3 +265,47 @@ def test_the_fold_knob_overrides_the_plan_and_is_checked(captured, monkeypatch):
     monkeypatch.setenv(FOLD_ENV, "two")
     with pytest.raises(ValueError, match="DG_SM120_GDR_FOLD='two': expected a positive integer"):
         fold_of_launch()
+
+
+@pytest.mark.parametrize("varlen", [False, True])
+def test_the_states_pass_walks_from_the_training_forwards_first_states(captured, monkeypatch, varlen):
+    """A training call's segmented forward leaves its segments' first states in the call's `carried` dict; the
+    backward's states pass under the same cut walks from them (prep and the states instance only: no transition
+    pass, no combine) and takes them out, so a second backward (retain_graph) or a forward of another cut (chunk
+    size) forms them itself."""
+    from deep_gemm_sm120.families.gated_delta_rule import backward as bw
+
+    monkeypatch.setenv(SEGMENT_ENV, "3")
+    n, hv, t = 3, 4, 700
+    b = 1 if varlen else n
+    args, init = _inputs(b, t, 2, hv, n)
+    cu = torch.tensor([0, 100, 100, 700], dtype=torch.int32) if varlen else None
+    layout = bw.device_layout(b, t, cu, 64, torch.device("cpu"), exact=True)
+    slots, count = bw.state_slots(layout), layout.token.shape[0]
+    names = lambda since: [name for name, _, _ in captured[since:]]
+
+    carried: dict = {}
+    run = api._prepare(*args, None, init, True, cu, False, None)[2]
+    run(*args, init, cu, None, carried=carried)
+    assert names(0)[1].endswith("_tr") and names(0)[2].startswith("gated_delta_rule_combine")
+    firsts = captured[2][2]["firsts"]
+    assert carried["firsts"].data_ptr() == firsts and carried["cut"][1] == ceil_div(ceil_div(t, 32), 3)
+
+    before = len(captured)
+    states = api.gdr_states(*args, None, init, cu, False, slots, count, None, carried)
+    assert len(names(before)) == 2 and names(before)[1].endswith("_st"), names(before)
+    walk = captured[-1][2]
+    assert walk["initial_state"] == firsts and walk["states"] == states.data_ptr()
+    assert carried == {}, "the first states are taken out once walked from"
+
+    before = len(captured)
+    api.gdr_states(*args, None, init, cu, False, slots, count, None, carried)
+    assert [x[-3:] for x in names(before)[1:]] == ["_tr", "c16", "_st"], names(before)
+
+    # a forward at chunk 64 cuts its sequences otherwise: the chunk-32 states pass forms its own first states
+    run64 = api._prepare(*args, None, init, True, cu, False, 64)[2]
+    run64(*args, init, cu, None, carried=carried)
+    assert carried["cut"][0] == 64
+    before = len(captured)
+    api.gdr_states(*args, None, init, cu, False, slots, count, None, carried)
+    assert [x[-3:] for x in names(before)[1:]] == ["_tr", "c16", "_st"], names(before)

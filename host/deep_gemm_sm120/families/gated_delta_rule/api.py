@@ -248,10 +248,13 @@ def _run(run, q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm_
 
     # the prep scratch the states pass made, for the reverse pass that follows it in the same backward
     kept: list = []
+    # a segmented forward's first states (segments x pairs x 64 KiB, fp32), kept for the states pass until it
+    # takes them: it then skips the transition pass and the combine
+    carried: dict = {}
 
     def states(q, k, v, g, beta, initial_state, cu_seqlens, slots, count):  # stage 1 by the forward's kernels
         kept.clear()
-        return gdr_states(q, k, v, g, beta, scale, initial_state, cu_seqlens, l2, slots, count, kept)
+        return gdr_states(q, k, v, g, beta, scale, initial_state, cu_seqlens, l2, slots, count, kept, carried)
 
     def state_grads(q, k, v, g, beta, cu_seqlens, do, dfinal, slots, count, want_dh0):  # stage 2 by its kernel
         scratch = kept.pop() if kept else None
@@ -274,7 +277,7 @@ def _run(run, q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm_
         None if lengths is None else sum(ceil_div(n, STATE_TOKENS) for n in lengths),
     )
     outs = Differentiable.apply(
-        meta, lambda *tensors: run(*tensors, scale), q, k, v, g, beta, initial_state, cu_seqlens
+        meta, lambda *tensors: run(*tensors, scale, carried=carried), q, k, v, g, beta, initial_state, cu_seqlens
     )
     return outs if isinstance(outs, tuple) else (outs, None)
 
@@ -307,6 +310,7 @@ def gdr_states(
     slots: torch.Tensor,
     count: int,
     scratch_out: list | None = None,
+    carried: dict | None = None,
 ) -> torch.Tensor:
     """The backward's states pass (backward.py): the forward's walk (its plan, at the device's default chunk) that
     stores the state entering every STATE_TOKENS-th token of each sequence, the j-th of sequence n at slot
@@ -314,13 +318,18 @@ def gdr_states(
     states as its mma operands; int32 slots on the device), and forms no o
     (the kernel's kStates instance loads neither q nor attn). Planned per call; the call's arguments are the
     forward's. scratch_out (a list): receives the prep kernel's scratch (the chunk factors), which
-    gdr_state_grads then reads instead of running the prep again."""
+    gdr_state_grads then reads instead of running the prep again. carried: the training call's dict in which its
+    segmented forward left the segments' first states; where the cut is the same, the pass walks from them
+    instead of forming them again (the transition pass and the combine skipped) and takes them out."""
     call = _prepare(
         q, k, v, g, beta, scale, initial_state, False, cu_seqlens, use_qk_l2norm_in_kernel, None, states=True
     )
     out = torch.empty(count, v.shape[2], HEAD_DIM, HEAD_DIM, dtype=q.dtype, device=v.device)
     if count:
-        call[2](q, k, v, g, beta, initial_state, cu_seqlens, scale, state_out=(out, slots), scratch_out=scratch_out)
+        call[2](
+            q, k, v, g, beta, initial_state, cu_seqlens, scale, state_out=(out, slots), scratch_out=scratch_out,
+            carried=carried,
+        )  # fmt: skip
     return out
 
 
@@ -589,7 +598,7 @@ def _prepare(
 
     if tokens == 0:
 
-        def empty(q, k, v, g, beta, initial_state, cu_seqlens, scale, state_out=None):
+        def empty(q, k, v, g, beta, initial_state, cu_seqlens, scale, state_out=None, scratch_out=None, carried=None):
             if cu_seqlens is not None and index_checks():
                 check_cu_seqlens_values(cu_seqlens, t)
             o, final = outputs(v)
@@ -632,7 +641,7 @@ def _prepare(
     unaligned = tuple(x.is_contiguous() and x.data_ptr() % 16 != 0 for x in (q, k, v))
     scratch_bytes, scratch_parts = _prep_scratch(tokens, hv, c, q.element_size(), n, varlen)
 
-    def run(q, k, v, g, beta, initial_state, cu_seqlens, scale, state_out=None, scratch_out=None):
+    def run(q, k, v, g, beta, initial_state, cu_seqlens, scale, state_out=None, scratch_out=None, carried=None):
         # (the backward's states pass skips the check: its forward checked the values, or ran with checks off,
         # and the backward reads them as the kernels do)
         if cu_seqlens is not None and state_out is None and index_checks():
@@ -701,6 +710,15 @@ def _prepare(
         if not segments:
             recurrence(fwd, fwd_ctas, init, final, o)
             return o, final
+        # carried (a training call's dict, shared by its forward and its backward's states pass): the segments'
+        # first states of the same inputs under the same cut, which a call with the cut already walked left there
+        # (the forward); the states pass then skips steps 1 and 2 (the same kernels on the same inputs: bitwise
+        # the states it would form)
+        cut = (c, segments, segment_chunks)
+        if carried is not None and carried.get("cut") == cut:
+            recurrence(fwd, fwd_ctas, carried.pop("firsts"), final, o)
+            carried.clear()  # (a second backward, retain_graph, walks the segments itself)
+            return o, final
         # 1. every segment's affine map (A, B) but each sequence's last: [B; A][segment][sequence][hv]
         # a sequence's last segment and those past its end are not walked, and nothing reads their maps
         maps_ab = fresh_empty((2, segments, n * hv, HEAD_DIM, HEAD_DIM), torch.float32, dev)
@@ -729,6 +747,8 @@ def _prepare(
         )
         # 3. the chunk walk from each segment's first state: o, and the final state from each sequence's last
         recurrence(fwd, fwd_ctas, firsts, final, o)
+        if carried is not None and state_out is None:
+            carried.update(cut=cut, firsts=firsts)
         return o, final
 
     return target, index, run
