@@ -396,7 +396,7 @@ def test_backward_from_the_forwards_first_states_is_bitwise_the_recomputed_one(m
     """A segmented training forward keeps its segments' first states for the backward's states pass (which then
     skips the transition pass and the combine): every gradient bitwise what the pass gives when it forms them
     itself (the same kernels on the same inputs), with an initial state, GVA, the l2norm, varlen."""
-    from deep_gemm_sm120.families.gated_delta_rule import api
+    from deep_gemm_sm120.families.gated_delta_rule import backward as bw
     from deep_gemm_sm120.families.gated_delta_rule.plan import SEGMENT_ENV
 
     monkeypatch.setenv(SEGMENT_ENV, "4")
@@ -410,15 +410,20 @@ def test_backward_from_the_forwards_first_states_is_bitwise_the_recomputed_one(m
     grads = lambda: _autograd_grads(dg.chunk_gated_delta_rule, args, init, do, dfs, cu_seqlens=cu)
 
     taken: list[bool] = []
-    real = api.gdr_states
+    real = bw.Carried.take
 
-    def spy(*a, **kw):
-        taken.append(bool(a[-1]))  # the carried dict holds the forward's first states
-        return real(*a, **kw)
+    def spy(self, cut, device):
+        got = real(self, cut, device)
+        taken.append(got is not None)
+        return got
 
-    monkeypatch.setattr(api, "gdr_states", spy)
+    monkeypatch.setattr(bw.Carried, "take", spy)
     kept = grads()
-    monkeypatch.setattr(api, "gdr_states", lambda *a, **kw: real(*a[:-1], None, **kw))
+
+    def refuse(self, cut, device):  # the slot emptied, nothing taken: the pass forms its own first states
+        real(self, cut, device)
+
+    monkeypatch.setattr(bw.Carried, "take", refuse)
     formed = grads()
     assert taken == [True], "the states pass got no first states from the forward"
     for name, x, y in zip(("dq", "dk", "dv", "dg", "dbeta", "dh0"), kept, formed):

@@ -158,7 +158,7 @@ def test_function_attaches_the_backward_to_the_outputs():
     """Differentiable.apply (what chunk_gated_delta_rule does when an input requires grad): the same gradients as
     autograd through the reference, only for the inputs that asked."""
     leaves, cu, run = _function_case((True, False, True, True, False, True))
-    out_o, out_fs = Differentiable.apply((0.3, True, None, None, None, None, None), run, *leaves, cu)
+    out_o, out_fs = Differentiable.apply((0.3, True, None, None, None, None, None, None), run, *leaves, cu)
     with torch.no_grad():
         o, fs = run(*leaves, cu)
     assert out_o.requires_grad and torch.equal(out_o, o) and torch.equal(out_fs, fs)
@@ -175,7 +175,9 @@ def test_function_attaches_the_backward_to_the_outputs():
 
 def test_function_without_a_final_state_and_unused_outputs():
     leaves, cu, run = _function_case((True,) * 6)
-    out = Differentiable.apply((0.3, True, None, None, None, None, None), lambda *a: run(*a, final=False), *leaves, cu)
+    out = Differentiable.apply(
+        (0.3, True, None, None, None, None, None, None), lambda *a: run(*a, final=False), *leaves, cu
+    )
     assert isinstance(out, torch.Tensor)
     (out.sum() * 0).backward()  # a zero upstream gradient: zero gradients, not an error
     assert all(torch.count_nonzero(x.grad) == 0 for x in leaves)
@@ -185,7 +187,7 @@ def test_outputs_may_be_modified_in_place():
     """The outputs are the forward's own tensors, not views of anything: in-place use works as under no_grad, and
     the gradients are those of the loss as written."""
     leaves, cu, run = _function_case((True,) * 6)
-    o, fs = Differentiable.apply((0.3, True, None, None, None, None, None), run, *leaves, cu)
+    o, fs = Differentiable.apply((0.3, True, None, None, None, None, None, None), run, *leaves, cu)
     o.mul_(2)
     fs.add_(1)
     (o.sum() + fs.sum()).backward()
@@ -204,7 +206,7 @@ def test_outputs_may_be_modified_in_place():
 
 def test_first_order_with_create_graph_and_a_clear_second_order_error():
     leaves, cu, run = _function_case((True,) * 6)
-    o, _ = Differentiable.apply((0.3, True, None, None, None, None, None), run, *leaves, cu)
+    o, _ = Differentiable.apply((0.3, True, None, None, None, None, None, None), run, *leaves, cu)
     grads = torch.autograd.grad(o.pow(2).sum(), leaves, create_graph=True)
     assert all(x is not None and torch.isfinite(x).all() for x in grads)
     with pytest.raises(RuntimeError, match="once_differentiable|twice"):
@@ -652,7 +654,7 @@ def test_host_offsets_reach_the_backward():
     apply = api.Differentiable.apply
 
     def recording(meta, *rest):
-        seen.append(meta[-1])
+        seen.append(meta[6])
         return apply(meta, *rest)
 
     lengths = (cu[1:] - cu[:-1]).tolist()

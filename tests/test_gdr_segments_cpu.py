@@ -5,6 +5,9 @@ states), the combine (one launch: the maps, the initial state, every segment's f
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import pytest
 import torch
 from launch_stub import stub_gpu
@@ -269,10 +272,10 @@ def test_the_fold_knob_overrides_the_plan_and_is_checked(captured, monkeypatch):
 
 @pytest.mark.parametrize("varlen", [False, True])
 def test_the_states_pass_walks_from_the_training_forwards_first_states(captured, monkeypatch, varlen):
-    """A training call's segmented forward leaves its segments' first states in the call's `carried` dict; the
+    """A training call's segmented forward leaves its segments' first states in the call's Carried; the
     backward's states pass under the same cut walks from them (prep and the states instance only: no transition
-    pass, no combine) and takes them out, so a second backward (retain_graph) or a forward of another cut (chunk
-    size) forms them itself."""
+    pass, no combine), and every take empties the slot, so a pass without them (a second take, another cut, a
+    forward at another chunk size that leaves nothing) forms its own."""
     from deep_gemm_sm120.families.gated_delta_rule import backward as bw
 
     monkeypatch.setenv(SEGMENT_ENV, "3")
@@ -282,30 +285,150 @@ def test_the_states_pass_walks_from_the_training_forwards_first_states(captured,
     cu = torch.tensor([0, 100, 100, 700], dtype=torch.int32) if varlen else None
     layout = bw.device_layout(b, t, cu, 64, torch.device("cpu"), exact=True)
     slots, count = bw.state_slots(layout), layout.token.shape[0]
-    names = lambda since: [name for name, _, _ in captured[since:]]
+    names = lambda since: [name[-3:] for name, _, _ in captured[since:]]
+    states_pass = lambda carried: api.gdr_states(*args, None, init, cu, False, slots, count, None, carried)
 
-    carried: dict = {}
+    carried = bw.Carried()
     run = api._prepare(*args, None, init, True, cu, False, None)[2]
     run(*args, init, cu, None, carried=carried)
-    assert names(0)[1].endswith("_tr") and names(0)[2].startswith("gated_delta_rule_combine")
+    assert names(0)[1:3] == ["_tr", "c16"]
     firsts = captured[2][2]["firsts"]
-    assert carried["firsts"].data_ptr() == firsts and carried["cut"][1] == ceil_div(ceil_div(t, 32), 3)
 
     before = len(captured)
-    states = api.gdr_states(*args, None, init, cu, False, slots, count, None, carried)
-    assert len(names(before)) == 2 and names(before)[1].endswith("_st"), names(before)
+    states = states_pass(carried)
+    assert names(before)[1:] == ["_st"], names(before)
     walk = captured[-1][2]
     assert walk["initial_state"] == firsts and walk["states"] == states.data_ptr()
-    assert carried == {}, "the first states are taken out once walked from"
+    assert carried.detach() == (None, None), "the slot is empty once taken"
 
     before = len(captured)
-    api.gdr_states(*args, None, init, cu, False, slots, count, None, carried)
-    assert [x[-3:] for x in names(before)[1:]] == ["_tr", "c16", "_st"], names(before)
+    states_pass(carried)
+    assert names(before)[1:] == ["_tr", "c16", "_st"], names(before)
 
-    # a forward at chunk 64 cuts its sequences otherwise: the chunk-32 states pass forms its own first states
-    run64 = api._prepare(*args, None, init, True, cu, False, 64)[2]
-    run64(*args, init, cu, None, carried=carried)
-    assert carried["cut"][0] == 64
+    # another cut in the slot: not walked from, and dropped
+    carried.put((32, 99, 1), torch.zeros(1))
     before = len(captured)
-    api.gdr_states(*args, None, init, cu, False, slots, count, None, carried)
-    assert [x[-3:] for x in names(before)[1:]] == ["_tr", "c16", "_st"], names(before)
+    states_pass(carried)
+    assert names(before)[1:] == ["_tr", "c16", "_st"] and carried.detach() == (None, None)
+
+    # a forward at chunk 64: no chunk-32 states pass could take its first states, so it leaves none
+    api._prepare(*args, None, init, True, cu, False, 64)[2](*args, init, cu, None, carried=carried)
+    assert "_tr" in names(before) and carried.detach() == (None, None)
+
+
+def test_a_captured_states_pass_forms_its_own_first_states_after_an_eager_forward(captured, monkeypatch):
+    """An eager forward, then its backward captured in a CUDA graph of its own: the captured states pass must not
+    address the eager forward's first states (a tensor outside the graph's pool, freed after the capture: every
+    replay would read whatever lies there then); it forms its own. (A red-team finding.)"""
+    from deep_gemm_sm120.families.gated_delta_rule import backward as bw
+
+    monkeypatch.setenv(SEGMENT_ENV, "3")
+    args, init = _inputs(2, 700, 2, 4, 2)
+    layout = bw.device_layout(2, 700, None, 64, torch.device("cpu"), exact=True)
+    slots, count = bw.state_slots(layout), layout.token.shape[0]
+    carried = bw.Carried()
+    api._prepare(*args, None, init, True, None, False, None)[2](*args, init, None, None, carried=carried)  # eager
+    monkeypatch.setattr(bw, "_capturing", lambda x: True)  # the backward's capture
+    before = len(captured)
+    api.gdr_states(*args, None, init, None, False, slots, count, None, carried)
+    assert [name[-3:] for name, _, _ in captured[before + 1 :]] == ["_tr", "c16", "_st"]
+
+
+def test_a_failed_states_pass_leaves_the_retry_forming_its_own(captured, monkeypatch):
+    """The first states are taken out before the walk is launched: a launch that raises leaves an empty slot, and
+    the retry (a second backward, a caller that catches) forms its own first states instead of failing on a
+    half-emptied one. (A red-team finding.)"""
+    import deep_gemm_sm120.launch as launch_mod
+    from deep_gemm_sm120.families.gated_delta_rule import backward as bw
+
+    monkeypatch.setenv(SEGMENT_ENV, "3")
+    args, init = _inputs(2, 700, 2, 4, 2)
+    layout = bw.device_layout(2, 700, None, 64, torch.device("cpu"), exact=True)
+    slots, count = bw.state_slots(layout), layout.token.shape[0]
+    carried = bw.Carried()
+    api._prepare(*args, None, init, True, None, False, None)[2](*args, init, None, None, carried=carried)
+    real, failed = launch_mod.BOUND.launch, []
+
+    def flaky(handle, *a):
+        if not failed and len(captured) >= 5:  # the states pass's walk, after its prep
+            failed.append(True)
+            raise RuntimeError("launch failed")
+        return real(handle, *a)
+
+    monkeypatch.setattr(launch_mod.BOUND, "launch", flaky)
+    with pytest.raises(RuntimeError, match="launch failed"):
+        api.gdr_states(*args, None, init, None, False, slots, count, None, carried)
+    before = len(captured)
+    api.gdr_states(*args, None, init, None, False, slots, count, None, carried)
+    assert [name[-3:] for name, _, _ in captured[before + 1 :]] == ["_tr", "c16", "_st"]
+
+
+def _spy_firsts(monkeypatch) -> list:
+    """Weak references to every fp32 [segments, 8 pairs, 128, 128] tensor the calls allocate (first states)."""
+    made: list = []
+    real = api.fresh_empty
+
+    def spy(shape, dtype, dev):
+        x = real(shape, dtype, dev)
+        if dtype == torch.float32 and len(shape) == 4 and shape[1] == 8:
+            made.append(weakref.ref(x))
+        return x
+
+    monkeypatch.setattr(api, "fresh_empty", spy)
+    return made
+
+
+def _training_call(monkeypatch, chunk, wrap=None):
+    """A training call through api._run with the GPU wiring (the kernels' passes in the Function's meta): CPU
+    inputs that claim is_cuda for the call."""
+    monkeypatch.setenv(SEGMENT_ENV, "3")
+    args, init = _inputs(2, 700, 2, 4, 2)
+    run = api._prepare(*args, None, init, True, None, False, chunk)[2]
+    xs = [x.clone().requires_grad_() for x in args]
+    with monkeypatch.context() as mp:
+        mp.setattr(torch.Tensor, "is_cuda", property(lambda self: True), raising=False)
+        call = lambda *t: api._run(run, *t, None, init, None, False)
+        return wrap(call, *xs) if wrap else call(*xs)
+
+
+def test_first_states_live_as_the_saved_inputs_do(captured, monkeypatch):
+    """The first states are one of the Function's saved tensors: activation checkpointing (non-reentrant) frees
+    them with the inputs between forward and backward, and a forward at a chunk size no states pass takes keeps
+    none; a plain training forward keeps them with its graph. (Red-team findings: they were held by a closure.)"""
+    from torch.utils.checkpoint import checkpoint
+
+    made = _spy_firsts(monkeypatch)
+    kept = _training_call(monkeypatch, None)
+    gc.collect()
+    assert len(made) == 1 and made[0]() is not None, "a training forward keeps its first states for its backward"
+    del kept
+    gc.collect()
+    assert made[0]() is None, "freed with the graph"
+    for chunk, wrap in ((None, lambda call, *xs: checkpoint(call, *xs, use_reentrant=False)), (64, None)):
+        made.clear()
+        out = _training_call(monkeypatch, chunk, wrap)
+        gc.collect()
+        assert made and all(r() is None for r in made), f"chunk {chunk}: first states kept"
+        del out
+
+
+def test_every_backward_of_a_retained_graph_walks_from_the_saved_first_states(captured, monkeypatch):
+    """Through the autograd Function (api._run with the GPU wiring): the forward's first states travel as a saved
+    tensor and are handed back before each backward, so both backwards of a retained graph run the states pass
+    as prep + the states instance from them, then the reverse pass, B3 and the rows pass."""
+    monkeypatch.setenv(SEGMENT_ENV, "3")
+    args, init = _inputs(2, 700, 2, 4, 2)
+    run = api._prepare(*args, None, init, True, None, False, None)[2]
+    xs = [x.clone().requires_grad_() for x in args]
+    with monkeypatch.context() as mp:
+        mp.setattr(torch.Tensor, "is_cuda", property(lambda self: True), raising=False)
+        o, fs = api._run(run, *xs, None, init, None, False)
+        firsts = next(p["firsts"] for name, _, p in captured if name.startswith("gated_delta_rule_combine"))
+        for _ in range(2):
+            before = len(captured)
+            torch.autograd.backward([o, fs], [torch.zeros_like(o), torch.zeros_like(fs)], retain_graph=True)
+            names = [name for name, _, _ in captured[before:]]
+            assert len(names) == 5 and names[0].startswith("gated_delta_rule_prep") and names[1].endswith("_st")
+            assert names[2].startswith("gated_delta_rule_bwd_c32") and names[3].startswith("gated_delta_rule_bwd_chunk")
+            assert names[4].startswith("gated_delta_rule_grad_rows"), names
+            assert captured[before + 1][2]["initial_state"] == firsts

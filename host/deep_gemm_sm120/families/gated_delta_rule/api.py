@@ -22,7 +22,7 @@ from ...device import num_sms_for
 from ...launch import KEY_ERRORS, CallCache, fast_calls, get_pdl, kernel_memo, launch, recording, tensor_key
 from ...launch import empty as fresh_empty
 from ...launch import zeros as fresh_zeros
-from .backward import Differentiable, chunk_grads_enabled, grad_rows_enabled
+from .backward import Carried, Differentiable, chunk_grads_enabled, grad_rows_enabled
 from .bwd import PARAMS as BWD_PARAMS
 from .bwd import GdrBwdSpec
 from .bwd_chunk import PARAMS as CHUNK_GRAD_PARAMS
@@ -248,9 +248,9 @@ def _run(run, q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm_
 
     # the prep scratch the states pass made, for the reverse pass that follows it in the same backward
     kept: list = []
-    # a segmented forward's first states (segments x pairs x 64 KiB, fp32), kept for the states pass until it
-    # takes them: it then skips the transition pass and the combine
-    carried: dict = {}
+    # a segmented forward's first states (segments x pairs x 64 KiB, fp32), kept with the saved inputs for the
+    # states pass: it then skips the transition pass and the combine
+    carried = Carried()
 
     def states(q, k, v, g, beta, initial_state, cu_seqlens, slots, count):  # stage 1 by the forward's kernels
         kept.clear()
@@ -275,6 +275,7 @@ def _run(run, q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm_
         chunk_grads if on_gpu and chunk_grads_enabled() else None,
         grad_rows if on_gpu and chunk_grads_enabled() and grad_rows_enabled() else None,
         None if lengths is None else sum(ceil_div(n, STATE_TOKENS) for n in lengths),
+        carried,
     )
     outs = Differentiable.apply(
         meta, lambda *tensors: run(*tensors, scale, carried=carried), q, k, v, g, beta, initial_state, cu_seqlens
@@ -310,7 +311,7 @@ def gdr_states(
     slots: torch.Tensor,
     count: int,
     scratch_out: list | None = None,
-    carried: dict | None = None,
+    carried: Carried | None = None,
 ) -> torch.Tensor:
     """The backward's states pass (backward.py): the forward's walk (its plan, at the device's default chunk) that
     stores the state entering every STATE_TOKENS-th token of each sequence, the j-th of sequence n at slot
@@ -318,9 +319,9 @@ def gdr_states(
     states as its mma operands; int32 slots on the device), and forms no o
     (the kernel's kStates instance loads neither q nor attn). Planned per call; the call's arguments are the
     forward's. scratch_out (a list): receives the prep kernel's scratch (the chunk factors), which
-    gdr_state_grads then reads instead of running the prep again. carried: the training call's dict in which its
-    segmented forward left the segments' first states; where the cut is the same, the pass walks from them
-    instead of forming them again (the transition pass and the combine skipped) and takes them out."""
+    gdr_state_grads then reads instead of running the prep again. carried: the training call's Carried, in which its
+    segmented forward left the segments' first states; under the same cut and capture state the pass walks from
+    them instead of forming them again (the transition pass and the combine skipped)."""
     call = _prepare(
         q, k, v, g, beta, scale, initial_state, False, cu_seqlens, use_qk_l2norm_in_kernel, None, states=True
     )
@@ -710,14 +711,13 @@ def _prepare(
         if not segments:
             recurrence(fwd, fwd_ctas, init, final, o)
             return o, final
-        # carried (a training call's dict, shared by its forward and its backward's states pass): the segments'
-        # first states of the same inputs under the same cut, which a call with the cut already walked left there
-        # (the forward); the states pass then skips steps 1 and 2 (the same kernels on the same inputs: bitwise
-        # the states it would form)
+        # carried (a training call's Carried, shared by its forward and its backward's states pass): the forward
+        # leaves its segments' first states there, and the states pass under the same cut skips steps 1 and 2
+        # (the same kernels on the same inputs: bitwise the states it would form)
         cut = (c, segments, segment_chunks)
-        if carried is not None and carried.get("cut") == cut:
-            recurrence(fwd, fwd_ctas, carried.pop("firsts"), final, o)
-            carried.clear()  # (a second backward, retain_graph, walks the segments itself)
+        firsts = carried.take(cut, dev) if carried is not None and state_out is not None else None
+        if firsts is not None:
+            recurrence(fwd, fwd_ctas, firsts, final, o)
             return o, final
         # 1. every segment's affine map (A, B) but each sequence's last: [B; A][segment][sequence][hv]
         # a sequence's last segment and those past its end are not walked, and nothing reads their maps
@@ -747,8 +747,8 @@ def _prepare(
         )
         # 3. the chunk walk from each segment's first state: o, and the final state from each sequence's last
         recurrence(fwd, fwd_ctas, firsts, final, o)
-        if carried is not None and state_out is None:
-            carried.update(cut=cut, firsts=firsts)
+        if carried is not None and state_out is None and c == default_chunk_size(dev):
+            carried.put(cut, firsts)  # (a forward at another chunk size: no states pass could take them)
         return o, final
 
     return target, index, run

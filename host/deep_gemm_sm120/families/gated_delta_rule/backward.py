@@ -604,18 +604,51 @@ def _kernel_backward(
     )
 
 
+class Carried:
+    """What a training call's segmented forward leaves for its backward's states pass: the segments' first states
+    (the combine's output, fp32 [segments, pairs, 128, 128]) with the cut they belong to (chunk, segments,
+    segment length) and whether a CUDA graph was being captured. The forward's run puts them here; Differentiable
+    moves the tensor into its saved tensors (so activation checkpointing and saved-tensor hooks treat it as they
+    treat the inputs) and back before each backward; the states pass takes it only under its own cut and capture
+    state (an eager forward's tensor must not be addressed by a captured backward), and every take empties the
+    slot."""
+
+    def __init__(self) -> None:
+        self._slot: tuple | None = None  # (cut, capturing, firsts)
+
+    def put(self, cut: tuple, firsts: torch.Tensor) -> None:
+        self._slot = (cut, _capturing(firsts), firsts)
+
+    def take(self, cut: tuple, device: torch.device) -> torch.Tensor | None:
+        """The first states if they belong to this cut and capture state, else None; the slot is empty after."""
+        slot, self._slot = self._slot, None
+        if slot is None or slot[0] != cut or slot[1] != _capturing(device):
+            return None
+        return slot[2]
+
+    def detach(self) -> tuple[torch.Tensor | None, tuple | None]:
+        """(the tensor, what else the slot held) for the Function to keep; the slot is empty after."""
+        slot, self._slot = self._slot, None
+        return (None, None) if slot is None else (slot[2], slot[:2])
+
+    def restore(self, firsts: torch.Tensor | None, info: tuple | None) -> None:
+        self._slot = None if firsts is None or info is None else (*info, firsts)
+
+
 class Differentiable(torch.autograd.Function):
     """chunk_gated_delta_rule with its backward: forward(ctx, meta, run, q, k, v, g, beta, initial_state,
     cu_seqlens) calls run(q, k, v, g, beta, initial_state, cu_seqlens) (the forward's kernels: fresh outputs, so
     they may be modified in place as without grad), returns o (and final_state when run gives one) and keeps the
-    inputs; meta is (scale, use_qk_l2norm_in_kernel, states, state_grads, chunk_grads, grad_rows, host_chunks):
+    inputs; meta is (scale, use_qk_l2norm_in_kernel, states, state_grads, chunk_grads, grad_rows, host_chunks,
+    carried):
     states(q, k, v, g, beta,
     initial_state, cu_seqlens, slots, count) gives stage 1 from the forward's kernels (api.gdr_states),
     state_grads(q, k, v, g, beta, cu_seqlens, do, dfinal, slots, count, want_dh0) stage 2 from the reverse pass
     kernel (api.gdr_state_grads) and chunk_grads(q, k, v, g, beta, do, states, dh_next, first, length, covered)
     stages 0 and 3 from B3 (api.gdr_chunk_grads), grad_rows(q, k, dq_parts, dk_parts) dq and dk's last step
     (api.gdr_grad_rows); None computes that stage in torch. host_chunks: the 64-token chunk count of a host copy
-    of the offsets (cu_seqlens_cpu), or None.
+    of the offsets (cu_seqlens_cpu), or None. carried: the call's Carried (or None), which run fills and the
+    states pass reads; its tensor is kept with the inputs between the two.
     The backward recomputes everything else from the inputs. Not differentiable twice."""
 
     @staticmethod
@@ -624,17 +657,20 @@ class Differentiable(torch.autograd.Function):
         ctx.meta = meta
         ctx.has_final = final is not None
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(q, k, v, g, beta, initial_state, cu_seqlens)
+        firsts, ctx.carried_info = meta[7].detach() if meta[7] is not None else (None, None)
+        ctx.save_for_backward(q, k, v, g, beta, initial_state, cu_seqlens, firsts)
         return (o, final) if final is not None else o
 
     @staticmethod
     @once_differentiable
     def backward(ctx, *grads):  # type: ignore[override]
-        q, k, v, g, beta, initial_state, cu_seqlens = ctx.saved_tensors
-        scale, l2, states, state_grads, chunk_grads, grad_rows, host_chunks = ctx.meta
+        q, k, v, g, beta, initial_state, cu_seqlens, firsts = ctx.saved_tensors
+        scale, l2, states, state_grads, chunk_grads, grad_rows, host_chunks, carried = ctx.meta
         do, dfinal = grads[0], grads[1] if ctx.has_final else None
         if do is None and dfinal is None:
             return (None,) * 9
+        if carried is not None:  # for this backward's states pass (each backward of a retained graph gets them)
+            carried.restore(firsts, ctx.carried_info)
         states_pass = None
         if states is not None:
             states_pass = functools.partial(states, q, k, v, g, beta, initial_state, cu_seqlens)
@@ -647,10 +683,14 @@ class Differentiable(torch.autograd.Function):
         rows_pass = None
         if grad_rows is not None:
             rows_pass = functools.partial(grad_rows, q, k)
-        dq, dk, dv, dg, dbeta, dh0 = chunk_gated_delta_rule_backward(
-            q, k, v, g, beta, do, dfinal, scale, initial_state, cu_seqlens, l2, STATE_TOKENS, states_pass, grads_pass,
-            chunk_pass, rows_pass, host_chunks,
-        )  # fmt: skip
+        try:
+            dq, dk, dv, dg, dbeta, dh0 = chunk_gated_delta_rule_backward(
+                q, k, v, g, beta, do, dfinal, scale, initial_state, cu_seqlens, l2, STATE_TOKENS, states_pass,
+                grads_pass, chunk_pass, rows_pass, host_chunks,
+            )  # fmt: skip
+        finally:
+            if carried is not None:
+                carried.restore(None, None)  # not taken (torch stages, no token): not kept past the backward
         need = ctx.needs_input_grad
         picked = [x if need[i + 2] else None for i, x in enumerate((dq, dk, dv, dg, dbeta, dh0))]
         return (None, None, *picked, None)
