@@ -376,8 +376,8 @@ def test_fixed_length_device_layouts_are_kept(monkeypatch):
     """device_layout keeps fixed-length layouts (they follow from the shapes; building one costs about twenty
     device operations a backward): a repeated (B, T, C, device) returns the kept layout, equal to a fresh build,
     with B3's chunk table (chunk_bounds) already made; least recently used first out past the bound. While a CUDA
-    graph is captured the cache is neither read nor filled (a review found a graph that had captured a kept
-    layout reading it after its eviction): the layout is built fresh."""
+    graph is captured a kept layout is pinned (out of the LRU, never evicted: a review found a graph that had
+    captured a kept layout reading it after its eviction) and a new shape is built fresh without being kept."""
     import collections
 
     cpu = torch.device("cpu")
@@ -400,13 +400,24 @@ def test_fixed_length_device_layouts_are_kept(monkeypatch):
     assert len(bw._FIXED_DEVICE) == bw._FIXED_DEVICE_MAX
     assert bw.device_layout(1, 64, None, 64, cpu) is oldest, "the recently used entry was evicted"
     assert (3, 100, 64, cpu) not in bw._FIXED_DEVICE, "the least recently used entry stayed"
+    monkeypatch.setattr(bw, "_PINNED", {})
     monkeypatch.setattr(bw, "_capturing", lambda x: True)
-    before = collections.OrderedDict(bw._FIXED_DEVICE)
-    for b, t in ((1, 64), (5, 777)):  # a kept shape and a new one
-        built = bw.device_layout(b, t, None, 64, cpu)
-        assert built.first is None and built is not oldest, "a capture read the cache"
-        assert torch.equal(bw.chunk_bounds(built)[1], bw._device_layout(b, t, None, 64, cpu).valid.sum(-1).int())
-    assert bw._FIXED_DEVICE == before, "a capture filled or reordered the cache"
+    fresh = bw.device_layout(5, 777, None, 64, cpu)  # a shape not kept: built in the graph, nothing kept
+    assert fresh.first is None and (5, 777, 64, cpu) not in bw._FIXED_DEVICE and not bw._PINNED
+    assert torch.equal(bw.chunk_bounds(fresh)[1], bw._device_layout(5, 777, None, 64, cpu).valid.sum(-1).int())
+    assert bw.device_layout(1, 64, None, 64, cpu) is oldest, "a capture takes the kept layout"
+    assert bw._PINNED == {(1, 64, 64, cpu): oldest} and (1, 64, 64, cpu) not in bw._FIXED_DEVICE
+    monkeypatch.setattr(bw, "_capturing", lambda x: False)
+    for t in range(2000, 2000 + 2 * bw._FIXED_DEVICE_MAX):  # the LRU turns over: a pinned layout stays
+        bw.device_layout(1, t, None, 64, cpu)
+    assert bw.device_layout(1, 64, None, 64, cpu) is oldest and (1, 64, 64, cpu) not in bw._FIXED_DEVICE
+    # past the pins' budget a capture builds its own again, and the kept entry stays in the LRU
+    monkeypatch.setattr(bw, "_PINNED_MAX_BYTES", bw._layout_bytes(oldest))
+    kept = bw.device_layout(2, 1000, None, 64, cpu)
+    monkeypatch.setattr(bw, "_capturing", lambda x: True)
+    built = bw.device_layout(2, 1000, None, 64, cpu)
+    assert built is not kept and built.first is None and (2, 1000, 64, cpu) in bw._FIXED_DEVICE
+    assert len(bw._PINNED) == 1
 
 
 def test_kept_layouts_under_threads(monkeypatch):

@@ -100,15 +100,25 @@ def _layout(batch: int, tokens: int, cu_seqlens: torch.Tensor | None, chunk: int
 
 # Fixed-length device layouts by (B, T, C, device): they follow from the shapes alone, and building one is about
 # twenty small device operations (some 150 us of host time a backward, before any kernel). Least recently used
-# first out past the bound. Never read or filled while a CUDA graph is captured: a graph would keep the addresses
-# of tensors the cache may free (a review found a captured hit read after eviction), so a capture builds its own.
-# Each entry: the layout and the stream it was made on (a hit on another stream is recorded on it, so the
-# allocator keeps the memory until that stream is done with it).
+# first out past the bound. Each entry: the layout and the stream it was made on (a hit on another stream is
+# recorded on it, so the allocator keeps the memory until that stream is done with it).
+# A CUDA graph keeps the addresses it captured for its life, so a capture never takes an entry that may be
+# evicted (a review found a captured hit read after eviction): it pins the kept entry (moved out of the LRU,
+# never freed; up to _PINNED_MAX_BYTES in all) or, with none kept or the pins' budget spent, builds its own in
+# the graph, where those twenty operations then run at every replay (about 60 us at 4 x 2048, run 166). Nothing
+# is built on the host during a capture (its copy to the device could not be captured).
 _FIXED_DEVICE: collections.OrderedDict[tuple[int, int, int, torch.device], tuple[ChunkLayout, int | None]] = (
     collections.OrderedDict()
 )
 _FIXED_DEVICE_MAX = 32
 _FIXED_DEVICE_LOCK = threading.Lock()  # backwards on several threads: the lookup, reorder and eviction are one step
+_PINNED: dict[tuple[int, int, int, torch.device], ChunkLayout] = {}
+_PINNED_MAX_BYTES = 64 << 20
+
+
+def _layout_bytes(layout: ChunkLayout) -> int:
+    parts = (layout.token, layout.valid, layout.order, layout.slots, layout.first, layout.length)
+    return sum(t.numel() * t.element_size() for t in parts if t is not None)
 
 
 def device_layout(
@@ -123,17 +133,28 @@ def device_layout(
     """The chunk layout the kernels read (see _device_layout). Fixed lengths (cu_seqlens None) come from a bounded
     cache: built once per (B, T, C, device) on the host, copied to the device (the copy completes before this
     returns) with each chunk's first token and length (chunk_bounds), and kept read-only. While a CUDA graph is
-    captured the cache is neither read nor filled: the layout is built on the device, in the graph's pool."""
-    if cu_seqlens is not None or _capturing(device):
+    captured a kept layout is pinned (never freed: the graph keeps its addresses) and returned; without one the
+    layout is built on the device, in the graph's pool, and nothing is kept."""
+    if cu_seqlens is not None:
         return _device_layout(batch, tokens, cu_seqlens, chunk, device, exact, host_chunks)
+    capturing = _capturing(device)
     if device.type == "cuda" and device.index is None:  # one key per GPU: "cuda" is the current one
         device = torch.device("cuda", torch.cuda.current_device())
     key = (batch, tokens, chunk, device)
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
     with _FIXED_DEVICE_LOCK:
-        entry = _FIXED_DEVICE.get(key)
-        if entry is not None:
+        pinned = _PINNED.get(key)
+        entry = _FIXED_DEVICE.get(key) if pinned is None else None
+        if entry is not None and capturing:
+            used = sum(_layout_bytes(x) for x in _PINNED.values())
+            if used + _layout_bytes(entry[0]) <= _PINNED_MAX_BYTES:
+                pinned = _PINNED[key] = _FIXED_DEVICE.pop(key)[0]
+        elif entry is not None:
             _FIXED_DEVICE.move_to_end(key)
+    if pinned is not None:  # never freed: no stream needs recording
+        return pinned
+    if capturing:
+        return _device_layout(batch, tokens, None, chunk, device, exact, host_chunks)
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
     if entry is not None:
         layout, made_on = entry
         if stream != made_on:  # the allocator frees it only once this stream's work on it is done
