@@ -378,9 +378,9 @@ def _spy_firsts(monkeypatch) -> list:
     return made
 
 
-def _training_call(monkeypatch, chunk, wrap=None):
+def _training_call(monkeypatch, chunk, wrap=None, then=None):
     """A training call through api._run with the GPU wiring (the kernels' passes in the Function's meta): CPU
-    inputs that claim is_cuda for the call."""
+    inputs that claim is_cuda for the call and for then(outputs), if given (its backwards)."""
     monkeypatch.setenv(SEGMENT_ENV, "3")
     args, init = _inputs(2, 700, 2, 4, 2)
     run = api._prepare(*args, None, init, True, None, False, chunk)[2]
@@ -388,7 +388,10 @@ def _training_call(monkeypatch, chunk, wrap=None):
     with monkeypatch.context() as mp:
         mp.setattr(torch.Tensor, "is_cuda", property(lambda self: True), raising=False)
         call = lambda *t: api._run(run, *t, None, init, None, False)
-        return wrap(call, *xs) if wrap else call(*xs)
+        out = wrap(call, *xs) if wrap else call(*xs)
+        if then is not None:
+            then(out)
+        return out
 
 
 def test_first_states_live_as_the_saved_inputs_do(captured, monkeypatch):
@@ -416,13 +419,9 @@ def test_every_backward_of_a_retained_graph_walks_from_the_saved_first_states(ca
     """Through the autograd Function (api._run with the GPU wiring): the forward's first states travel as a saved
     tensor and are handed back before each backward, so both backwards of a retained graph run the states pass
     as prep + the states instance from them, then the reverse pass, B3 and the rows pass."""
-    monkeypatch.setenv(SEGMENT_ENV, "3")
-    args, init = _inputs(2, 700, 2, 4, 2)
-    run = api._prepare(*args, None, init, True, None, False, None)[2]
-    xs = [x.clone().requires_grad_() for x in args]
-    with monkeypatch.context() as mp:
-        mp.setattr(torch.Tensor, "is_cuda", property(lambda self: True), raising=False)
-        o, fs = api._run(run, *xs, None, init, None, False)
+
+    def twice(out) -> None:
+        o, fs = out
         firsts = next(p["firsts"] for name, _, p in captured if name.startswith("gated_delta_rule_combine"))
         for _ in range(2):
             before = len(captured)
@@ -432,3 +431,5 @@ def test_every_backward_of_a_retained_graph_walks_from_the_saved_first_states(ca
             assert names[2].startswith("gated_delta_rule_bwd_c32") and names[3].startswith("gated_delta_rule_bwd_chunk")
             assert names[4].startswith("gated_delta_rule_grad_rows"), names
             assert captured[before + 1][2]["initial_state"] == firsts
+
+    _training_call(monkeypatch, None, then=twice)
