@@ -340,13 +340,19 @@ def test_backward_agrees_with_fla(varlen, monkeypatch):
         assert err <= 0.04, f"{name}: relative L2 {err:.2e} against FLA's backward"
 
 
-@pytest.mark.parametrize("varlen", [False, True])
-def test_backward_is_graph_capturable(monkeypatch, varlen):
+@pytest.mark.parametrize("varlen, pin", [(False, True), (False, False), (True, False)])
+def test_backward_is_graph_capturable(monkeypatch, varlen, pin):
     """Forward and backward captured in one CUDA graph (torch.autograd.grad inside the capture; index checks skip
     themselves while capturing): replays on new inputs, new offsets included, give bitwise the gradients of an
     eager call on the same (padded) chunk layout, and within 1e-3 those of an eager call on the layout sized to
-    the real chunks (one host read). Nothing in the captured backward reads a value on the host."""
+    the real chunks (one host read). Nothing in the captured backward reads a value on the host. Fixed lengths:
+    the capture pins the layout the warm-up kept (pin) or, with no budget for pins, builds its own in the graph."""
     from deep_gemm_sm120.families.gated_delta_rule import backward as bw
+
+    monkeypatch.setattr(bw, "_PINNED", {})
+    monkeypatch.setattr(bw, "_pinned_bytes", 0)
+    if not pin:
+        monkeypatch.setattr(bw, "_PINNED_MAX_BYTES", 0)
 
     t = 150
     b = 1 if varlen else 2
@@ -389,6 +395,7 @@ def test_backward_is_graph_capturable(monkeypatch, varlen):
     for name, mine, ref, near in zip(("dq", "dk", "dv", "dg", "dbeta", "dh0"), captured, padded, exact):
         assert torch.equal(mine, ref), f"{name}: replay differs from the eager backward on its layout"
         assert relative_l2(mine, near) <= 1e-3, f"{name}: {relative_l2(mine, near):.2e} from the exact layout's"
+    assert len(bw._PINNED) == (1 if pin else 0), "the capture pinned the kept layout" if pin else "nothing pinned"
 
 
 @pytest.mark.parametrize("varlen", [False, True])

@@ -401,6 +401,7 @@ def test_fixed_length_device_layouts_are_kept(monkeypatch):
     assert bw.device_layout(1, 64, None, 64, cpu) is oldest, "the recently used entry was evicted"
     assert (3, 100, 64, cpu) not in bw._FIXED_DEVICE, "the least recently used entry stayed"
     monkeypatch.setattr(bw, "_PINNED", {})
+    monkeypatch.setattr(bw, "_pinned_bytes", 0)
     monkeypatch.setattr(bw, "_capturing", lambda x: True)
     fresh = bw.device_layout(5, 777, None, 64, cpu)  # a shape not kept: built in the graph, nothing kept
     assert fresh.first is None and (5, 777, 64, cpu) not in bw._FIXED_DEVICE and not bw._PINNED
@@ -418,6 +419,36 @@ def test_fixed_length_device_layouts_are_kept(monkeypatch):
     built = bw.device_layout(2, 1000, None, 64, cpu)
     assert built is not kept and built.first is None and (2, 1000, 64, cpu) in bw._FIXED_DEVICE
     assert len(bw._PINNED) == 1
+    # the budget counts the allocator's 512-byte blocks: the (1, 64) layout's six small tensors hold six blocks
+    assert bw._pinned_bytes == bw._layout_bytes(oldest) == 6 * 512
+
+
+def test_a_build_raced_by_a_pin_returns_the_pinned_layout(monkeypatch):
+    """A backward that misses a shape and builds it, while another thread keeps the same shape and a capture pins
+    it, returns the pinned layout instead of putting its own build into the cache beside it (where it would be a
+    slot never returned). (A review's finding.)"""
+    import collections
+
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(bw, "_FIXED_DEVICE", collections.OrderedDict())
+    monkeypatch.setattr(bw, "_PINNED", {})
+    monkeypatch.setattr(bw, "_pinned_bytes", 0)
+    real, meanwhile = bw._device_layout, []
+
+    def interleaved(*a, **k):
+        out = real(*a, **k)
+        if not meanwhile:
+            meanwhile.append(True)
+            bw.device_layout(2, 300, None, 64, cpu)  # another thread: built and kept
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr(bw, "_capturing", lambda x: True)
+                meanwhile.append(bw.device_layout(2, 300, None, 64, cpu))  # a capture pins it
+        return out
+
+    monkeypatch.setattr(bw, "_device_layout", interleaved)
+    got = bw.device_layout(2, 300, None, 64, cpu)
+    assert got is meanwhile[1] is bw._PINNED[(2, 300, 64, cpu)]
+    assert (2, 300, 64, cpu) not in bw._FIXED_DEVICE
 
 
 def test_kept_layouts_under_threads(monkeypatch):

@@ -113,12 +113,14 @@ _FIXED_DEVICE: collections.OrderedDict[tuple[int, int, int, torch.device], tuple
 _FIXED_DEVICE_MAX = 32
 _FIXED_DEVICE_LOCK = threading.Lock()  # backwards on several threads: the lookup, reorder and eviction are one step
 _PINNED: dict[tuple[int, int, int, torch.device], ChunkLayout] = {}
-_PINNED_MAX_BYTES = 64 << 20
+_PINNED_MAX_BYTES = 64 << 20  # one budget for every GPU; pins live as long as the process
+_pinned_bytes = 0  # (under the lock)
 
 
 def _layout_bytes(layout: ChunkLayout) -> int:
+    """The device memory a layout holds: each tensor rounded up to the caching allocator's 512-byte blocks."""
     parts = (layout.token, layout.valid, layout.order, layout.slots, layout.first, layout.length)
-    return sum(t.numel() * t.element_size() for t in parts if t is not None)
+    return sum(ceil_div(t.numel() * t.element_size(), 512) * 512 for t in parts if t is not None)
 
 
 def device_layout(
@@ -133,21 +135,24 @@ def device_layout(
     """The chunk layout the kernels read (see _device_layout). Fixed lengths (cu_seqlens None) come from a bounded
     cache: built once per (B, T, C, device) on the host, copied to the device (the copy completes before this
     returns) with each chunk's first token and length (chunk_bounds), and kept read-only. While a CUDA graph is
-    captured a kept layout is pinned (never freed: the graph keeps its addresses) and returned; without one the
-    layout is built on the device, in the graph's pool, and nothing is kept."""
+    captured a kept layout is pinned (never freed: the graph keeps its addresses; eager calls take it from then on
+    too) and returned; with none kept, or the pins' budget spent, the layout is built on the device, in the
+    graph's pool, and nothing is kept."""
     if cu_seqlens is not None:
         return _device_layout(batch, tokens, cu_seqlens, chunk, device, exact, host_chunks)
     capturing = _capturing(device)
     if device.type == "cuda" and device.index is None:  # one key per GPU: "cuda" is the current one
         device = torch.device("cuda", torch.cuda.current_device())
     key = (batch, tokens, chunk, device)
+    global _pinned_bytes
     with _FIXED_DEVICE_LOCK:
         pinned = _PINNED.get(key)
         entry = _FIXED_DEVICE.get(key) if pinned is None else None
         if entry is not None and capturing:
-            used = sum(_layout_bytes(x) for x in _PINNED.values())
-            if used + _layout_bytes(entry[0]) <= _PINNED_MAX_BYTES:
+            size = _layout_bytes(entry[0])
+            if _pinned_bytes + size <= _PINNED_MAX_BYTES:
                 pinned = _PINNED[key] = _FIXED_DEVICE.pop(key)[0]
+                _pinned_bytes += size
         elif entry is not None:
             _FIXED_DEVICE.move_to_end(key)
     if pinned is not None:  # never freed: no stream needs recording
@@ -176,6 +181,8 @@ def device_layout(
         length=length.to(device),
     )
     with _FIXED_DEVICE_LOCK:
+        if key in _PINNED:  # another thread's build of the shape, pinned since by a capture: that one
+            return _PINNED[key]
         _FIXED_DEVICE.pop(key, None)  # (another thread's build of the same shape: this one replaces it)
         while len(_FIXED_DEVICE) >= _FIXED_DEVICE_MAX:
             _FIXED_DEVICE.popitem(last=False)
