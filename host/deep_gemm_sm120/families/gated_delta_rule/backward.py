@@ -105,7 +105,8 @@ def _layout(batch: int, tokens: int, cu_seqlens: torch.Tensor | None, chunk: int
 # A CUDA graph keeps the addresses it captured for its life, so a capture never takes an entry that may be
 # evicted (a review found a captured hit read after eviction): it pins the kept entry (moved out of the LRU,
 # never freed; up to _PINNED_MAX_BYTES in all) or, with none kept or the pins' budget spent, builds its own in
-# the graph, where those twenty operations then run at every replay (about 60 us at 4 x 2048, run 166). Nothing
+# the graph, where those twenty operations then run at every replay (the likely part of the ~70 us a 4 x 2048
+# (2, 8) replay spent outside its kernels in run 166). Nothing
 # is built on the host during a capture (its copy to the device could not be captured).
 _FIXED_DEVICE: collections.OrderedDict[tuple[int, int, int, torch.device], tuple[ChunkLayout, int | None]] = (
     collections.OrderedDict()
